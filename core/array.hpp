@@ -1,0 +1,80 @@
+#pragma once
+// Array: concrete data a user holds. A contiguous, row-major block of float32 or float64 with a fully
+// defined shape. Copies share storage (like a NumPy view or a torch::Tensor); `copy()` is deep.
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "core/shape.hpp"
+
+namespace kiln {
+
+class Array {
+ public:
+  Array() = default;
+  // Zero-filled. Throws ShapeError if `shape` has an unknown dimension.
+  explicit Array(Shape shape, DType dtype = DType::float32);
+
+  static Array from_vector(const std::vector<float>& values, Shape shape);
+  static Array from_vector(const std::vector<double>& values, Shape shape);
+  static Array full(Shape shape, double value, DType dtype = DType::float32);
+  // A non-owning view of memory someone else keeps alive for as long as the view is used.
+  static Array view(void* data, Shape shape, DType dtype);
+
+  const Shape& shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+  std::size_t size() const { return size_; }
+  std::size_t nbytes() const { return size_ * dtype_size(dtype_); }
+  bool empty() const { return storage_ == nullptr; }
+
+  // Typed access; throws DTypeError if T is not the array's dtype.
+  template <class T>
+  T* data();
+  template <class T>
+  const T* data() const;
+  void* raw() { return storage_.get(); }
+  const void* raw() const { return storage_.get(); }
+
+  // Element `index` of the flattened array, as double whatever the dtype.
+  double flat(std::size_t index) const;
+  void set_flat(std::size_t index, double value);
+
+  // Values converted to T (a copy).
+  template <class T>
+  std::vector<T> to_vector() const;
+
+  Array copy() const;
+  Array astype(DType dtype) const;
+  // Same data, new shape with the same number of elements (shares storage).
+  Array reshape(Shape shape) const;
+  // True when shapes, dtypes and every bit of the data are equal.
+  bool bitwise_equal(const Array& other) const;
+
+ private:
+  void check_dtype(DType requested) const;
+
+  Shape shape_;
+  DType dtype_ = DType::float32;
+  std::size_t size_ = 0;
+  std::shared_ptr<unsigned char> storage_;
+};
+
+template <class T>
+T* Array::data() {
+  check_dtype(dtype_of<T>::value);
+  return reinterpret_cast<T*>(storage_.get());
+}
+template <class T>
+const T* Array::data() const {
+  check_dtype(dtype_of<T>::value);
+  return reinterpret_cast<const T*>(storage_.get());
+}
+template <class T>
+std::vector<T> Array::to_vector() const {
+  std::vector<T> values(size_);
+  for (std::size_t i = 0; i < size_; ++i) values[i] = static_cast<T>(flat(i));
+  return values;
+}
+
+}  // namespace kiln

@@ -1,0 +1,63 @@
+#pragma once
+// Every error a user can cause is one of these. Messages name the op, node or layer and the shapes,
+// so a failure can be traced to the line of model code that caused it.
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kiln {
+
+class Shape;
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+// A shape that an op or layer cannot take. The message lists every input shape by name.
+class ShapeError : public Error {
+ public:
+  explicit ShapeError(const std::string& message) : Error(message) {}
+  // "<who>: <what> (a=(None, 3), b=(4, 5))"
+  ShapeError(const std::string& who, const std::string& what,
+             const std::vector<std::pair<std::string, Shape>>& shapes);
+};
+
+// Mixed or unsupported dtypes.
+class DTypeError : public Error {
+ public:
+  explicit DTypeError(const std::string& message) : Error(message) {}
+};
+
+// An unknown op, attribute, registry key or config entry, or a config value of the wrong type.
+class ConfigError : public Error {
+ public:
+  explicit ConfigError(const std::string& message) : Error(message) {}
+};
+
+// A value that is well-shaped but not acceptable: an empty batch, a label out of range, a feed missing.
+class ValueError : public Error {
+ public:
+  explicit ValueError(const std::string& message) : Error(message) {}
+};
+
+// A gradient asked through an op (or an op input) that has none.
+class NotDifferentiable : public Error {
+ public:
+  explicit NotDifferentiable(const std::string& message) : Error(message) {}
+};
+
+// Weights created after build, a layer used in a state it does not allow, a frozen graph changed.
+class LayerStateError : public Error {
+ public:
+  explicit LayerStateError(const std::string& message) : Error(message) {}
+};
+
+// A file that cannot be written or read back whole.
+class SerializationError : public Error {
+ public:
+  explicit SerializationError(const std::string& message) : Error(message) {}
+};
+
+}  // namespace kiln

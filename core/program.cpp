@@ -1,0 +1,142 @@
+#include "core/program.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+
+#include "core/error.hpp"
+#include "core/graph.hpp"
+#include "core/op.hpp"
+#include "core/planner.hpp"
+
+namespace kiln {
+
+namespace {
+void check_update(const Graph& graph, const Update& update) {
+  if (!update.variable.valid() || !update.value.valid() || &update.variable.graph() != &graph ||
+      &update.value.graph() != &graph)
+    throw Error("Program: an update names a tensor of another graph, or an empty one");
+  const Node& variable = update.variable.node();
+  if (variable.kind != NodeKind::variable)
+    throw Error("Program: updates assign to variables, but " + variable.describe() + " is not one");
+  if (update.value.shape() != variable.shape || update.value.dtype() != variable.dtype)
+    throw ShapeError("Program: cannot update " + variable.describe() + " " + variable.shape.to_string() + " " +
+                     dtype_name(variable.dtype) + " with " + update.value.node().describe() + " " +
+                     update.value.shape().to_string() + " " + dtype_name(update.value.dtype()));
+}
+}  // namespace
+
+Program::Program(Graph& graph, std::vector<Tensor> fetches, std::vector<Update> updates)
+    : graph_(&graph), fetches_(std::move(fetches)), updates_(std::move(updates)) {
+  std::vector<NodeId> roots;
+  for (const Tensor& fetch : fetches_) {
+    if (!fetch.valid() || &fetch.graph() != graph_) throw Error("Program: a fetch belongs to another graph, or is empty");
+    roots.push_back(fetch.id());
+  }
+  for (const Update& update : updates_) {
+    check_update(graph, update);
+    roots.push_back(update.value.id());
+    roots.push_back(update.variable.id());
+  }
+  needed_ = detail::needed_nodes(graph, roots);
+  for (NodeId id : needed_)
+    if (graph.node(id).kind == NodeKind::placeholder) placeholders_.push_back(id);
+  fed_.resize(placeholders_.size());
+}
+
+Program::~Program() = default;
+Program::Program(Program&&) noexcept = default;
+Program& Program::operator=(Program&&) noexcept = default;
+
+void Program::feed(const Tensor& placeholder, const Array& value) {
+  if (!placeholder.valid() || &placeholder.graph() != graph_) throw Error("Program::feed: a tensor of another graph");
+  const Node& node = placeholder.node();
+  if (node.kind != NodeKind::placeholder) throw Error("Program::feed: " + node.describe() + " is not a placeholder");
+  if (value.dtype() != node.dtype)
+    throw DTypeError("Program::feed: " + node.describe() + " takes " + dtype_name(node.dtype) + ", got " +
+                     dtype_name(value.dtype()) + " data of shape " + value.shape().to_string());
+  bool fits = value.shape().rank() == node.shape.rank();
+  for (int axis = 0; fits && axis < node.shape.rank(); ++axis)
+    fits = node.shape[axis] == Shape::unknown || node.shape[axis] == value.shape()[axis];
+  if (!fits)
+    throw ShapeError("Program::feed: " + node.describe() + " of shape " + node.shape.to_string() +
+                     " cannot take data of shape " + value.shape().to_string());
+  for (std::size_t i = 0; i < placeholders_.size(); ++i)
+    if (placeholders_[i] == node.id) fed_[i] = value;
+}
+
+std::int64_t Program::fed_batch_size() const {
+  std::int64_t batch = -1;
+  NodeId first = -1;
+  for (std::size_t i = 0; i < placeholders_.size(); ++i) {
+    const Node& node = graph_->node(placeholders_[i]);
+    if (fed_[i].empty()) throw ValueError("Program::run: " + node.describe() + " was not fed");
+    for (int axis = 0; axis < node.shape.rank(); ++axis) {
+      if (node.shape[axis] != Shape::unknown) continue;
+      const std::int64_t size = fed_[i].shape()[axis];
+      if (size == 0) throw ValueError("Program::run: " + node.describe() + " was fed an empty batch " +
+                                      fed_[i].shape().to_string());
+      if (batch >= 0 && size != batch)
+        throw ValueError("Program::run: batch sizes disagree: " + graph_->node(first).describe() + " has " +
+                         std::to_string(batch) + ", " + node.describe() + " has " + std::to_string(size));
+      batch = size;
+      first = node.id;
+    }
+  }
+  return batch;
+}
+
+detail::Plan& Program::plan_for(std::int64_t batch_size) {
+  for (auto& plan : plans_)
+    if (plan->batch_size == batch_size) return *plan;
+  plans_.push_back(detail::make_plan(*graph_, needed_, fetches_, updates_, batch_size));
+  return *plans_.back();
+}
+
+void Program::run() {
+  detail::Plan& plan = plan_for(fed_batch_size());
+  for (std::size_t i = 0; i < placeholders_.size(); ++i)
+    plan.data[static_cast<std::size_t>(placeholders_[i])] = const_cast<void*>(fed_[i].raw());
+  detail::execute(plan, *graph_, step_);
+  for (const Update& update : updates_) {
+    Array& target = graph_->mutable_value(update.variable);
+    // memmove: the new value may be a view of the variable itself.
+    std::memmove(target.raw(), plan.data[static_cast<std::size_t>(update.value.id())], target.nbytes());
+  }
+  last_ = &plan;
+  ++step_;
+}
+
+const detail::Plan& Program::last_plan() const {
+  if (last_ == nullptr) throw Error("Program: nothing has run yet");
+  return *last_;
+}
+
+std::size_t Program::fetch_slot(const Tensor& tensor) const {
+  for (std::size_t i = 0; i < fetches_.size(); ++i)
+    if (fetches_[i] == tensor) return i;
+  throw Error("Program: " + (tensor.valid() ? tensor.node().describe() : std::string("an empty tensor")) +
+              " is not one of this program's fetches");
+}
+
+Array Program::view(const Tensor& tensor) const {
+  fetch_slot(tensor);
+  const detail::Plan& plan = last_plan();
+  const auto id = static_cast<std::size_t>(tensor.id());
+  return Array::view(plan.data[id], plan.shapes[id], tensor.dtype());
+}
+
+Array Program::fetch(const Tensor& tensor) const { return view(tensor).copy(); }
+
+double Program::scalar(const Tensor& tensor) const {
+  const Array value = view(tensor);
+  if (value.size() != 1)
+    throw ShapeError("Program::scalar: " + tensor.node().describe() + " has shape " + value.shape().to_string());
+  return value.flat(0);
+}
+
+PlanStats Program::stats() const { return last_plan().stats; }
+
+}  // namespace kiln

@@ -1,0 +1,48 @@
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+// A tensor's dimensions. A dimension of `Shape::unknown` (printed None, like Keras) is the batch size,
+// which is fixed only when data is fed; every unknown dimension of a graph stands for that one size.
+class Shape {
+ public:
+  static constexpr std::int64_t unknown = -1;
+  static constexpr int max_rank = 8;
+
+  Shape() = default;
+  Shape(std::initializer_list<std::int64_t> dims) : dims_(dims) {}
+  explicit Shape(std::vector<std::int64_t> dims) : dims_(std::move(dims)) {}
+
+  int rank() const { return static_cast<int>(dims_.size()); }
+  std::int64_t operator[](int axis) const { return dims_[static_cast<std::size_t>(axis)]; }
+  std::int64_t& operator[](int axis) { return dims_[static_cast<std::size_t>(axis)]; }
+  // Python-style: dim(-1) is the last dimension. Throws ShapeError when out of range.
+  std::int64_t dim(int axis) const;
+  // Maps a possibly negative axis into [0, rank), or throws ShapeError naming `who`.
+  int normalize_axis(int axis, const std::string& who) const;
+
+  const std::vector<std::int64_t>& dims() const { return dims_; }
+  bool is_fully_defined() const;
+  bool is_scalar() const { return dims_.empty(); }
+  // Product of the dimensions; throws ShapeError if one is unknown.
+  std::int64_t num_elements() const;
+  // The shape with every unknown dimension replaced by `batch_size`.
+  Shape with_batch(std::int64_t batch_size) const;
+
+  std::string to_string() const;  // "(None, 150, 512)", "()" for a scalar, "(3,)" for rank 1
+  bool operator==(const Shape& other) const { return dims_ == other.dims_; }
+  bool operator!=(const Shape& other) const { return dims_ != other.dims_; }
+
+ private:
+  std::vector<std::int64_t> dims_;
+};
+
+// NumPy broadcasting of two shapes; an unknown dimension matches an unknown one, or 1.
+// Throws ShapeError naming `who` and both shapes.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const std::string& who);
+
+}  // namespace kiln

@@ -1,0 +1,35 @@
+// Constants and fills.
+#include "core/array.hpp"
+#include "core/graph.hpp"
+#include "core/op.hpp"
+#include "ops/ops.hpp"
+
+namespace kiln {
+
+namespace {
+Shape like_shape(const InferContext& context) { return context.input_shape(0); }
+
+template <class T>
+void fill_like_kernel(const KernelContext& k) {
+  const T value = static_cast<T>(k.attributes().get_double("value"));
+  T* out = k.out<T>();
+  for (std::size_t i = 0; i < k.output_size(); ++i) out[i] = value;
+}
+}  // namespace
+
+// A fill shaped like its input at run time, so it follows the batch size.
+KILN_REGISTER_OP(OpDef("kiln>FillLike").inputs(1).attributes({"value"}).infer_shape(like_shape)
+                     .forward(fill_like_kernel<float>, fill_like_kernel<double>)
+                     .non_differentiable_inputs({0}, "only its shape is read"));
+
+namespace ops {
+Tensor constant(Graph& graph, const Array& value, const std::string& name) { return graph.constant(value, name); }
+Tensor scalar_like(const Tensor& like, double value) { return like.graph().scalar(value, like.dtype()); }
+Tensor zeros_like(const Tensor& like) {
+  return like.graph().add_op("kiln>FillLike", {like}, Attributes().set("value", 0.0), "zeros_like");
+}
+Tensor ones_like(const Tensor& like) {
+  return like.graph().add_op("kiln>FillLike", {like}, Attributes().set("value", 1.0), "ones_like");
+}
+}  // namespace ops
+}  // namespace kiln

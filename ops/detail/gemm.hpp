@@ -1,0 +1,17 @@
+#pragma once
+// Row-major GEMM straight to OpenBLAS: C = A·B with optional transposes, no copies.
+// In its own file because OpenBLAS's <cblas.h> clashes with xtensor-blas's declarations.
+#include <cstdint>
+
+namespace kiln::detail {
+
+struct GemmShape {
+  std::int64_t m, n, k;
+  bool transpose_a, transpose_b;
+  std::int64_t lda, ldb, ldc;
+};
+
+void gemm(const GemmShape& shape, const float* a, const float* b, float* c);
+void gemm(const GemmShape& shape, const double* a, const double* b, double* c);
+
+}  // namespace kiln::detail

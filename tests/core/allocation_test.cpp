@@ -1,0 +1,83 @@
+// A steady-state training step allocates nothing: the plan owns every buffer. This binary replaces the
+// global operator new to count allocations, so it is built apart from the other tests.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "core/autodiff.hpp"
+#include "core/graph.hpp"
+#include "core/program.hpp"
+#include "core/rng.hpp"
+#include "ops/ops.hpp"
+
+namespace {
+std::atomic<long> allocations{0};
+}
+
+void* operator new(std::size_t size) {
+  ++allocations;
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t size) { return operator new(size); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+using namespace kiln;
+
+namespace {
+Array random(const Shape& shape, Rng& rng) {
+  Array array(shape);
+  for (std::size_t i = 0; i < array.size(); ++i) array.set_flat(i, rng.uniform(-1.0, 1.0));
+  return array;
+}
+}  // namespace
+
+TEST_CASE("steady-state training steps allocate nothing", "[core][program][allocation]") {
+  Rng rng(3);
+  Graph graph;
+  const Tensor x = graph.placeholder({Shape::unknown, 6, 8}, DType::float32, "x");
+  const Tensor y = graph.placeholder({Shape::unknown, 2}, DType::float32, "y");
+  const Tensor w_query = graph.variable("w_query", random({8, 8}, rng));
+  const Tensor gamma = graph.variable("gamma", Array::full({8}, 1.0));
+  const Tensor beta = graph.variable("beta", Array({8}));
+  const Tensor w_out = graph.variable("w_out", random({48, 2}, rng));
+  const Tensor bias = graph.variable("bias", Array({2}));
+
+  // A small attention encoder touching the common op families.
+  const Tensor q = ops::matmul(x, w_query);
+  const Tensor scores = ops::softmax(ops::matmul(q, x, false, true) * 0.35, -1);
+  const Tensor attended = ops::layer_norm(ops::matmul(scores, x) + x, gamma, beta, 1e-3);
+  const Tensor hidden = ops::dropout(ops::swish(attended), 0.1, 7);
+  const Tensor flat = ops::reshape(hidden, {-1, 48});
+  const Tensor prediction = ops::tanh(ops::matmul(flat, w_out) + bias);
+  const Tensor loss = ops::mean_squared_error(y, prediction);
+
+  const std::vector<Tensor> weights = graph.trainable_variables();
+  const std::vector<Tensor> grads = gradients(loss, weights);
+  std::vector<Update> updates;
+  for (std::size_t i = 0; i < weights.size(); ++i) updates.push_back({weights[i], weights[i] - grads[i] * 0.05});
+  Program program(graph, {loss}, updates);
+
+  const Array inputs = random({4, 6, 8}, rng);
+  const Array targets = random({4, 2}, rng);
+  program.feed(x, inputs);
+  program.feed(y, targets);
+  program.run();  // plans: allocation allowed here
+  program.run();
+  const double first_loss = program.scalar(loss);
+
+  const long before = allocations.load();
+  for (int step = 0; step < 10; ++step) {
+    program.feed(x, inputs);
+    program.feed(y, targets);
+    program.run();
+  }
+  const long during = allocations.load() - before;
+  CHECK(during == 0);
+  CHECK(program.scalar(loss) < first_loss);
+}
