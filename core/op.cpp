@@ -121,6 +121,11 @@ OpDef& OpDef::workspace(WorkspaceFn fn) {
   return *this;
 }
 
+OpDef& OpDef::display_name(std::string name) {
+  short_name_ = std::move(name);
+  return *this;
+}
+
 bool OpDef::accepts_attribute(const std::string& name) const {
   return std::find(attribute_names_.begin(), attribute_names_.end(), name) != attribute_names_.end();
 }

@@ -120,6 +120,9 @@ class OpDef {
   OpDef& non_differentiable_inputs(std::vector<int> indices, std::string reason);
   OpDef& sharing(Sharing mode);
   OpDef& workspace(WorkspaceFn fn);
+  // How messages and default node names spell the op when snake_case of its name reads badly
+  // ("kiln>MatMul" is "matmul", not "mat_mul").
+  OpDef& display_name(std::string name);
 
   const std::string& name() const { return name_; }
   // The part after "Package>", lower-cased with underscores: "kiln>LogSoftmax" -> "log_softmax".

@@ -167,7 +167,7 @@ void Planner::build_steps(Plan& plan) {
   auto address = [&](int storage) -> void* {
     return storage < 0 ? nullptr : plan.arena.get() + storages_[static_cast<std::size_t>(storage)].offset;
   };
-  plan.data.assign(shapes_.size(), nullptr);
+  plan.data.assign(plan.shapes.size(), nullptr);
   for (NodeId id : needed_) {
     const Node& node = graph_.node(id);
     const auto index = static_cast<std::size_t>(id);

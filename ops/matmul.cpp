@@ -131,7 +131,7 @@ std::vector<Tensor> matmul_backward(const GradContext& g) {
 
 }  // namespace
 
-KILN_REGISTER_OP(OpDef("kiln>MatMul").inputs(2).attributes({"transpose_a", "transpose_b"}).infer_shape(matmul_shape)
+KILN_REGISTER_OP(OpDef("kiln>MatMul").display_name("matmul").inputs(2).attributes({"transpose_a", "transpose_b"}).infer_shape(matmul_shape)
                      .forward(matmul_kernel<float>, matmul_kernel<double>).backward(matmul_backward));
 
 namespace ops {

@@ -84,7 +84,8 @@ GradcheckReport gradcheck(const GraphFunction& f, const std::vector<Array>& inpu
   std::vector<Array> values;
   for (const Array& input : inputs) {
     values.push_back(input.astype(DType::float64));
-    placeholders.push_back(graph.placeholder(declared_shape(input.shape(), unknown_batch), DType::float64, "x"));
+    const bool batched = unknown_batch && placeholders.empty();
+    placeholders.push_back(graph.placeholder(declared_shape(input.shape(), batched), DType::float64, "x"));
   }
   const Tensor output = f(placeholders);
   const Array probe = evaluate(f, values);

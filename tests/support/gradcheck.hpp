@@ -31,8 +31,8 @@ struct GradcheckReport {
 
 // Builds f on float64 placeholders holding `inputs`, differentiates sum(f(x) * R) for a fixed random R
 // (never a plain sum: softmax outputs sum to 1 and would hide any bug), and compares every entry of
-// the analytic gradient with central differences. Unknown batch dimensions are exercised: placeholders
-// are declared with dimension 0 unknown when `unknown_batch` is true.
+// the analytic gradient with central differences. With `unknown_batch`, input 0 is declared with its
+// dimension 0 unknown (the batch), so shape rules and plans see a None dimension.
 GradcheckReport gradcheck(const GraphFunction& f, const std::vector<Array>& inputs, const GradcheckOptions& options = {},
                           bool unknown_batch = false);
 // The same on random inputs of the given shapes in [options.low, options.high).

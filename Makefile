@@ -1,0 +1,38 @@
+# kiln: the two commands a fresh Debian 12 machine needs are `make demo` and `make test`.
+BUILD_DIR    ?= build
+SANITIZE_DIR ?= build-sanitize
+JOBS         ?= 2
+CMAKE_FLAGS  ?=
+
+.PHONY: all deps build demo test sanitize bench install-peer clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD_DIR)/CMakeCache.txt: | deps
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+build: deps $(BUILD_DIR)/CMakeCache.txt
+	cmake --build $(BUILD_DIR) -j$(JOBS)
+
+demo: build
+	./$(BUILD_DIR)/examples/attention_shapes
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS)
+
+# Debug + AddressSanitizer + UBSan build of the library and tests, run under CTest.
+sanitize: deps
+	cmake -S . -B $(SANITIZE_DIR) -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON \
+	      -DKILN_BUILD_EXAMPLES=OFF -DKILN_BUILD_BENCH=OFF $(CMAKE_FLAGS)
+	cmake --build $(SANITIZE_DIR) -j$(JOBS)
+	cd $(SANITIZE_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	      ctest --output-on-failure -j$(JOBS)
+
+bench: build
+	./$(BUILD_DIR)/bench/kiln_bench
+
+clean:
+	rm -rf $(BUILD_DIR) $(SANITIZE_DIR)

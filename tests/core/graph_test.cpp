@@ -1,0 +1,87 @@
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "core/graph.hpp"
+#include "core/op.hpp"
+#include "ops/ops.hpp"
+
+using namespace kiln;
+
+TEST_CASE("nodes get unique, scoped, Keras-like names", "[core][graph]") {
+  Graph graph;
+  const Tensor x = graph.placeholder({Shape::unknown, 4}, DType::float32, "x");
+  const Tensor w = graph.variable("kernel", Array({4, 2}));
+  {
+    Graph::NameScope scope(graph, "dense");
+    CHECK(ops::matmul(x, w).name() == "dense/matmul");
+    CHECK(ops::matmul(x, w).name() == "dense/matmul_1");
+  }
+  CHECK(ops::add(x, x).name() == "add");
+  CHECK(ops::add(x, x).name() == "add_1");
+  CHECK(graph.placeholder({2}, DType::float32, "x").name() == "x_1");
+  CHECK(graph.trainable_variables().size() == 1);
+  CHECK(graph.placeholders().size() == 2);
+}
+
+TEST_CASE("a shape mismatch throws ShapeError naming the op, the node and every input shape", "[core][graph]") {
+  Graph graph;
+  const Tensor x = graph.placeholder({Shape::unknown, 150, 512}, DType::float32, "x");
+  const Tensor w = graph.variable("w", Array({256, 64}));
+  Graph::NameScope scope(graph, "dense_1");
+  CHECK_THROWS_AS(ops::matmul(x, w), ShapeError);
+  CHECK_THROWS_WITH(ops::matmul(x, w),
+                    "matmul 'dense_1/matmul': inner dimensions differ: (None, 150, 512) @ (256, 64)");
+  CHECK_THROWS_WITH(ops::add(graph.placeholder({2, 3}), graph.placeholder({4, 3})),
+                    Catch::Contains("add 'dense_1/add'") && Catch::Contains("(2, 3), (4, 3)"));
+}
+
+TEST_CASE("unknown ops, unknown attributes, wrong input counts and mixed dtypes are typed errors", "[core][graph]") {
+  Graph graph;
+  const Tensor x = graph.placeholder({2, 3});
+  const Tensor y = graph.placeholder({2, 3}, DType::float64);
+  CHECK_THROWS_AS(graph.add_op("kiln>Nope", {x}), ConfigError);
+  CHECK_THROWS_WITH(graph.add_op("kiln>Sofmax", {x}), Catch::Contains("kiln>Softmax"));
+  CHECK_THROWS_WITH(graph.add_op("kiln>Add", {x, x}, Attributes().set("axis", 1)),
+                    Catch::Contains("unknown attribute 'axis'"));
+  CHECK_THROWS_WITH(graph.add_op("kiln>Add", {x}), Catch::Contains("takes 2 inputs, got 1"));
+  CHECK_THROWS_AS(ops::add(x, y), DTypeError);
+  CHECK_THROWS_WITH(ops::add(x, y), Catch::Contains("float32(2, 3), float64(2, 3)"));
+  CHECK_THROWS_AS(Tensor().shape(), Error);
+  Graph other;
+  CHECK_THROWS_AS(ops::add(x, other.placeholder({2, 3})), Error);
+}
+
+TEST_CASE("attribute getters name the key and the expected type", "[core][attributes]") {
+  Attributes attributes;
+  attributes.set("axis", -1).set("epsilon", 1e-3).set("name", "x").set("perm", std::vector<std::int64_t>{1, 0});
+  CHECK(attributes.get_int("axis") == -1);
+  CHECK(attributes.get_double("axis") == -1.0);
+  CHECK(attributes.get_ints("perm").size() == 2);
+  CHECK_THROWS_WITH(attributes.get_bool("axis"), "attribute 'axis' should be a bool, but is int");
+  CHECK_THROWS_WITH(attributes.get_int("missing"), "missing attribute 'missing'");
+  CHECK(attributes.to_string() == "{axis=-1, epsilon=0.001, name=x, perm=[1, 0]}");
+}
+
+TEST_CASE("every op has a gradient rule or says why not, and the registry is consistent", "[core][registry]") {
+  REQUIRE_NOTHROW(op_registry().check());
+  for (const OpDef* op : op_registry().all()) {
+    INFO(op->name());
+    bool any_differentiable_input = false;
+    for (int i = 0; i < std::min(op->max_inputs(), 8); ++i)
+      any_differentiable_input = any_differentiable_input || op->input_is_differentiable(i);
+    CHECK((op->has_backward() || !op->not_differentiable_reason().empty() || !any_differentiable_input));
+    CHECK(op->name().rfind("kiln>", 0) == 0);
+  }
+}
+
+TEST_CASE("assigning a variable checks shape and dtype", "[core][graph]") {
+  Graph graph;
+  const Tensor w = graph.variable("w", Array({2, 2}));
+  graph.assign(w, Array::full({2, 2}, 3.0));
+  CHECK(graph.value(w).flat(3) == 3.0);
+  CHECK_THROWS_AS(graph.assign(w, Array({3})), ShapeError);
+  CHECK_THROWS_AS(graph.assign(w, Array({2, 2}, DType::float64)), DTypeError);
+  CHECK_THROWS_AS(graph.placeholder({-3}), ShapeError);
+}

@@ -1,0 +1,110 @@
+#include <catch2/catch.hpp>
+
+#include "core/autodiff.hpp"
+#include "core/error.hpp"
+#include "core/graph.hpp"
+#include "core/program.hpp"
+#include "ops/ops.hpp"
+#include "support/gradcheck.hpp"
+
+using namespace kiln;
+
+TEST_CASE("the planner reuses dead buffers, runs elementwise ops in place and aliases reshapes", "[core][program]") {
+  Graph graph;
+  const Tensor x = graph.placeholder({Shape::unknown, 64}, DType::float32, "x");
+  const Tensor w = graph.variable("w", Array::full({64, 64}, 0.01));
+  Tensor h = x;
+  for (int i = 0; i < 8; ++i) h = ops::tanh(ops::matmul(h, w));
+  const Tensor out = ops::reshape(h, {-1, 8, 8});
+  Program program(graph, {out});
+  program.feed(x, Array::full({32, 64}, 0.1));
+  program.run();
+  const PlanStats stats = program.stats();
+  CHECK(stats.num_kernels == 16);
+  CHECK(stats.num_aliases == 1);
+  CHECK(stats.num_inplace == 8);
+  // Eight layer outputs, but only two are ever alive at once.
+  CHECK(stats.unplanned_bytes == 8 * 32 * 64 * 4);
+  CHECK(stats.arena_bytes == 2 * 32 * 64 * 4);
+  CHECK(program.view(out).shape() == Shape({32, 8, 8}));
+}
+
+TEST_CASE("a program plans once per batch size and gives the same values for each", "[core][program]") {
+  Graph graph;
+  const Tensor x = graph.placeholder({Shape::unknown, 3}, DType::float64, "x");
+  const Tensor w = graph.variable("w", Array::from_vector(std::vector<double>{1, 2, 3}, {3, 1}));
+  const Tensor y = ops::matmul(x, w);
+  Program program(graph, {y});
+  const Array big = Array::from_vector(std::vector<double>{1, 0, 0, 0, 1, 0, 0, 0, 1}, {3, 3});
+  program.feed(x, big);
+  program.run();
+  CHECK(program.fetch(y).to_vector<double>() == std::vector<double>{1, 2, 3});
+  const Array small = Array::from_vector(std::vector<double>{1, 1, 1}, {1, 3});
+  program.feed(x, small);
+  program.run();
+  CHECK(program.fetch(y).to_vector<double>() == std::vector<double>{6});
+  CHECK(program.stats().batch_size == 1);
+}
+
+TEST_CASE("feeding mistakes are typed errors naming the placeholder", "[core][program]") {
+  Graph graph;
+  const Tensor x = graph.placeholder({Shape::unknown, 3}, DType::float32, "x");
+  const Tensor z = graph.placeholder({Shape::unknown, 3}, DType::float32, "z");
+  const Tensor y = ops::add(x, z);
+  Program program(graph, {y});
+  CHECK_THROWS_WITH(program.feed(x, Array({2, 4})), Catch::Contains("placeholder 'x'") && Catch::Contains("(2, 4)"));
+  CHECK_THROWS_AS(program.feed(x, Array({2, 3}, DType::float64)), DTypeError);
+  program.feed(x, Array({2, 3}));
+  CHECK_THROWS_WITH(program.run(), Catch::Contains("placeholder 'z' was not fed"));
+  program.feed(z, Array({5, 3}));
+  CHECK_THROWS_WITH(program.run(), Catch::Contains("batch sizes disagree"));
+  program.feed(x, Array({0, 3}));
+  program.feed(z, Array({0, 3}));
+  CHECK_THROWS_WITH(program.run(), Catch::Contains("empty batch"));
+  CHECK_THROWS_AS(program.fetch(x), Error);
+}
+
+TEST_CASE("updates write variables after the step; a step reads the old values", "[core][program]") {
+  Graph graph;
+  const Tensor w = graph.variable("w", Array::full({2}, 1.0, DType::float64));
+  const Tensor doubled = ops::scale(w, 2.0);
+  Program program(graph, {doubled}, {{w, doubled}});
+  program.run();
+  CHECK(program.fetch(doubled).to_vector<double>() == std::vector<double>{2, 2});
+  CHECK(graph.value(w).to_vector<double>() == std::vector<double>{2, 2});
+  program.run();
+  CHECK(graph.value(w).to_vector<double>() == std::vector<double>{4, 4});
+  CHECK(program.step() == 2);
+}
+
+namespace {
+// A short training run, start to finish, returning the final weights.
+Array train(std::uint64_t seed) {
+  Rng rng(seed);
+  Graph graph;
+  const Tensor x = graph.placeholder({Shape::unknown, 16}, DType::float32, "x");
+  const Tensor y = graph.placeholder({Shape::unknown, 4}, DType::float32, "y");
+  const Tensor w1 = graph.variable("w1", testing::random_array({16, 32}, rng, DType::float32, -0.3, 0.3));
+  const Tensor w2 = graph.variable("w2", testing::random_array({32, 4}, rng, DType::float32, -0.3, 0.3));
+  const Tensor hidden = ops::dropout(ops::relu(ops::matmul(x, w1)), 0.2, seed);
+  const Tensor loss = ops::mean_squared_error(y, ops::matmul(hidden, w2));
+  const auto grads = gradients(loss, {w1, w2});
+  Program program(graph, {loss}, {{w1, w1 - grads[0] * 0.1}, {w2, w2 - grads[1] * 0.1}});
+  const Array inputs = testing::random_array({64, 16}, rng, DType::float32);
+  const Array targets = testing::random_array({64, 4}, rng, DType::float32);
+  for (int step = 0; step < 20; ++step) {
+    program.feed(x, inputs);
+    program.feed(y, targets);
+    program.run();
+  }
+  Array result = graph.value(w1).copy();
+  return result;
+}
+}  // namespace
+
+TEST_CASE("the same seed gives bitwise identical training", "[core][program][determinism]") {
+  const Array first = train(5);
+  const Array second = train(5);
+  CHECK(first.bitwise_equal(second));
+  CHECK_FALSE(first.bitwise_equal(train(6)));
+}

@@ -1,0 +1,96 @@
+#include <catch2/catch.hpp>
+
+#include "core/autodiff.hpp"
+#include "core/error.hpp"
+#include "core/program.hpp"
+#include "core/graph.hpp"
+#include "ops/ops.hpp"
+#include "support/gradcheck.hpp"
+
+using namespace kiln;
+
+namespace {
+// 2 x 3 x 4 holding 0..23.
+Array iota() {
+  std::vector<float> values(24);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  return Array::from_vector(values, {2, 3, 4});
+}
+std::vector<float> reduced_values(Tensor (*op)(const Tensor&, const ops::Axes&, bool), const ops::Axes& axes, bool keepdims,
+                          Shape* shape = nullptr) {
+  const Array out = testing::evaluate([&](const std::vector<Tensor>& x) { return op(x[0], axes, keepdims); }, {iota()});
+  if (shape != nullptr) *shape = out.shape();
+  return out.to_vector<float>();
+}
+}  // namespace
+
+TEST_CASE("reductions match hand-computed values over any axes", "[ops][reduce]") {
+  Shape shape;
+  CHECK(reduced_values(ops::sum, {}, false, &shape) == std::vector<float>{276});
+  CHECK(shape == Shape{});
+  CHECK(reduced_values(ops::sum, {-1}, false, &shape) == std::vector<float>{6, 22, 38, 54, 70, 86});
+  CHECK(shape == Shape({2, 3}));
+  CHECK(reduced_values(ops::sum, {0, 2}, true, &shape) == std::vector<float>{60, 92, 124});
+  CHECK(shape == Shape({1, 3, 1}));
+  CHECK(reduced_values(ops::mean, {1}, false) == std::vector<float>{4, 5, 6, 7, 16, 17, 18, 19});
+  CHECK(reduced_values(ops::max, {0}, false, &shape) == std::vector<float>{12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23});
+  CHECK(reduced_values(ops::min, {2}, false) == std::vector<float>{0, 4, 8, 12, 16, 20});
+}
+
+TEST_CASE("reduction gradients match central differences in float64", "[ops][reduce][grad]") {
+  Rng rng(21);
+  const std::vector<std::pair<ops::Axes, bool>> settings = {{{}, false}, {{0}, false}, {{1}, true}, {{-1}, false}, {{0, 2}, true}};
+  using Reducer = Tensor (*)(const Tensor&, const ops::Axes&, bool);
+  const std::vector<std::pair<const char*, Reducer>> reducers = {
+      {"sum", ops::sum}, {"mean", ops::mean}, {"max", ops::max}, {"min", ops::min}};
+  for (const auto& [name, reducer] : reducers) {
+    for (const auto& [axes, keepdims] : settings) {
+      testing::GradcheckOptions options;
+      options.label = std::string(name) + " axes=" + std::to_string(axes.size()) + (keepdims ? " keepdims" : "");
+      // Distinct values: max/min ties would make the numeric gradient one-sided.
+      const auto report = testing::gradcheck(
+          [&, r = reducer, a = axes, k = keepdims](const std::vector<Tensor>& x) { return r(x[0], a, k); },
+          {testing::random_array({2, 3, 4}, rng)}, options);
+      INFO(report.worst_entry());
+      CHECK(report.max_relative_error <= 1e-6);
+    }
+  }
+  testing::GradcheckOptions options;
+  options.label = "mean over an unknown batch";
+  const auto report = testing::gradcheck([](const std::vector<Tensor>& x) { return ops::mean(x[0], {0}); },
+                                         {testing::random_array({5, 3}, rng)}, options, true);
+  CHECK(report.max_relative_error <= 1e-6);
+}
+
+TEST_CASE("max shares its gradient among ties", "[ops][reduce]") {
+  Graph graph;
+  const Tensor x = graph.placeholder({4}, DType::float64, "x");
+  const Tensor grad = gradients(ops::max(x), {x}).front();
+  Program program(graph, {grad});
+  const Array value = Array::from_vector(std::vector<double>{1, 3, 3, 2}, {4});
+  program.feed(x, value);
+  program.run();
+  CHECK(program.fetch(grad).to_vector<double>() == std::vector<double>{0, 0.5, 0.5, 0});
+}
+
+TEST_CASE("sum_to reduces broadcast axes, and its gradient expands back", "[ops][reduce][grad]") {
+  const Array out = testing::evaluate([](const std::vector<Tensor>& x) { return ops::sum_to(x[0], {3, 1}); },
+                                      {Array::full({2, 3, 4}, 1.0)});
+  CHECK(out.shape() == Shape({3, 1}));
+  CHECK(out.to_vector<float>() == std::vector<float>{8, 8, 8});
+  Rng rng(2);
+  testing::GradcheckOptions options;
+  options.label = "sum_to";
+  const auto report =
+      testing::gradcheck([](const std::vector<Tensor>& x) { return ops::sum_to(x[0], {1, 4}); }, {Shape{2, 3, 4}}, rng, options);
+  CHECK(report.max_relative_error <= 1e-6);
+}
+
+TEST_CASE("bad reduction axes throw ShapeError naming the op and shape", "[ops][reduce]") {
+  Graph graph;
+  const Tensor x = graph.placeholder({Shape::unknown, 3}, DType::float32, "x");
+  CHECK_THROWS_AS(ops::sum(x, {2}), ShapeError);
+  CHECK_THROWS_WITH(ops::mean(x, {-3}), Catch::Contains("mean 'mean'") && Catch::Contains("(None, 3)"));
+  CHECK_THROWS_WITH(ops::max(x, {1, -1}), Catch::Contains("repeated"));
+  CHECK_THROWS_AS(ops::sum_to(x, {4}), ShapeError);
+}
