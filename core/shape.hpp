@@ -6,8 +6,10 @@
 
 namespace kiln {
 
-// A tensor's dimensions. A dimension of `Shape::unknown` (printed None, like Keras) is the batch size,
-// which is fixed only when data is fed; every unknown dimension of a graph stands for that one size.
+// A tensor's dimensions. A dimension of `Shape::unknown` (printed None, like Keras) is known only when
+// data is fed. On placeholders it is the batch size, and every fed placeholder must agree on it; an op
+// output's unknown dimension may also be derived from it (a reshape that folds the batch into rows),
+// because plans re-run every shape rule on the concrete shapes of each batch size.
 class Shape {
  public:
   static constexpr std::int64_t unknown = -1;

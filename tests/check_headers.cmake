@@ -13,8 +13,10 @@ foreach(header ${headers})
   if(text MATCHES "#include <(xtensor|xtensor-blas|cereal|cblas)")
     list(APPEND failures "${header} includes a heavy dependency")
   endif()
+  file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/header_check.cpp "#include \"${header}\"\n")
   execute_process(
-    COMMAND ${CXX} -std=c++17 -fsyntax-only -Wall -Wextra -Wpedantic -Werror -I${SOURCE_DIR} -x c++ ${SOURCE_DIR}/${header}
+    COMMAND ${CXX} -std=c++17 -fsyntax-only -Wall -Wextra -Wpedantic -Werror -I${SOURCE_DIR}
+            ${CMAKE_CURRENT_BINARY_DIR}/header_check.cpp
     RESULT_VARIABLE result ERROR_VARIABLE errors)
   if(NOT result EQUAL 0)
     list(APPEND failures "${header} does not compile on its own:\n${errors}")

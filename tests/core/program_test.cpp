@@ -64,7 +64,7 @@ TEST_CASE("feeding mistakes are typed errors naming the placeholder", "[core][pr
   CHECK_THROWS_AS(program.fetch(x), Error);
 }
 
-TEST_CASE("updates write variables after the step; a step reads the old values", "[core][program]") {
+TEST_CASE("updates write variables after the step, and a step reads the old values", "[core][program]") {
   Graph graph;
   const Tensor w = graph.variable("w", Array::full({2}, 1.0, DType::float64));
   const Tensor doubled = ops::scale(w, 2.0);

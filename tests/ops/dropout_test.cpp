@@ -1,0 +1,140 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "core/array.hpp"
+#include "core/autodiff.hpp"
+#include "core/error.hpp"
+#include "core/graph.hpp"
+#include "core/program.hpp"
+#include "core/rng.hpp"
+#include "ops/ops.hpp"
+#include "support/gradcheck.hpp"
+
+using namespace kiln;
+using Catch::Contains;
+
+namespace {
+
+// One dropout node over a (100, 100) input of ones: its output is 0 or 1/(1 - rate) per element.
+struct DropoutRun {
+  Graph graph;
+  Tensor x;
+  Tensor y;
+  Program program;
+  Array ones = Array::full({100, 100}, 1.0);
+
+  DropoutRun(double rate, std::uint64_t seed)
+      : x(graph.placeholder({Shape::unknown, 100}, DType::float32, "x")),
+        y(ops::dropout(x, rate, seed)),
+        program(graph, {y}) {}
+
+  Array run_at(std::uint64_t step) {
+    program.set_step(step);
+    program.feed(x, ones);
+    program.run();
+    return program.fetch(y);
+  }
+};
+
+double kept_fraction(const Array& y) {
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) kept += y.flat(i) != 0.0;
+  return static_cast<double>(kept) / static_cast<double>(y.size());
+}
+
+}  // namespace
+
+TEST_CASE("dropout gradient matches central differences with the mask held fixed", "[ops][dropout][grad]") {
+  // The harness runs every forward at the analytic run's step, so the mask is the same throughout.
+  kiln::Rng rng(7);
+  testing::GradcheckOptions o;
+  o.label = "dropout rate=0.5";
+  auto r = testing::gradcheck([](const std::vector<Tensor>& x) { return ops::dropout(x[0], 0.5, 11); }, {Shape{4, 5}},
+                              rng, o);
+  INFO(r.worst_entry());
+  REQUIRE(r.max_relative_error <= 1e-6);
+}
+
+TEST_CASE("dropout_grad, dropout's gradient op, has a gradient too", "[ops][dropout][grad]") {
+  kiln::Rng rng(7);
+  testing::GradcheckOptions o;
+  o.label = "dropout_grad";
+  auto r = testing::gradcheck(
+      [](const std::vector<Tensor>& x) {
+        const Tensor y = ops::dropout(x[0], 0.3, 11);
+        return gradients(ops::sum(y * y * y), {x[0]})[0];
+      },
+      {Shape{4, 5}}, rng, o);
+  INFO(r.worst_entry());
+  REQUIRE(r.max_relative_error <= 1e-6);
+}
+
+TEST_CASE("dropout's gradient is dy * mask / (1 - rate) with the forward's mask", "[ops][dropout][grad]") {
+  const double rate = 0.4;
+  kiln::Rng rng(7);
+  Graph graph;
+  const Tensor x = graph.placeholder({Shape::unknown, 50}, DType::float64, "x");
+  const Tensor projection = graph.placeholder({Shape::unknown, 50}, DType::float64, "projection");
+  const Tensor y = ops::dropout(x, rate, 3);
+  const Tensor dx = gradients(ops::sum(y * projection), {x})[0];
+  Program program(graph, {y, dx});
+  const Array input = testing::random_away_from({8, 50}, rng, {0.0});
+  const Array weights = testing::random_array({8, 50}, rng);
+  program.feed(x, input);
+  program.feed(projection, weights);
+  program.set_step(5);
+  program.run();
+  const Array forward = program.fetch(y);
+  const Array grad = program.fetch(dx);
+  for (std::size_t i = 0; i < input.size(); ++i) {
+    const bool kept = forward.flat(i) != 0.0;
+    CHECK(grad.flat(i) == Approx(kept ? weights.flat(i) / (1.0 - rate) : 0.0).margin(1e-15));
+  }
+}
+
+TEST_CASE("dropout keeps about 1 - rate of the elements, scaled by 1 / (1 - rate)", "[ops][dropout]") {
+  for (double rate : {0.1, 0.3, 0.75}) {
+    INFO("rate " << rate);
+    DropoutRun run(rate, 42);
+    const Array y = run.run_at(0);
+    // 5 standard deviations of a binomial over 10000 elements.
+    CHECK(std::fabs(kept_fraction(y) - (1.0 - rate)) < 5.0 * std::sqrt(rate * (1.0 - rate) / 1e4));
+    for (std::size_t i = 0; i < y.size(); ++i)
+      if (y.flat(i) != 0.0) REQUIRE(y.flat(i) == Approx(1.0 / (1.0 - rate)));
+  }
+}
+
+TEST_CASE("the dropout mask depends only on seed, step and element", "[ops][dropout]") {
+  DropoutRun run(0.5, 42);
+  const Array step_3 = run.run_at(3);
+  CHECK(run.run_at(3).bitwise_equal(step_3));
+  CHECK_FALSE(run.run_at(4).bitwise_equal(step_3));
+  DropoutRun same_seed(0.5, 42);
+  CHECK(same_seed.run_at(3).bitwise_equal(step_3));
+  DropoutRun other_seed(0.5, 43);
+  CHECK_FALSE(other_seed.run_at(3).bitwise_equal(step_3));
+}
+
+TEST_CASE("dropout outside training, or at rate 0, is the identity", "[ops][dropout]") {
+  Graph graph;
+  const Tensor x = graph.placeholder({Shape::unknown, 4}, DType::float32, "x");
+  const std::size_t nodes = graph.num_nodes();
+  CHECK(ops::dropout(x, 0.5, 1, /*training=*/false) == x);
+  CHECK(ops::dropout(x, 0.0, 1) == x);
+  CHECK(graph.num_nodes() == nodes);
+  const Array input = Array::from_vector(std::vector<float>{1, -2, 3, 4}, {1, 4});
+  const Array y = testing::evaluate([](const std::vector<Tensor>& t) { return ops::dropout(t[0], 0.9, 1, false); }, {input});
+  CHECK(y.to_vector<float>() == input.to_vector<float>());
+}
+
+TEST_CASE("dropout rejects a rate outside 0 to 1 at build time", "[ops][dropout][errors]") {
+  Graph graph;
+  const Tensor x = graph.placeholder({2, 4}, DType::float32, "x");
+  CHECK_THROWS_AS(ops::dropout(x, 1.5, 1), ConfigError);
+  CHECK_THROWS_WITH(ops::dropout(x, 1.5, 1), Contains("dropout") && Contains("'x'") && Contains("[0, 1)"));
+  CHECK_THROWS_AS(ops::dropout(x, 1.0, 1), ConfigError);
+  CHECK_THROWS_AS(ops::dropout(x, -0.1, 1, false), ConfigError);
+  CHECK_THROWS_AS(ops::dropout(x, std::nan(""), 1), ConfigError);
+}
