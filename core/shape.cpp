@@ -1,5 +1,6 @@
 #include "core/shape.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/error.hpp"
@@ -69,7 +70,7 @@ std::string Shape::to_string() const {
   return out.str();
 }
 
-Shape broadcast_shapes(const Shape& a, const Shape& b, const std::string& who) {
+std::optional<Shape> try_broadcast_shapes(const Shape& a, const Shape& b) {
   const int rank = std::max(a.rank(), b.rank());
   std::vector<std::int64_t> dims(static_cast<std::size_t>(rank));
   for (int i = 0; i < rank; ++i) {
@@ -78,19 +79,22 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const std::string& who) {
     const std::int64_t da = ia >= 0 ? a[ia] : 1;
     const std::int64_t db = ib >= 0 ? b[ib] : 1;
     std::int64_t d;
-    if (da == db)
+    if (da == db || db == 1)
       d = da;
     else if (da == 1)
       d = db;
-    else if (db == 1)
-      d = da;
     else if (da == Shape::unknown || db == Shape::unknown)
       d = da == Shape::unknown ? db : da;  // must turn out equal at run time
     else
-      throw ShapeError(who, "shapes cannot be broadcast together: " + a.to_string() + " and " + b.to_string(), {});
+      return std::nullopt;
     dims[static_cast<std::size_t>(i)] = d;
   }
   return Shape(std::move(dims));
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const std::string& who) {
+  if (auto shape = try_broadcast_shapes(a, b)) return *shape;
+  throw ShapeError(who, "shapes cannot be broadcast together: " + a.to_string() + " and " + b.to_string(), {});
 }
 
 }  // namespace kiln

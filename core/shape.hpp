@@ -1,6 +1,7 @@
 #pragma once
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,5 +47,7 @@ class Shape {
 // NumPy broadcasting of two shapes; an unknown dimension matches an unknown one, or 1.
 // Throws ShapeError naming `who` and both shapes.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const std::string& who);
+// The same, or nothing when the shapes do not broadcast.
+std::optional<Shape> try_broadcast_shapes(const Shape& a, const Shape& b);
 
 }  // namespace kiln

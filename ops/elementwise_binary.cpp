@@ -12,21 +12,8 @@ namespace kiln {
 namespace {
 
 Shape broadcast_shape(const InferContext& context) {
-  const Shape& a = context.input_shape(0);
-  const Shape& b = context.input_shape(1);
-  const int rank = std::max(a.rank(), b.rank());
-  std::vector<std::int64_t> dims(static_cast<std::size_t>(rank));
-  for (int i = 0; i < rank; ++i) {
-    const int ia = a.rank() - rank + i;
-    const int ib = b.rank() - rank + i;
-    const std::int64_t da = ia >= 0 ? a[ia] : 1;
-    const std::int64_t db = ib >= 0 ? b[ib] : 1;
-    if (da != db && da != 1 && db != 1 && da != Shape::unknown && db != Shape::unknown)
-      context.fail("shapes cannot be broadcast together");
-    // An unknown dimension against a known one > 1 must turn out equal to it at run time.
-    dims[static_cast<std::size_t>(i)] = da == 1 || da == Shape::unknown ? (db == 1 ? da : db) : da;
-  }
-  return Shape(std::move(dims));
+  if (auto shape = try_broadcast_shapes(context.input_shape(0), context.input_shape(1))) return *shape;
+  context.fail("shapes cannot be broadcast together");
 }
 
 // True when `small` equals the trailing dimensions of `big`: the bias-add pattern.
