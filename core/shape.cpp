@@ -83,10 +83,8 @@ std::optional<Shape> try_broadcast_shapes(const Shape& a, const Shape& b) {
       d = da;
     else if (da == 1)
       d = db;
-    else if (da == Shape::unknown || db == Shape::unknown)
-      d = da == Shape::unknown ? db : da;  // must turn out equal at run time
     else
-      return std::nullopt;
+      return std::nullopt;  // an unknown (batch) dimension matches only itself or 1
     dims[static_cast<std::size_t>(i)] = d;
   }
   return Shape(std::move(dims));

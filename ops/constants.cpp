@@ -2,13 +2,12 @@
 #include "core/array.hpp"
 #include "core/graph.hpp"
 #include "core/op.hpp"
+#include "ops/detail/kernel_util.hpp"
 #include "ops/ops.hpp"
 
 namespace kiln {
 
 namespace {
-Shape like_shape(const InferContext& context) { return context.input_shape(0); }
-
 template <class T>
 void fill_like_kernel(const KernelContext& k) {
   const T value = static_cast<T>(k.attributes().get_double("value"));
@@ -18,7 +17,7 @@ void fill_like_kernel(const KernelContext& k) {
 }  // namespace
 
 // A fill shaped like its input at run time, so it follows the batch size.
-KILN_REGISTER_OP(OpDef("kiln>FillLike").inputs(1).attributes({"value"}).infer_shape(like_shape)
+KILN_REGISTER_OP(OpDef("kiln>FillLike").inputs(1).attributes({"value"}).infer_shape(detail::first_input_shape)
                      .forward(fill_like_kernel<float>, fill_like_kernel<double>)
                      .non_differentiable_inputs({0}, "only its shape is read"));
 

@@ -9,13 +9,13 @@
 #include "core/graph.hpp"
 #include "core/op.hpp"
 #include "core/rng.hpp"
+#include "ops/detail/kernel_util.hpp"
 #include "ops/ops.hpp"
 
 namespace kiln {
 
 namespace {
 
-Shape same_shape(const InferContext& ctx) { return ctx.input_shape(0); }
 
 // y = x * mask / (1 - rate). The op is linear in x, so the same kernel is its own gradient.
 template <class T>
@@ -43,11 +43,11 @@ std::vector<Tensor> dropout_backward(const GradContext& g) { return {dropout_gra
 
 }  // namespace
 
-KILN_REGISTER_OP(OpDef("kiln>Dropout").inputs(1).attributes({"rate", "seed"}).infer_shape(same_shape)
+KILN_REGISTER_OP(OpDef("kiln>Dropout").inputs(1).attributes({"rate", "seed"}).infer_shape(detail::first_input_shape)
                      .forward(dropout_kernel<float>, dropout_kernel<double>).backward(dropout_backward)
                      .sharing(Sharing::inplace));
 // Its own op, not a second Dropout, so that graphs and messages show which node is the gradient.
-KILN_REGISTER_OP(OpDef("kiln>DropoutGrad").inputs(1).attributes({"rate", "seed"}).infer_shape(same_shape)
+KILN_REGISTER_OP(OpDef("kiln>DropoutGrad").inputs(1).attributes({"rate", "seed"}).infer_shape(detail::first_input_shape)
                      .forward(dropout_kernel<float>, dropout_kernel<double>).backward(dropout_backward)
                      .sharing(Sharing::inplace));
 

@@ -11,11 +11,6 @@ namespace kiln {
 
 namespace {
 
-Shape broadcast_shape(const InferContext& context) {
-  if (auto shape = try_broadcast_shapes(context.input_shape(0), context.input_shape(1))) return *shape;
-  context.fail("shapes cannot be broadcast together");
-}
-
 // True when `small` equals the trailing dimensions of `big`: the bias-add pattern.
 bool is_suffix(const Shape& small, const Shape& big) {
   if (small.rank() > big.rank()) return false;
@@ -115,7 +110,7 @@ std::vector<Tensor> maximum_backward(const GradContext& g) { return extremum_bac
 std::vector<Tensor> minimum_backward(const GradContext& g) { return extremum_backward(g, false); }
 
 OpDef binary(const char* name, KernelFn f32, KernelFn f64) {
-  return OpDef(name).inputs(2).infer_shape(broadcast_shape).forward(f32, f64).sharing(Sharing::inplace);
+  return OpDef(name).inputs(2).infer_shape(detail::broadcast_all_inputs).forward(f32, f64).sharing(Sharing::inplace);
 }
 
 OpDef comparison(const char* name, KernelFn f32, KernelFn f64) {

@@ -23,6 +23,7 @@
 #include "core/error.hpp"
 #include "core/graph.hpp"
 #include "core/op.hpp"
+#include "ops/detail/kernel_util.hpp"
 #include "ops/ops.hpp"
 
 namespace kiln {
@@ -309,7 +310,6 @@ void pow_scalar_grad_kernel(const KernelContext& k) {
 
 // ---- shape rules ---------------------------------------------------------------------------------------
 
-Shape same_shape(const InferContext& ctx) { return ctx.input_shape(0); }
 
 Shape same_shape_as_gradient(const InferContext& ctx) {
   if (ctx.input_shape(0) != ctx.input_shape(1)) ctx.fail("the value and its output gradient differ in shape");
@@ -403,7 +403,7 @@ const char* const second_order = "second-order gradients are not supported";
 
 OpDef unary_op(const char* name, KernelFn float32_kernel, KernelFn float64_kernel, BackwardFn backward) {
   OpDef op(name);
-  op.inputs(1).infer_shape(same_shape).forward(float32_kernel, float64_kernel).backward(backward);
+  op.inputs(1).infer_shape(detail::first_input_shape).forward(float32_kernel, float64_kernel).backward(backward);
   op.sharing(Sharing::inplace);
   return op;
 }

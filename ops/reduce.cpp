@@ -178,8 +178,6 @@ std::vector<Tensor> sum_to_backward(const GradContext& g) { return {expand_like(
 
 // ---- the gradient of max/min: ties share it equally --------------------------------------------------------
 
-Shape first_input_shape(const InferContext& context) { return context.input_shape(0); }
-
 template <class T>
 void extremum_grad_kernel(const KernelContext& k) {
   const Shape& input = k.input_shape(0);
@@ -217,7 +215,7 @@ KILN_REGISTER_OP(OpDef("kiln>ExpandLike").inputs(2).attributes({"average"}).infe
                      .forward(expand_like_kernel<float>, expand_like_kernel<double>).backward(expand_like_backward)
                      .non_differentiable_inputs({1}, "only its shape is read"));
 KILN_REGISTER_OP(OpDef("kiln>ReduceExtremumGrad").inputs(3).attributes({"axes", "keepdims"})
-                     .infer_shape(first_input_shape)
+                     .infer_shape(detail::first_input_shape)
                      .forward(extremum_grad_kernel<float>, extremum_grad_kernel<double>)
                      .workspace(extremum_grad_workspace)
                      .not_differentiable("second-order gradients of max and min are not supported"));

@@ -13,29 +13,11 @@ namespace kiln {
 
 namespace {
 
-// NumPy broadcasting of every input; the batch size (None) matches only itself or 1.
-Shape broadcast_inputs(const InferContext& ctx) {
-  int rank = 0;
-  for (int i = 0; i < ctx.num_inputs(); ++i) rank = std::max(rank, ctx.input_shape(i).rank());
-  std::vector<std::int64_t> dims(static_cast<std::size_t>(rank), 1);
-  for (int i = 0; i < ctx.num_inputs(); ++i) {
-    const Shape& shape = ctx.input_shape(i);
-    const int shift = rank - shape.rank();
-    for (int axis = 0; axis < shape.rank(); ++axis) {
-      std::int64_t& d = dims[static_cast<std::size_t>(axis + shift)];
-      if (shape[axis] == 1 || shape[axis] == d) continue;
-      if (d != 1) ctx.fail("shapes cannot be broadcast together");
-      d = shape[axis];
-    }
-  }
-  return Shape(std::move(dims));
-}
-
-Shape where_shape(const InferContext& ctx) { return broadcast_inputs(ctx); }
+Shape where_shape(const InferContext& ctx) { return detail::broadcast_all_inputs(ctx); }
 
 // The output is x's shape: the mask may broadcast to x, never x to the mask.
 Shape masked_fill_shape(const InferContext& ctx) {
-  const Shape result = broadcast_inputs(ctx);
+  const Shape result = detail::broadcast_all_inputs(ctx);
   if (result != ctx.input_shape(0)) ctx.fail("the mask does not broadcast to x's shape");
   return result;
 }

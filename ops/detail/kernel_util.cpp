@@ -17,6 +17,18 @@ AxisSplit split_at_axis(const Shape& shape, int axis) {
   return split;
 }
 
+Shape first_input_shape(const InferContext& context) { return context.input_shape(0); }
+
+Shape broadcast_all_inputs(const InferContext& context) {
+  Shape result = context.input_shape(0);
+  for (int i = 1; i < context.num_inputs(); ++i) {
+    auto next = try_broadcast_shapes(result, context.input_shape(i));
+    if (!next) context.fail("shapes cannot be broadcast together");
+    result = *next;
+  }
+  return result;
+}
+
 std::array<std::int64_t, Shape::max_rank> strides_of(const Shape& shape) {
   std::array<std::int64_t, Shape::max_rank> strides{};
   std::int64_t stride = 1;

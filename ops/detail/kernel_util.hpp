@@ -23,6 +23,12 @@ struct AxisSplit {
 };
 AxisSplit split_at_axis(const Shape& shape, int axis);
 
+// The shape rule of every op whose output has its first input's shape.
+Shape first_input_shape(const InferContext& context);
+
+// NumPy broadcasting of every input (an unknown dimension matches itself or 1); fails via `context`.
+Shape broadcast_all_inputs(const InferContext& context);
+
 // Row-major strides of a concrete shape.
 std::array<std::int64_t, Shape::max_rank> strides_of(const Shape& shape);
 
