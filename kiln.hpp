@@ -9,3 +9,8 @@
 #include "core/shape.hpp"
 #include "core/tensor.hpp"
 #include "ops/ops.hpp"
+#include "layers/config.hpp"
+#include "layers/dense.hpp"
+#include "layers/initializers.hpp"
+#include "layers/layer.hpp"
+#include "layers/model.hpp"

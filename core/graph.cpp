@@ -84,8 +84,20 @@ Tensor Graph::variable(const std::string& name, Array initial_value, bool traina
   node.name = unique_name(scoped(name));
   node.trainable = trainable;
   node.value_index = static_cast<std::int32_t>(values_.size());
+  const void* storage = initial_value.raw();
   values_.push_back(std::move(initial_value));
-  return push(std::move(node));
+  const Tensor result = push(std::move(node));
+  variable_by_storage_.emplace(storage, result.id());
+  return result;
+}
+
+Tensor Graph::find_variable(const Array& value) {
+  const auto found = variable_by_storage_.find(value.raw());
+  if (found == variable_by_storage_.end()) return Tensor();
+  const Node& n = node(found->second);
+  // A reshaped view shares the storage but is not the same variable.
+  if (n.shape != value.shape() || n.dtype != value.dtype()) return Tensor();
+  return Tensor(this, found->second);
 }
 
 Tensor Graph::constant(Array value, const std::string& name) {

@@ -48,6 +48,9 @@ class Graph {
   Tensor placeholder(const Shape& shape, DType dtype = DType::float32, const std::string& name = "input");
   // A persistent, named array that steps read and updates write (weights, optimizer slots).
   Tensor variable(const std::string& name, Array initial_value, bool trainable = true);
+  // The variable node of this graph that holds `value`'s storage, if there is one: a layer called twice
+  // in one graph reads the same weights, and a layer called in two graphs shares its weights' bytes.
+  Tensor find_variable(const Array& value);
   Tensor constant(Array value, const std::string& name = "constant");
   Tensor scalar(double value, DType dtype, const std::string& name = "scalar");
 
@@ -91,6 +94,7 @@ class Graph {
   std::vector<std::string> scopes_;
   std::set<std::string> used_names_;
   std::map<std::string, int> next_suffix_;
+  std::map<const void*, NodeId> variable_by_storage_;
 };
 
 }  // namespace kiln

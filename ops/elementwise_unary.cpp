@@ -461,22 +461,6 @@ KILN_REGISTER_OP(grad_op("kiln>PowScalarGrad", pow_scalar_grad_kernel<float>, po
 
 // ---- activation by name --------------------------------------------------------------------------------
 
-const std::vector<std::string>& activation_names() {
-  static const std::vector<std::string> names = {"linear", "relu",     "sigmoid",    "tanh",
-                                                 "softmax", "swish",   "silu",       "gelu",
-                                                 "elu",    "softplus", "leaky_relu", "exponential",
-                                                 "log_softmax"};
-  return names;
-}
-
-[[noreturn]] void unknown_activation(const std::string& name) {
-  std::string valid = "\"\"";
-  for (const std::string& known : activation_names()) valid += ", " + known;
-  const std::string nearest = nearest_names(name, activation_names(), 1).front();
-  throw ConfigError("activation: unknown name '" + name + "' (did you mean '" + nearest + "'?); valid names: " +
-                    valid);
-}
-
 Tensor unary(const Tensor& x, const char* op_name, const char* node_name, Attributes attributes = {}) {
   return x.graph().add_op(op_name, {x}, std::move(attributes), node_name);
 }
@@ -522,21 +506,5 @@ Tensor pow_scalar(const Tensor& x, double exponent) {
 
 // Keras's defaults per name: keras.activations.gelu is the exact erf form (unlike ops.gelu), and
 // leaky_relu's slope is 0.2.
-Tensor activation(const Tensor& x, const std::string& name) {
-  if (name.empty() || name == "linear") return x;
-  if (name == "relu") return relu(x);
-  if (name == "sigmoid") return sigmoid(x);
-  if (name == "tanh") return tanh(x);
-  if (name == "softmax") return softmax(x, -1);
-  if (name == "log_softmax") return log_softmax(x, -1);
-  if (name == "swish" || name == "silu") return swish(x);
-  if (name == "gelu") return gelu(x, /*approximate=*/false);
-  if (name == "elu") return elu(x, 1.0);
-  if (name == "softplus") return softplus(x);
-  if (name == "leaky_relu") return leaky_relu(x, 0.2);
-  if (name == "exponential") return exp(x);
-  unknown_activation(name);
-}
-
 }  // namespace ops
 }  // namespace kiln

@@ -61,6 +61,9 @@ Tensor softplus(const Tensor& x);
 // By Keras name: "linear"/"" (identity), "relu", "sigmoid", "tanh", "softmax", "swish"/"silu", "gelu",
 // "elu", "softplus", "leaky_relu", "exponential", "log_softmax". Throws ConfigError on others.
 Tensor activation(const Tensor& x, const std::string& name);
+const std::vector<std::string>& activation_names();
+// Throws ConfigError naming `who` and the nearest valid name unless `name` is a known activation.
+void check_activation(const std::string& name, const std::string& who);
 
 // ---- softmax ------------------------------------------------------------------------------------
 Tensor softmax(const Tensor& x, int axis = -1);

@@ -1,0 +1,770 @@
+#include "layers/model.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/graph.hpp"
+#include "core/program.hpp"
+#include "layers/detail/replay.hpp"
+
+namespace kiln {
+
+// ---- InputLayer and Input --------------------------------------------------------------------------------
+
+InputLayer::InputLayer(const Config& config) : Layer(config, "InputLayer") {
+  ConfigReader args = config_reader(config);
+  if (args.has("batch_shape")) {
+    batch_shape_ = args.value("batch_shape").as_shape("InputLayer argument 'batch_shape'");
+  } else if (args.has("shape")) {  // Keras's InputLayer(shape=(8,)): the batch dimension is implied
+    const Shape shape = args.value("shape").as_shape("InputLayer argument 'shape'");
+    std::vector<std::int64_t> dims = {Shape::unknown};
+    dims.insert(dims.end(), shape.dims().begin(), shape.dims().end());
+    batch_shape_ = Shape(dims);
+  } else {
+    args.fail("needs 'batch_shape' (or 'shape' without the batch dimension)");
+  }
+  args.value("shape");
+  args.value("batch_size");
+  if (args.boolean("sparse", false) || args.boolean("ragged", false)) args.fail("sparse and ragged inputs are not supported");
+  args.finish();
+  build_for(batch_shape_);
+}
+
+Config InputLayer::get_config() const {
+  Config config = {{"batch_shape", Config::from_shape(batch_shape_)}, {"dtype", dtype_name(dtype())}};
+  config.set("name", name());
+  return config;
+}
+
+Tensor InputLayer::placeholder_in(Graph& graph) {
+  const Tensor placeholder = graph.placeholder(batch_shape_, dtype(), name());
+  auto record = std::make_shared<LayerCall>();
+  record->layer = shared_from_this();
+  record->outputs = {placeholder};
+  return placeholder.with_producer(record, 0);
+}
+
+Tensor InputLayer::make_input() {
+  graphs_.push_back(std::make_shared<Graph>());
+  return placeholder_in(*graphs_.back());
+}
+
+Tensor Input(const Shape& shape, DType dtype, const std::string& name) {
+  Config config = {{"batch_shape", Config::from_shape(shape)}, {"dtype", dtype_name(dtype)}};
+  if (!name.empty()) config.set("name", name);
+  return std::make_shared<InputLayer>(config)->make_input();
+}
+
+namespace {
+bool is_input_layer(const LayerPtr& layer) { return dynamic_cast<const InputLayer*>(layer.get()) != nullptr; }
+}  // namespace
+
+// ---- replay across graphs -----------------------------------------------------------------------------------
+
+namespace detail {
+namespace {
+
+Tensor import_with(const Tensor& tensor, Graph& graph, std::map<const LayerCall*, std::vector<Tensor>>& memo) {
+  if (&tensor.graph() == &graph) return tensor;
+  const std::shared_ptr<const LayerCall>& call = tensor.producer();
+  if (!call)
+    throw ValueError("tensor '" + tensor.name() +
+                     "' lives in another graph and was not made by a layer, so it cannot be brought into this one; "
+                     "make model inputs with kiln::Input and combine tensors with layers (kiln::Add, kiln::Concatenate)");
+  auto found = memo.find(call.get());
+  if (found == memo.end()) {
+    std::vector<Tensor> outputs;
+    if (auto* input = dynamic_cast<InputLayer*>(call->layer.get())) {
+      outputs = {input->placeholder_in(graph)};
+    } else {
+      std::vector<Tensor> inputs;
+      for (const Tensor& t : call->inputs) inputs.push_back(import_with(t, graph, memo));
+      CallArgs args;
+      for (const auto& [name, t] : call->args.tensors()) args.tensor(name, import_with(t, graph, memo));
+      if (call->args.options().is_map())
+        for (const auto& [name, value] : call->args.options().items()) args.option(name, value);
+      args.training(call->args.training());
+      outputs = (*call->layer)(inputs, args);
+    }
+    found = memo.emplace(call.get(), std::move(outputs)).first;
+  }
+  return found->second.at(static_cast<std::size_t>(tensor.producer_output()));
+}
+
+}  // namespace
+
+Tensor import_tensor(const Tensor& tensor, Graph& graph) {
+  std::map<const LayerCall*, std::vector<Tensor>> memo;
+  return import_with(tensor, graph, memo);
+}
+
+}  // namespace detail
+
+// ---- ModelBase: recording ----------------------------------------------------------------------------------
+
+struct ModelBase::Inference {
+  Graph graph;
+  std::vector<Tensor> inputs, outputs;
+  std::unique_ptr<Program> program;
+};
+
+ModelBase::ModelBase(const Config& config, std::string class_name) : Layer(config, std::move(class_name)) {}
+
+std::pair<std::size_t, std::size_t> ModelBase::input_count() const {
+  if (input_nodes_.empty()) return {1, 1};
+  return {input_nodes_.size(), input_nodes_.size()};
+}
+
+void ModelBase::clear_record() {
+  nodes_.clear();
+  input_nodes_.clear();
+  outputs_.clear();
+  symbolic_inputs_.clear();
+  symbolic_outputs_.clear();
+  inference_.reset();
+}
+
+namespace {
+
+struct Recorder {
+  const ModelBase& model;
+  std::vector<ModelBase::Node>& nodes;
+  std::map<const Layer*, int> input_by_layer;        // kiln::Input tensors, by their InputLayer
+  std::map<std::pair<const Graph*, NodeId>, int> input_by_node;  // raw placeholders given as inputs
+  std::map<const LayerCall*, int> node_of_call;
+
+  bool same_node(const ModelBase::Node& a, const ModelBase::Node& b) const {
+    auto same_ref = [](const ModelBase::TensorRef& x, const ModelBase::TensorRef& y) {
+      return x.node == y.node && x.output == y.output;
+    };
+    if (a.layer != b.layer || a.inputs.size() != b.inputs.size() || a.tensor_args.size() != b.tensor_args.size() ||
+        a.options != b.options)
+      return false;
+    for (std::size_t i = 0; i < a.inputs.size(); ++i)
+      if (!same_ref(a.inputs[i], b.inputs[i])) return false;
+    for (std::size_t i = 0; i < a.tensor_args.size(); ++i)
+      if (a.tensor_args[i].first != b.tensor_args[i].first || !same_ref(a.tensor_args[i].second, b.tensor_args[i].second))
+        return false;
+    return true;
+  }
+
+  ModelBase::TensorRef visit(const Tensor& tensor) {
+    const std::shared_ptr<const LayerCall>& call = tensor.producer();
+    if (call && is_input_layer(call->layer)) {
+      const auto found = input_by_layer.find(call->layer.get());
+      if (found == input_by_layer.end())
+        throw ValueError(model.describe() + ": the outputs depend on input '" + call->layer->name() +
+                         "', which is not among the model's inputs");
+      return {found->second, 0};
+    }
+    if (const auto found = input_by_node.find({&tensor.graph(), tensor.id()}); found != input_by_node.end())
+      return {found->second, 0};
+    if (!call)
+      throw ValueError(model.describe() + ": the outputs depend on '" + tensor.name() + "' (" + tensor.node().describe() +
+                       "), which no layer made; a model is made of layers: use kiln::Add, kiln::Activation, ... "
+                       "or a layer of your own instead of raw ops between layers");
+    if (const auto found = node_of_call.find(call.get()); found != node_of_call.end())
+      return {found->second, tensor.producer_output()};
+    ModelBase::Node node;
+    node.layer = call->layer;
+    for (const Tensor& input : call->inputs) node.inputs.push_back(visit(input));
+    for (const auto& [name, t] : call->args.tensors()) node.tensor_args.emplace_back(name, visit(t));
+    node.options = call->args.options();
+    for (const Tensor& output : call->outputs) node.output_shapes.push_back(output.shape());
+    int index = -1;
+    for (std::size_t i = 0; i < nodes.size(); ++i)
+      if (same_node(nodes[i], node)) index = static_cast<int>(i);
+    if (index < 0) {
+      nodes.push_back(std::move(node));
+      index = static_cast<int>(nodes.size()) - 1;
+    }
+    node_of_call.emplace(call.get(), index);
+    return {index, tensor.producer_output()};
+  }
+};
+
+}  // namespace
+
+void ModelBase::record(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
+  if (inputs.empty()) throw ValueError(describe() + ": a model needs at least one input");
+  if (outputs.empty()) throw ValueError(describe() + ": a model needs at least one output");
+  clear_record();
+  Recorder recorder{*this, nodes_, {}, {}, {}};
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& input = inputs[i];
+    if (!input.valid()) throw ValueError(describe() + ": input " + std::to_string(i) + " is an empty Tensor");
+    Node node;
+    const std::shared_ptr<const LayerCall>& call = input.producer();
+    if (call && is_input_layer(call->layer)) {
+      node.layer = call->layer;
+      recorder.input_by_layer[call->layer.get()] = static_cast<int>(nodes_.size());
+    } else if (input.node().kind == NodeKind::placeholder) {
+      // A placeholder the user made in a graph of their own becomes an input layer of the same shape.
+      Config config = {{"batch_shape", Config::from_shape(input.shape())}, {"dtype", dtype_name(input.dtype())},
+                       {"name", input.name()}};
+      node.layer = std::make_shared<InputLayer>(config);
+      recorder.input_by_node[{&input.graph(), input.id()}] = static_cast<int>(nodes_.size());
+    } else {
+      throw ValueError(describe() + ": input " + std::to_string(i) + " ('" + input.name() +
+                       "') is not a model input; use kiln::Input(shape)");
+    }
+    node.output_shapes = {input.shape()};
+    input_nodes_.push_back(static_cast<int>(nodes_.size()));
+    nodes_.push_back(std::move(node));
+  }
+  for (const Tensor& output : outputs) {
+    if (!output.valid()) throw ValueError(describe() + ": an output is an empty Tensor");
+    outputs_.push_back(recorder.visit(output));
+  }
+  symbolic_inputs_ = inputs;
+  symbolic_outputs_ = outputs;
+
+  // Member layers, each once; auto-named layers from different graphs may share a name ("dense" made in
+  // each input's graph): the later one is renamed, as Keras would have named it.
+  std::vector<LayerPtr> members = member_layers();
+  std::set<std::string> names;
+  for (const LayerPtr& layer : members) names.insert(layer->name());
+  std::set<std::string> seen;
+  for (const LayerPtr& layer : members) {
+    if (seen.count(layer->name()) != 0) {
+      if (layer->name_given())
+        throw ConfigError(describe() + ": two different layers are named '" + layer->name() +
+                          "'; layer names must be unique within a model");
+      std::string name = layer->name();
+      for (int suffix = 1; names.count(name) != 0; ++suffix) name = layer->name() + "_" + std::to_string(suffix);
+      layer->rename_automatic(name);
+      names.insert(name);
+    }
+    seen.insert(layer->name());
+  }
+  // A model's children are exactly its member layers.
+  clear_tracked_layers();
+  for (const LayerPtr& layer : members) track_layer(layer, false);
+}
+
+std::vector<LayerPtr> ModelBase::member_layers() const {
+  std::vector<LayerPtr> result;
+  for (const Node& node : nodes_)
+    if (std::find(result.begin(), result.end(), node.layer) == result.end()) result.push_back(node.layer);
+  return result;
+}
+
+LayerPtr ModelBase::get_layer(const std::string& name) const {
+  std::string known;
+  for (const LayerPtr& layer : member_layers()) {
+    if (layer->name() == name) return layer;
+    known += (known.empty() ? "" : ", ") + layer->name();
+  }
+  throw ValueError(describe() + " has no layer named '" + name + "' (it has " + known + ")");
+}
+
+std::vector<Shape> ModelBase::input_shapes() const {
+  std::vector<Shape> shapes;
+  for (int index : input_nodes_) shapes.push_back(nodes_[static_cast<std::size_t>(index)].output_shapes.at(0));
+  return shapes;
+}
+
+std::vector<Shape> ModelBase::model_output_shapes() const {
+  std::vector<Shape> shapes;
+  for (const TensorRef& ref : outputs_)
+    shapes.push_back(nodes_[static_cast<std::size_t>(ref.node)].output_shapes.at(static_cast<std::size_t>(ref.output)));
+  return shapes;
+}
+
+bool ModelBase::linear() const {
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& node = nodes_[i];
+    if (i == 0) {
+      if (!node.inputs.empty()) return false;
+      continue;
+    }
+    if (node.inputs.size() != 1 || !node.tensor_args.empty() || node.inputs[0].node != static_cast<int>(i) - 1) return false;
+  }
+  return input_nodes_.size() == 1 && outputs_.size() == 1;
+}
+
+// ---- ModelBase: running --------------------------------------------------------------------------------------
+
+std::vector<Tensor> ModelBase::apply(const std::vector<Tensor>& inputs, bool training) const {
+  if (inputs.size() != input_nodes_.size())
+    throw ValueError(describe() + " takes " + std::to_string(input_nodes_.size()) + " inputs, got " +
+                     std::to_string(inputs.size()));
+  std::vector<std::vector<Tensor>> values(nodes_.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Shape& expected = nodes_[static_cast<std::size_t>(input_nodes_[i])].output_shapes.at(0);
+    const Shape& given = inputs[i].shape();
+    bool fits = given.rank() == expected.rank();
+    for (int axis = 0; fits && axis < given.rank(); ++axis)
+      fits = expected[axis] == Shape::unknown || expected[axis] == given[axis];
+    if (!fits)
+      shape_error("input " + std::to_string(i) + " does not fit the model's input '" +
+                      nodes_[static_cast<std::size_t>(input_nodes_[i])].layer->name() + "'",
+                  {{"expected", expected}, {"given", given}});
+    values[static_cast<std::size_t>(input_nodes_[i])] = {inputs[i]};
+  }
+  auto value_of = [&](const TensorRef& ref) {
+    return values.at(static_cast<std::size_t>(ref.node)).at(static_cast<std::size_t>(ref.output));
+  };
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& node = nodes_[i];
+    if (node.inputs.empty() && is_input_layer(node.layer)) continue;
+    std::vector<Tensor> node_inputs;
+    for (const TensorRef& ref : node.inputs) node_inputs.push_back(value_of(ref));
+    CallArgs args;
+    for (const auto& [name, ref] : node.tensor_args) args.tensor(name, value_of(ref));
+    if (node.options.is_map())
+      for (const auto& [name, value] : node.options.items()) args.option(name, value);
+    args.training(training);
+    values[i] = (*node.layer)(node_inputs, args);
+  }
+  std::vector<Tensor> outputs;
+  for (const TensorRef& ref : outputs_) outputs.push_back(value_of(ref));
+  return outputs;
+}
+
+std::vector<Tensor> ModelBase::call(const std::vector<Tensor>& inputs, const CallArgs& args) {
+  return apply(inputs, args.training());
+}
+
+std::vector<Array> ModelBase::predict(const std::vector<Array>& given, std::int64_t batch_size) {
+  if (batch_size <= 0) throw ValueError(describe() + ": predict batch_size must be positive, got " + std::to_string(batch_size));
+  if (!built() || input_nodes_.empty())
+    throw LayerStateError(describe() + " is not built; call it on a tensor, give it an Input, or build it first");
+  if (given.size() != input_nodes_.size())
+    throw ValueError(describe() + ".predict takes " + std::to_string(input_nodes_.size()) + " arrays, got " +
+                     std::to_string(given.size()));
+  if (!inference_) {
+    auto inference = std::make_shared<Inference>();
+    for (int index : input_nodes_) {
+      const auto& input_layer = static_cast<const InputLayer&>(*nodes_[static_cast<std::size_t>(index)].layer);
+      inference->inputs.push_back(inference->graph.placeholder(input_layer.batch_shape(), input_layer.dtype(), input_layer.name()));
+    }
+    inference->outputs = apply(inference->inputs, /*training=*/false);
+    inference->program = std::make_unique<Program>(inference->graph, inference->outputs);
+    inference_ = inference;
+  }
+  Inference& inference = *inference_;
+
+  std::vector<Array> inputs;
+  std::int64_t rows = -1;
+  for (std::size_t i = 0; i < given.size(); ++i) {
+    const Tensor& placeholder = inference.inputs[i];
+    const Shape& expected = placeholder.shape();
+    const Shape& shape = given[i].shape();
+    bool fits = shape.rank() == expected.rank() && shape.rank() > 0;
+    for (int axis = 1; fits && axis < shape.rank(); ++axis)
+      fits = expected[axis] == Shape::unknown || expected[axis] == shape[axis];
+    if (!fits) shape_error("predict: array " + std::to_string(i) + " does not fit the input", {{"input", expected}, {"array", shape}});
+    if (rows >= 0 && shape[0] != rows)
+      shape_error("predict: the arrays have different numbers of rows", {{"array 0", given[0].shape()}, {"array " + std::to_string(i), shape}});
+    rows = shape[0];
+    inputs.push_back(given[i].dtype() == placeholder.dtype() ? given[i] : given[i].astype(placeholder.dtype()));
+  }
+
+  std::vector<Array> results;
+  for (const Tensor& output : inference.outputs) {
+    std::vector<std::int64_t> dims = output.shape().dims();
+    if (dims.empty() || output.shape()[0] != Shape::unknown)
+      throw ValueError(describe() + ": predict needs outputs with a batch dimension, output '" + output.name() + "' has shape " +
+                       output.shape().to_string());
+    dims[0] = rows;
+    for (std::int64_t& dim : dims)
+      if (dim == Shape::unknown) dim = 0;  // resolved from the first batch below
+    results.emplace_back(Shape(dims), output.dtype());
+  }
+  for (std::int64_t start = 0; start < rows; start += batch_size) {
+    const std::int64_t count = std::min(batch_size, rows - start);
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      std::vector<std::int64_t> dims = inputs[i].shape().dims();
+      const std::size_t row_bytes = inputs[i].nbytes() / static_cast<std::size_t>(rows);
+      dims[0] = count;
+      auto* base = static_cast<unsigned char*>(const_cast<void*>(inputs[i].raw()));
+      inference.program->feed(inference.inputs[i], Array::view(base + static_cast<std::size_t>(start) * row_bytes, Shape(dims), inputs[i].dtype()));
+    }
+    inference.program->run();
+    for (std::size_t o = 0; o < results.size(); ++o) {
+      const Array batch = inference.program->view(inference.outputs[o]);
+      if (results[o].shape().num_elements() == 0 && rows > 0 && batch.size() > 0) {
+        std::vector<std::int64_t> dims = batch.shape().dims();
+        dims[0] = rows;
+        results[o] = Array(Shape(dims), batch.dtype());
+      }
+      const std::size_t row_bytes = batch.nbytes() / static_cast<std::size_t>(count);
+      std::memcpy(static_cast<unsigned char*>(results[o].raw()) + static_cast<std::size_t>(start) * row_bytes, batch.raw(), batch.nbytes());
+    }
+  }
+  return results;
+}
+
+Array ModelBase::predict(const Array& input, std::int64_t batch_size) {
+  std::vector<Array> outputs = predict(std::vector<Array>{input}, batch_size);
+  if (outputs.size() != 1)
+    throw ValueError(describe() + " has " + std::to_string(outputs.size()) + " outputs; use predict with a list of arrays");
+  return outputs[0];
+}
+
+// ---- summary --------------------------------------------------------------------------------------------------
+
+namespace {
+
+std::string with_commas(std::int64_t value) {
+  std::string digits = std::to_string(value);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<std::size_t>(i), ",");
+  return digits;
+}
+
+std::string readable_size(double bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int unit = 0;
+  while (bytes >= 1024.0 && unit < 4) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.2f %s", bytes, units[unit]);
+  return buffer;
+}
+
+// Display width of UTF-8 text (the table's box characters are one column each).
+std::size_t columns(const std::string& text) {
+  std::size_t count = 0;
+  for (unsigned char c : text) count += (c & 0xC0) != 0x80;
+  return count;
+}
+
+std::string pad(const std::string& text, std::size_t width, bool right) {
+  const std::size_t used = columns(text);
+  const std::string fill(used < width ? width - used : 0, ' ');
+  return right ? fill + text : text + fill;
+}
+
+std::string repeat(const std::string& piece, std::size_t count) {
+  std::string out;
+  for (std::size_t i = 0; i < count; ++i) out += piece;
+  return out;
+}
+
+std::string shapes_text(const std::vector<Shape>& shapes) {
+  if (shapes.size() == 1) return shapes[0].to_string();
+  std::string text = "[";
+  for (std::size_t i = 0; i < shapes.size(); ++i) text += (i ? ", " : "") + shapes[i].to_string();
+  return text + "]";
+}
+
+}  // namespace
+
+std::string ModelBase::summary_string(int) const {
+  const bool show_connections = !linear();
+  struct Row {
+    std::string layer, shape, params;
+    std::vector<std::string> connected;
+  };
+  std::vector<Row> rows;
+  std::map<const Layer*, int> calls_so_far;
+  std::vector<int> call_index(nodes_.size());
+  for (std::size_t i = 0; i < nodes_.size(); ++i) call_index[i] = calls_so_far[nodes_[i].layer.get()]++;
+  std::map<const Layer*, std::size_t> row_of;
+  // Keras shows a Sequential model's input layer as no row of its own.
+  const bool hide_inputs = dynamic_cast<const SequentialModel*>(this) != nullptr;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& node = nodes_[i];
+    if (hide_inputs && is_input_layer(node.layer)) continue;
+    std::vector<std::string> connected;
+    auto ref_text = [&](const TensorRef& ref) {
+      const std::size_t n = static_cast<std::size_t>(ref.node);
+      return nodes_[n].layer->name() + "[" + std::to_string(call_index[n]) + "][" + std::to_string(ref.output) + "]";
+    };
+    for (const TensorRef& ref : node.inputs) connected.push_back(ref_text(ref));
+    for (const auto& [name, ref] : node.tensor_args) connected.push_back(ref_text(ref));
+    if (const auto found = row_of.find(node.layer.get()); found != row_of.end()) {
+      Row& row = rows[found->second];
+      row.connected.insert(row.connected.end(), connected.begin(), connected.end());
+      continue;
+    }
+    row_of[node.layer.get()] = rows.size();
+    rows.push_back({node.layer->name() + " (" + node.layer->class_name() + ")", shapes_text(node.output_shapes),
+                    with_commas(node.layer->count_params()), connected});
+    if (show_connections && rows.back().connected.empty()) rows.back().connected.push_back("-");
+  }
+
+  std::vector<std::string> headers = {"Layer (type)", "Output Shape", "Param #"};
+  if (show_connections) headers.push_back("Connected to");
+  std::vector<std::size_t> widths = {29, 22, 11, 20};
+  for (const Row& row : rows) {
+    widths[0] = std::max(widths[0], columns(row.layer));
+    widths[1] = std::max(widths[1], columns(row.shape));
+    widths[2] = std::max(widths[2], columns(row.params));
+    for (const std::string& c : row.connected) widths[3] = std::max(widths[3], columns(c));
+  }
+  const std::size_t num_columns = headers.size();
+  auto rule = [&](const char* left, const char* line, const char* middle, const char* right) {
+    std::string out = left;
+    for (std::size_t c = 0; c < num_columns; ++c) out += repeat(line, widths[c] + 2) + (c + 1 < num_columns ? middle : right);
+    return out + "\n";
+  };
+  auto line = [&](const std::vector<std::string>& cells, const char* bar) {
+    std::string out = bar;
+    for (std::size_t c = 0; c < num_columns; ++c) out += " " + pad(cells[c], widths[c], c == 2) + " " + bar;
+    return out + "\n";
+  };
+
+  std::ostringstream out;
+  out << "Model: \"" << name() << "\"\n";
+  out << rule("┏", "━", "┳", "┓") << line(headers, "┃") << rule("┡", "━", "╇", "┩");
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const Row& row = rows[r];
+    const std::size_t height = show_connections ? std::max<std::size_t>(1, row.connected.size()) : 1;
+    for (std::size_t k = 0; k < height; ++k) {
+      std::vector<std::string> cells = {k == 0 ? row.layer : "", k == 0 ? row.shape : "", k == 0 ? row.params : ""};
+      if (show_connections) cells.push_back(k < row.connected.size() ? row.connected[k] : "");
+      out << line(cells, "│");
+    }
+    out << (r + 1 < rows.size() ? rule("├", "─", "┼", "┤") : rule("└", "─", "┴", "┘"));
+  }
+  std::int64_t trainable = 0, frozen = 0;
+  double trainable_bytes = 0, frozen_bytes = 0;
+  for (const Weight& weight : weights()) {
+    const auto count = static_cast<std::int64_t>(weight.value.size());
+    (weight.trainable ? trainable : frozen) += count;
+    (weight.trainable ? trainable_bytes : frozen_bytes) += static_cast<double>(weight.value.nbytes());
+  }
+  out << " Total params: " << with_commas(trainable + frozen) << " (" << readable_size(trainable_bytes + frozen_bytes) << ")\n";
+  out << " Trainable params: " << with_commas(trainable) << " (" << readable_size(trainable_bytes) << ")\n";
+  out << " Non-trainable params: " << with_commas(frozen) << " (" << readable_size(frozen_bytes) << ")\n";
+  return out.str();
+}
+
+void ModelBase::summary(std::ostream& out) const { out << summary_string(); }
+void ModelBase::summary() const { summary(std::cout); }
+
+// ---- configs of models ----------------------------------------------------------------------------------------
+
+namespace {
+Config history(const std::string& layer, int call, int output) {
+  return {{"keras_history", Config::list({Config(layer), Config(call), Config(output)})}};
+}
+}  // namespace
+
+Config ModelBase::graph_config() const {
+  std::map<const Layer*, int> calls_so_far;
+  std::vector<int> call_index(nodes_.size());
+  for (std::size_t i = 0; i < nodes_.size(); ++i) call_index[i] = calls_so_far[nodes_[i].layer.get()]++;
+  auto ref_config = [&](const TensorRef& ref) {
+    const std::size_t n = static_cast<std::size_t>(ref.node);
+    return history(nodes_[n].layer->name(), call_index[n], ref.output);
+  };
+  Config layers = Config::list();
+  std::map<const Layer*, std::size_t> entry_of;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& node = nodes_[i];
+    auto found = entry_of.find(node.layer.get());
+    if (found == entry_of.end()) {
+      Config entry = serialize_layer(*node.layer);
+      entry.set("name", node.layer->name());
+      entry.set("inbound_nodes", Config::list());
+      layers.push_back(entry);
+      found = entry_of.emplace(node.layer.get(), layers.size() - 1).first;
+    }
+    if (node.inputs.empty() && is_input_layer(node.layer)) continue;
+    Config args = Config::list();
+    for (const TensorRef& ref : node.inputs) args.push_back(ref_config(ref));
+    Config kwargs = Config::map();
+    for (const auto& [name, ref] : node.tensor_args) kwargs.set(name, ref_config(ref));
+    if (node.options.is_map())
+      for (const auto& [name, value] : node.options.items()) kwargs.set(name, value);
+    Config& entry = const_cast<Config&>(layers.as_list()[found->second]);
+    const_cast<Config&>(entry.at("inbound_nodes")).push_back({{"args", args}, {"kwargs", kwargs}});
+  }
+  Config input_layers = Config::list();
+  for (int index : input_nodes_) input_layers.push_back(history(nodes_[static_cast<std::size_t>(index)].layer->name(), 0, 0).at("keras_history"));
+  Config output_layers = Config::list();
+  for (const TensorRef& ref : outputs_) output_layers.push_back(ref_config(ref).at("keras_history"));
+  return {{"layers", layers}, {"input_layers", input_layers}, {"output_layers", output_layers}};
+}
+
+void ModelBase::restore_graph(const Config& config) {
+  struct Pending {
+    LayerPtr layer;
+    std::vector<Config> calls;
+    std::size_t next = 0;
+  };
+  std::vector<Pending> pending;
+  std::map<std::string, std::vector<std::vector<Tensor>>> outputs_of;  // layer name -> per call outputs
+  std::map<std::string, Tensor> inputs_by_name;
+  for (const Config& entry : config.get_list("layers")) {
+    LayerPtr layer = layer_from_config(entry);
+    const std::string name = entry.get_string("name", layer->name());
+    if (auto* input = dynamic_cast<InputLayer*>(layer.get())) {
+      Tensor tensor = input->make_input();
+      outputs_of[name].push_back({tensor});
+      inputs_by_name[name] = tensor;
+      continue;
+    }
+    const Config* inbound = entry.find("inbound_nodes");
+    pending.push_back({layer, inbound ? inbound->as_list("inbound_nodes") : std::vector<Config>{}, 0});
+  }
+  auto resolve = [&](const Config& ref, Tensor& out) {
+    const std::vector<Config>& h = ref.at("keras_history").as_list("keras_history");
+    if (h.size() != 3) throw ConfigError(describe() + ": keras_history needs [layer, call, output], got " + ref.to_string());
+    const auto found = outputs_of.find(h[0].as_string("keras_history layer"));
+    const std::size_t call = static_cast<std::size_t>(h[1].as_int("keras_history call"));
+    const std::size_t output = static_cast<std::size_t>(h[2].as_int("keras_history output"));
+    if (found == outputs_of.end() || call >= found->second.size()) return false;
+    if (output >= found->second[call].size())
+      throw ConfigError(describe() + ": " + ref.to_string() + " refers to an output the layer does not have");
+    out = found->second[call][output];
+    return true;
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (Pending& p : pending) {
+      while (p.next < p.calls.size()) {
+        const Config& call = p.calls[p.next];
+        std::vector<Tensor> inputs;
+        CallArgs args;
+        bool ready = true;
+        for (const Config& ref : call.get_list("args")) {
+          Tensor t;
+          ready = ready && resolve(ref, t);
+          inputs.push_back(t);
+        }
+        if (const Config* kwargs = call.find("kwargs"); kwargs != nullptr && kwargs->is_map())
+          for (const auto& [name, value] : kwargs->items()) {
+            if (value.is_map() && value.contains("keras_history")) {
+              Tensor t;
+              ready = ready && resolve(value, t);
+              args.tensor(name, t);
+            } else {
+              args.option(name, value);
+            }
+          }
+        if (!ready) break;
+        outputs_of[p.layer->name()].push_back((*p.layer)(inputs, args));
+        ++p.next;
+        progress = true;
+      }
+    }
+  }
+  for (const Pending& p : pending)
+    if (p.next < p.calls.size())
+      throw ConfigError(describe() + ": call " + std::to_string(p.next) + " of layer '" + p.layer->name() +
+                        "' refers to tensors no layer makes");
+  std::vector<Tensor> inputs, outputs;
+  for (const Config& ref : config.get_list("input_layers")) {
+    Tensor t;
+    if (!resolve({{"keras_history", ref}}, t)) throw ConfigError(describe() + ": unknown input layer " + ref.to_string());
+    inputs.push_back(t);
+  }
+  for (const Config& ref : config.get_list("output_layers")) {
+    Tensor t;
+    if (!resolve({{"keras_history", ref}}, t)) throw ConfigError(describe() + ": unknown output " + ref.to_string());
+    outputs.push_back(t);
+  }
+  record(inputs, outputs);
+}
+
+// ---- FunctionalModel ----------------------------------------------------------------------------------------
+
+FunctionalModel::FunctionalModel(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, const std::string& name)
+    : ModelBase(name.empty() ? Config() : Config{{"name", name}}, "Functional") {
+  record(inputs, outputs);
+  build_for(input_shapes());
+}
+
+FunctionalModel::FunctionalModel(const Config& config) : ModelBase(config, "Functional") {
+  ConfigReader args = config_reader(config);
+  restore_graph({{"layers", args.value("layers")}, {"input_layers", args.value("input_layers")},
+                 {"output_layers", args.value("output_layers")}});
+  args.finish();
+  build_for(input_shapes());
+}
+
+Config FunctionalModel::get_config() const {
+  Config config = base_config();
+  for (const auto& [key, value] : graph_config().items()) config.set(key, value);
+  return config;
+}
+
+// ---- SequentialModel ----------------------------------------------------------------------------------------
+
+SequentialModel::SequentialModel(const Config& config) : ModelBase(config, "Sequential") {
+  ConfigReader args = config_reader(config);
+  const Config& layers = args.value("layers");
+  const Config& build_shape = args.value("build_input_shape");
+  args.finish();
+  if (!layers.is_null())
+    for (const Config& entry : layers.as_list("Sequential argument 'layers'")) add(layer_from_config(entry));
+  if (!built() && !build_shape.is_null()) build_for(build_shape.as_shape("Sequential argument 'build_input_shape'"));
+}
+
+void SequentialModel::add(const LayerPtr& layer) {
+  if (!layer) throw ValueError(describe() + ": add() of an empty layer");
+  if (is_input_layer(layer)) {
+    if (input_layer_ || !stack_.empty()) config_error("an InputLayer can only be the first layer");
+    input_layer_ = layer;
+    build_for(static_cast<const InputLayer&>(*layer).batch_shape());
+    return;
+  }
+  if (std::find(stack_.begin(), stack_.end(), layer) != stack_.end()) config_error("'" + layer->name() + "' is already in the stack");
+  stack_.push_back(layer);
+  if (!built()) return;
+  try {
+    rebuild(input_shapes().at(0));
+  } catch (...) {
+    stack_.pop_back();  // a layer that does not fit is not kept
+    rebuild(input_shapes().at(0));
+    throw;
+  }
+}
+
+void SequentialModel::pop() {
+  if (stack_.empty()) config_error("pop() on an empty Sequential");
+  stack_.pop_back();
+  if (built()) rebuild(input_shapes().at(0));
+}
+
+void SequentialModel::build(const std::vector<Shape>& input_shapes) { rebuild(input_shapes.at(0)); }
+
+void SequentialModel::rebuild(const Shape& input_shape) {
+  const Tensor input = input_layer_ ? static_cast<InputLayer&>(*input_layer_).make_input()
+                                    : Input(input_shape, dtype(), name() + "_input");
+  Tensor x = input;
+  for (const LayerPtr& layer : stack_) x = (*layer)(x);
+  record({input}, {x});
+}
+
+Config SequentialModel::get_config() const {
+  Config config = base_config();
+  Config layers = Config::list();
+  if (input_layer_) layers.push_back(serialize_layer(*input_layer_));
+  for (const LayerPtr& layer : stack_) layers.push_back(serialize_layer(*layer));
+  config.set("layers", layers);
+  config.set("build_input_shape", built() ? Config::from_shape(input_shapes().at(0)) : Config());
+  return config;
+}
+
+// ---- handles -----------------------------------------------------------------------------------------------------
+
+Model::Model(const Tensor& input, const Tensor& output, const std::string& name)
+    : Model(std::vector<Tensor>{input}, std::vector<Tensor>{output}, name) {}
+
+Model::Model(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, const std::string& name)
+    : ModelHandle(std::static_pointer_cast<ModelBase>(std::make_shared<FunctionalModel>(inputs, outputs, name))) {}
+
+Sequential::Sequential(const std::string& name)
+    : ModelHandle(std::make_shared<SequentialModel>(name.empty() ? Config() : Config{{"name", name}})) {}
+
+Sequential::Sequential(const std::vector<LayerPtr>& layers, const std::string& name) : Sequential(name) {
+  for (const LayerPtr& layer : layers) layer_->add(layer);
+}
+
+KILN_REGISTER_LAYER("kiln>InputLayer", InputLayer);
+KILN_REGISTER_LAYER("kiln>Functional", FunctionalModel);
+KILN_REGISTER_LAYER("kiln>Sequential", SequentialModel);
+
+}  // namespace kiln

@@ -1,0 +1,76 @@
+#include <catch2/catch.hpp>
+
+#include "core/error.hpp"
+#include "layers/dense.hpp"
+#include "layers/model.hpp"
+#include "support/layer_check.hpp"
+
+using kiln::Config;
+using kiln::Shape;
+using namespace kiln::testing;
+
+TEST_CASE("Dense: output shapes keep an unknown batch and act on the last axis", "[layers][dense]") {
+  kiln::Dense dense(5, "relu");
+  const LayerCase c{{random_input({4, 3, 7}, 1)}};
+  REQUIRE(symbolic_output_shapes(*dense, c) == std::vector<Shape>{Shape{Shape::unknown, 3, 5}});
+  REQUIRE(dense->built());
+  const std::vector<kiln::Weight> weights = dense.weights();
+  REQUIRE(weights.size() == 2);
+  CHECK(weights[0].path == "kernel");
+  CHECK(weights[0].value.shape() == Shape{7, 5});
+  CHECK(weights[1].path == "bias");
+  CHECK(weights[1].value.shape() == Shape{5});
+  CHECK(dense.count_params() == 7 * 5 + 5);
+}
+
+TEST_CASE("Dense: gradients of inputs, kernel and bias match central differences", "[layers][dense][grad]") {
+  for (const char* activation : {"linear", "tanh", "swish"}) {
+    kiln::Dense dense(4, activation, {{"bias_initializer", "random_normal"}});
+    const LayerCase c{{random_input({3, 2, 5}, 2)}};
+    const GradcheckReport report = gradcheck_layer(*dense, c);
+    INFO(activation << ": " << report.worst_entry());
+    CHECK(report.max_relative_error <= 1e-6);
+  }
+}
+
+TEST_CASE("Dense: config round trip rebuilds an equal layer with identical outputs", "[layers][dense][config]") {
+  kiln::Dense dense(3, "sigmoid", {{"use_bias", false}, {"kernel_initializer", "he_normal"}, {"name", "fc"}});
+  check_config_round_trip(dense, LayerCase{{random_input({2, 6}, 3)}});
+  const Config config = dense.get_config();
+  CHECK(config.get_int("units") == 3);
+  CHECK(config.get_string("activation") == "sigmoid");
+  CHECK(config.get_bool("use_bias") == false);
+  CHECK(config.at("kernel_initializer").get_string("class_name") == "HeNormal");
+  CHECK(config.get_string("name") == "fc");
+  CHECK(config.get_string("dtype") == "float64");
+}
+
+TEST_CASE("Dense: weights follow Keras's glorot_uniform bound and are reproducible", "[layers][dense][init]") {
+  kiln::Dense a(50, "", {{"name", "same"}}), b(50, "", {{"name", "same"}});
+  a->build_for(Shape{Shape::unknown, 30});
+  b->build_for(Shape{Shape::unknown, 30});
+  const kiln::Array kernel = a.get_weights()[0];
+  const double limit = std::sqrt(6.0 / (30 + 50));
+  double largest = 0;
+  for (std::size_t i = 0; i < kernel.size(); ++i) largest = std::max(largest, std::fabs(kernel.flat(i)));
+  CHECK(largest <= limit);
+  CHECK(largest > 0.9 * limit);
+  CHECK(kernel.bitwise_equal(b.get_weights()[0]));
+  a->initialize_weights(7);
+  CHECK_FALSE(a.get_weights()[0].bitwise_equal(b.get_weights()[0]));
+}
+
+TEST_CASE("Dense: bad arguments and shapes fail early, naming the layer", "[layers][dense][errors]") {
+  CHECK_THROWS_AS(kiln::Dense(0), kiln::ConfigError);
+  CHECK_THROWS_WITH(kiln::Dense(4, "reluu"), Catch::Contains("did you mean 'relu'"));
+  CHECK_THROWS_WITH(kiln::Dense(Config{{"units", 4}, {"unit", 3}}), Catch::Contains("unknown argument 'unit'"));
+  CHECK_THROWS_WITH(kiln::Dense(Config{{"units", "four"}}), Catch::Contains("units"));
+  kiln::Dense dense(4, "", {{"name", "fc"}});
+  const kiln::Tensor x = kiln::Input({Shape::unknown, 3});
+  dense(x);
+  const kiln::Tensor wider = kiln::Input({Shape::unknown, 5});
+  CHECK_THROWS_AS(dense(wider), kiln::ShapeError);
+  CHECK_THROWS_WITH(dense(wider), Catch::Contains("Dense 'fc'") && Catch::Contains("(None, 5)"));
+  CHECK_THROWS_AS(dense.set_weights({kiln::Array({2, 2})}), kiln::ValueError);
+  CHECK_THROWS_AS(dense.set_weights({kiln::Array({3, 5}), kiln::Array({4})}), kiln::ShapeError);
+}
