@@ -161,22 +161,22 @@ const std::vector<Config::Entry>& Config::items() const {
 
 bool Config::get_bool(const std::string& key, bool fallback) const {
   const Config* value = find(key);
-  return value ? value->as_bool(key_label(key)) : fallback;
+  return value && !value->is_null() ? value->as_bool(key_label(key)) : fallback;
 }
 
 std::int64_t Config::get_int(const std::string& key, std::int64_t fallback) const {
   const Config* value = find(key);
-  return value ? value->as_int(key_label(key)) : fallback;
+  return value && !value->is_null() ? value->as_int(key_label(key)) : fallback;
 }
 
 double Config::get_double(const std::string& key, double fallback) const {
   const Config* value = find(key);
-  return value ? value->as_double(key_label(key)) : fallback;
+  return value && !value->is_null() ? value->as_double(key_label(key)) : fallback;
 }
 
 std::string Config::get_string(const std::string& key, const std::string& fallback) const {
   const Config* value = find(key);
-  return value ? value->as_string(key_label(key)) : fallback;
+  return value && !value->is_null() ? value->as_string(key_label(key)) : fallback;
 }
 
 std::size_t Config::size() const {
@@ -318,7 +318,7 @@ bool ConfigReader::has(const std::string& key) const {
 
 const Config& ConfigReader::value(const std::string& key) {
   static const Config null_value;
-  read_.push_back(key);
+  if (std::find(read_.begin(), read_.end(), key) == read_.end()) read_.push_back(key);
   const Config* found = config_.find(key);
   return found ? *found : null_value;
 }

@@ -74,7 +74,8 @@ class Config {
   const std::string& get_string(const std::string& key) const { return at(key).as_string(key_label(key)); }
   const std::vector<Config>& get_list(const std::string& key) const { return at(key).as_list(key_label(key)); }
   Shape get_shape(const std::string& key) const { return at(key).as_shape(key_label(key)); }
-  // With a default when the key is absent (a present key of the wrong type still throws).
+  // With a default when the key is absent or null, as Keras writes None for "the default" (a present
+  // key of another type still throws).
   bool get_bool(const std::string& key, bool fallback) const;
   std::int64_t get_int(const std::string& key, std::int64_t fallback) const;
   double get_double(const std::string& key, double fallback) const;
@@ -127,7 +128,7 @@ class ConfigReader {
   const std::string& who() const { return who_; }
 
  private:
-  const Config& config_;
+  Config config_;  // a copy: readers are often made from a temporary (config.with(...))
   std::string who_;
   std::vector<std::string> read_;
 };

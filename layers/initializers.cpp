@@ -92,7 +92,14 @@ const std::map<std::string, InitializerDef>& registry() {
   return table;
 }
 
+// Keras's short aliases (keras/src/initializers/__init__.py): Embedding's default "uniform" is one.
+const std::map<std::string, std::string>& aliases() {
+  static const std::map<std::string, std::string> table = {{"uniform", "RandomUniform"}, {"normal", "RandomNormal"}};
+  return table;
+}
+
 const std::string* find_class(const std::string& name) {
+  if (const auto alias = aliases().find(name); alias != aliases().end()) return &registry().find(alias->second)->first;
   for (const auto& [class_name, def] : registry())
     if (class_name == name || def.snake_name == name) return &class_name;
   return nullptr;
@@ -104,6 +111,7 @@ const std::string* find_class(const std::string& name) {
     candidates.push_back(def.snake_name);
     candidates.push_back(class_name);
   }
+  for (const auto& entry : aliases()) candidates.push_back(entry.first);
   std::string message = "unknown initializer '" + name + "'";
   const std::vector<std::string> near = nearest_names(name, candidates);
   if (!near.empty()) message += "; did you mean '" + near.front() + "'?";

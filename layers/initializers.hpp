@@ -48,7 +48,7 @@ class Initializer {
 
   bool operator==(const Initializer& other) const;
 
-  // Every registered class name, for messages and tests.
+  // Every registered snake_case name ("glorot_uniform"), for messages and tests.
   static std::vector<std::string> names();
 
  private:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <limits>
 
 #include "core/error.hpp"
 #include "core/graph.hpp"
@@ -43,18 +44,18 @@ bool CallArgs::flag(const std::string& name, bool fallback) const {
 // ---- names ------------------------------------------------------------------------------------------
 
 std::string to_snake_case(const std::string& class_name) {
+  // Keras drops non-word characters, then applies (.)([A-Z][a-z]+) -> \1_\2 and
+  // ([a-z])([A-Z]) -> \1_\2: a break before a capitalized word whatever precedes it
+  // ("Layer2Norm" -> "layer2_norm"), and one between a lower-case letter and a capital.
+  std::string word;
+  for (char c : class_name)
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') word += c;
+  auto upper = [&](std::size_t i) { return i < word.size() && std::isupper(static_cast<unsigned char>(word[i])); };
+  auto lower = [&](std::size_t i) { return i < word.size() && std::islower(static_cast<unsigned char>(word[i])); };
   std::string result;
-  for (std::size_t i = 0; i < class_name.size(); ++i) {
-    const char c = class_name[i];
-    const bool upper = std::isupper(static_cast<unsigned char>(c)) != 0;
-    if (upper && i > 0) {
-      const char previous = class_name[i - 1];
-      const bool next_lower = i + 1 < class_name.size() && std::islower(static_cast<unsigned char>(class_name[i + 1]));
-      // "MHAttention" -> "mh_attention", "GlobalAveragePooling1D" -> "global_average_pooling1d"
-      if (std::islower(static_cast<unsigned char>(previous)) || (std::isupper(static_cast<unsigned char>(previous)) && next_lower))
-        result += '_';
-    }
-    result += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (std::size_t i = 0; i < word.size(); ++i) {
+    if (i > 0 && upper(i) && (lower(i + 1) || lower(i - 1))) result += '_';
+    result += static_cast<char>(std::tolower(static_cast<unsigned char>(word[i])));
   }
   return result;
 }
@@ -65,7 +66,6 @@ Layer::Layer(const Config& config, std::string class_name) : class_name_(std::mo
   if (!config.is_null() && !config.is_map())
     throw ConfigError(class_name_ + ": a config must be a map of arguments, got " + config.to_string());
   name_ = config.get_string("name", "");
-  if (const Config* name = config.find("name"); name != nullptr && name->is_null()) name_.clear();
   name_given_ = !name_.empty();
   trainable_ = config.get_bool("trainable", true);
   if (const Config* dtype = config.find("dtype"); dtype != nullptr && !dtype->is_null()) {
@@ -118,19 +118,19 @@ void Layer::build_for(const std::vector<Shape>& input_shapes) {
   if (name_.empty()) name_ = to_snake_case(class_name_);
   if (seed_path_.empty()) seed_path_ = name_;
   for (std::size_t i = 0; i < children_.size(); ++i)
-    if (child_is_part_[i]) children_[i]->seed_path_ = seed_path_ + "/" + children_[i]->name_;
-  const auto [min_inputs, max_inputs] = input_count();
-  if (input_shapes.size() < min_inputs || input_shapes.size() > max_inputs)
-    config_error("takes " + std::to_string(min_inputs) +
-                 (max_inputs != min_inputs ? " to " + std::to_string(max_inputs) : std::string()) + " inputs, got " +
-                 std::to_string(input_shapes.size()));
+    if (child_is_part_[i]) adopt(*children_[i]);
+  check_input_count(input_shapes.size());
   building_ = true;
+  const std::size_t num_children = children_.size();
   try {
     build(input_shapes);
   } catch (...) {
-    // A failed build leaves no half-made weights behind, so a corrected call can build again.
+    // A failed build leaves no half-made weights or children behind, so a corrected call can build again
+    // (a child tracked twice would take the name "dense_1" and its weights another path).
     building_ = false;
     weights_.clear();
+    children_.resize(num_children);
+    child_is_part_.resize(num_children);
     throw;
   }
   building_ = false;
@@ -185,15 +185,15 @@ void Layer::track_layer(const LayerPtr& child, bool part_of_this) {
   for (const LayerPtr& existing : children_)
     if (!child->name_.empty() && existing->name_ == child->name_)
       config_error("two layers named '" + child->name_ + "'; layer names must be unique within a model");
-  if (part_of_this) {
-    if (!child->dtype_given_ && dtype_given_) {
-      child->dtype_ = dtype_;
-      child->dtype_given_ = true;
-    }
-    if (building_) child->seed_path_ = seed_path_ + "/" + child->name_;
-  }
+  if (part_of_this && building_) adopt(*child);
   children_.push_back(child);
   child_is_part_.push_back(part_of_this);
+}
+
+void Layer::adopt(Layer& child) const {
+  // A part follows its parent: the dtype the parent builds in, and a random stream under its path.
+  if (!child.dtype_given_ && !child.built_) child.dtype_ = dtype_;
+  child.seed_path_ = seed_path_ + "/" + child.name_;
 }
 
 void Layer::clear_tracked_layers() {
@@ -203,12 +203,25 @@ void Layer::clear_tracked_layers() {
 
 void Layer::rename_automatic(const std::string& name) {
   if (name_given_) throw ConfigError(describe() + ": cannot rename a layer whose name was given");
+  // Weights still holding their first draw are drawn again for the new name (two "dense" layers made in
+  // different input graphs would otherwise start equal); weights that were set or trained are kept.
+  const bool first_draw = built_ && holds_first_draw();
   name_ = name;
   if (!built_) return;
   seed_path_ = name_;
   for (std::size_t i = 0; i < children_.size(); ++i)
-    if (child_is_part_[i]) children_[i]->seed_path_ = seed_path_ + "/" + children_[i]->name_;
-  if (!weights_assigned_) initialize_weights(0);
+    if (child_is_part_[i]) adopt(*children_[i]);
+  if (first_draw) initialize_weights(0);
+}
+
+bool Layer::holds_first_draw() const {
+  const Rng root(0);
+  for (const OwnWeight& weight : weights_) {
+    Rng rng = root.fork(seed_path_ + "/" + weight.name);
+    if (!weight.initializer.sample(weight.value.shape(), weight.value.dtype(), rng, weight.fans).bitwise_equal(weight.value))
+      return false;
+  }
+  return std::all_of(children_.begin(), children_.end(), [](const LayerPtr& child) { return child->holds_first_draw(); });
 }
 
 const Array& Layer::weight_value(WeightId weight) const { return weights_.at(weight).value; }
@@ -226,16 +239,27 @@ void Layer::assign_name(Graph& graph) {
   if (name_.empty()) name_ = graph.unique_name(to_snake_case(class_name_));
 }
 
+void Layer::check_input_count(std::size_t count) const {
+  const auto [min_inputs, max_inputs] = input_count();
+  if (count >= min_inputs && count <= max_inputs) return;
+  std::string expected = std::to_string(min_inputs);
+  if (max_inputs == std::numeric_limits<std::size_t>::max()) expected = "at least " + expected;
+  else if (max_inputs != min_inputs) expected += " to " + std::to_string(max_inputs);
+  config_error("takes " + expected + " inputs, got " + std::to_string(count));
+}
+
 void Layer::check_call(const std::vector<Tensor>& inputs, const CallArgs& args) const {
   if (inputs.empty()) config_error("called with no inputs");
   for (std::size_t i = 0; i < inputs.size(); ++i)
     if (!inputs[i].valid()) config_error("input " + std::to_string(i) + " is an empty Tensor");
+  check_input_count(inputs.size());
   const std::vector<std::string> known = call_argument_names();
   auto check_name = [&](const std::string& name) {
     if (std::find(known.begin(), known.end(), name) != known.end()) return;
     std::string message = "does not take the call argument '" + name + "'";
-    const std::vector<std::string> near = nearest_names(name, known);
-    if (!near.empty()) message += "; did you mean '" + near.front() + "'?";
+    if (known.empty()) config_error(message + "; it takes none");
+    message += "; it takes";
+    for (std::size_t i = 0; i < known.size(); ++i) message += (i ? ", '" : " '") + known[i] + "'";
     config_error(message);
   };
   for (const auto& entry : args.tensors()) check_name(entry.first);
@@ -264,6 +288,11 @@ std::vector<Tensor> Layer::operator()(const std::vector<Tensor>& given_inputs, c
     for (const Tensor& input : inputs) shapes.push_back(input.shape());
     build_for(shapes);
   }
+  // Only a layer with weights of its own has a dtype to enforce; models and weightless layers pass through.
+  if (!weights_.empty() && inputs[0].dtype() != dtype_)
+    throw DTypeError(describe() + " holds " + dtype_name(dtype_) + " weights but was called on " +
+                     dtype_name(inputs[0].dtype()) + " input " + inputs[0].shape().to_string() +
+                     "; layers do not cast: give the layer a dtype or feed " + dtype_name(dtype_));
   std::vector<Tensor> outputs;
   {
     Graph::NameScope scope(graph, name_);
@@ -314,23 +343,39 @@ void Layer::collect_weights(const std::string& prefix, int trainable_filter, std
   }
 }
 
+namespace {
+// A layer reached twice (directly and inside a nested model) holds its weights once, at the first path,
+// as Keras deduplicates variables: set_weights counts and optimizers update each array once.
+std::vector<Weight> without_repeats(std::vector<Weight> weights) {
+  std::vector<const void*> seen;
+  std::vector<Weight> result;
+  for (Weight& weight : weights) {
+    const void* storage = weight.value.raw();
+    if (storage != nullptr && std::find(seen.begin(), seen.end(), storage) != seen.end()) continue;
+    seen.push_back(storage);
+    result.push_back(std::move(weight));
+  }
+  return result;
+}
+}  // namespace
+
 std::vector<Weight> Layer::trainable_weights() const {
   std::vector<Weight> out;
   collect_weights("", 1, out);
-  return out;
+  return without_repeats(std::move(out));
 }
 
 std::vector<Weight> Layer::non_trainable_weights() const {
   std::vector<Weight> out;
   collect_weights("", 0, out);
-  return out;
+  return without_repeats(std::move(out));
 }
 
 std::vector<Weight> Layer::weights() const {
-  std::vector<Weight> out = trainable_weights();
-  std::vector<Weight> frozen = non_trainable_weights();
-  out.insert(out.end(), frozen.begin(), frozen.end());
-  return out;
+  std::vector<Weight> out;
+  collect_weights("", 1, out);
+  collect_weights("", 0, out);
+  return without_repeats(std::move(out));
 }
 
 std::vector<Array> Layer::get_weights() const {
@@ -348,7 +393,6 @@ void Layer::set_weights(const std::vector<Array>& values) {
     if (values[i].shape() != targets[i].value.shape())
       shape_error("set_weights: weight '" + targets[i].path + "' has another shape",
                   {{"expected", targets[i].value.shape()}, {"given", values[i].shape()}});
-  weights_assigned_ = true;
   for (std::size_t i = 0; i < values.size(); ++i) {
     const Array converted = values[i].dtype() == targets[i].value.dtype() ? values[i] : values[i].astype(targets[i].value.dtype());
     std::memcpy(targets[i].value.raw(), converted.raw(), targets[i].value.nbytes());
@@ -409,11 +453,28 @@ const std::string* LayerRegistry::resolve(const std::string& key) const {
   return found;
 }
 
+std::vector<std::string> LayerRegistry::nearest_keys(const std::string& key) const {
+  if (key.find('>') != std::string::npos) return nearest_names(key, keys());
+  // A bare name is compared with the class names: against whole keys the package prefix costs every
+  // candidate the same few edits, and "Sequentail" would come out nearest to "kiln>Dense".
+  std::vector<std::string> class_names;
+  for (const Entry& entry : entries_) class_names.push_back(entry.key.substr(entry.key.rfind('>') + 1));
+  std::vector<std::string> result;
+  for (const std::string& near : nearest_names(key, class_names))
+    for (const Entry& entry : entries_)
+      if (entry.key.substr(entry.key.rfind('>') + 1) == near &&
+          std::find(result.begin(), result.end(), entry.key) == result.end()) {
+        result.push_back(entry.key);
+        break;
+      }
+  return result;
+}
+
 LayerPtr LayerRegistry::create(const std::string& key, const Config& config) const {
   const std::string* resolved = resolve(key);
   if (resolved == nullptr) {
     std::string message = "unknown layer '" + key + "'";
-    const std::vector<std::string> near = nearest_names(key, keys());
+    const std::vector<std::string> near = nearest_keys(key);
     if (!near.empty()) {
       message += "; did you mean";
       for (std::size_t i = 0; i < near.size(); ++i) message += (i ? ", '" : " '") + near[i] + "'";

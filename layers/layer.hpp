@@ -19,7 +19,7 @@
 //
 //   class Scale : public kiln::Layer {
 //    public:
-//     explicit Scale(const kiln::Config& config) : Layer(config, "Scale") { read_config(); }
+//     explicit Scale(const kiln::Config& config) : Layer(config, "Scale") { config_reader(config).finish(); }
 //    protected:
 //     void build(const kiln::Shape& input_shape) override {
 //       factor_ = add_weight("factor", {input_shape.dim(-1)}, kiln::Initializer::get("ones"));
@@ -112,8 +112,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   const std::string& class_name() const { return class_name_; }  // "Dense"
   bool name_given() const { return name_given_; }
   // Models rename an automatically named layer that clashes with another member ("dense" made in two
-  // input graphs becomes "dense_1"); its weights are drawn again for the new name unless set_weights
-  // already gave them values. A name the user gave is never changed: that clash is a ConfigError.
+  // input graphs becomes "dense_1"); weights that still hold their first draw are drawn again for the
+  // new name, weights that were set or trained are kept. A name the user gave is never changed: that
+  // clash is a ConfigError.
   void rename_automatic(const std::string& name);
   std::string registered_name() const;  // "kiln>Dense", or "" for a layer nobody registered
   // Every constructor argument, plus the base fields name, trainable and dtype: from_config(get_config())
@@ -137,7 +138,8 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // The output shapes of the first call, batch unknown, for summaries.
   const std::vector<Shape>& output_shapes() const { return output_shapes_; }
 
-  // ---- weights (Keras order: trainable then non-trainable; each the layer's own, then its children's)
+  // ---- weights (Keras order: trainable then non-trainable; each the layer's own, then its children's;
+  //      a layer reached twice counts once)
   std::vector<Weight> weights() const;
   std::vector<Weight> trainable_weights() const;
   std::vector<Weight> non_trainable_weights() const;
@@ -206,13 +208,15 @@ class Layer : public std::enable_shared_from_this<Layer> {
   };
   void collect_weights(const std::string& prefix, int trainable_filter, std::vector<Weight>& out) const;
   void initialize_own_weights(std::uint64_t seed);
+  bool holds_first_draw() const;  // every weight, children's too, equals its draw for seed 0
+  void adopt(Layer& child) const;
   void check_call(const std::vector<Tensor>& inputs, const CallArgs& args) const;
+  void check_input_count(std::size_t count) const;
   void assign_name(Graph& graph);
 
   std::string class_name_;
   std::string name_;
   bool name_given_ = false;
-  bool weights_assigned_ = false;  // set_weights was called
   bool trainable_ = true;
   DType dtype_ = DType::float32;
   bool dtype_given_ = false;
@@ -283,6 +287,7 @@ class LayerRegistry {
 
  private:
   const std::string* resolve(const std::string& key) const;
+  std::vector<std::string> nearest_keys(const std::string& key) const;
 
   struct Entry {
     std::string key;

@@ -22,7 +22,7 @@ InputLayer::InputLayer(const Config& config) : Layer(config, "InputLayer") {
     batch_shape_ = args.value("batch_shape").as_shape("InputLayer argument 'batch_shape'");
   } else if (args.has("shape")) {  // Keras's InputLayer(shape=(8,)): the batch dimension is implied
     const Shape shape = args.value("shape").as_shape("InputLayer argument 'shape'");
-    std::vector<std::int64_t> dims = {Shape::unknown};
+    std::vector<std::int64_t> dims = {args.integer("batch_size", Shape::unknown)};
     dims.insert(dims.end(), shape.dims().begin(), shape.dims().end());
     batch_shape_ = Shape(dims);
   } else {
@@ -42,9 +42,11 @@ Config InputLayer::get_config() const {
 }
 
 Tensor InputLayer::placeholder_in(Graph& graph) {
+  LayerPtr self = weak_from_this().lock();
+  if (!self) throw LayerStateError(describe() + " is not held by a std::shared_ptr; create it with std::make_shared");
   const Tensor placeholder = graph.placeholder(batch_shape_, dtype(), name());
   auto record = std::make_shared<LayerCall>();
-  record->layer = shared_from_this();
+  record->layer = std::move(self);
   record->outputs = {placeholder};
   return placeholder.with_producer(record, 0);
 }
@@ -225,22 +227,25 @@ void ModelBase::record(const std::vector<Tensor>& inputs, const std::vector<Tens
   symbolic_outputs_ = outputs;
 
   // Member layers, each once; auto-named layers from different graphs may share a name ("dense" made in
-  // each input's graph): the later one is renamed, as Keras would have named it.
+  // each input's graph): the later one is renamed, as Keras would have named it. Given names are claimed
+  // first, so an automatic name gives way to a given one wherever it stands in the model.
   std::vector<LayerPtr> members = member_layers();
-  std::set<std::string> names;
-  for (const LayerPtr& layer : members) names.insert(layer->name());
-  std::set<std::string> seen;
+  std::set<std::string> names, taken;
   for (const LayerPtr& layer : members) {
-    if (seen.count(layer->name()) != 0) {
-      if (layer->name_given())
-        throw ConfigError(describe() + ": two different layers are named '" + layer->name() +
-                          "'; layer names must be unique within a model");
+    names.insert(layer->name());
+    if (layer->name_given() && !taken.insert(layer->name()).second)
+      throw ConfigError(describe() + ": two different layers are named '" + layer->name() +
+                        "'; layer names must be unique within a model");
+  }
+  for (const LayerPtr& layer : members) {
+    if (layer->name_given()) continue;
+    if (taken.count(layer->name()) != 0) {
       std::string name = layer->name();
       for (int suffix = 1; names.count(name) != 0; ++suffix) name = layer->name() + "_" + std::to_string(suffix);
       layer->rename_automatic(name);
       names.insert(name);
     }
-    seen.insert(layer->name());
+    taken.insert(layer->name());
   }
   // A model's children are exactly its member layers.
   clear_tracked_layers();
@@ -366,16 +371,25 @@ std::vector<Array> ModelBase::predict(const std::vector<Array>& given, std::int6
     inputs.push_back(given[i].dtype() == placeholder.dtype() ? given[i] : given[i].astype(placeholder.dtype()));
   }
 
-  std::vector<Array> results;
-  for (const Tensor& output : inference.outputs) {
+  // Batches are stacked along the first axis, so each output needs one row per input row, shaped alike
+  // in every batch. Another unknown dimension follows the batch size (a Gram matrix): one batch only.
+  std::vector<Array> results(inference.outputs.size());
+  for (std::size_t o = 0; o < results.size(); ++o) {
+    const Tensor& output = inference.outputs[o];
     std::vector<std::int64_t> dims = output.shape().dims();
-    if (dims.empty() || output.shape()[0] != Shape::unknown)
+    if (dims.empty() || dims[0] != Shape::unknown)
       throw ValueError(describe() + ": predict needs outputs with a batch dimension, output '" + output.name() + "' has shape " +
                        output.shape().to_string());
-    dims[0] = rows;
+    for (std::size_t axis = 1; axis < dims.size(); ++axis)
+      if (dims[axis] == Shape::unknown && rows > batch_size)
+        shape_error("predict: output '" + output.name() + "' has a dimension that follows the batch size, so its batches " +
+                        "cannot be stacked; predict with batch_size >= " + std::to_string(rows),
+                    {{"output", output.shape()}});
+    if (rows > 0) continue;  // allocated from the first batch's concrete shape below
+    dims[0] = 0;
     for (std::int64_t& dim : dims)
-      if (dim == Shape::unknown) dim = 0;  // resolved from the first batch below
-    results.emplace_back(Shape(dims), output.dtype());
+      if (dim == Shape::unknown) dim = 0;
+    results[o] = Array(Shape(dims), output.dtype());
   }
   for (std::int64_t start = 0; start < rows; start += batch_size) {
     const std::int64_t count = std::min(batch_size, rows - start);
@@ -389,11 +403,14 @@ std::vector<Array> ModelBase::predict(const std::vector<Array>& given, std::int6
     inference.program->run();
     for (std::size_t o = 0; o < results.size(); ++o) {
       const Array batch = inference.program->view(inference.outputs[o]);
-      if (results[o].shape().num_elements() == 0 && rows > 0 && batch.size() > 0) {
-        std::vector<std::int64_t> dims = batch.shape().dims();
-        dims[0] = rows;
-        results[o] = Array(Shape(dims), batch.dtype());
-      }
+      std::vector<std::int64_t> dims = batch.shape().dims();
+      dims[0] = rows;
+      if (start == 0) results[o] = Array(Shape(dims), batch.dtype());
+      if (batch.shape()[0] != count || Shape(dims) != results[o].shape())
+        shape_error("predict: output '" + inference.outputs[o].name() + "' does not have one row per input row (" +
+                        std::to_string(count) + " rows in, " + batch.shape().to_string() + " out), so its batches " +
+                        "cannot be stacked",
+                    {{"output", inference.outputs[o].shape()}, {"stacked so far", results[o].shape()}});
       const std::size_t row_bytes = batch.nbytes() / static_cast<std::size_t>(count);
       std::memcpy(static_cast<unsigned char*>(results[o].raw()) + static_cast<std::size_t>(start) * row_bytes, batch.raw(), batch.nbytes());
     }
@@ -558,17 +575,15 @@ Config ModelBase::graph_config() const {
     const std::size_t n = static_cast<std::size_t>(ref.node);
     return history(nodes_[n].layer->name(), call_index[n], ref.output);
   };
-  Config layers = Config::list();
+  std::vector<Config> entries, inbound;  // per member layer, in the order of their first calls
   std::map<const Layer*, std::size_t> entry_of;
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     const Node& node = nodes_[i];
     auto found = entry_of.find(node.layer.get());
     if (found == entry_of.end()) {
-      Config entry = serialize_layer(*node.layer);
-      entry.set("name", node.layer->name());
-      entry.set("inbound_nodes", Config::list());
-      layers.push_back(entry);
-      found = entry_of.emplace(node.layer.get(), layers.size() - 1).first;
+      entries.push_back(serialize_layer(*node.layer).with("name", node.layer->name()));
+      inbound.push_back(Config::list());
+      found = entry_of.emplace(node.layer.get(), entries.size() - 1).first;
     }
     if (node.inputs.empty() && is_input_layer(node.layer)) continue;
     Config args = Config::list();
@@ -577,9 +592,10 @@ Config ModelBase::graph_config() const {
     for (const auto& [name, ref] : node.tensor_args) kwargs.set(name, ref_config(ref));
     if (node.options.is_map())
       for (const auto& [name, value] : node.options.items()) kwargs.set(name, value);
-    Config& entry = const_cast<Config&>(layers.as_list()[found->second]);
-    const_cast<Config&>(entry.at("inbound_nodes")).push_back({{"args", args}, {"kwargs", kwargs}});
+    inbound[found->second].push_back({{"args", args}, {"kwargs", kwargs}});
   }
+  Config layers = Config::list();
+  for (std::size_t k = 0; k < entries.size(); ++k) layers.push_back(entries[k].with("inbound_nodes", std::move(inbound[k])));
   Config input_layers = Config::list();
   for (int index : input_nodes_) input_layers.push_back(history(nodes_[static_cast<std::size_t>(index)].layer->name(), 0, 0).at("keras_history"));
   Config output_layers = Config::list();
@@ -587,29 +603,44 @@ Config ModelBase::graph_config() const {
   return {{"layers", layers}, {"input_layers", input_layers}, {"output_layers", output_layers}};
 }
 
+namespace {
+// The [layer, call, output] of a tensor reference: kiln writes {"keras_history": [...]}, Keras
+// {"class_name": "__keras_tensor__", "config": {"shape": ..., "dtype": ..., "keras_history": [...]}}.
+// nullptr when `ref` is no tensor reference (a plain option).
+const Config* keras_history(const Config& ref) {
+  if (!ref.is_map()) return nullptr;
+  if (const Config* history = ref.find("keras_history")) return history;
+  if (ref.get_string("class_name", "") != "__keras_tensor__") return nullptr;
+  const Config* tensor = ref.find("config");
+  return tensor != nullptr ? tensor->find("keras_history") : nullptr;
+}
+}  // namespace
+
 void ModelBase::restore_graph(const Config& config) {
   struct Pending {
     LayerPtr layer;
+    std::string name;
     std::vector<Config> calls;
     std::size_t next = 0;
   };
   std::vector<Pending> pending;
   std::map<std::string, std::vector<std::vector<Tensor>>> outputs_of;  // layer name -> per call outputs
-  std::map<std::string, Tensor> inputs_by_name;
   for (const Config& entry : config.get_list("layers")) {
     LayerPtr layer = layer_from_config(entry);
     const std::string name = entry.get_string("name", layer->name());
+    if (!outputs_of.emplace(name, std::vector<std::vector<Tensor>>{}).second)
+      throw ConfigError(describe() + ": two layers are named '" + name + "'");
     if (auto* input = dynamic_cast<InputLayer*>(layer.get())) {
-      Tensor tensor = input->make_input();
-      outputs_of[name].push_back({tensor});
-      inputs_by_name[name] = tensor;
+      outputs_of[name].push_back({input->make_input()});
       continue;
     }
     const Config* inbound = entry.find("inbound_nodes");
-    pending.push_back({layer, inbound ? inbound->as_list("inbound_nodes") : std::vector<Config>{}, 0});
+    pending.push_back({layer, name, inbound ? inbound->as_list("inbound_nodes") : std::vector<Config>{}, 0});
   }
   auto resolve = [&](const Config& ref, Tensor& out) {
-    const std::vector<Config>& h = ref.at("keras_history").as_list("keras_history");
+    const Config* history = keras_history(ref);
+    if (history == nullptr) throw ConfigError(describe() + ": " + ref.to_string() + " is not a tensor reference (keras_history)");
+    const std::vector<Config>& h = history->as_list("keras_history");
     if (h.size() != 3) throw ConfigError(describe() + ": keras_history needs [layer, call, output], got " + ref.to_string());
     const auto found = outputs_of.find(h[0].as_string("keras_history layer"));
     const std::size_t call = static_cast<std::size_t>(h[1].as_int("keras_history call"));
@@ -635,7 +666,7 @@ void ModelBase::restore_graph(const Config& config) {
         }
         if (const Config* kwargs = call.find("kwargs"); kwargs != nullptr && kwargs->is_map())
           for (const auto& [name, value] : kwargs->items()) {
-            if (value.is_map() && value.contains("keras_history")) {
+            if (keras_history(value) != nullptr) {
               Tensor t;
               ready = ready && resolve(value, t);
               args.tensor(name, t);
@@ -644,7 +675,7 @@ void ModelBase::restore_graph(const Config& config) {
             }
           }
         if (!ready) break;
-        outputs_of[p.layer->name()].push_back((*p.layer)(inputs, args));
+        outputs_of[p.name].push_back((*p.layer)(inputs, args));
         ++p.next;
         progress = true;
       }
@@ -652,7 +683,7 @@ void ModelBase::restore_graph(const Config& config) {
   }
   for (const Pending& p : pending)
     if (p.next < p.calls.size())
-      throw ConfigError(describe() + ": call " + std::to_string(p.next) + " of layer '" + p.layer->name() +
+      throw ConfigError(describe() + ": call " + std::to_string(p.next) + " of layer '" + p.name +
                         "' refers to tensors no layer makes");
   std::vector<Tensor> inputs, outputs;
   for (const Config& ref : config.get_list("input_layers")) {
@@ -686,7 +717,8 @@ FunctionalModel::FunctionalModel(const Config& config) : ModelBase(config, "Func
 
 Config FunctionalModel::get_config() const {
   Config config = base_config();
-  for (const auto& [key, value] : graph_config().items()) config.set(key, value);
+  const Config graph = graph_config();  // named: a range-for over graph_config().items() would dangle
+  for (const auto& [key, value] : graph.items()) config.set(key, value);
   return config;
 }
 
@@ -728,7 +760,13 @@ void SequentialModel::pop() {
   if (built()) rebuild(input_shapes().at(0));
 }
 
-void SequentialModel::build(const std::vector<Shape>& input_shapes) { rebuild(input_shapes.at(0)); }
+void SequentialModel::build(const std::vector<Shape>& input_shapes) {
+  // A first call on a placeholder of concrete batch (4, 3) builds for (None, 3): a fixed batch would let
+  // predict take only batches of exactly that size.
+  Shape shape = input_shapes.at(0);
+  if (shape.rank() > 0) shape[0] = Shape::unknown;
+  rebuild(shape);
+}
 
 void SequentialModel::rebuild(const Shape& input_shape) {
   const Tensor input = input_layer_ ? static_cast<InputLayer&>(*input_layer_).make_input()

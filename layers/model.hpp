@@ -117,7 +117,7 @@ class FunctionalModel : public ModelBase {
 };
 
 // A stack of layers, each taking the previous one's output. Built from an Input (or build_for), or
-// lazily from the first call.
+// lazily from the first call; those two leave the batch dimension unknown (an InputLayer keeps its own).
 class SequentialModel : public ModelBase {
  public:
   explicit SequentialModel(const Config& config = {});
@@ -164,6 +164,7 @@ class Sequential : public ModelHandle<SequentialModel> {
  public:
   Sequential(const std::string& name = "");
   Sequential(const std::vector<LayerPtr>& layers, const std::string& name = "");
+  Sequential(std::shared_ptr<SequentialModel> model) : ModelHandle(std::move(model)) {}  // from layer_from_config
   Sequential& add(const LayerPtr& layer) {
     layer_->add(layer);
     return *this;

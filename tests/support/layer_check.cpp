@@ -96,8 +96,8 @@ GradcheckReport gradcheck_layer(Layer& layer, const LayerCase& c, const LayerGra
     Array values;
   };
   std::vector<Target> targets;
-  std::vector<int> wrt = options.wrt_inputs;
-  if (wrt.empty())
+  std::vector<int> wrt = options.check_inputs ? options.wrt_inputs : std::vector<int>{};
+  if (wrt.empty() && options.check_inputs)
     for (int i = 0; i < static_cast<int>(c.inputs.size()); ++i) wrt.push_back(i);
   for (int i : wrt)
     targets.push_back({"input " + std::to_string(i), built.inputs[static_cast<std::size_t>(i)], c.inputs[static_cast<std::size_t>(i)]});

@@ -31,6 +31,7 @@ std::vector<Shape> symbolic_output_shapes(Layer& layer, const LayerCase& c);
 struct LayerGradcheckOptions {
   GradcheckOptions base;          // step, floor, label
   std::vector<int> wrt_inputs;    // inputs to differentiate; empty: all of them
+  bool check_inputs = true;       // false: weights only (an Embedding's indices have no gradient)
   bool check_weights = true;      // every trainable weight too
 };
 // d(sum_k <output_k, R_k>)/d(inputs, weights) for fixed random R_k, against central differences.
