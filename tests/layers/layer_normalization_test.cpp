@@ -1,0 +1,148 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "core/error.hpp"
+#include "layers/layer_normalization.hpp"
+#include "layers/model.hpp"
+#include "support/layer_check.hpp"
+
+using kiln::Array;
+using kiln::Config;
+using kiln::Shape;
+using namespace kiln::testing;
+
+namespace {
+
+// (x - mean) / sqrt(biased variance + epsilon) * gamma + beta over the last axis, in double.
+std::vector<double> layer_norm_reference(const Array& x, const std::vector<double>& gamma,
+                                         const std::vector<double>& beta, double epsilon) {
+  const std::size_t features = gamma.size();
+  std::vector<double> out(x.size());
+  for (std::size_t row = 0; row < x.size() / features; ++row) {
+    double mean = 0, variance = 0;
+    for (std::size_t j = 0; j < features; ++j) mean += x.flat(row * features + j);
+    mean /= static_cast<double>(features);
+    for (std::size_t j = 0; j < features; ++j) variance += std::pow(x.flat(row * features + j) - mean, 2);
+    variance /= static_cast<double>(features);
+    for (std::size_t j = 0; j < features; ++j)
+      out[row * features + j] = (x.flat(row * features + j) - mean) / std::sqrt(variance + epsilon) * gamma[j] + beta[j];
+  }
+  return out;
+}
+
+double max_difference(const Array& actual, const std::vector<double>& expected) {
+  REQUIRE(actual.size() == expected.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < expected.size(); ++i) worst = std::max(worst, std::fabs(actual.flat(i) - expected[i]));
+  return worst;
+}
+
+const Config random_weights = {{"beta_initializer", "random_normal"}, {"gamma_initializer", "random_normal"}};
+
+}  // namespace
+
+TEST_CASE("LayerNormalization: output shapes and weights gamma then beta", "[layers][layer_normalization]") {
+  kiln::LayerNormalization norm;
+  CHECK(symbolic_output_shapes(*norm, LayerCase{{random_input({4, 3, 7}, 1)}}) ==
+        std::vector<Shape>{Shape{Shape::unknown, 3, 7}});
+  const std::vector<kiln::Weight> weights = norm.weights();
+  REQUIRE(weights.size() == 2);
+  CHECK(weights[0].path == "gamma");
+  CHECK(weights[0].value.shape() == Shape{7});
+  CHECK(weights[1].path == "beta");
+  CHECK(weights[1].value.shape() == Shape{7});
+  CHECK(weights[0].value.flat(0) == 1.0);  // ones
+  CHECK(weights[1].value.flat(0) == 0.0);  // zeros
+
+  kiln::LayerNormalization no_center(1e-3, {{"center", false}}), no_scale(1e-3, {{"scale", false}});
+  no_center->build_for(Shape{Shape::unknown, 5});
+  no_scale->build_for(Shape{Shape::unknown, 5});
+  REQUIRE(no_center.weights().size() == 1);
+  CHECK(no_center.weights()[0].path == "gamma");
+  REQUIRE(no_scale.weights().size() == 1);
+  CHECK(no_scale.weights()[0].path == "beta");
+}
+
+TEST_CASE("LayerNormalization: gradients of inputs, gamma and beta match central differences",
+          "[layers][layer_normalization][grad]") {
+  for (const bool center : {true, false})
+    for (const bool scale : {true, false}) {
+      kiln::LayerNormalization norm(1e-3, random_weights.with("center", center).with("scale", scale));
+      const GradcheckReport report = gradcheck_layer(*norm, LayerCase{{random_input({3, 2, 6}, 2)}});
+      INFO("center " << center << ", scale " << scale << ": " << report.worst_entry());
+      CHECK(report.num_checked == 36u + (center ? 6u : 0u) + (scale ? 6u : 0u));
+      CHECK(report.max_relative_error <= 1e-6);
+    }
+}
+
+TEST_CASE("LayerNormalization: config round trip with Keras's keys", "[layers][layer_normalization][config]") {
+  kiln::LayerNormalization norm(1e-5, random_weights.with("axis", Config::from_ints({-1})).with("name", "ln"));
+  check_config_round_trip(norm, LayerCase{{random_input({2, 3, 4}, 3)}});
+  const Config config = norm.get_config();
+  CHECK(config.at("axis") == Config::from_ints({-1}));
+  CHECK(config.get_double("epsilon") == 1e-5);
+  CHECK(config.get_bool("center"));
+  CHECK(config.get_bool("scale"));
+  CHECK_FALSE(config.get_bool("rms_scaling"));
+  CHECK(config.at("gamma_initializer").get_string("class_name") == "RandomNormal");
+  CHECK(config.at("beta_initializer").get_string("class_name") == "RandomNormal");
+  CHECK(kiln::LayerNormalization().get_config().get_int("axis") == -1);
+  CHECK(kiln::LayerNormalization().get_config().get_double("epsilon") == 1e-3);
+
+  kiln::LayerNormalization bare(1e-3, {{"center", false}, {"scale", false}});
+  check_config_round_trip(bare, LayerCase{{random_input({2, 4}, 4)}});
+}
+
+TEST_CASE("LayerNormalization: values match a plain double reference", "[layers][layer_normalization][values]") {
+  const Array x = random_input({3, 4, 8}, 5, -2.0, 5.0);
+  const Array gamma = random_input({8}, 6), beta = random_input({8}, 7);
+  const std::vector<double> ones(8, 1.0), zeros(8, 0.0);
+  const double epsilon = 1e-3;
+
+  // Built before the call, so the dtype cannot come from the input.
+  kiln::LayerNormalization both(epsilon, {{"dtype", "float64"}});
+  both->build_for(x.shape());
+  both.set_weights({gamma, beta});
+  CHECK(max_difference(run_layer(*both, LayerCase{{x}})[0],
+                       layer_norm_reference(x, gamma.to_vector<double>(), beta.to_vector<double>(), epsilon)) <= 1e-10);
+
+  kiln::LayerNormalization only_scale(epsilon, {{"center", false}, {"dtype", "float64"}});
+  only_scale->build_for(x.shape());
+  only_scale.set_weights({gamma});
+  CHECK(max_difference(run_layer(*only_scale, LayerCase{{x}})[0],
+                       layer_norm_reference(x, gamma.to_vector<double>(), zeros, epsilon)) <= 1e-10);
+
+  kiln::LayerNormalization only_center(epsilon, {{"scale", false}, {"dtype", "float64"}});
+  only_center->build_for(x.shape());
+  only_center.set_weights({beta});
+  CHECK(max_difference(run_layer(*only_center, LayerCase{{x}})[0],
+                       layer_norm_reference(x, ones, beta.to_vector<double>(), epsilon)) <= 1e-10);
+
+  kiln::LayerNormalization neither(0.5, {{"center", false}, {"scale", false}, {"axis", 2}});
+  CHECK(max_difference(run_layer(*neither, LayerCase{{x}})[0], layer_norm_reference(x, ones, zeros, 0.5)) <= 1e-10);
+}
+
+TEST_CASE("LayerNormalization: other axes and bad shapes fail, naming the layer",
+          "[layers][layer_normalization][errors]") {
+  kiln::LayerNormalization middle(1e-3, {{"axis", 1}, {"name", "ln"}});
+  const kiln::Tensor x = kiln::Input({Shape::unknown, 3, 4});
+  CHECK_THROWS_AS(middle(x), kiln::ConfigError);
+  CHECK_THROWS_WITH(middle(x), Catch::Contains("LayerNormalization 'ln'") && Catch::Contains("(None, 3, 4)"));
+  CHECK_FALSE(middle.built());
+  kiln::LayerNormalization several(1e-3, {{"axis", Config::from_ints({1, 2})}});
+  CHECK_THROWS_AS(several(x), kiln::ConfigError);
+
+  CHECK_THROWS_WITH(kiln::LayerNormalization(1e-3, {{"rms_scaling", true}}), Catch::Contains("rms_scaling"));
+  CHECK_THROWS_WITH(kiln::LayerNormalization(1e-3, {{"gamma_regularizer", "l2"}}), Catch::Contains("gamma_regularizer"));
+  CHECK_THROWS_AS(kiln::LayerNormalization(0.0), kiln::ConfigError);
+  CHECK_THROWS_WITH(kiln::LayerNormalization(Config{{"epsilonn", 1e-5}}), Catch::Contains("unknown argument 'epsilonn'"));
+
+  kiln::LayerNormalization norm(1e-3, {{"name", "ln"}});
+  norm(x);
+  const kiln::Tensor wider = kiln::Input({Shape::unknown, 3, 5});
+  CHECK_THROWS_AS(norm(wider), kiln::ShapeError);
+  CHECK_THROWS_WITH(norm(wider), Catch::Contains("LayerNormalization 'ln'") && Catch::Contains("(None, 3, 5)") &&
+                                     Catch::Contains("(None, 3, 4)"));
+}

@@ -1,0 +1,132 @@
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "core/error.hpp"
+#include "layers/merging.hpp"
+#include "layers/model.hpp"
+#include "support/layer_check.hpp"
+
+using kiln::Array;
+using kiln::Config;
+using kiln::Shape;
+using namespace kiln::testing;
+
+// ---- Add --------------------------------------------------------------------------------------------
+
+TEST_CASE("Add: output shapes broadcast with an unknown batch", "[layers][add]") {
+  kiln::Add add;
+  CHECK(symbolic_output_shapes(*add, LayerCase{{random_input({4, 3, 5}, 1), random_input({4, 3, 5}, 2)}}) ==
+        std::vector<Shape>{Shape{Shape::unknown, 3, 5}});
+  kiln::Add broadcasting;
+  const LayerCase three{{random_input({4, 3, 5}, 1), random_input({4, 1, 5}, 2), random_input({5}, 3)}};
+  CHECK(symbolic_output_shapes(*broadcasting, three) == std::vector<Shape>{Shape{Shape::unknown, 3, 5}});
+  CHECK(add.weights().empty());
+}
+
+TEST_CASE("Add: gradients of every input match central differences", "[layers][add][grad]") {
+  kiln::Add add;
+  const LayerCase c{{random_input({3, 2, 4}, 4), random_input({3, 1, 4}, 5), random_input({4}, 6)}};
+  const GradcheckReport report = gradcheck_layer(*add, c);
+  INFO(report.worst_entry());
+  CHECK(report.num_checked == 24 + 12 + 4);
+  CHECK(report.max_relative_error <= 1e-6);
+}
+
+TEST_CASE("Add: config round trip has only the base keys", "[layers][add][config]") {
+  kiln::Add add({{"name", "residual"}});
+  check_config_round_trip(add, LayerCase{{random_input({2, 3}, 7), random_input({2, 3}, 8)}});
+  const Config config = add.get_config();
+  CHECK(config.get_string("name") == "residual");
+  CHECK(config.keys() == std::vector<std::string>{"name", "trainable", "dtype"});
+}
+
+TEST_CASE("Add: values are the elementwise sum", "[layers][add][values]") {
+  const Array a = random_input({2, 3, 4}, 9), b = random_input({2, 1, 4}, 10), c = random_input({2, 3, 4}, 11);
+  kiln::Add add;
+  const Array y = run_layer(*add, LayerCase{{a, b, c}})[0];
+  REQUIRE(y.shape() == Shape{2, 3, 4});
+  for (std::size_t n = 0; n < 2; ++n)
+    for (std::size_t i = 0; i < 3; ++i)
+      for (std::size_t j = 0; j < 4; ++j) {
+        const std::size_t at = n * 12 + i * 4 + j;
+        CHECK(y.flat(at) == Approx(a.flat(at) + b.flat(n * 4 + j) + c.flat(at)).epsilon(1e-15));
+      }
+}
+
+TEST_CASE("Add: shapes that do not broadcast fail, naming the layer and every shape", "[layers][add][errors]") {
+  kiln::Add add;
+  const kiln::Tensor a = kiln::Input({Shape::unknown, 3});
+  const kiln::Tensor b = kiln::Input({Shape::unknown, 4});
+  CHECK_THROWS_AS(add({a, b}), kiln::ShapeError);
+  CHECK_THROWS_WITH(add({a, b}), Catch::Contains("Add 'add'") && Catch::Contains("input 0=(None, 3)") &&
+                                     Catch::Contains("input 1=(None, 4)"));
+  kiln::Add lonely({{"name", "lonely"}});
+  CHECK_THROWS_AS(lonely(a), kiln::ConfigError);
+  CHECK_THROWS_WITH(lonely(a), Catch::Contains("Add 'lonely'") && Catch::Contains("got 1"));
+  CHECK_THROWS_WITH(kiln::Add({{"axis", 1}}), Catch::Contains("unknown argument 'axis'"));
+}
+
+// ---- Concatenate ------------------------------------------------------------------------------------
+
+TEST_CASE("Concatenate: output shapes add up along the axis", "[layers][concatenate]") {
+  kiln::Concatenate last;
+  CHECK(symbolic_output_shapes(*last, LayerCase{{random_input({4, 3, 5}, 1), random_input({4, 3, 2}, 2)}}) ==
+        std::vector<Shape>{Shape{Shape::unknown, 3, 7}});
+  kiln::Concatenate middle(1);
+  const LayerCase three{{random_input({4, 3, 5}, 1), random_input({4, 2, 5}, 2), random_input({4, 1, 5}, 3)}};
+  CHECK(symbolic_output_shapes(*middle, three) == std::vector<Shape>{Shape{Shape::unknown, 6, 5}});
+  kiln::Concatenate matrices;
+  CHECK(symbolic_output_shapes(*matrices, LayerCase{{random_input({4, 3}, 1), random_input({4, 6}, 2)}}) ==
+        std::vector<Shape>{Shape{Shape::unknown, 9}});
+}
+
+TEST_CASE("Concatenate: gradients of every input match central differences", "[layers][concatenate][grad]") {
+  for (const int axis : {-1, 1}) {
+    kiln::Concatenate concatenate(axis);
+    const LayerCase c = axis == 1 ? LayerCase{{random_input({3, 2, 4}, 4), random_input({3, 3, 4}, 5)}}
+                                  : LayerCase{{random_input({3, 2, 4}, 4), random_input({3, 2, 1}, 5)}};
+    const GradcheckReport report = gradcheck_layer(*concatenate, c);
+    INFO("axis " << axis << ": " << report.worst_entry());
+    CHECK(report.max_relative_error <= 1e-6);
+    CHECK(report.num_checked > 24);
+  }
+}
+
+TEST_CASE("Concatenate: config round trip keeps the axis", "[layers][concatenate][config]") {
+  kiln::Concatenate concatenate(1, {{"name", "join"}});
+  check_config_round_trip(concatenate, LayerCase{{random_input({2, 3, 2}, 7), random_input({2, 1, 2}, 8)}});
+  CHECK(concatenate.get_config().get_int("axis") == 1);
+  CHECK(concatenate.get_config().get_string("name") == "join");
+  CHECK(kiln::Concatenate().get_config().get_int("axis") == -1);
+}
+
+TEST_CASE("Concatenate: values follow each input in order", "[layers][concatenate][values]") {
+  const Array a = random_input({2, 3, 2}, 9), b = random_input({2, 3, 1}, 10);
+  kiln::Concatenate concatenate;
+  const Array y = run_layer(*concatenate, LayerCase{{a, b}})[0];
+  REQUIRE(y.shape() == Shape{2, 3, 3});
+  for (std::size_t row = 0; row < 6; ++row) {
+    CHECK(y.flat(row * 3) == a.flat(row * 2));
+    CHECK(y.flat(row * 3 + 1) == a.flat(row * 2 + 1));
+    CHECK(y.flat(row * 3 + 2) == b.flat(row));
+  }
+}
+
+TEST_CASE("Concatenate: mismatched shapes and bad axes fail, naming the layer", "[layers][concatenate][errors]") {
+  const kiln::Tensor a = kiln::Input({Shape::unknown, 3, 5});
+  const kiln::Tensor b = kiln::Input({Shape::unknown, 4, 2});
+  kiln::Concatenate concatenate;
+  CHECK_THROWS_AS(concatenate({a, b}), kiln::ShapeError);
+  CHECK_THROWS_WITH(concatenate({a, b}), Catch::Contains("Concatenate 'concatenate'") &&
+                                             Catch::Contains("input 0=(None, 3, 5)") &&
+                                             Catch::Contains("input 1=(None, 4, 2)"));
+  kiln::Concatenate batch(0, {{"name", "batch"}});
+  CHECK_THROWS_WITH(batch({a, a}), Catch::Contains("Concatenate 'batch'") && Catch::Contains("unknown dimension"));
+  kiln::Concatenate beyond(3, {{"name", "beyond"}});
+  CHECK_THROWS_WITH(beyond({a, a}), Catch::Contains("Concatenate 'beyond'") && Catch::Contains("out of range"));
+  kiln::Concatenate ranks({{"name", "ranks"}});
+  const kiln::Tensor matrix = kiln::Input({Shape::unknown, 5});
+  CHECK_THROWS_WITH(ranks({a, matrix}), Catch::Contains("Concatenate 'ranks'") && Catch::Contains("same rank"));
+  CHECK_THROWS_AS(kiln::Concatenate(Config{{"axis", "last"}}), kiln::ConfigError);
+}
