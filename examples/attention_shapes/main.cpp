@@ -1,52 +1,41 @@
-// The shapes of the original 'Attention is all you need' TF2 demo (batch 10, sequence 150,
-// d_model 512), built from kiln's ops: scaled dot-product attention, its gradients, and one run.
+// The original 'Attention is all you need' TF2 demo, in kiln: batch 10, sequence 150, d_model 512.
+// DotProductAttention(use_scale) and MultiHeadAttention(h = 8) on [query, key, value], their output
+// and attention-weight shapes, the model summary, and one prediction on random data.
 #include <kiln/kiln.hpp>
 
-#include <cmath>
 #include <cstdio>
 
 int main() {
   using kiln::Shape;
   using kiln::Tensor;
-  namespace ops = kiln::ops;
-
+  constexpr std::int64_t None = Shape::unknown;
   const std::int64_t batch = 10, sequence = 150, d_model = 512;
-  kiln::Graph graph;
-  const Tensor query = graph.placeholder({Shape::unknown, sequence, d_model}, kiln::DType::float32, "query");
-  const Tensor key = graph.placeholder({Shape::unknown, sequence, d_model}, kiln::DType::float32, "key");
-  const Tensor value = graph.placeholder({Shape::unknown, sequence, d_model}, kiln::DType::float32, "value");
 
-  Tensor weights, context;
-  {
-    kiln::Graph::NameScope scope(graph, "dot_product_attention");
-    const Tensor scores = ops::matmul(query, key, false, true) * (1.0 / std::sqrt(static_cast<double>(d_model)));
-    weights = ops::softmax(scores, -1);
-    context = ops::matmul(weights, value);
-  }
-  std::printf("query   %s\n", query.shape().to_string().c_str());
-  std::printf("weights %s  (%s)\n", weights.shape().to_string().c_str(), weights.name().c_str());
-  std::printf("output  %s  (%s)\n", context.shape().to_string().c_str(), context.name().c_str());
+  const Tensor query = kiln::Input({None, sequence, d_model}, kiln::DType::float32, "query");
+  const Tensor key = kiln::Input({None, sequence, d_model}, kiln::DType::float32, "key");
+  const Tensor value = kiln::Input({None, sequence, d_model}, kiln::DType::float32, "value");
+  const kiln::CallArgs with_weights = kiln::CallArgs().option("return_attention_scores", true);
 
-  const Tensor loss = ops::mean(ops::square(context));
-  const auto grads = kiln::gradients(loss, {query, key, value});
-  std::vector<Tensor> fetches = {context, loss};
-  fetches.insert(fetches.end(), grads.begin(), grads.end());
-  kiln::Program program(graph, fetches);
+  kiln::DotProductAttention attention(/*use_scale=*/true);
+  const std::vector<Tensor> attended = attention({query, key, value}, with_weights);
+  std::printf("DotProductAttention(use_scale=true)\n  output  %s\n  weights %s\n",
+              attended[0].shape().to_string().c_str(), attended[1].shape().to_string().c_str());
+
+  kiln::MultiHeadAttention multi_head(/*h=*/8);
+  const std::vector<Tensor> heads = multi_head({query, key, value}, with_weights);
+  std::printf("MultiHeadAttention(h=8)\n  output  %s\n  weights %s\n\n", heads[0].shape().to_string().c_str(),
+              heads[1].shape().to_string().c_str());
+
+  kiln::Model model({query, key, value}, {attended[0], attended[1], heads[0], heads[1]}, "attention_shapes");
+  model.summary();
 
   kiln::Rng rng(42);
   kiln::Array data({batch, sequence, d_model});
   for (std::size_t i = 0; i < data.size(); ++i) data.set_flat(i, rng.normal());
-  program.feed(query, data);
-  program.feed(key, data);
-  program.feed(value, data);
-  program.run();
-
-  const kiln::PlanStats stats = program.stats();
-  std::printf("ran batch %lld: output %s, loss %.6f, d(loss)/d(query) %s\n", static_cast<long long>(batch),
-              program.view(context).shape().to_string().c_str(), program.scalar(loss),
-              program.view(grads[0]).shape().to_string().c_str());
-  std::printf("plan: %zu kernels, %zu in place, %zu aliases, arena %.1f MB (%.1f MB without reuse)\n",
-              stats.num_kernels, stats.num_inplace, stats.num_aliases, stats.arena_bytes / 1e6,
-              stats.unplanned_bytes / 1e6);
+  const std::vector<kiln::Array> outputs = model.predict({data, data, data}, batch);
+  std::printf("\npredict on a batch of %lld:\n", static_cast<long long>(batch));
+  const char* names[] = {"DotProductAttention output ", "DotProductAttention weights", "MultiHeadAttention output  ",
+                         "MultiHeadAttention weights "};
+  for (std::size_t i = 0; i < outputs.size(); ++i) std::printf("  %s %s\n", names[i], outputs[i].shape().to_string().c_str());
   return 0;
 }

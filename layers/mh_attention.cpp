@@ -1,0 +1,101 @@
+#include "layers/mh_attention.hpp"
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "layers/detail/attention_math.hpp"
+#include "ops/ops.hpp"
+
+namespace kiln {
+
+MHAttentionLayer::MHAttentionLayer(const Config& config) : Layer(config, "MHAttention") {
+  ConfigReader args = config_reader(config);
+  key_size_ = args.integer("key_size");
+  heads_ = args.integer("heads");
+  dimension_ = args.value("dimension");
+  window_ = args.value("window");
+  args.finish();
+  if (key_size_ <= 0) args.fail("key_size must be positive, got " + std::to_string(key_size_));
+  if (heads_ <= 0) args.fail("heads must be positive, got " + std::to_string(heads_));
+  if (!dimension_.is_null() && dimension_.as_int("MHAttention argument 'dimension'") <= 0)
+    args.fail("dimension must be positive, got " + dimension_.to_string());
+  if (!window_.is_null()) {
+    if (window_.as_int("MHAttention argument 'window'") <= 0) args.fail("window must be positive, got " + window_.to_string());
+    // The weights depend only on the window: build now, so loading weights never meets an unbuilt block.
+    build_for(Shape{Shape::unknown, dimension_.is_null() ? Shape::unknown : dimension_.as_int(), window_.as_int()});
+  }
+}
+
+Config MHAttentionLayer::get_config() const {
+  Config config = base_config();
+  config.set("key_size", key_size_);
+  config.set("heads", heads_);
+  config.set("dimension", dimension_);
+  config.set("window", window_);
+  return config;
+}
+
+void MHAttentionLayer::build(const Shape& input_shape) {
+  if (input_shape.rank() != 3 || input_shape[2] == Shape::unknown)
+    shape_error("takes (batch, dimension, window) inputs with a known window", {{"input", input_shape}});
+  const std::int64_t window = input_shape[2];
+  window_ = window;
+  dimension_ = input_shape[1] == Shape::unknown ? Config() : Config(input_shape[1]);
+
+  auto dense = [&](const char* name, std::int64_t units, const char* activation) {
+    return track(create_layer("kiln>Dense", {{"name", name}, {"units", units}, {"activation", activation}}));
+  };
+  auto norm = [&](const char* name) {
+    return track(create_layer("kiln>LayerNormalization", {{"name", name}, {"epsilon", 1e-6}}));
+  };
+  query_ = dense("query", heads_ * key_size_, "linear");
+  key_ = dense("key", heads_ * key_size_, "linear");
+  value_ = dense("value", heads_ * key_size_, "linear");
+  w0_ = dense("w0", window, "linear");
+  attention_norm_ = norm("attention_norm");
+  feed_forward_hidden_ = dense("feed_forward_hidden", 4 * window, "swish");
+  feed_forward_output_ = dense("feed_forward_output", window, "linear");
+  output_norm_ = norm("output_norm");
+
+  // Every sublayer is built here from shapes alone (never lazily in call), so a block made from its
+  // config has all its weights before the first call.
+  const Shape sequence = input_shape;
+  const Shape projected{input_shape[0], input_shape[1], heads_ * key_size_};
+  const Shape hidden{input_shape[0], input_shape[1], 4 * window};
+  for (const LayerPtr& layer : {query_, key_, value_}) layer->build_for(sequence);
+  w0_->build_for(projected);
+  attention_norm_->build_for(sequence);
+  feed_forward_hidden_->build_for(sequence);
+  feed_forward_output_->build_for(hidden);
+  output_norm_->build_for(sequence);
+}
+
+Tensor MHAttentionLayer::split_heads(const Tensor& x) const {
+  return ops::transpose(ops::reshape(x, {-1, x.shape()[1], heads_, key_size_}), {0, 2, 1, 3});
+}
+
+Tensor MHAttentionLayer::merge_heads(const Tensor& x) const {
+  return ops::reshape(ops::transpose(x, {0, 2, 1, 3}), {-1, x.shape()[2], heads_ * key_size_});
+}
+
+Tensor MHAttentionLayer::call(const Tensor& x, const CallArgs&) {
+  const Shape& shape = x.shape();
+  if (shape.rank() != 3 || shape[2] != window_.as_int())
+    shape_error("was built for a window of " + window_.to_string(), {{"built for", build_shapes().at(0)}, {"input", shape}});
+  if (shape[1] == Shape::unknown) shape_error("needs a known dimension (sequence length)", {{"input", shape}});
+
+  const Tensor q = split_heads((*query_)(x)), k = split_heads((*key_)(x)), v = split_heads((*value_)(x));
+  const Tensor scores = detail::attention_scores(q, k, 1.0 / std::sqrt(static_cast<double>(key_size_)));
+  const Tensor context = merge_heads(detail::attend(scores, v, Tensor()).output);
+  const Tensor attended = (*attention_norm_)(x + (*w0_)(context));
+  const Tensor feed_forward = (*feed_forward_output_)((*feed_forward_hidden_)(attended));
+  return (*output_norm_)(attended + feed_forward);
+}
+
+MHAttention::MHAttention(std::int64_t key_size, std::int64_t heads, const Config& options)
+    : LayerHandle(std::make_shared<MHAttentionLayer>(options.with("key_size", key_size).with("heads", heads))) {}
+
+KILN_REGISTER_LAYER("Custom>MHAttention", MHAttentionLayer);
+
+}  // namespace kiln
+

@@ -1,0 +1,153 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "layers/attention.hpp"
+#include "layers/attention_reference.hpp"
+#include "layers/model.hpp"
+#include "support/layer_check.hpp"
+
+using kiln::Array;
+using kiln::CallArgs;
+using kiln::Config;
+using kiln::Shape;
+using kiln::Tensor;
+using namespace kiln::testing;
+
+namespace {
+
+constexpr std::int64_t None = Shape::unknown;
+
+// 1/0 padding over keys: batch b may attend the first `lengths[b]` keys.
+Array padding_mask(const std::vector<std::int64_t>& lengths, std::int64_t keys) {
+  Array mask({static_cast<std::int64_t>(lengths.size()), keys}, kiln::DType::float64);
+  for (std::size_t b = 0; b < lengths.size(); ++b)
+    for (std::int64_t j = 0; j < keys; ++j) mask.set_flat(b * static_cast<std::size_t>(keys) + static_cast<std::size_t>(j), j < lengths[b] ? 1.0 : 0.0);
+  return mask;
+}
+
+LayerCase qkv_case(std::int64_t batch, std::int64_t queries, std::int64_t keys, std::int64_t depth, std::int64_t value_depth) {
+  return LayerCase({random_input({batch, queries, depth}, 11), random_input({batch, keys, depth}, 12),
+                    random_input({batch, keys, value_depth}, 13)});
+}
+
+}  // namespace
+
+TEST_CASE("DotProductAttention: output and weight shapes with an unknown batch", "[layers][attention]") {
+  kiln::DotProductAttention attention(true);
+  LayerCase c = qkv_case(2, 5, 7, 8, 3);
+  c.options = {{"return_attention_scores", true}};
+  const std::vector<Shape> shapes = symbolic_output_shapes(*attention, c);
+  REQUIRE(shapes.size() == 2);
+  CHECK(shapes[0] == Shape{None, 5, 3});
+  CHECK(shapes[1] == Shape{None, 5, 7});
+  CHECK(attention.count_params() == 0);
+}
+
+TEST_CASE("DotProductAttention: matches a plain-loop reference with padding and causal masks", "[layers][attention][reference]") {
+  for (bool use_scale : {true, false})
+    for (bool causal : {false, true})
+      for (int mask_kind : {0, 1, 2}) {  // none, (B, S) padding, (B, T, S)
+        kiln::DotProductAttention attention(use_scale);
+        LayerCase c = qkv_case(3, 4, 4, 6, 5);
+        Array full_mask;
+        if (mask_kind == 1) {
+          const Array padding = padding_mask({4, 2, 0}, 4);  // the last batch attends nothing
+          c.tensor_args = {{"mask", padding}};
+          full_mask = expand_padding_mask(padding, 4);
+        } else if (mask_kind == 2) {
+          full_mask = random_input({3, 4, 4}, 5);
+          for (std::size_t i = 0; i < full_mask.size(); ++i) full_mask.set_flat(i, full_mask.flat(i) > -0.3 ? 1.0 : 0.0);
+          c.tensor_args = {{"mask", full_mask}};
+        }
+        c.options = {{"use_causal_mask", causal}, {"return_attention_scores", true}};
+        const std::vector<Array> outputs = run_layer(*attention, c);
+        const double scale = use_scale ? 1.0 / std::sqrt(6.0) : 1.0;
+        const ReferenceAttention expected = reference_attention(c.inputs[0], c.inputs[1], c.inputs[2], full_mask, causal, scale);
+        INFO("use_scale " << use_scale << " causal " << causal << " mask kind " << mask_kind);
+        CHECK(max_relative_difference(outputs[0], expected.output) <= 1e-10);
+        CHECK(max_relative_difference(outputs[1], expected.weights) <= 1e-10);
+      }
+}
+
+TEST_CASE("DotProductAttention: a query with nothing to attend gets zeros, not NaN", "[layers][attention][mask]") {
+  kiln::DotProductAttention attention(true);
+  LayerCase c = qkv_case(1, 3, 3, 2, 2);
+  c.tensor_args = {{"mask", padding_mask({0}, 3)}};
+  for (const Array& output : run_layer(*attention, c))
+    for (std::size_t i = 0; i < output.size(); ++i) CHECK(output.flat(i) == 0.0);
+}
+
+TEST_CASE("DotProductAttention: gradients match central differences with masks", "[layers][attention][grad]") {
+  kiln::DotProductAttention attention(true);
+  LayerCase c = qkv_case(2, 3, 4, 5, 2);
+  c.tensor_args = {{"mask", padding_mask({3, 2}, 4)}};
+  c.options = {{"use_causal_mask", true}};
+  const GradcheckReport report = gradcheck_layer(*attention, c);
+  INFO(report.worst_entry());
+  CHECK(report.max_relative_error <= 1e-6);
+}
+
+TEST_CASE("DotProductAttention: config round trip and two-input form", "[layers][attention][config]") {
+  kiln::DotProductAttention attention(false, {{"name", "dot"}});
+  check_config_round_trip(attention, qkv_case(2, 3, 3, 4, 4));
+  CHECK(attention.get_config().get_bool("use_scale") == false);
+  // [query, value] uses the value as the key.
+  kiln::DotProductAttention two(true);
+  const LayerCase c({random_input({2, 3, 4}, 1), random_input({2, 5, 4}, 2)});
+  const Array output = run_layer(*two, c)[0];
+  const ReferenceAttention expected = reference_attention(c.inputs[0], c.inputs[1], c.inputs[1], Array(), false, 0.5);
+  CHECK(max_relative_difference(output, expected.output) <= 1e-10);
+}
+
+TEST_CASE("DotProductAttention: bad shapes throw ShapeError naming the layer at graph-build time", "[layers][attention][errors]") {
+  const Tensor q = kiln::Input({None, 5, 8}), k = kiln::Input({None, 6, 8}), v = kiln::Input({None, 7, 8});
+  kiln::DotProductAttention attention(true, {{"name", "att"}});
+  CHECK_THROWS_WITH(attention({q, k, v}), Catch::Contains("DotProductAttention 'att'") && Catch::Contains("(None, 6, 8)") &&
+                                               Catch::Contains("(None, 7, 8)"));
+  kiln::DotProductAttention other(true, {{"name", "att2"}});
+  const Tensor wrong_mask = kiln::Input({None, 4});
+  CHECK_THROWS_AS(other({q, k, k}, CallArgs().tensor("mask", wrong_mask)), kiln::ShapeError);
+  CHECK_THROWS_AS(other({q}), kiln::ConfigError);
+  CHECK_THROWS_WITH(other({q, k, k}, CallArgs().option("causal", true)), Catch::Contains("use_causal_mask"));
+}
+
+TEST_CASE("Attention (Keras): dot scores, learned scale, query and value masks", "[layers][attention][keras]") {
+  kiln::Attention attention(true);
+  LayerCase c({random_input({2, 3, 4}, 1), random_input({2, 5, 4}, 2)});  // [query, value]
+  const Array value_mask = padding_mask({5, 3}, 5);
+  Array query_mask = padding_mask({3, 2}, 3);
+  c.tensor_args = {{"value_mask", value_mask}, {"query_mask", query_mask}};
+  c.options = {{"return_attention_scores", true}};
+  const std::vector<Array> outputs = run_layer(*attention, c);
+  REQUIRE(attention.weights().size() == 1);
+  CHECK(attention.weights()[0].path == "scale");
+  // The scale starts at 1: plain dot-product scores, no 1/sqrt(d).
+  const ReferenceAttention expected = reference_attention(c.inputs[0], c.inputs[1], c.inputs[1], expand_padding_mask(value_mask, 3), false, 1.0);
+  CHECK(max_relative_difference(outputs[1], expected.weights) <= 1e-10);
+  for (std::int64_t i = 0; i < 3; ++i)
+    for (std::int64_t d = 0; d < 4; ++d) {
+      const std::size_t second_batch = static_cast<std::size_t>((3 + i) * 4 + d);
+      CHECK(outputs[0].flat(second_batch) == Approx(i < 2 ? expected.output.flat(second_batch) : 0.0).margin(1e-12));
+    }
+  const GradcheckReport report = gradcheck_layer(*attention, c);
+  INFO(report.worst_entry());
+  CHECK(report.max_relative_error <= 1e-6);
+}
+
+TEST_CASE("Attention (Keras): concat scores have gradients and round-trip their config", "[layers][attention][keras]") {
+  kiln::Attention attention(true, "concat", {{"name", "additive"}});
+  LayerCase c({random_input({2, 3, 4}, 1), random_input({2, 5, 4}, 2), random_input({2, 5, 4}, 3)});
+  c.options = {{"use_causal_mask", true}};
+  CHECK(symbolic_output_shapes(*attention, c) == std::vector<Shape>{Shape{None, 3, 4}});
+  const GradcheckReport report = gradcheck_layer(*attention, c);
+  INFO(report.worst_entry());
+  CHECK(report.max_relative_error <= 1e-6);
+  check_config_round_trip(attention, c);
+  const Config config = attention.get_config();
+  CHECK(config.get_string("score_mode") == "concat");
+  CHECK(config.get_double("dropout") == 0.0);
+  CHECK(config.at("seed").is_null());
+  CHECK_THROWS_AS(kiln::Attention(false, "additive"), kiln::ConfigError);
+}
