@@ -267,7 +267,13 @@ void Layer::check_call(const std::vector<Tensor>& inputs, const CallArgs& args) 
     for (const std::string& key : args.options().keys()) check_name(key);
 }
 
-std::vector<Tensor> Layer::operator()(const std::vector<Tensor>& given_inputs, const CallArgs& given_args) {
+Outputs::operator Tensor() const {
+  if (size() != 1)
+    throw ValueError("a layer call with " + std::to_string(size()) + " outputs used as one Tensor; index the outputs");
+  return front();
+}
+
+Outputs Layer::operator()(const std::vector<Tensor>& given_inputs, const CallArgs& given_args) {
   check_call(given_inputs, given_args);
   const LayerPtr self = weak_from_this().lock();
   if (!self)

@@ -93,6 +93,17 @@ struct Weight {
   bool trainable = true;
 };
 
+// What calling a layer returns: its outputs, which read as one Tensor when there is exactly one, so
+// kiln::Dense(1)(kiln::Add()({a, b})) works as in Keras. Converting several outputs to one Tensor
+// throws ValueError: index them instead.
+class Outputs : public std::vector<Tensor> {
+ public:
+  Outputs() = default;
+  Outputs(std::vector<Tensor> outputs) : std::vector<Tensor>(std::move(outputs)) {}
+  operator Tensor() const;
+  const Shape& shape() const { return Tensor(*this).shape(); }
+};
+
 class Layer : public std::enable_shared_from_this<Layer> {
  public:
   virtual ~Layer();
@@ -102,7 +113,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // ---- calling ------------------------------------------------------------------------------------
   // Builds on the first call (from the inputs' shapes), then adds the layer's ops to the inputs' graph
   // under a name scope of the layer's name. Outputs remember this call (Tensor::producer).
-  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs, const CallArgs& args = {});
+  Outputs operator()(const std::vector<Tensor>& inputs, const CallArgs& args = {});
   // One input; throws ValueError if the layer returns more than one output (use the list form).
   Tensor operator()(const Tensor& input, const CallArgs& args = {});
 
@@ -248,7 +259,7 @@ class LayerHandle {
   explicit LayerHandle(Args&&... args) : layer_(std::make_shared<L>(std::forward<Args>(args)...)) {}
   LayerHandle(std::shared_ptr<L> layer) : layer_(std::move(layer)) {}
 
-  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs, const CallArgs& args = {}) const {
+  Outputs operator()(const std::vector<Tensor>& inputs, const CallArgs& args = {}) const {
     return (*layer_)(inputs, args);
   }
   Tensor operator()(const Tensor& input, const CallArgs& args = {}) const { return (*layer_)(input, args); }

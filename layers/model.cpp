@@ -139,6 +139,7 @@ struct Recorder {
   std::map<const Layer*, int> input_by_layer;        // kiln::Input tensors, by their InputLayer
   std::map<std::pair<const Graph*, NodeId>, int> input_by_node;  // raw placeholders given as inputs
   std::map<const LayerCall*, int> node_of_call;
+  std::vector<const Graph*> node_graph;  // per recorded node: the graph its call ran in (null for inputs)
 
   bool same_node(const ModelBase::Node& a, const ModelBase::Node& b) const {
     auto same_ref = [](const ModelBase::TensorRef& x, const ModelBase::TensorRef& y) {
@@ -178,12 +179,18 @@ struct Recorder {
     for (const auto& [name, t] : call->args.tensors()) node.tensor_args.emplace_back(name, visit(t));
     node.options = call->args.options();
     for (const Tensor& output : call->outputs) node.output_shapes.push_back(output.shape());
+    // The same call replayed in another graph (to meet an input from there) is one node; two calls
+    // in one graph are two nodes even when identical (dropout twice on one tensor draws two masks).
+    const Graph* graph = call->outputs.empty() ? nullptr : &call->outputs[0].graph();
     int index = -1;
     for (std::size_t i = 0; i < nodes.size(); ++i)
-      if (same_node(nodes[i], node)) index = static_cast<int>(i);
+      if (i < node_graph.size() && node_graph[i] != nullptr && node_graph[i] != graph && same_node(nodes[i], node))
+        index = static_cast<int>(i);
     if (index < 0) {
       nodes.push_back(std::move(node));
       index = static_cast<int>(nodes.size()) - 1;
+      node_graph.resize(nodes.size(), nullptr);
+      node_graph[static_cast<std::size_t>(index)] = graph;
     }
     node_of_call.emplace(call.get(), index);
     return {index, tensor.producer_output()};
@@ -196,7 +203,7 @@ void ModelBase::record(const std::vector<Tensor>& inputs, const std::vector<Tens
   if (inputs.empty()) throw ValueError(describe() + ": a model needs at least one input");
   if (outputs.empty()) throw ValueError(describe() + ": a model needs at least one output");
   clear_record();
-  Recorder recorder{*this, nodes_, {}, {}, {}};
+  Recorder recorder{*this, nodes_, {}, {}, {}, {}};
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& input = inputs[i];
     if (!input.valid()) throw ValueError(describe() + ": input " + std::to_string(i) + " is an empty Tensor");

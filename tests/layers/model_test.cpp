@@ -5,6 +5,8 @@
 #include "core/error.hpp"
 #include "core/graph.hpp"
 #include "layers/dense.hpp"
+#include "layers/dropout.hpp"
+#include "layers/merging.hpp"
 #include "layers/model.hpp"
 #include "ops/ops.hpp"
 #include "support/layer_check.hpp"
@@ -594,4 +596,12 @@ TEST_CASE("InputLayer: shapes, batch sizes and errors", "[layers][model][input]"
   CHECK(named.shape() == Shape{None, 2, 5});
   CHECK(named.dtype() == kiln::DType::float64);
   CHECK(named.producer()->layer->name() == "tokens");
+}
+
+TEST_CASE("Model: a layer called twice on the same tensor is two calls", "[layers][model]") {
+  const Tensor x = kiln::Input({Shape::unknown, 64}, kiln::DType::float64);
+  kiln::Dropout dropout(0.5, {{"seed", 1}});
+  const Tensor once = dropout(x), twice = dropout(x);
+  kiln::Model model(x, kiln::Add()({once, twice}));
+  CHECK(model->nodes().size() == 4);  // input, dropout, dropout, add
 }
