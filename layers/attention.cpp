@@ -6,29 +6,29 @@
 #include "core/graph.hpp"
 #include "core/rng.hpp"
 #include "layers/detail/attention_math.hpp"
+#include "layers/detail/seed.hpp"
 #include "ops/ops.hpp"
 
 namespace kiln {
 
 namespace {
 
-// The combined mask of a call: the given one (checked and shaped) times the causal one, or empty.
-Tensor call_mask(const std::string& who, const Tensor* given, bool causal, const Tensor& scores) {
-  Tensor mask;
-  if (given != nullptr) mask = detail::broadcastable_mask(who, *given, scores);
-  if (causal) {
-    const std::int64_t queries = scores.shape().dim(-2), keys = scores.shape().dim(-1);
-    if (queries == Shape::unknown || keys == Shape::unknown)
-      throw ShapeError(who, "use_causal_mask needs known sequence lengths", {{"scores", scores.shape()}});
-    const Tensor causal_part = detail::causal_mask(scores.graph(), queries, keys, scores.dtype());
-    mask = mask.valid() ? mask * causal_part : causal_part;
-  }
-  return mask;
-}
-
-void check_same_batch(const Layer& layer, const std::vector<Shape>& shapes, const char* what) {
-  for (const Shape& shape : shapes)
-    if (shape.rank() < 2) throw ShapeError(layer.describe(), std::string("needs ") + what, {{"input", shape}});
+// The one shape rule of both layers, at build and at every call: (batch, ..., length, depth) inputs of
+// one rank whose leading axes agree, the query's depth equal to the key's, the key's length to the value's.
+// Rank 2 is refused: (batch, depth) would let samples of a batch attend to each other.
+void check_shapes(const Layer& layer, const Shape& query, const Shape& key, const Shape& value) {
+  const std::vector<std::pair<std::string, Shape>> all = {{"query", query}, {"key", key}, {"value", value}};
+  for (const auto& [label, shape] : all)
+    if (shape.rank() < 3) throw ShapeError(layer.describe(), "takes (batch, ..., length, depth) inputs", all);
+  if (query.rank() != key.rank() || key.rank() != value.rank())
+    throw ShapeError(layer.describe(), "query, key and value must have the same rank", all);
+  for (int axis = 0; axis < query.rank() - 2; ++axis)
+    if (query[axis] != key[axis] || key[axis] != value[axis])
+      throw ShapeError(layer.describe(), "query, key and value differ before their last two dimensions", all);
+  if (query.dim(-1) == Shape::unknown || query.dim(-1) != key.dim(-1))
+    throw ShapeError(layer.describe(), "query and key must have the same, known depth", all);
+  if (key.dim(-2) != value.dim(-2))
+    throw ShapeError(layer.describe(), "key and value must have the same length", all);
 }
 
 }  // namespace
@@ -43,39 +43,22 @@ DotProductAttentionLayer::DotProductAttentionLayer(const Config& config) : Layer
 
 Config DotProductAttentionLayer::get_config() const { return base_config().with("use_scale", use_scale_); }
 
+// [query, key, value], or [query, value] with the value as key: the key is the second input either way.
 void DotProductAttentionLayer::build(const std::vector<Shape>& shapes) {
-  check_same_batch(*this, shapes, "query, key and value of shape (batch, ..., length, depth)");
-  // [query, key, value] or [query, value]: the key is the second input either way.
-  const Shape& query = shapes[0];
-  const Shape& key = shapes[1];
-  const Shape& value = shapes.back();
-  if (query.dim(-1) == Shape::unknown) shape_error("needs the query's depth (last dimension)", {{"query", query}});
-  if (query.dim(-1) != key.dim(-1))
-    shape_error("query and key must have the same depth", {{"query", query}, {"key", key}});
-  if (key.dim(-2) != value.dim(-2))
-    shape_error("key and value must have the same length (second to last dimension)", {{"key", key}, {"value", value}});
-  if (query.rank() != key.rank() || key.rank() != value.rank())
-    shape_error("query, key and value must have the same rank", {{"query", query}, {"key", key}, {"value", value}});
+  check_shapes(*this, shapes[0], shapes[1], shapes.back());
   // The TF2 original scales by 1/sqrt(d_k) with d_k fixed at build: a constant, not a weight.
-  scale_ = use_scale_ ? 1.0 / std::sqrt(static_cast<double>(query.dim(-1))) : 1.0;
+  scale_ = use_scale_ ? 1.0 / std::sqrt(static_cast<double>(shapes[0].dim(-1))) : 1.0;
 }
 
 std::vector<Tensor> DotProductAttentionLayer::call(const std::vector<Tensor>& inputs, const CallArgs& args) {
   const Tensor& query = inputs[0];
   const Tensor& key = inputs[1];
   const Tensor& value = inputs.back();
-  std::vector<Shape> shapes;
-  for (const Tensor& input : inputs) shapes.push_back(input.shape());
-  if (shapes != build_shapes()) {
-    // Same checks as build, for a layer built on other lengths or batch sizes.
-    const std::int64_t depth = build_shapes()[0].dim(-1);
-    if (query.shape().dim(-1) != depth)
-      shape_error("was built for queries of depth " + std::to_string(depth), {{"built for", build_shapes()[0]}, {"query", query.shape()}});
-    if (key.shape().dim(-1) != query.shape().dim(-1) || key.shape().dim(-2) != value.shape().dim(-2))
-      shape_error("query/key depths or key/value lengths differ", {{"query", query.shape()}, {"key", key.shape()}, {"value", value.shape()}});
-  }
+  check_shapes(*this, query.shape(), key.shape(), value.shape());
+  if (query.shape().dim(-1) != build_shapes()[0].dim(-1))
+    shape_error("was built (and scaled) for another query depth", {{"built for", build_shapes()[0]}, {"query", query.shape()}});
   const Tensor scores = detail::attention_scores(query, key, scale_);
-  const Tensor mask = call_mask(describe(), args.find_tensor("mask"), args.flag("use_causal_mask", false), scores);
+  const Tensor mask = detail::combined_mask(describe(), args.find_tensor("mask"), args.flag("use_causal_mask", false), scores);
   const detail::Attended attended = detail::attend(scores, value, mask);
   if (args.flag("return_attention_scores", false)) return {attended.output, attended.weights};
   return {attended.output};
@@ -109,14 +92,8 @@ Config AttentionLayer::get_config() const {
 }
 
 void AttentionLayer::build(const std::vector<Shape>& shapes) {
-  check_same_batch(*this, shapes, "query, value (and key) of shape (batch, length, depth)");
-  const Shape& query = shapes[0];
-  const Shape& value = shapes[1];
-  const Shape& key = shapes.size() == 3 ? shapes[2] : shapes[1];
-  if (query.dim(-1) != key.dim(-1))
-    shape_error("query and key must have the same depth", {{"query", query}, {"key", key}});
-  if (key.dim(-2) != value.dim(-2))
-    shape_error("key and value must have the same length", {{"key", key}, {"value", value}});
+  // Keras's order: [query, value] or [query, value, key].
+  check_shapes(*this, shapes[0], shapes.size() == 3 ? shapes[2] : shapes[1], shapes[1]);
   if (use_scale_) scale_ = add_weight("scale", Shape{}, Initializer::get("ones"));
   if (score_mode_ == "concat") concat_score_weight_ = add_weight("concat_score_weight", Shape{}, Initializer::get("ones"));
 }
@@ -136,11 +113,10 @@ std::vector<Tensor> AttentionLayer::call(const std::vector<Tensor>& inputs, cons
   const Tensor& query = inputs[0];
   const Tensor& value = inputs[1];
   const Tensor& key = inputs.size() == 3 ? inputs[2] : inputs[1];
-  if (key.shape().dim(-1) != query.shape().dim(-1) || key.shape().dim(-2) != value.shape().dim(-2))
-    shape_error("query/key depths or key/value lengths differ", {{"query", query.shape()}, {"value", value.shape()}, {"key", key.shape()}});
+  check_shapes(*this, query.shape(), key.shape(), value.shape());
   const Tensor score = scores(query, key);
-  const Tensor mask = call_mask(describe(), args.find_tensor("value_mask"), args.flag("use_causal_mask", false), score);
-  const std::uint64_t seed = seed_.is_null() ? stable_hash(name()) : static_cast<std::uint64_t>(seed_.as_int());
+  const Tensor mask = detail::combined_mask(describe(), args.find_tensor("value_mask"), args.flag("use_causal_mask", false), score);
+  const std::uint64_t seed = detail::call_seed(seed_, name(), query);
   const detail::Attended attended = detail::attend(score, value, mask, dropout_, seed, args.training());
   Tensor output = attended.output;
   if (const Tensor* query_mask = args.find_tensor("query_mask")) {

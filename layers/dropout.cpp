@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/rng.hpp"
+#include "layers/detail/seed.hpp"
 #include "ops/ops.hpp"
 
 namespace kiln {
@@ -26,13 +27,9 @@ Config DropoutLayer::get_config() const {
   return config;
 }
 
-// Without a seed, the layer's name keys the mask stream, so adding a layer elsewhere changes no mask.
-std::uint64_t DropoutLayer::op_seed() const {
-  return seed_ ? static_cast<std::uint64_t>(*seed_) : stable_hash(name());
-}
-
 Tensor DropoutLayer::call(const Tensor& input, const CallArgs& args) {
-  return ops::dropout(input, rate_, op_seed(), args.training());
+  const std::uint64_t seed = detail::call_seed(seed_ ? Config(*seed_) : Config(), name(), input);
+  return ops::dropout(input, rate_, seed, args.training());
 }
 
 Dropout::Dropout(double rate, const Config& options)

@@ -327,26 +327,12 @@ Tensor Layer::operator()(const Tensor& input, const CallArgs& args) {
 
 // ---- weights ----------------------------------------------------------------------------------------
 
-void Layer::collect_weights(const std::string& prefix, int trainable_filter, std::vector<Weight>& out) const {
-  // trainable_filter: 1 = trainable only, 0 = non-trainable only.
-  for (const OwnWeight& weight : weights_) {
-    const bool trainable = weight.trainable && trainable_;
-    if (static_cast<int>(trainable) == trainable_filter) out.push_back({prefix + weight.name, weight.value, trainable});
-  }
-  for (const LayerPtr& child : children_) {
-    if (!trainable_ && trainable_filter == 1) continue;  // a frozen parent freezes its children
-    if (!trainable_ && trainable_filter == 0) {
-      std::vector<Weight> all;
-      child->collect_weights(prefix + child->name_ + "/", 1, all);
-      child->collect_weights(prefix + child->name_ + "/", 0, all);
-      for (Weight& weight : all) {
-        weight.trainable = false;
-        out.push_back(std::move(weight));
-      }
-      continue;
-    }
-    child->collect_weights(prefix + child->name_ + "/", trainable_filter, out);
-  }
+void Layer::collect_weights(const std::string& prefix, bool frozen_by_parent, std::vector<Weight>& out) const {
+  // Keras 3's order: the layer's own weights in creation order, then each child's, whatever the
+  // trainable flags, so freezing a layer never reorders get_weights().
+  const bool frozen = frozen_by_parent || !trainable_;
+  for (const OwnWeight& weight : weights_) out.push_back({prefix + weight.name, weight.value, weight.trainable && !frozen});
+  for (const LayerPtr& child : children_) child->collect_weights(prefix + child->name_ + "/", frozen, out);
 }
 
 namespace {
@@ -365,23 +351,24 @@ std::vector<Weight> without_repeats(std::vector<Weight> weights) {
 }
 }  // namespace
 
+std::vector<Weight> Layer::weights() const {
+  std::vector<Weight> out;
+  collect_weights("", false, out);
+  return without_repeats(std::move(out));
+}
+
 std::vector<Weight> Layer::trainable_weights() const {
   std::vector<Weight> out;
-  collect_weights("", 1, out);
-  return without_repeats(std::move(out));
+  for (Weight& weight : weights())
+    if (weight.trainable) out.push_back(std::move(weight));
+  return out;
 }
 
 std::vector<Weight> Layer::non_trainable_weights() const {
   std::vector<Weight> out;
-  collect_weights("", 0, out);
-  return without_repeats(std::move(out));
-}
-
-std::vector<Weight> Layer::weights() const {
-  std::vector<Weight> out;
-  collect_weights("", 1, out);
-  collect_weights("", 0, out);
-  return without_repeats(std::move(out));
+  for (Weight& weight : weights())
+    if (!weight.trainable) out.push_back(std::move(weight));
+  return out;
 }
 
 std::vector<Array> Layer::get_weights() const {

@@ -149,8 +149,8 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // The output shapes of the first call, batch unknown, for summaries.
   const std::vector<Shape>& output_shapes() const { return output_shapes_; }
 
-  // ---- weights (Keras order: trainable then non-trainable; each the layer's own, then its children's;
-  //      a layer reached twice counts once)
+  // ---- weights (Keras 3's order: the layer's own in creation order, then each child's, whatever the
+  //      trainable flags; the trainable lists filter it; a layer reached twice counts once)
   std::vector<Weight> weights() const;
   std::vector<Weight> trainable_weights() const;
   std::vector<Weight> non_trainable_weights() const;
@@ -217,7 +217,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
     Fans fans;
     bool trainable;
   };
-  void collect_weights(const std::string& prefix, int trainable_filter, std::vector<Weight>& out) const;
+  void collect_weights(const std::string& prefix, bool frozen_by_parent, std::vector<Weight>& out) const;
   void initialize_own_weights(std::uint64_t seed);
   bool holds_first_draw() const;  // every weight, children's too, equals its draw for seed 0
   void adopt(Layer& child) const;

@@ -126,8 +126,6 @@ void ModelBase::clear_record() {
   nodes_.clear();
   input_nodes_.clear();
   outputs_.clear();
-  symbolic_inputs_.clear();
-  symbolic_outputs_.clear();
   inference_.reset();
 }
 
@@ -230,8 +228,6 @@ void ModelBase::record(const std::vector<Tensor>& inputs, const std::vector<Tens
     if (!output.valid()) throw ValueError(describe() + ": an output is an empty Tensor");
     outputs_.push_back(recorder.visit(output));
   }
-  symbolic_inputs_ = inputs;
-  symbolic_outputs_ = outputs;
 
   // Member layers, each once; auto-named layers from different graphs may share a name ("dense" made in
   // each input's graph): the later one is renamed, as Keras would have named it. Given names are claimed
@@ -482,7 +478,7 @@ std::string shapes_text(const std::vector<Shape>& shapes) {
 
 }  // namespace
 
-std::string ModelBase::summary_string(int) const {
+std::string ModelBase::summary_string() const {
   const bool show_connections = !linear();
   struct Row {
     std::string layer, shape, params;

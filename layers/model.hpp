@@ -72,7 +72,7 @@ class ModelBase : public Layer {
   std::vector<Shape> model_output_shapes() const;
 
   // The Keras-style table: layer (type), output shape, params (and connections for non-linear models).
-  std::string summary_string(int line_length = 0) const;
+  std::string summary_string() const;
   void summary(std::ostream& out) const;
   void summary() const;  // to stdout
 
@@ -101,7 +101,6 @@ class ModelBase : public Layer {
   std::vector<Node> nodes_;
   std::vector<int> input_nodes_;
   std::vector<TensorRef> outputs_;
-  std::vector<Tensor> symbolic_inputs_, symbolic_outputs_;  // the tensors the model was made from
 
  private:
   struct Inference;

@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "layers/detail/attention_math.hpp"
+#include "layers/detail/seed.hpp"
 #include "ops/ops.hpp"
 
 namespace kiln {
@@ -91,10 +92,11 @@ MultiHeadAttentionLayer::Projection MultiHeadAttentionLayer::add_projection(cons
   return projection;
 }
 
+// Keras's order: [query, value] or [query, value, key]; the key defaults to the value.
 void MultiHeadAttentionLayer::build(const std::vector<Shape>& shapes) {
   const Shape& query = shapes[0];
-  const Shape& key = shapes[1];
-  const Shape& value = shapes.back();
+  const Shape& value = shapes[1];
+  const Shape& key = shapes.size() == 3 ? shapes[2] : shapes[1];
   check_inputs(query, key, value);
   const std::int64_t d_model = query[2];
   if (key_dim_.is_null()) {
@@ -108,6 +110,7 @@ void MultiHeadAttentionLayer::build(const std::vector<Shape>& shapes) {
   value_depth_ = value_dim_.is_null() ? key_depth_ : value_dim_.as_int();
   const std::int64_t output_dim = output_dim_ > 0 ? output_dim_ : d_model;
 
+  key_features_ = key[2];
   query_ = add_projection("query", d_model, key_depth_);
   key_ = add_projection("key", key[2], key_depth_);
   value_ = add_projection("value", value[2], value_depth_);
@@ -127,11 +130,14 @@ Tensor MultiHeadAttentionLayer::project(const Tensor& x, const Projection& proje
 
 std::vector<Tensor> MultiHeadAttentionLayer::call(const std::vector<Tensor>& inputs, const CallArgs& args) {
   const Tensor& query = inputs[0];
-  const Tensor& key = inputs[1];
-  const Tensor& value = inputs.back();
+  const Tensor& value = inputs[1];
+  // Keras also takes the key by keyword.
+  const Tensor* key_argument = args.find_tensor("key");
+  if (key_argument != nullptr && inputs.size() == 3) config_error("got the key both as an input and as 'key'");
+  const Tensor& key = inputs.size() == 3 ? inputs[2] : (key_argument != nullptr ? *key_argument : inputs[1]);
   check_inputs(query.shape(), key.shape(), value.shape());
   const std::vector<Shape>& built = build_shapes();
-  if (query.shape()[2] != built[0][2] || key.shape()[2] != built[1][2] || value.shape()[2] != built.back()[2])
+  if (query.shape()[2] != built[0][2] || key.shape()[2] != key_features_ || value.shape()[2] != built[1][2])
     shape_error("was built for other feature sizes",
                 {{"built query", built[0]}, {"query", query.shape()}, {"key", key.shape()}, {"value", value.shape()}});
   if (query.shape()[1] == Shape::unknown || key.shape()[1] == Shape::unknown)
@@ -143,13 +149,9 @@ std::vector<Tensor> MultiHeadAttentionLayer::call(const std::vector<Tensor>& inp
   const Tensor v = project(value, value_, value_depth_);
   const Tensor scores = detail::attention_scores(q, k, 1.0);
 
-  Tensor mask;
-  if (const Tensor* given = args.find_tensor("attention_mask")) mask = detail::broadcastable_mask(describe(), *given, scores);
-  if (args.flag("use_causal_mask", false)) {
-    const Tensor causal = detail::causal_mask(query.graph(), query.shape()[1], key.shape()[1], scores.dtype());
-    mask = mask.valid() ? mask * causal : causal;
-  }
-  const std::uint64_t seed = seed_.is_null() ? stable_hash(name()) : static_cast<std::uint64_t>(seed_.as_int());
+  const Tensor mask = detail::combined_mask(describe(), args.find_tensor("attention_mask"),
+                                            args.flag("use_causal_mask", false), scores);
+  const std::uint64_t seed = detail::call_seed(seed_, name(), query);
   const detail::Attended attended = detail::attend(scores, v, mask, dropout_, seed, args.training());
 
   const std::int64_t length = query.shape()[1], width = num_heads_ * value_depth_;
@@ -159,6 +161,12 @@ std::vector<Tensor> MultiHeadAttentionLayer::call(const std::vector<Tensor>& inp
   if (use_bias_) output = output + variable(output_.bias, query);
   if (args.flag("return_attention_scores", false)) return {output, attended.weights};
   return {output};
+}
+
+Outputs MultiHeadAttention::operator()(const std::vector<Tensor>& query_key_value, const CallArgs& args) const {
+  if (query_key_value.size() == 3)
+    return (*layer_)(std::vector<Tensor>{query_key_value[0], query_key_value[2], query_key_value[1]}, args);
+  return (*layer_)(query_key_value, args);
 }
 
 MultiHeadAttention::MultiHeadAttention(std::int64_t h)

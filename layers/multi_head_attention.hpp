@@ -10,7 +10,9 @@
 //     with CallArgs: tensor "attention_mask" (batch, T, S), options "use_causal_mask",
 //     "return_attention_scores" (list call only: outputs [output, scores (batch, heads, T, S)]).
 //
-// Inputs are (batch, length, features). The list form is always [query, key, value] (or [query, value]).
+// Inputs are (batch, length, features). The layer itself takes Keras's order, [query, value] or
+// [query, value, key], as models record and configs save it; the handle's list call is the TF2 form,
+// [query, key, value], and reorders.
 // Weights follow Keras's EinsumDense layout and names: query/kernel (Eq, heads, key_dim), query/bias
 // (heads, key_dim), key/..., value/..., attention_output/kernel (heads, value_dim, Eout),
 // attention_output/bias (Eout,). Masks hold 1 (may attend) and 0; a query with nothing to attend
@@ -35,7 +37,7 @@ class MultiHeadAttentionLayer : public Layer {
   void build(const std::vector<Shape>& input_shapes) override;
   std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallArgs& args) override;
   std::vector<std::string> call_argument_names() const override {
-    return {"attention_mask", "use_causal_mask", "return_attention_scores"};
+    return {"key", "attention_mask", "use_causal_mask", "return_attention_scores"};
   }
   std::pair<std::size_t, std::size_t> input_count() const override { return {2, 3}; }
 
@@ -52,7 +54,7 @@ class MultiHeadAttentionLayer : public Layer {
   double dropout_ = 0.0;
   bool use_bias_ = true;
   Initializer kernel_initializer_, bias_initializer_;
-  std::int64_t key_depth_ = 0, value_depth_ = 0, output_dim_ = 0;
+  std::int64_t key_depth_ = 0, value_depth_ = 0, output_dim_ = 0, key_features_ = 0;
   Projection query_, key_, value_, output_;
 };
 
@@ -64,13 +66,14 @@ class MultiHeadAttention : public LayerHandle<MultiHeadAttentionLayer> {
   MultiHeadAttention(std::int64_t num_heads, std::int64_t key_dim, const Config& options = {});
   explicit MultiHeadAttention(const Config& config) : LayerHandle(std::make_shared<MultiHeadAttentionLayer>(config)) {}
 
-  using LayerHandle::operator();  // the list form: [query, key, value]
+  // The TF2 form: [query, key, value] (or [query, value]).
+  Outputs operator()(const std::vector<Tensor>& query_key_value, const CallArgs& args = {}) const;
   // Keras's call order: (query, value, key = value).
-  Tensor operator()(const Tensor& query, const Tensor& value, const CallArgs& args = {}) const {
-    return (*layer_)(std::vector<Tensor>{query, value}, args).at(0);
+  Outputs operator()(const Tensor& query, const Tensor& value, const CallArgs& args = {}) const {
+    return (*layer_)(std::vector<Tensor>{query, value}, args);
   }
-  Tensor operator()(const Tensor& query, const Tensor& value, const Tensor& key, const CallArgs& args = {}) const {
-    return (*layer_)(std::vector<Tensor>{query, key, value}, args).at(0);
+  Outputs operator()(const Tensor& query, const Tensor& value, const Tensor& key, const CallArgs& args = {}) const {
+    return (*layer_)(std::vector<Tensor>{query, value, key}, args);
   }
 };
 

@@ -1,4 +1,6 @@
 // Constants and fills.
+#include <algorithm>
+
 #include "core/array.hpp"
 #include "core/graph.hpp"
 #include "core/op.hpp"
@@ -24,6 +26,13 @@ KILN_REGISTER_OP(OpDef("kiln>FillLike").inputs(1).attributes({"value"}).infer_sh
 namespace ops {
 Tensor constant(Graph& graph, const Array& value, const std::string& name) { return graph.constant(value, name); }
 Tensor scalar_like(const Tensor& like, double value) { return like.graph().scalar(value, like.dtype()); }
+Tensor causal_mask(Graph& graph, std::int64_t query_length, std::int64_t key_length, DType dtype) {
+  Array mask({query_length, key_length}, dtype);
+  for (std::int64_t i = 0; i < query_length; ++i)
+    for (std::int64_t j = 0; j <= std::min(i, key_length - 1); ++j)
+      mask.set_flat(static_cast<std::size_t>(i * key_length + j), 1.0);
+  return graph.constant(mask, "causal_mask");
+}
 Tensor zeros_like(const Tensor& like) {
   return like.graph().add_op("kiln>FillLike", {like}, Attributes().set("value", 0.0), "zeros_like");
 }

@@ -18,6 +18,9 @@ using Axes = std::vector<std::int64_t>;
 // ---- constants -----------------------------------------------------------------------------------
 Tensor constant(Graph& graph, const Array& value, const std::string& name = "constant");
 Tensor scalar_like(const Tensor& like, double value);  // a () constant of like's dtype
+// A (query_length, key_length) constant: 1 where query i may attend key j, i.e. j <= i (Keras's
+// top-left aligned causal mask), 0 elsewhere.
+Tensor causal_mask(Graph& graph, std::int64_t query_length, std::int64_t key_length, DType dtype);
 Tensor zeros_like(const Tensor& like);                   // computed from like's runtime shape
 Tensor ones_like(const Tensor& like);
 

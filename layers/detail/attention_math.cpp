@@ -1,19 +1,12 @@
 #include "layers/detail/attention_math.hpp"
 
-#include "core/array.hpp"
 #include "core/error.hpp"
 #include "core/graph.hpp"
 #include "ops/ops.hpp"
 
 namespace kiln::detail {
 
-Tensor causal_mask(Graph& graph, std::int64_t query_length, std::int64_t key_length, DType dtype) {
-  Array mask({query_length, key_length}, dtype);
-  for (std::int64_t i = 0; i < query_length; ++i)
-    for (std::int64_t j = 0; j < key_length; ++j)
-      mask.set_flat(static_cast<std::size_t>(i * key_length + j), j <= i ? 1.0 : 0.0);
-  return ops::constant(graph, mask, "causal_mask");
-}
+namespace {
 
 Tensor broadcastable_mask(const std::string& who, const Tensor& mask, const Tensor& scores) {
   const Shape& scores_shape = scores.shape();
@@ -23,30 +16,38 @@ Tensor broadcastable_mask(const std::string& who, const Tensor& mask, const Tens
                      dtype_name(scores.dtype()) + "; give a mask of 1s and 0s in the model's dtype");
   const int rank = scores_shape.rank();
   const std::int64_t batch = scores_shape[0], queries = scores_shape.dim(-2), keys = scores_shape.dim(-1);
-  auto fits = [](std::int64_t given, std::int64_t wanted) { return given == wanted || given == 1; };
-  auto fail = [&]() -> Tensor {
+  // An unknown dimension (the batch) is checked when the data arrives; a known one must fit now.
+  auto fits = [](std::int64_t given, std::int64_t wanted) {
+    return given == wanted || given == 1 || given == Shape::unknown || wanted == Shape::unknown;
+  };
+  const bool padding = shape.rank() == 2 && fits(shape[0], batch) && fits(shape[1], keys);
+  const bool per_query = shape.rank() == 3 && fits(shape[0], batch) && fits(shape[1], queries) && fits(shape[2], keys);
+  if (!padding && !per_query)
     throw ShapeError(who, "the mask must be (batch, key_length) or (batch, query_length, key_length)",
                      {{"mask", shape}, {"scores", scores_shape}});
-  };
-  Tensor result = mask;
-  if (shape.rank() == 2) {  // padding over keys
-    if (!fits(shape[0], batch) || !fits(shape[1], keys)) return fail();
-    result = ops::expand_dims(result, 1);
-  } else if (shape.rank() == 3) {
-    if (!fits(shape[0], batch) || !fits(shape[1], queries) || !fits(shape[2], keys)) return fail();
-  } else {
-    return fail();
-  }
-  // Heads (or any axes between batch and the last two) broadcast.
+  Tensor result = padding ? ops::expand_dims(mask, 1) : mask;
   for (int axis = 1; axis < rank - 2; ++axis) result = ops::expand_dims(result, 1);
   return result;
 }
 
+}  // namespace
+
+Tensor combined_mask(const std::string& who, const Tensor* given, bool causal, const Tensor& scores) {
+  Tensor mask;
+  if (given != nullptr) mask = broadcastable_mask(who, *given, scores);
+  if (!causal) return mask;
+  const std::int64_t queries = scores.shape().dim(-2), keys = scores.shape().dim(-1);
+  if (queries == Shape::unknown || keys == Shape::unknown)
+    throw ShapeError(who, "use_causal_mask needs known sequence lengths", {{"scores", scores.shape()}});
+  const Tensor causal_part = ops::causal_mask(scores.graph(), queries, keys, scores.dtype());
+  return mask.valid() ? mask * causal_part : causal_part;
+}
+
 Tensor masked_softmax(const Tensor& scores, const Tensor& mask) {
   if (!mask.valid()) return ops::softmax(scores, -1);
-  // -1e9 (not -inf) keeps a fully masked row finite; multiplying by the mask then zeroes it, where the
-  // softmax alone would have spread it uniformly.
-  return ops::softmax(ops::masked_fill(scores, mask, -1e9), -1) * mask;
+  // -1e9 (not -inf) keeps a fully masked row finite; zeroing after the softmax then empties it, where
+  // the softmax alone would have spread it uniformly.
+  return ops::masked_fill(ops::softmax(ops::masked_fill(scores, mask, -1e9), -1), mask, 0.0);
 }
 
 Tensor attention_scores(const Tensor& q, const Tensor& k, double scale) {

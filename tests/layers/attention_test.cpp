@@ -71,6 +71,19 @@ TEST_CASE("DotProductAttention: matches a plain-loop reference with padding and 
       }
 }
 
+TEST_CASE("DotProductAttention: the causal mask is top-left aligned when T != S", "[layers][attention][reference]") {
+  for (const auto& [queries, keys] : {std::pair<std::int64_t, std::int64_t>{3, 5}, {5, 3}}) {
+    kiln::DotProductAttention attention(true);
+    LayerCase c = qkv_case(2, queries, keys, 4, 3);
+    c.options = {{"use_causal_mask", true}, {"return_attention_scores", true}};
+    const std::vector<Array> outputs = run_layer(*attention, c);
+    const ReferenceAttention expected = reference_attention(c.inputs[0], c.inputs[1], c.inputs[2], Array(), true, 0.5);
+    INFO("T " << queries << " S " << keys);
+    CHECK(max_relative_difference(outputs[0], expected.output) <= 1e-10);
+    CHECK(max_relative_difference(outputs[1], expected.weights) <= 1e-10);
+  }
+}
+
 TEST_CASE("DotProductAttention: a query with nothing to attend gets zeros, not NaN", "[layers][attention][mask]") {
   kiln::DotProductAttention attention(true);
   LayerCase c = qkv_case(1, 3, 3, 2, 2);
@@ -108,7 +121,11 @@ TEST_CASE("DotProductAttention: bad shapes throw ShapeError naming the layer at 
                                                Catch::Contains("(None, 7, 8)"));
   kiln::DotProductAttention other(true, {{"name", "att2"}});
   const Tensor wrong_mask = kiln::Input({None, 4});
-  CHECK_THROWS_AS(other({q, k, k}, CallArgs().tensor("mask", wrong_mask)), kiln::ShapeError);
+  CHECK_THROWS_WITH(other({q, k, k}, CallArgs().tensor("mask", wrong_mask)),
+                    Catch::Contains("DotProductAttention 'att2'") && Catch::Contains("(None, 4)"));
+  // (batch, depth) inputs would let the samples of a batch attend to each other.
+  const Tensor flat = kiln::Input({None, 8});
+  CHECK_THROWS_WITH(kiln::DotProductAttention()({flat, flat, flat}), Catch::Contains("(batch, ..., length, depth)"));
   CHECK_THROWS_AS(other({q}), kiln::ConfigError);
   CHECK_THROWS_WITH(other({q, k, k}, CallArgs().option("causal", true)), Catch::Contains("use_causal_mask"));
 }
@@ -117,23 +134,53 @@ TEST_CASE("Attention (Keras): dot scores, learned scale, query and value masks",
   kiln::Attention attention(true);
   LayerCase c({random_input({2, 3, 4}, 1), random_input({2, 5, 4}, 2)});  // [query, value]
   const Array value_mask = padding_mask({5, 3}, 5);
-  Array query_mask = padding_mask({3, 2}, 3);
+  const Array query_mask = padding_mask({3, 2}, 3);
   c.tensor_args = {{"value_mask", value_mask}, {"query_mask", query_mask}};
   c.options = {{"return_attention_scores", true}};
-  const std::vector<Array> outputs = run_layer(*attention, c);
+  run_layer(*attention, c);  // builds
   REQUIRE(attention.weights().size() == 1);
   CHECK(attention.weights()[0].path == "scale");
-  // The scale starts at 1: plain dot-product scores, no 1/sqrt(d).
-  const ReferenceAttention expected = reference_attention(c.inputs[0], c.inputs[1], c.inputs[1], expand_padding_mask(value_mask, 3), false, 1.0);
+  attention.set_weights({Array::full({}, 0.7, kiln::DType::float64)});  // the learned scale, not 1/sqrt(d)
+  const std::vector<Array> outputs = run_layer(*attention, c);
+  const ReferenceAttention expected = reference_attention(c.inputs[0], c.inputs[1], c.inputs[1], expand_padding_mask(value_mask, 3), false, 0.7);
   CHECK(max_relative_difference(outputs[1], expected.weights) <= 1e-10);
-  for (std::int64_t i = 0; i < 3; ++i)
-    for (std::int64_t d = 0; d < 4; ++d) {
-      const std::size_t second_batch = static_cast<std::size_t>((3 + i) * 4 + d);
-      CHECK(outputs[0].flat(second_batch) == Approx(i < 2 ? expected.output.flat(second_batch) : 0.0).margin(1e-12));
-    }
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t i = 0; i < 3; ++i)
+      for (std::int64_t d = 0; d < 4; ++d) {
+        const std::size_t index = static_cast<std::size_t>(((b * 3) + i) * 4 + d);
+        const bool kept = query_mask.flat(static_cast<std::size_t>(b * 3 + i)) != 0.0;
+        CHECK(outputs[0].flat(index) == Approx(kept ? expected.output.flat(index) : 0.0).margin(1e-12));
+      }
   const GradcheckReport report = gradcheck_layer(*attention, c);
   INFO(report.worst_entry());
   CHECK(report.max_relative_error <= 1e-6);
+}
+
+TEST_CASE("Attention (Keras): concat scores match their formula", "[layers][attention][keras][reference]") {
+  kiln::Attention attention(true, "concat");
+  const LayerCase c({random_input({1, 2, 3}, 4), random_input({1, 3, 3}, 5)});  // [query, value]
+  run_layer(*attention, c);
+  attention.set_weights({Array::full({}, 0.8, kiln::DType::float64), Array::full({}, 1.3, kiln::DType::float64)});
+  const Array output = run_layer(*attention, c)[0];
+  // scores[i][j] = 1.3 * sum_d tanh(0.8 * (q[i][d] + k[j][d])), softmax over j, times v (= k here).
+  const Array& q = c.inputs[0];
+  const Array& v = c.inputs[1];
+  for (std::int64_t i = 0; i < 2; ++i) {
+    std::vector<double> scores(3);
+    double total = 0;
+    for (std::int64_t j = 0; j < 3; ++j) {
+      double sum = 0;
+      for (std::int64_t d = 0; d < 3; ++d)
+        sum += std::tanh(0.8 * (q.flat(static_cast<std::size_t>(i * 3 + d)) + v.flat(static_cast<std::size_t>(j * 3 + d))));
+      scores[static_cast<std::size_t>(j)] = std::exp(1.3 * sum);
+      total += scores[static_cast<std::size_t>(j)];
+    }
+    for (std::int64_t d = 0; d < 3; ++d) {
+      double expected = 0;
+      for (std::int64_t j = 0; j < 3; ++j) expected += scores[static_cast<std::size_t>(j)] / total * v.flat(static_cast<std::size_t>(j * 3 + d));
+      CHECK(output.flat(static_cast<std::size_t>(i * 3 + d)) == Approx(expected).epsilon(1e-12));
+    }
+  }
 }
 
 TEST_CASE("Attention (Keras): concat scores have gradients and round-trip their config", "[layers][attention][keras]") {

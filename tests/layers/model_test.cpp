@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <sstream>
 
 #include "core/error.hpp"
@@ -604,4 +605,14 @@ TEST_CASE("Model: a layer called twice on the same tensor is two calls", "[layer
   const Tensor once = dropout(x), twice = dropout(x);
   kiln::Model model(x, kiln::Add()({once, twice}));
   CHECK(model->nodes().size() == 4);  // input, dropout, dropout, add
+  // ... and draws two masks, as Keras's seed generator advances per call.
+  const Array difference = evaluate(
+      [&](const std::vector<Tensor>& in) {
+        const kiln::CallArgs training = kiln::CallArgs().training(true);
+        return dropout(in[0], training) - dropout(in[0], training);
+      },
+      {Array::full({2, 64}, 1.0, kiln::DType::float64)});
+  double largest = 0;
+  for (std::size_t i = 0; i < difference.size(); ++i) largest = std::max(largest, std::fabs(difference.flat(i)));
+  CHECK(largest > 0);
 }

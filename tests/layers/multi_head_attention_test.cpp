@@ -67,7 +67,7 @@ Array random_mask(const Shape& shape, std::uint64_t seed) {
 
 TEST_CASE("MultiHeadAttention(h): the TF2 form infers d_model and has bias-free per-head projections", "[layers][mha]") {
   kiln::MultiHeadAttention mha(4);
-  LayerCase c({random_input({2, 5, 8}, 1), random_input({2, 6, 8}, 2), random_input({2, 6, 8}, 3)});  // [q, k, v]
+  LayerCase c({random_input({2, 5, 8}, 1), random_input({2, 6, 8}, 2), random_input({2, 6, 8}, 3)});  // [q, v, k]
   c.options = {{"return_attention_scores", true}};
   const std::vector<Shape> shapes = symbolic_output_shapes(*mha, c);
   CHECK(shapes == std::vector<Shape>{Shape{None, 5, 8}, Shape{None, 4, 5, 6}});
@@ -110,7 +110,7 @@ TEST_CASE("MultiHeadAttention: matches a per-head plain-loop reference with mask
     for (bool causal : {false, true})
       for (bool masked : {false, true}) {
         kiln::MultiHeadAttention mha(heads, 3, {{"bias_initializer", "random_normal"}});
-        LayerCase c({random_input({2, 4, 6}, 1), random_input({2, 4, 5}, 2), random_input({2, 4, 7}, 3)});  // [q, k, v]
+        LayerCase c({random_input({2, 4, 6}, 1), random_input({2, 4, 7}, 2), random_input({2, 4, 5}, 3)});  // [q, v, k]
         Array mask;
         if (masked) {
           mask = random_mask({2, 4, 4}, 9);
@@ -119,7 +119,7 @@ TEST_CASE("MultiHeadAttention: matches a per-head plain-loop reference with mask
         }
         c.options = {{"use_causal_mask", causal}};
         const Array output = run_layer(*mha, c)[0];
-        const Array expected = reference_mha(mha.get_weights(), true, heads, c.inputs[0], c.inputs[1], c.inputs[2], mask, causal);
+        const Array expected = reference_mha(mha.get_weights(), true, heads, c.inputs[0], c.inputs[2], c.inputs[1], mask, causal);
         INFO("heads " << heads << " causal " << causal << " masked " << masked);
         CHECK(max_relative_difference(output, expected) <= 1e-10);
       }
@@ -129,7 +129,37 @@ TEST_CASE("MultiHeadAttention: the TF2 form matches the reference too", "[layers
   kiln::MultiHeadAttention mha(2);
   const LayerCase c({random_input({3, 5, 8}, 4), random_input({3, 5, 8}, 5), random_input({3, 5, 8}, 6)});
   const Array output = run_layer(*mha, c)[0];
-  const Array expected = reference_mha(mha.get_weights(), false, 2, c.inputs[0], c.inputs[1], c.inputs[2], Array(), false);
+  const Array expected = reference_mha(mha.get_weights(), false, 2, c.inputs[0], c.inputs[2], c.inputs[1], Array(), false);
+  CHECK(max_relative_difference(output, expected) <= 1e-10);
+  const GradcheckReport report = gradcheck_layer(*mha, c);
+  INFO(report.worst_entry());
+  CHECK(report.max_relative_error <= 1e-6);
+}
+
+TEST_CASE("MultiHeadAttention: the handle's list call is the TF2 order, [query, key, value]", "[layers][mha]") {
+  kiln::MultiHeadAttention mha(2, 2);
+  const Tensor q = kiln::Input({None, 3, 4}), k = kiln::Input({None, 5, 6}), v = kiln::Input({None, 5, 7});
+  const Tensor tf2 = mha({q, k, v});
+  const Tensor keras = mha(q, v, k);
+  CHECK(tf2.shape() == Shape{None, 3, 4});
+  CHECK(keras.shape() == Shape{None, 3, 4});
+  CHECK(mha.weights()[2].value.shape() == Shape{6, 2, 2});  // key/kernel from the key's 6 features
+  CHECK(mha.weights()[4].value.shape() == Shape{7, 2, 2});  // value/kernel from the value's 7
+}
+
+TEST_CASE("MultiHeadAttention: padding masks, causal masks with T != S, and nonbinary masks", "[layers][mha][reference]") {
+  kiln::MultiHeadAttention mha(2, 3, {{"bias_initializer", "random_normal"}});
+  LayerCase c({random_input({2, 3, 4}, 1), random_input({2, 5, 4}, 2)});  // [query, value]: T = 3, S = 5
+  Array padding({2, 5}, kiln::DType::float64);
+  for (std::int64_t j = 0; j < 5; ++j) {
+    padding.set_flat(static_cast<std::size_t>(j), 1.0);
+    padding.set_flat(static_cast<std::size_t>(5 + j), j < 2 ? 2.0 : 0.0);  // any nonzero means "may attend"
+  }
+  c.tensor_args = {{"attention_mask", padding}};
+  c.options = {{"use_causal_mask", true}};
+  const Array output = run_layer(*mha, c)[0];
+  const Array expected = reference_mha(mha.get_weights(), true, 2, c.inputs[0], c.inputs[1], c.inputs[1],
+                                       expand_padding_mask(padding, 3), true);
   CHECK(max_relative_difference(output, expected) <= 1e-10);
 }
 
@@ -189,7 +219,7 @@ TEST_CASE("MultiHeadAttention: bad shapes fail at graph-build time naming the la
   const Tensor good_value = kiln::Input({None, 6, 10});
   const Tensor bad_mask = kiln::Input({None, 5, 5});
   CHECK_THROWS_WITH(mha(x, good_value, CallArgs().tensor("attention_mask", bad_mask)),
-                    Catch::Contains("MultiHeadAttention 'mha'") && Catch::Contains("mask"));
+                    Catch::Contains("MultiHeadAttention 'mha'") && Catch::Contains("mask") && Catch::Contains("(None, 5, 5)"));
   CHECK_THROWS_AS(kiln::MultiHeadAttention(0, 4), kiln::ConfigError);
   CHECK_THROWS_AS(kiln::MultiHeadAttention(2, 4, {{"attention_axes", kiln::Config::list({2})}}), kiln::ConfigError);
 }
