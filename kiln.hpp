@@ -24,3 +24,4 @@
 #include "layers/multi_head_attention.hpp"
 #include "layers/pooling.hpp"
 #include "layers/reshaping.hpp"
+#include "train/data.hpp"

@@ -102,6 +102,27 @@ Array Array::reshape(Shape shape) const {
   return result;
 }
 
+Array Array::rows(std::int64_t start, std::int64_t count) const {
+  if (shape_.rank() == 0 || start < 0 || count < 0 || start + count > shape_[0])
+    throw ShapeError("Array::rows: rows [" + std::to_string(start) + ", " + std::to_string(start + count) +
+                     ") are outside an array of shape " + shape_.to_string());
+  const std::size_t row_size = shape_[0] == 0 ? 0 : size_ / static_cast<std::size_t>(shape_[0]);
+  Array result = *this;
+  result.shape_[0] = count;
+  result.size_ = row_size * static_cast<std::size_t>(count);
+  // The aliasing constructor: the view points into the block and keeps the whole block alive.
+  result.storage_ = std::shared_ptr<unsigned char>(storage_, storage_.get() + row_size * static_cast<std::size_t>(start) * dtype_size(dtype_));
+  return result;
+}
+
+void Array::set_rows(std::int64_t start, const Array& rows) {
+  if (rows.dtype() != dtype_) throw DTypeError("Array::set_rows: a " + std::string(dtype_name(rows.dtype())) + " block into a " + dtype_name(dtype_) + " array");
+  const Array target = this->rows(start, rows.shape().rank() == 0 ? 0 : rows.shape()[0]);
+  if (target.shape() != rows.shape())
+    throw ShapeError("Array::set_rows: rows of shape " + rows.shape().to_string() + " into " + target.shape().to_string());
+  if (rows.nbytes() > 0) std::memcpy(const_cast<void*>(target.raw()), rows.raw(), rows.nbytes());
+}
+
 bool Array::bitwise_equal(const Array& other) const {
   if (shape_ != other.shape_ || dtype_ != other.dtype_) return false;
   return nbytes() == 0 || std::memcmp(raw(), other.raw(), nbytes()) == 0;

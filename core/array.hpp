@@ -48,6 +48,11 @@ class Array {
   Array astype(DType dtype) const;
   // Same data, new shape with the same number of elements (shares storage).
   Array reshape(Shape shape) const;
+  // Rows [start, start + count) of the first axis: shares the storage and keeps it alive (no copy).
+  // Throws ShapeError when the range is outside the array.
+  Array rows(std::int64_t start, std::int64_t count) const;
+  // Copies `rows` over this array's rows from `start` on (same dtype and row shape).
+  void set_rows(std::int64_t start, const Array& rows);
   // True when shapes, dtypes and every bit of the data are equal.
   bool bitwise_equal(const Array& other) const;
 

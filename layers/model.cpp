@@ -339,13 +339,7 @@ std::vector<Tensor> ModelBase::call(const std::vector<Tensor>& inputs, const Cal
   return apply(inputs, args.training());
 }
 
-std::vector<Array> ModelBase::predict(const std::vector<Array>& given, std::int64_t batch_size) {
-  if (batch_size <= 0) throw ValueError(describe() + ": predict batch_size must be positive, got " + std::to_string(batch_size));
-  if (!built() || input_nodes_.empty())
-    throw LayerStateError(describe() + " is not built; call it on a tensor, give it an Input, or build it first");
-  if (given.size() != input_nodes_.size())
-    throw ValueError(describe() + ".predict takes " + std::to_string(input_nodes_.size()) + " arrays, got " +
-                     std::to_string(given.size()));
+ModelBase::Inference& ModelBase::inference() {
   if (!inference_) {
     auto inference = std::make_shared<Inference>();
     for (int index : input_nodes_) {
@@ -356,30 +350,35 @@ std::vector<Array> ModelBase::predict(const std::vector<Array>& given, std::int6
     inference->program = std::make_unique<Program>(inference->graph, inference->outputs);
     inference_ = inference;
   }
-  Inference& inference = *inference_;
+  return *inference_;
+}
 
+// The arrays predict was given, checked against the inputs (same rows, fitting shapes) and converted
+// to the inputs' dtypes.
+std::vector<Array> ModelBase::predict_inputs(const std::vector<Array>& given, const std::vector<Tensor>& placeholders) const {
+  if (given.size() != placeholders.size())
+    throw ValueError(describe() + ".predict takes " + std::to_string(placeholders.size()) + " arrays, got " +
+                     std::to_string(given.size()));
   std::vector<Array> inputs;
-  std::int64_t rows = -1;
   for (std::size_t i = 0; i < given.size(); ++i) {
-    const Tensor& placeholder = inference.inputs[i];
-    const Shape& expected = placeholder.shape();
+    const Shape& expected = placeholders[i].shape();
     const Shape& shape = given[i].shape();
     bool fits = shape.rank() == expected.rank() && shape.rank() > 0;
     for (int axis = 1; fits && axis < shape.rank(); ++axis)
       fits = expected[axis] == Shape::unknown || expected[axis] == shape[axis];
     if (!fits) shape_error("predict: array " + std::to_string(i) + " does not fit the input", {{"input", expected}, {"array", shape}});
-    if (rows >= 0 && shape[0] != rows)
+    if (shape[0] != given[0].shape()[0])
       shape_error("predict: the arrays have different numbers of rows", {{"array 0", given[0].shape()}, {"array " + std::to_string(i), shape}});
-    rows = shape[0];
-    inputs.push_back(given[i].dtype() == placeholder.dtype() ? given[i] : given[i].astype(placeholder.dtype()));
+    inputs.push_back(given[i].dtype() == placeholders[i].dtype() ? given[i] : given[i].astype(placeholders[i].dtype()));
   }
+  return inputs;
+}
 
-  // Batches are stacked along the first axis, so each output needs one row per input row, shaped alike
-  // in every batch. Another unknown dimension follows the batch size (a Gram matrix): one batch only.
-  std::vector<Array> results(inference.outputs.size());
-  for (std::size_t o = 0; o < results.size(); ++o) {
-    const Tensor& output = inference.outputs[o];
-    std::vector<std::int64_t> dims = output.shape().dims();
+// Batches are stacked along the first axis, so each output needs a batch dimension; another unknown
+// dimension follows the batch size (a Gram matrix), which only a single batch can stack.
+void ModelBase::check_stackable(const std::vector<Tensor>& outputs, std::int64_t rows, std::int64_t batch_size) const {
+  for (const Tensor& output : outputs) {
+    const std::vector<std::int64_t>& dims = output.shape().dims();
     if (dims.empty() || dims[0] != Shape::unknown)
       throw ValueError(describe() + ": predict needs outputs with a batch dimension, output '" + output.name() + "' has shape " +
                        output.shape().to_string());
@@ -388,34 +387,41 @@ std::vector<Array> ModelBase::predict(const std::vector<Array>& given, std::int6
         shape_error("predict: output '" + output.name() + "' has a dimension that follows the batch size, so its batches " +
                         "cannot be stacked; predict with batch_size >= " + std::to_string(rows),
                     {{"output", output.shape()}});
-    if (rows > 0) continue;  // allocated from the first batch's concrete shape below
-    dims[0] = 0;
+  }
+}
+
+std::vector<Array> ModelBase::predict(const std::vector<Array>& given, std::int64_t batch_size) {
+  if (batch_size <= 0) throw ValueError(describe() + ": predict batch_size must be positive, got " + std::to_string(batch_size));
+  if (!built() || input_nodes_.empty())
+    throw LayerStateError(describe() + " is not built; call it on a tensor, give it an Input, or build it first");
+  Inference& run = inference();
+  const std::vector<Array> inputs = predict_inputs(given, run.inputs);
+  const std::int64_t rows = inputs[0].shape()[0];
+  check_stackable(run.outputs, rows, batch_size);
+
+  std::vector<Array> results(run.outputs.size());
+  for (std::size_t o = 0; o < results.size(); ++o) {  // what zero rows give; real batches reallocate below
+    std::vector<std::int64_t> dims = run.outputs[o].shape().dims();
     for (std::int64_t& dim : dims)
       if (dim == Shape::unknown) dim = 0;
-    results[o] = Array(Shape(dims), output.dtype());
+    results[o] = Array(Shape(dims), run.outputs[o].dtype());
   }
   for (std::int64_t start = 0; start < rows; start += batch_size) {
     const std::int64_t count = std::min(batch_size, rows - start);
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-      std::vector<std::int64_t> dims = inputs[i].shape().dims();
-      const std::size_t row_bytes = inputs[i].nbytes() / static_cast<std::size_t>(rows);
-      dims[0] = count;
-      auto* base = static_cast<unsigned char*>(const_cast<void*>(inputs[i].raw()));
-      inference.program->feed(inference.inputs[i], Array::view(base + static_cast<std::size_t>(start) * row_bytes, Shape(dims), inputs[i].dtype()));
-    }
-    inference.program->run();
+    for (std::size_t i = 0; i < inputs.size(); ++i) run.program->feed(run.inputs[i], inputs[i].rows(start, count));
+    run.program->run();
     for (std::size_t o = 0; o < results.size(); ++o) {
-      const Array batch = inference.program->view(inference.outputs[o]);
-      std::vector<std::int64_t> dims = batch.shape().dims();
-      dims[0] = rows;
-      if (start == 0) results[o] = Array(Shape(dims), batch.dtype());
-      if (batch.shape()[0] != count || Shape(dims) != results[o].shape())
-        shape_error("predict: output '" + inference.outputs[o].name() + "' does not have one row per input row (" +
-                        std::to_string(count) + " rows in, " + batch.shape().to_string() + " out), so its batches " +
-                        "cannot be stacked",
-                    {{"output", inference.outputs[o].shape()}, {"stacked so far", results[o].shape()}});
-      const std::size_t row_bytes = batch.nbytes() / static_cast<std::size_t>(count);
-      std::memcpy(static_cast<unsigned char*>(results[o].raw()) + static_cast<std::size_t>(start) * row_bytes, batch.raw(), batch.nbytes());
+      const Array batch = run.program->view(run.outputs[o]);
+      if (start == 0) {
+        std::vector<std::int64_t> dims = batch.shape().dims();
+        dims[0] = rows;
+        results[o] = Array(Shape(dims), batch.dtype());
+      }
+      if (batch.shape()[0] != count)
+        shape_error("predict: output '" + run.outputs[o].name() + "' does not have one row per input row (" +
+                        std::to_string(count) + " rows in, " + batch.shape().to_string() + " out)",
+                    {{"output", run.outputs[o].shape()}});
+      results[o].set_rows(start, batch);  // ShapeError if a batch's rows are shaped differently
     }
   }
   return results;

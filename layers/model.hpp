@@ -104,6 +104,9 @@ class ModelBase : public Layer {
 
  private:
   struct Inference;
+  Inference& inference();  // the inference graph and program, made on first use
+  std::vector<Array> predict_inputs(const std::vector<Array>& given, const std::vector<Tensor>& placeholders) const;
+  void check_stackable(const std::vector<Tensor>& outputs, std::int64_t rows, std::int64_t batch_size) const;
   std::shared_ptr<Inference> inference_;
 };
 

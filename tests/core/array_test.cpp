@@ -1,0 +1,31 @@
+#include <catch2/catch.hpp>
+
+#include "core/array.hpp"
+#include "core/error.hpp"
+
+using kiln::Array;
+using kiln::Shape;
+
+TEST_CASE("Array::rows is a view that shares and keeps alive its parent's storage", "[core][array]") {
+  Array rows;
+  {
+    const Array parent = Array::from_vector(std::vector<double>{0, 1, 2, 3, 4, 5, 6, 7}, {4, 2});
+    rows = parent.rows(1, 2);
+    CHECK(rows.raw() == static_cast<const double*>(parent.raw()) + 2);
+  }  // the parent handle is gone; the view still owns the block
+  CHECK(rows.shape() == Shape{2, 2});
+  CHECK(rows.to_vector<double>() == std::vector<double>{2, 3, 4, 5});
+  CHECK(rows.rows(1, 1).to_vector<double>() == std::vector<double>{4, 5});
+  CHECK(rows.rows(2, 0).shape() == Shape{0, 2});
+  CHECK_THROWS_AS(rows.rows(1, 2), kiln::ShapeError);
+  CHECK_THROWS_AS(rows.rows(-1, 1), kiln::ShapeError);
+}
+
+TEST_CASE("Array::set_rows copies a block of rows in place", "[core][array]") {
+  Array target({3, 2}, kiln::DType::float64);
+  target.set_rows(1, Array::full({2, 2}, 7.0, kiln::DType::float64));
+  CHECK(target.to_vector<double>() == std::vector<double>{0, 0, 7, 7, 7, 7});
+  CHECK_THROWS_AS(target.set_rows(2, Array::full({2, 2}, 1.0, kiln::DType::float64)), kiln::ShapeError);
+  CHECK_THROWS_AS(target.set_rows(0, Array::full({1, 3}, 1.0, kiln::DType::float64)), kiln::ShapeError);
+  CHECK_THROWS_AS(target.set_rows(0, Array::full({1, 2}, 1.0, kiln::DType::float32)), kiln::DTypeError);
+}
