@@ -24,4 +24,8 @@
 #include "layers/multi_head_attention.hpp"
 #include "layers/pooling.hpp"
 #include "layers/reshaping.hpp"
+#include "optim/losses.hpp"
+#include "optim/metrics.hpp"
+#include "optim/optimizer.hpp"
+#include "optim/schedules.hpp"
 #include "train/data.hpp"

@@ -17,6 +17,8 @@
 #include "layers/multi_head_attention.hpp"
 #include "layers/pooling.hpp"
 #include "ops/ops.hpp"
+#include "optim/optimizer.hpp"
+#include "optim/schedules.hpp"
 
 // GCC 12 sees through the inlined replacement new (malloc) and flags std::free in delete as a
 // mismatch; here new *is* malloc, so the pairing is right.
@@ -133,5 +135,45 @@ TEST_CASE("steady-state training steps of a layer model allocate nothing", "[cor
     program.run();
   }
   CHECK(allocations.load() - before == 0);
+  CHECK(program.scalar(loss) < first_loss);
+}
+
+TEST_CASE("steady-state Adam steps with a schedule, clipping and weight decay allocate nothing",
+          "[core][program][allocation][optim]") {
+  constexpr std::int64_t None = Shape::unknown;
+  Rng rng(11);
+  Graph graph;
+  const Tensor x = graph.placeholder({None, 8}, DType::float32, "x");
+  const Tensor y = graph.placeholder({None, 2}, DType::float32, "y");
+  const std::vector<std::string> paths = {"hidden/kernel", "hidden/bias", "output/kernel"};
+  const std::vector<Tensor> weights = {graph.variable(paths[0], random({8, 16}, rng)),
+                                       graph.variable(paths[1], Array({16})),
+                                       graph.variable(paths[2], random({16, 2}, rng))};
+  const Tensor hidden = ops::tanh(ops::matmul(x, weights[0]) + weights[1]);
+  const Tensor loss = ops::mean_squared_error(y, ops::matmul(hidden, weights[2]));
+
+  // The host-side parts (schedule, bias correction, iteration count) run every step too.
+  Adam adam(Config{{"learning_rate", CosineDecay(0.05, 100, 0.1).serialize()},
+                   {"amsgrad", true},
+                   {"global_clipnorm", 1.0},
+                   {"weight_decay", 0.01}});
+  Program program(graph, {loss}, adam.build_updates(graph, weights, gradients(loss, weights), paths));
+
+  const Array inputs = random({4, 8}, rng);
+  const Array targets = random({4, 2}, rng);
+  auto step = [&] {
+    program.feed(x, inputs);
+    program.feed(y, targets);
+    adam.prepare_step();
+    program.run();
+    adam.finish_step();
+  };
+  step();  // plans: allocation allowed here
+  step();
+  const double first_loss = program.scalar(loss);
+  const long before = allocations.load();
+  for (int i = 0; i < 10; ++i) step();
+  CHECK(allocations.load() - before == 0);
+  CHECK(adam.iterations() == 12);
   CHECK(program.scalar(loss) < first_loss);
 }

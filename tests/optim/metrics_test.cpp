@@ -1,0 +1,94 @@
+#include <catch2/catch.hpp>
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/array.hpp"
+#include "core/error.hpp"
+#include "optim/metrics.hpp"
+#include "support/gradcheck.hpp"
+
+using namespace kiln;
+
+namespace {
+
+constexpr std::int64_t None = Shape::unknown;
+
+Array doubles(const std::vector<double>& values, const Shape& shape) { return Array::from_vector(values, shape); }
+
+double metric_value(const Metric& metric, const Array& y_true, const Array& y_pred) {
+  return testing::evaluate([&](const std::vector<Tensor>& in) { return metric(in[0], in[1]); }, {y_true, y_pred})
+      .flat(0);
+}
+
+// Row 1 ties classes 0 and 1 (true class 0: the first maximum, so correct); row 2 ties classes 0 and 2
+// (true class 2: not the first maximum, so wrong, as with NumPy's argmax).
+const Array class_scores = doubles({0.1, 0.8, 0.1, 0.4, 0.4, 0.2, 0.5, 0.2, 0.5}, {3, 3});
+const Array one_hot = doubles({0, 1, 0, 1, 0, 0, 0, 0, 1}, {3, 3});
+const Array indices = doubles({1, 0, 2}, {3});
+
+}  // namespace
+
+TEST_CASE("binary accuracy thresholds strictly above 0.5", "[optim][metrics]") {
+  const Array y_true = doubles({1, 0, 1, 0}, {4, 1});
+  const Array y_pred = doubles({0.7, 0.5, 0.5, 0.2}, {4, 1});  // predicted 1, 0, 0, 0
+  CHECK(metric_value("binary_accuracy", y_true, y_pred) == 0.75);
+  const Metric low = Metric::from_config(Config{{"class_name", "BinaryAccuracy"}, {"config", {{"threshold", 0.1}}}});
+  CHECK(low.threshold() == 0.1);
+  CHECK(metric_value(low, y_true, y_pred) == 0.5);
+  CHECK(metric_value("binary_accuracy", doubles({1, 0, 1, 0}, {4}), y_pred) == 0.75);  // (batch,) targets
+}
+
+TEST_CASE("categorical and sparse accuracy take the first maximum on ties", "[optim][metrics]") {
+  CHECK(metric_value("categorical_accuracy", one_hot, class_scores) == Approx(2.0 / 3.0).epsilon(1e-15));
+  CHECK(metric_value("sparse_categorical_accuracy", indices, class_scores) == Approx(2.0 / 3.0).epsilon(1e-15));
+  CHECK(metric_value("SparseCategoricalAccuracy", doubles({1, 0, 2}, {3, 1}), class_scores) ==
+        Approx(2.0 / 3.0).epsilon(1e-15));
+  CHECK(metric_value("sparse_categorical_accuracy", doubles({1, 1, 0}, {3}), class_scores) ==
+        Approx(2.0 / 3.0).epsilon(1e-15));
+}
+
+TEST_CASE("accuracy resolves like Keras's compile, from the shapes", "[optim][metrics]") {
+  const Metric accuracy = "accuracy";
+  CHECK_FALSE(accuracy.resolved());
+  CHECK(accuracy.resolve({None, 1}, {None, 1}).class_name() == "BinaryAccuracy");
+  CHECK(accuracy.resolve({None}, {None, 1}).class_name() == "BinaryAccuracy");
+  CHECK(accuracy.resolve({None}, {None, 4}).class_name() == "SparseCategoricalAccuracy");
+  CHECK(accuracy.resolve({None, 1}, {None, 4}).class_name() == "SparseCategoricalAccuracy");
+  CHECK(accuracy.resolve({None, 4}, {None, 4}).class_name() == "CategoricalAccuracy");
+  CHECK(accuracy.resolve({None, 4}, {None, 4}).name() == "accuracy");
+  CHECK(Metric("acc").resolve({None}, {None, 4}).name() == "acc");
+  CHECK(metric_value(accuracy, indices, class_scores) == Approx(2.0 / 3.0).epsilon(1e-15));
+  CHECK(metric_value(accuracy, one_hot, class_scores) == Approx(2.0 / 3.0).epsilon(1e-15));
+  CHECK_THROWS_AS(accuracy.get_config(), ValueError);
+}
+
+TEST_CASE("mae and mse metrics are the batch means of the errors", "[optim][metrics]") {
+  const Array y_true = doubles({1, 2, 3, 4}, {2, 2});
+  const Array y_pred = doubles({1.5, 1, 3, 6}, {2, 2});
+  CHECK(metric_value("mae", y_true, y_pred) == Approx(3.5 / 4).epsilon(1e-15));
+  CHECK(metric_value("mean_squared_error", y_true, y_pred) == Approx(5.25 / 4).epsilon(1e-15));
+  CHECK(Metric("mae").name() == "mae");
+  CHECK(Metric("mae").class_name() == "MeanAbsoluteError");
+  CHECK(Metric("MSE").get_config() == Config{{"name", "MSE"}, {"dtype", Config()}});
+}
+
+TEST_CASE("a NaN prediction row counts as wrong", "[optim][metrics]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Array scores = doubles({nan, 0.1, 0.2, 0.9, 0.05, 0.05}, {2, 3});
+  for (double label : {0.0, 1.0, 2.0})
+    CHECK(metric_value("sparse_categorical_accuracy", doubles({label, 0}, {2}), scores) == 0.5);
+}
+
+TEST_CASE("metric names and shapes are checked, naming the metric", "[optim][metrics][errors]") {
+  CHECK_THROWS_WITH(Metric("acuracy"), Catch::Contains("unknown metric 'acuracy'") && Catch::Contains("'accuracy'"));
+  CHECK_THROWS_AS(Metric::from_config(Config{{"class_name", "BinaryAccuracy"}, {"config", {{"treshold", 0.5}}}}),
+                  ConfigError);
+  CHECK_NOTHROW(Metric("categorical_accuracy").check({None, 3}, {None, 3}));
+  CHECK_THROWS_WITH(Metric("sparse_categorical_accuracy").check({None, 3}, {None, 3}),
+                    Catch::Contains("SparseCategoricalAccuracy") && Catch::Contains("(None, 3)"));
+  CHECK_THROWS_AS(Metric("categorical_accuracy").check({None}, {None, 3}), ShapeError);
+  CHECK_THROWS_AS(Metric("mae").check({None, 2}, {None, 3}), ShapeError);
+  CHECK_THROWS_WITH(Metric("accuracy").check({None, 2}, {None, 3}), Catch::Contains("CategoricalAccuracy metric 'accuracy'"));
+}
