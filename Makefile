@@ -17,8 +17,9 @@ $(BUILD_DIR)/CMakeCache.txt: | deps
 build: deps $(BUILD_DIR)/CMakeCache.txt
 	cmake --build $(BUILD_DIR) -j$(JOBS)
 
+# The flagship: trains an attention model on real stock data; history.csv and training.svg land in $(BUILD_DIR).
 demo: build
-	./$(BUILD_DIR)/examples/attention_shapes
+	cd $(BUILD_DIR) && ./examples/stock_attention
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS)

@@ -28,4 +28,7 @@
 #include "optim/metrics.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/schedules.hpp"
+#include "train/callbacks.hpp"
 #include "train/data.hpp"
+#include "train/model.hpp"
+#include "train/progress.hpp"

@@ -277,6 +277,12 @@ std::vector<Shape> ModelBase::input_shapes() const {
   return shapes;
 }
 
+std::vector<DType> ModelBase::input_dtypes() const {
+  std::vector<DType> dtypes;
+  for (int index : input_nodes_) dtypes.push_back(nodes_[static_cast<std::size_t>(index)].layer->dtype());
+  return dtypes;
+}
+
 std::vector<Shape> ModelBase::model_output_shapes() const {
   std::vector<Shape> shapes;
   for (const TensorRef& ref : outputs_)
@@ -795,20 +801,6 @@ Config SequentialModel::get_config() const {
   return config;
 }
 
-// ---- handles -----------------------------------------------------------------------------------------------------
-
-Model::Model(const Tensor& input, const Tensor& output, const std::string& name)
-    : Model(std::vector<Tensor>{input}, std::vector<Tensor>{output}, name) {}
-
-Model::Model(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, const std::string& name)
-    : ModelHandle(std::static_pointer_cast<ModelBase>(std::make_shared<FunctionalModel>(inputs, outputs, name))) {}
-
-Sequential::Sequential(const std::string& name)
-    : ModelHandle(std::make_shared<SequentialModel>(name.empty() ? Config() : Config{{"name", name}})) {}
-
-Sequential::Sequential(const std::vector<LayerPtr>& layers, const std::string& name) : Sequential(name) {
-  for (const LayerPtr& layer : layers) layer_->add(layer);
-}
 
 KILN_REGISTER_LAYER("kiln>InputLayer", InputLayer);
 KILN_REGISTER_LAYER("kiln>Functional", FunctionalModel);

@@ -1,6 +1,7 @@
 #pragma once
-// Models: Input, the functional Model(inputs, outputs), and Sequential. A model is a layer: it can be
-// called on tensors, nested in another model, and saved by config.
+// Models as layers: Input, the functional model and the sequential one. A model is a layer: it can be
+// called on tensors, nested in another model, and saved by config. The handles users hold,
+// kiln::Model and kiln::Sequential, add compile() and fit() in train/model.hpp.
 //
 //   kiln::Tensor x = kiln::Input({kiln::Shape::unknown, 8});
 //   kiln::Tensor h = kiln::Dense(16, "relu")(x);
@@ -69,6 +70,7 @@ class ModelBase : public Layer {
   std::vector<LayerPtr> member_layers() const;
   LayerPtr get_layer(const std::string& name) const;  // ValueError naming the known layers
   std::vector<Shape> input_shapes() const;
+  std::vector<DType> input_dtypes() const;
   std::vector<Shape> model_output_shapes() const;
 
   // The Keras-style table: layer (type), output shape, params (and connections for non-linear models).
@@ -82,6 +84,10 @@ class ModelBase : public Layer {
 
   // Replays the model's calls in the graph of `inputs` (which may differ from the one it was made in).
   std::vector<Tensor> apply(const std::vector<Tensor>& inputs, bool training) const;
+
+  // Where train/ keeps what compile() made (optimizer, loss, training graphs), so every handle to this
+  // model sees it. layers/ never looks inside.
+  std::shared_ptr<void>& compiled_state() { return compiled_state_; }
 
  protected:
   ModelBase(const Config& config, std::string class_name);
@@ -108,6 +114,7 @@ class ModelBase : public Layer {
   std::vector<Array> predict_inputs(const std::vector<Array>& given, const std::vector<Tensor>& placeholders) const;
   void check_stackable(const std::vector<Tensor>& outputs, std::int64_t rows, std::int64_t batch_size) const;
   std::shared_ptr<Inference> inference_;
+  std::shared_ptr<void> compiled_state_;
 };
 
 // Model(inputs, outputs): the functional API.
@@ -153,25 +160,6 @@ class ModelHandle : public LayerHandle<M> {
   LayerPtr get_layer(const std::string& name) const { return this->layer_->get_layer(name); }
 };
 
-class Model : public ModelHandle<ModelBase> {
- public:
-  Model(const Tensor& input, const Tensor& output, const std::string& name = "");
-  Model(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, const std::string& name = "");
-  Model(std::shared_ptr<ModelBase> model) : ModelHandle(std::move(model)) {}
-  template <class M>
-  Model(const ModelHandle<M>& other) : ModelHandle(std::static_pointer_cast<ModelBase>(other.ptr())) {}
-};
-
-class Sequential : public ModelHandle<SequentialModel> {
- public:
-  Sequential(const std::string& name = "");
-  Sequential(const std::vector<LayerPtr>& layers, const std::string& name = "");
-  Sequential(std::shared_ptr<SequentialModel> model) : ModelHandle(std::move(model)) {}  // from layer_from_config
-  Sequential& add(const LayerPtr& layer) {
-    layer_->add(layer);
-    return *this;
-  }
-  void build(const Shape& input_shape) const { layer_->build_for(input_shape); }
-};
+// kiln::Model and kiln::Sequential, the handles with compile() and fit(), are in train/model.hpp.
 
 }  // namespace kiln

@@ -14,6 +14,7 @@
 #include "layers/dropout.hpp"
 #include "layers/mh_attention.hpp"
 #include "layers/model.hpp"
+#include "train/model.hpp"
 #include "layers/multi_head_attention.hpp"
 #include "layers/pooling.hpp"
 #include "ops/ops.hpp"

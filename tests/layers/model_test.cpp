@@ -9,6 +9,7 @@
 #include "layers/dropout.hpp"
 #include "layers/merging.hpp"
 #include "layers/model.hpp"
+#include "train/model.hpp"
 #include "ops/ops.hpp"
 #include "support/layer_check.hpp"
 

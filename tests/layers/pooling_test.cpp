@@ -6,6 +6,7 @@
 #include "layers/dense.hpp"
 #include "layers/embedding.hpp"
 #include "layers/model.hpp"
+#include "train/model.hpp"
 #include "layers/pooling.hpp"
 #include "support/layer_check.hpp"
 

@@ -1,0 +1,185 @@
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/rng.hpp"
+#include "layers/dense.hpp"
+#include "layers/dropout.hpp"
+#include "train/model.hpp"
+
+using kiln::Array;
+using kiln::Shape;
+using kiln::Tensor;
+
+namespace {
+
+constexpr std::int64_t None = Shape::unknown;
+
+// y = 2·a − 3·b + 1 on random (a, b).
+void linear_problem(std::int64_t rows, Array& x, Array& y, std::uint64_t seed = 1) {
+  kiln::Rng rng(seed);
+  x = Array({rows, 2});
+  y = Array({rows, 1});
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const double a = rng.uniform(-1, 1), b = rng.uniform(-1, 1);
+    x.set_flat(static_cast<std::size_t>(2 * r), a);
+    x.set_flat(static_cast<std::size_t>(2 * r + 1), b);
+    y.set_flat(static_cast<std::size_t>(r), 2 * a - 3 * b + 1);
+  }
+}
+
+kiln::Model linear_model() {
+  const Tensor x = kiln::Input({None, 2});
+  return kiln::Model(x, kiln::Dense(1)(x));
+}
+
+struct CountBatches : kiln::Callback {
+  std::vector<std::int64_t> batches;
+  void on_batch_end(kiln::TrainingState&, std::int64_t batch, const kiln::Logs&) override { batches.push_back(batch); }
+};
+
+}  // namespace
+
+TEST_CASE("fit: a tiny regression converges and History records every epoch", "[train][fit]") {
+  Array x, y;
+  linear_problem(64, x, y);
+  kiln::Model model = linear_model();
+  model.compile(kiln::create_optimizer("sgd", {{"learning_rate", 0.1}}), "mse", {"mae"});
+  const double before = model.evaluate(x, y).at("loss");
+  const kiln::History history = model.fit(x, y, kiln::FitOptions().epochs(40).batch_size(16).validation_split(0.25).verbose(0));
+  REQUIRE(history.epochs.size() == 40);
+  CHECK(history["loss"].size() == 40);
+  CHECK(history["val_loss"].size() == 40);
+  CHECK(history["mae"].size() == 40);
+  CHECK(history["val_mae"].size() == 40);
+  CHECK(history["loss"].back() < before / 10);
+  CHECK(history["loss"].back() < history["loss"].front());
+  const kiln::Logs after = model.evaluate(x, y);
+  CHECK(after.at("loss") < before / 10);
+  CHECK(after.count("mae") == 1);
+  CHECK_THROWS_WITH(history["accuracy"], Catch::Contains("has no 'accuracy'"));
+}
+
+TEST_CASE("fit: a last batch smaller than batch_size is trained on, not dropped", "[train][fit]") {
+  Array x, y;
+  linear_problem(10, x, y);
+  kiln::Model model = linear_model();
+  model.compile("sgd", "mse");
+  auto counter = std::make_shared<CountBatches>();
+  model.fit(x, y, kiln::FitOptions().epochs(2).batch_size(4).verbose(0).callback(counter));
+  CHECK(counter->batches == std::vector<std::int64_t>{0, 1, 2, 0, 1, 2});
+  CHECK(model->compiled_state() != nullptr);
+}
+
+TEST_CASE("fit: the same seeds give bitwise-identical training, with shuffling and dropout", "[train][fit][determinism]") {
+  Array x, y;
+  linear_problem(40, x, y);
+  auto train = [&]() {
+    const Tensor input = kiln::Input({None, 2});
+    kiln::Model model(input, kiln::Dense(1)(kiln::Dropout(0.2)(kiln::Dense(8, "tanh")(input))));
+    model.compile("adam", "mse");
+    model.fit(x, y, kiln::FitOptions().epochs(3).batch_size(8).seed(7).verbose(0));
+    return model.get_weights();
+  };
+  const std::vector<Array> first = train(), second = train();
+  REQUIRE(first.size() == second.size());
+  for (std::size_t i = 0; i < first.size(); ++i) CHECK(first[i].bitwise_equal(second[i]));
+}
+
+TEST_CASE("train_on_batch and test_on_batch return the batch's loss", "[train][fit]") {
+  Array x, y;
+  linear_problem(8, x, y);
+  kiln::Model model = linear_model();
+  model.compile(kiln::create_optimizer("sgd", {{"learning_rate", 0.05}}), "mse");
+  const double tested = model.test_on_batch(x, y).at("loss");
+  const double trained = model.train_on_batch(x, y).at("loss");
+  CHECK(trained == Approx(tested).epsilon(1e-6));  // the loss before this step's update
+  CHECK(model.test_on_batch(x, y).at("loss") < tested);
+}
+
+TEST_CASE("fit: classification with sparse labels reaches high accuracy", "[train][fit]") {
+  kiln::Rng rng(3);
+  const std::int64_t rows = 200;
+  Array x({rows, 2}), labels({rows});
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const double a = rng.uniform(-1, 1), b = rng.uniform(-1, 1);
+    x.set_flat(static_cast<std::size_t>(2 * r), a);
+    x.set_flat(static_cast<std::size_t>(2 * r + 1), b);
+    labels.set_flat(static_cast<std::size_t>(r), a + b > 0 ? (a > b ? 2 : 1) : 0);
+  }
+  const Tensor input = kiln::Input({None, 2});
+  kiln::Model model(input, kiln::Dense(3, "softmax")(kiln::Dense(16, "relu")(input)));
+  model.compile(kiln::create_optimizer("adam", {{"learning_rate", 0.02}}), "sparse_categorical_crossentropy", {"accuracy"});
+  model.fit(x, labels, kiln::FitOptions().epochs(60).batch_size(32).verbose(0));
+  CHECK(model.evaluate(x, labels).at("accuracy") > 0.9);
+}
+
+TEST_CASE("fit: bad data is refused before any step, naming what is wrong", "[train][fit][errors]") {
+  Array x, y;
+  linear_problem(10, x, y);
+  kiln::Model model = linear_model();
+  CHECK_THROWS_AS(model.fit(x, y), kiln::LayerStateError);  // not compiled
+  model.compile("sgd", "mse");
+  const std::vector<Array> before = model.get_weights();
+
+  Array fewer, fewer_y;
+  linear_problem(9, fewer, fewer_y);
+  CHECK_THROWS_WITH(model.fit(x, fewer_y, kiln::FitOptions().verbose(0)), Catch::Contains("x has 10 samples but y[0] has 9"));
+  CHECK_THROWS_AS(model.fit(Array({10, 3}), y, kiln::FitOptions().verbose(0)), kiln::ShapeError);
+  CHECK_THROWS_AS(model.fit(x, Array({10, 2}), kiln::FitOptions().verbose(0)), kiln::ShapeError);  // loss vs output
+
+  const Tensor input = kiln::Input({None, 2});
+  kiln::Model classifier(input, kiln::Dense(3, "softmax")(input));
+  classifier.compile("adam", "sparse_categorical_crossentropy");
+  Array labels = Array::full({10}, 1.0);
+  labels.set_flat(4, 3.0);
+  CHECK_THROWS_WITH(classifier.fit(x, labels, kiln::FitOptions().verbose(0)), Catch::Contains("sparse label 3") && Catch::Contains("[0, 3)"));
+  CHECK_THROWS_AS(model.fit(x, y, kiln::FitOptions().batch_size(0)), kiln::ValueError);
+  CHECK_THROWS_AS(model.fit(x, y, kiln::FitOptions().validation_split(1.5)), kiln::ValueError);
+
+  const std::vector<Array> after = model.get_weights();
+  for (std::size_t i = 0; i < before.size(); ++i) CHECK(after[i].bitwise_equal(before[i]));
+}
+
+TEST_CASE("fit: without a terminal, verbose 1 prints one summary line per epoch", "[train][fit][progress]") {
+  Array x, y;
+  linear_problem(12, x, y);
+  kiln::Model model = linear_model();
+  model.compile("sgd", "mse");
+  std::ostringstream captured;
+  std::streambuf* original = std::cout.rdbuf(captured.rdbuf());
+  model.fit(x, y, kiln::FitOptions().epochs(2).batch_size(5).verbose(1));
+  std::cout.rdbuf(original);
+  const std::string text = captured.str();
+  INFO(text);
+  CHECK(text.find("Epoch 1/2\n") != std::string::npos);
+  CHECK(text.find("Epoch 2/2\n") != std::string::npos);
+  CHECK(text.find("3/3") != std::string::npos);
+  CHECK(text.find(" - loss: ") != std::string::npos);
+  CHECK(text.find('\r') == std::string::npos);
+}
+
+TEST_CASE("fit: EarlyStopping stops a diverging run and restores its best epoch's weights", "[train][fit][callbacks]") {
+  Array x, y, val_x, val_y;
+  linear_problem(32, x, y, 1);
+  linear_problem(16, val_x, val_y, 2);
+  kiln::Model model = linear_model();
+  model.compile(kiln::create_optimizer("sgd", {{"learning_rate", 0.2}, {"momentum", 0.9}}), "mse");
+  kiln::EarlyStopping::Options options;
+  options.patience = 2;
+  options.restore_best_weights = true;
+  auto stopper = std::make_shared<kiln::EarlyStopping>(options);
+  const kiln::History history =
+      model.fit(x, y, kiln::FitOptions().epochs(50).batch_size(4).validation_data(val_x, val_y).verbose(0).callback(stopper));
+  const std::vector<double>& val_loss = history["val_loss"];
+  INFO("epochs run: " << val_loss.size());
+  REQUIRE(val_loss.size() < 50);  // stopped early
+  const auto best = static_cast<std::size_t>(std::min_element(val_loss.begin(), val_loss.end()) - val_loss.begin());
+  CHECK(stopper->best_epoch() == static_cast<int>(best));
+  CHECK(val_loss.size() == best + 1 + 2);  // patience 2 after the best
+  CHECK(model.evaluate(val_x, val_y).at("loss") == Approx(val_loss[best]).epsilon(1e-6));
+}

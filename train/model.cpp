@@ -1,0 +1,63 @@
+#include "train/model.hpp"
+
+#include "core/error.hpp"
+#include "train/trainer.hpp"
+
+namespace kiln {
+
+const std::vector<double>& History::operator[](const std::string& key) const {
+  const auto found = history.find(key);
+  if (found == history.end()) {
+    std::string known;
+    for (const auto& [name, values] : history) known += (known.empty() ? "" : ", ") + name;
+    throw ValueError("History has no '" + key + "' (it has " + known + ")");
+  }
+  return found->second;
+}
+
+namespace detail {
+
+Trainer& trainer_of(ModelBase& model) {
+  auto trainer = std::static_pointer_cast<Trainer>(model.compiled_state());
+  if (!trainer) throw LayerStateError(model.describe() + " is not compiled; call compile(optimizer, loss) before training");
+  return *trainer;
+}
+
+void compile_model(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> losses, std::vector<Metric> metrics) {
+  if (!model.built())
+    throw LayerStateError(model.describe() + " is not built; give it an Input or build it before compile");
+  model.compiled_state() = std::make_shared<Trainer>(model, std::move(optimizer), std::move(losses), std::move(metrics));
+}
+
+History fit_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y, const FitOptions& options) {
+  return trainer_of(model).fit(x, y, options);
+}
+
+Logs evaluate_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size) {
+  return trainer_of(model).evaluate(x, y, batch_size);
+}
+
+Logs train_model_on_batch(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y) {
+  return trainer_of(model).train_on_batch(x, y);
+}
+
+Logs test_model_on_batch(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y) {
+  return trainer_of(model).test_on_batch(x, y);
+}
+
+}  // namespace detail
+
+Model::Model(const Tensor& input, const Tensor& output, const std::string& name)
+    : Model(std::vector<Tensor>{input}, std::vector<Tensor>{output}, name) {}
+
+Model::Model(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, const std::string& name)
+    : TrainableModel(std::static_pointer_cast<ModelBase>(std::make_shared<FunctionalModel>(inputs, outputs, name))) {}
+
+Sequential::Sequential(const std::string& name)
+    : TrainableModel(std::make_shared<SequentialModel>(name.empty() ? Config() : Config{{"name", name}})) {}
+
+Sequential::Sequential(const std::vector<LayerPtr>& layers, const std::string& name) : Sequential(name) {
+  for (const LayerPtr& layer : layers) layer_->add(layer);
+}
+
+}  // namespace kiln

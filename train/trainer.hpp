@@ -1,0 +1,54 @@
+#pragma once
+// Trainer: what compile() attaches to a model. It owns the training graph (the model's calls
+// replayed in training mode, the losses, the gradients and the optimizer's updates, planned as one
+// Program) and the evaluation graph, both made from the data's shapes at first use.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/array.hpp"
+#include "optim/losses.hpp"
+#include "optim/metrics.hpp"
+#include "optim/optimizer.hpp"
+#include "train/callbacks.hpp"
+
+namespace kiln {
+
+class ModelBase;
+class FitOptions;
+struct History;
+
+class Trainer {
+ public:
+  Trainer(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> losses, std::vector<Metric> metrics);
+  ~Trainer();
+
+  History fit(const std::vector<Array>& x, const std::vector<Array>& y, const FitOptions& options);
+  Logs evaluate(const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size);
+  Logs train_on_batch(const std::vector<Array>& x, const std::vector<Array>& y);
+  Logs test_on_batch(const std::vector<Array>& x, const std::vector<Array>& y);
+
+  Optimizer& optimizer() { return *optimizer_; }
+  const std::vector<Loss>& losses() const { return losses_; }
+
+ private:
+  struct Step;
+  // The planned step for targets of these row shapes: training (with updates) or evaluation.
+  Step& step_for(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
+  std::unique_ptr<Step> make_step(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
+  // Data checks before any step runs: counts, equal rows, shapes that fit; converts dtypes.
+  void check_data(std::vector<Array>& x, std::vector<Array>& y, const std::string& what) const;
+  // One batch through a step; adds each value times the batch's rows into `sums`.
+  void run_batch(Step& step, const std::vector<Array>& x, const std::vector<Array>& y, std::vector<double>& sums);
+  Logs means(const Step& step, const std::vector<double>& sums, std::int64_t rows) const;
+  Logs evaluate_checked(const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size);
+
+  ModelBase& model_;
+  OptimizerPtr optimizer_;
+  std::vector<Loss> losses_;
+  std::vector<Metric> metrics_;
+  std::unique_ptr<Step> training_, evaluation_;
+};
+
+}  // namespace kiln
