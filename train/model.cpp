@@ -23,6 +23,8 @@ Trainer& trainer_of(ModelBase& model) {
   return *trainer;
 }
 
+Optimizer& optimizer_of(ModelBase& model) { return trainer_of(model).optimizer(); }
+
 void compile_model(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> losses, std::vector<Metric> metrics) {
   if (!model.built())
     throw LayerStateError(model.describe() + " is not built; give it an Input or build it before compile");

@@ -71,6 +71,7 @@ class Trainer;
 namespace detail {
 // The trainer compile() attached to `model`; LayerStateError naming the model when it was not compiled.
 Trainer& trainer_of(ModelBase& model);
+Optimizer& optimizer_of(ModelBase& model);
 void compile_model(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> losses, std::vector<Metric> metrics);
 History fit_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y, const FitOptions& options);
 Logs evaluate_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size);
@@ -106,6 +107,8 @@ class TrainableModel : public ModelHandle<M> {
     return detail::evaluate_model(*this->layer_, x, y, batch_size);
   }
   Logs train_on_batch(const Array& x, const Array& y) const { return detail::train_model_on_batch(*this->layer_, {x}, {y}); }
+  // The optimizer compile() was given: its state (slots, iterations) is the run's state besides the weights.
+  Optimizer& optimizer() const { return detail::optimizer_of(*this->layer_); }
   Logs test_on_batch(const Array& x, const Array& y) const { return detail::test_model_on_batch(*this->layer_, {x}, {y}); }
 };
 

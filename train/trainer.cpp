@@ -178,7 +178,12 @@ Trainer::Step& Trainer::step_for(const std::vector<Array>& x, const std::vector<
 void Trainer::run_batch(Step& step, const std::vector<Array>& x, const std::vector<Array>& y, std::vector<double>& sums) {
   for (std::size_t i = 0; i < x.size(); ++i) step.program->feed(step.inputs[i], x[i]);
   for (std::size_t k = 0; k < y.size(); ++k) step.program->feed(step.targets[k], y[k]);
-  if (step.training) optimizer_->prepare_step();
+  if (step.training) {
+    optimizer_->prepare_step();
+    // Per-step randomness (dropout) is keyed by the optimizer's iteration count, which is saved with
+    // the optimizer, so a resumed run draws the masks the uninterrupted run would have drawn.
+    step.program->set_step(static_cast<std::uint64_t>(optimizer_->iterations()));
+  }
   step.program->run();
   if (step.training) optimizer_->finish_step();
   const double rows = static_cast<double>(x[0].shape()[0]);

@@ -183,3 +183,33 @@ TEST_CASE("fit: EarlyStopping stops a diverging run and restores its best epoch'
   CHECK(val_loss.size() == best + 1 + 2);  // patience 2 after the best
   CHECK(model.evaluate(val_x, val_y).at("loss") == Approx(val_loss[best]).epsilon(1e-6));
 }
+
+TEST_CASE("fit: a run resumed from weights and optimizer state matches an uninterrupted run bitwise", "[train][fit][resume]") {
+  Array x, y;
+  linear_problem(40, x, y);
+  auto make_model = []() {
+    const Tensor input = kiln::Input({None, 2});
+    return kiln::Model(input, kiln::Dense(1)(kiln::Dropout(0.3)(kiln::Dense(8, "tanh")(input))));
+  };
+  const kiln::FitOptions options = kiln::FitOptions().batch_size(8).seed(3).verbose(0);
+
+  kiln::Model uninterrupted = make_model();
+  uninterrupted.compile("adam", "mse");
+  uninterrupted.fit(x, y, kiln::FitOptions(options).epochs(4));
+
+  kiln::Model first_half = make_model();
+  first_half.compile("adam", "mse");
+  first_half.fit(x, y, kiln::FitOptions(options).epochs(2));
+  // What a checkpoint holds: the config, the weights, the optimizer's state.
+  const kiln::LayerPtr rebuilt = kiln::layer_from_config(kiln::serialize_layer(*first_half));
+  kiln::Model resumed(std::static_pointer_cast<kiln::ModelBase>(rebuilt));
+  resumed.set_weights(first_half.get_weights());
+  resumed.compile("adam", "mse");
+  resumed.optimizer().set_variables(first_half.optimizer().variables());
+  resumed.fit(x, y, kiln::FitOptions(options).epochs(4).initial_epoch(2));
+
+  const std::vector<Array> expected = uninterrupted.get_weights(), actual = resumed.get_weights();
+  REQUIRE(expected.size() == actual.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) CHECK(actual[i].bitwise_equal(expected[i]));
+  CHECK(resumed.optimizer().iterations() == uninterrupted.optimizer().iterations());
+}
