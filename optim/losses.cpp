@@ -191,26 +191,11 @@ Config Loss::serialize() const {
 std::string Loss::describe() const { return class_name_ + " '" + name_ + "'"; }
 
 void Loss::check(const Shape& y_true, const Shape& y_pred) const {
-  const std::vector<std::pair<std::string, Shape>> shapes = {{"y_true", y_true}, {"y_pred", y_pred}};
   if (kind_ == Kind::custom) return;
-  if (y_pred.rank() < 1) throw ShapeError(describe(), "predictions need at least one axis", shapes);
-  switch (kind_) {
-    case Kind::categorical_crossentropy:
-      if (!detail::shapes_compatible(y_true, y_pred))
-        throw ShapeError(describe(), "y_true must be one-hot (or probabilities) of y_pred's shape", shapes);
-      return;
-    case Kind::sparse_categorical_crossentropy:
-      if (!detail::sparse_fits(y_true, y_pred))
-        throw ShapeError(describe(),
-                         "y_true must hold class indices: y_pred's shape without its last axis (or with a last axis "
-                         "of 1)",
-                         shapes);
-      return;
-    default:
-      if (!detail::elementwise_fits(y_true, y_pred))
-        throw ShapeError(describe(), "y_true must have y_pred's shape (or differ from it by a last axis of 1)", shapes);
-      return;
-  }
+  const detail::TargetForm form = kind_ == Kind::categorical_crossentropy        ? detail::TargetForm::one_hot
+                                  : kind_ == Kind::sparse_categorical_crossentropy ? detail::TargetForm::class_indices
+                                                                                   : detail::TargetForm::elementwise;
+  detail::check_targets(describe(), form, y_true, y_pred);
 }
 
 Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred) const {
@@ -231,5 +216,29 @@ Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred) const {
                      (value.valid() ? ", got shape " + value.shape().to_string() : std::string(", got nothing")));
   return value;
 }
+
+namespace detail {
+
+void check_targets(const std::string& who, TargetForm form, const Shape& y_true, const Shape& y_pred) {
+  const std::vector<std::pair<std::string, Shape>> shapes = {{"y_true", y_true}, {"y_pred", y_pred}};
+  if (y_pred.rank() < 1) throw ShapeError(who, "predictions need at least one axis", shapes);
+  switch (form) {
+    case TargetForm::one_hot:
+      if (!shapes_compatible(y_true, y_pred))
+        throw ShapeError(who, "y_true must be one-hot (or probabilities) of y_pred's shape", shapes);
+      return;
+    case TargetForm::class_indices:
+      if (!sparse_fits(y_true, y_pred))
+        throw ShapeError(who, "y_true must hold class indices: y_pred's shape without its last axis (or with a last axis of 1)",
+                         shapes);
+      return;
+    case TargetForm::elementwise:
+      if (!elementwise_fits(y_true, y_pred))
+        throw ShapeError(who, "y_true must have y_pred's shape (or differ from it by a last axis of 1)", shapes);
+      return;
+  }
+}
+
+}  // namespace detail
 
 }  // namespace kiln

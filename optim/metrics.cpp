@@ -105,25 +105,10 @@ Metric Metric::resolve(const Shape& y_true, const Shape& y_pred) const {
 
 void Metric::check(const Shape& y_true, const Shape& y_pred) const {
   if (!resolved()) return resolve(y_true, y_pred).check(y_true, y_pred);
-  const std::vector<std::pair<std::string, Shape>> shapes = {{"y_true", y_true}, {"y_pred", y_pred}};
-  if (y_pred.rank() < 1) throw ShapeError(describe(), "predictions need at least one axis", shapes);
-  switch (kind_) {
-    case Kind::categorical_accuracy:
-      if (!detail::shapes_compatible(y_true, y_pred))
-        throw ShapeError(describe(), "y_true must be one-hot of y_pred's shape", shapes);
-      return;
-    case Kind::sparse_categorical_accuracy:
-      if (!detail::sparse_fits(y_true, y_pred))
-        throw ShapeError(describe(),
-                         "y_true must hold class indices: y_pred's shape without its last axis (or with a last axis "
-                         "of 1)",
-                         shapes);
-      return;
-    default:
-      if (!detail::elementwise_fits(y_true, y_pred))
-        throw ShapeError(describe(), "y_true must have y_pred's shape (or differ from it by a last axis of 1)", shapes);
-      return;
-  }
+  const detail::TargetForm form = kind_ == Kind::categorical_accuracy          ? detail::TargetForm::one_hot
+                                  : kind_ == Kind::sparse_categorical_accuracy ? detail::TargetForm::class_indices
+                                                                               : detail::TargetForm::elementwise;
+  detail::check_targets(describe(), form, y_true, y_pred);
 }
 
 Tensor Metric::operator()(const Tensor& y_true, const Tensor& y_pred) const {

@@ -199,20 +199,15 @@ Logs Trainer::means(const Step& step, const std::vector<double>& sums, std::int6
 
 // ---- the public operations ----------------------------------------------------------------------------------------
 
-Logs Trainer::train_on_batch(const std::vector<Array>& x_given, const std::vector<Array>& y_given) {
-  std::vector<Array> x = x_given, y = y_given;
-  check_data(x, y, "train_on_batch");
-  std::vector<double> sums;
-  Step& step = step_for(x, y, true);
-  run_batch(step, x, y, sums);
-  return means(step, sums, num_rows(x));
-}
+Logs Trainer::train_on_batch(const std::vector<Array>& x, const std::vector<Array>& y) { return one_batch(x, y, true); }
 
-Logs Trainer::test_on_batch(const std::vector<Array>& x_given, const std::vector<Array>& y_given) {
+Logs Trainer::test_on_batch(const std::vector<Array>& x, const std::vector<Array>& y) { return one_batch(x, y, false); }
+
+Logs Trainer::one_batch(const std::vector<Array>& x_given, const std::vector<Array>& y_given, bool training) {
   std::vector<Array> x = x_given, y = y_given;
-  check_data(x, y, "test_on_batch");
+  check_data(x, y, training ? "train_on_batch" : "test_on_batch");
   std::vector<double> sums;
-  Step& step = step_for(x, y, false);
+  Step& step = step_for(x, y, training);
   run_batch(step, x, y, sums);
   return means(step, sums, num_rows(x));
 }

@@ -42,6 +42,7 @@ class Trainer {
   // One batch through a step; adds each value times the batch's rows into `sums`.
   void run_batch(Step& step, const std::vector<Array>& x, const std::vector<Array>& y, std::vector<double>& sums);
   Logs means(const Step& step, const std::vector<double>& sums, std::int64_t rows) const;
+  Logs one_batch(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
   Logs evaluate_checked(const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size);
 
   ModelBase& model_;

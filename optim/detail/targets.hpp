@@ -21,6 +21,11 @@ bool sparse_fits(const Shape& y_true, const Shape& y_pred);
 // The indices with the trailing axis of 1 (if any) dropped.
 Tensor sparse_labels(const Tensor& y_true, const Tensor& y_pred);
 
+// How a loss or metric reads its targets; check_targets throws ShapeError naming `who` and both shapes
+// when y_true cannot meet y_pred that way (and when y_pred has no axis at all).
+enum class TargetForm { one_hot, class_indices, elementwise };
+void check_targets(const std::string& who, TargetForm form, const Shape& y_true, const Shape& y_pred);
+
 // Index of the first maximum along the last axis, as the input's dtype: NumPy's argmax, composed from
 // max, equal, where and min. A row holding a NaN yields the class count, which matches no label.
 Tensor argmax_last(const Tensor& x);
