@@ -490,31 +490,31 @@ std::string shapes_text(const std::vector<Shape>& shapes) {
 
 }  // namespace
 
-std::string ModelBase::summary_string() const {
-  const bool show_connections = !linear();
-  struct Row {
-    std::string layer, shape, params;
-    std::vector<std::string> connected;
-  };
-  std::vector<Row> rows;
+namespace {
+
+struct SummaryRow {
+  std::string layer, shape, params;
+  std::vector<std::string> connected;  // "dense[0][0]" per input of every call of the layer
+};
+
+// One row per layer (not per call), as Keras prints it; a shared layer lists all its calls' inputs.
+std::vector<SummaryRow> summary_rows(const std::vector<ModelBase::Node>& nodes, bool hide_inputs, bool show_connections) {
   std::map<const Layer*, int> calls_so_far;
-  std::vector<int> call_index(nodes_.size());
-  for (std::size_t i = 0; i < nodes_.size(); ++i) call_index[i] = calls_so_far[nodes_[i].layer.get()]++;
+  std::vector<int> call_index(nodes.size());
+  for (std::size_t i = 0; i < nodes.size(); ++i) call_index[i] = calls_so_far[nodes[i].layer.get()]++;
+  auto ref_text = [&](const ModelBase::TensorRef& ref) {
+    const std::size_t n = static_cast<std::size_t>(ref.node);
+    return nodes[n].layer->name() + "[" + std::to_string(call_index[n]) + "][" + std::to_string(ref.output) + "]";
+  };
+  std::vector<SummaryRow> rows;
   std::map<const Layer*, std::size_t> row_of;
-  // Keras shows a Sequential model's input layer as no row of its own.
-  const bool hide_inputs = dynamic_cast<const SequentialModel*>(this) != nullptr;
-  for (std::size_t i = 0; i < nodes_.size(); ++i) {
-    const Node& node = nodes_[i];
+  for (const ModelBase::Node& node : nodes) {
     if (hide_inputs && is_input_layer(node.layer)) continue;
     std::vector<std::string> connected;
-    auto ref_text = [&](const TensorRef& ref) {
-      const std::size_t n = static_cast<std::size_t>(ref.node);
-      return nodes_[n].layer->name() + "[" + std::to_string(call_index[n]) + "][" + std::to_string(ref.output) + "]";
-    };
-    for (const TensorRef& ref : node.inputs) connected.push_back(ref_text(ref));
+    for (const ModelBase::TensorRef& ref : node.inputs) connected.push_back(ref_text(ref));
     for (const auto& [name, ref] : node.tensor_args) connected.push_back(ref_text(ref));
     if (const auto found = row_of.find(node.layer.get()); found != row_of.end()) {
-      Row& row = rows[found->second];
+      SummaryRow& row = rows[found->second];
       row.connected.insert(row.connected.end(), connected.begin(), connected.end());
       continue;
     }
@@ -523,11 +523,15 @@ std::string ModelBase::summary_string() const {
                     with_commas(node.layer->count_params()), connected});
     if (show_connections && rows.back().connected.empty()) rows.back().connected.push_back("-");
   }
+  return rows;
+}
 
+// Keras's box table: heavy rules around the header, light ones between rows, the counts right-aligned.
+std::string render_table(const std::vector<SummaryRow>& rows, bool show_connections) {
   std::vector<std::string> headers = {"Layer (type)", "Output Shape", "Param #"};
   if (show_connections) headers.push_back("Connected to");
   std::vector<std::size_t> widths = {29, 22, 11, 20};
-  for (const Row& row : rows) {
+  for (const SummaryRow& row : rows) {
     widths[0] = std::max(widths[0], columns(row.layer));
     widths[1] = std::max(widths[1], columns(row.shape));
     widths[2] = std::max(widths[2], columns(row.params));
@@ -544,31 +548,40 @@ std::string ModelBase::summary_string() const {
     for (std::size_t c = 0; c < num_columns; ++c) out += " " + pad(cells[c], widths[c], c == 2) + " " + bar;
     return out + "\n";
   };
-
-  std::ostringstream out;
-  out << "Model: \"" << name() << "\"\n";
-  out << rule("┏", "━", "┳", "┓") << line(headers, "┃") << rule("┡", "━", "╇", "┩");
+  std::string out = rule("┏", "━", "┳", "┓") + line(headers, "┃") + rule("┡", "━", "╇", "┩");
   for (std::size_t r = 0; r < rows.size(); ++r) {
-    const Row& row = rows[r];
+    const SummaryRow& row = rows[r];
     const std::size_t height = show_connections ? std::max<std::size_t>(1, row.connected.size()) : 1;
     for (std::size_t k = 0; k < height; ++k) {
       std::vector<std::string> cells = {k == 0 ? row.layer : "", k == 0 ? row.shape : "", k == 0 ? row.params : ""};
       if (show_connections) cells.push_back(k < row.connected.size() ? row.connected[k] : "");
-      out << line(cells, "│");
+      out += line(cells, "│");
     }
-    out << (r + 1 < rows.size() ? rule("├", "─", "┼", "┤") : rule("└", "─", "┴", "┘"));
+    out += r + 1 < rows.size() ? rule("├", "─", "┼", "┤") : rule("└", "─", "┴", "┘");
   }
+  return out;
+}
+
+std::string parameter_totals(const std::vector<Weight>& weights) {
   std::int64_t trainable = 0, frozen = 0;
   double trainable_bytes = 0, frozen_bytes = 0;
-  for (const Weight& weight : weights()) {
-    const auto count = static_cast<std::int64_t>(weight.value.size());
-    (weight.trainable ? trainable : frozen) += count;
+  for (const Weight& weight : weights) {
+    (weight.trainable ? trainable : frozen) += static_cast<std::int64_t>(weight.value.size());
     (weight.trainable ? trainable_bytes : frozen_bytes) += static_cast<double>(weight.value.nbytes());
   }
-  out << " Total params: " << with_commas(trainable + frozen) << " (" << readable_size(trainable_bytes + frozen_bytes) << ")\n";
-  out << " Trainable params: " << with_commas(trainable) << " (" << readable_size(trainable_bytes) << ")\n";
-  out << " Non-trainable params: " << with_commas(frozen) << " (" << readable_size(frozen_bytes) << ")\n";
-  return out.str();
+  return " Total params: " + with_commas(trainable + frozen) + " (" + readable_size(trainable_bytes + frozen_bytes) + ")\n" +
+         " Trainable params: " + with_commas(trainable) + " (" + readable_size(trainable_bytes) + ")\n" +
+         " Non-trainable params: " + with_commas(frozen) + " (" + readable_size(frozen_bytes) + ")\n";
+}
+
+}  // namespace
+
+std::string ModelBase::summary_string() const {
+  const bool show_connections = !linear();
+  // Keras shows a Sequential model's input layer as no row of its own.
+  const bool hide_inputs = dynamic_cast<const SequentialModel*>(this) != nullptr;
+  return "Model: \"" + name() + "\"\n" + render_table(summary_rows(nodes_, hide_inputs, show_connections), show_connections) +
+         parameter_totals(weights());
 }
 
 void ModelBase::summary(std::ostream& out) const { out << summary_string(); }
