@@ -644,87 +644,113 @@ const Config* keras_history(const Config& ref) {
 }
 }  // namespace
 
-void ModelBase::restore_graph(const Config& config) {
+namespace {
+
+// Rebuilds a functional model's calls from its config: each layer's inbound calls run as soon as the
+// tensors they refer to exist, so a shared layer's second call may wait for a later layer's output.
+class GraphRestorer {
+ public:
+  explicit GraphRestorer(std::string who) : who_(std::move(who)) {}
+
+  void add_layers(const std::vector<Config>& entries) {
+    for (const Config& entry : entries) {
+      LayerPtr layer = layer_from_config(entry);
+      const std::string name = entry.get_string("name", layer->name());
+      if (!outputs_of_.emplace(name, std::vector<std::vector<Tensor>>{}).second)
+        throw ConfigError(who_ + ": two layers are named '" + name + "'");
+      if (auto* input = dynamic_cast<InputLayer*>(layer.get())) {
+        outputs_of_[name].push_back({input->make_input()});
+        continue;
+      }
+      const Config* inbound = entry.find("inbound_nodes");
+      pending_.push_back({layer, name, inbound ? inbound->as_list("inbound_nodes") : std::vector<Config>{}, 0});
+    }
+  }
+
+  // Runs every call whose inputs exist until none is left; ConfigError for calls that can never run.
+  void run_calls() {
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (Pending& p : pending_)
+        while (p.next < p.calls.size() && try_call(p)) progress = true;
+    }
+    for (const Pending& p : pending_)
+      if (p.next < p.calls.size())
+        throw ConfigError(who_ + ": call " + std::to_string(p.next) + " of layer '" + p.name + "' refers to tensors no layer makes");
+  }
+
+  // The tensors named by [layer, call, output] triples (input_layers, output_layers).
+  std::vector<Tensor> tensors(const std::vector<Config>& triples, const char* what) {
+    std::vector<Tensor> result;
+    for (const Config& triple : triples) {
+      Tensor t;
+      if (!resolve({{"keras_history", triple}}, t)) throw ConfigError(who_ + ": unknown " + what + " " + triple.to_string());
+      result.push_back(t);
+    }
+    return result;
+  }
+
+ private:
   struct Pending {
     LayerPtr layer;
     std::string name;
     std::vector<Config> calls;
     std::size_t next = 0;
   };
-  std::vector<Pending> pending;
-  std::map<std::string, std::vector<std::vector<Tensor>>> outputs_of;  // layer name -> per call outputs
-  for (const Config& entry : config.get_list("layers")) {
-    LayerPtr layer = layer_from_config(entry);
-    const std::string name = entry.get_string("name", layer->name());
-    if (!outputs_of.emplace(name, std::vector<std::vector<Tensor>>{}).second)
-      throw ConfigError(describe() + ": two layers are named '" + name + "'");
-    if (auto* input = dynamic_cast<InputLayer*>(layer.get())) {
-      outputs_of[name].push_back({input->make_input()});
-      continue;
+
+  bool try_call(Pending& p) {
+    const Config& call = p.calls[p.next];
+    std::vector<Tensor> inputs;
+    CallArgs args;
+    for (const Config& ref : call.get_list("args")) {
+      Tensor t;
+      if (!resolve(ref, t)) return false;
+      inputs.push_back(t);
     }
-    const Config* inbound = entry.find("inbound_nodes");
-    pending.push_back({layer, name, inbound ? inbound->as_list("inbound_nodes") : std::vector<Config>{}, 0});
+    if (const Config* kwargs = call.find("kwargs"); kwargs != nullptr && kwargs->is_map())
+      for (const auto& [name, value] : kwargs->items()) {
+        if (keras_history(value) == nullptr) {
+          args.option(name, value);
+          continue;
+        }
+        Tensor t;
+        if (!resolve(value, t)) return false;
+        args.tensor(name, t);
+      }
+    outputs_of_[p.name].push_back((*p.layer)(inputs, args));
+    ++p.next;
+    return true;
   }
-  auto resolve = [&](const Config& ref, Tensor& out) {
+
+  // False while the referenced call has not run yet.
+  bool resolve(const Config& ref, Tensor& out) const {
     const Config* history = keras_history(ref);
-    if (history == nullptr) throw ConfigError(describe() + ": " + ref.to_string() + " is not a tensor reference (keras_history)");
+    if (history == nullptr) throw ConfigError(who_ + ": " + ref.to_string() + " is not a tensor reference (keras_history)");
     const std::vector<Config>& h = history->as_list("keras_history");
-    if (h.size() != 3) throw ConfigError(describe() + ": keras_history needs [layer, call, output], got " + ref.to_string());
-    const auto found = outputs_of.find(h[0].as_string("keras_history layer"));
+    if (h.size() != 3) throw ConfigError(who_ + ": keras_history needs [layer, call, output], got " + ref.to_string());
+    const auto found = outputs_of_.find(h[0].as_string("keras_history layer"));
     const std::size_t call = static_cast<std::size_t>(h[1].as_int("keras_history call"));
     const std::size_t output = static_cast<std::size_t>(h[2].as_int("keras_history output"));
-    if (found == outputs_of.end() || call >= found->second.size()) return false;
+    if (found == outputs_of_.end() || call >= found->second.size()) return false;
     if (output >= found->second[call].size())
-      throw ConfigError(describe() + ": " + ref.to_string() + " refers to an output the layer does not have");
+      throw ConfigError(who_ + ": " + ref.to_string() + " refers to an output the layer does not have");
     out = found->second[call][output];
     return true;
-  };
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (Pending& p : pending) {
-      while (p.next < p.calls.size()) {
-        const Config& call = p.calls[p.next];
-        std::vector<Tensor> inputs;
-        CallArgs args;
-        bool ready = true;
-        for (const Config& ref : call.get_list("args")) {
-          Tensor t;
-          ready = ready && resolve(ref, t);
-          inputs.push_back(t);
-        }
-        if (const Config* kwargs = call.find("kwargs"); kwargs != nullptr && kwargs->is_map())
-          for (const auto& [name, value] : kwargs->items()) {
-            if (keras_history(value) != nullptr) {
-              Tensor t;
-              ready = ready && resolve(value, t);
-              args.tensor(name, t);
-            } else {
-              args.option(name, value);
-            }
-          }
-        if (!ready) break;
-        outputs_of[p.name].push_back((*p.layer)(inputs, args));
-        ++p.next;
-        progress = true;
-      }
-    }
   }
-  for (const Pending& p : pending)
-    if (p.next < p.calls.size())
-      throw ConfigError(describe() + ": call " + std::to_string(p.next) + " of layer '" + p.name +
-                        "' refers to tensors no layer makes");
-  std::vector<Tensor> inputs, outputs;
-  for (const Config& ref : config.get_list("input_layers")) {
-    Tensor t;
-    if (!resolve({{"keras_history", ref}}, t)) throw ConfigError(describe() + ": unknown input layer " + ref.to_string());
-    inputs.push_back(t);
-  }
-  for (const Config& ref : config.get_list("output_layers")) {
-    Tensor t;
-    if (!resolve({{"keras_history", ref}}, t)) throw ConfigError(describe() + ": unknown output " + ref.to_string());
-    outputs.push_back(t);
-  }
-  record(inputs, outputs);
+
+  std::string who_;
+  std::vector<Pending> pending_;
+  std::map<std::string, std::vector<std::vector<Tensor>>> outputs_of_;  // layer name -> per call outputs
+};
+
+}  // namespace
+
+void ModelBase::restore_graph(const Config& config) {
+  GraphRestorer restorer(describe());
+  restorer.add_layers(config.get_list("layers"));
+  restorer.run_calls();
+  record(restorer.tensors(config.get_list("input_layers"), "input layer"),
+         restorer.tensors(config.get_list("output_layers"), "output"));
 }
 
 // ---- FunctionalModel ----------------------------------------------------------------------------------------
