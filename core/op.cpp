@@ -44,6 +44,13 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 }
 }  // namespace
 
+std::string did_you_mean(const std::vector<std::string>& names) {
+  if (names.empty()) return "";
+  std::string text = "; did you mean";
+  for (std::size_t i = 0; i < names.size(); ++i) text += (i ? ", '" : " '") + names[i] + "'";
+  return text + "?";
+}
+
 std::vector<std::string> nearest_names(const std::string& name, const std::vector<std::string>& candidates,
                                        std::size_t count) {
   std::vector<std::pair<std::size_t, std::string>> scored;

@@ -179,6 +179,9 @@ OpRegistry& op_registry();
 // The registered names closest to `name` (edit distance), best first: for "did you mean" messages.
 std::vector<std::string> nearest_names(const std::string& name, const std::vector<std::string>& candidates,
                                        std::size_t count = 3);
+// "; did you mean 'a', 'b'?" for these names, or "" when there are none: the tail of every unknown-name
+// message.
+std::string did_you_mean(const std::vector<std::string>& names);
 
 namespace detail {
 struct OpRegistration {

@@ -57,10 +57,7 @@ void Program::feed(const Tensor& placeholder, const Array& value) {
   if (value.dtype() != node.dtype)
     throw DTypeError("Program::feed: " + node.describe() + " takes " + dtype_name(node.dtype) + ", got " +
                      dtype_name(value.dtype()) + " data of shape " + value.shape().to_string());
-  bool fits = value.shape().rank() == node.shape.rank();
-  for (int axis = 0; fits && axis < node.shape.rank(); ++axis)
-    fits = node.shape[axis] == Shape::unknown || node.shape[axis] == value.shape()[axis];
-  if (!fits)
+  if (!node.shape.accepts(value.shape()))
     throw ShapeError("Program::feed: " + node.describe() + " of shape " + node.shape.to_string() +
                      " cannot take data of shape " + value.shape().to_string());
   for (std::size_t i = 0; i < placeholders_.size(); ++i)

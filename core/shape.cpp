@@ -48,6 +48,13 @@ std::int64_t Shape::num_elements() const {
   return count;
 }
 
+bool Shape::accepts(const Shape& given, int from_axis) const {
+  if (given.rank() != rank()) return false;
+  for (int axis = from_axis; axis < rank(); ++axis)
+    if ((*this)[axis] != unknown && (*this)[axis] != given[axis]) return false;
+  return true;
+}
+
 Shape Shape::with_batch(std::int64_t batch_size) const {
   Shape result = *this;
   for (std::int64_t& d : result.dims_)

@@ -37,6 +37,9 @@ class Shape {
   Shape with_batch(std::int64_t batch_size) const;
 
   std::string to_string() const;  // "(None, 150, 512)", "()" for a scalar, "(3,)" for rank 1
+  // True when `given` has this rank and, from axis `from_axis` on, every dimension this shape knows
+  // (an unknown dimension takes any size): whether data of shape `given` fits a declared shape.
+  bool accepts(const Shape& given, int from_axis = 0) const;
   bool operator==(const Shape& other) const { return dims_ == other.dims_; }
   bool operator!=(const Shape& other) const { return dims_ != other.dims_; }
 

@@ -363,12 +363,7 @@ void ConfigReader::finish() const {
   std::string message = "unknown argument";
   message += unknown.size() > 1 ? "s" : "";
   for (std::size_t i = 0; i < unknown.size(); ++i) message += (i ? ", '" : " '") + unknown[i] + "'";
-  const std::vector<std::string> near = nearest_names(unknown.front(), read_);
-  if (!near.empty()) {
-    message += "; did you mean";
-    for (std::size_t i = 0; i < near.size(); ++i) message += (i ? ", '" : " '") + near[i] + "'";
-    message += "?";
-  }
+  message += did_you_mean(nearest_names(unknown.front(), read_));
   fail(message);
 }
 

@@ -467,12 +467,7 @@ LayerPtr LayerRegistry::create(const std::string& key, const Config& config) con
   const std::string* resolved = resolve(key);
   if (resolved == nullptr) {
     std::string message = "unknown layer '" + key + "'";
-    const std::vector<std::string> near = nearest_keys(key);
-    if (!near.empty()) {
-      message += "; did you mean";
-      for (std::size_t i = 0; i < near.size(); ++i) message += (i ? ", '" : " '") + near[i] + "'";
-      message += "?";
-    }
+    message += did_you_mean(nearest_keys(key));
     throw ConfigError(message);
   }
   for (const Entry& entry : entries_)

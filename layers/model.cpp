@@ -312,10 +312,7 @@ std::vector<Tensor> ModelBase::apply(const std::vector<Tensor>& inputs, bool tra
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const Shape& expected = nodes_[static_cast<std::size_t>(input_nodes_[i])].output_shapes.at(0);
     const Shape& given = inputs[i].shape();
-    bool fits = given.rank() == expected.rank();
-    for (int axis = 0; fits && axis < given.rank(); ++axis)
-      fits = expected[axis] == Shape::unknown || expected[axis] == given[axis];
-    if (!fits)
+    if (!expected.accepts(given))
       shape_error("input " + std::to_string(i) + " does not fit the model's input '" +
                       nodes_[static_cast<std::size_t>(input_nodes_[i])].layer->name() + "'",
                   {{"expected", expected}, {"given", given}});
@@ -369,10 +366,8 @@ std::vector<Array> ModelBase::predict_inputs(const std::vector<Array>& given, co
   for (std::size_t i = 0; i < given.size(); ++i) {
     const Shape& expected = placeholders[i].shape();
     const Shape& shape = given[i].shape();
-    bool fits = shape.rank() == expected.rank() && shape.rank() > 0;
-    for (int axis = 1; fits && axis < shape.rank(); ++axis)
-      fits = expected[axis] == Shape::unknown || expected[axis] == shape[axis];
-    if (!fits) shape_error("predict: array " + std::to_string(i) + " does not fit the input", {{"input", expected}, {"array", shape}});
+    // Rows are fed in batches, so the row count is free even where the input fixes a batch size.
+    if (shape.rank() == 0 || !expected.accepts(shape, 1)) shape_error("predict: array " + std::to_string(i) + " does not fit the input", {{"input", expected}, {"array", shape}});
     if (shape[0] != given[0].shape()[0])
       shape_error("predict: the arrays have different numbers of rows", {{"array 0", given[0].shape()}, {"array " + std::to_string(i), shape}});
     inputs.push_back(given[i].dtype() == placeholders[i].dtype() ? given[i] : given[i].astype(placeholders[i].dtype()));

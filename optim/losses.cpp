@@ -115,12 +115,7 @@ const Loss::Definition& Loss::find(const std::string& name) {
                                              definition.aliases.end())
       return definition;
   std::string message = "unknown loss '" + name + "'";
-  const std::vector<std::string> near = nearest_names(name, names());
-  if (!near.empty()) {
-    message += "; did you mean";
-    for (std::size_t i = 0; i < near.size(); ++i) message += (i ? ", '" : " '") + near[i] + "'";
-    message += "?";
-  }
+  message += did_you_mean(nearest_names(name, names()));
   throw ConfigError(message);
 }
 

@@ -42,12 +42,7 @@ const Metric::Definition& Metric::find(const std::string& name) {
         std::find(definition.aliases.begin(), definition.aliases.end(), name) != definition.aliases.end())
       return definition;
   std::string message = "unknown metric '" + name + "'";
-  const std::vector<std::string> near = nearest_names(name, names());
-  if (!near.empty()) {
-    message += "; did you mean";
-    for (std::size_t i = 0; i < near.size(); ++i) message += (i ? ", '" : " '") + near[i] + "'";
-    message += "?";
-  }
+  message += did_you_mean(nearest_names(name, names()));
   throw ConfigError(message);
 }
 

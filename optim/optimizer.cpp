@@ -572,12 +572,7 @@ OptimizerPtr OptimizerRegistry::create(const std::string& name, const Config& co
     candidates.push_back(lower_case(class_part(entry.key)));
   }
   std::string message = "unknown optimizer '" + name + "'";
-  const std::vector<std::string> near = nearest_names(name, candidates);
-  if (!near.empty()) {
-    message += "; did you mean";
-    for (std::size_t i = 0; i < near.size(); ++i) message += (i ? ", '" : " '") + near[i] + "'";
-    message += "?";
-  }
+  message += did_you_mean(nearest_names(name, candidates));
   throw ConfigError(message);
 }
 

@@ -42,6 +42,8 @@ class FitOptions {
   FitOptions& verbose(int value) { verbose_ = value; return *this; }
   FitOptions& initial_epoch(int value) { initial_epoch_ = value; return *this; }
 
+ private:
+  friend class Trainer;
   std::int64_t batch_size_ = 32;
   int epochs_ = 1;
   double validation_split_ = 0.0;

@@ -95,9 +95,7 @@ void Trainer::check_data(std::vector<Array>& x, std::vector<Array>& y, const std
   for (std::size_t i = 0; i < x.size(); ++i) {
     check_rows(x[i], "x[" + std::to_string(i) + "]");
     const Shape& expected = input_shapes[i];
-    bool fits = x[i].shape().rank() == expected.rank();
-    for (int axis = 1; fits && axis < expected.rank(); ++axis) fits = expected[axis] == Shape::unknown || expected[axis] == x[i].shape()[axis];
-    if (!fits) throw ShapeError(who, "x[" + std::to_string(i) + "] does not fit the model's input", {{"input", expected}, {"x", x[i].shape()}});
+    if (!expected.accepts(x[i].shape(), 1)) throw ShapeError(who, "x[" + std::to_string(i) + "] does not fit the model's input", {{"input", expected}, {"x", x[i].shape()}});
     if (x[i].dtype() != input_dtypes[i]) x[i] = x[i].astype(input_dtypes[i]);
   }
   if (x[0].shape()[0] == 0) throw ValueError(who + ": no samples");

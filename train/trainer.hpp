@@ -30,7 +30,6 @@ class Trainer {
   Logs test_on_batch(const std::vector<Array>& x, const std::vector<Array>& y);
 
   Optimizer& optimizer() { return *optimizer_; }
-  const std::vector<Loss>& losses() const { return losses_; }
 
  private:
   struct Step;
