@@ -12,7 +12,10 @@ namespace {
 // 64-byte alignment: whole cache lines, and what AVX-512 loads like.
 constexpr std::size_t alignment = 64;
 
+thread_local detail::AllocationLimit* current_limit = nullptr;
+
 std::shared_ptr<unsigned char> allocate_zeroed(std::size_t bytes) {
+  if (current_limit) current_limit->charge(bytes);
   const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + alignment - 1) / alignment * alignment;
   void* memory = std::aligned_alloc(alignment, rounded);
   if (memory == nullptr) throw std::bad_alloc();
@@ -20,6 +23,24 @@ std::shared_ptr<unsigned char> allocate_zeroed(std::size_t bytes) {
   return std::shared_ptr<unsigned char>(static_cast<unsigned char*>(memory), [](unsigned char* p) { std::free(p); });
 }
 }  // namespace
+
+namespace detail {
+
+AllocationLimit::AllocationLimit(std::size_t bytes, std::string what)
+    : remaining_(bytes), what_(std::move(what)), outer_(current_limit) {
+  current_limit = this;
+}
+
+AllocationLimit::~AllocationLimit() { current_limit = outer_; }
+
+void AllocationLimit::charge(std::size_t bytes) {
+  if (bytes > remaining_)
+    throw ValueError(what_ + ": an array of " + std::to_string(bytes) + " bytes is more than the " +
+                     std::to_string(remaining_) + " bytes left to it");
+  remaining_ -= bytes;
+}
+
+}  // namespace detail
 
 DType dtype_from_name(const std::string& name) {
   if (name == "float32") return DType::float32;

@@ -3,6 +3,7 @@
 // defined shape. Copies share storage (like a NumPy view or a torch::Tensor); `copy()` is deep.
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/dtype.hpp"
@@ -81,5 +82,24 @@ std::vector<T> Array::to_vector() const {
   for (std::size_t i = 0; i < size_; ++i) values[i] = static_cast<T>(flat(i));
   return values;
 }
+
+namespace detail {
+// While one is alive, the Arrays this thread makes may take at most `bytes` in total; the one that
+// would pass it throws ValueError. Loading a file sets one from the file's size, so a damaged config
+// (a Dense of 10^9 units) is refused instead of allocating gigabytes.
+class AllocationLimit {
+ public:
+  explicit AllocationLimit(std::size_t bytes, std::string what);
+  ~AllocationLimit();
+  AllocationLimit(const AllocationLimit&) = delete;
+  AllocationLimit& operator=(const AllocationLimit&) = delete;
+  void charge(std::size_t bytes);
+
+ private:
+  std::size_t remaining_;
+  std::string what_;
+  AllocationLimit* outer_;
+};
+}  // namespace detail
 
 }  // namespace kiln

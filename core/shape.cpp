@@ -43,7 +43,8 @@ std::int64_t Shape::num_elements() const {
   std::int64_t count = 1;
   for (std::int64_t d : dims_) {
     if (d == unknown) throw ShapeError("shape " + to_string() + " has an unknown dimension");
-    count *= d;
+    if (d < 0 || __builtin_mul_overflow(count, d, &count) || count > (std::int64_t{1} << 60))
+      throw ShapeError("shape " + to_string() + " has more elements than any array can hold");
   }
   return count;
 }
