@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   libxtensor-dev libxtensor-blas-dev libxsimd-dev libopenblas-dev
-  catch2 libcereal-dev cmake g++ make ccache
+  catch2 libcereal-dev rapidjson-dev zlib1g-dev libcli11-dev cmake g++ make ccache
 )
 
 missing=()
