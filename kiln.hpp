@@ -32,3 +32,6 @@
 #include "train/data.hpp"
 #include "train/model.hpp"
 #include "train/progress.hpp"
+#include "serialize/checkpoint.hpp"
+#include "serialize/json.hpp"
+#include "serialize/saving.hpp"

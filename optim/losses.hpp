@@ -41,6 +41,7 @@ class Loss {
   const std::string& class_name() const { return class_name_; }  // "MeanSquaredError"
   const std::string& name() const { return name_; }              // "mean_squared_error", Keras's name
   bool from_logits() const { return from_logits_; }
+  bool custom() const { return kind_ == Kind::custom; }  // made from a function: not restorable from a config
   double delta() const { return delta_; }
   // The class's config: name, reduction, and its own arguments (delta, from_logits, ...).
   Config get_config() const;

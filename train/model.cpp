@@ -47,6 +47,11 @@ Logs test_model_on_batch(ModelBase& model, const std::vector<Array>& x, const st
   return trainer_of(model).test_on_batch(x, y);
 }
 
+int epochs_trained(ModelBase& model) {
+  auto trainer = std::static_pointer_cast<Trainer>(model.compiled_state());
+  return trainer ? trainer->epochs_trained() : 0;
+}
+
 }  // namespace detail
 
 Model::Model(const Tensor& input, const Tensor& output, const std::string& name)

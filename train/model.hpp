@@ -79,6 +79,13 @@ History fit_model(ModelBase& model, const std::vector<Array>& x, const std::vect
 Logs evaluate_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size);
 Logs train_model_on_batch(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y);
 Logs test_model_on_batch(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y);
+int epochs_trained(ModelBase& model);
+// Defined in serialize/saving.cpp, the room above this one: the members below are Keras's spelling of
+// kiln::save_model, kiln::save_weights, kiln::load_weights and kiln::model_to_json (serialize/saving.hpp).
+void save_model_file(const ModelBase& model, const std::string& path);
+void save_weights_file(const ModelBase& model, const std::string& path);
+void load_weights_file(ModelBase& model, const std::string& path);
+std::string model_json(const ModelBase& model, int indent);
 }  // namespace detail
 
 template <class M>
@@ -112,6 +119,15 @@ class TrainableModel : public ModelHandle<M> {
   // The optimizer compile() was given: its state (slots, iterations) is the run's state besides the weights.
   Optimizer& optimizer() const { return detail::optimizer_of(*this->layer_); }
   Logs test_on_batch(const Array& x, const Array& y) const { return detail::test_model_on_batch(*this->layer_, {x}, {y}); }
+  // Epochs fit() has finished, restored by load_model: pass it as FitOptions().initial_epoch to resume.
+  int epochs_trained() const { return detail::epochs_trained(*this->layer_); }
+
+  // ---- saving (serialize/saving.hpp) --------------------------------------------------------------------
+  // Config, weights, optimizer state and progress in one checked file, written atomically.
+  void save(const std::string& path) const { detail::save_model_file(*this->layer_, path); }
+  void save_weights(const std::string& path) const { detail::save_weights_file(*this->layer_, path); }
+  void load_weights(const std::string& path) const { detail::load_weights_file(*this->layer_, path); }
+  std::string to_json(int indent = 2) const { return detail::model_json(*this->layer_, indent); }
 };
 
 class Model : public TrainableModel<ModelBase> {

@@ -311,6 +311,7 @@ History Trainer::fit(const std::vector<Array>& x_given, const std::vector<Array>
       const Logs validation = evaluate_checked(val_x, val_y, options.batch_size_);
       for (const auto& [name, value] : validation) logs["val_" + name] = value;
     }
+    epochs_trained_ = epoch + 1;  // before the callbacks, so a checkpoint saved there records this epoch
     for (const CallbackPtr& callback : options.callbacks_) callback->on_epoch_end(state, epoch, logs);
     bar.epoch_end(batches_run, logs, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     history.epochs.push_back(epoch);

@@ -30,6 +30,12 @@ class Trainer {
   Logs test_on_batch(const std::vector<Array>& x, const std::vector<Array>& y);
 
   Optimizer& optimizer() { return *optimizer_; }
+  const std::vector<Loss>& losses() const { return losses_; }
+  const std::vector<Metric>& metrics() const { return metrics_; }
+  // Epochs finished by fit() (counted from initial_epoch), saved with the model so a reloaded run knows
+  // where to resume: fit(..., FitOptions().initial_epoch(model.epochs_trained())).
+  int epochs_trained() const { return epochs_trained_; }
+  void set_epochs_trained(int epochs) { epochs_trained_ = epochs; }
 
  private:
   struct Step;
@@ -49,6 +55,7 @@ class Trainer {
   std::vector<Loss> losses_;
   std::vector<Metric> metrics_;
   std::unique_ptr<Step> training_, evaluation_;
+  int epochs_trained_ = 0;
 };
 
 }  // namespace kiln

@@ -6,13 +6,20 @@
 // training part. Targets: the next day's absolute log return of DAX and FTSE, scaled into [-1, 1] on the
 // training part. Splits are in time order: 70 % train, 15 % validation, 15 % test.
 //
-// It prints the model, trains it with early stopping, compares its test MSE with a Dense-only model and
-// with predicting the training mean, and writes history.csv and training.svg.
+// It prints the model, trains it with early stopping (keeping the best epoch in best.kiln), compares its
+// test MSE with a Dense-only model and with predicting the training mean, saves the model to
+// stock_attention.kiln, reloads it and checks that the reloaded model predicts the test set bit for bit
+// the same (exit status 2 if not). It writes history.csv, training.svg and the .kiln files into the
+// current directory (`make demo` runs it in build/).
 #include <kiln/kiln.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 
 #ifndef KILN_DATA_DIR
@@ -74,7 +81,9 @@ kiln::Model dense_model() {
   return kiln::Model(input, kiln::Dense(2, "tanh")(h), "dense_only");
 }
 
-kiln::History train(kiln::Model& model, const Dataset& data, int verbose, const std::string& csv_path) {
+// With a checkpoint, the best epoch by validation loss so far is kept in that file as training goes.
+kiln::History train(kiln::Model& model, const Dataset& data, int verbose, const std::string& csv_path,
+                    const std::shared_ptr<kiln::ModelCheckpoint>& checkpoint = nullptr) {
   model.compile(kiln::create_optimizer("adam", {{"learning_rate", 1e-3}}), "mse");
   kiln::EarlyStopping::Options stopping;
   stopping.patience = 8;
@@ -87,6 +96,7 @@ kiln::History train(kiln::Model& model, const Dataset& data, int verbose, const 
                                  .verbose(verbose)
                                  .callback(std::make_shared<kiln::EarlyStopping>(stopping));
   if (!csv_path.empty()) options.callback(std::make_shared<kiln::CSVLogger>(csv_path));
+  if (checkpoint) options.callback(checkpoint);
   return model.fit(data.train_x, data.train_y, options);
 }
 
@@ -102,6 +112,13 @@ double naive_mse(const Dataset& data) {
     total += error * error;
   }
   return total / static_cast<double>(data.test_y.size());
+}
+
+// 1234567 -> "1,234,567"
+std::string with_commas(std::uintmax_t number) {
+  std::string digits = std::to_string(number);
+  for (int at = static_cast<int>(digits.size()) - 3; at > 0; at -= 3) digits.insert(static_cast<std::size_t>(at), ",");
+  return digits;
 }
 
 // Training and validation loss per epoch as a self-contained SVG line chart.
@@ -152,7 +169,8 @@ int main(int argc, char** argv) {
 
     kiln::Model model = attention_model();
     model.summary();
-    const kiln::History history = train(model, data, /*verbose=*/1, "history.csv");
+    auto best_checkpoint = std::make_shared<kiln::ModelCheckpoint>("best.kiln", /*save_best_only=*/true);
+    const kiln::History history = train(model, data, /*verbose=*/1, "history.csv", best_checkpoint);
     write_svg(history, "training.svg");
 
     kiln::Model baseline = dense_model();
@@ -169,7 +187,27 @@ int main(int argc, char** argv) {
     std::printf("best: %s\n", best == attention_mse ? "the MHAttention model"
                               : best == dense_mse   ? "the Dense-only model"
                                                     : "the training mean (neither network beats it)");
-    std::printf("wrote history.csv and training.svg\n");
+
+    // Save, reload, and check that the file gives back exactly the model that was trained.
+    const std::string saved = "stock_attention.kiln";
+    model.save(saved);
+    const kiln::Model reloaded = kiln::load_model(saved);
+    const kiln::Array expected = model.predict(data.test_x), got = reloaded.predict(data.test_x);
+    const auto windows = static_cast<long long>(data.test_x.shape()[0]);
+    if (!got.bitwise_equal(expected)) {
+      double largest = 0.0;
+      for (std::size_t i = 0; i < expected.size(); ++i) largest = std::max(largest, std::fabs(got.flat(i) - expected.flat(i)));
+      std::printf("saved %s; reloaded: predictions DIFFER on the test set (max |difference| %.3g)\n", saved.c_str(), largest);
+      return 2;
+    }
+    std::printf("saved %s (%s bytes); reloaded: predictions identical on %lld test windows\n", saved.c_str(),
+                with_commas(std::filesystem::file_size(saved)).c_str(), windows);
+    // EarlyStopping restored the best epoch's weights, which best.kiln holds as well.
+    const kiln::Model best_epoch = kiln::load_model("best.kiln");
+    std::printf("best.kiln: epoch %d, val_loss %.5f, %s\n", best_epoch.epochs_trained(), best_checkpoint->best(),
+                best_epoch.predict(data.test_x).bitwise_equal(expected) ? "the weights EarlyStopping restored"
+                                                                  : "not the weights EarlyStopping restored");
+    std::printf("wrote history.csv, training.svg, %s and best.kiln\n", saved.c_str());
   } catch (const kiln::Error& error) {
     std::fprintf(stderr, "stock_attention: %s\n", error.what());
     return 1;

@@ -1,0 +1,56 @@
+#pragma once
+// The frame of every kiln file: magic bytes, a format version and a list of sections, each with its
+// length and a CRC32. Everything here is checked against the real size of the file before any section is
+// handed to a parser, so a length of 2^60 or a flipped byte is refused here, not by cereal.
+//
+//   offset  size  field
+//        0     8  magic "\x89KILN\r\n\x1a" (the high bit and CR LF catch text-mode transfers, as PNG's do)
+//        8     4  format version, little-endian
+//       12     4  number of sections
+//       16     4  CRC32 of bytes 0..15
+//       20        sections, one after another:
+//                   4  tag ("CONF", "WGHT", "OPTM", "META")
+//                   8  payload length
+//                   4  CRC32 of the tag, the length and the payload
+//                   …  payload
+// Nothing may follow the last section.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln::detail {
+
+inline constexpr std::uint32_t kFormatVersion = 1;
+
+struct Section {
+  std::string tag;           // four ASCII characters
+  std::string_view payload;  // points into the bytes it was read from (or the caller's data when writing)
+  std::uint64_t offset = 0;  // of the payload in the file, when read
+  std::uint32_t crc32 = 0;   // when read
+};
+
+// "CONF" -> "config", for messages.
+std::string section_name(const std::string& tag);
+
+std::string write_container(const std::vector<Section>& sections);
+
+struct Container {
+  std::uint32_t format_version = 0;
+  std::vector<Section> sections;
+  const Section* find(const std::string& tag) const;  // nullptr when absent
+};
+// Checks the frame and every checksum. SerializationError naming `source`, the section and the byte offset.
+Container read_container(std::string_view bytes, const std::string& source);
+
+// The whole file. SerializationError when it cannot be read.
+std::string read_file(const std::string& path);
+// Writes `bytes` to a temporary file in the same folder, flushes and fsyncs it, then renames it over
+// `path`: if anything fails, the old file is still there, whole. SerializationError naming the path.
+void write_file_atomically(const std::string& path, std::string_view bytes);
+
+// For tests: the next atomic write fails after writing this many bytes of its temporary file, as a full
+// disk would. Negative (the default) disables it.
+void fail_next_write_after_for_testing(std::int64_t bytes);
+
+}  // namespace kiln::detail
