@@ -1,0 +1,40 @@
+#pragma once
+// The subcommands of the `kiln` tool. Each writes its result to `out` and throws kiln::Error (or another
+// std::exception) on failure; main.cpp turns a throw into one `kiln: error: ...` line and exit status 1.
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+
+namespace kiln {
+class Model;
+}
+
+namespace kiln::cli {
+
+// kiln's file reader fails on a directory with an allocator's message ("basic_string::_M_create"):
+// SerializationError saying what is wrong instead.
+void check_not_directory(const std::string& file);
+
+// The model of a kiln file, without its optimizer: what inspecting or running it needs.
+Model load_uncompiled(const std::string& file);
+
+// `kiln summary FILE`: the model's summary table.
+void summary(const std::string& file, std::ostream& out);
+
+// `kiln config FILE`: the config section as pretty JSON.
+void config(const std::string& file, std::ostream& out);
+
+// `kiln verify FILE`: the file's frame, sections and weights, every checksum checked.
+void verify(const std::string& file, std::ostream& out);
+
+struct PredictOptions {
+  std::string model_file;
+  std::string input_csv;
+  std::int64_t batch_size = 32;
+  bool header = false;  // the CSV's first line names the columns
+};
+
+// `kiln predict FILE INPUT.csv`: one CSV row of outputs per input row.
+void predict(const PredictOptions& options, std::ostream& out);
+
+}  // namespace kiln::cli

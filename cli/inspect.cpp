@@ -1,0 +1,58 @@
+// `kiln summary`, `kiln config` and `kiln verify`: reading a kiln file without running it.
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+#include <ostream>
+#include <string>
+
+#include "cli/commands.hpp"
+#include "core/error.hpp"
+#include "serialize/json.hpp"
+#include "serialize/saving.hpp"
+
+namespace kiln::cli {
+namespace {
+
+// "  weights      offset       1234  length      5678  crc32 0x1a2b3c4d"
+std::string section_line(const FileSection& section) {
+  char line[160];
+  std::snprintf(line, sizeof line, "  %-16s offset %10" PRIu64 "  length %10" PRIu64 "  crc32 0x%08" PRIx32,
+                section.name.c_str(), section.offset, section.length, section.crc32);
+  return line;
+}
+
+std::string plural(std::size_t count, const std::string& noun) {
+  return std::to_string(count) + " " + noun + (count == 1 ? "" : "s");
+}
+
+}  // namespace
+
+void check_not_directory(const std::string& file) {
+  std::error_code ignored;
+  if (std::filesystem::is_directory(file, ignored)) throw SerializationError(file + ": is a directory, not a kiln file");
+}
+
+Model load_uncompiled(const std::string& file) {
+  check_not_directory(file);
+  LoadOptions options;
+  options.compile = false;  // the optimizer's state is not needed to inspect or run a model
+  return load_model(file, options);
+}
+
+void summary(const std::string& file, std::ostream& out) { out << load_uncompiled(file).summary_string(); }
+
+void config(const std::string& file, std::ostream& out) {
+  check_not_directory(file);
+  out << to_json(read_model_config(file), 2) << '\n';
+}
+
+void verify(const std::string& file, std::ostream& out) {
+  check_not_directory(file);
+  const FileInfo info = verify_file(file);
+  out << file << ": kiln file format " << info.format_version << ", " << plural(info.size, "byte") << ", "
+      << plural(info.sections.size(), "section") << ", OK\n";
+  for (const FileSection& section : info.sections) out << section_line(section) << '\n';
+  out << "  " << plural(info.weights.size(), "weight") << '\n';
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,138 @@
+// kiln: inspect kiln model files and run them on CSV data.
+//
+//   kiln summary model.kiln                 the layer table
+//   kiln config model.kiln                  the architecture as JSON
+//   kiln verify model.kiln                  every section and checksum
+//   kiln predict model.kiln rows.csv        one CSV row of outputs per input row
+//
+// Exit status: 0 on success, 1 when the command failed (one `kiln: error: ...` line on stderr), 2 on a
+// usage error (CLI11's message).
+#include <csignal>
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.hpp"
+#include "core/error.hpp"
+
+#ifndef KILN_VERSION_STRING
+#define KILN_VERSION_STRING "unknown"
+#endif
+
+namespace {
+
+constexpr int kFailure = 1;
+constexpr int kUsage = 2;
+
+struct Arguments {
+  std::string command;  // the subcommand given
+  std::string file;
+  kiln::cli::PredictOptions predict;
+};
+
+void add_file_command(CLI::App& app, const std::string& name, const std::string& description, std::string& file) {
+  app.add_subcommand(name, description)
+      ->add_option("FILE", file, "a model file written by kiln (model.save)")
+      ->required();
+}
+
+void add_predict_command(CLI::App& app, kiln::cli::PredictOptions& options) {
+  CLI::App* command = app.add_subcommand(
+      "predict", "Run a model on the rows of a CSV file (one sample per row) and print its outputs as CSV");
+  command->add_option("FILE", options.model_file, "a model file written by kiln (model.save)")->required();
+  command->add_option("INPUT", options.input_csv, "a CSV file of numbers, one flattened sample per row")->required();
+  command->add_option("--batch-size", options.batch_size, "samples run at once")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  command->add_flag("--header", options.header, "the CSV's first line names the columns (it is skipped)");
+}
+
+void declare(CLI::App& app, Arguments& arguments) {
+  app.set_version_flag("--version", KILN_VERSION_STRING);
+  // At most one; "none" is reported after parsing, so that an unknown word is reported as such
+  // ("The following argument was not expected: frob") rather than as a missing subcommand.
+  app.require_subcommand(0, 1);
+  add_file_command(app, "summary", "Print a model file's summary table", arguments.file);
+  add_file_command(app, "config", "Print a model file's config as JSON", arguments.file);
+  add_file_command(app, "verify", "Check a kiln file: format, version, checksums, config and weights", arguments.file);
+  add_predict_command(app, arguments.predict);
+}
+
+void run(const Arguments& arguments) {
+  if (arguments.command == "summary") return kiln::cli::summary(arguments.file, std::cout);
+  if (arguments.command == "config") return kiln::cli::config(arguments.file, std::cout);
+  if (arguments.command == "verify") return kiln::cli::verify(arguments.file, std::cout);
+  if (arguments.command == "predict") return kiln::cli::predict(arguments.predict, std::cout);
+  throw std::logic_error("no command '" + arguments.command + "'");
+}
+
+// The message on one line: every run of white space holding a line break becomes one space.
+std::string one_line(const std::string& message) {
+  std::string line;
+  bool breaking = false;
+  for (char c : message) {
+    if (c == '\n' || c == '\r') {
+      breaking = true;
+      while (!line.empty() && (line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    } else if (breaking && (c == ' ' || c == '\t')) {
+      continue;
+    } else {
+      if (breaking && !line.empty()) line += ' ';
+      breaking = false;
+      line += c;
+    }
+  }
+  return line.empty() ? "unknown error" : line;
+}
+
+int fail(const std::string& message) {
+  std::cout.flush();
+  std::cerr << "kiln: error: " << one_line(message) << std::endl;
+  return kFailure;
+}
+
+// Runs the command; every failure becomes one line on stderr and exit status 1.
+int run_guarded(const Arguments& arguments) {
+  try {
+    run(arguments);
+    std::cout.flush();
+    if (!std::cout || std::fflush(stdout) != 0) return fail("cannot write to standard output");
+    return 0;
+  } catch (const std::bad_alloc&) {
+    return fail("out of memory");
+  } catch (const std::exception& error) {
+    return fail(error.what());
+  } catch (...) {
+    return fail("unknown error");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // A closed pipe (kiln predict ... | head) makes writes fail instead of killing the tool.
+  std::signal(SIGPIPE, SIG_IGN);
+  try {
+    CLI::App app{"Inspect kiln model files and run them on CSV data.", "kiln"};
+    Arguments arguments;
+    declare(app, arguments);
+    try {
+      app.parse(argc, argv);
+      if (app.get_subcommands().empty()) throw CLI::RequiredError("A subcommand (summary, config, verify or predict)");
+    } catch (const CLI::ParseError& error) {
+      const int status = app.exit(error);  // prints help, the version, or the usage error
+      return status == 0 ? 0 : kUsage;
+    }
+    arguments.command = app.get_subcommands().at(0)->get_name();
+    return run_guarded(arguments);
+  } catch (const std::exception& error) {
+    return fail(error.what());
+  } catch (...) {
+    return fail("unknown error");
+  }
+}

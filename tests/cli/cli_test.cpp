@@ -1,0 +1,389 @@
+// The `kiln` tool, run as a separate process on files written here: its output, and its exit status
+// (0 done, 1 one `kiln: error:` line on stderr, 2 usage error), never a signal.
+#ifdef KILN_CLI_PATH
+
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/array.hpp"
+#include "layers/config.hpp"
+#include "layers/dense.hpp"
+#include "layers/merging.hpp"
+#include "layers/model.hpp"
+#include "serialize/json.hpp"
+#include "serialize/saving.hpp"
+#include "train/model.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh directory under the system's temporary one, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "kiln_cli_test_XXXXXX").string();
+    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::string quoted(const std::string& text) { return "'" + text + "'"; }
+
+struct Run {
+  bool exited = false;  // false when a signal ended it
+  int status = -1;
+  std::string out, err;
+};
+
+// Runs `kiln <arguments>` (arguments already quoted for sh) through std::system, which is sh -c, with
+// stdout and stderr captured in `dir`.
+Run run_kiln(const TempDir& dir, const std::string& arguments) {
+  const std::string out = dir / "stdout.txt", err = dir / "stderr.txt";
+  const std::string command = quoted(KILN_CLI_PATH) + " " + arguments + " >" + quoted(out) + " 2>" + quoted(err);
+  const int raw = std::system(command.c_str());
+  Run run;
+  run.exited = raw != -1 && WIFEXITED(raw);
+  run.status = run.exited ? WEXITSTATUS(raw) : -1;
+  run.out = read_text(out);
+  run.err = read_text(err);
+  return run;
+}
+
+// A path as one shell word.
+std::string arg(const std::string& text) { return quoted(text); }
+
+// Exit status 1 and exactly one line on stderr: "kiln: error: ...".
+void check_failure(const Run& run) {
+  INFO("stdout: " << run.out << "\nstderr: " << run.err);
+  REQUIRE(run.exited);
+  CHECK(run.status == 1);
+  const std::vector<std::string> lines = lines_of(run.err);
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0].rfind("kiln: error: ", 0) == 0);
+  CHECK(run.err.back() == '\n');
+}
+
+void check_success(const Run& run) {
+  INFO("stdout: " << run.out << "\nstderr: " << run.err);
+  REQUIRE(run.exited);
+  CHECK(run.status == 0);
+  CHECK(run.err.empty());
+}
+
+// Dense(3, relu) then Dense(2) on 4 features, with its own layer names.
+kiln::Model small_model() {
+  kiln::Tensor x = kiln::Input({kiln::Shape::unknown, 4}, kiln::DType::float32, "features");
+  kiln::Tensor h = kiln::Dense(3, "relu", {{"name", "hidden"}})(x);
+  return kiln::Model(x, kiln::Dense(2, "", {{"name", "scores"}})(h));
+}
+
+kiln::Array inputs_3x4() {
+  return kiln::Array::from_vector(std::vector<float>{0.5f, -1.25f, 2.0f, 3.5f, 0.0f, 1.0f, -2.0f, 0.125f,
+                                                     1e-3f, 7.0f, -0.75f, 4.0f},
+                                  kiln::Shape{3, 4});
+}
+
+// The rows of `array` (samples first) as CSV text, values printed exactly.
+std::string csv_of(const kiln::Array& array) {
+  const std::size_t width = array.size() / static_cast<std::size_t>(array.shape()[0]);
+  std::ostringstream text;
+  text.precision(9);
+  for (std::size_t i = 0; i < array.size(); ++i) text << array.flat(i) << ((i + 1) % width == 0 ? "\n" : ",");
+  return text.str();
+}
+
+std::vector<double> parse_row(const std::string& line) {
+  std::vector<double> values;
+  std::istringstream in(line);
+  for (std::string field; std::getline(in, field, ',');) values.push_back(std::stod(field));
+  return values;
+}
+
+// Predictions printed by the tool equal `expected` (samples first, flattened per row) to 1e-6 relative.
+void check_predictions(const std::vector<std::string>& rows, const kiln::Array& expected) {
+  const std::size_t samples = static_cast<std::size_t>(expected.shape()[0]);
+  const std::size_t width = expected.size() / samples;
+  REQUIRE(rows.size() == samples);
+  for (std::size_t row = 0; row < samples; ++row) {
+    const std::vector<double> values = parse_row(rows[row]);
+    REQUIRE(values.size() == width);
+    for (std::size_t j = 0; j < width; ++j)
+      CHECK(values[j] == Approx(expected.flat(row * width + j)).epsilon(1e-6).margin(1e-12));
+  }
+}
+
+void truncate_to_half(const std::string& path) { fs::resize_file(path, fs::file_size(path) / 2); }
+
+void flip_byte(const std::string& path, std::size_t offset) {
+  std::string bytes = read_text(path);
+  bytes[offset] = static_cast<char>(bytes[offset] ^ 0x10);
+  write_text(path, bytes);
+}
+
+}  // namespace
+
+TEST_CASE("kiln summary prints the layer table of a saved model", "[cli]") {
+  TempDir dir;
+  small_model().save(dir / "m.kiln");
+  const Run run = run_kiln(dir, "summary " + arg(dir / "m.kiln"));
+  check_success(run);
+  CHECK_THAT(run.out, Catch::Contains("hidden") && Catch::Contains("scores") && Catch::Contains("Total params"));
+}
+
+TEST_CASE("kiln summary loads a compiled model without its optimizer", "[cli]") {
+  TempDir dir;
+  kiln::Model model = small_model();
+  model.compile("adam", "mse");
+  model.save(dir / "m.kiln");
+  const Run run = run_kiln(dir, "summary " + arg(dir / "m.kiln"));
+  check_success(run);
+  CHECK_THAT(run.out, Catch::Contains("Total params"));
+}
+
+TEST_CASE("kiln config prints the config section as JSON that parses back", "[cli]") {
+  TempDir dir;
+  small_model().save(dir / "m.kiln");
+  const Run run = run_kiln(dir, "config " + arg(dir / "m.kiln"));
+  check_success(run);
+  const kiln::Config config = kiln::parse_json(run.out, "kiln config output");
+  REQUIRE(config.is_map());
+  CHECK(config.contains("class_name"));
+  CHECK(config == kiln::read_model_config(dir / "m.kiln"));
+  CHECK(lines_of(run.out).size() > 3);  // pretty, not one line
+}
+
+TEST_CASE("kiln verify lists the sections and says OK", "[cli]") {
+  TempDir dir;
+  small_model().save(dir / "m.kiln");
+  const Run run = run_kiln(dir, "verify " + arg(dir / "m.kiln"));
+  check_success(run);
+  const kiln::FileInfo info = kiln::verify_file(dir / "m.kiln");
+  const std::vector<std::string> lines = lines_of(run.out);
+  REQUIRE(lines.size() == info.sections.size() + 2);
+  CHECK(lines[0] == dir / "m.kiln" + ": kiln file format " + std::to_string(info.format_version) + ", " +
+                        std::to_string(info.size) + " bytes, " + std::to_string(info.sections.size()) +
+                        " sections, OK");
+  for (std::size_t i = 0; i < info.sections.size(); ++i) {
+    char crc[16];
+    std::snprintf(crc, sizeof crc, "0x%08x", static_cast<unsigned>(info.sections[i].crc32));
+    CHECK_THAT(lines[i + 1], Catch::Contains(info.sections[i].name) && Catch::Contains(crc) &&
+                                 Catch::Contains(std::to_string(info.sections[i].offset)) &&
+                                 Catch::Contains(std::to_string(info.sections[i].length)));
+  }
+  CHECK_THAT(lines.back(), Catch::Contains("4 weights"));
+}
+
+TEST_CASE("kiln verify accepts a weights-only file", "[cli]") {
+  TempDir dir;
+  small_model().save_weights(dir / "m.weights.kiln");
+  const Run run = run_kiln(dir, "verify " + arg(dir / "m.weights.kiln"));
+  check_success(run);
+  CHECK_THAT(run.out, Catch::Contains("OK"));
+}
+
+TEST_CASE("kiln predict gives the rows model.predict gives", "[cli]") {
+  TempDir dir;
+  kiln::Model model = small_model();
+  model.save(dir / "m.kiln");
+  const kiln::Array x = inputs_3x4();
+  write_text(dir / "x.csv", csv_of(x));
+  const Run run = run_kiln(dir, "predict " + arg(dir / "m.kiln") + " " + arg(dir / "x.csv") + " --batch-size 2");
+  check_success(run);
+  std::vector<std::string> lines = lines_of(run.out);
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0] == "output_0,output_1");
+  check_predictions({lines.begin() + 1, lines.end()}, model.predict(x));
+}
+
+TEST_CASE("kiln predict shapes each row into the input shape and skips a header", "[cli]") {
+  TempDir dir;
+  kiln::Tensor x = kiln::Input({kiln::Shape::unknown, 2, 2});
+  kiln::Model model(x, kiln::Dense(3)(x));  // (None, 2, 3): six values per sample
+  model.save(dir / "m.kiln");
+  const kiln::Array samples = inputs_3x4().reshape(kiln::Shape{3, 2, 2});
+  write_text(dir / "x.csv", "a,b,c,d\n\n" + csv_of(samples));
+  const Run run = run_kiln(dir, "predict --header " + arg(dir / "m.kiln") + " " + arg(dir / "x.csv"));
+  check_success(run);
+  std::vector<std::string> lines = lines_of(run.out);
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0] == "output_0,output_1,output_2,output_3,output_4,output_5");
+  check_predictions({lines.begin() + 1, lines.end()}, model.predict(samples));
+}
+
+TEST_CASE("kiln predict names the columns of several outputs by output", "[cli]") {
+  TempDir dir;
+  kiln::Tensor x = kiln::Input({kiln::Shape::unknown, 4});
+  kiln::Model model(std::vector<kiln::Tensor>{x}, std::vector<kiln::Tensor>{kiln::Dense(2)(x), kiln::Dense(1)(x)});
+  model.save(dir / "m.kiln");
+  const kiln::Array samples = inputs_3x4();
+  write_text(dir / "x.csv", csv_of(samples));
+  const Run run = run_kiln(dir, "predict " + arg(dir / "m.kiln") + " " + arg(dir / "x.csv"));
+  check_success(run);
+  std::vector<std::string> lines = lines_of(run.out);
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0] == "out0_0,out0_1,out1_0");
+  const std::vector<kiln::Array> expected = model.predict(std::vector<kiln::Array>{samples});
+  for (std::size_t row = 0; row < 3; ++row) {
+    const std::vector<double> values = parse_row(lines[row + 1]);
+    REQUIRE(values.size() == 3);
+    CHECK(values[0] == Approx(expected[0].flat(2 * row)).epsilon(1e-6));
+    CHECK(values[1] == Approx(expected[0].flat(2 * row + 1)).epsilon(1e-6));
+    CHECK(values[2] == Approx(expected[1].flat(row)).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("kiln fails with one error line on a missing file", "[cli]") {
+  TempDir dir;
+  for (const char* command : {"summary", "config", "verify"}) {
+    const Run run = run_kiln(dir, std::string(command) + " " + arg(dir / "absent.kiln"));
+    check_failure(run);
+    CHECK_THAT(run.err, Catch::Contains("absent.kiln"));
+  }
+  write_text(dir / "x.csv", "1,2,3,4\n");
+  check_failure(run_kiln(dir, "predict " + arg(dir / "absent.kiln") + " " + arg(dir / "x.csv")));
+}
+
+TEST_CASE("kiln fails with one error line on a truncated file", "[cli]") {
+  TempDir dir;
+  small_model().save(dir / "m.kiln");
+  truncate_to_half(dir / "m.kiln");
+  for (const char* command : {"summary", "config", "verify"})
+    check_failure(run_kiln(dir, std::string(command) + " " + arg(dir / "m.kiln")));
+}
+
+TEST_CASE("kiln fails with one error line on a file with a flipped byte", "[cli]") {
+  TempDir dir;
+  small_model().save(dir / "m.kiln");
+  const std::size_t size = static_cast<std::size_t>(fs::file_size(dir / "m.kiln"));
+  for (std::size_t offset : {std::size_t{9}, size / 3, size / 2, size - 1}) {
+    INFO("flipped byte " << offset);
+    small_model().save(dir / "m.kiln");
+    flip_byte(dir / "m.kiln", offset);
+    for (const char* command : {"summary", "verify"})
+      check_failure(run_kiln(dir, std::string(command) + " " + arg(dir / "m.kiln")));
+  }
+}
+
+TEST_CASE("kiln fails with one error line on a text file and on a directory", "[cli]") {
+  TempDir dir;
+  write_text(dir / "notes.txt", "this is not a model\nsecond line\n");
+  for (const char* command : {"summary", "config", "verify"}) {
+    check_failure(run_kiln(dir, std::string(command) + " " + arg(dir / "notes.txt")));
+    const Run run = run_kiln(dir, std::string(command) + " " + arg(dir / ""));
+    check_failure(run);
+    CHECK_THAT(run.err, Catch::Contains("directory"));
+  }
+}
+
+TEST_CASE("kiln config fails on a weights-only file", "[cli]") {
+  TempDir dir;
+  small_model().save_weights(dir / "w.kiln");
+  check_failure(run_kiln(dir, "config " + arg(dir / "w.kiln")));
+  check_failure(run_kiln(dir, "summary " + arg(dir / "w.kiln")));
+}
+
+TEST_CASE("kiln predict names the line and both counts of a row of the wrong length", "[cli]") {
+  TempDir dir;
+  small_model().save(dir / "m.kiln");
+  write_text(dir / "short.csv", "\n1,2,3\n4,5,6\n");
+  Run run = run_kiln(dir, "predict " + arg(dir / "m.kiln") + " " + arg(dir / "short.csv"));
+  check_failure(run);
+  CHECK_THAT(run.err, Catch::Contains("short.csv:2") && Catch::Contains("3 values") && Catch::Contains("takes 4"));
+
+  write_text(dir / "ragged.csv", "1,2,3,4\n5,6,7\n");
+  run = run_kiln(dir, "predict " + arg(dir / "m.kiln") + " " + arg(dir / "ragged.csv"));
+  check_failure(run);
+  CHECK_THAT(run.err, Catch::Contains("ragged.csv:2"));
+}
+
+TEST_CASE("kiln predict fails with one error line on a bad CSV", "[cli]") {
+  TempDir dir;
+  small_model().save(dir / "m.kiln");
+  write_text(dir / "text.csv", "1,2,3,4\n5,six,7,8\n");
+  Run run = run_kiln(dir, "predict " + arg(dir / "m.kiln") + " " + arg(dir / "text.csv"));
+  check_failure(run);
+  CHECK_THAT(run.err, Catch::Contains("text.csv:2") && Catch::Contains("six"));
+
+  write_text(dir / "empty.csv", "");
+  check_failure(run_kiln(dir, "predict " + arg(dir / "m.kiln") + " " + arg(dir / "empty.csv")));
+  check_failure(run_kiln(dir, "predict " + arg(dir / "m.kiln") + " " + arg(dir / "absent.csv")));
+  write_text(dir / "header.csv", "a,b,c,d\n1,2,3,4\n");
+  check_failure(run_kiln(dir, "predict " + arg(dir / "m.kiln") + " " + arg(dir / "header.csv")));
+}
+
+TEST_CASE("kiln predict refuses a model with several inputs", "[cli]") {
+  TempDir dir;
+  kiln::Tensor a = kiln::Input({kiln::Shape::unknown, 2});
+  kiln::Tensor b = kiln::Input({kiln::Shape::unknown, 2});
+  kiln::Model model(std::vector<kiln::Tensor>{a, b}, std::vector<kiln::Tensor>{kiln::Add()({a, b})});
+  model.save(dir / "m.kiln");
+  write_text(dir / "x.csv", "1,2,3,4\n");
+  const Run run = run_kiln(dir, "predict " + arg(dir / "m.kiln") + " " + arg(dir / "x.csv"));
+  check_failure(run);
+  CHECK_THAT(run.err, Catch::Contains("one input") && Catch::Contains("has 2 inputs"));
+}
+
+TEST_CASE("kiln exits with status 2 on a usage error", "[cli]") {
+  TempDir dir;
+  for (const std::string arguments : {"", "frobnicate", "summary", "predict only_one.kiln", "summary a b",
+                                      "predict m.kiln x.csv --batch-size 0", "--no-such-flag"}) {
+    INFO("kiln " << arguments);
+    const Run run = run_kiln(dir, arguments);
+    REQUIRE(run.exited);
+    CHECK(run.status == 2);
+    CHECK_FALSE(run.err.empty());
+  }
+}
+
+TEST_CASE("kiln --help lists the subcommands and --version prints the version", "[cli]") {
+  TempDir dir;
+  Run run = run_kiln(dir, "--help");
+  check_success(run);
+  CHECK_THAT(run.out, Catch::Contains("summary") && Catch::Contains("config") && Catch::Contains("verify") &&
+                          Catch::Contains("predict"));
+  run = run_kiln(dir, "--version");
+  check_success(run);
+  CHECK_THAT(run.out, Catch::Contains("0.1.0"));
+}
+
+#endif  // KILN_CLI_PATH
