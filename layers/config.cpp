@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
+#include <unordered_set>
 
 #include "core/error.hpp"
 #include "core/op.hpp"
@@ -14,9 +16,13 @@ Config::Config(std::initializer_list<Entry> entries) : type_(Type::map) {
   for (const Entry& entry : entries) set(entry.first, entry.second);
 }
 
-Config Config::map() {
+Config Config::map(std::vector<Entry> entries) {
+  std::unordered_set<std::string_view> keys;
+  for (const Entry& entry : entries)
+    if (!keys.insert(entry.first).second) throw ConfigError("a config map repeats the key '" + entry.first + "'");
   Config result;
   result.type_ = Type::map;
+  result.map_ = std::move(entries);
   return result;
 }
 

@@ -35,7 +35,8 @@ class Config {
   // A map: {{"units", 64}, {"activation", "relu"}}. An empty brace list {} is null, not an empty map.
   Config(std::initializer_list<Entry> entries);
 
-  static Config map();  // an empty map
+  // A map of these entries, in their order (linear time). ConfigError on a repeated key.
+  static Config map(std::vector<Entry> entries = {});
   static Config list(std::vector<Config> items = {});
   // A shape as a list, unknown dimensions as null: (None, 8) -> [null, 8].
   static Config from_shape(const Shape& shape);

@@ -219,10 +219,12 @@ class ConfigBuilder : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Con
   const std::string& error() const { return error_; }
 
  private:
+  // One open list or map. A map's entries are collected and made into a Config once, when it closes:
+  // Config::set searches its keys, which would make a map of n keys cost n^2.
   struct Frame {
-    Config value;
-    std::string key;                      // the key whose value comes next, in a map
-    std::unordered_set<std::string> keys;  // the keys seen so far, in a map
+    Config value;                          // a list, or an empty map
+    std::vector<Config::Entry> entries;    // a map's entries so far
+    std::unordered_set<std::string> keys;  // a map's keys so far
   };
 
   bool fail(std::string message) {
@@ -251,11 +253,12 @@ bool ConfigBuilder::String(const char* text, Size length, bool) {
 
 bool ConfigBuilder::Key(const char* text, Size length, bool) {
   Frame& frame = stack_.back();
-  frame.key.assign(text, length);
-  if (!is_valid_utf8(frame.key)) return fail(lone_surrogate);
+  std::string key(text, length);
+  if (!is_valid_utf8(key)) return fail(lone_surrogate);
   // to_json cannot write such a key (cereal takes names as C strings), so parse_json does not accept one.
-  if (frame.key.find('\0') != std::string::npos) return fail("a key contains a NUL byte");
-  if (!frame.keys.insert(frame.key).second) return fail("duplicate key " + quote_excerpt(frame.key));
+  if (key.find('\0') != std::string::npos) return fail("a key contains a NUL byte");
+  if (!frame.keys.insert(key).second) return fail("duplicate key " + quote_excerpt(key));
+  frame.entries.emplace_back(std::move(key), Config());  // its value comes next
   return true;
 }
 
@@ -268,7 +271,7 @@ bool ConfigBuilder::add(Config value) {
   if (frame.value.is_list())
     frame.value.push_back(std::move(value));
   else
-    frame.value.set(frame.key, std::move(value));
+    frame.entries.back().second = std::move(value);
   return true;
 }
 
@@ -298,7 +301,8 @@ bool ConfigBuilder::open(Config container) {
 }
 
 bool ConfigBuilder::close() {
-  Config done = std::move(stack_.back().value);
+  Frame& frame = stack_.back();
+  Config done = frame.value.is_map() ? Config::map(std::move(frame.entries)) : std::move(frame.value);
   stack_.pop_back();
   return add(std::move(done));
 }

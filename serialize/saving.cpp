@@ -19,8 +19,9 @@ namespace {
 
 using detail::NamedArray;
 
-// The config section is small (a few KB for any real model); its JSON DOM is bounded by this.
-constexpr std::size_t kMaxConfigBytes = 16u << 20;
+// The config section is small (kilobytes for real models). Parsed, a config takes up to ~60 times its
+// text (104 bytes per value): the cap bounds that.
+constexpr std::size_t kMaxConfigBytes = 4u << 20;
 
 // Runs `body`, turning any failure into a SerializationError that says where: "m.kiln: weights section: ...".
 template <class Body>

@@ -363,3 +363,14 @@ TEST_CASE("random mutations of a valid document only ever throw SerializationErr
   CHECK(wrong == 0);
   CHECK(rejected > 1000);
 }
+
+TEST_CASE("a map of many keys parses in linear time", "[serialize][json]") {
+  // Config::set searches its keys; the reader builds each map at once instead, so this takes
+  // milliseconds (it took minutes when every key was set one by one).
+  std::string text = "{";
+  for (int i = 0; i < 200000; ++i) text += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":" + std::to_string(i);
+  text += "}";
+  const kiln::Config config = kiln::parse_json(text);
+  REQUIRE(config.size() == 200000);
+  REQUIRE(config.get_int("k199999") == 199999);
+}
