@@ -61,7 +61,7 @@ static Array array_from(const std::vector<T>& values, Shape shape) {
   if (array.size() != values.size())
     throw ShapeError("Array::from_vector: " + std::to_string(values.size()) + " values do not fill shape " +
                      array.shape().to_string());
-  std::memcpy(array.raw(), values.data(), array.nbytes());
+  if (array.nbytes() > 0) std::memcpy(array.raw(), values.data(), array.nbytes());  // data() may be null
   return array;
 }
 

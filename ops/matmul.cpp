@@ -84,7 +84,8 @@ void matmul_kernel(const KernelContext& k) {
   T* pc = k.out<T>();
   if (b.rank() == 2 && !transpose_a) {
     // Shared weights (a Dense layer): every row of every batch in one GEMM.
-    gemm.m = a.num_elements() / left.cols;
+    gemm.m = 1;
+    for (int axis = 0; axis + 1 < a.rank(); ++axis) gemm.m *= a[axis];
     detail::gemm(gemm, pa, pb, pc);
     return;
   }

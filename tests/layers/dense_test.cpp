@@ -74,3 +74,11 @@ TEST_CASE("Dense: bad arguments and shapes fail early, naming the layer", "[laye
   CHECK_THROWS_AS(dense.set_weights({kiln::Array({2, 2})}), kiln::ValueError);
   CHECK_THROWS_AS(dense.set_weights({kiln::Array({3, 5}), kiln::Array({4})}), kiln::ShapeError);
 }
+
+TEST_CASE("Dense: zero input features give the bias, not a crash", "[layers][dense]") {
+  // An empty kernel (0, 3): the product over an inner size of 0 is zeros (BLAS refuses such operands).
+  kiln::Dense dense(3, "linear", {{"bias_initializer", "ones"}});
+  const std::vector<kiln::Array> out = run_layer(*dense, LayerCase{{kiln::Array({2, 0}, kiln::DType::float64)}});
+  REQUIRE(out.at(0).shape() == Shape{2, 3});
+  for (std::size_t i = 0; i < out[0].size(); ++i) CHECK(out[0].flat(i) == 1.0);
+}
