@@ -57,10 +57,12 @@ std::vector<Tensor> DotProductAttentionLayer::call(const std::vector<Tensor>& in
   check_shapes(*this, query.shape(), key.shape(), value.shape());
   if (query.shape().dim(-1) != build_shapes()[0].dim(-1))
     shape_error("was built (and scaled) for another query depth", {{"built for", build_shapes()[0]}, {"query", query.shape()}});
-  const Tensor scores = detail::attention_scores(query, key, scale_);
-  const Tensor mask = detail::combined_mask(describe(), args.find_tensor("mask"), args.flag("use_causal_mask", false), scores);
-  const detail::Attended attended = detail::attend(scores, value, mask);
-  if (args.flag("return_attention_scores", false)) return {attended.output, attended.weights};
+  detail::AttentionOptions options;
+  options.mask = args.find_tensor("mask");
+  options.causal = args.flag("use_causal_mask", false);
+  options.return_weights = args.flag("return_attention_scores", false);
+  const detail::Attended attended = detail::attend(describe(), query, key, value, scale_, options);
+  if (options.return_weights) return {attended.output, attended.weights};
   return {attended.output};
 }
 

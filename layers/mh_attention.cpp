@@ -85,8 +85,8 @@ Tensor MHAttentionLayer::call(const Tensor& x, const CallArgs&) {
   if (shape[1] == Shape::unknown) shape_error("needs a known dimension (sequence length)", {{"input", shape}});
 
   const Tensor q = split_heads((*query_)(x)), k = split_heads((*key_)(x)), v = split_heads((*value_)(x));
-  const Tensor scores = detail::attention_scores(q, k, 1.0 / std::sqrt(static_cast<double>(key_size_)));
-  const Tensor context = merge_heads(detail::attend(scores, v, Tensor()).output);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(key_size_));
+  const Tensor context = merge_heads(detail::attend(describe(), q, k, v, scale, detail::AttentionOptions()).output);
   const Tensor attended = (*attention_norm_)(x + (*w0_)(context));
   const Tensor feed_forward = (*feed_forward_output_)((*feed_forward_hidden_)(attended));
   return (*output_norm_)(attended + feed_forward);

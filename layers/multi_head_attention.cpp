@@ -147,19 +147,21 @@ std::vector<Tensor> MultiHeadAttentionLayer::call(const std::vector<Tensor>& inp
   const Tensor q = project(query, query_, key_depth_) * (1.0 / std::sqrt(static_cast<double>(key_depth_)));
   const Tensor k = project(key, key_, key_depth_);
   const Tensor v = project(value, value_, value_depth_);
-  const Tensor scores = detail::attention_scores(q, k, 1.0);
-
-  const Tensor mask = detail::combined_mask(describe(), args.find_tensor("attention_mask"),
-                                            args.flag("use_causal_mask", false), scores);
-  const std::uint64_t seed = detail::call_seed(seed_, name(), query);
-  const detail::Attended attended = detail::attend(scores, v, mask, dropout_, seed, args.training());
+  detail::AttentionOptions options;
+  options.mask = args.find_tensor("attention_mask");
+  options.causal = args.flag("use_causal_mask", false);
+  options.return_weights = args.flag("return_attention_scores", false);
+  options.dropout_rate = dropout_;
+  options.training = args.training();
+  options.seed = [&] { return detail::call_seed(seed_, name(), query); };
+  const detail::Attended attended = detail::attend(describe(), q, k, v, 1.0, options);
 
   const std::int64_t length = query.shape()[1], width = num_heads_ * value_depth_;
   const Tensor merged = ops::reshape(ops::transpose(attended.output, {0, 2, 1, 3}), {-1, length, width});
   const Tensor kernel = variable(output_.kernel, query);
   Tensor output = ops::matmul(merged, ops::reshape(kernel, {width, kernel.shape()[2]}));
   if (use_bias_) output = output + variable(output_.bias, query);
-  if (args.flag("return_attention_scores", false)) return {output, attended.weights};
+  if (options.return_weights) return {output, attended.weights};
   return {output};
 }
 

@@ -86,6 +86,16 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 // with a rank-3+ a is one GEMM over all rows (a Dense layer). Straight to cblas, no transposed copies.
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 
+// ---- attention -------------------------------------------------------------------------------------
+// softmax(scale·q·kᵀ)·v over the last two axes of q (..., T, d), k (..., S, d) and v (..., S, dv), whose
+// leading axes (batch, heads, ...) are equal: output (..., T, dv). Where `mask` (broadcastable to
+// (..., T, S), keys on its last axis) is 0, and where key j > query i when `causal` (top-left aligned, as
+// ops::causal_mask), the weight is exactly 0; a query that may attend nothing gets zeros. Fused: streams
+// over key blocks with an online softmax and recomputes the weights in backward, so neither pass holds a
+// T×S buffer. Differentiable in q, k and v.
+Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& mask = {},
+                       bool causal = false);
+
 // ---- shapes ----------------------------------------------------------------------------------------
 // One dimension may be -1 (inferred). Keeps the batch dimension unknown when it is.
 Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape);

@@ -1,5 +1,7 @@
 #include "layers/detail/attention_math.hpp"
 
+#include <vector>
+
 #include "core/error.hpp"
 #include "core/graph.hpp"
 #include "ops/ops.hpp"
@@ -8,12 +10,12 @@ namespace kiln::detail {
 
 namespace {
 
-Tensor broadcastable_mask(const std::string& who, const Tensor& mask, const Tensor& scores) {
-  const Shape& scores_shape = scores.shape();
+// The caller's mask shaped to broadcast over scores of `scores_shape` (which need not exist).
+Tensor broadcastable_mask(const std::string& who, const Tensor& mask, const Shape& scores_shape, DType dtype) {
   const Shape& shape = mask.shape();
-  if (mask.dtype() != scores.dtype())
+  if (mask.dtype() != dtype)
     throw DTypeError(who + ": the mask is " + dtype_name(mask.dtype()) + " but the attention runs in " +
-                     dtype_name(scores.dtype()) + "; give a mask of 1s and 0s in the model's dtype");
+                     dtype_name(dtype) + "; give a mask of 1s and 0s in the model's dtype");
   const int rank = scores_shape.rank();
   const std::int64_t batch = scores_shape[0], queries = scores_shape.dim(-2), keys = scores_shape.dim(-1);
   // An unknown dimension (the batch) is checked when the data arrives; a known one must fit now.
@@ -30,15 +32,26 @@ Tensor broadcastable_mask(const std::string& who, const Tensor& mask, const Tens
   return result;
 }
 
+void check_causal_lengths(const std::string& who, const Shape& scores_shape) {
+  if (scores_shape.dim(-2) == Shape::unknown || scores_shape.dim(-1) == Shape::unknown)
+    throw ShapeError(who, "use_causal_mask needs known sequence lengths", {{"scores", scores_shape}});
+}
+
+// The shape q·kᵀ has: q's, with the keys' length last.
+Shape scores_shape_of(const Tensor& q, const Tensor& k) {
+  std::vector<std::int64_t> dims(q.shape().dims().begin(), q.shape().dims().end() - 1);
+  dims.push_back(k.shape().dim(-2));
+  return Shape(std::move(dims));
+}
+
 }  // namespace
 
 Tensor combined_mask(const std::string& who, const Tensor* given, bool causal, const Tensor& scores) {
   Tensor mask;
-  if (given != nullptr) mask = broadcastable_mask(who, *given, scores);
+  if (given != nullptr) mask = broadcastable_mask(who, *given, scores.shape(), scores.dtype());
   if (!causal) return mask;
+  check_causal_lengths(who, scores.shape());
   const std::int64_t queries = scores.shape().dim(-2), keys = scores.shape().dim(-1);
-  if (queries == Shape::unknown || keys == Shape::unknown)
-    throw ShapeError(who, "use_causal_mask needs known sequence lengths", {{"scores", scores.shape()}});
   const Tensor causal_part = ops::causal_mask(scores.graph(), queries, keys, scores.dtype());
   return mask.valid() ? mask * causal_part : causal_part;
 }
@@ -62,6 +75,24 @@ Attended attend(const Tensor& scores, const Tensor& v, const Tensor& mask, doubl
   Tensor weights = result.weights;
   if (training && dropout_rate > 0.0) weights = ops::dropout(weights, dropout_rate, seed, true);
   result.output = ops::matmul(weights, v);
+  return result;
+}
+
+Attended attend(const std::string& who, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                const AttentionOptions& options) {
+  const bool dropout = options.training && options.dropout_rate > 0.0;
+  if (options.return_weights || dropout) {
+    const Tensor scores = attention_scores(q, k, scale);
+    const Tensor mask = combined_mask(who, options.mask, options.causal, scores);
+    const std::uint64_t seed = dropout && options.seed ? options.seed() : 0;
+    return attend(scores, v, mask, options.dropout_rate, seed, options.training);
+  }
+  const Shape scores_shape = scores_shape_of(q, k);
+  Tensor mask;
+  if (options.mask != nullptr) mask = broadcastable_mask(who, *options.mask, scores_shape, q.dtype());
+  if (options.causal) check_causal_lengths(who, scores_shape);
+  Attended result;
+  result.output = ops::fused_attention(q, k, v, scale, mask, options.causal);
   return result;
 }
 

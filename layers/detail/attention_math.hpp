@@ -1,6 +1,7 @@
 #pragma once
 // The scaled dot-product attention that every attention layer composes, from ops only.
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/tensor.hpp"
@@ -28,5 +29,23 @@ Tensor attention_scores(const Tensor& q, const Tensor& k, double scale);
 // Dropout on the weights only when training and rate > 0.
 Attended attend(const Tensor& scores, const Tensor& v, const Tensor& mask, double dropout_rate = 0.0,
                 std::uint64_t seed = 0, bool training = false);
+
+// What one attention call asks for, besides q, k and v.
+struct AttentionOptions {
+  const Tensor* mask = nullptr;  // the caller's mask, as combined_mask takes it (may be null)
+  bool causal = false;
+  bool return_weights = false;   // the weights are wanted (return_attention_scores)
+  double dropout_rate = 0.0;     // on the weights, when training
+  bool training = false;
+  // Drawn only when dropout applies, once the scores and the mask are in the graph: where the layers
+  // always drew it, so their dropout streams are unchanged.
+  std::function<std::uint64_t()> seed;
+};
+
+// softmax(scale·q·kᵀ, masked)·v for q (batch, ..., T, d), k (batch, ..., S, d), v (batch, ..., S, dv).
+// Fused (ops::fused_attention: no T×S buffer, weights never materialized, `weights` left empty) unless
+// the weights are wanted or dropped out; then the composition above. Both check the mask the same way.
+Attended attend(const std::string& who, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                const AttentionOptions& options);
 
 }  // namespace kiln::detail
