@@ -1,10 +1,12 @@
 # kiln: the two commands a fresh Debian 12 machine needs are `make demo` and `make test`.
 BUILD_DIR    ?= build
 SANITIZE_DIR ?= build-sanitize
+FUZZ_DIR     ?= build-fuzz
+FUZZ_SECONDS ?= 60
 JOBS         ?= 2
 CMAKE_FLAGS  ?=
 
-.PHONY: all deps build demo test sanitize bench install-peer clean
+.PHONY: all deps build demo test sanitize fuzz bench install-peer clean
 
 all: build
 
@@ -32,8 +34,13 @@ sanitize: deps
 	cd $(SANITIZE_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	      ctest --output-on-failure -j$(JOBS)
 
+# libFuzzer on the model file loader (clang + ASan + UBSan, in $(FUZZ_DIR)) for $(FUZZ_SECONDS) seconds;
+# fails when it finds a crash, whose reproducer lands in $(FUZZ_DIR)/fuzz/artifacts. Installs clang if needed.
+fuzz: deps
+	FUZZ_DIR=$(FUZZ_DIR) FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) CMAKE_FLAGS="$(CMAKE_FLAGS)" bash scripts/fuzz.sh
+
 bench: build
 	./$(BUILD_DIR)/bench/kiln_bench
 
 clean:
-	rm -rf $(BUILD_DIR) $(SANITIZE_DIR)
+	rm -rf $(BUILD_DIR) $(SANITIZE_DIR) $(FUZZ_DIR)

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# `make fuzz`: builds kiln's libFuzzer target (clang, ASan + UBSan) in build-fuzz, writes a seed corpus of
+# saved models and fuzzes the file loader for FUZZ_SECONDS (default 60). Exits non-zero when the fuzzer
+# finds a crash, a leak, a timeout or an out-of-memory; the reproducer is left in build-fuzz/fuzz/artifacts.
+# Needs clang and libFuzzer (Debian: clang, libclang-rt-14-dev), installed here when missing and run as root.
+#
+#   FUZZ_SECONDS=600 make fuzz
+#   build-fuzz/tests/fuzz/kiln_load_fuzzer build-fuzz/fuzz/artifacts/crash-...   # replays one input
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+FUZZ_DIR=${FUZZ_DIR:-build-fuzz}
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+JOBS=${JOBS:-2}
+CMAKE_FLAGS=${CMAKE_FLAGS:-}
+
+# ---- clang and libFuzzer: optional, only this target needs them ---------------------------------------------
+packages=(clang libclang-rt-14-dev)
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q '^install ok installed$'; then
+    missing+=("$package")
+  fi
+done
+if [ ${#missing[@]} -ne 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "fuzz: make fuzz needs clang and libFuzzer; missing packages: ${missing[*]}" >&2
+    echo "fuzz: run as root, or: sudo apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "fuzz: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+if ! command -v clang++ >/dev/null; then
+  echo "fuzz: clang++ is not on PATH (package clang installed?)" >&2
+  exit 1
+fi
+
+# ---- build ------------------------------------------------------------------------------------------------
+# shellcheck disable=SC2086  # CMAKE_FLAGS is a list of flags
+CXX=clang++ cmake -S . -B "$FUZZ_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON \
+  -DKILN_BUILD_EXAMPLES=OFF -DKILN_BUILD_BENCH=OFF -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_CLI=OFF -DKILN_NATIVE=OFF \
+  $CMAKE_FLAGS
+cmake --build "$FUZZ_DIR" --target kiln_load_fuzzer -j"$JOBS"
+
+fuzzer="$FUZZ_DIR/tests/fuzz/kiln_load_fuzzer"
+work="$FUZZ_DIR/fuzz"
+seeds="$work/seeds"      # rewritten every run, from the models this kiln saves
+corpus="$work/corpus"    # what the fuzzer found interesting; kept between runs
+artifacts="$work/artifacts"
+rm -rf "$seeds"
+mkdir -p "$seeds" "$corpus" "$artifacts"
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+"$fuzzer" --make-corpus "$seeds"
+
+# ---- fuzz -------------------------------------------------------------------------------------------------
+touch "$work/.started"
+echo "fuzz: fuzzing for ${FUZZ_SECONDS}s (log: $work/fuzz.log)"
+status=0
+"$fuzzer" "$corpus" "$seeds" -max_total_time="$FUZZ_SECONDS" -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
+  -print_final_stats=1 -artifact_prefix="$artifacts/" 2>&1 | tee "$work/fuzz.log" || status=$?
+found=$(find "$artifacts" -type f -newer "$work/.started")
+
+if [ "$status" -ne 0 ] || [ -n "$found" ]; then
+  echo "fuzz: the fuzzer found a problem (exit status $status); reproducers:" >&2
+  printf '%s\n' "$found" | while read -r file; do echo "  $file"; done >&2
+  echo "fuzz: replay one with: $fuzzer <file>" >&2
+  exit 1
+fi
+echo "fuzz: no crash in ${FUZZ_SECONDS}s"
