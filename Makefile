@@ -3,6 +3,7 @@ BUILD_DIR    ?= build
 SANITIZE_DIR ?= build-sanitize
 FUZZ_DIR     ?= build-fuzz
 FUZZ_SECONDS ?= 60
+BENCH_QUICK  ?=
 JOBS         ?= 2
 CMAKE_FLAGS  ?=
 
@@ -39,8 +40,14 @@ sanitize: deps
 fuzz: deps
 	FUZZ_DIR=$(FUZZ_DIR) FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) CMAKE_FLAGS="$(CMAKE_FLAGS)" bash scripts/fuzz.sh
 
+# kiln against libtorch (the optional peer: make install-peer) and raw OpenBLAS, as one table; about 10 minutes
+# on 2 cores. BENCH_QUICK=1 runs a subset in about a minute.
 bench: build
-	./$(BUILD_DIR)/bench/kiln_bench
+	BENCH_QUICK=$(BENCH_QUICK) JOBS=$(JOBS) bash scripts/bench.sh $(BUILD_DIR)
+
+# The benchmark's peer: Debian's libtorch-dev (large; needs root). kiln itself never uses it.
+install-peer:
+	@bash scripts/install-peer.sh
 
 clean:
 	rm -rf $(BUILD_DIR) $(SANITIZE_DIR) $(FUZZ_DIR)

@@ -1,147 +1,247 @@
-// kiln_bench: kiln against a peer measured in the same process, interleaved, as a ratio.
-// The peer here is raw OpenBLAS (what kiln's GEMMs call) plus plain loops: the ratio shows what kiln's
-// graph, planner and executor cost on top of the arithmetic itself. The libtorch peer comes with the
-// performance issue.
+// kiln_bench: kiln's side of the benchmark against libtorch (bench/torch_bench.cpp, the peer) and raw
+// OpenBLAS. One process times one workload and prints one JSON line; scripts/bench.sh (make bench) runs
+// kiln and the peer alternately, in fresh processes, and prints the table. See bench/bench_common.hpp
+// for the flags, the timing rule and what the memory fields mean.
+//
+// kiln is driven through the API users call: forward = model.predict(x, batch_size = the whole batch),
+// train_step = model.train_on_batch(x, y) after model.compile(optimizer, "mse"). --api program drives
+// the same graphs through a kiln::Program built by hand instead (what predict and train_on_batch run
+// underneath), to show what the Keras-style calls cost on top.
+//
+// --sgemm times, with raw cblas_sgemm into preallocated buffers, exactly the GEMMs (shapes, transposes,
+// batch counts) the workload's forward or train step performs, and prints them as impl "openblas_sgemm":
+// its ms over an implementation's ms is that implementation's fraction of OpenBLAS's own sgemm
+// throughput on the same shapes ("gemm_gflop" is the arithmetic).
 #include <cblas.h>
 
-#include <algorithm>
-#include <chrono>
-#include <cstdio>
-#include <cstring>
-#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "kiln.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using kiln::Array;
+using kiln::Shape;
+using kiln::Tensor;
+constexpr std::int64_t None = Shape::unknown;
 
-double time_ms(const std::function<void()>& f) {
-  const auto start = Clock::now();
-  f();
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
-struct Ratio {
-  double kiln_ms, peer_ms, median, q1, q3;
-  int runs;
-};
-
-// Alternates A and B so that load from the rest of the machine hits both alike.
-Ratio compare_interleaved(int runs, const std::function<void()>& a, const std::function<void()>& b) {
-  for (int i = 0; i < 3; ++i) {
-    a();
-    b();
-  }
-  std::vector<double> ta, tb, ratios;
-  for (int i = 0; i < runs; ++i) {
-    ta.push_back(time_ms(a));
-    tb.push_back(time_ms(b));
-    ratios.push_back(ta.back() / tb.back());
-  }
-  auto median = [](std::vector<double> v, double q) {
-    std::sort(v.begin(), v.end());
-    return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
-  };
-  return {median(ta, 0.5), median(tb, 0.5), median(ratios, 0.5), median(ratios, 0.25), median(ratios, 0.75), runs};
-}
-
-kiln::Array random_array(const kiln::Shape& shape, kiln::Rng& rng) {
-  kiln::Array array(shape);
-  for (std::size_t i = 0; i < array.size(); ++i) array.set_flat(i, rng.uniform(-1.0, 1.0));
+Array random_array(const Shape& shape, std::uint64_t seed) {
+  kiln::Rng rng(seed);
+  Array array(shape);
+  float* data = array.data<float>();
+  for (std::size_t i = 0; i < array.size(); ++i) data[i] = static_cast<float>(rng.uniform(-1.0, 1.0));
   return array;
 }
 
-// Dense(512, relu) forward on a batch of 256: one GEMM, a bias add and a relu.
-Ratio dense_forward(int runs) {
-  const int batch = 256, in = 512, out = 512;
-  kiln::Rng rng(1);
-  kiln::Graph graph;
-  const kiln::Tensor x = graph.placeholder({kiln::Shape::unknown, in}, kiln::DType::float32, "x");
-  const kiln::Tensor w = graph.variable("kernel", random_array({in, out}, rng));
-  const kiln::Tensor b = graph.variable("bias", random_array({out}, rng));
-  const kiln::Tensor y = kiln::ops::relu(kiln::ops::matmul(x, w) + b);
-  kiln::Program program(graph, {y});
-  const kiln::Array input = random_array({batch, in}, rng);
+// ---- the workloads in kiln --------------------------------------------------------------------------------
 
-  std::vector<float> peer_out(static_cast<std::size_t>(batch * out));
-  const float* pw = graph.value(w).data<float>();
-  const float* pb = graph.value(b).data<float>();
-  const float* px = input.data<float>();
-  auto peer = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, out, in, 1.0f, px, in, pw, out, 0.0f,
-                peer_out.data(), out);
-    for (int i = 0; i < batch; ++i)
-      for (int j = 0; j < out; ++j) {
-        float& v = peer_out[static_cast<std::size_t>(i * out + j)];
-        v = std::max(0.0f, v + pb[j]);
-      }
-  };
-  auto ours = [&] {
-    program.feed(x, input);
-    program.run();
-  };
-  return compare_interleaved(runs, ours, peer);
+struct Workload {
+  kiln::Model model;
+  Array x, y;
+  const char* optimizer;
+};
+
+Workload make_workload(const std::string& name, int seq) {
+  if (name == "seed_dpa") {
+    const Tensor x = kiln::Input({None, 150, 512}, kiln::DType::float32, "x");
+    const Tensor out = kiln::DotProductAttention(/*use_scale=*/true)({x, x, x});
+    return {kiln::Model(x, out, "seed_dpa"), random_array({10, 150, 512}, 1), random_array({10, 150, 512}, 2), "sgd"};
+  }
+  if (name == "seed_mha") {
+    const Tensor x = kiln::Input({None, 150, 512}, kiln::DType::float32, "x");
+    const Tensor out = kiln::MultiHeadAttention(/*h=*/8)({x, x, x});
+    return {kiln::Model(x, out, "seed_mha"), random_array({10, 150, 512}, 1), random_array({10, 150, 512}, 2), "sgd"};
+  }
+  if (name == "mql5_block") {
+    const Tensor x = kiln::Input({None, 40, 12}, kiln::DType::float32, "x");
+    Tensor h = kiln::MHAttention(/*key_size=*/16, /*heads=*/8)(x);
+    h = kiln::Flatten()(h);
+    const Tensor out = kiln::Dense(2, "tanh")(h);
+    return {kiln::Model(x, out, "mql5_block"), random_array({64, 40, 12}, 1), random_array({64, 2}, 2), "adam"};
+  }
+  // long_mha: Keras's form, self-attention mha(x, x), biases on.
+  const Tensor x = kiln::Input({None, seq, 256}, kiln::DType::float32, "x");
+  const Tensor out = kiln::MultiHeadAttention(/*num_heads=*/8, /*key_dim=*/32, {{"use_bias", true}})(x, x);
+  return {kiln::Model(x, out, "long_mha"), random_array({4, seq, 256}, 1), random_array({4, seq, 256}, 2), "sgd"};
 }
 
-// Train step of a two-layer MLP (forward, MSE, backward, SGD update) against hand-written BLAS calls.
-Ratio mlp_train_step(int runs) {
-  const int batch = 128, in = 256, hidden = 256, out = 16;
-  kiln::Rng rng(2);
+// What predict and train_on_batch run underneath, built by hand: one Program, fed and run.
+struct ProgramStep {
   kiln::Graph graph;
-  const kiln::Tensor x = graph.placeholder({kiln::Shape::unknown, in}, kiln::DType::float32, "x");
-  const kiln::Tensor t = graph.placeholder({kiln::Shape::unknown, out}, kiln::DType::float32, "t");
-  const kiln::Tensor w1 = graph.variable("w1", random_array({in, hidden}, rng));
-  const kiln::Tensor w2 = graph.variable("w2", random_array({hidden, out}, rng));
-  const kiln::Tensor h = kiln::ops::relu(kiln::ops::matmul(x, w1));
-  const kiln::Tensor loss = kiln::ops::mean_squared_error(t, kiln::ops::matmul(h, w2));
-  const auto grads = kiln::gradients(loss, {w1, w2});
-  kiln::Program program(graph, {loss}, {{w1, w1 - grads[0] * 1e-4}, {w2, w2 - grads[1] * 1e-4}});
-  const kiln::Array input = random_array({batch, in}, rng), target = random_array({batch, out}, rng);
+  Tensor input, target;
+  std::unique_ptr<kiln::Program> program;
+  kiln::OptimizerPtr optimizer;
 
-  std::vector<float> pw1(graph.value(w1).data<float>(), graph.value(w1).data<float>() + in * hidden);
-  std::vector<float> pw2(graph.value(w2).data<float>(), graph.value(w2).data<float>() + hidden * out);
-  std::vector<float> ph(batch * hidden), py(batch * out), dy(batch * out), dh(batch * hidden), g1(in * hidden),
-      g2(hidden * out);
-  const float* px = input.data<float>();
-  const float* pt = target.data<float>();
-  auto peer = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, hidden, in, 1, px, in, pw1.data(), hidden, 0, ph.data(), hidden);
-    for (float& v : ph) v = std::max(0.0f, v);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, out, hidden, 1, ph.data(), hidden, pw2.data(), out, 0, py.data(), out);
-    const float scale = 2.0f / static_cast<float>(batch * out);
-    for (std::size_t i = 0; i < dy.size(); ++i) dy[i] = scale * (py[i] - pt[i]);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hidden, out, batch, 1, ph.data(), hidden, dy.data(), out, 0, g2.data(), out);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, hidden, out, 1, dy.data(), out, pw2.data(), out, 0, dh.data(), hidden);
-    for (std::size_t i = 0; i < dh.size(); ++i) dh[i] = ph[i] > 0 ? dh[i] : 0.0f;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, hidden, batch, 1, px, in, dh.data(), hidden, 0, g1.data(), hidden);
-    for (std::size_t i = 0; i < g1.size(); ++i) pw1[i] -= 1e-4f * g1[i];
-    for (std::size_t i = 0; i < g2.size(); ++i) pw2[i] -= 1e-4f * g2[i];
-  };
-  auto ours = [&] {
-    program.feed(x, input);
-    program.feed(t, target);
-    program.run();
-  };
-  return compare_interleaved(runs, ours, peer);
+  ProgramStep(Workload& w, bool training) {
+    std::vector<std::int64_t> dims = w.x.shape().dims();
+    dims[0] = None;
+    input = graph.placeholder(Shape(dims), kiln::DType::float32, "x");
+    const Tensor output = w.model.ptr()->apply({input}, training)[0];
+    if (!training) {
+      program = std::make_unique<kiln::Program>(graph, std::vector<Tensor>{output});
+      return;
+    }
+    std::vector<std::int64_t> target_dims = w.y.shape().dims();
+    target_dims[0] = None;
+    target = graph.placeholder(Shape(target_dims), kiln::DType::float32, "y");
+    const Tensor loss = kiln::Loss("mse")(target, output);
+    std::vector<Tensor> weights;
+    std::vector<std::string> paths;
+    for (const kiln::Weight& weight : w.model.ptr()->trainable_weights()) {
+      const Tensor variable = graph.find_variable(weight.value);
+      if (!variable.valid()) continue;
+      weights.push_back(variable);
+      paths.push_back(weight.path);
+    }
+    optimizer = kiln::create_optimizer(w.optimizer);
+    const std::vector<kiln::Update> updates =
+        optimizer->build_updates(graph, weights, kiln::gradients(loss, weights), paths);
+    program = std::make_unique<kiln::Program>(graph, std::vector<Tensor>{loss}, updates);
+  }
+
+  void run(const Workload& w) {
+    program->feed(input, w.x);
+    if (optimizer) {
+      program->feed(target, w.y);
+      optimizer->prepare_step();
+      program->run();
+      optimizer->finish_step();
+    } else {
+      program->run();
+    }
+  }
+};
+
+// ---- the same GEMMs in raw OpenBLAS ---------------------------------------------------------------------------
+
+struct Gemm {
+  std::int64_t count, m, n, k;
+  bool ta, tb;
+};
+
+// C(m×n) = A(m×k)·B(k×n) (B given as n×k when b_transposed), `count` times; in a train step also the
+// gradients the backward pass computes: dA = dC·Bᵀ when A needs one, dB = Aᵀ·dC when B does.
+void add_matmul(std::vector<Gemm>& list, bool training, std::int64_t count, std::int64_t m, std::int64_t n, std::int64_t k,
+                bool b_transposed, bool grad_a, bool grad_b) {
+  list.push_back({count, m, n, k, false, b_transposed});
+  if (!training) return;
+  if (grad_a) list.push_back({count, m, k, n, false, !b_transposed});                    // dA = dC·Bᵀ (m×k)
+  if (grad_b && !b_transposed) list.push_back({count, k, n, m, true, false});            // dB = Aᵀ·dC (k×n)
+  if (grad_b && b_transposed) list.push_back({count, n, k, m, true, false});             // dB = dCᵀ·A (n×k)
 }
 
-void report(const char* name, const char* mode, const Ratio& r) {
-  std::printf("{\"impl\":\"kiln\",\"peer\":\"openblas+loops\",\"workload\":\"%s\",\"mode\":\"%s\",\"kiln_ms\":%.3f,"
-              "\"peer_ms\":%.3f,\"ratio_median\":%.3f,\"ratio_q1\":%.3f,\"ratio_q3\":%.3f,\"pairs\":%d}\n",
-              name, mode, r.kiln_ms, r.peer_ms, r.median, r.q1, r.q3, r.runs);
+std::vector<Gemm> gemm_list(const std::string& name, bool training, int seq) {
+  std::vector<Gemm> list;
+  // Self-attention over (batch, T, E) with `heads` heads of depth d: projections of the input (which
+  // needs no gradient), scores Q·Kᵀ and context P·V per batch and head, the output projection.
+  auto attention = [&](std::int64_t batch, std::int64_t t, std::int64_t e, std::int64_t heads, std::int64_t d,
+                       std::int64_t out) {
+    for (int p = 0; p < 3; ++p) add_matmul(list, training, 1, batch * t, heads * d, e, false, false, true);
+    add_matmul(list, training, batch * heads, t, t, d, true, true, true);
+    add_matmul(list, training, batch * heads, t, d, t, false, true, true);
+    add_matmul(list, training, 1, batch * t, out, heads * d, false, true, true);
+  };
+  if (name == "seed_dpa") {
+    add_matmul(list, training, 10, 150, 150, 512, true, false, false);
+    add_matmul(list, training, 10, 150, 512, 150, false, true, false);
+  } else if (name == "seed_mha") {
+    attention(10, 150, 512, 8, 64, 512);
+  } else if (name == "mql5_block") {
+    attention(64, 40, 12, 8, 16, 12);                                   // Q, K, V, scores, context, W0
+    add_matmul(list, training, 1, 64 * 40, 48, 12, false, true, true);  // feed-forward hidden
+    add_matmul(list, training, 1, 64 * 40, 12, 48, false, true, true);  // feed-forward output
+    add_matmul(list, training, 1, 64, 2, 40 * 12, false, true, true);   // the Dense(2) head
+  } else {
+    attention(4, seq, 256, 8, 32, 256);
+  }
+  return list;
+}
+
+struct SgemmRunner {
+  std::vector<Gemm> list;
+  std::vector<float> a, b, c;
+  double gflop = 0;
+
+  explicit SgemmRunner(std::vector<Gemm> gemms) : list(std::move(gemms)) {
+    std::size_t sa = 0, sb = 0, sc = 0;
+    for (const Gemm& g : list) {
+      sa = std::max(sa, static_cast<std::size_t>(g.count * g.m * g.k));
+      sb = std::max(sb, static_cast<std::size_t>(g.count * g.k * g.n));
+      sc = std::max(sc, static_cast<std::size_t>(g.count * g.m * g.n));
+      gflop += 2.0 * static_cast<double>(g.count * g.m * g.n * g.k) * 1e-9;
+    }
+    kiln::Rng rng(3);
+    a.resize(sa);
+    b.resize(sb);
+    c.assign(sc, 0.0f);
+    for (float& v : a) v = static_cast<float>(rng.uniform(-1.0, 1.0));
+    for (float& v : b) v = static_cast<float>(rng.uniform(-1.0, 1.0));
+  }
+
+  void run() {
+    for (const Gemm& g : list) {
+      const int m = static_cast<int>(g.m), n = static_cast<int>(g.n), k = static_cast<int>(g.k);
+      const int lda = g.ta ? m : k, ldb = g.tb ? k : n;
+      for (std::int64_t i = 0; i < g.count; ++i)
+        cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f,
+                    a.data() + i * g.m * g.k, lda, b.data() + i * g.k * g.n, ldb, 0.0f, c.data() + i * g.m * g.n, n);
+    }
+  }
+};
+
+// Starts OpenBLAS's threads and buffers before the baseline is taken (the peer does the same).
+void warm_blas() {
+  std::vector<float> a(64 * 64, 0.5f), c(64 * 64);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 64, 64, 64, 1.0f, a.data(), 64, a.data(), 64, 0.0f, c.data(), 64);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int runs = 41;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--runs") == 0) runs = std::max(5, std::atoi(argv[i + 1]));
-  report("dense_512", "forward", dense_forward(runs));
-  report("mlp_256", "train_step", mlp_train_step(runs));
-  std::printf("# ratio = kiln time / peer time, median of %d interleaved pairs; reproduce with: make bench\n", runs);
+  const bench::Args args = bench::parse_args(argc, argv, /*is_torch=*/false);
+  if (args.list) {
+    bench::print_list();
+    return 0;
+  }
+  if (args.workload.empty()) return bench::run_all(argv[0], args);
+
+  // kiln has no thread setting of its own: its kernels are single-threaded and its GEMMs are OpenBLAS's.
+  openblas_set_num_threads(args.threads);
+  warm_blas();
+  const bool training = args.mode == "train_step";
+
+  try {
+    if (args.sgemm) {
+      const double baseline = bench::status_mb("VmRSS");
+      SgemmRunner runner(gemm_list(args.workload, training, args.seq));
+      const bench::Timing t = bench::time_steps(args, [&] { runner.run(); });
+      char extra[64];
+      std::snprintf(extra, sizeof extra, ",\"gemm_gflop\":%.4f", runner.gflop);
+      bench::print_json("openblas_sgemm", args, t, baseline, bench::status_mb("VmHWM") - baseline, extra);
+      return 0;
+    }
+
+    const double baseline = bench::status_mb("VmRSS");
+    Workload w = make_workload(args.workload, args.seq);
+    const std::int64_t batch = w.x.shape()[0];
+    bench::Timing t;
+    if (args.api == "program") {
+      ProgramStep step(w, training);
+      t = bench::time_steps(args, [&] { step.run(w); });
+    } else if (training) {
+      w.model.compile(w.optimizer, "mse");
+      t = bench::time_steps(args, [&] { w.model.train_on_batch(w.x, w.y); });
+    } else {
+      t = bench::time_steps(args, [&] { w.model.predict(w.x, batch); });
+    }
+    const double peak = bench::status_mb("VmHWM") - baseline;
+    bench::print_json("kiln", args, t, baseline, peak, args.api == "program" ? ",\"api\":\"program\"" : "");
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "kiln_bench: %s\n", error.what());
+    return 1;
+  }
   return 0;
 }

@@ -1,0 +1,220 @@
+#pragma once
+// What kiln_bench and its peer torch_bench share: the workload table, the command line, the timing loop,
+// peak-memory accounting and the one-line JSON report. Header-only, no kiln and no torch in here.
+//
+//   <bench> --workload NAME --mode forward|train_step --threads N [--seq T] [--iters N] [--warmup N]
+//           [--min-time S] [--max-time S] [--min-iters N] [--max-iters N]
+//   <bench> --list            workload names, one a line, with their modes
+//   <bench>                   every workload and mode, each in a fresh process (this binary again)
+//
+// Timing: `warmup` untimed steps (the first one plans and allocates), then timed steps until
+// max-iters, or min-time seconds and min-iters steps, or max-time seconds and 3 steps, whichever comes
+// first; --iters N times exactly N steps. Reports the median and the minimum.
+// Memory: "baseline_rss_mb" is VmRSS just before the workload is built (after the libraries, their
+// thread pools and BLAS buffers are up); "peak_rss_mb" is VmHWM at the end minus that baseline: what the
+// workload's weights, inputs, activations, gradients and optimizer state cost at their peak.
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace bench {
+
+struct WorkloadInfo {
+  const char* name;
+  bool forward, train_step, has_seq;
+  const char* what;
+};
+
+inline const std::vector<WorkloadInfo>& workloads() {
+  static const std::vector<WorkloadInfo> table = {
+      {"seed_dpa", true, false, false, "DotProductAttention(use_scale) on q=k=v (10,150,512)"},
+      {"seed_mha", true, true, false, "MultiHeadAttention(h=8), TF2 form, on (10,150,512); MSE + SGD"},
+      {"mql5_block", true, true, false, "Input (64,40,12) -> MHAttention(16, 8) -> Flatten -> Dense(2, tanh); MSE + Adam"},
+      {"long_mha", true, true, true, "MultiHeadAttention(8, key_dim 32, bias) self-attention on (4,T,256); MSE + SGD"},
+  };
+  return table;
+}
+
+inline const WorkloadInfo* find_workload(const std::string& name) {
+  for (const WorkloadInfo& w : workloads())
+    if (name == w.name) return &w;
+  return nullptr;
+}
+
+struct Args {
+  std::string workload, mode;
+  int threads = 1;
+  int seq = 1024;
+  bool seq_given = false;
+  int iters = 0;  // 0: by time
+  int warmup = 3;
+  double min_time = 2.0, max_time = 5.0;
+  int min_iters = 20, max_iters = 500;
+  bool list = false;
+  bool check = false;        // torch_bench only
+  std::string api = "keras";  // kiln_bench only: keras (predict / train_on_batch) or program
+  bool sgemm = false;         // kiln_bench only: time the workload's GEMMs with raw OpenBLAS
+  std::vector<std::string> passthrough;  // timing flags, handed to child processes in run-all mode
+};
+
+[[noreturn]] inline void usage_error(const char* program, const std::string& message) {
+  std::fprintf(stderr, "%s: %s\n", program, message.c_str());
+  std::fprintf(stderr,
+               "usage: %s --workload NAME --mode forward|train_step --threads N [--seq T] [--iters N] [--warmup N]\n"
+               "       [--min-time S] [--max-time S] [--min-iters N] [--max-iters N]\n"
+               "       %s --list\n",
+               program, program);
+  std::exit(2);
+}
+
+inline Args parse_args(int argc, char** argv, bool is_torch) {
+  Args a;
+  const char* program = argv[0];
+  auto value = [&](int& i) -> std::string {
+    if (i + 1 >= argc) usage_error(program, std::string(argv[i]) + " needs a value");
+    return argv[++i];
+  };
+  auto integer = [&](int& i, int low) {
+    const std::string flag = argv[i], text = value(i);
+    char* end = nullptr;
+    const long v = std::strtol(text.c_str(), &end, 10);
+    if (end == text.c_str() || *end != '\0' || v < low || v > 1000000) usage_error(program, flag + ": bad value '" + text + "'");
+    return static_cast<int>(v);
+  };
+  auto seconds = [&](int& i) {
+    const std::string flag = argv[i], text = value(i);
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (end == text.c_str() || *end != '\0' || !(v >= 0)) usage_error(program, flag + ": bad value '" + text + "'");
+    return v;
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--workload") a.workload = value(i);
+    else if (flag == "--mode") a.mode = value(i);
+    else if (flag == "--threads") a.threads = integer(i, 1);
+    else if (flag == "--seq") a.seq = integer(i, 1), a.seq_given = true;
+    else if (flag == "--iters") a.iters = integer(i, 1), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
+    else if (flag == "--warmup") a.warmup = integer(i, 0), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
+    else if (flag == "--min-time") a.min_time = seconds(i), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
+    else if (flag == "--max-time") a.max_time = seconds(i), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
+    else if (flag == "--min-iters") a.min_iters = integer(i, 1), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
+    else if (flag == "--max-iters") a.max_iters = integer(i, 1), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
+    else if (flag == "--list") a.list = true;
+    else if (flag == "--check" && is_torch) a.check = true;
+    else if (flag == "--api" && !is_torch) a.api = value(i), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
+    else if (flag == "--sgemm" && !is_torch) a.sgemm = true, a.passthrough.push_back(flag);
+    else usage_error(program, "unknown argument '" + flag + "'");
+  }
+  if (a.api != "keras" && a.api != "program") usage_error(program, "--api must be keras or program");
+  if (!a.workload.empty()) {
+    const WorkloadInfo* w = find_workload(a.workload);
+    if (w == nullptr) usage_error(program, "unknown workload '" + a.workload + "' (see --list)");
+    if (a.mode.empty()) usage_error(program, "--mode forward|train_step is required with --workload");
+    if (a.mode != "forward" && a.mode != "train_step") usage_error(program, "--mode must be forward or train_step");
+    if ((a.mode == "forward" && !w->forward) || (a.mode == "train_step" && !w->train_step))
+      usage_error(program, a.workload + " has no " + a.mode + " mode (see --list)");
+    if (a.seq_given && !w->has_seq) usage_error(program, "--seq applies to long_mha only");
+  }
+  return a;
+}
+
+inline void print_list() {
+  for (const WorkloadInfo& w : workloads()) {
+    std::string modes = w.forward ? "forward" : "";
+    if (w.train_step) modes += modes.empty() ? "train_step" : ",train_step";
+    std::printf("%-11s %-19s %s%s\n", w.name, modes.c_str(), w.what, w.has_seq ? " [--seq T, default 1024]" : "");
+  }
+}
+
+// Every workload and mode in its own process (so each row's peak memory is its own): this binary again.
+inline int run_all(const char* self_path, const Args& a) {
+  int failures = 0;
+  for (const WorkloadInfo& w : workloads()) {
+    for (const char* mode : {"forward", "train_step"}) {
+      if ((std::strcmp(mode, "forward") == 0 && !w.forward) || (std::strcmp(mode, "train_step") == 0 && !w.train_step)) continue;
+      std::vector<std::string> args = {self_path, "--workload", w.name, "--mode", mode, "--threads", std::to_string(a.threads)};
+      if (w.has_seq) args.insert(args.end(), {"--seq", std::to_string(a.seq)});
+      args.insert(args.end(), a.passthrough.begin(), a.passthrough.end());
+      std::vector<char*> argv;
+      for (std::string& s : args) argv.push_back(s.data());
+      argv.push_back(nullptr);
+      std::fflush(stdout);
+      pid_t pid = 0;
+      if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) {
+        std::perror("posix_spawn");
+        return 1;
+      }
+      int status = 0;
+      waitpid(pid, &status, 0);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+// A field of /proc/self/status in MB ("VmRSS", "VmHWM").
+inline double status_mb(const char* field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  const std::string key = std::string(field) + ":";
+  while (std::getline(status, line))
+    if (line.compare(0, key.size(), key) == 0) return std::atof(line.c_str() + key.size()) / 1024.0;
+  return 0.0;
+}
+
+struct Timing {
+  double median_ms = 0, min_ms = 0;
+  int iters = 0;
+};
+
+inline Timing time_steps(const Args& a, const std::function<void()>& step) {
+  using Clock = std::chrono::steady_clock;
+  for (int i = 0; i < a.warmup; ++i) step();
+  std::vector<double> times;
+  const auto start = Clock::now();
+  for (;;) {
+    const auto t0 = Clock::now();
+    step();
+    const auto t1 = Clock::now();
+    times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    const int n = static_cast<int>(times.size());
+    const double elapsed = std::chrono::duration<double>(t1 - start).count();
+    if (a.iters > 0) {
+      if (n >= a.iters) break;
+    } else if (n >= a.max_iters || (elapsed >= a.min_time && n >= a.min_iters) || (elapsed >= a.max_time && n >= 3)) {
+      break;
+    }
+  }
+  Timing t;
+  t.iters = static_cast<int>(times.size());
+  std::sort(times.begin(), times.end());
+  const std::size_t n = times.size();
+  t.median_ms = n % 2 == 1 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  t.min_ms = times.front();
+  return t;
+}
+
+inline void print_json(const char* impl, const Args& a, const Timing& t, double baseline_mb, double peak_mb,
+                       const std::string& extra = "") {
+  std::printf("{\"impl\":\"%s\",\"workload\":\"%s\",\"mode\":\"%s\",\"threads\":%d,", impl, a.workload.c_str(), a.mode.c_str(),
+              a.threads);
+  if (find_workload(a.workload)->has_seq) std::printf("\"seq\":%d,", a.seq);
+  std::printf("\"ms_median\":%.4f,\"ms_min\":%.4f,\"iters\":%d,\"peak_rss_mb\":%.1f,\"baseline_rss_mb\":%.1f%s}\n", t.median_ms,
+              t.min_ms, t.iters, peak_mb, baseline_mb, extra.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace bench

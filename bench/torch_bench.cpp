@@ -1,0 +1,310 @@
+// torch_bench: the benchmark's peer, the same workloads written with libtorch's C++ API (Debian 12's
+// libtorch-dev 1.13, installed by scripts/install-peer.sh). Same flags and JSON as kiln_bench, with
+// "impl":"libtorch"; see bench/bench_common.hpp.
+//
+// Each workload is kiln's layer written out in torch ops, the same math in the same order:
+//   seed_dpa    softmax(q·kᵀ · 1/√512)·v with q = k = v
+//   seed_mha    kiln's MultiHeadAttention(h = 8), the TF2 form: bias-free Q, K, V and output projections
+//               (512 -> 8 heads of 64), queries scaled by 1/√64 before q·kᵀ (as kiln and Keras do)
+//   mql5_block  kiln's MHAttention(16, 8) (Q, K, V = Linear(12, 128) with bias, softmax(q·kᵀ/√16)·v,
+//               LayerNorm(ε 1e-6)(x + W0(context)), LayerNorm(ε 1e-6)(a + Linear(48, 12)(silu(Linear(12, 48)(a))))),
+//               then flatten and tanh(Linear(480, 2))
+//   long_mha    kiln's Keras-form MultiHeadAttention(8, key_dim 32) with biases, self-attention, on (4, T, 256)
+// Losses and optimizers as kiln compiles them: mean squared error; SGD(lr 0.01) (Keras's default, no
+// momentum), Adam(lr 1e-3, β 0.9/0.999, ε 1e-7). Adam's ε sits where torch puts it, next to √v̂ rather
+// than Keras's ε̂ next to √v; the cost is the same.
+// Forward mode: module.eval() under torch::NoGradGuard. Train step: zero_grad, forward, loss, backward,
+// optimizer step, and the loss read back as a number (what train_on_batch returns).
+//
+// torch_bench --check (not timed) builds mql5_block in kiln, gives it random weights, copies them into
+// the torch modules and compares both forward outputs (the MHAttention block's and the model's) on one
+// input: exit 1 unless max|kiln - torch| / max|kiln| <= 1e-5 for both.
+#include <torch/torch.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "bench_common.hpp"
+#include "kiln.hpp"
+
+extern "C" void openblas_set_num_threads(int num_threads);
+
+namespace {
+
+namespace nn = torch::nn;
+
+// ---- the layers ---------------------------------------------------------------------------------------
+
+// Self-attention with Q, K, V and output projections, as kiln's MultiHeadAttention computes it.
+struct MultiHeadSelfAttentionImpl : nn::Module {
+  std::int64_t heads, depth;
+  nn::Linear query{nullptr}, key{nullptr}, value{nullptr}, output{nullptr};
+
+  MultiHeadSelfAttentionImpl(std::int64_t features, std::int64_t heads_, std::int64_t depth_, bool bias)
+      : heads(heads_), depth(depth_) {
+    query = register_module("query", nn::Linear(nn::LinearOptions(features, heads * depth).bias(bias)));
+    key = register_module("key", nn::Linear(nn::LinearOptions(features, heads * depth).bias(bias)));
+    value = register_module("value", nn::Linear(nn::LinearOptions(features, heads * depth).bias(bias)));
+    output = register_module("attention_output", nn::Linear(nn::LinearOptions(heads * depth, features).bias(bias)));
+  }
+
+  torch::Tensor split(const torch::Tensor& x) const {  // (B, T, H·D) -> (B, H, T, D)
+    return x.view({x.size(0), x.size(1), heads, depth}).transpose(1, 2);
+  }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    const torch::Tensor q = split(query(x)) * (1.0 / std::sqrt(static_cast<double>(depth)));
+    const torch::Tensor k = split(key(x)), v = split(value(x));
+    const torch::Tensor weights = torch::softmax(torch::matmul(q, k.transpose(-2, -1)), -1);
+    const torch::Tensor context = torch::matmul(weights, v).transpose(1, 2).reshape({x.size(0), x.size(1), heads * depth});
+    return output(context);
+  }
+};
+TORCH_MODULE(MultiHeadSelfAttention);
+
+struct DotProductAttentionImpl : nn::Module {
+  torch::Tensor forward(const torch::Tensor& x) {
+    const double scale = 1.0 / std::sqrt(static_cast<double>(x.size(-1)));
+    return torch::matmul(torch::softmax(torch::matmul(x, x.transpose(-2, -1)) * scale, -1), x);
+  }
+};
+TORCH_MODULE(DotProductAttention);
+
+// kiln's MHAttention block (layers/mh_attention.hpp).
+struct MHAttentionImpl : nn::Module {
+  std::int64_t heads, key_size;
+  nn::Linear query{nullptr}, key{nullptr}, value{nullptr}, w0{nullptr}, ff_hidden{nullptr}, ff_output{nullptr};
+  nn::LayerNorm attention_norm{nullptr}, output_norm{nullptr};
+
+  MHAttentionImpl(std::int64_t window, std::int64_t key_size_, std::int64_t heads_) : heads(heads_), key_size(key_size_) {
+    query = register_module("query", nn::Linear(window, heads * key_size));
+    key = register_module("key", nn::Linear(window, heads * key_size));
+    value = register_module("value", nn::Linear(window, heads * key_size));
+    w0 = register_module("w0", nn::Linear(heads * key_size, window));
+    attention_norm = register_module("attention_norm", nn::LayerNorm(nn::LayerNormOptions({window}).eps(1e-6)));
+    ff_hidden = register_module("feed_forward_hidden", nn::Linear(window, 4 * window));
+    ff_output = register_module("feed_forward_output", nn::Linear(4 * window, window));
+    output_norm = register_module("output_norm", nn::LayerNorm(nn::LayerNormOptions({window}).eps(1e-6)));
+  }
+
+  torch::Tensor split(const torch::Tensor& x) const {
+    return x.view({x.size(0), x.size(1), heads, key_size}).transpose(1, 2);
+  }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    const torch::Tensor q = split(query(x)), k = split(key(x)), v = split(value(x));
+    const double scale = 1.0 / std::sqrt(static_cast<double>(key_size));
+    const torch::Tensor weights = torch::softmax(torch::matmul(q, k.transpose(-2, -1)) * scale, -1);
+    const torch::Tensor context = torch::matmul(weights, v).transpose(1, 2).reshape({x.size(0), x.size(1), heads * key_size});
+    const torch::Tensor attended = attention_norm(x + w0(context));
+    return output_norm(attended + ff_output(torch::silu(ff_hidden(attended))));
+  }
+};
+TORCH_MODULE(MHAttention);
+
+struct Mql5BlockImpl : nn::Module {
+  MHAttention block{nullptr};
+  nn::Linear head{nullptr};
+
+  Mql5BlockImpl() {
+    block = register_module("mh_attention", MHAttention(12, 16, 8));
+    head = register_module("dense", nn::Linear(40 * 12, 2));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return torch::tanh(head(block(x).flatten(1))); }
+};
+TORCH_MODULE(Mql5Block);
+
+// ---- the workloads --------------------------------------------------------------------------------------
+
+struct Workload {
+  std::shared_ptr<nn::Module> module;
+  std::function<torch::Tensor(const torch::Tensor&)> forward;
+  torch::Tensor x, y;
+  bool adam = false;
+};
+
+template <class M>
+Workload wrap(M module, torch::Tensor x, torch::Tensor y, bool adam) {
+  Workload w;
+  w.module = module.ptr();
+  w.forward = [module](const torch::Tensor& input) mutable { return module->forward(input); };
+  w.x = std::move(x);
+  w.y = std::move(y);
+  w.adam = adam;
+  return w;
+}
+
+Workload make_workload(const std::string& name, int seq) {
+  torch::manual_seed(1);
+  auto uniform = [](std::vector<std::int64_t> shape) { return torch::rand(shape) * 2 - 1; };
+  if (name == "seed_dpa") return wrap(DotProductAttention(), uniform({10, 150, 512}), uniform({10, 150, 512}), false);
+  if (name == "seed_mha")
+    return wrap(MultiHeadSelfAttention(512, 8, 64, /*bias=*/false), uniform({10, 150, 512}), uniform({10, 150, 512}), false);
+  if (name == "mql5_block") return wrap(Mql5Block(), uniform({64, 40, 12}), uniform({64, 2}), true);
+  return wrap(MultiHeadSelfAttention(256, 8, 32, /*bias=*/true), uniform({4, seq, 256}), uniform({4, seq, 256}), false);
+}
+
+// ---- the agreement check ----------------------------------------------------------------------------------
+
+torch::Tensor to_torch(const kiln::Array& array) {
+  std::vector<std::int64_t> dims = array.shape().dims();
+  return torch::from_blob(const_cast<float*>(array.data<float>()), dims, torch::kFloat32).clone();
+}
+
+double relative_difference(const torch::Tensor& reference, const torch::Tensor& other) {
+  const double scale = reference.abs().max().item<double>();
+  return (reference - other).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
+}
+
+int check() {
+  // kiln's model, with every weight (biases, LayerNorm's gamma and beta included) made random, so a
+  // weight copied to the wrong place cannot go unnoticed.
+  const kiln::Tensor input = kiln::Input({kiln::Shape::unknown, 40, 12}, kiln::DType::float32, "x");
+  const kiln::Tensor block_output = kiln::MHAttention(16, 8)(input);
+  const kiln::Tensor output = kiln::Dense(2, "tanh")(kiln::Flatten()(block_output));
+  kiln::Model model(input, output, "mql5_block");
+  kiln::Model block_model(input, block_output, "mql5_block_attention");
+  kiln::Rng rng(7);
+  for (const kiln::Weight& weight : model.weights()) {
+    kiln::Array value = weight.value;
+    float* data = value.data<float>();
+    const bool is_gamma = weight.path.size() >= 5 && weight.path.compare(weight.path.size() - 5, 5, "gamma") == 0;
+    for (std::size_t i = 0; i < value.size(); ++i) data[i] = static_cast<float>((is_gamma ? 1.0 : data[i]) + rng.uniform(-0.2, 0.2));
+  }
+
+  Mql5Block peer;
+  std::vector<std::string> unmatched;
+  {
+    torch::NoGradGuard no_grad;
+    auto find = [&](const std::string& suffix) -> kiln::Array {
+      for (const kiln::Weight& weight : model.weights())
+        if (weight.path.size() >= suffix.size() &&
+            weight.path.compare(weight.path.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+            (weight.path.size() == suffix.size() || weight.path[weight.path.size() - suffix.size() - 1] == '/'))
+          return weight.value;
+      unmatched.push_back(suffix);
+      return kiln::Array();
+    };
+    auto linear = [&](nn::Linear& layer, const std::string& name) {
+      const kiln::Array kernel = find(name + "/kernel"), bias = find(name + "/bias");
+      if (!kernel.empty()) layer->weight.copy_(to_torch(kernel).t());  // kiln (in, out), torch (out, in)
+      if (!bias.empty()) layer->bias.copy_(to_torch(bias));
+    };
+    auto norm = [&](nn::LayerNorm& layer, const std::string& name) {
+      const kiln::Array gamma = find(name + "/gamma"), beta = find(name + "/beta");
+      if (!gamma.empty()) layer->weight.copy_(to_torch(gamma));
+      if (!beta.empty()) layer->bias.copy_(to_torch(beta));
+    };
+    MHAttentionImpl& block = *peer->block;
+    linear(block.query, "query");
+    linear(block.key, "key");
+    linear(block.value, "value");
+    linear(block.w0, "w0");
+    norm(block.attention_norm, "attention_norm");
+    linear(block.ff_hidden, "feed_forward_hidden");
+    linear(block.ff_output, "feed_forward_output");
+    norm(block.output_norm, "output_norm");
+    linear(peer->head, "dense");
+  }
+  if (!unmatched.empty()) {
+    std::fprintf(stderr, "torch_bench --check: no kiln weight for:");
+    for (const std::string& name : unmatched) std::fprintf(stderr, " %s", name.c_str());
+    std::fprintf(stderr, "\nkiln's weights:");
+    for (const kiln::Weight& weight : model.weights()) std::fprintf(stderr, " %s", weight.path.c_str());
+    std::fprintf(stderr, "\n");
+    return 1;
+  }
+  std::size_t kiln_params = 0;
+  for (const kiln::Weight& weight : model.weights()) kiln_params += weight.value.size();
+  std::int64_t torch_params = 0;
+  for (const torch::Tensor& p : peer->parameters()) torch_params += p.numel();
+  if (static_cast<std::int64_t>(kiln_params) != torch_params) {
+    std::fprintf(stderr, "torch_bench --check: kiln has %zu parameters, the peer %lld\n", kiln_params,
+                 static_cast<long long>(torch_params));
+    return 1;
+  }
+
+  kiln::Array x({64, 40, 12});
+  float* data = x.data<float>();
+  for (std::size_t i = 0; i < x.size(); ++i) data[i] = static_cast<float>(rng.uniform(-2.0, 2.0));
+  const torch::Tensor kiln_block = to_torch(block_model.predict(x, 64));
+  const torch::Tensor kiln_output = to_torch(model.predict(x, 64));
+
+  peer->eval();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor tx = to_torch(x);
+  const torch::Tensor torch_block = peer->block->forward(tx);
+  const torch::Tensor torch_output = peer->forward(tx);
+
+  const double block_difference = relative_difference(kiln_block, torch_block);
+  const double output_difference = relative_difference(kiln_output, torch_output);
+  const bool ok = block_difference <= 1e-5 && output_difference <= 1e-5;
+  std::printf("{\"check\":\"mql5_block\",\"params\":%zu,\"block_rel_diff\":%.3g,\"output_rel_diff\":%.3g,\"tolerance\":1e-5,"
+              "\"agree\":%s}\n",
+              kiln_params, block_difference, output_difference, ok ? "true" : "false");
+  return ok ? 0 : 1;
+}
+
+// Starts torch's and OpenBLAS's threads, buffers and lazily initialized kernels (and the autograd
+// engine) before the baseline is taken, on tiny tensors: one-time library start-up is not charged to a
+// workload's peak memory. kiln_bench starts OpenBLAS the same way.
+void warm_up_libraries() {
+  nn::Linear linear(8, 8);
+  nn::LayerNorm norm(nn::LayerNormOptions({8}).eps(1e-6));
+  const torch::Tensor x = torch::rand({2, 4, 8});
+  const torch::Tensor h = norm(x + linear(torch::silu(x)));
+  const torch::Tensor s = torch::softmax(torch::matmul(h, h.transpose(-2, -1)) * 0.5, -1);
+  const torch::Tensor loss = torch::mse_loss(torch::tanh(torch::matmul(s, h)), x);
+  loss.backward();
+  torch::optim::SGD(linear->parameters(), torch::optim::SGDOptions(0.01)).step();
+  (void)loss.item<float>();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bench::Args args = bench::parse_args(argc, argv, /*is_torch=*/true);
+  if (args.list) {
+    bench::print_list();
+    return 0;
+  }
+  try {
+    if (args.check) return check();
+    if (args.workload.empty()) return bench::run_all(argv[0], args);
+
+    // torch's intra-op threads (OpenMP) and OpenBLAS's, which torch's GEMMs call.
+    torch::set_num_threads(args.threads);
+    openblas_set_num_threads(args.threads);
+    warm_up_libraries();
+
+    const double baseline = bench::status_mb("VmRSS");
+    Workload w = make_workload(args.workload, args.seq);
+    bench::Timing t;
+    if (args.mode == "forward") {
+      w.module->eval();
+      torch::NoGradGuard no_grad;
+      t = bench::time_steps(args, [&] { (void)w.forward(w.x); });
+    } else {
+      w.module->train();
+      std::unique_ptr<torch::optim::Optimizer> optimizer;
+      if (w.adam)
+        optimizer = std::make_unique<torch::optim::Adam>(
+            w.module->parameters(), torch::optim::AdamOptions(1e-3).betas({0.9, 0.999}).eps(1e-7));
+      else
+        optimizer = std::make_unique<torch::optim::SGD>(w.module->parameters(), torch::optim::SGDOptions(0.01));
+      t = bench::time_steps(args, [&] {
+        optimizer->zero_grad();
+        const torch::Tensor loss = torch::mse_loss(w.forward(w.x), w.y);
+        loss.backward();
+        optimizer->step();
+        (void)loss.item<float>();
+      });
+    }
+    bench::print_json("libtorch", args, t, baseline, bench::status_mb("VmHWM") - baseline);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "torch_bench: %s\n", error.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# make bench: kiln against libtorch (the peer, bench/torch_bench) and raw OpenBLAS sgemm, in one run.
+#
+#   scripts/bench.sh [BUILD_DIR]        (default: build; make bench passes $(BUILD_DIR))
+#   BENCH_QUICK=1    a fast subset: every workload but long_mha at sequence 512 only, one round, short timing
+#   BENCH_THREADS    thread counts to run (default "1 2")
+#   BENCH_ROUNDS     rounds per row (default 3; 1 with BENCH_QUICK)
+#   BENCH_PEER_ENV   environment for the peer's processes; default "OMP_WAIT_POLICY=passive" (set it to ""
+#                    for libtorch's defaults). Debian's libtorch runs its own kernels on GNU OpenMP threads,
+#                    which spin between parallel regions by default, and its GEMMs on OpenBLAS's pthreads: at
+#                    2 threads on 2 cores the two pools fight, and the peer's GEMM-heavy rows run 2.5-3x
+#                    slower (measured on an idle machine: seed_dpa forward 12 -> 4 ms, seed_mha train step
+#                    200 -> 75 ms with passive waiting; never slower). The bench compares against the better one.
+#
+# Every measurement is a fresh process (so each row's peak memory is its own), and kiln and the peer run
+# alternately, round after round (the order flips every round), so load from the rest of the machine hits
+# both alike; a row's time is the median over rounds of each process's median step time, and its memory
+# the median of the peak RSS above the process's baseline. The sgemm column times, in one more process,
+# just the row's GEMMs (same shapes, transposes and batch counts) with cblas_sgemm: "% sgemm" is that time
+# over an implementation's time, i.e. the implementation's fraction of OpenBLAS's own sgemm throughput.
+# Every JSON line lands in BUILD_DIR/bench/results.jsonl. Needs only bash, awk and coreutils.
+set -euo pipefail
+
+build=${1:-build}
+kiln="$build/bench/kiln_bench"
+torch="$build/bench/torch_bench"
+quick=${BENCH_QUICK:-0}
+[ "$quick" = "0" ] && quick=""
+threads_list=${BENCH_THREADS:-"1 2"}
+rounds=${BENCH_ROUNDS:-$([ -n "$quick" ] && echo 1 || echo 3)}
+
+if [ ! -x "$kiln" ]; then
+  echo "bench: $kiln is missing: build with -DKILN_BUILD_BENCH=ON (make build)" >&2
+  exit 1
+fi
+
+# libtorch installed after this build directory was configured: configure again so the peer is built.
+if [ ! -x "$torch" ] && compgen -G "/usr/lib/*/cmake/Torch/TorchConfig.cmake" >/dev/null; then
+  echo "bench: libtorch is installed; configuring $build again to build the peer"
+  cmake -S "$(dirname "$0")/.." -B "$build" >/dev/null
+  cmake --build "$build" --target torch_bench -j"${JOBS:-2}" >/dev/null || true
+fi
+have_peer=""
+[ -x "$torch" ] && have_peer=1
+read -r -a peer_env <<<"${BENCH_PEER_ENV-OMP_WAIT_POLICY=passive}"
+peer=(env "${peer_env[@]}" "$torch")
+
+# workload mode seq, one row a line.
+if [ -n "$quick" ]; then
+  rows="seed_dpa forward -
+seed_mha forward -
+seed_mha train_step -
+mql5_block forward -
+mql5_block train_step -
+long_mha forward 512
+long_mha train_step 512"
+  timing=(--warmup 3 --min-time 0.3 --max-time 1)
+else
+  rows="seed_dpa forward -
+seed_mha forward -
+seed_mha train_step -
+mql5_block forward -
+mql5_block train_step -"
+  for mode in forward train_step; do
+    for seq in 256 512 1024 2048; do rows="$rows
+long_mha $mode $seq"; done
+  done
+  timing=(--warmup 3 --min-time 1 --max-time 2)
+fi
+
+results="$build/bench/results.jsonl"
+: >"$results"
+
+# Timing flags for one row: a step of the largest rows takes seconds, so they warm up once (the first
+# step plans and allocates; later ones do not), time 3 steps, and run 2 rounds at most (keeps make bench
+# under about 10 minutes on 2 busy cores).
+big_row() { [ "$1" = long_mha ] && [ "$3" != - ] && [ "$3" -ge 2048 ]; }
+row_timing() {
+  if big_row "$@"; then echo "--warmup 1 --min-time 1 --max-time 1"; else echo "${timing[*]}"; fi
+}
+row_rounds() {
+  if big_row "$@" && [ "$rounds" -gt 2 ] && [ -z "${BENCH_ROUNDS:-}" ]; then echo 2; else echo "$rounds"; fi
+}
+
+# Runs one process and appends its JSON line to $results; prints nothing on success.
+measure() {
+  local line
+  if ! line=$("$@" 2>&1); then
+    echo "bench: failed: $*" >&2
+    echo "$line" >&2
+    return 1
+  fi
+  echo "$line" >>"$results"
+}
+
+cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || echo unknown)
+echo "kiln bench: $(nproc) cores ($cpu), threads {$threads_list}, $rounds round(s) (2 at sequence 2048)${quick:+, BENCH_QUICK}"
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); compilers running: $(pgrep -c 'cc1plus|clang' || true); peer environment: ${peer_env[*]:-(libtorch defaults)}"
+if [ -n "$have_peer" ]; then
+  printf "agreement (mql5_block forward, same weights): "
+  "$torch" --check || { echo "bench: kiln and the peer disagree: the comparison is not apples to apples" >&2; exit 1; }
+fi
+started=$(date +%s)
+
+for threads in $threads_list; do
+  while read -r workload mode seq; do
+    seqargs=()
+    [ "$seq" != - ] && seqargs=(--seq "$seq")
+    read -r -a flags <<<"$(row_timing "$workload" "$mode" "$seq")"
+    common=(--workload "$workload" --mode "$mode" --threads "$threads" "${seqargs[@]}" "${flags[@]}")
+    row_rounds=$(row_rounds "$workload" "$mode" "$seq")
+    for ((round = 1; round <= row_rounds; ++round)); do
+      if [ -n "$have_peer" ] && [ $((round % 2)) -eq 0 ]; then
+        measure "${peer[@]}" "${common[@]}"
+        measure "$kiln" "${common[@]}"
+      else
+        measure "$kiln" "${common[@]}"
+        [ -n "$have_peer" ] && measure "${peer[@]}" "${common[@]}"
+      fi
+    done
+    measure "$kiln" "${common[@]}" --sgemm
+    printf "." >&2
+  done <<<"$rows"
+done
+echo >&2
+elapsed=$(($(date +%s) - started))
+
+awk -v have_peer="$have_peer" '
+function field(line, key,    m) {
+  if (match(line, "\"" key "\":\"?[^,}\"]*")) {
+    m = substr(line, RSTART, RLENGTH)
+    sub("^\"" key "\":\"?", "", m)
+    return m
+  }
+  return ""
+}
+function median(list,    n, v, i, j, t) {
+  n = split(list, v, " ")
+  if (n == 0) return ""
+  for (i = 1; i <= n; ++i) v[i] += 0
+  for (i = 2; i <= n; ++i) for (j = i; j > 1 && v[j - 1] > v[j]; --j) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+  return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+}
+function ratio(a, b) { return (a == "" || b == "" || b + 0 == 0) ? "-" : sprintf("%.2f", a / b) }
+function pct(a, b) { return (a == "" || b == "" || b + 0 == 0) ? "-" : sprintf("%.0f%%", 100 * a / b) }
+function num(v, fmt) { return v == "" ? "-" : sprintf(fmt, v) }
+{
+  seq = field($0, "seq"); if (seq == "") seq = "-"
+  key = field($0, "workload") SUBSEP field($0, "mode") SUBSEP field($0, "threads") SUBSEP seq
+  if (!(key in seen)) { seen[key] = 1; order[++count] = key }
+  impl = field($0, "impl")
+  ms[key, impl] = ms[key, impl] " " field($0, "ms_median")
+  mb[key, impl] = mb[key, impl] " " field($0, "peak_rss_mb")
+}
+END {
+  printf "%-10s %-10s %3s %5s | %9s %9s %6s | %8s %8s %6s | %8s %6s %6s\n", "workload", "mode", "thr", "seq",
+         "kiln ms", "torch ms", "k/t", "kiln MB", "torch MB", "k/t", "sgemm ms", "kiln", "torch"
+  printf "%-10s %-10s %3s %5s | %9s %9s %6s | %8s %8s %6s | %8s %6s %6s\n", "", "", "", "", "", "", "time", "peak", "peak", "mem", "", "%sgemm", "%sgemm"
+  for (i = 1; i <= count; ++i) {
+    key = order[i]
+    split(key, part, SUBSEP)
+    k = median(ms[key, "kiln"]); t = median(ms[key, "libtorch"]); g = median(ms[key, "openblas_sgemm"])
+    km = median(mb[key, "kiln"]); tm = median(mb[key, "libtorch"])
+    printf "%-10s %-10s %3s %5s | %9s %9s %6s | %8s %8s %6s | %8s %6s %6s\n", part[1], part[2], part[3], part[4],
+           num(k, "%.2f"), num(t, "%.2f"), ratio(k, t), num(km, "%.1f"), num(tm, "%.1f"), ratio(km, tm),
+           num(g, "%.2f"), pct(g, k), pct(g, t)
+  }
+}' "$results"
+
+echo "times: median over rounds of each process's median step (ms); peak: VmHWM above the RSS before the"
+echo "workload was built (MB); k/t = kiln / libtorch; %sgemm = raw OpenBLAS time for the same GEMMs / impl time."
+echo "took ${elapsed}s; load average at end: $(cut -d' ' -f1-3 /proc/loadavg); JSON lines: $results"
+if [ -z "$have_peer" ]; then
+  echo "The libtorch peer is not built, so only kiln (and OpenBLAS) ran: install it with \`make install-peer\`"
+  echo "(scripts/install-peer.sh, as root: Debian's libtorch-dev), then run \`make bench\` again."
+fi
