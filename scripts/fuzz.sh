@@ -15,23 +15,10 @@ JOBS=${JOBS:-2}
 CMAKE_FLAGS=${CMAKE_FLAGS:-}
 
 # ---- clang and libFuzzer: optional, only this target needs them ---------------------------------------------
-packages=(clang libclang-rt-14-dev)
-missing=()
-for package in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q '^install ok installed$'; then
-    missing+=("$package")
-  fi
-done
-if [ ${#missing[@]} -ne 0 ]; then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "fuzz: make fuzz needs clang and libFuzzer; missing packages: ${missing[*]}" >&2
-    echo "fuzz: run as root, or: sudo apt-get install ${missing[*]}" >&2
-    exit 1
-  fi
-  echo "fuzz: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+source "$(dirname "$0")/apt-install.sh"
+if ! apt_install fuzz clang libclang-rt-14-dev; then
+  echo "fuzz: make fuzz needs clang and libFuzzer" >&2
+  exit 1
 fi
 if ! command -v clang++ >/dev/null; then
   echo "fuzz: clang++ is not on PATH (package clang installed?)" >&2
