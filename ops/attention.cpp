@@ -171,12 +171,15 @@ T exp_and_sum(T* x, std::int64_t n, T shift) {
     value.store_unaligned(x + c);
     sums += value;
   }
-  T sum = xsimd::hadd(sums);
-  for (; c < n; ++c) {
-    x[c] = std::exp(x[c] - shift);
-    sum += x[c];
+  if (c < n) {  // the last, partial vector, padded with −∞ (whose exp is 0): scalar exps cost 5-10× more
+    alignas(64) T lanes[width];
+    std::fill(std::copy(x + c, x + n, lanes), lanes + width, minus_infinity<T>);
+    const Batch value = xsimd::exp(Batch::load_aligned(lanes) - offset);
+    value.store_aligned(lanes);
+    sums += value;
+    std::copy(lanes, lanes + (n - c), x + c);
   }
-  return sum;
+  return xsimd::hadd(sums);
 }
 
 // One score row of a key block into probabilities relative to the running max, updating the running
@@ -209,26 +212,12 @@ struct Operand {
   bool transpose;
 };
 
-// c (m×n, row stride n) = op(a)·op(b) with inner size k.
+// c (m×n, row stride ldc) = op(a)·op(b) with inner size k, or c += op(a)·op(b).
 template <class T>
 void block_product(const T* a, Operand a_layout, const T* b, Operand b_layout, T* c, std::int64_t m, std::int64_t n,
-                   std::int64_t k) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    std::fill(c, c + m * n, T(0));
-    return;
-  }
-  detail::gemm(detail::GemmShape{m, n, k, a_layout.transpose, b_layout.transpose, a_layout.ld, b_layout.ld, n}, a, b, c);
-}
-
-// target rows (stride ld) += source (rows × cols, dense).
-template <class T>
-void add_block(T* target, std::int64_t ld, const T* source, std::int64_t rows, std::int64_t cols) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    T* row = target + r * ld;
-    const T* add = source + r * cols;
-    for (std::int64_t c = 0; c < cols; ++c) row[c] += add[c];
-  }
+                   std::int64_t k, std::int64_t ldc, bool accumulate = false) {
+  detail::gemm(detail::GemmShape{m, n, k, a_layout.transpose, b_layout.transpose, a_layout.ld, b_layout.ld, ldc, accumulate},
+               a, b, c);
 }
 
 // ---- the problem a kernel solves --------------------------------------------------------------------
@@ -290,7 +279,6 @@ struct Problem {
 template <class T>
 struct ForwardScratch {
   T* scores;   // query_block × key_block
-  T* product;  // query_block × dv
   T* max;      // per query row of the block
   T* sum;
   T* rescale;
@@ -298,7 +286,7 @@ struct ForwardScratch {
 
 std::int64_t forward_workspace_elements(const Dims& dims) {
   const Blocks blocks = blocks_of(dims);
-  return padded(blocks.queries * blocks.keys) + padded(blocks.queries * dims.value_depth) + 3 * padded(blocks.queries);
+  return padded(blocks.queries * blocks.keys) + 3 * padded(blocks.queries);
 }
 
 template <class T>
@@ -306,8 +294,7 @@ ForwardScratch<T> forward_scratch(T* workspace, const Dims& dims) {
   const Blocks blocks = blocks_of(dims);
   ForwardScratch<T> scratch;
   scratch.scores = workspace;
-  scratch.product = scratch.scores + padded(blocks.queries * blocks.keys);
-  scratch.max = scratch.product + padded(blocks.queries * dims.value_depth);
+  scratch.max = scratch.scores + padded(blocks.queries * blocks.keys);
   scratch.sum = scratch.max + padded(blocks.queries);
   scratch.rescale = scratch.sum + padded(blocks.queries);
   return scratch;
@@ -319,17 +306,17 @@ void forward_key_block(const Head<T>& h, const Dims& dims, std::int64_t first, s
                        T* out, const ForwardScratch<T>& s) {
   const std::int64_t keys = std::min(dims.keys - first_key, key_block);
   const std::int64_t d = dims.depth, dv = dims.value_depth;
-  block_product(h.q + first * d, {d, false}, h.k + first_key * d, {d, true}, s.scores, rows, keys, d);
+  block_product(h.q + first * d, {d, false}, h.k + first_key * d, {d, true}, s.scores, rows, keys, d, keys);
   for (std::int64_t r = 0; r < rows; ++r)
     s.rescale[r] = online_softmax_row(s.scores + r * keys, h.mask_row(first + r, first_key),
                                       h.allowed(first + r, first_key, keys), keys, h.scale, s.max[r], s.sum[r]);
-  block_product(s.scores, {keys, false}, h.v + first_key * dv, {dv, false}, s.product, rows, dv, keys);
   for (std::int64_t r = 0; r < rows; ++r) {
-    T* row = out + r * dv;
-    const T* add = s.product + r * dv;
     const T rescale = s.rescale[r];
-    for (std::int64_t c = 0; c < dv; ++c) row[c] = rescale * row[c] + add[c];
+    if (rescale == T(1)) continue;
+    T* row = out + r * dv;
+    for (std::int64_t c = 0; c < dv; ++c) row[c] *= rescale;
   }
+  block_product(s.scores, {keys, false}, h.v + first_key * dv, {dv, false}, out, rows, dv, keys, dv, true);
 }
 
 // Query rows [first, first + rows) of one head: their outputs and log-sum-exps.
@@ -378,18 +365,12 @@ template <class T>
 struct BackwardScratch {
   T* probabilities;  // query_block × key_block
   T* scores_grad;    // query_block × key_block: dP, then dS
-  T* product;        // the largest of key_block × dv, query_block × d, key_block × d
   T* row_dots;       // rowsum(dO ∘ O) for every query of a head
 };
 
-std::int64_t backward_product_elements(const Dims& dims) {
-  const Blocks blocks = blocks_of(dims);
-  return std::max({blocks.keys * dims.value_depth, blocks.queries * dims.depth, blocks.keys * dims.depth});
-}
-
 std::int64_t backward_workspace_elements(const Dims& dims) {
   const Blocks blocks = blocks_of(dims);
-  return 2 * padded(blocks.queries * blocks.keys) + padded(backward_product_elements(dims)) + padded(dims.queries);
+  return 2 * padded(blocks.queries * blocks.keys) + padded(dims.queries);
 }
 
 template <class T>
@@ -398,8 +379,7 @@ BackwardScratch<T> backward_scratch(T* workspace, const Dims& dims) {
   BackwardScratch<T> scratch;
   scratch.probabilities = workspace;
   scratch.scores_grad = scratch.probabilities + padded(blocks.queries * blocks.keys);
-  scratch.product = scratch.scores_grad + padded(blocks.queries * blocks.keys);
-  scratch.row_dots = scratch.product + padded(backward_product_elements(dims));
+  scratch.row_dots = scratch.scores_grad + padded(blocks.queries * blocks.keys);
   return scratch;
 }
 
@@ -421,24 +401,21 @@ void backward_block(const Head<T>& h, const HeadGrad<T>& g, const Dims& dims, st
   const std::int64_t d = dims.depth, dv = dims.value_depth;
   T* p = s.probabilities;
   T* dp = s.scores_grad;
-  block_product(h.q + first * d, {d, false}, h.k + first_key * d, {d, true}, p, rows, keys, d);
+  block_product(h.q + first * d, {d, false}, h.k + first_key * d, {d, true}, p, rows, keys, d, keys);
   for (std::int64_t r = 0; r < rows; ++r)
     probabilities_row(p + r * keys, h.mask_row(first + r, first_key), h.allowed(first + r, first_key, keys), keys,
                       h.scale, g.lse[first + r]);
   const T* out_grad = g.out_grad + first * dv;
-  block_product(p, {keys, true}, out_grad, {dv, false}, s.product, keys, dv, rows);  // dV += pᵀ·dO
-  add_block(g.v_grad + first_key * dv, dv, s.product, keys, dv);
-  block_product(out_grad, {dv, false}, h.v + first_key * dv, {dv, true}, dp, rows, keys, dv);  // dP = dO·vᵀ
+  block_product(p, {keys, true}, out_grad, {dv, false}, g.v_grad + first_key * dv, keys, dv, rows, dv, true);  // dV += pᵀ·dO
+  block_product(out_grad, {dv, false}, h.v + first_key * dv, {dv, true}, dp, rows, keys, dv, keys);  // dP = dO·vᵀ
   for (std::int64_t r = 0; r < rows; ++r) {  // dS = p ∘ (dP − rowsum(dO ∘ O)), with the scale folded in
     const T dot = s.row_dots[first + r];
     T* grad = dp + r * keys;
     const T* prob = p + r * keys;
     for (std::int64_t c = 0; c < keys; ++c) grad[c] = h.scale * prob[c] * (grad[c] - dot);
   }
-  block_product(dp, {keys, false}, h.k + first_key * d, {d, false}, s.product, rows, d, keys);  // dQ += dS·k
-  add_block(g.q_grad + first * d, d, s.product, rows, d);
-  block_product(dp, {keys, true}, h.q + first * d, {d, false}, s.product, keys, d, rows);  // dK += dSᵀ·q
-  add_block(g.k_grad + first_key * d, d, s.product, keys, d);
+  block_product(dp, {keys, false}, h.k + first_key * d, {d, false}, g.q_grad + first * d, rows, d, keys, d, true);  // dQ += dS·k
+  block_product(dp, {keys, true}, h.q + first * d, {d, false}, g.k_grad + first_key * d, keys, d, rows, d, true);  // dK += dSᵀ·q
 }
 
 template <class T>

@@ -1,5 +1,5 @@
 #pragma once
-// Row-major GEMM straight to OpenBLAS: C = A·B with optional transposes, no copies.
+// Row-major GEMM straight to OpenBLAS: C = op(A)·op(B), or C += op(A)·op(B), with no copies.
 // In its own file because OpenBLAS's <cblas.h> clashes with xtensor-blas's declarations.
 #include <cstdint>
 
@@ -9,6 +9,7 @@ struct GemmShape {
   std::int64_t m, n, k;
   bool transpose_a, transpose_b;
   std::int64_t lda, ldb, ldc;
+  bool accumulate = false;  // C += op(A)·op(B) (BLAS's beta = 1) instead of C = op(A)·op(B)
 };
 
 void gemm(const GemmShape& shape, const float* a, const float* b, float* c);

@@ -1,5 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/autodiff.hpp"
 #include "core/error.hpp"
 #include "core/program.hpp"
@@ -93,4 +96,53 @@ TEST_CASE("bad reduction axes throw ShapeError naming the op and shape", "[ops][
   CHECK_THROWS_WITH(ops::mean(x, {-3}), Catch::Contains("mean 'mean'") && Catch::Contains("(None, 3)"));
   CHECK_THROWS_WITH(ops::max(x, {1, -1}), Catch::Contains("repeated"));
   CHECK_THROWS_AS(ops::sum_to(x, {4}), ShapeError);
+}
+
+// The kernels walk runs of merged axes; a plain per-element reference checks every subset of axes of a
+// shape with size-1 axes between the others and runs longer than a vector.
+TEST_CASE("sum, max and min over every subset of axes match a plain reference", "[ops][reduce]") {
+  const Shape shape({3, 1, 4, 2, 19});
+  std::vector<double> values(static_cast<std::size_t>(shape.num_elements()));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = std::sin(static_cast<double>(i) * 1.7) * 10.0;
+  const Array x = Array::from_vector(values, shape);
+  for (int subset = 0; subset < (1 << shape.rank()); ++subset) {
+    ops::Axes axes;
+    for (int axis = 0; axis < shape.rank(); ++axis)
+      if (subset & (1 << axis)) axes.push_back(axis);
+    if (axes.empty()) continue;  // (no axes means all of them)
+    // The reference: each element's output position with the reduced axes dropped.
+    std::vector<std::int64_t> out_dims;
+    for (int axis = 0; axis < shape.rank(); ++axis)
+      if (!(subset & (1 << axis))) out_dims.push_back(shape[axis]);
+    const Shape out_shape(out_dims);
+    const auto outputs = static_cast<std::size_t>(out_shape.num_elements());
+    std::vector<double> sums(outputs, 0.0), maxima(outputs, -1e300), minima(outputs, 1e300);
+    for (std::int64_t i = 0; i < shape.num_elements(); ++i) {
+      std::int64_t rest = i, out = 0, stride = 1;
+      for (int axis = shape.rank() - 1; axis >= 0; --axis) {
+        const std::int64_t position = rest % shape[axis];
+        rest /= shape[axis];
+        if (subset & (1 << axis)) continue;
+        out += position * stride;
+        stride *= shape[axis];
+      }
+      const double value = values[static_cast<std::size_t>(i)];
+      const auto o = static_cast<std::size_t>(out);
+      sums[o] += value;
+      maxima[o] = std::max(maxima[o], value);
+      minima[o] = std::min(minima[o], value);
+    }
+    INFO("axes bitmask " << subset);
+    auto run = [&](Tensor (*op)(const Tensor&, const ops::Axes&, bool)) {
+      return testing::evaluate([&](const std::vector<Tensor>& in) { return op(in[0], axes, false); }, {x})
+          .to_vector<double>();
+    };
+    const auto sum = run(ops::sum), max = run(ops::max), min = run(ops::min);
+    REQUIRE(sum.size() == outputs);
+    for (std::size_t o = 0; o < outputs; ++o) {
+      REQUIRE(sum[o] == Approx(sums[o]).margin(1e-9));
+      REQUIRE(max[o] == maxima[o]);
+      REQUIRE(min[o] == minima[o]);
+    }
+  }
 }

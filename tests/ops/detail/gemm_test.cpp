@@ -1,0 +1,74 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "ops/detail/gemm.hpp"
+
+using kiln::detail::GemmShape;
+
+namespace {
+// op(A)(i, p) and op(B)(p, j) for row-major A and B with leading dimensions.
+template <class T>
+double reference(const GemmShape& s, const std::vector<T>& a, const std::vector<T>& b, std::int64_t i,
+                 std::int64_t j) {
+  double total = 0;
+  for (std::int64_t p = 0; p < s.k; ++p) {
+    const double left = a[static_cast<std::size_t>(s.transpose_a ? p * s.lda + i : i * s.lda + p)];
+    const double right = b[static_cast<std::size_t>(s.transpose_b ? j * s.ldb + p : p * s.ldb + j)];
+    total += left * right;
+  }
+  return total;
+}
+
+template <class T>
+std::vector<T> random_vector(std::size_t size, std::uint64_t seed) {
+  kiln::Rng rng(seed);
+  std::vector<T> values(size);
+  for (T& value : values) value = static_cast<T>(rng.uniform(-1.0, 1.0));
+  return values;
+}
+
+// Every transpose, a padded C (ldc > n, whose padding must stay untouched), C = and C +=.
+template <class T>
+void check_gemm(double tolerance) {
+  const std::int64_t m = 7, n = 5, k = 9, pad = 3;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (bool accumulate : {false, true}) {
+        GemmShape s{m, n, k, ta, tb, ta ? m : k, tb ? k : n, n + pad, accumulate};
+        const auto a = random_vector<T>(static_cast<std::size_t>(m * k), 1);
+        const auto b = random_vector<T>(static_cast<std::size_t>(k * n), 2);
+        const auto before = random_vector<T>(static_cast<std::size_t>(m * s.ldc), 3);
+        std::vector<T> c = before;
+        kiln::detail::gemm(s, a.data(), b.data(), c.data());
+        for (std::int64_t i = 0; i < m; ++i)
+          for (std::int64_t j = 0; j < s.ldc; ++j) {
+            const auto at = static_cast<std::size_t>(i * s.ldc + j);
+            INFO("ta " << ta << " tb " << tb << " accumulate " << accumulate << " at " << i << ", " << j);
+            if (j >= n) {
+              REQUIRE(c[at] == before[at]);
+              continue;
+            }
+            const double expected = reference(s, a, b, i, j) + (accumulate ? double(before[at]) : 0.0);
+            REQUIRE(std::abs(c[at] - expected) <= tolerance);
+          }
+      }
+}
+}  // namespace
+
+TEST_CASE("gemm: every transpose, a padded C, assigning and accumulating", "[gemm]") {
+  check_gemm<float>(1e-5);
+  check_gemm<double>(1e-12);
+}
+
+TEST_CASE("gemm: an inner size of 0 gives zeros, or leaves C alone when accumulating", "[gemm]") {
+  std::vector<float> c(6, 2.0f);
+  const float unused = 0.0f;
+  kiln::detail::gemm(GemmShape{2, 3, 0, false, false, 1, 3, 3, true}, &unused, &unused, c.data());
+  REQUIRE(c == std::vector<float>(6, 2.0f));
+  kiln::detail::gemm(GemmShape{2, 3, 0, false, false, 1, 3, 3, false}, &unused, &unused, c.data());
+  REQUIRE(c == std::vector<float>(6, 0.0f));
+}
