@@ -8,6 +8,7 @@
 #include "core/rng.hpp"
 #include "core/shape.hpp"
 #include "core/tensor.hpp"
+#include "core/threads.hpp"
 #include "ops/ops.hpp"
 #include "layers/activation.hpp"
 #include "layers/attention.hpp"

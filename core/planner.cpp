@@ -1,6 +1,7 @@
 #include "core/planner.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -88,6 +89,7 @@ class Planner {
   std::vector<std::size_t> last_use_;   // by node id: the step of its last reader
   std::vector<int> storage_of_;         // by node id: index into storages_, -1 for graph-owned memory
   std::vector<int> workspace_of_;       // by node id: scratch storage or -1
+  std::vector<std::size_t> workspace_bytes_;  // by node id: the bytes its workspace function asked for
   std::vector<Storage> storages_;
 };
 
@@ -129,6 +131,7 @@ bool Planner::can_overwrite_input(const Node& node, std::size_t step) const {
 void Planner::assign_storage(Plan& plan) {
   storage_of_.assign(shapes_.size(), -1);
   workspace_of_.assign(shapes_.size(), -1);
+  workspace_bytes_.assign(shapes_.size(), 0);
   for (std::size_t step = 0; step < needed_.size(); ++step) {
     const Node& node = graph_.node(needed_[step]);
     const auto id = static_cast<std::size_t>(node.id);
@@ -156,6 +159,7 @@ void Planner::assign_storage(Plan& plan) {
       const std::size_t bytes = node.op->workspace_fn()(inputs, shapes_[id], node.attributes, node.dtype);
       if (bytes > 0) {
         workspace_of_[id] = static_cast<int>(storages_.size());
+        workspace_bytes_[id] = bytes;
         storages_.push_back(Storage{aligned(bytes), step, step, 0});
         plan.stats.unplanned_bytes += storages_.back().bytes;
       }
@@ -185,10 +189,18 @@ void Planner::build_steps(Plan& plan) {
     step.context.num_inputs = static_cast<int>(node.inputs.size());
     step.context.output_shape = &plan.shapes[index];
     step.context.workspace = address(workspace_of_[index]);
+    if (workspace_of_[index] >= 0) step.context.workspace_bytes = workspace_bytes_[index];
     plan.steps.push_back(std::move(step));
     ++plan.stats.num_kernels;
   }
   plan.stats.num_kernels -= plan.stats.num_aliases;
+  if (profiling()) {  // labels, and counters the steps add to without allocating
+    for (const Step& step : plan.steps)
+      plan.profile.labels.push_back(graph_.node(step.node).op->name() + " " +
+                                    plan.shapes[static_cast<std::size_t>(step.node)].to_string());
+    plan.profile.seconds.assign(plan.steps.size(), 0.0);
+    plan.profile.calls.assign(plan.steps.size(), 0);
+  }
   // The vectors inside steps are final now: point the contexts at them.
   for (Step& step : plan.steps) {
     step.context.inputs = step.input_data.data();
@@ -239,7 +251,9 @@ std::unique_ptr<Plan> make_plan(const Graph& graph, const std::vector<NodeId>& n
 
 void execute(Plan& plan, Graph& graph, std::uint64_t step) {
   for (NodeId id : plan.external) plan.data[static_cast<std::size_t>(id)] = graph.mutable_value(graph.tensor(id)).raw();
-  for (Step& s : plan.steps) {
+  const bool timed = !plan.profile.labels.empty();
+  for (std::size_t index = 0; index < plan.steps.size(); ++index) {
+    Step& s = plan.steps[index];
     if (s.alias) {
       plan.data[static_cast<std::size_t>(s.node)] = plan.data[static_cast<std::size_t>(s.inputs[0])];
       continue;
@@ -247,7 +261,14 @@ void execute(Plan& plan, Graph& graph, std::uint64_t step) {
     for (std::size_t i = 0; i < s.inputs.size(); ++i) s.input_data[i] = plan.data[static_cast<std::size_t>(s.inputs[i])];
     s.context.output = plan.data[static_cast<std::size_t>(s.node)];
     s.context.step = step;
+    if (!timed) {
+      s.kernel(s.context);
+      continue;
+    }
+    const auto start = std::chrono::steady_clock::now();
     s.kernel(s.context);
+    plan.profile.seconds[index] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++plan.profile.calls[index];
   }
 }
 

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/op.hpp"
@@ -24,6 +25,16 @@ struct AlignedFree {
   void operator()(unsigned char* p) const { std::free(p); }
 };
 
+// KILN_PROFILE=1 in the environment: every kernel is timed, and when the process exits the time per op
+// and output shape, over every plan, is printed to stderr, largest first.
+bool profiling();
+struct KernelProfile {
+  std::vector<std::string> labels;  // by step: "kiln>MatMul (64, 40, 128)"; empty when not profiling
+  std::vector<double> seconds;
+  std::vector<std::int64_t> calls;
+  ~KernelProfile();  // adds this plan's times to the process's table
+};
+
 struct Plan {
   std::int64_t batch_size = -1;            // -1: the program has no unknown dimension
   std::vector<Shape> shapes;               // by node id: concrete shapes for this batch size
@@ -32,6 +43,7 @@ struct Plan {
   std::vector<Step> steps;
   std::vector<NodeId> external;            // variables and constants, whose storage the graph owns
   PlanStats stats;
+  KernelProfile profile;
 };
 
 // The nodes `roots` depend on, in topological (id) order.

@@ -30,6 +30,7 @@
 #include "core/error.hpp"
 #include "core/graph.hpp"
 #include "core/op.hpp"
+#include "core/parallel.hpp"
 #include "ops/detail/gemm.hpp"
 #include "ops/ops.hpp"
 
@@ -78,6 +79,14 @@ struct Blocks {
 
 Blocks blocks_of(const Dims& dims) {
   return {std::min(dims.queries, query_block), std::min(dims.keys, key_block)};
+}
+
+std::int64_t query_blocks(const Dims& dims) { return (dims.queries + query_block - 1) / query_block; }
+
+// How many workers' scratch the plan gave a kernel: its workspace holds that many copies of one worker's.
+int slots(const KernelContext& context, std::size_t bytes_per_worker) {
+  if (bytes_per_worker == 0) return 1;
+  return static_cast<int>(std::max<std::size_t>(1, context.workspace_bytes / bytes_per_worker));
 }
 
 // Workspace regions start on 64-byte boundaries (16 elements of either dtype).
@@ -346,17 +355,24 @@ template <class T>
 void fused_attention_kernel(const KernelContext& context) {
   const Problem<T> p(context, ForwardInputs::q, ForwardInputs::mask);
   const Dims& dims = p.dims;
-  const ForwardScratch<T> scratch = forward_scratch(context.scratch<T>(), dims);
   T* out = context.out<T>();
   T* lse = out + dims.heads * dims.queries * dims.value_depth;
-  for (std::int64_t n = 0; n < dims.heads; ++n) {
-    const Head<T> h = p.head(n);
-    for (std::int64_t first = 0; first < dims.queries; first += query_block) {
-      const std::int64_t rows = std::min(dims.queries - first, query_block);
-      forward_query_block(h, dims, first, rows, out + (n * dims.queries + first) * dims.value_depth,
-                          lse + n * dims.queries + first, scratch);
-    }
-  }
+  const std::int64_t blocks = query_blocks(dims);
+  const std::int64_t scratch_elements = forward_workspace_elements(dims);
+  // (head, query block) pairs are independent: each worker takes a contiguous range, with its own scratch.
+  detail::parallel_for(dims.heads * blocks, slots(context, scratch_elements * sizeof(T)),
+                       [&](std::int64_t begin, std::int64_t end, int worker) {
+                         const ForwardScratch<T> scratch =
+                             forward_scratch(context.scratch<T>() + worker * scratch_elements, dims);
+                         for (std::int64_t item = begin; item < end; ++item) {
+                           const std::int64_t n = item / blocks;
+                           const std::int64_t first = item % blocks * query_block;
+                           const std::int64_t rows = std::min(dims.queries - first, query_block);
+                           forward_query_block(p.head(n), dims, first, rows,
+                                               out + (n * dims.queries + first) * dims.value_depth,
+                                               lse + n * dims.queries + first, scratch);
+                         }
+                       });
 }
 
 // ---- backward ------------------------------------------------------------------------------------------
@@ -442,23 +458,29 @@ template <class T>
 void fused_attention_grad_kernel(const KernelContext& context) {
   const Problem<T> p(context, GradInputs::q, GradInputs::mask);
   const Dims& dims = p.dims;
-  const BackwardScratch<T> scratch = backward_scratch(context.scratch<T>(), dims);
   const T* out = context.in<T>(GradInputs::state);
   const T* lse = out + dims.heads * dims.queries * dims.value_depth;
   const T* out_grad = context.in<T>(GradInputs::output_grad);
   T* q_grad = context.out<T>();
   T* k_grad = q_grad + dims.heads * dims.queries * dims.depth;
   T* v_grad = k_grad + dims.heads * dims.keys * dims.depth;
-  for (std::int64_t n = 0; n < dims.heads; ++n) {
-    const std::int64_t out_offset = n * dims.queries * dims.value_depth;
-    const HeadGrad<T> g{out + out_offset,
-                        lse + n * dims.queries,
-                        out_grad + out_offset,
-                        q_grad + n * dims.queries * dims.depth,
-                        k_grad + n * dims.keys * dims.depth,
-                        v_grad + n * dims.keys * dims.value_depth};
-    backward_head(p.head(n), g, dims, scratch);
-  }
+  const std::int64_t scratch_elements = backward_workspace_elements(dims);
+  // Heads are independent (each writes its own dq, dk, dv): each worker takes a contiguous range of them.
+  detail::parallel_for(dims.heads, slots(context, scratch_elements * sizeof(T)),
+                       [&](std::int64_t begin, std::int64_t end, int worker) {
+                         const BackwardScratch<T> scratch =
+                             backward_scratch(context.scratch<T>() + worker * scratch_elements, dims);
+                         for (std::int64_t n = begin; n < end; ++n) {
+                           const std::int64_t out_offset = n * dims.queries * dims.value_depth;
+                           const HeadGrad<T> g{out + out_offset,
+                                               lse + n * dims.queries,
+                                               out_grad + out_offset,
+                                               q_grad + n * dims.queries * dims.depth,
+                                               k_grad + n * dims.keys * dims.depth,
+                                               v_grad + n * dims.keys * dims.value_depth};
+                           backward_head(p.head(n), g, dims, scratch);
+                         }
+                       });
 }
 
 // ---- views and copies of the flat buffers -----------------------------------------------------------
@@ -579,14 +601,17 @@ Shape grad_part_shape(const InferContext& ctx) {
 
 // ---- workspaces ----------------------------------------------------------------------------------------
 
+// Per-worker scratch, for as many workers as the kernel could use now (kiln::get_num_threads()).
 std::size_t forward_workspace(const std::vector<Shape>& inputs, const Shape&, const Attributes&, DType dtype) {
   const Dims dims = dims_of(inputs[ForwardInputs::q], inputs[ForwardInputs::v]);
-  return static_cast<std::size_t>(forward_workspace_elements(dims)) * dtype_size(dtype);
+  const int workers = detail::parallel_workers(dims.heads * query_blocks(dims), std::numeric_limits<int>::max());
+  return static_cast<std::size_t>(forward_workspace_elements(dims) * workers) * dtype_size(dtype);
 }
 
 std::size_t backward_workspace(const std::vector<Shape>& inputs, const Shape&, const Attributes&, DType dtype) {
   const Dims dims = dims_of(inputs[GradInputs::q], inputs[GradInputs::v]);
-  return static_cast<std::size_t>(backward_workspace_elements(dims)) * dtype_size(dtype);
+  const int workers = detail::parallel_workers(dims.heads, std::numeric_limits<int>::max());
+  return static_cast<std::size_t>(backward_workspace_elements(dims) * workers) * dtype_size(dtype);
 }
 
 // ---- backward rule -------------------------------------------------------------------------------------

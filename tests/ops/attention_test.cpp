@@ -10,6 +10,7 @@
 #include "core/graph.hpp"
 #include "core/program.hpp"
 #include "core/rng.hpp"
+#include "core/threads.hpp"
 #include "ops/ops.hpp"
 #include "support/gradcheck.hpp"
 
@@ -288,6 +289,34 @@ TEST_CASE("fused_attention: forward and backward plan no T x S buffer", "[ops][a
   const std::size_t scores_bytes = length * length * sizeof(float);
   INFO("arena " << program.stats().arena_bytes << " bytes");
   CHECK(program.stats().arena_bytes < scores_bytes / 8);
+}
+
+TEST_CASE("fused_attention: any thread count gives bitwise the same output and gradients", "[ops][attention][threads]") {
+  // Heads (and query blocks) are split among threads; each is computed by the same code whichever thread
+  // runs it. A thread count raised after planning runs on the scratch the plan has (fewer threads).
+  const int saved = kiln::get_num_threads();
+  const Case c{{3, 2}, 70, 90, 8, 5, MaskKind::padding, true};
+  Rng rng(41);
+  const std::vector<Array> inputs = random_inputs(c, rng, DType::float32);
+  kiln::set_num_threads(1);
+  const Evaluated one = evaluate(fused, c, inputs);
+  kiln::set_num_threads(3);
+  const Evaluated three = evaluate(fused, c, inputs);
+  Graph graph;
+  std::vector<Tensor> x;
+  for (const Array& input : inputs) x.push_back(graph.placeholder(input.shape(), input.dtype(), "x"));
+  const Tensor output = fused(x[0], x[1], x[2], scale_of(c), x[3], c.causal);
+  kiln::set_num_threads(1);
+  Program program(graph, {output});
+  for (std::size_t i = 0; i < inputs.size(); ++i) program.feed(x[i], inputs[i]);
+  program.run();  // planned for 1 thread
+  kiln::set_num_threads(4);
+  program.run();  // runs with 4
+  const Array raised = program.fetch(output);
+  kiln::set_num_threads(saved);
+  REQUIRE(three.output.to_vector<float>() == one.output.to_vector<float>());
+  REQUIRE(raised.to_vector<float>() == one.output.to_vector<float>());
+  for (std::size_t i = 0; i < 3; ++i) REQUIRE(three.grads[i].to_vector<float>() == one.grads[i].to_vector<float>());
 }
 
 TEST_CASE("fused_attention: mismatched shapes are ShapeErrors naming the op and the shapes", "[ops][attention]") {

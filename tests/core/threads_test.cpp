@@ -1,0 +1,83 @@
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/parallel.hpp"
+#include "core/threads.hpp"
+
+namespace {
+// Restores the thread count a test changed.
+struct KeepThreads {
+  int saved = kiln::get_num_threads();
+  ~KeepThreads() { kiln::set_num_threads(saved); }
+};
+}  // namespace
+
+TEST_CASE("parallel_for covers every item once, in contiguous ranges, one per worker", "[threads]") {
+  KeepThreads keep;
+  for (int threads : {1, 2, 3, 5}) {
+    kiln::set_num_threads(threads);
+    REQUIRE(kiln::get_num_threads() == threads);
+    for (std::int64_t count : {1, 2, 7, 64, 1000}) {
+      for (int max_workers : {1, 2, 100}) {
+        std::vector<std::atomic<int>> hits(static_cast<std::size_t>(count));
+        std::vector<std::atomic<int>> ranges_of_worker(16);
+        const int expected_workers = kiln::detail::parallel_workers(count, max_workers);
+        INFO("threads " << threads << " count " << count << " max_workers " << max_workers);
+        REQUIRE(expected_workers >= 1);
+        REQUIRE(expected_workers <= std::min<std::int64_t>({threads, count, max_workers}));
+        std::atomic<int> empty_ranges{0};  // (Catch2 v2's assertions are not thread-safe: count, check after)
+        kiln::detail::parallel_for(count, max_workers, [&](std::int64_t begin, std::int64_t end, int worker) {
+          if (begin >= end) empty_ranges++;
+          ranges_of_worker[static_cast<std::size_t>(worker)]++;
+          for (std::int64_t i = begin; i < end; ++i) hits[static_cast<std::size_t>(i)]++;
+        });
+        REQUIRE(empty_ranges == 0);
+        for (std::int64_t i = 0; i < count; ++i) REQUIRE(hits[static_cast<std::size_t>(i)] == 1);
+        for (int worker = 0; worker < 16; ++worker)
+          REQUIRE(ranges_of_worker[static_cast<std::size_t>(worker)] == (worker < expected_workers ? 1 : 0));
+      }
+    }
+  }
+}
+
+TEST_CASE("parallel_for rethrows a range's exception on the caller, and the pool keeps working", "[threads]") {
+  KeepThreads keep;
+  kiln::set_num_threads(3);
+  REQUIRE_THROWS_AS(kiln::detail::parallel_for(9, 3,
+                                               [](std::int64_t begin, std::int64_t, int) {
+                                                 if (begin > 0) throw std::runtime_error("range failed");
+                                               }),
+                    std::runtime_error);
+  std::atomic<std::int64_t> total{0};
+  kiln::detail::parallel_for(100, 3, [&](std::int64_t begin, std::int64_t end, int) {
+    for (std::int64_t i = begin; i < end; ++i) total += i;
+  });
+  REQUIRE(total == 4950);
+}
+
+TEST_CASE("parallel_for inside a parallel_for runs serially instead of waiting for itself", "[threads]") {
+  KeepThreads keep;
+  kiln::set_num_threads(2);
+  std::atomic<int> items{0}, inner_workers_above_0{0};
+  kiln::detail::parallel_for(4, 2, [&](std::int64_t begin, std::int64_t end, int) {
+    for (std::int64_t i = begin; i < end; ++i)
+      kiln::detail::parallel_for(10, 2, [&](std::int64_t b, std::int64_t e, int worker) {
+        if (worker != 0) inner_workers_above_0++;
+        items += static_cast<int>(e - b);
+      });
+  });
+  REQUIRE(items == 40);
+  REQUIRE(inner_workers_above_0 == 0);
+}
+
+TEST_CASE("set_num_threads refuses fewer than one thread", "[threads]") {
+  KeepThreads keep;
+  REQUIRE_THROWS_AS(kiln::set_num_threads(0), kiln::ValueError);
+  REQUIRE_THROWS_WITH(kiln::set_num_threads(-2), Catch::Contains("at least 1"));
+  REQUIRE(kiln::get_num_threads() == keep.saved);
+}
