@@ -208,8 +208,12 @@ int main(int argc, char** argv) {
   }
   if (args.workload.empty()) return bench::run_all(argv[0], args);
 
-  // One count for kiln's own kernels and its GEMMs (OpenBLAS's); the sgemm rows use OpenBLAS's alone.
-  kiln::set_num_threads(args.threads);
+  // kiln runs its kernels and its GEMMs on its own threads (OpenBLAS single-threaded in each); the sgemm
+  // rows time OpenBLAS alone, on OpenBLAS's own threads.
+  if (args.sgemm)
+    openblas_set_num_threads(args.threads);
+  else
+    kiln::set_num_threads(args.threads);
   warm_blas();
   const bool training = args.mode == "train_step";
 

@@ -12,9 +12,8 @@ void parallel_for(std::int64_t count, int max_workers, RangeFunction function, c
 
 // Splits [0, count) into at most max_workers contiguous ranges (no more than get_num_threads(), nor
 // than count) and runs body(begin, end, worker) for each, worker 0 on the calling thread, the rest on
-// the pool's threads; returns when all are done, rethrowing the first exception a range threw. While
-// more than one range runs, OpenBLAS is held at one thread, so GEMMs inside a body do not oversubscribe
-// the cores. Nothing is allocated: kernels call it in every training step.
+// the pool's threads; returns when all are done, rethrowing the first exception a range threw. A
+// parallel_for inside a body runs serially. Nothing is allocated: kernels call it in every training step.
 template <class Body>
 void parallel_for(std::int64_t count, int max_workers, const Body& body) {
   parallel_for(

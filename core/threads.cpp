@@ -3,6 +3,12 @@
 // The pool keeps get_num_threads() − 1 threads; the calling thread runs the first range itself. Between
 // jobs a pool thread spins briefly on the job counter (a training step runs kernels back to back, and a
 // futex wake-up costs more than a small kernel), then sleeps on a condition variable.
+//
+// OpenBLAS is set to one thread for good: kiln splits large GEMMs over its own pool (ops/detail/gemm.cpp).
+// Two pools on the same cores fight: OpenBLAS 0.3.21's threads spin for up to 2^28 cycles after each GEMM
+// (OPENBLAS_THREAD_TIMEOUT), taking the core from the kernel that runs next, and its own threshold for
+// going parallel is far too low for small products (a 12×128×2560 weight gradient ran 2× slower on 2
+// threads). With one pool, every kernel, GEMM or not, uses the same threads.
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -15,7 +21,7 @@
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 
-// OpenBLAS's own thread control (Debian's libopenblas0-pthread): kiln sets one thread count for both.
+// OpenBLAS's own thread control (Debian's libopenblas0-pthread): kiln holds it at one thread.
 extern "C" {
 void openblas_set_num_threads(int num_threads);
 int openblas_get_num_threads(void);
@@ -51,14 +57,11 @@ class Pool {
     std::lock_guard<std::mutex> run_lock(run_mutex_);
     stop_threads();
     threads_.store(threads, std::memory_order_relaxed);
-    openblas_set_num_threads(threads);
   }
 
   void run(std::int64_t count, int workers, RangeFunction function, const void* body) {
     std::lock_guard<std::mutex> run_lock(run_mutex_);  // one job at a time (Programs on several threads)
     start_threads(workers - 1);
-    const int blas_threads = openblas_get_num_threads();
-    if (blas_threads > 1) openblas_set_num_threads(1);
     function_ = function;
     body_ = body;
     count_ = count;
@@ -82,12 +85,11 @@ class Pool {
       else
         std::this_thread::yield();
     }
-    if (blas_threads > 1) openblas_set_num_threads(blas_threads);
     if (error_) std::rethrow_exception(error_);
   }
 
  private:
-  Pool() : threads_(std::max(1, openblas_get_num_threads())) {}
+  Pool() : threads_(std::max(1, openblas_get_num_threads())) { openblas_set_num_threads(1); }
 
   void run_range(int worker) {
     const std::int64_t begin = count_ * worker / workers_;

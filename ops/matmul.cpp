@@ -4,6 +4,7 @@
 #include "core/error.hpp"
 #include "core/graph.hpp"
 #include "core/op.hpp"
+#include "core/parallel.hpp"
 #include "ops/detail/gemm.hpp"
 #include "ops/detail/kernel_util.hpp"
 #include "ops/ops.hpp"
@@ -93,9 +94,14 @@ void matmul_kernel(const KernelContext& k) {
   std::int64_t batches = 1;
   for (int axis = 0; axis < batch_rank; ++axis) batches *= out[axis];
   const std::int64_t out_matrix = left.rows * right.cols;
-  for (std::int64_t i = 0; i < batches; ++i)
-    detail::gemm(gemm, pa + batch_offset(i, out, a, batch_rank), pb + batch_offset(i, out, b, batch_rank),
-                 pc + i * out_matrix);
+  // Batches on kiln's threads when each product is too small to split (see detail::gemm), else one by one.
+  const std::int64_t work = gemm.m * gemm.n * gemm.k;
+  const int max_workers = work >= detail::gemm_split_work ? 1 : static_cast<int>(std::min<std::int64_t>(batches, 1 << 16));
+  detail::parallel_for(batches, max_workers, [&](std::int64_t begin, std::int64_t end, int) {
+    for (std::int64_t i = begin; i < end; ++i)
+      detail::gemm(gemm, pa + batch_offset(i, out, a, batch_rank), pb + batch_offset(i, out, b, batch_rank),
+                   pc + i * out_matrix);
+  });
 }
 
 // Gradient of a shared rank-2 weight: fold every batch row into one GEMM instead of summing per-batch

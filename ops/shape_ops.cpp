@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "core/graph.hpp"
 #include "core/op.hpp"
+#include "core/parallel.hpp"
 #include "ops/detail/kernel_util.hpp"
 #include "ops/ops.hpp"
 
@@ -53,12 +54,32 @@ struct StridedCopy {
     }
     for (int axis = 0; axis < rank; ++axis)
       if (dims[static_cast<std::size_t>(axis)] == 0) return;
+    // Large copies split their outermost axis over kiln's threads (a head split of attention: 1.3 MB).
+    std::int64_t total = 1;
+    for (int axis = 0; axis < rank; ++axis) total *= dims[static_cast<std::size_t>(axis)];
+    const std::int64_t outer = dims[0];
+    const int max_workers = rank < 2 || total < parallel_elements ? 1 : static_cast<int>(std::min<std::int64_t>(outer, 64));
+    detail::parallel_for(outer, max_workers, [&](std::int64_t begin, std::int64_t end, int) {
+      StridedCopy part = *this;
+      part.dims[0] = end - begin;
+      part.run_serial(source + begin * source_strides[0], target + begin * target_strides[0]);
+    });
+  }
+
+  static constexpr std::int64_t parallel_elements = 1 << 16;
+
+  template <class T>
+  void run_serial(const T* source, T* target) const {
     const auto last = static_cast<std::size_t>(rank - 1);
     const std::int64_t n = dims[last], source_step = source_strides[last], target_step = target_strides[last];
+    const bool contiguous = source_step == 1 && target_step == 1;
     Dims index{};
     std::int64_t s = 0, t = 0;
     for (;;) {
-      for (std::int64_t j = 0; j < n; ++j) target[t + j * target_step] = source[s + j * source_step];
+      if (contiguous)
+        std::copy(source + s, source + s + n, target + t);
+      else
+        for (std::int64_t j = 0; j < n; ++j) target[t + j * target_step] = source[s + j * source_step];
       int axis = rank - 2;
       for (; axis >= 0; --axis) {
         const auto a = static_cast<std::size_t>(axis);
