@@ -70,12 +70,13 @@ void MHAttentionLayer::build(const Shape& input_shape) {
   output_norm_->build_for(sequence);
 }
 
+// (batch, length, heads, key_size), the layout the fused attention reads in place (heads_last).
 Tensor MHAttentionLayer::split_heads(const Tensor& x) const {
-  return ops::transpose(ops::reshape(x, {-1, x.shape()[1], heads_, key_size_}), {0, 2, 1, 3});
+  return ops::reshape(x, {-1, x.shape()[1], heads_, key_size_});
 }
 
 Tensor MHAttentionLayer::merge_heads(const Tensor& x) const {
-  return ops::reshape(ops::transpose(x, {0, 2, 1, 3}), {-1, x.shape()[2], heads_ * key_size_});
+  return ops::reshape(x, {-1, x.shape()[1], heads_ * key_size_});
 }
 
 Tensor MHAttentionLayer::call(const Tensor& x, const CallArgs&) {
@@ -86,7 +87,9 @@ Tensor MHAttentionLayer::call(const Tensor& x, const CallArgs&) {
 
   const Tensor q = split_heads((*query_)(x)), k = split_heads((*key_)(x)), v = split_heads((*value_)(x));
   const double scale = 1.0 / std::sqrt(static_cast<double>(key_size_));
-  const Tensor context = merge_heads(detail::attend(describe(), q, k, v, scale, detail::AttentionOptions()).output);
+  detail::AttentionOptions options;
+  options.heads_last = true;
+  const Tensor context = merge_heads(detail::attend(describe(), q, k, v, scale, options).output);
   const Tensor attended = (*attention_norm_)(x + (*w0_)(context));
   const Tensor feed_forward = (*feed_forward_output_)((*feed_forward_hidden_)(attended));
   return (*output_norm_)(attended + feed_forward);

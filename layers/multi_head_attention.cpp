@@ -124,8 +124,8 @@ Tensor MultiHeadAttentionLayer::project(const Tensor& x, const Projection& proje
   const Tensor kernel = ops::reshape(variable(projection.kernel, x), {x.shape()[2], width});
   Tensor y = ops::matmul(x, kernel);
   if (use_bias_) y = y + ops::reshape(variable(projection.bias, x), {width});
-  // (batch, length, heads, depth) -> (batch, heads, length, depth): one attention per head.
-  return ops::transpose(ops::reshape(y, {-1, length, num_heads_, depth}), {0, 2, 1, 3});
+  // (batch, length, heads, depth): one attention per head, read in place by the fused attention.
+  return ops::reshape(y, {-1, length, num_heads_, depth});
 }
 
 std::vector<Tensor> MultiHeadAttentionLayer::call(const std::vector<Tensor>& inputs, const CallArgs& args) {
@@ -154,10 +154,11 @@ std::vector<Tensor> MultiHeadAttentionLayer::call(const std::vector<Tensor>& inp
   options.dropout_rate = dropout_;
   options.training = args.training();
   options.seed = [&] { return detail::call_seed(seed_, name(), query); };
+  options.heads_last = true;
   const detail::Attended attended = detail::attend(describe(), q, k, v, 1.0, options);
 
   const std::int64_t length = query.shape()[1], width = num_heads_ * value_depth_;
-  const Tensor merged = ops::reshape(ops::transpose(attended.output, {0, 2, 1, 3}), {-1, length, width});
+  const Tensor merged = ops::reshape(attended.output, {-1, length, width});
   const Tensor kernel = variable(output_.kernel, query);
   Tensor output = ops::matmul(merged, ops::reshape(kernel, {width, kernel.shape()[2]}));
   if (use_bias_) output = output + variable(output_.bias, query);

@@ -63,7 +63,36 @@ struct Dims {
   std::int64_t heads = 1;  // the product of the leading dimensions: independent attention problems
   std::int64_t queries = 0, keys = 0, depth = 0, value_depth = 0;
   std::int64_t query_block = 1;  // query rows per block
+  // Heads interleaved within each row (the heads_last layout, q (..., T, H, d)): H, else 1. Head n's rows
+  // of a (rows × width) operand start at offset(n, rows, width), ld(width) apart.
+  std::int64_t interleave = 1;
+
+  std::int64_t offset(std::int64_t n, std::int64_t rows, std::int64_t width) const {
+    return n / interleave * rows * interleave * width + n % interleave * width;
+  }
+  std::int64_t ld(std::int64_t width) const { return interleave * width; }
 };
+
+// q, k, v and the output as (..., H, length, depth) whatever their layout: for heads_last, (..., length,
+// H, depth) with its length and heads axes swapped. Shapes, masks and errors are all about this view.
+// Axis `axis` of the view is axis stored_axis(...) of the stored shape (kernels read shapes through it:
+// a Shape copy would allocate in every step).
+int stored_axis(int axis, int rank, bool heads_last) {
+  if (!heads_last || rank < 3) return axis;
+  return axis == rank - 3 ? rank - 2 : axis == rank - 2 ? rank - 3 : axis;
+}
+
+std::int64_t view_dim(const Shape& stored, int axis, bool heads_last) {
+  if (axis < 0) axis += stored.rank();
+  return stored[stored_axis(axis, stored.rank(), heads_last)];
+}
+
+Shape heads_first(const Shape& shape, bool heads_last) {
+  if (!heads_last || shape.rank() < 3) return shape;
+  std::vector<std::int64_t> dims = shape.dims();
+  std::swap(dims[dims.size() - 3], dims[dims.size() - 2]);
+  return Shape(std::move(dims));
+}
 
 // Query rows per block: the queries split evenly into blocks of at most max_query_block rows, so a short
 // sequence is one block (one GEMM per key block: seed_dpa, T = 150 and d = 512, ran 10 % faster than in
@@ -73,12 +102,13 @@ std::int64_t query_block_of(std::int64_t queries) {
   return std::max<std::int64_t>(1, (queries + blocks - 1) / blocks);
 }
 
-Dims dims_of(const Shape& q, const Shape& v) {
+Dims dims_of(const Shape& q, const Shape& v, bool heads_last) {
   Dims dims;
-  for (int axis = 0; axis + 2 < q.rank(); ++axis) dims.heads *= q[axis];
-  dims.queries = q.dim(-2);
+  if (heads_last) dims.interleave = view_dim(q, -3, true);
+  for (int axis = 0; axis + 2 < q.rank(); ++axis) dims.heads *= view_dim(q, axis, heads_last);
+  dims.queries = view_dim(q, -2, heads_last);
   dims.depth = q.dim(-1);
-  dims.keys = v.dim(-2);
+  dims.keys = view_dim(v, -2, heads_last);
   dims.value_depth = v.dim(-1);
   dims.query_block = query_block_of(dims.queries);
   return dims;
@@ -122,7 +152,7 @@ struct MaskLayout {
   }
 };
 
-MaskLayout mask_layout(const Shape& q, const Shape& mask) {
+MaskLayout mask_layout(const Shape& q, const Shape& mask, bool heads_last) {
   MaskLayout layout;
   layout.leading_rank = q.rank() - 2;
   const int shift = q.rank() - mask.rank();
@@ -133,7 +163,7 @@ MaskLayout mask_layout(const Shape& q, const Shape& mask) {
   }
   for (int axis = layout.leading_rank - 1; axis >= 0; --axis) {
     const auto a = static_cast<std::size_t>(axis);
-    layout.leading_dims[a] = q[axis];
+    layout.leading_dims[a] = view_dim(q, axis, heads_last);
     const int mask_axis = axis - shift;
     if (mask_axis < 0) continue;
     layout.leading_strides[a] = mask[mask_axis] == 1 ? 0 : stride;
@@ -242,12 +272,17 @@ void block_product(const T* a, Operand a_layout, const T* b, Operand b_layout, T
 
 // ---- the problem a kernel solves --------------------------------------------------------------------
 
+bool heads_last(const Attributes& attributes) {
+  return attributes.has("heads_last") && attributes.get_bool("heads_last");
+}
+
 // One (T, d) × (S, d) × (S, dv) attention, and which keys each query may attend.
 template <class T>
 struct Head {
   const T* q;
   const T* k;
   const T* v;
+  std::int64_t q_ld, k_ld, v_ld;  // row strides
   const T* mask;  // this head's (T or 1, S) mask, or null
   std::int64_t mask_row_stride;
   bool causal;
@@ -278,19 +313,29 @@ struct Problem {
   T scale;
 
   Problem(const KernelContext& context, int q_index, int mask_index)
-      : dims(dims_of(context.input_shape(q_index), context.input_shape(q_index + 2))),
+      : dims(dims_of(context.input_shape(q_index), context.input_shape(q_index + 2), heads_last(context.attributes()))),
         q(context.in<T>(q_index)),
         k(context.in<T>(q_index + 1)),
         v(context.in<T>(q_index + 2)),
         mask(context.num_inputs > mask_index ? context.in<T>(mask_index) : nullptr),
         causal(context.attributes().get_bool("causal")),
         scale(static_cast<T>(context.attributes().get_double("scale"))) {
-    if (mask != nullptr) layout = mask_layout(context.input_shape(q_index), context.input_shape(mask_index));
+    if (mask != nullptr)
+      layout = mask_layout(context.input_shape(q_index), context.input_shape(mask_index),
+                           heads_last(context.attributes()));
   }
 
   Head<T> head(std::int64_t n) const {
-    return {q + n * dims.queries * dims.depth, k + n * dims.keys * dims.depth, v + n * dims.keys * dims.value_depth,
-            mask == nullptr ? nullptr : mask + layout.offset(n), layout.row_stride, causal, scale};
+    return {q + dims.offset(n, dims.queries, dims.depth),
+            k + dims.offset(n, dims.keys, dims.depth),
+            v + dims.offset(n, dims.keys, dims.value_depth),
+            dims.ld(dims.depth),
+            dims.ld(dims.depth),
+            dims.ld(dims.value_depth),
+            mask == nullptr ? nullptr : mask + layout.offset(n),
+            layout.row_stride,
+            causal,
+            scale};
   }
 };
 
@@ -325,32 +370,33 @@ template <class T>
 void forward_key_block(const Head<T>& h, const Dims& dims, std::int64_t first, std::int64_t rows, std::int64_t first_key,
                        T* out, const ForwardScratch<T>& s) {
   const std::int64_t keys = std::min(dims.keys - first_key, key_block);
-  const std::int64_t d = dims.depth, dv = dims.value_depth;
-  block_product(h.q + first * d, {d, false}, h.k + first_key * d, {d, true}, s.scores, rows, keys, d, keys);
+  const std::int64_t d = dims.depth, dv = dims.value_depth, out_ld = dims.ld(dv);
+  block_product(h.q + first * h.q_ld, {h.q_ld, false}, h.k + first_key * h.k_ld, {h.k_ld, true}, s.scores, rows, keys,
+                d, keys);
   for (std::int64_t r = 0; r < rows; ++r)
     s.rescale[r] = online_softmax_row(s.scores + r * keys, h.mask_row(first + r, first_key),
                                       h.allowed(first + r, first_key, keys), keys, h.scale, s.max[r], s.sum[r]);
   for (std::int64_t r = 0; r < rows; ++r) {
     const T rescale = s.rescale[r];
     if (rescale == T(1)) continue;
-    T* row = out + r * dv;
+    T* row = out + r * out_ld;
     for (std::int64_t c = 0; c < dv; ++c) row[c] *= rescale;
   }
-  block_product(s.scores, {keys, false}, h.v + first_key * dv, {dv, false}, out, rows, dv, keys, dv, true);
+  block_product(s.scores, {keys, false}, h.v + first_key * h.v_ld, {h.v_ld, false}, out, rows, dv, keys, out_ld, true);
 }
 
 // Query rows [first, first + rows) of one head: their outputs and log-sum-exps.
 template <class T>
 void forward_query_block(const Head<T>& h, const Dims& dims, std::int64_t first, std::int64_t rows, T* out, T* lse,
                          const ForwardScratch<T>& s) {
-  const std::int64_t dv = dims.value_depth;
-  std::fill(out, out + rows * dv, T(0));
+  const std::int64_t dv = dims.value_depth, out_ld = dims.ld(dv);
+  for (std::int64_t r = 0; r < rows; ++r) std::fill(out + r * out_ld, out + r * out_ld + dv, T(0));
   std::fill(s.max, s.max + rows, minus_infinity<T>);
   std::fill(s.sum, s.sum + rows, T(0));
   for (std::int64_t first_key = 0; first_key < dims.keys && h.sees(first, rows, first_key); first_key += key_block)
     forward_key_block(h, dims, first, rows, first_key, out, s);
   for (std::int64_t r = 0; r < rows; ++r) {
-    T* row = out + r * dv;
+    T* row = out + r * out_ld;
     if (s.max[r] == minus_infinity<T>) {  // a row that may attend nothing is all zeros, as unfused
       std::fill(row, row + dv, T(0));
       lse[r] = std::numeric_limits<T>::infinity();
@@ -380,7 +426,8 @@ void fused_attention_kernel(const KernelContext& context) {
                            const std::int64_t first = item % blocks * dims.query_block;
                            const std::int64_t rows = std::min(dims.queries - first, dims.query_block);
                            forward_query_block(p.head(n), dims, first, rows,
-                                               out + (n * dims.queries + first) * dims.value_depth,
+                                               out + dims.offset(n, dims.queries, dims.value_depth) +
+                                                   first * dims.ld(dims.value_depth),
                                                lse + n * dims.queries + first, scratch);
                          }
                        });
@@ -425,37 +472,45 @@ struct HeadGrad {
 template <class T>
 void backward_block(const Head<T>& h, const HeadGrad<T>& g, const Dims& dims, std::int64_t first, std::int64_t rows,
                     std::int64_t first_key, std::int64_t keys, const BackwardScratch<T>& s) {
-  const std::int64_t d = dims.depth, dv = dims.value_depth;
+  const std::int64_t d = dims.depth, dv = dims.value_depth, out_ld = dims.ld(dv);
   T* p = s.probabilities;
   T* dp = s.scores_grad;
-  block_product(h.q + first * d, {d, false}, h.k + first_key * d, {d, true}, p, rows, keys, d, keys);
+  const T* q = h.q + first * h.q_ld;
+  const T* k = h.k + first_key * h.k_ld;
+  const T* v = h.v + first_key * h.v_ld;
+  block_product(q, {h.q_ld, false}, k, {h.k_ld, true}, p, rows, keys, d, keys);
   for (std::int64_t r = 0; r < rows; ++r)
     probabilities_row(p + r * keys, h.mask_row(first + r, first_key), h.allowed(first + r, first_key, keys), keys,
                       h.scale, g.lse[first + r]);
-  const T* out_grad = g.out_grad + first * dv;
-  block_product(p, {keys, true}, out_grad, {dv, false}, g.v_grad + first_key * dv, keys, dv, rows, dv, true);  // dV += pᵀ·dO
-  block_product(out_grad, {dv, false}, h.v + first_key * dv, {dv, true}, dp, rows, keys, dv, keys);  // dP = dO·vᵀ
+  const T* out_grad = g.out_grad + first * out_ld;
+  // dV += pᵀ·dO, then dP = dO·vᵀ
+  block_product(p, {keys, true}, out_grad, {out_ld, false}, g.v_grad + first_key * h.v_ld, keys, dv, rows, h.v_ld, true);
+  block_product(out_grad, {out_ld, false}, v, {h.v_ld, true}, dp, rows, keys, dv, keys);
   for (std::int64_t r = 0; r < rows; ++r) {  // dS = p ∘ (dP − rowsum(dO ∘ O)), with the scale folded in
     const T dot = s.row_dots[first + r];
     T* grad = dp + r * keys;
     const T* prob = p + r * keys;
     for (std::int64_t c = 0; c < keys; ++c) grad[c] = h.scale * prob[c] * (grad[c] - dot);
   }
-  block_product(dp, {keys, false}, h.k + first_key * d, {d, false}, g.q_grad + first * d, rows, d, keys, d, true);  // dQ += dS·k
-  block_product(dp, {keys, true}, h.q + first * d, {d, false}, g.k_grad + first_key * d, keys, d, rows, d, true);  // dK += dSᵀ·q
+  // dQ += dS·k, dK += dSᵀ·q
+  block_product(dp, {keys, false}, k, {h.k_ld, false}, g.q_grad + first * h.q_ld, rows, d, keys, h.q_ld, true);
+  block_product(dp, {keys, true}, q, {h.q_ld, false}, g.k_grad + first_key * h.k_ld, keys, d, rows, h.k_ld, true);
 }
 
 template <class T>
 void backward_head(const Head<T>& h, const HeadGrad<T>& g, const Dims& dims, const BackwardScratch<T>& s) {
-  const std::int64_t dv = dims.value_depth;
+  const std::int64_t dv = dims.value_depth, out_ld = dims.ld(dv);
   for (std::int64_t i = 0; i < dims.queries; ++i) {
     T dot = 0;
-    for (std::int64_t c = 0; c < dv; ++c) dot += g.out_grad[i * dv + c] * g.out[i * dv + c];
+    for (std::int64_t c = 0; c < dv; ++c) dot += g.out_grad[i * out_ld + c] * g.out[i * out_ld + c];
     s.row_dots[i] = dot;
   }
-  std::fill(g.q_grad, g.q_grad + dims.queries * dims.depth, T(0));
-  std::fill(g.k_grad, g.k_grad + dims.keys * dims.depth, T(0));
-  std::fill(g.v_grad, g.v_grad + dims.keys * dv, T(0));
+  auto zero_rows = [](T* rows, std::int64_t count, std::int64_t width, std::int64_t ld) {
+    for (std::int64_t r = 0; r < count; ++r) std::fill(rows + r * ld, rows + r * ld + width, T(0));
+  };
+  zero_rows(g.q_grad, dims.queries, dims.depth, h.q_ld);
+  zero_rows(g.k_grad, dims.keys, dims.depth, h.k_ld);
+  zero_rows(g.v_grad, dims.keys, dv, h.v_ld);
   for (std::int64_t first_key = 0; first_key < dims.keys; first_key += key_block) {
     const std::int64_t keys = std::min(dims.keys - first_key, key_block);
     for (std::int64_t first = 0; first < dims.queries; first += dims.query_block) {
@@ -482,13 +537,13 @@ void fused_attention_grad_kernel(const KernelContext& context) {
                          const BackwardScratch<T> scratch =
                              backward_scratch(context.scratch<T>() + worker * scratch_elements, dims);
                          for (std::int64_t n = begin; n < end; ++n) {
-                           const std::int64_t out_offset = n * dims.queries * dims.value_depth;
+                           const std::int64_t out_offset = dims.offset(n, dims.queries, dims.value_depth);
                            const HeadGrad<T> g{out + out_offset,
                                                lse + n * dims.queries,
                                                out_grad + out_offset,
-                                               q_grad + n * dims.queries * dims.depth,
-                                               k_grad + n * dims.keys * dims.depth,
-                                               v_grad + n * dims.keys * dims.value_depth};
+                                               q_grad + dims.offset(n, dims.queries, dims.depth),
+                                               k_grad + dims.offset(n, dims.keys, dims.depth),
+                                               v_grad + dims.offset(n, dims.keys, dims.value_depth)};
                            backward_head(p.head(n), g, dims, scratch);
                          }
                        });
@@ -526,10 +581,12 @@ bool mask_dim_fits(std::int64_t mask, std::int64_t wanted) {
   ctx.fail_with(what + " (" + shapes + ")");
 }
 
+// The mask broadcasts against the heads-first view (..., H, T, S) in either layout.
 void check_mask(const InferContext& ctx, int q_index, int mask_index) {
-  const Shape& q = ctx.input_shape(q_index);
+  const bool interleaved = heads_last(ctx.attributes());
+  const Shape q = heads_first(ctx.input_shape(q_index), interleaved);
   const Shape& mask = ctx.input_shape(mask_index);
-  const std::int64_t keys = ctx.input_shape(q_index + 1).dim(-2);
+  const std::int64_t keys = heads_first(ctx.input_shape(q_index + 1), interleaved).dim(-2);
   bool fits = mask.rank() >= 1 && mask.rank() <= q.rank() && mask.dim(-1) == keys;
   for (int axis = 2; fits && axis <= mask.rank(); ++axis) fits = mask_dim_fits(mask.dim(-axis), q.dim(-axis));
   if (!fits)
@@ -537,13 +594,20 @@ void check_mask(const InferContext& ctx, int q_index, int mask_index) {
                    "the mask must broadcast to (..., query_length, key_length) with the keys as its last dimension");
 }
 
-// q (..., T, d), k (..., S, d), v (..., S, dv) with equal leading dimensions, and an optional mask.
+// q (..., T, d), k (..., S, d), v (..., S, dv) with equal leading dimensions, and an optional mask; with
+// heads_last, q (..., T, H, d), k (..., S, H, d), v (..., S, H, dv), checked as their heads-first views.
 void check_attention(const InferContext& ctx, int q_index, int mask_index) {
-  const Shape& q = ctx.input_shape(q_index);
-  const Shape& k = ctx.input_shape(q_index + 1);
-  const Shape& v = ctx.input_shape(q_index + 2);
-  if (q.rank() < 2 || k.rank() != q.rank() || v.rank() != q.rank())
-    fail_attention(ctx, q_index, mask_index, "q, k and v must have one rank, 2 or more: (..., length, depth)");
+  const bool interleaved = heads_last(ctx.attributes());
+  const int min_rank = interleaved ? 3 : 2;
+  const Shape& stored_q = ctx.input_shape(q_index);
+  if (stored_q.rank() < min_rank || ctx.input_shape(q_index + 1).rank() != stored_q.rank() ||
+      ctx.input_shape(q_index + 2).rank() != stored_q.rank())
+    fail_attention(ctx, q_index, mask_index,
+                   interleaved ? "with heads_last, q, k and v must have one rank, 3 or more: (..., length, heads, depth)"
+                               : "q, k and v must have one rank, 2 or more: (..., length, depth)");
+  const Shape q = heads_first(stored_q, interleaved);
+  const Shape k = heads_first(ctx.input_shape(q_index + 1), interleaved);
+  const Shape v = heads_first(ctx.input_shape(q_index + 2), interleaved);
   for (int axis = 0; axis + 2 < q.rank(); ++axis)
     if (q[axis] != k[axis] || k[axis] != v[axis])
       fail_attention(ctx, q_index, mask_index, "q, k and v differ before their last two dimensions");
@@ -579,7 +643,7 @@ std::int64_t leading_product(const Shape& q) {
 
 Shape fused_attention_shape(const InferContext& ctx) {
   check_attention(ctx, ForwardInputs::q, ForwardInputs::mask);
-  const Shape& q = ctx.input_shape(ForwardInputs::q);
+  const Shape q = heads_first(ctx.input_shape(ForwardInputs::q), heads_last(ctx.attributes()));
   const std::int64_t heads = leading_product(q);
   return flat_shape({{heads, q.dim(-2), ctx.input_shape(ForwardInputs::v).dim(-1)}, {heads, q.dim(-2)}});
 }
@@ -600,8 +664,8 @@ Shape grad_shape(const InferContext& ctx) {
   out_dims.push_back(v.dim(-1));
   if (ctx.input_shape(GradInputs::output_grad) != Shape(out_dims))
     ctx.fail("the output gradient does not have the output's shape");
-  const std::int64_t heads = leading_product(q);
-  return flat_shape({{heads, q.dim(-2), q.dim(-1)}, {heads, k.dim(-2), k.dim(-1)}, {heads, v.dim(-2), v.dim(-1)}});
+  // [dq | dk | dv], each laid out as its input.
+  return flat_shape({q.dims(), k.dims(), v.dims()});
 }
 
 Shape grad_part_shape(const InferContext& ctx) {
@@ -613,14 +677,16 @@ Shape grad_part_shape(const InferContext& ctx) {
 // ---- workspaces ----------------------------------------------------------------------------------------
 
 // Per-worker scratch, for as many workers as the kernel could use now (kiln::get_num_threads()).
-std::size_t forward_workspace(const std::vector<Shape>& inputs, const Shape&, const Attributes&, DType dtype) {
-  const Dims dims = dims_of(inputs[ForwardInputs::q], inputs[ForwardInputs::v]);
+std::size_t forward_workspace(const std::vector<Shape>& inputs, const Shape&, const Attributes& attributes,
+                              DType dtype) {
+  const Dims dims = dims_of(inputs[ForwardInputs::q], inputs[ForwardInputs::v], heads_last(attributes));
   const int workers = detail::parallel_workers(dims.heads * query_blocks(dims), std::numeric_limits<int>::max());
   return static_cast<std::size_t>(forward_workspace_elements(dims) * workers) * dtype_size(dtype);
 }
 
-std::size_t backward_workspace(const std::vector<Shape>& inputs, const Shape&, const Attributes&, DType dtype) {
-  const Dims dims = dims_of(inputs[GradInputs::q], inputs[GradInputs::v]);
+std::size_t backward_workspace(const std::vector<Shape>& inputs, const Shape&, const Attributes& attributes,
+                               DType dtype) {
+  const Dims dims = dims_of(inputs[GradInputs::q], inputs[GradInputs::v], heads_last(attributes));
   const int workers = detail::parallel_workers(dims.heads, std::numeric_limits<int>::max());
   return static_cast<std::size_t>(backward_workspace_elements(dims) * workers) * dtype_size(dtype);
 }
@@ -628,7 +694,10 @@ std::size_t backward_workspace(const std::vector<Shape>& inputs, const Shape&, c
 // ---- backward rule -------------------------------------------------------------------------------------
 
 Attributes settings_of(const Attributes& attributes) {
-  return Attributes().set("scale", attributes.get_double("scale")).set("causal", attributes.get_bool("causal"));
+  return Attributes()
+      .set("scale", attributes.get_double("scale"))
+      .set("causal", attributes.get_bool("causal"))
+      .set("heads_last", heads_last(attributes));
 }
 
 std::vector<Tensor> fused_attention_backward(const GradContext& g) {
@@ -653,7 +722,7 @@ constexpr const char* second_order = "second-order gradients of fused_attention 
 
 KILN_REGISTER_OP(OpDef("kiln>FusedAttention")
                      .inputs(3, 4)
-                     .attributes({"scale", "causal"})
+                     .attributes({"scale", "causal", "heads_last"})
                      .infer_shape(fused_attention_shape)
                      .forward(fused_attention_kernel<float>, fused_attention_kernel<double>)
                      .workspace(forward_workspace)
@@ -661,7 +730,7 @@ KILN_REGISTER_OP(OpDef("kiln>FusedAttention")
                                          "kiln>FusedAttentionOutput"));
 KILN_REGISTER_OP(OpDef("kiln>FusedAttentionOutput")
                      .inputs(4, 5)
-                     .attributes({"scale", "causal"})
+                     .attributes({"scale", "causal", "heads_last"})
                      .infer_shape(output_shape)
                      .forward(output_kernel<float>, output_kernel<double>)
                      .backward(fused_attention_backward)
@@ -670,7 +739,7 @@ KILN_REGISTER_OP(OpDef("kiln>FusedAttentionOutput")
                      .sharing(Sharing::alias));
 KILN_REGISTER_OP(OpDef("kiln>FusedAttentionGrad")
                      .inputs(5, 6)
-                     .attributes({"scale", "causal"})
+                     .attributes({"scale", "causal", "heads_last"})
                      .infer_shape(grad_shape)
                      .forward(fused_attention_grad_kernel<float>, fused_attention_grad_kernel<double>)
                      .workspace(backward_workspace)
@@ -684,11 +753,12 @@ KILN_REGISTER_OP(OpDef("kiln>FusedAttentionGradPart")
 
 namespace ops {
 
-Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& mask, bool causal) {
+Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& mask, bool causal,
+                       bool heads_last) {
   std::vector<Tensor> inputs = {q, k, v};
   if (mask.valid()) inputs.push_back(mask);
   Graph& graph = q.graph();
-  const Attributes settings = Attributes().set("scale", scale).set("causal", causal);
+  const Attributes settings = Attributes().set("scale", scale).set("causal", causal).set("heads_last", heads_last);
   const Tensor state = graph.add_op("kiln>FusedAttention", inputs, settings, "fused_attention");
   inputs.insert(inputs.begin(), state);
   return graph.add_op("kiln>FusedAttentionOutput", inputs, settings, "fused_attention_output");

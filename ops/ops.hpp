@@ -93,8 +93,11 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool t
 // ops::causal_mask), the weight is exactly 0; a query that may attend nothing gets zeros. Fused: streams
 // over key blocks with an online softmax and recomputes the weights in backward, so neither pass holds a
 // T×S buffer. Differentiable in q, k and v.
+// heads_last: q (..., T, H, d), k (..., S, H, d), v (..., S, H, dv) and the output (..., T, H, dv), the
+// layout a head-split reshape of (..., T, H·d) gives, read in place with strides: no transposed copies.
+// The mask still broadcasts to (..., H, T, S).
 Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& mask = {},
-                       bool causal = false);
+                       bool causal = false, bool heads_last = false);
 
 // ---- shapes ----------------------------------------------------------------------------------------
 // One dimension may be -1 (inferred). Keeps the batch dimension unknown when it is.

@@ -78,9 +78,31 @@ Attended attend(const Tensor& scores, const Tensor& v, const Tensor& mask, doubl
   return result;
 }
 
+namespace {
+// (batch, L, H, d) <-> (batch, H, L, d).
+Tensor swap_length_and_heads(const Tensor& x) { return ops::transpose(x, {0, 2, 1, 3}); }
+}  // namespace
+
 Attended attend(const std::string& who, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                 const AttentionOptions& options) {
   const bool dropout = options.training && options.dropout_rate > 0.0;
+  if (options.heads_last) {
+    if (options.return_weights || dropout) {  // the composition works heads-first
+      AttentionOptions heads_first = options;
+      heads_first.heads_last = false;
+      Attended result = attend(who, swap_length_and_heads(q), swap_length_and_heads(k), swap_length_and_heads(v),
+                               scale, heads_first);
+      result.output = swap_length_and_heads(result.output);
+      return result;
+    }
+    const Shape scores_shape({q.shape()[0], q.shape()[2], q.shape()[1], k.shape()[1]});
+    Tensor mask;
+    if (options.mask != nullptr) mask = broadcastable_mask(who, *options.mask, scores_shape, q.dtype());
+    if (options.causal) check_causal_lengths(who, scores_shape);
+    Attended result;
+    result.output = ops::fused_attention(q, k, v, scale, mask, options.causal, /*heads_last=*/true);
+    return result;
+  }
   if (options.return_weights || dropout) {
     const Tensor scores = attention_scores(q, k, scale);
     const Tensor mask = combined_mask(who, options.mask, options.causal, scores);

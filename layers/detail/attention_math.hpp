@@ -40,9 +40,13 @@ struct AttentionOptions {
   // Drawn only when dropout applies, once the scores and the mask are in the graph: where the layers
   // always drew it, so their dropout streams are unchanged.
   std::function<std::uint64_t()> seed;
+  // q, k and v are (batch, length, heads, depth), as a head-split reshape leaves them, and so is the
+  // output; the weights stay (batch, heads, T, S). The fused path reads them in place.
+  bool heads_last = false;
 };
 
-// softmax(scale·q·kᵀ, masked)·v for q (batch, ..., T, d), k (batch, ..., S, d), v (batch, ..., S, dv).
+// softmax(scale·q·kᵀ, masked)·v for q (batch, ..., T, d), k (batch, ..., S, d), v (batch, ..., S, dv), or
+// the rank-4 heads_last layout.
 // Fused (ops::fused_attention: no T×S buffer, weights never materialized, `weights` left empty) unless
 // the weights are wanted or dropped out; then the composition above. Both check the mask the same way.
 Attended attend(const std::string& who, const Tensor& q, const Tensor& k, const Tensor& v, double scale,

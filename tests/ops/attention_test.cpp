@@ -103,15 +103,32 @@ std::vector<Array> random_inputs(const Case& c, Rng& rng, DType dtype) {
   return inputs;
 }
 
-void require_gradient(const Case& c) {
+// (..., H, L, d) <-> (..., L, H, d).
+Tensor swap_heads_and_length(const Tensor& x) {
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(x.shape().rank()));
+  for (std::size_t axis = 0; axis < perm.size(); ++axis) perm[axis] = static_cast<std::int64_t>(axis);
+  std::swap(perm[perm.size() - 3], perm[perm.size() - 2]);
+  return ops::transpose(x, perm);
+}
+
+// The heads_last layout on heads-first inputs: transposed in, fused with strides, transposed back.
+Tensor fused_heads_last(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& mask,
+                        bool causal) {
+  return swap_heads_and_length(ops::fused_attention(swap_heads_and_length(q), swap_heads_and_length(k),
+                                                    swap_heads_and_length(v), scale, mask, causal, true));
+}
+
+void require_gradient(const Case& c, bool heads_last = false) {
   Rng rng(17);
   testing::GradcheckOptions options;
-  options.label = label_of(c);
+  options.label = label_of(c) + (heads_last ? " heads_last" : "");
   options.wrt = {0, 1, 2};
   const double scale = scale_of(c);
   const auto report = testing::gradcheck(
       [&](const std::vector<Tensor>& x) {
-        return ops::fused_attention(x[0], x[1], x[2], scale, x.size() > 3 ? x[3] : Tensor(), c.causal);
+        const Tensor mask = x.size() > 3 ? x[3] : Tensor();
+        return heads_last ? fused_heads_last(x[0], x[1], x[2], scale, mask, c.causal)
+                          : ops::fused_attention(x[0], x[1], x[2], scale, mask, c.causal);
       },
       random_inputs(c, rng, DType::float64), options);
   INFO(report.worst_entry());
@@ -139,11 +156,11 @@ Evaluated evaluate(Attention attention, const Case& c, const std::vector<Array>&
   return {program.fetch(output), {program.fetch(fetches[0]), program.fetch(fetches[1]), program.fetch(fetches[2])}};
 }
 
-void require_agreement(const Case& c, DType dtype, double tolerance) {
+void require_agreement(const Case& c, DType dtype, double tolerance, Attention attention = fused) {
   Rng rng(23);
   const std::vector<Array> inputs = random_inputs(c, rng, dtype);
   const Evaluated expected = evaluate(unfused_attention, c, inputs);
-  const Evaluated actual = evaluate(fused, c, inputs);
+  const Evaluated actual = evaluate(attention, c, inputs);
   INFO(label_of(c) << " " << dtype_name(dtype));
   CHECK(testing::max_relative_difference(actual.output, expected.output) <= tolerance);
   const char* names[] = {"dq", "dk", "dv"};
@@ -238,6 +255,32 @@ TEST_CASE("fused_attention: matches the unfused composition in float32 and float
     require_agreement(c, DType::float32, 1e-5);
     require_agreement(c, DType::float64, 1e-12);
   }
+}
+
+TEST_CASE("fused_attention: heads_last reads (..., T, H, d) in place, with the same results", "[ops][attention][grad]") {
+  // Gradients in float64 through the strided kernels (the transposes around them are exact), then
+  // agreement with the unfused composition: T, S and d not multiples of anything, masks, causal, H = 1.
+  for (const Case& c : {Case{{2, 3}, 150, 150, 64, 64, MaskKind::padding, false}, Case{{2, 2}, 150, 150, 16, 24, MaskKind::per_head, true},
+                        Case{{3, 8}, 40, 40, 16, 16, MaskKind::none, false}, Case{{1, 3}, 70, 530, 32, 8, MaskKind::per_query, true}}) {
+    require_agreement(c, DType::float32, 1e-5, fused_heads_last);
+    require_agreement(c, DType::float64, 1e-12, fused_heads_last);
+  }
+  for (const Case& c : {Case{{2, 3}, 6, 9, 5, 2, MaskKind::per_head, true}, Case{{1, 2}, 130, 300, 3, 2, MaskKind::padding, false},
+                        Case{{2, 1}, 7, 5, 4, 6, MaskKind::per_query, true}, Case{{2, 2, 2}, 4, 6, 3, 3, MaskKind::none, false}})
+    require_gradient(c, /*heads_last=*/true);
+}
+
+TEST_CASE("fused_attention: heads_last needs rank 3 and equal heads", "[ops][attention]") {
+  Graph graph;
+  const Tensor q2 = graph.placeholder({5, 4}, DType::float32, "q");
+  REQUIRE_THROWS_WITH(ops::fused_attention(q2, q2, q2, 1.0, Tensor(), false, true),
+                      Contains("fused_attention") && Contains("(..., length, heads, depth)") && Contains("(5, 4)"));
+  const Tensor q = graph.placeholder({2, 5, 3, 4}, DType::float32, "q");
+  const Tensor k = graph.placeholder({2, 7, 2, 4}, DType::float32, "k");
+  REQUIRE_THROWS_WITH(ops::fused_attention(q, k, k, 1.0, Tensor(), false, true), Contains("(2, 7, 2, 4)"));
+  const Tensor good_k = graph.placeholder({2, 7, 3, 4}, DType::float32, "k");
+  const Tensor mask = graph.placeholder({2, 1, 5, 7}, DType::float32, "mask");  // (B, 1, T, S): heads-first view
+  REQUIRE(ops::fused_attention(q, good_k, good_k, 1.0, mask, false, true).shape() == Shape({2, 5, 3, 4}));
 }
 
 TEST_CASE("fused_attention: runs at batch sizes it was not built for", "[ops][attention]") {
