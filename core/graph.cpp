@@ -47,6 +47,8 @@ std::string Graph::unique_name(const std::string& base) {
   return name;
 }
 
+std::uint64_t Graph::count(const std::string& key) { return counts_[key]++; }
+
 // ---- nodes -------------------------------------------------------------------------------------------
 
 const Node& Graph::node(NodeId id) const {

@@ -85,6 +85,11 @@ class Graph {
   };
   std::string unique_name(const std::string& base);
 
+  // How many times `key` was counted in this graph before this call (0, 1, 2, ...). Layers count their
+  // calls with it, so the k-th call of a layer draws the same randomness in any graph built the same
+  // way, whatever else the graph holds.
+  std::uint64_t count(const std::string& key);
+
  private:
   Tensor push(Node node);
   std::string scoped(const std::string& base) const;
@@ -94,6 +99,7 @@ class Graph {
   std::vector<std::string> scopes_;
   std::set<std::string> used_names_;
   std::map<std::string, int> next_suffix_;
+  std::map<std::string, std::uint64_t> counts_;
   std::map<const void*, NodeId> variable_by_storage_;
 };
 

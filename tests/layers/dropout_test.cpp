@@ -4,6 +4,9 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/graph.hpp"
+#include "core/program.hpp"
+#include "ops/ops.hpp"
 #include "layers/dropout.hpp"
 #include "layers/model.hpp"
 #include "support/layer_check.hpp"
@@ -94,6 +97,30 @@ TEST_CASE("Dropout: masks follow the seed, or else the layer's name", "[layers][
   const Array from_first = run_layer(*first, c)[0];
   CHECK(from_first.bitwise_equal(run_layer(*first_again, c)[0]));
   CHECK_FALSE(from_first.bitwise_equal(run_layer(*second, c)[0]));
+}
+
+TEST_CASE("Dropout: a mask depends on the layer's own calls, not on what else the graph holds",
+          "[layers][dropout][seed]") {
+  const Array input = random_input({6, 10}, 7, 0.5, 1.5);
+  auto masks = [&](bool other_ops_first) {
+    kiln::Graph graph;
+    const kiln::Tensor x = graph.placeholder({Shape::unknown, 10}, input.dtype(), "x");
+    if (other_ops_first) {  // as another layer called earlier would add
+      kiln::Tensor other = x;
+      for (int i = 0; i < 5; ++i) other = kiln::ops::square(other);
+    }
+    kiln::Dropout dropout(0.5, {{"seed", 3}});
+    const std::vector<kiln::Tensor> outputs = {dropout(x, kiln::CallArgs().training(true)),
+                                               dropout(x, kiln::CallArgs().training(true))};
+    kiln::Program program(graph, outputs);
+    program.feed(x, input);
+    program.run();
+    return std::vector<Array>{program.fetch(outputs[0]), program.fetch(outputs[1])};
+  };
+  const std::vector<Array> alone = masks(false), after_other_ops = masks(true);
+  CHECK(alone[0].bitwise_equal(after_other_ops[0]));
+  CHECK(alone[1].bitwise_equal(after_other_ops[1]));
+  CHECK_FALSE(alone[0].bitwise_equal(alone[1]));  // a second call of the layer draws another mask
 }
 
 TEST_CASE("Dropout: bad rates and noise_shape fail early", "[layers][dropout][errors]") {
