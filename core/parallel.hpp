@@ -28,4 +28,13 @@ void parallel_for(std::int64_t count, int max_workers, const Body& body) {
 // scratch with it.
 int parallel_workers(std::int64_t count, int max_workers);
 
+// A max_workers for element loops: one worker per 32k elements of a memory-bound loop (about 10 µs of
+// work each, well above the cost of waking the pool), or per 32k / cost elements of a loop that does
+// `cost` times more work an element; at least 1.
+inline int workers_for_elements(std::int64_t elements, std::int64_t cost = 1) {
+  constexpr std::int64_t grain = std::int64_t{1} << 15;
+  const std::int64_t workers = elements * cost / grain;
+  return workers < 1 ? 1 : workers > (1 << 16) ? (1 << 16) : static_cast<int>(workers);
+}
+
 }  // namespace kiln::detail

@@ -565,7 +565,12 @@ void grad_part_kernel(const KernelContext& context) {
   const std::int64_t part = context.attributes().get_int("part");
   std::int64_t offset = 0;
   for (int i = 0; i < part; ++i) offset += context.input_shape(1 + i).num_elements();
-  std::memcpy(context.out<T>(), context.in<T>(0) + offset, context.output_size() * sizeof(T));
+  const T* source = context.in<T>(0) + offset;
+  T* target = context.out<T>();
+  const auto size = static_cast<std::int64_t>(context.output_size());
+  detail::parallel_for(size, detail::workers_for_elements(size), [&](std::int64_t begin, std::int64_t end, int) {
+    std::memcpy(target + begin, source + begin, static_cast<std::size_t>(end - begin) * sizeof(T));
+  });
 }
 
 // ---- shape rules ---------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 #include "core/error.hpp"
 #include "core/graph.hpp"
 #include "core/op.hpp"
+#include "core/parallel.hpp"
 #include "ops/detail/kernel_util.hpp"
 #include "ops/ops.hpp"
 
@@ -30,20 +31,33 @@ void broadcast_apply(const KernelContext& k, F f) {
   const auto n = static_cast<std::int64_t>(k.output_size());
   const auto size_a = shape_a.num_elements();
   const auto size_b = shape_b.num_elements();
+  // The cheap paths split their elements (or rows) over the threads; every element is computed alone,
+  // so the result is the same for any thread count.
+  const int workers = detail::workers_for_elements(n);
   if (size_a == n && size_b == n) {
-    for (std::int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+    detail::parallel_for(n, workers, [&](std::int64_t begin, std::int64_t end, int) {
+      for (std::int64_t i = begin; i < end; ++i) out[i] = f(a[i], b[i]);
+    });
   } else if (size_b == 1) {
     const T value = b[0];
-    for (std::int64_t i = 0; i < n; ++i) out[i] = f(a[i], value);
+    detail::parallel_for(n, workers, [&](std::int64_t begin, std::int64_t end, int) {
+      for (std::int64_t i = begin; i < end; ++i) out[i] = f(a[i], value);
+    });
   } else if (size_a == 1) {
     const T value = a[0];
-    for (std::int64_t i = 0; i < n; ++i) out[i] = f(value, b[i]);
+    detail::parallel_for(n, workers, [&](std::int64_t begin, std::int64_t end, int) {
+      for (std::int64_t i = begin; i < end; ++i) out[i] = f(value, b[i]);
+    });
   } else if (size_a == n && is_suffix(shape_b, *k.output_shape)) {
-    for (std::int64_t row = 0; row < n; row += size_b)
-      for (std::int64_t j = 0; j < size_b; ++j) out[row + j] = f(a[row + j], b[j]);
+    detail::parallel_for(n / size_b, workers, [&](std::int64_t begin, std::int64_t end, int) {
+      for (std::int64_t row = begin * size_b; row < end * size_b; row += size_b)
+        for (std::int64_t j = 0; j < size_b; ++j) out[row + j] = f(a[row + j], b[j]);
+    });
   } else if (size_b == n && is_suffix(shape_a, *k.output_shape)) {
-    for (std::int64_t row = 0; row < n; row += size_a)
-      for (std::int64_t j = 0; j < size_a; ++j) out[row + j] = f(a[j], b[row + j]);
+    detail::parallel_for(n / size_a, workers, [&](std::int64_t begin, std::int64_t end, int) {
+      for (std::int64_t row = begin * size_a; row < end * size_a; row += size_a)
+        for (std::int64_t j = 0; j < size_a; ++j) out[row + j] = f(a[j], b[row + j]);
+    });
   } else {
     detail::BroadcastWalk(*k.output_shape, k.input_shapes, 2)
         .for_each([&](std::int64_t i, std::int64_t ia, std::int64_t ib, std::int64_t) { out[i] = f(a[ia], b[ib]); });

@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "core/graph.hpp"
 #include "core/op.hpp"
+#include "core/parallel.hpp"
 #include "ops/ops.hpp"
 
 namespace kiln {
@@ -72,14 +73,20 @@ void layer_norm_kernel(const KernelContext& k) {
   const T* beta = k.in<T>(2);
   T* out = k.out<T>();
   const Rows rows = rows_of(k);
-  for (std::int64_t r = 0; r < rows.count; ++r) {
-    const T* row = x + r * rows.size;
-    T* target = out + r * rows.size;
-    const RowStats stats = row_stats(row, rows.size, epsilon);
-    const auto mean = static_cast<T>(stats.mean);
-    const auto rstd = static_cast<T>(stats.rstd);
-    for (std::int64_t j = 0; j < rows.size; ++j) target[j] = (row[j] - mean) * rstd * gamma[j] + beta[j];
-  }
+  // Rows are independent: split over the threads (the same result for any thread count). A row costs
+  // three passes and a square root: about 3 ns an element measured, 8× a memory-bound copy.
+  detail::parallel_for(rows.count, detail::workers_for_elements(rows.count * rows.size, 8),
+                       [&](std::int64_t begin, std::int64_t end, int) {
+                         for (std::int64_t r = begin; r < end; ++r) {
+                           const T* row = x + r * rows.size;
+                           T* target = out + r * rows.size;
+                           const RowStats stats = row_stats(row, rows.size, epsilon);
+                           const auto mean = static_cast<T>(stats.mean);
+                           const auto rstd = static_cast<T>(stats.rstd);
+                           for (std::int64_t j = 0; j < rows.size; ++j)
+                             target[j] = (row[j] - mean) * rstd * gamma[j] + beta[j];
+                         }
+                       });
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma, per row.
@@ -91,24 +98,27 @@ void layer_norm_grad_kernel(const KernelContext& k) {
   const T* dy = k.in<T>(2);
   T* dx = k.out<T>();
   const Rows rows = rows_of(k);
-  for (std::int64_t r = 0; r < rows.count; ++r) {
-    const std::int64_t offset = r * rows.size;
-    const RowStats stats = row_stats(x + offset, rows.size, epsilon);
-    const auto mean = static_cast<T>(stats.mean);
-    const auto rstd = static_cast<T>(stats.rstd);
-    T sum_g = 0, sum_g_xhat = 0;
-    for (std::int64_t j = 0; j < rows.size; ++j) {
-      const T g = dy[offset + j] * gamma[j];
-      sum_g += g;
-      sum_g_xhat += g * (x[offset + j] - mean) * rstd;
+  auto rows_range = [&](std::int64_t begin, std::int64_t end, int) {
+    for (std::int64_t r = begin; r < end; ++r) {
+      const std::int64_t offset = r * rows.size;
+      const RowStats stats = row_stats(x + offset, rows.size, epsilon);
+      const auto mean = static_cast<T>(stats.mean);
+      const auto rstd = static_cast<T>(stats.rstd);
+      T sum_g = 0, sum_g_xhat = 0;
+      for (std::int64_t j = 0; j < rows.size; ++j) {
+        const T g = dy[offset + j] * gamma[j];
+        sum_g += g;
+        sum_g_xhat += g * (x[offset + j] - mean) * rstd;
+      }
+      const T mean_g = sum_g / static_cast<T>(rows.size);
+      const T mean_g_xhat = sum_g_xhat / static_cast<T>(rows.size);
+      for (std::int64_t j = 0; j < rows.size; ++j) {
+        const T xhat = (x[offset + j] - mean) * rstd;
+        dx[offset + j] = rstd * (dy[offset + j] * gamma[j] - mean_g - xhat * mean_g_xhat);
+      }
     }
-    const T mean_g = sum_g / static_cast<T>(rows.size);
-    const T mean_g_xhat = sum_g_xhat / static_cast<T>(rows.size);
-    for (std::int64_t j = 0; j < rows.size; ++j) {
-      const T xhat = (x[offset + j] - mean) * rstd;
-      dx[offset + j] = rstd * (dy[offset + j] * gamma[j] - mean_g - xhat * mean_g_xhat);
-    }
-  }
+  };
+  detail::parallel_for(rows.count, detail::workers_for_elements(rows.count * rows.size, 8), rows_range);
 }
 
 // dgamma = the sum over rows of dy * xhat.
