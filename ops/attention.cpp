@@ -303,6 +303,7 @@ struct Head {
 
 template <class T>
 struct Problem {
+  bool interleaved;  // the heads_last layout
   Dims dims;
   const T* q;
   const T* k;
@@ -313,16 +314,15 @@ struct Problem {
   T scale;
 
   Problem(const KernelContext& context, int q_index, int mask_index)
-      : dims(dims_of(context.input_shape(q_index), context.input_shape(q_index + 2), heads_last(context.attributes()))),
+      : interleaved(heads_last(context.attributes())),
+        dims(dims_of(context.input_shape(q_index), context.input_shape(q_index + 2), interleaved)),
         q(context.in<T>(q_index)),
         k(context.in<T>(q_index + 1)),
         v(context.in<T>(q_index + 2)),
         mask(context.num_inputs > mask_index ? context.in<T>(mask_index) : nullptr),
         causal(context.attributes().get_bool("causal")),
         scale(static_cast<T>(context.attributes().get_double("scale"))) {
-    if (mask != nullptr)
-      layout = mask_layout(context.input_shape(q_index), context.input_shape(mask_index),
-                           heads_last(context.attributes()));
+    if (mask != nullptr) layout = mask_layout(context.input_shape(q_index), context.input_shape(mask_index), interleaved);
   }
 
   Head<T> head(std::int64_t n) const {

@@ -96,16 +96,25 @@ T run_sum(const T* in, std::int64_t length) {
   return sum;
 }
 
-template <class T, class Combine>
-void reduce_runs(const T* in, const Shape& input, const AxisMask& reduced, T* out, Combine combine) {
+// Folds the input into out: combine(out, x) element by element along kept runs, fold(out, run, length)
+// for a reduced run.
+template <class T, class Combine, class Fold>
+void reduce_runs(const T* in, const Shape& input, const AxisMask& reduced, T* out, Combine combine, Fold fold) {
   walk_runs(input, reduced, [&](std::int64_t i, std::int64_t o, std::int64_t length, std::int64_t stride) {
     if (stride == 0) {
-      T value = out[o];
-      for (std::int64_t j = 0; j < length; ++j) value = combine(value, in[i + j]);
-      out[o] = value;
+      out[o] = fold(out[o], in + i, length);
     } else {
       for (std::int64_t j = 0; j < length; ++j) out[o + j] = combine(out[o + j], in[i + j]);
     }
+  });
+}
+
+// max and min fold a reduced run one element at a time.
+template <class T, class Combine>
+void reduce_runs(const T* in, const Shape& input, const AxisMask& reduced, T* out, Combine combine) {
+  reduce_runs(in, input, reduced, out, combine, [&](T value, const T* run, std::int64_t length) {
+    for (std::int64_t j = 0; j < length; ++j) value = combine(value, run[j]);
+    return value;
   });
 }
 
@@ -116,13 +125,9 @@ void reduce_into(const T* in, const Shape& input, const AxisMask& reduced, T* ou
                                              : std::numeric_limits<T>::infinity();
   std::fill(out, out + out_size, initial);
   if (kind == Reduction::sum)
-    walk_runs(input, reduced, [&](std::int64_t i, std::int64_t o, std::int64_t length, std::int64_t stride) {
-      if (stride == 0) {
-        out[o] += run_sum(in + i, length);
-      } else {
-        for (std::int64_t j = 0; j < length; ++j) out[o + j] += in[i + j];
-      }
-    });
+    reduce_runs(
+        in, input, reduced, out, [](T a, T b) { return a + b; },
+        [](T value, const T* run, std::int64_t length) { return value + run_sum(run, length); });
   else if (kind == Reduction::max)
     reduce_runs(in, input, reduced, out, [](T a, T b) { return std::max(a, b); });
   else

@@ -57,16 +57,13 @@ struct StridedCopy {
     // Large copies split their outermost axis over kiln's threads (a head split of attention: 1.3 MB).
     std::int64_t total = 1;
     for (int axis = 0; axis < rank; ++axis) total *= dims[static_cast<std::size_t>(axis)];
-    const std::int64_t outer = dims[0];
-    const int max_workers = rank < 2 || total < parallel_elements ? 1 : static_cast<int>(std::min<std::int64_t>(outer, 64));
-    detail::parallel_for(outer, max_workers, [&](std::int64_t begin, std::int64_t end, int) {
+    const int max_workers = rank < 2 ? 1 : detail::workers_for_elements(total);
+    detail::parallel_for(dims[0], max_workers, [&](std::int64_t begin, std::int64_t end, int) {
       StridedCopy part = *this;
       part.dims[0] = end - begin;
       part.run_serial(source + begin * source_strides[0], target + begin * target_strides[0]);
     });
   }
-
-  static constexpr std::int64_t parallel_elements = 1 << 16;
 
   template <class T>
   void run_serial(const T* source, T* target) const {

@@ -37,8 +37,12 @@ void check_causal_lengths(const std::string& who, const Shape& scores_shape) {
     throw ShapeError(who, "use_causal_mask needs known sequence lengths", {{"scores", scores_shape}});
 }
 
-// The shape q·kᵀ has: q's, with the keys' length last.
-Shape scores_shape_of(const Tensor& q, const Tensor& k) {
+// (batch, L, H, d) <-> (batch, H, L, d).
+Tensor swap_length_and_heads(const Tensor& x) { return ops::transpose(x, {0, 2, 1, 3}); }
+
+// The shape q·kᵀ has: q's, with the keys' length last; (batch, H, T, S) for the heads_last layout.
+Shape scores_shape_of(const Tensor& q, const Tensor& k, bool heads_last) {
+  if (heads_last) return Shape({q.shape()[0], q.shape()[2], q.shape()[1], k.shape()[1]});
   std::vector<std::int64_t> dims(q.shape().dims().begin(), q.shape().dims().end() - 1);
   dims.push_back(k.shape().dim(-2));
   return Shape(std::move(dims));
@@ -78,29 +82,15 @@ Attended attend(const Tensor& scores, const Tensor& v, const Tensor& mask, doubl
   return result;
 }
 
-namespace {
-// (batch, L, H, d) <-> (batch, H, L, d).
-Tensor swap_length_and_heads(const Tensor& x) { return ops::transpose(x, {0, 2, 1, 3}); }
-}  // namespace
-
 Attended attend(const std::string& who, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                 const AttentionOptions& options) {
   const bool dropout = options.training && options.dropout_rate > 0.0;
-  if (options.heads_last) {
-    if (options.return_weights || dropout) {  // the composition works heads-first
-      AttentionOptions heads_first = options;
-      heads_first.heads_last = false;
-      Attended result = attend(who, swap_length_and_heads(q), swap_length_and_heads(k), swap_length_and_heads(v),
-                               scale, heads_first);
-      result.output = swap_length_and_heads(result.output);
-      return result;
-    }
-    const Shape scores_shape({q.shape()[0], q.shape()[2], q.shape()[1], k.shape()[1]});
-    Tensor mask;
-    if (options.mask != nullptr) mask = broadcastable_mask(who, *options.mask, scores_shape, q.dtype());
-    if (options.causal) check_causal_lengths(who, scores_shape);
-    Attended result;
-    result.output = ops::fused_attention(q, k, v, scale, mask, options.causal, /*heads_last=*/true);
+  if (options.heads_last && (options.return_weights || dropout)) {  // the composition works heads-first
+    AttentionOptions heads_first = options;
+    heads_first.heads_last = false;
+    Attended result = attend(who, swap_length_and_heads(q), swap_length_and_heads(k), swap_length_and_heads(v),
+                             scale, heads_first);
+    result.output = swap_length_and_heads(result.output);
     return result;
   }
   if (options.return_weights || dropout) {
@@ -109,12 +99,12 @@ Attended attend(const std::string& who, const Tensor& q, const Tensor& k, const 
     const std::uint64_t seed = dropout && options.seed ? options.seed() : 0;
     return attend(scores, v, mask, options.dropout_rate, seed, options.training);
   }
-  const Shape scores_shape = scores_shape_of(q, k);
+  const Shape scores_shape = scores_shape_of(q, k, options.heads_last);
   Tensor mask;
   if (options.mask != nullptr) mask = broadcastable_mask(who, *options.mask, scores_shape, q.dtype());
   if (options.causal) check_causal_lengths(who, scores_shape);
   Attended result;
-  result.output = ops::fused_attention(q, k, v, scale, mask, options.causal);
+  result.output = ops::fused_attention(q, k, v, scale, mask, options.causal, options.heads_last);
   return result;
 }
 

@@ -12,16 +12,6 @@ namespace {
 CBLAS_TRANSPOSE transpose_flag(bool transpose) { return transpose ? CblasTrans : CblasNoTrans; }
 int to_int(std::int64_t value) { return static_cast<int>(value); }
 
-// Empty operands: BLAS rejects leading dimensions of 0, and C = A·B with an inner size of 0 is zeros.
-template <class T>
-bool degenerate(const GemmShape& s, T* c) {
-  if (s.m > 0 && s.n > 0 && s.k > 0) return false;
-  if (!s.accumulate)
-    for (std::int64_t row = 0; row < s.m; ++row)
-      for (std::int64_t col = 0; col < s.n; ++col) c[row * s.ldc + col] = T(0);
-  return true;
-}
-
 // C = A·B runs as C = 0; C += A·B. OpenBLAS 0.3.21 zeroes C for beta = 0 with a scalar loop
 // (sgemm_beta_ZEN), which took 12 % of a train step of small attention heads; a memset is several times
 // faster, and beta = 1 skips that loop.
@@ -32,6 +22,14 @@ void zero_output(const GemmShape& s, T* c) {
     std::fill(c, c + s.m * s.n, T(0));
   else
     for (std::int64_t row = 0; row < s.m; ++row) std::fill(c + row * s.ldc, c + row * s.ldc + s.n, T(0));
+}
+
+// Empty operands: BLAS rejects leading dimensions of 0, and C = A·B with an inner size of 0 is zeros.
+template <class T>
+bool degenerate(const GemmShape& s, T* c) {
+  if (s.m > 0 && s.n > 0 && s.k > 0) return false;
+  zero_output(s, c);
+  return true;
 }
 
 void call_blas(const GemmShape& s, const float* a, const float* b, float* c) {
