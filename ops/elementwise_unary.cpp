@@ -116,10 +116,13 @@ void sigmoid_kernel(const KernelContext& k) {
   xt::noalias(y) = T(1) / (T(1) + xt::exp(-input_view<T>(k, 0)));
 }
 
+// Not xt::maximum(x, 0): that is the CPU's maxps, which returns 0 for a NaN, so a NaN in the data would
+// give a finite loss while the weights quietly turn NaN. NaN < 0 is false, so NaN passes through.
 template <class T>
 void relu_kernel(const KernelContext& k) {
+  auto x = input_view<T>(k, 0);
   auto y = output_view<T>(k);
-  xt::noalias(y) = xt::maximum(input_view<T>(k, 0), T(0));
+  xt::noalias(y) = xt::where(x < T(0), T(0), x);
 }
 
 template <class T>
@@ -158,12 +161,12 @@ void swish_kernel(const KernelContext& k) {
   xt::noalias(y) = x / (T(1) + xt::exp(-x));
 }
 
-// log(1 + exp(x)) overflows for x > ~88 (float); this form is exact in both tails.
+// log(1 + exp(x)) overflows for x > ~88 (float); this form is exact in both tails (max(x, 0) as in relu).
 template <class T>
 void softplus_kernel(const KernelContext& k) {
   auto x = input_view<T>(k, 0);
   auto y = output_view<T>(k);
-  xt::noalias(y) = xt::maximum(x, T(0)) + xt::log1p(xt::exp(-xt::abs(x)));
+  xt::noalias(y) = xt::where(x < T(0), T(0), x) + xt::log1p(xt::exp(-xt::abs(x)));
 }
 
 template <class T>

@@ -129,9 +129,9 @@ void reduce_into(const T* in, const Shape& input, const AxisMask& reduced, T* ou
         in, input, reduced, out, [](T a, T b) { return a + b; },
         [](T value, const T* run, std::int64_t length) { return value + run_sum(run, length); });
   else if (kind == Reduction::max)
-    reduce_runs(in, input, reduced, out, [](T a, T b) { return std::max(a, b); });
+    reduce_runs(in, input, reduced, out, [](T a, T b) { return detail::propagating_max(a, b); });
   else
-    reduce_runs(in, input, reduced, out, [](T a, T b) { return std::min(a, b); });
+    reduce_runs(in, input, reduced, out, [](T a, T b) { return detail::propagating_min(a, b); });
 }
 
 Shape reduce_shape(const InferContext& context) {

@@ -356,9 +356,36 @@ std::string ModelCheckpoint::file_path(int epoch, std::int64_t batch, const Logs
   }
 }
 
+namespace {
+
+// Why the model must not be saved: a non-finite loss or monitored value, or a weight that is no longer
+// finite (a NaN batch has already been applied). Empty when it may be saved.
+std::string broken_state(const ModelBase& model, const Logs& logs, const std::string& monitor) {
+  for (const std::string& key : {std::string("loss"), monitor}) {
+    const auto found = logs.find(key);
+    if (found != logs.end() && !std::isfinite(found->second)) return key + " is " + python_float(found->second);
+  }
+  for (const Weight& weight : model.weights()) {
+    const Array& value = weight.value;
+    for (std::size_t i = 0; i < value.size(); ++i)
+      if (!std::isfinite(value.flat(i))) return "weight '" + weight.path + "' is not finite";
+  }
+  return "";
+}
+
+}  // namespace
+
 void ModelCheckpoint::save_point(TrainingState& state, int epoch, std::int64_t batch, const Logs& logs) {
   // The name first: a field the logs lack fails at the first save point, whether it saves or not.
   const std::string path = file_path(epoch, batch, logs);
+  if (!state.model) throw ValueError("ModelCheckpoint needs TrainingState::model");
+  // A run that went non-finite (TerminateOnNaN stops it after this epoch) must not replace the last good
+  // checkpoint, nor become the best one.
+  if (const std::string broken = broken_state(*state.model, logs, options_.monitor); !broken.empty()) {
+    warnings() << "\nEpoch " << epoch + 1 << ": ModelCheckpoint is not saving the model to " << path << ": " << broken
+               << "; the previous file, if any, is kept\n";
+    return;
+  }
   if (!options_.save_best_only) {
     if (options_.verbose > 0) messages() << "\nEpoch " << epoch + 1 << ": saving model to " << path << '\n';
     write(state, path);
@@ -391,7 +418,6 @@ void ModelCheckpoint::save_point(TrainingState& state, int epoch, std::int64_t b
 }
 
 void ModelCheckpoint::write(TrainingState& state, const std::string& path) {
-  if (!state.model) throw ValueError("ModelCheckpoint needs TrainingState::model");
   const std::filesystem::path folder = std::filesystem::path(path).parent_path();
   if (!folder.empty()) {
     std::error_code error;

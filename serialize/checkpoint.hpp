@@ -13,7 +13,9 @@
 //   model.fit(x, y, kiln::FitOptions().initial_epoch(model.epochs_trained()).epochs(20));
 //
 // Every save is kiln's atomic save (serialize/saving.hpp): a failure throws SerializationError out of
-// fit() and leaves the previous file of that name whole.
+// fit() and leaves the previous file of that name whole. A save point whose loss or monitored value is
+// not finite, or whose model has a weight that is not, saves nothing: it warns and keeps the previous file
+// (after TerminateOnNaN stops a run, the last good checkpoint survives).
 //
 // It lives in serialize/, the room above train/, because it writes files.
 #include <cstdint>

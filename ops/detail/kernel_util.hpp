@@ -15,6 +15,18 @@
 
 namespace kiln::detail {
 
+// max and min that keep a NaN from either side, as NumPy's maximum and minimum do. std::max(a, b) is
+// `a < b ? b : a` and xsimd's max is the CPU's maxps: both return the other operand when one is NaN, so
+// one NaN in the data would vanish into a finite result (relu(NaN) = 0) and hide a broken run.
+template <class T>
+T propagating_max(T a, T b) {
+  return a >= b || a != a ? a : b;
+}
+template <class T>
+T propagating_min(T a, T b) {
+  return a <= b || a != a ? a : b;
+}
+
 // A shape split around one axis: `outer` blocks of `extent` x `inner` elements.
 struct AxisSplit {
   std::int64_t outer = 1;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 
 #include "core/error.hpp"
 #include "core/graph.hpp"
@@ -119,5 +120,18 @@ TEST_CASE("shapes that cannot broadcast throw ShapeError naming the op and both 
     INFO(c.name);
     CHECK_THROWS_AS(c.op(a, b), ShapeError);
     CHECK_THROWS_WITH(c.op(a, b), Catch::Contains(std::string(c.name) + " '") && Catch::Contains("(None, 3), (4,)"));
+  }
+}
+
+TEST_CASE("maximum and minimum keep a NaN from either side, as NumPy does", "[ops][elementwise][nan]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const Array a = Array::from_vector(std::vector<float>{nan, 1.0f, 2.0f, nan}, {4});
+  const Array b = Array::from_vector(std::vector<float>{1.0f, nan, 1.0f, nan}, {4});
+  for (const Binary& op : {Binary(ops::maximum), Binary(ops::minimum)}) {
+    const Array out = testing::evaluate([&](const std::vector<Tensor>& x) { return op(x[0], x[1]); }, {a, b});
+    CHECK(std::isnan(out.flat(0)));
+    CHECK(std::isnan(out.flat(1)));
+    CHECK_FALSE(std::isnan(out.flat(2)));
+    CHECK(std::isnan(out.flat(3)));
   }
 }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -264,4 +265,28 @@ TEST_CASE("activation: an unknown name is a ConfigError listing the valid names"
                                                        Catch::Contains("leaky_relu") && Catch::Contains("log_softmax") &&
                                                        Catch::Contains("exponential"));
   REQUIRE_THROWS_AS(ops::activation(x, "Relu"), ConfigError);
+}
+
+TEST_CASE("unary ops and activations propagate NaN, as NumPy does", "[ops][elementwise_unary][nan]") {
+  // A NaN among finite values, in both dtypes: an op that drops it (relu as maxps gives 0) lets a broken
+  // run train on with a finite loss.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const DType dtype : {DType::float32, DType::float64}) {
+    const Array input = Array::from_vector(std::vector<float>{-1.5f, nan, 0.5f, 2.0f, nan, -0.25f}, {2, 3}).astype(dtype);
+    auto check_nan_at_1_and_4 = [&](const std::string& label, const Array& output) {
+      INFO(label << " in " << dtype_name(dtype));
+      CHECK(std::isnan(output.flat(1)));
+      CHECK(std::isnan(output.flat(4)));
+    };
+    for (const UnaryCase& c : unary_cases()) {
+      if (c.label == "pow_scalar exponent=0") continue;  // pow(NaN, 0) is 1 in IEEE 754, NumPy and C alike
+      const UnaryOp op = c.op;
+      check_nan_at_1_and_4(c.label, testing::evaluate([&](const std::vector<Tensor>& x) { return op(x[0]); }, {input}));
+    }
+    for (const std::string& name : ops::activation_names()) {
+      const Array output =
+          testing::evaluate([&](const std::vector<Tensor>& x) { return ops::activation(x[0], name); }, {input});
+      check_nan_at_1_and_4("activation " + name, output);
+    }
+  }
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/autodiff.hpp"
 #include "core/error.hpp"
@@ -143,6 +144,26 @@ TEST_CASE("sum, max and min over every subset of axes match a plain reference", 
       REQUIRE(sum[o] == Approx(sums[o]).margin(1e-9));
       REQUIRE(max[o] == maxima[o]);
       REQUIRE(min[o] == minima[o]);
+    }
+  }
+}
+
+TEST_CASE("max and min over runs and across them keep a NaN wherever it is", "[ops][reduce][nan]") {
+  // NaN first, in the middle and last of the reduced axis, along the inner axis (one run) and the outer one.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (std::size_t where : {std::size_t{0}, std::size_t{5}, std::size_t{11}}) {
+    std::vector<float> values(12, 1.0f);
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+    values[where] = nan;
+    const Array input = Array::from_vector(values, {3, 4});
+    for (auto op : {ops::max, ops::min}) {
+      INFO("NaN at " << where);
+      const Array all = testing::evaluate([&](const std::vector<Tensor>& x) { return op(x[0], {}, false); }, {input});
+      CHECK(std::isnan(all.flat(0)));
+      const Array rows = testing::evaluate([&](const std::vector<Tensor>& x) { return op(x[0], {1}, false); }, {input});
+      CHECK(std::isnan(rows.flat(where / 4)));
+      const Array columns = testing::evaluate([&](const std::vector<Tensor>& x) { return op(x[0], {0}, false); }, {input});
+      CHECK(std::isnan(columns.flat(where % 4)));
     }
   }
 }

@@ -591,3 +591,56 @@ TEST_CASE("ModelCheckpoint needs a model in the training state", "[serialize][ch
   TrainingState state;
   CHECK_THROWS_AS(saver.on_train_begin(state), kiln::ValueError);
 }
+
+TEST_CASE("after TerminateOnNaN, ModelCheckpoint keeps the last good file and says so", "[serialize][checkpoint][nan]") {
+  for (const bool best_only : {false, true}) {
+    INFO("save_best_only " << best_only);
+    TempDir dir;
+    const Data data;
+    Model model = small_model();
+    WeightRecorder recorder;
+    // As epoch 2 begins, a weight turns NaN (as a NaN batch would make it): its first batch's loss is NaN.
+    kiln::LambdaCallback::Options hooks;
+    hooks.on_epoch_begin = [](TrainingState& state, int epoch) {
+      if (epoch == 1) state.model->weights().front().value.set_flat(0, std::numeric_limits<double>::quiet_NaN());
+    };
+    auto terminate = std::make_shared<kiln::TerminateOnNaN>();
+    std::ostringstream messages, warnings;
+    terminate->redirect(messages, warnings);
+    ModelCheckpoint::Options options;
+    options.filepath = dir.file("last.kiln");
+    options.monitor = "loss";
+    options.save_best_only = best_only;
+    auto saver = checkpoint(options);
+    saver->redirect(messages, warnings);
+    model.fit(data.x, data.y,
+              fit_options(4).shuffle(false).callback(std::make_shared<kiln::LambdaCallback>(hooks)).callback(terminate)
+                  .callback(recorder.callback()).callback(saver));
+    REQUIRE(recorder.epochs.size() == 2);  // stopped in epoch 2
+    CHECK(saver->saved_paths().size() == 1);
+    CHECK(std::isfinite(saver->best()) == best_only);
+    CHECK_THAT(warnings.str(), Catch::Contains("Epoch 2: ModelCheckpoint is not saving the model to " + dir.file("last.kiln") +
+                                               ": loss is nan; the previous file, if any, is kept"));
+    const Model loaded = kiln::load_model(dir.file("last.kiln"));
+    CHECK(loaded.epochs_trained() == 1);
+    CHECK(same_weights(loaded.get_weights(), recorder.epochs[0]));
+  }
+}
+
+TEST_CASE("ModelCheckpoint refuses weights that are no longer finite, whatever the loss says", "[serialize][checkpoint][nan]") {
+  TempDir dir;
+  const Data data;
+  Model model = small_model();
+  kiln::LambdaCallback::Options hooks;
+  hooks.on_epoch_end = [](TrainingState& state, int epoch, Logs&) {
+    if (epoch == 1) state.model->weights().front().value.set_flat(3, std::numeric_limits<double>::infinity());
+  };
+  std::ostringstream messages, warnings;
+  auto saver = std::make_shared<ModelCheckpoint>(dir.file("last.kiln"));
+  saver->redirect(messages, warnings);
+  model.fit(data.x, data.y, fit_options(2).callback(std::make_shared<kiln::LambdaCallback>(hooks)).callback(saver));
+  CHECK(saver->saved_paths().size() == 1);
+  CHECK_THAT(warnings.str(), Catch::Contains("Epoch 2: ModelCheckpoint is not saving") &&
+                                 Catch::Contains("weight 'dense/kernel' is not finite"));
+  CHECK(kiln::load_model(dir.file("last.kiln")).epochs_trained() == 1);
+}

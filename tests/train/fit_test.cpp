@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "layers/dense.hpp"
 #include "layers/dropout.hpp"
+#include "ops/ops.hpp"
+#include "support/temp_dir.hpp"
 #include "train/model.hpp"
 
 using kiln::Array;
@@ -212,4 +215,81 @@ TEST_CASE("fit: a run resumed from weights and optimizer state matches an uninte
   REQUIRE(expected.size() == actual.size());
   for (std::size_t i = 0; i < expected.size(); ++i) CHECK(actual[i].bitwise_equal(expected[i]));
   CHECK(resumed.optimizer().iterations() == uninterrupted.optimizer().iterations());
+}
+
+TEST_CASE("fit: a NaN in the inputs makes the loss NaN through every activation, and TerminateOnNaN stops",
+          "[train][fit][nan]") {
+  Array x, y;
+  linear_problem(16, x, y);
+  x.set_flat(5, std::numeric_limits<double>::quiet_NaN());  // row 2 of the first batch
+  for (const std::string& activation : kiln::ops::activation_names()) {
+    INFO("activation " << activation);
+    const Tensor input = kiln::Input({None, 2});
+    kiln::Model model(input, kiln::Dense(1)(kiln::Dense(4, activation)(input)));
+    model.compile("sgd", "mse");
+    auto terminate = std::make_shared<kiln::TerminateOnNaN>();
+    std::ostringstream messages, warnings;
+    terminate->redirect(messages, warnings);
+    auto batches = std::make_shared<CountBatches>();
+    std::streambuf* cerr = std::cerr.rdbuf(warnings.rdbuf());  // fit's own non-finite warning
+    const kiln::History history =
+        model.fit(x, y, kiln::FitOptions().epochs(3).batch_size(8).shuffle(false).verbose(0).callback(terminate).callback(batches));
+    std::cerr.rdbuf(cerr);
+    CHECK(std::isnan(history["loss"].at(0)));
+    CHECK(batches->batches == std::vector<std::int64_t>{0});
+    CHECK_THAT(warnings.str(), Catch::Contains("Batch 0: Invalid loss, terminating training"));
+  }
+}
+
+TEST_CASE("fit: an infinite loss is reported as inf or nan, never as printf's -nan", "[train][fit][nan]") {
+  Array x, y;
+  linear_problem(16, x, y);
+  for (std::size_t i = 0; i < x.size(); ++i) x.set_flat(i, 1e30);  // (1e30 w)^2 overflows float32
+  kiln::Model model = linear_model();
+  model.compile("sgd", "mse");
+  std::ostringstream out, err;
+  std::streambuf* cout = std::cout.rdbuf(out.rdbuf());
+  std::streambuf* cerr = std::cerr.rdbuf(err.rdbuf());
+  const kiln::History history = model.fit(x, y, kiln::FitOptions().epochs(2).batch_size(8).verbose(2));
+  std::cout.rdbuf(cout);
+  std::cerr.rdbuf(cerr);
+  CHECK_FALSE(std::isfinite(history["loss"].at(0)));
+  CHECK_THAT(err.str(), Catch::Contains("the loss is inf at epoch 1, batch 1; add kiln::TerminateOnNaN to stop on it"));
+  CHECK_THAT(err.str() + out.str(), !Catch::Contains("-nan"));
+}
+
+TEST_CASE("fit: a missing log or History key is a KeyError naming the keys there are", "[train][fit]") {
+  Array x, y;
+  linear_problem(16, x, y);
+  kiln::Model model = linear_model();
+  model.compile("sgd", "mse", {"mae"});
+  const kiln::Logs scores = model.evaluate(x, y);
+  CHECK_THROWS_AS(scores.at("acc"), kiln::KeyError);
+  CHECK_THROWS_WITH(scores.at("acc"), "Logs have no 'acc' (they have loss, mae)");
+  CHECK_THROWS_AS(kiln::Logs().at("loss"), kiln::Error);
+  CHECK(scores.at("mae") >= 0);
+  const kiln::History history = model.fit(x, y, kiln::FitOptions().epochs(1).verbose(0));
+  CHECK_THROWS_AS(history["val_loss"], kiln::KeyError);
+  CHECK_THROWS_WITH(history["val_loss"], Catch::Contains("History has no 'val_loss'") && Catch::Contains("loss, mae"));
+}
+
+TEST_CASE("fit: CSVLogger records ReduceLROnPlateau's learning_rate whichever comes first", "[train][fit][callbacks]") {
+  Array x, y;
+  linear_problem(16, x, y);
+  for (const bool logger_first : {true, false}) {
+    INFO("CSVLogger first: " << logger_first);
+    kiln::testing::TempDir dir;
+    kiln::Model model = linear_model();
+    model.compile(kiln::create_optimizer("sgd", {{"learning_rate", 0.05}}), "mse");
+    kiln::ReduceLROnPlateau::Options reduce;
+    reduce.monitor = "loss";
+    auto logger = std::make_shared<kiln::CSVLogger>(dir.file("log.csv"));
+    auto plateau = std::make_shared<kiln::ReduceLROnPlateau>(reduce);
+    kiln::FitOptions options = kiln::FitOptions().epochs(2).batch_size(8).verbose(0);
+    if (logger_first) options.callback(logger).callback(plateau);
+    else options.callback(plateau).callback(logger);
+    model.fit(x, y, options);
+    const std::string text = kiln::testing::read_bytes(dir.file("log.csv"));
+    CHECK_THAT(text, Catch::StartsWith("epoch,learning_rate,loss\n0,0.05,"));
+  }
 }
