@@ -5,9 +5,11 @@
 //   kiln verify model.kiln                  every section and checksum
 //   kiln predict model.kiln rows.csv        one CSV row of outputs per input row
 //
-// Exit status: 0 on success, 1 when the command failed (one `kiln: error: ...` line on stderr), 2 on a
-// usage error (CLI11's message).
+// Exit status: 0 on success; 1 when the command failed on its files or data (one `kiln: error: ...` line on
+// stderr); 2 on a usage error: an unknown command or option, a missing argument, a bad option value.
+#include <charconv>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -41,14 +43,27 @@ void add_file_command(CLI::App& app, const std::string& name, const std::string&
       ->required();
 }
 
+std::int64_t positive_integer(const std::string& option, const std::string& text) {
+  std::int64_t value = 0;
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (text.empty() || error != std::errc() || stop != end || value <= 0)
+    throw CLI::ValidationError(option + " must be a positive integer, got '" + text + "'");
+  return value;
+}
+
 void add_predict_command(CLI::App& app, kiln::cli::PredictOptions& options) {
   CLI::App* command = app.add_subcommand(
       "predict", "Run a model on the rows of a CSV file (one sample per row) and print its outputs as CSV");
   command->add_option("FILE", options.model_file, "a model file written by kiln (model.save)")->required();
   command->add_option("INPUT", options.input_csv, "a CSV file of numbers, one flattened sample per row")->required();
-  command->add_option("--batch-size", options.batch_size, "samples run at once")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  // Read as text and checked here: CLI11's own check says "Value 0 not in range 0.000000 to 1797..." (a
+  // 309-digit number), and its conversion error does not say what would do.
+  command->add_option_function<std::string>(
+             "--batch-size",
+             [&options](const std::string& text) { options.batch_size = positive_integer("--batch-size", text); },
+             "samples run at once (default " + std::to_string(options.batch_size) + ")")
+      ->type_name("INT");
   command->add_flag("--header", options.header, "the CSV's first line names the columns (it is skipped)");
 }
 

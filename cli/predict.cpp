@@ -1,5 +1,6 @@
 // `kiln predict FILE INPUT.csv`: each CSV row is one sample, flattened; each output row is one sample's
 // outputs, flattened, printed so that they read back as the same floats.
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <ostream>
@@ -54,7 +55,7 @@ Array read_samples(const PredictOptions& options, const Shape& input, DType dtyp
   csv.header = options.header ? CsvHeader::present : CsvHeader::absent;
   csv.dtype = dtype;
   const Shape sample = sample_shape(input);
-  const Array values = read_csv(options.input_csv, csv).values;
+  const Array values = detail::read_csv_values(options.input_csv, csv);
   const std::int64_t expected = sample.num_elements();
   const std::int64_t given = values.shape()[1];
   if (given != expected)
@@ -82,8 +83,13 @@ std::string header_line(const std::vector<Array>& outputs) {
   return line + '\n';
 }
 
-// Enough digits that the text reads back as the same float32 (9) or float64 (17).
+// Enough digits that the text reads back as the same float32 (9) or float64 (17); a NaN is "nan" whatever
+// its sign bit (printf writes "-nan"), as NumPy and pandas write it.
 void append_value(std::string& line, double value, DType dtype) {
+  if (std::isnan(value)) {
+    line += "nan";
+    return;
+  }
   char text[40];
   std::snprintf(text, sizeof text, dtype == DType::float32 ? "%.9g" : "%.17g", value);
   line += text;

@@ -86,7 +86,7 @@ void check_arguments(const Tensor& loss, const std::vector<Tensor>& wrt, const T
   if (output_grad.valid()) {
     if (output_grad.shape() != loss.shape())
       throw ShapeError("gradients: the output gradient's shape " + output_grad.shape().to_string() +
-                       " differs from " + loss.node().describe() + "'s " + loss.shape().to_string());
+                       " differs from the shape of " + loss.node().describe() + ", " + loss.shape().to_string());
   } else if (!loss.shape().is_scalar()) {
     throw ShapeError("gradients: " + loss.node().describe() + " has shape " + loss.shape().to_string() +
                      "; reduce it to a scalar or pass its output gradient");

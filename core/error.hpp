@@ -42,6 +42,12 @@ class ValueError : public Error {
   explicit ValueError(const std::string& message) : Error(message) {}
 };
 
+// A name looked up where it does not exist (a log key, a History entry). The message lists the names there are.
+class KeyError : public Error {
+ public:
+  explicit KeyError(const std::string& message) : Error(message) {}
+};
+
 // A gradient asked through an op (or an op input) that has none.
 class NotDifferentiable : public Error {
  public:

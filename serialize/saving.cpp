@@ -118,9 +118,9 @@ void assign_weights(const std::vector<Weight>& weights, const std::vector<NamedA
     if (!by_name.emplace(array.name, &array.value).second) throw ValueError("the file has two weights named '" + array.name + "'");
   for (const Weight& weight : weights) {
     auto found = by_name.find(weight.path);
-    if (found == by_name.end()) throw ValueError(owner + "'s weight '" + weight.path + "' is not in the file");
+    if (found == by_name.end()) throw ValueError("weight '" + weight.path + "' of " + owner + " is not in the file");
     if (found->second->shape() != weight.value.shape())
-      throw ShapeError(owner + "'s weight '" + weight.path + "' has shape " + weight.value.shape().to_string() +
+      throw ShapeError("weight '" + weight.path + "' of " + owner + " has shape " + weight.value.shape().to_string() +
                        ", but the file's has shape " + found->second->shape().to_string());
   }
   if (by_name.size() != weights.size()) {

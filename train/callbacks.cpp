@@ -60,6 +60,21 @@ MonitorMode resolve_monitor_mode(const std::string& who, const std::string& moni
                     "mode \"min\" to monitor its lowest value or mode \"max\" for its highest.");
 }
 
+std::string Logs::keys() const {
+  std::string text;
+  for (const auto& [key, value] : *this) text += (text.empty() ? "" : ", ") + key;
+  return text;
+}
+
+const double& Logs::at(const std::string& key) const {
+  const auto found = find(key);
+  if (found == end())
+    throw KeyError("Logs have no '" + key + "'" + (empty() ? std::string(" (they are empty)") : " (they have " + keys() + ")"));
+  return found->second;
+}
+
+double& Logs::at(const std::string& key) { return const_cast<double&>(static_cast<const Logs&>(*this).at(key)); }
+
 std::ostream& ReportingCallback::messages() const { return messages_ ? *messages_ : std::cout; }
 std::ostream& ReportingCallback::warnings() const { return warnings_ ? *warnings_ : std::cerr; }
 
@@ -176,8 +191,11 @@ bool ReduceLROnPlateau::is_improvement(double value) const {
   return mode_ == MonitorMode::min ? value < best_ - options_.min_delta : value > best_ + options_.min_delta;
 }
 
-void ReduceLROnPlateau::on_epoch_end(TrainingState& state, int epoch, Logs& logs) {
+void ReduceLROnPlateau::on_epoch_logs(TrainingState& state, int, Logs& logs) {
   logs["learning_rate"] = optimizer_of(state).current_learning_rate();
+}
+
+void ReduceLROnPlateau::on_epoch_end(TrainingState& state, int epoch, Logs& logs) {
   const auto found = logs.find(options_.monitor);
   if (found == logs.end()) {
     warnings() << "Warning: Learning rate reduction is conditioned on metric `" << options_.monitor
@@ -292,6 +310,9 @@ void LambdaCallback::on_train_end(TrainingState& state, const Logs& logs) {
 }
 void LambdaCallback::on_epoch_begin(TrainingState& state, int epoch) {
   if (hooks_.on_epoch_begin) hooks_.on_epoch_begin(state, epoch);
+}
+void LambdaCallback::on_epoch_logs(TrainingState& state, int epoch, Logs& logs) {
+  if (hooks_.on_epoch_logs) hooks_.on_epoch_logs(state, epoch, logs);
 }
 void LambdaCallback::on_epoch_end(TrainingState& state, int epoch, Logs& logs) {
   if (hooks_.on_epoch_end) hooks_.on_epoch_end(state, epoch, logs);

@@ -24,8 +24,15 @@ namespace kiln {
 class ModelBase;
 class Optimizer;
 
-// Values of one batch or epoch by name: "loss", "mae", "val_loss", "learning_rate", ...
-using Logs = std::map<std::string, double>;
+// Values of one batch or epoch by name: "loss", "mae", "val_loss", "learning_rate", ... A std::map whose
+// at() throws kiln::KeyError listing the keys there are (std::map's says only "map::at").
+class Logs : public std::map<std::string, double> {
+ public:
+  using std::map<std::string, double>::map;
+  double& at(const std::string& key);
+  const double& at(const std::string& key) const;
+  std::string keys() const;  // "loss, mae, val_loss"
+};
 
 // What callbacks may look at and change while fit() runs.
 struct TrainingState {
@@ -43,8 +50,11 @@ class Callback {
   virtual void on_train_begin(TrainingState&) {}
   virtual void on_train_end(TrainingState&, const Logs&) {}
   virtual void on_epoch_begin(TrainingState&, int /*epoch*/) {}
-  // `logs` holds the epoch's means and the validation values; callbacks may add to it
-  // (ReduceLROnPlateau writes "learning_rate").
+  // Runs for every callback before any callback's on_epoch_end: a callback that reports a value adds it to
+  // the epoch's logs here (ReduceLROnPlateau writes "learning_rate"), so that every callback sees it in
+  // on_epoch_end whatever the order the callbacks were given in (a CSVLogger before it too).
+  virtual void on_epoch_logs(TrainingState&, int /*epoch*/, Logs& /*logs*/) {}
+  // `logs` holds the epoch's means, the validation values and what on_epoch_logs added.
   virtual void on_epoch_end(TrainingState&, int /*epoch*/, Logs& /*logs*/) {}
   virtual void on_batch_end(TrainingState&, std::int64_t /*batch*/, const Logs& /*logs*/) {}
 };
@@ -132,7 +142,8 @@ class EarlyStopping : public ReportingCallback {
 
 // Multiplies the optimizer's learning rate by `factor` when `monitor` has not improved for `patience`
 // epochs, never below min_lr, then waits `cooldown` epochs. Writes the epoch's learning rate (before any
-// reduction) to logs["learning_rate"]. Needs state.optimizer with a constant learning rate (not a schedule).
+// reduction) to logs["learning_rate"] in on_epoch_logs. Needs state.optimizer with a constant learning
+// rate (not a schedule).
 class ReduceLROnPlateau : public ReportingCallback {
  public:
   struct Options {
@@ -151,6 +162,7 @@ class ReduceLROnPlateau : public ReportingCallback {
   explicit ReduceLROnPlateau(Options options);
 
   void on_train_begin(TrainingState& state) override;
+  void on_epoch_logs(TrainingState& state, int epoch, Logs& logs) override;
   void on_epoch_end(TrainingState& state, int epoch, Logs& logs) override;
 
   const Options& options() const { return options_; }
@@ -233,6 +245,7 @@ class LambdaCallback : public Callback {
     std::function<void(TrainingState&)> on_train_begin;
     std::function<void(TrainingState&, const Logs&)> on_train_end;
     std::function<void(TrainingState&, int)> on_epoch_begin;
+    std::function<void(TrainingState&, int, Logs&)> on_epoch_logs;
     std::function<void(TrainingState&, int, Logs&)> on_epoch_end;
     std::function<void(TrainingState&, std::int64_t, const Logs&)> on_batch_end;
   };
@@ -241,6 +254,7 @@ class LambdaCallback : public Callback {
   void on_train_begin(TrainingState& state) override;
   void on_train_end(TrainingState& state, const Logs& logs) override;
   void on_epoch_begin(TrainingState& state, int epoch) override;
+  void on_epoch_logs(TrainingState& state, int epoch, Logs& logs) override;
   void on_epoch_end(TrainingState& state, int epoch, Logs& logs) override;
   void on_batch_end(TrainingState& state, std::int64_t batch, const Logs& logs) override;
 

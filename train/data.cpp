@@ -12,7 +12,9 @@
 #include <numeric>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <system_error>
+#include <utility>
 
 #include "core/error.hpp"
 #include "core/rng.hpp"
@@ -24,30 +26,32 @@ namespace kiln {
 
 namespace {
 
+// One non-blank line of the file. Its fields are found when they are read, one at a time, so a line of
+// millions of numbers is never held as millions of strings.
 struct CsvLine {
   std::int64_t number = 0;  // 1-based, counting blank lines, as an editor shows it
-  std::vector<std::string> fields;
+  std::string text;
 };
 
 // Spaces and tabs around a field are padding, unless the delimiter is one of them.
 bool is_padding(char c, char delimiter) { return (c == ' ' || c == '\t') && c != delimiter; }
 
-void trim_padding(std::string& text, char delimiter) {
+std::string_view trim_padding(std::string_view text, char delimiter) {
   std::size_t end = text.size();
   while (end > 0 && is_padding(text[end - 1], delimiter)) --end;
   std::size_t begin = 0;
   while (begin < end && is_padding(text[begin], delimiter)) ++begin;
-  text = text.substr(begin, end - begin);
+  return text.substr(begin, end - begin);
 }
 
 std::string location(const std::string& path, std::int64_t line_number) {
   return path + ":" + std::to_string(line_number);
 }
 
-// Reads a quoted field starting at line[position] == '"' (RFC 4180: "" stands for one quote, and the
-// delimiter is text inside quotes). Leaves `position` just past the closing quote.
-std::string read_quoted_field(const std::string& line, std::size_t& position, const std::string& where) {
-  std::string field;
+// Reads a quoted field starting at line[position] == '"' into `field` (RFC 4180: "" stands for one quote,
+// and the delimiter is text inside quotes). Leaves `position` just past the closing quote.
+void read_quoted_field(std::string_view line, std::size_t& position, std::string& field, const std::string& where) {
+  field.clear();
   ++position;
   while (position < line.size()) {
     const char c = line[position++];
@@ -57,40 +61,51 @@ std::string read_quoted_field(const std::string& line, std::size_t& position, co
       field += '"';
       ++position;
     } else {
-      return field;
+      return;
     }
   }
   throw ValueError(where + ": a quoted field is not closed (fields that span lines are not supported)");
 }
 
-std::vector<std::string> split_fields(const std::string& line, char delimiter, const std::string& where) {
-  std::vector<std::string> fields;
-  std::size_t position = 0;
+// Calls visit(field, index) for every field of `line`, in order, and returns how many there are. A field is
+// a view into the line, or into `scratch` for a quoted one: valid only during its call.
+template <class Visit>
+std::size_t for_each_field(std::string_view line, char delimiter, const std::string& where, std::string& scratch,
+                           Visit&& visit) {
+  std::size_t position = 0, index = 0;
   for (;;) {
     while (position < line.size() && is_padding(line[position], delimiter)) ++position;
-    std::string field;
+    std::string_view field;
     if (position < line.size() && line[position] == '"') {
-      field = read_quoted_field(line, position, where);
+      read_quoted_field(line, position, scratch, where);
       while (position < line.size() && is_padding(line[position], delimiter)) ++position;
       if (position < line.size() && line[position] != delimiter)
-        throw ValueError(where + ": field " + std::to_string(fields.size()) + " has text after its closing quote");
+        throw ValueError(where + ": field " + std::to_string(index) + " has text after its closing quote");
+      field = scratch;
     } else {
       const std::size_t end = std::min(line.find(delimiter, position), line.size());
-      field = line.substr(position, end - position);
-      trim_padding(field, delimiter);
+      field = trim_padding(line.substr(position, end - position), delimiter);
       position = end;
     }
-    fields.push_back(std::move(field));
-    if (position >= line.size()) return fields;
+    visit(field, index++);
+    if (position >= line.size()) return index;
     ++position;  // past the delimiter; a trailing delimiter leaves one more (empty) field
   }
 }
 
-// Yields the non-blank lines of a file, split into fields. Blank lines are skipped (as pandas does),
-// because a trailing empty line is what many writers leave and is not a row.
+std::vector<std::string> split_fields(const CsvLine& line, char delimiter, const std::string& path) {
+  std::vector<std::string> fields;
+  std::string scratch;
+  for_each_field(line.text, delimiter, location(path, line.number), scratch,
+                 [&](std::string_view field, std::size_t) { fields.emplace_back(field); });
+  return fields;
+}
+
+// Yields the non-blank lines of a file. Blank lines are skipped (as pandas does), because a trailing empty
+// line is what many writers leave and is not a row.
 class CsvLineReader {
  public:
-  CsvLineReader(const std::string& path, char delimiter) : path_(path), delimiter_(delimiter) {
+  explicit CsvLineReader(const std::string& path) : path_(path) {
     namespace fs = std::filesystem;
     std::error_code error;
     if (!fs::exists(path, error)) throw ValueError("read_csv: cannot open '" + path + "': no such file");
@@ -99,29 +114,28 @@ class CsvLineReader {
     if (!stream_) throw ValueError("read_csv: cannot open '" + path + "': " + std::strerror(errno));
   }
 
-  std::optional<CsvLine> next() {
-    std::string text;
-    while (std::getline(stream_, text)) {
-      ++line_number_;
+  // The next non-blank line into `line` (its buffer is reused); false at the end of the file.
+  bool next(CsvLine& line) {
+    while (std::getline(stream_, line.text)) {
+      line.number = ++line_number_;
+      std::string& text = line.text;
       if (!text.empty() && text.back() == '\r') text.pop_back();  // files written on Windows
       if (line_number_ == 1 && text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);  // Excel's UTF-8 mark
-      if (text.find_first_not_of(" \t") == std::string::npos) continue;
-      return CsvLine{line_number_, split_fields(text, delimiter_, location(path_, line_number_))};
+      if (text.find_first_not_of(" \t") != std::string::npos) return true;
     }
     if (stream_.bad()) throw ValueError("read_csv: reading '" + path_ + "' failed after line " + std::to_string(line_number_));
-    return std::nullopt;
+    return false;
   }
 
  private:
   std::string path_;
-  char delimiter_;
   std::ifstream stream_;
   std::int64_t line_number_ = 0;
 };
 
 enum class ParseResult { number, not_a_number, out_of_range };
 
-ParseResult parse_number(const std::string& text, double& value) {
+ParseResult parse_number(std::string_view text, double& value) {
   const char* begin = text.data();
   const char* end = begin + text.size();
   // std::from_chars takes no leading '+', which other writers emit; it is locale-independent, unlike strtod.
@@ -132,16 +146,16 @@ ParseResult parse_number(const std::string& text, double& value) {
   return ParseResult::number;
 }
 
-bool is_number(const std::string& text) {
+bool is_number(std::string_view text) {
   double ignored = 0;
   return parse_number(text, ignored) == ParseResult::number;
 }
 
 // Long fields are cut so that one bad cell cannot flood the message.
-std::string quoted(const std::string& text) {
+std::string quoted(std::string_view text) {
   constexpr std::size_t max_shown = 40;
-  if (text.size() <= max_shown) return "\"" + text + "\"";
-  return "\"" + text.substr(0, max_shown) + "...\"";
+  if (text.size() <= max_shown) return "\"" + std::string(text) + "\"";
+  return "\"" + std::string(text.substr(0, max_shown)) + "...\"";
 }
 
 std::string joined(const std::vector<std::string>& names) {
@@ -152,23 +166,40 @@ std::string joined(const std::vector<std::string>& names) {
 
 // ---- header and column choice --------------------------------------------------------------------------
 
-bool first_line_is_header(const CsvLine& first, const CsvOptions& options, const std::string& path) {
+bool first_line_is_header(const CsvLine& first, std::size_t fields, const CsvOptions& options, const std::string& path) {
   if (options.header != CsvHeader::detect) return options.header == CsvHeader::present;
   const std::size_t start = options.skip_index_column ? 1 : 0;
-  std::size_t numbers = 0, considered = 0;
-  for (std::size_t i = start; i < first.fields.size(); ++i, ++considered)
-    if (is_number(first.fields[i])) ++numbers;
+  std::size_t numbers = 0;
+  std::string scratch;
+  for_each_field(first.text, options.delimiter, location(path, first.number), scratch,
+                 [&](std::string_view field, std::size_t index) { numbers += index >= start && is_number(field); });
   if (numbers == 0) return true;
-  if (numbers == considered) return false;
+  if (numbers + start >= fields) return false;
   throw ValueError(location(path, first.number) + ": cannot tell whether this line is a header (some fields are "
                    "numbers, some are not); set CsvOptions::header to CsvHeader::present or CsvHeader::absent");
 }
 
-std::vector<std::string> generated_names(std::size_t count) {
-  std::vector<std::string> names;
-  for (std::size_t i = 0; i < count; ++i) names.push_back("column_" + std::to_string(i));
-  return names;
-}
+// The file's columns: the header's names, or "column_<i>" made when one is asked for, so a headerless line
+// of a million values does not become a million strings.
+class FileColumns {
+ public:
+  FileColumns(std::vector<std::string> header, std::size_t count) : header_(std::move(header)), count_(count) {}
+  bool has_header() const { return !header_.empty(); }
+  std::size_t count() const { return count_; }
+  const std::vector<std::string>& header() const { return header_; }
+  std::string name(std::size_t column) const { return has_header() ? header_[column] : "column_" + std::to_string(column); }
+  // For messages: every name, or the first few of a wide file.
+  std::string listed() const {
+    constexpr std::size_t max_listed = 50;
+    std::string text;
+    for (std::size_t i = 0; i < std::min(count_, max_listed); ++i) text += (i > 0 ? ", " : "") + name(i);
+    return count_ > max_listed ? text + ", ..." : text;
+  }
+
+ private:
+  std::vector<std::string> header_;
+  std::size_t count_;
+};
 
 std::string lowercase(std::string text) {
   for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -199,41 +230,60 @@ std::vector<std::string> nearest_names(const std::string& wanted, const std::vec
   return nearest;
 }
 
-ConfigError unknown_column(const std::string& path, const std::string& wanted, const std::vector<std::string>& names) {
+ConfigError unknown_column(const std::string& path, const std::string& wanted, const FileColumns& columns) {
   std::string message = path + ": no column named '" + wanted + "'";
-  const std::vector<std::string> nearest = nearest_names(wanted, names);
+  const std::vector<std::string> nearest = nearest_names(wanted, columns.header());
   if (!nearest.empty()) message += "; did you mean " + joined(nearest) + "?";
-  return ConfigError(message + " (columns: " + joined(names) + ")");
+  return ConfigError(message + " (columns: " + columns.listed() + ")");
 }
 
-std::size_t column_by_name(const std::string& wanted, const std::vector<std::string>& names, const std::string& path) {
+std::size_t column_by_name(const std::string& wanted, const FileColumns& columns, const std::string& path) {
+  const std::vector<std::string>& names = columns.header();
   const auto found = std::find(names.begin(), names.end(), wanted);
-  if (found == names.end()) throw unknown_column(path, wanted, names);
+  if (found == names.end()) throw unknown_column(path, wanted, columns);
   if (std::find(found + 1, names.end(), wanted) != names.end())
     throw ConfigError(path + ": more than one column is named '" + wanted + "'; choose by index instead");
   return static_cast<std::size_t>(found - names.begin());
 }
 
-std::size_t column_by_index(std::int64_t wanted, const std::vector<std::string>& names, const std::string& path) {
-  if (wanted < 0 || wanted >= static_cast<std::int64_t>(names.size()))
+std::size_t column_by_index(std::int64_t wanted, const FileColumns& columns, const std::string& path) {
+  if (wanted < 0 || wanted >= static_cast<std::int64_t>(columns.count()))
     throw ConfigError(path + ": column index " + std::to_string(wanted) + " is out of range; the file has " +
-                      std::to_string(names.size()) + " columns (" + joined(names) + ")");
+                      std::to_string(columns.count()) + " columns (" + columns.listed() + ")");
   return static_cast<std::size_t>(wanted);
 }
 
-std::vector<std::size_t> chosen_columns(const std::vector<std::string>& names, bool has_header,
-                                        const CsvOptions& options, const std::string& path) {
-  std::vector<std::size_t> chosen;
-  if (!options.column_names.empty() && !has_header)
+// The columns read, in the order they were chosen. Every column (or every one but the index) is a run
+// kept as its bounds, not as a list of a million indices.
+class ColumnChoice {
+ public:
+  ColumnChoice(std::size_t first, std::size_t count) : first_(first), count_(count) {}
+  explicit ColumnChoice(std::vector<std::size_t> list) : count_(list.size()), list_(std::move(list)) {}
+  std::size_t size() const { return count_; }
+  bool is_run() const { return list_.empty(); }
+  std::size_t first() const { return first_; }
+  std::size_t column(std::size_t slot) const { return is_run() ? first_ + slot : list_[slot]; }
+  const std::vector<std::size_t>& list() const { return list_; }
+
+ private:
+  std::size_t first_ = 0, count_ = 0;
+  std::vector<std::size_t> list_;
+};
+
+ColumnChoice chosen_columns(const FileColumns& columns, const CsvOptions& options, const std::string& path) {
+  if (!options.column_names.empty() && !columns.has_header())
     throw ConfigError(path + ": columns are chosen by name, but the file has no header; use CsvOptions::column_indices");
-  for (const std::string& name : options.column_names) chosen.push_back(column_by_name(name, names, path));
-  for (std::int64_t index : options.column_indices) chosen.push_back(column_by_index(index, names, path));
-  if (options.column_names.empty() && options.column_indices.empty())
-    for (std::size_t i = options.skip_index_column ? 1 : 0; i < names.size(); ++i) chosen.push_back(i);
+  if (options.column_names.empty() && options.column_indices.empty()) {
+    const std::size_t first = options.skip_index_column ? 1 : 0;
+    if (first >= columns.count()) throw ValueError(path + ": no columns left to read after skipping the index column");
+    return ColumnChoice(first, columns.count() - first);
+  }
+  std::vector<std::size_t> chosen;
+  for (const std::string& name : options.column_names) chosen.push_back(column_by_name(name, columns, path));
+  for (std::int64_t index : options.column_indices) chosen.push_back(column_by_index(index, columns, path));
   if (options.skip_index_column && std::find(chosen.begin(), chosen.end(), 0) != chosen.end())
-    throw ConfigError(path + ": column 0 ('" + names[0] + "') is chosen, but skip_index_column says it is an index");
-  if (chosen.empty()) throw ValueError(path + ": no columns left to read after skipping the index column");
-  return chosen;
+    throw ConfigError(path + ": column 0 ('" + columns.name(0) + "') is chosen, but skip_index_column says it is an index");
+  return ColumnChoice(std::move(chosen));
 }
 
 void check_options(const CsvOptions& options, const std::string& path) {
@@ -248,11 +298,10 @@ void check_options(const CsvOptions& options, const std::string& path) {
 // Everything a bad-value message names: where the field is and which column it belongs to.
 struct ValueParser {
   const std::string& path;
-  const std::vector<std::string>& names;
-  bool has_header;
+  const FileColumns& columns;
   const CsvOptions& options;
 
-  double parse(const std::string& text, std::int64_t line_number, std::size_t column) const {
+  double parse(std::string_view text, std::int64_t line_number, std::size_t column) const {
     double value = 0;
     const ParseResult result = parse_number(text, value);
     if (result == ParseResult::number && (std::isfinite(value) || options.allow_non_finite))
@@ -269,66 +318,128 @@ struct ValueParser {
   }
 
   // float32 holds up to ~3.4e38; past that the cast would silently give inf.
-  double check_range(double value, const std::string& text, std::int64_t line_number, std::size_t column) const {
+  double check_range(double value, std::string_view text, std::int64_t line_number, std::size_t column) const {
     if (options.dtype == DType::float32 && std::isfinite(value) &&
         std::fabs(value) > static_cast<double>(std::numeric_limits<float>::max()))
       fail(text, line_number, column, "is out of range for float32 (read with CsvOptions::dtype = float64)");
     return value;
   }
 
-  [[noreturn]] void fail(const std::string& text, std::int64_t line_number, std::size_t column,
+  [[noreturn]] void fail(std::string_view text, std::int64_t line_number, std::size_t column,
                          const std::string& reason) const {
-    const std::string name = has_header ? "column '" + names[column] + "' (index " + std::to_string(column) + ")"
-                                        : "column index " + std::to_string(column);
+    const std::string name = columns.has_header() ? "column '" + columns.name(column) + "' (index " + std::to_string(column) + ")"
+                                                  : "column index " + std::to_string(column);
     throw ValueError(location(path, line_number) + ": " + name + ": " + quoted(text) + " " + reason);
   }
 };
 
-void check_field_count(const CsvLine& line, const CsvLine& first, const std::string& path) {
-  if (line.fields.size() == first.fields.size()) return;
-  throw ValueError(location(path, line.number) + ": " + std::to_string(line.fields.size()) + " fields, but line " +
-                   std::to_string(first.number) + " has " + std::to_string(first.fields.size()));
-}
-
-Array array_from_rows(const std::vector<double>& values, std::int64_t rows, std::int64_t columns, DType dtype) {
-  Array array(Shape{rows, columns}, dtype);
-  if (dtype == DType::float64) {
-    std::copy(values.begin(), values.end(), array.data<double>());
-  } else {
-    float* out = array.data<float>();
-    for (std::size_t i = 0; i < values.size(); ++i) out[i] = static_cast<float>(values[i]);
+// Values in the dtype asked for, as they are read: float32 data is never held as double too.
+class ValueSink {
+ public:
+  explicit ValueSink(DType dtype) : dtype_(dtype) {}
+  std::size_t grow(std::size_t count) {
+    const std::size_t start = size();
+    if (dtype_ == DType::float32) floats_.resize(start + count);
+    else doubles_.resize(start + count);
+    return start;
   }
-  return array;
+  void set(std::size_t index, double value) {
+    if (dtype_ == DType::float32) floats_[index] = static_cast<float>(value);
+    else doubles_[index] = value;
+  }
+  std::size_t size() const { return dtype_ == DType::float32 ? floats_.size() : doubles_.size(); }
+  Array to_array(std::int64_t rows, std::int64_t columns) const {
+    if (dtype_ == DType::float32) return Array::from_vector(floats_, Shape{rows, columns});
+    return Array::from_vector(doubles_, Shape{rows, columns});
+  }
+
+ private:
+  DType dtype_;
+  std::vector<float> floats_;
+  std::vector<double> doubles_;
+};
+
+// The chosen columns' values of each row, appended in the order they were chosen. Fields are parsed as
+// they are found; a column chosen twice is read twice.
+class RowReader {
+ public:
+  RowReader(const ValueParser& parser, ColumnChoice columns, std::int64_t first_line)
+      : parser_(parser), columns_(std::move(columns)), first_line_(first_line) {
+    for (std::size_t slot = 0; slot < columns_.list().size(); ++slot) by_column_.emplace_back(columns_.list()[slot], slot);
+    std::sort(by_column_.begin(), by_column_.end());
+  }
+
+  void read(const CsvLine& line, ValueSink& values) {
+    const std::string where = location(parser_.path, line.number);
+    const std::size_t fields = parser_.columns.count();
+    // Counted before any field is parsed, so a ragged row is reported as such, not by its first odd field.
+    const std::size_t count = for_each_field(line.text, parser_.options.delimiter, where, scratch_,
+                                             [](std::string_view, std::size_t) {});
+    if (count != fields)
+      throw ValueError(where + ": " + std::to_string(count) + " fields, but line " + std::to_string(first_line_) + " has " +
+                       std::to_string(fields));
+    const std::size_t base = values.grow(columns_.size());
+    std::size_t next = 0;  // into by_column_
+    for_each_field(line.text, parser_.options.delimiter, where, scratch_, [&](std::string_view field, std::size_t column) {
+      if (columns_.is_run()) {
+        if (column >= columns_.first() && column - columns_.first() < columns_.size())
+          values.set(base + column - columns_.first(), parser_.parse(field, line.number, column));
+        return;
+      }
+      for (; next < by_column_.size() && by_column_[next].first == column; ++next)
+        values.set(base + by_column_[next].second, parser_.parse(field, line.number, column));
+    });
+  }
+
+  const ColumnChoice& columns() const { return columns_; }
+
+ private:
+  const ValueParser& parser_;
+  ColumnChoice columns_;
+  std::vector<std::pair<std::size_t, std::size_t>> by_column_;  // (file column, slot) of a list, sorted
+  std::int64_t first_line_;
+  std::string scratch_;
+};
+
+// read_csv without the column names when `names` is null.
+Array read_values(const std::string& path, const CsvOptions& options, std::vector<std::string>* names) {
+  check_options(options, path);
+  CsvLineReader reader(path);
+  CsvLine line;
+  if (!reader.next(line)) throw ValueError(path + ": the file is empty");
+  std::string scratch;
+  const std::size_t fields = for_each_field(line.text, options.delimiter, location(path, line.number), scratch,
+                                            [](std::string_view, std::size_t) {});
+  const bool has_header = first_line_is_header(line, fields, options, path);
+  const FileColumns columns(has_header ? split_fields(line, options.delimiter, path) : std::vector<std::string>{}, fields);
+  const ValueParser parser{path, columns, options};
+  RowReader rows(parser, chosen_columns(columns, options, path), line.number);
+
+  const std::int64_t first_line = line.number;
+  ValueSink values(options.dtype);
+  std::int64_t count = 0;
+  if (!has_header) {
+    rows.read(line, values);
+    ++count;
+  }
+  for (; reader.next(line); ++count) rows.read(line, values);
+  if (count == 0) throw ValueError(location(path, first_line) + ": a header but no data rows");
+  if (names)
+    for (std::size_t slot = 0; slot < rows.columns().size(); ++slot) names->push_back(columns.name(rows.columns().column(slot)));
+  return values.to_array(count, static_cast<std::int64_t>(rows.columns().size()));
 }
 
 }  // namespace
 
 CsvTable read_csv(const std::string& path, const CsvOptions& options) {
-  check_options(options, path);
-  CsvLineReader reader(path, options.delimiter);
-  const std::optional<CsvLine> first = reader.next();
-  if (!first) throw ValueError(path + ": the file is empty");
-  const bool has_header = first_line_is_header(*first, options, path);
-  const std::vector<std::string> names = has_header ? first->fields : generated_names(first->fields.size());
-  const std::vector<std::size_t> columns = chosen_columns(names, has_header, options, path);
-  const ValueParser parser{path, names, has_header, options};
-
-  std::vector<double> values;
-  std::int64_t rows = 0;
-  auto read_row = [&](const CsvLine& line) {
-    check_field_count(line, *first, path);
-    for (std::size_t column : columns) values.push_back(parser.parse(line.fields[column], line.number, column));
-    ++rows;
-  };
-  if (!has_header) read_row(*first);
-  while (const std::optional<CsvLine> line = reader.next()) read_row(*line);
-  if (rows == 0) throw ValueError(location(path, first->number) + ": a header but no data rows");
-
   CsvTable table;
-  table.values = array_from_rows(values, rows, static_cast<std::int64_t>(columns.size()), options.dtype);
-  for (std::size_t column : columns) table.column_names.push_back(names[column]);
+  table.values = read_values(path, options, &table.column_names);
   return table;
 }
+
+namespace detail {
+Array read_csv_values(const std::string& path, const CsvOptions& options) { return read_values(path, options, nullptr); }
+}  // namespace detail
 
 // ==================================== shared helpers ===================================================
 

@@ -53,6 +53,12 @@ struct CsvTable {
 // names; an index out of range; names asked of a file without a header).
 CsvTable read_csv(const std::string& path, const CsvOptions& options = {});
 
+namespace detail {
+// read_csv's values without the column names, which a headerless file of a million columns would have to
+// make as a million strings (kiln predict reads a whole sample per line).
+Array read_csv_values(const std::string& path, const CsvOptions& options = {});
+}  // namespace detail
+
 // ---- windows over a time series ------------------------------------------------------------------------
 
 // How many windows of `window` steps, starting every `stride` steps, fit in `time_steps` (0 if none).

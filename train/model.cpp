@@ -10,7 +10,7 @@ const std::vector<double>& History::operator[](const std::string& key) const {
   if (found == history.end()) {
     std::string known;
     for (const auto& [name, values] : history) known += (known.empty() ? "" : ", ") + name;
-    throw ValueError("History has no '" + key + "' (it has " + known + ")");
+    throw KeyError("History has no '" + key + "' (it has " + known + ")");
   }
   return found->second;
 }

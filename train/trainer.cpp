@@ -1,5 +1,6 @@
 #include "train/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "layers/model.hpp"
 #include "ops/ops.hpp"
 #include "train/data.hpp"
+#include "train/detail/python_float.hpp"
 #include "train/model.hpp"
 #include "train/progress.hpp"
 
@@ -110,7 +112,7 @@ void Trainer::check_data(std::vector<Array>& x, std::vector<Array>& y, const std
       for (std::size_t j = 0; j < y[k].size(); ++j) {
         const double label = y[k].flat(j);
         if (!(label >= 0 && label < static_cast<double>(classes) && std::floor(label) == label))
-          throw ValueError(who + ": sparse label " + std::to_string(label) + " at index " + std::to_string(j) + " of y[" +
+          throw ValueError(who + ": sparse label " + detail::python_float(label) + " at index " + std::to_string(j) + " of y[" +
                            std::to_string(k) + "] is not a class in [0, " + std::to_string(classes) + ")");
       }
     }
@@ -277,6 +279,9 @@ History Trainer::fit(const std::vector<Array>& x_given, const std::vector<Array>
   std::vector<std::int64_t> order(static_cast<std::size_t>(rows));
   std::vector<Array> batch_x(x.size()), batch_y(y.size());
   bool warned_nan = false;
+  const bool terminates_on_nan = std::any_of(options.callbacks_.begin(), options.callbacks_.end(), [](const CallbackPtr& callback) {
+    return dynamic_cast<const TerminateOnNaN*>(callback.get()) != nullptr;
+  });
 
   for (const CallbackPtr& callback : options.callbacks_) callback->on_train_begin(state);
   Logs logs;
@@ -300,9 +305,11 @@ History Trainer::fit(const std::vector<Array>& x_given, const std::vector<Array>
       logs = means(step, sums, seen);
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
       bar.update(batch + 1, steps, logs, elapsed);
-      if (!std::isfinite(logs["loss"]) && !warned_nan) {
-        std::cerr << model_.describe() << ".fit: the loss is " << logs["loss"] << " at epoch " << epoch + 1 << ", batch "
-                  << batch + 1 << "; add kiln::TerminateOnNaN to stop on it\n";
+      if (!std::isfinite(logs.at("loss")) && !warned_nan) {
+        // python_float: printf writes "-nan" for a NaN with its sign bit set (inf - inf), Keras never does.
+        std::cerr << model_.describe() << ".fit: the loss is " << detail::python_float(logs.at("loss")) << " at epoch "
+                  << epoch + 1 << ", batch " << batch + 1
+                  << (terminates_on_nan ? "\n" : "; add kiln::TerminateOnNaN to stop on it\n");
         warned_nan = true;
       }
       for (const CallbackPtr& callback : options.callbacks_) callback->on_batch_end(state, batch, logs);
@@ -312,6 +319,7 @@ History Trainer::fit(const std::vector<Array>& x_given, const std::vector<Array>
       for (const auto& [name, value] : validation) logs["val_" + name] = value;
     }
     epochs_trained_ = epoch + 1;  // before the callbacks, so a checkpoint saved there records this epoch
+    for (const CallbackPtr& callback : options.callbacks_) callback->on_epoch_logs(state, epoch, logs);
     for (const CallbackPtr& callback : options.callbacks_) callback->on_epoch_end(state, epoch, logs);
     bar.epoch_end(batches_run, logs, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     history.epochs.push_back(epoch);

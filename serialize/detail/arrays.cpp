@@ -88,7 +88,7 @@ struct ArrayRecords {
     const std::string which = "array " + std::to_string(index + 1);
     std::uint64_t name_size = 0;
     archive(name_size);
-    require(name_size <= kMaxNameBytes && name_size <= input->remaining(), which + "'s name length " + std::to_string(name_size));
+    require(name_size <= kMaxNameBytes && name_size <= input->remaining(), "the name length " + std::to_string(name_size) + " of " + which);
     NamedArray array;
     array.name.resize(static_cast<std::size_t>(name_size));
     archive(cereal::binary_data(array.name.data(), array.name.size()));
@@ -96,20 +96,20 @@ struct ArrayRecords {
     std::uint8_t dtype = 0;
     std::uint32_t rank = 0;
     archive(dtype, rank);
-    require(dtype <= 1, named + "'s dtype code " + std::to_string(dtype));
-    require(rank <= kMaxRank, named + "'s rank " + std::to_string(rank));
+    require(dtype <= 1, "the dtype code " + std::to_string(dtype) + " of " + named);
+    require(rank <= kMaxRank, "the rank " + std::to_string(rank) + " of " + named);
     const std::size_t item = dtype == 0 ? 4 : 8;
     std::vector<std::int64_t> dims(rank);
     std::uint64_t elements = 1;
     for (std::int64_t& dim : dims) {
       archive(dim);
-      require(dim >= 0, named + "'s dimension " + std::to_string(dim));
+      require(dim >= 0, "the dimension " + std::to_string(dim) + " of " + named);
       // Checked before multiplying: the product never overflows past what the section holds.
       const std::uint64_t limit = input->remaining() / item;
-      require(dim == 0 || elements <= limit / static_cast<std::uint64_t>(dim), named + "'s shape, larger than the file");
+      require(dim == 0 || elements <= limit / static_cast<std::uint64_t>(dim), "the shape of " + named + ", larger than the file");
       elements *= static_cast<std::uint64_t>(dim);
     }
-    require(elements * item <= input->remaining(), named + "'s data, larger than what remains of the file");
+    require(elements * item <= input->remaining(), "the data of " + named + ", larger than what remains of the file");
     array.value = Array(Shape(dims), dtype == 0 ? DType::float32 : DType::float64);
     if (dtype == 0)
       archive(cereal::binary_data(array.value.data<float>(), array.value.nbytes()));

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -77,9 +78,11 @@ struct Run {
 
 // Runs `kiln <arguments>` (arguments already quoted for sh) through std::system, which is sh -c, with
 // stdout and stderr captured in `dir`.
-Run run_kiln(const TempDir& dir, const std::string& arguments) {
+// `environment` is sh's "NAME=value " prefix, or empty.
+Run run_kiln(const TempDir& dir, const std::string& arguments, const std::string& environment = "") {
   const std::string out = dir / "stdout.txt", err = dir / "stderr.txt";
-  const std::string command = quoted(KILN_CLI_PATH) + " " + arguments + " >" + quoted(out) + " 2>" + quoted(err);
+  const std::string command =
+      environment + quoted(KILN_CLI_PATH) + " " + arguments + " >" + quoted(out) + " 2>" + quoted(err);
   const int raw = std::system(command.c_str());
   Run run;
   run.exited = raw != -1 && WIFEXITED(raw);
@@ -373,6 +376,54 @@ TEST_CASE("kiln exits with status 2 on a usage error", "[cli]") {
     CHECK(run.status == 2);
     CHECK_FALSE(run.err.empty());
   }
+}
+
+// The largest resident size any finished child of this process reached, in bytes (after run_kiln).
+std::int64_t children_peak_bytes() {
+  struct rusage usage {};
+  getrusage(RUSAGE_CHILDREN, &usage);
+  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;
+}
+
+TEST_CASE("kiln predict reads a long CSV line without holding it several times over", "[cli][memory]") {
+  // One sample of a million values on one line (about 11 MB): kiln once held every field as its own
+  // string, 20 times the file. Each run is a fresh process, so its peak is its own; ASan's quarantine (which
+  // keeps freed blocks resident) is off for these two.
+  TempDir dir;
+  constexpr std::int64_t width = 1'000'000;
+  const kiln::Tensor x = kiln::Input({kiln::Shape::unknown, width});
+  kiln::Model(x, kiln::Dense(1)(x)).save(dir / "wide.kiln");
+  {
+    std::ofstream out(dir / "wide.csv");
+    out.precision(9);  // what a float32 writer prints: about 11 characters a value
+    for (std::int64_t i = 0; i < width; ++i) out << 0.123456789 * static_cast<double>(i % 7 + 1) << (i + 1 < width ? "," : "\n");
+  }
+  const auto file_bytes = static_cast<std::int64_t>(fs::file_size(dir / "wide.csv"));
+  const std::string no_quarantine = "ASAN_OPTIONS=quarantine_size_mb=0:detect_leaks=0 ";
+  check_success(run_kiln(dir, "summary " + arg(dir / "wide.kiln"), no_quarantine));
+  const std::int64_t loading = children_peak_bytes();  // the process, its libraries and the model
+  const Run run = run_kiln(dir, "predict " + arg(dir / "wide.kiln") + " " + arg(dir / "wide.csv"), no_quarantine);
+  check_success(run);
+  CHECK(lines_of(run.out).size() == 2);
+  const std::int64_t reading = children_peak_bytes() - loading;
+  INFO("file " << file_bytes << " bytes; predict's peak is " << reading << " bytes above loading the model");
+  CHECK(reading < 4 * file_bytes);
+}
+
+TEST_CASE("kiln says what --batch-size takes, and exits 2", "[cli]") {
+  TempDir dir;
+  kiln::Model model = small_model();
+  model.save(dir / "m.kiln");
+  write_text(dir / "x.csv", csv_of(inputs_3x4()));
+  for (const std::string value : {"0", "abc", "-3", "2.5", "99999999999999999999999"}) {
+    INFO("--batch-size " << value);
+    const Run run = run_kiln(dir, "predict " + arg(dir / "m.kiln") + " " + arg(dir / "x.csv") + " --batch-size " + arg(value));
+    REQUIRE(run.exited);
+    CHECK(run.status == 2);
+    CHECK_THAT(run.err, Catch::StartsWith("--batch-size must be a positive integer, got '" + value + "'\n"));
+    CHECK(run.err.size() < 200);
+  }
+  check_success(run_kiln(dir, "predict " + arg(dir / "m.kiln") + " " + arg(dir / "x.csv") + " --batch-size 1"));
 }
 
 TEST_CASE("kiln --help lists the subcommands and --version prints the version", "[cli]") {

@@ -75,6 +75,7 @@ struct FakeFit {
       callback.on_epoch_begin(state, epoch);
       model->set_weights(weights_of_epoch(*model, epoch));
       Logs logs{{monitor, values[static_cast<std::size_t>(epoch)]}};
+      callback.on_epoch_logs(state, epoch, logs);
       callback.on_epoch_end(state, epoch, logs);
       epoch_logs.push_back(logs);
       ++epochs_run;
