@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "core/detail/files.hpp"
 #include "core/error.hpp"
 #include "serialize/detail/arrays.hpp"
 #include "serialize/detail/container.hpp"
@@ -194,7 +195,7 @@ void save_model(const ModelBase& model, const std::string& path) {
 }
 
 Model load_model(const std::string& path, const LoadOptions& options) {
-  const std::string bytes = detail::read_file(path);
+  const std::string bytes = detail::read_whole_file(path);
   const detail::Container container = detail::read_container(bytes, path);
   const Config config = parse_config_section(container, path);
   const detail::Section* weights = container.find("WGHT");
@@ -245,7 +246,7 @@ void save_weights(const ModelBase& model, const std::string& path) {
 
 void load_weights(ModelBase& model, const std::string& path) {
   if (!model.built()) throw LayerStateError(model.describe() + " is not built; build it before loading weights into it");
-  const std::string bytes = detail::read_file(path);
+  const std::string bytes = detail::read_whole_file(path);
   const detail::Container container = detail::read_container(bytes, path);
   const detail::Section* weights = container.find("WGHT");
   if (!weights) throw SerializationError(path + ": has no weights section");
@@ -257,7 +258,7 @@ void load_weights(ModelBase& model, const std::string& path) {
 // ---- inspection ------------------------------------------------------------------------------------------
 
 FileInfo verify_file(const std::string& path) {
-  const std::string bytes = detail::read_file(path);
+  const std::string bytes = detail::read_whole_file(path);
   const detail::Container container = detail::read_container(bytes, path);
   FileInfo info;
   info.size = bytes.size();
@@ -279,7 +280,7 @@ FileInfo verify_file(const std::string& path) {
 }
 
 Config read_model_config(const std::string& path) {
-  const std::string bytes = detail::read_file(path);
+  const std::string bytes = detail::read_whole_file(path);
   return parse_config_section(detail::read_container(bytes, path), path);
 }
 

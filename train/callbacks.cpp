@@ -5,10 +5,12 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
 
+#include "core/detail/files.hpp"
 #include "core/error.hpp"
 #include "train/detail/python_float.hpp"
 #include "layers/model.hpp"
@@ -246,9 +248,12 @@ void CSVLogger::on_train_begin(TrainingState&) {
     write_header_ = !existing || existing.peek() == std::char_traits<char>::eof();
   }
   file_.reset();
+  // A link is written through (std::ofstream follows it); a device, FIFO, socket or folder is refused
+  // before opening it (opening a FIFO would wait for a reader).
+  detail::write_target(filename_);
   auto file = std::make_unique<std::ofstream>(filename_, std::ios::out | (options_.append ? std::ios::app : std::ios::trunc));
   if (!file->is_open())
-    throw ValueError("CSVLogger: cannot open '" + filename_ + "' for writing: " + std::strerror(errno));
+    throw SerializationError("CSVLogger: cannot open '" + filename_ + "' for writing: " + std::strerror(errno));
   file_ = std::move(file);
   keys_.clear();
   keys_fixed_ = false;
@@ -261,27 +266,34 @@ std::string CSVLogger::field(const std::string& text) const {
   return quoted + "\"";
 }
 
-void CSVLogger::write_header() {
-  *file_ << "epoch";
-  for (const std::string& key : keys_) *file_ << options_.separator << field(key);
-  *file_ << '\n';
+std::string CSVLogger::header_line() const {
+  std::string line = "epoch";
+  for (const std::string& key : keys_) line += options_.separator + field(key);
+  return line + '\n';
 }
 
 void CSVLogger::on_epoch_end(TrainingState&, int epoch, Logs& logs) {
   if (!file_) throw ValueError("CSVLogger '" + filename_ + "': on_epoch_end before on_train_begin");
+  std::string text;
   if (!keys_fixed_) {
     for (const auto& [key, value] : logs) keys_.push_back(key);  // a std::map: already sorted
     keys_fixed_ = true;
-    if (write_header_) write_header();
+    if (write_header_) text = header_line();
   }
-  *file_ << epoch;
+  text += std::to_string(epoch);
   for (const std::string& key : keys_) {
     const auto found = logs.find(key);
-    *file_ << options_.separator << (found == logs.end() ? std::string("NA") : python_float(found->second));
+    text += options_.separator + (found == logs.end() ? std::string("NA") : python_float(found->second));
   }
-  *file_ << '\n';
+  text += '\n';
+  // Past the file-size limit (ulimit -f) the kernel would kill the process with SIGXFSZ.
+  // Every earlier row was flushed, so the file's size is what it holds (tellp says 0 in append mode).
+  std::error_code unknown;
+  const std::uintmax_t size = std::filesystem::file_size(filename_, unknown);
+  detail::check_file_size_limit(filename_, (unknown ? 0 : size) + text.size());
+  *file_ << text;
   file_->flush();
-  if (!*file_) throw ValueError("CSVLogger: writing '" + filename_ + "' failed");
+  if (!*file_) throw SerializationError("CSVLogger: writing '" + filename_ + "' failed");
 }
 
 void CSVLogger::on_train_end(TrainingState&, const Logs&) { file_.reset(); }

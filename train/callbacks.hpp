@@ -197,7 +197,8 @@ class CSVLogger : public Callback {
   CSVLogger(std::string filename, Options options);
   ~CSVLogger() override;
 
-  // Opens the file; throws ValueError naming it when it cannot be opened.
+  // Opens the file (through a symbolic link, to its target). SerializationError naming it when it cannot be
+  // opened or is a folder, device, FIFO or socket, and when a row would pass the file-size limit.
   void on_train_begin(TrainingState& state) override;
   void on_epoch_end(TrainingState& state, int epoch, Logs& logs) override;
   void on_train_end(TrainingState& state, const Logs& logs) override;
@@ -207,7 +208,7 @@ class CSVLogger : public Callback {
 
  private:
   std::string field(const std::string& text) const;  // quoted when it holds the separator, a quote or a newline
-  void write_header();
+  std::string header_line() const;
 
   std::string filename_;
   Options options_;

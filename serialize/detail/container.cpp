@@ -1,16 +1,22 @@
 #include "serialize/detail/container.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <cerrno>
+#include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
 
+#include "core/detail/files.hpp"
 #include "core/error.hpp"
+#include "core/rng.hpp"
 
 namespace kiln::detail {
 namespace {
@@ -55,9 +61,14 @@ bool printable_tag(std::string_view tag) {
 
 std::string errno_text() { return std::strerror(errno); }
 
-std::int64_t& write_fault() {
-  static std::int64_t bytes = -1;
-  return bytes;
+struct WriteFault {
+  std::int64_t bytes = -1;  // after this many bytes of the next atomic write; -1: none
+  bool kill = false;        // SIGKILL instead of ENOSPC
+};
+
+WriteFault& write_fault() {
+  static WriteFault fault;
+  return fault;
 }
 
 }  // namespace
@@ -146,36 +157,68 @@ Container read_container(std::string_view bytes, const std::string& source) {
   return container;
 }
 
-std::string read_file(const std::string& path) {
-  struct stat status {};
-  if (::stat(path.c_str(), &status) != 0) throw SerializationError(path + ": cannot open (" + errno_text() + ")");
-  if (S_ISDIR(status.st_mode)) throw SerializationError(path + ": is a folder, not a kiln file");
-  if (!S_ISREG(status.st_mode)) throw SerializationError(path + ": is not a regular file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw SerializationError(path + ": cannot open for reading (" + errno_text() + ")");
-  std::string bytes(static_cast<std::size_t>(status.st_size), '\0');
-  if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size())) || in.peek() != std::char_traits<char>::eof())
-    throw SerializationError(path + ": read failed (the file changed while it was read?)");
-  return bytes;
-}
-
-void fail_next_write_after_for_testing(std::int64_t bytes) { write_fault() = bytes; }
+void fail_next_write_after_for_testing(std::int64_t bytes) { write_fault() = WriteFault{bytes, false}; }
+void kill_next_write_after_for_testing(std::int64_t bytes) { write_fault() = WriteFault{bytes, true}; }
 
 namespace {
+
+// The process's umask. Linux shows it in /proc/self/status; setting it to read it back (umask's only
+// other way) would, for a moment, let another thread of the program create files without it.
+mode_t current_umask() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("Umask:", 0) == 0) return static_cast<mode_t>(std::stoul(line.substr(6), nullptr, 8));
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  return mask;
+}
 
 // The replaced file's permissions, or 0666 less the umask for a new one.
 mode_t mode_for(const std::string& target) {
   struct stat existing {};
   if (::stat(target.c_str(), &existing) == 0) return existing.st_mode & 07777;
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  return 0666 & ~mask;
+  return 0666 & ~current_umask();
+}
+
+std::string file_name_of(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// kiln's temporary files for `target` are ".kiln-tmp-<hash of its name>-<writer's pid>-XXXXXX" in its
+// folder: short whatever the target's name (a 250-character name still saves), and telling which
+// target and which process each belongs to.
+std::string temporary_prefix(const std::string& target) {
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(stable_hash(file_name_of(target))));
+  return ".kiln-tmp-" + std::string(hash) + "-";
+}
+
+// A save killed mid-way (SIGKILL, a power cut) leaves its temporary file behind. The next save to the same
+// target removes those whose writer is no longer running; a live writer's (another thread or process
+// saving the same target now) is left alone. Best effort: a file that cannot be removed stays.
+void remove_stale_temporaries(const std::string& target) {
+  const std::string folder = folder_of(target), prefix = temporary_prefix(target);
+  DIR* entries = ::opendir(folder.c_str());
+  if (entries == nullptr) return;
+  while (const dirent* entry = ::readdir(entries)) {
+    const std::string name = entry->d_name;
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    long long pid = 0;
+    const char* digits = name.c_str() + prefix.size();
+    const auto [end, error] = std::from_chars(digits, name.c_str() + name.size(), pid);
+    if (error != std::errc() || end == digits || *end != '-' || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to ask)
+    ::unlink((folder + "/" + name).c_str());
+  }
+  ::closedir(entries);
 }
 
 // Owns the temporary file until it is renamed: on any failure the destructor removes it.
 class TemporaryFile {
  public:
-  explicit TemporaryFile(const std::string& target) : path_(target + ".tmp-XXXXXX") {
+  explicit TemporaryFile(const std::string& target)
+      : path_(folder_of(target) + "/" + temporary_prefix(target) + std::to_string(::getpid()) + "-XXXXXX") {
     fd_ = ::mkstemp(path_.data());
     if (fd_ < 0) throw SerializationError(target + ": cannot create a temporary file next to it (" + errno_text() + ")");
     ::fchmod(fd_, mode_for(target));  // mkstemp makes 0600; a saved model gets the usual permissions
@@ -188,12 +231,13 @@ class TemporaryFile {
   TemporaryFile& operator=(const TemporaryFile&) = delete;
 
   void write_all(std::string_view bytes, const std::string& target) {
-    std::int64_t& fault = write_fault();
+    std::int64_t& fault = write_fault().bytes;
     while (!bytes.empty()) {
       std::size_t piece = std::min<std::size_t>(bytes.size(), 1u << 24);
       if (fault >= 0 && static_cast<std::int64_t>(piece) > fault) piece = static_cast<std::size_t>(fault);
       if (fault == 0) {
         fault = -1;
+        if (write_fault().kill) ::raise(SIGKILL);
         errno = ENOSPC;
         fail(target, "write");
       }
@@ -206,14 +250,15 @@ class TemporaryFile {
       bytes.remove_prefix(static_cast<std::size_t>(written));
     }
   }
-  void commit(const std::string& target) {
-    if (::fsync(fd_) != 0) fail(target, "fsync");
+  // `target` is where the file goes (a link's target); `path` what the caller named, for messages.
+  void commit(const std::string& target, const std::string& path) {
+    if (::fsync(fd_) != 0) fail(path, "fsync");
     if (::close(fd_) != 0) {
       fd_ = -1;
-      fail(target, "close");
+      fail(path, "close");
     }
     fd_ = -1;
-    if (::rename(path_.c_str(), target.c_str()) != 0) fail(target, "rename");
+    if (::rename(path_.c_str(), target.c_str()) != 0) fail(path, "rename");
     renamed_ = true;
   }
 
@@ -227,20 +272,18 @@ class TemporaryFile {
   bool renamed_ = false;
 };
 
-std::string folder_of(const std::string& path) {
-  const std::size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 }  // namespace
 
 void write_file_atomically(const std::string& path, std::string_view bytes) {
-  TemporaryFile temporary(path);
+  const std::string target = write_target(path);
+  check_file_size_limit(path, bytes.size());
+  remove_stale_temporaries(target);
+  TemporaryFile temporary(target);
   temporary.write_all(bytes, path);
-  temporary.commit(path);
-  // The rename is durable once the folder's entry is on disk too.
-  const int folder = ::open(folder_of(path).c_str(), O_RDONLY | O_DIRECTORY);
+  temporary.commit(target, path);
+  // The rename is durable once the folder's entry is on disk too. A folder that cannot be synced (some
+  // network and FUSE file systems) still holds the new file; only its survival of a power cut is unsure.
+  const int folder = ::open(folder_of(target).c_str(), O_RDONLY | O_DIRECTORY);
   if (folder >= 0) {
     ::fsync(folder);
     ::close(folder);

@@ -43,14 +43,18 @@ struct Container {
 // Checks the frame and every checksum. SerializationError naming `source`, the section and the byte offset.
 Container read_container(std::string_view bytes, const std::string& source);
 
-// The whole file. SerializationError when it cannot be read.
-std::string read_file(const std::string& path);
-// Writes `bytes` to a temporary file in the same folder, flushes and fsyncs it, then renames it over
-// `path`: if anything fails, the old file is still there, whole. SerializationError naming the path.
+// Writes `bytes` to a temporary file in the target's folder, fsyncs it, renames it over the target and
+// fsyncs the folder: if anything fails, the old file is still there, whole. The target is `path`, or the
+// file its symbolic links end at (core/detail/files.hpp: a folder, device, FIFO or socket is refused).
+// A save that would pass the process's file-size limit fails before writing. Temporary files that saves
+// killed mid-way left for this target are removed first. SerializationError naming the path.
 void write_file_atomically(const std::string& path, std::string_view bytes);
 
 // For tests: the next atomic write fails after writing this many bytes of its temporary file, as a full
 // disk would. Negative (the default) disables it.
 void fail_next_write_after_for_testing(std::int64_t bytes);
+// For tests: the process kills itself (SIGKILL) after writing this many bytes of the next atomic write,
+// as a crash or a power cut would stop it.
+void kill_next_write_after_for_testing(std::int64_t bytes);
 
 }  // namespace kiln::detail

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "kiln.hpp"
+#include "core/detail/files.hpp"
 #include "serialize/detail/arrays.hpp"
 #include "serialize/detail/container.hpp"
 
@@ -195,7 +196,7 @@ int make_corpus(const std::string& dir) {
         model.save_weights(path);
       else
         model.save(path);
-      const std::string bytes = kiln::detail::read_file(path);
+      const std::string bytes = kiln::detail::read_whole_file(path);
       std::remove(path.c_str());
       seed(file_name, 0, bytes);
       seed(file_name, 3, bytes);

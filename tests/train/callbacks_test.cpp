@@ -451,7 +451,7 @@ TEST_CASE("CSVLogger names the file it cannot open", "[train][callbacks]") {
   const std::string path = directory.path("missing_directory/log.csv");
   kiln::CSVLogger logger(path);
   TrainingState state;
-  CHECK_THROWS_AS(logger.on_train_begin(state), kiln::ValueError);
+  CHECK_THROWS_AS(logger.on_train_begin(state), kiln::SerializationError);
   CHECK_THROWS_WITH(logger.on_train_begin(state), Catch::Contains(path));
 }
 
