@@ -375,4 +375,14 @@ void ConfigReader::finish() const {
 
 void ConfigReader::fail(const std::string& message) const { throw ConfigError(who_ + ": " + message); }
 
+namespace detail {
+namespace {
+thread_local int reading_version = kConfigVersion;
+}  // namespace
+
+int config_version() { return reading_version; }
+ConfigVersionScope::ConfigVersionScope(int version) : outer_(reading_version) { reading_version = version; }
+ConfigVersionScope::~ConfigVersionScope() { reading_version = outer_; }
+}  // namespace detail
+
 }  // namespace kiln

@@ -134,4 +134,23 @@ class ConfigReader {
   std::vector<std::string> read_;
 };
 
+namespace detail {
+// The version of the layer configs being read. Version 2 made MHAttention's "dimension" heads·key_size,
+// as the layer kiln follows defines it; version 1 files (saved before, their metadata without a
+// "config_version") stored the sequence length there. load_model sets the file's version while it builds
+// the model, so a layer can read an older file's meaning of a key; any other config is current.
+inline constexpr int kConfigVersion = 2;
+int config_version();  // of the configs this thread is reading
+class ConfigVersionScope {
+ public:
+  explicit ConfigVersionScope(int version);
+  ~ConfigVersionScope();
+  ConfigVersionScope(const ConfigVersionScope&) = delete;
+  ConfigVersionScope& operator=(const ConfigVersionScope&) = delete;
+
+ private:
+  int outer_;
+};
+}  // namespace detail
+
 }  // namespace kiln

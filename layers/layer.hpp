@@ -131,8 +131,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // Every constructor argument, plus the base fields name, trainable and dtype: from_config(get_config())
   // rebuilds an equal layer. Subclasses extend base_config().
   virtual Config get_config() const { return base_config(); }
-  // {"input_shape": [...]} or {"input_shapes": [[...], ...]}: the shapes build() saw; null before.
-  Config build_config() const;
+  // {"input_shape": [...]} or {"input_shapes": [[...], ...]}: the shapes build() saw; null before. As in
+  // Keras (get_build_config), a layer whose weights depend on less than the whole shape may say only that.
+  virtual Config build_config() const;
 
   bool trainable() const { return trainable_; }
   void set_trainable(bool trainable) { trainable_ = trainable; }

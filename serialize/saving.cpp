@@ -107,6 +107,7 @@ Config metadata_of(const ModelBase& model) {
   const Trainer* trainer = trainer_of(model);
   return Config{{"kiln_version", KILN_VERSION_STRING},
                 {"format_version", static_cast<std::int64_t>(detail::kFormatVersion)},
+                {"config_version", static_cast<std::int64_t>(detail::kConfigVersion)},
                 {"date_saved", utc_now()},
                 {"epochs_trained", trainer ? trainer->epochs_trained() : 0}};
 }
@@ -200,10 +201,13 @@ Model load_model(const std::string& path, const LoadOptions& options) {
   const Config config = parse_config_section(container, path);
   const detail::Section* weights = container.find("WGHT");
   if (!weights) throw SerializationError(path + ": has no weights section");
+  const detail::Section* meta = container.find("META");
+  const Config metadata = meta ? parse_json(std::string(meta->payload), path + ": metadata section") : Config();
 
   // The model's weights are what the weights section holds: building it may not take much more.
   std::shared_ptr<ModelBase> model = guarded(path + ": config section", [&] {
     detail::AllocationLimit limit(2 * weights->payload.size() + (16u << 20), "building the model");
+    detail::ConfigVersionScope version(static_cast<int>(metadata.is_map() ? metadata.get_int("config_version", 1) : 1));
     return model_from(config);
   });
   const std::vector<NamedArray> arrays = detail::read_arrays(weights->payload, path + ": weights section");
@@ -222,8 +226,7 @@ Model load_model(const std::string& path, const LoadOptions& options) {
       trainer.optimizer().set_variables(variables);
     });
   }
-  if (const detail::Section* meta = container.find("META")) {
-    const Config metadata = parse_json(std::string(meta->payload), path + ": metadata section");
+  if (meta) {
     guarded(path + ": metadata section", [&] {
       const std::int64_t epochs = metadata.is_map() ? metadata.get_int("epochs_trained", 0) : 0;
       if (epochs < 0 || epochs > 1'000'000'000) throw ValueError("epochs_trained is " + std::to_string(epochs));

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -76,11 +77,42 @@ TEST_CASE("MHAttention: the encoder block's sublayers, weights and output shape"
                                           "feed_forward_output/bias", "output_norm/gamma", "output_norm/beta"});
   const std::int64_t projections = 3 * (6 * 8 + 8), w0 = 8 * 6 + 6, norms = 2 * (6 + 6), ffn = (6 * 24 + 24) + (24 * 6 + 6);
   CHECK(block.count_params() == projections + w0 + norms + ffn);
-  const Config config = block.get_config();
-  CHECK(config.get_int("key_size") == 4);
-  CHECK(config.get_int("heads") == 2);
-  CHECK(config.get_int("dimension") == 5);
-  CHECK(config.get_int("window") == 6);
+}
+
+TEST_CASE("MHAttention: the config has the original's four keys, dimension = heads * key_size", "[layers][mh_attention][config]") {
+  // The layer kiln follows computes m_iDimension = heads * key_size in __init__ and takes the window from
+  // the input's last dimension in build; the sequence length is not part of its config.
+  kiln::MHAttention block(16, 8, {{"name", "encoder"}});
+  Config config = block.get_config();
+  CHECK(config.get_int("key_size") == 16);
+  CHECK(config.get_int("heads") == 8);
+  CHECK(config.get_int("dimension") == 128);
+  CHECK(config.at("window").is_null());  // until built
+  const LayerCase c({random_input({2, 40, 4}, 1)});
+  run_layer(*block, c);
+  config = block.get_config();
+  CHECK(config.get_int("dimension") == 128);  // not the sequence length, 40
+  CHECK(config.get_int("window") == 4);
+  std::vector<std::string> keys = config.keys();
+  std::sort(keys.begin(), keys.end());
+  CHECK(keys == std::vector<std::string>{"dimension", "dtype", "heads", "key_size", "name", "trainable", "window"});
+
+  Config wrong = config;
+  wrong.set("dimension", 40);
+  CHECK_THROWS_AS(kiln::create_layer("Custom>MHAttention", wrong), kiln::ConfigError);
+  CHECK_THROWS_WITH(kiln::create_layer("Custom>MHAttention", wrong), Catch::Contains("heads * key_size = 128, got 40"));
+}
+
+TEST_CASE("MHAttention: one block takes any sequence length", "[layers][mh_attention]") {
+  kiln::MHAttention block(2, 2, {{"window", 3}, {"dtype", "float64"}});
+  REQUIRE(block.built());
+  for (const std::int64_t length : {1, 4, 9}) {
+    INFO("length " << length);
+    const LayerCase c({random_input({2, length, 3}, 11)});
+    const Array output = run_layer(*block, c)[0];
+    CHECK(output.shape() == Shape{2, length, 3});
+    CHECK(max_relative_difference(output, reference_block(*block, c.inputs[0], 2, 2)) <= 1e-10);
+  }
 }
 
 TEST_CASE("MHAttention: hand-checked output for fixed input and weights", "[layers][mh_attention][reference]") {
@@ -132,7 +164,7 @@ TEST_CASE("MHAttention: a config with the window builds at once, so weights load
 }
 
 TEST_CASE("MHAttention: a window other than the built one is a ShapeError naming the block", "[layers][mh_attention][errors]") {
-  kiln::MHAttention block(2, 2, {{"name", "encoder"}, {"window", 6}, {"dimension", 4}});
+  kiln::MHAttention block(2, 2, {{"name", "encoder"}, {"window", 6}, {"dimension", 4}});  // dimension = 2 * 2
   const kiln::Tensor x = kiln::Input({None, 4, 5});
   CHECK_THROWS_WITH(block(x), Catch::Contains("MHAttention 'encoder'") && Catch::Contains("(None, 4, 5)"));
   CHECK_THROWS_AS(kiln::MHAttention(0, 2), kiln::ConfigError);

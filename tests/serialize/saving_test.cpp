@@ -368,3 +368,48 @@ TEST_CASE("a file from a newer kiln is refused with a clear message", "[serializ
   REQUIRE_THROWS_WITH(load_model(dir.file("newer_record.kiln")),
                       Catch::Contains("weights section") && Catch::Contains("newer kiln"));
 }
+
+TEST_CASE("a kiln file from before config version 2 keeps MHAttention's old dimension, the sequence length",
+          "[serialize][saving][mh_attention]") {
+  using namespace kiln;
+  TempDir dir;
+  Tensor x = Input({None, 40, 4});
+  Model model(x, Dense(1)(GlobalAveragePooling1D()(MHAttention(16, 8, {{"name", "encoder"}})(x))));
+  model.save(dir.file("model.kiln"));
+  const Array data = random_input({3, 40, 4}, 9);
+  const Array expected = model.predict(data);
+
+  // The same file as kiln wrote it before: "dimension": 40 (the sequence length) and no config_version.
+  const std::string bytes = testing::read_bytes(dir.file("model.kiln"));
+  const detail::Container container = detail::read_container(bytes, "model");
+  std::vector<std::string> payloads;
+  for (const detail::Section& section : container.sections) {
+    Config payload = section.tag == "CONF" || section.tag == "META" ? parse_json(std::string(section.payload), "section")
+                                                                     : Config();
+    if (section.tag == "CONF") {
+      std::vector<Config> list = payload.at("config").get_list("layers");
+      for (Config& layer : list)
+        if (layer.get_string("class_name") == "MHAttention") {
+          Config inner = layer.at("config");
+          CHECK(inner.get_int("dimension") == 128);
+          inner.set("dimension", 40);
+          layer.set("config", inner);
+        }
+      Config inner = payload.at("config");
+      inner.set("layers", Config::list(list));
+      payload.set("config", inner);
+    }
+    if (section.tag == "META") payload.erase("config_version");
+    payloads.push_back(payload.is_null() ? std::string(section.payload) : to_json(payload, 0));
+  }
+  std::vector<detail::Section> sections;
+  for (std::size_t i = 0; i < payloads.size(); ++i) sections.push_back({container.sections[i].tag, payloads[i]});
+  testing::write_bytes(dir.file("old.kiln"), detail::write_container(sections));
+
+  const Model old = load_model(dir.file("old.kiln"));
+  CHECK(old.predict(data).bitwise_equal(expected));
+  CHECK(old.get_layer("encoder")->get_config().get_int("dimension") == 128);  // saved again, it has the new meaning
+  // The same config read as a current one is a mistake, not an old file.
+  Config current = read_model_config(dir.file("old.kiln"));
+  CHECK_THROWS_AS(model_from_config(current), ConfigError);
+}
