@@ -1,8 +1,12 @@
 // kiln::set_num_threads and the pool behind detail::parallel_for.
 //
-// The pool keeps get_num_threads() − 1 threads; the calling thread runs the first range itself. Between
-// jobs a pool thread spins briefly on the job counter (a training step runs kernels back to back, and a
-// futex wake-up costs more than a small kernel), then sleeps on a condition variable.
+// The pool keeps get_num_threads() − 1 threads. Callers on any number of threads share it: each job sits
+// in a slot of its own, its caller works through its ranges and the pool's threads take ranges from any
+// slot that has some left, so two Programs running at once on two threads both progress and neither waits
+// for the other (a caller never waits for the pool: it claims whatever ranges are left itself). Which
+// thread runs a range never changes the ranges, so results are bitwise the same for any mix of callers.
+// Between jobs a pool thread spins briefly on the job counter (a training step runs kernels back to back,
+// and a futex wake-up costs more than a small kernel), then sleeps on a condition variable.
 //
 // OpenBLAS is set to one thread for good: kiln splits large GEMMs over its own pool (ops/detail/gemm.cpp).
 // Two pools on the same cores fight: OpenBLAS 0.3.21's threads spin for up to 2^28 cycles after each GEMM
@@ -41,6 +45,57 @@ void cpu_relax() {
 // its ranges serially instead of waiting for the pool it is part of.
 thread_local bool inside_job = false;
 
+// One job at a time per slot. Its ticket packs the job's generation, its number of ranges and the next
+// range to claim into one word: a range is claimed by one compare-and-swap, which fails if the slot has
+// moved on to another job, so a thread that looked at an old job can never run a range of a new one.
+struct Slot {
+  static constexpr int range_bits = 16;
+  static constexpr std::uint64_t range_mask = (std::uint64_t{1} << range_bits) - 1;
+  static std::uint64_t ranges_of(std::uint64_t ticket) { return (ticket >> range_bits) & range_mask; }
+  static std::uint64_t next_of(std::uint64_t ticket) { return ticket & range_mask; }
+
+  std::atomic<bool> taken{false};      // a caller owns the slot
+  std::atomic<std::uint64_t> ticket{0};  // generation << 32 | ranges << 16 | next range
+  std::atomic<RangeFunction> function{nullptr};
+  std::atomic<const void*> body{nullptr};
+  std::atomic<std::int64_t> count{0};
+  std::atomic<int> done{0};  // ranges finished
+  std::mutex error_mutex;
+  std::exception_ptr error;
+
+  // The next unclaimed range of the current job into `range`; false when none is left.
+  bool claim(std::uint64_t& range, std::uint64_t& ranges) {
+    std::uint64_t seen = ticket.load(std::memory_order_acquire);
+    for (;;) {
+      ranges = ranges_of(seen);
+      range = next_of(seen);
+      if (range >= ranges) return false;
+      if (ticket.compare_exchange_weak(seen, seen + 1, std::memory_order_acq_rel, std::memory_order_acquire)) return true;
+    }
+  }
+
+  // Runs a claimed range; the job's fields stay put until every range is done.
+  void run(std::uint64_t range, std::uint64_t ranges) {
+    const std::int64_t total = count.load(std::memory_order_relaxed);
+    const auto r = static_cast<std::int64_t>(range), n = static_cast<std::int64_t>(ranges);
+    try {
+      function.load(std::memory_order_relaxed)(body.load(std::memory_order_relaxed), total * r / n, total * (r + 1) / n,
+                                               static_cast<int>(range));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+    }
+    done.fetch_add(1, std::memory_order_acq_rel);
+  }
+
+  // Claims and runs ranges until none is left; true if it ran any.
+  bool help() {
+    bool worked = false;
+    for (std::uint64_t range = 0, ranges = 0; claim(range, ranges); worked = true) run(range, ranges);
+    return worked;
+  }
+};
+
 class Pool {
  public:
   static Pool& instance() {
@@ -48,122 +103,125 @@ class Pool {
     return pool;
   }
 
-  ~Pool() { stop_threads(); }
+  ~Pool() {
+    std::lock_guard<std::mutex> lock(threads_mutex_);
+    stop_threads();
+  }
 
   int threads() const { return threads_.load(std::memory_order_relaxed); }
 
   void set_threads(int threads) {
-    threads = std::min<int>(threads, static_cast<int>(worker_mask));
-    std::lock_guard<std::mutex> run_lock(run_mutex_);
+    threads = std::min<int>(threads, static_cast<int>(Slot::range_mask));
+    std::lock_guard<std::mutex> lock(threads_mutex_);
     stop_threads();
     threads_.store(threads, std::memory_order_relaxed);
   }
 
   void run(std::int64_t count, int workers, RangeFunction function, const void* body) {
-    std::lock_guard<std::mutex> run_lock(run_mutex_);  // one job at a time (Programs on several threads)
-    start_threads(workers - 1);
-    function_ = function;
-    body_ = body;
-    count_ = count;
-    workers_ = workers;
-    error_ = nullptr;
-    remaining_.store(workers - 1, std::memory_order_relaxed);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      // The job's number and its worker count in one word, so a pool thread that wakes late reads the
-      // two together: it cannot take a newer job's count for an older job.
-      ++generation_;
-      job_.store(generation_ << worker_bits | static_cast<std::uint64_t>(workers), std::memory_order_release);
+    Slot* slot = take_slot();
+    if (slot == nullptr) {  // more callers at once than slots: this one runs its ranges itself, in order
+      for (int worker = 0; worker < workers; ++worker)
+        function(body, count * worker / workers, count * (worker + 1) / workers, worker);
+      return;
     }
-    wake_.notify_all();
+    start_threads(workers - 1);
+    slot->function.store(function, std::memory_order_relaxed);
+    slot->body.store(body, std::memory_order_relaxed);
+    slot->count.store(count, std::memory_order_relaxed);
+    slot->done.store(0, std::memory_order_relaxed);
+    slot->error = nullptr;
+    const std::uint64_t generation = (slot->ticket.load(std::memory_order_relaxed) >> 32) + 1;
+    slot->ticket.store(generation << 32 | static_cast<std::uint64_t>(workers) << Slot::range_bits,
+                       std::memory_order_release);
+    announce();
     inside_job = true;
-    run_range(0);
+    slot->help();
     inside_job = false;
-    for (int spins = 0; remaining_.load(std::memory_order_acquire) != 0; ++spins) {
+    for (int spins = 0; slot->done.load(std::memory_order_acquire) != workers; ++spins) {
       if (spins < 20000)
         cpu_relax();
       else
         std::this_thread::yield();
     }
-    if (error_) std::rethrow_exception(error_);
+    std::exception_ptr error = slot->error;
+    slot->taken.store(false, std::memory_order_release);
+    if (error) std::rethrow_exception(error);
   }
 
  private:
+  // Enough for every thread of a busy server to have a job in flight; a caller that finds none free
+  // still runs, on its own.
+  static constexpr int kSlots = 32;
+
   Pool() : threads_(std::max(1, openblas_get_num_threads())) { openblas_set_num_threads(1); }
 
-  void run_range(int worker) {
-    const std::int64_t begin = count_ * worker / workers_;
-    const std::int64_t end = count_ * (worker + 1) / workers_;
-    try {
-      function_(body_, begin, end, worker);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mutex_);
-      if (!error_) error_ = std::current_exception();
+  Slot* take_slot() {
+    for (Slot& slot : slots_)
+      if (!slot.taken.load(std::memory_order_relaxed) && !slot.taken.exchange(true, std::memory_order_acquire)) return &slot;
+    return nullptr;
+  }
+
+  // A new job: sleeping pool threads wake. (Both sides use seq_cst: either this sees a sleeper and wakes
+  // it, or the sleeper sees the new count and does not sleep.)
+  void announce() {
+    jobs_.fetch_add(1, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+      { std::lock_guard<std::mutex> lock(sleep_mutex_); }
+      wake_.notify_all();
     }
   }
 
-  // Pool thread `worker` (1-based: worker 0 is the caller). A thread takes part in a job when its number
-  // is below the job's worker count; the caller waits for exactly those, so the job's fields stay put
-  // until they are done.
-  void work(int worker, std::uint64_t seen) {
+  void work() {
     inside_job = true;
     for (;;) {
-      std::uint64_t job = seen;
-      for (int spins = 0; spins < 4000 && job == seen; ++spins) {
+      const std::uint64_t seen = jobs_.load(std::memory_order_seq_cst);
+      bool worked = false;
+      for (Slot& slot : slots_) worked = slot.help() || worked;
+      if (stopping_.load(std::memory_order_acquire)) return;
+      if (worked) continue;
+      bool changed = false;
+      for (int spins = 0; spins < 4000 && !changed; ++spins) {
         cpu_relax();
-        job = job_.load(std::memory_order_acquire);
+        changed = jobs_.load(std::memory_order_acquire) != seen || stopping_.load(std::memory_order_relaxed);
       }
-      if (job == seen) {
-        std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return stopping_ || job_.load(std::memory_order_acquire) != seen; });
-        if (stopping_) return;
-        job = job_.load(std::memory_order_acquire);
-      }
-      seen = job;
-      if (worker < static_cast<int>(job & worker_mask)) {
-        run_range(worker);
-        remaining_.fetch_sub(1, std::memory_order_acq_rel);
-      }
+      if (changed) continue;
+      std::unique_lock<std::mutex> lock(sleep_mutex_);
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      wake_.wait(lock, [&] { return stopping_.load() || jobs_.load(std::memory_order_seq_cst) != seen; });
+      sleepers_.fetch_sub(1, std::memory_order_seq_cst);
     }
   }
 
   void start_threads(int wanted) {
-    while (static_cast<int>(pool_.size()) < wanted) {
-      const int worker = static_cast<int>(pool_.size()) + 1;
-      // The job before the one about to start: the thread must not take that one for already seen.
-      const std::uint64_t seen = job_.load(std::memory_order_acquire);
-      pool_.emplace_back([this, worker, seen] { work(worker, seen); });
-    }
+    if (started_.load(std::memory_order_acquire) >= wanted) return;
+    std::lock_guard<std::mutex> lock(threads_mutex_);
+    while (static_cast<int>(pool_.size()) < wanted) pool_.emplace_back([this] { work(); });
+    started_.store(static_cast<int>(pool_.size()), std::memory_order_release);
   }
 
+  // Under threads_mutex_. Callers keep running meanwhile: they claim their own ranges.
   void stop_threads() {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
+      std::lock_guard<std::mutex> lock(sleep_mutex_);
+      stopping_.store(true, std::memory_order_release);
     }
     wake_.notify_all();
     for (std::thread& thread : pool_) thread.join();
     pool_.clear();
-    stopping_ = false;
+    started_.store(0, std::memory_order_release);
+    stopping_.store(false, std::memory_order_release);
   }
 
   std::atomic<int> threads_;
-  std::vector<std::thread> pool_;
-  std::mutex run_mutex_;
-  std::mutex mutex_;
+  Slot slots_[kSlots];
+  std::atomic<std::uint64_t> jobs_{0};  // jobs announced so far
+  std::atomic<int> sleepers_{0};
+  std::mutex sleep_mutex_;
   std::condition_variable wake_;
-  bool stopping_ = false;
-  static constexpr int worker_bits = 16;
-  static constexpr std::uint64_t worker_mask = (std::uint64_t{1} << worker_bits) - 1;
-  std::uint64_t generation_ = 0;    // under mutex_
-  std::atomic<std::uint64_t> job_{0};  // generation_ << worker_bits | the job's worker count
-  std::atomic<int> remaining_{0};
-  RangeFunction function_ = nullptr;
-  const void* body_ = nullptr;
-  std::int64_t count_ = 0;
-  int workers_ = 0;
-  std::mutex error_mutex_;
-  std::exception_ptr error_;
+  std::atomic<bool> stopping_{false};
+  std::mutex threads_mutex_;  // starting and stopping threads
+  std::vector<std::thread> pool_;
+  std::atomic<int> started_{0};
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdint>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "core/error.hpp"
@@ -80,4 +81,76 @@ TEST_CASE("set_num_threads refuses fewer than one thread", "[threads]") {
   REQUIRE_THROWS_AS(kiln::set_num_threads(0), kiln::ValueError);
   REQUIRE_THROWS_WITH(kiln::set_num_threads(-2), Catch::Contains("at least 1"));
   REQUIRE(kiln::get_num_threads() == keep.saved);
+}
+
+TEST_CASE("the pool takes jobs from several callers at once, each covered exactly once", "[threads][concurrency]") {
+  KeepThreads keep;
+  kiln::set_num_threads(2);
+  constexpr int callers = 6, rounds = 300;
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int caller = 0; caller < callers; ++caller)
+    threads.emplace_back([&, caller] {
+      for (int round = 0; round < rounds; ++round) {
+        const std::int64_t count = 1 + (caller * 131 + round * 17) % 500;
+        std::vector<int> hits(static_cast<std::size_t>(count), 0);
+        std::atomic<int> ranges{0};
+        kiln::detail::parallel_for(count, 8, [&](std::int64_t begin, std::int64_t end, int worker) {
+          ranges++;
+          // The ranges are a function of (count, workers) alone, whichever thread runs them.
+          const int workers = kiln::detail::parallel_workers(count, 8);
+          if (begin != count * worker / workers || end != count * (worker + 1) / workers) wrong++;
+          for (std::int64_t i = begin; i < end; ++i) hits[static_cast<std::size_t>(i)]++;
+        });
+        for (int hit : hits)
+          if (hit != 1) wrong++;
+        if (ranges != kiln::detail::parallel_workers(count, 8)) wrong++;
+      }
+    });
+  for (std::thread& thread : threads) thread.join();
+  REQUIRE(wrong == 0);
+}
+
+TEST_CASE("a caller whose job is slow does not hold up another caller's job", "[threads][concurrency]") {
+  KeepThreads keep;
+  kiln::set_num_threads(2);
+  std::atomic<bool> release{false}, quick_done{false};
+  // The slow job's ranges wait until the quick job has finished: with one job at a time, this deadlocks.
+  std::thread slow([&] {
+    kiln::detail::parallel_for(2, 2, [&](std::int64_t, std::int64_t, int) {
+      while (!release.load()) std::this_thread::yield();
+    });
+  });
+  std::thread quick([&] {
+    std::atomic<std::int64_t> total{0};
+    kiln::detail::parallel_for(1000, 2, [&](std::int64_t begin, std::int64_t end, int) {
+      for (std::int64_t i = begin; i < end; ++i) total += i;
+    });
+    quick_done = total == 499500;
+    release = true;
+  });
+  quick.join();
+  slow.join();
+  REQUIRE(quick_done);
+}
+
+TEST_CASE("set_num_threads while other threads run jobs neither loses a range nor hangs", "[threads][concurrency]") {
+  KeepThreads keep;
+  std::atomic<bool> stop{false};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int caller = 0; caller < 3; ++caller)
+    threads.emplace_back([&] {
+      while (!stop.load()) {
+        std::atomic<std::int64_t> total{0};
+        kiln::detail::parallel_for(100, 4, [&](std::int64_t begin, std::int64_t end, int) {
+          for (std::int64_t i = begin; i < end; ++i) total += i;
+        });
+        if (total != 4950) wrong++;
+      }
+    });
+  for (int change = 0; change < 50; ++change) kiln::set_num_threads(1 + change % 3);
+  stop = true;
+  for (std::thread& thread : threads) thread.join();
+  REQUIRE(wrong == 0);
 }
