@@ -4,6 +4,9 @@
 //
 //   <bench> --workload NAME --mode forward|train_step --threads N [--seq T] [--iters N] [--warmup N]
 //           [--min-time S] [--max-time S] [--min-iters N] [--max-iters N]
+//   <bench> --workload NAME --mode forward --threads N --callers C [--share one|each]
+//                             C threads predict at once, each step every caller runs one forward: on one
+//                             shared model (one), or each on a model of its own (each); kiln and libtorch alike
 //   <bench> --list            workload names, one a line, with their modes
 //   <bench>                   every workload and mode, each in a fresh process (this binary again)
 //
@@ -18,6 +21,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +29,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 extern char** environ;
@@ -66,6 +71,8 @@ struct Args {
   bool check = false;        // torch_bench only
   std::string api = "keras";  // kiln_bench only: keras (predict / train_on_batch) or program
   bool sgemm = false;         // kiln_bench only: time the workload's GEMMs with raw OpenBLAS
+  int callers = 1;            // threads running the forward at once
+  std::string share = "one";  // with callers > 1: one model for all callers, or one each
   std::vector<std::string> passthrough;  // timing flags, handed to child processes in run-all mode
 };
 
@@ -116,9 +123,14 @@ inline Args parse_args(int argc, char** argv, bool is_torch) {
     else if (flag == "--check" && is_torch) a.check = true;
     else if (flag == "--api" && !is_torch) a.api = value(i), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
     else if (flag == "--sgemm" && !is_torch) a.sgemm = true, a.passthrough.push_back(flag);
+    else if (flag == "--callers") a.callers = integer(i, 1);
+    else if (flag == "--share") a.share = value(i);
     else usage_error(program, "unknown argument '" + flag + "'");
   }
   if (a.api != "keras" && a.api != "program") usage_error(program, "--api must be keras or program");
+  if (a.share != "one" && a.share != "each") usage_error(program, "--share must be one or each");
+  if (a.callers > 1 && (a.mode != "forward" || a.sgemm || a.api != "keras"))
+    usage_error(program, "--callers takes --mode forward (through predict)");
   if (!a.workload.empty()) {
     const WorkloadInfo* w = find_workload(a.workload);
     if (w == nullptr) usage_error(program, "unknown workload '" + a.workload + "' (see --list)");
@@ -212,9 +224,49 @@ inline void print_json(const char* impl, const Args& a, const Timing& t, double 
   std::printf("{\"impl\":\"%s\",\"workload\":\"%s\",\"mode\":\"%s\",\"threads\":%d,", impl, a.workload.c_str(), a.mode.c_str(),
               a.threads);
   if (find_workload(a.workload)->has_seq) std::printf("\"seq\":%d,", a.seq);
+  if (a.callers > 1) std::printf("\"callers\":%d,\"share\":\"%s\",", a.callers, a.share.c_str());
   std::printf("\"ms_median\":%.4f,\"ms_min\":%.4f,\"iters\":%d,\"peak_rss_mb\":%.1f,\"baseline_rss_mb\":%.1f%s}\n", t.median_ms,
               t.min_ms, t.iters, peak_mb, baseline_mb, extra.c_str());
   std::fflush(stdout);
 }
+
+// `callers` threads that each run work(caller) once per step(), at the same time: caller 0 on the thread
+// that calls step(), the others on threads of their own that wait, spinning, between steps. A step ends
+// when every caller is done.
+class Callers {
+ public:
+  Callers(int callers, std::function<void(int)> work) : work_(std::move(work)) {
+    for (int caller = 1; caller < callers; ++caller)
+      threads_.emplace_back([this, caller] {
+        for (std::uint64_t seen = 0;;) {
+          std::uint64_t now;
+          while ((now = generation_.load(std::memory_order_acquire)) == seen) std::this_thread::yield();
+          if (stopping_.load()) return;
+          seen = now;
+          work_(caller);
+          remaining_.fetch_sub(1, std::memory_order_acq_rel);
+        }
+      });
+  }
+  ~Callers() {
+    stopping_ = true;
+    generation_.fetch_add(1);
+    for (std::thread& thread : threads_) thread.join();
+  }
+
+  void step() {
+    remaining_.store(static_cast<int>(threads_.size()), std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+    work_(0);
+    while (remaining_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  }
+
+ private:
+  std::function<void(int)> work_;
+  std::vector<std::thread> threads_;
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<int> remaining_{0};
+  std::atomic<bool> stopping_{false};
+};
 
 }  // namespace bench

@@ -8,6 +8,9 @@
 // the same graphs through a kiln::Program built by hand instead (what predict and train_on_batch run
 // underneath), to show what the Keras-style calls cost on top.
 //
+// --callers C runs the forward on C threads at once, on one model (--share one) or a model each (--share
+// each): one step is every caller's predict; kiln's predict is safe to call concurrently.
+//
 // --sgemm times, with raw cblas_sgemm into preallocated buffers, exactly the GEMMs (shapes, transposes,
 // batch counts) the workload's forward or train step performs, and prints them as impl "openblas_sgemm":
 // its ms over an implementation's ms is that implementation's fraction of OpenBLAS's own sgemm
@@ -235,6 +238,17 @@ int main(int argc, char** argv) {
     if (args.api == "program") {
       ProgramStep step(w, training);
       t = bench::time_steps(args, [&] { step.run(w); });
+    } else if (args.callers > 1) {
+      // Each caller predicts on the shared model, or on a model of its own (the same weights: they come
+      // from the layer names).
+      std::vector<Workload> own;
+      if (args.share == "each")
+        for (int caller = 1; caller < args.callers; ++caller) own.push_back(make_workload(args.workload, args.seq));
+      bench::Callers callers(args.callers, [&](int caller) {
+        Workload& mine = caller == 0 || own.empty() ? w : own[static_cast<std::size_t>(caller - 1)];
+        mine.model.predict(mine.x, batch);
+      });
+      t = bench::time_steps(args, [&] { callers.step(); });
     } else if (training) {
       w.model.compile(w.optimizer, "mse");
       t = bench::time_steps(args, [&] { w.model.train_on_batch(w.x, w.y); });

@@ -281,7 +281,20 @@ int main(int argc, char** argv) {
     const double baseline = bench::status_mb("VmRSS");
     Workload w = make_workload(args.workload, args.seq);
     bench::Timing t;
-    if (args.mode == "forward") {
+    if (args.mode == "forward" && args.callers > 1) {
+      // NoGradGuard is per thread: each caller sets its own.
+      std::vector<Workload> own;
+      if (args.share == "each")
+        for (int caller = 1; caller < args.callers; ++caller) own.push_back(make_workload(args.workload, args.seq));
+      w.module->eval();
+      for (Workload& other : own) other.module->eval();
+      bench::Callers callers(args.callers, [&](int caller) {
+        torch::NoGradGuard no_grad;
+        Workload& mine = caller == 0 || own.empty() ? w : own[static_cast<std::size_t>(caller - 1)];
+        (void)mine.forward(mine.x);
+      });
+      t = bench::time_steps(args, [&] { callers.step(); });
+    } else if (args.mode == "forward") {
       w.module->eval();
       torch::NoGradGuard no_grad;
       t = bench::time_steps(args, [&] { (void)w.forward(w.x); });

@@ -29,7 +29,10 @@ void check_update(const Graph& graph, const Update& update) {
 }  // namespace
 
 Program::Program(Graph& graph, std::vector<Tensor> fetches, std::vector<Update> updates)
-    : graph_(&graph), fetches_(std::move(fetches)), updates_(std::move(updates)) {
+    : graph_(&graph),
+      fetches_(std::move(fetches)),
+      updates_(std::move(updates)),
+      running_(std::make_unique<std::atomic<bool>>(false)) {
   std::vector<NodeId> roots;
   for (const Tensor& fetch : fetches_) {
     if (!fetch.valid() || &fetch.graph() != graph_) throw Error("Program: a fetch belongs to another graph, or is empty");
@@ -85,14 +88,49 @@ std::int64_t Program::fed_batch_size() const {
   return batch;
 }
 
+namespace {
+// Plans kept per Program: predict with many row counts makes a plan per tail size, which would otherwise
+// pile up for as long as the program lives.
+constexpr std::size_t kMaxPlans = 16;
+
+// Marks a Program as running for the length of one run.
+class RunningFlag {
+ public:
+  explicit RunningFlag(std::atomic<bool>& flag) : flag_(flag) {
+    if (flag_.exchange(true, std::memory_order_acquire))
+      throw LayerStateError("Program::run: this Program is already running on another thread; give each thread "
+                            "a Program of its own (several Programs over one graph may run at once)");
+  }
+  ~RunningFlag() { flag_.store(false, std::memory_order_release); }
+  RunningFlag(const RunningFlag&) = delete;
+  RunningFlag& operator=(const RunningFlag&) = delete;
+
+ private:
+  std::atomic<bool>& flag_;
+};
+}  // namespace
+
+bool Program::has_plan(std::int64_t batch_size) const {
+  return std::any_of(plans_.begin(), plans_.end(), [&](const auto& plan) { return plan->batch_size == batch_size; });
+}
+
+// The plan for this batch size, moved to the back as the most recently used.
 detail::Plan& Program::plan_for(std::int64_t batch_size) {
-  for (auto& plan : plans_)
-    if (plan->batch_size == batch_size) return *plan;
+  const auto found = std::find_if(plans_.begin(), plans_.end(), [&](const auto& plan) { return plan->batch_size == batch_size; });
+  if (found != plans_.end()) {
+    std::rotate(found, found + 1, plans_.end());
+    return *plans_.back();
+  }
   plans_.push_back(detail::make_plan(*graph_, needed_, fetches_, updates_, batch_size));
+  if (plans_.size() > kMaxPlans) {
+    if (plans_.front().get() == last_) last_ = nullptr;
+    plans_.erase(plans_.begin());
+  }
   return *plans_.back();
 }
 
 void Program::run() {
+  const RunningFlag running(*running_);
   detail::Plan& plan = plan_for(fed_batch_size());
   for (std::size_t i = 0; i < placeholders_.size(); ++i)
     plan.data[static_cast<std::size_t>(placeholders_[i])] = const_cast<void*>(fed_[i].raw());

@@ -5,6 +5,7 @@
 // Planning (core/planner.cpp): keep the nodes the fetches and updates need, compute every buffer's
 // lifetime, let elementwise ops overwrite an input that nobody reads later, turn reshapes into
 // aliases, and place every buffer at an offset of one arena (a freed range is reused).
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -45,9 +46,15 @@ class Program {
   // Binds data to a placeholder for the next run. The array is not copied: keep it alive and unchanged
   // until run() returns. Throws ShapeError/DTypeError when it does not fit the placeholder.
   void feed(const Tensor& placeholder, const Array& value);
-  // Runs one step. The first run at a new batch size plans (and allocates); later ones do not.
-  // Throws ValueError if a needed placeholder was not fed or the fed batch sizes disagree or are 0.
+  // Runs one step. The first run at a new batch size plans (and allocates); later ones do not. The plans
+  // of the 16 batch sizes used last are kept. Throws ValueError if a needed placeholder was not fed or the
+  // fed batch sizes disagree or are 0.
+  //
+  // One Program is one caller's: several Programs over one graph may run at once on several threads (the
+  // graph and its variables are only read, unless a program updates them), but one Program must not;
+  // a run that finds its Program already running throws LayerStateError.
   void run();
+  bool has_plan(std::int64_t batch_size) const;  // planned already: running it allocates nothing
 
   // The value a fetch had in the last run, copied out.
   Array fetch(const Tensor& tensor) const;
@@ -74,9 +81,10 @@ class Program {
   std::vector<NodeId> needed_;        // in topological order
   std::vector<NodeId> placeholders_;  // needed placeholders
   std::vector<Array> fed_;            // parallel to placeholders_
-  std::vector<std::unique_ptr<detail::Plan>> plans_;
+  std::vector<std::unique_ptr<detail::Plan>> plans_;  // least recently used first
   detail::Plan* last_ = nullptr;
   std::uint64_t step_ = 0;
+  std::unique_ptr<std::atomic<bool>> running_;  // (behind a pointer: Program moves, atomics do not)
 };
 
 }  // namespace kiln

@@ -6,9 +6,11 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "core/error.hpp"
 #include "core/graph.hpp"
+#include "core/detail/program_pool.hpp"
 #include "core/program.hpp"
 #include "layers/detail/replay.hpp"
 
@@ -112,10 +114,49 @@ Tensor import_tensor(const Tensor& tensor, Graph& graph) {
 struct ModelBase::Inference {
   Graph graph;
   std::vector<Tensor> inputs, outputs;
-  std::unique_ptr<Program> program;
+  std::unique_ptr<detail::ProgramPool> programs;  // one Program per concurrent caller
 };
 
-ModelBase::ModelBase(const Config& config, std::string class_name) : Layer(config, std::move(class_name)) {}
+struct ModelBase::Usage {
+  std::mutex mutex;
+  int inferring = 0;
+  int training = 0;  // nested on the trainer's thread
+  std::thread::id trainer;
+};
+
+ModelBase::ModelBase(const Config& config, std::string class_name)
+    : Layer(config, std::move(class_name)), usage_(std::make_shared<Usage>()) {}
+
+ModelBase::Use ModelBase::use_for_inference(const std::string& what) const {
+  std::lock_guard<std::mutex> lock(usage_->mutex);
+  if (usage_->training > 0 && usage_->trainer != std::this_thread::get_id())
+    throw LayerStateError(describe() + "." + what + ": the model is training on another thread; predict and evaluate "
+                          "with it once fit returns (or with a copy: load_model of a checkpoint)");
+  ++usage_->inferring;
+  return Use(this, false);
+}
+
+ModelBase::Use ModelBase::use_for_training(const std::string& what) const {
+  std::lock_guard<std::mutex> lock(usage_->mutex);
+  const bool trainer_here = usage_->training > 0 && usage_->trainer == std::this_thread::get_id();
+  if (usage_->training > 0 && !trainer_here)
+    throw LayerStateError(describe() + "." + what + ": the model is already training on another thread");
+  if (usage_->inferring > 0 && !trainer_here)
+    throw LayerStateError(describe() + "." + what + ": " + std::to_string(usage_->inferring) +
+                          " predict or evaluate call(s) are running with this model on other threads; training "
+                          "would change the weights they read (start it once they return)");
+  ++usage_->training;
+  usage_->trainer = std::this_thread::get_id();
+  return Use(this, true);
+}
+
+ModelBase::Use::~Use() {
+  if (!model_) return;
+  Usage& usage = *model_->usage_;
+  std::lock_guard<std::mutex> lock(usage.mutex);
+  if (training_) --usage.training;
+  else --usage.inferring;
+}
 
 std::pair<std::size_t, std::size_t> ModelBase::input_count() const {
   if (input_nodes_.empty()) return {1, 1};
@@ -126,6 +167,7 @@ void ModelBase::clear_record() {
   nodes_.clear();
   input_nodes_.clear();
   outputs_.clear();
+  std::lock_guard<std::mutex> lock(inference_mutex_);
   inference_.reset();
 }
 
@@ -305,6 +347,9 @@ bool ModelBase::linear() const {
 // ---- ModelBase: running --------------------------------------------------------------------------------------
 
 std::vector<Tensor> ModelBase::apply(const std::vector<Tensor>& inputs, bool training) const {
+  // Layers name themselves and count their calls as they are called: two replays at once (the first
+  // predict and the first evaluate on two threads) take turns.
+  std::lock_guard<std::mutex> lock(apply_mutex_);
   if (inputs.size() != input_nodes_.size())
     throw ValueError(describe() + " takes " + std::to_string(input_nodes_.size()) + " inputs, got " +
                      std::to_string(inputs.size()));
@@ -342,7 +387,8 @@ std::vector<Tensor> ModelBase::call(const std::vector<Tensor>& inputs, const Cal
   return apply(inputs, args.training());
 }
 
-ModelBase::Inference& ModelBase::inference() {
+std::shared_ptr<ModelBase::Inference> ModelBase::inference() {
+  std::lock_guard<std::mutex> lock(inference_mutex_);
   if (!inference_) {
     auto inference = std::make_shared<Inference>();
     for (int index : input_nodes_) {
@@ -350,10 +396,10 @@ ModelBase::Inference& ModelBase::inference() {
       inference->inputs.push_back(inference->graph.placeholder(input_layer.batch_shape(), input_layer.dtype(), input_layer.name()));
     }
     inference->outputs = apply(inference->inputs, /*training=*/false);
-    inference->program = std::make_unique<Program>(inference->graph, inference->outputs);
+    inference->programs = std::make_unique<detail::ProgramPool>(inference->graph, inference->outputs);
     inference_ = inference;
   }
-  return *inference_;
+  return inference_;  // a caller's copy keeps it alive if the model is rebuilt meanwhile
 }
 
 // The arrays predict was given, checked against the inputs (same rows, fitting shapes) and converted
@@ -395,10 +441,13 @@ std::vector<Array> ModelBase::predict(const std::vector<Array>& given, std::int6
   if (batch_size <= 0) throw ValueError(describe() + ": predict batch_size must be positive, got " + std::to_string(batch_size));
   if (!built() || input_nodes_.empty())
     throw LayerStateError(describe() + " is not built; call it on a tensor, give it an Input, or build it first");
-  Inference& run = inference();
+  const Use use = use_for_inference("predict");
+  const std::shared_ptr<Inference> inference_graph = inference();
+  const Inference& run = *inference_graph;
   const std::vector<Array> inputs = predict_inputs(given, run.inputs);
   const std::int64_t rows = inputs[0].shape()[0];
   check_stackable(run.outputs, rows, batch_size);
+  const detail::ProgramPool::Lease program = run.programs->lease(std::min(batch_size, rows));
 
   std::vector<Array> results(run.outputs.size());
   for (std::size_t o = 0; o < results.size(); ++o) {  // what zero rows give; real batches reallocate below
@@ -409,10 +458,10 @@ std::vector<Array> ModelBase::predict(const std::vector<Array>& given, std::int6
   }
   for (std::int64_t start = 0; start < rows; start += batch_size) {
     const std::int64_t count = std::min(batch_size, rows - start);
-    for (std::size_t i = 0; i < inputs.size(); ++i) run.program->feed(run.inputs[i], inputs[i].rows(start, count));
-    run.program->run();
+    for (std::size_t i = 0; i < inputs.size(); ++i) program->feed(run.inputs[i], inputs[i].rows(start, count));
+    program->run();
     for (std::size_t o = 0; o < results.size(); ++o) {
-      const Array batch = run.program->view(run.outputs[o]);
+      const Array batch = program->view(run.outputs[o]);
       if (start == 0) {
         std::vector<std::int64_t> dims = batch.shape().dims();
         dims[0] = rows;

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -79,11 +80,36 @@ class ModelBase : public Layer {
   void summary() const;  // to stdout
 
   // Runs the model in inference mode on concrete data, in batches. Arrays of another dtype are converted.
+  // Safe to call from several threads at once: each call runs a Program of its own over one shared
+  // inference graph (planned once per batch size and kept for the next caller), so calls run
+  // concurrently and give, bitwise, what a single-threaded call gives. While fit runs on another thread,
+  // predict is refused with LayerStateError (see use_for_inference).
   std::vector<Array> predict(const std::vector<Array>& inputs, std::int64_t batch_size = 32);
   Array predict(const Array& input, std::int64_t batch_size = 32);
 
   // Replays the model's calls in the graph of `inputs` (which may differ from the one it was made in).
+  // Replays on several threads take turns.
   std::vector<Tensor> apply(const std::vector<Tensor>& inputs, bool training) const;
+
+  // Who uses the model now. Any number of inference calls (predict, evaluate, test_on_batch) may run at
+  // once on any threads; a training call (fit, train_on_batch, compile) takes the model alone, though its
+  // own thread may still run inference (a callback's predict). The combinations that would race are
+  // refused with LayerStateError naming the model and `what`: inference while another thread trains,
+  // training while another thread runs inference or trains. A Use lasts until it is destroyed.
+  class Use {
+   public:
+    Use(Use&& other) noexcept : model_(other.model_), training_(other.training_) { other.model_ = nullptr; }
+    Use& operator=(Use&&) = delete;
+    ~Use();
+
+   private:
+    friend class ModelBase;
+    Use(const ModelBase* model, bool training) : model_(model), training_(training) {}
+    const ModelBase* model_;
+    bool training_;
+  };
+  Use use_for_inference(const std::string& what) const;
+  Use use_for_training(const std::string& what) const;
 
   // Where train/ keeps what compile() made (optimizer, loss, training graphs), so every handle to this
   // model sees it. layers/ never looks inside.
@@ -110,10 +136,14 @@ class ModelBase : public Layer {
 
  private:
   struct Inference;
-  Inference& inference();  // the inference graph and program, made on first use
+  struct Usage;
+  std::shared_ptr<Inference> inference();  // the inference graph and its programs, made on first use
   std::vector<Array> predict_inputs(const std::vector<Array>& given, const std::vector<Tensor>& placeholders) const;
   void check_stackable(const std::vector<Tensor>& outputs, std::int64_t rows, std::int64_t batch_size) const;
-  std::shared_ptr<Inference> inference_;
+  std::shared_ptr<Inference> inference_;  // under inference_mutex_
+  std::mutex inference_mutex_;
+  mutable std::mutex apply_mutex_;
+  std::shared_ptr<Usage> usage_;
   std::shared_ptr<void> compiled_state_;
 };
 

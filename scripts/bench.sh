@@ -102,6 +102,28 @@ if [ -n "$have_peer" ]; then
 fi
 started=$(date +%s)
 
+# awk functions the two tables share: a JSON field, the median of a list, a ratio, a percentage.
+awk_lib='
+function field(line, key,    m) {
+  if (match(line, "\"" key "\":\"?[^,}\"]*")) {
+    m = substr(line, RSTART, RLENGTH)
+    sub("^\"" key "\":\"?", "", m)
+    return m
+  }
+  return ""
+}
+function median(list,    n, v, i, j, t) {
+  n = split(list, v, " ")
+  if (n == 0) return ""
+  for (i = 1; i <= n; ++i) v[i] += 0
+  for (i = 2; i <= n; ++i) for (j = i; j > 1 && v[j - 1] > v[j]; --j) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+  return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+}
+function ratio(a, b) { return (a == "" || b == "" || b + 0 == 0) ? "-" : sprintf("%.2f", a / b) }
+function pct(a, b) { return (a == "" || b == "" || b + 0 == 0) ? "-" : sprintf("%.0f%%", 100 * a / b) }
+function num(v, fmt) { return v == "" ? "-" : sprintf(fmt, v) }
+'
+
 for threads in $threads_list; do
   while read -r workload mode seq; do
     seqargs=()
@@ -122,28 +144,26 @@ for threads in $threads_list; do
     printf "." >&2
   done <<<"$rows"
 done
+
+# Two threads predicting at once (1 kiln or libtorch thread each): on one model, and each on a model of its
+# own. kiln's predict is safe to call concurrently; "one/two" near 1 says a shared model costs nothing.
+concurrent="$build/bench/concurrent.jsonl"
+: >"$concurrent"
+concurrent_rows="mql5_block"
+[ -z "$quick" ] && concurrent_rows="mql5_block seed_mha"
+for workload in $concurrent_rows; do
+  common=(--workload "$workload" --mode forward --threads 1 --callers 2 "${timing[@]}")
+  for ((round = 1; round <= rounds; ++round)); do
+    results="$concurrent" measure "$kiln" "${common[@]}" --share one
+    results="$concurrent" measure "$kiln" "${common[@]}" --share each
+    if [ -n "$have_peer" ]; then results="$concurrent" measure "${peer[@]}" "${common[@]}" --share one; fi
+  done
+  printf "." >&2
+done
 echo >&2
 elapsed=$(($(date +%s) - started))
 
-awk -v have_peer="$have_peer" '
-function field(line, key,    m) {
-  if (match(line, "\"" key "\":\"?[^,}\"]*")) {
-    m = substr(line, RSTART, RLENGTH)
-    sub("^\"" key "\":\"?", "", m)
-    return m
-  }
-  return ""
-}
-function median(list,    n, v, i, j, t) {
-  n = split(list, v, " ")
-  if (n == 0) return ""
-  for (i = 1; i <= n; ++i) v[i] += 0
-  for (i = 2; i <= n; ++i) for (j = i; j > 1 && v[j - 1] > v[j]; --j) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
-  return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-}
-function ratio(a, b) { return (a == "" || b == "" || b + 0 == 0) ? "-" : sprintf("%.2f", a / b) }
-function pct(a, b) { return (a == "" || b == "" || b + 0 == 0) ? "-" : sprintf("%.0f%%", 100 * a / b) }
-function num(v, fmt) { return v == "" ? "-" : sprintf(fmt, v) }
+awk -v have_peer="$have_peer" "$awk_lib"'
 {
   seq = field($0, "seq"); if (seq == "") seq = "-"
   key = field($0, "workload") SUBSEP field($0, "mode") SUBSEP field($0, "threads") SUBSEP seq
@@ -169,6 +189,22 @@ END {
 
 echo "times: median over rounds of each process's median step (ms); peak: VmHWM above the RSS before the"
 echo "workload was built (MB); k/t = kiln / libtorch; %sgemm = raw OpenBLAS time for the same GEMMs / impl time."
+echo
+awk "$awk_lib"'
+{
+  key = field($0, "workload")
+  if (!(key in seen)) { seen[key] = 1; order[++count] = key }
+  ms[key, field($0, "impl") "/" field($0, "share")] = ms[key, field($0, "impl") "/" field($0, "share")] " " field($0, "ms_median")
+}
+END {
+  printf "two threads predicting at once, 1 thread each (forward; ms until both are done)\n"
+  printf "%-10s | %9s %9s %8s | %9s %6s\n", "workload", "one model", "two", "one/two", "torch one", "k/t"
+  for (i = 1; i <= count; ++i) {
+    key = order[i]
+    one = median(ms[key, "kiln/one"]); two = median(ms[key, "kiln/each"]); t = median(ms[key, "libtorch/one"])
+    printf "%-10s | %9s %9s %8s | %9s %6s\n", key, num(one, "%.2f"), num(two, "%.2f"), ratio(one, two), num(t, "%.2f"), ratio(one, t)
+  }
+}' "$concurrent"
 echo "took ${elapsed}s; load average at end: $(cut -d' ' -f1-3 /proc/loadavg); JSON lines: $results"
 if [ -z "$have_peer" ]; then
   echo "The libtorch peer is not built, so only kiln (and OpenBLAS) ran: install it with \`make install-peer\`"

@@ -25,25 +25,32 @@ Trainer& trainer_of(ModelBase& model) {
 
 Optimizer& optimizer_of(ModelBase& model) { return trainer_of(model).optimizer(); }
 
+// compile replaces the trainer that evaluate calls on other threads would be using: it takes the model
+// alone, as fit does.
 void compile_model(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> losses, std::vector<Metric> metrics) {
   if (!model.built())
     throw LayerStateError(model.describe() + " is not built; give it an Input or build it before compile");
+  const ModelBase::Use use = model.use_for_training("compile");
   model.compiled_state() = std::make_shared<Trainer>(model, std::move(optimizer), std::move(losses), std::move(metrics));
 }
 
 History fit_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y, const FitOptions& options) {
+  const ModelBase::Use use = model.use_for_training("fit");
   return trainer_of(model).fit(x, y, options);
 }
 
 Logs evaluate_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size) {
+  const ModelBase::Use use = model.use_for_inference("evaluate");
   return trainer_of(model).evaluate(x, y, batch_size);
 }
 
 Logs train_model_on_batch(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y) {
+  const ModelBase::Use use = model.use_for_training("train_on_batch");
   return trainer_of(model).train_on_batch(x, y);
 }
 
 Logs test_model_on_batch(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y) {
+  const ModelBase::Use use = model.use_for_inference("test_on_batch");
   return trainer_of(model).test_on_batch(x, y);
 }
 

@@ -10,6 +10,7 @@
 #include "core/autodiff.hpp"
 #include "core/error.hpp"
 #include "core/graph.hpp"
+#include "core/detail/program_pool.hpp"
 #include "core/program.hpp"
 #include "core/rng.hpp"
 #include "layers/model.hpp"
@@ -27,7 +28,7 @@ struct Trainer::Step {
   std::vector<std::string> names;  // "loss", then the metrics, as they appear in logs
   std::vector<Tensor> values;      // () tensors, parallel to names
   std::vector<Shape> target_rows;  // the row shapes of y this step was made for
-  std::unique_ptr<Program> program;
+  std::unique_ptr<detail::ProgramPool> programs;
   bool training = false;
 };
 
@@ -121,8 +122,8 @@ void Trainer::check_data(std::vector<Array>& x, std::vector<Array>& y, const std
 
 // ---- steps ------------------------------------------------------------------------------------------------------
 
-std::unique_ptr<Trainer::Step> Trainer::make_step(const std::vector<Array>& x, const std::vector<Array>& y, bool training) {
-  auto step = std::make_unique<Step>();
+std::shared_ptr<Trainer::Step> Trainer::make_step(const std::vector<Array>& x, const std::vector<Array>& y, bool training) {
+  auto step = std::make_shared<Step>();
   step->training = training;
   for (const Array& input : x) step->inputs.push_back(step->graph.placeholder(with_unknown_batch(row_shape(input)), input.dtype(), "x"));
   const std::vector<Tensor> outputs = model_.apply(step->inputs, training);
@@ -162,33 +163,35 @@ std::unique_ptr<Trainer::Step> Trainer::make_step(const std::vector<Array>& x, c
     const std::vector<Tensor> grads = gradients(total, weights, options);
     updates = optimizer_->build_updates(step->graph, weights, grads, paths);
   }
-  step->program = std::make_unique<Program>(step->graph, step->values, updates);
+  step->programs = std::make_unique<detail::ProgramPool>(step->graph, step->values, updates);
   return step;
 }
 
-Trainer::Step& Trainer::step_for(const std::vector<Array>& x, const std::vector<Array>& y, bool training) {
-  std::unique_ptr<Step>& step = training ? training_ : evaluation_;
+std::shared_ptr<Trainer::Step> Trainer::step_for(const std::vector<Array>& x, const std::vector<Array>& y, bool training) {
+  std::lock_guard<std::mutex> lock(steps_mutex_);
+  std::shared_ptr<Step>& step = training ? training_ : evaluation_;
   bool fits = step != nullptr;
   for (std::size_t k = 0; fits && k < y.size(); ++k) fits = step->target_rows[k] == row_shape(y[k]);
   for (std::size_t i = 0; fits && i < x.size(); ++i) fits = step->inputs[i].dtype() == x[i].dtype();
   if (!fits) step = make_step(x, y, training);
-  return *step;
+  return step;
 }
 
-void Trainer::run_batch(Step& step, const std::vector<Array>& x, const std::vector<Array>& y, std::vector<double>& sums) {
-  for (std::size_t i = 0; i < x.size(); ++i) step.program->feed(step.inputs[i], x[i]);
-  for (std::size_t k = 0; k < y.size(); ++k) step.program->feed(step.targets[k], y[k]);
+void Trainer::run_batch(const Step& step, Program& program, const std::vector<Array>& x, const std::vector<Array>& y,
+                        std::vector<double>& sums) {
+  for (std::size_t i = 0; i < x.size(); ++i) program.feed(step.inputs[i], x[i]);
+  for (std::size_t k = 0; k < y.size(); ++k) program.feed(step.targets[k], y[k]);
   if (step.training) {
     optimizer_->prepare_step();
     // Per-step randomness (dropout) is keyed by the optimizer's iteration count, which is saved with
     // the optimizer, so a resumed run draws the masks the uninterrupted run would have drawn.
-    step.program->set_step(static_cast<std::uint64_t>(optimizer_->iterations()));
+    program.set_step(static_cast<std::uint64_t>(optimizer_->iterations()));
   }
-  step.program->run();
+  program.run();
   if (step.training) optimizer_->finish_step();
   const double rows = static_cast<double>(x[0].shape()[0]);
   sums.resize(step.values.size(), 0.0);
-  for (std::size_t v = 0; v < step.values.size(); ++v) sums[v] += step.program->scalar(step.values[v]) * rows;
+  for (std::size_t v = 0; v < step.values.size(); ++v) sums[v] += program.scalar(step.values[v]) * rows;
 }
 
 Logs Trainer::means(const Step& step, const std::vector<double>& sums, std::int64_t rows) const {
@@ -207,9 +210,10 @@ Logs Trainer::one_batch(const std::vector<Array>& x_given, const std::vector<Arr
   std::vector<Array> x = x_given, y = y_given;
   check_data(x, y, training ? "train_on_batch" : "test_on_batch");
   std::vector<double> sums;
-  Step& step = step_for(x, y, training);
-  run_batch(step, x, y, sums);
-  return means(step, sums, num_rows(x));
+  const std::shared_ptr<Step> step = step_for(x, y, training);
+  const detail::ProgramPool::Lease program = step->programs->lease(num_rows(x));
+  run_batch(*step, *program, x, y, sums);
+  return means(*step, sums, num_rows(x));
 }
 
 Logs Trainer::evaluate(const std::vector<Array>& x_given, const std::vector<Array>& y_given, std::int64_t batch_size) {
@@ -220,17 +224,18 @@ Logs Trainer::evaluate(const std::vector<Array>& x_given, const std::vector<Arra
 
 Logs Trainer::evaluate_checked(const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size) {
   if (batch_size <= 0) throw ValueError(model_.describe() + ": batch_size must be positive, got " + std::to_string(batch_size));
-  Step& step = step_for(x, y, false);
+  const std::shared_ptr<Step> step = step_for(x, y, false);
   const std::int64_t rows = num_rows(x);
+  const detail::ProgramPool::Lease program = step->programs->lease(std::min(batch_size, rows));
   std::vector<double> sums;
   std::vector<Array> batch_x(x.size()), batch_y(y.size());
   for (std::int64_t start = 0; start < rows; start += batch_size) {
     const std::int64_t count = std::min(batch_size, rows - start);
     for (std::size_t i = 0; i < x.size(); ++i) batch_x[i] = x[i].rows(start, count);
     for (std::size_t k = 0; k < y.size(); ++k) batch_y[k] = y[k].rows(start, count);
-    run_batch(step, batch_x, batch_y, sums);
+    run_batch(*step, *program, batch_x, batch_y, sums);
   }
-  return means(step, sums, rows);
+  return means(*step, sums, rows);
 }
 
 History Trainer::fit(const std::vector<Array>& x_given, const std::vector<Array>& y_given, const FitOptions& options) {
@@ -272,7 +277,9 @@ History Trainer::fit(const std::vector<Array>& x_given, const std::vector<Array>
   ProgressBar bar(std::cout, options.verbose_, ProgressBar::stdout_is_terminal());
   History history;
 
-  Step& step = step_for(x, y, true);
+  const std::shared_ptr<Step> training_step = step_for(x, y, true);
+  const Step& step = *training_step;
+  const detail::ProgramPool::Lease program = step.programs->lease(batch_size);
   std::vector<Array> buffers_x, buffers_y;
   for (const Array& array : x) buffers_x.push_back(batch_buffer(array, batch_size));
   for (const Array& array : y) buffers_y.push_back(batch_buffer(array, batch_size));
@@ -300,7 +307,7 @@ History Trainer::fit(const std::vector<Array>& x_given, const std::vector<Array>
         batch_x[i] = options.shuffle_ ? gather_rows(x[i], buffers_x[i], order, start, count) : x[i].rows(start, count);
       for (std::size_t k = 0; k < y.size(); ++k)
         batch_y[k] = options.shuffle_ ? gather_rows(y[k], buffers_y[k], order, start, count) : y[k].rows(start, count);
-      run_batch(step, batch_x, batch_y, sums);
+      run_batch(step, *program, batch_x, batch_y, sums);
       seen += count;
       logs = means(step, sums, seen);
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

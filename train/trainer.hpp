@@ -4,6 +4,7 @@
 // Program) and the evaluation graph, both made from the data's shapes at first use.
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@ namespace kiln {
 
 class ModelBase;
 class FitOptions;
+class Program;
 struct History;
 
 class Trainer {
@@ -39,13 +41,16 @@ class Trainer {
 
  private:
   struct Step;
-  // The planned step for targets of these row shapes: training (with updates) or evaluation.
-  Step& step_for(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
-  std::unique_ptr<Step> make_step(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
+  // The step for targets of these row shapes: training (with updates) or evaluation. Evaluation runs on
+  // several threads at once (each with a Program of its own from the step's pool); a step replaced for
+  // other shapes lives on for the callers that hold it.
+  std::shared_ptr<Step> step_for(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
+  std::shared_ptr<Step> make_step(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
   // Data checks before any step runs: counts, equal rows, shapes that fit; converts dtypes.
   void check_data(std::vector<Array>& x, std::vector<Array>& y, const std::string& what) const;
-  // One batch through a step; adds each value times the batch's rows into `sums`.
-  void run_batch(Step& step, const std::vector<Array>& x, const std::vector<Array>& y, std::vector<double>& sums);
+  // One batch through a step's program; adds each value times the batch's rows into `sums`.
+  void run_batch(const Step& step, Program& program, const std::vector<Array>& x, const std::vector<Array>& y,
+                 std::vector<double>& sums);
   Logs means(const Step& step, const std::vector<double>& sums, std::int64_t rows) const;
   Logs one_batch(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
   Logs evaluate_checked(const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size);
@@ -54,7 +59,8 @@ class Trainer {
   OptimizerPtr optimizer_;
   std::vector<Loss> losses_;
   std::vector<Metric> metrics_;
-  std::unique_ptr<Step> training_, evaluation_;
+  std::mutex steps_mutex_;
+  std::shared_ptr<Step> training_, evaluation_;
   int epochs_trained_ = 0;
 };
 

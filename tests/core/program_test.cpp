@@ -1,5 +1,9 @@
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <thread>
+#include <vector>
+
 #include "core/autodiff.hpp"
 #include "core/error.hpp"
 #include "core/graph.hpp"
@@ -107,4 +111,83 @@ TEST_CASE("the same seed gives bitwise identical training", "[core][program][det
   const Array second = train(5);
   CHECK(first.bitwise_equal(second));
   CHECK_FALSE(first.bitwise_equal(train(6)));
+}
+
+TEST_CASE("a program keeps the plans of the 16 batch sizes used last", "[core][program]") {
+  Graph graph;
+  const Tensor x = graph.placeholder({Shape::unknown, 2}, DType::float64, "x");
+  const Tensor y = ops::scale(x, 2.0);
+  Program program(graph, {y});
+  for (std::int64_t batch = 1; batch <= 20; ++batch) {
+    program.feed(x, Array::full({batch, 2}, 1.0, DType::float64));
+    program.run();
+    CHECK(program.fetch(y).flat(0) == 2.0);
+  }
+  for (std::int64_t batch = 1; batch <= 4; ++batch) CHECK_FALSE(program.has_plan(batch));
+  for (std::int64_t batch = 5; batch <= 20; ++batch) CHECK(program.has_plan(batch));
+  // Using a kept plan makes it the most recent: the next new size drops batch 6's, not 5's.
+  program.feed(x, Array::full({5, 2}, 1.0, DType::float64));
+  program.run();
+  program.feed(x, Array::full({21, 2}, 1.0, DType::float64));
+  program.run();
+  CHECK(program.has_plan(5));
+  CHECK_FALSE(program.has_plan(6));
+  CHECK(program.fetch(y).shape() == Shape({21, 2}));
+}
+
+TEST_CASE("one Program run from two threads at once is refused; two Programs over one graph run together",
+          "[core][program][concurrency]") {
+  Graph graph;
+  const Tensor x = graph.placeholder({Shape::unknown, 256}, DType::float32, "x");
+  const Tensor w = graph.variable("w", Array::full({256, 256}, 0.001));
+  Tensor h = x;
+  for (int i = 0; i < 40; ++i) h = ops::tanh(ops::matmul(h, w));  // long enough runs to overlap
+  const Array input = Array::full({256, 256}, 0.5);
+
+  Program reference(graph, {h});
+  reference.feed(x, input);
+  reference.run();
+  const Array expected = reference.fetch(h);
+
+  Program shared(graph, {h});
+  shared.feed(x, input);
+  std::atomic<bool> done{false};
+  std::atomic<int> refused{0}, other_errors{0};
+  std::thread runner([&] {
+    for (int i = 0; i < 20; ++i) {
+      try {
+        shared.run();
+      } catch (const LayerStateError&) {
+        ++refused;  // the main thread's run came first
+      } catch (...) {
+        ++other_errors;
+      }
+    }
+    done = true;
+  });
+  for (int attempt = 0; attempt < 100000 && !done.load() && refused.load() == 0; ++attempt) {
+    try {
+      shared.run();
+    } catch (const LayerStateError&) {
+      ++refused;
+    } catch (...) {
+      ++other_errors;
+    }
+  }
+  runner.join();
+  CHECK(refused > 0);
+  CHECK(other_errors == 0);
+  CHECK(shared.fetch(h).bitwise_equal(expected));
+
+  std::vector<Array> results(3);
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < results.size(); ++t)
+    threads.emplace_back([&, t] {
+      Program own(graph, {h});
+      own.feed(x, input);
+      own.run();
+      results[t] = own.fetch(h);
+    });
+  for (std::thread& thread : threads) thread.join();
+  for (const Array& result : results) CHECK(result.bitwise_equal(expected));
 }
