@@ -11,10 +11,6 @@ class Model;
 
 namespace kiln::cli {
 
-// kiln's file reader fails on a directory with an allocator's message ("basic_string::_M_create"):
-// SerializationError saying what is wrong instead.
-void check_not_directory(const std::string& file);
-
 // The model of a kiln file, without its optimizer: what inspecting or running it needs.
 Model load_uncompiled(const std::string& file);
 

@@ -1,7 +1,6 @@
 // `kiln summary`, `kiln config` and `kiln verify`: reading a kiln file without running it.
 #include <cinttypes>
 #include <cstdio>
-#include <filesystem>
 #include <ostream>
 #include <string>
 
@@ -27,13 +26,7 @@ std::string plural(std::size_t count, const std::string& noun) {
 
 }  // namespace
 
-void check_not_directory(const std::string& file) {
-  std::error_code ignored;
-  if (std::filesystem::is_directory(file, ignored)) throw SerializationError(file + ": is a directory, not a kiln file");
-}
-
 Model load_uncompiled(const std::string& file) {
-  check_not_directory(file);
   LoadOptions options;
   options.compile = false;  // the optimizer's state is not needed to inspect or run a model
   return load_model(file, options);
@@ -42,12 +35,10 @@ Model load_uncompiled(const std::string& file) {
 void summary(const std::string& file, std::ostream& out) { out << load_uncompiled(file).summary_string(); }
 
 void config(const std::string& file, std::ostream& out) {
-  check_not_directory(file);
   out << to_json(read_model_config(file), 2) << '\n';
 }
 
 void verify(const std::string& file, std::ostream& out) {
-  check_not_directory(file);
   const FileInfo info = verify_file(file);
   out << file << ": kiln file format " << info.format_version << ", " << plural(info.size, "byte") << ", "
       << plural(info.sections.size(), "section") << ", OK\n";
