@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "bench_common.hpp"
-#include "kiln.hpp"
+#include <kiln/kiln.hpp>
 
 namespace {
 

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "bench_common.hpp"
-#include "kiln.hpp"
+#include <kiln/kiln.hpp>
 
 extern "C" void openblas_set_num_threads(int num_threads);
 

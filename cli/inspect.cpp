@@ -4,10 +4,10 @@
 #include <ostream>
 #include <string>
 
-#include "cli/commands.hpp"
-#include "core/error.hpp"
-#include "serialize/json.hpp"
-#include "serialize/saving.hpp"
+#include "commands.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/serialize/json.hpp>
+#include <kiln/serialize/saving.hpp>
 
 namespace kiln::cli {
 namespace {

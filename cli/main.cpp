@@ -19,8 +19,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "cli/commands.hpp"
-#include "core/error.hpp"
+#include "commands.hpp"
+#include <kiln/core/error.hpp>
 
 #ifndef KILN_VERSION_STRING
 #define KILN_VERSION_STRING "unknown"

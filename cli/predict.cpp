@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "cli/commands.hpp"
-#include "core/error.hpp"
-#include "serialize/saving.hpp"
-#include "train/data.hpp"
+#include "commands.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/serialize/saving.hpp>
+#include <kiln/train/data.hpp>
 
 namespace kiln::cli {
 namespace {

@@ -16,14 +16,14 @@
 #include <string>
 #include <vector>
 
-#include "core/array.hpp"
-#include "layers/config.hpp"
-#include "layers/dense.hpp"
-#include "layers/merging.hpp"
-#include "layers/model.hpp"
-#include "serialize/json.hpp"
-#include "serialize/saving.hpp"
-#include "train/model.hpp"
+#include <kiln/core/array.hpp>
+#include <kiln/layers/config.hpp>
+#include <kiln/layers/dense.hpp>
+#include <kiln/layers/merging.hpp>
+#include <kiln/layers/model.hpp>
+#include <kiln/serialize/json.hpp>
+#include <kiln/serialize/saving.hpp>
+#include <kiln/train/model.hpp>
 
 namespace fs = std::filesystem;
 

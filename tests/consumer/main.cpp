@@ -1,7 +1,12 @@
-// An outside project: builds against the installed kiln package and trains one step of y = x·w.
+// An outside project: builds against the installed kiln package and trains one step of y = x·w. It has
+// headers of its own named core/shape.hpp, layers/layer.hpp and ops/ops.hpp, first on its include path.
 #include <kiln/kiln.hpp>
 
 #include <cstdio>
+
+#include "core/shape.hpp"
+#include "layers/layer.hpp"
+#include "ops/ops.hpp"
 
 int main() {
   kiln::Graph graph;
@@ -16,6 +21,9 @@ int main() {
   const double before = program.scalar(loss);
   program.run();
   const double after = program.scalar(loss);
-  std::printf("consumer: loss %.4f -> %.4f\n", before, after);
+  const consumer::Shape own_shape{4, 3};
+  const consumer::Layer own_layer;
+  std::printf("consumer: loss %.4f -> %.4f; its own %s and a %dx%d shape\n", before, after, own_layer.name,
+              consumer::ops::twice(own_shape.rows) / 2, own_shape.columns);
   return after < before ? 0 : 1;
 }

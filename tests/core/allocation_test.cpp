@@ -6,20 +6,20 @@
 #include <cstdlib>
 #include <new>
 
-#include "core/autodiff.hpp"
-#include "core/graph.hpp"
-#include "core/program.hpp"
-#include "core/rng.hpp"
-#include "layers/dense.hpp"
-#include "layers/dropout.hpp"
-#include "layers/mh_attention.hpp"
-#include "layers/model.hpp"
-#include "train/model.hpp"
-#include "layers/multi_head_attention.hpp"
-#include "layers/pooling.hpp"
-#include "ops/ops.hpp"
-#include "optim/optimizer.hpp"
-#include "optim/schedules.hpp"
+#include <kiln/core/autodiff.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/program.hpp>
+#include <kiln/core/rng.hpp>
+#include <kiln/layers/dense.hpp>
+#include <kiln/layers/dropout.hpp>
+#include <kiln/layers/mh_attention.hpp>
+#include <kiln/layers/model.hpp>
+#include <kiln/train/model.hpp>
+#include <kiln/layers/multi_head_attention.hpp>
+#include <kiln/layers/pooling.hpp>
+#include <kiln/ops/ops.hpp>
+#include <kiln/optim/optimizer.hpp>
+#include <kiln/optim/schedules.hpp>
 
 // GCC 12 sees through the inlined replacement new (malloc) and flags std::free in delete as a
 // mismatch; here new *is* malloc, so the pairing is right.

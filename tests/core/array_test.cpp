@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 
-#include "core/array.hpp"
-#include "core/error.hpp"
+#include <kiln/core/array.hpp>
+#include <kiln/core/error.hpp>
 
 using kiln::Array;
 using kiln::Shape;

@@ -1,10 +1,10 @@
 #include <catch2/catch.hpp>
 
-#include "core/autodiff.hpp"
-#include "core/error.hpp"
-#include "core/graph.hpp"
-#include "core/program.hpp"
-#include "ops/ops.hpp"
+#include <kiln/core/autodiff.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/program.hpp>
+#include <kiln/ops/ops.hpp>
 #include "support/gradcheck.hpp"
 
 using namespace kiln;

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 
-#include "core/error.hpp"
-#include "core/graph.hpp"
-#include "core/op.hpp"
-#include "ops/ops.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/op.hpp>
+#include <kiln/ops/ops.hpp>
 
 using namespace kiln;
 

@@ -2,10 +2,10 @@
 
 #include <vector>
 
-#include "core/detail/program_pool.hpp"
-#include "core/error.hpp"
-#include "core/graph.hpp"
-#include "ops/ops.hpp"
+#include <kiln/core/detail/program_pool.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/ops/ops.hpp>
 
 using namespace kiln;
 

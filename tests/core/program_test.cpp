@@ -4,11 +4,11 @@
 #include <thread>
 #include <vector>
 
-#include "core/autodiff.hpp"
-#include "core/error.hpp"
-#include "core/graph.hpp"
-#include "core/program.hpp"
-#include "ops/ops.hpp"
+#include <kiln/core/autodiff.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/program.hpp>
+#include <kiln/ops/ops.hpp>
 #include "support/gradcheck.hpp"
 
 using namespace kiln;

@@ -1,9 +1,9 @@
 #include <catch2/catch.hpp>
 
-#include "core/array.hpp"
-#include "core/error.hpp"
-#include "core/rng.hpp"
-#include "core/shape.hpp"
+#include <kiln/core/array.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/core/rng.hpp>
+#include <kiln/core/shape.hpp>
 
 using namespace kiln;
 

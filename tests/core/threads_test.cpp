@@ -6,9 +6,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.hpp"
-#include "core/parallel.hpp"
-#include "core/threads.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/core/parallel.hpp>
+#include <kiln/core/threads.hpp>
 
 namespace {
 // Restores the thread count a test changed.

@@ -4,7 +4,7 @@
 #include <xtensor/xarray.hpp>
 #include <xtensor/xbuilder.hpp>
 
-#include "core/xtensor_interop.hpp"
+#include <kiln/core/xtensor_interop.hpp>
 
 using namespace kiln;
 

@@ -27,10 +27,10 @@
 #include <string_view>
 #include <vector>
 
-#include "kiln.hpp"
-#include "core/detail/files.hpp"
-#include "serialize/detail/arrays.hpp"
-#include "serialize/detail/container.hpp"
+#include <kiln/kiln.hpp>
+#include <kiln/core/detail/files.hpp>
+#include <kiln/serialize/detail/arrays.hpp>
+#include <kiln/serialize/detail/container.hpp>
 
 namespace {
 

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <vector>
 
-#include "core/error.hpp"
-#include "layers/activation.hpp"
-#include "layers/model.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/layers/activation.hpp>
+#include <kiln/layers/model.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

@@ -2,10 +2,10 @@
 
 #include <cmath>
 
-#include "core/error.hpp"
-#include "layers/attention.hpp"
-#include "layers/attention_reference.hpp"
-#include "layers/model.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/layers/attention.hpp>
+#include "support/attention_reference.hpp"
+#include <kiln/layers/model.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

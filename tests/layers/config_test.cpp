@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
-#include "layers/config.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/layers/config.hpp>
 
 using kiln::Config;
 using kiln::ConfigError;

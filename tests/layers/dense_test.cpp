@@ -1,8 +1,8 @@
 #include <catch2/catch.hpp>
 
-#include "core/error.hpp"
-#include "layers/dense.hpp"
-#include "layers/model.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/layers/dense.hpp>
+#include <kiln/layers/model.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Config;

@@ -3,12 +3,12 @@
 #include <cmath>
 #include <vector>
 
-#include "core/error.hpp"
-#include "core/graph.hpp"
-#include "core/program.hpp"
-#include "ops/ops.hpp"
-#include "layers/dropout.hpp"
-#include "layers/model.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/program.hpp>
+#include <kiln/ops/ops.hpp>
+#include <kiln/layers/dropout.hpp>
+#include <kiln/layers/model.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

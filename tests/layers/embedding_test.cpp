@@ -2,9 +2,9 @@
 
 #include <vector>
 
-#include "core/error.hpp"
-#include "layers/embedding.hpp"
-#include "layers/model.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/layers/embedding.hpp>
+#include <kiln/layers/model.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "core/array.hpp"
-#include "core/error.hpp"
-#include "core/rng.hpp"
-#include "layers/initializers.hpp"
+#include <kiln/core/array.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/core/rng.hpp>
+#include <kiln/layers/initializers.hpp>
 
 using kiln::Array;
 using kiln::Config;

@@ -3,9 +3,9 @@
 #include <cmath>
 #include <vector>
 
-#include "core/error.hpp"
-#include "layers/layer_normalization.hpp"
-#include "layers/model.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/layers/layer_normalization.hpp>
+#include <kiln/layers/model.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

@@ -4,13 +4,13 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
-#include "core/graph.hpp"
-#include "layers/dense.hpp"
-#include "layers/layer.hpp"
-#include "layers/model.hpp"
-#include "train/model.hpp"
-#include "ops/ops.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/layers/dense.hpp>
+#include <kiln/layers/layer.hpp>
+#include <kiln/layers/model.hpp>
+#include <kiln/train/model.hpp>
+#include <kiln/ops/ops.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

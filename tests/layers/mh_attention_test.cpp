@@ -4,10 +4,10 @@
 #include <cmath>
 #include <map>
 
-#include "core/error.hpp"
-#include "layers/attention_reference.hpp"
-#include "layers/mh_attention.hpp"
-#include "layers/model.hpp"
+#include <kiln/core/error.hpp>
+#include "support/attention_reference.hpp"
+#include <kiln/layers/mh_attention.hpp>
+#include <kiln/layers/model.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

@@ -3,14 +3,14 @@
 #include <cmath>
 #include <sstream>
 
-#include "core/error.hpp"
-#include "core/graph.hpp"
-#include "layers/dense.hpp"
-#include "layers/dropout.hpp"
-#include "layers/merging.hpp"
-#include "layers/model.hpp"
-#include "train/model.hpp"
-#include "ops/ops.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/layers/dense.hpp>
+#include <kiln/layers/dropout.hpp>
+#include <kiln/layers/merging.hpp>
+#include <kiln/layers/model.hpp>
+#include <kiln/train/model.hpp>
+#include <kiln/ops/ops.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

@@ -2,10 +2,10 @@
 
 #include <cmath>
 
-#include "core/error.hpp"
-#include "layers/attention_reference.hpp"
-#include "layers/model.hpp"
-#include "layers/multi_head_attention.hpp"
+#include <kiln/core/error.hpp>
+#include "support/attention_reference.hpp"
+#include <kiln/layers/model.hpp>
+#include <kiln/layers/multi_head_attention.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

@@ -2,12 +2,12 @@
 
 #include <vector>
 
-#include "core/error.hpp"
-#include "layers/dense.hpp"
-#include "layers/embedding.hpp"
-#include "layers/model.hpp"
-#include "train/model.hpp"
-#include "layers/pooling.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/layers/dense.hpp>
+#include <kiln/layers/embedding.hpp>
+#include <kiln/layers/model.hpp>
+#include <kiln/train/model.hpp>
+#include <kiln/layers/pooling.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

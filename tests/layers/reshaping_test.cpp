@@ -2,9 +2,9 @@
 
 #include <vector>
 
-#include "core/error.hpp"
-#include "layers/model.hpp"
-#include "layers/reshaping.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/layers/model.hpp>
+#include <kiln/layers/reshaping.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

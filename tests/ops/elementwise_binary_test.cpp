@@ -4,9 +4,9 @@
 #include <functional>
 #include <limits>
 
-#include "core/error.hpp"
-#include "core/graph.hpp"
-#include "ops/ops.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/ops/ops.hpp>
 #include "support/gradcheck.hpp"
 
 using namespace kiln;

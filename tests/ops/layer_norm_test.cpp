@@ -3,11 +3,11 @@
 #include <cmath>
 #include <vector>
 
-#include "core/array.hpp"
-#include "core/error.hpp"
-#include "core/graph.hpp"
-#include "core/rng.hpp"
-#include "ops/ops.hpp"
+#include <kiln/core/array.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/rng.hpp>
+#include <kiln/ops/ops.hpp>
 #include "support/gradcheck.hpp"
 
 using namespace kiln;

@@ -1,8 +1,8 @@
 #include <catch2/catch.hpp>
 
-#include "core/error.hpp"
-#include "core/graph.hpp"
-#include "ops/ops.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/ops/ops.hpp>
 #include "support/gradcheck.hpp"
 
 using namespace kiln;

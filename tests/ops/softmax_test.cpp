@@ -4,12 +4,12 @@
 #include <string>
 #include <vector>
 
-#include "core/array.hpp"
-#include "core/error.hpp"
-#include "core/graph.hpp"
-#include "core/program.hpp"
-#include "core/rng.hpp"
-#include "ops/ops.hpp"
+#include <kiln/core/array.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/program.hpp>
+#include <kiln/core/rng.hpp>
+#include <kiln/ops/ops.hpp>
 #include "support/gradcheck.hpp"
 
 using namespace kiln;

@@ -4,11 +4,11 @@
 #include <string>
 #include <vector>
 
-#include "core/array.hpp"
-#include "core/error.hpp"
-#include "core/graph.hpp"
-#include "ops/ops.hpp"
-#include "optim/losses.hpp"
+#include <kiln/core/array.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/ops/ops.hpp>
+#include <kiln/optim/losses.hpp>
 #include "support/gradcheck.hpp"
 
 using namespace kiln;

@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "core/array.hpp"
-#include "core/error.hpp"
-#include "optim/metrics.hpp"
+#include <kiln/core/array.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/optim/metrics.hpp>
 #include "support/gradcheck.hpp"
 
 using namespace kiln;

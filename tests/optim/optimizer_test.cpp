@@ -9,14 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "core/array.hpp"
-#include "core/autodiff.hpp"
-#include "core/error.hpp"
-#include "core/graph.hpp"
-#include "core/program.hpp"
-#include "ops/ops.hpp"
-#include "optim/optimizer.hpp"
-#include "optim/schedules.hpp"
+#include <kiln/core/array.hpp>
+#include <kiln/core/autodiff.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/program.hpp>
+#include <kiln/ops/ops.hpp>
+#include <kiln/optim/optimizer.hpp>
+#include <kiln/optim/schedules.hpp>
 
 using namespace kiln;
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
-#include "optim/schedules.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/optim/schedules.hpp>
 
 using namespace kiln;
 

@@ -22,10 +22,10 @@
 #include <thread>
 #include <vector>
 
-#include "kiln.hpp"
-#include "core/detail/files.hpp"
-#include "serialize/checkpoint.hpp"
-#include "serialize/detail/container.hpp"
+#include <kiln/kiln.hpp>
+#include <kiln/core/detail/files.hpp>
+#include <kiln/serialize/checkpoint.hpp>
+#include <kiln/serialize/detail/container.hpp>
 #include "support/layer_check.hpp"
 #include "support/temp_dir.hpp"
 

@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "kiln.hpp"
-#include "serialize/checkpoint.hpp"
-#include "serialize/detail/container.hpp"
-#include "serialize/saving.hpp"
+#include <kiln/kiln.hpp>
+#include <kiln/serialize/checkpoint.hpp>
+#include <kiln/serialize/detail/container.hpp>
+#include <kiln/serialize/saving.hpp>
 #include "support/layer_check.hpp"
 #include "support/temp_dir.hpp"
 

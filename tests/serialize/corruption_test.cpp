@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "kiln.hpp"
-#include "serialize/detail/arrays.hpp"
-#include "serialize/detail/container.hpp"
+#include <kiln/kiln.hpp>
+#include <kiln/serialize/detail/arrays.hpp>
+#include <kiln/serialize/detail/container.hpp>
 #include "support/layer_check.hpp"
 #include "support/temp_dir.hpp"
 

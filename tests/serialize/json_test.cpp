@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
-#include "layers/config.hpp"
-#include "serialize/json.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/layers/config.hpp>
+#include <kiln/serialize/json.hpp>
 
 using Catch::Matchers::Contains;
 using kiln::Config;

@@ -10,8 +10,8 @@
 
 #include <zlib.h>
 
-#include "kiln.hpp"
-#include "serialize/detail/container.hpp"
+#include <kiln/kiln.hpp>
+#include <kiln/serialize/detail/container.hpp>
 #include "support/layer_check.hpp"
 #include "support/temp_dir.hpp"
 

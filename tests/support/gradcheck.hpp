@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "core/array.hpp"
-#include "core/rng.hpp"
-#include "core/shape.hpp"
-#include "core/tensor.hpp"
+#include <kiln/core/array.hpp>
+#include <kiln/core/rng.hpp>
+#include <kiln/core/shape.hpp>
+#include <kiln/core/tensor.hpp>
 
 namespace kiln::testing {
 

@@ -6,11 +6,11 @@
 #include <cmath>
 #include <sstream>
 
-#include "core/autodiff.hpp"
-#include "core/graph.hpp"
-#include "core/program.hpp"
-#include "core/rng.hpp"
-#include "ops/ops.hpp"
+#include <kiln/core/autodiff.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/program.hpp>
+#include <kiln/core/rng.hpp>
+#include <kiln/ops/ops.hpp>
 
 namespace kiln::testing {
 

@@ -6,9 +6,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/array.hpp"
-#include "core/shape.hpp"
-#include "layers/layer.hpp"
+#include <kiln/core/array.hpp>
+#include <kiln/core/shape.hpp>
+#include <kiln/layers/layer.hpp>
 #include "support/gradcheck.hpp"
 
 namespace kiln::testing {

@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "core/array.hpp"
-#include "core/error.hpp"
-#include "layers/dense.hpp"
-#include "layers/model.hpp"
-#include "optim/optimizer.hpp"
-#include "optim/schedules.hpp"
-#include "train/callbacks.hpp"
+#include <kiln/core/array.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/layers/dense.hpp>
+#include <kiln/layers/model.hpp>
+#include <kiln/optim/optimizer.hpp>
+#include <kiln/optim/schedules.hpp>
+#include <kiln/train/callbacks.hpp>
 
 namespace fs = std::filesystem;
 using kiln::Array;

@@ -10,13 +10,13 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.hpp"
-#include "core/threads.hpp"
-#include "layers/dense.hpp"
-#include "layers/mh_attention.hpp"
-#include "layers/pooling.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/core/threads.hpp>
+#include <kiln/layers/dense.hpp>
+#include <kiln/layers/mh_attention.hpp>
+#include <kiln/layers/pooling.hpp>
 #include "support/layer_check.hpp"
-#include "train/model.hpp"
+#include <kiln/train/model.hpp>
 
 using kiln::Array;
 using kiln::Shape;

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "core/array.hpp"
-#include "core/error.hpp"
-#include "train/data.hpp"
+#include <kiln/core/array.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/train/data.hpp>
 
 namespace fs = std::filesystem;
 using kiln::Array;

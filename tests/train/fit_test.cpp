@@ -6,13 +6,13 @@
 #include <limits>
 #include <sstream>
 
-#include "core/error.hpp"
-#include "core/rng.hpp"
-#include "layers/dense.hpp"
-#include "layers/dropout.hpp"
-#include "ops/ops.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/core/rng.hpp>
+#include <kiln/layers/dense.hpp>
+#include <kiln/layers/dropout.hpp>
+#include <kiln/ops/ops.hpp>
 #include "support/temp_dir.hpp"
-#include "train/model.hpp"
+#include <kiln/train/model.hpp>
 
 using kiln::Array;
 using kiln::Shape;

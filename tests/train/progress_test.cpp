@@ -5,9 +5,9 @@
 #include <sstream>
 #include <string>
 
-#include "core/error.hpp"
-#include "train/callbacks.hpp"
-#include "train/progress.hpp"
+#include <kiln/core/error.hpp>
+#include <kiln/train/callbacks.hpp>
+#include <kiln/train/progress.hpp>
 
 using kiln::Logs;
 using kiln::ProgressBar;

@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/rng.hpp"
-#include "core/threads.hpp"
-#include "ops/detail/gemm.hpp"
+#include <kiln/core/rng.hpp>
+#include <kiln/core/threads.hpp>
+#include <kiln/ops/detail/gemm.hpp>
 
 using kiln::detail::GemmShape;
 

@@ -1,0 +1,152 @@
+#include <kiln/core/array.hpp>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include <kiln/core/error.hpp>
+
+namespace kiln {
+
+namespace {
+// 64-byte alignment: whole cache lines, and what AVX-512 loads like.
+constexpr std::size_t alignment = 64;
+
+thread_local detail::AllocationLimit* current_limit = nullptr;
+
+std::shared_ptr<unsigned char> allocate_zeroed(std::size_t bytes) {
+  if (current_limit) current_limit->charge(bytes);
+  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + alignment - 1) / alignment * alignment;
+  void* memory = std::aligned_alloc(alignment, rounded);
+  if (memory == nullptr) throw std::bad_alloc();
+  std::memset(memory, 0, rounded);
+  return std::shared_ptr<unsigned char>(static_cast<unsigned char*>(memory), [](unsigned char* p) { std::free(p); });
+}
+}  // namespace
+
+namespace detail {
+
+AllocationLimit::AllocationLimit(std::size_t bytes, std::string what)
+    : remaining_(bytes), what_(std::move(what)), outer_(current_limit) {
+  current_limit = this;
+}
+
+AllocationLimit::~AllocationLimit() { current_limit = outer_; }
+
+void AllocationLimit::charge(std::size_t bytes) {
+  if (bytes > remaining_)
+    throw ValueError(what_ + ": an array of " + std::to_string(bytes) + " bytes is more than the " +
+                     std::to_string(remaining_) + " bytes left to it");
+  remaining_ -= bytes;
+}
+
+}  // namespace detail
+
+DType dtype_from_name(const std::string& name) {
+  if (name == "float32") return DType::float32;
+  if (name == "float64") return DType::float64;
+  throw ConfigError("unknown dtype '" + name + "' (kiln has float32 and float64)");
+}
+
+Array::Array(Shape shape, DType dtype) : shape_(std::move(shape)), dtype_(dtype) {
+  if (!shape_.is_fully_defined())
+    throw ShapeError("Array: a concrete array needs every dimension known, got " + shape_.to_string());
+  size_ = static_cast<std::size_t>(shape_.num_elements());
+  storage_ = allocate_zeroed(nbytes());
+}
+
+template <class T>
+static Array array_from(const std::vector<T>& values, Shape shape) {
+  Array array(std::move(shape), dtype_of<T>::value);
+  if (array.size() != values.size())
+    throw ShapeError("Array::from_vector: " + std::to_string(values.size()) + " values do not fill shape " +
+                     array.shape().to_string());
+  if (array.nbytes() > 0) std::memcpy(array.raw(), values.data(), array.nbytes());  // data() may be null
+  return array;
+}
+
+Array Array::from_vector(const std::vector<float>& values, Shape shape) { return array_from(values, std::move(shape)); }
+Array Array::from_vector(const std::vector<double>& values, Shape shape) { return array_from(values, std::move(shape)); }
+
+Array Array::full(Shape shape, double value, DType dtype) {
+  Array array(std::move(shape), dtype);
+  for (std::size_t i = 0; i < array.size(); ++i) array.set_flat(i, value);
+  return array;
+}
+
+Array Array::view(void* data, Shape shape, DType dtype) {
+  Array array;
+  array.shape_ = std::move(shape);
+  array.dtype_ = dtype;
+  array.size_ = static_cast<std::size_t>(array.shape_.num_elements());
+  array.storage_ = std::shared_ptr<unsigned char>(static_cast<unsigned char*>(data), [](unsigned char*) {});
+  return array;
+}
+
+void Array::check_dtype(DType requested) const {
+  if (requested != dtype_)
+    throw DTypeError(std::string("Array: requested ") + dtype_name(requested) + " data of a " + dtype_name(dtype_) +
+                     " array of shape " + shape_.to_string());
+}
+
+double Array::flat(std::size_t index) const {
+  if (dtype_ == DType::float32) return reinterpret_cast<const float*>(storage_.get())[index];
+  return reinterpret_cast<const double*>(storage_.get())[index];
+}
+
+void Array::set_flat(std::size_t index, double value) {
+  if (dtype_ == DType::float32)
+    reinterpret_cast<float*>(storage_.get())[index] = static_cast<float>(value);
+  else
+    reinterpret_cast<double*>(storage_.get())[index] = value;
+}
+
+Array Array::copy() const {
+  if (empty()) return Array();
+  Array result(shape_, dtype_);
+  std::memcpy(result.raw(), raw(), nbytes());
+  return result;
+}
+
+Array Array::astype(DType dtype) const {
+  if (dtype == dtype_) return copy();
+  Array result(shape_, dtype);
+  for (std::size_t i = 0; i < size_; ++i) result.set_flat(i, flat(i));
+  return result;
+}
+
+Array Array::reshape(Shape shape) const {
+  if (!shape.is_fully_defined() || static_cast<std::size_t>(shape.num_elements()) != size_)
+    throw ShapeError("Array::reshape: cannot reshape " + shape_.to_string() + " into " + shape.to_string());
+  Array result = *this;
+  result.shape_ = std::move(shape);
+  return result;
+}
+
+Array Array::rows(std::int64_t start, std::int64_t count) const {
+  if (shape_.rank() == 0 || start < 0 || count < 0 || start + count > shape_[0])
+    throw ShapeError("Array::rows: rows [" + std::to_string(start) + ", " + std::to_string(start + count) +
+                     ") are outside an array of shape " + shape_.to_string());
+  const std::size_t row_size = shape_[0] == 0 ? 0 : size_ / static_cast<std::size_t>(shape_[0]);
+  Array result = *this;
+  result.shape_[0] = count;
+  result.size_ = row_size * static_cast<std::size_t>(count);
+  // The aliasing constructor: the view points into the block and keeps the whole block alive.
+  result.storage_ = std::shared_ptr<unsigned char>(storage_, storage_.get() + row_size * static_cast<std::size_t>(start) * dtype_size(dtype_));
+  return result;
+}
+
+void Array::set_rows(std::int64_t start, const Array& rows) {
+  if (rows.dtype() != dtype_) throw DTypeError("Array::set_rows: a " + std::string(dtype_name(rows.dtype())) + " block into a " + dtype_name(dtype_) + " array");
+  const Array target = this->rows(start, rows.shape().rank() == 0 ? 0 : rows.shape()[0]);
+  if (target.shape() != rows.shape())
+    throw ShapeError("Array::set_rows: rows of shape " + rows.shape().to_string() + " into " + target.shape().to_string());
+  if (rows.nbytes() > 0) std::memcpy(const_cast<void*>(target.raw()), rows.raw(), rows.nbytes());
+}
+
+bool Array::bitwise_equal(const Array& other) const {
+  if (shape_ != other.shape_ || dtype_ != other.dtype_) return false;
+  return nbytes() == 0 || std::memcmp(raw(), other.raw(), nbytes()) == 0;
+}
+
+}  // namespace kiln

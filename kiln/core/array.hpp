@@ -1,0 +1,105 @@
+#pragma once
+// Array: concrete data a user holds. A contiguous, row-major block of float32 or float64 with a fully
+// defined shape. Copies share storage (like a NumPy view or a torch::Tensor); `copy()` is deep.
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <kiln/core/dtype.hpp>
+#include <kiln/core/shape.hpp>
+
+namespace kiln {
+
+class Array {
+ public:
+  Array() = default;
+  // Zero-filled. Throws ShapeError if `shape` has an unknown dimension.
+  explicit Array(Shape shape, DType dtype = DType::float32);
+
+  static Array from_vector(const std::vector<float>& values, Shape shape);
+  static Array from_vector(const std::vector<double>& values, Shape shape);
+  static Array full(Shape shape, double value, DType dtype = DType::float32);
+  // A non-owning view of memory someone else keeps alive for as long as the view is used.
+  static Array view(void* data, Shape shape, DType dtype);
+
+  const Shape& shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+  std::size_t size() const { return size_; }
+  std::size_t nbytes() const { return size_ * dtype_size(dtype_); }
+  bool empty() const { return storage_ == nullptr; }
+
+  // Typed access; throws DTypeError if T is not the array's dtype.
+  template <class T>
+  T* data();
+  template <class T>
+  const T* data() const;
+  void* raw() { return storage_.get(); }
+  const void* raw() const { return storage_.get(); }
+
+  // Element `index` of the flattened array, as double whatever the dtype.
+  double flat(std::size_t index) const;
+  void set_flat(std::size_t index, double value);
+
+  // Values converted to T (a copy).
+  template <class T>
+  std::vector<T> to_vector() const;
+
+  Array copy() const;
+  Array astype(DType dtype) const;
+  // Same data, new shape with the same number of elements (shares storage).
+  Array reshape(Shape shape) const;
+  // Rows [start, start + count) of the first axis: shares the storage and keeps it alive (no copy).
+  // Throws ShapeError when the range is outside the array.
+  Array rows(std::int64_t start, std::int64_t count) const;
+  // Copies `rows` over this array's rows from `start` on (same dtype and row shape).
+  void set_rows(std::int64_t start, const Array& rows);
+  // True when shapes, dtypes and every bit of the data are equal.
+  bool bitwise_equal(const Array& other) const;
+
+ private:
+  void check_dtype(DType requested) const;
+
+  Shape shape_;
+  DType dtype_ = DType::float32;
+  std::size_t size_ = 0;
+  std::shared_ptr<unsigned char> storage_;
+};
+
+template <class T>
+T* Array::data() {
+  check_dtype(dtype_of<T>::value);
+  return reinterpret_cast<T*>(storage_.get());
+}
+template <class T>
+const T* Array::data() const {
+  check_dtype(dtype_of<T>::value);
+  return reinterpret_cast<const T*>(storage_.get());
+}
+template <class T>
+std::vector<T> Array::to_vector() const {
+  std::vector<T> values(size_);
+  for (std::size_t i = 0; i < size_; ++i) values[i] = static_cast<T>(flat(i));
+  return values;
+}
+
+namespace detail {
+// While one is alive, the Arrays this thread makes may take at most `bytes` in total; the one that
+// would pass it throws ValueError. Loading a file sets one from the file's size, so a damaged config
+// (a Dense of 10^9 units) is refused instead of allocating gigabytes.
+class AllocationLimit {
+ public:
+  explicit AllocationLimit(std::size_t bytes, std::string what);
+  ~AllocationLimit();
+  AllocationLimit(const AllocationLimit&) = delete;
+  AllocationLimit& operator=(const AllocationLimit&) = delete;
+  void charge(std::size_t bytes);
+
+ private:
+  std::size_t remaining_;
+  std::string what_;
+  AllocationLimit* outer_;
+};
+}  // namespace detail
+
+}  // namespace kiln

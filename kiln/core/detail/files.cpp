@@ -1,0 +1,109 @@
+#include <kiln/core/detail/files.hpp>
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include <kiln/core/error.hpp>
+
+namespace kiln::detail {
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Linux follows at most 40 links in a path (ELOOP).
+constexpr int kMaxLinks = 40;
+
+const char* kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// Closes a descriptor on every path out.
+class Descriptor {
+ public:
+  explicit Descriptor(int fd) : fd_(fd) {}
+  ~Descriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+std::string folder_of(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string write_target(const std::string& path) {
+  std::string target = path;
+  for (int links = 0;; ++links) {
+    struct stat status {};
+    if (::lstat(target.c_str(), &status) != 0) {
+      if (errno == ENOENT) return target;  // a new file (or a link's missing target): created there
+      throw SerializationError(path + ": cannot save here (" + errno_text() + ")");
+    }
+    if (S_ISREG(status.st_mode)) return target;
+    if (!S_ISLNK(status.st_mode))
+      throw SerializationError(path + (target == path ? "" : " (through its links, " + target + ")") + ": is " +
+                               kind_of(status.st_mode) + ", not a file kiln may replace; nothing was written");
+    if (links == kMaxLinks) throw SerializationError(path + ": too many levels of symbolic links");
+    std::vector<char> buffer(static_cast<std::size_t>(status.st_size > 0 ? status.st_size : 255) + 1);
+    const ssize_t length = ::readlink(target.c_str(), buffer.data(), buffer.size());
+    if (length < 0) throw SerializationError(path + ": cannot read the symbolic link " + target + " (" + errno_text() + ")");
+    const std::string next(buffer.data(), static_cast<std::size_t>(length));
+    // A relative link is relative to the folder that holds it.
+    target = next.front() == '/' ? next : folder_of(target) + "/" + next;
+  }
+}
+
+void check_file_size_limit(const std::string& path, std::uint64_t bytes) {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
+  if (bytes > static_cast<std::uint64_t>(limit.rlim_cur))
+    throw SerializationError(path + ": saving needs a file of " + std::to_string(bytes) +
+                             " bytes, more than this process's file-size limit of " + std::to_string(limit.rlim_cur) +
+                             " bytes (ulimit -f); the previous file, if any, is unchanged");
+}
+
+std::string read_whole_file(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO for reading would wait for a writer; it is refused below instead.
+  Descriptor file(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (file.get() < 0) throw SerializationError(path + ": cannot open (" + errno_text() + ")");
+  struct stat status {};
+  if (::fstat(file.get(), &status) != 0) throw SerializationError(path + ": cannot read (" + errno_text() + ")");
+  if (S_ISDIR(status.st_mode)) throw SerializationError(path + ": is a folder, not a kiln file");
+  if (!S_ISREG(status.st_mode)) throw SerializationError(path + ": is " + std::string(kind_of(status.st_mode)) + ", not a kiln file");
+  if (static_cast<std::uint64_t>(status.st_size) > std::numeric_limits<std::size_t>::max() / 2)
+    throw SerializationError(path + ": is too large to read (" + std::to_string(status.st_size) + " bytes)");
+  std::string bytes(static_cast<std::size_t>(status.st_size), '\0');
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t got = ::read(file.get(), bytes.data() + done, bytes.size() - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw SerializationError(path + ": read failed (" + errno_text() + ")");
+    if (got == 0) break;  // shorter than fstat said: someone truncated it in place
+    done += static_cast<std::size_t>(got);
+  }
+  // Read what the descriptor holds; a file truncated in place is then refused by the frame's checks.
+  bytes.resize(done);
+  return bytes;
+}
+
+}  // namespace kiln::detail

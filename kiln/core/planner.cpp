@@ -1,0 +1,275 @@
+#include <kiln/core/planner.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <new>
+
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+
+namespace kiln::detail {
+
+namespace {
+
+constexpr std::size_t alignment = 64;
+constexpr std::size_t forever = std::numeric_limits<std::size_t>::max();
+
+std::size_t aligned(std::size_t bytes) { return (bytes + alignment - 1) / alignment * alignment; }
+
+std::size_t bytes_of(const Shape& shape, DType dtype) {
+  return static_cast<std::size_t>(shape.num_elements()) * dtype_size(dtype);
+}
+
+// A span of the arena some buffers share over time: [first, last] are the steps it must live through.
+struct Storage {
+  std::size_t bytes = 0;
+  std::size_t first = 0;
+  std::size_t last = 0;
+  std::size_t offset = 0;
+};
+
+Shape concrete_shape(const Graph& graph, const Node& node, const std::vector<Shape>& shapes, std::int64_t batch) {
+  if (node.kind != NodeKind::op) return batch >= 0 ? node.shape.with_batch(batch) : node.shape;
+  std::vector<Shape> input_shapes;
+  for (NodeId input : node.inputs) input_shapes.push_back(shapes[static_cast<std::size_t>(input)]);
+  (void)graph;
+  return node.op->shape_fn()(InferContext(*node.op, node.name, input_shapes, node.attributes));
+}
+
+// Places every storage at an offset: first fit into the gaps that buffers dead before its first step
+// left, so memory is reused as soon as a buffer's last reader has run.
+std::size_t place(std::vector<Storage>& storages) {
+  std::vector<std::size_t> order(storages.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return storages[a].first < storages[b].first; });
+  std::vector<std::size_t> live;  // indices into storages, sorted by offset
+  std::size_t arena_end = 0;
+  for (std::size_t index : order) {
+    Storage& storage = storages[index];
+    live.erase(std::remove_if(live.begin(), live.end(),
+                              [&](std::size_t other) { return storages[other].last < storage.first; }),
+               live.end());
+    std::size_t candidate = 0;
+    for (std::size_t other : live) {
+      if (candidate + storage.bytes <= storages[other].offset) break;
+      candidate = std::max(candidate, storages[other].offset + storages[other].bytes);
+    }
+    storage.offset = candidate;
+    arena_end = std::max(arena_end, candidate + storage.bytes);
+    live.insert(std::upper_bound(live.begin(), live.end(), index,
+                                 [&](std::size_t a, std::size_t b) { return storages[a].offset < storages[b].offset; }),
+                index);
+  }
+  return arena_end;
+}
+
+class Planner {
+ public:
+  Planner(const Graph& graph, const std::vector<NodeId>& needed, std::int64_t batch)
+      : graph_(graph), needed_(needed), batch_(batch) {}
+
+  std::unique_ptr<Plan> run(const std::vector<Tensor>& fetches, const std::vector<Update>& updates);
+
+ private:
+  void infer_shapes();
+  void find_last_uses(const std::vector<Tensor>& fetches, const std::vector<Update>& updates);
+  void assign_storage(Plan& plan);
+  bool can_overwrite_input(const Node& node, std::size_t step) const;
+  void build_steps(Plan& plan);
+
+  const Graph& graph_;
+  const std::vector<NodeId>& needed_;
+  std::int64_t batch_;
+  std::vector<Shape> shapes_;
+  std::vector<std::size_t> last_use_;   // by node id: the step of its last reader
+  std::vector<int> storage_of_;         // by node id: index into storages_, -1 for graph-owned memory
+  std::vector<int> workspace_of_;       // by node id: scratch storage or -1
+  std::vector<std::size_t> workspace_bytes_;  // by node id: the bytes its workspace function asked for
+  std::vector<Storage> storages_;
+};
+
+void Planner::infer_shapes() {
+  const std::size_t count = static_cast<std::size_t>(needed_.back()) + 1;
+  shapes_.assign(count, Shape());
+  for (NodeId id : needed_) {
+    const Node& node = graph_.node(id);
+    shapes_[static_cast<std::size_t>(id)] = concrete_shape(graph_, node, shapes_, batch_);
+  }
+}
+
+void Planner::find_last_uses(const std::vector<Tensor>& fetches, const std::vector<Update>& updates) {
+  last_use_.assign(shapes_.size(), 0);
+  for (std::size_t step = 0; step < needed_.size(); ++step) {
+    const Node& node = graph_.node(needed_[step]);
+    last_use_[static_cast<std::size_t>(node.id)] = std::max(last_use_[static_cast<std::size_t>(node.id)], step);
+    for (NodeId input : node.inputs) last_use_[static_cast<std::size_t>(input)] = step;
+  }
+  for (const Tensor& fetch : fetches) last_use_[static_cast<std::size_t>(fetch.id())] = forever;
+  for (const Update& update : updates) last_use_[static_cast<std::size_t>(update.value.id())] = forever;
+}
+
+// An elementwise op may write over input 0 when nothing reads that buffer after this step, the sizes
+// agree, and no other input is a differently shaped view of the same bytes.
+bool Planner::can_overwrite_input(const Node& node, std::size_t step) const {
+  if (node.op->sharing() != Sharing::inplace || node.inputs.empty()) return false;
+  const NodeId first = node.inputs[0];
+  const int storage = storage_of_[static_cast<std::size_t>(first)];
+  if (storage < 0 || storages_[static_cast<std::size_t>(storage)].last != step) return false;
+  if (shapes_[static_cast<std::size_t>(first)] != shapes_[static_cast<std::size_t>(node.id)]) return false;
+  for (std::size_t i = 1; i < node.inputs.size(); ++i) {
+    const NodeId other = node.inputs[i];
+    if (storage_of_[static_cast<std::size_t>(other)] == storage && other != first) return false;
+  }
+  return true;
+}
+
+void Planner::assign_storage(Plan& plan) {
+  storage_of_.assign(shapes_.size(), -1);
+  workspace_of_.assign(shapes_.size(), -1);
+  workspace_bytes_.assign(shapes_.size(), 0);
+  for (std::size_t step = 0; step < needed_.size(); ++step) {
+    const Node& node = graph_.node(needed_[step]);
+    const auto id = static_cast<std::size_t>(node.id);
+    if (node.kind != NodeKind::op) continue;
+    int storage = -1;
+    if (node.op->sharing() == Sharing::alias) {
+      storage = storage_of_[static_cast<std::size_t>(node.inputs[0])];
+      ++plan.stats.num_aliases;
+    } else if (can_overwrite_input(node, step)) {
+      storage = storage_of_[static_cast<std::size_t>(node.inputs[0])];
+      ++plan.stats.num_inplace;
+    } else {
+      storage = static_cast<int>(storages_.size());
+      storages_.push_back(Storage{aligned(bytes_of(shapes_[id], node.dtype)), step, step, 0});
+      plan.stats.unplanned_bytes += storages_.back().bytes;
+    }
+    storage_of_[id] = storage;
+    if (storage >= 0) {
+      Storage& s = storages_[static_cast<std::size_t>(storage)];
+      s.last = std::max(s.last, last_use_[id]);
+    }
+    if (node.op->workspace_fn() != nullptr && node.op->sharing() != Sharing::alias) {
+      std::vector<Shape> inputs;
+      for (NodeId input : node.inputs) inputs.push_back(shapes_[static_cast<std::size_t>(input)]);
+      const std::size_t bytes = node.op->workspace_fn()(inputs, shapes_[id], node.attributes, node.dtype);
+      if (bytes > 0) {
+        workspace_of_[id] = static_cast<int>(storages_.size());
+        workspace_bytes_[id] = bytes;
+        storages_.push_back(Storage{aligned(bytes), step, step, 0});
+        plan.stats.unplanned_bytes += storages_.back().bytes;
+      }
+    }
+  }
+}
+
+void Planner::build_steps(Plan& plan) {
+  auto address = [&](int storage) -> void* {
+    return storage < 0 ? nullptr : plan.arena.get() + storages_[static_cast<std::size_t>(storage)].offset;
+  };
+  plan.data.assign(plan.shapes.size(), nullptr);
+  for (NodeId id : needed_) {
+    const Node& node = graph_.node(id);
+    const auto index = static_cast<std::size_t>(id);
+    if (node.kind == NodeKind::variable || node.kind == NodeKind::constant) plan.external.push_back(id);
+    if (node.kind != NodeKind::op) continue;
+    Step step;
+    step.node = id;
+    step.alias = node.op->sharing() == Sharing::alias;
+    step.kernel = node.op->kernel(node.dtype);
+    step.inputs = node.inputs;
+    step.input_data.assign(node.inputs.size(), nullptr);
+    for (NodeId input : node.inputs) step.input_shapes.push_back(&plan.shapes[static_cast<std::size_t>(input)]);
+    if (!step.alias) plan.data[index] = address(storage_of_[index]);
+    step.context.node = &node;
+    step.context.num_inputs = static_cast<int>(node.inputs.size());
+    step.context.output_shape = &plan.shapes[index];
+    step.context.workspace = address(workspace_of_[index]);
+    if (workspace_of_[index] >= 0) step.context.workspace_bytes = workspace_bytes_[index];
+    plan.steps.push_back(std::move(step));
+    ++plan.stats.num_kernels;
+  }
+  plan.stats.num_kernels -= plan.stats.num_aliases;
+  if (profiling()) {  // labels, and counters the steps add to without allocating
+    for (const Step& step : plan.steps)
+      plan.profile.labels.push_back(graph_.node(step.node).op->name() + " " +
+                                    plan.shapes[static_cast<std::size_t>(step.node)].to_string());
+    plan.profile.seconds.assign(plan.steps.size(), 0.0);
+    plan.profile.calls.assign(plan.steps.size(), 0);
+  }
+  // The vectors inside steps are final now: point the contexts at them.
+  for (Step& step : plan.steps) {
+    step.context.inputs = step.input_data.data();
+    step.context.input_shapes = step.input_shapes.data();
+  }
+}
+
+std::unique_ptr<Plan> Planner::run(const std::vector<Tensor>& fetches, const std::vector<Update>& updates) {
+  auto plan = std::make_unique<Plan>();
+  plan->batch_size = batch_;
+  plan->stats.batch_size = batch_;
+  if (needed_.empty()) return plan;
+  infer_shapes();
+  find_last_uses(fetches, updates);
+  assign_storage(*plan);
+  const std::size_t arena_bytes = std::max<std::size_t>(place(storages_), alignment);
+  plan->stats.arena_bytes = arena_bytes;
+  void* memory = std::aligned_alloc(alignment, arena_bytes);
+  if (memory == nullptr) throw std::bad_alloc();
+  std::memset(memory, 0, arena_bytes);
+  plan->arena.reset(static_cast<unsigned char*>(memory));
+  plan->shapes = std::move(shapes_);
+  build_steps(*plan);
+  return plan;
+}
+
+}  // namespace
+
+std::vector<NodeId> needed_nodes(const Graph& graph, const std::vector<NodeId>& roots) {
+  if (roots.empty()) return {};
+  const NodeId last = *std::max_element(roots.begin(), roots.end());
+  std::vector<char> needed(static_cast<std::size_t>(last) + 1, 0);
+  for (NodeId root : roots) needed[static_cast<std::size_t>(root)] = 1;
+  for (NodeId id = last; id >= 0; --id) {
+    if (!needed[static_cast<std::size_t>(id)]) continue;
+    for (NodeId input : graph.node(id).inputs) needed[static_cast<std::size_t>(input)] = 1;
+  }
+  std::vector<NodeId> result;
+  for (NodeId id = 0; id <= last; ++id)
+    if (needed[static_cast<std::size_t>(id)]) result.push_back(id);
+  return result;
+}
+
+std::unique_ptr<Plan> make_plan(const Graph& graph, const std::vector<NodeId>& needed, const std::vector<Tensor>& fetches,
+                                const std::vector<Update>& updates, std::int64_t batch_size) {
+  return Planner(graph, needed, batch_size).run(fetches, updates);
+}
+
+void execute(Plan& plan, Graph& graph, std::uint64_t step) {
+  for (NodeId id : plan.external) plan.data[static_cast<std::size_t>(id)] = graph.mutable_value(graph.tensor(id)).raw();
+  const bool timed = !plan.profile.labels.empty();
+  for (std::size_t index = 0; index < plan.steps.size(); ++index) {
+    Step& s = plan.steps[index];
+    if (s.alias) {
+      plan.data[static_cast<std::size_t>(s.node)] = plan.data[static_cast<std::size_t>(s.inputs[0])];
+      continue;
+    }
+    for (std::size_t i = 0; i < s.inputs.size(); ++i) s.input_data[i] = plan.data[static_cast<std::size_t>(s.inputs[i])];
+    s.context.output = plan.data[static_cast<std::size_t>(s.node)];
+    s.context.step = step;
+    if (!timed) {
+      s.kernel(s.context);
+      continue;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    s.kernel(s.context);
+    plan.profile.seconds[index] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++plan.profile.calls[index];
+  }
+}
+
+}  // namespace kiln::detail

@@ -1,0 +1,58 @@
+#pragma once
+// Internal: the plan a Program runs for one batch size, and the planner that makes it.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <kiln/core/op.hpp>
+#include <kiln/core/program.hpp>
+
+namespace kiln::detail {
+
+struct Step {
+  NodeId node = -1;
+  bool alias = false;  // no kernel: the output is input 0's bytes
+  KernelFn kernel = nullptr;
+  std::vector<NodeId> inputs;
+  std::vector<const void*> input_data;     // refreshed before each run of the kernel
+  std::vector<const Shape*> input_shapes;  // into Plan::shapes
+  KernelContext context;
+};
+
+struct AlignedFree {
+  void operator()(unsigned char* p) const { std::free(p); }
+};
+
+// KILN_PROFILE=1 in the environment: every kernel is timed, and when the process exits the time per op
+// and output shape, over every plan, is printed to stderr, largest first.
+bool profiling();
+struct KernelProfile {
+  std::vector<std::string> labels;  // by step: "kiln>MatMul (64, 40, 128)"; empty when not profiling
+  std::vector<double> seconds;
+  std::vector<std::int64_t> calls;
+  ~KernelProfile();  // adds this plan's times to the process's table
+};
+
+struct Plan {
+  std::int64_t batch_size = -1;            // -1: the program has no unknown dimension
+  std::vector<Shape> shapes;               // by node id: concrete shapes for this batch size
+  std::vector<void*> data;                 // by node id: where each node's bytes are during a run
+  std::unique_ptr<unsigned char, AlignedFree> arena;
+  std::vector<Step> steps;
+  std::vector<NodeId> external;            // variables and constants, whose storage the graph owns
+  PlanStats stats;
+  KernelProfile profile;
+};
+
+// The nodes `roots` depend on, in topological (id) order.
+std::vector<NodeId> needed_nodes(const Graph& graph, const std::vector<NodeId>& roots);
+
+std::unique_ptr<Plan> make_plan(const Graph& graph, const std::vector<NodeId>& needed, const std::vector<Tensor>& fetches,
+                                const std::vector<Update>& updates, std::int64_t batch_size);
+
+// Runs every step once; placeholders' data must already be set in plan.data.
+void execute(Plan& plan, Graph& graph, std::uint64_t step);
+
+}  // namespace kiln::detail

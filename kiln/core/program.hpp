@@ -1,0 +1,90 @@
+#pragma once
+// Program: the part of a graph needed for some fetches and variable updates, planned once per batch
+// size and then run step after step without touching the heap.
+//
+// Planning (core/planner.cpp): keep the nodes the fetches and updates need, compute every buffer's
+// lifetime, let elementwise ops overwrite an input that nobody reads later, turn reshapes into
+// aliases, and place every buffer at an offset of one arena (a freed range is reused).
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <kiln/core/array.hpp>
+#include <kiln/core/fwd.hpp>
+#include <kiln/core/tensor.hpp>
+
+namespace kiln {
+
+// After each step, `variable` takes the value `value` had in that step.
+struct Update {
+  Tensor variable;
+  Tensor value;
+};
+
+struct PlanStats {
+  std::int64_t batch_size = 0;
+  std::size_t num_kernels = 0;       // kernels that run each step
+  std::size_t num_aliases = 0;       // reshapes resolved to views
+  std::size_t num_inplace = 0;       // outputs written over a dead input
+  std::size_t arena_bytes = 0;       // one allocation for every intermediate buffer
+  std::size_t unplanned_bytes = 0;   // what the same buffers would take without reuse
+};
+
+namespace detail {
+struct Plan;
+}
+
+class Program {
+ public:
+  Program(Graph& graph, std::vector<Tensor> fetches, std::vector<Update> updates = {});
+  ~Program();
+  Program(Program&&) noexcept;
+  Program& operator=(Program&&) noexcept;
+
+  // Binds data to a placeholder for the next run. The array is not copied: keep it alive and unchanged
+  // until run() returns. Throws ShapeError/DTypeError when it does not fit the placeholder.
+  void feed(const Tensor& placeholder, const Array& value);
+  // Runs one step. The first run at a new batch size plans (and allocates); later ones do not. The plans
+  // of the 16 batch sizes used last are kept. Throws ValueError if a needed placeholder was not fed or the
+  // fed batch sizes disagree or are 0.
+  //
+  // One Program is one caller's: several Programs over one graph may run at once on several threads (the
+  // graph and its variables are only read, unless a program updates them), but one Program must not;
+  // a run that finds its Program already running throws LayerStateError.
+  void run();
+  bool has_plan(std::int64_t batch_size) const;  // planned already: running it allocates nothing
+
+  // The value a fetch had in the last run, copied out.
+  Array fetch(const Tensor& tensor) const;
+  // The same without a copy: valid until the next run.
+  Array view(const Tensor& tensor) const;
+  double scalar(const Tensor& tensor) const;  // a fetched scalar as double
+
+  // Seeds per-step randomness (dropout); it counts runs and is part of a training run's state.
+  std::uint64_t step() const { return step_; }
+  void set_step(std::uint64_t step) { step_ = step; }
+
+  PlanStats stats() const;  // of the plan used by the last run
+  const std::vector<Tensor>& fetches() const { return fetches_; }
+
+ private:
+  detail::Plan& plan_for(std::int64_t batch_size);
+  std::int64_t fed_batch_size() const;
+  const detail::Plan& last_plan() const;
+  std::size_t fetch_slot(const Tensor& tensor) const;
+
+  Graph* graph_;
+  std::vector<Tensor> fetches_;
+  std::vector<Update> updates_;
+  std::vector<NodeId> needed_;        // in topological order
+  std::vector<NodeId> placeholders_;  // needed placeholders
+  std::vector<Array> fed_;            // parallel to placeholders_
+  std::vector<std::unique_ptr<detail::Plan>> plans_;  // least recently used first
+  detail::Plan* last_ = nullptr;
+  std::uint64_t step_ = 0;
+  std::unique_ptr<std::atomic<bool>> running_;  // (behind a pointer: Program moves, atomics do not)
+};
+
+}  // namespace kiln

@@ -1,0 +1,50 @@
+#include <kiln/layers/embedding.hpp>
+
+#include <string>
+
+#include <kiln/ops/ops.hpp>
+
+namespace kiln {
+
+EmbeddingLayer::EmbeddingLayer(const Config& config) : Layer(config, "Embedding") {
+  ConfigReader args = config_reader(config);
+  input_dim_ = args.integer("input_dim");
+  output_dim_ = args.integer("output_dim");
+  embeddings_initializer_ = args.has("embeddings_initializer")
+                                ? Initializer::from_config(args.value("embeddings_initializer"))
+                                : Initializer::get("uniform");
+  // Masks do not flow between kiln layers yet, so a mask_zero layer could not do what it promises.
+  if (args.boolean("mask_zero", false)) args.fail("mask_zero = true is not supported by kiln yet");
+  for (const char* key : {"embeddings_regularizer", "activity_regularizer", "embeddings_constraint", "weights",
+                          "lora_rank", "lora_alpha", "quantization_config"})
+    args.unsupported(key);
+  // Keras 3 still accepts the Keras 2 argument input_length and ignores it; so do we, to load old configs.
+  args.value("input_length");
+  args.finish();
+  if (input_dim_ <= 0) args.fail("input_dim must be positive, got " + std::to_string(input_dim_));
+  if (output_dim_ <= 0) args.fail("output_dim must be positive, got " + std::to_string(output_dim_));
+}
+
+Config EmbeddingLayer::get_config() const {
+  Config config = base_config();
+  config.set("input_dim", input_dim_);
+  config.set("output_dim", output_dim_);
+  config.set("embeddings_initializer", embeddings_initializer_.get_config());
+  config.set("mask_zero", false);
+  return config;
+}
+
+void EmbeddingLayer::build(const Shape&) {
+  embeddings_ = add_weight("embeddings", {input_dim_, output_dim_}, embeddings_initializer_);
+}
+
+Tensor EmbeddingLayer::call(const Tensor& input, const CallArgs&) {
+  return ops::gather(variable(embeddings_, input), input);
+}
+
+Embedding::Embedding(std::int64_t input_dim, std::int64_t output_dim, const Config& options)
+    : LayerHandle(std::make_shared<EmbeddingLayer>(options.with("input_dim", input_dim).with("output_dim", output_dim))) {}
+
+KILN_REGISTER_LAYER("kiln>Embedding", EmbeddingLayer);
+
+}  // namespace kiln

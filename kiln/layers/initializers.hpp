@@ -1,0 +1,61 @@
+#pragma once
+// Initializers: how a layer's weights get their first values, by Keras name and config.
+//
+//   Initializer::get("glorot_uniform")                       // by name, as in Keras strings
+//   Initializer::from_config({{"class_name", "RandomNormal"},
+//                             {"config", {{"mean", 0.0}, {"stddev", 0.05}, {"seed", 7}}}})
+//
+// Randomness is explicit: `sample` draws from the Rng it is given. An initializer with a `seed` in its
+// config ignores that Rng and draws from Rng(seed), so it gives the same values every time, as in Keras.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <kiln/core/array.hpp>
+#include <kiln/core/dtype.hpp>
+#include <kiln/core/shape.hpp>
+#include <kiln/layers/config.hpp>
+
+namespace kiln {
+
+class Rng;
+
+// Fans of a weight of this shape, as Keras computes them: (in, out) for a matrix; for higher ranks
+// the leading axes are a receptive field that multiplies both.
+struct Fans {
+  double fan_in = 1.0;
+  double fan_out = 1.0;
+};
+Fans compute_fans(const Shape& shape);
+
+class Initializer {
+ public:
+  Initializer();  // glorot_uniform
+  // A registered name: snake_case ("glorot_uniform") or the class name ("GlorotUniform").
+  static Initializer get(const std::string& name);
+  // A string name, or {"class_name": ..., "config": {...}} as Keras writes it.
+  static Initializer from_config(const Config& config);
+  // {"class_name": "GlorotUniform", "config": {"seed": null}}
+  Config get_config() const;
+
+  const std::string& class_name() const { return class_name_; }
+  const Config& arguments() const { return arguments_; }
+
+  // Values for a weight of `shape`. `fans` overrides compute_fans(shape) (attention kernels).
+  Array sample(const Shape& shape, DType dtype, Rng& rng) const;
+  Array sample(const Shape& shape, DType dtype, Rng& rng, const Fans& fans) const;
+
+  bool operator==(const Initializer& other) const;
+
+  // Every registered snake_case name ("glorot_uniform"), for messages and tests.
+  static std::vector<std::string> names();
+
+ private:
+  Initializer(std::string class_name, Config arguments);
+
+  std::string class_name_;
+  Config arguments_;  // the class's config, every argument present
+};
+
+}  // namespace kiln

@@ -1,0 +1,529 @@
+#include <kiln/layers/layer.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <limits>
+
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/op.hpp>
+#include <kiln/core/rng.hpp>
+#include <kiln/layers/detail/replay.hpp>
+
+namespace kiln {
+
+// ---- CallArgs ---------------------------------------------------------------------------------------
+
+CallArgs& CallArgs::tensor(const std::string& name, const Tensor& value) {
+  for (auto& entry : tensors_)
+    if (entry.first == name) {
+      entry.second = value;
+      return *this;
+    }
+  tensors_.emplace_back(name, value);
+  return *this;
+}
+
+CallArgs& CallArgs::option(const std::string& name, Config value) {
+  options_.set(name, std::move(value));
+  return *this;
+}
+
+const Tensor* CallArgs::find_tensor(const std::string& name) const {
+  for (const auto& entry : tensors_)
+    if (entry.first == name && entry.second.valid()) return &entry.second;
+  return nullptr;
+}
+
+bool CallArgs::flag(const std::string& name, bool fallback) const {
+  const Config* value = options_.find(name);
+  return value == nullptr || value->is_null() ? fallback : value->as_bool("call option '" + name + "'");
+}
+
+// ---- names ------------------------------------------------------------------------------------------
+
+std::string to_snake_case(const std::string& class_name) {
+  // Keras drops non-word characters, then applies (.)([A-Z][a-z]+) -> \1_\2 and
+  // ([a-z])([A-Z]) -> \1_\2: a break before a capitalized word whatever precedes it
+  // ("Layer2Norm" -> "layer2_norm"), and one between a lower-case letter and a capital.
+  std::string word;
+  for (char c : class_name)
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') word += c;
+  auto upper = [&](std::size_t i) { return i < word.size() && std::isupper(static_cast<unsigned char>(word[i])); };
+  auto lower = [&](std::size_t i) { return i < word.size() && std::islower(static_cast<unsigned char>(word[i])); };
+  std::string result;
+  for (std::size_t i = 0; i < word.size(); ++i) {
+    if (i > 0 && upper(i) && (lower(i + 1) || lower(i - 1))) result += '_';
+    result += static_cast<char>(std::tolower(static_cast<unsigned char>(word[i])));
+  }
+  return result;
+}
+
+// ---- Layer --------------------------------------------------------------------------------------------
+
+Layer::Layer(const Config& config, std::string class_name) : class_name_(std::move(class_name)) {
+  if (!config.is_null() && !config.is_map())
+    throw ConfigError(class_name_ + ": a config must be a map of arguments, got " + config.to_string());
+  name_ = config.get_string("name", "");
+  name_given_ = !name_.empty();
+  trainable_ = config.get_bool("trainable", true);
+  if (const Config* dtype = config.find("dtype"); dtype != nullptr && !dtype->is_null()) {
+    // Keras 3 writes either "float32" or a DTypePolicy object {"class_name": "DTypePolicy", "config": {"name": ...}}.
+    const std::string dtype_name =
+        dtype->is_map() ? dtype->at("config").get_string("name") : dtype->as_string(class_name_ + " argument 'dtype'");
+    dtype_ = dtype_from_name(dtype_name);
+    dtype_given_ = true;
+  }
+}
+
+Layer::~Layer() = default;
+
+ConfigReader Layer::config_reader(const Config& config) const {
+  ConfigReader reader(config, class_name_);
+  reader.value("name");
+  reader.value("trainable");
+  reader.value("dtype");
+  return reader;
+}
+
+Config Layer::base_config() const {
+  Config config = {{"name", name_.empty() ? Config() : Config(name_)}, {"trainable", trainable_}};
+  config.set("dtype", dtype_given_ || built_ ? Config(dtype_name(dtype_)) : Config());
+  return config;
+}
+
+std::string Layer::registered_name() const { return layer_registry().key_of(std::type_index(typeid(*this))); }
+
+Config Layer::build_config() const {
+  if (!built_) return Config();
+  if (build_shapes_.size() == 1) return {{"input_shape", Config::from_shape(build_shapes_[0])}};
+  Config shapes = Config::list();
+  for (const Shape& shape : build_shapes_) shapes.push_back(Config::from_shape(shape));
+  return {{"input_shapes", shapes}};
+}
+
+std::string Layer::describe() const { return class_name_ + " '" + (name_.empty() ? to_snake_case(class_name_) : name_) + "'"; }
+
+void Layer::shape_error(const std::string& what, const std::vector<std::pair<std::string, Shape>>& shapes) const {
+  throw ShapeError(describe(), what, shapes);
+}
+
+void Layer::config_error(const std::string& what) const { throw ConfigError(describe() + ": " + what); }
+
+// ---- building ---------------------------------------------------------------------------------------
+
+void Layer::build_for(const std::vector<Shape>& input_shapes) {
+  if (built_) return;
+  if (name_.empty()) name_ = to_snake_case(class_name_);
+  if (seed_path_.empty()) seed_path_ = name_;
+  for (std::size_t i = 0; i < children_.size(); ++i)
+    if (child_is_part_[i]) adopt(*children_[i]);
+  check_input_count(input_shapes.size());
+  building_ = true;
+  const std::size_t num_children = children_.size();
+  try {
+    build(input_shapes);
+  } catch (...) {
+    // A failed build leaves no half-made weights or children behind, so a corrected call can build again
+    // (a child tracked twice would take the name "dense_1" and its weights another path).
+    building_ = false;
+    weights_.clear();
+    children_.resize(num_children);
+    child_is_part_.resize(num_children);
+    throw;
+  }
+  building_ = false;
+  build_shapes_ = input_shapes;
+  built_ = true;
+  initialize_own_weights(0);
+}
+
+void Layer::build(const std::vector<Shape>& input_shapes) { build(input_shapes.at(0)); }
+void Layer::build(const Shape&) {}
+
+std::vector<Tensor> Layer::call(const std::vector<Tensor>& inputs, const CallArgs& args) {
+  return {call(inputs.at(0), args)};
+}
+
+Tensor Layer::call(const Tensor&, const CallArgs&) {
+  throw LayerStateError(describe() + " overrides neither call(Tensor) nor call(std::vector<Tensor>)");
+}
+
+WeightId Layer::add_weight(const std::string& name, const Shape& shape, const Initializer& initializer,
+                           bool trainable) {
+  return add_weight(name, shape, initializer, compute_fans(shape), trainable);
+}
+
+WeightId Layer::add_weight(const std::string& name, const Shape& shape, const Initializer& initializer,
+                           const Fans& fans, bool trainable) {
+  if (built_ && !building_)
+    throw LayerStateError(describe() + ": add_weight('" + name + "') after build(); create weights in build()");
+  for (std::int64_t dim : shape.dims())
+    if (dim < 0) shape_error("weight '" + name + "' needs a known shape", {{name, shape}});
+  for (const OwnWeight& weight : weights_)
+    if (weight.name == name) config_error("two weights named '" + name + "'");
+  weights_.push_back({name, Array(shape, dtype_), initializer, fans, trainable});
+  return weights_.size() - 1;
+}
+
+void Layer::track_layer(const LayerPtr& child, bool part_of_this) {
+  if (!child) throw ValueError(describe() + ": track() of an empty layer");
+  if (child.get() == this) config_error("cannot contain itself");
+  if (part_of_this && built_ && !building_)
+    throw LayerStateError(describe() + ": track() of '" + child->name() + "' after build(); create children earlier");
+  if (part_of_this && child->name_.empty()) {
+    const std::string base = to_snake_case(child->class_name_);
+    std::string name = base;
+    for (int suffix = 1;; ++suffix) {
+      const bool taken = std::any_of(children_.begin(), children_.end(), [&](const LayerPtr& c) { return c->name_ == name; });
+      if (!taken) break;
+      name = base + "_" + std::to_string(suffix);
+    }
+    child->name_ = name;
+  }
+  for (const LayerPtr& existing : children_)
+    if (!child->name_.empty() && existing->name_ == child->name_)
+      config_error("two layers named '" + child->name_ + "'; layer names must be unique within a model");
+  if (part_of_this && building_) adopt(*child);
+  children_.push_back(child);
+  child_is_part_.push_back(part_of_this);
+}
+
+void Layer::adopt(Layer& child) const {
+  // A part follows its parent: the dtype the parent builds in, and a random stream under its path.
+  if (!child.dtype_given_ && !child.built_) child.dtype_ = dtype_;
+  child.seed_path_ = seed_path_ + "/" + child.name_;
+}
+
+void Layer::clear_tracked_layers() {
+  children_.clear();
+  child_is_part_.clear();
+}
+
+void Layer::rename_automatic(const std::string& name) {
+  if (name_given_) throw ConfigError(describe() + ": cannot rename a layer whose name was given");
+  // Weights still holding their first draw are drawn again for the new name (two "dense" layers made in
+  // different input graphs would otherwise start equal); weights that were set or trained are kept.
+  const bool first_draw = built_ && holds_first_draw();
+  name_ = name;
+  if (!built_) return;
+  seed_path_ = name_;
+  for (std::size_t i = 0; i < children_.size(); ++i)
+    if (child_is_part_[i]) adopt(*children_[i]);
+  if (first_draw) initialize_weights(0);
+}
+
+bool Layer::holds_first_draw() const {
+  const Rng root(0);
+  for (const OwnWeight& weight : weights_) {
+    Rng rng = root.fork(seed_path_ + "/" + weight.name);
+    if (!weight.initializer.sample(weight.value.shape(), weight.value.dtype(), rng, weight.fans).bitwise_equal(weight.value))
+      return false;
+  }
+  return std::all_of(children_.begin(), children_.end(), [](const LayerPtr& child) { return child->holds_first_draw(); });
+}
+
+const Array& Layer::weight_value(WeightId weight) const { return weights_.at(weight).value; }
+
+Tensor Layer::variable(WeightId weight, const Tensor& like) const {
+  const OwnWeight& own = weights_.at(weight);
+  Graph& graph = like.graph();
+  if (Tensor existing = graph.find_variable(own.value)) return existing;
+  return graph.variable(own.name, own.value, own.trainable && trainable_);
+}
+
+// ---- calling ------------------------------------------------------------------------------------------
+
+void Layer::assign_name(Graph& graph) {
+  if (name_.empty()) name_ = graph.unique_name(to_snake_case(class_name_));
+}
+
+void Layer::check_input_count(std::size_t count) const {
+  const auto [min_inputs, max_inputs] = input_count();
+  if (count >= min_inputs && count <= max_inputs) return;
+  std::string expected = std::to_string(min_inputs);
+  if (max_inputs == std::numeric_limits<std::size_t>::max()) expected = "at least " + expected;
+  else if (max_inputs != min_inputs) expected += " to " + std::to_string(max_inputs);
+  config_error("takes " + expected + " inputs, got " + std::to_string(count));
+}
+
+void Layer::check_call(const std::vector<Tensor>& inputs, const CallArgs& args) const {
+  if (inputs.empty()) config_error("called with no inputs");
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (!inputs[i].valid()) config_error("input " + std::to_string(i) + " is an empty Tensor");
+  check_input_count(inputs.size());
+  const std::vector<std::string> known = call_argument_names();
+  auto check_name = [&](const std::string& name) {
+    if (std::find(known.begin(), known.end(), name) != known.end()) return;
+    std::string message = "does not take the call argument '" + name + "'";
+    if (known.empty()) config_error(message + "; it takes none");
+    message += "; it takes";
+    for (std::size_t i = 0; i < known.size(); ++i) message += (i ? ", '" : " '") + known[i] + "'";
+    config_error(message);
+  };
+  for (const auto& entry : args.tensors()) check_name(entry.first);
+  if (args.options().is_map())
+    for (const std::string& key : args.options().keys()) check_name(key);
+}
+
+Outputs::operator Tensor() const {
+  if (size() != 1)
+    throw ValueError("a layer call with " + std::to_string(size()) + " outputs used as one Tensor; index the outputs");
+  return front();
+}
+
+Outputs Layer::operator()(const std::vector<Tensor>& given_inputs, const CallArgs& given_args) {
+  check_call(given_inputs, given_args);
+  const LayerPtr self = weak_from_this().lock();
+  if (!self)
+    throw LayerStateError(describe() + " is not held by a std::shared_ptr; create layers through their handles "
+                          "(kiln::Dense(...)) or std::make_shared");
+  // Inputs from different graphs (two kiln::Input()s) meet in the first input's graph.
+  Graph& graph = given_inputs[0].graph();
+  std::vector<Tensor> inputs = given_inputs;
+  CallArgs args = given_args;
+  for (Tensor& input : inputs) input = detail::import_tensor(input, graph);
+  for (const auto& entry : given_args.tensors())
+    if (entry.second.valid()) args.tensor(entry.first, detail::import_tensor(entry.second, graph));
+
+  assign_name(graph);
+  if (!built_) {
+    if (!dtype_given_) dtype_ = inputs[0].dtype();
+    std::vector<Shape> shapes;
+    for (const Tensor& input : inputs) shapes.push_back(input.shape());
+    build_for(shapes);
+  }
+  // Only a layer with weights of its own has a dtype to enforce; models and weightless layers pass through.
+  if (!weights_.empty() && inputs[0].dtype() != dtype_)
+    throw DTypeError(describe() + " holds " + dtype_name(dtype_) + " weights but was called on " +
+                     dtype_name(inputs[0].dtype()) + " input " + inputs[0].shape().to_string() +
+                     "; layers do not cast: give the layer a dtype or feed " + dtype_name(dtype_));
+  std::vector<Tensor> outputs;
+  {
+    Graph::NameScope scope(graph, name_);
+    outputs = call(inputs, args);
+  }
+  if (output_shapes_.empty())
+    for (const Tensor& output : outputs) output_shapes_.push_back(output.shape());
+
+  auto record = std::make_shared<LayerCall>();
+  record->layer = self;
+  record->inputs = inputs;
+  record->args = args;
+  for (const Tensor& output : outputs) record->outputs.push_back(Tensor(&output.graph(), output.id()));
+  std::vector<Tensor> result;
+  for (std::size_t i = 0; i < outputs.size(); ++i) result.push_back(outputs[i].with_producer(record, static_cast<int>(i)));
+  return result;
+}
+
+Tensor Layer::operator()(const Tensor& input, const CallArgs& args) {
+  std::vector<Tensor> outputs = (*this)(std::vector<Tensor>{input}, args);
+  if (outputs.size() != 1)
+    throw ValueError(describe() + " returned " + std::to_string(outputs.size()) +
+                     " outputs; call it with a list of inputs to get them all");
+  return outputs[0];
+}
+
+// ---- weights ----------------------------------------------------------------------------------------
+
+void Layer::collect_weights(const std::string& prefix, bool frozen_by_parent, std::vector<Weight>& out) const {
+  // Keras 3's order: the layer's own weights in creation order, then each child's, whatever the
+  // trainable flags, so freezing a layer never reorders get_weights().
+  const bool frozen = frozen_by_parent || !trainable_;
+  for (const OwnWeight& weight : weights_) out.push_back({prefix + weight.name, weight.value, weight.trainable && !frozen});
+  for (const LayerPtr& child : children_) child->collect_weights(prefix + child->name_ + "/", frozen, out);
+}
+
+namespace {
+// A layer reached twice (directly and inside a nested model) holds its weights once, at the first path,
+// as Keras deduplicates variables: set_weights counts and optimizers update each array once.
+std::vector<Weight> without_repeats(std::vector<Weight> weights) {
+  std::vector<const void*> seen;
+  std::vector<Weight> result;
+  for (Weight& weight : weights) {
+    const void* storage = weight.value.raw();
+    if (storage != nullptr && std::find(seen.begin(), seen.end(), storage) != seen.end()) continue;
+    seen.push_back(storage);
+    result.push_back(std::move(weight));
+  }
+  return result;
+}
+}  // namespace
+
+std::vector<Weight> Layer::weights() const {
+  std::vector<Weight> out;
+  collect_weights("", false, out);
+  return without_repeats(std::move(out));
+}
+
+std::vector<Weight> Layer::trainable_weights() const {
+  std::vector<Weight> out;
+  for (Weight& weight : weights())
+    if (weight.trainable) out.push_back(std::move(weight));
+  return out;
+}
+
+std::vector<Weight> Layer::non_trainable_weights() const {
+  std::vector<Weight> out;
+  for (Weight& weight : weights())
+    if (!weight.trainable) out.push_back(std::move(weight));
+  return out;
+}
+
+std::vector<Array> Layer::get_weights() const {
+  std::vector<Array> values;
+  for (const Weight& weight : weights()) values.push_back(weight.value.copy());
+  return values;
+}
+
+void Layer::set_weights(const std::vector<Array>& values) {
+  std::vector<Weight> targets = weights();
+  if (values.size() != targets.size())
+    throw ValueError(describe() + ": set_weights got " + std::to_string(values.size()) + " arrays for " +
+                     std::to_string(targets.size()) + " weights" + (built_ ? "" : " (the layer is not built yet)"));
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if (values[i].shape() != targets[i].value.shape())
+      shape_error("set_weights: weight '" + targets[i].path + "' has another shape",
+                  {{"expected", targets[i].value.shape()}, {"given", values[i].shape()}});
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const Array converted = values[i].dtype() == targets[i].value.dtype() ? values[i] : values[i].astype(targets[i].value.dtype());
+    std::memcpy(targets[i].value.raw(), converted.raw(), targets[i].value.nbytes());
+  }
+}
+
+std::int64_t Layer::count_params() const {
+  std::int64_t total = 0;
+  for (const Weight& weight : weights()) total += static_cast<std::int64_t>(weight.value.size());
+  return total;
+}
+
+void Layer::initialize_own_weights(std::uint64_t seed) {
+  const Rng root(seed);
+  for (OwnWeight& weight : weights_) {
+    Rng rng = root.fork(seed_path_ + "/" + weight.name);
+    const Array fresh = weight.initializer.sample(weight.value.shape(), weight.value.dtype(), rng, weight.fans);
+    std::memcpy(weight.value.raw(), fresh.raw(), weight.value.nbytes());
+  }
+}
+
+void Layer::initialize_weights(std::uint64_t seed) {
+  initialize_own_weights(seed);
+  for (const LayerPtr& child : children_) child->initialize_weights(seed);
+}
+
+// ---- registry ---------------------------------------------------------------------------------------------
+
+LayerRegistry& layer_registry() {
+  static LayerRegistry registry;
+  return registry;
+}
+
+void LayerRegistry::add(const std::string& key, std::type_index type, LayerFactory factory) {
+  if (contains(key)) {
+    duplicates_.push_back(key);
+    return;
+  }
+  entries_.push_back({key, type, std::move(factory)});
+}
+
+bool LayerRegistry::contains(const std::string& key) const {
+  return std::any_of(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.key == key; });
+}
+
+const std::string* LayerRegistry::resolve(const std::string& key) const {
+  for (const Entry& entry : entries_)
+    if (entry.key == key) return &entry.key;
+  if (key.find('>') != std::string::npos) return nullptr;
+  // A bare class name ("Dense", as Keras writes class_name) finds the one key that ends in ">Dense".
+  const std::string* found = nullptr;
+  for (const Entry& entry : entries_) {
+    const std::size_t split = entry.key.rfind('>');
+    if (entry.key.compare(split + 1, std::string::npos, key) != 0) continue;
+    if (found != nullptr && entry.key.rfind("kiln>", 0) != 0) continue;  // prefer kiln's own on a tie
+    found = &entry.key;
+  }
+  return found;
+}
+
+std::vector<std::string> LayerRegistry::nearest_keys(const std::string& key) const {
+  if (key.find('>') != std::string::npos) return nearest_names(key, keys());
+  // A bare name is compared with the class names: against whole keys the package prefix costs every
+  // candidate the same few edits, and "Sequentail" would come out nearest to "kiln>Dense".
+  std::vector<std::string> class_names;
+  for (const Entry& entry : entries_) class_names.push_back(entry.key.substr(entry.key.rfind('>') + 1));
+  std::vector<std::string> result;
+  for (const std::string& near : nearest_names(key, class_names))
+    for (const Entry& entry : entries_)
+      if (entry.key.substr(entry.key.rfind('>') + 1) == near &&
+          std::find(result.begin(), result.end(), entry.key) == result.end()) {
+        result.push_back(entry.key);
+        break;
+      }
+  return result;
+}
+
+LayerPtr LayerRegistry::create(const std::string& key, const Config& config) const {
+  const std::string* resolved = resolve(key);
+  if (resolved == nullptr) {
+    std::string message = "unknown layer '" + key + "'";
+    message += did_you_mean(nearest_keys(key));
+    throw ConfigError(message);
+  }
+  for (const Entry& entry : entries_)
+    if (entry.key == *resolved) return entry.factory(config);
+  throw ConfigError("unknown layer '" + key + "'");
+}
+
+std::string LayerRegistry::key_of(std::type_index type) const {
+  for (const Entry& entry : entries_)
+    if (entry.type == type) return entry.key;
+  return "";
+}
+
+std::vector<std::string> LayerRegistry::keys() const {
+  std::vector<std::string> result;
+  for (const Entry& entry : entries_) result.push_back(entry.key);
+  return result;
+}
+
+void LayerRegistry::check() const {
+  if (duplicates_.empty()) return;
+  std::string message = "layers registered twice:";
+  for (const std::string& key : duplicates_) message += " '" + key + "'";
+  throw ConfigError(message);
+}
+
+LayerPtr create_layer(const std::string& class_name, const Config& config) {
+  return layer_registry().create(class_name, config);
+}
+
+Config serialize_layer(const Layer& layer) {
+  const std::string key = layer.registered_name();
+  if (key.empty())
+    throw ConfigError(layer.describe() + " is not registered; register it with KILN_REGISTER_LAYER to save it by config");
+  Config result = {{"class_name", layer.class_name()}, {"config", layer.get_config()}, {"registered_name", key}};
+  if (layer.built()) result.set("build_config", layer.build_config());
+  return result;
+}
+
+LayerPtr layer_from_config(const Config& serialized) {
+  if (!serialized.is_map()) throw ConfigError("a serialized layer is a map, got " + serialized.to_string());
+  std::string key = serialized.get_string("class_name");
+  if (const Config* registered = serialized.find("registered_name"); registered != nullptr && !registered->is_null())
+    key = registered->as_string("key 'registered_name'");
+  const Config* config = serialized.find("config");
+  LayerPtr layer = create_layer(key, config ? *config : Config());
+  if (const Config* build = serialized.find("build_config"); build != nullptr && !build->is_null() && !layer->built()) {
+    if (const Config* shape = build->find("input_shape"))
+      layer->build_for(shape->as_shape("build_config input_shape"));
+    else if (const Config* shapes = build->find("input_shapes")) {
+      std::vector<Shape> list;
+      for (const Config& item : shapes->as_list("build_config input_shapes")) list.push_back(item.as_shape("build_config input_shapes"));
+      layer->build_for(list);
+    }
+  }
+  return layer;
+}
+
+}  // namespace kiln

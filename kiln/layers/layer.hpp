@@ -1,0 +1,339 @@
+#pragma once
+// Layer: a reusable piece of a model with weights, in Keras's lifecycle.
+//
+//   construct (arguments or a Config)  ->  build(input_shapes) once, from the first call's shapes,
+//   creating every weight  ->  call(inputs) composes ops on symbolic tensors  ->  get_config()
+//
+// A layer is shared (a model records which layer made which tensor), so layers live in a
+// std::shared_ptr and users hold them through handles (LayerHandle, below), as in libtorch:
+//
+//   kiln::Dense dense(64, "relu");          // a handle; copies share the layer
+//   kiln::Tensor y = dense(x);              // builds on first call, then adds op nodes
+//   dense->units();                          // the layer itself
+//
+// Weights are Arrays the layer owns. Calling the layer in a graph adds variable nodes that share those
+// arrays' storage, so a layer called in two graphs (the model the user wrote, the graph fit() trains)
+// has one set of weights.
+//
+// Writing a layer (no kernels here: a layer composes ops, and a new primitive goes into ops/):
+//
+//   class Scale : public kiln::Layer {
+//    public:
+//     explicit Scale(const kiln::Config& config) : Layer(config, "Scale") { config_reader(config).finish(); }
+//    protected:
+//     void build(const kiln::Shape& input_shape) override {
+//       factor_ = add_weight("factor", {input_shape.dim(-1)}, kiln::Initializer::get("ones"));
+//     }
+//     kiln::Tensor call(const kiln::Tensor& x, const kiln::CallArgs&) override { return x * variable(factor_, x); }
+//    private:
+//     kiln::WeightId factor_ = 0;
+//   };
+//   KILN_REGISTER_LAYER("acme>Scale", Scale);
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <typeindex>
+#include <utility>
+#include <vector>
+
+#include <kiln/core/array.hpp>
+#include <kiln/core/dtype.hpp>
+#include <kiln/core/shape.hpp>
+#include <kiln/core/tensor.hpp>
+#include <kiln/layers/config.hpp>
+#include <kiln/layers/initializers.hpp>
+
+namespace kiln {
+
+class Layer;
+using LayerPtr = std::shared_ptr<Layer>;
+using WeightId = std::size_t;
+
+// The arguments of one call besides its positional inputs, recorded with the call so that models can
+// replay and save it: named tensors (masks) and options (flags). `training` is not recorded: a model
+// replays its calls in a training graph for fit() and an inference graph for predict().
+class CallArgs {
+ public:
+  CallArgs() = default;
+  CallArgs& tensor(const std::string& name, const Tensor& value);
+  CallArgs& option(const std::string& name, Config value);
+  CallArgs& training(bool value) {
+    training_ = value;
+    return *this;
+  }
+
+  const Tensor* find_tensor(const std::string& name) const;  // nullptr when not given
+  const std::vector<std::pair<std::string, Tensor>>& tensors() const { return tensors_; }
+  const Config& options() const { return options_; }  // a map (or null when empty)
+  bool flag(const std::string& name, bool fallback) const;
+  bool training() const { return training_; }
+
+ private:
+  std::vector<std::pair<std::string, Tensor>> tensors_;
+  Config options_;
+  bool training_ = false;
+};
+
+// One call of a layer: what a functional model walks back through. Outputs are plain handles (no
+// history) so records never form a cycle.
+struct LayerCall {
+  LayerPtr layer;
+  std::vector<Tensor> inputs;
+  CallArgs args;
+  std::vector<Tensor> outputs;
+};
+
+// A weight as models, optimizers and files see it. `path` is stable and hierarchical ("query/kernel"
+// inside its layer), so loading matches weights by name, never by creation order.
+struct Weight {
+  std::string path;
+  Array value;  // shares storage with the layer
+  bool trainable = true;
+};
+
+// What calling a layer returns: its outputs, which read as one Tensor when there is exactly one, so
+// kiln::Dense(1)(kiln::Add()({a, b})) works as in Keras. Converting several outputs to one Tensor
+// throws ValueError: index them instead.
+class Outputs : public std::vector<Tensor> {
+ public:
+  Outputs() = default;
+  Outputs(std::vector<Tensor> outputs) : std::vector<Tensor>(std::move(outputs)) {}
+  operator Tensor() const;
+  const Shape& shape() const { return Tensor(*this).shape(); }
+};
+
+class Layer : public std::enable_shared_from_this<Layer> {
+ public:
+  virtual ~Layer();
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  // ---- calling ------------------------------------------------------------------------------------
+  // Builds on the first call (from the inputs' shapes), then adds the layer's ops to the inputs' graph
+  // under a name scope of the layer's name. Outputs remember this call (Tensor::producer).
+  Outputs operator()(const std::vector<Tensor>& inputs, const CallArgs& args = {});
+  // One input; throws ValueError if the layer returns more than one output (use the list form).
+  Tensor operator()(const Tensor& input, const CallArgs& args = {});
+
+  // ---- identity and config --------------------------------------------------------------------------
+  // Given, or made unique in the first graph the layer is called in ("dense", "dense_1", ...).
+  const std::string& name() const { return name_; }
+  const std::string& class_name() const { return class_name_; }  // "Dense"
+  bool name_given() const { return name_given_; }
+  // Models rename an automatically named layer that clashes with another member ("dense" made in two
+  // input graphs becomes "dense_1"); weights that still hold their first draw are drawn again for the
+  // new name, weights that were set or trained are kept. A name the user gave is never changed: that
+  // clash is a ConfigError.
+  void rename_automatic(const std::string& name);
+  std::string registered_name() const;  // "kiln>Dense", or "" for a layer nobody registered
+  // Every constructor argument, plus the base fields name, trainable and dtype: from_config(get_config())
+  // rebuilds an equal layer. Subclasses extend base_config().
+  virtual Config get_config() const { return base_config(); }
+  // {"input_shape": [...]} or {"input_shapes": [[...], ...]}: the shapes build() saw; null before. As in
+  // Keras (get_build_config), a layer whose weights depend on less than the whole shape may say only that.
+  virtual Config build_config() const;
+
+  bool trainable() const { return trainable_; }
+  void set_trainable(bool trainable) { trainable_ = trainable; }
+  // The weights' dtype: given, or taken from the first input at build.
+  DType dtype() const { return dtype_; }
+  bool has_dtype() const { return dtype_given_; }
+
+  // ---- building -----------------------------------------------------------------------------------
+  bool built() const { return built_; }
+  // Creates every weight (and builds every child) for inputs of these shapes; a no-op once built.
+  void build_for(const std::vector<Shape>& input_shapes);
+  void build_for(const Shape& input_shape) { build_for(std::vector<Shape>{input_shape}); }
+  const std::vector<Shape>& build_shapes() const { return build_shapes_; }
+  // The output shapes of the first call, batch unknown, for summaries.
+  const std::vector<Shape>& output_shapes() const { return output_shapes_; }
+
+  // ---- weights (Keras 3's order: the layer's own in creation order, then each child's, whatever the
+  //      trainable flags; the trainable lists filter it; a layer reached twice counts once)
+  std::vector<Weight> weights() const;
+  std::vector<Weight> trainable_weights() const;
+  std::vector<Weight> non_trainable_weights() const;
+  std::vector<Array> get_weights() const;  // copies
+  // Shapes and count must match get_weights(); throws ShapeError/ValueError naming the weight.
+  void set_weights(const std::vector<Array>& values);
+  std::int64_t count_params() const;
+  // Draws every weight again from its initializer with a stream keyed by (seed, layer name, weight path).
+  // Weights are a pure function of these: the same model code gives the same weights everywhere.
+  void initialize_weights(std::uint64_t seed);
+
+  const std::vector<LayerPtr>& layers() const { return children_; }  // children, in tracking order
+
+  // "Dense 'dense_1'": how messages name a layer.
+  std::string describe() const;
+
+ protected:
+  // Reads the base fields (name, trainable, dtype) from `config`; `class_name` is the Keras class name.
+  Layer(const Config& config, std::string class_name);
+
+  // A reader over the constructor's config with the base keys already accounted for.
+  ConfigReader config_reader(const Config& config) const;
+  Config base_config() const;
+
+  // Override one build and one call. The list forms default to the one-input forms.
+  virtual void build(const std::vector<Shape>& input_shapes);
+  virtual void build(const Shape& input_shape);
+  virtual std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallArgs& args);
+  virtual Tensor call(const Tensor& input, const CallArgs& args);
+  // Names of the CallArgs tensors and options this layer understands; others are rejected at call time.
+  virtual std::vector<std::string> call_argument_names() const { return {}; }
+  // Inputs the layer takes: {min, max}; checked before build.
+  virtual std::pair<std::size_t, std::size_t> input_count() const { return {1, 1}; }
+
+  // Only in the constructor or build(); later throws LayerStateError.
+  WeightId add_weight(const std::string& name, const Shape& shape, const Initializer& initializer,
+                      bool trainable = true);
+  WeightId add_weight(const std::string& name, const Shape& shape, const Initializer& initializer, const Fans& fans,
+                      bool trainable = true);
+  // Tracks a child layer (its weights become this layer's); unnamed children get unique names among
+  // their siblings. Returns the child. Models track their member layers with `part_of_this` false:
+  // those keep their own names, dtypes and random streams, and may be added after build.
+  template <class L>
+  std::shared_ptr<L> track(std::shared_ptr<L> child) {
+    track_layer(child);
+    return child;
+  }
+  void track_layer(const LayerPtr& child, bool part_of_this = true);
+  void clear_tracked_layers();
+
+  // The graph variable of a weight, in the graph of `like` (created on first use in that graph).
+  Tensor variable(WeightId weight, const Tensor& like) const;
+  const Array& weight_value(WeightId weight) const;
+
+  // ShapeError naming this layer: "<describe()>: <what> (a=(None, 3), b=(4,))".
+  [[noreturn]] void shape_error(const std::string& what, const std::vector<std::pair<std::string, Shape>>& shapes) const;
+  [[noreturn]] void config_error(const std::string& what) const;
+
+ private:
+  struct OwnWeight {
+    std::string name;
+    Array value;
+    Initializer initializer;
+    Fans fans;
+    bool trainable;
+  };
+  void collect_weights(const std::string& prefix, bool frozen_by_parent, std::vector<Weight>& out) const;
+  void initialize_own_weights(std::uint64_t seed);
+  bool holds_first_draw() const;  // every weight, children's too, equals its draw for seed 0
+  void adopt(Layer& child) const;
+  void check_call(const std::vector<Tensor>& inputs, const CallArgs& args) const;
+  void check_input_count(std::size_t count) const;
+  void assign_name(Graph& graph);
+
+  std::string class_name_;
+  std::string name_;
+  bool name_given_ = false;
+  bool trainable_ = true;
+  DType dtype_ = DType::float32;
+  bool dtype_given_ = false;
+  bool built_ = false;
+  bool building_ = false;
+  std::vector<Shape> build_shapes_;
+  std::vector<Shape> output_shapes_;
+  std::vector<OwnWeight> weights_;
+  std::vector<LayerPtr> children_;
+  std::vector<bool> child_is_part_;
+  // The key of this layer's random streams: its name, under its parent's ("mh_attention/query").
+  std::string seed_path_;
+};
+
+// The snake_case base name Keras derives from a class name: "MultiHeadAttention" -> "multi_head_attention".
+std::string to_snake_case(const std::string& class_name);
+
+// ---- handles ----------------------------------------------------------------------------------------
+
+// A copyable handle to a shared layer of type L, with the layer's common methods. Built-in layers have
+// handle classes with typed constructors (kiln::Dense); for a layer of your own, LayerHandle<MyLayer>
+// forwards its constructor arguments.
+template <class L>
+class LayerHandle {
+ public:
+  static_assert(std::is_base_of_v<Layer, L>, "LayerHandle holds a kiln::Layer");
+
+  template <class... Args, class = std::enable_if_t<std::is_constructible_v<L, Args&&...>>>
+  explicit LayerHandle(Args&&... args) : layer_(std::make_shared<L>(std::forward<Args>(args)...)) {}
+  LayerHandle(std::shared_ptr<L> layer) : layer_(std::move(layer)) {}
+
+  Outputs operator()(const std::vector<Tensor>& inputs, const CallArgs& args = {}) const {
+    return (*layer_)(inputs, args);
+  }
+  Tensor operator()(const Tensor& input, const CallArgs& args = {}) const { return (*layer_)(input, args); }
+
+  L* operator->() const { return layer_.get(); }
+  L& operator*() const { return *layer_; }
+  const std::shared_ptr<L>& ptr() const { return layer_; }
+  operator LayerPtr() const { return layer_; }
+
+  const std::string& name() const { return layer_->name(); }
+  Config get_config() const { return layer_->get_config(); }
+  bool built() const { return layer_->built(); }
+  std::vector<Array> get_weights() const { return layer_->get_weights(); }
+  void set_weights(const std::vector<Array>& values) const { layer_->set_weights(values); }
+  std::int64_t count_params() const { return layer_->count_params(); }
+  std::vector<Weight> weights() const { return layer_->weights(); }
+
+ protected:
+  std::shared_ptr<L> layer_;
+};
+
+// ---- the registry ----------------------------------------------------------------------------------------
+
+using LayerFactory = std::function<LayerPtr(const Config&)>;
+
+class LayerRegistry {
+ public:
+  // A duplicate key is recorded, not overwritten; check() reports it.
+  void add(const std::string& key, std::type_index type, LayerFactory factory);
+  bool contains(const std::string& key) const;
+  // "kiln>Dense"; a bare "Dense" finds the one registered class of that name.
+  LayerPtr create(const std::string& key, const Config& config) const;
+  std::string key_of(std::type_index type) const;  // "" when not registered
+  std::vector<std::string> keys() const;
+  void check() const;  // ConfigError on duplicate keys
+
+ private:
+  const std::string* resolve(const std::string& key) const;
+  std::vector<std::string> nearest_keys(const std::string& key) const;
+
+  struct Entry {
+    std::string key;
+    std::type_index type;
+    LayerFactory factory;
+  };
+  std::vector<Entry> entries_;
+  std::vector<std::string> duplicates_;
+};
+
+LayerRegistry& layer_registry();
+
+// Creates a registered layer from its config. Unknown names throw ConfigError with the nearest ones.
+LayerPtr create_layer(const std::string& class_name, const Config& config = {});
+// From {"class_name": ..., "config": {...}, "registered_name": ..., "build_config": ...} as
+// serialize_layer writes it (and Keras does); with a build_config the layer is built at once.
+LayerPtr layer_from_config(const Config& serialized);
+Config serialize_layer(const Layer& layer);
+
+namespace detail {
+template <class L>
+struct LayerRegistration {
+  explicit LayerRegistration(const std::string& key) {
+    layer_registry().add(key, std::type_index(typeid(L)),
+                         [](const Config& config) -> LayerPtr { return std::make_shared<L>(config); });
+  }
+};
+}  // namespace detail
+
+}  // namespace kiln
+
+#define KILN_LAYER_CONCAT_INNER(a, b) a##b
+#define KILN_LAYER_CONCAT(a, b) KILN_LAYER_CONCAT_INNER(a, b)
+// Registers a layer class, constructible from a Config, under "Package>Name".
+#define KILN_REGISTER_LAYER(key, Class)                                                         \
+  static const ::kiln::detail::LayerRegistration<Class> KILN_LAYER_CONCAT(kiln_layer_registration_, \
+                                                                          __LINE__)(key)

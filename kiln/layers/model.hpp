@@ -1,0 +1,195 @@
+#pragma once
+// Models as layers: Input, the functional model and the sequential one. A model is a layer: it can be
+// called on tensors, nested in another model, and saved by config. The handles users hold,
+// kiln::Model and kiln::Sequential, add compile() and fit() in train/model.hpp.
+//
+//   kiln::Tensor x = kiln::Input({kiln::Shape::unknown, 8});
+//   kiln::Tensor h = kiln::Dense(16, "relu")(x);
+//   kiln::Model model(x, kiln::Dense(1)(h));
+//   model.summary();
+//   kiln::Array y = model.predict(data, /*batch_size=*/32);
+//
+// A model records the graph of layer calls from its inputs to its outputs (not the ops), so it can
+// replay them in any graph: in the graph that fit() trains, in the graph predict() runs, or inside
+// another model.
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <kiln/core/array.hpp>
+#include <kiln/core/dtype.hpp>
+#include <kiln/core/shape.hpp>
+#include <kiln/core/tensor.hpp>
+#include <kiln/layers/layer.hpp>
+
+namespace kiln {
+
+// The layer behind kiln::Input: a placeholder of a given shape (batch dimension first, usually unknown).
+class InputLayer final : public Layer {
+ public:
+  explicit InputLayer(const Config& config);
+  const Shape& batch_shape() const { return batch_shape_; }
+  Config get_config() const override;
+  // A placeholder for this input in `graph`, recorded as this layer's output.
+  Tensor placeholder_in(Graph& graph);
+  // A placeholder in a new graph that this layer keeps alive: what kiln::Input returns.
+  Tensor make_input();
+
+ private:
+  Shape batch_shape_;
+  std::vector<std::shared_ptr<Graph>> graphs_;  // made by make_input; the tensors it returned point into them
+};
+
+// A symbolic model input. `shape` includes the batch dimension: {Shape::unknown, 8} is Keras's
+// Input(shape=(8,)). Each call makes a fresh graph; layers called on inputs of different graphs bring
+// them together, so several inputs just work.
+Tensor Input(const Shape& shape, DType dtype = DType::float32, const std::string& name = "");
+
+// What every model shares: the recorded calls, summary, predict.
+class ModelBase : public Layer {
+ public:
+  // One recorded layer call; inputs refer to earlier nodes' outputs.
+  struct TensorRef {
+    int node = 0;
+    int output = 0;
+  };
+  struct Node {
+    LayerPtr layer;
+    std::vector<TensorRef> inputs;
+    std::vector<std::pair<std::string, TensorRef>> tensor_args;
+    Config options;
+    std::vector<Shape> output_shapes;
+  };
+
+  std::size_t num_inputs() const { return input_nodes_.size(); }
+  std::size_t num_outputs() const { return outputs_.size(); }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  // Member layers in call order (input layers first), each once.
+  std::vector<LayerPtr> member_layers() const;
+  LayerPtr get_layer(const std::string& name) const;  // ValueError naming the known layers
+  std::vector<Shape> input_shapes() const;
+  std::vector<DType> input_dtypes() const;
+  std::vector<Shape> model_output_shapes() const;
+
+  // The Keras-style table: layer (type), output shape, params (and connections for non-linear models).
+  std::string summary_string() const;
+  void summary(std::ostream& out) const;
+  void summary() const;  // to stdout
+
+  // Runs the model in inference mode on concrete data, in batches. Arrays of another dtype are converted.
+  // Safe to call from several threads at once: each call runs a Program of its own over one shared
+  // inference graph (planned once per batch size and kept for the next caller), so calls run
+  // concurrently and give, bitwise, what a single-threaded call gives. While fit runs on another thread,
+  // predict is refused with LayerStateError (see use_for_inference).
+  std::vector<Array> predict(const std::vector<Array>& inputs, std::int64_t batch_size = 32);
+  Array predict(const Array& input, std::int64_t batch_size = 32);
+
+  // Replays the model's calls in the graph of `inputs` (which may differ from the one it was made in).
+  // Replays on several threads take turns.
+  std::vector<Tensor> apply(const std::vector<Tensor>& inputs, bool training) const;
+
+  // Who uses the model now. Any number of inference calls (predict, evaluate, test_on_batch) may run at
+  // once on any threads; a training call (fit, train_on_batch, compile) takes the model alone, though its
+  // own thread may still run inference (a callback's predict). The combinations that would race are
+  // refused with LayerStateError naming the model and `what`: inference while another thread trains,
+  // training while another thread runs inference or trains. A Use lasts until it is destroyed.
+  class Use {
+   public:
+    Use(Use&& other) noexcept : model_(other.model_), training_(other.training_) { other.model_ = nullptr; }
+    Use& operator=(Use&&) = delete;
+    ~Use();
+
+   private:
+    friend class ModelBase;
+    Use(const ModelBase* model, bool training) : model_(model), training_(training) {}
+    const ModelBase* model_;
+    bool training_;
+  };
+  Use use_for_inference(const std::string& what) const;
+  Use use_for_training(const std::string& what) const;
+
+  // Where train/ keeps what compile() made (optimizer, loss, training graphs), so every handle to this
+  // model sees it. layers/ never looks inside.
+  std::shared_ptr<void>& compiled_state() { return compiled_state_; }
+
+ protected:
+  ModelBase(const Config& config, std::string class_name);
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallArgs& args) override;
+  std::pair<std::size_t, std::size_t> input_count() const override;
+  std::vector<std::string> call_argument_names() const override { return {}; }
+  // Records the calls between `inputs` and `outputs` (tensors made by layers).
+  void record(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs);
+  void clear_record();
+  // Layers and connections as Keras's functional config: "layers" (with "inbound_nodes"),
+  // "input_layers", "output_layers".
+  Config graph_config() const;
+  // The inverse of graph_config(): creates every layer from its config and replays the connections.
+  void restore_graph(const Config& config);
+  bool linear() const;  // every layer takes exactly the previous layer's output
+
+  std::vector<Node> nodes_;
+  std::vector<int> input_nodes_;
+  std::vector<TensorRef> outputs_;
+
+ private:
+  struct Inference;
+  struct Usage;
+  std::shared_ptr<Inference> inference();  // the inference graph and its programs, made on first use
+  std::vector<Array> predict_inputs(const std::vector<Array>& given, const std::vector<Tensor>& placeholders) const;
+  void check_stackable(const std::vector<Tensor>& outputs, std::int64_t rows, std::int64_t batch_size) const;
+  std::shared_ptr<Inference> inference_;  // under inference_mutex_
+  std::mutex inference_mutex_;
+  mutable std::mutex apply_mutex_;
+  std::shared_ptr<Usage> usage_;
+  std::shared_ptr<void> compiled_state_;
+};
+
+// Model(inputs, outputs): the functional API.
+class FunctionalModel : public ModelBase {
+ public:
+  explicit FunctionalModel(const Config& config);  // from_config
+  FunctionalModel(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, const std::string& name = "");
+  Config get_config() const override;
+};
+
+// A stack of layers, each taking the previous one's output. Built from an Input (or build_for), or
+// lazily from the first call; those two leave the batch dimension unknown (an InputLayer keeps its own).
+class SequentialModel : public ModelBase {
+ public:
+  explicit SequentialModel(const Config& config = {});
+  void add(const LayerPtr& layer);
+  void pop();
+  const std::vector<LayerPtr>& stack() const { return stack_; }
+  Config get_config() const override;
+
+ protected:
+  void build(const std::vector<Shape>& input_shapes) override;
+
+ private:
+  void rebuild(const Shape& input_shape);  // records the stack again, from a fresh input
+  std::vector<LayerPtr> stack_;
+  LayerPtr input_layer_;  // an InputLayer given as the first layer
+};
+
+// ---- handles ------------------------------------------------------------------------------------------
+
+template <class M>
+class ModelHandle : public LayerHandle<M> {
+ public:
+  using LayerHandle<M>::LayerHandle;
+  void summary() const { this->layer_->summary(); }
+  void summary(std::ostream& out) const { this->layer_->summary(out); }
+  std::string summary_string() const { return this->layer_->summary_string(); }
+  Array predict(const Array& input, std::int64_t batch_size = 32) const { return this->layer_->predict(input, batch_size); }
+  std::vector<Array> predict(const std::vector<Array>& inputs, std::int64_t batch_size = 32) const {
+    return this->layer_->predict(inputs, batch_size);
+  }
+  LayerPtr get_layer(const std::string& name) const { return this->layer_->get_layer(name); }
+};
+
+// kiln::Model and kiln::Sequential, the handles with compile() and fit(), are in train/model.hpp.
+
+}  // namespace kiln

@@ -1,0 +1,80 @@
+#pragma once
+// MultiHeadAttention: one implementation with two faces.
+//
+// (a) The 'Attention is all you need' TF2 form, MultiHeadAttention(h = 8), called on [query, key, value]:
+//     d_model comes from the query's last dimension at build; per head, bias-free projections of
+//     Q, K and V to d_model / h, scaled dot-product attention, concat, and a bias-free output
+//     projection back to d_model. (Its config has key_dim null: "d_model / num_heads".)
+// (b) Keras's form, MultiHeadAttention(num_heads, key_dim, {value_dim, dropout, use_bias, output_shape,
+//     kernel_initializer, bias_initializer, seed}), called as mha(query, value) or mha(query, value, key)
+//     with CallArgs: tensor "attention_mask" (batch, T, S), options "use_causal_mask",
+//     "return_attention_scores" (list call only: outputs [output, scores (batch, heads, T, S)]).
+//
+// Inputs are (batch, length, features). The layer itself takes Keras's order, [query, value] or
+// [query, value, key], as models record and configs save it; the handle's list call is the TF2 form,
+// [query, key, value], and reorders.
+// Weights follow Keras's EinsumDense layout and names: query/kernel (Eq, heads, key_dim), query/bias
+// (heads, key_dim), key/..., value/..., attention_output/kernel (heads, value_dim, Eout),
+// attention_output/bias (Eout,). Masks hold 1 (may attend) and 0; a query with nothing to attend
+// gets zeros.
+#include <cstdint>
+#include <string>
+
+#include <kiln/layers/layer.hpp>
+
+namespace kiln {
+
+class MultiHeadAttentionLayer : public Layer {
+ public:
+  explicit MultiHeadAttentionLayer(const Config& config);
+  std::int64_t num_heads() const { return num_heads_; }
+  // Resolved at build when the config leaves them null (the TF2 form).
+  std::int64_t key_dim() const { return key_depth_; }
+  std::int64_t value_dim() const { return value_depth_; }
+  Config get_config() const override;
+
+ protected:
+  void build(const std::vector<Shape>& input_shapes) override;
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallArgs& args) override;
+  std::vector<std::string> call_argument_names() const override {
+    return {"key", "attention_mask", "use_causal_mask", "return_attention_scores"};
+  }
+  std::pair<std::size_t, std::size_t> input_count() const override { return {2, 3}; }
+
+ private:
+  struct Projection {
+    WeightId kernel = 0, bias = 0;
+  };
+  Projection add_projection(const std::string& name, std::int64_t input_dim, std::int64_t depth);
+  Tensor project(const Tensor& x, const Projection& projection, std::int64_t depth) const;
+  void check_inputs(const Shape& query, const Shape& key, const Shape& value) const;
+
+  std::int64_t num_heads_ = 0;
+  Config key_dim_, value_dim_, output_shape_, attention_axes_, seed_;
+  double dropout_ = 0.0;
+  bool use_bias_ = true;
+  Initializer kernel_initializer_, bias_initializer_;
+  std::int64_t key_depth_ = 0, value_depth_ = 0, output_dim_ = 0, key_features_ = 0;
+  Projection query_, key_, value_, output_;
+};
+
+class MultiHeadAttention : public LayerHandle<MultiHeadAttentionLayer> {
+ public:
+  // The TF2 form: key_dim = d_model / h, no biases.
+  explicit MultiHeadAttention(std::int64_t h = 8);
+  // Keras's form.
+  MultiHeadAttention(std::int64_t num_heads, std::int64_t key_dim, const Config& options = {});
+  explicit MultiHeadAttention(const Config& config) : LayerHandle(std::make_shared<MultiHeadAttentionLayer>(config)) {}
+
+  // The TF2 form: [query, key, value] (or [query, value]).
+  Outputs operator()(const std::vector<Tensor>& query_key_value, const CallArgs& args = {}) const;
+  // Keras's call order: (query, value, key = value).
+  Outputs operator()(const Tensor& query, const Tensor& value, const CallArgs& args = {}) const {
+    return (*layer_)(std::vector<Tensor>{query, value}, args);
+  }
+  Outputs operator()(const Tensor& query, const Tensor& value, const Tensor& key, const CallArgs& args = {}) const {
+    return (*layer_)(std::vector<Tensor>{query, value, key}, args);
+  }
+};
+
+}  // namespace kiln

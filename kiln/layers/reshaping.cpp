@@ -1,0 +1,127 @@
+#include <kiln/layers/reshaping.hpp>
+
+#include <algorithm>
+
+#include <kiln/ops/ops.hpp>
+
+namespace kiln {
+
+namespace {
+
+std::string ints_text(const std::vector<std::int64_t>& values) { return Config::from_ints(values).to_string(); }
+
+// The product of the non-batch dimensions, or Shape::unknown when one of them is unknown.
+std::int64_t sample_size(const Shape& shape) {
+  std::int64_t size = 1;
+  for (int axis = 1; axis < shape.rank(); ++axis) {
+    if (shape[axis] == Shape::unknown) return Shape::unknown;
+    size *= shape[axis];
+  }
+  return size;
+}
+
+}  // namespace
+
+// ---- Reshape ----------------------------------------------------------------------------------------
+
+ReshapeLayer::ReshapeLayer(const Config& config) : Layer(config, "Reshape") {
+  ConfigReader args = config_reader(config);
+  const Config& target = args.value("target_shape");
+  if (target.is_null()) args.fail("the argument 'target_shape' is required");
+  target_shape_ = target.as_ints("Reshape argument 'target_shape'");
+  args.finish();
+  if (std::count(target_shape_.begin(), target_shape_.end(), -1) > 1)
+    args.fail("target_shape may contain at most one -1, got " + ints_text(target_shape_));
+  for (std::int64_t dim : target_shape_)
+    if (dim == 0 || dim < -1) args.fail("target_shape entries must be positive or -1, got " + ints_text(target_shape_));
+}
+
+Config ReshapeLayer::get_config() const {
+  Config config = base_config();
+  config.set("target_shape", Config::from_ints(target_shape_));
+  return config;
+}
+
+// target_shape with its -1 resolved from the input's sample size. When that size is unknown, a target
+// without -1 is left for the reshape op to check against each batch.
+std::vector<std::int64_t> ReshapeLayer::sample_dims(const Shape& input_shape) const {
+  if (input_shape.rank() < 1) shape_error("needs inputs with a batch dimension", {{"input", input_shape}});
+  std::vector<std::int64_t> dims = target_shape_;
+  const auto inferred = std::find(dims.begin(), dims.end(), -1);
+  std::int64_t known = 1;
+  for (std::int64_t dim : dims)
+    if (dim != -1) known *= dim;
+  const std::int64_t size = sample_size(input_shape);
+  const std::string what = "cannot reshape each sample to target_shape " + ints_text(target_shape_);
+  if (size == Shape::unknown) {
+    if (inferred != dims.end()) shape_error(what + ": the -1 needs a known sample size", {{"input", input_shape}});
+    return dims;
+  }
+  if (inferred != dims.end()) {
+    if (size % known != 0)
+      shape_error(what + ": " + std::to_string(size) + " elements do not divide by " + std::to_string(known),
+                  {{"input", input_shape}});
+    *inferred = size / known;
+  } else if (size != known) {
+    shape_error(what + ": " + std::to_string(size) + " elements per sample, the target has " + std::to_string(known),
+                {{"input", input_shape}});
+  }
+  return dims;
+}
+
+void ReshapeLayer::build(const Shape& input_shape) { sample_dims(input_shape); }
+
+Tensor ReshapeLayer::call(const Tensor& input, const CallArgs&) {
+  std::vector<std::int64_t> dims = sample_dims(input.shape());
+  dims.insert(dims.begin(), -1);  // the batch, unknown or not
+  return ops::reshape(input, dims);
+}
+
+Reshape::Reshape(const std::vector<std::int64_t>& target_shape, const Config& options)
+    : LayerHandle(std::make_shared<ReshapeLayer>(options.with("target_shape", Config::from_ints(target_shape)))) {}
+
+// ---- Flatten ----------------------------------------------------------------------------------------
+
+FlattenLayer::FlattenLayer(const Config& config) : Layer(config, "Flatten") {
+  ConfigReader args = config_reader(config);
+  data_format_ = args.text("data_format", "channels_last");
+  args.finish();
+  if (data_format_ != "channels_last" && data_format_ != "channels_first")
+    args.fail("data_format must be 'channels_last' or 'channels_first', got '" + data_format_ + "'");
+}
+
+Config FlattenLayer::get_config() const {
+  Config config = base_config();
+  config.set("data_format", data_format_);
+  return config;
+}
+
+std::int64_t FlattenLayer::flattened_size(const Shape& input_shape) const {
+  if (input_shape.rank() < 1) shape_error("needs inputs with a batch dimension", {{"input", input_shape}});
+  const std::int64_t size = sample_size(input_shape);
+  if (size == Shape::unknown)
+    shape_error("needs every dimension but the batch to be known", {{"input", input_shape}});
+  return size;
+}
+
+void FlattenLayer::build(const Shape& input_shape) { flattened_size(input_shape); }
+
+Tensor FlattenLayer::call(const Tensor& input, const CallArgs&) {
+  const std::int64_t size = flattened_size(input.shape());
+  Tensor channels_last = input;
+  if (data_format_ == "channels_first" && input.rank() > 2) {
+    std::vector<std::int64_t> perm{0};
+    for (std::int64_t axis = 2; axis < input.rank(); ++axis) perm.push_back(axis);
+    perm.push_back(1);
+    channels_last = ops::transpose(input, perm);
+  }
+  return ops::reshape(channels_last, {-1, size});
+}
+
+Flatten::Flatten(const std::string& data_format, const Config& options)
+    : LayerHandle(std::make_shared<FlattenLayer>(options.with("data_format", data_format))) {}
+
+KILN_REGISTER_LAYER("kiln>Reshape", ReshapeLayer);
+KILN_REGISTER_LAYER("kiln>Flatten", FlattenLayer);
+
+}  // namespace kiln

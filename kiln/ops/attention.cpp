@@ -1,0 +1,773 @@
+// Fused scaled dot-product attention: softmax(scale·q·kᵀ, masked)·v without ever holding the T×S
+// scores. The forward streams over key blocks with an online softmax (a running max and sum per query
+// row) and keeps only each row's log-sum-exp; the backward recomputes the probabilities block by block
+// from q, k and that log-sum-exp (FlashAttention-2's loop order: key blocks outside, query blocks inside).
+//
+// Nodes are single-output, so the forward is two nodes. kiln>FusedAttention computes a flat "state"
+// buffer laid out as [output (..., T, dv) | log-sum-exp (..., T)]; kiln>FusedAttentionOutput is an
+// alias of its head with the output's shape, and carries the backward rule. The backward is likewise
+// one kernel writing [dq | dk | dv] and three small copies out of it (O((T + S)·d) per head, against
+// the O(T·S·d) products).
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+// xsimd's AVX-512 intrinsics trip g++ 12's (maybe-)uninitialized warnings once inlined; they point into
+// the compiler's own headers, so they are silenced for this include only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <xsimd/xsimd.hpp>
+#pragma GCC diagnostic pop
+
+#include <kiln/core/attributes.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/op.hpp>
+#include <kiln/core/parallel.hpp>
+#include <kiln/ops/detail/gemm.hpp>
+#include <kiln/ops/ops.hpp>
+
+namespace kiln {
+namespace {
+
+// Block sizes (rows of q × rows of k). A 256×256 score block is 256 KB in float, so a block pair's
+// scores and their gradient stay in L2 (1 MB a core here). Measured (float32, 1 thread): at d = 32 and 64,
+// query blocks of 64, 128 and 256 are within noise of each other; at d = 512 (seed_dpa) the larger GEMMs
+// of one 150-row block are 10 % faster; 32×64 blocks are 20–35 % slower (more, smaller GEMM calls).
+constexpr std::int64_t max_query_block = 256;
+constexpr std::int64_t key_block = 256;
+
+constexpr int max_leading_rank = Shape::max_rank - 2;
+
+// Input positions of the three ops that take q, k and v.
+struct ForwardInputs {  // FusedAttention
+  static constexpr int q = 0, k = 1, v = 2, mask = 3;
+};
+struct OutputInputs {  // FusedAttentionOutput
+  static constexpr int state = 0, q = 1, k = 2, v = 3, mask = 4;
+};
+struct GradInputs {  // FusedAttentionGrad
+  static constexpr int q = 0, k = 1, v = 2, state = 3, output_grad = 4, mask = 5;
+};
+
+// ---- dimensions ---------------------------------------------------------------------------------------
+
+struct Dims {
+  std::int64_t heads = 1;  // the product of the leading dimensions: independent attention problems
+  std::int64_t queries = 0, keys = 0, depth = 0, value_depth = 0;
+  std::int64_t query_block = 1;  // query rows per block
+  // Heads interleaved within each row (the heads_last layout, q (..., T, H, d)): H, else 1. Head n's rows
+  // of a (rows × width) operand start at offset(n, rows, width), ld(width) apart.
+  std::int64_t interleave = 1;
+
+  std::int64_t offset(std::int64_t n, std::int64_t rows, std::int64_t width) const {
+    return n / interleave * rows * interleave * width + n % interleave * width;
+  }
+  std::int64_t ld(std::int64_t width) const { return interleave * width; }
+};
+
+// q, k, v and the output as (..., H, length, depth) whatever their layout: for heads_last, (..., length,
+// H, depth) with its length and heads axes swapped. Shapes, masks and errors are all about this view.
+// Axis `axis` of the view is axis stored_axis(...) of the stored shape (kernels read shapes through it:
+// a Shape copy would allocate in every step).
+int stored_axis(int axis, int rank, bool heads_last) {
+  if (!heads_last || rank < 3) return axis;
+  return axis == rank - 3 ? rank - 2 : axis == rank - 2 ? rank - 3 : axis;
+}
+
+std::int64_t view_dim(const Shape& stored, int axis, bool heads_last) {
+  if (axis < 0) axis += stored.rank();
+  return stored[stored_axis(axis, stored.rank(), heads_last)];
+}
+
+Shape heads_first(const Shape& shape, bool heads_last) {
+  if (!heads_last || shape.rank() < 3) return shape;
+  std::vector<std::int64_t> dims = shape.dims();
+  std::swap(dims[dims.size() - 3], dims[dims.size() - 2]);
+  return Shape(std::move(dims));
+}
+
+// Query rows per block: the queries split evenly into blocks of at most max_query_block rows, so a short
+// sequence is one block (one GEMM per key block: seed_dpa, T = 150 and d = 512, ran 10 % faster than in
+// blocks of 64) and a long one has no ragged last block.
+std::int64_t query_block_of(std::int64_t queries) {
+  const std::int64_t blocks = std::max<std::int64_t>(1, (queries + max_query_block - 1) / max_query_block);
+  return std::max<std::int64_t>(1, (queries + blocks - 1) / blocks);
+}
+
+Dims dims_of(const Shape& q, const Shape& v, bool heads_last) {
+  Dims dims;
+  if (heads_last) dims.interleave = view_dim(q, -3, true);
+  for (int axis = 0; axis + 2 < q.rank(); ++axis) dims.heads *= view_dim(q, axis, heads_last);
+  dims.queries = view_dim(q, -2, heads_last);
+  dims.depth = q.dim(-1);
+  dims.keys = view_dim(v, -2, heads_last);
+  dims.value_depth = v.dim(-1);
+  dims.query_block = query_block_of(dims.queries);
+  return dims;
+}
+
+struct Blocks {
+  std::int64_t queries, keys;
+};
+
+Blocks blocks_of(const Dims& dims) {
+  return {std::min(dims.queries, dims.query_block), std::min(dims.keys, key_block)};
+}
+
+std::int64_t query_blocks(const Dims& dims) { return (dims.queries + dims.query_block - 1) / dims.query_block; }
+
+// How many workers' scratch the plan gave a kernel: its workspace holds that many copies of one worker's.
+int slots(const KernelContext& context, std::size_t bytes_per_worker) {
+  if (bytes_per_worker == 0) return 1;
+  return static_cast<int>(std::max<std::size_t>(1, context.workspace_bytes / bytes_per_worker));
+}
+
+// Workspace regions start on 64-byte boundaries (16 elements of either dtype).
+std::int64_t padded(std::int64_t count) { return (count + 15) / 16 * 16; }
+
+// Where each head's mask starts, for a mask broadcast to (..., T, S) NumPy-style: a stride of 0 along
+// the axes (leading, or the query axis) where the mask has size 1.
+struct MaskLayout {
+  int leading_rank = 0;
+  std::array<std::int64_t, max_leading_rank> leading_dims{};
+  std::array<std::int64_t, max_leading_rank> leading_strides{};
+  std::int64_t row_stride = 0;
+
+  std::int64_t offset(std::int64_t head) const {
+    std::int64_t offset = 0;
+    for (int axis = leading_rank - 1; axis >= 0; --axis) {
+      const auto a = static_cast<std::size_t>(axis);
+      offset += head % leading_dims[a] * leading_strides[a];
+      head /= leading_dims[a];
+    }
+    return offset;
+  }
+};
+
+MaskLayout mask_layout(const Shape& q, const Shape& mask, bool heads_last) {
+  MaskLayout layout;
+  layout.leading_rank = q.rank() - 2;
+  const int shift = q.rank() - mask.rank();
+  std::int64_t stride = mask.dim(-1);
+  if (mask.rank() >= 2) {
+    layout.row_stride = mask.dim(-2) == 1 ? 0 : stride;
+    stride *= mask.dim(-2);
+  }
+  for (int axis = layout.leading_rank - 1; axis >= 0; --axis) {
+    const auto a = static_cast<std::size_t>(axis);
+    layout.leading_dims[a] = view_dim(q, axis, heads_last);
+    const int mask_axis = axis - shift;
+    if (mask_axis < 0) continue;
+    layout.leading_strides[a] = mask[mask_axis] == 1 ? 0 : stride;
+    stride *= mask[mask_axis];
+  }
+  return layout;
+}
+
+// ---- row kernels (xsimd: exp is the hot loop next to the GEMMs) --------------------------------------
+
+template <class T>
+constexpr T minus_infinity = -std::numeric_limits<T>::infinity();
+
+template <class T>
+T horizontal_max(const xsimd::batch<T>& values) {
+  alignas(64) T lanes[xsimd::batch<T>::size];
+  values.store_aligned(lanes);
+  return *std::max_element(lanes, lanes + xsimd::batch<T>::size);
+}
+
+// x ← scale·x where the key may be attended (the first `allowed` columns, and a nonzero mask), −∞
+// elsewhere. Returns the row's max (−∞ when nothing may be attended).
+template <class T>
+T scale_mask_max(T* x, const T* mask, std::int64_t allowed, std::int64_t n, T scale) {
+  using Batch = xsimd::batch<T>;
+  constexpr auto width = static_cast<std::int64_t>(Batch::size);
+  const Batch factor(scale), excluded(minus_infinity<T>), zero(T(0));
+  Batch running(minus_infinity<T>);
+  std::int64_t c = 0;
+  for (; c + width <= allowed; c += width) {
+    Batch value = Batch::load_unaligned(x + c) * factor;
+    if (mask != nullptr) value = xsimd::select(Batch::load_unaligned(mask + c) != zero, value, excluded);
+    value.store_unaligned(x + c);
+    running = xsimd::max(running, value);
+  }
+  T max = horizontal_max(running);
+  for (; c < allowed; ++c) {
+    x[c] = (mask != nullptr && mask[c] == T(0)) ? minus_infinity<T> : x[c] * scale;
+    max = std::max(max, x[c]);
+  }
+  std::fill(x + allowed, x + n, minus_infinity<T>);
+  return max;
+}
+
+// x ← exp(x − shift); returns the sum. Entries at −∞ (excluded keys) become exactly 0.
+template <class T>
+T exp_and_sum(T* x, std::int64_t n, T shift) {
+  using Batch = xsimd::batch<T>;
+  constexpr auto width = static_cast<std::int64_t>(Batch::size);
+  const Batch offset(shift);
+  Batch sums(T(0));
+  std::int64_t c = 0;
+  for (; c + width <= n; c += width) {
+    const Batch value = xsimd::exp(Batch::load_unaligned(x + c) - offset);
+    value.store_unaligned(x + c);
+    sums += value;
+  }
+  if (c < n) {  // the last, partial vector, padded with −∞ (whose exp is 0): scalar exps cost 5-10× more
+    alignas(64) T lanes[width];
+    std::fill(std::copy(x + c, x + n, lanes), lanes + width, minus_infinity<T>);
+    const Batch value = xsimd::exp(Batch::load_aligned(lanes) - offset);
+    value.store_aligned(lanes);
+    sums += value;
+    std::copy(lanes, lanes + (n - c), x + c);
+  }
+  return xsimd::hadd(sums);
+}
+
+// One score row of a key block into probabilities relative to the running max, updating the running
+// max and sum. Returns the factor that rescales what the row accumulated from earlier blocks.
+template <class T>
+T online_softmax_row(T* x, const T* mask, std::int64_t allowed, std::int64_t n, T scale, T& max, T& sum) {
+  const T new_max = std::max(max, scale_mask_max(x, mask, allowed, n, scale));
+  if (new_max == minus_infinity<T>) {  // nothing attended yet: exp(−∞ − (−∞)) would be NaN
+    std::fill(x, x + n, T(0));
+    return T(1);
+  }
+  const T rescale = std::exp(max - new_max);
+  sum = sum * rescale + exp_and_sum(x, n, new_max);
+  max = new_max;
+  return rescale;
+}
+
+// The forward's probabilities, recomputed in one pass from the saved log-sum-exp: exp(scale·s − lse), 0
+// where excluded. A row that attends nothing has lse = +∞ and comes out all 0.
+template <class T>
+void probabilities_row(T* x, const T* mask, std::int64_t allowed, std::int64_t n, T scale, T lse) {
+  scale_mask_max(x, mask, allowed, n, scale);
+  exp_and_sum(x, n, lse);
+}
+
+// ---- GEMM on blocks -------------------------------------------------------------------------------------
+
+struct Operand {
+  std::int64_t ld;
+  bool transpose;
+};
+
+// c (m×n, row stride ldc) = op(a)·op(b) with inner size k, or c += op(a)·op(b).
+template <class T>
+void block_product(const T* a, Operand a_layout, const T* b, Operand b_layout, T* c, std::int64_t m, std::int64_t n,
+                   std::int64_t k, std::int64_t ldc, bool accumulate = false) {
+  detail::gemm(detail::GemmShape{m, n, k, a_layout.transpose, b_layout.transpose, a_layout.ld, b_layout.ld, ldc, accumulate},
+               a, b, c);
+}
+
+// ---- the problem a kernel solves --------------------------------------------------------------------
+
+bool heads_last(const Attributes& attributes) {
+  return attributes.has("heads_last") && attributes.get_bool("heads_last");
+}
+
+// One (T, d) × (S, d) × (S, dv) attention, and which keys each query may attend.
+template <class T>
+struct Head {
+  const T* q;
+  const T* k;
+  const T* v;
+  std::int64_t q_ld, k_ld, v_ld;  // row strides
+  const T* mask;  // this head's (T or 1, S) mask, or null
+  std::int64_t mask_row_stride;
+  bool causal;
+  T scale;
+
+  const T* mask_row(std::int64_t query, std::int64_t first_key) const {
+    return mask == nullptr ? nullptr : mask + query * mask_row_stride + first_key;
+  }
+  // How many of the keys [first_key, first_key + count) query `query` may attend before the causal cut.
+  std::int64_t allowed(std::int64_t query, std::int64_t first_key, std::int64_t count) const {
+    return causal ? std::clamp<std::int64_t>(query - first_key + 1, 0, count) : count;
+  }
+  // Whether a block of queries starting at first_query (count rows) sees any key from first_key on.
+  bool sees(std::int64_t first_query, std::int64_t count, std::int64_t first_key) const {
+    return !causal || first_key <= first_query + count - 1;
+  }
+};
+
+template <class T>
+struct Problem {
+  bool interleaved;  // the heads_last layout
+  Dims dims;
+  const T* q;
+  const T* k;
+  const T* v;
+  const T* mask;
+  MaskLayout layout;
+  bool causal;
+  T scale;
+
+  Problem(const KernelContext& context, int q_index, int mask_index)
+      : interleaved(heads_last(context.attributes())),
+        dims(dims_of(context.input_shape(q_index), context.input_shape(q_index + 2), interleaved)),
+        q(context.in<T>(q_index)),
+        k(context.in<T>(q_index + 1)),
+        v(context.in<T>(q_index + 2)),
+        mask(context.num_inputs > mask_index ? context.in<T>(mask_index) : nullptr),
+        causal(context.attributes().get_bool("causal")),
+        scale(static_cast<T>(context.attributes().get_double("scale"))) {
+    if (mask != nullptr) layout = mask_layout(context.input_shape(q_index), context.input_shape(mask_index), interleaved);
+  }
+
+  Head<T> head(std::int64_t n) const {
+    return {q + dims.offset(n, dims.queries, dims.depth),
+            k + dims.offset(n, dims.keys, dims.depth),
+            v + dims.offset(n, dims.keys, dims.value_depth),
+            dims.ld(dims.depth),
+            dims.ld(dims.depth),
+            dims.ld(dims.value_depth),
+            mask == nullptr ? nullptr : mask + layout.offset(n),
+            layout.row_stride,
+            causal,
+            scale};
+  }
+};
+
+// ---- forward -------------------------------------------------------------------------------------------
+
+template <class T>
+struct ForwardScratch {
+  T* scores;   // query_block × key_block
+  T* max;      // per query row of the block
+  T* sum;
+  T* rescale;
+};
+
+std::int64_t forward_workspace_elements(const Dims& dims) {
+  const Blocks blocks = blocks_of(dims);
+  return padded(blocks.queries * blocks.keys) + 3 * padded(blocks.queries);
+}
+
+template <class T>
+ForwardScratch<T> forward_scratch(T* workspace, const Dims& dims) {
+  const Blocks blocks = blocks_of(dims);
+  ForwardScratch<T> scratch;
+  scratch.scores = workspace;
+  scratch.max = scratch.scores + padded(blocks.queries * blocks.keys);
+  scratch.sum = scratch.max + padded(blocks.queries);
+  scratch.rescale = scratch.sum + padded(blocks.queries);
+  return scratch;
+}
+
+// One key block's contribution to `rows` query rows starting at `first`: out ← rescale·out + p·v.
+template <class T>
+void forward_key_block(const Head<T>& h, const Dims& dims, std::int64_t first, std::int64_t rows, std::int64_t first_key,
+                       T* out, const ForwardScratch<T>& s) {
+  const std::int64_t keys = std::min(dims.keys - first_key, key_block);
+  const std::int64_t d = dims.depth, dv = dims.value_depth, out_ld = dims.ld(dv);
+  block_product(h.q + first * h.q_ld, {h.q_ld, false}, h.k + first_key * h.k_ld, {h.k_ld, true}, s.scores, rows, keys,
+                d, keys);
+  for (std::int64_t r = 0; r < rows; ++r)
+    s.rescale[r] = online_softmax_row(s.scores + r * keys, h.mask_row(first + r, first_key),
+                                      h.allowed(first + r, first_key, keys), keys, h.scale, s.max[r], s.sum[r]);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T rescale = s.rescale[r];
+    if (rescale == T(1)) continue;
+    T* row = out + r * out_ld;
+    for (std::int64_t c = 0; c < dv; ++c) row[c] *= rescale;
+  }
+  block_product(s.scores, {keys, false}, h.v + first_key * h.v_ld, {h.v_ld, false}, out, rows, dv, keys, out_ld, true);
+}
+
+// Query rows [first, first + rows) of one head: their outputs and log-sum-exps.
+template <class T>
+void forward_query_block(const Head<T>& h, const Dims& dims, std::int64_t first, std::int64_t rows, T* out, T* lse,
+                         const ForwardScratch<T>& s) {
+  const std::int64_t dv = dims.value_depth, out_ld = dims.ld(dv);
+  for (std::int64_t r = 0; r < rows; ++r) std::fill(out + r * out_ld, out + r * out_ld + dv, T(0));
+  std::fill(s.max, s.max + rows, minus_infinity<T>);
+  std::fill(s.sum, s.sum + rows, T(0));
+  for (std::int64_t first_key = 0; first_key < dims.keys && h.sees(first, rows, first_key); first_key += key_block)
+    forward_key_block(h, dims, first, rows, first_key, out, s);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* row = out + r * out_ld;
+    if (s.max[r] == minus_infinity<T>) {  // a row that may attend nothing is all zeros, as unfused
+      std::fill(row, row + dv, T(0));
+      lse[r] = std::numeric_limits<T>::infinity();
+    } else {  // (a NaN score makes the row NaN, as unfused)
+      const T inverse = T(1) / s.sum[r];
+      for (std::int64_t c = 0; c < dv; ++c) row[c] *= inverse;
+      lse[r] = s.max[r] + std::log(s.sum[r]);
+    }
+  }
+}
+
+template <class T>
+void fused_attention_kernel(const KernelContext& context) {
+  const Problem<T> p(context, ForwardInputs::q, ForwardInputs::mask);
+  const Dims& dims = p.dims;
+  T* out = context.out<T>();
+  T* lse = out + dims.heads * dims.queries * dims.value_depth;
+  const std::int64_t blocks = query_blocks(dims);
+  const std::int64_t scratch_elements = forward_workspace_elements(dims);
+  // (head, query block) pairs are independent: each worker takes a contiguous range, with its own scratch.
+  detail::parallel_for(dims.heads * blocks, slots(context, scratch_elements * sizeof(T)),
+                       [&](std::int64_t begin, std::int64_t end, int worker) {
+                         const ForwardScratch<T> scratch =
+                             forward_scratch(context.scratch<T>() + worker * scratch_elements, dims);
+                         for (std::int64_t item = begin; item < end; ++item) {
+                           const std::int64_t n = item / blocks;
+                           const std::int64_t first = item % blocks * dims.query_block;
+                           const std::int64_t rows = std::min(dims.queries - first, dims.query_block);
+                           forward_query_block(p.head(n), dims, first, rows,
+                                               out + dims.offset(n, dims.queries, dims.value_depth) +
+                                                   first * dims.ld(dims.value_depth),
+                                               lse + n * dims.queries + first, scratch);
+                         }
+                       });
+}
+
+// ---- backward ------------------------------------------------------------------------------------------
+
+template <class T>
+struct BackwardScratch {
+  T* probabilities;  // query_block × key_block
+  T* scores_grad;    // query_block × key_block: dP, then dS
+  T* row_dots;       // rowsum(dO ∘ O) for every query of a head
+};
+
+std::int64_t backward_workspace_elements(const Dims& dims) {
+  const Blocks blocks = blocks_of(dims);
+  return 2 * padded(blocks.queries * blocks.keys) + padded(dims.queries);
+}
+
+template <class T>
+BackwardScratch<T> backward_scratch(T* workspace, const Dims& dims) {
+  const Blocks blocks = blocks_of(dims);
+  BackwardScratch<T> scratch;
+  scratch.probabilities = workspace;
+  scratch.scores_grad = scratch.probabilities + padded(blocks.queries * blocks.keys);
+  scratch.row_dots = scratch.scores_grad + padded(blocks.queries * blocks.keys);
+  return scratch;
+}
+
+// What one head's backward reads and writes.
+template <class T>
+struct HeadGrad {
+  const T* out;       // the forward output O
+  const T* lse;
+  const T* out_grad;  // dO
+  T* q_grad;
+  T* k_grad;
+  T* v_grad;
+};
+
+// The contributions of one (query block, key block) pair to dq, dk and dv.
+template <class T>
+void backward_block(const Head<T>& h, const HeadGrad<T>& g, const Dims& dims, std::int64_t first, std::int64_t rows,
+                    std::int64_t first_key, std::int64_t keys, const BackwardScratch<T>& s) {
+  const std::int64_t d = dims.depth, dv = dims.value_depth, out_ld = dims.ld(dv);
+  T* p = s.probabilities;
+  T* dp = s.scores_grad;
+  const T* q = h.q + first * h.q_ld;
+  const T* k = h.k + first_key * h.k_ld;
+  const T* v = h.v + first_key * h.v_ld;
+  block_product(q, {h.q_ld, false}, k, {h.k_ld, true}, p, rows, keys, d, keys);
+  for (std::int64_t r = 0; r < rows; ++r)
+    probabilities_row(p + r * keys, h.mask_row(first + r, first_key), h.allowed(first + r, first_key, keys), keys,
+                      h.scale, g.lse[first + r]);
+  const T* out_grad = g.out_grad + first * out_ld;
+  // dV += pᵀ·dO, then dP = dO·vᵀ
+  block_product(p, {keys, true}, out_grad, {out_ld, false}, g.v_grad + first_key * h.v_ld, keys, dv, rows, h.v_ld, true);
+  block_product(out_grad, {out_ld, false}, v, {h.v_ld, true}, dp, rows, keys, dv, keys);
+  for (std::int64_t r = 0; r < rows; ++r) {  // dS = p ∘ (dP − rowsum(dO ∘ O)), with the scale folded in
+    const T dot = s.row_dots[first + r];
+    T* grad = dp + r * keys;
+    const T* prob = p + r * keys;
+    for (std::int64_t c = 0; c < keys; ++c) grad[c] = h.scale * prob[c] * (grad[c] - dot);
+  }
+  // dQ += dS·k, dK += dSᵀ·q
+  block_product(dp, {keys, false}, k, {h.k_ld, false}, g.q_grad + first * h.q_ld, rows, d, keys, h.q_ld, true);
+  block_product(dp, {keys, true}, q, {h.q_ld, false}, g.k_grad + first_key * h.k_ld, keys, d, rows, h.k_ld, true);
+}
+
+template <class T>
+void backward_head(const Head<T>& h, const HeadGrad<T>& g, const Dims& dims, const BackwardScratch<T>& s) {
+  const std::int64_t dv = dims.value_depth, out_ld = dims.ld(dv);
+  for (std::int64_t i = 0; i < dims.queries; ++i) {
+    T dot = 0;
+    for (std::int64_t c = 0; c < dv; ++c) dot += g.out_grad[i * out_ld + c] * g.out[i * out_ld + c];
+    s.row_dots[i] = dot;
+  }
+  auto zero_rows = [](T* rows, std::int64_t count, std::int64_t width, std::int64_t ld) {
+    for (std::int64_t r = 0; r < count; ++r) std::fill(rows + r * ld, rows + r * ld + width, T(0));
+  };
+  zero_rows(g.q_grad, dims.queries, dims.depth, h.q_ld);
+  zero_rows(g.k_grad, dims.keys, dims.depth, h.k_ld);
+  zero_rows(g.v_grad, dims.keys, dv, h.v_ld);
+  for (std::int64_t first_key = 0; first_key < dims.keys; first_key += key_block) {
+    const std::int64_t keys = std::min(dims.keys - first_key, key_block);
+    for (std::int64_t first = 0; first < dims.queries; first += dims.query_block) {
+      const std::int64_t rows = std::min(dims.queries - first, dims.query_block);
+      if (h.sees(first, rows, first_key)) backward_block(h, g, dims, first, rows, first_key, keys, s);
+    }
+  }
+}
+
+template <class T>
+void fused_attention_grad_kernel(const KernelContext& context) {
+  const Problem<T> p(context, GradInputs::q, GradInputs::mask);
+  const Dims& dims = p.dims;
+  const T* out = context.in<T>(GradInputs::state);
+  const T* lse = out + dims.heads * dims.queries * dims.value_depth;
+  const T* out_grad = context.in<T>(GradInputs::output_grad);
+  T* q_grad = context.out<T>();
+  T* k_grad = q_grad + dims.heads * dims.queries * dims.depth;
+  T* v_grad = k_grad + dims.heads * dims.keys * dims.depth;
+  const std::int64_t scratch_elements = backward_workspace_elements(dims);
+  // Heads are independent (each writes its own dq, dk, dv): each worker takes a contiguous range of them.
+  detail::parallel_for(dims.heads, slots(context, scratch_elements * sizeof(T)),
+                       [&](std::int64_t begin, std::int64_t end, int worker) {
+                         const BackwardScratch<T> scratch =
+                             backward_scratch(context.scratch<T>() + worker * scratch_elements, dims);
+                         for (std::int64_t n = begin; n < end; ++n) {
+                           const std::int64_t out_offset = dims.offset(n, dims.queries, dims.value_depth);
+                           const HeadGrad<T> g{out + out_offset,
+                                               lse + n * dims.queries,
+                                               out_grad + out_offset,
+                                               q_grad + dims.offset(n, dims.queries, dims.depth),
+                                               k_grad + dims.offset(n, dims.keys, dims.depth),
+                                               v_grad + dims.offset(n, dims.keys, dims.value_depth)};
+                           backward_head(p.head(n), g, dims, scratch);
+                         }
+                       });
+}
+
+// ---- views and copies of the flat buffers -----------------------------------------------------------
+
+// The output is the head of the state (the planner aliases it; this copy is the fallback).
+template <class T>
+void output_kernel(const KernelContext& context) {
+  const T* state = context.in<T>(0);
+  T* out = context.out<T>();
+  if (state != out) std::memcpy(out, state, context.output_size() * sizeof(T));
+}
+
+// Inputs (gradients, q, k, v): part 0, 1 or 2 of [dq | dk | dv], each with its input's shape.
+template <class T>
+void grad_part_kernel(const KernelContext& context) {
+  const std::int64_t part = context.attributes().get_int("part");
+  std::int64_t offset = 0;
+  for (int i = 0; i < part; ++i) offset += context.input_shape(1 + i).num_elements();
+  const T* source = context.in<T>(0) + offset;
+  T* target = context.out<T>();
+  const auto size = static_cast<std::int64_t>(context.output_size());
+  detail::parallel_for(size, detail::workers_for_elements(size), [&](std::int64_t begin, std::int64_t end, int) {
+    std::memcpy(target + begin, source + begin, static_cast<std::size_t>(end - begin) * sizeof(T));
+  });
+}
+
+// ---- shape rules ---------------------------------------------------------------------------------------
+
+bool mask_dim_fits(std::int64_t mask, std::int64_t wanted) {
+  return mask == wanted || mask == 1 || mask == Shape::unknown || wanted == Shape::unknown;
+}
+
+[[noreturn]] void fail_attention(const InferContext& ctx, int q_index, int mask_index, const std::string& what) {
+  std::string shapes = "q=" + ctx.input_shape(q_index).to_string() + ", k=" + ctx.input_shape(q_index + 1).to_string() +
+                       ", v=" + ctx.input_shape(q_index + 2).to_string();
+  if (ctx.num_inputs() > mask_index) shapes += ", mask=" + ctx.input_shape(mask_index).to_string();
+  ctx.fail_with(what + " (" + shapes + ")");
+}
+
+// The mask broadcasts against the heads-first view (..., H, T, S) in either layout.
+void check_mask(const InferContext& ctx, int q_index, int mask_index) {
+  const bool interleaved = heads_last(ctx.attributes());
+  const Shape q = heads_first(ctx.input_shape(q_index), interleaved);
+  const Shape& mask = ctx.input_shape(mask_index);
+  const std::int64_t keys = heads_first(ctx.input_shape(q_index + 1), interleaved).dim(-2);
+  bool fits = mask.rank() >= 1 && mask.rank() <= q.rank() && mask.dim(-1) == keys;
+  for (int axis = 2; fits && axis <= mask.rank(); ++axis) fits = mask_dim_fits(mask.dim(-axis), q.dim(-axis));
+  if (!fits)
+    fail_attention(ctx, q_index, mask_index,
+                   "the mask must broadcast to (..., query_length, key_length) with the keys as its last dimension");
+}
+
+// q (..., T, d), k (..., S, d), v (..., S, dv) with equal leading dimensions, and an optional mask; with
+// heads_last, q (..., T, H, d), k (..., S, H, d), v (..., S, H, dv), checked as their heads-first views.
+void check_attention(const InferContext& ctx, int q_index, int mask_index) {
+  const bool interleaved = heads_last(ctx.attributes());
+  const int min_rank = interleaved ? 3 : 2;
+  const Shape& stored_q = ctx.input_shape(q_index);
+  if (stored_q.rank() < min_rank || ctx.input_shape(q_index + 1).rank() != stored_q.rank() ||
+      ctx.input_shape(q_index + 2).rank() != stored_q.rank())
+    fail_attention(ctx, q_index, mask_index,
+                   interleaved ? "with heads_last, q, k and v must have one rank, 3 or more: (..., length, heads, depth)"
+                               : "q, k and v must have one rank, 2 or more: (..., length, depth)");
+  const Shape q = heads_first(stored_q, interleaved);
+  const Shape k = heads_first(ctx.input_shape(q_index + 1), interleaved);
+  const Shape v = heads_first(ctx.input_shape(q_index + 2), interleaved);
+  for (int axis = 0; axis + 2 < q.rank(); ++axis)
+    if (q[axis] != k[axis] || k[axis] != v[axis])
+      fail_attention(ctx, q_index, mask_index, "q, k and v differ before their last two dimensions");
+  if (q.dim(-1) != k.dim(-1))
+    fail_attention(ctx, q_index, mask_index, "q and k must have the same depth (last dimension)");
+  if (k.dim(-2) != v.dim(-2))
+    fail_attention(ctx, q_index, mask_index, "k and v must have the same length");
+  if (ctx.num_inputs() > mask_index) check_mask(ctx, q_index, mask_index);
+}
+
+// A flat buffer of sum(counts) elements; unknown while a dimension is (the plan knows it).
+Shape flat_shape(const std::vector<std::vector<std::int64_t>>& products) {
+  std::int64_t total = 0;
+  for (const auto& factors : products) {
+    std::int64_t product = 1;
+    for (std::int64_t factor : factors) {
+      if (factor == Shape::unknown) return Shape{Shape::unknown};
+      product *= factor;
+    }
+    total += product;
+  }
+  return Shape{total};
+}
+
+std::int64_t leading_product(const Shape& q) {
+  std::int64_t product = 1;
+  for (int axis = 0; axis + 2 < q.rank(); ++axis) {
+    if (q[axis] == Shape::unknown) return Shape::unknown;
+    product *= q[axis];
+  }
+  return product;
+}
+
+Shape fused_attention_shape(const InferContext& ctx) {
+  check_attention(ctx, ForwardInputs::q, ForwardInputs::mask);
+  const Shape q = heads_first(ctx.input_shape(ForwardInputs::q), heads_last(ctx.attributes()));
+  const std::int64_t heads = leading_product(q);
+  return flat_shape({{heads, q.dim(-2), ctx.input_shape(ForwardInputs::v).dim(-1)}, {heads, q.dim(-2)}});
+}
+
+Shape output_shape(const InferContext& ctx) {
+  const Shape& q = ctx.input_shape(OutputInputs::q);
+  std::vector<std::int64_t> dims(q.dims().begin(), q.dims().end() - 1);
+  dims.push_back(ctx.input_shape(OutputInputs::v).dim(-1));
+  return Shape(std::move(dims));
+}
+
+Shape grad_shape(const InferContext& ctx) {
+  check_attention(ctx, GradInputs::q, GradInputs::mask);
+  const Shape& q = ctx.input_shape(GradInputs::q);
+  const Shape& k = ctx.input_shape(GradInputs::k);
+  const Shape& v = ctx.input_shape(GradInputs::v);
+  std::vector<std::int64_t> out_dims(q.dims().begin(), q.dims().end() - 1);
+  out_dims.push_back(v.dim(-1));
+  if (ctx.input_shape(GradInputs::output_grad) != Shape(out_dims))
+    ctx.fail("the output gradient does not have the output's shape");
+  // [dq | dk | dv], each laid out as its input.
+  return flat_shape({q.dims(), k.dims(), v.dims()});
+}
+
+Shape grad_part_shape(const InferContext& ctx) {
+  const std::int64_t part = ctx.attributes().get_int("part");
+  if (part < 0 || part > 2) ctx.fail("part must be 0 (q), 1 (k) or 2 (v), got " + std::to_string(part));
+  return ctx.input_shape(1 + static_cast<int>(part));
+}
+
+// ---- workspaces ----------------------------------------------------------------------------------------
+
+// Per-worker scratch, for as many workers as the kernel could use now (kiln::get_num_threads()).
+std::size_t forward_workspace(const std::vector<Shape>& inputs, const Shape&, const Attributes& attributes,
+                              DType dtype) {
+  const Dims dims = dims_of(inputs[ForwardInputs::q], inputs[ForwardInputs::v], heads_last(attributes));
+  const int workers = detail::parallel_workers(dims.heads * query_blocks(dims), std::numeric_limits<int>::max());
+  return static_cast<std::size_t>(forward_workspace_elements(dims) * workers) * dtype_size(dtype);
+}
+
+std::size_t backward_workspace(const std::vector<Shape>& inputs, const Shape&, const Attributes& attributes,
+                               DType dtype) {
+  const Dims dims = dims_of(inputs[GradInputs::q], inputs[GradInputs::v], heads_last(attributes));
+  const int workers = detail::parallel_workers(dims.heads, std::numeric_limits<int>::max());
+  return static_cast<std::size_t>(backward_workspace_elements(dims) * workers) * dtype_size(dtype);
+}
+
+// ---- backward rule -------------------------------------------------------------------------------------
+
+Attributes settings_of(const Attributes& attributes) {
+  return Attributes()
+      .set("scale", attributes.get_double("scale"))
+      .set("causal", attributes.get_bool("causal"))
+      .set("heads_last", heads_last(attributes));
+}
+
+std::vector<Tensor> fused_attention_backward(const GradContext& g) {
+  Graph& graph = g.output().graph();
+  const Tensor q = g.input(OutputInputs::q), k = g.input(OutputInputs::k), v = g.input(OutputInputs::v);
+  std::vector<Tensor> inputs = {q, k, v, g.input(OutputInputs::state), g.output_grad()};
+  if (g.num_inputs() > OutputInputs::mask) inputs.push_back(g.input(OutputInputs::mask));
+  const Tensor grads =
+      graph.add_op("kiln>FusedAttentionGrad", inputs, settings_of(g.attributes()), "fused_attention_grad");
+  std::vector<Tensor> result(static_cast<std::size_t>(g.num_inputs()));
+  for (int part = 0; part < 3; ++part)
+    if (g.needs_grad(OutputInputs::q + part))
+      result[static_cast<std::size_t>(OutputInputs::q + part)] =
+          graph.add_op("kiln>FusedAttentionGradPart", {grads, q, k, v}, Attributes().set("part", part),
+                       part == 0 ? "q_grad" : part == 1 ? "k_grad" : "v_grad");
+  return result;
+}
+
+constexpr const char* second_order = "second-order gradients of fused_attention are not implemented";
+
+}  // namespace
+
+KILN_REGISTER_OP(OpDef("kiln>FusedAttention")
+                     .inputs(3, 4)
+                     .attributes({"scale", "causal", "heads_last"})
+                     .infer_shape(fused_attention_shape)
+                     .forward(fused_attention_kernel<float>, fused_attention_kernel<double>)
+                     .workspace(forward_workspace)
+                     .not_differentiable("the internal state of fused_attention: gradients flow through "
+                                         "kiln>FusedAttentionOutput"));
+KILN_REGISTER_OP(OpDef("kiln>FusedAttentionOutput")
+                     .inputs(4, 5)
+                     .attributes({"scale", "causal", "heads_last"})
+                     .infer_shape(output_shape)
+                     .forward(output_kernel<float>, output_kernel<double>)
+                     .backward(fused_attention_backward)
+                     .non_differentiable_inputs({OutputInputs::state, OutputInputs::mask},
+                                                "the state is recomputed from q, k and v; masks carry no gradient")
+                     .sharing(Sharing::alias));
+KILN_REGISTER_OP(OpDef("kiln>FusedAttentionGrad")
+                     .inputs(5, 6)
+                     .attributes({"scale", "causal", "heads_last"})
+                     .infer_shape(grad_shape)
+                     .forward(fused_attention_grad_kernel<float>, fused_attention_grad_kernel<double>)
+                     .workspace(backward_workspace)
+                     .not_differentiable(second_order));
+KILN_REGISTER_OP(OpDef("kiln>FusedAttentionGradPart")
+                     .inputs(4)
+                     .attributes({"part"})
+                     .infer_shape(grad_part_shape)
+                     .forward(grad_part_kernel<float>, grad_part_kernel<double>)
+                     .not_differentiable(second_order));
+
+namespace ops {
+
+Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& mask, bool causal,
+                       bool heads_last) {
+  std::vector<Tensor> inputs = {q, k, v};
+  if (mask.valid()) inputs.push_back(mask);
+  Graph& graph = q.graph();
+  const Attributes settings = Attributes().set("scale", scale).set("causal", causal).set("heads_last", heads_last);
+  const Tensor state = graph.add_op("kiln>FusedAttention", inputs, settings, "fused_attention");
+  inputs.insert(inputs.begin(), state);
+  return graph.add_op("kiln>FusedAttentionOutput", inputs, settings, "fused_attention_output");
+}
+
+}  // namespace ops
+}  // namespace kiln

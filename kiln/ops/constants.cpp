@@ -1,0 +1,43 @@
+// Constants and fills.
+#include <algorithm>
+
+#include <kiln/core/array.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/op.hpp>
+#include <kiln/ops/detail/kernel_util.hpp>
+#include <kiln/ops/ops.hpp>
+
+namespace kiln {
+
+namespace {
+template <class T>
+void fill_like_kernel(const KernelContext& k) {
+  const T value = static_cast<T>(k.attributes().get_double("value"));
+  T* out = k.out<T>();
+  for (std::size_t i = 0; i < k.output_size(); ++i) out[i] = value;
+}
+}  // namespace
+
+// A fill shaped like its input at run time, so it follows the batch size.
+KILN_REGISTER_OP(OpDef("kiln>FillLike").inputs(1).attributes({"value"}).infer_shape(detail::first_input_shape)
+                     .forward(fill_like_kernel<float>, fill_like_kernel<double>)
+                     .non_differentiable_inputs({0}, "only its shape is read"));
+
+namespace ops {
+Tensor constant(Graph& graph, const Array& value, const std::string& name) { return graph.constant(value, name); }
+Tensor scalar_like(const Tensor& like, double value) { return like.graph().scalar(value, like.dtype()); }
+Tensor causal_mask(Graph& graph, std::int64_t query_length, std::int64_t key_length, DType dtype) {
+  Array mask({query_length, key_length}, dtype);
+  for (std::int64_t i = 0; i < query_length; ++i)
+    for (std::int64_t j = 0; j <= std::min(i, key_length - 1); ++j)
+      mask.set_flat(static_cast<std::size_t>(i * key_length + j), 1.0);
+  return graph.constant(mask, "causal_mask");
+}
+Tensor zeros_like(const Tensor& like) {
+  return like.graph().add_op("kiln>FillLike", {like}, Attributes().set("value", 0.0), "zeros_like");
+}
+Tensor ones_like(const Tensor& like) {
+  return like.graph().add_op("kiln>FillLike", {like}, Attributes().set("value", 1.0), "ones_like");
+}
+}  // namespace ops
+}  // namespace kiln

@@ -1,0 +1,306 @@
+// sum, mean, max, min over axes; sum_to (autodiff's broadcast reduction) and expand_like (its inverse).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/op.hpp>
+#include <kiln/ops/detail/kernel_util.hpp>
+#include <kiln/ops/ops.hpp>
+
+namespace kiln {
+
+namespace {
+
+using AxisMask = std::array<bool, Shape::max_rank>;
+enum class Reduction { sum, max, min };
+
+AxisMask mask_from_attributes(const Shape& input, const Attributes& attributes) {
+  AxisMask mask{};
+  const auto& axes = attributes.get_ints("axes");
+  if (axes.empty()) mask.fill(true);
+  for (std::int64_t axis : axes) mask[static_cast<std::size_t>(axis < 0 ? axis + input.rank() : axis)] = true;
+  return mask;
+}
+
+// The input as runs: adjacent axes merge into groups that are all reduced or all kept (axes of size 1
+// drop out), and the walk goes over the innermost group's contiguous runs. f(input_offset,
+// output_offset, length, output_stride) is called for each run in input order; along a run the input
+// offset advances by 1 and the output offset by output_stride: 1 where the innermost group is kept, 0
+// where it is reduced. A run loop is plain enough for the compiler to vectorize.
+template <class F>
+void walk_runs(const Shape& input, const AxisMask& reduced, F f) {
+  const std::int64_t total = input.num_elements();
+  if (total == 0) return;
+  std::array<std::int64_t, Shape::max_rank> sizes{};
+  std::array<bool, Shape::max_rank> group_reduced{};
+  int groups = 0;
+  for (int axis = 0; axis < input.rank(); ++axis) {
+    const auto a = static_cast<std::size_t>(axis);
+    if (input[axis] == 1) continue;
+    if (groups > 0 && group_reduced[static_cast<std::size_t>(groups - 1)] == reduced[a]) {
+      sizes[static_cast<std::size_t>(groups - 1)] *= input[axis];
+    } else {
+      sizes[static_cast<std::size_t>(groups)] = input[axis];
+      group_reduced[static_cast<std::size_t>(groups)] = reduced[a];
+      ++groups;
+    }
+  }
+  if (groups == 0) {  // a single element
+    f(0, 0, 1, 0);
+    return;
+  }
+  std::array<std::int64_t, Shape::max_rank> strides{};
+  std::int64_t stride = 1;
+  for (int g = groups - 1; g >= 0; --g) {
+    const auto i = static_cast<std::size_t>(g);
+    strides[i] = group_reduced[i] ? 0 : stride;
+    if (!group_reduced[i]) stride *= sizes[i];
+  }
+  const auto innermost = static_cast<std::size_t>(groups - 1);
+  const std::int64_t length = sizes[innermost];
+  std::array<std::int64_t, Shape::max_rank> index{};
+  std::int64_t out = 0;
+  for (std::int64_t in = 0; in < total; in += length) {
+    f(in, out, length, strides[innermost]);
+    for (int g = groups - 2; g >= 0; --g) {
+      const auto i = static_cast<std::size_t>(g);
+      out += strides[i];
+      if (++index[i] < sizes[i]) break;
+      out -= strides[i] * sizes[i];
+      index[i] = 0;
+    }
+  }
+}
+
+// Calls f(input_offset, output_offset) for every input element, walking the input in order.
+template <class F>
+void walk_reduction(const Shape& input, const AxisMask& reduced, F f) {
+  walk_runs(input, reduced, [&](std::int64_t in, std::int64_t out, std::int64_t length, std::int64_t stride) {
+    for (std::int64_t j = 0; j < length; ++j) f(in + j, out + j * stride);
+  });
+}
+
+// A run's sum in 8 independent partial sums, which the compiler keeps in one vector register.
+template <class T>
+T run_sum(const T* in, std::int64_t length) {
+  constexpr std::int64_t lanes = 8;
+  T partial[lanes] = {};
+  std::int64_t j = 0;
+  for (; j + lanes <= length; j += lanes)
+    for (std::int64_t l = 0; l < lanes; ++l) partial[l] += in[j + l];
+  T sum = T(0);
+  for (std::int64_t l = 0; l < lanes; ++l) sum += partial[l];
+  for (; j < length; ++j) sum += in[j];
+  return sum;
+}
+
+// Folds the input into out: combine(out, x) element by element along kept runs, fold(out, run, length)
+// for a reduced run.
+template <class T, class Combine, class Fold>
+void reduce_runs(const T* in, const Shape& input, const AxisMask& reduced, T* out, Combine combine, Fold fold) {
+  walk_runs(input, reduced, [&](std::int64_t i, std::int64_t o, std::int64_t length, std::int64_t stride) {
+    if (stride == 0) {
+      out[o] = fold(out[o], in + i, length);
+    } else {
+      for (std::int64_t j = 0; j < length; ++j) out[o + j] = combine(out[o + j], in[i + j]);
+    }
+  });
+}
+
+// max and min fold a reduced run one element at a time.
+template <class T, class Combine>
+void reduce_runs(const T* in, const Shape& input, const AxisMask& reduced, T* out, Combine combine) {
+  reduce_runs(in, input, reduced, out, combine, [&](T value, const T* run, std::int64_t length) {
+    for (std::int64_t j = 0; j < length; ++j) value = combine(value, run[j]);
+    return value;
+  });
+}
+
+template <class T>
+void reduce_into(const T* in, const Shape& input, const AxisMask& reduced, T* out, std::size_t out_size, Reduction kind) {
+  const T initial = kind == Reduction::sum   ? T(0)
+                    : kind == Reduction::max ? -std::numeric_limits<T>::infinity()
+                                             : std::numeric_limits<T>::infinity();
+  std::fill(out, out + out_size, initial);
+  if (kind == Reduction::sum)
+    reduce_runs(
+        in, input, reduced, out, [](T a, T b) { return a + b; },
+        [](T value, const T* run, std::int64_t length) { return value + run_sum(run, length); });
+  else if (kind == Reduction::max)
+    reduce_runs(in, input, reduced, out, [](T a, T b) { return detail::propagating_max(a, b); });
+  else
+    reduce_runs(in, input, reduced, out, [](T a, T b) { return detail::propagating_min(a, b); });
+}
+
+Shape reduce_shape(const InferContext& context) {
+  const Shape& input = context.input_shape(0);
+  const auto axes = detail::reduction_axes(input, context.attributes().get_ints("axes"), context);
+  return detail::reduced_shape(input, axes, context.attributes().get_bool("keepdims"));
+}
+
+template <class T, Reduction kind, bool average>
+void reduce_kernel(const KernelContext& k) {
+  const Shape& input = k.input_shape(0);
+  reduce_into(k.in<T>(0), input, mask_from_attributes(input, k.attributes()), k.out<T>(), k.output_size(), kind);
+  if (average && k.output_size() > 0) {
+    const T factor = static_cast<T>(static_cast<double>(k.output_size()) / static_cast<double>(input.num_elements()));
+    T* out = k.out<T>();
+    for (std::size_t i = 0; i < k.output_size(); ++i) out[i] *= factor;
+  }
+}
+
+// The reduced gradient with its reduced axes put back as size 1, ready to broadcast.
+Tensor with_kept_dims(const GradContext& g, Tensor dy) {
+  if (g.attributes().get_bool("keepdims")) return dy;
+  const Shape& input = g.input(0).shape();
+  const auto& axes = g.attributes().get_ints("axes");
+  for (int axis = 0; axis < input.rank(); ++axis) {
+    const bool reduced = axes.empty() || std::any_of(axes.begin(), axes.end(), [&](std::int64_t a) {
+                           return (a < 0 ? a + input.rank() : a) == axis;
+                         });
+    if (reduced) dy = ops::expand_dims(dy, axis);
+  }
+  return dy;
+}
+
+Tensor expand_like(const Tensor& x, const Tensor& like, bool average) {
+  return x.graph().add_op("kiln>ExpandLike", {x, like}, Attributes().set("average", average), "expand_like");
+}
+
+std::vector<Tensor> sum_backward(const GradContext& g) {
+  return {expand_like(with_kept_dims(g, g.output_grad()), g.input(0), false)};
+}
+std::vector<Tensor> mean_backward(const GradContext& g) {
+  return {expand_like(with_kept_dims(g, g.output_grad()), g.input(0), true)};
+}
+std::vector<Tensor> extremum_backward(const GradContext& g) {
+  Attributes attributes = g.attributes();
+  return {g.output().graph().add_op("kiln>ReduceExtremumGrad", {g.input(0), g.output(), g.output_grad()},
+                                    std::move(attributes), "extremum_grad")};
+}
+
+OpDef reduction(const char* name, KernelFn f32, KernelFn f64, BackwardFn backward) {
+  return OpDef(name).inputs(1).attributes({"axes", "keepdims"}).infer_shape(reduce_shape).forward(f32, f64).backward(backward);
+}
+
+// ---- ExpandLike: broadcast x to like's shape (optionally dividing by the expansion: mean's gradient) -----
+
+Shape like_shape(const InferContext& context) { return context.input_shape(1); }
+
+template <class T>
+void expand_like_kernel(const KernelContext& k) {
+  const Shape& small = k.input_shape(0);
+  const Shape& big = *k.output_shape;
+  const T* in = k.in<T>(0);
+  T* out = k.out<T>();
+  const Shape* shapes[] = {&small};
+  T factor = T(1);
+  if (k.attributes().get_bool("average") && big.num_elements() > 0)
+    factor = static_cast<T>(static_cast<double>(small.num_elements()) / static_cast<double>(big.num_elements()));
+  detail::BroadcastWalk(big, shapes, 1).for_each([&](std::int64_t i, std::int64_t o, std::int64_t, std::int64_t) {
+    out[i] = in[o] * factor;
+  });
+}
+
+std::vector<Tensor> expand_like_backward(const GradContext& g) {
+  if (g.attributes().get_bool("average"))
+    throw NotDifferentiable(g.node().describe() + ": second-order gradients of mean are not supported");
+  return {ops::sum_to(g.output_grad(), g.input(0).shape()), Tensor{}};
+}
+
+// ---- SumTo -----------------------------------------------------------------------------------------------
+
+Shape sum_to_shape(const InferContext& context) {
+  const Shape& input = context.input_shape(0);
+  const auto& target = context.attributes().get_ints("shape");
+  const int rank = static_cast<int>(target.size());
+  if (rank > input.rank()) context.fail("cannot sum to a shape of higher rank");
+  std::vector<std::int64_t> dims(target.begin(), target.end());
+  for (int i = 0; i < rank; ++i) {
+    const std::int64_t from = input[input.rank() - rank + i];
+    std::int64_t& to = dims[static_cast<std::size_t>(i)];
+    if (to == Shape::unknown) to = from;
+    if (to != from && to != 1) context.fail("cannot sum to shape " + Shape(dims).to_string());
+  }
+  return Shape(std::move(dims));
+}
+
+template <class T>
+void sum_to_kernel(const KernelContext& k) {
+  const Shape& input = k.input_shape(0);
+  const Shape& output = *k.output_shape;
+  AxisMask reduced{};
+  const int shift = input.rank() - output.rank();
+  for (int axis = 0; axis < input.rank(); ++axis)
+    reduced[static_cast<std::size_t>(axis)] = axis < shift || (output[axis - shift] == 1 && input[axis] != 1);
+  reduce_into(k.in<T>(0), input, reduced, k.out<T>(), k.output_size(), Reduction::sum);
+}
+
+std::vector<Tensor> sum_to_backward(const GradContext& g) { return {expand_like(g.output_grad(), g.input(0), false)}; }
+
+// ---- the gradient of max/min: ties share it equally --------------------------------------------------------
+
+template <class T>
+void extremum_grad_kernel(const KernelContext& k) {
+  const Shape& input = k.input_shape(0);
+  const AxisMask reduced = mask_from_attributes(input, k.attributes());
+  const T* x = k.in<T>(0);
+  const T* y = k.in<T>(1);
+  const T* dy = k.in<T>(2);
+  T* dx = k.out<T>();
+  // Mark the winners with 1, count them per output position, then share dy among them.
+  walk_reduction(input, reduced, [&](std::int64_t i, std::int64_t o) { dx[i] = x[i] == y[o] ? T(1) : T(0); });
+  T* counts = k.scratch<T>();
+  const std::size_t outputs = static_cast<std::size_t>(k.input_shape(1).num_elements());
+  std::fill(counts, counts + outputs, T(0));
+  walk_reduction(input, reduced, [&](std::int64_t i, std::int64_t o) { counts[o] += dx[i]; });
+  walk_reduction(input, reduced, [&](std::int64_t i, std::int64_t o) { dx[i] = dx[i] * dy[o] / counts[o]; });
+}
+
+std::size_t extremum_grad_workspace(const std::vector<Shape>& inputs, const Shape&, const Attributes&, DType dtype) {
+  return static_cast<std::size_t>(inputs[1].num_elements()) * dtype_size(dtype);
+}
+
+}  // namespace
+
+KILN_REGISTER_OP(reduction("kiln>Sum", reduce_kernel<float, Reduction::sum, false>,
+                           reduce_kernel<double, Reduction::sum, false>, sum_backward));
+KILN_REGISTER_OP(reduction("kiln>Mean", reduce_kernel<float, Reduction::sum, true>,
+                           reduce_kernel<double, Reduction::sum, true>, mean_backward));
+KILN_REGISTER_OP(reduction("kiln>Max", reduce_kernel<float, Reduction::max, false>,
+                           reduce_kernel<double, Reduction::max, false>, extremum_backward));
+KILN_REGISTER_OP(reduction("kiln>Min", reduce_kernel<float, Reduction::min, false>,
+                           reduce_kernel<double, Reduction::min, false>, extremum_backward));
+KILN_REGISTER_OP(OpDef("kiln>SumTo").inputs(1).attributes({"shape"}).infer_shape(sum_to_shape)
+                     .forward(sum_to_kernel<float>, sum_to_kernel<double>).backward(sum_to_backward));
+KILN_REGISTER_OP(OpDef("kiln>ExpandLike").inputs(2).attributes({"average"}).infer_shape(like_shape)
+                     .forward(expand_like_kernel<float>, expand_like_kernel<double>).backward(expand_like_backward)
+                     .non_differentiable_inputs({1}, "only its shape is read"));
+KILN_REGISTER_OP(OpDef("kiln>ReduceExtremumGrad").inputs(3).attributes({"axes", "keepdims"})
+                     .infer_shape(detail::first_input_shape)
+                     .forward(extremum_grad_kernel<float>, extremum_grad_kernel<double>)
+                     .workspace(extremum_grad_workspace)
+                     .not_differentiable("second-order gradients of max and min are not supported"));
+
+namespace ops {
+
+namespace {
+Tensor reduce_node(const char* op, const Tensor& x, const Axes& axes, bool keepdims, const char* name) {
+  return x.graph().add_op(op, {x}, Attributes().set("axes", axes).set("keepdims", keepdims), name);
+}
+}  // namespace
+
+Tensor sum(const Tensor& x, const Axes& axes, bool keepdims) { return reduce_node("kiln>Sum", x, axes, keepdims, "sum"); }
+Tensor mean(const Tensor& x, const Axes& axes, bool keepdims) { return reduce_node("kiln>Mean", x, axes, keepdims, "mean"); }
+Tensor max(const Tensor& x, const Axes& axes, bool keepdims) { return reduce_node("kiln>Max", x, axes, keepdims, "max"); }
+Tensor min(const Tensor& x, const Axes& axes, bool keepdims) { return reduce_node("kiln>Min", x, axes, keepdims, "min"); }
+
+Tensor sum_to(const Tensor& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  return x.graph().add_op("kiln>SumTo", {x}, Attributes().set("shape", shape.dims()), "sum_to");
+}
+
+}  // namespace ops
+}  // namespace kiln

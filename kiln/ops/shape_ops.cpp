@@ -1,0 +1,549 @@
+// reshape, transpose, concat, split, slice, broadcast_to, squeeze and expand_dims.
+//
+// Shape rules run twice: when the node is built, and again when a Program plans a batch size, with
+// concrete input shapes but no batch size of its own. So an output's unknown dimension only promises
+// "fixed by the batch size"; the plan-time run computes it (6 x batch rows after folding (None, 6, 8)
+// into [-1, 8]), and any mismatch it implies surfaces there as a ShapeError.
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/op.hpp>
+#include <kiln/core/parallel.hpp>
+#include <kiln/ops/detail/kernel_util.hpp>
+#include <kiln/ops/ops.hpp>
+
+namespace kiln {
+
+namespace {
+
+using Dims = std::array<std::int64_t, Shape::max_rank>;
+using Ints = std::vector<std::int64_t>;
+
+std::string ints_to_string(const Ints& values) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
+  return text + "]";
+}
+
+Dims dims_of(const Shape& shape) {
+  Dims dims{};
+  for (int axis = 0; axis < shape.rank(); ++axis) dims[static_cast<std::size_t>(axis)] = shape[axis];
+  return dims;
+}
+
+std::int64_t normalized(std::int64_t axis, int rank) { return axis < 0 ? axis + rank : axis; }
+
+// A row-major walk over `dims` that reads with one set of strides and writes with another: transpose,
+// slice and the slice gradient are this one copy with different strides and base pointers.
+struct StridedCopy {
+  int rank = 0;
+  Dims dims{};
+  Dims source_strides{};
+  Dims target_strides{};
+
+  template <class T>
+  void run(const T* source, T* target) const {
+    if (rank == 0) {
+      *target = *source;
+      return;
+    }
+    for (int axis = 0; axis < rank; ++axis)
+      if (dims[static_cast<std::size_t>(axis)] == 0) return;
+    // Large copies split their outermost axis over kiln's threads (a head split of attention: 1.3 MB).
+    std::int64_t total = 1;
+    for (int axis = 0; axis < rank; ++axis) total *= dims[static_cast<std::size_t>(axis)];
+    const int max_workers = rank < 2 ? 1 : detail::workers_for_elements(total);
+    detail::parallel_for(dims[0], max_workers, [&](std::int64_t begin, std::int64_t end, int) {
+      StridedCopy part = *this;
+      part.dims[0] = end - begin;
+      part.run_serial(source + begin * source_strides[0], target + begin * target_strides[0]);
+    });
+  }
+
+  template <class T>
+  void run_serial(const T* source, T* target) const {
+    const auto last = static_cast<std::size_t>(rank - 1);
+    const std::int64_t n = dims[last], source_step = source_strides[last], target_step = target_strides[last];
+    const bool contiguous = source_step == 1 && target_step == 1;
+    Dims index{};
+    std::int64_t s = 0, t = 0;
+    for (;;) {
+      if (contiguous)
+        std::copy(source + s, source + s + n, target + t);
+      else
+        for (std::int64_t j = 0; j < n; ++j) target[t + j * target_step] = source[s + j * source_step];
+      int axis = rank - 2;
+      for (; axis >= 0; --axis) {
+        const auto a = static_cast<std::size_t>(axis);
+        s += source_strides[a];
+        t += target_strides[a];
+        if (++index[a] < dims[a]) break;
+        s -= source_strides[a] * dims[a];
+        t -= target_strides[a] * dims[a];
+        index[a] = 0;
+      }
+      if (axis < 0) return;
+    }
+  }
+};
+
+// The fallback for the alias ops when the planner cannot alias: the bytes are the same, only the shape differs.
+template <class T>
+void copy_kernel(const KernelContext& k) {
+  const T* in = k.in<T>(0);
+  T* out = k.out<T>();
+  if (in != out) std::memcpy(out, in, k.output_size() * sizeof(T));
+}
+
+// ---- reshape -------------------------------------------------------------------------------------------
+
+// Whether some batch size gives an input of `known` x (unknown dimensions) elements `total` elements.
+// Unknown dimensions may be different multiples of the batch size, so divisibility is all one can ask.
+bool fits_some_batch(std::int64_t known, std::int64_t total) {
+  if (known == 0) return total == 0;
+  return total > 0 && total % known == 0;
+}
+
+struct DimCount {
+  std::int64_t known = 1;  // product of the known dimensions
+  int num_unknown = 0;
+  int unknown_at = -1;     // the (last) position of an unknown dimension
+};
+
+DimCount count_dims(const Ints& dims) {
+  DimCount count;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == Shape::unknown) {
+      ++count.num_unknown;
+      count.unknown_at = static_cast<int>(i);
+    } else {
+      count.known *= dims[i];
+    }
+  }
+  return count;
+}
+
+// The target's -1, inferred. With an unknown input it stays unknown: "(None, 160) -> [-1, 40, 4]" is
+// "(None, 40, 4)", and some batch size always makes the division exact, so only the plan can reject one.
+std::int64_t inferred_dim(const InferContext& ctx, const DimCount& in, const DimCount& target, const std::string& what) {
+  if (target.known == 0) ctx.fail(what + ": -1 is ambiguous next to a zero-sized dimension");
+  if (in.num_unknown > 0) return Shape::unknown;
+  if (in.known % target.known != 0) ctx.fail(what + ": " + std::to_string(in.known) + " elements do not divide evenly");
+  return in.known / target.known;
+}
+
+Shape reshape_shape(const InferContext& ctx) {
+  const Ints& target = ctx.attributes().get_ints("shape");
+  const std::string what = "cannot reshape to " + ints_to_string(target);
+  for (std::int64_t d : target)
+    if (d < -1) ctx.fail(what + ": negative dimension " + std::to_string(d));
+  const DimCount in = count_dims(ctx.input_shape(0).dims());
+  const DimCount wanted = count_dims(target);
+  if (wanted.num_unknown > 1) ctx.fail(what + ": only one dimension may be -1");
+  Ints dims = target;
+  if (wanted.num_unknown == 1) {
+    dims[static_cast<std::size_t>(wanted.unknown_at)] = inferred_dim(ctx, in, wanted, what);
+  } else if (in.num_unknown == 0 && in.known != wanted.known) {
+    ctx.fail(what + ": " + std::to_string(in.known) + " elements do not fit " + std::to_string(wanted.known));
+  } else if (in.num_unknown > 0 && !fits_some_batch(in.known, wanted.known)) {
+    ctx.fail(what + ": no batch size gives " + std::to_string(wanted.known) + " elements");
+  }
+  return Shape(std::move(dims));
+}
+
+// The input's shape, whatever the batch size: how a gradient goes back through the reshape family
+// when a plain reshape cannot say it (several unknown dimensions, or a known output of an unknown input).
+Shape reshape_like_shape(const InferContext& ctx) {
+  const Shape& in = ctx.input_shape(0);
+  const Shape& like = ctx.input_shape(1);
+  if (in.is_fully_defined() && like.is_fully_defined() && in.num_elements() != like.num_elements())
+    ctx.fail("the element counts differ");
+  return like;
+}
+
+// x with like's shape: a Reshape where that can express it (the common case: one node, aliased), else a ReshapeLike.
+Tensor reshape_as(const Tensor& x, const Tensor& like) {
+  const Shape& target = like.shape();
+  if (x.shape() == target) return x;
+  const DimCount wanted = count_dims(target.dims());
+  const DimCount have = count_dims(x.shape().dims());
+  if (wanted.num_unknown <= 1 && have.num_unknown == wanted.num_unknown) return ops::reshape(x, target.dims());
+  return x.graph().add_op("kiln>ReshapeLike", {x, like}, {}, "reshape_like");
+}
+
+std::vector<Tensor> reshape_backward(const GradContext& g) { return {reshape_as(g.output_grad(), g.input(0))}; }
+
+std::vector<Tensor> reshape_like_backward(const GradContext& g) {
+  return {reshape_as(g.output_grad(), g.input(0)), Tensor{}};
+}
+
+}  // namespace
+
+KILN_REGISTER_OP(OpDef("kiln>Reshape").inputs(1).attributes({"shape"}).infer_shape(reshape_shape)
+                     .forward(copy_kernel<float>, copy_kernel<double>).backward(reshape_backward)
+                     .sharing(Sharing::alias));
+KILN_REGISTER_OP(OpDef("kiln>ReshapeLike").inputs(2).infer_shape(reshape_like_shape)
+                     .forward(copy_kernel<float>, copy_kernel<double>).backward(reshape_like_backward)
+                     .non_differentiable_inputs({1}, "only its shape is read").sharing(Sharing::alias));
+
+namespace {
+
+// ---- transpose -----------------------------------------------------------------------------------------
+
+Shape transpose_shape(const InferContext& ctx) {
+  const Shape& in = ctx.input_shape(0);
+  const Ints& perm = ctx.attributes().get_ints("perm");
+  const std::string what = "perm " + ints_to_string(perm);
+  if (static_cast<int>(perm.size()) != in.rank()) ctx.fail(what + " does not have one entry per axis");
+  std::vector<bool> seen(perm.size(), false);
+  Ints dims(perm.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) {
+    const std::int64_t axis = normalized(perm[i], in.rank());
+    if (axis < 0 || axis >= in.rank()) ctx.fail(what + " names an axis out of range");
+    if (seen[static_cast<std::size_t>(axis)]) ctx.fail(what + " is not a permutation");
+    seen[static_cast<std::size_t>(axis)] = true;
+    dims[i] = in[static_cast<int>(axis)];
+  }
+  return Shape(std::move(dims));
+}
+
+template <class T>
+void transpose_kernel(const KernelContext& k) {
+  const Shape& in = k.input_shape(0);
+  const Ints& perm = k.attributes().get_ints("perm");
+  const Dims in_strides = detail::strides_of(in);
+  StridedCopy copy;
+  copy.rank = in.rank();
+  copy.dims = dims_of(*k.output_shape);
+  copy.target_strides = detail::strides_of(*k.output_shape);
+  for (std::size_t a = 0; a < perm.size(); ++a)
+    copy.source_strides[a] = in_strides[static_cast<std::size_t>(normalized(perm[a], in.rank()))];
+  copy.run(k.in<T>(0), k.out<T>());
+}
+
+std::vector<Tensor> transpose_backward(const GradContext& g) {
+  const Ints& perm = g.attributes().get_ints("perm");
+  Ints inverse(perm.size());
+  const int rank = static_cast<int>(perm.size());
+  for (std::size_t i = 0; i < perm.size(); ++i)
+    inverse[static_cast<std::size_t>(normalized(perm[i], rank))] = static_cast<std::int64_t>(i);
+  return {ops::transpose(g.output_grad(), inverse)};
+}
+
+// ---- concat --------------------------------------------------------------------------------------------
+
+Shape concat_shape(const InferContext& ctx) {
+  const Shape& first = ctx.input_shape(0);
+  if (first.rank() == 0) ctx.fail("cannot concatenate scalars");
+  const std::int64_t requested = ctx.attributes().get_int("axis");
+  const std::int64_t axis = normalized(requested, first.rank());
+  if (axis < 0 || axis >= first.rank()) ctx.fail("axis " + std::to_string(requested) + " is out of range");
+  Shape result = first;
+  for (int i = 1; i < ctx.num_inputs(); ++i) {
+    const Shape& other = ctx.input_shape(i);
+    if (other.rank() != first.rank()) ctx.fail("ranks differ");
+    for (int a = 0; a < first.rank(); ++a)
+      if (a != axis && other[a] != first[a]) ctx.fail("dimensions differ off axis " + std::to_string(axis));
+    // The gradient's slices need each input's offset along the axis when the graph is built.
+    if (other[static_cast<int>(axis)] == Shape::unknown || result[static_cast<int>(axis)] == Shape::unknown)
+      ctx.fail("cannot concatenate along the batch axis (None): the offsets of the parts would not be known");
+    result[static_cast<int>(axis)] += other[static_cast<int>(axis)];
+  }
+  return result;
+}
+
+template <class T>
+void concat_kernel(const KernelContext& k) {
+  const Shape& out_shape = *k.output_shape;
+  const auto axis = static_cast<int>(normalized(k.attributes().get_int("axis"), out_shape.rank()));
+  const detail::AxisSplit out = detail::split_at_axis(out_shape, axis);
+  const std::int64_t out_block = out.extent * out.inner;
+  T* target = k.out<T>();
+  std::int64_t position = 0;
+  for (int i = 0; i < k.num_inputs; ++i) {
+    const std::int64_t block = k.input_shape(i)[axis] * out.inner;
+    const T* source = k.in<T>(i);
+    for (std::int64_t o = 0; o < out.outer; ++o)
+      std::copy(source + o * block, source + (o + 1) * block, target + o * out_block + position);
+    position += block;
+  }
+}
+
+// An input's own extent at the start of the slice; -1 ("to the end") keeps unknown dimensions unknown.
+Ints full_extent(const Shape& shape) {
+  Ints size = shape.dims();
+  for (std::int64_t& d : size)
+    if (d == Shape::unknown) d = -1;
+  return size;
+}
+
+std::vector<Tensor> concat_backward(const GradContext& g) {
+  const Tensor dy = g.output_grad();
+  const auto axis = static_cast<std::size_t>(normalized(g.attributes().get_int("axis"), dy.rank()));
+  std::vector<Tensor> grads;
+  std::int64_t position = 0;
+  for (int i = 0; i < g.num_inputs(); ++i) {
+    const Shape& shape = g.input(i).shape();
+    if (g.needs_grad(i)) {
+      Ints begin(static_cast<std::size_t>(shape.rank()), 0);
+      begin[axis] = position;
+      grads.push_back(ops::slice(dy, begin, full_extent(shape)));
+    } else {
+      grads.emplace_back();
+    }
+    position += shape[static_cast<int>(axis)];
+  }
+  return grads;
+}
+
+}  // namespace
+
+KILN_REGISTER_OP(OpDef("kiln>Transpose").inputs(1).attributes({"perm"}).infer_shape(transpose_shape)
+                     .forward(transpose_kernel<float>, transpose_kernel<double>).backward(transpose_backward));
+KILN_REGISTER_OP(OpDef("kiln>Concat").inputs(1, 64).attributes({"axis"}).infer_shape(concat_shape)
+                     .forward(concat_kernel<float>, concat_kernel<double>).backward(concat_backward));
+
+namespace {
+
+// ---- slice ---------------------------------------------------------------------------------------------
+
+// One axis of a slice. An unknown axis is checked against begin and size when the plan knows it.
+std::int64_t sliced_dim(const InferContext& ctx, int axis, std::int64_t dim, std::int64_t begin, std::int64_t size) {
+  const std::string where = "axis " + std::to_string(axis) + ": ";
+  if (begin < 0) ctx.fail(where + "begin " + std::to_string(begin) + " is negative");
+  if (size < -1) ctx.fail(where + "size " + std::to_string(size) + " is negative");
+  if (dim == Shape::unknown) return size;
+  if (begin > dim) ctx.fail(where + "begin " + std::to_string(begin) + " is past the end");
+  if (size == -1) return dim - begin;
+  if (begin + size > dim)
+    ctx.fail(where + "begin " + std::to_string(begin) + " + size " + std::to_string(size) + " is past the end");
+  return size;
+}
+
+Shape slice_shape(const InferContext& ctx) {
+  const Shape& in = ctx.input_shape(0);
+  const Ints& begin = ctx.attributes().get_ints("begin");
+  const Ints& size = ctx.attributes().get_ints("size");
+  if (static_cast<int>(begin.size()) != in.rank() || static_cast<int>(size.size()) != in.rank())
+    ctx.fail("begin " + ints_to_string(begin) + " and size " + ints_to_string(size) + " need one entry per axis");
+  Ints dims(begin.size());
+  for (std::size_t a = 0; a < dims.size(); ++a) dims[a] = sliced_dim(ctx, static_cast<int>(a), in[static_cast<int>(a)], begin[a], size[a]);
+  return Shape(std::move(dims));
+}
+
+// The copy between a block of `whole` starting at `begin` and a dense array the block's size.
+StridedCopy block_copy(const Shape& block, const Shape& whole, const Ints& begin, std::int64_t* whole_offset,
+                       bool into_whole) {
+  const Dims whole_strides = detail::strides_of(whole);
+  StridedCopy copy;
+  copy.rank = block.rank();
+  copy.dims = dims_of(block);
+  (into_whole ? copy.source_strides : copy.target_strides) = detail::strides_of(block);
+  (into_whole ? copy.target_strides : copy.source_strides) = whole_strides;
+  *whole_offset = 0;
+  for (std::size_t a = 0; a < begin.size(); ++a) *whole_offset += begin[a] * whole_strides[a];
+  return copy;
+}
+
+template <class T>
+void slice_kernel(const KernelContext& k) {
+  std::int64_t offset = 0;
+  const StridedCopy copy =
+      block_copy(*k.output_shape, k.input_shape(0), k.attributes().get_ints("begin"), &offset, false);
+  copy.run(k.in<T>(0) + offset, k.out<T>());
+}
+
+// The gradient of a slice: dy in its place, zeros around it.
+template <class T>
+void slice_grad_kernel(const KernelContext& k) {
+  T* out = k.out<T>();
+  std::fill(out, out + k.output_size(), T(0));
+  std::int64_t offset = 0;
+  const StridedCopy copy = block_copy(k.input_shape(0), *k.output_shape, k.attributes().get_ints("begin"), &offset, true);
+  copy.run(k.in<T>(0), out + offset);
+}
+
+Shape slice_grad_shape(const InferContext& ctx) {
+  if (ctx.input_shape(0).rank() != ctx.input_shape(1).rank()) ctx.fail("the gradient and the sliced input differ in rank");
+  return ctx.input_shape(1);
+}
+
+std::vector<Tensor> slice_backward(const GradContext& g) {
+  const Attributes attributes = Attributes().set("begin", g.attributes().get_ints("begin"));
+  return {g.output_grad().graph().add_op("kiln>SliceGrad", {g.output_grad(), g.input(0)}, attributes, "slice_grad")};
+}
+
+std::vector<Tensor> slice_grad_backward(const GradContext& g) {
+  return {ops::slice(g.output_grad(), g.attributes().get_ints("begin"), full_extent(g.input(0).shape())), Tensor{}};
+}
+
+}  // namespace
+
+KILN_REGISTER_OP(OpDef("kiln>Slice").inputs(1).attributes({"begin", "size"}).infer_shape(slice_shape)
+                     .forward(slice_kernel<float>, slice_kernel<double>).backward(slice_backward));
+KILN_REGISTER_OP(OpDef("kiln>SliceGrad").inputs(2).attributes({"begin"}).infer_shape(slice_grad_shape)
+                     .forward(slice_grad_kernel<float>, slice_grad_kernel<double>).backward(slice_grad_backward)
+                     .non_differentiable_inputs({1}, "only its shape is read"));
+
+namespace {
+
+// ---- broadcast_to --------------------------------------------------------------------------------------
+
+// A target dimension of -1 keeps x's dimension (as torch's expand does): that is how the unknown batch
+// size passes through, since a plan-time shape rule has no batch size to put in its place.
+Shape broadcast_to_shape(const InferContext& ctx) {
+  const Shape& in = ctx.input_shape(0);
+  const Ints& target = ctx.attributes().get_ints("shape");
+  const std::string what = "cannot broadcast to " + ints_to_string(target);
+  const int shift = static_cast<int>(target.size()) - in.rank();
+  if (shift < 0) ctx.fail(what + ": the target has fewer axes");
+  Ints dims = target;
+  for (int a = 0; a < static_cast<int>(dims.size()); ++a) {
+    std::int64_t& d = dims[static_cast<std::size_t>(a)];
+    const int in_axis = a - shift;
+    if (d < -1) ctx.fail(what + ": negative dimension " + std::to_string(d));
+    if (d == -1 && in_axis < 0) ctx.fail(what + ": -1 (keep) on axis " + std::to_string(a) + ", which x lacks");
+    if (in_axis < 0) continue;
+    if (d == -1) d = in[in_axis];
+    else if (in[in_axis] != d && in[in_axis] != 1)
+      ctx.fail(what + ": axis " + std::to_string(a) + " is neither 1 nor " + std::to_string(d));
+  }
+  return Shape(std::move(dims));
+}
+
+template <class T>
+void broadcast_to_kernel(const KernelContext& k) {
+  const T* in = k.in<T>(0);
+  T* out = k.out<T>();
+  detail::BroadcastWalk(*k.output_shape, k.input_shapes, 1)
+      .for_each([&](std::int64_t i, std::int64_t offset, std::int64_t, std::int64_t) { out[i] = in[offset]; });
+}
+
+std::vector<Tensor> broadcast_to_backward(const GradContext& g) { return {ops::sum_to(g.output_grad(), g.input(0).shape())}; }
+
+// ---- squeeze, expand_dims -----------------------------------------------------------------------------
+
+// The axes are explicit here: the builder resolves "every size-1 axis" once, at build time, so that a
+// batch of size 1 at plan time cannot squeeze the batch axis away.
+Shape squeeze_shape(const InferContext& ctx) {
+  const Shape& in = ctx.input_shape(0);
+  const Ints& axes = ctx.attributes().get_ints("axes");
+  std::vector<bool> dropped(static_cast<std::size_t>(in.rank()), false);
+  for (std::int64_t requested : axes) {
+    const std::int64_t axis = normalized(requested, in.rank());
+    const std::string what = "cannot squeeze axis " + std::to_string(requested);
+    if (axis < 0 || axis >= in.rank()) ctx.fail(what + ": out of range");
+    if (in[static_cast<int>(axis)] == Shape::unknown) ctx.fail(what + ": it is the batch axis (None)");
+    if (in[static_cast<int>(axis)] != 1) ctx.fail(what + ": its size is not 1");
+    dropped[static_cast<std::size_t>(axis)] = true;
+  }
+  Ints dims;
+  for (int a = 0; a < in.rank(); ++a)
+    if (!dropped[static_cast<std::size_t>(a)]) dims.push_back(in[a]);
+  return Shape(std::move(dims));
+}
+
+Shape expand_dims_shape(const InferContext& ctx) {
+  const Shape& in = ctx.input_shape(0);
+  const std::int64_t requested = ctx.attributes().get_int("axis");
+  const std::int64_t axis = normalized(requested, in.rank() + 1);
+  if (axis < 0 || axis > in.rank()) ctx.fail("axis " + std::to_string(requested) + " is out of range");
+  Ints dims = in.dims();
+  dims.insert(dims.begin() + axis, 1);
+  return Shape(std::move(dims));
+}
+
+}  // namespace
+
+KILN_REGISTER_OP(OpDef("kiln>BroadcastTo").inputs(1).attributes({"shape"}).infer_shape(broadcast_to_shape)
+                     .forward(broadcast_to_kernel<float>, broadcast_to_kernel<double>).backward(broadcast_to_backward));
+KILN_REGISTER_OP(OpDef("kiln>Squeeze").inputs(1).attributes({"axes"}).infer_shape(squeeze_shape)
+                     .forward(copy_kernel<float>, copy_kernel<double>).backward(reshape_backward)
+                     .sharing(Sharing::alias));
+KILN_REGISTER_OP(OpDef("kiln>ExpandDims").inputs(1).attributes({"axis"}).infer_shape(expand_dims_shape)
+                     .forward(copy_kernel<float>, copy_kernel<double>).backward(reshape_backward)
+                     .sharing(Sharing::alias));
+
+namespace ops {
+
+Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape) {
+  return x.graph().add_op("kiln>Reshape", {x}, Attributes().set("shape", shape), "reshape");
+}
+
+Tensor transpose(const Tensor& x, const std::vector<std::int64_t>& perm) {
+  Ints resolved = perm;
+  if (resolved.empty())
+    for (int axis = x.rank() - 1; axis >= 0; --axis) resolved.push_back(axis);
+  return x.graph().add_op("kiln>Transpose", {x}, Attributes().set("perm", resolved), "transpose");
+}
+
+Tensor concat(const std::vector<Tensor>& xs, int axis) {
+  if (xs.empty()) throw ValueError("concat: no tensors to concatenate");
+  return xs.front().graph().add_op("kiln>Concat", xs, Attributes().set("axis", axis), "concat");
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes, int axis) {
+  const Shape& shape = x.shape();
+  const int a = shape.normalize_axis(axis, "split '" + x.name() + "'");
+  const std::int64_t extent = shape[a];
+  if (extent == Shape::unknown)
+    throw ShapeError("split '" + x.name() + "'", "cannot split the batch axis (None)", {{"x", shape}});
+  std::int64_t total = 0;
+  for (std::int64_t size : sizes) {
+    if (size < 0) throw ShapeError("split '" + x.name() + "'", "negative size in " + ints_to_string(sizes), {{"x", shape}});
+    total += size;
+  }
+  if (total != extent)
+    throw ShapeError("split '" + x.name() + "'",
+                     "sizes " + ints_to_string(sizes) + " sum to " + std::to_string(total) + ", but axis " +
+                         std::to_string(axis) + " has " + std::to_string(extent),
+                     {{"x", shape}});
+  std::vector<Tensor> parts;
+  Ints begin(static_cast<std::size_t>(shape.rank()), 0);
+  Ints size = full_extent(shape);
+  for (std::int64_t part : sizes) {
+    size[static_cast<std::size_t>(a)] = part;
+    parts.push_back(slice(x, begin, size));
+    begin[static_cast<std::size_t>(a)] += part;
+  }
+  return parts;
+}
+
+std::vector<Tensor> split(const Tensor& x, int num_splits, int axis) {
+  const Shape& shape = x.shape();
+  const std::int64_t extent = shape[shape.normalize_axis(axis, "split '" + x.name() + "'")];
+  if (num_splits <= 0 || extent == Shape::unknown || extent % num_splits != 0)
+    throw ShapeError("split '" + x.name() + "'",
+                     "axis " + std::to_string(axis) + " cannot be split into " + std::to_string(num_splits) +
+                         " equal parts",
+                     {{"x", shape}});
+  return split(x, Ints(static_cast<std::size_t>(num_splits), extent / num_splits), axis);
+}
+
+Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin, const std::vector<std::int64_t>& size) {
+  return x.graph().add_op("kiln>Slice", {x}, Attributes().set("begin", begin).set("size", size), "slice");
+}
+
+Tensor broadcast_to(const Tensor& x, const Shape& shape) {
+  return x.graph().add_op("kiln>BroadcastTo", {x}, Attributes().set("shape", shape.dims()), "broadcast_to");
+}
+
+Tensor squeeze(const Tensor& x, const Axes& axes) {
+  Ints resolved = axes;
+  if (resolved.empty())
+    for (int axis = 0; axis < x.rank(); ++axis)
+      if (x.shape()[axis] == 1) resolved.push_back(axis);
+  return x.graph().add_op("kiln>Squeeze", {x}, Attributes().set("axes", resolved), "squeeze");
+}
+
+Tensor expand_dims(const Tensor& x, int axis) {
+  return x.graph().add_op("kiln>ExpandDims", {x}, Attributes().set("axis", axis), "expand_dims");
+}
+
+}  // namespace ops
+}  // namespace kiln

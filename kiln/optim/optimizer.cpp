@@ -1,0 +1,613 @@
+#include <kiln/optim/optimizer.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/op.hpp>
+#include <kiln/ops/ops.hpp>
+
+namespace kiln {
+
+namespace {
+
+// Keras's base arguments, in its get_config order.
+const char* const base_keys[] = {"name", "learning_rate", "weight_decay", "clipnorm", "global_clipnorm", "clipvalue",
+                                 "use_ema", "ema_momentum", "ema_overwrite_frequency", "loss_scale_factor",
+                                 "gradient_accumulation_steps"};
+
+Config optional_number(const std::optional<double>& value) { return value ? Config(*value) : Config(); }
+
+std::string lower_case(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
+std::string class_part(const std::string& key) { return key.substr(key.rfind('>') + 1); }
+
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+}  // namespace
+
+// ---- construction and config ----------------------------------------------------------------------------------
+
+Optimizer::Optimizer(const Config& config, std::string class_name, const OptimizerDefaults& defaults)
+    : class_name_(std::move(class_name)),
+      iterations_(Shape{}, DType::float64),
+      learning_rate_(Shape{}, DType::float64) {
+  step_scalars_.push_back(StepScalar{"learning_rate", 0.0, Array(), Array()});
+  read_base_config(config, defaults);
+}
+
+Optimizer::~Optimizer() = default;
+
+void Optimizer::read_base_config(const Config& config, const OptimizerDefaults& defaults) {
+  ConfigReader args(config, class_name_);
+  name_ = args.text("name", defaults.name);
+  const Config& learning_rate = args.value("learning_rate");
+  if (learning_rate.is_map()) {
+    schedule_ = LearningRateSchedule::from_config(learning_rate);
+  } else {
+    learning_rate_.set_flat(0, learning_rate.is_null() ? defaults.learning_rate
+                                                       : learning_rate.as_double(describe() + " learning_rate"));
+  }
+  // Absent means the class's default; an explicit null means none (AdamW rejects that).
+  weight_decay_ = config.find("weight_decay") ? std::nullopt : defaults.weight_decay;
+  if (args.has("weight_decay")) weight_decay_ = args.number("weight_decay", 0.0);
+  args.value("weight_decay");
+  if (args.has("clipnorm")) clipnorm_ = args.number("clipnorm", 0.0);
+  if (args.has("clipvalue")) clipvalue_ = args.number("clipvalue", 0.0);
+  if (args.has("global_clipnorm")) global_clipnorm_ = args.number("global_clipnorm", 0.0);
+  if (args.boolean("use_ema", false)) fail("use_ema is not supported by kiln; leave it false");
+  ema_momentum_ = args.number("ema_momentum", 0.99);
+  args.unsupported("ema_overwrite_frequency");
+  args.unsupported("loss_scale_factor");
+  args.unsupported("gradient_accumulation_steps");
+  check_clip_options();
+}
+
+void Optimizer::check_clip_options() const {
+  const int given = int{clipnorm_.has_value()} + int{clipvalue_.has_value()} + int{global_clipnorm_.has_value()};
+  if (given > 1)
+    fail("only one of clipnorm, clipvalue and global_clipnorm can be set, got clipnorm=" +
+         optional_number(clipnorm_).to_string() + ", clipvalue=" + optional_number(clipvalue_).to_string() +
+         ", global_clipnorm=" + optional_number(global_clipnorm_).to_string());
+  for (const auto& [key, value] : {std::pair{"clipnorm", clipnorm_}, std::pair{"clipvalue", clipvalue_},
+                                   std::pair{"global_clipnorm", global_clipnorm_}})
+    if (value && !(*value >= 0.0)) fail(std::string(key) + " must be >= 0, got " + std::to_string(*value));
+}
+
+ConfigReader Optimizer::config_reader(const Config& config) const {
+  ConfigReader reader(config, class_name_);
+  for (const char* key : base_keys) reader.value(key);
+  return reader;
+}
+
+void Optimizer::fail(const std::string& message) const { throw ConfigError(describe() + ": " + message); }
+
+std::string Optimizer::describe() const { return class_name_ + " '" + name_ + "'"; }
+
+Config Optimizer::get_config() const {
+  return Config{{"name", name_},
+                {"learning_rate", schedule_ ? schedule_->serialize() : Config(learning_rate_.flat(0))},
+                {"weight_decay", optional_number(weight_decay_)},
+                {"clipnorm", optional_number(clipnorm_)},
+                {"global_clipnorm", optional_number(global_clipnorm_)},
+                {"clipvalue", optional_number(clipvalue_)},
+                {"use_ema", false},
+                {"ema_momentum", ema_momentum_},
+                {"ema_overwrite_frequency", Config()},
+                {"loss_scale_factor", Config()},
+                {"gradient_accumulation_steps", Config()}};
+}
+
+Config Optimizer::serialize() const {
+  const std::string key = optimizer_registry().key_of(std::type_index(typeid(*this)));
+  if (key.empty())
+    throw ConfigError(describe() + " is not registered; register it with KILN_REGISTER_OPTIMIZER to save it by config");
+  return Config{{"module", "keras.optimizers"},
+                {"class_name", class_name_},
+                {"config", get_config()},
+                {"registered_name", key}};
+}
+
+OptimizerPtr Optimizer::from_config(const Config& serialized) {
+  if (serialized.type() == Config::Type::string) return create_optimizer(serialized.as_string());
+  if (!serialized.is_map())
+    throw ConfigError("an optimizer is a name or {\"class_name\": ..., \"config\": {...}}, got " + serialized.to_string());
+  std::string key = serialized.get_string("class_name");
+  if (const Config* registered = serialized.find("registered_name"); registered != nullptr && !registered->is_null())
+    key = registered->as_string("key 'registered_name'");
+  const Config* config = serialized.find("config");
+  return create_optimizer(key, config != nullptr ? *config : Config());
+}
+
+// ---- slots and per-step scalars ------------------------------------------------------------------------------
+
+Optimizer::Slot* Optimizer::find_slot(const std::string& slot_name, const std::string& weight_path) {
+  for (Slot& slot : slots_)
+    if (slot.slot_name == slot_name && slot.weight_path == weight_path) return &slot;
+  return nullptr;
+}
+
+Optimizer::Slot& Optimizer::ensure_slot(const std::string& slot_name, const std::string& weight_path,
+                                        const Shape& shape, DType dtype) {
+  if (Slot* slot = find_slot(slot_name, weight_path)) {
+    if (slot->value.shape() != shape)
+      throw ShapeError(describe(), "slot '" + slot_name + "/" + weight_path + "' was built for another shape",
+                       {{"slot", slot->value.shape()}, {"weight", shape}});
+    if (slot->value.dtype() != dtype)
+      throw DTypeError(describe() + ": slot '" + slot_name + "/" + weight_path + "' is " +
+                       dtype_name(slot->value.dtype()) + ", its weight " + dtype_name(dtype));
+    return *slot;
+  }
+  slots_.push_back(Slot{slot_name, weight_path, Array::full(shape, slot_initial_value(slot_name), dtype)});
+  return slots_.back();
+}
+
+// A graph that already holds the slot (built twice, or a second Program) reads the same variable.
+Tensor Optimizer::slot_variable(Graph& graph, Slot& slot) {
+  if (Tensor existing = graph.find_variable(slot.value)) return existing;
+  return graph.variable(name_ + "/" + slot.slot_name + "/" + slot.weight_path, slot.value, /*trainable=*/false);
+}
+
+std::size_t Optimizer::add_step_scalar(const std::string& scalar_name) {
+  step_scalars_.push_back(StepScalar{scalar_name, 0.0, Array(), Array()});
+  return step_scalars_.size() - 1;
+}
+
+void Optimizer::set_step_scalar(std::size_t scalar_id, double value) {
+  StepScalar& scalar = step_scalars_.at(scalar_id);
+  scalar.value = value;
+  if (!scalar.float32.empty()) scalar.float32.set_flat(0, value);
+  if (!scalar.float64.empty()) scalar.float64.set_flat(0, value);
+}
+
+Tensor Optimizer::scalar_variable(Graph& graph, std::size_t scalar_id, DType dtype) {
+  StepScalar& scalar = step_scalars_.at(scalar_id);
+  Array& value = dtype == DType::float32 ? scalar.float32 : scalar.float64;
+  if (value.empty()) value = Array::full(Shape{}, scalar.value, dtype);
+  if (Tensor existing = graph.find_variable(value)) return existing;
+  return graph.variable(name_ + "/" + scalar.name, value, /*trainable=*/false);
+}
+
+// ---- Step ------------------------------------------------------------------------------------------------------
+
+Optimizer::Step::Step(Optimizer& optimizer, Graph& graph, std::vector<Update>& updates)
+    : optimizer_(optimizer), graph_(graph), updates_(updates) {}
+
+Tensor Optimizer::Step::slot(const std::string& slot_name) const {
+  Slot* found = optimizer_.find_slot(slot_name, path_);
+  if (found == nullptr)
+    throw ValueError(optimizer_.describe() + ": '" + slot_name + "' is not one of its slots (slot_names())");
+  return optimizer_.slot_variable(graph_, *found);
+}
+
+void Optimizer::Step::assign(const std::string& slot_name, const Tensor& value) {
+  if (contains(assigned_, slot_name))
+    throw ValueError(optimizer_.describe() + ": slot '" + slot_name + "/" + path_ + "' is assigned twice in one step");
+  assigned_.push_back(slot_name);
+  updates_.push_back({slot(slot_name), value});
+}
+
+Tensor Optimizer::Step::scalar(std::size_t scalar_id) const {
+  return optimizer_.scalar_variable(graph_, scalar_id, weight_.dtype());
+}
+
+// ---- the update ------------------------------------------------------------------------------------------------
+
+std::vector<std::size_t> Optimizer::checked_inputs(const Graph& graph, const std::vector<Tensor>& weights,
+                                                   const std::vector<Tensor>& grads,
+                                                   const std::vector<std::string>& paths) const {
+  if (weights.size() != grads.size() || weights.size() != paths.size())
+    throw ValueError(describe() + ": build_updates got " + std::to_string(weights.size()) + " weights, " +
+                     std::to_string(grads.size()) + " gradients and " + std::to_string(paths.size()) + " paths");
+  std::vector<std::size_t> active;
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    const Tensor& weight = weights[i];
+    if (!weight.valid() || &weight.graph() != &graph || weight.node().kind != NodeKind::variable)
+      throw ValueError(describe() + ": weight '" + paths[i] + "' is not a variable of the graph being built");
+    for (std::size_t j = 0; j < i; ++j)
+      if (weights[j] == weight || paths[j] == paths[i])
+        throw ValueError(describe() + ": weight '" + paths[i] + "' is given twice");
+    if (!grads[i].valid()) continue;
+    if (&grads[i].graph() != &graph)
+      throw ValueError(describe() + ": the gradient of '" + paths[i] + "' belongs to another graph");
+    if (grads[i].shape() != weight.shape())
+      throw ShapeError(describe(), "the gradient of '" + paths[i] + "' does not fit its weight",
+                       {{"weight", weight.shape()}, {"gradient", grads[i].shape()}});
+    if (grads[i].dtype() != weight.dtype())
+      throw DTypeError(describe() + ": the gradient of '" + paths[i] + "' is " + dtype_name(grads[i].dtype()) +
+                       ", its weight " + dtype_name(weight.dtype()));
+    active.push_back(i);
+  }
+  if (active.empty()) throw ValueError(describe() + ": no gradients provided for any weight");
+  return active;
+}
+
+namespace {
+
+// g·c / max(‖g‖, c): unchanged when the norm is within c.
+Tensor clip_by_norm(const Tensor& grad, double clipnorm) {
+  const Tensor norm = ops::sqrt(ops::sum(ops::square(grad)));
+  return ops::div(grad * clipnorm, ops::maximum(norm, ops::scalar_like(norm, clipnorm)));
+}
+
+Tensor clip_by_value(const Tensor& grad, double clipvalue) {
+  return ops::minimum(ops::maximum(grad, ops::scalar_like(grad, -clipvalue)), ops::scalar_like(grad, clipvalue));
+}
+
+// Every gradient times c·min(1/‖G‖, 1/c), ‖G‖ over all of them. The (‖G‖ − ‖G‖) term is 0 for a finite
+// norm and NaN otherwise, so an overflowing gradient poisons the step visibly instead of being scaled to 0.
+std::vector<Tensor> clip_by_global_norm(const std::vector<Tensor>& grads, double clipnorm) {
+  Tensor squared = ops::sum(ops::square(grads[0]));
+  for (std::size_t i = 1; i < grads.size(); ++i) squared = squared + ops::sum(ops::square(grads[i]));
+  const Tensor norm = ops::sqrt(squared);
+  const Tensor inverse_norm = ops::div(ops::scalar_like(norm, 1.0), norm);
+  const Tensor scale = ops::minimum(inverse_norm, ops::scalar_like(norm, 1.0 / clipnorm)) * clipnorm + (norm - norm);
+  std::vector<Tensor> clipped;
+  for (const Tensor& grad : grads) clipped.push_back(grad * scale);
+  return clipped;
+}
+
+}  // namespace
+
+// Keras applies at most one clip, and a value of 0 means none.
+std::vector<Tensor> Optimizer::clip_gradients(const std::vector<Tensor>& grads) const {
+  if (clipnorm_ && *clipnorm_ > 0.0) {
+    std::vector<Tensor> clipped;
+    for (const Tensor& grad : grads) clipped.push_back(clip_by_norm(grad, *clipnorm_));
+    return clipped;
+  }
+  if (global_clipnorm_ && *global_clipnorm_ > 0.0) return clip_by_global_norm(grads, *global_clipnorm_);
+  if (clipvalue_ && *clipvalue_ > 0.0) {
+    std::vector<Tensor> clipped;
+    for (const Tensor& grad : grads) clipped.push_back(clip_by_value(grad, *clipvalue_));
+    return clipped;
+  }
+  return grads;
+}
+
+// Decoupled weight decay, before the optimizer's own rule: w − (w·wd)·lr.
+Tensor Optimizer::decayed_weight(Graph& graph, const Tensor& weight) {
+  if (!weight_decay_) return weight;
+  return weight - ops::mul(weight * *weight_decay_, scalar_variable(graph, learning_rate_scalar, weight.dtype()));
+}
+
+std::vector<Update> Optimizer::build_updates(Graph& graph, const std::vector<Tensor>& weights,
+                                             const std::vector<Tensor>& grads, const std::vector<std::string>& paths) {
+  const std::vector<std::size_t> active = checked_inputs(graph, weights, grads, paths);
+  std::vector<Tensor> active_grads;
+  for (std::size_t i : active) active_grads.push_back(grads[i]);
+  const std::vector<Tensor> clipped = clip_gradients(active_grads);
+
+  std::vector<Update> updates;
+  Step step(*this, graph, updates);
+  for (std::size_t k = 0; k < active.size(); ++k) {
+    const Tensor& weight = weights[active[k]];
+    for (const std::string& slot_name : slot_names()) ensure_slot(slot_name, paths[active[k]], weight.shape(), weight.dtype());
+    step.weight_ = decayed_weight(graph, weight);
+    step.grad_ = clipped[k];
+    step.path_ = paths[active[k]];
+    step.assigned_.clear();
+    updates.push_back({weight, update_step(step)});
+  }
+  prepare_step();  // so a first run is right even before the caller's own prepare_step()
+  return updates;
+}
+
+void Optimizer::build(const std::vector<Weight>& weights) {
+  for (const Weight& weight : weights)
+    for (const std::string& slot_name : slot_names())
+      ensure_slot(slot_name, weight.path, weight.value.shape(), weight.value.dtype());
+}
+
+// ---- around each run -------------------------------------------------------------------------------------------
+
+void Optimizer::prepare_step() {
+  const double learning_rate = current_learning_rate();
+  set_step_scalar(learning_rate_scalar, learning_rate);
+  compute_step_scalars(iterations() + 1, learning_rate);
+}
+
+void Optimizer::finish_step() { iterations_.set_flat(0, iterations_.flat(0) + 1.0); }
+
+std::int64_t Optimizer::iterations() const { return static_cast<std::int64_t>(iterations_.flat(0)); }
+
+void Optimizer::set_iterations(std::int64_t iterations) {
+  if (iterations < 0) throw ValueError(describe() + ": iterations must be >= 0, got " + std::to_string(iterations));
+  iterations_.set_flat(0, static_cast<double>(iterations));
+}
+
+// Keras evaluates the schedule at `iterations` (the steps done), while its bias corrections use t = iterations + 1.
+double Optimizer::current_learning_rate() const {
+  return schedule_ ? (*schedule_)(iterations()) : learning_rate_.flat(0);
+}
+
+void Optimizer::set_learning_rate(double learning_rate) {
+  if (schedule_)
+    throw ValueError(describe() + ": the learning rate follows a " + schedule_->class_name() +
+                     " schedule and cannot be set; create the optimizer with a number to change it");
+  learning_rate_.set_flat(0, learning_rate);
+}
+
+// ---- state -------------------------------------------------------------------------------------------------------
+
+std::vector<Weight> Optimizer::variables() const {
+  std::vector<Weight> result{{"iterations", iterations_, false}};
+  if (!schedule_) result.push_back({"learning_rate", learning_rate_, false});
+  for (const Slot& slot : slots_) result.push_back({slot.slot_name + "/" + slot.weight_path, slot.value, false});
+  return result;
+}
+
+void Optimizer::set_variable(const Weight& variable, std::vector<std::string>& restored) {
+  if (contains(restored, variable.path))
+    throw ValueError(describe() + ": variable '" + variable.path + "' is given twice");
+  const bool counter = variable.path == "iterations" || variable.path == "learning_rate";
+  if (counter && variable.value.size() != 1)
+    throw ShapeError(describe(), "'" + variable.path + "' must be a scalar", {{variable.path, variable.value.shape()}});
+  if (variable.path == "iterations") {
+    set_iterations(static_cast<std::int64_t>(variable.value.flat(0)));
+  } else if (variable.path == "learning_rate") {
+    set_learning_rate(variable.value.flat(0));
+  } else {
+    const std::size_t split = variable.path.find('/');
+    const std::string slot_name = variable.path.substr(0, split);
+    if (split == std::string::npos || !contains(slot_names(), slot_name))
+      throw ValueError(describe() + ": '" + variable.path + "' is not one of its variables");
+    const std::string weight_path = variable.path.substr(split + 1);
+    Slot& slot = ensure_slot(slot_name, weight_path, variable.value.shape(), variable.value.dtype());
+    // Copied into the existing storage: graphs already built keep reading it.
+    std::memcpy(slot.value.raw(), variable.value.raw(), slot.value.nbytes());
+  }
+  restored.push_back(variable.path);
+}
+
+void Optimizer::set_variables(const std::vector<Weight>& variables) {
+  std::vector<std::string> restored;
+  for (const Weight& variable : variables) set_variable(variable, restored);
+  for (const Weight& own : this->variables())
+    if (!contains(restored, own.path))
+      throw ValueError(describe() + ": variable '" + own.path + "' was not given");
+}
+
+// ---- SGD ---------------------------------------------------------------------------------------------------------
+
+SGD::SGD(const Config& config) : Optimizer(config, "SGD", {"SGD", 0.01, std::nullopt}) {
+  ConfigReader args = config_reader(config);
+  momentum_ = args.number("momentum", 0.0);
+  nesterov_ = args.boolean("nesterov", false);
+  args.finish();
+  if (!(momentum_ >= 0.0 && momentum_ <= 1.0)) fail("momentum must be in [0, 1], got " + std::to_string(momentum_));
+}
+
+Config SGD::get_config() const { return Optimizer::get_config().set("momentum", momentum_).set("nesterov", nesterov_); }
+
+std::vector<std::string> SGD::slot_names() const {
+  if (momentum_ == 0.0) return {};
+  return {"momentum"};
+}
+
+// Keras's velocity holds lr·g, so a learning-rate change takes effect gradually (torch's does not).
+Tensor SGD::update_step(Step& step) {
+  const Tensor scaled_grad = ops::mul(step.grad(), step.learning_rate());
+  if (momentum_ == 0.0) return step.weight() - scaled_grad;
+  const Tensor momentum = step.slot("momentum") * momentum_ - scaled_grad;
+  step.assign("momentum", momentum);
+  if (nesterov_) return step.weight() + (momentum * momentum_ - scaled_grad);
+  return step.weight() + momentum;
+}
+
+// ---- Adam / AdamW ------------------------------------------------------------------------------------------------
+
+Adam::Adam(const Config& config) : Adam(config, "Adam", {"adam", 0.001, std::nullopt}) {}
+
+Adam::Adam(const Config& config, std::string class_name, const OptimizerDefaults& defaults)
+    : Optimizer(config, std::move(class_name), defaults) {
+  alpha_scalar_ = add_step_scalar("alpha");
+  read_config(config);
+}
+
+void Adam::read_config(const Config& config) {
+  ConfigReader args = config_reader(config);
+  beta_1_ = args.number("beta_1", 0.9);
+  beta_2_ = args.number("beta_2", 0.999);
+  epsilon_ = args.number("epsilon", 1e-7);
+  amsgrad_ = args.boolean("amsgrad", false);
+  args.finish();
+  // β = 1 would divide by zero in the bias correction.
+  if (!(beta_1_ >= 0.0 && beta_1_ < 1.0)) fail("beta_1 must be in [0, 1), got " + std::to_string(beta_1_));
+  if (!(beta_2_ >= 0.0 && beta_2_ < 1.0)) fail("beta_2 must be in [0, 1), got " + std::to_string(beta_2_));
+}
+
+Config Adam::get_config() const {
+  return Optimizer::get_config()
+      .set("beta_1", beta_1_)
+      .set("beta_2", beta_2_)
+      .set("epsilon", epsilon_)
+      .set("amsgrad", amsgrad_);
+}
+
+std::vector<std::string> Adam::slot_names() const {
+  if (amsgrad_) return {"momentum", "velocity", "velocity_hat"};
+  return {"momentum", "velocity"};
+}
+
+// Both bias corrections fold into one host scalar, so the graph does no per-step power.
+void Adam::compute_step_scalars(std::int64_t local_step, double learning_rate) {
+  const double t = static_cast<double>(local_step);
+  const double beta_1_power = std::pow(beta_1_, t);
+  const double beta_2_power = std::pow(beta_2_, t);
+  set_step_scalar(alpha_scalar_, learning_rate * std::sqrt(1.0 - beta_2_power) / (1.0 - beta_1_power));
+}
+
+// Keras adds ε to the uncorrected √v (torch adds it to the corrected one).
+Tensor Adam::update_step(Step& step) {
+  const Tensor& grad = step.grad();
+  const Tensor m = step.slot("momentum");
+  const Tensor v = step.slot("velocity");
+  const Tensor new_m = m + (grad - m) * (1.0 - beta_1_);
+  Tensor new_v = v + (ops::square(grad) - v) * (1.0 - beta_2_);
+  step.assign("momentum", new_m);
+  step.assign("velocity", new_v);
+  if (amsgrad_) {
+    new_v = ops::maximum(step.slot("velocity_hat"), new_v);
+    step.assign("velocity_hat", new_v);
+  }
+  return step.weight() - ops::div(ops::mul(new_m, step.scalar(alpha_scalar_)), ops::sqrt(new_v) + epsilon_);
+}
+
+AdamW::AdamW(const Config& config) : Adam(config, "AdamW", {"adamw", 0.001, 0.004}) {
+  if (!weight_decay()) fail("weight_decay must be a number, got null");
+}
+
+// ---- RMSprop -----------------------------------------------------------------------------------------------------
+
+RMSprop::RMSprop(const Config& config) : Optimizer(config, "RMSprop", {"rmsprop", 0.001, std::nullopt}) {
+  ConfigReader args = config_reader(config);
+  rho_ = args.number("rho", 0.9);
+  momentum_ = args.number("momentum", 0.0);
+  epsilon_ = args.number("epsilon", 1e-7);
+  centered_ = args.boolean("centered", false);
+  args.finish();
+  if (!(rho_ >= 0.0 && rho_ <= 1.0)) fail("rho must be in [0, 1], got " + std::to_string(rho_));
+  if (!(momentum_ >= 0.0)) fail("momentum must be >= 0, got " + std::to_string(momentum_));
+}
+
+Config RMSprop::get_config() const {
+  return Optimizer::get_config()
+      .set("rho", rho_)
+      .set("momentum", momentum_)
+      .set("epsilon", epsilon_)
+      .set("centered", centered_);
+}
+
+std::vector<std::string> RMSprop::slot_names() const {
+  std::vector<std::string> names{"velocity"};
+  if (momentum_ > 0.0) names.push_back("momentum");
+  if (centered_) names.push_back("average_gradient");
+  return names;
+}
+
+// ε sits inside the square root (torch adds it outside).
+Tensor RMSprop::update_step(Step& step) {
+  const Tensor& grad = step.grad();
+  const Tensor velocity = step.slot("velocity") * rho_ + ops::square(grad) * (1.0 - rho_);
+  step.assign("velocity", velocity);
+  Tensor denominator;
+  if (centered_) {
+    const Tensor average_gradient = step.slot("average_gradient") * rho_ + grad * (1.0 - rho_);
+    step.assign("average_gradient", average_gradient);
+    denominator = (velocity - ops::square(average_gradient)) + epsilon_;
+  } else {
+    denominator = velocity + epsilon_;
+  }
+  const Tensor increment = ops::div(ops::mul(step.learning_rate(), grad), ops::sqrt(denominator));
+  if (momentum_ == 0.0) return step.weight() - increment;
+  const Tensor momentum = step.slot("momentum") * momentum_ + increment;
+  step.assign("momentum", momentum);
+  return step.weight() - momentum;
+}
+
+// ---- Adagrad -----------------------------------------------------------------------------------------------------
+
+Adagrad::Adagrad(const Config& config) : Optimizer(config, "Adagrad", {"adagrad", 0.001, std::nullopt}) {
+  ConfigReader args = config_reader(config);
+  initial_accumulator_value_ = args.number("initial_accumulator_value", 0.1);
+  epsilon_ = args.number("epsilon", 1e-7);
+  args.finish();
+  if (!(initial_accumulator_value_ >= 0.0))
+    fail("initial_accumulator_value must be >= 0, got " + std::to_string(initial_accumulator_value_));
+}
+
+Config Adagrad::get_config() const {
+  return Optimizer::get_config()
+      .set("initial_accumulator_value", initial_accumulator_value_)
+      .set("epsilon", epsilon_);
+}
+
+Tensor Adagrad::update_step(Step& step) {
+  const Tensor& grad = step.grad();
+  const Tensor accumulator = step.slot("accumulator") + ops::square(grad);
+  step.assign("accumulator", accumulator);
+  return step.weight() - ops::div(ops::mul(step.learning_rate(), grad), ops::sqrt(accumulator + epsilon_));
+}
+
+// ---- the registry ------------------------------------------------------------------------------------------------
+
+void OptimizerRegistry::add(const std::string& key, std::type_index type, OptimizerFactory factory) {
+  for (const Entry& entry : entries_)
+    if (entry.key == key) {
+      duplicates_.push_back(key);
+      return;
+    }
+  entries_.push_back({key, type, std::move(factory)});
+}
+
+// Exact keys first; then class names as Keras accepts them ("Adam" or "adam"), kiln's own winning a tie.
+const OptimizerRegistry::Entry* OptimizerRegistry::resolve(const std::string& name) const {
+  for (const Entry& entry : entries_)
+    if (entry.key == name) return &entry;
+  if (name.find('>') != std::string::npos) return nullptr;
+  const Entry* found = nullptr;
+  for (const Entry& entry : entries_) {
+    const std::string class_name = class_part(entry.key);
+    if (name != class_name && name != lower_case(class_name)) continue;
+    if (found != nullptr && entry.key.rfind("kiln>", 0) != 0) continue;
+    found = &entry;
+  }
+  return found;
+}
+
+OptimizerPtr OptimizerRegistry::create(const std::string& name, const Config& config) const {
+  if (const Entry* entry = resolve(name)) return entry->factory(config);
+  std::vector<std::string> candidates;
+  for (const Entry& entry : entries_) {
+    candidates.push_back(class_part(entry.key));
+    candidates.push_back(lower_case(class_part(entry.key)));
+  }
+  std::string message = "unknown optimizer '" + name + "'";
+  message += did_you_mean(nearest_names(name, candidates));
+  throw ConfigError(message);
+}
+
+std::string OptimizerRegistry::key_of(std::type_index type) const {
+  for (const Entry& entry : entries_)
+    if (entry.type == type) return entry.key;
+  return "";
+}
+
+std::vector<std::string> OptimizerRegistry::keys() const {
+  std::vector<std::string> result;
+  for (const Entry& entry : entries_) result.push_back(entry.key);
+  return result;
+}
+
+void OptimizerRegistry::check() const {
+  if (duplicates_.empty()) return;
+  std::string message = "optimizers registered twice:";
+  for (const std::string& key : duplicates_) message += " '" + key + "'";
+  throw ConfigError(message);
+}
+
+OptimizerRegistry& optimizer_registry() {
+  static OptimizerRegistry registry;
+  return registry;
+}
+
+OptimizerPtr create_optimizer(const std::string& name, const Config& config) {
+  return optimizer_registry().create(name, config);
+}
+
+KILN_REGISTER_OPTIMIZER("kiln>SGD", SGD);
+KILN_REGISTER_OPTIMIZER("kiln>Adam", Adam);
+KILN_REGISTER_OPTIMIZER("kiln>AdamW", AdamW);
+KILN_REGISTER_OPTIMIZER("kiln>RMSprop", RMSprop);
+KILN_REGISTER_OPTIMIZER("kiln>Adagrad", Adagrad);
+
+}  // namespace kiln

@@ -1,0 +1,108 @@
+#pragma once
+// Learning-rate schedules, as in keras.optimizers.schedules. A schedule maps the optimizer's step count
+// to a learning rate on the host, in double: the value reaches the graph as a scalar variable that the
+// optimizer writes before each step, so a schedule never adds nodes or replans.
+//
+//   kiln::ExponentialDecay decay(0.1, 1000, 0.96);
+//   kiln::Adam adam(kiln::Config{{"learning_rate", decay.serialize()}});
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <kiln/layers/config.hpp>
+
+namespace kiln {
+
+class LearningRateSchedule;
+using SchedulePtr = std::shared_ptr<const LearningRateSchedule>;
+
+class LearningRateSchedule {
+ public:
+  virtual ~LearningRateSchedule() = default;
+
+  // The learning rate of the step that starts with `step` steps done (Keras passes `iterations`).
+  virtual double operator()(std::int64_t step) const = 0;
+
+  const std::string& class_name() const { return class_name_; }  // "ExponentialDecay"
+  // Every constructor argument: from_config(serialize()) rebuilds an equal schedule.
+  virtual Config get_config() const = 0;
+  // {"module": "keras.optimizers.schedules", "class_name": ..., "config": ..., "registered_name": null}
+  Config serialize() const;
+
+  // From {"class_name": ..., "config": {...}} (what serialize() and Keras write). Unknown classes and
+  // arguments throw ConfigError with the nearest names.
+  static SchedulePtr from_config(const Config& serialized);
+  static std::vector<std::string> class_names();
+
+ protected:
+  explicit LearningRateSchedule(std::string class_name) : class_name_(std::move(class_name)) {}
+
+ private:
+  std::string class_name_;
+};
+
+// initial_learning_rate * decay_rate ^ (step / decay_steps); with staircase the exponent is floored.
+class ExponentialDecay final : public LearningRateSchedule {
+ public:
+  ExponentialDecay(double initial_learning_rate, std::int64_t decay_steps, double decay_rate, bool staircase = false,
+                   std::string name = "ExponentialDecay");
+  explicit ExponentialDecay(const Config& config);
+  double operator()(std::int64_t step) const override;
+  Config get_config() const override;
+
+ private:
+  void validate() const;
+
+  double initial_learning_rate_ = 0.0;
+  std::int64_t decay_steps_ = 1;
+  double decay_rate_ = 1.0;
+  bool staircase_ = false;
+  std::string name_;
+};
+
+// values[0] while step <= boundaries[0], values[i] while boundaries[i-1] < step <= boundaries[i], and
+// values.back() after the last boundary.
+class PiecewiseConstantDecay final : public LearningRateSchedule {
+ public:
+  PiecewiseConstantDecay(std::vector<double> boundaries, std::vector<double> values,
+                         std::string name = "PiecewiseConstant");
+  explicit PiecewiseConstantDecay(const Config& config);
+  double operator()(std::int64_t step) const override;
+  Config get_config() const override;
+
+ private:
+  void validate() const;
+
+  std::vector<double> boundaries_;
+  std::vector<double> values_;
+  std::string name_;
+};
+
+// An optional linear warmup from initial_learning_rate to warmup_target over warmup_steps, then a cosine
+// decay over decay_steps from warmup_target (or initial_learning_rate without warmup) down to alpha times it.
+class CosineDecay final : public LearningRateSchedule {
+ public:
+  CosineDecay(double initial_learning_rate, std::int64_t decay_steps, double alpha = 0.0,
+              std::string name = "CosineDecay");
+  // With warmup: warmup_steps steps from initial_learning_rate up to warmup_target.
+  CosineDecay(double initial_learning_rate, std::int64_t decay_steps, double alpha, std::string name,
+              double warmup_target, std::int64_t warmup_steps);
+  explicit CosineDecay(const Config& config);
+  double operator()(std::int64_t step) const override;
+  Config get_config() const override;
+
+ private:
+  void validate() const;
+  double decayed(double step, double from) const;
+
+  double initial_learning_rate_ = 0.0;
+  std::int64_t decay_steps_ = 1;
+  double alpha_ = 0.0;
+  std::string name_;
+  bool has_warmup_target_ = false;
+  double warmup_target_ = 0.0;
+  std::int64_t warmup_steps_ = 0;
+};
+
+}  // namespace kiln

@@ -1,0 +1,293 @@
+#include <kiln/serialize/detail/container.hpp>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+#include <kiln/core/detail/files.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/core/rng.hpp>
+
+namespace kiln::detail {
+namespace {
+
+constexpr char kMagic[8] = {'\x89', 'K', 'I', 'L', 'N', '\r', '\n', '\x1a'};
+constexpr std::size_t kHeaderSize = 20;
+constexpr std::size_t kSectionHeaderSize = 16;
+constexpr std::uint32_t kMaxSections = 64;
+
+std::uint32_t crc_of(std::string_view bytes, std::uint32_t crc = 0) {
+  // zlib's crc32 takes a uInt length: feed large payloads in pieces.
+  while (!bytes.empty()) {
+    const std::size_t piece = std::min<std::size_t>(bytes.size(), 1u << 30);
+    crc = static_cast<std::uint32_t>(::crc32(crc, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(piece)));
+    bytes.remove_prefix(piece);
+  }
+  return crc;
+}
+
+void put_u32(std::string& out, std::uint32_t value) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+void put_u64(std::string& out, std::uint64_t value) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+std::uint64_t get_le(std::string_view bytes, std::size_t offset, int width) {
+  std::uint64_t value = 0;
+  for (int i = 0; i < width; ++i)
+    value |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[offset + i])) << (8 * i);
+  return value;
+}
+
+bool printable_tag(std::string_view tag) {
+  for (char c : tag)
+    if (c < 'A' || c > 'Z') return false;
+  return true;
+}
+
+[[noreturn]] void corrupt(const std::string& source, const std::string& message) {
+  throw SerializationError(source + ": " + message);
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+struct WriteFault {
+  std::int64_t bytes = -1;  // after this many bytes of the next atomic write; -1: none
+  bool kill = false;        // SIGKILL instead of ENOSPC
+};
+
+WriteFault& write_fault() {
+  static WriteFault fault;
+  return fault;
+}
+
+}  // namespace
+
+std::string section_name(const std::string& tag) {
+  if (tag == "CONF") return "config";
+  if (tag == "WGHT") return "weights";
+  if (tag == "OPTM") return "optimizer state";
+  if (tag == "META") return "metadata";
+  return "'" + tag + "'";
+}
+
+std::string write_container(const std::vector<Section>& sections) {
+  std::size_t total = kHeaderSize;
+  for (const Section& section : sections) total += kSectionHeaderSize + section.payload.size();
+  std::string out;
+  out.reserve(total);
+  out.append(kMagic, sizeof kMagic);
+  put_u32(out, kFormatVersion);
+  put_u32(out, static_cast<std::uint32_t>(sections.size()));
+  put_u32(out, crc_of(out));
+  for (const Section& section : sections) {
+    if (section.tag.size() != 4 || !printable_tag(section.tag))
+      throw ValueError("section tags are four capital letters, not '" + section.tag + "'");
+    const std::size_t start = out.size();
+    out += section.tag;
+    put_u64(out, section.payload.size());
+    const std::uint32_t crc = crc_of(section.payload, crc_of(std::string_view(out).substr(start, 12)));
+    put_u32(out, crc);
+    out.append(section.payload.data(), section.payload.size());
+  }
+  return out;
+}
+
+const Section* Container::find(const std::string& tag) const {
+  for (const Section& section : sections)
+    if (section.tag == tag) return &section;
+  return nullptr;
+}
+
+Container read_container(std::string_view bytes, const std::string& source) {
+  if (bytes.size() < kHeaderSize) {
+    if (bytes.size() >= sizeof kMagic && std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
+      corrupt(source, "not a kiln file (wrong magic bytes)");
+    corrupt(source, "truncated: " + std::to_string(bytes.size()) + " bytes, shorter than kiln's " +
+                        std::to_string(kHeaderSize) + "-byte header");
+  }
+  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) corrupt(source, "not a kiln file (wrong magic bytes)");
+  if (crc_of(bytes.substr(0, 16)) != get_le(bytes, 16, 4)) corrupt(source, "damaged header (checksum mismatch at byte 16)");
+
+  Container container;
+  container.format_version = static_cast<std::uint32_t>(get_le(bytes, 8, 4));
+  if (container.format_version > kFormatVersion)
+    corrupt(source, "written by a newer kiln (file format " + std::to_string(container.format_version) +
+                        "; this kiln reads formats up to " + std::to_string(kFormatVersion) + "): upgrade kiln to load it");
+  if (container.format_version == 0) corrupt(source, "damaged header (file format 0)");
+  const std::uint64_t count = get_le(bytes, 12, 4);
+  if (count > kMaxSections) corrupt(source, "damaged header: " + std::to_string(count) + " sections");
+
+  std::size_t offset = kHeaderSize;
+  for (std::uint64_t index = 0; index < count; ++index) {
+    const std::size_t remaining = bytes.size() - offset;
+    const std::string where = "section " + std::to_string(index + 1) + " of " + std::to_string(count) + " (byte " +
+                              std::to_string(offset) + ")";
+    if (remaining < kSectionHeaderSize) corrupt(source, "truncated at " + where);
+    Section section;
+    section.tag = std::string(bytes.substr(offset, 4));
+    const std::uint64_t length = get_le(bytes, offset + 4, 8);
+    section.crc32 = static_cast<std::uint32_t>(get_le(bytes, offset + 12, 4));
+    if (length > remaining - kSectionHeaderSize)
+      corrupt(source, where + " claims " + std::to_string(length) + " bytes but only " +
+                          std::to_string(remaining - kSectionHeaderSize) + " remain (truncated or damaged)");
+    section.offset = offset + kSectionHeaderSize;
+    section.payload = bytes.substr(section.offset, static_cast<std::size_t>(length));
+    const std::uint32_t crc = crc_of(section.payload, crc_of(bytes.substr(offset, 12)));
+    if (crc != section.crc32 || !printable_tag(section.tag))
+      corrupt(source, where + " is damaged (checksum mismatch" +
+                          (printable_tag(section.tag) ? " in the " + section_name(section.tag) + " section)" : ")"));
+    if (container.find(section.tag)) corrupt(source, where + " repeats the " + section_name(section.tag) + " section");
+    container.sections.push_back(section);
+    offset = section.offset + section.payload.size();
+  }
+  if (offset != bytes.size())
+    corrupt(source, std::to_string(bytes.size() - offset) + " unexpected bytes after the last section (byte " +
+                        std::to_string(offset) + ")");
+  return container;
+}
+
+void fail_next_write_after_for_testing(std::int64_t bytes) { write_fault() = WriteFault{bytes, false}; }
+void kill_next_write_after_for_testing(std::int64_t bytes) { write_fault() = WriteFault{bytes, true}; }
+
+namespace {
+
+// The process's umask. Linux shows it in /proc/self/status; setting it to read it back (umask's only
+// other way) would, for a moment, let another thread of the program create files without it.
+mode_t current_umask() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("Umask:", 0) == 0) return static_cast<mode_t>(std::stoul(line.substr(6), nullptr, 8));
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  return mask;
+}
+
+// The replaced file's permissions, or 0666 less the umask for a new one.
+mode_t mode_for(const std::string& target) {
+  struct stat existing {};
+  if (::stat(target.c_str(), &existing) == 0) return existing.st_mode & 07777;
+  return 0666 & ~current_umask();
+}
+
+std::string file_name_of(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// kiln's temporary files for `target` are ".kiln-tmp-<hash of its name>-<writer's pid>-XXXXXX" in its
+// folder: short whatever the target's name (a 250-character name still saves), and telling which
+// target and which process each belongs to.
+std::string temporary_prefix(const std::string& target) {
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(stable_hash(file_name_of(target))));
+  return ".kiln-tmp-" + std::string(hash) + "-";
+}
+
+// A save killed mid-way (SIGKILL, a power cut) leaves its temporary file behind. The next save to the same
+// target removes those whose writer is no longer running; a live writer's (another thread or process
+// saving the same target now) is left alone. Best effort: a file that cannot be removed stays.
+void remove_stale_temporaries(const std::string& target) {
+  const std::string folder = folder_of(target), prefix = temporary_prefix(target);
+  DIR* entries = ::opendir(folder.c_str());
+  if (entries == nullptr) return;
+  while (const dirent* entry = ::readdir(entries)) {
+    const std::string name = entry->d_name;
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    long long pid = 0;
+    const char* digits = name.c_str() + prefix.size();
+    const auto [end, error] = std::from_chars(digits, name.c_str() + name.size(), pid);
+    if (error != std::errc() || end == digits || *end != '-' || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to ask)
+    ::unlink((folder + "/" + name).c_str());
+  }
+  ::closedir(entries);
+}
+
+// Owns the temporary file until it is renamed: on any failure the destructor removes it.
+class TemporaryFile {
+ public:
+  explicit TemporaryFile(const std::string& target)
+      : path_(folder_of(target) + "/" + temporary_prefix(target) + std::to_string(::getpid()) + "-XXXXXX") {
+    fd_ = ::mkstemp(path_.data());
+    if (fd_ < 0) throw SerializationError(target + ": cannot create a temporary file next to it (" + errno_text() + ")");
+    ::fchmod(fd_, mode_for(target));  // mkstemp makes 0600; a saved model gets the usual permissions
+  }
+  ~TemporaryFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!renamed_) ::unlink(path_.c_str());
+  }
+  TemporaryFile(const TemporaryFile&) = delete;
+  TemporaryFile& operator=(const TemporaryFile&) = delete;
+
+  void write_all(std::string_view bytes, const std::string& target) {
+    std::int64_t& fault = write_fault().bytes;
+    while (!bytes.empty()) {
+      std::size_t piece = std::min<std::size_t>(bytes.size(), 1u << 24);
+      if (fault >= 0 && static_cast<std::int64_t>(piece) > fault) piece = static_cast<std::size_t>(fault);
+      if (fault == 0) {
+        fault = -1;
+        if (write_fault().kill) ::raise(SIGKILL);
+        errno = ENOSPC;
+        fail(target, "write");
+      }
+      const ssize_t written = ::write(fd_, bytes.data(), piece);
+      if (written < 0) {
+        if (errno == EINTR) continue;
+        fail(target, "write");
+      }
+      if (fault >= 0) fault -= written;
+      bytes.remove_prefix(static_cast<std::size_t>(written));
+    }
+  }
+  // `target` is where the file goes (a link's target); `path` what the caller named, for messages.
+  void commit(const std::string& target, const std::string& path) {
+    if (::fsync(fd_) != 0) fail(path, "fsync");
+    if (::close(fd_) != 0) {
+      fd_ = -1;
+      fail(path, "close");
+    }
+    fd_ = -1;
+    if (::rename(path_.c_str(), target.c_str()) != 0) fail(path, "rename");
+    renamed_ = true;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& target, const char* step) {
+    throw SerializationError(target + ": saving failed at " + step + " (" + errno_text() +
+                             "); the previous file, if any, is unchanged");
+  }
+  std::string path_;
+  int fd_ = -1;
+  bool renamed_ = false;
+};
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, std::string_view bytes) {
+  const std::string target = write_target(path);
+  check_file_size_limit(path, bytes.size());
+  remove_stale_temporaries(target);
+  TemporaryFile temporary(target);
+  temporary.write_all(bytes, path);
+  temporary.commit(target, path);
+  // The rename is durable once the folder's entry is on disk too. A folder that cannot be synced (some
+  // network and FUSE file systems) still holds the new file; only its survival of a power cut is unsure.
+  const int folder = ::open(folder_of(target).c_str(), O_RDONLY | O_DIRECTORY);
+  if (folder >= 0) {
+    ::fsync(folder);
+    ::close(folder);
+  }
+}
+
+}  // namespace kiln::detail

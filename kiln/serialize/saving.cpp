@@ -1,0 +1,299 @@
+#include <kiln/serialize/saving.hpp>
+
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <new>
+#include <set>
+#include <stdexcept>
+#include <utility>
+
+#include <kiln/core/detail/files.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/serialize/detail/arrays.hpp>
+#include <kiln/serialize/detail/container.hpp>
+#include <kiln/serialize/json.hpp>
+#include <kiln/train/trainer.hpp>
+
+namespace kiln {
+namespace {
+
+using detail::NamedArray;
+
+// The config section is small (kilobytes for real models). Parsed, a config takes up to ~60 times its
+// text (104 bytes per value): the cap bounds that.
+constexpr std::size_t kMaxConfigBytes = 4u << 20;
+
+// Runs `body`, turning any failure into a SerializationError that says where: "m.kiln: weights section: ...".
+template <class Body>
+auto guarded(const std::string& where, Body&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const SerializationError& error) {
+    throw SerializationError(where + ": " + error.what());
+  } catch (const Error& error) {
+    throw SerializationError(where + ": " + error.what());
+  } catch (const std::bad_alloc&) {
+    throw SerializationError(where + ": needs more memory than the file can justify (damaged?)");
+  } catch (const std::length_error& error) {
+    throw SerializationError(where + ": impossible size (" + std::string(error.what()) + ")");
+  }
+}
+
+Trainer* trainer_of(const ModelBase& model) {
+  return static_cast<Trainer*>(const_cast<ModelBase&>(model).compiled_state().get());
+}
+
+std::vector<NamedArray> named_weights(const ModelBase& model) {
+  std::vector<NamedArray> arrays;
+  std::set<std::string> seen;
+  for (const Weight& weight : model.weights()) {
+    if (!seen.insert(weight.path).second)
+      throw ValueError(model.describe() + " has two weights named '" + weight.path + "'; rename a layer to save it");
+    arrays.push_back({weight.path, weight.value});
+  }
+  return arrays;
+}
+
+std::vector<NamedArray> named(const std::vector<Weight>& weights) {
+  std::vector<NamedArray> arrays;
+  for (const Weight& weight : weights) arrays.push_back({weight.path, weight.value});
+  return arrays;
+}
+
+// Keras's compile_config, or null when a loss was made from a C++ function and cannot be rebuilt.
+Config compile_config(const Trainer& trainer) {
+  Config losses = Config::list();
+  for (const Loss& loss : trainer.losses()) {
+    if (loss.custom()) return Config();
+    losses.push_back(loss.serialize());
+  }
+  Config metrics = Config::list();
+  for (const Metric& metric : trainer.metrics())
+    metrics.push_back(metric.resolved() ? Config{{"class_name", metric.class_name()}, {"config", metric.get_config()}}
+                                        : Config(metric.name()));
+  Config loss = losses.size() == 1 ? losses.as_list().front() : losses;
+  return Config{{"optimizer", const_cast<Trainer&>(trainer).optimizer().serialize()},
+                {"loss", loss},
+                {"loss_weights", Config()},
+                {"metrics", metrics}};
+}
+
+void compile_from(ModelBase& model, const Config& config) {
+  OptimizerPtr optimizer = Optimizer::from_config(config.at("optimizer"));
+  std::vector<Loss> losses;
+  const Config& loss = config.at("loss");
+  if (loss.is_list()) {
+    for (const Config& one : loss.as_list("key 'loss'")) losses.push_back(Loss::from_config(one));
+  } else {
+    losses.push_back(Loss::from_config(loss));
+  }
+  std::vector<Metric> metrics;
+  if (const Config* given = config.find("metrics"); given && !given->is_null())
+    for (const Config& metric : given->as_list("key 'metrics'")) metrics.push_back(Metric::from_config(metric));
+  detail::compile_model(model, std::move(optimizer), std::move(losses), std::move(metrics));
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+Config metadata_of(const ModelBase& model) {
+  const Trainer* trainer = trainer_of(model);
+  return Config{{"kiln_version", KILN_VERSION_STRING},
+                {"format_version", static_cast<std::int64_t>(detail::kFormatVersion)},
+                {"config_version", static_cast<std::int64_t>(detail::kConfigVersion)},
+                {"date_saved", utc_now()},
+                {"epochs_trained", trainer ? trainer->epochs_trained() : 0}};
+}
+
+// Copies every array into the weight of the same path, after checking them all: on any mismatch the
+// model is unchanged. ValueError/ShapeError naming the weight.
+void assign_weights(const std::vector<Weight>& weights, const std::vector<NamedArray>& arrays, const std::string& owner) {
+  std::map<std::string, const Array*> by_name;
+  for (const NamedArray& array : arrays)
+    if (!by_name.emplace(array.name, &array.value).second) throw ValueError("the file has two weights named '" + array.name + "'");
+  for (const Weight& weight : weights) {
+    auto found = by_name.find(weight.path);
+    if (found == by_name.end()) throw ValueError("weight '" + weight.path + "' of " + owner + " is not in the file");
+    if (found->second->shape() != weight.value.shape())
+      throw ShapeError("weight '" + weight.path + "' of " + owner + " has shape " + weight.value.shape().to_string() +
+                       ", but the file's has shape " + found->second->shape().to_string());
+  }
+  if (by_name.size() != weights.size()) {
+    std::set<std::string> known;
+    for (const Weight& weight : weights) known.insert(weight.path);
+    for (const NamedArray& array : arrays)
+      if (!known.count(array.name))
+        throw ValueError("the file has a weight '" + array.name + "' that " + owner + " does not have");
+  }
+  for (const Weight& weight : weights) {
+    Array source = by_name.at(weight.path)->astype(weight.value.dtype());
+    Array target = weight.value;
+    std::memcpy(target.raw(), source.raw(), target.nbytes());
+  }
+}
+
+std::vector<detail::Section> sections_of(const std::vector<std::pair<std::string, std::string>>& payloads) {
+  std::vector<detail::Section> sections;
+  for (const auto& [tag, payload] : payloads) sections.push_back({tag, payload});
+  return sections;
+}
+
+Config parse_config_section(const detail::Container& container, const std::string& path) {
+  const detail::Section* section = container.find("CONF");
+  if (!section) throw SerializationError(path + ": has no config section (a weights-only file? use load_weights)");
+  if (section->payload.size() > kMaxConfigBytes)
+    throw SerializationError(path + ": the config section is " + std::to_string(section->payload.size()) +
+                             " bytes, more than kiln's limit of " + std::to_string(kMaxConfigBytes));
+  Config config = parse_json(std::string(section->payload), path + ": config section");
+  if (!config.is_map()) throw SerializationError(path + ": config section: not a JSON object");
+  return config;
+}
+
+std::shared_ptr<ModelBase> model_from(const Config& serialized) {
+  Config architecture = serialized;
+  architecture.erase("compile_config");
+  LayerPtr layer = layer_from_config(architecture);
+  auto model = std::dynamic_pointer_cast<ModelBase>(layer);
+  if (!model) throw ConfigError("the config describes " + layer->describe() + ", a layer, not a model");
+  return model;
+}
+
+}  // namespace
+
+// ---- config -------------------------------------------------------------------------------------------------
+
+Config model_config(const ModelBase& model) { return serialize_layer(model); }
+
+std::string model_to_json(const ModelBase& model, int indent) { return to_json(model_config(model), indent); }
+
+Model model_from_config(const Config& config) { return Model(model_from(config)); }
+
+Model model_from_json(const std::string& json) { return model_from_config(parse_json(json, "model JSON")); }
+
+// ---- whole models ------------------------------------------------------------------------------------------
+
+void save_model(const ModelBase& model, const std::string& path) {
+  if (!model.built()) throw LayerStateError(model.describe() + " is not built; build it (or give it an Input) before saving");
+  // Everything is serialized in memory first: a failure here never touches the file.
+  Config config = model_config(model);
+  const Trainer* trainer = trainer_of(model);
+  Config compiled = trainer ? compile_config(*trainer) : Config();
+  if (!compiled.is_null()) config.set("compile_config", compiled);
+  std::vector<std::pair<std::string, std::string>> payloads = {
+      {"CONF", to_json(config)},
+      {"WGHT", detail::write_arrays(named_weights(model))},
+  };
+  if (trainer) payloads.emplace_back("OPTM", detail::write_arrays(named(const_cast<Trainer*>(trainer)->optimizer().variables())));
+  payloads.emplace_back("META", to_json(metadata_of(model)));
+  detail::write_file_atomically(path, detail::write_container(sections_of(payloads)));
+}
+
+Model load_model(const std::string& path, const LoadOptions& options) {
+  const std::string bytes = detail::read_whole_file(path);
+  const detail::Container container = detail::read_container(bytes, path);
+  const Config config = parse_config_section(container, path);
+  const detail::Section* weights = container.find("WGHT");
+  if (!weights) throw SerializationError(path + ": has no weights section");
+  const detail::Section* meta = container.find("META");
+  const Config metadata = meta ? parse_json(std::string(meta->payload), path + ": metadata section") : Config();
+
+  // The model's weights are what the weights section holds: building it may not take much more.
+  std::shared_ptr<ModelBase> model = guarded(path + ": config section", [&] {
+    detail::AllocationLimit limit(2 * weights->payload.size() + (16u << 20), "building the model");
+    detail::ConfigVersionScope version(static_cast<int>(metadata.is_map() ? metadata.get_int("config_version", 1) : 1));
+    return model_from(config);
+  });
+  const std::vector<NamedArray> arrays = detail::read_arrays(weights->payload, path + ": weights section");
+  guarded(path + ": weights section", [&] { assign_weights(model->weights(), arrays, model->describe()); });
+
+  const Config* compiled = config.find("compile_config");
+  if (!options.compile || !compiled || compiled->is_null()) return Model(model);
+  guarded(path + ": compile_config", [&] { compile_from(*model, *compiled); });
+  Trainer& trainer = detail::trainer_of(*model);
+  if (const detail::Section* state = container.find("OPTM")) {
+    const std::vector<NamedArray> slots = detail::read_arrays(state->payload, path + ": optimizer state section");
+    guarded(path + ": optimizer state section", [&] {
+      std::vector<Weight> variables;
+      for (const NamedArray& slot : slots) variables.push_back({slot.name, slot.value, false});
+      trainer.optimizer().build(model->trainable_weights());
+      trainer.optimizer().set_variables(variables);
+    });
+  }
+  if (meta) {
+    guarded(path + ": metadata section", [&] {
+      const std::int64_t epochs = metadata.is_map() ? metadata.get_int("epochs_trained", 0) : 0;
+      if (epochs < 0 || epochs > 1'000'000'000) throw ValueError("epochs_trained is " + std::to_string(epochs));
+      trainer.set_epochs_trained(static_cast<int>(epochs));
+    });
+  }
+  return Model(model);
+}
+
+// ---- weights only ----------------------------------------------------------------------------------------
+
+void save_weights(const ModelBase& model, const std::string& path) {
+  if (!model.built()) throw LayerStateError(model.describe() + " is not built; it has no weights to save yet");
+  std::vector<std::pair<std::string, std::string>> payloads = {
+      {"WGHT", detail::write_arrays(named_weights(model))},
+      {"META", to_json(metadata_of(model))},
+  };
+  detail::write_file_atomically(path, detail::write_container(sections_of(payloads)));
+}
+
+void load_weights(ModelBase& model, const std::string& path) {
+  if (!model.built()) throw LayerStateError(model.describe() + " is not built; build it before loading weights into it");
+  const std::string bytes = detail::read_whole_file(path);
+  const detail::Container container = detail::read_container(bytes, path);
+  const detail::Section* weights = container.find("WGHT");
+  if (!weights) throw SerializationError(path + ": has no weights section");
+  const std::vector<NamedArray> arrays = detail::read_arrays(weights->payload, path + ": weights section");
+  // A file that does not fit the model is the caller's mistake, not damage: ValueError or ShapeError.
+  assign_weights(model.weights(), arrays, model.describe());
+}
+
+// ---- inspection ------------------------------------------------------------------------------------------
+
+FileInfo verify_file(const std::string& path) {
+  const std::string bytes = detail::read_whole_file(path);
+  const detail::Container container = detail::read_container(bytes, path);
+  FileInfo info;
+  info.size = bytes.size();
+  info.format_version = container.format_version;
+  for (const detail::Section& section : container.sections)
+    info.sections.push_back({section.tag, detail::section_name(section.tag), section.offset, section.payload.size(), section.crc32});
+  if (container.find("CONF")) parse_config_section(container, path);
+  if (const detail::Section* weights = container.find("WGHT")) {
+    for (const NamedArray& array : detail::read_arrays(weights->payload, path + ": weights section"))
+      info.weights.push_back(array.name + " " + array.value.shape().to_string() + " " + dtype_name(array.value.dtype()));
+  } else {
+    throw SerializationError(path + ": has no weights section");
+  }
+  if (const detail::Section* state = container.find("OPTM"))
+    detail::read_arrays(state->payload, path + ": optimizer state section");
+  if (const detail::Section* meta = container.find("META"))
+    info.metadata = parse_json(std::string(meta->payload), path + ": metadata section");
+  return info;
+}
+
+Config read_model_config(const std::string& path) {
+  const std::string bytes = detail::read_whole_file(path);
+  return parse_config_section(detail::read_container(bytes, path), path);
+}
+
+// ---- the members of kiln::Model and kiln::Sequential ---------------------------------------------------
+
+namespace detail {
+void save_model_file(const ModelBase& model, const std::string& path) { kiln::save_model(model, path); }
+void save_weights_file(const ModelBase& model, const std::string& path) { kiln::save_weights(model, path); }
+void load_weights_file(ModelBase& model, const std::string& path) { kiln::load_weights(model, path); }
+std::string model_json(const ModelBase& model, int indent) { return kiln::model_to_json(model, indent); }
+}  // namespace detail
+
+}  // namespace kiln

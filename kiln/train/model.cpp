@@ -1,0 +1,77 @@
+#include <kiln/train/model.hpp>
+
+#include <kiln/core/error.hpp>
+#include <kiln/train/trainer.hpp>
+
+namespace kiln {
+
+const std::vector<double>& History::operator[](const std::string& key) const {
+  const auto found = history.find(key);
+  if (found == history.end()) {
+    std::string known;
+    for (const auto& [name, values] : history) known += (known.empty() ? "" : ", ") + name;
+    throw KeyError("History has no '" + key + "' (it has " + known + ")");
+  }
+  return found->second;
+}
+
+namespace detail {
+
+Trainer& trainer_of(ModelBase& model) {
+  auto trainer = std::static_pointer_cast<Trainer>(model.compiled_state());
+  if (!trainer) throw LayerStateError(model.describe() + " is not compiled; call compile(optimizer, loss) before training");
+  return *trainer;
+}
+
+Optimizer& optimizer_of(ModelBase& model) { return trainer_of(model).optimizer(); }
+
+// compile replaces the trainer that evaluate calls on other threads would be using: it takes the model
+// alone, as fit does.
+void compile_model(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> losses, std::vector<Metric> metrics) {
+  if (!model.built())
+    throw LayerStateError(model.describe() + " is not built; give it an Input or build it before compile");
+  const ModelBase::Use use = model.use_for_training("compile");
+  model.compiled_state() = std::make_shared<Trainer>(model, std::move(optimizer), std::move(losses), std::move(metrics));
+}
+
+History fit_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y, const FitOptions& options) {
+  const ModelBase::Use use = model.use_for_training("fit");
+  return trainer_of(model).fit(x, y, options);
+}
+
+Logs evaluate_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size) {
+  const ModelBase::Use use = model.use_for_inference("evaluate");
+  return trainer_of(model).evaluate(x, y, batch_size);
+}
+
+Logs train_model_on_batch(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y) {
+  const ModelBase::Use use = model.use_for_training("train_on_batch");
+  return trainer_of(model).train_on_batch(x, y);
+}
+
+Logs test_model_on_batch(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y) {
+  const ModelBase::Use use = model.use_for_inference("test_on_batch");
+  return trainer_of(model).test_on_batch(x, y);
+}
+
+int epochs_trained(ModelBase& model) {
+  auto trainer = std::static_pointer_cast<Trainer>(model.compiled_state());
+  return trainer ? trainer->epochs_trained() : 0;
+}
+
+}  // namespace detail
+
+Model::Model(const Tensor& input, const Tensor& output, const std::string& name)
+    : Model(std::vector<Tensor>{input}, std::vector<Tensor>{output}, name) {}
+
+Model::Model(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, const std::string& name)
+    : TrainableModel(std::static_pointer_cast<ModelBase>(std::make_shared<FunctionalModel>(inputs, outputs, name))) {}
+
+Sequential::Sequential(const std::string& name)
+    : TrainableModel(std::make_shared<SequentialModel>(name.empty() ? Config() : Config{{"name", name}})) {}
+
+Sequential::Sequential(const std::vector<LayerPtr>& layers, const std::string& name) : Sequential(name) {
+  for (const LayerPtr& layer : layers) layer_->add(layer);
+}
+
+}  // namespace kiln

@@ -1,0 +1,339 @@
+#include <kiln/train/trainer.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <numeric>
+
+#include <kiln/core/autodiff.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/detail/program_pool.hpp>
+#include <kiln/core/program.hpp>
+#include <kiln/core/rng.hpp>
+#include <kiln/layers/model.hpp>
+#include <kiln/ops/ops.hpp>
+#include <kiln/train/data.hpp>
+#include <kiln/train/detail/python_float.hpp>
+#include <kiln/train/model.hpp>
+#include <kiln/train/progress.hpp>
+
+namespace kiln {
+
+struct Trainer::Step {
+  Graph graph;
+  std::vector<Tensor> inputs, targets;
+  std::vector<std::string> names;  // "loss", then the metrics, as they appear in logs
+  std::vector<Tensor> values;      // () tensors, parallel to names
+  std::vector<Shape> target_rows;  // the row shapes of y this step was made for
+  std::unique_ptr<detail::ProgramPool> programs;
+  bool training = false;
+};
+
+namespace {
+
+Shape row_shape(const Array& array) {
+  return Shape(std::vector<std::int64_t>(array.shape().dims().begin() + 1, array.shape().dims().end()));
+}
+
+Shape with_unknown_batch(const Shape& rows) {
+  std::vector<std::int64_t> dims = {Shape::unknown};
+  dims.insert(dims.end(), rows.dims().begin(), rows.dims().end());
+  return Shape(dims);
+}
+
+std::int64_t num_rows(const std::vector<Array>& arrays) { return arrays.empty() ? 0 : arrays[0].shape()[0]; }
+
+// Gathers rows `order[start, start + count)` of `source` into the front of `buffer` (preallocated for a
+// whole batch), so shuffled batches cost a copy but no allocation of data.
+Array gather_rows(const Array& source, Array& buffer, const std::vector<std::int64_t>& order, std::int64_t start,
+                  std::int64_t count) {
+  const std::size_t row_bytes = source.shape()[0] == 0 ? 0 : source.nbytes() / static_cast<std::size_t>(source.shape()[0]);
+  const auto* from = static_cast<const unsigned char*>(source.raw());
+  auto* to = static_cast<unsigned char*>(buffer.raw());
+  for (std::int64_t j = 0; j < count; ++j)
+    std::memcpy(to + static_cast<std::size_t>(j) * row_bytes,
+                from + static_cast<std::size_t>(order[static_cast<std::size_t>(start + j)]) * row_bytes, row_bytes);
+  return buffer.rows(0, count);
+}
+
+Array batch_buffer(const Array& source, std::int64_t batch_size) {
+  std::vector<std::int64_t> dims = source.shape().dims();
+  dims[0] = std::min(batch_size, dims[0]);
+  return Array(Shape(dims), source.dtype());
+}
+
+}  // namespace
+
+Trainer::Trainer(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> losses, std::vector<Metric> metrics)
+    : model_(model), optimizer_(std::move(optimizer)), losses_(std::move(losses)), metrics_(std::move(metrics)) {
+  if (!optimizer_) throw ValueError(model_.describe() + ": compile needs an optimizer");
+  if (losses_.empty()) throw ValueError(model_.describe() + ": compile needs a loss");
+  if (losses_.size() != 1 && losses_.size() != model_.num_outputs())
+    throw ValueError(model_.describe() + ": compile got " + std::to_string(losses_.size()) + " losses for " +
+                     std::to_string(model_.num_outputs()) + " outputs; give one, or one per output");
+}
+
+Trainer::~Trainer() = default;
+
+// ---- checks before anything runs -----------------------------------------------------------------------------
+
+void Trainer::check_data(std::vector<Array>& x, std::vector<Array>& y, const std::string& what) const {
+  const std::string who = model_.describe() + "." + what;
+  if (x.size() != model_.num_inputs())
+    throw ValueError(who + ": the model has " + std::to_string(model_.num_inputs()) + " inputs, got " + std::to_string(x.size()) + " arrays");
+  if (y.size() != model_.num_outputs())
+    throw ValueError(who + ": the model has " + std::to_string(model_.num_outputs()) + " outputs, got " + std::to_string(y.size()) + " target arrays");
+  const std::vector<Shape> input_shapes = model_.input_shapes();
+  const std::vector<Shape> output_shapes = model_.model_output_shapes();
+  const std::vector<DType> input_dtypes = model_.input_dtypes();
+  auto check_rows = [&](const Array& array, const std::string& label) {
+    if (array.shape().rank() == 0) throw ShapeError(who + ": " + label + " needs a first axis of samples, got a scalar");
+    if (array.shape()[0] != x[0].shape()[0])
+      throw ValueError(who + ": x has " + std::to_string(x[0].shape()[0]) + " samples but " + label + " has " +
+                       std::to_string(array.shape()[0]) + " (shape " + array.shape().to_string() + ")");
+  };
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    check_rows(x[i], "x[" + std::to_string(i) + "]");
+    const Shape& expected = input_shapes[i];
+    if (!expected.accepts(x[i].shape(), 1)) throw ShapeError(who, "x[" + std::to_string(i) + "] does not fit the model's input", {{"input", expected}, {"x", x[i].shape()}});
+    if (x[i].dtype() != input_dtypes[i]) x[i] = x[i].astype(input_dtypes[i]);
+  }
+  if (x[0].shape()[0] == 0) throw ValueError(who + ": no samples");
+  for (std::size_t k = 0; k < y.size(); ++k) {
+    check_rows(y[k], "y[" + std::to_string(k) + "]");
+    // Targets take the model's dtype (its first input's): a float32 model fed float64 labels still trains.
+    if (y[k].dtype() != input_dtypes[0]) y[k] = y[k].astype(input_dtypes[0]);
+    const Loss& loss = losses_.size() == 1 ? losses_[0] : losses_[k];
+    loss.check(with_unknown_batch(row_shape(y[k])), output_shapes[k]);
+    if (loss.class_name() == "SparseCategoricalCrossentropy") {
+      const std::int64_t classes = output_shapes[k].dim(-1);
+      for (std::size_t j = 0; j < y[k].size(); ++j) {
+        const double label = y[k].flat(j);
+        if (!(label >= 0 && label < static_cast<double>(classes) && std::floor(label) == label))
+          throw ValueError(who + ": sparse label " + detail::python_float(label) + " at index " + std::to_string(j) + " of y[" +
+                           std::to_string(k) + "] is not a class in [0, " + std::to_string(classes) + ")");
+      }
+    }
+  }
+}
+
+// ---- steps ------------------------------------------------------------------------------------------------------
+
+std::shared_ptr<Trainer::Step> Trainer::make_step(const std::vector<Array>& x, const std::vector<Array>& y, bool training) {
+  auto step = std::make_shared<Step>();
+  step->training = training;
+  for (const Array& input : x) step->inputs.push_back(step->graph.placeholder(with_unknown_batch(row_shape(input)), input.dtype(), "x"));
+  const std::vector<Tensor> outputs = model_.apply(step->inputs, training);
+  Tensor total;
+  std::vector<std::pair<std::string, Tensor>> metric_values;
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    step->target_rows.push_back(row_shape(y[k]));
+    const Tensor target = step->graph.placeholder(with_unknown_batch(row_shape(y[k])), outputs[k].dtype(), "y");
+    step->targets.push_back(target);
+    const Loss& loss = losses_.size() == 1 ? losses_[0] : losses_[k];
+    const Tensor value = loss(target, outputs[k]);
+    total = total.valid() ? total + value : value;
+    const std::string prefix = outputs.size() > 1 ? "output_" + std::to_string(k) + "_" : "";
+    for (const Metric& metric : metrics_) {
+      const Metric resolved = metric.resolve(target.shape(), outputs[k].shape());
+      metric_values.emplace_back(prefix + metric.name(), resolved(target, outputs[k]));
+    }
+  }
+  step->names.push_back("loss");
+  step->values.push_back(total);
+  for (const auto& [name, value] : metric_values) {
+    step->names.push_back(name);
+    step->values.push_back(value);
+  }
+  std::vector<Update> updates;
+  if (training) {
+    std::vector<Tensor> weights;
+    std::vector<std::string> paths;
+    for (const Weight& weight : model_.trainable_weights()) {
+      const Tensor variable = step->graph.find_variable(weight.value);
+      if (!variable.valid()) continue;  // a weight this model's outputs never read
+      weights.push_back(variable);
+      paths.push_back(weight.path);
+    }
+    GradientOptions options;
+    options.allow_unused = true;
+    const std::vector<Tensor> grads = gradients(total, weights, options);
+    updates = optimizer_->build_updates(step->graph, weights, grads, paths);
+  }
+  step->programs = std::make_unique<detail::ProgramPool>(step->graph, step->values, updates);
+  return step;
+}
+
+std::shared_ptr<Trainer::Step> Trainer::step_for(const std::vector<Array>& x, const std::vector<Array>& y, bool training) {
+  std::lock_guard<std::mutex> lock(steps_mutex_);
+  std::shared_ptr<Step>& step = training ? training_ : evaluation_;
+  bool fits = step != nullptr;
+  for (std::size_t k = 0; fits && k < y.size(); ++k) fits = step->target_rows[k] == row_shape(y[k]);
+  for (std::size_t i = 0; fits && i < x.size(); ++i) fits = step->inputs[i].dtype() == x[i].dtype();
+  if (!fits) step = make_step(x, y, training);
+  return step;
+}
+
+void Trainer::run_batch(const Step& step, Program& program, const std::vector<Array>& x, const std::vector<Array>& y,
+                        std::vector<double>& sums) {
+  for (std::size_t i = 0; i < x.size(); ++i) program.feed(step.inputs[i], x[i]);
+  for (std::size_t k = 0; k < y.size(); ++k) program.feed(step.targets[k], y[k]);
+  if (step.training) {
+    optimizer_->prepare_step();
+    // Per-step randomness (dropout) is keyed by the optimizer's iteration count, which is saved with
+    // the optimizer, so a resumed run draws the masks the uninterrupted run would have drawn.
+    program.set_step(static_cast<std::uint64_t>(optimizer_->iterations()));
+  }
+  program.run();
+  if (step.training) optimizer_->finish_step();
+  const double rows = static_cast<double>(x[0].shape()[0]);
+  sums.resize(step.values.size(), 0.0);
+  for (std::size_t v = 0; v < step.values.size(); ++v) sums[v] += program.scalar(step.values[v]) * rows;
+}
+
+Logs Trainer::means(const Step& step, const std::vector<double>& sums, std::int64_t rows) const {
+  Logs logs;
+  for (std::size_t v = 0; v < step.names.size(); ++v) logs[step.names[v]] = sums[v] / static_cast<double>(rows);
+  return logs;
+}
+
+// ---- the public operations ----------------------------------------------------------------------------------------
+
+Logs Trainer::train_on_batch(const std::vector<Array>& x, const std::vector<Array>& y) { return one_batch(x, y, true); }
+
+Logs Trainer::test_on_batch(const std::vector<Array>& x, const std::vector<Array>& y) { return one_batch(x, y, false); }
+
+Logs Trainer::one_batch(const std::vector<Array>& x_given, const std::vector<Array>& y_given, bool training) {
+  std::vector<Array> x = x_given, y = y_given;
+  check_data(x, y, training ? "train_on_batch" : "test_on_batch");
+  std::vector<double> sums;
+  const std::shared_ptr<Step> step = step_for(x, y, training);
+  const detail::ProgramPool::Lease program = step->programs->lease(num_rows(x));
+  run_batch(*step, *program, x, y, sums);
+  return means(*step, sums, num_rows(x));
+}
+
+Logs Trainer::evaluate(const std::vector<Array>& x_given, const std::vector<Array>& y_given, std::int64_t batch_size) {
+  std::vector<Array> x = x_given, y = y_given;
+  check_data(x, y, "evaluate");
+  return evaluate_checked(x, y, batch_size);
+}
+
+Logs Trainer::evaluate_checked(const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size) {
+  if (batch_size <= 0) throw ValueError(model_.describe() + ": batch_size must be positive, got " + std::to_string(batch_size));
+  const std::shared_ptr<Step> step = step_for(x, y, false);
+  const std::int64_t rows = num_rows(x);
+  const detail::ProgramPool::Lease program = step->programs->lease(std::min(batch_size, rows));
+  std::vector<double> sums;
+  std::vector<Array> batch_x(x.size()), batch_y(y.size());
+  for (std::int64_t start = 0; start < rows; start += batch_size) {
+    const std::int64_t count = std::min(batch_size, rows - start);
+    for (std::size_t i = 0; i < x.size(); ++i) batch_x[i] = x[i].rows(start, count);
+    for (std::size_t k = 0; k < y.size(); ++k) batch_y[k] = y[k].rows(start, count);
+    run_batch(*step, *program, batch_x, batch_y, sums);
+  }
+  return means(*step, sums, rows);
+}
+
+History Trainer::fit(const std::vector<Array>& x_given, const std::vector<Array>& y_given, const FitOptions& options) {
+  std::vector<Array> x = x_given, y = y_given;
+  check_data(x, y, "fit");
+  if (options.batch_size_ <= 0) throw ValueError(model_.describe() + ".fit: batch_size must be positive, got " + std::to_string(options.batch_size_));
+  if (options.epochs_ < 0) throw ValueError(model_.describe() + ".fit: epochs must not be negative");
+  if (options.validation_split_ < 0.0 || options.validation_split_ >= 1.0)
+    throw ValueError(model_.describe() + ".fit: validation_split must be in [0, 1), got " + std::to_string(options.validation_split_));
+
+  // Validation data: given, or the last fraction of the rows (before shuffling, as Keras takes it).
+  std::vector<Array> val_x = options.validation_x_, val_y = options.validation_y_;
+  if (!val_x.empty() || !val_y.empty()) {
+    check_data(val_x, val_y, "fit validation_data");
+  } else if (options.validation_split_ > 0.0) {
+    const std::int64_t rows = num_rows(x);
+    const auto validation_rows = static_cast<std::int64_t>(std::floor(static_cast<double>(rows) * options.validation_split_));
+    if (validation_rows == 0 || validation_rows == rows)
+      throw ValueError(model_.describe() + ".fit: validation_split " + std::to_string(options.validation_split_) + " of " +
+                       std::to_string(rows) + " samples leaves an empty part");
+    for (Array& array : x) {
+      val_x.push_back(array.rows(rows - validation_rows, validation_rows));
+      array = array.rows(0, rows - validation_rows);
+    }
+    for (Array& array : y) {
+      val_y.push_back(array.rows(rows - validation_rows, validation_rows));
+      array = array.rows(0, rows - validation_rows);
+    }
+  }
+
+  const std::int64_t rows = num_rows(x), batch_size = std::min(options.batch_size_, rows);
+  const std::int64_t steps = (rows + batch_size - 1) / batch_size;
+  TrainingState state;
+  state.model = &model_;
+  state.optimizer = optimizer_.get();
+  state.epochs = options.epochs_;
+  state.steps_per_epoch = steps;
+  state.verbose = options.verbose_;
+  ProgressBar bar(std::cout, options.verbose_, ProgressBar::stdout_is_terminal());
+  History history;
+
+  const std::shared_ptr<Step> training_step = step_for(x, y, true);
+  const Step& step = *training_step;
+  const detail::ProgramPool::Lease program = step.programs->lease(batch_size);
+  std::vector<Array> buffers_x, buffers_y;
+  for (const Array& array : x) buffers_x.push_back(batch_buffer(array, batch_size));
+  for (const Array& array : y) buffers_y.push_back(batch_buffer(array, batch_size));
+  std::vector<std::int64_t> order(static_cast<std::size_t>(rows));
+  std::vector<Array> batch_x(x.size()), batch_y(y.size());
+  bool warned_nan = false;
+  const bool terminates_on_nan = std::any_of(options.callbacks_.begin(), options.callbacks_.end(), [](const CallbackPtr& callback) {
+    return dynamic_cast<const TerminateOnNaN*>(callback.get()) != nullptr;
+  });
+
+  for (const CallbackPtr& callback : options.callbacks_) callback->on_train_begin(state);
+  Logs logs;
+  for (int epoch = options.initial_epoch_; epoch < options.epochs_ && !state.stop_training; ++epoch) {
+    for (const CallbackPtr& callback : options.callbacks_) callback->on_epoch_begin(state, epoch);
+    bar.epoch_begin(epoch, options.epochs_);
+    const auto started = std::chrono::steady_clock::now();
+    if (options.shuffle_) order = shuffled_row_order(rows, mix64(options.seed_ ^ mix64(static_cast<std::uint64_t>(epoch))));
+    else std::iota(order.begin(), order.end(), std::int64_t{0});
+
+    std::vector<double> sums;
+    std::int64_t seen = 0, batches_run = 0;
+    for (std::int64_t batch = 0; batch < steps && !state.stop_training; ++batch, ++batches_run) {
+      const std::int64_t start = batch * batch_size, count = std::min(batch_size, rows - start);
+      for (std::size_t i = 0; i < x.size(); ++i)
+        batch_x[i] = options.shuffle_ ? gather_rows(x[i], buffers_x[i], order, start, count) : x[i].rows(start, count);
+      for (std::size_t k = 0; k < y.size(); ++k)
+        batch_y[k] = options.shuffle_ ? gather_rows(y[k], buffers_y[k], order, start, count) : y[k].rows(start, count);
+      run_batch(step, *program, batch_x, batch_y, sums);
+      seen += count;
+      logs = means(step, sums, seen);
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      bar.update(batch + 1, steps, logs, elapsed);
+      if (!std::isfinite(logs.at("loss")) && !warned_nan) {
+        // python_float: printf writes "-nan" for a NaN with its sign bit set (inf - inf), Keras never does.
+        std::cerr << model_.describe() << ".fit: the loss is " << detail::python_float(logs.at("loss")) << " at epoch "
+                  << epoch + 1 << ", batch " << batch + 1
+                  << (terminates_on_nan ? "\n" : "; add kiln::TerminateOnNaN to stop on it\n");
+        warned_nan = true;
+      }
+      for (const CallbackPtr& callback : options.callbacks_) callback->on_batch_end(state, batch, logs);
+    }
+    if (!val_x.empty()) {
+      const Logs validation = evaluate_checked(val_x, val_y, options.batch_size_);
+      for (const auto& [name, value] : validation) logs["val_" + name] = value;
+    }
+    epochs_trained_ = epoch + 1;  // before the callbacks, so a checkpoint saved there records this epoch
+    for (const CallbackPtr& callback : options.callbacks_) callback->on_epoch_logs(state, epoch, logs);
+    for (const CallbackPtr& callback : options.callbacks_) callback->on_epoch_end(state, epoch, logs);
+    bar.epoch_end(batches_run, logs, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    history.epochs.push_back(epoch);
+    for (const auto& [name, value] : logs) history.history[name].push_back(value);
+  }
+  for (const CallbackPtr& callback : options.callbacks_) callback->on_train_end(state, logs);
+  return history;
+}
+
+}  // namespace kiln
