@@ -46,7 +46,8 @@ inline const std::vector<WorkloadInfo>& workloads() {
   static const std::vector<WorkloadInfo> table = {
       {"seed_dpa", true, false, false, "DotProductAttention(use_scale) on q=k=v (10,150,512)"},
       {"seed_mha", true, true, false, "MultiHeadAttention(h=8), TF2 form, on (10,150,512); MSE + SGD"},
-      {"mql5_block", true, true, false, "Input (64,40,12) -> MHAttention(16, 8) -> Flatten -> Dense(2, tanh); MSE + Adam"},
+      {"mql5_block", true, true, false,
+       "Input (64,40,12) -> MHAttention(16, 8) -> Flatten -> Dense(2, tanh); MSE + Adam"},
       {"long_mha", true, true, true, "MultiHeadAttention(8, key_dim 32, bias) self-attention on (4,T,256); MSE + SGD"},
   };
   return table;
@@ -68,11 +69,11 @@ struct Args {
   double min_time = 2.0, max_time = 5.0;
   int min_iters = 20, max_iters = 500;
   bool list = false;
-  bool check = false;        // torch_bench only
-  std::string api = "keras";  // kiln_bench only: keras (predict / train_on_batch) or program
-  bool sgemm = false;         // kiln_bench only: time the workload's GEMMs with raw OpenBLAS
-  int callers = 1;            // threads running the forward at once
-  std::string share = "one";  // with callers > 1: one model for all callers, or one each
+  bool check = false;                    // torch_bench only
+  std::string api = "keras";             // kiln_bench only: keras (predict / train_on_batch) or program
+  bool sgemm = false;                    // kiln_bench only: time the workload's GEMMs with raw OpenBLAS
+  int callers = 1;                       // threads running the forward at once
+  std::string share = "one";             // with callers > 1: one model for all callers, or one each
   std::vector<std::string> passthrough;  // timing flags, handed to child processes in run-all mode
 };
 
@@ -97,7 +98,8 @@ inline Args parse_args(int argc, char** argv, bool is_torch) {
     const std::string flag = argv[i], text = value(i);
     char* end = nullptr;
     const long v = std::strtol(text.c_str(), &end, 10);
-    if (end == text.c_str() || *end != '\0' || v < low || v > 1000000) usage_error(program, flag + ": bad value '" + text + "'");
+    if (end == text.c_str() || *end != '\0' || v < low || v > 1000000)
+      usage_error(program, flag + ": bad value '" + text + "'");
     return static_cast<int>(v);
   };
   auto seconds = [&](int& i) {
@@ -109,23 +111,40 @@ inline Args parse_args(int argc, char** argv, bool is_torch) {
   };
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--workload") a.workload = value(i);
-    else if (flag == "--mode") a.mode = value(i);
-    else if (flag == "--threads") a.threads = integer(i, 1);
-    else if (flag == "--seq") a.seq = integer(i, 1), a.seq_given = true;
-    else if (flag == "--iters") a.iters = integer(i, 1), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
-    else if (flag == "--warmup") a.warmup = integer(i, 0), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
-    else if (flag == "--min-time") a.min_time = seconds(i), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
-    else if (flag == "--max-time") a.max_time = seconds(i), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
-    else if (flag == "--min-iters") a.min_iters = integer(i, 1), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
-    else if (flag == "--max-iters") a.max_iters = integer(i, 1), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
-    else if (flag == "--list") a.list = true;
-    else if (flag == "--check" && is_torch) a.check = true;
-    else if (flag == "--api" && !is_torch) a.api = value(i), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
-    else if (flag == "--sgemm" && !is_torch) a.sgemm = true, a.passthrough.push_back(flag);
-    else if (flag == "--callers") a.callers = integer(i, 1);
-    else if (flag == "--share") a.share = value(i);
-    else usage_error(program, "unknown argument '" + flag + "'");
+    if (flag == "--workload")
+      a.workload = value(i);
+    else if (flag == "--mode")
+      a.mode = value(i);
+    else if (flag == "--threads")
+      a.threads = integer(i, 1);
+    else if (flag == "--seq")
+      a.seq = integer(i, 1), a.seq_given = true;
+    else if (flag == "--iters")
+      a.iters = integer(i, 1), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
+    else if (flag == "--warmup")
+      a.warmup = integer(i, 0), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
+    else if (flag == "--min-time")
+      a.min_time = seconds(i), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
+    else if (flag == "--max-time")
+      a.max_time = seconds(i), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
+    else if (flag == "--min-iters")
+      a.min_iters = integer(i, 1), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
+    else if (flag == "--max-iters")
+      a.max_iters = integer(i, 1), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
+    else if (flag == "--list")
+      a.list = true;
+    else if (flag == "--check" && is_torch)
+      a.check = true;
+    else if (flag == "--api" && !is_torch)
+      a.api = value(i), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
+    else if (flag == "--sgemm" && !is_torch)
+      a.sgemm = true, a.passthrough.push_back(flag);
+    else if (flag == "--callers")
+      a.callers = integer(i, 1);
+    else if (flag == "--share")
+      a.share = value(i);
+    else
+      usage_error(program, "unknown argument '" + flag + "'");
   }
   if (a.api != "keras" && a.api != "program") usage_error(program, "--api must be keras or program");
   if (a.share != "one" && a.share != "each") usage_error(program, "--share must be one or each");
@@ -156,8 +175,10 @@ inline int run_all(const char* self_path, const Args& a) {
   int failures = 0;
   for (const WorkloadInfo& w : workloads()) {
     for (const char* mode : {"forward", "train_step"}) {
-      if ((std::strcmp(mode, "forward") == 0 && !w.forward) || (std::strcmp(mode, "train_step") == 0 && !w.train_step)) continue;
-      std::vector<std::string> args = {self_path, "--workload", w.name, "--mode", mode, "--threads", std::to_string(a.threads)};
+      if ((std::strcmp(mode, "forward") == 0 && !w.forward) || (std::strcmp(mode, "train_step") == 0 && !w.train_step))
+        continue;
+      std::vector<std::string> args = {
+          self_path, "--workload", w.name, "--mode", mode, "--threads", std::to_string(a.threads)};
       if (w.has_seq) args.insert(args.end(), {"--seq", std::to_string(a.seq)});
       args.insert(args.end(), a.passthrough.begin(), a.passthrough.end());
       std::vector<char*> argv;
@@ -221,12 +242,12 @@ inline Timing time_steps(const Args& a, const std::function<void()>& step) {
 
 inline void print_json(const char* impl, const Args& a, const Timing& t, double baseline_mb, double peak_mb,
                        const std::string& extra = "") {
-  std::printf("{\"impl\":\"%s\",\"workload\":\"%s\",\"mode\":\"%s\",\"threads\":%d,", impl, a.workload.c_str(), a.mode.c_str(),
-              a.threads);
+  std::printf("{\"impl\":\"%s\",\"workload\":\"%s\",\"mode\":\"%s\",\"threads\":%d,", impl, a.workload.c_str(),
+              a.mode.c_str(), a.threads);
   if (find_workload(a.workload)->has_seq) std::printf("\"seq\":%d,", a.seq);
   if (a.callers > 1) std::printf("\"callers\":%d,\"share\":\"%s\",", a.callers, a.share.c_str());
-  std::printf("\"ms_median\":%.4f,\"ms_min\":%.4f,\"iters\":%d,\"peak_rss_mb\":%.1f,\"baseline_rss_mb\":%.1f%s}\n", t.median_ms,
-              t.min_ms, t.iters, peak_mb, baseline_mb, extra.c_str());
+  std::printf("\"ms_median\":%.4f,\"ms_min\":%.4f,\"iters\":%d,\"peak_rss_mb\":%.1f,\"baseline_rss_mb\":%.1f%s}\n",
+              t.median_ms, t.min_ms, t.iters, peak_mb, baseline_mb, extra.c_str());
   std::fflush(stdout);
 }
 

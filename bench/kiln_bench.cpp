@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "bench_common.hpp"
 #include <kiln/kiln.hpp>
+#include "bench_common.hpp"
 
 namespace {
 
@@ -127,13 +127,13 @@ struct Gemm {
 
 // C(m×n) = A(m×k)·B(k×n) (B given as n×k when b_transposed), `count` times; in a train step also the
 // gradients the backward pass computes: dA = dC·Bᵀ when A needs one, dB = Aᵀ·dC when B does.
-void add_matmul(std::vector<Gemm>& list, bool training, std::int64_t count, std::int64_t m, std::int64_t n, std::int64_t k,
-                bool b_transposed, bool grad_a, bool grad_b) {
+void add_matmul(std::vector<Gemm>& list, bool training, std::int64_t count, std::int64_t m, std::int64_t n,
+                std::int64_t k, bool b_transposed, bool grad_a, bool grad_b) {
   list.push_back({count, m, n, k, false, b_transposed});
   if (!training) return;
-  if (grad_a) list.push_back({count, m, k, n, false, !b_transposed});                    // dA = dC·Bᵀ (m×k)
-  if (grad_b && !b_transposed) list.push_back({count, k, n, m, true, false});            // dB = Aᵀ·dC (k×n)
-  if (grad_b && b_transposed) list.push_back({count, n, k, m, true, false});             // dB = dCᵀ·A (n×k)
+  if (grad_a) list.push_back({count, m, k, n, false, !b_transposed});          // dA = dC·Bᵀ (m×k)
+  if (grad_b && !b_transposed) list.push_back({count, k, n, m, true, false});  // dB = Aᵀ·dC (k×n)
+  if (grad_b && b_transposed) list.push_back({count, n, k, m, true, false});   // dB = dCᵀ·A (n×k)
 }
 
 std::vector<Gemm> gemm_list(const std::string& name, bool training, int seq) {
@@ -198,7 +198,8 @@ struct SgemmRunner {
 // Starts OpenBLAS's threads and buffers before the baseline is taken (the peer does the same).
 void warm_blas() {
   std::vector<float> a(64 * 64, 0.5f), c(64 * 64);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 64, 64, 64, 1.0f, a.data(), 64, a.data(), 64, 0.0f, c.data(), 64);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 64, 64, 64, 1.0f, a.data(), 64, a.data(), 64, 0.0f, c.data(),
+              64);
 }
 
 }  // namespace

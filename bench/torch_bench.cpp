@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "bench_common.hpp"
 #include <kiln/kiln.hpp>
+#include "bench_common.hpp"
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
@@ -57,7 +57,8 @@ struct MultiHeadSelfAttentionImpl : nn::Module {
     const torch::Tensor q = split(query(x)) * (1.0 / std::sqrt(static_cast<double>(depth)));
     const torch::Tensor k = split(key(x)), v = split(value(x));
     const torch::Tensor weights = torch::softmax(torch::matmul(q, k.transpose(-2, -1)), -1);
-    const torch::Tensor context = torch::matmul(weights, v).transpose(1, 2).reshape({x.size(0), x.size(1), heads * depth});
+    const torch::Tensor context =
+        torch::matmul(weights, v).transpose(1, 2).reshape({x.size(0), x.size(1), heads * depth});
     return output(context);
   }
 };
@@ -77,7 +78,8 @@ struct MHAttentionImpl : nn::Module {
   nn::Linear query{nullptr}, key{nullptr}, value{nullptr}, w0{nullptr}, ff_hidden{nullptr}, ff_output{nullptr};
   nn::LayerNorm attention_norm{nullptr}, output_norm{nullptr};
 
-  MHAttentionImpl(std::int64_t window, std::int64_t key_size_, std::int64_t heads_) : heads(heads_), key_size(key_size_) {
+  MHAttentionImpl(std::int64_t window, std::int64_t key_size_, std::int64_t heads_)
+      : heads(heads_), key_size(key_size_) {
     query = register_module("query", nn::Linear(window, heads * key_size));
     key = register_module("key", nn::Linear(window, heads * key_size));
     value = register_module("value", nn::Linear(window, heads * key_size));
@@ -96,7 +98,8 @@ struct MHAttentionImpl : nn::Module {
     const torch::Tensor q = split(query(x)), k = split(key(x)), v = split(value(x));
     const double scale = 1.0 / std::sqrt(static_cast<double>(key_size));
     const torch::Tensor weights = torch::softmax(torch::matmul(q, k.transpose(-2, -1)) * scale, -1);
-    const torch::Tensor context = torch::matmul(weights, v).transpose(1, 2).reshape({x.size(0), x.size(1), heads * key_size});
+    const torch::Tensor context =
+        torch::matmul(weights, v).transpose(1, 2).reshape({x.size(0), x.size(1), heads * key_size});
     const torch::Tensor attended = attention_norm(x + w0(context));
     return output_norm(attended + ff_output(torch::silu(ff_hidden(attended))));
   }
@@ -140,7 +143,8 @@ Workload make_workload(const std::string& name, int seq) {
   auto uniform = [](std::vector<std::int64_t> shape) { return torch::rand(shape) * 2 - 1; };
   if (name == "seed_dpa") return wrap(DotProductAttention(), uniform({10, 150, 512}), uniform({10, 150, 512}), false);
   if (name == "seed_mha")
-    return wrap(MultiHeadSelfAttention(512, 8, 64, /*bias=*/false), uniform({10, 150, 512}), uniform({10, 150, 512}), false);
+    return wrap(MultiHeadSelfAttention(512, 8, 64, /*bias=*/false), uniform({10, 150, 512}), uniform({10, 150, 512}),
+                false);
   if (name == "mql5_block") return wrap(Mql5Block(), uniform({64, 40, 12}), uniform({64, 2}), true);
   return wrap(MultiHeadSelfAttention(256, 8, 32, /*bias=*/true), uniform({4, seq, 256}), uniform({4, seq, 256}), false);
 }
@@ -170,7 +174,8 @@ int check() {
     kiln::Array value = weight.value;
     float* data = value.data<float>();
     const bool is_gamma = weight.path.size() >= 5 && weight.path.compare(weight.path.size() - 5, 5, "gamma") == 0;
-    for (std::size_t i = 0; i < value.size(); ++i) data[i] = static_cast<float>((is_gamma ? 1.0 : data[i]) + rng.uniform(-0.2, 0.2));
+    for (std::size_t i = 0; i < value.size(); ++i)
+      data[i] = static_cast<float>((is_gamma ? 1.0 : data[i]) + rng.uniform(-0.2, 0.2));
   }
 
   Mql5Block peer;
@@ -240,9 +245,10 @@ int check() {
   const double block_difference = relative_difference(kiln_block, torch_block);
   const double output_difference = relative_difference(kiln_output, torch_output);
   const bool ok = block_difference <= 1e-5 && output_difference <= 1e-5;
-  std::printf("{\"check\":\"mql5_block\",\"params\":%zu,\"block_rel_diff\":%.3g,\"output_rel_diff\":%.3g,\"tolerance\":1e-5,"
-              "\"agree\":%s}\n",
-              kiln_params, block_difference, output_difference, ok ? "true" : "false");
+  std::printf(
+      "{\"check\":\"mql5_block\",\"params\":%zu,\"block_rel_diff\":%.3g,\"output_rel_diff\":%.3g,\"tolerance\":1e-5,"
+      "\"agree\":%s}\n",
+      kiln_params, block_difference, output_difference, ok ? "true" : "false");
   return ok ? 0 : 1;
 }
 
@@ -302,8 +308,8 @@ int main(int argc, char** argv) {
       w.module->train();
       std::unique_ptr<torch::optim::Optimizer> optimizer;
       if (w.adam)
-        optimizer = std::make_unique<torch::optim::Adam>(
-            w.module->parameters(), torch::optim::AdamOptions(1e-3).betas({0.9, 0.999}).eps(1e-7));
+        optimizer = std::make_unique<torch::optim::Adam>(w.module->parameters(),
+                                                         torch::optim::AdamOptions(1e-3).betas({0.9, 0.999}).eps(1e-7));
       else
         optimizer = std::make_unique<torch::optim::SGD>(w.module->parameters(), torch::optim::SGDOptions(0.01));
       t = bench::time_steps(args, [&] {

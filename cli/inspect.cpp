@@ -4,10 +4,10 @@
 #include <ostream>
 #include <string>
 
-#include "commands.hpp"
 #include <kiln/core/error.hpp>
 #include <kiln/serialize/json.hpp>
 #include <kiln/serialize/saving.hpp>
+#include "commands.hpp"
 
 namespace kiln::cli {
 namespace {
@@ -34,9 +34,7 @@ Model load_uncompiled(const std::string& file) {
 
 void summary(const std::string& file, std::ostream& out) { out << load_uncompiled(file).summary_string(); }
 
-void config(const std::string& file, std::ostream& out) {
-  out << to_json(read_model_config(file), 2) << '\n';
-}
+void config(const std::string& file, std::ostream& out) { out << to_json(read_model_config(file), 2) << '\n'; }
 
 void verify(const std::string& file, std::ostream& out) {
   const FileInfo info = verify_file(file);

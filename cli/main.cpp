@@ -19,8 +19,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "commands.hpp"
 #include <kiln/core/error.hpp>
+#include "commands.hpp"
 
 #ifndef KILN_VERSION_STRING
 #define KILN_VERSION_STRING "unknown"
@@ -59,10 +59,11 @@ void add_predict_command(CLI::App& app, kiln::cli::PredictOptions& options) {
   command->add_option("INPUT", options.input_csv, "a CSV file of numbers, one flattened sample per row")->required();
   // Read as text and checked here: CLI11's own check says "Value 0 not in range 0.000000 to 1797..." (a
   // 309-digit number), and its conversion error does not say what would do.
-  command->add_option_function<std::string>(
-             "--batch-size",
-             [&options](const std::string& text) { options.batch_size = positive_integer("--batch-size", text); },
-             "samples run at once (default " + std::to_string(options.batch_size) + ")")
+  command
+      ->add_option_function<std::string>(
+          "--batch-size",
+          [&options](const std::string& text) { options.batch_size = positive_integer("--batch-size", text); },
+          "samples run at once (default " + std::to_string(options.batch_size) + ")")
       ->type_name("INT");
   command->add_flag("--header", options.header, "the CSV's first line names the columns (it is skipped)");
 }

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "commands.hpp"
 #include <kiln/core/error.hpp>
 #include <kiln/serialize/saving.hpp>
 #include <kiln/train/data.hpp>
+#include "commands.hpp"
 
 namespace kiln::cli {
 namespace {

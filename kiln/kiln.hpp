@@ -9,7 +9,6 @@
 #include <kiln/core/shape.hpp>
 #include <kiln/core/tensor.hpp>
 #include <kiln/core/threads.hpp>
-#include <kiln/ops/ops.hpp>
 #include <kiln/layers/activation.hpp>
 #include <kiln/layers/attention.hpp>
 #include <kiln/layers/config.hpp>
@@ -25,14 +24,15 @@
 #include <kiln/layers/multi_head_attention.hpp>
 #include <kiln/layers/pooling.hpp>
 #include <kiln/layers/reshaping.hpp>
+#include <kiln/ops/ops.hpp>
 #include <kiln/optim/losses.hpp>
 #include <kiln/optim/metrics.hpp>
 #include <kiln/optim/optimizer.hpp>
 #include <kiln/optim/schedules.hpp>
+#include <kiln/serialize/checkpoint.hpp>
+#include <kiln/serialize/json.hpp>
+#include <kiln/serialize/saving.hpp>
 #include <kiln/train/callbacks.hpp>
 #include <kiln/train/data.hpp>
 #include <kiln/train/model.hpp>
 #include <kiln/train/progress.hpp>
-#include <kiln/serialize/checkpoint.hpp>
-#include <kiln/serialize/json.hpp>
-#include <kiln/serialize/saving.hpp>

@@ -36,6 +36,7 @@ int main() {
   std::printf("\npredict on a batch of %lld:\n", static_cast<long long>(batch));
   const char* names[] = {"DotProductAttention output ", "DotProductAttention weights", "MultiHeadAttention output  ",
                          "MultiHeadAttention weights "};
-  for (std::size_t i = 0; i < outputs.size(); ++i) std::printf("  %s %s\n", names[i], outputs[i].shape().to_string().c_str());
+  for (std::size_t i = 0; i < outputs.size(); ++i)
+    std::printf("  %s %s\n", names[i], outputs[i].shape().to_string().c_str());
   return 0;
 }

@@ -36,12 +36,14 @@ int main(int argc, char** argv) {
     kiln::Model model(image, kiln::Dense(10, "softmax")(kiln::Dropout(0.3)(features)), "digits_attention");
     model.summary();
 
-    model.compile(kiln::create_optimizer("adam", {{"learning_rate", 3e-3}}), "sparse_categorical_crossentropy", {"accuracy"});
+    model.compile(kiln::create_optimizer("adam", {{"learning_rate", 3e-3}}), "sparse_categorical_crossentropy",
+                  {"accuracy"});
     kiln::EarlyStopping::Options stopping;
     stopping.patience = 6;
     stopping.restore_best_weights = true;
-    model.fit(x[0], y[0], kiln::FitOptions().epochs(40).batch_size(32).validation_split(0.1).seed(7).callback(
-                              std::make_shared<kiln::EarlyStopping>(stopping)));
+    model.fit(x[0], y[0],
+              kiln::FitOptions().epochs(40).batch_size(32).validation_split(0.1).seed(7).callback(
+                  std::make_shared<kiln::EarlyStopping>(stopping)));
     const kiln::Logs test = model.evaluate(x[1], y[1]);
     std::printf("\ntest accuracy on %lld held-out images: %.2f %%\n", static_cast<long long>(x[1].shape()[0]),
                 100.0 * test.at("accuracy"));

@@ -60,7 +60,7 @@ Dataset load(const std::string& path) {
   standardizer.fit(x[0]);
   kiln::MinMaxScaler scaler(-1.0, 1.0);
   scaler.fit(y[0]);
-  return {standardizer.transform(x[0]), scaler.transform(y[0]), standardizer.transform(x[1]),
+  return {standardizer.transform(x[0]), scaler.transform(y[0]),       standardizer.transform(x[1]),
           scaler.transform(y[1]),       standardizer.transform(x[2]), scaler.transform(y[2])};
 }
 
@@ -104,7 +104,8 @@ kiln::History train(kiln::Model& model, const Dataset& data, int verbose, const 
 double naive_mse(const Dataset& data) {
   const std::int64_t columns = data.train_y.shape()[1];
   std::vector<double> mean(static_cast<std::size_t>(columns), 0.0);
-  for (std::size_t i = 0; i < data.train_y.size(); ++i) mean[i % static_cast<std::size_t>(columns)] += data.train_y.flat(i);
+  for (std::size_t i = 0; i < data.train_y.size(); ++i)
+    mean[i % static_cast<std::size_t>(columns)] += data.train_y.flat(i);
   for (double& m : mean) m /= static_cast<double>(data.train_y.shape()[0]);
   double total = 0.0;
   for (std::size_t i = 0; i < data.test_y.size(); ++i) {
@@ -130,28 +131,32 @@ void write_svg(const kiln::History& history, const std::string& path) {
   for (double v : validation) top = std::max(top, v);
   const double width = 640, height = 400, left = 60, right = 20, upper = 30, lower = 50;
   auto x_of = [&](std::size_t epoch) {
-    return left + (width - left - right) * (loss.size() > 1 ? static_cast<double>(epoch) / static_cast<double>(loss.size() - 1) : 0.0);
+    return left + (width - left - right) *
+                      (loss.size() > 1 ? static_cast<double>(epoch) / static_cast<double>(loss.size() - 1) : 0.0);
   };
   auto y_of = [&](double value) { return height - lower - (height - upper - lower) * value / top; };
   auto polyline = [&](const std::vector<double>& values, const char* color) {
     std::string points;
-    for (std::size_t e = 0; e < values.size(); ++e) points += std::to_string(x_of(e)) + "," + std::to_string(y_of(values[e])) + " ";
-    return "<polyline fill=\"none\" stroke=\"" + std::string(color) + "\" stroke-width=\"2\" points=\"" + points + "\"/>\n";
+    for (std::size_t e = 0; e < values.size(); ++e)
+      points += std::to_string(x_of(e)) + "," + std::to_string(y_of(values[e])) + " ";
+    return "<polyline fill=\"none\" stroke=\"" + std::string(color) + "\" stroke-width=\"2\" points=\"" + points +
+           "\"/>\n";
   };
   std::ofstream out(path);
   out.precision(3);  // tick labels; coordinates are formatted with std::to_string
   out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
       << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   out << "<text x=\"" << width / 2 << "\" y=\"18\" text-anchor=\"middle\">stock_attention: MSE per epoch</text>\n";
-  out << "<line x1=\"" << left << "\" y1=\"" << height - lower << "\" x2=\"" << width - right << "\" y2=\"" << height - lower
-      << "\" stroke=\"black\"/>\n<line x1=\"" << left << "\" y1=\"" << upper << "\" x2=\"" << left << "\" y2=\""
-      << height - lower << "\" stroke=\"black\"/>\n";
+  out << "<line x1=\"" << left << "\" y1=\"" << height - lower << "\" x2=\"" << width - right << "\" y2=\""
+      << height - lower << "\" stroke=\"black\"/>\n<line x1=\"" << left << "\" y1=\"" << upper << "\" x2=\"" << left
+      << "\" y2=\"" << height - lower << "\" stroke=\"black\"/>\n";
   for (int tick = 0; tick <= 4; ++tick) {
     const double value = top * tick / 4.0;
-    out << "<text x=\"" << left - 6 << "\" y=\"" << y_of(value) + 4 << "\" text-anchor=\"end\">" << value << "</text>\n";
+    out << "<text x=\"" << left - 6 << "\" y=\"" << y_of(value) + 4 << "\" text-anchor=\"end\">" << value
+        << "</text>\n";
   }
-  out << "<text x=\"" << width / 2 << "\" y=\"" << height - 15 << "\" text-anchor=\"middle\">epoch (1 to " << loss.size()
-      << ")</text>\n";
+  out << "<text x=\"" << width / 2 << "\" y=\"" << height - 15 << "\" text-anchor=\"middle\">epoch (1 to "
+      << loss.size() << ")</text>\n";
   out << polyline(loss, "#1f77b4") << polyline(validation, "#ff7f0e");
   out << "<text x=\"" << width - 150 << "\" y=\"45\" fill=\"#1f77b4\">training loss</text>\n";
   out << "<text x=\"" << width - 150 << "\" y=\"62\" fill=\"#ff7f0e\">validation loss</text>\n</svg>\n";
@@ -196,8 +201,10 @@ int main(int argc, char** argv) {
     const auto windows = static_cast<long long>(data.test_x.shape()[0]);
     if (!got.bitwise_equal(expected)) {
       double largest = 0.0;
-      for (std::size_t i = 0; i < expected.size(); ++i) largest = std::max(largest, std::fabs(got.flat(i) - expected.flat(i)));
-      std::printf("saved %s; reloaded: predictions DIFFER on the test set (max |difference| %.3g)\n", saved.c_str(), largest);
+      for (std::size_t i = 0; i < expected.size(); ++i)
+        largest = std::max(largest, std::fabs(got.flat(i) - expected.flat(i)));
+      std::printf("saved %s; reloaded: predictions DIFFER on the test set (max |difference| %.3g)\n", saved.c_str(),
+                  largest);
       return 2;
     }
     std::printf("saved %s (%s bytes); reloaded: predictions identical on %lld test windows\n", saved.c_str(),
@@ -206,7 +213,7 @@ int main(int argc, char** argv) {
     const kiln::Model best_epoch = kiln::load_model("best.kiln");
     std::printf("best.kiln: epoch %d, val_loss %.5f, %s\n", best_epoch.epochs_trained(), best_checkpoint->best(),
                 best_epoch.predict(data.test_x).bitwise_equal(expected) ? "the weights EarlyStopping restored"
-                                                                  : "not the weights EarlyStopping restored");
+                                                                        : "not the weights EarlyStopping restored");
     std::printf("wrote history.csv, training.svg, %s and best.kiln\n", saved.c_str());
   } catch (const kiln::Error& error) {
     std::fprintf(stderr, "stock_attention: %s\n", error.what());

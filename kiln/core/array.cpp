@@ -66,7 +66,9 @@ static Array array_from(const std::vector<T>& values, Shape shape) {
 }
 
 Array Array::from_vector(const std::vector<float>& values, Shape shape) { return array_from(values, std::move(shape)); }
-Array Array::from_vector(const std::vector<double>& values, Shape shape) { return array_from(values, std::move(shape)); }
+Array Array::from_vector(const std::vector<double>& values, Shape shape) {
+  return array_from(values, std::move(shape));
+}
 
 Array Array::full(Shape shape, double value, DType dtype) {
   Array array(std::move(shape), dtype);
@@ -132,15 +134,19 @@ Array Array::rows(std::int64_t start, std::int64_t count) const {
   result.shape_[0] = count;
   result.size_ = row_size * static_cast<std::size_t>(count);
   // The aliasing constructor: the view points into the block and keeps the whole block alive.
-  result.storage_ = std::shared_ptr<unsigned char>(storage_, storage_.get() + row_size * static_cast<std::size_t>(start) * dtype_size(dtype_));
+  result.storage_ = std::shared_ptr<unsigned char>(
+      storage_, storage_.get() + row_size * static_cast<std::size_t>(start) * dtype_size(dtype_));
   return result;
 }
 
 void Array::set_rows(std::int64_t start, const Array& rows) {
-  if (rows.dtype() != dtype_) throw DTypeError("Array::set_rows: a " + std::string(dtype_name(rows.dtype())) + " block into a " + dtype_name(dtype_) + " array");
+  if (rows.dtype() != dtype_)
+    throw DTypeError("Array::set_rows: a " + std::string(dtype_name(rows.dtype())) + " block into a " +
+                     dtype_name(dtype_) + " array");
   const Array target = this->rows(start, rows.shape().rank() == 0 ? 0 : rows.shape()[0]);
   if (target.shape() != rows.shape())
-    throw ShapeError("Array::set_rows: rows of shape " + rows.shape().to_string() + " into " + target.shape().to_string());
+    throw ShapeError("Array::set_rows: rows of shape " + rows.shape().to_string() + " into " +
+                     target.shape().to_string());
   if (rows.nbytes() > 0) std::memcpy(const_cast<void*>(target.raw()), rows.raw(), rows.nbytes());
 }
 

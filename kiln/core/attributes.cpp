@@ -9,11 +9,16 @@ namespace kiln {
 namespace {
 const char* type_name(const AttributeValue& value) {
   switch (value.index()) {
-    case 0: return "bool";
-    case 1: return "int";
-    case 2: return "float";
-    case 3: return "string";
-    default: return "list of ints";
+    case 0:
+      return "bool";
+    case 1:
+      return "int";
+    case 2:
+      return "float";
+    case 3:
+      return "string";
+    default:
+      return "list of ints";
   }
 }
 

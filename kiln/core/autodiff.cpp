@@ -63,8 +63,8 @@ Tensor fit_to_input(Tensor grad, const Node& input, const Node& node, std::size_
 // Why `target` got no gradient: a message naming the op input that blocks it, or that it is unused.
 std::string missing_gradient_reason(const Graph& graph, const Tensor& loss, const Tensor& target) {
   const NodeId last = loss.id();
-  const std::string head = "no gradient of " + graph.node(last).describe() + " with respect to " +
-                           graph.node(target.id()).describe() + ": ";
+  const std::string head =
+      "no gradient of " + graph.node(last).describe() + " with respect to " + graph.node(target.id()).describe() + ": ";
   if (target.id() > last) return head + "it was created after the loss and cannot affect it";
   const auto connected = reachable_from(graph, {target.id()}, last, false);
   if (!connected[static_cast<std::size_t>(last)]) return head + "the loss does not depend on it";
@@ -107,7 +107,9 @@ std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& wrt
   for (const Tensor& target : wrt) sources.push_back(target.id());
   const auto depends = reachable_from(graph, sources, last, true);
   const auto feeds = feeding(graph, last);
-  auto relevant = [&](NodeId id) { return depends[static_cast<std::size_t>(id)] && feeds[static_cast<std::size_t>(id)]; };
+  auto relevant = [&](NodeId id) {
+    return depends[static_cast<std::size_t>(id)] && feeds[static_cast<std::size_t>(id)];
+  };
 
   std::vector<std::vector<Tensor>> contributions(static_cast<std::size_t>(last) + 1);
   contributions[static_cast<std::size_t>(last)].push_back(

@@ -20,8 +20,7 @@ class ShapeError : public Error {
  public:
   explicit ShapeError(const std::string& message) : Error(message) {}
   // "<who>: <what> (a=(None, 3), b=(4, 5))"
-  ShapeError(const std::string& who, const std::string& what,
-             const std::vector<std::pair<std::string, Shape>>& shapes);
+  ShapeError(const std::string& who, const std::string& what, const std::vector<std::pair<std::string, Shape>>& shapes);
 };
 
 // Mixed or unsupported dtypes.

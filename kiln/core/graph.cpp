@@ -9,10 +9,14 @@ namespace kiln {
 
 std::string Node::describe() const {
   switch (kind) {
-    case NodeKind::placeholder: return "placeholder '" + name + "'";
-    case NodeKind::variable: return "variable '" + name + "'";
-    case NodeKind::constant: return "constant '" + name + "'";
-    case NodeKind::op: break;
+    case NodeKind::placeholder:
+      return "placeholder '" + name + "'";
+    case NodeKind::variable:
+      return "variable '" + name + "'";
+    case NodeKind::constant:
+      return "constant '" + name + "'";
+    case NodeKind::op:
+      break;
   }
   return op->short_name() + " '" + name + "'";
 }
@@ -68,7 +72,8 @@ Tensor Graph::push(Node node) {
 
 Tensor Graph::placeholder(const Shape& shape, DType dtype, const std::string& name) {
   for (std::int64_t d : shape.dims())
-    if (d < 0 && d != Shape::unknown) throw ShapeError("placeholder '" + name + "': negative dimension in " + shape.to_string());
+    if (d < 0 && d != Shape::unknown)
+      throw ShapeError("placeholder '" + name + "': negative dimension in " + shape.to_string());
   Node node;
   node.kind = NodeKind::placeholder;
   node.shape = shape;
@@ -119,7 +124,8 @@ Tensor Graph::scalar(double value, DType dtype, const std::string& name) {
 }
 
 namespace {
-void check_inputs(const OpDef& op, const std::string& node_name, const std::vector<Tensor>& inputs, const Graph& graph) {
+void check_inputs(const OpDef& op, const std::string& node_name, const std::vector<Tensor>& inputs,
+                  const Graph& graph) {
   const int count = static_cast<int>(inputs.size());
   if (count < op.min_inputs() || count > op.max_inputs()) {
     const std::string expected = op.min_inputs() == op.max_inputs()
@@ -148,8 +154,8 @@ void check_attributes(const OpDef& op, const std::string& node_name, const Attri
     if (op.accepts_attribute(item.first)) continue;
     std::string accepted;
     for (const std::string& name : op.attribute_names()) accepted += (accepted.empty() ? "" : ", ") + name;
-    throw ConfigError(op.short_name() + " '" + node_name + "': unknown attribute '" + item.first + "' (accepted: " +
-                      (accepted.empty() ? std::string("none") : accepted) + ")");
+    throw ConfigError(op.short_name() + " '" + node_name + "': unknown attribute '" + item.first +
+                      "' (accepted: " + (accepted.empty() ? std::string("none") : accepted) + ")");
   }
 }
 }  // namespace

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,8 +30,8 @@ struct Node {
   Attributes attributes;
   Shape shape;
   DType dtype = DType::float32;
-  std::string name;      // unique in the graph, e.g. "dense_1/matmul"
-  bool trainable = false;  // variables only
+  std::string name;               // unique in the graph, e.g. "dense_1/matmul"
+  bool trainable = false;         // variables only
   std::int32_t value_index = -1;  // variables and constants: index into the graph's value store
 
   // "matmul 'dense_1/matmul'" for ops, "placeholder 'x'" otherwise: how messages name a node.

@@ -49,7 +49,7 @@ struct KernelContext {
   const Shape* output_shape = nullptr;
   void* workspace = nullptr;  // scratch for this kernel only, sized by OpDef::workspace
   std::size_t workspace_bytes = 0;
-  std::uint64_t step = 0;     // the Program's step counter: seeds per-step randomness (dropout)
+  std::uint64_t step = 0;  // the Program's step counter: seeds per-step randomness (dropout)
 
   template <class T>
   const T* in(int index) const {

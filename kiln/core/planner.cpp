@@ -86,9 +86,9 @@ class Planner {
   const std::vector<NodeId>& needed_;
   std::int64_t batch_;
   std::vector<Shape> shapes_;
-  std::vector<std::size_t> last_use_;   // by node id: the step of its last reader
-  std::vector<int> storage_of_;         // by node id: index into storages_, -1 for graph-owned memory
-  std::vector<int> workspace_of_;       // by node id: scratch storage or -1
+  std::vector<std::size_t> last_use_;         // by node id: the step of its last reader
+  std::vector<int> storage_of_;               // by node id: index into storages_, -1 for graph-owned memory
+  std::vector<int> workspace_of_;             // by node id: scratch storage or -1
   std::vector<std::size_t> workspace_bytes_;  // by node id: the bytes its workspace function asked for
   std::vector<Storage> storages_;
 };
@@ -244,8 +244,9 @@ std::vector<NodeId> needed_nodes(const Graph& graph, const std::vector<NodeId>& 
   return result;
 }
 
-std::unique_ptr<Plan> make_plan(const Graph& graph, const std::vector<NodeId>& needed, const std::vector<Tensor>& fetches,
-                                const std::vector<Update>& updates, std::int64_t batch_size) {
+std::unique_ptr<Plan> make_plan(const Graph& graph, const std::vector<NodeId>& needed,
+                                const std::vector<Tensor>& fetches, const std::vector<Update>& updates,
+                                std::int64_t batch_size) {
   return Planner(graph, needed, batch_size).run(fetches, updates);
 }
 
@@ -258,7 +259,8 @@ void execute(Plan& plan, Graph& graph, std::uint64_t step) {
       plan.data[static_cast<std::size_t>(s.node)] = plan.data[static_cast<std::size_t>(s.inputs[0])];
       continue;
     }
-    for (std::size_t i = 0; i < s.inputs.size(); ++i) s.input_data[i] = plan.data[static_cast<std::size_t>(s.inputs[i])];
+    for (std::size_t i = 0; i < s.inputs.size(); ++i)
+      s.input_data[i] = plan.data[static_cast<std::size_t>(s.inputs[i])];
     s.context.output = plan.data[static_cast<std::size_t>(s.node)];
     s.context.step = step;
     if (!timed) {

@@ -36,12 +36,12 @@ struct KernelProfile {
 };
 
 struct Plan {
-  std::int64_t batch_size = -1;            // -1: the program has no unknown dimension
-  std::vector<Shape> shapes;               // by node id: concrete shapes for this batch size
-  std::vector<void*> data;                 // by node id: where each node's bytes are during a run
+  std::int64_t batch_size = -1;  // -1: the program has no unknown dimension
+  std::vector<Shape> shapes;     // by node id: concrete shapes for this batch size
+  std::vector<void*> data;       // by node id: where each node's bytes are during a run
   std::unique_ptr<unsigned char, AlignedFree> arena;
   std::vector<Step> steps;
-  std::vector<NodeId> external;            // variables and constants, whose storage the graph owns
+  std::vector<NodeId> external;  // variables and constants, whose storage the graph owns
   PlanStats stats;
   KernelProfile profile;
 };
@@ -49,8 +49,9 @@ struct Plan {
 // The nodes `roots` depend on, in topological (id) order.
 std::vector<NodeId> needed_nodes(const Graph& graph, const std::vector<NodeId>& roots);
 
-std::unique_ptr<Plan> make_plan(const Graph& graph, const std::vector<NodeId>& needed, const std::vector<Tensor>& fetches,
-                                const std::vector<Update>& updates, std::int64_t batch_size);
+std::unique_ptr<Plan> make_plan(const Graph& graph, const std::vector<NodeId>& needed,
+                                const std::vector<Tensor>& fetches, const std::vector<Update>& updates,
+                                std::int64_t batch_size);
 
 // Runs every step once; placeholders' data must already be set in plan.data.
 void execute(Plan& plan, Graph& graph, std::uint64_t step);

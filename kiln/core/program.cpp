@@ -35,7 +35,8 @@ Program::Program(Graph& graph, std::vector<Tensor> fetches, std::vector<Update> 
       running_(std::make_unique<std::atomic<bool>>(false)) {
   std::vector<NodeId> roots;
   for (const Tensor& fetch : fetches_) {
-    if (!fetch.valid() || &fetch.graph() != graph_) throw Error("Program: a fetch belongs to another graph, or is empty");
+    if (!fetch.valid() || &fetch.graph() != graph_)
+      throw Error("Program: a fetch belongs to another graph, or is empty");
     roots.push_back(fetch.id());
   }
   for (const Update& update : updates_) {
@@ -76,8 +77,8 @@ std::int64_t Program::fed_batch_size() const {
     for (int axis = 0; axis < node.shape.rank(); ++axis) {
       if (node.shape[axis] != Shape::unknown) continue;
       const std::int64_t size = fed_[i].shape()[axis];
-      if (size == 0) throw ValueError("Program::run: " + node.describe() + " was fed an empty batch " +
-                                      fed_[i].shape().to_string());
+      if (size == 0)
+        throw ValueError("Program::run: " + node.describe() + " was fed an empty batch " + fed_[i].shape().to_string());
       if (batch >= 0 && size != batch)
         throw ValueError("Program::run: batch sizes disagree: " + graph_->node(first).describe() + " has " +
                          std::to_string(batch) + ", " + node.describe() + " has " + std::to_string(size));
@@ -98,8 +99,9 @@ class RunningFlag {
  public:
   explicit RunningFlag(std::atomic<bool>& flag) : flag_(flag) {
     if (flag_.exchange(true, std::memory_order_acquire))
-      throw LayerStateError("Program::run: this Program is already running on another thread; give each thread "
-                            "a Program of its own (several Programs over one graph may run at once)");
+      throw LayerStateError(
+          "Program::run: this Program is already running on another thread; give each thread "
+          "a Program of its own (several Programs over one graph may run at once)");
   }
   ~RunningFlag() { flag_.store(false, std::memory_order_release); }
   RunningFlag(const RunningFlag&) = delete;
@@ -116,7 +118,8 @@ bool Program::has_plan(std::int64_t batch_size) const {
 
 // The plan for this batch size, moved to the back as the most recently used.
 detail::Plan& Program::plan_for(std::int64_t batch_size) {
-  const auto found = std::find_if(plans_.begin(), plans_.end(), [&](const auto& plan) { return plan->batch_size == batch_size; });
+  const auto found =
+      std::find_if(plans_.begin(), plans_.end(), [&](const auto& plan) { return plan->batch_size == batch_size; });
   if (found != plans_.end()) {
     std::rotate(found, found + 1, plans_.end());
     return *plans_.back();

@@ -25,11 +25,11 @@ struct Update {
 
 struct PlanStats {
   std::int64_t batch_size = 0;
-  std::size_t num_kernels = 0;       // kernels that run each step
-  std::size_t num_aliases = 0;       // reshapes resolved to views
-  std::size_t num_inplace = 0;       // outputs written over a dead input
-  std::size_t arena_bytes = 0;       // one allocation for every intermediate buffer
-  std::size_t unplanned_bytes = 0;   // what the same buffers would take without reuse
+  std::size_t num_kernels = 0;      // kernels that run each step
+  std::size_t num_aliases = 0;      // reshapes resolved to views
+  std::size_t num_inplace = 0;      // outputs written over a dead input
+  std::size_t arena_bytes = 0;      // one allocation for every intermediate buffer
+  std::size_t unplanned_bytes = 0;  // what the same buffers would take without reuse
 };
 
 namespace detail {
@@ -78,9 +78,9 @@ class Program {
   Graph* graph_;
   std::vector<Tensor> fetches_;
   std::vector<Update> updates_;
-  std::vector<NodeId> needed_;        // in topological order
-  std::vector<NodeId> placeholders_;  // needed placeholders
-  std::vector<Array> fed_;            // parallel to placeholders_
+  std::vector<NodeId> needed_;                        // in topological order
+  std::vector<NodeId> placeholders_;                  // needed placeholders
+  std::vector<Array> fed_;                            // parallel to placeholders_
   std::vector<std::unique_ptr<detail::Plan>> plans_;  // least recently used first
   detail::Plan* last_ = nullptr;
   std::uint64_t step_ = 0;

@@ -20,10 +20,10 @@ class Rng {
   std::uint64_t next() { return engine_(); }
   double uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }  // [0, 1)
   double uniform(double low, double high) { return low + (high - low) * uniform(); }
-  double normal();                                        // Box-Muller over uniform()
+  double normal();  // Box-Muller over uniform()
   double normal(double mean, double stddev) { return mean + stddev * normal(); }
   double truncated_normal(double mean, double stddev);  // redrawn beyond two standard deviations
-  std::uint64_t below(std::uint64_t bound);              // uniform in [0, bound), unbiased
+  std::uint64_t below(std::uint64_t bound);             // uniform in [0, bound), unbiased
 
   std::uint64_t seed() const { return seed_; }
   // The engine state as text (std::mt19937_64's stream format), for saving and resuming a run.

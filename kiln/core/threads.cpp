@@ -54,7 +54,7 @@ struct Slot {
   static std::uint64_t ranges_of(std::uint64_t ticket) { return (ticket >> range_bits) & range_mask; }
   static std::uint64_t next_of(std::uint64_t ticket) { return ticket & range_mask; }
 
-  std::atomic<bool> taken{false};      // a caller owns the slot
+  std::atomic<bool> taken{false};        // a caller owns the slot
   std::atomic<std::uint64_t> ticket{0};  // generation << 32 | ranges << 16 | next range
   std::atomic<RangeFunction> function{nullptr};
   std::atomic<const void*> body{nullptr};
@@ -70,7 +70,8 @@ struct Slot {
       ranges = ranges_of(seen);
       range = next_of(seen);
       if (range >= ranges) return false;
-      if (ticket.compare_exchange_weak(seen, seen + 1, std::memory_order_acq_rel, std::memory_order_acquire)) return true;
+      if (ticket.compare_exchange_weak(seen, seen + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+        return true;
     }
   }
 
@@ -157,7 +158,8 @@ class Pool {
 
   Slot* take_slot() {
     for (Slot& slot : slots_)
-      if (!slot.taken.load(std::memory_order_relaxed) && !slot.taken.exchange(true, std::memory_order_acquire)) return &slot;
+      if (!slot.taken.load(std::memory_order_relaxed) && !slot.taken.exchange(true, std::memory_order_acquire))
+        return &slot;
     return nullptr;
   }
 

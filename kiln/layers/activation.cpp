@@ -23,7 +23,8 @@ Config ActivationLayer::get_config() const {
 Tensor ActivationLayer::call(const Tensor& input, const CallArgs&) { return ops::activation(input, activation_); }
 
 Activation::Activation(const std::string& activation, const Config& options)
-    : LayerHandle(std::make_shared<ActivationLayer>(options.with("activation", activation.empty() ? "linear" : activation))) {}
+    : LayerHandle(
+          std::make_shared<ActivationLayer>(options.with("activation", activation.empty() ? "linear" : activation))) {}
 
 KILN_REGISTER_LAYER("kiln>Activation", ActivationLayer);
 

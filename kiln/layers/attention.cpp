@@ -27,8 +27,7 @@ void check_shapes(const Layer& layer, const Shape& query, const Shape& key, cons
       throw ShapeError(layer.describe(), "query, key and value differ before their last two dimensions", all);
   if (query.dim(-1) == Shape::unknown || query.dim(-1) != key.dim(-1))
     throw ShapeError(layer.describe(), "query and key must have the same, known depth", all);
-  if (key.dim(-2) != value.dim(-2))
-    throw ShapeError(layer.describe(), "key and value must have the same length", all);
+  if (key.dim(-2) != value.dim(-2)) throw ShapeError(layer.describe(), "key and value must have the same length", all);
 }
 
 }  // namespace
@@ -56,7 +55,8 @@ std::vector<Tensor> DotProductAttentionLayer::call(const std::vector<Tensor>& in
   const Tensor& value = inputs.back();
   check_shapes(*this, query.shape(), key.shape(), value.shape());
   if (query.shape().dim(-1) != build_shapes()[0].dim(-1))
-    shape_error("was built (and scaled) for another query depth", {{"built for", build_shapes()[0]}, {"query", query.shape()}});
+    shape_error("was built (and scaled) for another query depth",
+                {{"built for", build_shapes()[0]}, {"query", query.shape()}});
   detail::AttentionOptions options;
   options.mask = args.find_tensor("mask");
   options.causal = args.flag("use_causal_mask", false);
@@ -97,7 +97,8 @@ void AttentionLayer::build(const std::vector<Shape>& shapes) {
   // Keras's order: [query, value] or [query, value, key].
   check_shapes(*this, shapes[0], shapes.size() == 3 ? shapes[2] : shapes[1], shapes[1]);
   if (use_scale_) scale_ = add_weight("scale", Shape{}, Initializer::get("ones"));
-  if (score_mode_ == "concat") concat_score_weight_ = add_weight("concat_score_weight", Shape{}, Initializer::get("ones"));
+  if (score_mode_ == "concat")
+    concat_score_weight_ = add_weight("concat_score_weight", Shape{}, Initializer::get("ones"));
 }
 
 Tensor AttentionLayer::scores(const Tensor& query, const Tensor& key) const {
@@ -117,13 +118,15 @@ std::vector<Tensor> AttentionLayer::call(const std::vector<Tensor>& inputs, cons
   const Tensor& key = inputs.size() == 3 ? inputs[2] : inputs[1];
   check_shapes(*this, query.shape(), key.shape(), value.shape());
   const Tensor score = scores(query, key);
-  const Tensor mask = detail::combined_mask(describe(), args.find_tensor("value_mask"), args.flag("use_causal_mask", false), score);
+  const Tensor mask =
+      detail::combined_mask(describe(), args.find_tensor("value_mask"), args.flag("use_causal_mask", false), score);
   const std::uint64_t seed = detail::call_seed(seed_, name(), query);
   const detail::Attended attended = detail::attend(score, value, mask, dropout_, seed, args.training());
   Tensor output = attended.output;
   if (const Tensor* query_mask = args.find_tensor("query_mask")) {
     if (query_mask->rank() != 2 || (query_mask->shape()[1] != query.shape()[1]))
-      shape_error("query_mask must be (batch, query_length)", {{"query_mask", query_mask->shape()}, {"query", query.shape()}});
+      shape_error("query_mask must be (batch, query_length)",
+                  {{"query_mask", query_mask->shape()}, {"query", query.shape()}});
     output = output * ops::expand_dims(*query_mask, -1);
   }
   if (args.flag("return_attention_scores", false)) return {output, attended.weights};
@@ -131,7 +134,8 @@ std::vector<Tensor> AttentionLayer::call(const std::vector<Tensor>& inputs, cons
 }
 
 Attention::Attention(bool use_scale, const std::string& score_mode, const Config& options)
-    : LayerHandle(std::make_shared<AttentionLayer>(options.with("use_scale", use_scale).with("score_mode", score_mode))) {}
+    : LayerHandle(
+          std::make_shared<AttentionLayer>(options.with("use_scale", use_scale).with("score_mode", score_mode))) {}
 
 KILN_REGISTER_LAYER("kiln>DotProductAttention", DotProductAttentionLayer);
 KILN_REGISTER_LAYER("kiln>Attention", AttentionLayer);

@@ -43,7 +43,8 @@ class DotProductAttentionLayer : public Layer {
 class DotProductAttention : public LayerHandle<DotProductAttentionLayer> {
  public:
   explicit DotProductAttention(bool use_scale = true, const Config& options = {});
-  explicit DotProductAttention(const Config& config) : LayerHandle(std::make_shared<DotProductAttentionLayer>(config)) {}
+  explicit DotProductAttention(const Config& config)
+      : LayerHandle(std::make_shared<DotProductAttentionLayer>(config)) {}
 };
 
 class AttentionLayer : public Layer {

@@ -47,13 +47,20 @@ Config Config::from_ints(const std::vector<std::int64_t>& values) {
 
 const char* Config::type_name(Type type) {
   switch (type) {
-    case Type::null: return "null";
-    case Type::boolean: return "a bool";
-    case Type::integer: return "an integer";
-    case Type::number: return "a number";
-    case Type::string: return "a string";
-    case Type::list: return "a list";
-    case Type::map: return "a map";
+    case Type::null:
+      return "null";
+    case Type::boolean:
+      return "a bool";
+    case Type::integer:
+      return "an integer";
+    case Type::number:
+      return "a number";
+    case Type::string:
+      return "a string";
+    case Type::list:
+      return "a list";
+    case Type::map:
+      return "a map";
   }
   return "?";
 }
@@ -207,10 +214,14 @@ bool Config::operator==(const Config& other) const {
   }
   if (type_ != other.type_) return false;
   switch (type_) {
-    case Type::null: return true;
-    case Type::boolean: return bool_ == other.bool_;
-    case Type::string: return string_ == other.string_;
-    case Type::list: return list_ == other.list_;
+    case Type::null:
+      return true;
+    case Type::boolean:
+      return bool_ == other.bool_;
+    case Type::string:
+      return string_ == other.string_;
+    case Type::list:
+      return list_ == other.list_;
     case Type::map: {
       if (map_.size() != other.map_.size()) return false;
       for (const Entry& entry : map_) {
@@ -219,7 +230,8 @@ bool Config::operator==(const Config& other) const {
       }
       return true;
     }
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -229,10 +241,18 @@ void append_quoted(std::string& out, const std::string& text) {
   out += '"';
   for (char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buffer[8];
@@ -270,11 +290,21 @@ void append_number(std::string& out, double number) {
 
 void append(std::string& out, const Config& value) {
   switch (value.type()) {
-    case Config::Type::null: out += "null"; break;
-    case Config::Type::boolean: out += value.as_bool() ? "true" : "false"; break;
-    case Config::Type::integer: out += std::to_string(value.as_int()); break;
-    case Config::Type::number: append_number(out, value.as_double()); break;
-    case Config::Type::string: append_quoted(out, value.as_string()); break;
+    case Config::Type::null:
+      out += "null";
+      break;
+    case Config::Type::boolean:
+      out += value.as_bool() ? "true" : "false";
+      break;
+    case Config::Type::integer:
+      out += std::to_string(value.as_int());
+      break;
+    case Config::Type::number:
+      append_number(out, value.as_double());
+      break;
+    case Config::Type::string:
+      append_quoted(out, value.as_string());
+      break;
     case Config::Type::list: {
       out += '[';
       bool first = true;

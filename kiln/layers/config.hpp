@@ -113,8 +113,8 @@ class ConfigReader {
   // `who` names the class in messages: "Dense".
   ConfigReader(const Config& config, std::string who);
 
-  bool has(const std::string& key) const;  // present and not null
-  const Config& value(const std::string& key);  // null when absent
+  bool has(const std::string& key) const;        // present and not null
+  const Config& value(const std::string& key);   // null when absent
   std::int64_t integer(const std::string& key);  // required
   std::int64_t integer(const std::string& key, std::int64_t fallback);
   double number(const std::string& key, double fallback);

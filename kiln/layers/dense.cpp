@@ -12,9 +12,9 @@ DenseLayer::DenseLayer(const Config& config) : Layer(config, "Dense") {
   if (activation_.empty()) activation_ = "linear";
   use_bias_ = args.boolean("use_bias", true);
   kernel_initializer_ = args.has("kernel_initializer") ? Initializer::from_config(args.value("kernel_initializer"))
-                                                      : Initializer::get("glorot_uniform");
+                                                       : Initializer::get("glorot_uniform");
   bias_initializer_ = args.has("bias_initializer") ? Initializer::from_config(args.value("bias_initializer"))
-                                                  : Initializer::get("zeros");
+                                                   : Initializer::get("zeros");
   for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
                           "bias_constraint", "lora_rank", "lora_alpha", "quantization_config"})
     args.unsupported(key);
@@ -51,7 +51,8 @@ Tensor DenseLayer::call(const Tensor& input, const CallArgs&) {
 }
 
 Dense::Dense(std::int64_t units, const std::string& activation, const Config& options)
-    : LayerHandle(std::make_shared<DenseLayer>(options.with("units", units).with("activation", activation.empty() ? "linear" : activation))) {}
+    : LayerHandle(std::make_shared<DenseLayer>(
+          options.with("units", units).with("activation", activation.empty() ? "linear" : activation))) {}
 
 KILN_REGISTER_LAYER("kiln>Dense", DenseLayer);
 

@@ -21,7 +21,6 @@ class DropoutLayer : public Layer {
   Tensor call(const Tensor& input, const CallArgs& args) override;
 
  private:
-
   double rate_ = 0.0;
   std::optional<std::int64_t> seed_;
 };

@@ -43,7 +43,8 @@ Tensor EmbeddingLayer::call(const Tensor& input, const CallArgs&) {
 }
 
 Embedding::Embedding(std::int64_t input_dim, std::int64_t output_dim, const Config& options)
-    : LayerHandle(std::make_shared<EmbeddingLayer>(options.with("input_dim", input_dim).with("output_dim", output_dim))) {}
+    : LayerHandle(
+          std::make_shared<EmbeddingLayer>(options.with("input_dim", input_dim).with("output_dim", output_dim))) {}
 
 KILN_REGISTER_LAYER("kiln>Embedding", EmbeddingLayer);
 

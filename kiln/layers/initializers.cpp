@@ -67,22 +67,25 @@ const std::map<std::string, InitializerDef>& registry() {
     t["LecunNormal"] = {"lecun_normal", seed_only, variance_scaling(1.0, "fan_in", false)};
     t["Zeros"] = {"zeros", Config::map(), fill_with(0.0)};
     t["Ones"] = {"ones", Config::map(), fill_with(1.0)};
-    t["Constant"] = {"constant", {{"value", 0.0}},
-                     [](std::vector<double>& values, const Fans&, const Config& args, Rng&) {
-                       const double value = args.get_double("value");
-                       for (double& v : values) v = value;
-                     }};
-    t["RandomNormal"] = {"random_normal", {{"mean", 0.0}, {"stddev", 0.05}, {"seed", Config()}},
+    t["Constant"] = {
+        "constant", {{"value", 0.0}}, [](std::vector<double>& values, const Fans&, const Config& args, Rng&) {
+          const double value = args.get_double("value");
+          for (double& v : values) v = value;
+        }};
+    t["RandomNormal"] = {"random_normal",
+                         {{"mean", 0.0}, {"stddev", 0.05}, {"seed", Config()}},
                          [](std::vector<double>& values, const Fans&, const Config& args, Rng& rng) {
                            const double mean = args.get_double("mean"), stddev = args.get_double("stddev");
                            for (double& v : values) v = rng.normal(mean, stddev);
                          }};
-    t["TruncatedNormal"] = {"truncated_normal", {{"mean", 0.0}, {"stddev", 0.05}, {"seed", Config()}},
+    t["TruncatedNormal"] = {"truncated_normal",
+                            {{"mean", 0.0}, {"stddev", 0.05}, {"seed", Config()}},
                             [](std::vector<double>& values, const Fans&, const Config& args, Rng& rng) {
                               const double mean = args.get_double("mean"), stddev = args.get_double("stddev");
                               for (double& v : values) v = rng.truncated_normal(mean, stddev);
                             }};
-    t["RandomUniform"] = {"random_uniform", {{"minval", -0.05}, {"maxval", 0.05}, {"seed", Config()}},
+    t["RandomUniform"] = {"random_uniform",
+                          {{"minval", -0.05}, {"maxval", 0.05}, {"seed", Config()}},
                           [](std::vector<double>& values, const Fans&, const Config& args, Rng& rng) {
                             const double low = args.get_double("minval"), high = args.get_double("maxval");
                             for (double& v : values) v = rng.uniform(low, high);
@@ -133,7 +136,8 @@ Initializer Initializer::get(const std::string& name) {
 
 Initializer Initializer::from_config(const Config& config) {
   if (config.type() == Config::Type::string) return get(config.as_string());
-  if (!config.is_map()) throw ConfigError("an initializer is a name or {class_name, config}, got " + config.to_string());
+  if (!config.is_map())
+    throw ConfigError("an initializer is a name or {class_name, config}, got " + config.to_string());
   const std::string& name = config.get_string("class_name");
   Initializer result = get(name);
   const Config* arguments = config.find("config");

@@ -103,7 +103,9 @@ Config Layer::build_config() const {
   return {{"input_shapes", shapes}};
 }
 
-std::string Layer::describe() const { return class_name_ + " '" + (name_.empty() ? to_snake_case(class_name_) : name_) + "'"; }
+std::string Layer::describe() const {
+  return class_name_ + " '" + (name_.empty() ? to_snake_case(class_name_) : name_) + "'";
+}
 
 void Layer::shape_error(const std::string& what, const std::vector<std::pair<std::string, Shape>>& shapes) const {
   throw ShapeError(describe(), what, shapes);
@@ -176,7 +178,8 @@ void Layer::track_layer(const LayerPtr& child, bool part_of_this) {
     const std::string base = to_snake_case(child->class_name_);
     std::string name = base;
     for (int suffix = 1;; ++suffix) {
-      const bool taken = std::any_of(children_.begin(), children_.end(), [&](const LayerPtr& c) { return c->name_ == name; });
+      const bool taken =
+          std::any_of(children_.begin(), children_.end(), [&](const LayerPtr& c) { return c->name_ == name; });
       if (!taken) break;
       name = base + "_" + std::to_string(suffix);
     }
@@ -218,10 +221,12 @@ bool Layer::holds_first_draw() const {
   const Rng root(0);
   for (const OwnWeight& weight : weights_) {
     Rng rng = root.fork(seed_path_ + "/" + weight.name);
-    if (!weight.initializer.sample(weight.value.shape(), weight.value.dtype(), rng, weight.fans).bitwise_equal(weight.value))
+    if (!weight.initializer.sample(weight.value.shape(), weight.value.dtype(), rng, weight.fans)
+             .bitwise_equal(weight.value))
       return false;
   }
-  return std::all_of(children_.begin(), children_.end(), [](const LayerPtr& child) { return child->holds_first_draw(); });
+  return std::all_of(children_.begin(), children_.end(),
+                     [](const LayerPtr& child) { return child->holds_first_draw(); });
 }
 
 const Array& Layer::weight_value(WeightId weight) const { return weights_.at(weight).value; }
@@ -243,8 +248,10 @@ void Layer::check_input_count(std::size_t count) const {
   const auto [min_inputs, max_inputs] = input_count();
   if (count >= min_inputs && count <= max_inputs) return;
   std::string expected = std::to_string(min_inputs);
-  if (max_inputs == std::numeric_limits<std::size_t>::max()) expected = "at least " + expected;
-  else if (max_inputs != min_inputs) expected += " to " + std::to_string(max_inputs);
+  if (max_inputs == std::numeric_limits<std::size_t>::max())
+    expected = "at least " + expected;
+  else if (max_inputs != min_inputs)
+    expected += " to " + std::to_string(max_inputs);
   config_error("takes " + expected + " inputs, got " + std::to_string(count));
 }
 
@@ -277,7 +284,8 @@ Outputs Layer::operator()(const std::vector<Tensor>& given_inputs, const CallArg
   check_call(given_inputs, given_args);
   const LayerPtr self = weak_from_this().lock();
   if (!self)
-    throw LayerStateError(describe() + " is not held by a std::shared_ptr; create layers through their handles "
+    throw LayerStateError(describe() +
+                          " is not held by a std::shared_ptr; create layers through their handles "
                           "(kiln::Dense(...)) or std::make_shared");
   // Inputs from different graphs (two kiln::Input()s) meet in the first input's graph.
   Graph& graph = given_inputs[0].graph();
@@ -313,7 +321,8 @@ Outputs Layer::operator()(const std::vector<Tensor>& given_inputs, const CallArg
   record->args = args;
   for (const Tensor& output : outputs) record->outputs.push_back(Tensor(&output.graph(), output.id()));
   std::vector<Tensor> result;
-  for (std::size_t i = 0; i < outputs.size(); ++i) result.push_back(outputs[i].with_producer(record, static_cast<int>(i)));
+  for (std::size_t i = 0; i < outputs.size(); ++i)
+    result.push_back(outputs[i].with_producer(record, static_cast<int>(i)));
   return result;
 }
 
@@ -331,7 +340,8 @@ void Layer::collect_weights(const std::string& prefix, bool frozen_by_parent, st
   // Keras 3's order: the layer's own weights in creation order, then each child's, whatever the
   // trainable flags, so freezing a layer never reorders get_weights().
   const bool frozen = frozen_by_parent || !trainable_;
-  for (const OwnWeight& weight : weights_) out.push_back({prefix + weight.name, weight.value, weight.trainable && !frozen});
+  for (const OwnWeight& weight : weights_)
+    out.push_back({prefix + weight.name, weight.value, weight.trainable && !frozen});
   for (const LayerPtr& child : children_) child->collect_weights(prefix + child->name_ + "/", frozen, out);
 }
 
@@ -387,7 +397,8 @@ void Layer::set_weights(const std::vector<Array>& values) {
       shape_error("set_weights: weight '" + targets[i].path + "' has another shape",
                   {{"expected", targets[i].value.shape()}, {"given", values[i].shape()}});
   for (std::size_t i = 0; i < values.size(); ++i) {
-    const Array converted = values[i].dtype() == targets[i].value.dtype() ? values[i] : values[i].astype(targets[i].value.dtype());
+    const Array converted =
+        values[i].dtype() == targets[i].value.dtype() ? values[i] : values[i].astype(targets[i].value.dtype());
     std::memcpy(targets[i].value.raw(), converted.raw(), targets[i].value.nbytes());
   }
 }
@@ -501,7 +512,8 @@ LayerPtr create_layer(const std::string& class_name, const Config& config) {
 Config serialize_layer(const Layer& layer) {
   const std::string key = layer.registered_name();
   if (key.empty())
-    throw ConfigError(layer.describe() + " is not registered; register it with KILN_REGISTER_LAYER to save it by config");
+    throw ConfigError(layer.describe() +
+                      " is not registered; register it with KILN_REGISTER_LAYER to save it by config");
   Config result = {{"class_name", layer.class_name()}, {"config", layer.get_config()}, {"registered_name", key}};
   if (layer.built()) result.set("build_config", layer.build_config());
   return result;
@@ -519,7 +531,8 @@ LayerPtr layer_from_config(const Config& serialized) {
       layer->build_for(shape->as_shape("build_config input_shape"));
     else if (const Config* shapes = build->find("input_shapes")) {
       std::vector<Shape> list;
-      for (const Config& item : shapes->as_list("build_config input_shapes")) list.push_back(item.as_shape("build_config input_shapes"));
+      for (const Config& item : shapes->as_list("build_config input_shapes"))
+        list.push_back(item.as_shape("build_config input_shapes"));
       layer->build_for(list);
     }
   }

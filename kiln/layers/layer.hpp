@@ -207,7 +207,8 @@ class Layer : public std::enable_shared_from_this<Layer> {
   const Array& weight_value(WeightId weight) const;
 
   // ShapeError naming this layer: "<describe()>: <what> (a=(None, 3), b=(4,))".
-  [[noreturn]] void shape_error(const std::string& what, const std::vector<std::pair<std::string, Shape>>& shapes) const;
+  [[noreturn]] void shape_error(const std::string& what,
+                                const std::vector<std::pair<std::string, Shape>>& shapes) const;
   [[noreturn]] void config_error(const std::string& what) const;
 
  private:
@@ -334,6 +335,5 @@ struct LayerRegistration {
 #define KILN_LAYER_CONCAT_INNER(a, b) a##b
 #define KILN_LAYER_CONCAT(a, b) KILN_LAYER_CONCAT_INNER(a, b)
 // Registers a layer class, constructible from a Config, under "Package>Name".
-#define KILN_REGISTER_LAYER(key, Class)                                                         \
-  static const ::kiln::detail::LayerRegistration<Class> KILN_LAYER_CONCAT(kiln_layer_registration_, \
-                                                                          __LINE__)(key)
+#define KILN_REGISTER_LAYER(key, Class) \
+  static const ::kiln::detail::LayerRegistration<Class> KILN_LAYER_CONCAT(kiln_layer_registration_, __LINE__)(key)

@@ -26,7 +26,7 @@ LayerNormalizationLayer::LayerNormalizationLayer(const Config& config) : Layer(c
   ConfigReader args = config_reader(config);
   const Config& axis = args.value("axis");
   axis_is_list_ = axis.is_list();
-  axis_ = axis.is_null() ? std::vector<std::int64_t>{-1}
+  axis_ = axis.is_null()  ? std::vector<std::int64_t>{-1}
           : axis_is_list_ ? axis.as_ints("LayerNormalization argument 'axis'")
                           : std::vector<std::int64_t>{axis.as_int("LayerNormalization argument 'axis'")};
   epsilon_ = args.number("epsilon", 1e-3);

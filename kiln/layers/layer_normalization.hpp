@@ -41,8 +41,7 @@ class LayerNormalizationLayer : public Layer {
 class LayerNormalization : public LayerHandle<LayerNormalizationLayer> {
  public:
   explicit LayerNormalization(double epsilon = 1e-3, const Config& options = {});
-  explicit LayerNormalization(const Config& config)
-      : LayerHandle(std::make_shared<LayerNormalizationLayer>(config)) {}
+  explicit LayerNormalization(const Config& config) : LayerHandle(std::make_shared<LayerNormalizationLayer>(config)) {}
 };
 
 }  // namespace kiln

@@ -20,9 +20,11 @@ MHAttentionLayer::MHAttentionLayer(const Config& config) : Layer(config, "MHAtte
   // kiln files before config version 2 kept the sequence length here; their build_config still says it.
   if (!dimension.is_null() && dimension.as_int("MHAttention argument 'dimension'") != heads_ * key_size_ &&
       detail::config_version() >= 2)
-    args.fail("dimension is heads * key_size = " + std::to_string(heads_ * key_size_) + ", got " + dimension.to_string());
+    args.fail("dimension is heads * key_size = " + std::to_string(heads_ * key_size_) + ", got " +
+              dimension.to_string());
   if (!window_.is_null()) {
-    if (window_.as_int("MHAttention argument 'window'") <= 0) args.fail("window must be positive, got " + window_.to_string());
+    if (window_.as_int("MHAttention argument 'window'") <= 0)
+      args.fail("window must be positive, got " + window_.to_string());
     // The weights depend only on the window: build now, so loading weights never meets an unbuilt block.
     build_for(Shape{Shape::unknown, Shape::unknown, window_.as_int()});
   }
@@ -89,7 +91,8 @@ Tensor MHAttentionLayer::merge_heads(const Tensor& x) const {
 Tensor MHAttentionLayer::call(const Tensor& x, const CallArgs&) {
   const Shape& shape = x.shape();
   if (shape.rank() != 3 || shape[2] != window_.as_int())
-    shape_error("was built for a window of " + window_.to_string(), {{"built for", build_shapes().at(0)}, {"input", shape}});
+    shape_error("was built for a window of " + window_.to_string(),
+                {{"built for", build_shapes().at(0)}, {"input", shape}});
   // Heads are split with a reshape that names the length; an unknown one waits for per-shape planning.
   if (shape[1] == Shape::unknown) shape_error("needs a known sequence length at call time", {{"input", shape}});
 
@@ -109,4 +112,3 @@ MHAttention::MHAttention(std::int64_t key_size, std::int64_t heads, const Config
 KILN_REGISTER_LAYER("Custom>MHAttention", MHAttentionLayer);
 
 }  // namespace kiln
-

@@ -8,9 +8,9 @@
 #include <sstream>
 #include <thread>
 
+#include <kiln/core/detail/program_pool.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
-#include <kiln/core/detail/program_pool.hpp>
 #include <kiln/core/program.hpp>
 #include <kiln/layers/detail/replay.hpp>
 
@@ -32,7 +32,8 @@ InputLayer::InputLayer(const Config& config) : Layer(config, "InputLayer") {
   }
   args.value("shape");
   args.value("batch_size");
-  if (args.boolean("sparse", false) || args.boolean("ragged", false)) args.fail("sparse and ragged inputs are not supported");
+  if (args.boolean("sparse", false) || args.boolean("ragged", false))
+    args.fail("sparse and ragged inputs are not supported");
   args.finish();
   build_for(batch_shape_);
 }
@@ -77,9 +78,10 @@ Tensor import_with(const Tensor& tensor, Graph& graph, std::map<const LayerCall*
   if (&tensor.graph() == &graph) return tensor;
   const std::shared_ptr<const LayerCall>& call = tensor.producer();
   if (!call)
-    throw ValueError("tensor '" + tensor.name() +
-                     "' lives in another graph and was not made by a layer, so it cannot be brought into this one; "
-                     "make model inputs with kiln::Input and combine tensors with layers (kiln::Add, kiln::Concatenate)");
+    throw ValueError(
+        "tensor '" + tensor.name() +
+        "' lives in another graph and was not made by a layer, so it cannot be brought into this one; "
+        "make model inputs with kiln::Input and combine tensors with layers (kiln::Add, kiln::Concatenate)");
   auto found = memo.find(call.get());
   if (found == memo.end()) {
     std::vector<Tensor> outputs;
@@ -130,7 +132,8 @@ ModelBase::ModelBase(const Config& config, std::string class_name)
 ModelBase::Use ModelBase::use_for_inference(const std::string& what) const {
   std::lock_guard<std::mutex> lock(usage_->mutex);
   if (usage_->training > 0 && usage_->trainer != std::this_thread::get_id())
-    throw LayerStateError(describe() + "." + what + ": the model is training on another thread; predict and evaluate "
+    throw LayerStateError(describe() + "." + what +
+                          ": the model is training on another thread; predict and evaluate "
                           "with it once fit returns (or with a copy: load_model of a checkpoint)");
   ++usage_->inferring;
   return Use(this, false);
@@ -154,8 +157,10 @@ ModelBase::Use::~Use() {
   if (!model_) return;
   Usage& usage = *model_->usage_;
   std::lock_guard<std::mutex> lock(usage.mutex);
-  if (training_) --usage.training;
-  else --usage.inferring;
+  if (training_)
+    --usage.training;
+  else
+    --usage.inferring;
 }
 
 std::pair<std::size_t, std::size_t> ModelBase::input_count() const {
@@ -176,7 +181,7 @@ namespace {
 struct Recorder {
   const ModelBase& model;
   std::vector<ModelBase::Node>& nodes;
-  std::map<const Layer*, int> input_by_layer;        // kiln::Input tensors, by their InputLayer
+  std::map<const Layer*, int> input_by_layer;                    // kiln::Input tensors, by their InputLayer
   std::map<std::pair<const Graph*, NodeId>, int> input_by_node;  // raw placeholders given as inputs
   std::map<const LayerCall*, int> node_of_call;
   std::vector<const Graph*> node_graph;  // per recorded node: the graph its call ran in (null for inputs)
@@ -191,7 +196,8 @@ struct Recorder {
     for (std::size_t i = 0; i < a.inputs.size(); ++i)
       if (!same_ref(a.inputs[i], b.inputs[i])) return false;
     for (std::size_t i = 0; i < a.tensor_args.size(); ++i)
-      if (a.tensor_args[i].first != b.tensor_args[i].first || !same_ref(a.tensor_args[i].second, b.tensor_args[i].second))
+      if (a.tensor_args[i].first != b.tensor_args[i].first ||
+          !same_ref(a.tensor_args[i].second, b.tensor_args[i].second))
         return false;
     return true;
   }
@@ -208,7 +214,8 @@ struct Recorder {
     if (const auto found = input_by_node.find({&tensor.graph(), tensor.id()}); found != input_by_node.end())
       return {found->second, 0};
     if (!call)
-      throw ValueError(model.describe() + ": the outputs depend on '" + tensor.name() + "' (" + tensor.node().describe() +
+      throw ValueError(model.describe() + ": the outputs depend on '" + tensor.name() + "' (" +
+                       tensor.node().describe() +
                        "), which no layer made; a model is made of layers: use kiln::Add, kiln::Activation, ... "
                        "or a layer of your own instead of raw ops between layers");
     if (const auto found = node_of_call.find(call.get()); found != node_of_call.end())
@@ -254,7 +261,8 @@ void ModelBase::record(const std::vector<Tensor>& inputs, const std::vector<Tens
       recorder.input_by_layer[call->layer.get()] = static_cast<int>(nodes_.size());
     } else if (input.node().kind == NodeKind::placeholder) {
       // A placeholder the user made in a graph of their own becomes an input layer of the same shape.
-      Config config = {{"batch_shape", Config::from_shape(input.shape())}, {"dtype", dtype_name(input.dtype())},
+      Config config = {{"batch_shape", Config::from_shape(input.shape())},
+                       {"dtype", dtype_name(input.dtype())},
                        {"name", input.name()}};
       node.layer = std::make_shared<InputLayer>(config);
       recorder.input_by_node[{&input.graph(), input.id()}] = static_cast<int>(nodes_.size());
@@ -339,7 +347,8 @@ bool ModelBase::linear() const {
       if (!node.inputs.empty()) return false;
       continue;
     }
-    if (node.inputs.size() != 1 || !node.tensor_args.empty() || node.inputs[0].node != static_cast<int>(i) - 1) return false;
+    if (node.inputs.size() != 1 || !node.tensor_args.empty() || node.inputs[0].node != static_cast<int>(i) - 1)
+      return false;
   }
   return input_nodes_.size() == 1 && outputs_.size() == 1;
 }
@@ -393,7 +402,8 @@ std::shared_ptr<ModelBase::Inference> ModelBase::inference() {
     auto inference = std::make_shared<Inference>();
     for (int index : input_nodes_) {
       const auto& input_layer = static_cast<const InputLayer&>(*nodes_[static_cast<std::size_t>(index)].layer);
-      inference->inputs.push_back(inference->graph.placeholder(input_layer.batch_shape(), input_layer.dtype(), input_layer.name()));
+      inference->inputs.push_back(
+          inference->graph.placeholder(input_layer.batch_shape(), input_layer.dtype(), input_layer.name()));
     }
     inference->outputs = apply(inference->inputs, /*training=*/false);
     inference->programs = std::make_unique<detail::ProgramPool>(inference->graph, inference->outputs);
@@ -404,7 +414,8 @@ std::shared_ptr<ModelBase::Inference> ModelBase::inference() {
 
 // The arrays predict was given, checked against the inputs (same rows, fitting shapes) and converted
 // to the inputs' dtypes.
-std::vector<Array> ModelBase::predict_inputs(const std::vector<Array>& given, const std::vector<Tensor>& placeholders) const {
+std::vector<Array> ModelBase::predict_inputs(const std::vector<Array>& given,
+                                             const std::vector<Tensor>& placeholders) const {
   if (given.size() != placeholders.size())
     throw ValueError(describe() + ".predict takes " + std::to_string(placeholders.size()) + " arrays, got " +
                      std::to_string(given.size()));
@@ -413,9 +424,12 @@ std::vector<Array> ModelBase::predict_inputs(const std::vector<Array>& given, co
     const Shape& expected = placeholders[i].shape();
     const Shape& shape = given[i].shape();
     // Rows are fed in batches, so the row count is free even where the input fixes a batch size.
-    if (shape.rank() == 0 || !expected.accepts(shape, 1)) shape_error("predict: array " + std::to_string(i) + " does not fit the input", {{"input", expected}, {"array", shape}});
+    if (shape.rank() == 0 || !expected.accepts(shape, 1))
+      shape_error("predict: array " + std::to_string(i) + " does not fit the input",
+                  {{"input", expected}, {"array", shape}});
     if (shape[0] != given[0].shape()[0])
-      shape_error("predict: the arrays have different numbers of rows", {{"array 0", given[0].shape()}, {"array " + std::to_string(i), shape}});
+      shape_error("predict: the arrays have different numbers of rows",
+                  {{"array 0", given[0].shape()}, {"array " + std::to_string(i), shape}});
     inputs.push_back(given[i].dtype() == placeholders[i].dtype() ? given[i] : given[i].astype(placeholders[i].dtype()));
   }
   return inputs;
@@ -427,18 +441,20 @@ void ModelBase::check_stackable(const std::vector<Tensor>& outputs, std::int64_t
   for (const Tensor& output : outputs) {
     const std::vector<std::int64_t>& dims = output.shape().dims();
     if (dims.empty() || dims[0] != Shape::unknown)
-      throw ValueError(describe() + ": predict needs outputs with a batch dimension, output '" + output.name() + "' has shape " +
-                       output.shape().to_string());
+      throw ValueError(describe() + ": predict needs outputs with a batch dimension, output '" + output.name() +
+                       "' has shape " + output.shape().to_string());
     for (std::size_t axis = 1; axis < dims.size(); ++axis)
       if (dims[axis] == Shape::unknown && rows > batch_size)
-        shape_error("predict: output '" + output.name() + "' has a dimension that follows the batch size, so its batches " +
+        shape_error("predict: output '" + output.name() +
+                        "' has a dimension that follows the batch size, so its batches " +
                         "cannot be stacked; predict with batch_size >= " + std::to_string(rows),
                     {{"output", output.shape()}});
   }
 }
 
 std::vector<Array> ModelBase::predict(const std::vector<Array>& given, std::int64_t batch_size) {
-  if (batch_size <= 0) throw ValueError(describe() + ": predict batch_size must be positive, got " + std::to_string(batch_size));
+  if (batch_size <= 0)
+    throw ValueError(describe() + ": predict batch_size must be positive, got " + std::to_string(batch_size));
   if (!built() || input_nodes_.empty())
     throw LayerStateError(describe() + " is not built; call it on a tensor, give it an Input, or build it first");
   const Use use = use_for_inference("predict");
@@ -480,7 +496,8 @@ std::vector<Array> ModelBase::predict(const std::vector<Array>& given, std::int6
 Array ModelBase::predict(const Array& input, std::int64_t batch_size) {
   std::vector<Array> outputs = predict(std::vector<Array>{input}, batch_size);
   if (outputs.size() != 1)
-    throw ValueError(describe() + " has " + std::to_string(outputs.size()) + " outputs; use predict with a list of arrays");
+    throw ValueError(describe() + " has " + std::to_string(outputs.size()) +
+                     " outputs; use predict with a list of arrays");
   return outputs[0];
 }
 
@@ -542,7 +559,8 @@ struct SummaryRow {
 };
 
 // One row per layer (not per call), as Keras prints it; a shared layer lists all its calls' inputs.
-std::vector<SummaryRow> summary_rows(const std::vector<ModelBase::Node>& nodes, bool hide_inputs, bool show_connections) {
+std::vector<SummaryRow> summary_rows(const std::vector<ModelBase::Node>& nodes, bool hide_inputs,
+                                     bool show_connections) {
   std::map<const Layer*, int> calls_so_far;
   std::vector<int> call_index(nodes.size());
   for (std::size_t i = 0; i < nodes.size(); ++i) call_index[i] = calls_so_far[nodes[i].layer.get()]++;
@@ -584,7 +602,8 @@ std::string render_table(const std::vector<SummaryRow>& rows, bool show_connecti
   const std::size_t num_columns = headers.size();
   auto rule = [&](const char* left, const char* line, const char* middle, const char* right) {
     std::string out = left;
-    for (std::size_t c = 0; c < num_columns; ++c) out += repeat(line, widths[c] + 2) + (c + 1 < num_columns ? middle : right);
+    for (std::size_t c = 0; c < num_columns; ++c)
+      out += repeat(line, widths[c] + 2) + (c + 1 < num_columns ? middle : right);
     return out + "\n";
   };
   auto line = [&](const std::vector<std::string>& cells, const char* bar) {
@@ -613,8 +632,8 @@ std::string parameter_totals(const std::vector<Weight>& weights) {
     (weight.trainable ? trainable : frozen) += static_cast<std::int64_t>(weight.value.size());
     (weight.trainable ? trainable_bytes : frozen_bytes) += static_cast<double>(weight.value.nbytes());
   }
-  return " Total params: " + with_commas(trainable + frozen) + " (" + readable_size(trainable_bytes + frozen_bytes) + ")\n" +
-         " Trainable params: " + with_commas(trainable) + " (" + readable_size(trainable_bytes) + ")\n" +
+  return " Total params: " + with_commas(trainable + frozen) + " (" + readable_size(trainable_bytes + frozen_bytes) +
+         ")\n" + " Trainable params: " + with_commas(trainable) + " (" + readable_size(trainable_bytes) + ")\n" +
          " Non-trainable params: " + with_commas(frozen) + " (" + readable_size(frozen_bytes) + ")\n";
 }
 
@@ -624,7 +643,8 @@ std::string ModelBase::summary_string() const {
   const bool show_connections = !linear();
   // Keras shows a Sequential model's input layer as no row of its own.
   const bool hide_inputs = dynamic_cast<const SequentialModel*>(this) != nullptr;
-  return "Model: \"" + name() + "\"\n" + render_table(summary_rows(nodes_, hide_inputs, show_connections), show_connections) +
+  return "Model: \"" + name() + "\"\n" +
+         render_table(summary_rows(nodes_, hide_inputs, show_connections), show_connections) +
          parameter_totals(weights());
 }
 
@@ -667,9 +687,11 @@ Config ModelBase::graph_config() const {
     inbound[found->second].push_back({{"args", args}, {"kwargs", kwargs}});
   }
   Config layers = Config::list();
-  for (std::size_t k = 0; k < entries.size(); ++k) layers.push_back(entries[k].with("inbound_nodes", std::move(inbound[k])));
+  for (std::size_t k = 0; k < entries.size(); ++k)
+    layers.push_back(entries[k].with("inbound_nodes", std::move(inbound[k])));
   Config input_layers = Config::list();
-  for (int index : input_nodes_) input_layers.push_back(history(nodes_[static_cast<std::size_t>(index)].layer->name(), 0, 0).at("keras_history"));
+  for (int index : input_nodes_)
+    input_layers.push_back(history(nodes_[static_cast<std::size_t>(index)].layer->name(), 0, 0).at("keras_history"));
   Config output_layers = Config::list();
   for (const TensorRef& ref : outputs_) output_layers.push_back(ref_config(ref).at("keras_history"));
   return {{"layers", layers}, {"input_layers", input_layers}, {"output_layers", output_layers}};
@@ -720,7 +742,8 @@ class GraphRestorer {
     }
     for (const Pending& p : pending_)
       if (p.next < p.calls.size())
-        throw ConfigError(who_ + ": call " + std::to_string(p.next) + " of layer '" + p.name + "' refers to tensors no layer makes");
+        throw ConfigError(who_ + ": call " + std::to_string(p.next) + " of layer '" + p.name +
+                          "' refers to tensors no layer makes");
   }
 
   // The tensors named by [layer, call, output] triples (input_layers, output_layers).
@@ -728,7 +751,8 @@ class GraphRestorer {
     std::vector<Tensor> result;
     for (const Config& triple : triples) {
       Tensor t;
-      if (!resolve({{"keras_history", triple}}, t)) throw ConfigError(who_ + ": unknown " + what + " " + triple.to_string());
+      if (!resolve({{"keras_history", triple}}, t))
+        throw ConfigError(who_ + ": unknown " + what + " " + triple.to_string());
       result.push_back(t);
     }
     return result;
@@ -769,7 +793,8 @@ class GraphRestorer {
   // False while the referenced call has not run yet.
   bool resolve(const Config& ref, Tensor& out) const {
     const Config* history = keras_history(ref);
-    if (history == nullptr) throw ConfigError(who_ + ": " + ref.to_string() + " is not a tensor reference (keras_history)");
+    if (history == nullptr)
+      throw ConfigError(who_ + ": " + ref.to_string() + " is not a tensor reference (keras_history)");
     const std::vector<Config>& h = history->as_list("keras_history");
     if (h.size() != 3) throw ConfigError(who_ + ": keras_history needs [layer, call, output], got " + ref.to_string());
     const auto found = outputs_of_.find(h[0].as_string("keras_history layer"));
@@ -799,7 +824,8 @@ void ModelBase::restore_graph(const Config& config) {
 
 // ---- FunctionalModel ----------------------------------------------------------------------------------------
 
-FunctionalModel::FunctionalModel(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, const std::string& name)
+FunctionalModel::FunctionalModel(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+                                 const std::string& name)
     : ModelBase(name.empty() ? Config() : Config{{"name", name}}, "Functional") {
   record(inputs, outputs);
   build_for(input_shapes());
@@ -807,7 +833,8 @@ FunctionalModel::FunctionalModel(const std::vector<Tensor>& inputs, const std::v
 
 FunctionalModel::FunctionalModel(const Config& config) : ModelBase(config, "Functional") {
   ConfigReader args = config_reader(config);
-  restore_graph({{"layers", args.value("layers")}, {"input_layers", args.value("input_layers")},
+  restore_graph({{"layers", args.value("layers")},
+                 {"input_layers", args.value("input_layers")},
                  {"output_layers", args.value("output_layers")}});
   args.finish();
   build_for(input_shapes());
@@ -840,7 +867,8 @@ void SequentialModel::add(const LayerPtr& layer) {
     build_for(static_cast<const InputLayer&>(*layer).batch_shape());
     return;
   }
-  if (std::find(stack_.begin(), stack_.end(), layer) != stack_.end()) config_error("'" + layer->name() + "' is already in the stack");
+  if (std::find(stack_.begin(), stack_.end(), layer) != stack_.end())
+    config_error("'" + layer->name() + "' is already in the stack");
   stack_.push_back(layer);
   if (!built()) return;
   try {
@@ -883,7 +911,6 @@ Config SequentialModel::get_config() const {
   config.set("build_input_shape", built() ? Config::from_shape(input_shapes().at(0)) : Config());
   return config;
 }
-
 
 KILN_REGISTER_LAYER("kiln>InputLayer", InputLayer);
 KILN_REGISTER_LAYER("kiln>Functional", FunctionalModel);

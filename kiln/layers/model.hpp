@@ -183,7 +183,9 @@ class ModelHandle : public LayerHandle<M> {
   void summary() const { this->layer_->summary(); }
   void summary(std::ostream& out) const { this->layer_->summary(out); }
   std::string summary_string() const { return this->layer_->summary_string(); }
-  Array predict(const Array& input, std::int64_t batch_size = 32) const { return this->layer_->predict(input, batch_size); }
+  Array predict(const Array& input, std::int64_t batch_size = 32) const {
+    return this->layer_->predict(input, batch_size);
+  }
   std::vector<Array> predict(const std::vector<Array>& inputs, std::int64_t batch_size = 32) const {
     return this->layer_->predict(inputs, batch_size);
   }

@@ -20,9 +20,9 @@ MultiHeadAttentionLayer::MultiHeadAttentionLayer(const Config& config) : Layer(c
   output_shape_ = args.value("output_shape");
   attention_axes_ = args.value("attention_axes");
   kernel_initializer_ = args.has("kernel_initializer") ? Initializer::from_config(args.value("kernel_initializer"))
-                                                      : Initializer::get("glorot_uniform");
+                                                       : Initializer::get("glorot_uniform");
   bias_initializer_ = args.has("bias_initializer") ? Initializer::from_config(args.value("bias_initializer"))
-                                                  : Initializer::get("zeros");
+                                                   : Initializer::get("zeros");
   seed_ = args.value("seed");
   if (args.boolean("use_gate", false)) args.fail("use_gate is not supported");
   for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
@@ -40,15 +40,18 @@ MultiHeadAttentionLayer::MultiHeadAttentionLayer(const Config& config) : Layer(c
   if (dropout_ < 0.0 || dropout_ >= 1.0) args.fail("dropout must be in [0, 1), got " + std::to_string(dropout_));
   if (!seed_.is_null()) seed_.as_int("MultiHeadAttention argument 'seed'");
   if (!output_shape_.is_null()) {
-    const std::vector<std::int64_t> dims =
-        output_shape_.is_list() ? output_shape_.as_ints("output_shape") : std::vector<std::int64_t>{output_shape_.as_int("output_shape")};
-    if (dims.size() != 1 || dims[0] <= 0) args.fail("output_shape must be one positive size, got " + output_shape_.to_string());
+    const std::vector<std::int64_t> dims = output_shape_.is_list()
+                                               ? output_shape_.as_ints("output_shape")
+                                               : std::vector<std::int64_t>{output_shape_.as_int("output_shape")};
+    if (dims.size() != 1 || dims[0] <= 0)
+      args.fail("output_shape must be one positive size, got " + output_shape_.to_string());
     output_dim_ = dims[0];
   }
   // Attention over the length axis of (batch, length, features) inputs is all kiln does: axis 1.
   if (!attention_axes_.is_null()) {
-    const std::vector<std::int64_t> axes =
-        attention_axes_.is_list() ? attention_axes_.as_ints("attention_axes") : std::vector<std::int64_t>{attention_axes_.as_int("attention_axes")};
+    const std::vector<std::int64_t> axes = attention_axes_.is_list()
+                                               ? attention_axes_.as_ints("attention_axes")
+                                               : std::vector<std::int64_t>{attention_axes_.as_int("attention_axes")};
     if (axes != std::vector<std::int64_t>{1} && axes != std::vector<std::int64_t>{-2})
       args.fail("attention_axes other than the length axis (1) are not supported, got " + attention_axes_.to_string());
   }
@@ -65,7 +68,8 @@ Config MultiHeadAttentionLayer::get_config() const {
   config.set("attention_axes", attention_axes_);
   config.set("kernel_initializer", kernel_initializer_.get_config());
   config.set("bias_initializer", bias_initializer_.get_config());
-  for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint", "bias_constraint"})
+  for (const char* key :
+       {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint", "bias_constraint"})
     config.set(key, Config());
   config.set("seed", seed_);
   return config;
@@ -79,10 +83,12 @@ void MultiHeadAttentionLayer::check_inputs(const Shape& query, const Shape& key,
   if (query[0] != key[0])
     shape_error("query and key/value have different batch sizes", {{"query", query}, {"value", value}});
   for (const auto& [label, shape] : {std::pair<const char*, Shape>{"query", query}, {"key", key}, {"value", value}})
-    if (shape[2] == Shape::unknown) shape_error(std::string("needs the ") + label + "'s feature size", {{label, shape}});
+    if (shape[2] == Shape::unknown)
+      shape_error(std::string("needs the ") + label + "'s feature size", {{label, shape}});
 }
 
-MultiHeadAttentionLayer::Projection MultiHeadAttentionLayer::add_projection(const std::string& name, std::int64_t input_dim,
+MultiHeadAttentionLayer::Projection MultiHeadAttentionLayer::add_projection(const std::string& name,
+                                                                            std::int64_t input_dim,
                                                                             std::int64_t depth) {
   Projection projection;
   // Keras 3.15's fans for these 3-D kernels: a Dense from input_dim to heads·depth.
@@ -115,7 +121,8 @@ void MultiHeadAttentionLayer::build(const std::vector<Shape>& shapes) {
   key_ = add_projection("key", key[2], key_depth_);
   value_ = add_projection("value", value[2], value_depth_);
   const Fans fans{static_cast<double>(num_heads_ * value_depth_), static_cast<double>(output_dim)};
-  output_.kernel = add_weight("attention_output/kernel", {num_heads_, value_depth_, output_dim}, kernel_initializer_, fans);
+  output_.kernel =
+      add_weight("attention_output/kernel", {num_heads_, value_depth_, output_dim}, kernel_initializer_, fans);
   if (use_bias_) output_.bias = add_weight("attention_output/bias", {output_dim}, bias_initializer_);
 }
 
@@ -176,7 +183,8 @@ MultiHeadAttention::MultiHeadAttention(std::int64_t h)
     : LayerHandle(std::make_shared<MultiHeadAttentionLayer>(Config{{"num_heads", h}, {"use_bias", false}})) {}
 
 MultiHeadAttention::MultiHeadAttention(std::int64_t num_heads, std::int64_t key_dim, const Config& options)
-    : LayerHandle(std::make_shared<MultiHeadAttentionLayer>(options.with("num_heads", num_heads).with("key_dim", key_dim))) {}
+    : LayerHandle(
+          std::make_shared<MultiHeadAttentionLayer>(options.with("num_heads", num_heads).with("key_dim", key_dim))) {}
 
 KILN_REGISTER_LAYER("kiln>MultiHeadAttention", MultiHeadAttentionLayer);
 

@@ -99,8 +99,7 @@ Config FlattenLayer::get_config() const {
 std::int64_t FlattenLayer::flattened_size(const Shape& input_shape) const {
   if (input_shape.rank() < 1) shape_error("needs inputs with a batch dimension", {{"input", input_shape}});
   const std::int64_t size = sample_size(input_shape);
-  if (size == Shape::unknown)
-    shape_error("needs every dimension but the batch to be known", {{"input", input_shape}});
+  if (size == Shape::unknown) shape_error("needs every dimension but the batch to be known", {{"input", input_shape}});
   return size;
 }
 

@@ -10,10 +10,9 @@ namespace kiln {
 namespace ops {
 
 const std::vector<std::string>& activation_names() {
-  static const std::vector<std::string> names = {"linear", "relu",     "sigmoid",    "tanh",
-                                                 "softmax", "swish",   "silu",       "gelu",
-                                                 "elu",    "softplus", "leaky_relu", "exponential",
-                                                 "log_softmax"};
+  static const std::vector<std::string> names = {"linear",     "relu",        "sigmoid",    "tanh", "softmax",
+                                                 "swish",      "silu",        "gelu",       "elu",  "softplus",
+                                                 "leaky_relu", "exponential", "log_softmax"};
   return names;
 }
 
@@ -24,7 +23,8 @@ void check_activation(const std::string& name, const std::string& who) {
   std::string valid;
   for (const std::string& known : activation_names()) valid += (valid.empty() ? "" : ", ") + known;
   const std::string nearest = nearest_names(name, activation_names(), 1).front();
-  throw ConfigError(who + ": unknown activation '" + name + "' (did you mean '" + nearest + "'?); valid names: " + valid);
+  throw ConfigError(who + ": unknown activation '" + name + "' (did you mean '" + nearest +
+                    "'?); valid names: " + valid);
 }
 
 Tensor activation(const Tensor& x, const std::string& name) {

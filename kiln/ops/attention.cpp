@@ -266,8 +266,9 @@ struct Operand {
 template <class T>
 void block_product(const T* a, Operand a_layout, const T* b, Operand b_layout, T* c, std::int64_t m, std::int64_t n,
                    std::int64_t k, std::int64_t ldc, bool accumulate = false) {
-  detail::gemm(detail::GemmShape{m, n, k, a_layout.transpose, b_layout.transpose, a_layout.ld, b_layout.ld, ldc, accumulate},
-               a, b, c);
+  detail::gemm(
+      detail::GemmShape{m, n, k, a_layout.transpose, b_layout.transpose, a_layout.ld, b_layout.ld, ldc, accumulate}, a,
+      b, c);
 }
 
 // ---- the problem a kernel solves --------------------------------------------------------------------
@@ -283,7 +284,7 @@ struct Head {
   const T* k;
   const T* v;
   std::int64_t q_ld, k_ld, v_ld;  // row strides
-  const T* mask;  // this head's (T or 1, S) mask, or null
+  const T* mask;                  // this head's (T or 1, S) mask, or null
   std::int64_t mask_row_stride;
   bool causal;
   T scale;
@@ -322,7 +323,8 @@ struct Problem {
         mask(context.num_inputs > mask_index ? context.in<T>(mask_index) : nullptr),
         causal(context.attributes().get_bool("causal")),
         scale(static_cast<T>(context.attributes().get_double("scale"))) {
-    if (mask != nullptr) layout = mask_layout(context.input_shape(q_index), context.input_shape(mask_index), interleaved);
+    if (mask != nullptr)
+      layout = mask_layout(context.input_shape(q_index), context.input_shape(mask_index), interleaved);
   }
 
   Head<T> head(std::int64_t n) const {
@@ -343,8 +345,8 @@ struct Problem {
 
 template <class T>
 struct ForwardScratch {
-  T* scores;   // query_block × key_block
-  T* max;      // per query row of the block
+  T* scores;  // query_block × key_block
+  T* max;     // per query row of the block
   T* sum;
   T* rescale;
 };
@@ -367,8 +369,8 @@ ForwardScratch<T> forward_scratch(T* workspace, const Dims& dims) {
 
 // One key block's contribution to `rows` query rows starting at `first`: out ← rescale·out + p·v.
 template <class T>
-void forward_key_block(const Head<T>& h, const Dims& dims, std::int64_t first, std::int64_t rows, std::int64_t first_key,
-                       T* out, const ForwardScratch<T>& s) {
+void forward_key_block(const Head<T>& h, const Dims& dims, std::int64_t first, std::int64_t rows,
+                       std::int64_t first_key, T* out, const ForwardScratch<T>& s) {
   const std::int64_t keys = std::min(dims.keys - first_key, key_block);
   const std::int64_t d = dims.depth, dv = dims.value_depth, out_ld = dims.ld(dv);
   block_product(h.q + first * h.q_ld, {h.q_ld, false}, h.k + first_key * h.k_ld, {h.k_ld, true}, s.scores, rows, keys,
@@ -417,20 +419,19 @@ void fused_attention_kernel(const KernelContext& context) {
   const std::int64_t blocks = query_blocks(dims);
   const std::int64_t scratch_elements = forward_workspace_elements(dims);
   // (head, query block) pairs are independent: each worker takes a contiguous range, with its own scratch.
-  detail::parallel_for(dims.heads * blocks, slots(context, scratch_elements * sizeof(T)),
-                       [&](std::int64_t begin, std::int64_t end, int worker) {
-                         const ForwardScratch<T> scratch =
-                             forward_scratch(context.scratch<T>() + worker * scratch_elements, dims);
-                         for (std::int64_t item = begin; item < end; ++item) {
-                           const std::int64_t n = item / blocks;
-                           const std::int64_t first = item % blocks * dims.query_block;
-                           const std::int64_t rows = std::min(dims.queries - first, dims.query_block);
-                           forward_query_block(p.head(n), dims, first, rows,
-                                               out + dims.offset(n, dims.queries, dims.value_depth) +
-                                                   first * dims.ld(dims.value_depth),
-                                               lse + n * dims.queries + first, scratch);
-                         }
-                       });
+  detail::parallel_for(
+      dims.heads * blocks, slots(context, scratch_elements * sizeof(T)),
+      [&](std::int64_t begin, std::int64_t end, int worker) {
+        const ForwardScratch<T> scratch = forward_scratch(context.scratch<T>() + worker * scratch_elements, dims);
+        for (std::int64_t item = begin; item < end; ++item) {
+          const std::int64_t n = item / blocks;
+          const std::int64_t first = item % blocks * dims.query_block;
+          const std::int64_t rows = std::min(dims.queries - first, dims.query_block);
+          forward_query_block(p.head(n), dims, first, rows,
+                              out + dims.offset(n, dims.queries, dims.value_depth) + first * dims.ld(dims.value_depth),
+                              lse + n * dims.queries + first, scratch);
+        }
+      });
 }
 
 // ---- backward ------------------------------------------------------------------------------------------
@@ -460,7 +461,7 @@ BackwardScratch<T> backward_scratch(T* workspace, const Dims& dims) {
 // What one head's backward reads and writes.
 template <class T>
 struct HeadGrad {
-  const T* out;       // the forward output O
+  const T* out;  // the forward output O
   const T* lse;
   const T* out_grad;  // dO
   T* q_grad;
@@ -484,7 +485,8 @@ void backward_block(const Head<T>& h, const HeadGrad<T>& g, const Dims& dims, st
                       h.scale, g.lse[first + r]);
   const T* out_grad = g.out_grad + first * out_ld;
   // dV += pᵀ·dO, then dP = dO·vᵀ
-  block_product(p, {keys, true}, out_grad, {out_ld, false}, g.v_grad + first_key * h.v_ld, keys, dv, rows, h.v_ld, true);
+  block_product(p, {keys, true}, out_grad, {out_ld, false}, g.v_grad + first_key * h.v_ld, keys, dv, rows, h.v_ld,
+                true);
   block_product(out_grad, {out_ld, false}, v, {h.v_ld, true}, dp, rows, keys, dv, keys);
   for (std::int64_t r = 0; r < rows; ++r) {  // dS = p ∘ (dP − rowsum(dO ∘ O)), with the scale folded in
     const T dot = s.row_dots[first + r];
@@ -532,21 +534,20 @@ void fused_attention_grad_kernel(const KernelContext& context) {
   T* v_grad = k_grad + dims.heads * dims.keys * dims.depth;
   const std::int64_t scratch_elements = backward_workspace_elements(dims);
   // Heads are independent (each writes its own dq, dk, dv): each worker takes a contiguous range of them.
-  detail::parallel_for(dims.heads, slots(context, scratch_elements * sizeof(T)),
-                       [&](std::int64_t begin, std::int64_t end, int worker) {
-                         const BackwardScratch<T> scratch =
-                             backward_scratch(context.scratch<T>() + worker * scratch_elements, dims);
-                         for (std::int64_t n = begin; n < end; ++n) {
-                           const std::int64_t out_offset = dims.offset(n, dims.queries, dims.value_depth);
-                           const HeadGrad<T> g{out + out_offset,
-                                               lse + n * dims.queries,
-                                               out_grad + out_offset,
-                                               q_grad + dims.offset(n, dims.queries, dims.depth),
-                                               k_grad + dims.offset(n, dims.keys, dims.depth),
-                                               v_grad + dims.offset(n, dims.keys, dims.value_depth)};
-                           backward_head(p.head(n), g, dims, scratch);
-                         }
-                       });
+  detail::parallel_for(
+      dims.heads, slots(context, scratch_elements * sizeof(T)), [&](std::int64_t begin, std::int64_t end, int worker) {
+        const BackwardScratch<T> scratch = backward_scratch(context.scratch<T>() + worker * scratch_elements, dims);
+        for (std::int64_t n = begin; n < end; ++n) {
+          const std::int64_t out_offset = dims.offset(n, dims.queries, dims.value_depth);
+          const HeadGrad<T> g{out + out_offset,
+                              lse + n * dims.queries,
+                              out_grad + out_offset,
+                              q_grad + dims.offset(n, dims.queries, dims.depth),
+                              k_grad + dims.offset(n, dims.keys, dims.depth),
+                              v_grad + dims.offset(n, dims.keys, dims.value_depth)};
+          backward_head(p.head(n), g, dims, scratch);
+        }
+      });
 }
 
 // ---- views and copies of the flat buffers -----------------------------------------------------------
@@ -608,8 +609,9 @@ void check_attention(const InferContext& ctx, int q_index, int mask_index) {
   if (stored_q.rank() < min_rank || ctx.input_shape(q_index + 1).rank() != stored_q.rank() ||
       ctx.input_shape(q_index + 2).rank() != stored_q.rank())
     fail_attention(ctx, q_index, mask_index,
-                   interleaved ? "with heads_last, q, k and v must have one rank, 3 or more: (..., length, heads, depth)"
-                               : "q, k and v must have one rank, 2 or more: (..., length, depth)");
+                   interleaved
+                       ? "with heads_last, q, k and v must have one rank, 3 or more: (..., length, heads, depth)"
+                       : "q, k and v must have one rank, 2 or more: (..., length, depth)");
   const Shape q = heads_first(stored_q, interleaved);
   const Shape k = heads_first(ctx.input_shape(q_index + 1), interleaved);
   const Shape v = heads_first(ctx.input_shape(q_index + 2), interleaved);
@@ -618,8 +620,7 @@ void check_attention(const InferContext& ctx, int q_index, int mask_index) {
       fail_attention(ctx, q_index, mask_index, "q, k and v differ before their last two dimensions");
   if (q.dim(-1) != k.dim(-1))
     fail_attention(ctx, q_index, mask_index, "q and k must have the same depth (last dimension)");
-  if (k.dim(-2) != v.dim(-2))
-    fail_attention(ctx, q_index, mask_index, "k and v must have the same length");
+  if (k.dim(-2) != v.dim(-2)) fail_attention(ctx, q_index, mask_index, "k and v must have the same length");
   if (ctx.num_inputs() > mask_index) check_mask(ctx, q_index, mask_index);
 }
 
@@ -717,7 +718,9 @@ std::vector<Tensor> fused_attention_backward(const GradContext& g) {
     if (g.needs_grad(OutputInputs::q + part))
       result[static_cast<std::size_t>(OutputInputs::q + part)] =
           graph.add_op("kiln>FusedAttentionGradPart", {grads, q, k, v}, Attributes().set("part", part),
-                       part == 0 ? "q_grad" : part == 1 ? "k_grad" : "v_grad");
+                       part == 0   ? "q_grad"
+                       : part == 1 ? "k_grad"
+                                   : "v_grad");
   return result;
 }
 

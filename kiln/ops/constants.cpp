@@ -19,7 +19,10 @@ void fill_like_kernel(const KernelContext& k) {
 }  // namespace
 
 // A fill shaped like its input at run time, so it follows the batch size.
-KILN_REGISTER_OP(OpDef("kiln>FillLike").inputs(1).attributes({"value"}).infer_shape(detail::first_input_shape)
+KILN_REGISTER_OP(OpDef("kiln>FillLike")
+                     .inputs(1)
+                     .attributes({"value"})
+                     .infer_shape(detail::first_input_shape)
                      .forward(fill_like_kernel<float>, fill_like_kernel<double>)
                      .non_differentiable_inputs({0}, "only its shape is read"));
 

@@ -16,7 +16,6 @@ namespace kiln {
 
 namespace {
 
-
 // y = x * mask / (1 - rate). The op is linear in x, so the same kernel is its own gradient.
 template <class T>
 void dropout_kernel(const KernelContext& k) {
@@ -35,7 +34,8 @@ void dropout_kernel(const KernelContext& k) {
 }
 
 Tensor dropout_grad(const Tensor& dy, const Attributes& attributes) {
-  const Attributes copied = Attributes().set("rate", attributes.get_double("rate")).set("seed", attributes.get_int("seed"));
+  const Attributes copied =
+      Attributes().set("rate", attributes.get_double("rate")).set("seed", attributes.get_int("seed"));
   return dy.graph().add_op("kiln>DropoutGrad", {dy}, copied, "dropout_grad");
 }
 
@@ -43,12 +43,20 @@ std::vector<Tensor> dropout_backward(const GradContext& g) { return {dropout_gra
 
 }  // namespace
 
-KILN_REGISTER_OP(OpDef("kiln>Dropout").inputs(1).attributes({"rate", "seed"}).infer_shape(detail::first_input_shape)
-                     .forward(dropout_kernel<float>, dropout_kernel<double>).backward(dropout_backward)
+KILN_REGISTER_OP(OpDef("kiln>Dropout")
+                     .inputs(1)
+                     .attributes({"rate", "seed"})
+                     .infer_shape(detail::first_input_shape)
+                     .forward(dropout_kernel<float>, dropout_kernel<double>)
+                     .backward(dropout_backward)
                      .sharing(Sharing::inplace));
 // Its own op, not a second Dropout, so that graphs and messages show which node is the gradient.
-KILN_REGISTER_OP(OpDef("kiln>DropoutGrad").inputs(1).attributes({"rate", "seed"}).infer_shape(detail::first_input_shape)
-                     .forward(dropout_kernel<float>, dropout_kernel<double>).backward(dropout_backward)
+KILN_REGISTER_OP(OpDef("kiln>DropoutGrad")
+                     .inputs(1)
+                     .attributes({"rate", "seed"})
+                     .infer_shape(detail::first_input_shape)
+                     .forward(dropout_kernel<float>, dropout_kernel<double>)
+                     .backward(dropout_backward)
                      .sharing(Sharing::inplace));
 
 namespace ops {

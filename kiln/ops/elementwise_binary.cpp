@@ -64,15 +64,15 @@ void broadcast_apply(const KernelContext& k, F f) {
   }
 }
 
-#define KILN_BINARY_KERNEL(name, expression)                                \
-  template <class T>                                                        \
-  void name(const KernelContext& k) {                                       \
-    broadcast_apply<T>(k, [](T a, T b) -> T { return expression; });        \
+#define KILN_BINARY_KERNEL(name, expression)                         \
+  template <class T>                                                 \
+  void name(const KernelContext& k) {                                \
+    broadcast_apply<T>(k, [](T a, T b) -> T { return expression; }); \
   }
 
 KILN_BINARY_KERNEL(add_kernel, a + b)
 KILN_BINARY_KERNEL(sub_kernel, a - b)
-KILN_BINARY_KERNEL(mul_kernel, a * b)
+KILN_BINARY_KERNEL(mul_kernel, a* b)
 KILN_BINARY_KERNEL(div_kernel, a / b)
 KILN_BINARY_KERNEL(pow_kernel, std::pow(a, b))
 KILN_BINARY_KERNEL(maximum_kernel, detail::propagating_max(a, b))
@@ -116,7 +116,8 @@ std::vector<Tensor> pow_backward(const GradContext& g) {
 // The gradient goes to the input that won; a tie goes to `a` (maximum/minimum keep `a` on ties).
 std::vector<Tensor> extremum_backward(const GradContext& g, bool is_maximum) {
   const Tensor dy = g.output_grad();
-  const Tensor a_won = is_maximum ? ops::greater_equal(g.input(0), g.input(1)) : ops::less_equal(g.input(0), g.input(1));
+  const Tensor a_won =
+      is_maximum ? ops::greater_equal(g.input(0), g.input(1)) : ops::less_equal(g.input(0), g.input(1));
   const Tensor da = ops::mul(dy, a_won);
   return {g.needs_grad(0) ? da : Tensor{}, g.needs_grad(1) ? ops::sub(dy, da) : Tensor{}};
 }
@@ -163,7 +164,9 @@ Tensor pow(const Tensor& base, const Tensor& exponent) { return binary_node("kil
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary_node("kiln>Maximum", a, b, "maximum"); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary_node("kiln>Minimum", a, b, "minimum"); }
 Tensor greater(const Tensor& a, const Tensor& b) { return binary_node("kiln>Greater", a, b, "greater"); }
-Tensor greater_equal(const Tensor& a, const Tensor& b) { return binary_node("kiln>GreaterEqual", a, b, "greater_equal"); }
+Tensor greater_equal(const Tensor& a, const Tensor& b) {
+  return binary_node("kiln>GreaterEqual", a, b, "greater_equal");
+}
 Tensor less(const Tensor& a, const Tensor& b) { return binary_node("kiln>Less", a, b, "less"); }
 Tensor less_equal(const Tensor& a, const Tensor& b) { return binary_node("kiln>LessEqual", a, b, "less_equal"); }
 Tensor equal(const Tensor& a, const Tensor& b) { return binary_node("kiln>Equal", a, b, "equal"); }

@@ -313,7 +313,6 @@ void pow_scalar_grad_kernel(const KernelContext& k) {
 
 // ---- shape rules ---------------------------------------------------------------------------------------
 
-
 Shape same_shape_as_gradient(const InferContext& ctx) {
   if (ctx.input_shape(0) != ctx.input_shape(1)) ctx.fail("the value and its output gradient differ in shape");
   return ctx.input_shape(0);
@@ -364,8 +363,7 @@ std::vector<Tensor> relu_backward(const GradContext& g) {
 std::vector<Tensor> leaky_relu_backward(const GradContext& g) {
   const double slope = g.attributes().get_double("negative_slope");
   const Tensor branch_source = slope >= 0.0 ? g.output() : g.input(0);
-  return {fused_grad("kiln>LeakyReluGrad", branch_source, g.output_grad(),
-                     Attributes().set("negative_slope", slope))};
+  return {fused_grad("kiln>LeakyReluGrad", branch_source, g.output_grad(), Attributes().set("negative_slope", slope))};
 }
 
 std::vector<Tensor> elu_backward(const GradContext& g) {
@@ -431,12 +429,12 @@ KILN_REGISTER_OP(unary_op("kiln>Relu", relu_kernel<float>, relu_kernel<double>, 
 KILN_REGISTER_OP(unary_op("kiln>LeakyRelu", leaky_relu_kernel<float>, leaky_relu_kernel<double>, leaky_relu_backward)
                      .attributes({"negative_slope"}));
 KILN_REGISTER_OP(unary_op("kiln>Elu", elu_kernel<float>, elu_kernel<double>, elu_backward).attributes({"alpha"}));
-KILN_REGISTER_OP(unary_op("kiln>Gelu", gelu_kernel<float>, gelu_kernel<double>, gelu_backward)
-                     .attributes({"approximate"}));
+KILN_REGISTER_OP(
+    unary_op("kiln>Gelu", gelu_kernel<float>, gelu_kernel<double>, gelu_backward).attributes({"approximate"}));
 KILN_REGISTER_OP(unary_op("kiln>Swish", swish_kernel<float>, swish_kernel<double>, swish_backward));
 KILN_REGISTER_OP(unary_op("kiln>Softplus", softplus_kernel<float>, softplus_kernel<double>, softplus_backward));
-KILN_REGISTER_OP(unary_op("kiln>Scale", scale_kernel<float>, scale_kernel<double>, scale_backward)
-                     .attributes({"factor"}));
+KILN_REGISTER_OP(
+    unary_op("kiln>Scale", scale_kernel<float>, scale_kernel<double>, scale_backward).attributes({"factor"}));
 KILN_REGISTER_OP(unary_op("kiln>AddScalar", add_scalar_kernel<float>, add_scalar_kernel<double>, add_scalar_backward)
                      .attributes({"value"}));
 KILN_REGISTER_OP(unary_op("kiln>PowScalar", pow_scalar_kernel<float>, pow_scalar_kernel<double>, pow_scalar_backward)
@@ -451,8 +449,8 @@ KILN_REGISTER_OP(grad_op("kiln>ReluGrad", relu_grad_kernel<float>, relu_grad_ker
 KILN_REGISTER_OP(grad_op("kiln>LeakyReluGrad", leaky_relu_grad_kernel<float>, leaky_relu_grad_kernel<double>,
                          Sharing::inplace)
                      .attributes({"negative_slope"}));
-KILN_REGISTER_OP(grad_op("kiln>EluGrad", elu_grad_kernel<float>, elu_grad_kernel<double>, Sharing::inplace)
-                     .attributes({"alpha"}));
+KILN_REGISTER_OP(
+    grad_op("kiln>EluGrad", elu_grad_kernel<float>, elu_grad_kernel<double>, Sharing::inplace).attributes({"alpha"}));
 KILN_REGISTER_OP(grad_op("kiln>GeluGrad", gelu_grad_kernel<float>, gelu_grad_kernel<double>, Sharing::none)
                      .attributes({"approximate"}));
 KILN_REGISTER_OP(grad_op("kiln>SwishGrad", swish_grad_kernel<float>, swish_grad_kernel<double>, Sharing::none));

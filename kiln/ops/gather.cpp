@@ -110,11 +110,17 @@ std::vector<Tensor> scatter_add_backward(const GradContext& g) {
 
 }  // namespace
 
-KILN_REGISTER_OP(OpDef("kiln>Gather").inputs(2).infer_shape(gather_shape)
-                     .forward(gather_kernel<float>, gather_kernel<double>).backward(gather_backward)
+KILN_REGISTER_OP(OpDef("kiln>Gather")
+                     .inputs(2)
+                     .infer_shape(gather_shape)
+                     .forward(gather_kernel<float>, gather_kernel<double>)
+                     .backward(gather_backward)
                      .non_differentiable_inputs({1}, "integer indices"));
-KILN_REGISTER_OP(OpDef("kiln>ScatterAdd").inputs(3).infer_shape(scatter_add_shape)
-                     .forward(scatter_add_kernel<float>, scatter_add_kernel<double>).backward(scatter_add_backward)
+KILN_REGISTER_OP(OpDef("kiln>ScatterAdd")
+                     .inputs(3)
+                     .infer_shape(scatter_add_shape)
+                     .forward(scatter_add_kernel<float>, scatter_add_kernel<double>)
+                     .backward(scatter_add_backward)
                      .non_differentiable_inputs({1, 2}, "integer indices, and a shape reference"));
 
 namespace ops {

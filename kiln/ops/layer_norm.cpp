@@ -139,7 +139,9 @@ void layer_norm_param_grad_kernel(const KernelContext& k) {
   }
 }
 
-Attributes epsilon_of(const GradContext& g) { return Attributes().set("epsilon", g.attributes().get_double("epsilon")); }
+Attributes epsilon_of(const GradContext& g) {
+  return Attributes().set("epsilon", g.attributes().get_double("epsilon"));
+}
 
 Tensor sum_over_rows(const Tensor& dy) {
   if (dy.rank() == 1) return dy;
@@ -154,7 +156,8 @@ std::vector<Tensor> layer_norm_backward(const GradContext& g) {
   Graph& graph = dy.graph();
   Tensor dx, dgamma, dbeta;
   if (g.needs_grad(0)) dx = graph.add_op("kiln>LayerNormGrad", {x, g.input(1), dy}, epsilon_of(g), "layer_norm_grad");
-  if (g.needs_grad(1)) dgamma = graph.add_op("kiln>LayerNormParamGrad", {x, dy}, epsilon_of(g), "layer_norm_param_grad");
+  if (g.needs_grad(1))
+    dgamma = graph.add_op("kiln>LayerNormParamGrad", {x, dy}, epsilon_of(g), "layer_norm_param_grad");
   if (g.needs_grad(2)) dbeta = sum_over_rows(dy);
   return {dx, dgamma, dbeta};
 }
@@ -163,12 +166,21 @@ constexpr const char* second_order = "second-order gradients of layer_norm are n
 
 }  // namespace
 
-KILN_REGISTER_OP(OpDef("kiln>LayerNorm").inputs(3).attributes({"epsilon"}).infer_shape(layer_norm_shape)
-                     .forward(layer_norm_kernel<float>, layer_norm_kernel<double>).backward(layer_norm_backward));
-KILN_REGISTER_OP(OpDef("kiln>LayerNormGrad").inputs(3).attributes({"epsilon"}).infer_shape(layer_norm_grad_shape)
+KILN_REGISTER_OP(OpDef("kiln>LayerNorm")
+                     .inputs(3)
+                     .attributes({"epsilon"})
+                     .infer_shape(layer_norm_shape)
+                     .forward(layer_norm_kernel<float>, layer_norm_kernel<double>)
+                     .backward(layer_norm_backward));
+KILN_REGISTER_OP(OpDef("kiln>LayerNormGrad")
+                     .inputs(3)
+                     .attributes({"epsilon"})
+                     .infer_shape(layer_norm_grad_shape)
                      .forward(layer_norm_grad_kernel<float>, layer_norm_grad_kernel<double>)
                      .not_differentiable(second_order));
-KILN_REGISTER_OP(OpDef("kiln>LayerNormParamGrad").inputs(2).attributes({"epsilon"})
+KILN_REGISTER_OP(OpDef("kiln>LayerNormParamGrad")
+                     .inputs(2)
+                     .attributes({"epsilon"})
                      .infer_shape(layer_norm_param_grad_shape)
                      .forward(layer_norm_param_grad_kernel<float>, layer_norm_param_grad_kernel<double>)
                      .not_differentiable(second_order));
@@ -177,7 +189,8 @@ namespace ops {
 
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double epsilon) {
   if (!(epsilon > 0.0))
-    throw ConfigError("layer_norm on " + x.node().describe() + ": epsilon must be positive, got " + std::to_string(epsilon));
+    throw ConfigError("layer_norm on " + x.node().describe() + ": epsilon must be positive, got " +
+                      std::to_string(epsilon));
   return x.graph().add_op("kiln>LayerNorm", {x, gamma, beta}, Attributes().set("epsilon", epsilon), "layer_norm");
 }
 

@@ -210,8 +210,7 @@ struct CategoricalLogits {
   void d_pred(const T* t, const T* z, std::int64_t classes, double scale, T* grad) const {
     const double lse = log_sum_exp(z, classes);
     const double total = row_sum(t, classes);
-    for (std::int64_t c = 0; c < classes; ++c)
-      grad[c] = static_cast<T>(scale * (std::exp(z[c] - lse) * total - t[c]));
+    for (std::int64_t c = 0; c < classes; ++c) grad[c] = static_cast<T>(scale * (std::exp(z[c] - lse) * total - t[c]));
   }
   template <class T>
   void d_true(const T*, const T* z, std::int64_t classes, double scale, T* grad) const {
@@ -384,8 +383,7 @@ Shape sparse_grad_shape(const InferContext& ctx) {
 Tensor loss_grad(const GradContext& g, const char* grad_op, int wrt) {
   Attributes attributes = g.attributes();
   attributes.set("wrt", wrt);
-  return g.output().graph().add_op(grad_op, {g.input(0), g.input(1), g.output_grad()}, std::move(attributes),
-                                   "grad");
+  return g.output().graph().add_op(grad_op, {g.input(0), g.input(1), g.output_grad()}, std::move(attributes), "grad");
 }
 
 template <const char* GradOp>
@@ -407,8 +405,8 @@ constexpr char sparse_categorical_crossentropy_grad[] = "kiln>SparseCategoricalC
 
 const char* const second_order = "second-order gradients are not supported";
 
-OpDef loss_op(const char* name, std::vector<std::string> attributes, KernelFn float32_kernel,
-              KernelFn float64_kernel, BackwardFn backward) {
+OpDef loss_op(const char* name, std::vector<std::string> attributes, KernelFn float32_kernel, KernelFn float64_kernel,
+              BackwardFn backward) {
   OpDef op(name);
   op.inputs(2).attributes(std::move(attributes)).infer_shape(paired_loss_shape);
   op.forward(float32_kernel, float64_kernel).backward(backward);

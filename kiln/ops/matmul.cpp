@@ -78,8 +78,8 @@ void matmul_kernel(const KernelContext& k) {
   const bool transpose_b = k.attributes().get_bool("transpose_b");
   const MatrixDims left = used_dims(a, transpose_a);
   const MatrixDims right = used_dims(b, transpose_b);
-  detail::GemmShape gemm{left.rows, right.cols, left.cols, transpose_a, transpose_b,
-                         a[a.rank() - 1],   b[b.rank() - 1], right.cols};
+  detail::GemmShape gemm{left.rows,   right.cols,      left.cols,       transpose_a,
+                         transpose_b, a[a.rank() - 1], b[b.rank() - 1], right.cols};
   const T* pa = k.in<T>(0);
   const T* pb = k.in<T>(1);
   T* pc = k.out<T>();
@@ -96,7 +96,8 @@ void matmul_kernel(const KernelContext& k) {
   const std::int64_t out_matrix = left.rows * right.cols;
   // Batches on kiln's threads when each product is too small to split (see detail::gemm), else one by one.
   const std::int64_t work = gemm.m * gemm.n * gemm.k;
-  const int max_workers = work >= detail::gemm_split_work ? 1 : static_cast<int>(std::min<std::int64_t>(batches, 1 << 16));
+  const int max_workers =
+      work >= detail::gemm_split_work ? 1 : static_cast<int>(std::min<std::int64_t>(batches, 1 << 16));
   detail::parallel_for(batches, max_workers, [&](std::int64_t begin, std::int64_t end, int) {
     for (std::int64_t i = begin; i < end; ++i)
       detail::gemm(gemm, pa + batch_offset(i, out, a, batch_rank), pb + batch_offset(i, out, b, batch_rank),
@@ -123,7 +124,7 @@ std::vector<Tensor> matmul_backward(const GradContext& g) {
     if (!ta)
       da = ops::matmul(dy, b, false, !tb);  // dA = dY·Bᵀ
     else
-      da = ops::matmul(b, dy, tb, true);    // dAᵀ = B·dYᵀ
+      da = ops::matmul(b, dy, tb, true);  // dAᵀ = B·dYᵀ
   }
   if (g.needs_grad(1)) {
     if (b.rank() == 2 && a.rank() > 2 && !ta)
@@ -131,15 +132,20 @@ std::vector<Tensor> matmul_backward(const GradContext& g) {
     else if (!tb)
       db = ops::matmul(a, dy, !ta, false);  // dB = Aᵀ·dY
     else
-      db = ops::matmul(dy, a, true, ta);    // dBᵀ = dYᵀ·A
+      db = ops::matmul(dy, a, true, ta);  // dBᵀ = dYᵀ·A
   }
   return {da, db};
 }
 
 }  // namespace
 
-KILN_REGISTER_OP(OpDef("kiln>MatMul").display_name("matmul").inputs(2).attributes({"transpose_a", "transpose_b"}).infer_shape(matmul_shape)
-                     .forward(matmul_kernel<float>, matmul_kernel<double>).backward(matmul_backward));
+KILN_REGISTER_OP(OpDef("kiln>MatMul")
+                     .display_name("matmul")
+                     .inputs(2)
+                     .attributes({"transpose_a", "transpose_b"})
+                     .infer_shape(matmul_shape)
+                     .forward(matmul_kernel<float>, matmul_kernel<double>)
+                     .backward(matmul_backward));
 
 namespace ops {
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {

@@ -21,7 +21,7 @@ Tensor scalar_like(const Tensor& like, double value);  // a () constant of like'
 // A (query_length, key_length) constant: 1 where query i may attend key j, i.e. j <= i (Keras's
 // top-left aligned causal mask), 0 elsewhere.
 Tensor causal_mask(Graph& graph, std::int64_t query_length, std::int64_t key_length, DType dtype);
-Tensor zeros_like(const Tensor& like);                   // computed from like's runtime shape
+Tensor zeros_like(const Tensor& like);  // computed from like's runtime shape
 Tensor ones_like(const Tensor& like);
 
 // ---- elementwise, NumPy broadcasting -------------------------------------------------------------
@@ -40,9 +40,9 @@ Tensor less(const Tensor& a, const Tensor& b);
 Tensor less_equal(const Tensor& a, const Tensor& b);
 Tensor equal(const Tensor& a, const Tensor& b);
 
-Tensor scale(const Tensor& x, double factor);        // x * factor
-Tensor add_scalar(const Tensor& x, double value);    // x + value
-Tensor pow_scalar(const Tensor& x, double exponent); // x ** exponent
+Tensor scale(const Tensor& x, double factor);         // x * factor
+Tensor add_scalar(const Tensor& x, double value);     // x + value
+Tensor pow_scalar(const Tensor& x, double exponent);  // x ** exponent
 
 // ---- elementwise, one input ----------------------------------------------------------------------
 Tensor neg(const Tensor& x);
@@ -57,8 +57,8 @@ Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.2);  // Keras's default slope
 Tensor elu(const Tensor& x, double alpha = 1.0);
-Tensor gelu(const Tensor& x, bool approximate = true);             // approximate: tanh form (Keras default)
-Tensor swish(const Tensor& x);                                     // x * sigmoid(x), a.k.a. silu
+Tensor gelu(const Tensor& x, bool approximate = true);  // approximate: tanh form (Keras default)
+Tensor swish(const Tensor& x);                          // x * sigmoid(x), a.k.a. silu
 inline Tensor silu(const Tensor& x) { return swish(x); }
 Tensor softplus(const Tensor& x);
 // By Keras name: "linear"/"" (identity), "relu", "sigmoid", "tanh", "softmax", "swish"/"silu", "gelu",

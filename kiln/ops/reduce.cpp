@@ -119,7 +119,8 @@ void reduce_runs(const T* in, const Shape& input, const AxisMask& reduced, T* ou
 }
 
 template <class T>
-void reduce_into(const T* in, const Shape& input, const AxisMask& reduced, T* out, std::size_t out_size, Reduction kind) {
+void reduce_into(const T* in, const Shape& input, const AxisMask& reduced, T* out, std::size_t out_size,
+                 Reduction kind) {
   const T initial = kind == Reduction::sum   ? T(0)
                     : kind == Reduction::max ? -std::numeric_limits<T>::infinity()
                                              : std::numeric_limits<T>::infinity();
@@ -182,7 +183,12 @@ std::vector<Tensor> extremum_backward(const GradContext& g) {
 }
 
 OpDef reduction(const char* name, KernelFn f32, KernelFn f64, BackwardFn backward) {
-  return OpDef(name).inputs(1).attributes({"axes", "keepdims"}).infer_shape(reduce_shape).forward(f32, f64).backward(backward);
+  return OpDef(name)
+      .inputs(1)
+      .attributes({"axes", "keepdims"})
+      .infer_shape(reduce_shape)
+      .forward(f32, f64)
+      .backward(backward);
 }
 
 // ---- ExpandLike: broadcast x to like's shape (optionally dividing by the expansion: mean's gradient) -----
@@ -273,12 +279,22 @@ KILN_REGISTER_OP(reduction("kiln>Max", reduce_kernel<float, Reduction::max, fals
                            reduce_kernel<double, Reduction::max, false>, extremum_backward));
 KILN_REGISTER_OP(reduction("kiln>Min", reduce_kernel<float, Reduction::min, false>,
                            reduce_kernel<double, Reduction::min, false>, extremum_backward));
-KILN_REGISTER_OP(OpDef("kiln>SumTo").inputs(1).attributes({"shape"}).infer_shape(sum_to_shape)
-                     .forward(sum_to_kernel<float>, sum_to_kernel<double>).backward(sum_to_backward));
-KILN_REGISTER_OP(OpDef("kiln>ExpandLike").inputs(2).attributes({"average"}).infer_shape(like_shape)
-                     .forward(expand_like_kernel<float>, expand_like_kernel<double>).backward(expand_like_backward)
+KILN_REGISTER_OP(OpDef("kiln>SumTo")
+                     .inputs(1)
+                     .attributes({"shape"})
+                     .infer_shape(sum_to_shape)
+                     .forward(sum_to_kernel<float>, sum_to_kernel<double>)
+                     .backward(sum_to_backward));
+KILN_REGISTER_OP(OpDef("kiln>ExpandLike")
+                     .inputs(2)
+                     .attributes({"average"})
+                     .infer_shape(like_shape)
+                     .forward(expand_like_kernel<float>, expand_like_kernel<double>)
+                     .backward(expand_like_backward)
                      .non_differentiable_inputs({1}, "only its shape is read"));
-KILN_REGISTER_OP(OpDef("kiln>ReduceExtremumGrad").inputs(3).attributes({"axes", "keepdims"})
+KILN_REGISTER_OP(OpDef("kiln>ReduceExtremumGrad")
+                     .inputs(3)
+                     .attributes({"axes", "keepdims"})
                      .infer_shape(detail::first_input_shape)
                      .forward(extremum_grad_kernel<float>, extremum_grad_kernel<double>)
                      .workspace(extremum_grad_workspace)
@@ -292,10 +308,18 @@ Tensor reduce_node(const char* op, const Tensor& x, const Axes& axes, bool keepd
 }
 }  // namespace
 
-Tensor sum(const Tensor& x, const Axes& axes, bool keepdims) { return reduce_node("kiln>Sum", x, axes, keepdims, "sum"); }
-Tensor mean(const Tensor& x, const Axes& axes, bool keepdims) { return reduce_node("kiln>Mean", x, axes, keepdims, "mean"); }
-Tensor max(const Tensor& x, const Axes& axes, bool keepdims) { return reduce_node("kiln>Max", x, axes, keepdims, "max"); }
-Tensor min(const Tensor& x, const Axes& axes, bool keepdims) { return reduce_node("kiln>Min", x, axes, keepdims, "min"); }
+Tensor sum(const Tensor& x, const Axes& axes, bool keepdims) {
+  return reduce_node("kiln>Sum", x, axes, keepdims, "sum");
+}
+Tensor mean(const Tensor& x, const Axes& axes, bool keepdims) {
+  return reduce_node("kiln>Mean", x, axes, keepdims, "mean");
+}
+Tensor max(const Tensor& x, const Axes& axes, bool keepdims) {
+  return reduce_node("kiln>Max", x, axes, keepdims, "max");
+}
+Tensor min(const Tensor& x, const Axes& axes, bool keepdims) {
+  return reduce_node("kiln>Min", x, axes, keepdims, "min");
+}
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {
   if (x.shape() == shape) return x;

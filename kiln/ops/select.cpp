@@ -73,12 +73,21 @@ std::vector<Tensor> masked_fill_backward(const GradContext& g) {
 
 }  // namespace
 
-KILN_REGISTER_OP(OpDef("kiln>Where").inputs(3).infer_shape(where_shape).forward(where_kernel<float>, where_kernel<double>)
-                     .backward(where_backward).non_differentiable_inputs({0}, "a condition")
+KILN_REGISTER_OP(OpDef("kiln>Where")
+                     .inputs(3)
+                     .infer_shape(where_shape)
+                     .forward(where_kernel<float>, where_kernel<double>)
+                     .backward(where_backward)
+                     .non_differentiable_inputs({0}, "a condition")
                      .sharing(Sharing::inplace));
-KILN_REGISTER_OP(OpDef("kiln>MaskedFill").inputs(2).attributes({"value"}).infer_shape(masked_fill_shape)
-                     .forward(masked_fill_kernel<float>, masked_fill_kernel<double>).backward(masked_fill_backward)
-                     .non_differentiable_inputs({1}, "a mask").sharing(Sharing::inplace));
+KILN_REGISTER_OP(OpDef("kiln>MaskedFill")
+                     .inputs(2)
+                     .attributes({"value"})
+                     .infer_shape(masked_fill_shape)
+                     .forward(masked_fill_kernel<float>, masked_fill_kernel<double>)
+                     .backward(masked_fill_backward)
+                     .non_differentiable_inputs({1}, "a mask")
+                     .sharing(Sharing::inplace));
 
 namespace ops {
 

@@ -112,7 +112,7 @@ bool fits_some_batch(std::int64_t known, std::int64_t total) {
 struct DimCount {
   std::int64_t known = 1;  // product of the known dimensions
   int num_unknown = 0;
-  int unknown_at = -1;     // the (last) position of an unknown dimension
+  int unknown_at = -1;  // the (last) position of an unknown dimension
 };
 
 DimCount count_dims(const Ints& dims) {
@@ -130,7 +130,8 @@ DimCount count_dims(const Ints& dims) {
 
 // The target's -1, inferred. With an unknown input it stays unknown: "(None, 160) -> [-1, 40, 4]" is
 // "(None, 40, 4)", and some batch size always makes the division exact, so only the plan can reject one.
-std::int64_t inferred_dim(const InferContext& ctx, const DimCount& in, const DimCount& target, const std::string& what) {
+std::int64_t inferred_dim(const InferContext& ctx, const DimCount& in, const DimCount& target,
+                          const std::string& what) {
   if (target.known == 0) ctx.fail(what + ": -1 is ambiguous next to a zero-sized dimension");
   if (in.num_unknown > 0) return Shape::unknown;
   if (in.known % target.known != 0) ctx.fail(what + ": " + std::to_string(in.known) + " elements do not divide evenly");
@@ -184,12 +185,20 @@ std::vector<Tensor> reshape_like_backward(const GradContext& g) {
 
 }  // namespace
 
-KILN_REGISTER_OP(OpDef("kiln>Reshape").inputs(1).attributes({"shape"}).infer_shape(reshape_shape)
-                     .forward(copy_kernel<float>, copy_kernel<double>).backward(reshape_backward)
+KILN_REGISTER_OP(OpDef("kiln>Reshape")
+                     .inputs(1)
+                     .attributes({"shape"})
+                     .infer_shape(reshape_shape)
+                     .forward(copy_kernel<float>, copy_kernel<double>)
+                     .backward(reshape_backward)
                      .sharing(Sharing::alias));
-KILN_REGISTER_OP(OpDef("kiln>ReshapeLike").inputs(2).infer_shape(reshape_like_shape)
-                     .forward(copy_kernel<float>, copy_kernel<double>).backward(reshape_like_backward)
-                     .non_differentiable_inputs({1}, "only its shape is read").sharing(Sharing::alias));
+KILN_REGISTER_OP(OpDef("kiln>ReshapeLike")
+                     .inputs(2)
+                     .infer_shape(reshape_like_shape)
+                     .forward(copy_kernel<float>, copy_kernel<double>)
+                     .backward(reshape_like_backward)
+                     .non_differentiable_inputs({1}, "only its shape is read")
+                     .sharing(Sharing::alias));
 
 namespace {
 
@@ -303,10 +312,18 @@ std::vector<Tensor> concat_backward(const GradContext& g) {
 
 }  // namespace
 
-KILN_REGISTER_OP(OpDef("kiln>Transpose").inputs(1).attributes({"perm"}).infer_shape(transpose_shape)
-                     .forward(transpose_kernel<float>, transpose_kernel<double>).backward(transpose_backward));
-KILN_REGISTER_OP(OpDef("kiln>Concat").inputs(1, 64).attributes({"axis"}).infer_shape(concat_shape)
-                     .forward(concat_kernel<float>, concat_kernel<double>).backward(concat_backward));
+KILN_REGISTER_OP(OpDef("kiln>Transpose")
+                     .inputs(1)
+                     .attributes({"perm"})
+                     .infer_shape(transpose_shape)
+                     .forward(transpose_kernel<float>, transpose_kernel<double>)
+                     .backward(transpose_backward));
+KILN_REGISTER_OP(OpDef("kiln>Concat")
+                     .inputs(1, 64)
+                     .attributes({"axis"})
+                     .infer_shape(concat_shape)
+                     .forward(concat_kernel<float>, concat_kernel<double>)
+                     .backward(concat_backward));
 
 namespace {
 
@@ -332,7 +349,8 @@ Shape slice_shape(const InferContext& ctx) {
   if (static_cast<int>(begin.size()) != in.rank() || static_cast<int>(size.size()) != in.rank())
     ctx.fail("begin " + ints_to_string(begin) + " and size " + ints_to_string(size) + " need one entry per axis");
   Ints dims(begin.size());
-  for (std::size_t a = 0; a < dims.size(); ++a) dims[a] = sliced_dim(ctx, static_cast<int>(a), in[static_cast<int>(a)], begin[a], size[a]);
+  for (std::size_t a = 0; a < dims.size(); ++a)
+    dims[a] = sliced_dim(ctx, static_cast<int>(a), in[static_cast<int>(a)], begin[a], size[a]);
   return Shape(std::move(dims));
 }
 
@@ -364,12 +382,14 @@ void slice_grad_kernel(const KernelContext& k) {
   T* out = k.out<T>();
   std::fill(out, out + k.output_size(), T(0));
   std::int64_t offset = 0;
-  const StridedCopy copy = block_copy(k.input_shape(0), *k.output_shape, k.attributes().get_ints("begin"), &offset, true);
+  const StridedCopy copy =
+      block_copy(k.input_shape(0), *k.output_shape, k.attributes().get_ints("begin"), &offset, true);
   copy.run(k.in<T>(0), out + offset);
 }
 
 Shape slice_grad_shape(const InferContext& ctx) {
-  if (ctx.input_shape(0).rank() != ctx.input_shape(1).rank()) ctx.fail("the gradient and the sliced input differ in rank");
+  if (ctx.input_shape(0).rank() != ctx.input_shape(1).rank())
+    ctx.fail("the gradient and the sliced input differ in rank");
   return ctx.input_shape(1);
 }
 
@@ -384,10 +404,18 @@ std::vector<Tensor> slice_grad_backward(const GradContext& g) {
 
 }  // namespace
 
-KILN_REGISTER_OP(OpDef("kiln>Slice").inputs(1).attributes({"begin", "size"}).infer_shape(slice_shape)
-                     .forward(slice_kernel<float>, slice_kernel<double>).backward(slice_backward));
-KILN_REGISTER_OP(OpDef("kiln>SliceGrad").inputs(2).attributes({"begin"}).infer_shape(slice_grad_shape)
-                     .forward(slice_grad_kernel<float>, slice_grad_kernel<double>).backward(slice_grad_backward)
+KILN_REGISTER_OP(OpDef("kiln>Slice")
+                     .inputs(1)
+                     .attributes({"begin", "size"})
+                     .infer_shape(slice_shape)
+                     .forward(slice_kernel<float>, slice_kernel<double>)
+                     .backward(slice_backward));
+KILN_REGISTER_OP(OpDef("kiln>SliceGrad")
+                     .inputs(2)
+                     .attributes({"begin"})
+                     .infer_shape(slice_grad_shape)
+                     .forward(slice_grad_kernel<float>, slice_grad_kernel<double>)
+                     .backward(slice_grad_backward)
                      .non_differentiable_inputs({1}, "only its shape is read"));
 
 namespace {
@@ -409,7 +437,8 @@ Shape broadcast_to_shape(const InferContext& ctx) {
     if (d < -1) ctx.fail(what + ": negative dimension " + std::to_string(d));
     if (d == -1 && in_axis < 0) ctx.fail(what + ": -1 (keep) on axis " + std::to_string(a) + ", which x lacks");
     if (in_axis < 0) continue;
-    if (d == -1) d = in[in_axis];
+    if (d == -1)
+      d = in[in_axis];
     else if (in[in_axis] != d && in[in_axis] != 1)
       ctx.fail(what + ": axis " + std::to_string(a) + " is neither 1 nor " + std::to_string(d));
   }
@@ -424,7 +453,9 @@ void broadcast_to_kernel(const KernelContext& k) {
       .for_each([&](std::int64_t i, std::int64_t offset, std::int64_t, std::int64_t) { out[i] = in[offset]; });
 }
 
-std::vector<Tensor> broadcast_to_backward(const GradContext& g) { return {ops::sum_to(g.output_grad(), g.input(0).shape())}; }
+std::vector<Tensor> broadcast_to_backward(const GradContext& g) {
+  return {ops::sum_to(g.output_grad(), g.input(0).shape())};
+}
 
 // ---- squeeze, expand_dims -----------------------------------------------------------------------------
 
@@ -460,13 +491,25 @@ Shape expand_dims_shape(const InferContext& ctx) {
 
 }  // namespace
 
-KILN_REGISTER_OP(OpDef("kiln>BroadcastTo").inputs(1).attributes({"shape"}).infer_shape(broadcast_to_shape)
-                     .forward(broadcast_to_kernel<float>, broadcast_to_kernel<double>).backward(broadcast_to_backward));
-KILN_REGISTER_OP(OpDef("kiln>Squeeze").inputs(1).attributes({"axes"}).infer_shape(squeeze_shape)
-                     .forward(copy_kernel<float>, copy_kernel<double>).backward(reshape_backward)
+KILN_REGISTER_OP(OpDef("kiln>BroadcastTo")
+                     .inputs(1)
+                     .attributes({"shape"})
+                     .infer_shape(broadcast_to_shape)
+                     .forward(broadcast_to_kernel<float>, broadcast_to_kernel<double>)
+                     .backward(broadcast_to_backward));
+KILN_REGISTER_OP(OpDef("kiln>Squeeze")
+                     .inputs(1)
+                     .attributes({"axes"})
+                     .infer_shape(squeeze_shape)
+                     .forward(copy_kernel<float>, copy_kernel<double>)
+                     .backward(reshape_backward)
                      .sharing(Sharing::alias));
-KILN_REGISTER_OP(OpDef("kiln>ExpandDims").inputs(1).attributes({"axis"}).infer_shape(expand_dims_shape)
-                     .forward(copy_kernel<float>, copy_kernel<double>).backward(reshape_backward)
+KILN_REGISTER_OP(OpDef("kiln>ExpandDims")
+                     .inputs(1)
+                     .attributes({"axis"})
+                     .infer_shape(expand_dims_shape)
+                     .forward(copy_kernel<float>, copy_kernel<double>)
+                     .backward(reshape_backward)
                      .sharing(Sharing::alias));
 
 namespace ops {
@@ -495,7 +538,8 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& size
     throw ShapeError("split '" + x.name() + "'", "cannot split the batch axis (None)", {{"x", shape}});
   std::int64_t total = 0;
   for (std::int64_t size : sizes) {
-    if (size < 0) throw ShapeError("split '" + x.name() + "'", "negative size in " + ints_to_string(sizes), {{"x", shape}});
+    if (size < 0)
+      throw ShapeError("split '" + x.name() + "'", "negative size in " + ints_to_string(sizes), {{"x", shape}});
     total += size;
   }
   if (total != extent)
@@ -518,10 +562,10 @@ std::vector<Tensor> split(const Tensor& x, int num_splits, int axis) {
   const Shape& shape = x.shape();
   const std::int64_t extent = shape[shape.normalize_axis(axis, "split '" + x.name() + "'")];
   if (num_splits <= 0 || extent == Shape::unknown || extent % num_splits != 0)
-    throw ShapeError("split '" + x.name() + "'",
-                     "axis " + std::to_string(axis) + " cannot be split into " + std::to_string(num_splits) +
-                         " equal parts",
-                     {{"x", shape}});
+    throw ShapeError(
+        "split '" + x.name() + "'",
+        "axis " + std::to_string(axis) + " cannot be split into " + std::to_string(num_splits) + " equal parts",
+        {{"x", shape}});
   return split(x, Ints(static_cast<std::size_t>(num_splits), extent / num_splits), axis);
 }
 

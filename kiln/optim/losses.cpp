@@ -50,7 +50,8 @@ bool sparse_fits(const Shape& y_true, const Shape& y_pred) {
   if (y_pred.rank() < 1) return false;
   const Shape rows = without_last_axis(y_pred);
   if (shapes_compatible(y_true, rows)) return true;
-  return y_true.rank() == y_pred.rank() && last_axis_is_one(y_true) && shapes_compatible(without_last_axis(y_true), rows);
+  return y_true.rank() == y_pred.rank() && last_axis_is_one(y_true) &&
+         shapes_compatible(without_last_axis(y_true), rows);
 }
 
 Tensor sparse_labels(const Tensor& y_true, const Tensor& y_pred) {
@@ -92,9 +93,13 @@ const std::vector<Loss::Definition>& Loss::definitions() {
       {Kind::mean_absolute_error, "MeanAbsoluteError", "mean_absolute_error", {"mean_absolute_error", "mae", "MAE"}},
       {Kind::huber, "Huber", "huber_loss", {"huber", "huber_loss"}},
       {Kind::binary_crossentropy, "BinaryCrossentropy", "binary_crossentropy", {"binary_crossentropy"}},
-      {Kind::categorical_crossentropy, "CategoricalCrossentropy", "categorical_crossentropy",
+      {Kind::categorical_crossentropy,
+       "CategoricalCrossentropy",
+       "categorical_crossentropy",
        {"categorical_crossentropy"}},
-      {Kind::sparse_categorical_crossentropy, "SparseCategoricalCrossentropy", "sparse_categorical_crossentropy",
+      {Kind::sparse_categorical_crossentropy,
+       "SparseCategoricalCrossentropy",
+       "sparse_categorical_crossentropy",
        {"sparse_categorical_crossentropy"}},
   };
   return table;
@@ -111,8 +116,8 @@ std::vector<std::string> Loss::names() {
 
 const Loss::Definition& Loss::find(const std::string& name) {
   for (const Definition& definition : definitions())
-    if (definition.class_name == name || std::find(definition.aliases.begin(), definition.aliases.end(), name) !=
-                                             definition.aliases.end())
+    if (definition.class_name == name ||
+        std::find(definition.aliases.begin(), definition.aliases.end(), name) != definition.aliases.end())
       return definition;
   std::string message = "unknown loss '" + name + "'";
   message += did_you_mean(nearest_names(name, names()));
@@ -165,13 +170,18 @@ Config Loss::get_config() const {
   if (kind_ == Kind::custom) return Config{{"name", name_}};
   Config config = {{"name", name_}, {"reduction", "sum_over_batch_size"}};
   switch (kind_) {
-    case Kind::huber: config.set("delta", delta_); break;
+    case Kind::huber:
+      config.set("delta", delta_);
+      break;
     case Kind::binary_crossentropy:
     case Kind::categorical_crossentropy:
       config.set("from_logits", from_logits_).set("label_smoothing", 0.0).set("axis", -1);
       break;
-    case Kind::sparse_categorical_crossentropy: config.set("from_logits", from_logits_).set("ignore_class", Config()); break;
-    default: break;
+    case Kind::sparse_categorical_crossentropy:
+      config.set("from_logits", from_logits_).set("ignore_class", Config());
+      break;
+    default:
+      break;
   }
   return config;
 }
@@ -187,7 +197,7 @@ std::string Loss::describe() const { return class_name_ + " '" + name_ + "'"; }
 
 void Loss::check(const Shape& y_true, const Shape& y_pred) const {
   if (kind_ == Kind::custom) return;
-  const detail::TargetForm form = kind_ == Kind::categorical_crossentropy        ? detail::TargetForm::one_hot
+  const detail::TargetForm form = kind_ == Kind::categorical_crossentropy          ? detail::TargetForm::one_hot
                                   : kind_ == Kind::sparse_categorical_crossentropy ? detail::TargetForm::class_indices
                                                                                    : detail::TargetForm::elementwise;
   detail::check_targets(describe(), form, y_true, y_pred);
@@ -196,14 +206,20 @@ void Loss::check(const Shape& y_true, const Shape& y_pred) const {
 Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred) const {
   check(y_true.shape(), y_pred.shape());
   switch (kind_) {
-    case Kind::mean_squared_error: return ops::mean_squared_error(detail::match_rank(y_true, y_pred), y_pred);
-    case Kind::mean_absolute_error: return ops::mean_absolute_error(detail::match_rank(y_true, y_pred), y_pred);
-    case Kind::huber: return ops::huber(detail::match_rank(y_true, y_pred), y_pred, delta_);
+    case Kind::mean_squared_error:
+      return ops::mean_squared_error(detail::match_rank(y_true, y_pred), y_pred);
+    case Kind::mean_absolute_error:
+      return ops::mean_absolute_error(detail::match_rank(y_true, y_pred), y_pred);
+    case Kind::huber:
+      return ops::huber(detail::match_rank(y_true, y_pred), y_pred, delta_);
     case Kind::binary_crossentropy:
       return ops::binary_crossentropy(detail::match_rank(y_true, y_pred), y_pred, from_logits_);
-    case Kind::categorical_crossentropy: return ops::categorical_crossentropy(y_true, y_pred, from_logits_);
-    case Kind::sparse_categorical_crossentropy: return ops::sparse_categorical_crossentropy(y_true, y_pred, from_logits_);
-    case Kind::custom: break;
+    case Kind::categorical_crossentropy:
+      return ops::categorical_crossentropy(y_true, y_pred, from_logits_);
+    case Kind::sparse_categorical_crossentropy:
+      return ops::sparse_categorical_crossentropy(y_true, y_pred, from_logits_);
+    case Kind::custom:
+      break;
   }
   const Tensor value = function_(y_true, y_pred);
   if (!value.valid() || value.rank() != 0)
@@ -224,8 +240,9 @@ void check_targets(const std::string& who, TargetForm form, const Shape& y_true,
       return;
     case TargetForm::class_indices:
       if (!sparse_fits(y_true, y_pred))
-        throw ShapeError(who, "y_true must hold class indices: y_pred's shape without its last axis (or with a last axis of 1)",
-                         shapes);
+        throw ShapeError(
+            who, "y_true must hold class indices: y_pred's shape without its last axis (or with a last axis of 1)",
+            shapes);
       return;
     case TargetForm::elementwise:
       if (!elementwise_fits(y_true, y_pred))

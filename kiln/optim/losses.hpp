@@ -49,8 +49,15 @@ class Loss {
   Config serialize() const;
 
  private:
-  enum class Kind { mean_squared_error, mean_absolute_error, huber, binary_crossentropy, categorical_crossentropy,
-                    sparse_categorical_crossentropy, custom };
+  enum class Kind {
+    mean_squared_error,
+    mean_absolute_error,
+    huber,
+    binary_crossentropy,
+    categorical_crossentropy,
+    sparse_categorical_crossentropy,
+    custom
+  };
   struct Definition;
   static const std::vector<Definition>& definitions();
   static const Definition& find(const std::string& name);

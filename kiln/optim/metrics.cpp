@@ -88,11 +88,14 @@ Config Metric::get_config() const {
 Metric Metric::resolve(const Shape& y_true, const Shape& y_pred) const {
   if (resolved()) return *this;
   if (y_pred.rank() < 1 || y_true.rank() < 1)
-    throw ShapeError(describe(), "targets and predictions need at least one axis", {{"y_true", y_true}, {"y_pred", y_pred}});
+    throw ShapeError(describe(), "targets and predictions need at least one axis",
+                     {{"y_true", y_true}, {"y_pred", y_pred}});
   const std::int64_t true_last = y_true.dim(-1), pred_last = y_pred.dim(-1);
   const bool binary = pred_last == 1;
   const bool sparse = y_true.rank() < y_pred.rank() || (true_last == 1 && pred_last > 1);
-  const Kind kind = binary ? Kind::binary_accuracy : sparse ? Kind::sparse_categorical_accuracy : Kind::categorical_accuracy;
+  const Kind kind = binary   ? Kind::binary_accuracy
+                    : sparse ? Kind::sparse_categorical_accuracy
+                             : Kind::categorical_accuracy;
   Metric metric(definition_of(kind), name_);
   metric.threshold_ = threshold_;
   return metric;
@@ -119,9 +122,12 @@ Tensor Metric::operator()(const Tensor& y_true, const Tensor& y_pred) const {
       return ops::mean(ops::equal(detail::argmax_last(y_true), detail::argmax_last(y_pred)));
     case Kind::sparse_categorical_accuracy:
       return ops::mean(ops::equal(detail::sparse_labels(y_true, y_pred), detail::argmax_last(y_pred)));
-    case Kind::mean_absolute_error: return ops::mean_absolute_error(detail::match_rank(y_true, y_pred), y_pred);
-    case Kind::mean_squared_error: return ops::mean_squared_error(detail::match_rank(y_true, y_pred), y_pred);
-    case Kind::accuracy: break;
+    case Kind::mean_absolute_error:
+      return ops::mean_absolute_error(detail::match_rank(y_true, y_pred), y_pred);
+    case Kind::mean_squared_error:
+      return ops::mean_squared_error(detail::match_rank(y_true, y_pred), y_pred);
+    case Kind::accuracy:
+      break;
   }
   throw Error(describe() + ": unresolved");  // unreachable: resolved above
 }

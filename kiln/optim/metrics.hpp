@@ -50,8 +50,14 @@ class Metric {
   Config get_config() const;  // {"name": ..., "dtype": null (, "threshold": ...)}; ValueError before resolve()
 
  private:
-  enum class Kind { accuracy, binary_accuracy, categorical_accuracy, sparse_categorical_accuracy,
-                    mean_absolute_error, mean_squared_error };
+  enum class Kind {
+    accuracy,
+    binary_accuracy,
+    categorical_accuracy,
+    sparse_categorical_accuracy,
+    mean_absolute_error,
+    mean_squared_error
+  };
   struct Definition;
   static const std::vector<Definition>& definitions();
   static const Definition& find(const std::string& name);

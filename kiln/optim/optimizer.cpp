@@ -15,8 +15,16 @@ namespace kiln {
 namespace {
 
 // Keras's base arguments, in its get_config order.
-const char* const base_keys[] = {"name", "learning_rate", "weight_decay", "clipnorm", "global_clipnorm", "clipvalue",
-                                 "use_ema", "ema_momentum", "ema_overwrite_frequency", "loss_scale_factor",
+const char* const base_keys[] = {"name",
+                                 "learning_rate",
+                                 "weight_decay",
+                                 "clipnorm",
+                                 "global_clipnorm",
+                                 "clipvalue",
+                                 "use_ema",
+                                 "ema_momentum",
+                                 "ema_overwrite_frequency",
+                                 "loss_scale_factor",
                                  "gradient_accumulation_steps"};
 
 Config optional_number(const std::optional<double>& value) { return value ? Config(*value) : Config(); }
@@ -53,8 +61,8 @@ void Optimizer::read_base_config(const Config& config, const OptimizerDefaults& 
   if (learning_rate.is_map()) {
     schedule_ = LearningRateSchedule::from_config(learning_rate);
   } else {
-    learning_rate_.set_flat(0, learning_rate.is_null() ? defaults.learning_rate
-                                                       : learning_rate.as_double(describe() + " learning_rate"));
+    learning_rate_.set_flat(
+        0, learning_rate.is_null() ? defaults.learning_rate : learning_rate.as_double(describe() + " learning_rate"));
   }
   // Absent means the class's default; an explicit null means none (AdamW rejects that).
   weight_decay_ = config.find("weight_decay") ? std::nullopt : defaults.weight_decay;
@@ -110,16 +118,15 @@ Config Optimizer::serialize() const {
   const std::string key = optimizer_registry().key_of(std::type_index(typeid(*this)));
   if (key.empty())
     throw ConfigError(describe() + " is not registered; register it with KILN_REGISTER_OPTIMIZER to save it by config");
-  return Config{{"module", "keras.optimizers"},
-                {"class_name", class_name_},
-                {"config", get_config()},
-                {"registered_name", key}};
+  return Config{
+      {"module", "keras.optimizers"}, {"class_name", class_name_}, {"config", get_config()}, {"registered_name", key}};
 }
 
 OptimizerPtr Optimizer::from_config(const Config& serialized) {
   if (serialized.type() == Config::Type::string) return create_optimizer(serialized.as_string());
   if (!serialized.is_map())
-    throw ConfigError("an optimizer is a name or {\"class_name\": ..., \"config\": {...}}, got " + serialized.to_string());
+    throw ConfigError("an optimizer is a name or {\"class_name\": ..., \"config\": {...}}, got " +
+                      serialized.to_string());
   std::string key = serialized.get_string("class_name");
   if (const Config* registered = serialized.find("registered_name"); registered != nullptr && !registered->is_null())
     key = registered->as_string("key 'registered_name'");
@@ -290,7 +297,8 @@ std::vector<Update> Optimizer::build_updates(Graph& graph, const std::vector<Ten
   Step step(*this, graph, updates);
   for (std::size_t k = 0; k < active.size(); ++k) {
     const Tensor& weight = weights[active[k]];
-    for (const std::string& slot_name : slot_names()) ensure_slot(slot_name, paths[active[k]], weight.shape(), weight.dtype());
+    for (const std::string& slot_name : slot_names())
+      ensure_slot(slot_name, paths[active[k]], weight.shape(), weight.dtype());
     step.weight_ = decayed_weight(graph, weight);
     step.grad_ = clipped[k];
     step.path_ = paths[active[k]];
@@ -372,8 +380,7 @@ void Optimizer::set_variables(const std::vector<Weight>& variables) {
   std::vector<std::string> restored;
   for (const Weight& variable : variables) set_variable(variable, restored);
   for (const Weight& own : this->variables())
-    if (!contains(restored, own.path))
-      throw ValueError(describe() + ": variable '" + own.path + "' was not given");
+    if (!contains(restored, own.path)) throw ValueError(describe() + ": variable '" + own.path + "' was not given");
 }
 
 // ---- SGD ---------------------------------------------------------------------------------------------------------
@@ -526,9 +533,7 @@ Adagrad::Adagrad(const Config& config) : Optimizer(config, "Adagrad", {"adagrad"
 }
 
 Config Adagrad::get_config() const {
-  return Optimizer::get_config()
-      .set("initial_accumulator_value", initial_accumulator_value_)
-      .set("epsilon", epsilon_);
+  return Optimizer::get_config().set("initial_accumulator_value", initial_accumulator_value_).set("epsilon", epsilon_);
 }
 
 Tensor Adagrad::update_step(Step& step) {

@@ -67,7 +67,7 @@ class Optimizer {
   // ---- identity and config ------------------------------------------------------------------------------
   const std::string& class_name() const { return class_name_; }  // "Adam"
   const std::string& name() const { return name_; }              // "adam"
-  std::string describe() const;                                   // "Adam 'adam'", for messages
+  std::string describe() const;                                  // "Adam 'adam'", for messages
   // Keras's keys: name, learning_rate (a number, or the schedule's serialized form), weight_decay,
   // clipnorm, global_clipnorm, clipvalue, use_ema, ema_momentum, ema_overwrite_frequency,
   // loss_scale_factor, gradient_accumulation_steps, then the subclass's own.
@@ -185,7 +185,8 @@ class Optimizer {
   Tensor slot_variable(Graph& graph, Slot& slot);
   Tensor scalar_variable(Graph& graph, std::size_t scalar_id, DType dtype);
   std::vector<std::size_t> checked_inputs(const Graph& graph, const std::vector<Tensor>& weights,
-                                          const std::vector<Tensor>& grads, const std::vector<std::string>& paths) const;
+                                          const std::vector<Tensor>& grads,
+                                          const std::vector<std::string>& paths) const;
   std::vector<Tensor> clip_gradients(const std::vector<Tensor>& grads) const;
   Tensor decayed_weight(Graph& graph, const Tensor& weight);
   void set_variable(const Weight& variable, std::vector<std::string>& restored);
@@ -333,6 +334,6 @@ struct OptimizerRegistration {
 #define KILN_OPTIMIZER_CONCAT_INNER(a, b) a##b
 #define KILN_OPTIMIZER_CONCAT(a, b) KILN_OPTIMIZER_CONCAT_INNER(a, b)
 // Registers an optimizer class, constructible from a Config, under "Package>Name".
-#define KILN_REGISTER_OPTIMIZER(key, Class)                       \
-  static const ::kiln::detail::OptimizerRegistration<Class> KILN_OPTIMIZER_CONCAT( \
-      kiln_optimizer_registration_, __LINE__)(key)
+#define KILN_REGISTER_OPTIMIZER(key, Class)                                                                     \
+  static const ::kiln::detail::OptimizerRegistration<Class> KILN_OPTIMIZER_CONCAT(kiln_optimizer_registration_, \
+                                                                                  __LINE__)(key)

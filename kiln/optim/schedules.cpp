@@ -156,8 +156,8 @@ void PiecewiseConstantDecay::validate() const {
                                           std::to_string(values_.size()) + " values");
   if (!std::is_sorted(boundaries_.begin(), boundaries_.end()) ||
       std::adjacent_find(boundaries_.begin(), boundaries_.end()) != boundaries_.end())
-    invalid("PiecewiseConstantDecay", "boundaries must increase strictly, got " +
-                                          number_list(boundaries_, true).to_string());
+    invalid("PiecewiseConstantDecay",
+            "boundaries must increase strictly, got " + number_list(boundaries_, true).to_string());
 }
 
 double PiecewiseConstantDecay::operator()(std::int64_t step) const {
@@ -168,9 +168,8 @@ double PiecewiseConstantDecay::operator()(std::int64_t step) const {
 }
 
 Config PiecewiseConstantDecay::get_config() const {
-  return Config{{"boundaries", number_list(boundaries_, true)},
-                {"values", number_list(values_, false)},
-                {"name", name_}};
+  return Config{
+      {"boundaries", number_list(boundaries_, true)}, {"values", number_list(values_, false)}, {"name", name_}};
 }
 
 // ---- CosineDecay ------------------------------------------------------------------------------------------

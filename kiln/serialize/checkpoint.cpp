@@ -31,7 +31,6 @@ std::string quoted_field(const std::string& name, const std::string& spec_text) 
   return "{" + name + (spec_text.empty() ? "" : ":" + spec_text) + "}";
 }
 
-
 // printf of one double with one conversion ("%.*f"), any length.
 std::string printf_double(char conversion, int precision, double value) {
   const char format[] = {'%', '.', '*', conversion, '\0'};
@@ -69,8 +68,9 @@ bool is_align(char c) { return c == '<' || c == '>' || c == '^' || c == '='; }
 // Reads [[fill]align][sign][0][width][.precision][type]; `where` names the field in messages.
 FormatSpec parse_spec(const std::string& text, const std::string& where) {
   const auto fail = [&where, &text](const std::string& what) -> ConfigError {
-    return ConfigError(where + ": format spec '" + text + "' " + what +
-                       " (kiln reads [[fill]align][sign][0][width][.precision][type] with type one of d f F e E g G %)");
+    return ConfigError(
+        where + ": format spec '" + text + "' " + what +
+        " (kiln reads [[fill]align][sign][0][width][.precision][type] with type one of d f F e E g G %)");
   };
   FormatSpec spec;
   std::size_t i = 0;
@@ -86,7 +86,8 @@ FormatSpec parse_spec(const std::string& text, const std::string& where) {
     i = 1;
   }
   if (i < n && (text[i] == '+' || text[i] == '-' || text[i] == ' ')) spec.sign = text[i++];
-  if (i < n && (text[i] == 'z' || text[i] == '#')) throw fail(std::string("uses '") + text[i] + "', which kiln does not support");
+  if (i < n && (text[i] == 'z' || text[i] == '#'))
+    throw fail(std::string("uses '") + text[i] + "', which kiln does not support");
   bool zero = false;
   if (i < n && text[i] == '0') {
     zero = true;
@@ -143,10 +144,14 @@ std::string pad(const std::string& sign, const std::string& body, const FormatSp
   const std::size_t missing = static_cast<std::size_t>(spec.width) - length;
   const std::string fill(missing, spec.fill);
   switch (spec.align) {
-    case '<': return sign + body + fill;
-    case '^': return std::string(missing / 2, spec.fill) + sign + body + std::string(missing - missing / 2, spec.fill);
-    case '=': return sign + fill + body;
-    default: return fill + sign + body;
+    case '<':
+      return sign + body + fill;
+    case '^':
+      return std::string(missing / 2, spec.fill) + sign + body + std::string(missing - missing / 2, spec.fill);
+    case '=':
+      return sign + fill + body;
+    default:
+      return fill + sign + body;
   }
 }
 
@@ -155,7 +160,8 @@ std::string format_value(const FieldValue& value, const FormatSpec& spec) {
   std::string body;
   if (const auto* integer = std::get_if<std::int64_t>(&value); integer && (spec.type == '\0' || spec.type == 'd')) {
     negative = *integer < 0;
-    const std::uint64_t magnitude = negative ? 0 - static_cast<std::uint64_t>(*integer) : static_cast<std::uint64_t>(*integer);
+    const std::uint64_t magnitude =
+        negative ? 0 - static_cast<std::uint64_t>(*integer) : static_cast<std::uint64_t>(*integer);
     body = std::to_string(magnitude);
   } else {
     const double number = integer ? static_cast<double>(*integer) : std::get<double>(value);
@@ -163,9 +169,15 @@ std::string format_value(const FieldValue& value, const FormatSpec& spec) {
     const double magnitude = std::fabs(number);
     const int precision = spec.precision < 0 ? 6 : spec.precision;
     switch (spec.type) {
-      case '\0': body = spec.precision < 0 ? python_float(magnitude) : python_general(magnitude, spec.precision); break;
-      case '%': body = printf_double('f', precision, magnitude * 100.0) + "%"; break;
-      default: body = printf_double(spec.type, precision, magnitude); break;
+      case '\0':
+        body = spec.precision < 0 ? python_float(magnitude) : python_general(magnitude, spec.precision);
+        break;
+      case '%':
+        body = printf_double('f', precision, magnitude * 100.0) + "%";
+        break;
+      default:
+        body = printf_double(spec.type, precision, magnitude);
+        break;
     }
   }
   const std::string sign = negative ? "-" : spec.sign == '+' ? "+" : spec.sign == ' ' ? " " : "";
@@ -209,7 +221,8 @@ FormatPattern::FormatPattern(std::string pattern) : pattern_(std::move(pattern))
     if (close == std::string::npos)
       throw ConfigError(where + ": '{' at offset " + std::to_string(i) + " is never closed (write '{{' for a brace)");
     if (pattern_[close] == '{')
-      throw ConfigError(where + ": field at offset " + std::to_string(i) + " has a '{' inside; kiln does not nest fields");
+      throw ConfigError(where + ": field at offset " + std::to_string(i) +
+                        " has a '{' inside; kiln does not nest fields");
     const std::string content = pattern_.substr(i + 1, close - i - 1);
     const std::size_t colon = content.find(':');
     const std::string name = content.substr(0, colon);
@@ -220,7 +233,8 @@ FormatPattern::FormatPattern(std::string pattern) : pattern_(std::move(pattern))
     if (name.find('!') != std::string::npos)
       throw ConfigError(where + ": the field " + field + " has a conversion ('!'), which kiln does not support");
     if (name.find_first_of(".[") != std::string::npos)
-      throw ConfigError(where + ": the field " + field + " reads an attribute or an index; kiln fields are plain names");
+      throw ConfigError(where + ": the field " + field +
+                        " reads an attribute or an index; kiln fields are plain names");
     FormatPiece piece;
     piece.text = std::move(text);
     piece.field = name;
@@ -256,8 +270,7 @@ std::string FormatPattern::format(const FieldValues& values) const {
     if (piece.field.empty()) continue;
     const std::string where = "format pattern '" + pattern_ + "': field " + quoted_field(piece.field, piece.spec_text);
     const auto found = values.find(piece.field);
-    if (found == values.end())
-      throw ConfigError(where + " names no known key; the keys are: " + key_list(values));
+    if (found == values.end()) throw ConfigError(where + " names no known key; the keys are: " + key_list(values));
     check_spec_kind(piece.spec, std::holds_alternative<std::int64_t>(found->second), where);
     out += format_value(found->second, piece.spec);
   }
@@ -306,7 +319,8 @@ ModelCheckpoint::ModelCheckpoint(std::string filepath, bool save_best_only)
         return options;
       }()) {}
 
-ModelCheckpoint::ModelCheckpoint(Options options) : options_(std::move(options)), path_format_(checked_pattern(options_)) {
+ModelCheckpoint::ModelCheckpoint(Options options)
+    : options_(std::move(options)), path_format_(checked_pattern(options_)) {
   if (const auto* freq = std::get_if<std::string>(&options_.save_freq)) {
     if (*freq != "epoch")
       throw ConfigError("ModelCheckpoint: unrecognized save_freq '" + *freq +
@@ -322,9 +336,9 @@ ModelCheckpoint::ModelCheckpoint(Options options) : options_(std::move(options))
     if (options_.save_best_only || options_.mode != "auto") throw;
     mode_ = MonitorMode::min;
   }
-  best_ = options_.initial_value_threshold
-              ? *options_.initial_value_threshold
-              : (mode_ == MonitorMode::min ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity());
+  best_ = options_.initial_value_threshold ? *options_.initial_value_threshold
+                                           : (mode_ == MonitorMode::min ? std::numeric_limits<double>::infinity()
+                                                                        : -std::numeric_limits<double>::infinity());
 }
 
 void ModelCheckpoint::on_train_begin(TrainingState& state) {
@@ -423,11 +437,13 @@ void ModelCheckpoint::write(TrainingState& state, const std::string& path) {
     std::error_code error;
     std::filesystem::create_directories(folder, error);
     if (error)
-      throw SerializationError("ModelCheckpoint: cannot create the folder '" + folder.string() + "' for " + path + ": " +
-                               error.message());
+      throw SerializationError("ModelCheckpoint: cannot create the folder '" + folder.string() + "' for " + path +
+                               ": " + error.message());
   }
-  if (options_.save_weights_only) save_weights(*state.model, path);
-  else save_model(*state.model, path);
+  if (options_.save_weights_only)
+    save_weights(*state.model, path);
+  else
+    save_model(*state.model, path);
   saved_.push_back(path);
 }
 

@@ -90,8 +90,11 @@ void check_writable(const Config& value, const std::string& path, int enclosing)
       if (!is_valid_utf8(value.as_string())) throw ValueError("to_json: " + describe(path) + " is not valid UTF-8");
       return;
     case Config::Type::list:
-    case Config::Type::map: check_children(value, path, enclosing + 1); return;
-    default: return;
+    case Config::Type::map:
+      check_children(value, path, enclosing + 1);
+      return;
+    default:
+      return;
   }
 }
 
@@ -128,17 +131,29 @@ void write_value(JsonArchive& archive, const Config& value) {
       write_items(archive, value);
       archive.finishNode();  // an untouched array node is written as []
       return;
-    default: break;
+    default:
+      break;
   }
   archive.writeName();
   switch (value.type()) {
-    case Config::Type::null: archive.saveValue(nullptr); return;
-    case Config::Type::boolean: archive.saveValue(value.as_bool()); return;
-    case Config::Type::integer: archive.saveValue(value.as_int()); return;
+    case Config::Type::null:
+      archive.saveValue(nullptr);
+      return;
+    case Config::Type::boolean:
+      archive.saveValue(value.as_bool());
+      return;
+    case Config::Type::integer:
+      archive.saveValue(value.as_int());
+      return;
     // rapidjson writes the shortest text that reads back to the same double, and keeps ".0" on whole numbers.
-    case Config::Type::number: archive.saveValue(value.as_double()); return;
-    case Config::Type::string: archive.saveValue(value.as_string()); return;
-    default: return;
+    case Config::Type::number:
+      archive.saveValue(value.as_double());
+      return;
+    case Config::Type::string:
+      archive.saveValue(value.as_string());
+      return;
+    default:
+      return;
   }
 }
 
@@ -146,8 +161,7 @@ JsonArchive::Options archive_options(int indent) {
   // The precision is rapidjson's maximum number of decimal places; anything below its default (324) would
   // round small numbers such as 1e-300 to 0.0.
   constexpr int all_decimals = rapidjson::PrettyWriter<rapidjson::OStreamWrapper>::kDefaultMaxDecimalPlaces;
-  return JsonArchive::Options(all_decimals, JsonArchive::Options::IndentChar::space,
-                              static_cast<unsigned>(indent));
+  return JsonArchive::Options(all_decimals, JsonArchive::Options::IndentChar::space, static_cast<unsigned>(indent));
 }
 
 std::string write_with_archive(const Config& map, int indent) {
@@ -169,8 +183,7 @@ std::string to_json(const Config& config, int indent) {
   if (!config.is_map())
     throw ValueError(std::string("to_json: the root must be a map, got ") + Config::type_name(config.type()));
   if (indent < 0 || indent > max_indent)
-    throw ValueError("to_json: indent must be 0 to " + std::to_string(max_indent) + ", got " +
-                     std::to_string(indent));
+    throw ValueError("to_json: indent must be 0 to " + std::to_string(max_indent) + ", got " + std::to_string(indent));
   check_writable(config, "", 0);
   // cereal writes nothing at all for an archive whose root object never received a value.
   if (config.size() == 0) return "{}";
@@ -188,8 +201,8 @@ namespace {
 // rejected instead of silently becoming a double, and doubles are converted with std::from_chars (correctly
 // rounded, locale-independent). The iterative parser keeps deep nesting off the call stack; there is no
 // kParseNanAndInfFlag and no kParseStopWhenDoneFlag, so NaN, Infinity and trailing text are errors.
-constexpr unsigned parse_flags = rapidjson::kParseIterativeFlag | rapidjson::kParseValidateEncodingFlag |
-                                 rapidjson::kParseNumbersAsStringsFlag;
+constexpr unsigned parse_flags =
+    rapidjson::kParseIterativeFlag | rapidjson::kParseValidateEncodingFlag | rapidjson::kParseNumbersAsStringsFlag;
 
 std::string quote_excerpt(std::string_view text) {
   constexpr std::size_t longest = 40;

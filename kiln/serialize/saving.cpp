@@ -114,10 +114,12 @@ Config metadata_of(const ModelBase& model) {
 
 // Copies every array into the weight of the same path, after checking them all: on any mismatch the
 // model is unchanged. ValueError/ShapeError naming the weight.
-void assign_weights(const std::vector<Weight>& weights, const std::vector<NamedArray>& arrays, const std::string& owner) {
+void assign_weights(const std::vector<Weight>& weights, const std::vector<NamedArray>& arrays,
+                    const std::string& owner) {
   std::map<std::string, const Array*> by_name;
   for (const NamedArray& array : arrays)
-    if (!by_name.emplace(array.name, &array.value).second) throw ValueError("the file has two weights named '" + array.name + "'");
+    if (!by_name.emplace(array.name, &array.value).second)
+      throw ValueError("the file has two weights named '" + array.name + "'");
   for (const Weight& weight : weights) {
     auto found = by_name.find(weight.path);
     if (found == by_name.end()) throw ValueError("weight '" + weight.path + "' of " + owner + " is not in the file");
@@ -180,7 +182,8 @@ Model model_from_json(const std::string& json) { return model_from_config(parse_
 // ---- whole models ------------------------------------------------------------------------------------------
 
 void save_model(const ModelBase& model, const std::string& path) {
-  if (!model.built()) throw LayerStateError(model.describe() + " is not built; build it (or give it an Input) before saving");
+  if (!model.built())
+    throw LayerStateError(model.describe() + " is not built; build it (or give it an Input) before saving");
   // Everything is serialized in memory first: a failure here never touches the file.
   Config config = model_config(model);
   const Trainer* trainer = trainer_of(model);
@@ -190,7 +193,8 @@ void save_model(const ModelBase& model, const std::string& path) {
       {"CONF", to_json(config)},
       {"WGHT", detail::write_arrays(named_weights(model))},
   };
-  if (trainer) payloads.emplace_back("OPTM", detail::write_arrays(named(const_cast<Trainer*>(trainer)->optimizer().variables())));
+  if (trainer)
+    payloads.emplace_back("OPTM", detail::write_arrays(named(const_cast<Trainer*>(trainer)->optimizer().variables())));
   payloads.emplace_back("META", to_json(metadata_of(model)));
   detail::write_file_atomically(path, detail::write_container(sections_of(payloads)));
 }
@@ -248,7 +252,8 @@ void save_weights(const ModelBase& model, const std::string& path) {
 }
 
 void load_weights(ModelBase& model, const std::string& path) {
-  if (!model.built()) throw LayerStateError(model.describe() + " is not built; build it before loading weights into it");
+  if (!model.built())
+    throw LayerStateError(model.describe() + " is not built; build it before loading weights into it");
   const std::string bytes = detail::read_whole_file(path);
   const detail::Container container = detail::read_container(bytes, path);
   const detail::Section* weights = container.find("WGHT");
@@ -267,11 +272,13 @@ FileInfo verify_file(const std::string& path) {
   info.size = bytes.size();
   info.format_version = container.format_version;
   for (const detail::Section& section : container.sections)
-    info.sections.push_back({section.tag, detail::section_name(section.tag), section.offset, section.payload.size(), section.crc32});
+    info.sections.push_back(
+        {section.tag, detail::section_name(section.tag), section.offset, section.payload.size(), section.crc32});
   if (container.find("CONF")) parse_config_section(container, path);
   if (const detail::Section* weights = container.find("WGHT")) {
     for (const NamedArray& array : detail::read_arrays(weights->payload, path + ": weights section"))
-      info.weights.push_back(array.name + " " + array.value.shape().to_string() + " " + dtype_name(array.value.dtype()));
+      info.weights.push_back(array.name + " " + array.value.shape().to_string() + " " +
+                             dtype_name(array.value.dtype()));
   } else {
     throw SerializationError(path + ": has no weights section");
   }

@@ -12,9 +12,9 @@
 
 #include <kiln/core/detail/files.hpp>
 #include <kiln/core/error.hpp>
-#include <kiln/train/detail/python_float.hpp>
 #include <kiln/layers/model.hpp>
 #include <kiln/optim/optimizer.hpp>
+#include <kiln/train/detail/python_float.hpp>
 
 namespace kiln {
 
@@ -30,7 +30,7 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 // direction comes from the name's last word. Suffixes let prefixed names work too: "dense_1_loss",
 // "sparse_categorical_accuracy", "mean_squared_error".
 std::optional<MonitorMode> infer_direction(const std::string& name) {
-  static const char* const minimized[] = {"loss",  "error",        "mae",   "mse",   "rmse",       "mape",    "msle",
+  static const char* const minimized[] = {"loss",  "error",        "mae",   "mse",     "rmse",       "mape",   "msle",
                                           "hinge", "crossentropy", "huber", "poisson", "divergence", "logcosh"};
   static const char* const maximized[] = {"accuracy", "acc",   "auc",        "precision",
                                           "recall",   "score", "similarity", "iou"};
@@ -47,7 +47,6 @@ std::string available_keys(const Logs& logs) {
   for (const auto& [key, value] : logs) keys += (keys.empty() ? "" : ",") + key;
   return keys;
 }
-
 
 }  // namespace
 
@@ -71,7 +70,8 @@ std::string Logs::keys() const {
 const double& Logs::at(const std::string& key) const {
   const auto found = find(key);
   if (found == end())
-    throw KeyError("Logs have no '" + key + "'" + (empty() ? std::string(" (they are empty)") : " (they have " + keys() + ")"));
+    throw KeyError("Logs have no '" + key + "'" +
+                   (empty() ? std::string(" (they are empty)") : " (they have " + keys() + ")"));
   return found->second;
 }
 
@@ -165,8 +165,7 @@ Optimizer& optimizer_of(const TrainingState& state) {
 ReduceLROnPlateau::ReduceLROnPlateau() : ReduceLROnPlateau(Options{}) {}
 
 ReduceLROnPlateau::ReduceLROnPlateau(Options options)
-    : options_(std::move(options)),
-      mode_(resolve_monitor_mode("ReduceLROnPlateau", options_.monitor, options_.mode)) {
+    : options_(std::move(options)), mode_(resolve_monitor_mode("ReduceLROnPlateau", options_.monitor, options_.mode)) {
   if (!(options_.factor < 1.0))
     throw ConfigError("ReduceLROnPlateau does not support a factor >= 1.0. Received factor=" +
                       python_float(options_.factor));
@@ -174,8 +173,8 @@ ReduceLROnPlateau::ReduceLROnPlateau(Options options)
 }
 
 void ReduceLROnPlateau::reset() {
-  best_ = mode_ == MonitorMode::min ? std::numeric_limits<double>::infinity()
-                                    : -std::numeric_limits<double>::infinity();
+  best_ =
+      mode_ == MonitorMode::min ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
   wait_ = 0;
   cooldown_counter_ = 0;
 }
@@ -251,7 +250,8 @@ void CSVLogger::on_train_begin(TrainingState&) {
   // A link is written through (std::ofstream follows it); a device, FIFO, socket or folder is refused
   // before opening it (opening a FIFO would wait for a reader).
   detail::write_target(filename_);
-  auto file = std::make_unique<std::ofstream>(filename_, std::ios::out | (options_.append ? std::ios::app : std::ios::trunc));
+  auto file =
+      std::make_unique<std::ofstream>(filename_, std::ios::out | (options_.append ? std::ios::app : std::ios::trunc));
   if (!file->is_open())
     throw SerializationError("CSVLogger: cannot open '" + filename_ + "' for writing: " + std::strerror(errno));
   file_ = std::move(file);

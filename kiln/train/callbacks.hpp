@@ -38,9 +38,9 @@ class Logs : public std::map<std::string, double> {
 struct TrainingState {
   ModelBase* model = nullptr;
   Optimizer* optimizer = nullptr;
-  int epochs = 0;                  // planned
+  int epochs = 0;  // planned
   std::int64_t steps_per_epoch = 0;
-  bool stop_training = false;      // set to end fit() after the current epoch (or batch)
+  bool stop_training = false;  // set to end fit() after the current epoch (or batch)
   std::int64_t verbose = 1;
 };
 
@@ -122,8 +122,8 @@ class EarlyStopping : public ReportingCallback {
 
   const Options& options() const { return options_; }
   MonitorMode monitor_mode() const { return mode_; }
-  int stopped_epoch() const { return stopped_epoch_; }       // 0 until a stop (Keras's convention)
-  std::optional<double> best() const { return best_; }       // none until a monitored epoch
+  int stopped_epoch() const { return stopped_epoch_; }  // 0 until a stop (Keras's convention)
+  std::optional<double> best() const { return best_; }  // none until a monitored epoch
   int best_epoch() const { return best_epoch_; }
   int wait() const { return wait_; }
 

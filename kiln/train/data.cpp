@@ -119,11 +119,12 @@ class CsvLineReader {
     while (std::getline(stream_, line.text)) {
       line.number = ++line_number_;
       std::string& text = line.text;
-      if (!text.empty() && text.back() == '\r') text.pop_back();  // files written on Windows
+      if (!text.empty() && text.back() == '\r') text.pop_back();                      // files written on Windows
       if (line_number_ == 1 && text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);  // Excel's UTF-8 mark
       if (text.find_first_not_of(" \t") != std::string::npos) return true;
     }
-    if (stream_.bad()) throw ValueError("read_csv: reading '" + path_ + "' failed after line " + std::to_string(line_number_));
+    if (stream_.bad())
+      throw ValueError("read_csv: reading '" + path_ + "' failed after line " + std::to_string(line_number_));
     return false;
   }
 
@@ -166,7 +167,8 @@ std::string joined(const std::vector<std::string>& names) {
 
 // ---- header and column choice --------------------------------------------------------------------------
 
-bool first_line_is_header(const CsvLine& first, std::size_t fields, const CsvOptions& options, const std::string& path) {
+bool first_line_is_header(const CsvLine& first, std::size_t fields, const CsvOptions& options,
+                          const std::string& path) {
   if (options.header != CsvHeader::detect) return options.header == CsvHeader::present;
   const std::size_t start = options.skip_index_column ? 1 : 0;
   std::size_t numbers = 0;
@@ -175,7 +177,8 @@ bool first_line_is_header(const CsvLine& first, std::size_t fields, const CsvOpt
                  [&](std::string_view field, std::size_t index) { numbers += index >= start && is_number(field); });
   if (numbers == 0) return true;
   if (numbers + start >= fields) return false;
-  throw ValueError(location(path, first.number) + ": cannot tell whether this line is a header (some fields are "
+  throw ValueError(location(path, first.number) +
+                   ": cannot tell whether this line is a header (some fields are "
                    "numbers, some are not); set CsvOptions::header to CsvHeader::present or CsvHeader::absent");
 }
 
@@ -187,7 +190,9 @@ class FileColumns {
   bool has_header() const { return !header_.empty(); }
   std::size_t count() const { return count_; }
   const std::vector<std::string>& header() const { return header_; }
-  std::string name(std::size_t column) const { return has_header() ? header_[column] : "column_" + std::to_string(column); }
+  std::string name(std::size_t column) const {
+    return has_header() ? header_[column] : "column_" + std::to_string(column);
+  }
   // For messages: every name, or the first few of a wide file.
   std::string listed() const {
     constexpr std::size_t max_listed = 50;
@@ -272,7 +277,8 @@ class ColumnChoice {
 
 ColumnChoice chosen_columns(const FileColumns& columns, const CsvOptions& options, const std::string& path) {
   if (!options.column_names.empty() && !columns.has_header())
-    throw ConfigError(path + ": columns are chosen by name, but the file has no header; use CsvOptions::column_indices");
+    throw ConfigError(path +
+                      ": columns are chosen by name, but the file has no header; use CsvOptions::column_indices");
   if (options.column_names.empty() && options.column_indices.empty()) {
     const std::size_t first = options.skip_index_column ? 1 : 0;
     if (first >= columns.count()) throw ValueError(path + ": no columns left to read after skipping the index column");
@@ -282,7 +288,8 @@ ColumnChoice chosen_columns(const FileColumns& columns, const CsvOptions& option
   for (const std::string& name : options.column_names) chosen.push_back(column_by_name(name, columns, path));
   for (std::int64_t index : options.column_indices) chosen.push_back(column_by_index(index, columns, path));
   if (options.skip_index_column && std::find(chosen.begin(), chosen.end(), 0) != chosen.end())
-    throw ConfigError(path + ": column 0 ('" + columns.name(0) + "') is chosen, but skip_index_column says it is an index");
+    throw ConfigError(path + ": column 0 ('" + columns.name(0) +
+                      "') is chosen, but skip_index_column says it is an index");
   return ColumnChoice(std::move(chosen));
 }
 
@@ -327,8 +334,9 @@ struct ValueParser {
 
   [[noreturn]] void fail(std::string_view text, std::int64_t line_number, std::size_t column,
                          const std::string& reason) const {
-    const std::string name = columns.has_header() ? "column '" + columns.name(column) + "' (index " + std::to_string(column) + ")"
-                                                  : "column index " + std::to_string(column);
+    const std::string name = columns.has_header()
+                                 ? "column '" + columns.name(column) + "' (index " + std::to_string(column) + ")"
+                                 : "column index " + std::to_string(column);
     throw ValueError(location(path, line_number) + ": " + name + ": " + quoted(text) + " " + reason);
   }
 };
@@ -339,13 +347,17 @@ class ValueSink {
   explicit ValueSink(DType dtype) : dtype_(dtype) {}
   std::size_t grow(std::size_t count) {
     const std::size_t start = size();
-    if (dtype_ == DType::float32) floats_.resize(start + count);
-    else doubles_.resize(start + count);
+    if (dtype_ == DType::float32)
+      floats_.resize(start + count);
+    else
+      doubles_.resize(start + count);
     return start;
   }
   void set(std::size_t index, double value) {
-    if (dtype_ == DType::float32) floats_[index] = static_cast<float>(value);
-    else doubles_[index] = value;
+    if (dtype_ == DType::float32)
+      floats_[index] = static_cast<float>(value);
+    else
+      doubles_[index] = value;
   }
   std::size_t size() const { return dtype_ == DType::float32 ? floats_.size() : doubles_.size(); }
   Array to_array(std::int64_t rows, std::int64_t columns) const {
@@ -365,7 +377,8 @@ class RowReader {
  public:
   RowReader(const ValueParser& parser, ColumnChoice columns, std::int64_t first_line)
       : parser_(parser), columns_(std::move(columns)), first_line_(first_line) {
-    for (std::size_t slot = 0; slot < columns_.list().size(); ++slot) by_column_.emplace_back(columns_.list()[slot], slot);
+    for (std::size_t slot = 0; slot < columns_.list().size(); ++slot)
+      by_column_.emplace_back(columns_.list()[slot], slot);
     std::sort(by_column_.begin(), by_column_.end());
   }
 
@@ -373,22 +386,23 @@ class RowReader {
     const std::string where = location(parser_.path, line.number);
     const std::size_t fields = parser_.columns.count();
     // Counted before any field is parsed, so a ragged row is reported as such, not by its first odd field.
-    const std::size_t count = for_each_field(line.text, parser_.options.delimiter, where, scratch_,
-                                             [](std::string_view, std::size_t) {});
+    const std::size_t count =
+        for_each_field(line.text, parser_.options.delimiter, where, scratch_, [](std::string_view, std::size_t) {});
     if (count != fields)
-      throw ValueError(where + ": " + std::to_string(count) + " fields, but line " + std::to_string(first_line_) + " has " +
-                       std::to_string(fields));
+      throw ValueError(where + ": " + std::to_string(count) + " fields, but line " + std::to_string(first_line_) +
+                       " has " + std::to_string(fields));
     const std::size_t base = values.grow(columns_.size());
     std::size_t next = 0;  // into by_column_
-    for_each_field(line.text, parser_.options.delimiter, where, scratch_, [&](std::string_view field, std::size_t column) {
-      if (columns_.is_run()) {
-        if (column >= columns_.first() && column - columns_.first() < columns_.size())
-          values.set(base + column - columns_.first(), parser_.parse(field, line.number, column));
-        return;
-      }
-      for (; next < by_column_.size() && by_column_[next].first == column; ++next)
-        values.set(base + by_column_[next].second, parser_.parse(field, line.number, column));
-    });
+    for_each_field(line.text, parser_.options.delimiter, where, scratch_,
+                   [&](std::string_view field, std::size_t column) {
+                     if (columns_.is_run()) {
+                       if (column >= columns_.first() && column - columns_.first() < columns_.size())
+                         values.set(base + column - columns_.first(), parser_.parse(field, line.number, column));
+                       return;
+                     }
+                     for (; next < by_column_.size() && by_column_[next].first == column; ++next)
+                       values.set(base + by_column_[next].second, parser_.parse(field, line.number, column));
+                   });
   }
 
   const ColumnChoice& columns() const { return columns_; }
@@ -411,7 +425,8 @@ Array read_values(const std::string& path, const CsvOptions& options, std::vecto
   const std::size_t fields = for_each_field(line.text, options.delimiter, location(path, line.number), scratch,
                                             [](std::string_view, std::size_t) {});
   const bool has_header = first_line_is_header(line, fields, options, path);
-  const FileColumns columns(has_header ? split_fields(line, options.delimiter, path) : std::vector<std::string>{}, fields);
+  const FileColumns columns(has_header ? split_fields(line, options.delimiter, path) : std::vector<std::string>{},
+                            fields);
   const ValueParser parser{path, columns, options};
   RowReader rows(parser, chosen_columns(columns, options, path), line.number);
 
@@ -425,7 +440,8 @@ Array read_values(const std::string& path, const CsvOptions& options, std::vecto
   for (; reader.next(line); ++count) rows.read(line, values);
   if (count == 0) throw ValueError(location(path, first_line) + ": a header but no data rows");
   if (names)
-    for (std::size_t slot = 0; slot < rows.columns().size(); ++slot) names->push_back(columns.name(rows.columns().column(slot)));
+    for (std::size_t slot = 0; slot < rows.columns().size(); ++slot)
+      names->push_back(columns.name(rows.columns().column(slot)));
   return values.to_array(count, static_cast<std::int64_t>(rows.columns().size()));
 }
 
@@ -438,7 +454,9 @@ CsvTable read_csv(const std::string& path, const CsvOptions& options) {
 }
 
 namespace detail {
-Array read_csv_values(const std::string& path, const CsvOptions& options) { return read_values(path, options, nullptr); }
+Array read_csv_values(const std::string& path, const CsvOptions& options) {
+  return read_values(path, options, nullptr);
+}
 }  // namespace detail
 
 // ==================================== shared helpers ===================================================
@@ -505,7 +523,8 @@ std::int64_t count_with_targets(const Array& series, std::int64_t window, std::i
   const std::int64_t count = num_windows(std::max<std::int64_t>(time_steps - horizon, 0), window, stride);
   if (count == 0)
     throw ValueError(who + ": a series of " + std::to_string(time_steps) + " steps has no window of " +
-                     std::to_string(window) + " steps followed by a target " + std::to_string(horizon) + " steps later");
+                     std::to_string(window) + " steps followed by a target " + std::to_string(horizon) +
+                     " steps later");
   return count;
 }
 
@@ -593,7 +612,8 @@ std::vector<Array> split_rows(const Array& source, const std::vector<double>& fr
 }
 
 std::vector<std::int64_t> shuffled_row_order(std::int64_t num_rows, std::uint64_t seed) {
-  if (num_rows < 0) throw ValueError("shuffled_row_order: num_rows must not be negative, got " + std::to_string(num_rows));
+  if (num_rows < 0)
+    throw ValueError("shuffled_row_order: num_rows must not be negative, got " + std::to_string(num_rows));
   std::vector<std::int64_t> order(static_cast<std::size_t>(num_rows));
   std::iota(order.begin(), order.end(), std::int64_t{0});
   Rng rng(seed);
@@ -616,13 +636,12 @@ Array take_rows(const Array& source, const std::vector<std::int64_t>& rows) {
 
 std::vector<Array> shuffled_split_rows(const Array& source, const std::vector<double>& fractions, std::uint64_t seed) {
   check_has_rows(source, "shuffled_split_rows");
-  const std::vector<std::int64_t> boundaries =
-      split_boundaries(source.shape()[0], fractions, "shuffled_split_rows");
+  const std::vector<std::int64_t> boundaries = split_boundaries(source.shape()[0], fractions, "shuffled_split_rows");
   const std::vector<std::int64_t> order = shuffled_row_order(source.shape()[0], seed);
   std::vector<Array> parts;
   for (std::size_t i = 0; i + 1 < boundaries.size(); ++i)
-    parts.push_back(take_rows(source, std::vector<std::int64_t>(order.begin() + boundaries[i],
-                                                                order.begin() + boundaries[i + 1])));
+    parts.push_back(
+        take_rows(source, std::vector<std::int64_t>(order.begin() + boundaries[i], order.begin() + boundaries[i + 1])));
   return parts;
 }
 
@@ -697,7 +716,8 @@ Standardizer::Standardizer(std::vector<double> mean, std::vector<double> standar
                      std::to_string(standard_deviation_.size()) + " standard deviations");
   for (double deviation : standard_deviation_)
     if (!(deviation > 0) || !std::isfinite(deviation))
-      throw ValueError("Standardizer: standard deviations must be positive and finite, got " + std::to_string(deviation));
+      throw ValueError("Standardizer: standard deviations must be positive and finite, got " +
+                       std::to_string(deviation));
 }
 
 Standardizer& Standardizer::fit(const Array& train) {
@@ -784,7 +804,8 @@ void check_prices(const Array& prices) {
     const double price = prices.flat(i);
     if (!(price > 0) || !std::isfinite(price))
       throw ValueError("log_returns: the price at row " + std::to_string(i / columns) + ", column " +
-                       std::to_string(i % columns) + " is " + std::to_string(price) + "; prices must be positive and finite");
+                       std::to_string(i % columns) + " is " + std::to_string(price) +
+                       "; prices must be positive and finite");
   }
 }
 
@@ -793,13 +814,13 @@ void check_prices(const Array& prices) {
 Array log_returns(const Array& prices) {
   check_has_rows(prices, "log_returns");
   const std::int64_t time_steps = prices.shape()[0];
-  if (time_steps < 2)
-    throw ValueError("log_returns: needs at least 2 time steps, got " + std::to_string(time_steps));
+  if (time_steps < 2) throw ValueError("log_returns: needs at least 2 time steps, got " + std::to_string(time_steps));
   check_prices(prices);
   const std::size_t columns = row_elements(prices);
   Array returns(with_leading_dims(prices, {time_steps - 1}), prices.dtype());
   // log(p1 / p0) rather than log(p1) - log(p0): one rounding instead of a difference of two large logs.
-  for (std::size_t i = 0; i < returns.size(); ++i) returns.set_flat(i, std::log(prices.flat(i + columns) / prices.flat(i)));
+  for (std::size_t i = 0; i < returns.size(); ++i)
+    returns.set_flat(i, std::log(prices.flat(i + columns) / prices.flat(i)));
   return returns;
 }
 

@@ -42,7 +42,7 @@ struct CsvOptions {
 };
 
 struct CsvTable {
-  Array values;                            // (rows, chosen columns), in the file's row order
+  Array values;                           // (rows, chosen columns), in the file's row order
   std::vector<std::string> column_names;  // one per column of `values`
 };
 
@@ -103,8 +103,7 @@ Array take_rows(const Array& source, const std::vector<std::int64_t>& rows);
 
 // split_rows after a seeded shuffle. The parts are copies, since shuffled rows are not contiguous.
 // Inputs and targets split with the same seed (and the same number of rows) stay paired.
-std::vector<Array> shuffled_split_rows(const Array& source, const std::vector<double>& fractions,
-                                       std::uint64_t seed);
+std::vector<Array> shuffled_split_rows(const Array& source, const std::vector<double>& fractions, std::uint64_t seed);
 
 // ---- scaling -------------------------------------------------------------------------------------------
 

@@ -19,7 +19,8 @@ namespace detail {
 
 Trainer& trainer_of(ModelBase& model) {
   auto trainer = std::static_pointer_cast<Trainer>(model.compiled_state());
-  if (!trainer) throw LayerStateError(model.describe() + " is not compiled; call compile(optimizer, loss) before training");
+  if (!trainer)
+    throw LayerStateError(model.describe() + " is not compiled; call compile(optimizer, loss) before training");
   return *trainer;
 }
 
@@ -31,15 +32,18 @@ void compile_model(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> l
   if (!model.built())
     throw LayerStateError(model.describe() + " is not built; give it an Input or build it before compile");
   const ModelBase::Use use = model.use_for_training("compile");
-  model.compiled_state() = std::make_shared<Trainer>(model, std::move(optimizer), std::move(losses), std::move(metrics));
+  model.compiled_state() =
+      std::make_shared<Trainer>(model, std::move(optimizer), std::move(losses), std::move(metrics));
 }
 
-History fit_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y, const FitOptions& options) {
+History fit_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y,
+                  const FitOptions& options) {
   const ModelBase::Use use = model.use_for_training("fit");
   return trainer_of(model).fit(x, y, options);
 }
 
-Logs evaluate_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size) {
+Logs evaluate_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y,
+                    std::int64_t batch_size) {
   const ModelBase::Use use = model.use_for_inference("evaluate");
   return trainer_of(model).evaluate(x, y, batch_size);
 }

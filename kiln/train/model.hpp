@@ -25,22 +25,48 @@ namespace kiln {
 
 class FitOptions {
  public:
-  FitOptions& batch_size(std::int64_t value) { batch_size_ = value; return *this; }
-  FitOptions& epochs(int value) { epochs_ = value; return *this; }
+  FitOptions& batch_size(std::int64_t value) {
+    batch_size_ = value;
+    return *this;
+  }
+  FitOptions& epochs(int value) {
+    epochs_ = value;
+    return *this;
+  }
   // The last fraction of the rows (before any shuffling), as Keras takes it.
-  FitOptions& validation_split(double value) { validation_split_ = value; return *this; }
+  FitOptions& validation_split(double value) {
+    validation_split_ = value;
+    return *this;
+  }
   FitOptions& validation_data(std::vector<Array> x, std::vector<Array> y) {
     validation_x_ = std::move(x);
     validation_y_ = std::move(y);
     return *this;
   }
-  FitOptions& validation_data(const Array& x, const Array& y) { return validation_data(std::vector<Array>{x}, std::vector<Array>{y}); }
-  FitOptions& shuffle(bool value) { shuffle_ = value; return *this; }
-  FitOptions& seed(std::uint64_t value) { seed_ = value; return *this; }  // the shuffling order
-  FitOptions& callback(CallbackPtr value) { callbacks_.push_back(std::move(value)); return *this; }
+  FitOptions& validation_data(const Array& x, const Array& y) {
+    return validation_data(std::vector<Array>{x}, std::vector<Array>{y});
+  }
+  FitOptions& shuffle(bool value) {
+    shuffle_ = value;
+    return *this;
+  }
+  FitOptions& seed(std::uint64_t value) {
+    seed_ = value;
+    return *this;
+  }  // the shuffling order
+  FitOptions& callback(CallbackPtr value) {
+    callbacks_.push_back(std::move(value));
+    return *this;
+  }
   // 0 silent, 1 a live bar on a terminal (one line per epoch otherwise), 2 one line per epoch.
-  FitOptions& verbose(int value) { verbose_ = value; return *this; }
-  FitOptions& initial_epoch(int value) { initial_epoch_ = value; return *this; }
+  FitOptions& verbose(int value) {
+    verbose_ = value;
+    return *this;
+  }
+  FitOptions& initial_epoch(int value) {
+    initial_epoch_ = value;
+    return *this;
+  }
 
  private:
   friend class Trainer;
@@ -63,8 +89,8 @@ struct History {
 };
 
 struct CompileOptions {
-  std::vector<Loss> losses;       // one, or one per output
-  std::vector<Metric> metrics;    // applied to every output
+  std::vector<Loss> losses;     // one, or one per output
+  std::vector<Metric> metrics;  // applied to every output
 };
 
 // What compile() leaves on a model: train/trainer.cpp.
@@ -75,8 +101,10 @@ namespace detail {
 Trainer& trainer_of(ModelBase& model);
 Optimizer& optimizer_of(ModelBase& model);
 void compile_model(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> losses, std::vector<Metric> metrics);
-History fit_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y, const FitOptions& options);
-Logs evaluate_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size);
+History fit_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y,
+                  const FitOptions& options);
+Logs evaluate_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y,
+                    std::int64_t batch_size);
 Logs train_model_on_batch(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y);
 Logs test_model_on_batch(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y);
 int epochs_trained(ModelBase& model);
@@ -115,10 +143,14 @@ class TrainableModel : public ModelHandle<M> {
   Logs evaluate(const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size = 32) const {
     return detail::evaluate_model(*this->layer_, x, y, batch_size);
   }
-  Logs train_on_batch(const Array& x, const Array& y) const { return detail::train_model_on_batch(*this->layer_, {x}, {y}); }
+  Logs train_on_batch(const Array& x, const Array& y) const {
+    return detail::train_model_on_batch(*this->layer_, {x}, {y});
+  }
   // The optimizer compile() was given: its state (slots, iterations) is the run's state besides the weights.
   Optimizer& optimizer() const { return detail::optimizer_of(*this->layer_); }
-  Logs test_on_batch(const Array& x, const Array& y) const { return detail::test_model_on_batch(*this->layer_, {x}, {y}); }
+  Logs test_on_batch(const Array& x, const Array& y) const {
+    return detail::test_model_on_batch(*this->layer_, {x}, {y});
+  }
   // Epochs fit() has finished, restored by load_model: pass it as FitOptions().initial_epoch to resume.
   int epochs_trained() const { return detail::epochs_trained(*this->layer_); }
 

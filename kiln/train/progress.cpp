@@ -148,8 +148,8 @@ void ProgressBar::draw(std::int64_t step, std::int64_t steps, const Logs& logs, 
     line += count;
     width += count.size();
   }
-  const std::string timing = final || steps <= 0 ? seconds_text(elapsed)
-                                                 : format_eta(per_step * static_cast<double>(steps - step));
+  const std::string timing =
+      final || steps <= 0 ? seconds_text(elapsed) : format_eta(per_step * static_cast<double>(steps - step));
   const std::string metrics = logs.empty() ? "" : " - " + format_logs(logs);
   line += " " + (bold + timing + reset) + " " + format_step_time(per_step) + metrics;
   width += display_width(" " + timing + " " + format_step_time(per_step) + metrics);

@@ -65,8 +65,8 @@ class ProgressBar {
   std::ostream* out_;
   int verbose_;
   bool is_terminal_;
-  std::size_t previous_width_ = 0;     // of the live line now on screen, to blank what a shorter one leaves
-  std::optional<double> last_draw_;    // elapsed time of the last redraw, for the 0.05 s throttle
+  std::size_t previous_width_ = 0;   // of the live line now on screen, to blank what a shorter one leaves
+  std::optional<double> last_draw_;  // elapsed time of the last redraw, for the 0.05 s throttle
   std::optional<double> first_step_end_;
 };
 

@@ -8,9 +8,9 @@
 #include <numeric>
 
 #include <kiln/core/autodiff.hpp>
+#include <kiln/core/detail/program_pool.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
-#include <kiln/core/detail/program_pool.hpp>
 #include <kiln/core/program.hpp>
 #include <kiln/core/rng.hpp>
 #include <kiln/layers/model.hpp>
@@ -50,7 +50,8 @@ std::int64_t num_rows(const std::vector<Array>& arrays) { return arrays.empty() 
 // whole batch), so shuffled batches cost a copy but no allocation of data.
 Array gather_rows(const Array& source, Array& buffer, const std::vector<std::int64_t>& order, std::int64_t start,
                   std::int64_t count) {
-  const std::size_t row_bytes = source.shape()[0] == 0 ? 0 : source.nbytes() / static_cast<std::size_t>(source.shape()[0]);
+  const std::size_t row_bytes =
+      source.shape()[0] == 0 ? 0 : source.nbytes() / static_cast<std::size_t>(source.shape()[0]);
   const auto* from = static_cast<const unsigned char*>(source.raw());
   auto* to = static_cast<unsigned char*>(buffer.raw());
   for (std::int64_t j = 0; j < count; ++j)
@@ -83,14 +84,17 @@ Trainer::~Trainer() = default;
 void Trainer::check_data(std::vector<Array>& x, std::vector<Array>& y, const std::string& what) const {
   const std::string who = model_.describe() + "." + what;
   if (x.size() != model_.num_inputs())
-    throw ValueError(who + ": the model has " + std::to_string(model_.num_inputs()) + " inputs, got " + std::to_string(x.size()) + " arrays");
+    throw ValueError(who + ": the model has " + std::to_string(model_.num_inputs()) + " inputs, got " +
+                     std::to_string(x.size()) + " arrays");
   if (y.size() != model_.num_outputs())
-    throw ValueError(who + ": the model has " + std::to_string(model_.num_outputs()) + " outputs, got " + std::to_string(y.size()) + " target arrays");
+    throw ValueError(who + ": the model has " + std::to_string(model_.num_outputs()) + " outputs, got " +
+                     std::to_string(y.size()) + " target arrays");
   const std::vector<Shape> input_shapes = model_.input_shapes();
   const std::vector<Shape> output_shapes = model_.model_output_shapes();
   const std::vector<DType> input_dtypes = model_.input_dtypes();
   auto check_rows = [&](const Array& array, const std::string& label) {
-    if (array.shape().rank() == 0) throw ShapeError(who + ": " + label + " needs a first axis of samples, got a scalar");
+    if (array.shape().rank() == 0)
+      throw ShapeError(who + ": " + label + " needs a first axis of samples, got a scalar");
     if (array.shape()[0] != x[0].shape()[0])
       throw ValueError(who + ": x has " + std::to_string(x[0].shape()[0]) + " samples but " + label + " has " +
                        std::to_string(array.shape()[0]) + " (shape " + array.shape().to_string() + ")");
@@ -98,7 +102,9 @@ void Trainer::check_data(std::vector<Array>& x, std::vector<Array>& y, const std
   for (std::size_t i = 0; i < x.size(); ++i) {
     check_rows(x[i], "x[" + std::to_string(i) + "]");
     const Shape& expected = input_shapes[i];
-    if (!expected.accepts(x[i].shape(), 1)) throw ShapeError(who, "x[" + std::to_string(i) + "] does not fit the model's input", {{"input", expected}, {"x", x[i].shape()}});
+    if (!expected.accepts(x[i].shape(), 1))
+      throw ShapeError(who, "x[" + std::to_string(i) + "] does not fit the model's input",
+                       {{"input", expected}, {"x", x[i].shape()}});
     if (x[i].dtype() != input_dtypes[i]) x[i] = x[i].astype(input_dtypes[i]);
   }
   if (x[0].shape()[0] == 0) throw ValueError(who + ": no samples");
@@ -113,8 +119,8 @@ void Trainer::check_data(std::vector<Array>& x, std::vector<Array>& y, const std
       for (std::size_t j = 0; j < y[k].size(); ++j) {
         const double label = y[k].flat(j);
         if (!(label >= 0 && label < static_cast<double>(classes) && std::floor(label) == label))
-          throw ValueError(who + ": sparse label " + detail::python_float(label) + " at index " + std::to_string(j) + " of y[" +
-                           std::to_string(k) + "] is not a class in [0, " + std::to_string(classes) + ")");
+          throw ValueError(who + ": sparse label " + detail::python_float(label) + " at index " + std::to_string(j) +
+                           " of y[" + std::to_string(k) + "] is not a class in [0, " + std::to_string(classes) + ")");
       }
     }
   }
@@ -122,10 +128,12 @@ void Trainer::check_data(std::vector<Array>& x, std::vector<Array>& y, const std
 
 // ---- steps ------------------------------------------------------------------------------------------------------
 
-std::shared_ptr<Trainer::Step> Trainer::make_step(const std::vector<Array>& x, const std::vector<Array>& y, bool training) {
+std::shared_ptr<Trainer::Step> Trainer::make_step(const std::vector<Array>& x, const std::vector<Array>& y,
+                                                  bool training) {
   auto step = std::make_shared<Step>();
   step->training = training;
-  for (const Array& input : x) step->inputs.push_back(step->graph.placeholder(with_unknown_batch(row_shape(input)), input.dtype(), "x"));
+  for (const Array& input : x)
+    step->inputs.push_back(step->graph.placeholder(with_unknown_batch(row_shape(input)), input.dtype(), "x"));
   const std::vector<Tensor> outputs = model_.apply(step->inputs, training);
   Tensor total;
   std::vector<std::pair<std::string, Tensor>> metric_values;
@@ -167,7 +175,8 @@ std::shared_ptr<Trainer::Step> Trainer::make_step(const std::vector<Array>& x, c
   return step;
 }
 
-std::shared_ptr<Trainer::Step> Trainer::step_for(const std::vector<Array>& x, const std::vector<Array>& y, bool training) {
+std::shared_ptr<Trainer::Step> Trainer::step_for(const std::vector<Array>& x, const std::vector<Array>& y,
+                                                 bool training) {
   std::lock_guard<std::mutex> lock(steps_mutex_);
   std::shared_ptr<Step>& step = training ? training_ : evaluation_;
   bool fits = step != nullptr;
@@ -223,7 +232,8 @@ Logs Trainer::evaluate(const std::vector<Array>& x_given, const std::vector<Arra
 }
 
 Logs Trainer::evaluate_checked(const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size) {
-  if (batch_size <= 0) throw ValueError(model_.describe() + ": batch_size must be positive, got " + std::to_string(batch_size));
+  if (batch_size <= 0)
+    throw ValueError(model_.describe() + ": batch_size must be positive, got " + std::to_string(batch_size));
   const std::shared_ptr<Step> step = step_for(x, y, false);
   const std::int64_t rows = num_rows(x);
   const detail::ProgramPool::Lease program = step->programs->lease(std::min(batch_size, rows));
@@ -241,10 +251,13 @@ Logs Trainer::evaluate_checked(const std::vector<Array>& x, const std::vector<Ar
 History Trainer::fit(const std::vector<Array>& x_given, const std::vector<Array>& y_given, const FitOptions& options) {
   std::vector<Array> x = x_given, y = y_given;
   check_data(x, y, "fit");
-  if (options.batch_size_ <= 0) throw ValueError(model_.describe() + ".fit: batch_size must be positive, got " + std::to_string(options.batch_size_));
+  if (options.batch_size_ <= 0)
+    throw ValueError(model_.describe() + ".fit: batch_size must be positive, got " +
+                     std::to_string(options.batch_size_));
   if (options.epochs_ < 0) throw ValueError(model_.describe() + ".fit: epochs must not be negative");
   if (options.validation_split_ < 0.0 || options.validation_split_ >= 1.0)
-    throw ValueError(model_.describe() + ".fit: validation_split must be in [0, 1), got " + std::to_string(options.validation_split_));
+    throw ValueError(model_.describe() + ".fit: validation_split must be in [0, 1), got " +
+                     std::to_string(options.validation_split_));
 
   // Validation data: given, or the last fraction of the rows (before shuffling, as Keras takes it).
   std::vector<Array> val_x = options.validation_x_, val_y = options.validation_y_;
@@ -252,10 +265,11 @@ History Trainer::fit(const std::vector<Array>& x_given, const std::vector<Array>
     check_data(val_x, val_y, "fit validation_data");
   } else if (options.validation_split_ > 0.0) {
     const std::int64_t rows = num_rows(x);
-    const auto validation_rows = static_cast<std::int64_t>(std::floor(static_cast<double>(rows) * options.validation_split_));
+    const auto validation_rows =
+        static_cast<std::int64_t>(std::floor(static_cast<double>(rows) * options.validation_split_));
     if (validation_rows == 0 || validation_rows == rows)
-      throw ValueError(model_.describe() + ".fit: validation_split " + std::to_string(options.validation_split_) + " of " +
-                       std::to_string(rows) + " samples leaves an empty part");
+      throw ValueError(model_.describe() + ".fit: validation_split " + std::to_string(options.validation_split_) +
+                       " of " + std::to_string(rows) + " samples leaves an empty part");
     for (Array& array : x) {
       val_x.push_back(array.rows(rows - validation_rows, validation_rows));
       array = array.rows(0, rows - validation_rows);
@@ -286,9 +300,9 @@ History Trainer::fit(const std::vector<Array>& x_given, const std::vector<Array>
   std::vector<std::int64_t> order(static_cast<std::size_t>(rows));
   std::vector<Array> batch_x(x.size()), batch_y(y.size());
   bool warned_nan = false;
-  const bool terminates_on_nan = std::any_of(options.callbacks_.begin(), options.callbacks_.end(), [](const CallbackPtr& callback) {
-    return dynamic_cast<const TerminateOnNaN*>(callback.get()) != nullptr;
-  });
+  const bool terminates_on_nan = std::any_of(
+      options.callbacks_.begin(), options.callbacks_.end(),
+      [](const CallbackPtr& callback) { return dynamic_cast<const TerminateOnNaN*>(callback.get()) != nullptr; });
 
   for (const CallbackPtr& callback : options.callbacks_) callback->on_train_begin(state);
   Logs logs;
@@ -296,8 +310,10 @@ History Trainer::fit(const std::vector<Array>& x_given, const std::vector<Array>
     for (const CallbackPtr& callback : options.callbacks_) callback->on_epoch_begin(state, epoch);
     bar.epoch_begin(epoch, options.epochs_);
     const auto started = std::chrono::steady_clock::now();
-    if (options.shuffle_) order = shuffled_row_order(rows, mix64(options.seed_ ^ mix64(static_cast<std::uint64_t>(epoch))));
-    else std::iota(order.begin(), order.end(), std::int64_t{0});
+    if (options.shuffle_)
+      order = shuffled_row_order(rows, mix64(options.seed_ ^ mix64(static_cast<std::uint64_t>(epoch))));
+    else
+      std::iota(order.begin(), order.end(), std::int64_t{0});
 
     std::vector<double> sums;
     std::int64_t seen = 0, batches_run = 0;

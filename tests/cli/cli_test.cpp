@@ -121,9 +121,9 @@ kiln::Model small_model() {
 }
 
 kiln::Array inputs_3x4() {
-  return kiln::Array::from_vector(std::vector<float>{0.5f, -1.25f, 2.0f, 3.5f, 0.0f, 1.0f, -2.0f, 0.125f,
-                                                     1e-3f, 7.0f, -0.75f, 4.0f},
-                                  kiln::Shape{3, 4});
+  return kiln::Array::from_vector(
+      std::vector<float>{0.5f, -1.25f, 2.0f, 3.5f, 0.0f, 1.0f, -2.0f, 0.125f, 1e-3f, 7.0f, -0.75f, 4.0f},
+      kiln::Shape{3, 4});
 }
 
 // The rows of `array` (samples first) as CSV text, values printed exactly.
@@ -396,7 +396,8 @@ TEST_CASE("kiln predict reads a long CSV line without holding it several times o
   {
     std::ofstream out(dir / "wide.csv");
     out.precision(9);  // what a float32 writer prints: about 11 characters a value
-    for (std::int64_t i = 0; i < width; ++i) out << 0.123456789 * static_cast<double>(i % 7 + 1) << (i + 1 < width ? "," : "\n");
+    for (std::int64_t i = 0; i < width; ++i)
+      out << 0.123456789 * static_cast<double>(i % 7 + 1) << (i + 1 < width ? "," : "\n");
   }
   const auto file_bytes = static_cast<std::int64_t>(fs::file_size(dir / "wide.csv"));
   const std::string no_quarantine = "ASAN_OPTIONS=quarantine_size_mb=0:detect_leaks=0 ";
@@ -417,7 +418,8 @@ TEST_CASE("kiln says what --batch-size takes, and exits 2", "[cli]") {
   write_text(dir / "x.csv", csv_of(inputs_3x4()));
   for (const std::string value : {"0", "abc", "-3", "2.5", "99999999999999999999999"}) {
     INFO("--batch-size " << value);
-    const Run run = run_kiln(dir, "predict " + arg(dir / "m.kiln") + " " + arg(dir / "x.csv") + " --batch-size " + arg(value));
+    const Run run =
+        run_kiln(dir, "predict " + arg(dir / "m.kiln") + " " + arg(dir / "x.csv") + " --batch-size " + arg(value));
     REQUIRE(run.exited);
     CHECK(run.status == 2);
     CHECK_THAT(run.err, Catch::StartsWith("--batch-size must be a positive integer, got '" + value + "'\n"));

@@ -14,12 +14,12 @@
 #include <kiln/layers/dropout.hpp>
 #include <kiln/layers/mh_attention.hpp>
 #include <kiln/layers/model.hpp>
-#include <kiln/train/model.hpp>
 #include <kiln/layers/multi_head_attention.hpp>
 #include <kiln/layers/pooling.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/optim/optimizer.hpp>
 #include <kiln/optim/schedules.hpp>
+#include <kiln/train/model.hpp>
 
 // GCC 12 sees through the inlined replacement new (malloc) and flags std::free in delete as a
 // mismatch; here new *is* malloc, so the pairing is right.

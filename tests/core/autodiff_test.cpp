@@ -26,9 +26,9 @@ TEST_CASE("gradients sum over broadcast axes", "[core][autodiff]") {
   Rng rng(1);
   testing::GradcheckOptions options;
   options.label = "autodiff broadcast";
-  const auto report = testing::gradcheck(
-      [](const std::vector<Tensor>& x) { return ops::mul(ops::add(x[0], x[1]), x[2]); },
-      {Shape{4, 3}, Shape{3}, Shape{4, 1}}, rng, options);
+  const auto report =
+      testing::gradcheck([](const std::vector<Tensor>& x) { return ops::mul(ops::add(x[0], x[1]), x[2]); },
+                         {Shape{4, 3}, Shape{3}, Shape{4, 1}}, rng, options);
   INFO(report.worst_entry());
   CHECK(report.max_relative_error <= 1e-6);
 }
@@ -60,7 +60,8 @@ TEST_CASE("a gradient through a non-differentiable input is reported clearly", "
   const Tensor mask = ops::greater(x, y);
   const Tensor loss = ops::sum(ops::mul(mask, y));
   CHECK_THROWS_AS(gradients(loss, {x}), NotDifferentiable);
-  CHECK_THROWS_WITH(gradients(loss, {x}), Catch::Contains("greater 'greater'") && Catch::Contains("not differentiable"));
+  CHECK_THROWS_WITH(gradients(loss, {x}),
+                    Catch::Contains("greater 'greater'") && Catch::Contains("not differentiable"));
   CHECK_NOTHROW(gradients(loss, {y}));
 }
 

@@ -5,8 +5,8 @@
 
 TEST_CASE("README: the functional attention model builds, summarizes and predicts", "[e2e][readme]") {
   constexpr auto None = kiln::Shape::unknown;
-  kiln::Tensor x = kiln::Input({None, 12, 16});                     // (batch, sequence, d_model)
-  kiln::Tensor h = kiln::MultiHeadAttention(8)({x, x, x});          // 'Attention is all you need' form
+  kiln::Tensor x = kiln::Input({None, 12, 16});             // (batch, sequence, d_model)
+  kiln::Tensor h = kiln::MultiHeadAttention(8)({x, x, x});  // 'Attention is all you need' form
   h = kiln::LayerNormalization()(kiln::Add()({x, h}));
   kiln::Tensor y = kiln::Dense(1)(kiln::GlobalAveragePooling1D()(h));
   kiln::Model model(x, y);
@@ -20,6 +20,7 @@ TEST_CASE("README: the functional attention model builds, summarizes and predict
   CHECK(prediction.shape() == kiln::Shape{5, 1});
 
   // A shape mistake fails where the model is written, naming the layer and the shapes.
-  CHECK_THROWS_WITH(kiln::MultiHeadAttention(3)({x, x, x}),
-                    Catch::Contains("MultiHeadAttention 'multi_head_attention_1'") && Catch::Contains("(None, 12, 16)"));
+  CHECK_THROWS_WITH(
+      kiln::MultiHeadAttention(3)({x, x, x}),
+      Catch::Contains("MultiHeadAttention 'multi_head_attention_1'") && Catch::Contains("(None, 12, 16)"));
 }

@@ -27,8 +27,8 @@
 #include <string_view>
 #include <vector>
 
-#include <kiln/kiln.hpp>
 #include <kiln/core/detail/files.hpp>
+#include <kiln/kiln.hpp>
 #include <kiln/serialize/detail/arrays.hpp>
 #include <kiln/serialize/detail/container.hpp>
 
@@ -90,7 +90,8 @@ void load_file(std::string_view bytes) {
 }
 
 std::uint32_t crc_of(std::string_view bytes, std::uint32_t crc = 0) {
-  return static_cast<std::uint32_t>(::crc32(crc, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
+  return static_cast<std::uint32_t>(
+      ::crc32(crc, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
 }
 void put_u32(std::string& out, std::size_t offset, std::uint32_t value) {
   for (int i = 0; i < 4; ++i) out[offset + i] = static_cast<char>((value >> (8 * i)) & 0xff);
@@ -203,8 +204,10 @@ int make_corpus(const std::string& dir) {
       seed(file_name, 4, bytes);
       const kiln::detail::Container container = kiln::detail::read_container(bytes, file_name);
       if (const auto* config = container.find("CONF")) seed(file_name, 1, config->payload);
-      if (const auto* weights = container.find("WGHT")) write_seed(dir, file_name + "_weights_section", 2, weights->payload), ++seeds;
-      if (const auto* state = container.find("OPTM")) write_seed(dir, file_name + "_optimizer_section", 2, state->payload), ++seeds;
+      if (const auto* weights = container.find("WGHT"))
+        write_seed(dir, file_name + "_weights_section", 2, weights->payload), ++seeds;
+      if (const auto* state = container.find("OPTM"))
+        write_seed(dir, file_name + "_optimizer_section", 2, state->payload), ++seeds;
     }
   }
   std::cout << "kiln_load_fuzzer: wrote " << seeds << " seeds to " << dir << "\n";

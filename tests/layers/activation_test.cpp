@@ -24,7 +24,8 @@ std::vector<double> softmax_reference(const Array& x) {
     double largest = -INFINITY, total = 0;
     for (std::size_t j = 0; j < columns; ++j) largest = std::max(largest, x.flat(row * columns + j));
     for (std::size_t j = 0; j < columns; ++j) total += std::exp(x.flat(row * columns + j) - largest);
-    for (std::size_t j = 0; j < columns; ++j) out[row * columns + j] = std::exp(x.flat(row * columns + j) - largest) / total;
+    for (std::size_t j = 0; j < columns; ++j)
+      out[row * columns + j] = std::exp(x.flat(row * columns + j) - largest) / total;
   }
   return out;
 }
@@ -68,7 +69,8 @@ TEST_CASE("Activation: config round trip keeps the activation name", "[layers][a
   CHECK(config.get_bool("trainable"));
   // Keras writes None for the identity; it reads back as linear.
   CHECK(kiln::Activation(Config{{"activation", nullptr}})->activation() == "linear");
-  CHECK(kiln::create_layer("kiln>Activation", {{"activation", "relu"}})->get_config().get_string("activation") == "relu");
+  CHECK(kiln::create_layer("kiln>Activation", {{"activation", "relu"}})->get_config().get_string("activation") ==
+        "relu");
 }
 
 TEST_CASE("Activation: values match a plain double reference", "[layers][activation][values]") {
@@ -90,8 +92,8 @@ TEST_CASE("Activation: values match a plain double reference", "[layers][activat
 
 TEST_CASE("Activation: unknown names and arguments fail early, naming the layer", "[layers][activation][errors]") {
   CHECK_THROWS_AS(kiln::Activation("reluu"), kiln::ConfigError);
-  CHECK_THROWS_WITH(kiln::Activation("reluu"), Catch::Contains("Activation 'activation'") &&
-                                                    Catch::Contains("did you mean 'relu'"));
+  CHECK_THROWS_WITH(kiln::Activation("reluu"),
+                    Catch::Contains("Activation 'activation'") && Catch::Contains("did you mean 'relu'"));
   CHECK_THROWS_WITH(kiln::Activation(Config{{"activation", "relu"}, {"activaton", "tanh"}}),
                     Catch::Contains("unknown argument 'activaton'"));
   CHECK_THROWS_WITH(kiln::Activation(Config::map()), Catch::Contains("'activation' is required"));

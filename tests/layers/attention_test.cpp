@@ -4,8 +4,8 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/layers/attention.hpp>
-#include "support/attention_reference.hpp"
 #include <kiln/layers/model.hpp>
+#include "support/attention_reference.hpp"
 #include "support/layer_check.hpp"
 
 using kiln::Array;
@@ -23,11 +23,13 @@ constexpr std::int64_t None = Shape::unknown;
 Array padding_mask(const std::vector<std::int64_t>& lengths, std::int64_t keys) {
   Array mask({static_cast<std::int64_t>(lengths.size()), keys}, kiln::DType::float64);
   for (std::size_t b = 0; b < lengths.size(); ++b)
-    for (std::int64_t j = 0; j < keys; ++j) mask.set_flat(b * static_cast<std::size_t>(keys) + static_cast<std::size_t>(j), j < lengths[b] ? 1.0 : 0.0);
+    for (std::int64_t j = 0; j < keys; ++j)
+      mask.set_flat(b * static_cast<std::size_t>(keys) + static_cast<std::size_t>(j), j < lengths[b] ? 1.0 : 0.0);
   return mask;
 }
 
-LayerCase qkv_case(std::int64_t batch, std::int64_t queries, std::int64_t keys, std::int64_t depth, std::int64_t value_depth) {
+LayerCase qkv_case(std::int64_t batch, std::int64_t queries, std::int64_t keys, std::int64_t depth,
+                   std::int64_t value_depth) {
   return LayerCase({random_input({batch, queries, depth}, 11), random_input({batch, keys, depth}, 12),
                     random_input({batch, keys, value_depth}, 13)});
 }
@@ -45,7 +47,8 @@ TEST_CASE("DotProductAttention: output and weight shapes with an unknown batch",
   CHECK(attention.count_params() == 0);
 }
 
-TEST_CASE("DotProductAttention: matches a plain-loop reference with padding and causal masks", "[layers][attention][reference]") {
+TEST_CASE("DotProductAttention: matches a plain-loop reference with padding and causal masks",
+          "[layers][attention][reference]") {
   for (bool use_scale : {true, false})
     for (bool causal : {false, true})
       for (int mask_kind : {0, 1, 2}) {  // none, (B, S) padding, (B, T, S)
@@ -58,13 +61,15 @@ TEST_CASE("DotProductAttention: matches a plain-loop reference with padding and 
           full_mask = expand_padding_mask(padding, 4);
         } else if (mask_kind == 2) {
           full_mask = random_input({3, 4, 4}, 5);
-          for (std::size_t i = 0; i < full_mask.size(); ++i) full_mask.set_flat(i, full_mask.flat(i) > -0.3 ? 1.0 : 0.0);
+          for (std::size_t i = 0; i < full_mask.size(); ++i)
+            full_mask.set_flat(i, full_mask.flat(i) > -0.3 ? 1.0 : 0.0);
           c.tensor_args = {{"mask", full_mask}};
         }
         c.options = {{"use_causal_mask", causal}, {"return_attention_scores", true}};
         const std::vector<Array> outputs = run_layer(*attention, c);
         const double scale = use_scale ? 1.0 / std::sqrt(6.0) : 1.0;
-        const ReferenceAttention expected = reference_attention(c.inputs[0], c.inputs[1], c.inputs[2], full_mask, causal, scale);
+        const ReferenceAttention expected =
+            reference_attention(c.inputs[0], c.inputs[1], c.inputs[2], full_mask, causal, scale);
         INFO("use_scale " << use_scale << " causal " << causal << " mask kind " << mask_kind);
         CHECK(max_relative_difference(outputs[0], expected.output) <= 1e-10);
         CHECK(max_relative_difference(outputs[1], expected.weights) <= 1e-10);
@@ -114,11 +119,12 @@ TEST_CASE("DotProductAttention: config round trip and two-input form", "[layers]
   CHECK(max_relative_difference(output, expected.output) <= 1e-10);
 }
 
-TEST_CASE("DotProductAttention: bad shapes throw ShapeError naming the layer at graph-build time", "[layers][attention][errors]") {
+TEST_CASE("DotProductAttention: bad shapes throw ShapeError naming the layer at graph-build time",
+          "[layers][attention][errors]") {
   const Tensor q = kiln::Input({None, 5, 8}), k = kiln::Input({None, 6, 8}), v = kiln::Input({None, 7, 8});
   kiln::DotProductAttention attention(true, {{"name", "att"}});
-  CHECK_THROWS_WITH(attention({q, k, v}), Catch::Contains("DotProductAttention 'att'") && Catch::Contains("(None, 6, 8)") &&
-                                               Catch::Contains("(None, 7, 8)"));
+  CHECK_THROWS_WITH(attention({q, k, v}), Catch::Contains("DotProductAttention 'att'") &&
+                                              Catch::Contains("(None, 6, 8)") && Catch::Contains("(None, 7, 8)"));
   kiln::DotProductAttention other(true, {{"name", "att2"}});
   const Tensor wrong_mask = kiln::Input({None, 4});
   CHECK_THROWS_WITH(other({q, k, k}, CallArgs().tensor("mask", wrong_mask)),
@@ -142,7 +148,8 @@ TEST_CASE("Attention (Keras): dot scores, learned scale, query and value masks",
   CHECK(attention.weights()[0].path == "scale");
   attention.set_weights({Array::full({}, 0.7, kiln::DType::float64)});  // the learned scale, not 1/sqrt(d)
   const std::vector<Array> outputs = run_layer(*attention, c);
-  const ReferenceAttention expected = reference_attention(c.inputs[0], c.inputs[1], c.inputs[1], expand_padding_mask(value_mask, 3), false, 0.7);
+  const ReferenceAttention expected =
+      reference_attention(c.inputs[0], c.inputs[1], c.inputs[1], expand_padding_mask(value_mask, 3), false, 0.7);
   CHECK(max_relative_difference(outputs[1], expected.weights) <= 1e-10);
   for (std::int64_t b = 0; b < 2; ++b)
     for (std::int64_t i = 0; i < 3; ++i)
@@ -171,13 +178,15 @@ TEST_CASE("Attention (Keras): concat scores match their formula", "[layers][atte
     for (std::int64_t j = 0; j < 3; ++j) {
       double sum = 0;
       for (std::int64_t d = 0; d < 3; ++d)
-        sum += std::tanh(0.8 * (q.flat(static_cast<std::size_t>(i * 3 + d)) + v.flat(static_cast<std::size_t>(j * 3 + d))));
+        sum += std::tanh(0.8 *
+                         (q.flat(static_cast<std::size_t>(i * 3 + d)) + v.flat(static_cast<std::size_t>(j * 3 + d))));
       scores[static_cast<std::size_t>(j)] = std::exp(1.3 * sum);
       total += scores[static_cast<std::size_t>(j)];
     }
     for (std::int64_t d = 0; d < 3; ++d) {
       double expected = 0;
-      for (std::int64_t j = 0; j < 3; ++j) expected += scores[static_cast<std::size_t>(j)] / total * v.flat(static_cast<std::size_t>(j * 3 + d));
+      for (std::int64_t j = 0; j < 3; ++j)
+        expected += scores[static_cast<std::size_t>(j)] / total * v.flat(static_cast<std::size_t>(j * 3 + d));
       CHECK(output.flat(static_cast<std::size_t>(i * 3 + d)) == Approx(expected).epsilon(1e-12));
     }
   }

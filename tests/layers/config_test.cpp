@@ -61,9 +61,10 @@ TEST_CASE("Config: every value type keeps its type and value", "[layers][config]
 TEST_CASE("Config: typed getters throw ConfigError naming the key and the expected type", "[layers][config][errors]") {
   const Config config = {{"units", "four"}, {"use_bias", 1}, {"rate", "high"}, {"shape", 3}, {"flag", true}};
   CHECK_THROWS_AS(config.get_int("units"), ConfigError);
-  CHECK_THROWS_WITH(config.get_int("units"),
-                    Catch::Contains("key 'units'") && Catch::Contains("a string") && Catch::Contains("expected an integer"));
-  CHECK_THROWS_WITH(config.get_bool("use_bias"), Catch::Contains("key 'use_bias'") && Catch::Contains("expected a bool"));
+  CHECK_THROWS_WITH(config.get_int("units"), Catch::Contains("key 'units'") && Catch::Contains("a string") &&
+                                                 Catch::Contains("expected an integer"));
+  CHECK_THROWS_WITH(config.get_bool("use_bias"),
+                    Catch::Contains("key 'use_bias'") && Catch::Contains("expected a bool"));
   CHECK_THROWS_WITH(config.get_double("rate"), Catch::Contains("key 'rate'") && Catch::Contains("expected a number"));
   CHECK_THROWS_WITH(config.get_string("flag"), Catch::Contains("key 'flag'") && Catch::Contains("expected a string"));
   CHECK_THROWS_WITH(config.get_list("shape"), Catch::Contains("key 'shape'") && Catch::Contains("expected a list"));
@@ -92,7 +93,8 @@ TEST_CASE("Config: getters with defaults use them only when the key is absent or
   CHECK(config.get_string("name", "dense") == "dense");
   CHECK(config.get_int("name", 4) == 4);
   // A present key of the wrong type still throws.
-  CHECK_THROWS_WITH(config.get_bool("units", false), Catch::Contains("key 'units'") && Catch::Contains("expected a bool"));
+  CHECK_THROWS_WITH(config.get_bool("units", false),
+                    Catch::Contains("key 'units'") && Catch::Contains("expected a bool"));
   CHECK_THROWS_AS(config.get_int("activation", 1), ConfigError);
   // A default on something that is not a map is just the default.
   CHECK(Config().get_int("units", 2) == 2);
@@ -144,7 +146,7 @@ TEST_CASE("Config: maps compare equal regardless of key order", "[layers][config
 
 TEST_CASE("Config: set, with and erase keep the order keys were first written in", "[layers][config]") {
   Config config = {{"name", "dense"}, {"units", 4}, {"activation", "relu"}};
-  config.set("units", 8);  // replaced in place
+  config.set("units", 8);        // replaced in place
   config.set("use_bias", true);  // appended
   CHECK(config.keys() == std::vector<std::string>{"name", "units", "activation", "use_bias"});
   CHECK(config.get_int("units") == 8);
@@ -193,8 +195,10 @@ TEST_CASE("Config: lists and lists of integers", "[layers][config]") {
   CHECK(ints.as_ints() == std::vector<std::int64_t>{3, -1, 7});
   CHECK(ints.to_string() == "[3, -1, 7]");
   CHECK(Config::list({1, 2.0}).as_ints() == std::vector<std::int64_t>{1, 2});
-  CHECK_THROWS_WITH(Config::list({1, "x"}).as_ints("key 'axes'"), Catch::Contains("key 'axes'") && Catch::Contains("integers"));
-  CHECK_THROWS_WITH(Config(1).as_list("key 'axes'"), Catch::Contains("key 'axes'") && Catch::Contains("expected a list"));
+  CHECK_THROWS_WITH(Config::list({1, "x"}).as_ints("key 'axes'"),
+                    Catch::Contains("key 'axes'") && Catch::Contains("integers"));
+  CHECK_THROWS_WITH(Config(1).as_list("key 'axes'"),
+                    Catch::Contains("key 'axes'") && Catch::Contains("expected a list"));
 }
 
 TEST_CASE("Config: shapes write unknown dimensions as null and read them back", "[layers][config]") {
@@ -226,7 +230,9 @@ TEST_CASE("Config: to_string writes JSON with escapes, and numbers that stay num
   CHECK(Config("a \"quoted\" word").to_string() == R"("a \"quoted\" word")");
   CHECK(Config("back\\slash").to_string() == R"("back\\slash")");
   CHECK(Config("line\nbreak\ttab").to_string() == R"("line\nbreak\ttab")");
-  CHECK(Config(std::string("bell\x01" "end")).to_string() == R"("bell\u0001end")");
+  CHECK(Config(std::string("bell\x01"
+                           "end"))
+            .to_string() == R"("bell\u0001end")");
   CHECK(Config(std::string("cr\r")).to_string() == R"("cr\u000d")");
   CHECK(Config("caf\xC3\xA9").to_string() == "\"caf\xC3\xA9\"");  // UTF-8 passes through
 
@@ -271,7 +277,8 @@ TEST_CASE("ConfigReader: reads arguments and rejects unknown ones with the neare
   ConfigReader several(two, "Dense");
   several.integer("units", 1);
   several.boolean("use_bias", true);
-  CHECK_THROWS_WITH(several.finish(), Catch::Contains("unknown arguments 'unit', 'bias'") && Catch::Contains("'units'"));
+  CHECK_THROWS_WITH(several.finish(),
+                    Catch::Contains("unknown arguments 'unit', 'bias'") && Catch::Contains("'units'"));
 
   // Reading a key twice does not suggest it twice.
   const Config typo = {{"untis", 4}};
@@ -290,13 +297,15 @@ TEST_CASE("ConfigReader: reads arguments and rejects unknown ones with the neare
 }
 
 TEST_CASE("ConfigReader: required, mistyped and unsupported arguments", "[layers][config][errors]") {
-  const Config config = {{"units", "four"}, {"kernel_regularizer", "l2"}, {"bias_constraint", Config()}, {"rate", Config()}};
+  const Config config = {
+      {"units", "four"}, {"kernel_regularizer", "l2"}, {"bias_constraint", Config()}, {"rate", Config()}};
   ConfigReader reader(config, "Dense");
   CHECK_THROWS_WITH(reader.integer("filters"), Catch::Contains("Dense") && Catch::Contains("'filters' is required"));
-  CHECK_THROWS_WITH(reader.integer("units"), Catch::Contains("Dense argument 'units'") && Catch::Contains("expected an integer"));
+  CHECK_THROWS_WITH(reader.integer("units"),
+                    Catch::Contains("Dense argument 'units'") && Catch::Contains("expected an integer"));
   CHECK_THROWS_WITH(reader.integer("units", 1), Catch::Contains("Dense argument 'units'"));
   CHECK(reader.text("units", "") == "four");
-  CHECK(reader.number("rate", 0.25) == 0.25);                                  // null means the default
+  CHECK(reader.number("rate", 0.25) == 0.25);  // null means the default
   CHECK_THROWS_WITH(reader.unsupported("kernel_regularizer"),
                     Catch::Contains("Dense") && Catch::Contains("'kernel_regularizer' is not supported") &&
                         Catch::Contains("\"l2\""));

@@ -6,9 +6,9 @@
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/program.hpp>
-#include <kiln/ops/ops.hpp>
 #include <kiln/layers/dropout.hpp>
 #include <kiln/layers/model.hpp>
+#include <kiln/ops/ops.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;
@@ -93,7 +93,8 @@ TEST_CASE("Dropout: masks follow the seed, or else the layer's name", "[layers][
   CHECK(from_a.bitwise_equal(run_layer(*a, c)[0]));  // the same step gives the same mask
   CHECK(from_a.bitwise_equal(run_layer(*b, c)[0]));
   CHECK_FALSE(from_a.bitwise_equal(run_layer(*other_seed, c)[0]));
-  kiln::Dropout first(0.5, {{"name", "first"}}), first_again(0.5, {{"name", "first"}}), second(0.5, {{"name", "second"}});
+  kiln::Dropout first(0.5, {{"name", "first"}}), first_again(0.5, {{"name", "first"}}),
+      second(0.5, {{"name", "second"}});
   const Array from_first = run_layer(*first, c)[0];
   CHECK(from_first.bitwise_equal(run_layer(*first_again, c)[0]));
   CHECK_FALSE(from_first.bitwise_equal(run_layer(*second, c)[0]));

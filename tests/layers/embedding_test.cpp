@@ -17,7 +17,8 @@ namespace {
 // Whole-number indices in [0, vocabulary), as float64, with repeats so the scatter-add gradient accumulates.
 Array indices(const Shape& shape, std::int64_t vocabulary) {
   Array result(shape, kiln::DType::float64);
-  for (std::size_t i = 0; i < result.size(); ++i) result.set_flat(i, static_cast<double>((i * 7 + 3) % static_cast<std::size_t>(vocabulary)));
+  for (std::size_t i = 0; i < result.size(); ++i)
+    result.set_flat(i, static_cast<double>((i * 7 + 3) % static_cast<std::size_t>(vocabulary)));
   return result;
 }
 

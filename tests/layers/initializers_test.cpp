@@ -81,7 +81,8 @@ void check_truncated_normal(const Stats& s, double mean, double parameter) {
 
 }  // namespace
 
-TEST_CASE("Initializers: every one is found by snake_case and class name, with Keras's config", "[layers][initializers]") {
+TEST_CASE("Initializers: every one is found by snake_case and class name, with Keras's config",
+          "[layers][initializers]") {
   struct Case {
     const char* snake;
     const char* class_name;
@@ -184,7 +185,8 @@ TEST_CASE("Initializers: random and constant ones honour their arguments", "[lay
     const Stats defaults = sample_stats(Initializer::get("random_normal"));
     CHECK(std::fabs(defaults.mean) < 5 * 0.05 / std::sqrt(60000.0));
     CHECK(defaults.stddev == Approx(0.05).epsilon(0.02));
-    const Initializer custom = Initializer::from_config({{"class_name", "RandomNormal"}, {"config", {{"mean", 1.0}, {"stddev", 2.0}}}});
+    const Initializer custom =
+        Initializer::from_config({{"class_name", "RandomNormal"}, {"config", {{"mean", 1.0}, {"stddev", 2.0}}}});
     CHECK(custom.arguments() == Config{{"mean", 1.0}, {"stddev", 2.0}, {"seed", Config()}});
     const Stats s = sample_stats(custom);
     CHECK(std::fabs(s.mean - 1.0) < 5 * 2.0 / std::sqrt(60000.0));
@@ -229,7 +231,8 @@ TEST_CASE("Initializers: samples have the requested shape and dtype", "[layers][
   CHECK_THROWS_AS(Initializer::get("zeros").sample({Shape::unknown, 3}, DType::float32, rng), kiln::ShapeError);
 }
 
-TEST_CASE("Initializers: seeded ones repeat, unseeded ones follow the Rng they are given", "[layers][initializers][rng]") {
+TEST_CASE("Initializers: seeded ones repeat, unseeded ones follow the Rng they are given",
+          "[layers][initializers][rng]") {
   const Shape shape{16, 8};
   for (const char* name : {"GlorotUniform", "HeNormal", "RandomNormal", "RandomUniform", "TruncatedNormal"}) {
     INFO(name);
@@ -265,17 +268,20 @@ TEST_CASE("Initializers: Keras's serialized form is accepted", "[layers][initial
   CHECK(Initializer::from_config({{"class_name", "Ones"}}) == Initializer::get("ones"));
   CHECK(Initializer::from_config({{"class_name", "he_normal"}, {"config", Config()}}) == Initializer::get("HeNormal"));
   // A whole-number seed written as a float is still a seed.
-  CHECK(Initializer::from_config({{"class_name", "HeNormal"}, {"config", {{"seed", 3.0}}}}).arguments().get_int("seed") == 3);
+  CHECK(
+      Initializer::from_config({{"class_name", "HeNormal"}, {"config", {{"seed", 3.0}}}}).arguments().get_int("seed") ==
+      3);
 }
 
 TEST_CASE("Initializers: unknown names and arguments fail with the nearest ones", "[layers][initializers][errors]") {
   CHECK_THROWS_AS(Initializer::get("glorot_unifrom"), ConfigError);
-  CHECK_THROWS_WITH(Initializer::get("glorot_unifrom"),
-                    Catch::Contains("unknown initializer 'glorot_unifrom'") && Catch::Contains("did you mean 'glorot_uniform'"));
+  CHECK_THROWS_WITH(Initializer::get("glorot_unifrom"), Catch::Contains("unknown initializer 'glorot_unifrom'") &&
+                                                            Catch::Contains("did you mean 'glorot_uniform'"));
   CHECK_THROWS_WITH(Initializer::get("HeNormel"), Catch::Contains("did you mean 'HeNormal'"));
   CHECK_THROWS_WITH(Initializer::from_config({{"class_name", "Orthogonl"}}), Catch::Contains("'Orthogonl'"));
-  CHECK_THROWS_WITH(Initializer::from_config({{"class_name", "RandomNormal"}, {"config", {{"stdev", 0.1}}}}),
-                    Catch::Contains("RandomNormal") && Catch::Contains("'stdev'") && Catch::Contains("did you mean 'stddev'"));
+  CHECK_THROWS_WITH(
+      Initializer::from_config({{"class_name", "RandomNormal"}, {"config", {{"stdev", 0.1}}}}),
+      Catch::Contains("RandomNormal") && Catch::Contains("'stdev'") && Catch::Contains("did you mean 'stddev'"));
   CHECK_THROWS_WITH(Initializer::from_config({{"class_name", "RandomNormal"}, {"config", {{"mean", "zero"}}}}),
                     Catch::Contains("'mean'") && Catch::Contains("expected a number"));
   CHECK_THROWS_WITH(Initializer::from_config({{"class_name", "GlorotUniform"}, {"config", {{"seed", 1.5}}}}),

@@ -27,7 +27,8 @@ std::vector<double> layer_norm_reference(const Array& x, const std::vector<doubl
     for (std::size_t j = 0; j < features; ++j) variance += std::pow(x.flat(row * features + j) - mean, 2);
     variance /= static_cast<double>(features);
     for (std::size_t j = 0; j < features; ++j)
-      out[row * features + j] = (x.flat(row * features + j) - mean) / std::sqrt(variance + epsilon) * gamma[j] + beta[j];
+      out[row * features + j] =
+          (x.flat(row * features + j) - mean) / std::sqrt(variance + epsilon) * gamma[j] + beta[j];
   }
   return out;
 }
@@ -135,9 +136,11 @@ TEST_CASE("LayerNormalization: other axes and bad shapes fail, naming the layer"
   CHECK_THROWS_AS(several(x), kiln::ConfigError);
 
   CHECK_THROWS_WITH(kiln::LayerNormalization(1e-3, {{"rms_scaling", true}}), Catch::Contains("rms_scaling"));
-  CHECK_THROWS_WITH(kiln::LayerNormalization(1e-3, {{"gamma_regularizer", "l2"}}), Catch::Contains("gamma_regularizer"));
+  CHECK_THROWS_WITH(kiln::LayerNormalization(1e-3, {{"gamma_regularizer", "l2"}}),
+                    Catch::Contains("gamma_regularizer"));
   CHECK_THROWS_AS(kiln::LayerNormalization(0.0), kiln::ConfigError);
-  CHECK_THROWS_WITH(kiln::LayerNormalization(Config{{"epsilonn", 1e-5}}), Catch::Contains("unknown argument 'epsilonn'"));
+  CHECK_THROWS_WITH(kiln::LayerNormalization(Config{{"epsilonn", 1e-5}}),
+                    Catch::Contains("unknown argument 'epsilonn'"));
 
   kiln::LayerNormalization norm(1e-3, {{"name", "ln"}});
   norm(x);

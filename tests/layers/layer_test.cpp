@@ -9,8 +9,8 @@
 #include <kiln/layers/dense.hpp>
 #include <kiln/layers/layer.hpp>
 #include <kiln/layers/model.hpp>
-#include <kiln/train/model.hpp>
 #include <kiln/ops/ops.hpp>
+#include <kiln/train/model.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;
@@ -44,9 +44,7 @@ class Scale : public kiln::Layer {
   }
 
  protected:
-  void build(const Shape& input_shape) override {
-    factor_ = add_weight("factor", {input_shape.dim(-1)}, initializer_);
-  }
+  void build(const Shape& input_shape) override { factor_ = add_weight("factor", {input_shape.dim(-1)}, initializer_); }
   Tensor call(const Tensor& input, const CallArgs&) override { return input * variable(factor_, input); }
 
  private:
@@ -74,7 +72,7 @@ class Probe : public kiln::Layer {
     moving_ = add_weight("moving", {2}, Initializer::get("random_uniform"), /*trainable=*/false);
   }
   Tensor call(const Tensor& input, const CallArgs& args) override {
-    Tensor output = (*dense_)(input) * variable(gamma_, input) + variable(moving_, input);
+    Tensor output = (*dense_)(input)*variable(gamma_, input) + variable(moving_, input);
     return args.flag("double_it", false) ? output * 2.0 : output;
   }
   std::vector<std::string> call_argument_names() const override { return {"double_it"}; }
@@ -205,7 +203,8 @@ TEST_CASE("Layer: a user's own layer is created by name, called, gradient-checke
   CHECK(serialized.at("build_config") == Config{{"input_shape", Config::list({Config(), 4})}});
 
   // Through a handle and in a model, like a built-in layer.
-  kiln::LayerHandle<Scale> handle(Config{{"name", "twice"}, {"factor_initializer", {{"class_name", "Constant"}, {"config", {{"value", 2.0}}}}}});
+  kiln::LayerHandle<Scale> handle(
+      Config{{"name", "twice"}, {"factor_initializer", {{"class_name", "Constant"}, {"config", {{"value", 2.0}}}}}});
   const Tensor z = kiln::Input({None, 2}, kiln::DType::float64);
   kiln::Model model(z, handle(z));
   const Array data = random_input({3, 2}, 1);
@@ -310,7 +309,7 @@ TEST_CASE("Layer: weights are a function of the layer's name and the seed", "[la
   for (const auto& probe : {a, b, c}) probe->build_for(Shape{None, 3});
   const std::vector<Array> wa = a->get_weights(), wb = b->get_weights(), wc = c->get_weights();
   for (std::size_t i = 0; i < wa.size(); ++i) CHECK(wa[i].bitwise_equal(wb[i]));
-  for (std::size_t i : {0, 1, 2})  // gamma, moving, dense/kernel: random (the bias is zeros)
+  for (std::size_t i : {0, 1, 2})             // gamma, moving, dense/kernel: random (the bias is zeros)
     CHECK_FALSE(wa[i].bitwise_equal(wc[i]));  // another name, other streams (children included)
   a->initialize_weights(5);
   CHECK_FALSE(a->get_weights()[1].bitwise_equal(wb[1]));
@@ -374,7 +373,8 @@ TEST_CASE("Layer: names, dtypes and configs of unbuilt layers", "[layers][config
 
   // Keras 3 writes a dtype policy object.
   const LayerPtr policy = kiln::create_layer(
-      "Dense", {{"units", 2}, {"dtype", {{"module", "keras"}, {"class_name", "DTypePolicy"}, {"config", {{"name", "float64"}}}}}});
+      "Dense", {{"units", 2},
+                {"dtype", {{"module", "keras"}, {"class_name", "DTypePolicy"}, {"config", {{"name", "float64"}}}}}});
   CHECK(policy->dtype() == kiln::DType::float64);
   CHECK(policy->has_dtype());
   CHECK_THROWS_AS(kiln::create_layer("Dense", {{"units", 2}, {"dtype", "float16"}}), ConfigError);

@@ -5,9 +5,9 @@
 #include <map>
 
 #include <kiln/core/error.hpp>
-#include "support/attention_reference.hpp"
 #include <kiln/layers/mh_attention.hpp>
 #include <kiln/layers/model.hpp>
+#include "support/attention_reference.hpp"
 #include "support/layer_check.hpp"
 
 using kiln::Array;
@@ -45,7 +45,8 @@ Array reference_block(const kiln::Layer& layer, const Array& x, std::int64_t hea
   const Array v = reference_dense(x, w["value/kernel"], w["value/bias"]);
   std::vector<Array> contexts;
   for (std::int64_t h = 0; h < heads; ++h)
-    contexts.push_back(reference_attention(last_axis_slice(q, h * key_size, key_size), last_axis_slice(k, h * key_size, key_size),
+    contexts.push_back(reference_attention(last_axis_slice(q, h * key_size, key_size),
+                                           last_axis_slice(k, h * key_size, key_size),
                                            last_axis_slice(v, h * key_size, key_size), Array(), false,
                                            1.0 / std::sqrt(static_cast<double>(key_size)))
                            .output);
@@ -71,15 +72,18 @@ TEST_CASE("MHAttention: the encoder block's sublayers, weights and output shape"
   CHECK(block->registered_name() == "Custom>MHAttention");
   std::vector<std::string> paths;
   for (const kiln::Weight& weight : block.weights()) paths.push_back(weight.path);
-  CHECK(paths == std::vector<std::string>{"query/kernel", "query/bias", "key/kernel", "key/bias", "value/kernel", "value/bias",
-                                          "w0/kernel", "w0/bias", "attention_norm/gamma", "attention_norm/beta",
-                                          "feed_forward_hidden/kernel", "feed_forward_hidden/bias", "feed_forward_output/kernel",
+  CHECK(paths == std::vector<std::string>{"query/kernel", "query/bias", "key/kernel", "key/bias", "value/kernel",
+                                          "value/bias", "w0/kernel", "w0/bias", "attention_norm/gamma",
+                                          "attention_norm/beta", "feed_forward_hidden/kernel",
+                                          "feed_forward_hidden/bias", "feed_forward_output/kernel",
                                           "feed_forward_output/bias", "output_norm/gamma", "output_norm/beta"});
-  const std::int64_t projections = 3 * (6 * 8 + 8), w0 = 8 * 6 + 6, norms = 2 * (6 + 6), ffn = (6 * 24 + 24) + (24 * 6 + 6);
+  const std::int64_t projections = 3 * (6 * 8 + 8), w0 = 8 * 6 + 6, norms = 2 * (6 + 6),
+                     ffn = (6 * 24 + 24) + (24 * 6 + 6);
   CHECK(block.count_params() == projections + w0 + norms + ffn);
 }
 
-TEST_CASE("MHAttention: the config has the original's four keys, dimension = heads * key_size", "[layers][mh_attention][config]") {
+TEST_CASE("MHAttention: the config has the original's four keys, dimension = heads * key_size",
+          "[layers][mh_attention][config]") {
   // The layer kiln follows computes m_iDimension = heads * key_size in __init__ and takes the window from
   // the input's last dimension in build; the sequence length is not part of its config.
   kiln::MHAttention block(16, 8, {{"name", "encoder"}});
@@ -135,7 +139,8 @@ TEST_CASE("MHAttention: hand-checked output for fixed input and weights", "[laye
   for (std::size_t i = 0; i < expected.size(); ++i) CHECK(output.flat(i) == Approx(expected[i]).epsilon(1e-5));
 }
 
-TEST_CASE("MHAttention: matches the plain-loop encoder block for several head counts", "[layers][mh_attention][reference]") {
+TEST_CASE("MHAttention: matches the plain-loop encoder block for several head counts",
+          "[layers][mh_attention][reference]") {
   for (std::int64_t heads : {1, 2, 3}) {
     kiln::MHAttention block(2, heads);
     const LayerCase c({random_input({2, 4, 5}, 7)});
@@ -145,14 +150,16 @@ TEST_CASE("MHAttention: matches the plain-loop encoder block for several head co
   }
 }
 
-TEST_CASE("MHAttention: gradients of the input and all 16 weights match central differences", "[layers][mh_attention][grad]") {
+TEST_CASE("MHAttention: gradients of the input and all 16 weights match central differences",
+          "[layers][mh_attention][grad]") {
   kiln::MHAttention block(2, 2);
   const GradcheckReport report = gradcheck_layer(*block, LayerCase({random_input({2, 3, 4}, 3)}));
   INFO(report.worst_entry());
   CHECK(report.max_relative_error <= 1e-6);
 }
 
-TEST_CASE("MHAttention: a config with the window builds at once, so weights load before any call", "[layers][mh_attention][config]") {
+TEST_CASE("MHAttention: a config with the window builds at once, so weights load before any call",
+          "[layers][mh_attention][config]") {
   kiln::MHAttention block(3, 2, {{"name", "encoder"}});
   const LayerCase c({random_input({2, 4, 6}, 5)});
   check_config_round_trip(block, c);
@@ -163,7 +170,8 @@ TEST_CASE("MHAttention: a config with the window builds at once, so weights load
   CHECK_FALSE(kiln::create_layer("Custom>MHAttention", {{"key_size", 3}, {"heads", 2}})->built());
 }
 
-TEST_CASE("MHAttention: a window other than the built one is a ShapeError naming the block", "[layers][mh_attention][errors]") {
+TEST_CASE("MHAttention: a window other than the built one is a ShapeError naming the block",
+          "[layers][mh_attention][errors]") {
   kiln::MHAttention block(2, 2, {{"name", "encoder"}, {"window", 6}, {"dimension", 4}});  // dimension = 2 * 2
   const kiln::Tensor x = kiln::Input({None, 4, 5});
   CHECK_THROWS_WITH(block(x), Catch::Contains("MHAttention 'encoder'") && Catch::Contains("(None, 4, 5)"));

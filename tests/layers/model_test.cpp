@@ -9,8 +9,8 @@
 #include <kiln/layers/dropout.hpp>
 #include <kiln/layers/merging.hpp>
 #include <kiln/layers/model.hpp>
-#include <kiln/train/model.hpp>
 #include <kiln/ops/ops.hpp>
+#include <kiln/train/model.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;
@@ -123,7 +123,9 @@ class Gram : public kiln::Layer {
   explicit Gram(const Config& config = {}) : Layer(config, "Gram") {}
 
  protected:
-  Tensor call(const Tensor& input, const kiln::CallArgs&) override { return kiln::ops::matmul(input, input, false, true); }
+  Tensor call(const Tensor& input, const kiln::CallArgs&) override {
+    return kiln::ops::matmul(input, input, false, true);
+  }
 };
 
 class Fold : public kiln::Layer {
@@ -229,7 +231,10 @@ TEST_CASE("Model: Keras's __keras_tensor__ references are read too", "[layers][m
       Config args = Config::list();
       for (const Config& ref : call.get_list("args"))
         args.push_back({{"class_name", "__keras_tensor__"},
-                        {"config", {{"shape", Config::list({Config(), 3})}, {"dtype", "float64"}, {"keras_history", ref.at("keras_history")}}}});
+                        {"config",
+                         {{"shape", Config::list({Config(), 3})},
+                          {"dtype", "float64"},
+                          {"keras_history", ref.at("keras_history")}}}});
       inbound.push_back({{"args", args}, {"kwargs", Config::map()}});
     }
     layers.push_back(entry.with("inbound_nodes", inbound));
@@ -273,7 +278,8 @@ TEST_CASE("Sequential: config round trip with an InputLayer first", "[layers][mo
   const std::vector<Config>& layers = config.get_list("layers");
   REQUIRE(layers.size() == 3);
   CHECK(layers[0].get_string("class_name") == "InputLayer");
-  CHECK(layers[0].at("config") == Config{{"batch_shape", Config::list({Config(), 3})}, {"dtype", "float64"}, {"name", "features"}});
+  CHECK(layers[0].at("config") ==
+        Config{{"batch_shape", Config::list({Config(), 3})}, {"dtype", "float64"}, {"name", "features"}});
   CHECK(model.get_weights()[0].dtype() == kiln::DType::float64);
 
   const kiln::LayerPtr copy = kiln::layer_from_config(kiln::serialize_layer(*model));
@@ -557,7 +563,8 @@ TEST_CASE("Model: call options and tensor arguments are saved and replayed", "[l
   const std::vector<Array> data = {random_input({4, 3}, 1), random_input({4, 3}, 2)};
   const Array projected = evaluate([&](const std::vector<Tensor>& in) { return projection(in[0]); }, {data[0]});
   const Array predicted = model.predict(data).at(0);
-  for (std::size_t i = 0; i < predicted.size(); ++i) CHECK(predicted.flat(i) == 2.0 * projected.flat(i) + data[1].flat(i));
+  for (std::size_t i = 0; i < predicted.size(); ++i)
+    CHECK(predicted.flat(i) == 2.0 * projected.flat(i) + data[1].flat(i));
 
   const kiln::LayerPtr restored = kiln::layer_from_config(kiln::serialize_layer(*model));
   CHECK(restored->get_config() == config);
@@ -581,9 +588,13 @@ TEST_CASE("InputLayer: shapes, batch sizes and errors", "[layers][model][input]"
   const kiln::LayerPtr batched = kiln::create_layer("InputLayer", {{"shape", Config::list({8})}, {"batch_size", 4}});
   CHECK(std::static_pointer_cast<kiln::InputLayer>(batched)->batch_shape() == Shape{4, 8});
   // What Keras writes for an InputLayer.
-  const kiln::LayerPtr keras = kiln::create_layer(
-      "InputLayer", {{"batch_shape", Config::list({Config(), 8})}, {"dtype", "float32"}, {"sparse", false}, {"ragged", false}, {"name", "in"}});
-  CHECK(keras->get_config() == Config{{"batch_shape", Config::list({Config(), 8})}, {"dtype", "float32"}, {"name", "in"}});
+  const kiln::LayerPtr keras = kiln::create_layer("InputLayer", {{"batch_shape", Config::list({Config(), 8})},
+                                                                 {"dtype", "float32"},
+                                                                 {"sparse", false},
+                                                                 {"ragged", false},
+                                                                 {"name", "in"}});
+  CHECK(keras->get_config() ==
+        Config{{"batch_shape", Config::list({Config(), 8})}, {"dtype", "float32"}, {"name", "in"}});
   CHECK(keras->count_params() == 0);
 
   CHECK_THROWS_WITH(kiln::create_layer("InputLayer", Config::map()), Catch::Contains("needs 'batch_shape'"));

@@ -3,9 +3,9 @@
 #include <cmath>
 
 #include <kiln/core/error.hpp>
-#include "support/attention_reference.hpp"
 #include <kiln/layers/model.hpp>
 #include <kiln/layers/multi_head_attention.hpp>
+#include "support/attention_reference.hpp"
 #include "support/layer_check.hpp"
 
 using kiln::Array;
@@ -25,20 +25,22 @@ Array head_kernel(const Array& kernel, std::int64_t h) {
   Array out({rows, depth}, kiln::DType::float64);
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t d = 0; d < depth; ++d)
-      out.set_flat(static_cast<std::size_t>(r * depth + d), kernel.flat(static_cast<std::size_t>((r * heads + h) * depth + d)));
+      out.set_flat(static_cast<std::size_t>(r * depth + d),
+                   kernel.flat(static_cast<std::size_t>((r * heads + h) * depth + d)));
   return out;
 }
 Array head_bias(const Array& bias, std::int64_t h) {
   if (bias.empty()) return Array();
   const std::int64_t depth = bias.shape()[1];
   Array out({depth}, kiln::DType::float64);
-  for (std::int64_t d = 0; d < depth; ++d) out.set_flat(static_cast<std::size_t>(d), bias.flat(static_cast<std::size_t>(h * depth + d)));
+  for (std::int64_t d = 0; d < depth; ++d)
+    out.set_flat(static_cast<std::size_t>(d), bias.flat(static_cast<std::size_t>(h * depth + d)));
   return out;
 }
 
 // Multi-head attention from the layer's weights, one head at a time, in plain loops.
-Array reference_mha(const std::vector<Array>& w, bool use_bias, std::int64_t heads, const Array& query, const Array& key,
-                    const Array& value, const Array& mask, bool causal) {
+Array reference_mha(const std::vector<Array>& w, bool use_bias, std::int64_t heads, const Array& query,
+                    const Array& key, const Array& value, const Array& mask, bool causal) {
   const std::size_t step = use_bias ? 2 : 1;
   auto bias = [&](std::size_t index) { return use_bias ? w[index + 1] : Array(); };
   const Array& wq = w[0];
@@ -51,7 +53,8 @@ Array reference_mha(const std::vector<Array>& w, bool use_bias, std::int64_t hea
     const Array q = reference_dense(query, head_kernel(wq, h), head_bias(bias(0), h));
     const Array k = reference_dense(key, head_kernel(wk, h), head_bias(bias(step), h));
     const Array v = reference_dense(value, head_kernel(wv, h), head_bias(bias(2 * step), h));
-    contexts.push_back(reference_attention(q, k, v, mask, causal, 1.0 / std::sqrt(static_cast<double>(key_dim))).output);
+    contexts.push_back(
+        reference_attention(q, k, v, mask, causal, 1.0 / std::sqrt(static_cast<double>(key_dim))).output);
   }
   const Array merged = last_axis_concat(contexts);
   return reference_dense(merged, wo.reshape({heads * value_dim, out_dim}), bias(3 * step));
@@ -65,7 +68,8 @@ Array random_mask(const Shape& shape, std::uint64_t seed) {
 
 }  // namespace
 
-TEST_CASE("MultiHeadAttention(h): the TF2 form infers d_model and has bias-free per-head projections", "[layers][mha]") {
+TEST_CASE("MultiHeadAttention(h): the TF2 form infers d_model and has bias-free per-head projections",
+          "[layers][mha]") {
   kiln::MultiHeadAttention mha(4);
   LayerCase c({random_input({2, 5, 8}, 1), random_input({2, 6, 8}, 2), random_input({2, 6, 8}, 3)});  // [q, v, k]
   c.options = {{"return_attention_scores", true}};
@@ -88,24 +92,31 @@ TEST_CASE("MultiHeadAttention: Keras's form has Keras's weights, config keys and
   const Tensor output = mha(query, value);
   CHECK(output.shape() == Shape{None, 4, 6});
   const std::vector<kiln::Weight> weights = mha.weights();
-  const std::vector<std::pair<std::string, Shape>> expected = {
-      {"query/kernel", {7, 2, 3}}, {"query/bias", {2, 3}}, {"key/kernel", {10, 2, 3}}, {"key/bias", {2, 3}},
-      {"value/kernel", {10, 2, 5}}, {"value/bias", {2, 5}}, {"attention_output/kernel", {2, 5, 6}}, {"attention_output/bias", {6}}};
+  const std::vector<std::pair<std::string, Shape>> expected = {{"query/kernel", {7, 2, 3}},
+                                                               {"query/bias", {2, 3}},
+                                                               {"key/kernel", {10, 2, 3}},
+                                                               {"key/bias", {2, 3}},
+                                                               {"value/kernel", {10, 2, 5}},
+                                                               {"value/bias", {2, 5}},
+                                                               {"attention_output/kernel", {2, 5, 6}},
+                                                               {"attention_output/bias", {6}}};
   REQUIRE(weights.size() == expected.size());
   for (std::size_t i = 0; i < expected.size(); ++i) {
     CHECK(weights[i].path == expected[i].first);
     CHECK(weights[i].value.shape() == expected[i].second);
   }
   const Config config = mha.get_config();
-  for (const char* key : {"name", "trainable", "dtype", "num_heads", "key_dim", "value_dim", "dropout", "use_bias", "output_shape",
-                          "attention_axes", "kernel_initializer", "bias_initializer", "kernel_regularizer", "bias_regularizer",
-                          "activity_regularizer", "kernel_constraint", "bias_constraint", "seed"})
+  for (const char* key :
+       {"name", "trainable", "dtype", "num_heads", "key_dim", "value_dim", "dropout", "use_bias", "output_shape",
+        "attention_axes", "kernel_initializer", "bias_initializer", "kernel_regularizer", "bias_regularizer",
+        "activity_regularizer", "kernel_constraint", "bias_constraint", "seed"})
     CHECK(config.contains(key));
   CHECK(config.get_int("value_dim") == 5);
   CHECK(kiln::MultiHeadAttention(2, 3).get_config().get_int("value_dim") == 3);  // stored resolved, like Keras
 }
 
-TEST_CASE("MultiHeadAttention: matches a per-head plain-loop reference with masks and several head counts", "[layers][mha][reference]") {
+TEST_CASE("MultiHeadAttention: matches a per-head plain-loop reference with masks and several head counts",
+          "[layers][mha][reference]") {
   for (std::int64_t heads : {1, 2, 4})
     for (bool causal : {false, true})
       for (bool masked : {false, true}) {
@@ -114,12 +125,14 @@ TEST_CASE("MultiHeadAttention: matches a per-head plain-loop reference with mask
         Array mask;
         if (masked) {
           mask = random_mask({2, 4, 4}, 9);
-          for (std::int64_t j = 0; j < 4; ++j) mask.set_flat(static_cast<std::size_t>(4 + j), 0.0);  // batch 0, query 1: nothing
+          for (std::int64_t j = 0; j < 4; ++j)
+            mask.set_flat(static_cast<std::size_t>(4 + j), 0.0);  // batch 0, query 1: nothing
           c.tensor_args = {{"attention_mask", mask}};
         }
         c.options = {{"use_causal_mask", causal}};
         const Array output = run_layer(*mha, c)[0];
-        const Array expected = reference_mha(mha.get_weights(), true, heads, c.inputs[0], c.inputs[2], c.inputs[1], mask, causal);
+        const Array expected =
+            reference_mha(mha.get_weights(), true, heads, c.inputs[0], c.inputs[2], c.inputs[1], mask, causal);
         INFO("heads " << heads << " causal " << causal << " masked " << masked);
         CHECK(max_relative_difference(output, expected) <= 1e-10);
       }
@@ -129,7 +142,8 @@ TEST_CASE("MultiHeadAttention: the TF2 form matches the reference too", "[layers
   kiln::MultiHeadAttention mha(2);
   const LayerCase c({random_input({3, 5, 8}, 4), random_input({3, 5, 8}, 5), random_input({3, 5, 8}, 6)});
   const Array output = run_layer(*mha, c)[0];
-  const Array expected = reference_mha(mha.get_weights(), false, 2, c.inputs[0], c.inputs[2], c.inputs[1], Array(), false);
+  const Array expected =
+      reference_mha(mha.get_weights(), false, 2, c.inputs[0], c.inputs[2], c.inputs[1], Array(), false);
   CHECK(max_relative_difference(output, expected) <= 1e-10);
   const GradcheckReport report = gradcheck_layer(*mha, c);
   INFO(report.worst_entry());
@@ -147,7 +161,8 @@ TEST_CASE("MultiHeadAttention: the handle's list call is the TF2 order, [query, 
   CHECK(mha.weights()[4].value.shape() == Shape{7, 2, 2});  // value/kernel from the value's 7
 }
 
-TEST_CASE("MultiHeadAttention: padding masks, causal masks with T != S, and nonbinary masks", "[layers][mha][reference]") {
+TEST_CASE("MultiHeadAttention: padding masks, causal masks with T != S, and nonbinary masks",
+          "[layers][mha][reference]") {
   kiln::MultiHeadAttention mha(2, 3, {{"bias_initializer", "random_normal"}});
   LayerCase c({random_input({2, 3, 4}, 1), random_input({2, 5, 4}, 2)});  // [query, value]: T = 3, S = 5
   Array padding({2, 5}, kiln::DType::float64);
@@ -163,7 +178,8 @@ TEST_CASE("MultiHeadAttention: padding masks, causal masks with T != S, and nonb
   CHECK(max_relative_difference(output, expected) <= 1e-10);
 }
 
-TEST_CASE("MultiHeadAttention: a fully masked query row gives zeros before the output projection", "[layers][mha][mask]") {
+TEST_CASE("MultiHeadAttention: a fully masked query row gives zeros before the output projection",
+          "[layers][mha][mask]") {
   kiln::MultiHeadAttention mha(2, 2, {{"use_bias", false}});
   LayerCase c({random_input({1, 3, 4}, 1), random_input({1, 3, 4}, 2)});  // [query, value]
   Array mask = Array::full({1, 3, 3}, 1.0, kiln::DType::float64);
@@ -203,10 +219,12 @@ TEST_CASE("MultiHeadAttention: config round trip for both forms", "[layers][mha]
   kiln::MultiHeadAttention keras(2, 3, {{"name", "keras_mha"}, {"use_bias", true}, {"dropout", 0.1}});
   check_config_round_trip(keras, LayerCase({random_input({2, 3, 4}, 1), random_input({2, 5, 6}, 2)}));
   kiln::MultiHeadAttention tf2(4);
-  check_config_round_trip(tf2, LayerCase({random_input({2, 3, 8}, 1), random_input({2, 3, 8}, 2), random_input({2, 3, 8}, 3)}));
+  check_config_round_trip(
+      tf2, LayerCase({random_input({2, 3, 8}, 1), random_input({2, 3, 8}, 2), random_input({2, 3, 8}, 3)}));
 }
 
-TEST_CASE("MultiHeadAttention: bad shapes fail at graph-build time naming the layer and shapes", "[layers][mha][errors]") {
+TEST_CASE("MultiHeadAttention: bad shapes fail at graph-build time naming the layer and shapes",
+          "[layers][mha][errors]") {
   const Tensor x = kiln::Input({None, 5, 10});
   kiln::MultiHeadAttention tf2(kiln::Config{{"num_heads", 3}, {"name", "tf2"}});
   CHECK_THROWS_AS(tf2({x, x, x}), kiln::ShapeError);
@@ -218,8 +236,9 @@ TEST_CASE("MultiHeadAttention: bad shapes fail at graph-build time naming the la
   CHECK_THROWS_WITH(mha(x, value, key), Catch::Contains("key and value differ") && Catch::Contains("(None, 6, 10)"));
   const Tensor good_value = kiln::Input({None, 6, 10});
   const Tensor bad_mask = kiln::Input({None, 5, 5});
-  CHECK_THROWS_WITH(mha(x, good_value, CallArgs().tensor("attention_mask", bad_mask)),
-                    Catch::Contains("MultiHeadAttention 'mha'") && Catch::Contains("mask") && Catch::Contains("(None, 5, 5)"));
+  CHECK_THROWS_WITH(
+      mha(x, good_value, CallArgs().tensor("attention_mask", bad_mask)),
+      Catch::Contains("MultiHeadAttention 'mha'") && Catch::Contains("mask") && Catch::Contains("(None, 5, 5)"));
   CHECK_THROWS_AS(kiln::MultiHeadAttention(0, 4), kiln::ConfigError);
   CHECK_THROWS_AS(kiln::MultiHeadAttention(2, 4, {{"attention_axes", kiln::Config::list({2})}}), kiln::ConfigError);
 }

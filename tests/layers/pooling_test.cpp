@@ -6,8 +6,8 @@
 #include <kiln/layers/dense.hpp>
 #include <kiln/layers/embedding.hpp>
 #include <kiln/layers/model.hpp>
-#include <kiln/train/model.hpp>
 #include <kiln/layers/pooling.hpp>
+#include <kiln/train/model.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;
@@ -82,8 +82,8 @@ TEST_CASE("GlobalAveragePooling1D: inputs of another rank fail, naming the layer
   kiln::GlobalAveragePooling1D built(Config{{"name", "built"}});
   built(kiln::Input({Shape::unknown, 2, 5}));
   const kiln::Tensor rank4 = kiln::Input({Shape::unknown, 2, 3, 5});
-  CHECK_THROWS_WITH(built(rank4), Catch::Contains("GlobalAveragePooling1D 'built'") &&
-                                      Catch::Contains("(None, 2, 3, 5)"));
+  CHECK_THROWS_WITH(built(rank4),
+                    Catch::Contains("GlobalAveragePooling1D 'built'") && Catch::Contains("(None, 2, 3, 5)"));
   CHECK_THROWS_AS(kiln::GlobalAveragePooling1D("channels_middle"), kiln::ConfigError);
   CHECK_THROWS_WITH(kiln::GlobalAveragePooling1D(Config{{"keep_dims", true}}),
                     Catch::Contains("unknown argument 'keep_dims'"));

@@ -59,8 +59,8 @@ TEST_CASE("Reshape: element count mismatches and bad targets fail, naming the la
   kiln::Reshape reshape({5});
   const kiln::Tensor x = kiln::Input({Shape::unknown, 12});
   CHECK_THROWS_AS(reshape(x), kiln::ShapeError);
-  CHECK_THROWS_WITH(reshape(x), Catch::Contains("Reshape 'reshape'") && Catch::Contains("(None, 12)") &&
-                                    Catch::Contains("[5]"));
+  CHECK_THROWS_WITH(reshape(x),
+                    Catch::Contains("Reshape 'reshape'") && Catch::Contains("(None, 12)") && Catch::Contains("[5]"));
   kiln::Reshape uneven({7, -1}, {{"name", "uneven"}});
   CHECK_THROWS_AS(uneven(x), kiln::ShapeError);
   CHECK_THROWS_WITH(uneven(x), Catch::Contains("Reshape 'uneven'") && Catch::Contains("do not divide"));
@@ -114,7 +114,8 @@ TEST_CASE("Flatten: config round trip keeps data_format", "[layers][flatten][con
   CHECK(kiln::Flatten(Config{{"data_format", nullptr}}).get_config().get_string("data_format") == "channels_last");
 }
 
-TEST_CASE("Flatten: values follow row-major order, channels moved last for channels_first", "[layers][flatten][values]") {
+TEST_CASE("Flatten: values follow row-major order, channels moved last for channels_first",
+          "[layers][flatten][values]") {
   const Array x = random_input({2, 3, 4}, 6);
   kiln::Flatten last;
   CHECK(run_layer(*last, LayerCase{{x}})[0].bitwise_equal(x.reshape(Shape{2, 12})));

@@ -41,8 +41,9 @@ Shape shape_of(const std::vector<std::int64_t>& leading, std::int64_t rows, std:
 std::string label_of(const Case& c) {
   const char* masks[] = {"no mask", "padding mask", "per-query mask", "per-head mask"};
   return "fused_attention q=" + shape_of(c.leading, c.queries, c.depth).to_string() +
-         " k=" + shape_of(c.leading, c.keys, c.depth).to_string() + " v=" + shape_of(c.leading, c.keys, c.value_depth).to_string() +
-         ", " + masks[static_cast<int>(c.mask)] + (c.causal ? ", causal" : "");
+         " k=" + shape_of(c.leading, c.keys, c.depth).to_string() +
+         " v=" + shape_of(c.leading, c.keys, c.value_depth).to_string() + ", " + masks[static_cast<int>(c.mask)] +
+         (c.causal ? ", causal" : "");
 }
 
 // The masks the layers produce (attention_math's combined_mask): (B, 1.., 1, S) padding or (B, 1.., T, S),
@@ -66,7 +67,8 @@ Array random_mask(const Case& c, Rng& rng, DType dtype) {
   for (std::size_t i = 0; i < mask.size(); ++i) {
     const auto key = static_cast<std::int64_t>(i) % c.keys;
     const auto batch = static_cast<std::int64_t>(i / (mask.size() / static_cast<std::size_t>(shape[0])));
-    mask.set_flat(i, c.mask == MaskKind::padding ? (key < c.keys - batch ? 1.0 : 0.0) : (rng.uniform() < 0.7 ? 1.0 : 0.0));
+    mask.set_flat(i,
+                  c.mask == MaskKind::padding ? (key < c.keys - batch ? 1.0 : 0.0) : (rng.uniform() < 0.7 ? 1.0 : 0.0));
   }
   return mask;
 }
@@ -172,16 +174,11 @@ void require_agreement(const Case& c, DType dtype, double tolerance, Attention a
 
 // T and S not multiples of any plausible block (64, 128, 256), T ≠ S both ways, d ≠ dv, 0 to 3 leading axes.
 const std::vector<Case> gradient_cases = {
-    {{1}, 130, 300, 3, 2, MaskKind::none, false},
-    {{1}, 130, 300, 3, 2, MaskKind::padding, true},
-    {{2}, 5, 7, 4, 3, MaskKind::none, false},
-    {{2}, 5, 7, 4, 3, MaskKind::padding, false},
-    {{2}, 7, 5, 4, 6, MaskKind::per_query, true},
-    {{2, 3}, 6, 9, 5, 2, MaskKind::per_query, false},
-    {{2, 3}, 6, 9, 5, 2, MaskKind::per_head, true},
-    {{2, 3}, 9, 6, 2, 5, MaskKind::none, true},
-    {{2, 2, 2}, 4, 6, 3, 3, MaskKind::padding, true},
-    {{}, 9, 11, 2, 4, MaskKind::per_query, true},
+    {{1}, 130, 300, 3, 2, MaskKind::none, false},     {{1}, 130, 300, 3, 2, MaskKind::padding, true},
+    {{2}, 5, 7, 4, 3, MaskKind::none, false},         {{2}, 5, 7, 4, 3, MaskKind::padding, false},
+    {{2}, 7, 5, 4, 6, MaskKind::per_query, true},     {{2, 3}, 6, 9, 5, 2, MaskKind::per_query, false},
+    {{2, 3}, 6, 9, 5, 2, MaskKind::per_head, true},   {{2, 3}, 9, 6, 2, 5, MaskKind::none, true},
+    {{2, 2, 2}, 4, 6, 3, 3, MaskKind::padding, true}, {{}, 9, 11, 2, 4, MaskKind::per_query, true},
     {{}, 3, 4, 5, 1, MaskKind::none, false},
 };
 
@@ -229,7 +226,8 @@ TEST_CASE("fused_attention: a query that may attend nothing gets zeros, and grad
     if (i / 12 == 1 || i / 3 % 4 == 2) CHECK(result.grads[0].flat(i) == 0.0);  // no gradient into those queries
   const Evaluated expected = evaluate(unfused_attention, c, inputs);
   CHECK(testing::max_relative_difference(result.output, expected.output) <= 1e-12);
-  for (std::size_t i = 0; i < 3; ++i) CHECK(testing::max_relative_difference(result.grads[i], expected.grads[i]) <= 1e-12);
+  for (std::size_t i = 0; i < 3; ++i)
+    CHECK(testing::max_relative_difference(result.grads[i], expected.grads[i]) <= 1e-12);
 
   testing::GradcheckOptions options;
   options.label = "fused_attention fully masked rows";
@@ -242,14 +240,10 @@ TEST_CASE("fused_attention: a query that may attend nothing gets zeros, and grad
 
 TEST_CASE("fused_attention: matches the unfused composition in float32 and float64", "[ops][attention]") {
   const std::vector<Case> cases = {
-      {{2, 3}, 150, 150, 64, 64, MaskKind::none, false},
-      {{2, 3}, 150, 150, 64, 64, MaskKind::padding, false},
-      {{2, 2}, 150, 150, 16, 24, MaskKind::per_query, false},
-      {{2, 2}, 150, 150, 16, 24, MaskKind::per_head, true},
-      {{2, 2}, 150, 150, 16, 16, MaskKind::none, true},
-      {{3}, 70, 530, 32, 8, MaskKind::padding, true},
-      {{3}, 530, 70, 8, 32, MaskKind::per_query, true},
-      {{}, 257, 129, 7, 5, MaskKind::none, false},
+      {{2, 3}, 150, 150, 64, 64, MaskKind::none, false},      {{2, 3}, 150, 150, 64, 64, MaskKind::padding, false},
+      {{2, 2}, 150, 150, 16, 24, MaskKind::per_query, false}, {{2, 2}, 150, 150, 16, 24, MaskKind::per_head, true},
+      {{2, 2}, 150, 150, 16, 16, MaskKind::none, true},       {{3}, 70, 530, 32, 8, MaskKind::padding, true},
+      {{3}, 530, 70, 8, 32, MaskKind::per_query, true},       {{}, 257, 129, 7, 5, MaskKind::none, false},
   };
   for (const Case& c : cases) {
     require_agreement(c, DType::float32, 1e-5);
@@ -257,16 +251,20 @@ TEST_CASE("fused_attention: matches the unfused composition in float32 and float
   }
 }
 
-TEST_CASE("fused_attention: heads_last reads (..., T, H, d) in place, with the same results", "[ops][attention][grad]") {
+TEST_CASE("fused_attention: heads_last reads (..., T, H, d) in place, with the same results",
+          "[ops][attention][grad]") {
   // Gradients in float64 through the strided kernels (the transposes around them are exact), then
   // agreement with the unfused composition: T, S and d not multiples of anything, masks, causal, H = 1.
-  for (const Case& c : {Case{{2, 3}, 150, 150, 64, 64, MaskKind::padding, false}, Case{{2, 2}, 150, 150, 16, 24, MaskKind::per_head, true},
-                        Case{{3, 8}, 40, 40, 16, 16, MaskKind::none, false}, Case{{1, 3}, 70, 530, 32, 8, MaskKind::per_query, true}}) {
+  for (const Case& c :
+       {Case{{2, 3}, 150, 150, 64, 64, MaskKind::padding, false},
+        Case{{2, 2}, 150, 150, 16, 24, MaskKind::per_head, true}, Case{{3, 8}, 40, 40, 16, 16, MaskKind::none, false},
+        Case{{1, 3}, 70, 530, 32, 8, MaskKind::per_query, true}}) {
     require_agreement(c, DType::float32, 1e-5, fused_heads_last);
     require_agreement(c, DType::float64, 1e-12, fused_heads_last);
   }
-  for (const Case& c : {Case{{2, 3}, 6, 9, 5, 2, MaskKind::per_head, true}, Case{{1, 2}, 130, 300, 3, 2, MaskKind::padding, false},
-                        Case{{2, 1}, 7, 5, 4, 6, MaskKind::per_query, true}, Case{{2, 2, 2}, 4, 6, 3, 3, MaskKind::none, false}})
+  for (const Case& c :
+       {Case{{2, 3}, 6, 9, 5, 2, MaskKind::per_head, true}, Case{{1, 2}, 130, 300, 3, 2, MaskKind::padding, false},
+        Case{{2, 1}, 7, 5, 4, 6, MaskKind::per_query, true}, Case{{2, 2, 2}, 4, 6, 3, 3, MaskKind::none, false}})
     require_gradient(c, /*heads_last=*/true);
 }
 
@@ -295,8 +293,8 @@ TEST_CASE("fused_attention: runs at batch sizes it was not built for", "[ops][at
   const Tensor expected = unfused_attention(q, k, v, 0.5, mask, true);
   const std::vector<Tensor> grads = gradients(ops::sum(ops::square(output)), {q, k, v});
   const std::vector<Tensor> expected_grads = gradients(ops::sum(ops::square(expected)), {q, k, v});
-  Program program(graph, {output, expected, grads[0], grads[1], grads[2], expected_grads[0], expected_grads[1],
-                          expected_grads[2]});
+  Program program(
+      graph, {output, expected, grads[0], grads[1], grads[2], expected_grads[0], expected_grads[1], expected_grads[2]});
   for (std::int64_t batch : {3, 1, 4}) {
     INFO("batch " << batch);
     Rng rng(static_cast<std::uint64_t>(batch));
@@ -334,7 +332,8 @@ TEST_CASE("fused_attention: forward and backward plan no T x S buffer", "[ops][a
   CHECK(program.stats().arena_bytes < scores_bytes / 8);
 }
 
-TEST_CASE("fused_attention: any thread count gives bitwise the same output and gradients", "[ops][attention][threads]") {
+TEST_CASE("fused_attention: any thread count gives bitwise the same output and gradients",
+          "[ops][attention][threads]") {
   // Heads (and query blocks) are split among threads; each is computed by the same code whichever thread
   // runs it. A thread count raised after planning runs on the scratch the plan has (fewer threads).
   const int saved = kiln::get_num_threads();
@@ -369,16 +368,16 @@ TEST_CASE("fused_attention: mismatched shapes are ShapeErrors naming the op and 
   const Tensor v = graph.placeholder({None, 7, 6}, DType::float32, "v");
   const Tensor k3 = graph.placeholder({None, 7, 3}, DType::float32, "k3");
   REQUIRE_THROWS_AS(ops::fused_attention(q, k3, v, 1.0), ShapeError);
-  REQUIRE_THROWS_WITH(ops::fused_attention(q, k3, v, 1.0),
-                      Contains("fused_attention 'fused_attention") && Contains("same depth") &&
-                          Contains("q=(None, 5, 4)") && Contains("k=(None, 7, 3)"));
+  REQUIRE_THROWS_WITH(ops::fused_attention(q, k3, v, 1.0), Contains("fused_attention 'fused_attention") &&
+                                                               Contains("same depth") && Contains("q=(None, 5, 4)") &&
+                                                               Contains("k=(None, 7, 3)"));
 
   const Tensor q2 = graph.placeholder({2, 5, 4}, DType::float32, "q2");
   const Tensor k2 = graph.placeholder({3, 7, 4}, DType::float32, "k2");
   const Tensor v2 = graph.placeholder({3, 7, 6}, DType::float32, "v2");
-  REQUIRE_THROWS_WITH(ops::fused_attention(q2, k2, v2, 1.0),
-                      Contains("fused_attention 'fused_attention") && Contains("before their last two") &&
-                          Contains("q=(2, 5, 4)") && Contains("k=(3, 7, 4)"));
+  REQUIRE_THROWS_WITH(ops::fused_attention(q2, k2, v2, 1.0), Contains("fused_attention 'fused_attention") &&
+                                                                 Contains("before their last two") &&
+                                                                 Contains("q=(2, 5, 4)") && Contains("k=(3, 7, 4)"));
   const Tensor heads = graph.placeholder({None, 2, 5, 4}, DType::float32, "heads");
   REQUIRE_THROWS_AS(ops::fused_attention(heads, k, v, 1.0), ShapeError);
 

@@ -125,7 +125,8 @@ TEST_CASE("dropout outside training, or at rate 0, is the identity", "[ops][drop
   CHECK(ops::dropout(x, 0.0, 1) == x);
   CHECK(graph.num_nodes() == nodes);
   const Array input = Array::from_vector(std::vector<float>{1, -2, 3, 4}, {1, 4});
-  const Array y = testing::evaluate([](const std::vector<Tensor>& t) { return ops::dropout(t[0], 0.9, 1, false); }, {input});
+  const Array y =
+      testing::evaluate([](const std::vector<Tensor>& t) { return ops::dropout(t[0], 0.9, 1, false); }, {input});
   CHECK(y.to_vector<float>() == input.to_vector<float>());
 }
 

@@ -44,8 +44,8 @@ Array operand(const Shape& shape, Rng& rng, double offset) {
 
 TEST_CASE("binary ops broadcast like NumPy and match a plain loop in float32", "[ops][elementwise]") {
   Rng rng(11);
-  const std::vector<std::pair<Shape, Shape>> layouts = {
-      {{2, 3}, {2, 3}}, {{2, 3}, {3}}, {{3}, {2, 3}}, {{2, 3}, {}}, {{4, 1, 3}, {2, 1}}, {{2, 1}, {1, 3}}};
+  const std::vector<std::pair<Shape, Shape>> layouts = {{{2, 3}, {2, 3}}, {{2, 3}, {3}},       {{3}, {2, 3}},
+                                                        {{2, 3}, {}},     {{4, 1, 3}, {2, 1}}, {{2, 1}, {1, 3}}};
   for (const Case& c : cases()) {
     for (const auto& layout : layouts) {
       INFO(c.name << " " << layout.first.to_string() << " " << layout.second.to_string());
@@ -82,12 +82,13 @@ TEST_CASE("binary ops broadcast like NumPy and match a plain loop in float32", "
 TEST_CASE("binary op gradients match central differences in float64", "[ops][elementwise][grad]") {
   Rng rng(12);
   for (const Case& c : cases()) {
-    for (const auto& layout : std::vector<std::pair<Shape, Shape>>{{{3, 4}, {3, 4}}, {{3, 4}, {4}}, {{2, 1, 4}, {3, 1}}}) {
+    for (const auto& layout :
+         std::vector<std::pair<Shape, Shape>>{{{3, 4}, {3, 4}}, {{3, 4}, {4}}, {{2, 1, 4}, {3, 1}}}) {
       testing::GradcheckOptions options;
       options.label = std::string(c.name) + " " + layout.first.to_string() + " " + layout.second.to_string();
-      const auto report = testing::gradcheck([&](const std::vector<Tensor>& x) { return c.op(x[0], x[1]); },
-                                             {operand(layout.first, rng, 0.2), operand(layout.second, rng, 0.0)},
-                                             options);
+      const auto report =
+          testing::gradcheck([&](const std::vector<Tensor>& x) { return c.op(x[0], x[1]); },
+                             {operand(layout.first, rng, 0.2), operand(layout.second, rng, 0.0)}, options);
       INFO(report.worst_entry());
       CHECK(report.max_relative_error <= 1e-6);
     }

@@ -48,44 +48,70 @@ std::vector<UnaryCase> unary_cases() {
     cases.push_back(UnaryCase{std::move(label), std::move(op), std::move(reference), low, high, std::move(kinks)});
   };
   const std::vector<double> at_zero = {0.0};
-  add("neg", [](const Tensor& x) { return ops::neg(x); }, [](double x) { return -x; });
-  add("exp", [](const Tensor& x) { return ops::exp(x); }, [](double x) { return std::exp(x); });
-  add("log", [](const Tensor& x) { return ops::log(x); }, [](double x) { return std::log(x); }, 0.2, 3.0);
-  add("sqrt", [](const Tensor& x) { return ops::sqrt(x); }, [](double x) { return std::sqrt(x); }, 0.2, 3.0);
-  add("rsqrt", [](const Tensor& x) { return ops::rsqrt(x); }, [](double x) { return 1.0 / std::sqrt(x); }, 0.2, 3.0);
-  add("square", [](const Tensor& x) { return ops::square(x); }, [](double x) { return x * x; });
-  add("abs", [](const Tensor& x) { return ops::abs(x); }, [](double x) { return std::abs(x); }, -2.0, 2.0, at_zero);
-  add("tanh", [](const Tensor& x) { return ops::tanh(x); }, [](double x) { return std::tanh(x); });
-  add("sigmoid", [](const Tensor& x) { return ops::sigmoid(x); }, sigmoid_reference, -4.0, 4.0);
-  add("relu", [](const Tensor& x) { return ops::relu(x); }, [](double x) { return x > 0 ? x : 0.0; }, -2.0, 2.0,
+  add(
+      "neg", [](const Tensor& x) { return ops::neg(x); }, [](double x) { return -x; });
+  add(
+      "exp", [](const Tensor& x) { return ops::exp(x); }, [](double x) { return std::exp(x); });
+  add(
+      "log", [](const Tensor& x) { return ops::log(x); }, [](double x) { return std::log(x); }, 0.2, 3.0);
+  add(
+      "sqrt", [](const Tensor& x) { return ops::sqrt(x); }, [](double x) { return std::sqrt(x); }, 0.2, 3.0);
+  add(
+      "rsqrt", [](const Tensor& x) { return ops::rsqrt(x); }, [](double x) { return 1.0 / std::sqrt(x); }, 0.2, 3.0);
+  add(
+      "square", [](const Tensor& x) { return ops::square(x); }, [](double x) { return x * x; });
+  add(
+      "abs", [](const Tensor& x) { return ops::abs(x); }, [](double x) { return std::abs(x); }, -2.0, 2.0, at_zero);
+  add(
+      "tanh", [](const Tensor& x) { return ops::tanh(x); }, [](double x) { return std::tanh(x); });
+  add(
+      "sigmoid", [](const Tensor& x) { return ops::sigmoid(x); }, sigmoid_reference, -4.0, 4.0);
+  add(
+      "relu", [](const Tensor& x) { return ops::relu(x); }, [](double x) { return x > 0 ? x : 0.0; }, -2.0, 2.0,
       at_zero);
-  add("leaky_relu slope=0.3", [](const Tensor& x) { return ops::leaky_relu(x, 0.3); },
+  add(
+      "leaky_relu slope=0.3", [](const Tensor& x) { return ops::leaky_relu(x, 0.3); },
       [](double x) { return x > 0 ? x : 0.3 * x; }, -2.0, 2.0, at_zero);
-  add("leaky_relu slope=-0.5", [](const Tensor& x) { return ops::leaky_relu(x, -0.5); },
+  add(
+      "leaky_relu slope=-0.5", [](const Tensor& x) { return ops::leaky_relu(x, -0.5); },
       [](double x) { return x > 0 ? x : -0.5 * x; }, -2.0, 2.0, at_zero);
-  add("elu alpha=1", [](const Tensor& x) { return ops::elu(x); }, [](double x) { return x > 0 ? x : std::expm1(x); },
+  add(
+      "elu alpha=1", [](const Tensor& x) { return ops::elu(x); }, [](double x) { return x > 0 ? x : std::expm1(x); },
       -3.0, 2.0, at_zero);
-  add("elu alpha=0.5", [](const Tensor& x) { return ops::elu(x, 0.5); },
+  add(
+      "elu alpha=0.5", [](const Tensor& x) { return ops::elu(x, 0.5); },
       [](double x) { return x > 0 ? x : 0.5 * std::expm1(x); }, -3.0, 2.0, at_zero);
-  add("gelu approximate", [](const Tensor& x) { return ops::gelu(x, true); }, gelu_tanh_reference, -4.0, 4.0);
-  add("gelu erf", [](const Tensor& x) { return ops::gelu(x, false); }, gelu_erf_reference, -4.0, 4.0);
-  add("swish", [](const Tensor& x) { return ops::swish(x); }, [](double x) { return x * sigmoid_reference(x); }, -5.0,
+  add(
+      "gelu approximate", [](const Tensor& x) { return ops::gelu(x, true); }, gelu_tanh_reference, -4.0, 4.0);
+  add(
+      "gelu erf", [](const Tensor& x) { return ops::gelu(x, false); }, gelu_erf_reference, -4.0, 4.0);
+  add(
+      "swish", [](const Tensor& x) { return ops::swish(x); }, [](double x) { return x * sigmoid_reference(x); }, -5.0,
       5.0);
-  add("silu", [](const Tensor& x) { return ops::silu(x); }, [](double x) { return x * sigmoid_reference(x); });
-  add("softplus", [](const Tensor& x) { return ops::softplus(x); }, softplus_reference, -5.0, 5.0);
-  add("scale factor=2.5", [](const Tensor& x) { return ops::scale(x, 2.5); }, [](double x) { return 2.5 * x; });
-  add("add_scalar value=-0.75", [](const Tensor& x) { return ops::add_scalar(x, -0.75); },
+  add(
+      "silu", [](const Tensor& x) { return ops::silu(x); }, [](double x) { return x * sigmoid_reference(x); });
+  add(
+      "softplus", [](const Tensor& x) { return ops::softplus(x); }, softplus_reference, -5.0, 5.0);
+  add(
+      "scale factor=2.5", [](const Tensor& x) { return ops::scale(x, 2.5); }, [](double x) { return 2.5 * x; });
+  add(
+      "add_scalar value=-0.75", [](const Tensor& x) { return ops::add_scalar(x, -0.75); },
       [](double x) { return x - 0.75; });
-  add("pow_scalar exponent=3", [](const Tensor& x) { return ops::pow_scalar(x, 3.0); },
+  add(
+      "pow_scalar exponent=3", [](const Tensor& x) { return ops::pow_scalar(x, 3.0); },
       [](double x) { return x * x * x; });
-  add("pow_scalar exponent=2", [](const Tensor& x) { return ops::pow_scalar(x, 2.0); },
-      [](double x) { return x * x; });
-  add("pow_scalar exponent=2.5", [](const Tensor& x) { return ops::pow_scalar(x, 2.5); },
+  add(
+      "pow_scalar exponent=2", [](const Tensor& x) { return ops::pow_scalar(x, 2.0); }, [](double x) { return x * x; });
+  add(
+      "pow_scalar exponent=2.5", [](const Tensor& x) { return ops::pow_scalar(x, 2.5); },
       [](double x) { return std::pow(x, 2.5); }, 0.2, 2.0);
-  add("pow_scalar exponent=-1.5", [](const Tensor& x) { return ops::pow_scalar(x, -1.5); },
+  add(
+      "pow_scalar exponent=-1.5", [](const Tensor& x) { return ops::pow_scalar(x, -1.5); },
       [](double x) { return std::pow(x, -1.5); }, 0.5, 2.0);
-  add("pow_scalar exponent=1", [](const Tensor& x) { return ops::pow_scalar(x, 1.0); }, [](double x) { return x; });
-  add("pow_scalar exponent=0", [](const Tensor& x) { return ops::pow_scalar(x, 0.0); }, [](double) { return 1.0; });
+  add(
+      "pow_scalar exponent=1", [](const Tensor& x) { return ops::pow_scalar(x, 1.0); }, [](double x) { return x; });
+  add(
+      "pow_scalar exponent=0", [](const Tensor& x) { return ops::pow_scalar(x, 0.0); }, [](double) { return 1.0; });
   return cases;
 }
 
@@ -95,8 +121,8 @@ void require_gradient(const UnaryCase& c, bool unknown_batch) {
   options.label = c.label + (unknown_batch ? " unknown batch" : "");
   const Array input = testing::random_away_from({3, 4}, rng, c.kinks, 1e-2, DType::float64, c.low, c.high);
   const UnaryOp op = c.op;
-  const auto report = testing::gradcheck([&](const std::vector<Tensor>& x) { return op(x[0]); }, {input}, options,
-                                         unknown_batch);
+  const auto report =
+      testing::gradcheck([&](const std::vector<Tensor>& x) { return op(x[0]); }, {input}, options, unknown_batch);
   INFO(report.worst_entry());
   REQUIRE(report.max_relative_error <= 1e-6);
 }
@@ -189,7 +215,8 @@ TEST_CASE("unary ops: extreme inputs give finite values and gradients", "[ops][e
     CHECK(all_finite(output));
     CHECK(all_finite(gradient_of_sum(f, extremes)));
   }
-  const Array softplus = testing::evaluate([](const std::vector<Tensor>& x) { return ops::softplus(x[0]); }, {extremes});
+  const Array softplus =
+      testing::evaluate([](const std::vector<Tensor>& x) { return ops::softplus(x[0]); }, {extremes});
   CHECK(softplus.flat(0) == 0.0);
   CHECK(softplus.flat(5) == 1000.0);
   const Array sigmoid = testing::evaluate([](const std::vector<Tensor>& x) { return ops::sigmoid(x[0]); }, {extremes});
@@ -209,8 +236,7 @@ TEST_CASE("unary ops: chained ops running in place give the same values", "[ops]
   CHECK(program.stats().num_inplace >= 4);
   const Array output = program.fetch(y);
   for (std::size_t i = 0; i < values.size(); ++i) {
-    const double chained =
-        softplus_reference(gelu_tanh_reference(std::tanh(sigmoid_reference(2.0 * values[i] + 0.5))));
+    const double chained = softplus_reference(gelu_tanh_reference(std::tanh(sigmoid_reference(2.0 * values[i] + 0.5))));
     CHECK(output.flat(i) == Approx(chained).epsilon(1e-6).margin(1e-6));
   }
 }
@@ -261,9 +287,10 @@ TEST_CASE("activation: an unknown name is a ConfigError listing the valid names"
   Graph graph;
   const Tensor x = graph.placeholder({2, 3});
   REQUIRE_THROWS_AS(ops::activation(x, "relux"), ConfigError);
-  REQUIRE_THROWS_WITH(ops::activation(x, "relux"), Catch::Contains("'relux'") && Catch::Contains("did you mean 'relu'") &&
-                                                       Catch::Contains("leaky_relu") && Catch::Contains("log_softmax") &&
-                                                       Catch::Contains("exponential"));
+  REQUIRE_THROWS_WITH(ops::activation(x, "relux"),
+                      Catch::Contains("'relux'") && Catch::Contains("did you mean 'relu'") &&
+                          Catch::Contains("leaky_relu") && Catch::Contains("log_softmax") &&
+                          Catch::Contains("exponential"));
   REQUIRE_THROWS_AS(ops::activation(x, "Relu"), ConfigError);
 }
 
@@ -272,7 +299,8 @@ TEST_CASE("unary ops and activations propagate NaN, as NumPy does", "[ops][eleme
   // run train on with a finite loss.
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (const DType dtype : {DType::float32, DType::float64}) {
-    const Array input = Array::from_vector(std::vector<float>{-1.5f, nan, 0.5f, 2.0f, nan, -0.25f}, {2, 3}).astype(dtype);
+    const Array input =
+        Array::from_vector(std::vector<float>{-1.5f, nan, 0.5f, 2.0f, nan, -0.25f}, {2, 3}).astype(dtype);
     auto check_nan_at_1_and_4 = [&](const std::string& label, const Array& output) {
       INFO(label << " in " << dtype_name(dtype));
       CHECK(std::isnan(output.flat(1)));

@@ -52,7 +52,8 @@ TEST_CASE("scatter_add, gather's gradient op, has a gradient too", "[ops][gather
 TEST_CASE("gather copies the indexed rows", "[ops][gather]") {
   const Array params = Array::from_vector(std::vector<float>{0, 1, 10, 11, 20, 21, 30, 31}, {4, 2});
   const Array indices = Array::from_vector(std::vector<float>{3, 0, 3, 1}, {2, 2});
-  const Array y = testing::evaluate([](const std::vector<Tensor>& x) { return ops::gather(x[0], x[1]); }, {params, indices});
+  const Array y =
+      testing::evaluate([](const std::vector<Tensor>& x) { return ops::gather(x[0], x[1]); }, {params, indices});
   REQUIRE(y.shape() == Shape{2, 2, 2});
   std::vector<float> expected;
   for (std::size_t i = 0; i < indices.size(); ++i) {

@@ -73,8 +73,8 @@ Array packed(const Array& y_true, const Array& y_pred) {
 void require_gradient(const std::string& label, const Loss& loss, const Array& y_true, const Array& y_pred) {
   testing::GradcheckOptions options;
   options.label = label;
-  require_report(testing::gradcheck([&](const std::vector<Tensor>& x) { return loss(x[0], x[1]); },
-                                    {y_true, y_pred}, options));
+  require_report(
+      testing::gradcheck([&](const std::vector<Tensor>& x) { return loss(x[0], x[1]); }, {y_true, y_pred}, options));
   options.label = label + " unknown batch";
   require_report(testing::gradcheck(
       [&](const std::vector<Tensor>& x) {
@@ -106,8 +106,8 @@ void require_sparse_gradient(const std::string& label, bool from_logits, const A
 }
 
 double evaluate_loss(const Loss& loss, const Array& y_true, const Array& y_pred) {
-  const Array value = testing::evaluate([&](const std::vector<Tensor>& x) { return loss(x[0], x[1]); },
-                                        {y_true, y_pred});
+  const Array value =
+      testing::evaluate([&](const std::vector<Tensor>& x) { return loss(x[0], x[1]); }, {y_true, y_pred});
   REQUIRE(value.shape() == Shape{});
   return value.flat(0);
 }
@@ -213,15 +213,13 @@ TEST_CASE("losses: crossentropies' gradients match central differences", "[ops][
                    testing::random_array({2, 3, 4}, rng, DType::float64, -3.0, 3.0));
 }
 
-TEST_CASE("losses: sparse categorical crossentropy's gradient matches central differences",
-          "[ops][losses][grad]") {
+TEST_CASE("losses: sparse categorical crossentropy's gradient matches central differences", "[ops][losses][grad]") {
   Rng rng(7);
   const Array probabilities = testing::random_array({3, 4}, rng, DType::float64, 0.1, 1.0);
   const Array logits = testing::random_array({3, 4}, rng, DType::float64, -3.0, 3.0);
   require_sparse_gradient("sparse_categorical_crossentropy", false, class_indices({3}, 4, rng), probabilities);
   require_sparse_gradient("sparse_categorical_crossentropy from_logits", true, class_indices({3}, 4, rng), logits);
-  require_sparse_gradient("sparse_categorical_crossentropy labels (3, 1)", true, class_indices({3, 1}, 4, rng),
-                          logits);
+  require_sparse_gradient("sparse_categorical_crossentropy labels (3, 1)", true, class_indices({3, 1}, 4, rng), logits);
   require_sparse_gradient("sparse_categorical_crossentropy rank 3", false, class_indices({2, 3}, 4, rng),
                           testing::random_array({2, 3, 4}, rng, DType::float64, 0.1, 1.0));
 }
@@ -266,23 +264,26 @@ TEST_CASE("losses: float32 values match plain-loop Keras formulas", "[ops][losse
   check(mse, t, z, mean_of_rows(t, z, elementwise_mean([](double a, double b) { return (b - a) * (b - a); })));
   check(mae, t, z, mean_of_rows(t, z, elementwise_mean([](double a, double b) { return std::abs(b - a); })));
   check(huber(0.7), t, z, mean_of_rows(t, z, elementwise_mean([](double a, double b) {
-          const double e = std::abs(b - a);
-          return e <= 0.7 ? 0.5 * e * e : 0.7 * e - 0.5 * 0.7 * 0.7;
-        })));
+                                         const double e = std::abs(b - a);
+                                         return e <= 0.7 ? 0.5 * e * e : 0.7 * e - 0.5 * 0.7 * 0.7;
+                                       })));
   check(bce(false), t, p, mean_of_rows(t, p, elementwise_mean([](double a, double b) {
-          return -(a * std::log(clip(b)) + (1 - a) * std::log(1 - clip(b)));
-        })));
-  check(bce(true), t, z, mean_of_rows(t, z, elementwise_mean([](double a, double b) {
-          return -(a * std::log(1 / (1 + std::exp(-b))) + (1 - a) * std::log(1 - 1 / (1 + std::exp(-b))));
-        })));
+                                         return -(a * std::log(clip(b)) + (1 - a) * std::log(1 - clip(b)));
+                                       })));
+  check(bce(true), t, z,
+        mean_of_rows(t, z, elementwise_mean([](double a, double b) {
+                       return -(a * std::log(1 / (1 + std::exp(-b))) + (1 - a) * std::log(1 - 1 / (1 + std::exp(-b))));
+                     })));
   check(cce(false), t, p, mean_of_rows(t, p, categorical_row));
   check(cce(true), t, z, mean_of_rows(t, z, categorical_logits_row));
 
   const Array labels = floats({0, 3, 1, 2, 2, 0}, {2, 3});
-  check(sparse_cce(false), labels, p, mean_of_rows(labels, p, [](const std::vector<double>& l, const std::vector<double>& q) {
+  check(sparse_cce(false), labels, p,
+        mean_of_rows(labels, p, [](const std::vector<double>& l, const std::vector<double>& q) {
           return categorical_row(one_hot(l[0], q.size()), q);
         }));
-  check(sparse_cce(true), labels, z, mean_of_rows(labels, z, [](const std::vector<double>& l, const std::vector<double>& q) {
+  check(sparse_cce(true), labels, z,
+        mean_of_rows(labels, z, [](const std::vector<double>& l, const std::vector<double>& q) {
           return categorical_logits_row(one_hot(l[0], q.size()), q);
         }));
 }
@@ -318,8 +319,8 @@ TEST_CASE("losses: extreme predictions stay finite", "[ops][losses]") {
   Graph graph;
   const Tensor labels = graph.placeholder({2, 2}, DType::float32, "labels");
   const Tensor logits = graph.placeholder({2, 2}, DType::float32, "logits");
-  const Tensor loss = ops::add(ops::binary_crossentropy(labels, logits, true),
-                               ops::categorical_crossentropy(labels, logits, true));
+  const Tensor loss =
+      ops::add(ops::binary_crossentropy(labels, logits, true), ops::categorical_crossentropy(labels, logits, true));
   const Tensor grad = gradients(loss, {logits}).front();
   Program program(graph, {grad});
   program.feed(labels, floats({0, 1, 1, 0}, {2, 2}));
@@ -335,10 +336,11 @@ TEST_CASE("losses: mismatched shapes are ShapeErrors naming the op and both shap
   Graph graph;
   const Tensor a = graph.placeholder({Shape::unknown, 3}, DType::float32, "a");
   const Tensor b = graph.placeholder({Shape::unknown, 4}, DType::float32, "b");
-  const std::vector<std::pair<std::string, Loss>> losses = {
-      {"mean_squared_error", mse},       {"mean_absolute_error", mae},
-      {"huber", huber(1.0)},             {"binary_crossentropy", bce(false)},
-      {"categorical_crossentropy", cce(true)}};
+  const std::vector<std::pair<std::string, Loss>> losses = {{"mean_squared_error", mse},
+                                                            {"mean_absolute_error", mae},
+                                                            {"huber", huber(1.0)},
+                                                            {"binary_crossentropy", bce(false)},
+                                                            {"categorical_crossentropy", cce(true)}};
   for (const auto& entry : losses) {
     INFO(entry.first);
     REQUIRE_THROWS_AS(entry.second(a, b), ShapeError);

@@ -38,11 +38,11 @@ struct MatmulCase {
   Shape a, b;
   bool ta, tb;
 };
-const std::vector<MatmulCase> matmul_cases = {
-    {{3, 4}, {4, 5}, false, false}, {{4, 3}, {4, 5}, true, false},  {{3, 4}, {5, 4}, false, true},
-    {{4, 3}, {5, 4}, true, true},   {{2, 3, 4}, {4, 5}, false, false}, {{2, 3, 4}, {2, 4, 5}, false, false},
-    {{2, 4, 3}, {2, 5, 4}, true, true}, {{3, 4}, {2, 4, 5}, false, false}, {{2, 3, 4}, {5, 4}, false, true},
-    {{2, 4, 3}, {4, 5}, true, false}};
+const std::vector<MatmulCase> matmul_cases = {{{3, 4}, {4, 5}, false, false},     {{4, 3}, {4, 5}, true, false},
+                                              {{3, 4}, {5, 4}, false, true},      {{4, 3}, {5, 4}, true, true},
+                                              {{2, 3, 4}, {4, 5}, false, false},  {{2, 3, 4}, {2, 4, 5}, false, false},
+                                              {{2, 4, 3}, {2, 5, 4}, true, true}, {{3, 4}, {2, 4, 5}, false, false},
+                                              {{2, 3, 4}, {5, 4}, false, true},   {{2, 4, 3}, {4, 5}, true, false}};
 }  // namespace
 
 TEST_CASE("matmul matches a plain loop for every transpose and batch layout", "[ops][matmul]") {
@@ -51,8 +51,8 @@ TEST_CASE("matmul matches a plain loop for every transpose and batch layout", "[
     INFO(c.a.to_string() << (c.ta ? "T" : "") << " @ " << c.b.to_string() << (c.tb ? "T" : ""));
     const Array a = testing::random_array(c.a, rng, DType::float32);
     const Array b = testing::random_array(c.b, rng, DType::float32);
-    const Array out = testing::evaluate(
-        [&](const std::vector<Tensor>& x) { return ops::matmul(x[0], x[1], c.ta, c.tb); }, {a, b});
+    const Array out =
+        testing::evaluate([&](const std::vector<Tensor>& x) { return ops::matmul(x[0], x[1], c.ta, c.tb); }, {a, b});
     const Array expected = reference(a.astype(DType::float64), b.astype(DType::float64), c.ta, c.tb);
     REQUIRE(out.shape() == expected.shape());
     CHECK(testing::max_relative_difference(out.astype(DType::float64), expected) < 1e-5);
@@ -71,9 +71,9 @@ TEST_CASE("matmul gradients match central differences in float64", "[ops][matmul
   }
   testing::GradcheckOptions options;
   options.label = "matmul dense unknown batch";
-  const auto report = testing::gradcheck([](const std::vector<Tensor>& x) { return ops::matmul(x[0], x[1]); },
-                                         {testing::random_array({3, 2, 4}, rng), testing::random_array({4, 5}, rng)},
-                                         options, false);
+  const auto report =
+      testing::gradcheck([](const std::vector<Tensor>& x) { return ops::matmul(x[0], x[1]); },
+                         {testing::random_array({3, 2, 4}, rng), testing::random_array({4, 5}, rng)}, options, false);
   CHECK(report.max_relative_error <= 1e-6);
 }
 

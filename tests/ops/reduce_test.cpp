@@ -6,8 +6,8 @@
 
 #include <kiln/core/autodiff.hpp>
 #include <kiln/core/error.hpp>
-#include <kiln/core/program.hpp>
 #include <kiln/core/graph.hpp>
+#include <kiln/core/program.hpp>
 #include <kiln/ops/ops.hpp>
 #include "support/gradcheck.hpp"
 
@@ -20,8 +20,8 @@ Array iota() {
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
   return Array::from_vector(values, {2, 3, 4});
 }
-std::vector<float> reduced_values(Tensor (*op)(const Tensor&, const ops::Axes&, bool), const ops::Axes& axes, bool keepdims,
-                          Shape* shape = nullptr) {
+std::vector<float> reduced_values(Tensor (*op)(const Tensor&, const ops::Axes&, bool), const ops::Axes& axes,
+                                  bool keepdims, Shape* shape = nullptr) {
   const Array out = testing::evaluate([&](const std::vector<Tensor>& x) { return op(x[0], axes, keepdims); }, {iota()});
   if (shape != nullptr) *shape = out.shape();
   return out.to_vector<float>();
@@ -37,13 +37,15 @@ TEST_CASE("reductions match hand-computed values over any axes", "[ops][reduce]"
   CHECK(reduced_values(ops::sum, {0, 2}, true, &shape) == std::vector<float>{60, 92, 124});
   CHECK(shape == Shape({1, 3, 1}));
   CHECK(reduced_values(ops::mean, {1}, false) == std::vector<float>{4, 5, 6, 7, 16, 17, 18, 19});
-  CHECK(reduced_values(ops::max, {0}, false, &shape) == std::vector<float>{12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23});
+  CHECK(reduced_values(ops::max, {0}, false, &shape) ==
+        std::vector<float>{12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23});
   CHECK(reduced_values(ops::min, {2}, false) == std::vector<float>{0, 4, 8, 12, 16, 20});
 }
 
 TEST_CASE("reduction gradients match central differences in float64", "[ops][reduce][grad]") {
   Rng rng(21);
-  const std::vector<std::pair<ops::Axes, bool>> settings = {{{}, false}, {{0}, false}, {{1}, true}, {{-1}, false}, {{0, 2}, true}};
+  const std::vector<std::pair<ops::Axes, bool>> settings = {
+      {{}, false}, {{0}, false}, {{1}, true}, {{-1}, false}, {{0, 2}, true}};
   using Reducer = Tensor (*)(const Tensor&, const ops::Axes&, bool);
   const std::vector<std::pair<const char*, Reducer>> reducers = {
       {"sum", ops::sum}, {"mean", ops::mean}, {"max", ops::max}, {"min", ops::min}};
@@ -78,15 +80,21 @@ TEST_CASE("max shares its gradient among ties", "[ops][reduce]") {
 }
 
 TEST_CASE("sum_to reduces broadcast axes, and its gradient expands back", "[ops][reduce][grad]") {
-  const Array out = testing::evaluate([](const std::vector<Tensor>& x) { return ops::sum_to(x[0], {3, 1}); },
-                                      {Array::full({2, 3, 4}, 1.0)});
+  const Array out = testing::evaluate(
+      [](const std::vector<Tensor>& x) {
+        return ops::sum_to(x[0], {3, 1});
+      },
+      {Array::full({2, 3, 4}, 1.0)});
   CHECK(out.shape() == Shape({3, 1}));
   CHECK(out.to_vector<float>() == std::vector<float>{8, 8, 8});
   Rng rng(2);
   testing::GradcheckOptions options;
   options.label = "sum_to";
-  const auto report =
-      testing::gradcheck([](const std::vector<Tensor>& x) { return ops::sum_to(x[0], {1, 4}); }, {Shape{2, 3, 4}}, rng, options);
+  const auto report = testing::gradcheck(
+      [](const std::vector<Tensor>& x) {
+        return ops::sum_to(x[0], {1, 4});
+      },
+      {Shape{2, 3, 4}}, rng, options);
   CHECK(report.max_relative_error <= 1e-6);
 }
 
@@ -162,7 +170,8 @@ TEST_CASE("max and min over runs and across them keep a NaN wherever it is", "[o
       CHECK(std::isnan(all.flat(0)));
       const Array rows = testing::evaluate([&](const std::vector<Tensor>& x) { return op(x[0], {1}, false); }, {input});
       CHECK(std::isnan(rows.flat(where / 4)));
-      const Array columns = testing::evaluate([&](const std::vector<Tensor>& x) { return op(x[0], {0}, false); }, {input});
+      const Array columns =
+          testing::evaluate([&](const std::vector<Tensor>& x) { return op(x[0], {0}, false); }, {input});
       CHECK(std::isnan(columns.flat(where % 4)));
     }
   }

@@ -56,7 +56,8 @@ TEST_CASE("masked_fill gradient matches central differences", "[ops][select][gra
   o.label = "masked_fill";
   o.wrt = {0};
   const std::vector<Array> inputs{testing::random_array({3, 4}, rng), random_mask({4}, rng)};
-  auto r = testing::gradcheck([](const std::vector<Tensor>& x) { return ops::masked_fill(x[0], x[1], -2.5); }, inputs, o);
+  auto r =
+      testing::gradcheck([](const std::vector<Tensor>& x) { return ops::masked_fill(x[0], x[1], -2.5); }, inputs, o);
   INFO(r.worst_entry());
   REQUIRE(r.max_relative_error <= 1e-6);
 }
@@ -65,8 +66,8 @@ TEST_CASE("where picks a where the condition is nonzero, else b", "[ops][select]
   const Array condition = Array::from_vector(std::vector<float>{1, 0, -2, 0}, {2, 1, 2});
   const Array a = Array::from_vector(std::vector<float>{10, 20, 30}, {3, 1});
   const Array b = Array::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {2, 3, 2});
-  const Array y = testing::evaluate([](const std::vector<Tensor>& x) { return ops::where(x[0], x[1], x[2]); },
-                                    {condition, a, b});
+  const Array y =
+      testing::evaluate([](const std::vector<Tensor>& x) { return ops::where(x[0], x[1], x[2]); }, {condition, a, b});
   REQUIRE(y.shape() == Shape{2, 3, 2});
   std::vector<float> expected;
   for (int i = 0; i < 2; ++i)
@@ -86,12 +87,12 @@ TEST_CASE("where picks a where the condition is nonzero, else b", "[ops][select]
 TEST_CASE("masked_fill writes the value where the mask is zero", "[ops][select]") {
   const Array x = Array::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
   const Array row_mask = Array::from_vector(std::vector<float>{1, 0, 1}, {3});
-  const Array y = testing::evaluate([](const std::vector<Tensor>& t) { return ops::masked_fill(t[0], t[1], -1e9); },
-                                    {x, row_mask});
+  const Array y =
+      testing::evaluate([](const std::vector<Tensor>& t) { return ops::masked_fill(t[0], t[1], -1e9); }, {x, row_mask});
   CHECK(y.to_vector<float>() == std::vector<float>{1, -1e9f, 3, 4, -1e9f, 6});
   const Array full_mask = Array::from_vector(std::vector<float>{0, 1, 1, 1, 1, 0}, {2, 3});
-  const Array z = testing::evaluate([](const std::vector<Tensor>& t) { return ops::masked_fill(t[0], t[1], 0.5); },
-                                    {x, full_mask});
+  const Array z =
+      testing::evaluate([](const std::vector<Tensor>& t) { return ops::masked_fill(t[0], t[1], 0.5); }, {x, full_mask});
   CHECK(z.to_vector<float>() == std::vector<float>{0.5f, 2, 3, 4, 5, 0.5f});
 }
 
@@ -111,8 +112,7 @@ TEST_CASE("where and masked_fill reject shapes that do not broadcast", "[ops][se
   const Tensor a = graph.placeholder({4, 3}, DType::float32, "a");
   const Tensor b = graph.placeholder({3}, DType::float32, "b");
   CHECK_THROWS_AS(ops::where(condition, a, b), ShapeError);
-  CHECK_THROWS_WITH(ops::where(condition, a, b),
-                    Contains("where 'where") && Contains("(None, 3), (4, 3), (3,)"));
+  CHECK_THROWS_WITH(ops::where(condition, a, b), Contains("where 'where") && Contains("(None, 3), (4, 3), (3,)"));
   CHECK(ops::where(condition, b, b).shape() == Shape{Shape::unknown, 3});
   const Tensor x = graph.placeholder({2, 3}, DType::float32, "x");
   const Tensor wide_mask = graph.placeholder({4, 2, 3}, DType::float32, "wide_mask");

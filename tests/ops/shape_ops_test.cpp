@@ -55,8 +55,11 @@ TEST_CASE("reshape gradient matches central differences", "[ops][shape][grad]") 
 }
 
 TEST_CASE("reshape gradient with an unknown batch dimension", "[ops][shape][grad]") {
-  auto kept = check_unknown_batch([](const std::vector<Tensor>& x) { return ops::reshape(x[0], {-1, 3, 4}); },
-                                  {Shape{3, 12}}, "reshape unknown batch");
+  auto kept = check_unknown_batch(
+      [](const std::vector<Tensor>& x) {
+        return ops::reshape(x[0], {-1, 3, 4});
+      },
+      {Shape{3, 12}}, "reshape unknown batch");
   INFO(kept.worst_entry());
   REQUIRE(kept.max_relative_error <= 1e-6);
   // The known target fixes the batch size at 4: the gradient must still get x's unknown shape back.
@@ -70,15 +73,21 @@ TEST_CASE("reshape gradient with an unknown batch dimension", "[ops][shape][grad
       {Shape{3, 4, 5}}, "reshape unknown batch folded");
   INFO(folded.worst_entry());
   REQUIRE(folded.max_relative_error <= 1e-6);
-  auto fixed = check_unknown_batch([](const std::vector<Tensor>& x) { return ops::reshape(x[0], {2, 12}); },
-                                   {Shape{4, 6}}, "reshape unknown batch to known");
+  auto fixed = check_unknown_batch(
+      [](const std::vector<Tensor>& x) {
+        return ops::reshape(x[0], {2, 12});
+      },
+      {Shape{4, 6}}, "reshape unknown batch to known");
   INFO(fixed.worst_entry());
   REQUIRE(fixed.max_relative_error <= 1e-6);
 }
 
 TEST_CASE("transpose gradient matches central differences", "[ops][shape][grad]") {
-  auto r = check([](const std::vector<Tensor>& x) { return ops::transpose(x[0], {2, 0, 1}); }, {Shape{2, 3, 4}},
-                 "transpose");
+  auto r = check(
+      [](const std::vector<Tensor>& x) {
+        return ops::transpose(x[0], {2, 0, 1});
+      },
+      {Shape{2, 3, 4}}, "transpose");
   INFO(r.worst_entry());
   REQUIRE(r.max_relative_error <= 1e-6);
   auto reversed = check_unknown_batch([](const std::vector<Tensor>& x) { return ops::transpose(x[0]); },
@@ -88,12 +97,18 @@ TEST_CASE("transpose gradient matches central differences", "[ops][shape][grad]"
 }
 
 TEST_CASE("concat gradient matches central differences", "[ops][shape][grad]") {
-  auto r = check([](const std::vector<Tensor>& x) { return ops::concat({x[0], x[1], x[2]}, 1); },
-                 {Shape{2, 3, 2}, Shape{2, 1, 2}, Shape{2, 4, 2}}, "concat axis=1");
+  auto r = check(
+      [](const std::vector<Tensor>& x) {
+        return ops::concat({x[0], x[1], x[2]}, 1);
+      },
+      {Shape{2, 3, 2}, Shape{2, 1, 2}, Shape{2, 4, 2}}, "concat axis=1");
   INFO(r.worst_entry());
   REQUIRE(r.max_relative_error <= 1e-6);
-  auto batch = check_unknown_batch([](const std::vector<Tensor>& x) { return ops::concat({x[0], x[0] * x[0]}, -1); },
-                                   {Shape{3, 2}}, "concat unknown batch");
+  auto batch = check_unknown_batch(
+      [](const std::vector<Tensor>& x) {
+        return ops::concat({x[0], x[0] * x[0]}, -1);
+      },
+      {Shape{3, 2}}, "concat unknown batch");
   INFO(batch.worst_entry());
   REQUIRE(batch.max_relative_error <= 1e-6);
 }
@@ -118,8 +133,11 @@ TEST_CASE("split gradient matches central differences", "[ops][shape][grad]") {
 }
 
 TEST_CASE("slice gradient matches central differences", "[ops][shape][grad]") {
-  auto r = check([](const std::vector<Tensor>& x) { return ops::slice(x[0], {1, 0, 1}, {2, -1, 2}); },
-                 {Shape{4, 5, 3}}, "slice");
+  auto r = check(
+      [](const std::vector<Tensor>& x) {
+        return ops::slice(x[0], {1, 0, 1}, {2, -1, 2});
+      },
+      {Shape{4, 5, 3}}, "slice");
   INFO(r.worst_entry());
   REQUIRE(r.max_relative_error <= 1e-6);
   // batch - 1 rows: contracted away by the matmul, for the same reason as in the folded reshape check.
@@ -134,19 +152,25 @@ TEST_CASE("slice gradient matches central differences", "[ops][shape][grad]") {
 }
 
 TEST_CASE("broadcast_to gradient matches central differences", "[ops][shape][grad]") {
-  auto r = check([](const std::vector<Tensor>& x) { return ops::broadcast_to(x[0], Shape{2, 3, 4}); }, {Shape{3, 1}},
-                 "broadcast_to");
+  auto r = check(
+      [](const std::vector<Tensor>& x) {
+        return ops::broadcast_to(x[0], Shape{2, 3, 4});
+      },
+      {Shape{3, 1}}, "broadcast_to");
   INFO(r.worst_entry());
   REQUIRE(r.max_relative_error <= 1e-6);
   auto batch = check_unknown_batch(
-      [](const std::vector<Tensor>& x) { return ops::broadcast_to(x[0], Shape{Shape::unknown, 2, 3}); },
+      [](const std::vector<Tensor>& x) {
+        return ops::broadcast_to(x[0], Shape{Shape::unknown, 2, 3});
+      },
       {Shape{4, 1, 3}}, "broadcast_to unknown batch");
   INFO(batch.worst_entry());
   REQUIRE(batch.max_relative_error <= 1e-6);
 }
 
 TEST_CASE("squeeze and expand_dims gradients match central differences", "[ops][shape][grad]") {
-  auto squeezed = check([](const std::vector<Tensor>& x) { return ops::squeeze(x[0]); }, {Shape{2, 1, 3, 1}}, "squeeze");
+  auto squeezed =
+      check([](const std::vector<Tensor>& x) { return ops::squeeze(x[0]); }, {Shape{2, 1, 3, 1}}, "squeeze");
   INFO(squeezed.worst_entry());
   REQUIRE(squeezed.max_relative_error <= 1e-6);
   auto expanded = check_unknown_batch([](const std::vector<Tensor>& x) { return ops::expand_dims(x[0], -1); },
@@ -185,7 +209,8 @@ TEST_CASE("transpose moves every element to its permuted index", "[ops][shape]")
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 3; ++j)
       for (int k = 0; k < 4; ++k)
-        CHECK(y.flat(static_cast<std::size_t>(k * 6 + i * 3 + j)) == x.flat(static_cast<std::size_t>(i * 12 + j * 4 + k)));
+        CHECK(y.flat(static_cast<std::size_t>(k * 6 + i * 3 + j)) ==
+              x.flat(static_cast<std::size_t>(i * 12 + j * 4 + k)));
   const Array reversed = testing::evaluate([](const std::vector<Tensor>& t) { return ops::transpose(t[0]); }, {x});
   REQUIRE(reversed.shape() == Shape{4, 3, 2});
   CHECK(reversed.flat(1) == x.flat(12));
@@ -253,7 +278,9 @@ TEST_CASE("split returns consecutive slices", "[ops][shape]") {
   const Array x = iota({2, 6});
   for (int part = 0; part < 3; ++part) {
     const Array y = testing::evaluate(
-        [part](const std::vector<Tensor>& t) { return ops::split(t[0], Ints{1, 2, 3}, 1)[static_cast<std::size_t>(part)]; },
+        [part](const std::vector<Tensor>& t) {
+          return ops::split(t[0], Ints{1, 2, 3}, 1)[static_cast<std::size_t>(part)];
+        },
         {x});
     const int begin = part == 0 ? 0 : part == 1 ? 1 : 3;
     const int width = part + 1;
@@ -266,7 +293,11 @@ TEST_CASE("split returns consecutive slices", "[ops][shape]") {
 
 TEST_CASE("slice copies the block at begin, with -1 meaning to the end", "[ops][shape]") {
   const Array x = iota({4, 5, 3});
-  const Array y = testing::evaluate([](const std::vector<Tensor>& t) { return ops::slice(t[0], {1, 2, 0}, {2, -1, 2}); }, {x});
+  const Array y = testing::evaluate(
+      [](const std::vector<Tensor>& t) {
+        return ops::slice(t[0], {1, 2, 0}, {2, -1, 2});
+      },
+      {x});
   REQUIRE(y.shape() == Shape{2, 3, 2});
   std::size_t flat = 0;
   for (int i = 1; i < 3; ++i)
@@ -276,7 +307,11 @@ TEST_CASE("slice copies the block at begin, with -1 meaning to the end", "[ops][
 
 TEST_CASE("broadcast_to repeats along the size-1 and missing axes", "[ops][shape]") {
   const Array x = Array::from_vector(std::vector<float>{1, 2, 3}, {3, 1});
-  const Array y = testing::evaluate([](const std::vector<Tensor>& t) { return ops::broadcast_to(t[0], Shape{2, 3, 4}); }, {x});
+  const Array y = testing::evaluate(
+      [](const std::vector<Tensor>& t) {
+        return ops::broadcast_to(t[0], Shape{2, 3, 4});
+      },
+      {x});
   REQUIRE(y.shape() == Shape{2, 3, 4});
   for (std::size_t i = 0; i < y.size(); ++i) CHECK(y.flat(i) == x.flat((i / 4) % 3));
 }
@@ -390,8 +425,8 @@ TEST_CASE("slice rejects blocks outside the input", "[ops][shape][errors]") {
   Graph graph;
   const Tensor x = graph.placeholder({Shape::unknown, 5}, DType::float32, "x");
   CHECK_THROWS_AS(ops::slice(x, {0, 4}, {-1, 2}), ShapeError);
-  CHECK_THROWS_WITH(ops::slice(x, {0, 4}, {-1, 2}), Contains("slice 'slice") && Contains("past the end") &&
-                                                          Contains("(None, 5)"));
+  CHECK_THROWS_WITH(ops::slice(x, {0, 4}, {-1, 2}),
+                    Contains("slice 'slice") && Contains("past the end") && Contains("(None, 5)"));
   CHECK_THROWS_WITH(ops::slice(x, {0, 6}, {-1, -1}), Contains("begin 6 is past the end") && Contains("(None, 5)"));
   CHECK_THROWS_WITH(ops::slice(x, {0}, {-1}), Contains("one entry per axis") && Contains("(None, 5)"));
   CHECK_THROWS_WITH(ops::slice(x, {0, -1}, {-1, 1}), Contains("negative") && Contains("(None, 5)"));
@@ -412,7 +447,8 @@ TEST_CASE("squeeze and expand_dims reject bad axes", "[ops][shape][errors]") {
   const Tensor x = graph.placeholder({Shape::unknown, 1, 3}, DType::float32, "x");
   CHECK(ops::squeeze(x).shape() == Shape{Shape::unknown, 3});
   CHECK_THROWS_AS(ops::squeeze(x, {2}), ShapeError);
-  CHECK_THROWS_WITH(ops::squeeze(x, {2}), Contains("squeeze 'squeeze") && Contains("not 1") && Contains("(None, 1, 3)"));
+  CHECK_THROWS_WITH(ops::squeeze(x, {2}),
+                    Contains("squeeze 'squeeze") && Contains("not 1") && Contains("(None, 1, 3)"));
   CHECK_THROWS_WITH(ops::squeeze(x, {0}), Contains("batch axis") && Contains("(None, 1, 3)"));
   CHECK_THROWS_WITH(ops::squeeze(x, {3}), Contains("out of range") && Contains("(None, 1, 3)"));
   CHECK_THROWS_AS(ops::expand_dims(x, 4), ShapeError);

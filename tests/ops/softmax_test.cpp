@@ -49,9 +49,9 @@ void require_gradient(const char* name, SoftmaxBuilder op, int axis, bool unknow
   Rng rng(7);
   testing::GradcheckOptions options;
   options.label = std::string(name) + " axis=" + std::to_string(axis) + (unknown_batch ? " unknown batch" : "");
-  const auto report = testing::gradcheck([&](const std::vector<Tensor>& x) { return op(x[0], axis); },
-                                         {testing::random_array({2, 3, 4}, rng, DType::float64, -2.0, 2.0)}, options,
-                                         unknown_batch);
+  const auto report =
+      testing::gradcheck([&](const std::vector<Tensor>& x) { return op(x[0], axis); },
+                         {testing::random_array({2, 3, 4}, rng, DType::float64, -2.0, 2.0)}, options, unknown_batch);
   INFO(report.worst_entry());
   REQUIRE(report.max_relative_error <= 1e-6);
 }
@@ -140,8 +140,8 @@ TEST_CASE("softmax: an axis out of range is a ShapeError naming the op and the s
   Graph graph;
   const Tensor x = graph.placeholder({Shape::unknown, 3}, DType::float32, "x");
   REQUIRE_THROWS_AS(ops::softmax(x, 2), ShapeError);
-  REQUIRE_THROWS_WITH(ops::softmax(x, 2), Catch::Contains("softmax 'softmax") && Catch::Contains("axis 2") &&
-                                              Catch::Contains("(None, 3)"));
+  REQUIRE_THROWS_WITH(ops::softmax(x, 2),
+                      Catch::Contains("softmax 'softmax") && Catch::Contains("axis 2") && Catch::Contains("(None, 3)"));
   REQUIRE_THROWS_AS(ops::softmax(x, -3), ShapeError);
   REQUIRE_THROWS_AS(ops::log_softmax(x, 5), ShapeError);
   REQUIRE_THROWS_WITH(ops::log_softmax(x, -3), Catch::Contains("log_softmax 'log_softmax") &&

@@ -56,7 +56,8 @@ TEST_CASE("binary crossentropy on probabilities and on logits", "[optim][losses]
   const Array y_true = doubles({1, 0}, {2, 1});
   CHECK(loss_value("binary_crossentropy", y_true, doubles({0.8, 0.3}, {2, 1})) ==
         Approx(-(std::log(0.8) + std::log(0.7)) / 2).epsilon(1e-12));
-  const Loss logits = Loss::from_config(Config{{"class_name", "BinaryCrossentropy"}, {"config", {{"from_logits", true}}}});
+  const Loss logits =
+      Loss::from_config(Config{{"class_name", "BinaryCrossentropy"}, {"config", {{"from_logits", true}}}});
   CHECK(logits.from_logits());
   CHECK(loss_value(logits, y_true, doubles({2.0, -1.0}, {2, 1})) ==
         Approx((std::log1p(std::exp(-2.0)) + std::log1p(std::exp(-1.0))) / 2).epsilon(1e-12));
@@ -74,8 +75,8 @@ TEST_CASE("categorical and sparse crossentropy agree on the same labels", "[opti
 
   const Array logits = doubles({1.0, 2.0, -1.0, 0.5, 0.0, 3.0}, {2, 3});
   const double expected_logits = ((log_sum_exp({1.0, 2.0, -1.0}) - 2.0) + (log_sum_exp({0.5, 0.0, 3.0}) - 0.5)) / 2;
-  const Loss sparse_logits = Loss::from_config(
-      Config{{"class_name", "SparseCategoricalCrossentropy"}, {"config", {{"from_logits", true}, {"ignore_class", nullptr}}}});
+  const Loss sparse_logits = Loss::from_config(Config{{"class_name", "SparseCategoricalCrossentropy"},
+                                                      {"config", {{"from_logits", true}, {"ignore_class", nullptr}}}});
   CHECK(loss_value(sparse_logits, indices, logits) == Approx(expected_logits).epsilon(1e-12));
   const Loss categorical_logits =
       Loss::from_config(Config{{"class_name", "CategoricalCrossentropy"}, {"config", {{"from_logits", true}}}});
@@ -95,8 +96,8 @@ TEST_CASE("losses are found by every Keras spelling", "[optim][losses][config]")
 }
 
 TEST_CASE("loss configs use Keras's keys and round-trip", "[optim][losses][config]") {
-  for (const std::string name : {"mse", "mae", "huber", "binary_crossentropy", "categorical_crossentropy",
-                                 "sparse_categorical_crossentropy"}) {
+  for (const std::string name :
+       {"mse", "mae", "huber", "binary_crossentropy", "categorical_crossentropy", "sparse_categorical_crossentropy"}) {
     INFO(name);
     Config arguments = {{"name", "custom_name"}};
     if (name.find("crossentropy") != std::string::npos) arguments.set("from_logits", true);
@@ -113,9 +114,9 @@ TEST_CASE("loss configs use Keras's keys and round-trip", "[optim][losses][confi
   CHECK(Loss("mse").serialize().get_string("module") == "keras.losses");
   CHECK_THROWS_WITH(Loss::from_config(Config{{"class_name", "MeanSquaredError"}, {"config", {{"reduction", "sum"}}}}),
                     Catch::Contains("reduction 'sum'"));
-  CHECK_THROWS_AS(Loss::from_config(Config{{"class_name", "CategoricalCrossentropy"},
-                                           {"config", {{"label_smoothing", 0.1}}}}),
-                  ConfigError);
+  CHECK_THROWS_AS(
+      Loss::from_config(Config{{"class_name", "CategoricalCrossentropy"}, {"config", {{"label_smoothing", 0.1}}}}),
+      ConfigError);
   CHECK_THROWS_AS(Loss::from_config(Config{{"class_name", "Huber"}, {"config", {{"delta", -1.0}}}}), ConfigError);
   CHECK_THROWS_WITH(Loss::from_config(Config{{"class_name", "Huber"}, {"config", {{"detla", 2.0}}}}),
                     Catch::Contains("'delta'"));

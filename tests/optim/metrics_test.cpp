@@ -90,5 +90,6 @@ TEST_CASE("metric names and shapes are checked, naming the metric", "[optim][met
                     Catch::Contains("SparseCategoricalAccuracy") && Catch::Contains("(None, 3)"));
   CHECK_THROWS_AS(Metric("categorical_accuracy").check({None}, {None, 3}), ShapeError);
   CHECK_THROWS_AS(Metric("mae").check({None, 2}, {None, 3}), ShapeError);
-  CHECK_THROWS_WITH(Metric("accuracy").check({None, 2}, {None, 3}), Catch::Contains("CategoricalAccuracy metric 'accuracy'"));
+  CHECK_THROWS_WITH(Metric("accuracy").check({None, 2}, {None, 3}),
+                    Catch::Contains("CategoricalAccuracy metric 'accuracy'"));
 }

@@ -171,8 +171,8 @@ HostRule adam_rule(double beta_1, double beta_2, double epsilon, bool amsgrad) {
   auto v = std::make_shared<Values>(zeros_like(initial_weights));
   auto v_hat = std::make_shared<Values>(zeros_like(initial_weights));
   return [=](Values& w, const Values& g, double lr, std::int64_t t) {
-    const double alpha = lr * std::sqrt(1 - std::pow(beta_2, static_cast<double>(t))) /
-                         (1 - std::pow(beta_1, static_cast<double>(t)));
+    const double alpha =
+        lr * std::sqrt(1 - std::pow(beta_2, static_cast<double>(t))) / (1 - std::pow(beta_1, static_cast<double>(t)));
     for (std::size_t i = 0; i < w.size(); ++i)
       for (std::size_t j = 0; j < w[i].size(); ++j) {
         double& mean = (*m)[i][j];
@@ -284,7 +284,8 @@ TEST_CASE("Adam with amsgrad divides by the running maximum of v", "[optim][opti
   for (const Weight& slot : adam.variables())
     if (slot.path.rfind("velocity_hat/", 0) == 0)
       for (const Weight& plain : adam.variables())
-        if (plain.path == "velocity/" + slot.path.substr(13)) differs = differs || !slot.value.bitwise_equal(plain.value);
+        if (plain.path == "velocity/" + slot.path.substr(13))
+          differs = differs || !slot.value.bitwise_equal(plain.value);
   CHECK(differs);
 }
 
@@ -362,8 +363,8 @@ TEST_CASE("weight_decay on SGD is decoupled and uses the step's learning rate", 
 TEST_CASE("a schedule drives the learning rate at the steps done", "[optim][optimizer][schedule]") {
   const ExponentialDecay decay(0.2, 2, 0.5);
   Adam adam(Config{{"learning_rate", decay.serialize()}});
-  const std::vector<Values> expected = reference(adam_rule(0.9, 0.999, 1e-7, false), num_steps,
-                                                 [&](std::int64_t done) { return decay(done); });
+  const std::vector<Values> expected =
+      reference(adam_rule(0.9, 0.999, 1e-7, false), num_steps, [&](std::int64_t done) { return decay(done); });
   Trainer trainer(adam);
   for (std::size_t step = 0; step < expected.size(); ++step) {
     CHECK(adam.current_learning_rate() == decay(static_cast<std::int64_t>(step)));
@@ -449,7 +450,8 @@ TEST_CASE("build_updates rejects what cannot be an update, naming the optimizer"
   CHECK_THROWS_AS(adam.build_updates(graph, {w32}, {w * 2.0}, {"w32"}), DTypeError);
 }
 
-// ---- state ------------------------------------------------------------------------------------------------------------
+// ---- state
+// ------------------------------------------------------------------------------------------------------------
 
 TEST_CASE("restoring variables resumes a run bit for bit", "[optim][optimizer][state]") {
   const Config config = {{"learning_rate", 0.1}, {"amsgrad", true}, {"clipnorm", 3.0}};
@@ -503,7 +505,8 @@ TEST_CASE("set_variables rejects unknown, missing and misshapen state", "[optim]
   CHECK_THROWS_AS(adam.set_iterations(-1), ValueError);
 }
 
-// ---- configs and the registry ----------------------------------------------------------------------------------------
+// ---- configs and the registry
+// ----------------------------------------------------------------------------------------
 
 TEST_CASE("optimizers take Keras's defaults and names", "[optim][optimizer][config]") {
   const Config sgd = SGD().get_config();
@@ -518,11 +521,10 @@ TEST_CASE("optimizers take Keras's defaults and names", "[optim][optimizer][conf
   CHECK(adam.get_double("beta_2") == 0.999);
   CHECK(adam.get_double("epsilon") == 1e-7);
   CHECK(adam.at("weight_decay").is_null());
-  CHECK(adam.keys() == std::vector<std::string>{"name", "learning_rate", "weight_decay", "clipnorm",
-                                                "global_clipnorm", "clipvalue", "use_ema", "ema_momentum",
-                                                "ema_overwrite_frequency", "loss_scale_factor",
-                                                "gradient_accumulation_steps", "beta_1", "beta_2", "epsilon",
-                                                "amsgrad"});
+  CHECK(adam.keys() == std::vector<std::string>{"name", "learning_rate", "weight_decay", "clipnorm", "global_clipnorm",
+                                                "clipvalue", "use_ema", "ema_momentum", "ema_overwrite_frequency",
+                                                "loss_scale_factor", "gradient_accumulation_steps", "beta_1", "beta_2",
+                                                "epsilon", "amsgrad"});
   CHECK(AdamW().get_config().get_double("weight_decay") == 0.004);
   CHECK(AdamW().get_config().get_string("name") == "adamw");
   const Config rmsprop = RMSprop().get_config();
@@ -555,8 +557,8 @@ TEST_CASE("optimizer configs round-trip through serialize and from_config", "[op
 }
 
 TEST_CASE("optimizers are found by Keras's strings", "[optim][optimizer][config]") {
-  for (const std::string name : {"sgd", "SGD", "adam", "Adam", "kiln>Adam", "adamw", "AdamW", "rmsprop", "RMSprop",
-                                 "adagrad", "Adagrad"})
+  for (const std::string name :
+       {"sgd", "SGD", "adam", "Adam", "kiln>Adam", "adamw", "AdamW", "rmsprop", "RMSprop", "adagrad", "Adagrad"})
     CHECK(create_optimizer(name) != nullptr);
   CHECK(create_optimizer("rmsprop")->class_name() == "RMSprop");
   CHECK(Optimizer::from_config(Config("adamw"))->class_name() == "AdamW");

@@ -92,8 +92,9 @@ TEST_CASE("bad schedule arguments and names are ConfigErrors", "[optim][schedule
   CHECK_THROWS_WITH(PiecewiseConstantDecay({20, 10}, {1.0, 0.5, 0.1}), Catch::Contains("increase strictly"));
   CHECK_THROWS_WITH(LearningRateSchedule::from_config(Config{{"class_name", "CosineDecai"}}),
                     Catch::Contains("'CosineDecay'"));
-  CHECK_THROWS_WITH(LearningRateSchedule::from_config(
-                        Config{{"class_name", "ExponentialDecay"},
-                               {"config", {{"initial_learning_rate", 0.1}, {"decay_steps", 5}, {"decay_rate", 0.5}, {"stair_case", true}}}}),
-                    Catch::Contains("ExponentialDecay") && Catch::Contains("'stair_case'") && Catch::Contains("'staircase'"));
+  CHECK_THROWS_WITH(
+      LearningRateSchedule::from_config(Config{
+          {"class_name", "ExponentialDecay"},
+          {"config", {{"initial_learning_rate", 0.1}, {"decay_steps", 5}, {"decay_rate", 0.5}, {"stair_case", true}}}}),
+      Catch::Contains("ExponentialDecay") && Catch::Contains("'stair_case'") && Catch::Contains("'staircase'"));
 }

@@ -22,8 +22,8 @@
 #include <thread>
 #include <vector>
 
-#include <kiln/kiln.hpp>
 #include <kiln/core/detail/files.hpp>
+#include <kiln/kiln.hpp>
 #include <kiln/serialize/checkpoint.hpp>
 #include <kiln/serialize/detail/container.hpp>
 #include "support/layer_check.hpp"
@@ -68,7 +68,8 @@ std::vector<std::pair<std::string, std::function<void(const std::string&)>>> wri
          Model model = small_model(1);
          model.compile("sgd", "mse");
          const Array x = kiln::testing::random_input({8, 3}, 1), y = kiln::testing::random_input({8, 2}, 2);
-         model.fit(x, y, kiln::FitOptions().epochs(1).verbose(0).callback(std::make_shared<kiln::ModelCheckpoint>(path)));
+         model.fit(x, y,
+                   kiln::FitOptions().epochs(1).verbose(0).callback(std::make_shared<kiln::ModelCheckpoint>(path)));
        }},
       {"CSVLogger",
        [](const std::string& path) {
@@ -212,9 +213,11 @@ TEST_CASE("every writer saves through a symbolic link to its target, and keeps t
     }
   }
   std::vector<std::string> files;
-  for (const auto& entry : std::filesystem::directory_iterator(dir.file("real"))) files.push_back(entry.path().filename());
+  for (const auto& entry : std::filesystem::directory_iterator(dir.file("real")))
+    files.push_back(entry.path().filename());
   std::sort(files.begin(), files.end());
-  CHECK(files == std::vector<std::string>{"CSVLogger.out", "ModelCheckpoint.out", "save_model.out", "save_weights.out"});
+  CHECK(files ==
+        std::vector<std::string>{"CSVLogger.out", "ModelCheckpoint.out", "save_model.out", "save_weights.out"});
   CHECK(kiln::load_model(dir.file("save_model.link")).get_weights()[0].bitwise_equal(small_model(1).get_weights()[0]));
 }
 

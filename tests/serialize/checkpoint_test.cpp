@@ -23,14 +23,14 @@ using kiln::Config;
 using kiln::ConfigError;
 using kiln::FieldValues;
 using kiln::FitOptions;
+using kiln::format_field;
+using kiln::format_fields;
 using kiln::Logs;
 using kiln::Model;
 using kiln::ModelCheckpoint;
 using kiln::Shape;
 using kiln::Tensor;
 using kiln::TrainingState;
-using kiln::format_field;
-using kiln::format_fields;
 using kiln::testing::random_input;
 using kiln::testing::TempDir;
 
@@ -39,9 +39,13 @@ namespace {
 constexpr std::int64_t None = Shape::unknown;
 const double infinity = std::numeric_limits<double>::infinity();
 
-FieldValues values(std::initializer_list<std::pair<const std::string, kiln::FieldValue>> list) { return FieldValues(list); }
+FieldValues values(std::initializer_list<std::pair<const std::string, kiln::FieldValue>> list) {
+  return FieldValues(list);
+}
 
-std::string formatted(const std::string& pattern, double value) { return format_fields(pattern, values({{"x", value}})); }
+std::string formatted(const std::string& pattern, double value) {
+  return format_fields(pattern, values({{"x", value}}));
+}
 std::string formatted(const std::string& pattern, std::int64_t value) {
   return format_fields(pattern, values({{"x", value}}));
 }
@@ -83,7 +87,9 @@ struct WeightRecorder {
   std::vector<std::vector<Array>> batches;
   kiln::CallbackPtr callback() {
     kiln::LambdaCallback::Options hooks;
-    hooks.on_epoch_end = [this](TrainingState& state, int, Logs&) { epochs.push_back(copies(state.model->get_weights())); };
+    hooks.on_epoch_end = [this](TrainingState& state, int, Logs&) {
+      epochs.push_back(copies(state.model->get_weights()));
+    };
     hooks.on_batch_end = [this](TrainingState& state, std::int64_t, const Logs&) {
       batches.push_back(copies(state.model->get_weights()));
     };
@@ -308,7 +314,8 @@ TEST_CASE("ModelCheckpoint saves every epoch under names made from the epoch and
   CHECK(same_weights(kiln::load_model(dir.file(expected.back())).get_weights(), model.get_weights()));
 }
 
-TEST_CASE("ModelCheckpoint without fields overwrites one file, and {epoch} names are 1-based", "[serialize][checkpoint]") {
+TEST_CASE("ModelCheckpoint without fields overwrites one file, and {epoch} names are 1-based",
+          "[serialize][checkpoint]") {
   TempDir dir;
   const Data data;
   Model model = small_model();
@@ -332,9 +339,9 @@ TEST_CASE("ModelCheckpoint with save_best_only keeps the best epoch's weights", 
   Model model = small_model(false, 0.2);
   WeightRecorder recorder;
   auto saver = std::make_shared<ModelCheckpoint>(dir.file("best.kiln"), /*save_best_only=*/true);
-  const kiln::History history = model.fit(
-      data.x, data.y,
-      fit_options(8).validation_data(data.val_x, data.val_y).callback(saver).callback(recorder.callback()));
+  const kiln::History history =
+      model.fit(data.x, data.y,
+                fit_options(8).validation_data(data.val_x, data.val_y).callback(saver).callback(recorder.callback()));
 
   const std::vector<double>& val_loss = history["val_loss"];
   std::size_t best = 0, improvements = 1;
@@ -352,7 +359,8 @@ TEST_CASE("ModelCheckpoint with save_best_only keeps the best epoch's weights", 
   CHECK(same_weights(loaded.get_weights(), recorder.epochs[best]));
 }
 
-TEST_CASE("ModelCheckpoint with save_best_only saves only on improvement, by mode and threshold", "[serialize][checkpoint]") {
+TEST_CASE("ModelCheckpoint with save_best_only saves only on improvement, by mode and threshold",
+          "[serialize][checkpoint]") {
   TempDir dir;
   const Data data;
   const std::vector<double> scores = {0.5, 0.3, 0.4, 0.2, 0.35};
@@ -379,7 +387,8 @@ TEST_CASE("ModelCheckpoint with save_best_only saves only on improvement, by mod
     options.filepath = dir.file("best-{epoch}.kiln");
     options.monitor = "val_score";
     options.save_best_only = true;
-    model.fit(data.x, data.y, fit_options(5).callback(scripted_metric("val_score", scores)).callback(checkpoint(options)));
+    model.fit(data.x, data.y,
+              fit_options(5).callback(scripted_metric("val_score", scores)).callback(checkpoint(options)));
     CHECK(dir.entries() == std::vector<std::string>{"best-1.kiln"});
   }
   SECTION("an initial value threshold to beat") {
@@ -397,7 +406,8 @@ TEST_CASE("ModelCheckpoint with save_best_only saves only on improvement, by mod
   }
 }
 
-TEST_CASE("ModelCheckpoint with save_best_only warns once and skips when the monitor is missing", "[serialize][checkpoint]") {
+TEST_CASE("ModelCheckpoint with save_best_only warns once and skips when the monitor is missing",
+          "[serialize][checkpoint]") {
   TempDir dir;
   const Data data;
   Model model = small_model();
@@ -438,7 +448,8 @@ TEST_CASE("ModelCheckpoint with an integer save_freq saves every N batches acros
 
 // ---- what it saves ------------------------------------------------------------------------------------------
 
-TEST_CASE("ModelCheckpoint with save_weights_only writes files for load_weights, not load_model", "[serialize][checkpoint]") {
+TEST_CASE("ModelCheckpoint with save_weights_only writes files for load_weights, not load_model",
+          "[serialize][checkpoint]") {
   TempDir dir;
   const Data data;
   Model model = small_model();
@@ -456,7 +467,8 @@ TEST_CASE("ModelCheckpoint with save_weights_only writes files for load_weights,
   CHECK_THROWS_WITH(kiln::load_model(dir.file("weights-2.kiln")), Catch::Contains("no config section"));
 }
 
-TEST_CASE("a checkpoint saved mid-run resumes to the same weights as an uninterrupted run, bitwise", "[serialize][checkpoint]") {
+TEST_CASE("a checkpoint saved mid-run resumes to the same weights as an uninterrupted run, bitwise",
+          "[serialize][checkpoint]") {
   TempDir dir;
   const Data data;
   Model straight = small_model(/*dropout=*/true);
@@ -490,8 +502,9 @@ TEST_CASE("a checkpoint that fails to save stops fit and leaves the previous fil
     if (epoch == 1) kiln::detail::fail_next_write_after_for_testing(20);
   };
   auto saver = std::make_shared<ModelCheckpoint>(dir.file("last.kiln"));
-  REQUIRE_THROWS_AS(model.fit(data.x, data.y, fit_options(3).callback(std::make_shared<kiln::LambdaCallback>(hooks)).callback(saver)),
-                    kiln::SerializationError);
+  REQUIRE_THROWS_AS(
+      model.fit(data.x, data.y, fit_options(3).callback(std::make_shared<kiln::LambdaCallback>(hooks)).callback(saver)),
+      kiln::SerializationError);
   CHECK(dir.entries() == std::vector<std::string>{"last.kiln"});
   CHECK(kiln::load_model(dir.file("last.kiln")).epochs_trained() == 1);
   CHECK(saver->saved_paths().size() == 1);
@@ -525,7 +538,8 @@ TEST_CASE("ModelCheckpoint with verbose 1 prints Keras's messages", "[serialize]
     options.verbose = 1;
     auto saver = checkpoint(options);
     saver->redirect(messages, warnings);
-    model.fit(data.x, data.y, fit_options(5).callback(scripted_metric("score", {0.51234, 0.49876, 0.5, 0.4, 0.4})).callback(saver));
+    model.fit(data.x, data.y,
+              fit_options(5).callback(scripted_metric("score", {0.51234, 0.49876, 0.5, 0.4, 0.4})).callback(saver));
     const std::string path = dir.file("best.kiln");
     CHECK(messages.str() == "\nEpoch 1: score improved from inf to 0.51234, saving model to " + path + "\n" +
                                 "\nEpoch 2: score improved from 0.51234 to 0.49876, saving model to " + path + "\n" +
@@ -541,8 +555,8 @@ TEST_CASE("ModelCheckpoint with verbose 1 prints Keras's messages", "[serialize]
     auto saver = checkpoint(options);
     saver->redirect(messages, warnings);
     model.fit(data.x, data.y, fit_options(2).callback(saver));
-    CHECK(messages.str() == "\nEpoch 1: saving model to " + dir.file("ckpt-1.kiln") + "\n" + "\nEpoch 2: saving model to " +
-                                dir.file("ckpt-2.kiln") + "\n");
+    CHECK(messages.str() == "\nEpoch 1: saving model to " + dir.file("ckpt-1.kiln") + "\n" +
+                                "\nEpoch 2: saving model to " + dir.file("ckpt-2.kiln") + "\n");
   }
   SECTION("verbose 0 is silent") {
     Model model = small_model();
@@ -554,7 +568,8 @@ TEST_CASE("ModelCheckpoint with verbose 1 prints Keras's messages", "[serialize]
   CHECK(warnings.str().empty());
 }
 
-TEST_CASE("an unknown log key in the file name fails at the first epoch's end, naming the keys", "[serialize][checkpoint]") {
+TEST_CASE("an unknown log key in the file name fails at the first epoch's end, naming the keys",
+          "[serialize][checkpoint]") {
   TempDir dir;
   const Data data;
   Model model = small_model();
@@ -582,8 +597,9 @@ TEST_CASE("an unknown log key in the file name fails at the first epoch's end, n
   options.save_best_only = true;
   options.filepath = dir.file("best-{lr}.kiln");
   Model again = small_model();
-  CHECK_THROWS_WITH(again.fit(data.x, data.y, fit_options(2).validation_data(data.val_x, data.val_y).callback(checkpoint(options))),
-                    Catch::Contains("{lr}"));
+  CHECK_THROWS_WITH(
+      again.fit(data.x, data.y, fit_options(2).validation_data(data.val_x, data.val_y).callback(checkpoint(options))),
+      Catch::Contains("{lr}"));
 }
 
 TEST_CASE("ModelCheckpoint needs a model in the training state", "[serialize][checkpoint]") {
@@ -592,7 +608,8 @@ TEST_CASE("ModelCheckpoint needs a model in the training state", "[serialize][ch
   CHECK_THROWS_AS(saver.on_train_begin(state), kiln::ValueError);
 }
 
-TEST_CASE("after TerminateOnNaN, ModelCheckpoint keeps the last good file and says so", "[serialize][checkpoint][nan]") {
+TEST_CASE("after TerminateOnNaN, ModelCheckpoint keeps the last good file and says so",
+          "[serialize][checkpoint][nan]") {
   for (const bool best_only : {false, true}) {
     INFO("save_best_only " << best_only);
     TempDir dir;
@@ -614,20 +631,26 @@ TEST_CASE("after TerminateOnNaN, ModelCheckpoint keeps the last good file and sa
     auto saver = checkpoint(options);
     saver->redirect(messages, warnings);
     model.fit(data.x, data.y,
-              fit_options(4).shuffle(false).callback(std::make_shared<kiln::LambdaCallback>(hooks)).callback(terminate)
-                  .callback(recorder.callback()).callback(saver));
+              fit_options(4)
+                  .shuffle(false)
+                  .callback(std::make_shared<kiln::LambdaCallback>(hooks))
+                  .callback(terminate)
+                  .callback(recorder.callback())
+                  .callback(saver));
     REQUIRE(recorder.epochs.size() == 2);  // stopped in epoch 2
     CHECK(saver->saved_paths().size() == 1);
     CHECK(std::isfinite(saver->best()) == best_only);
-    CHECK_THAT(warnings.str(), Catch::Contains("Epoch 2: ModelCheckpoint is not saving the model to " + dir.file("last.kiln") +
-                                               ": loss is nan; the previous file, if any, is kept"));
+    CHECK_THAT(warnings.str(),
+               Catch::Contains("Epoch 2: ModelCheckpoint is not saving the model to " + dir.file("last.kiln") +
+                               ": loss is nan; the previous file, if any, is kept"));
     const Model loaded = kiln::load_model(dir.file("last.kiln"));
     CHECK(loaded.epochs_trained() == 1);
     CHECK(same_weights(loaded.get_weights(), recorder.epochs[0]));
   }
 }
 
-TEST_CASE("ModelCheckpoint refuses weights that are no longer finite, whatever the loss says", "[serialize][checkpoint][nan]") {
+TEST_CASE("ModelCheckpoint refuses weights that are no longer finite, whatever the loss says",
+          "[serialize][checkpoint][nan]") {
   TempDir dir;
   const Data data;
   Model model = small_model();

@@ -48,7 +48,8 @@ bool loads(const TempDir& dir, const std::string& bytes) {
 }
 
 // The same sections re-sealed with valid checksums after `mutate` changed one payload.
-std::string resealed(const std::string& bytes, const std::string& tag, const std::function<void(std::string&)>& mutate) {
+std::string resealed(const std::string& bytes, const std::string& tag,
+                     const std::function<void(std::string&)>& mutate) {
   const kiln::detail::Container container = kiln::detail::read_container(bytes, "model");
   std::vector<std::string> payloads;
   for (const auto& section : container.sections) payloads.emplace_back(section.payload);
@@ -68,7 +69,8 @@ TEST_CASE("every truncation of a saved model is refused", "[serialize][corruptio
   REQUIRE(loads(dir, bytes));
   for (std::size_t length = 0; length < bytes.size(); ++length) {
     INFO("truncated to " << length << " of " << bytes.size() << " bytes");
-    REQUIRE_THROWS_AS(kiln::detail::read_container(std::string_view(bytes).substr(0, length), "model"), SerializationError);
+    REQUIRE_THROWS_AS(kiln::detail::read_container(std::string_view(bytes).substr(0, length), "model"),
+                      SerializationError);
   }
   // Through the file API too, at a spread of lengths (each one a real file on disk).
   for (std::size_t length = 0; length < bytes.size(); length += 7) REQUIRE_FALSE(loads(dir, bytes.substr(0, length)));
@@ -89,8 +91,10 @@ TEST_CASE("thousands of seeded random corruptions are all refused", "[serialize]
       }
     } else if (kind == 2) {  // a byte inserted or removed
       const std::size_t at = rng() % damaged.size();
-      if (rng() % 2) damaged.insert(at, 1, static_cast<char>(rng()));
-      else damaged.erase(at, 1);
+      if (rng() % 2)
+        damaged.insert(at, 1, static_cast<char>(rng()));
+      else
+        damaged.erase(at, 1);
     } else {  // a 64-bit field somewhere set to a huge value
       const std::size_t at = rng() % (damaged.size() - 8);
       const std::uint64_t huge = std::uint64_t{1} << (40 + rng() % 24);
@@ -116,8 +120,12 @@ TEST_CASE("damage behind valid checksums is refused by the readers themselves", 
     const std::string damaged = resealed(bytes, tag, [&](std::string& payload) {
       if (payload.empty()) return;
       switch (rng() % 3) {
-        case 0: payload[rng() % payload.size()] ^= static_cast<char>(1 + rng() % 255); break;
-        case 1: payload.resize(rng() % payload.size()); break;
+        case 0:
+          payload[rng() % payload.size()] ^= static_cast<char>(1 + rng() % 255);
+          break;
+        case 1:
+          payload.resize(rng() % payload.size());
+          break;
         default: {
           const std::size_t at = rng() % payload.size();
           const std::uint64_t huge = std::uint64_t{1} << (28 + rng() % 36);
@@ -132,7 +140,8 @@ TEST_CASE("damage behind valid checksums is refused by the readers themselves", 
   REQUIRE(refused > 300);  // most damage is detectable; a flipped weight bit is a valid (different) model
 }
 
-TEST_CASE("configs of the wrong shape and weights that disagree with their layer are refused", "[serialize][corruption]") {
+TEST_CASE("configs of the wrong shape and weights that disagree with their layer are refused",
+          "[serialize][corruption]") {
   TempDir dir;
   const std::string bytes = small_model_file(dir);
   auto with_config = [&](const std::string& json) {
@@ -154,8 +163,8 @@ TEST_CASE("configs of the wrong shape and weights that disagree with their layer
   std::vector<kiln::detail::NamedArray> weights = kiln::detail::read_arrays(container.find("WGHT")->payload, "weights");
   weights[0].value = kiln::Array({7, 7});
   const std::string payload = kiln::detail::write_arrays(weights);
-  kiln::testing::write_bytes(dir.file("wrong.kiln"),
-                             resealed(bytes, "WGHT", [&](std::string& p) { p = payload; }));
-  REQUIRE_THROWS_WITH(kiln::load_model(dir.file("wrong.kiln")),
-                      Catch::Contains(weights[0].name) && Catch::Contains("(7, 7)") && Catch::Contains("weights section"));
+  kiln::testing::write_bytes(dir.file("wrong.kiln"), resealed(bytes, "WGHT", [&](std::string& p) { p = payload; }));
+  REQUIRE_THROWS_WITH(kiln::load_model(dir.file("wrong.kiln")), Catch::Contains(weights[0].name) &&
+                                                                    Catch::Contains("(7, 7)") &&
+                                                                    Catch::Contains("weights section"));
 }

@@ -28,14 +28,18 @@ using double_limits = std::numeric_limits<double>;
 bool identical(const Config& a, const Config& b) {
   if (a.type() != b.type()) return false;
   switch (a.type()) {
-    case Config::Type::null: return true;
-    case Config::Type::boolean: return a.as_bool() == b.as_bool();
-    case Config::Type::integer: return a.as_int() == b.as_int();
+    case Config::Type::null:
+      return true;
+    case Config::Type::boolean:
+      return a.as_bool() == b.as_bool();
+    case Config::Type::integer:
+      return a.as_int() == b.as_int();
     case Config::Type::number: {
       const double x = a.as_double(), y = b.as_double();
       return std::memcmp(&x, &y, sizeof x) == 0;
     }
-    case Config::Type::string: return a.as_string() == b.as_string();
+    case Config::Type::string:
+      return a.as_string() == b.as_string();
     case Config::Type::list: {
       const std::vector<Config>& left = a.as_list();
       const std::vector<Config>& right = b.as_list();
@@ -148,8 +152,8 @@ TEST_CASE("empty maps and lists are written as braces and brackets", "[serialize
   CHECK(to_json(Config::map(), 2) == "{}");
   CHECK(parse_json("{}").is_map());
   CHECK(parse_json(" [ ] ").is_list());
-  const Config config = {{"m", Config::map()}, {"l", Config::list()},
-                         {"both", Config::list({Config::map(), Config::list()})}};
+  const Config config = {
+      {"m", Config::map()}, {"l", Config::list()}, {"both", Config::list({Config::map(), Config::list()})}};
   const std::string text = to_json(config, 0);
   CHECK(text == "{\"m\": {},\"l\": [],\"both\": [{},[]]}");
   CHECK(identical(parse_json(text), config));
@@ -183,8 +187,7 @@ TEST_CASE("strings with escapes, control characters and unicode round trip", "[s
   const Config config = {{"strings", sample_strings()}};
   CHECK(identical(parse_json(to_json(config, 0)), config));
   CHECK(identical(parse_json(to_json(config, 2)), config));
-  CHECK(parse_json("\"caf\\u00e9 \\ud83d\\ude00 \\/ \\\"\"").as_string() ==
-        "caf\xc3\xa9 \xf0\x9f\x98\x80 / \"");
+  CHECK(parse_json("\"caf\\u00e9 \\ud83d\\ude00 \\/ \\\"\"").as_string() == "caf\xc3\xa9 \xf0\x9f\x98\x80 / \"");
   CHECK(parse_json("\"a\\u0000b\"").as_string() == std::string("a\0b", 3));
 }
 
@@ -198,11 +201,33 @@ TEST_CASE("parse_json accepts any root type", "[serialize][json]") {
 
 TEST_CASE("parse_json rejects malformed text naming the source and the byte", "[serialize][json]") {
   const std::vector<std::string> malformed = {
-      "",         "   ",         "{",           "{\"a\": 1",     "{\"a\": 1 \"b\": 2}", "{\"a\" 1}",
-      "[1 2]",    "[1,]",        "{\"a\": 1,}", "hello",         "{\"a\": yes}",        "{'a': 1}",
-      "['a']",    "{a: 1}",      "[01]",        "[1.]",          "[.5]",                "[1e]",
-      "[+1]",     "[0x10]",      "\"open",      "\"bad \\x escape\"", "\"tab\tinside\"", "[\"\\ud800\"]",
-      "// c\n{}", "{\"a\": 1} // comment", "\xef\xbb\xbf{}",
+      "",
+      "   ",
+      "{",
+      "{\"a\": 1",
+      "{\"a\": 1 \"b\": 2}",
+      "{\"a\" 1}",
+      "[1 2]",
+      "[1,]",
+      "{\"a\": 1,}",
+      "hello",
+      "{\"a\": yes}",
+      "{'a': 1}",
+      "['a']",
+      "{a: 1}",
+      "[01]",
+      "[1.]",
+      "[.5]",
+      "[1e]",
+      "[+1]",
+      "[0x10]",
+      "\"open",
+      "\"bad \\x escape\"",
+      "\"tab\tinside\"",
+      "[\"\\ud800\"]",
+      "// c\n{}",
+      "{\"a\": 1} // comment",
+      "\xef\xbb\xbf{}",
   };
   for (const std::string& text : malformed) {
     INFO("text: " << text);
@@ -227,9 +252,9 @@ TEST_CASE("every truncation of a valid document is rejected", "[serialize][json]
 }
 
 TEST_CASE("non-finite and out-of-range numbers are rejected", "[serialize][json]") {
-  for (const char* text : {"[NaN]", "[nan]", "[Infinity]", "[-Infinity]", "[Inf]", "[-inf]", "[1e400]",
-                           "[-1e400]", "[1.8e308]", "[1e-400]", "[0.0000001e-320]",
-                           "[1000000000000000000000000000000000000000e300]"}) {
+  for (const char* text :
+       {"[NaN]", "[nan]", "[Infinity]", "[-Infinity]", "[Inf]", "[-inf]", "[1e400]", "[-1e400]", "[1.8e308]",
+        "[1e-400]", "[0.0000001e-320]", "[1000000000000000000000000000000000000000e300]"}) {
     INFO("text: " << text);
     CHECK_THROWS_AS(parse_json(text), SerializationError);
   }
@@ -267,9 +292,9 @@ TEST_CASE("duplicate keys in one object are rejected", "[serialize][json]") {
 }
 
 TEST_CASE("trailing text and embedded NUL bytes are rejected", "[serialize][json]") {
-  for (const std::string& text : {std::string("{} x"), std::string("{}{}"), std::string("{}]"),
-                                  std::string("[1] 2"), std::string("{}\0", 3), std::string("{}\0garbage", 10),
-                                  std::string("[1,\0 2]", 7), std::string("\0{}", 3)}) {
+  for (const std::string& text :
+       {std::string("{} x"), std::string("{}{}"), std::string("{}]"), std::string("[1] 2"), std::string("{}\0", 3),
+        std::string("{}\0garbage", 10), std::string("[1,\0 2]", 7), std::string("\0{}", 3)}) {
     INFO("text: " << text);
     CHECK_THROWS_AS(parse_json(text), SerializationError);
   }
@@ -280,7 +305,7 @@ TEST_CASE("trailing text and embedded NUL bytes are rejected", "[serialize][json
 
 TEST_CASE("invalid UTF-8 is rejected in both directions", "[serialize][json]") {
   for (const std::string& text : {std::string("[\"\xff\"]"), std::string("[\"\xc3\"]"),
-                                  std::string("[\"\xc0\xaf\"]"),  // overlong '/'
+                                  std::string("[\"\xc0\xaf\"]"),      // overlong '/'
                                   std::string("[\"\xed\xa0\x80\"]"),  // a UTF-16 surrogate
                                   std::string("{\"\xe6\x97\": 1}")}) {
     CHECK_THROWS_AS(parse_json(text), SerializationError);
@@ -339,10 +364,18 @@ TEST_CASE("random mutations of a valid document only ever throw SerializationErr
     for (std::size_t edit = 0; edit < edits && !text.empty(); ++edit) {
       const std::size_t at = below(text.size());
       switch (below(4)) {
-        case 0: text[at] = static_cast<char>(text[at] ^ (1 << below(8))); break;
-        case 1: text.insert(at, 1, interesting[below(interesting.size())]); break;
-        case 2: text.insert(at, 1, static_cast<char>(below(256))); break;
-        default: text.erase(at, 1 + below(3)); break;
+        case 0:
+          text[at] = static_cast<char>(text[at] ^ (1 << below(8)));
+          break;
+        case 1:
+          text.insert(at, 1, interesting[below(interesting.size())]);
+          break;
+        case 2:
+          text.insert(at, 1, static_cast<char>(below(256)));
+          break;
+        default:
+          text.erase(at, 1 + below(3));
+          break;
       }
     }
     Config result;
@@ -352,7 +385,9 @@ TEST_CASE("random mutations of a valid document only ever throw SerializationErr
         // Whatever parse_json accepts as a map, to_json writes back to the same config.
         if (result.is_map() && !identical(parse_json(to_json(result, 0)), result)) ++wrong;
         break;
-      case Outcome::serialization_error: ++rejected; break;
+      case Outcome::serialization_error:
+        ++rejected;
+        break;
       case Outcome::other_error:
         UNSCOPED_INFO("trial " << trial << " threw something other than SerializationError");
         ++wrong;

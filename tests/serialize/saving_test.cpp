@@ -56,12 +56,42 @@ Tensor input(std::initializer_list<std::int64_t> dims) { return kiln::Input(Shap
 std::vector<ModelCase> every_layer_type() {
   using namespace kiln;
   return {
-      {"kiln>Dense", [] { Tensor x = input({None, 5}); return Model(x, Dense(3, "relu")(x)); }, {{4, 5}}},
-      {"kiln>Activation", [] { Tensor x = input({None, 5}); return Model(x, Activation("swish")(Dense(3)(x))); }, {{4, 5}}},
-      {"kiln>Dropout", [] { Tensor x = input({None, 5}); return Model(x, Dropout(0.5)(Dense(3)(x))); }, {{4, 5}}},
-      {"kiln>LayerNormalization", [] { Tensor x = input({None, 5}); return Model(x, LayerNormalization()(Dense(3)(x))); }, {{4, 5}}},
-      {"kiln>Reshape", [] { Tensor x = input({None, 6}); return Model(x, Dense(2)(Reshape({3, 2})(x))); }, {{4, 6}}},
-      {"kiln>Flatten", [] { Tensor x = input({None, 3, 2}); return Model(x, Dense(2)(Flatten()(x))); }, {{4, 3, 2}}},
+      {"kiln>Dense",
+       [] {
+         Tensor x = input({None, 5});
+         return Model(x, Dense(3, "relu")(x));
+       },
+       {{4, 5}}},
+      {"kiln>Activation",
+       [] {
+         Tensor x = input({None, 5});
+         return Model(x, Activation("swish")(Dense(3)(x)));
+       },
+       {{4, 5}}},
+      {"kiln>Dropout",
+       [] {
+         Tensor x = input({None, 5});
+         return Model(x, Dropout(0.5)(Dense(3)(x)));
+       },
+       {{4, 5}}},
+      {"kiln>LayerNormalization",
+       [] {
+         Tensor x = input({None, 5});
+         return Model(x, LayerNormalization()(Dense(3)(x)));
+       },
+       {{4, 5}}},
+      {"kiln>Reshape",
+       [] {
+         Tensor x = input({None, 6});
+         return Model(x, Dense(2)(Reshape({3, 2})(x)));
+       },
+       {{4, 6}}},
+      {"kiln>Flatten",
+       [] {
+         Tensor x = input({None, 3, 2});
+         return Model(x, Dense(2)(Flatten()(x)));
+       },
+       {{4, 3, 2}}},
       {"kiln>Add",
        [] {
          Tensor a = input({None, 4}), b = input({None, 4});
@@ -74,9 +104,19 @@ std::vector<ModelCase> every_layer_type() {
          return Model({a, b}, {Dense(2)(Concatenate()({a, b}))});
        },
        {{4, 4}, {4, 2}}},
-      {"kiln>Embedding", [] { Tensor x = input({None, 6}); return Model(x, Embedding(10, 3)(x)); }, {{4, 6}}, true},
+      {"kiln>Embedding",
+       [] {
+         Tensor x = input({None, 6});
+         return Model(x, Embedding(10, 3)(x));
+       },
+       {{4, 6}},
+       true},
       {"kiln>GlobalAveragePooling1D",
-       [] { Tensor x = input({None, 6, 3}); return Model(x, GlobalAveragePooling1D()(Dense(4)(x))); }, {{4, 6, 3}}},
+       [] {
+         Tensor x = input({None, 6, 3});
+         return Model(x, GlobalAveragePooling1D()(Dense(4)(x)));
+       },
+       {{4, 6, 3}}},
       {"kiln>DotProductAttention",
        [] {
          Tensor x = input({None, 5, 4});
@@ -98,7 +138,12 @@ std::vector<ModelCase> every_layer_type() {
          return Model(x, Add()({a, b}));
        },
        {{3, 5, 8}}},
-      {"Custom>MHAttention", [] { Tensor x = input({None, 6, 4}); return Model(x, MHAttention(4, 2)(x)); }, {{3, 6, 4}}},
+      {"Custom>MHAttention",
+       [] {
+         Tensor x = input({None, 6, 4});
+         return Model(x, MHAttention(4, 2)(x));
+       },
+       {{3, 6, 4}}},
       {"kiln>Sequential",
        [] {
          Sequential inner;
@@ -115,8 +160,18 @@ std::vector<ModelCase> every_layer_type() {
          return Model(y, Dense(2)(inner(y)));
        },
        {{4, 5}}},
-      {"kiln>InputLayer", [] { Tensor x = input({None, 2}); return Model(x, Dense(1)(x)); }, {{4, 2}}},
-      {"acme>Shift", [] { Tensor x = input({None, 3}); return Model(x, LayerHandle<Shift>(Config())(x)); }, {{4, 3}}},
+      {"kiln>InputLayer",
+       [] {
+         Tensor x = input({None, 2});
+         return Model(x, Dense(1)(x));
+       },
+       {{4, 2}}},
+      {"acme>Shift",
+       [] {
+         Tensor x = input({None, 3});
+         return Model(x, LayerHandle<Shift>(Config())(x));
+       },
+       {{4, 3}}},
   };
 }
 
@@ -199,7 +254,8 @@ TEST_CASE("a functional model with nested models, a shared layer and a user laye
   require_same_weights(loaded, model);
 }
 
-TEST_CASE("config JSON round trip is equal JSON and model_from_json builds every layer at once", "[serialize][saving]") {
+TEST_CASE("config JSON round trip is equal JSON and model_from_json builds every layer at once",
+          "[serialize][saving]") {
   using namespace kiln;
   Tensor x = Input({None, 8, 4});
   Tensor h = MHAttention(4, 2)(x);
@@ -313,7 +369,8 @@ TEST_CASE("a save that fails half way leaves the old file whole and no temporary
   REQUIRE(!load_model(dir.file("model.kiln")).predict(data).bitwise_equal(before));
 }
 
-TEST_CASE("load_weights into a model of another shape names the weight and both shapes and changes nothing", "[serialize][saving]") {
+TEST_CASE("load_weights into a model of another shape names the weight and both shapes and changes nothing",
+          "[serialize][saving]") {
   using namespace kiln;
   TempDir dir;
   Tensor x = Input({None, 3});
@@ -384,8 +441,8 @@ TEST_CASE("a kiln file from before config version 2 keeps MHAttention's old dime
   const detail::Container container = detail::read_container(bytes, "model");
   std::vector<std::string> payloads;
   for (const detail::Section& section : container.sections) {
-    Config payload = section.tag == "CONF" || section.tag == "META" ? parse_json(std::string(section.payload), "section")
-                                                                     : Config();
+    Config payload =
+        section.tag == "CONF" || section.tag == "META" ? parse_json(std::string(section.payload), "section") : Config();
     if (section.tag == "CONF") {
       std::vector<Config> list = payload.at("config").get_list("layers");
       for (Config& layer : list)

@@ -8,7 +8,8 @@ ReferenceAttention reference_attention(const Array& q, const Array& k, const Arr
                                        double scale) {
   const std::int64_t batch = q.shape()[0], queries = q.shape()[1], depth = q.shape()[2];
   const std::int64_t keys = k.shape()[1], value_depth = v.shape()[2];
-  ReferenceAttention result{Array({batch, queries, value_depth}, DType::float64), Array({batch, queries, keys}, DType::float64)};
+  ReferenceAttention result{Array({batch, queries, value_depth}, DType::float64),
+                            Array({batch, queries, keys}, DType::float64)};
   for (std::int64_t b = 0; b < batch; ++b)
     for (std::int64_t i = 0; i < queries; ++i) {
       std::vector<double> scores(static_cast<std::size_t>(keys));
@@ -17,7 +18,8 @@ ReferenceAttention reference_attention(const Array& q, const Array& k, const Arr
       for (std::int64_t j = 0; j < keys; ++j) {
         double dot = 0;
         for (std::int64_t c = 0; c < depth; ++c)
-          dot += q.flat(static_cast<std::size_t>((b * queries + i) * depth + c)) * k.flat(static_cast<std::size_t>((b * keys + j) * depth + c));
+          dot += q.flat(static_cast<std::size_t>((b * queries + i) * depth + c)) *
+                 k.flat(static_cast<std::size_t>((b * keys + j) * depth + c));
         const bool by_mask = mask.empty() || mask.flat(static_cast<std::size_t>((b * queries + i) * keys + j)) != 0.0;
         allowed[static_cast<std::size_t>(j)] = by_mask && (!causal || j <= i);
         scores[static_cast<std::size_t>(j)] = dot * scale;
@@ -25,7 +27,8 @@ ReferenceAttention reference_attention(const Array& q, const Array& k, const Arr
       }
       double total = 0;
       for (std::int64_t j = 0; j < keys; ++j) {
-        const double e = allowed[static_cast<std::size_t>(j)] ? std::exp(scores[static_cast<std::size_t>(j)] - largest) : 0.0;
+        const double e =
+            allowed[static_cast<std::size_t>(j)] ? std::exp(scores[static_cast<std::size_t>(j)] - largest) : 0.0;
         scores[static_cast<std::size_t>(j)] = e;
         total += e;
       }
@@ -74,8 +77,9 @@ Array reference_layer_norm(const Array& x, const Array& gamma, const Array& beta
     variance /= static_cast<double>(width);
     for (std::int64_t c = 0; c < width; ++c) {
       const std::size_t index = static_cast<std::size_t>(r * width + c);
-      y.set_flat(index, (x.flat(index) - mean) / std::sqrt(variance + epsilon) * gamma.flat(static_cast<std::size_t>(c)) +
-                            beta.flat(static_cast<std::size_t>(c)));
+      y.set_flat(index,
+                 (x.flat(index) - mean) / std::sqrt(variance + epsilon) * gamma.flat(static_cast<std::size_t>(c)) +
+                     beta.flat(static_cast<std::size_t>(c)));
     }
   }
   return y;
@@ -116,7 +120,8 @@ Array expand_padding_mask(const Array& padding, std::int64_t query_length) {
   for (std::int64_t b = 0; b < batch; ++b)
     for (std::int64_t i = 0; i < query_length; ++i)
       for (std::int64_t j = 0; j < keys; ++j)
-        mask.set_flat(static_cast<std::size_t>((b * query_length + i) * keys + j), padding.flat(static_cast<std::size_t>(b * keys + j)));
+        mask.set_flat(static_cast<std::size_t>((b * query_length + i) * keys + j),
+                      padding.flat(static_cast<std::size_t>(b * keys + j)));
   return mask;
 }
 

@@ -56,7 +56,8 @@ Array random_away_from(const Shape& shape, Rng& rng, const std::vector<double>& 
 
 double max_relative_difference(const Array& a, const Array& b) {
   if (a.shape() != b.shape())
-    throw ShapeError("max_relative_difference: shapes differ: " + a.shape().to_string() + " vs " + b.shape().to_string());
+    throw ShapeError("max_relative_difference: shapes differ: " + a.shape().to_string() + " vs " +
+                     b.shape().to_string());
   double worst = 0.0;
   for (std::size_t i = 0; i < a.size(); ++i) {
     const double difference = std::fabs(a.flat(i) - b.flat(i)) / std::max(1.0, std::fabs(b.flat(i)));
@@ -151,7 +152,8 @@ GradcheckReport gradcheck(const GraphFunction& f, const std::vector<Array>& inpu
 GradcheckReport gradcheck(const GraphFunction& f, const std::vector<Shape>& shapes, Rng& rng,
                           const GradcheckOptions& options) {
   std::vector<Array> inputs;
-  for (const Shape& shape : shapes) inputs.push_back(random_array(shape, rng, DType::float64, options.low, options.high));
+  for (const Shape& shape : shapes)
+    inputs.push_back(random_array(shape, rng, DType::float64, options.low, options.high));
   return gradcheck(f, inputs, options);
 }
 

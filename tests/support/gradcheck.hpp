@@ -33,8 +33,8 @@ struct GradcheckReport {
 // (never a plain sum: softmax outputs sum to 1 and would hide any bug), and compares every entry of
 // the analytic gradient with central differences. With `unknown_batch`, input 0 is declared with its
 // dimension 0 unknown (the batch), so shape rules and plans see a None dimension.
-GradcheckReport gradcheck(const GraphFunction& f, const std::vector<Array>& inputs, const GradcheckOptions& options = {},
-                          bool unknown_batch = false);
+GradcheckReport gradcheck(const GraphFunction& f, const std::vector<Array>& inputs,
+                          const GradcheckOptions& options = {}, bool unknown_batch = false);
 // The same on random inputs of the given shapes in [options.low, options.high).
 GradcheckReport gradcheck(const GraphFunction& f, const std::vector<Shape>& shapes, Rng& rng,
                           const GradcheckOptions& options = {});

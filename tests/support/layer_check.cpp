@@ -100,7 +100,8 @@ GradcheckReport gradcheck_layer(Layer& layer, const LayerCase& c, const LayerGra
   if (wrt.empty() && options.check_inputs)
     for (int i = 0; i < static_cast<int>(c.inputs.size()); ++i) wrt.push_back(i);
   for (int i : wrt)
-    targets.push_back({"input " + std::to_string(i), built.inputs[static_cast<std::size_t>(i)], c.inputs[static_cast<std::size_t>(i)]});
+    targets.push_back({"input " + std::to_string(i), built.inputs[static_cast<std::size_t>(i)],
+                       c.inputs[static_cast<std::size_t>(i)]});
   if (options.check_weights)
     for (const Weight& weight : layer.trainable_weights()) {
       const Tensor variable = graph.find_variable(weight.value);

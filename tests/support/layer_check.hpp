@@ -29,10 +29,10 @@ std::vector<Array> run_layer(Layer& layer, const LayerCase& c);
 std::vector<Shape> symbolic_output_shapes(Layer& layer, const LayerCase& c);
 
 struct LayerGradcheckOptions {
-  GradcheckOptions base;          // step, floor, label
-  std::vector<int> wrt_inputs;    // inputs to differentiate; empty: all of them
-  bool check_inputs = true;       // false: weights only (an Embedding's indices have no gradient)
-  bool check_weights = true;      // every trainable weight too
+  GradcheckOptions base;        // step, floor, label
+  std::vector<int> wrt_inputs;  // inputs to differentiate; empty: all of them
+  bool check_inputs = true;     // false: weights only (an Embedding's indices have no gradient)
+  bool check_weights = true;    // every trainable weight too
 };
 // d(sum_k <output_k, R_k>)/d(inputs, weights) for fixed random R_k, against central differences.
 // Weights are perturbed in place (they share storage with the graph's variables).

@@ -40,7 +40,8 @@ std::shared_ptr<kiln::SequentialModel> small_model() {
 std::vector<Array> weights_of_epoch(const kiln::ModelBase& model, int epoch) {
   std::vector<Array> weights = model.get_weights();
   for (Array& weight : weights)
-    for (std::size_t i = 0; i < weight.size(); ++i) weight.set_flat(i, 10.0 * epoch + 0.125 * static_cast<double>(i) + 0.1);
+    for (std::size_t i = 0; i < weight.size(); ++i)
+      weight.set_flat(i, 10.0 * epoch + 0.125 * static_cast<double>(i) + 0.1);
   return weights;
 }
 
@@ -273,14 +274,20 @@ TEST_CASE("EarlyStopping resets its state at each on_train_begin", "[train][call
 
 TEST_CASE("mode auto infers the direction from the monitored name", "[train][callbacks]") {
   using kiln::MonitorMode;
-  const std::vector<std::pair<std::string, MonitorMode>> cases = {
-      {"loss", MonitorMode::min},         {"val_loss", MonitorMode::min},
-      {"dense_1_loss", MonitorMode::min}, {"val_mae", MonitorMode::min},
-      {"mse", MonitorMode::min},          {"mean_squared_error", MonitorMode::min},
-      {"binary_crossentropy", MonitorMode::min}, {"hinge", MonitorMode::min},
-      {"accuracy", MonitorMode::max},     {"val_accuracy", MonitorMode::max},
-      {"acc", MonitorMode::max},          {"sparse_categorical_accuracy", MonitorMode::max},
-      {"val_auc", MonitorMode::max},      {"f1_score", MonitorMode::max}};
+  const std::vector<std::pair<std::string, MonitorMode>> cases = {{"loss", MonitorMode::min},
+                                                                  {"val_loss", MonitorMode::min},
+                                                                  {"dense_1_loss", MonitorMode::min},
+                                                                  {"val_mae", MonitorMode::min},
+                                                                  {"mse", MonitorMode::min},
+                                                                  {"mean_squared_error", MonitorMode::min},
+                                                                  {"binary_crossentropy", MonitorMode::min},
+                                                                  {"hinge", MonitorMode::min},
+                                                                  {"accuracy", MonitorMode::max},
+                                                                  {"val_accuracy", MonitorMode::max},
+                                                                  {"acc", MonitorMode::max},
+                                                                  {"sparse_categorical_accuracy", MonitorMode::max},
+                                                                  {"val_auc", MonitorMode::max},
+                                                                  {"f1_score", MonitorMode::max}};
   for (const auto& [monitor, expected] : cases) {
     INFO(monitor);
     CHECK(kiln::resolve_monitor_mode("EarlyStopping", monitor, "auto") == expected);

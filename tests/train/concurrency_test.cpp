@@ -15,8 +15,8 @@
 #include <kiln/layers/dense.hpp>
 #include <kiln/layers/mh_attention.hpp>
 #include <kiln/layers/pooling.hpp>
-#include "support/layer_check.hpp"
 #include <kiln/train/model.hpp>
+#include "support/layer_check.hpp"
 
 using kiln::Array;
 using kiln::Shape;
@@ -72,7 +72,8 @@ TEST_CASE("predict from 4 threads, 1000 calls each with mixed batch sizes, is bi
   kiln::Model model = attention_model();
   const Array data = kiln::testing::random_input({20, 6, 4}, 3).astype(kiln::DType::float32);
   std::vector<Array> expected;
-  for (const Request& request : requests()) expected.push_back(model.predict(data.rows(0, request.rows), request.batch_size));
+  for (const Request& request : requests())
+    expected.push_back(model.predict(data.rows(0, request.rows), request.batch_size));
 
   std::atomic<int> wrong{0}, errors{0};
   on_threads(4, [&](int thread) {
@@ -90,7 +91,8 @@ TEST_CASE("predict from 4 threads, 1000 calls each with mixed batch sizes, is bi
   CHECK(wrong == 0);
 }
 
-TEST_CASE("the first predict, made by several threads at once, builds one inference graph safely", "[train][concurrency]") {
+TEST_CASE("the first predict, made by several threads at once, builds one inference graph safely",
+          "[train][concurrency]") {
   const Array data = kiln::testing::random_input({5, 6, 4}, 4).astype(kiln::DType::float32);
   const Array expected = attention_model().predict(data, 2);
   for (int round = 0; round < 20; ++round) {
@@ -103,7 +105,8 @@ TEST_CASE("the first predict, made by several threads at once, builds one infere
   }
 }
 
-TEST_CASE("evaluate and predict on one compiled model from several threads agree with one thread", "[train][concurrency]") {
+TEST_CASE("evaluate and predict on one compiled model from several threads agree with one thread",
+          "[train][concurrency]") {
   kiln::Model model = attention_model();
   model.compile("adam", "mse", {"mae"});
   const Array x = kiln::testing::random_input({12, 6, 4}, 5).astype(kiln::DType::float32);
@@ -129,7 +132,8 @@ TEST_CASE("evaluate and predict on one compiled model from several threads agree
   CHECK(wrong == 0);
 }
 
-TEST_CASE("fit is refused while another thread predicts, and predict while another thread fits", "[train][concurrency]") {
+TEST_CASE("fit is refused while another thread predicts, and predict while another thread fits",
+          "[train][concurrency]") {
   kiln::Model model = attention_model();
   model.compile("sgd", "mse");
   const Array x = kiln::testing::random_input({8, 6, 4}, 7).astype(kiln::DType::float32);

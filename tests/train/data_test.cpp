@@ -212,8 +212,9 @@ TEST_CASE("read_csv errors: a bad number names the file, line, column and text",
 
   const std::string empty_field = directory.write("empty_field.csv", "a,b\n1,\n");
   CHECK(csv_error<kiln::ValueError>(empty_field) ==
-        empty_field + ":2: column 'b' (index 1): \"\" is not a number (the field is empty; set "
-                      "CsvOptions::allow_non_finite to read missing values as NaN)");
+        empty_field +
+            ":2: column 'b' (index 1): \"\" is not a number (the field is empty; set "
+            "CsvOptions::allow_non_finite to read missing values as NaN)");
 
   const std::string huge = directory.write("huge.csv", "a\n1e39\n");
   CHECK(csv_error<kiln::ValueError>(huge) == huge +
@@ -253,7 +254,8 @@ TEST_CASE("read_csv errors: missing, empty and header-only files", "[train][data
   CHECK(csv_error<kiln::ValueError>(directory.path("")).find("it is a directory") != std::string::npos);
 }
 
-TEST_CASE("read_csv errors: unknown names suggest the nearest, bad indices list the columns", "[train][data][csv][errors]") {
+TEST_CASE("read_csv errors: unknown names suggest the nearest, bad indices list the columns",
+          "[train][data][csv][errors]") {
   const TempDirectory directory("columns");
   const std::string path = directory.write("prices.csv", "day,DAX,SMI,CAC,FTSE\n1,2,3,4,5\n");
   CsvOptions options;
@@ -290,8 +292,9 @@ TEST_CASE("read_csv errors: a first line that is half numbers is not guessed", "
   const TempDirectory directory("detect");
   const std::string dated = directory.write("dated.csv", "1991-01-02,1628.75\n1991-01-03,1613.63\n");
   CHECK(csv_error<kiln::ValueError>(dated) ==
-        dated + ":1: cannot tell whether this line is a header (some fields are numbers, some are not); set "
-                "CsvOptions::header to CsvHeader::present or CsvHeader::absent");
+        dated +
+            ":1: cannot tell whether this line is a header (some fields are numbers, some are not); set "
+            "CsvOptions::header to CsvHeader::present or CsvHeader::absent");
   CsvOptions options;
   options.skip_index_column = true;  // the date column is ignored, so detection sees only numbers
   const kiln::CsvTable table = kiln::read_csv(dated, options);
@@ -398,17 +401,22 @@ TEST_CASE("split_rows: rounding never drops or repeats a row", "[train][data][sp
   CHECK(split[1].shape()[0] == 279);
 }
 
-TEST_CASE("split_rows errors: fractions that do not sum to 1 and parts that would be empty", "[train][data][split][errors]") {
+TEST_CASE("split_rows errors: fractions that do not sum to 1 and parts that would be empty",
+          "[train][data][split][errors]") {
   const Array source = counting(10, 1);
-  CHECK(error_of<kiln::ValueError>([&] { kiln::split_rows(source, {0.5, 0.4}); }) ==
-        "split_rows: fractions must sum to 1, got {0.5, 0.4} (sum 0.900000)");
-  CHECK(error_of<kiln::ValueError>([&] { kiln::split_rows(source, {1.2, -0.2}); }) ==
-        "split_rows: fractions must be positive, got {1.2, -0.2}");
-  CHECK(error_of<kiln::ValueError>([&] { kiln::split_rows(source, {0.98, 0.01, 0.01}); }) ==
-        "split_rows: part 1 (fraction 0.010000) of 10 rows would be empty");
+  CHECK(error_of<kiln::ValueError>([&] {
+          kiln::split_rows(source, {0.5, 0.4});
+        }) == "split_rows: fractions must sum to 1, got {0.5, 0.4} (sum 0.900000)");
+  CHECK(error_of<kiln::ValueError>([&] {
+          kiln::split_rows(source, {1.2, -0.2});
+        }) == "split_rows: fractions must be positive, got {1.2, -0.2}");
+  CHECK(error_of<kiln::ValueError>([&] {
+          kiln::split_rows(source, {0.98, 0.01, 0.01});
+        }) == "split_rows: part 1 (fraction 0.010000) of 10 rows would be empty");
 }
 
-TEST_CASE("shuffled_split_rows: seeded, a permutation of the rows, and inputs stay paired with targets", "[train][data][split]") {
+TEST_CASE("shuffled_split_rows: seeded, a permutation of the rows, and inputs stay paired with targets",
+          "[train][data][split]") {
   const Array inputs = counting(50, 2);
   Array targets(Shape{50, 1}, kiln::DType::float64);
   for (std::size_t row = 0; row < 50; ++row) targets.set_flat(row, inputs.flat(row * 2));
@@ -441,8 +449,8 @@ TEST_CASE("shuffled_split_rows: seeded, a permutation of the rows, and inputs st
 
 TEST_CASE("Standardizer: statistics come from the training part only", "[train][data][scaling]") {
   // Training rows hold 1..4 and 10, 20, 30, 40; the test rows are far away and must not move the statistics.
-  const Array data = Array::from_vector(std::vector<double>{1, 10, 2, 20, 3, 30, 4, 40, 100, 1000, 200, 2000},
-                                        Shape{6, 2});
+  const Array data =
+      Array::from_vector(std::vector<double>{1, 10, 2, 20, 3, 30, 4, 40, 100, 1000, 200, 2000}, Shape{6, 2});
   const std::vector<Array> split = kiln::split_rows(data, {4.0 / 6, 2.0 / 6});
   kiln::Standardizer standardizer;
   standardizer.fit(split[0]);

@@ -11,8 +11,8 @@
 #include <kiln/layers/dense.hpp>
 #include <kiln/layers/dropout.hpp>
 #include <kiln/ops/ops.hpp>
-#include "support/temp_dir.hpp"
 #include <kiln/train/model.hpp>
+#include "support/temp_dir.hpp"
 
 using kiln::Array;
 using kiln::Shape;
@@ -53,7 +53,8 @@ TEST_CASE("fit: a tiny regression converges and History records every epoch", "[
   kiln::Model model = linear_model();
   model.compile(kiln::create_optimizer("sgd", {{"learning_rate", 0.1}}), "mse", {"mae"});
   const double before = model.evaluate(x, y).at("loss");
-  const kiln::History history = model.fit(x, y, kiln::FitOptions().epochs(40).batch_size(16).validation_split(0.25).verbose(0));
+  const kiln::History history =
+      model.fit(x, y, kiln::FitOptions().epochs(40).batch_size(16).validation_split(0.25).verbose(0));
   REQUIRE(history.epochs.size() == 40);
   CHECK(history["loss"].size() == 40);
   CHECK(history["val_loss"].size() == 40);
@@ -78,7 +79,8 @@ TEST_CASE("fit: a last batch smaller than batch_size is trained on, not dropped"
   CHECK(model->compiled_state() != nullptr);
 }
 
-TEST_CASE("fit: the same seeds give bitwise-identical training, with shuffling and dropout", "[train][fit][determinism]") {
+TEST_CASE("fit: the same seeds give bitwise-identical training, with shuffling and dropout",
+          "[train][fit][determinism]") {
   Array x, y;
   linear_problem(40, x, y);
   auto train = [&]() {
@@ -116,7 +118,8 @@ TEST_CASE("fit: classification with sparse labels reaches high accuracy", "[trai
   }
   const Tensor input = kiln::Input({None, 2});
   kiln::Model model(input, kiln::Dense(3, "softmax")(kiln::Dense(16, "relu")(input)));
-  model.compile(kiln::create_optimizer("adam", {{"learning_rate", 0.02}}), "sparse_categorical_crossentropy", {"accuracy"});
+  model.compile(kiln::create_optimizer("adam", {{"learning_rate", 0.02}}), "sparse_categorical_crossentropy",
+                {"accuracy"});
   model.fit(x, labels, kiln::FitOptions().epochs(60).batch_size(32).verbose(0));
   CHECK(model.evaluate(x, labels).at("accuracy") > 0.9);
 }
@@ -131,7 +134,8 @@ TEST_CASE("fit: bad data is refused before any step, naming what is wrong", "[tr
 
   Array fewer, fewer_y;
   linear_problem(9, fewer, fewer_y);
-  CHECK_THROWS_WITH(model.fit(x, fewer_y, kiln::FitOptions().verbose(0)), Catch::Contains("x has 10 samples but y[0] has 9"));
+  CHECK_THROWS_WITH(model.fit(x, fewer_y, kiln::FitOptions().verbose(0)),
+                    Catch::Contains("x has 10 samples but y[0] has 9"));
   CHECK_THROWS_AS(model.fit(Array({10, 3}), y, kiln::FitOptions().verbose(0)), kiln::ShapeError);
   CHECK_THROWS_AS(model.fit(x, Array({10, 2}), kiln::FitOptions().verbose(0)), kiln::ShapeError);  // loss vs output
 
@@ -140,7 +144,8 @@ TEST_CASE("fit: bad data is refused before any step, naming what is wrong", "[tr
   classifier.compile("adam", "sparse_categorical_crossentropy");
   Array labels = Array::full({10}, 1.0);
   labels.set_flat(4, 3.0);
-  CHECK_THROWS_WITH(classifier.fit(x, labels, kiln::FitOptions().verbose(0)), Catch::Contains("sparse label 3") && Catch::Contains("[0, 3)"));
+  CHECK_THROWS_WITH(classifier.fit(x, labels, kiln::FitOptions().verbose(0)),
+                    Catch::Contains("sparse label 3") && Catch::Contains("[0, 3)"));
   CHECK_THROWS_AS(model.fit(x, y, kiln::FitOptions().batch_size(0)), kiln::ValueError);
   CHECK_THROWS_AS(model.fit(x, y, kiln::FitOptions().validation_split(1.5)), kiln::ValueError);
 
@@ -176,8 +181,8 @@ TEST_CASE("fit: EarlyStopping stops a diverging run and restores its best epoch'
   options.patience = 2;
   options.restore_best_weights = true;
   auto stopper = std::make_shared<kiln::EarlyStopping>(options);
-  const kiln::History history =
-      model.fit(x, y, kiln::FitOptions().epochs(50).batch_size(4).validation_data(val_x, val_y).verbose(0).callback(stopper));
+  const kiln::History history = model.fit(
+      x, y, kiln::FitOptions().epochs(50).batch_size(4).validation_data(val_x, val_y).verbose(0).callback(stopper));
   const std::vector<double>& val_loss = history["val_loss"];
   INFO("epochs run: " << val_loss.size());
   REQUIRE(val_loss.size() < 50);  // stopped early
@@ -187,7 +192,8 @@ TEST_CASE("fit: EarlyStopping stops a diverging run and restores its best epoch'
   CHECK(model.evaluate(val_x, val_y).at("loss") == Approx(val_loss[best]).epsilon(1e-6));
 }
 
-TEST_CASE("fit: a run resumed from weights and optimizer state matches an uninterrupted run bitwise", "[train][fit][resume]") {
+TEST_CASE("fit: a run resumed from weights and optimizer state matches an uninterrupted run bitwise",
+          "[train][fit][resume]") {
   Array x, y;
   linear_problem(40, x, y);
   auto make_model = []() {
@@ -232,8 +238,9 @@ TEST_CASE("fit: a NaN in the inputs makes the loss NaN through every activation,
     terminate->redirect(messages, warnings);
     auto batches = std::make_shared<CountBatches>();
     std::streambuf* cerr = std::cerr.rdbuf(warnings.rdbuf());  // fit's own non-finite warning
-    const kiln::History history =
-        model.fit(x, y, kiln::FitOptions().epochs(3).batch_size(8).shuffle(false).verbose(0).callback(terminate).callback(batches));
+    const kiln::History history = model.fit(
+        x, y,
+        kiln::FitOptions().epochs(3).batch_size(8).shuffle(false).verbose(0).callback(terminate).callback(batches));
     std::cerr.rdbuf(cerr);
     CHECK(std::isnan(history["loss"].at(0)));
     CHECK(batches->batches == std::vector<std::int64_t>{0});
@@ -286,8 +293,10 @@ TEST_CASE("fit: CSVLogger records ReduceLROnPlateau's learning_rate whichever co
     auto logger = std::make_shared<kiln::CSVLogger>(dir.file("log.csv"));
     auto plateau = std::make_shared<kiln::ReduceLROnPlateau>(reduce);
     kiln::FitOptions options = kiln::FitOptions().epochs(2).batch_size(8).verbose(0);
-    if (logger_first) options.callback(logger).callback(plateau);
-    else options.callback(plateau).callback(logger);
+    if (logger_first)
+      options.callback(logger).callback(plateau);
+    else
+      options.callback(plateau).callback(logger);
     model.fit(x, y, options);
     const std::string text = kiln::testing::read_bytes(dir.file("log.csv"));
     CHECK_THAT(text, Catch::StartsWith("epoch,learning_rate,loss\n0,0.05,"));

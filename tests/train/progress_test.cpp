@@ -83,7 +83,8 @@ TEST_CASE("verbose 2 prints one line per epoch, counting the first step", "[trai
     std::ostringstream out;
     ProgressBar bar(out, 2, terminal);
     bar.epoch_begin(1, 2);
-    for (std::int64_t step = 1; step <= 10; ++step) bar.update(step, 10, Logs{{"loss", 1.0}}, 0.5 + 0.01 * static_cast<double>(step - 1));
+    for (std::int64_t step = 1; step <= 10; ++step)
+      bar.update(step, 10, Logs{{"loss", 1.0}}, 0.5 + 0.01 * static_cast<double>(step - 1));
     bar.epoch_end(10, Logs{{"loss", 0.0002}}, 0.59);
     // As Keras at verbose 2 (whose Progbar never sees the batches): 0.59 s / 10 steps.
     CHECK(out.str() == "Epoch 2/2\n10/10 - 1s - 59ms/step - loss: 2.0000e-04\n");
@@ -113,7 +114,8 @@ TEST_CASE("on a terminal the bar is redrawn in place, throttled, and finished wi
 
   bar.update(1, 47, Logs{{"loss", 0.5}}, elapsed_after(1));
   // 0.2 s for the first step, 46 to go: ETA 9 s. No cell is done yet.
-  const std::string first = "\r" + bold(" 1/47") + " " + white(cells(20)) + " " + bold("9s") + " 200ms/step - loss: 0.5000";
+  const std::string first =
+      "\r" + bold(" 1/47") + " " + white(cells(20)) + " " + bold("9s") + " 200ms/step - loss: 0.5000";
   REQUIRE(out.str() == first);
   const std::size_t first_width = 5 + 1 + 20 + std::string(" 9s 200ms/step - loss: 0.5000").size();
 
@@ -129,8 +131,8 @@ TEST_CASE("on a terminal the bar is redrawn in place, throttled, and finished wi
   CHECK(middle_width + 1 == first_width);
 
   bar.epoch_end(47, final_logs, elapsed_after(47));
-  const std::string last = std::string(middle_width, '\b') + "\r" + bold("47/47") + " " + green(cells(20)) +
-                           white("") + " " + bold("1s") + " 21ms/step - loss: 0.0123 - val_loss: 0.0200\n";
+  const std::string last = std::string(middle_width, '\b') + "\r" + bold("47/47") + " " + green(cells(20)) + white("") +
+                           " " + bold("1s") + " 21ms/step - loss: 0.0123 - val_loss: 0.0200\n";
   CHECK(out.str() == first + middle + last);
 }
 

@@ -66,7 +66,8 @@ std::string write_target(const std::string& path) {
     if (links == kMaxLinks) throw SerializationError(path + ": too many levels of symbolic links");
     std::vector<char> buffer(static_cast<std::size_t>(status.st_size > 0 ? status.st_size : 255) + 1);
     const ssize_t length = ::readlink(target.c_str(), buffer.data(), buffer.size());
-    if (length < 0) throw SerializationError(path + ": cannot read the symbolic link " + target + " (" + errno_text() + ")");
+    if (length < 0)
+      throw SerializationError(path + ": cannot read the symbolic link " + target + " (" + errno_text() + ")");
     const std::string next(buffer.data(), static_cast<std::size_t>(length));
     // A relative link is relative to the folder that holds it.
     target = next.front() == '/' ? next : folder_of(target) + "/" + next;
@@ -89,7 +90,8 @@ std::string read_whole_file(const std::string& path) {
   struct stat status {};
   if (::fstat(file.get(), &status) != 0) throw SerializationError(path + ": cannot read (" + errno_text() + ")");
   if (S_ISDIR(status.st_mode)) throw SerializationError(path + ": is a folder, not a kiln file");
-  if (!S_ISREG(status.st_mode)) throw SerializationError(path + ": is " + std::string(kind_of(status.st_mode)) + ", not a kiln file");
+  if (!S_ISREG(status.st_mode))
+    throw SerializationError(path + ": is " + std::string(kind_of(status.st_mode)) + ", not a kiln file");
   if (static_cast<std::uint64_t>(status.st_size) > std::numeric_limits<std::size_t>::max() / 2)
     throw SerializationError(path + ": is too large to read (" + std::to_string(status.st_size) + " bytes)");
   std::string bytes(static_cast<std::size_t>(status.st_size), '\0');

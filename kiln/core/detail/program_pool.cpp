@@ -32,8 +32,10 @@ ProgramPool::Lease ProgramPool::lease(std::int64_t batch_size) {
 void ProgramPool::give_back(std::unique_ptr<Program> program) {
   std::unique_ptr<Program> dropped;  // freed after the lock is released
   std::lock_guard<std::mutex> lock(mutex_);
-  if (idle_.size() < kMaxIdle) idle_.push_back(std::move(program));
-  else dropped = std::move(program);
+  if (idle_.size() < kMaxIdle)
+    idle_.push_back(std::move(program));
+  else
+    dropped = std::move(program);
 }
 
 std::size_t ProgramPool::idle() const {

@@ -88,8 +88,8 @@ Attended attend(const std::string& who, const Tensor& q, const Tensor& k, const 
   if (options.heads_last && (options.return_weights || dropout)) {  // the composition works heads-first
     AttentionOptions heads_first = options;
     heads_first.heads_last = false;
-    Attended result = attend(who, swap_length_and_heads(q), swap_length_and_heads(k), swap_length_and_heads(v),
-                             scale, heads_first);
+    Attended result =
+        attend(who, swap_length_and_heads(q), swap_length_and_heads(k), swap_length_and_heads(v), scale, heads_first);
     result.output = swap_length_and_heads(result.output);
     return result;
   }

@@ -34,8 +34,8 @@ Attended attend(const Tensor& scores, const Tensor& v, const Tensor& mask, doubl
 struct AttentionOptions {
   const Tensor* mask = nullptr;  // the caller's mask, as combined_mask takes it (may be null)
   bool causal = false;
-  bool return_weights = false;   // the weights are wanted (return_attention_scores)
-  double dropout_rate = 0.0;     // on the weights, when training
+  bool return_weights = false;  // the weights are wanted (return_attention_scores)
+  double dropout_rate = 0.0;    // on the weights, when training
   bool training = false;
   // Drawn only when dropout applies, once the scores and the mask are in the graph: where the layers
   // always drew it, so their dropout streams are unchanged.

@@ -52,7 +52,8 @@ void split_gemm(const GemmShape& s, const T* a, const T* b, T* c) {
   const std::int64_t work = s.m * s.n * s.k;
   const bool by_rows = s.m >= s.n;
   const std::int64_t extent = by_rows ? s.m : s.n;
-  const auto max_workers = static_cast<int>(std::min<std::int64_t>({work / gemm_split_work, extent / min_slice, 1 << 16}));
+  const auto max_workers =
+      static_cast<int>(std::min<std::int64_t>({work / gemm_split_work, extent / min_slice, 1 << 16}));
   parallel_for(extent, std::max(1, max_workers), [&](std::int64_t begin, std::int64_t end, int) {
     GemmShape slice = s;
     const T* slice_a = a;

@@ -54,7 +54,8 @@ BroadcastWalk::BroadcastWalk(const Shape& output, const Shape* const* inputs, in
   }
 }
 
-std::vector<int> reduction_axes(const Shape& shape, const std::vector<std::int64_t>& axes, const InferContext& context) {
+std::vector<int> reduction_axes(const Shape& shape, const std::vector<std::int64_t>& axes,
+                                const InferContext& context) {
   std::vector<int> result;
   if (axes.empty()) {
     for (int axis = 0; axis < shape.rank(); ++axis) result.push_back(axis);

@@ -74,8 +74,7 @@ struct BroadcastWalk {
 };
 
 // Normalized, sorted, unique axes of `shape` for a reduction; empty `axes` means all.
-std::vector<int> reduction_axes(const Shape& shape, const std::vector<std::int64_t>& axes,
-                                const InferContext& context);
+std::vector<int> reduction_axes(const Shape& shape, const std::vector<std::int64_t>& axes, const InferContext& context);
 
 // Output shape of a reduction over `axes` (already normalized).
 Shape reduced_shape(const Shape& shape, const std::vector<int>& axes, bool keepdims);

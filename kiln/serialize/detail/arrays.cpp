@@ -88,7 +88,8 @@ struct ArrayRecords {
     const std::string which = "array " + std::to_string(index + 1);
     std::uint64_t name_size = 0;
     archive(name_size);
-    require(name_size <= kMaxNameBytes && name_size <= input->remaining(), "the name length " + std::to_string(name_size) + " of " + which);
+    require(name_size <= kMaxNameBytes && name_size <= input->remaining(),
+            "the name length " + std::to_string(name_size) + " of " + which);
     NamedArray array;
     array.name.resize(static_cast<std::size_t>(name_size));
     archive(cereal::binary_data(array.name.data(), array.name.size()));
@@ -106,7 +107,8 @@ struct ArrayRecords {
       require(dim >= 0, "the dimension " + std::to_string(dim) + " of " + named);
       // Checked before multiplying: the product never overflows past what the section holds.
       const std::uint64_t limit = input->remaining() / item;
-      require(dim == 0 || elements <= limit / static_cast<std::uint64_t>(dim), "the shape of " + named + ", larger than the file");
+      require(dim == 0 || elements <= limit / static_cast<std::uint64_t>(dim),
+              "the shape of " + named + ", larger than the file");
       elements *= static_cast<std::uint64_t>(dim);
     }
     require(elements * item <= input->remaining(), "the data of " + named + ", larger than what remains of the file");
@@ -158,7 +160,8 @@ std::vector<NamedArray> read_arrays(std::string_view payload, const std::string&
     throw SerializationError(where + ": damaged (an impossible size)");
   }
   if (input.remaining() != 0)
-    throw SerializationError(where + ": " + std::to_string(input.remaining()) + " unexpected bytes after the last array");
+    throw SerializationError(where + ": " + std::to_string(input.remaining()) +
+                             " unexpected bytes after the last array");
   return arrays;
 }
 

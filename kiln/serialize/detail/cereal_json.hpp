@@ -12,8 +12,8 @@
 
 // An assertion inside rapidjson becomes a kiln exception, never an abort. (rapidjson 1.1.0 only uses it as a
 // statement, so the do/while form is safe.)
-#define RAPIDJSON_ASSERT(x)                                                                       \
-  do {                                                                                            \
+#define RAPIDJSON_ASSERT(x)                                                                          \
+  do {                                                                                               \
     if (!(x)) throw ::kiln::SerializationError("JSON: internal assertion failed in rapidjson: " #x); \
   } while (false)
 #define RAPIDJSON_ASSERT_THROWS
@@ -23,8 +23,8 @@
 #define RAPIDJSON_PARSE_DEFAULT_FLAGS kParseNoFlags
 #define RAPIDJSON_WRITE_DEFAULT_FLAGS kWriteNoFlags
 
-#include <cereal/archives/json.hpp>
 #include <rapidjson/encodings.h>
 #include <rapidjson/error/en.h>
 #include <rapidjson/memorystream.h>
 #include <rapidjson/reader.h>
+#include <cereal/archives/json.hpp>

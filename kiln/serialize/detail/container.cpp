@@ -30,7 +30,8 @@ std::uint32_t crc_of(std::string_view bytes, std::uint32_t crc = 0) {
   // zlib's crc32 takes a uInt length: feed large payloads in pieces.
   while (!bytes.empty()) {
     const std::size_t piece = std::min<std::size_t>(bytes.size(), 1u << 30);
-    crc = static_cast<std::uint32_t>(::crc32(crc, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(piece)));
+    crc = static_cast<std::uint32_t>(
+        ::crc32(crc, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(piece)));
     bytes.remove_prefix(piece);
   }
   return crc;
@@ -117,13 +118,15 @@ Container read_container(std::string_view bytes, const std::string& source) {
                         std::to_string(kHeaderSize) + "-byte header");
   }
   if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) corrupt(source, "not a kiln file (wrong magic bytes)");
-  if (crc_of(bytes.substr(0, 16)) != get_le(bytes, 16, 4)) corrupt(source, "damaged header (checksum mismatch at byte 16)");
+  if (crc_of(bytes.substr(0, 16)) != get_le(bytes, 16, 4))
+    corrupt(source, "damaged header (checksum mismatch at byte 16)");
 
   Container container;
   container.format_version = static_cast<std::uint32_t>(get_le(bytes, 8, 4));
   if (container.format_version > kFormatVersion)
     corrupt(source, "written by a newer kiln (file format " + std::to_string(container.format_version) +
-                        "; this kiln reads formats up to " + std::to_string(kFormatVersion) + "): upgrade kiln to load it");
+                        "; this kiln reads formats up to " + std::to_string(kFormatVersion) +
+                        "): upgrade kiln to load it");
   if (container.format_version == 0) corrupt(source, "damaged header (file format 0)");
   const std::uint64_t count = get_le(bytes, 12, 4);
   if (count > kMaxSections) corrupt(source, "damaged header: " + std::to_string(count) + " sections");
@@ -220,7 +223,8 @@ class TemporaryFile {
   explicit TemporaryFile(const std::string& target)
       : path_(folder_of(target) + "/" + temporary_prefix(target) + std::to_string(::getpid()) + "-XXXXXX") {
     fd_ = ::mkstemp(path_.data());
-    if (fd_ < 0) throw SerializationError(target + ": cannot create a temporary file next to it (" + errno_text() + ")");
+    if (fd_ < 0)
+      throw SerializationError(target + ": cannot create a temporary file next to it (" + errno_text() + ")");
     ::fchmod(fd_, mode_for(target));  // mkstemp makes 0600; a saved model gets the usual permissions
   }
   ~TemporaryFile() {

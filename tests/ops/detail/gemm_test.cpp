@@ -13,8 +13,7 @@ using kiln::detail::GemmShape;
 namespace {
 // op(A)(i, p) and op(B)(p, j) for row-major A and B with leading dimensions.
 template <class T>
-double reference(const GemmShape& s, const std::vector<T>& a, const std::vector<T>& b, std::int64_t i,
-                 std::int64_t j) {
+double reference(const GemmShape& s, const std::vector<T>& a, const std::vector<T>& b, std::int64_t i, std::int64_t j) {
   double total = 0;
   for (std::int64_t p = 0; p < s.k; ++p) {
     const double left = a[static_cast<std::size_t>(s.transpose_a ? p * s.lda + i : i * s.lda + p)];
