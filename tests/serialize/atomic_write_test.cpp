@@ -257,10 +257,10 @@ TEST_CASE("every writer refuses a folder, a device, a FIFO or a socket and leave
   CHECK(temporaries(dir).empty());
 }
 
-TEST_CASE("loading a FIFO, a socket or a device is refused without blocking", "[serialize][files]") {
+TEST_CASE("loading a FIFO, a device or a folder is refused without blocking", "[serialize][files]") {
   TempDir dir;
   REQUIRE(::mkfifo(dir.file("fifo").c_str(), 0644) == 0);
-  for (const std::string path : {dir.file("fifo"), std::string("/dev/null"), dir.path()}) {
+  for (const std::string& path : {dir.file("fifo"), std::string("/dev/null"), dir.path()}) {
     INFO(path);
     CHECK_THROWS_AS(kiln::load_model(path), SerializationError);
     CHECK_THROWS_WITH(kiln::load_model(path), Catch::Contains("not a kiln file"));
