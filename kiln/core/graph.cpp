@@ -162,7 +162,7 @@ void check_attributes(const OpDef& op, const std::string& node_name, const Attri
 
 Tensor Graph::add_op(const std::string& op_name, const std::vector<Tensor>& inputs, Attributes attributes,
                      const std::string& name) {
-  const OpDef& op = op_registry().find(op_name);
+  const OpDef& op = op_registry().get(op_name);
   const std::string node_name = scoped(name.empty() ? op.short_name() : name);
   check_inputs(op, node_name, inputs, *this);
   check_attributes(op, node_name, attributes);

@@ -8,6 +8,8 @@
 
 #include <kiln/core/attributes.hpp>
 #include <kiln/core/dtype.hpp>
+#include <kiln/core/names.hpp>
+#include <kiln/core/registry.hpp>
 #include <kiln/core/shape.hpp>
 #include <kiln/core/tensor.hpp>
 
@@ -160,40 +162,15 @@ class OpDef {
   WorkspaceFn workspace_fn_ = nullptr;
 };
 
-class OpRegistry {
- public:
-  // Records `op`; a duplicate name is kept aside for check() rather than silently replacing the first.
-  void add(OpDef op);
-  // Throws ConfigError naming `name` and the registered names nearest to it.
-  const OpDef& find(const std::string& name) const;
-  const OpDef* try_find(const std::string& name) const;
-  std::vector<const OpDef*> all() const;
-  // Throws ConfigError if a name was registered twice or an op lacks a shape rule or kernels.
-  void check() const;
-
- private:
-  std::vector<std::string> duplicates_;
-};
-
-OpRegistry& op_registry();
-
-// The registered names closest to `name` (edit distance), best first: for "did you mean" messages.
-std::vector<std::string> nearest_names(const std::string& name, const std::vector<std::string>& candidates,
-                                       std::size_t count = 3);
-// "; did you mean 'a', 'b'?" for these names, or "" when there are none: the tail of every unknown-name
-// message.
-std::string did_you_mean(const std::vector<std::string>& names);
+// Every op, by its name ("kiln>Softmax"): Graph::add_op looks them up here. check() also reports an op
+// without a shape rule or kernels.
+Registry<OpDef>& op_registry();
 
 namespace detail {
-struct OpRegistration {
-  explicit OpRegistration(OpDef op) { op_registry().add(std::move(op)); }
-};
+bool register_op(OpDef op);
 }  // namespace detail
 
 }  // namespace kiln
 
-#define KILN_CONCAT_INNER(a, b) a##b
-#define KILN_CONCAT(a, b) KILN_CONCAT_INNER(a, b)
 // Registers an OpDef during static initialization: KILN_REGISTER_OP(OpDef("kiln>Add")...);
-#define KILN_REGISTER_OP(definition) \
-  static const ::kiln::detail::OpRegistration KILN_CONCAT(kiln_op_registration_, __LINE__)(definition)
+#define KILN_REGISTER_OP(definition) KILN_AT_STARTUP(::kiln::detail::register_op(definition))

@@ -1,7 +1,6 @@
 #include <kiln/layers/initializers.hpp>
 
 #include <cmath>
-#include <map>
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/op.hpp>
@@ -24,13 +23,7 @@ namespace {
 // Keras's VarianceScaling divides by this to undo the shrinkage of a normal truncated at two stddevs.
 constexpr double truncated_stddev_correction = 0.87962566103423978;
 
-using Sampler = std::function<void(std::vector<double>& values, const Fans& fans, const Config& args, Rng& rng)>;
-
-struct InitializerDef {
-  std::string snake_name;
-  Config defaults;  // every argument, in Keras's order
-  Sampler sampler;
-};
+using Sampler = InitializerClass::Sampler;
 
 Sampler variance_scaling(double scale, const char* mode, bool uniform) {
   const std::string fan_mode = mode;
@@ -55,95 +48,76 @@ Sampler fill_with(double value) {
   };
 }
 
-const std::map<std::string, InitializerDef>& registry() {
-  static const std::map<std::string, InitializerDef> table = [] {
-    std::map<std::string, InitializerDef> t;
-    const Config seed_only = {{"seed", Config()}};
-    t["GlorotUniform"] = {"glorot_uniform", seed_only, variance_scaling(1.0, "fan_avg", true)};
-    t["GlorotNormal"] = {"glorot_normal", seed_only, variance_scaling(1.0, "fan_avg", false)};
-    t["HeUniform"] = {"he_uniform", seed_only, variance_scaling(2.0, "fan_in", true)};
-    t["HeNormal"] = {"he_normal", seed_only, variance_scaling(2.0, "fan_in", false)};
-    t["LecunUniform"] = {"lecun_uniform", seed_only, variance_scaling(1.0, "fan_in", true)};
-    t["LecunNormal"] = {"lecun_normal", seed_only, variance_scaling(1.0, "fan_in", false)};
-    t["Zeros"] = {"zeros", Config::map(), fill_with(0.0)};
-    t["Ones"] = {"ones", Config::map(), fill_with(1.0)};
-    t["Constant"] = {
-        "constant", {{"value", 0.0}}, [](std::vector<double>& values, const Fans&, const Config& args, Rng&) {
-          const double value = args.get_double("value");
-          for (double& v : values) v = value;
-        }};
-    t["RandomNormal"] = {"random_normal",
-                         {{"mean", 0.0}, {"stddev", 0.05}, {"seed", Config()}},
-                         [](std::vector<double>& values, const Fans&, const Config& args, Rng& rng) {
-                           const double mean = args.get_double("mean"), stddev = args.get_double("stddev");
-                           for (double& v : values) v = rng.normal(mean, stddev);
-                         }};
-    t["TruncatedNormal"] = {"truncated_normal",
-                            {{"mean", 0.0}, {"stddev", 0.05}, {"seed", Config()}},
-                            [](std::vector<double>& values, const Fans&, const Config& args, Rng& rng) {
-                              const double mean = args.get_double("mean"), stddev = args.get_double("stddev");
-                              for (double& v : values) v = rng.truncated_normal(mean, stddev);
-                            }};
-    t["RandomUniform"] = {"random_uniform",
-                          {{"minval", -0.05}, {"maxval", 0.05}, {"seed", Config()}},
-                          [](std::vector<double>& values, const Fans&, const Config& args, Rng& rng) {
-                            const double low = args.get_double("minval"), high = args.get_double("maxval");
-                            for (double& v : values) v = rng.uniform(low, high);
-                          }};
-    return t;
-  }();
-  return table;
+Sampler normal_distribution(bool truncated) {
+  return [truncated](std::vector<double>& values, const Fans&, const Config& args, Rng& rng) {
+    const double mean = args.get_double("mean"), stddev = args.get_double("stddev");
+    for (double& v : values) v = truncated ? rng.truncated_normal(mean, stddev) : rng.normal(mean, stddev);
+  };
 }
 
-// Keras's short aliases (keras/src/initializers/__init__.py): Embedding's default "uniform" is one.
-const std::map<std::string, std::string>& aliases() {
-  static const std::map<std::string, std::string> table = {{"uniform", "RandomUniform"}, {"normal", "RandomNormal"}};
-  return table;
-}
-
-const std::string* find_class(const std::string& name) {
-  if (const auto alias = aliases().find(name); alias != aliases().end()) return &registry().find(alias->second)->first;
-  for (const auto& [class_name, def] : registry())
-    if (class_name == name || def.snake_name == name) return &class_name;
-  return nullptr;
-}
-
-[[noreturn]] void unknown_initializer(const std::string& name) {
-  std::vector<std::string> candidates;
-  for (const auto& [class_name, def] : registry()) {
-    candidates.push_back(def.snake_name);
-    candidates.push_back(class_name);
-  }
-  for (const auto& entry : aliases()) candidates.push_back(entry.first);
-  std::string message = "unknown initializer '" + name + "'";
-  const std::vector<std::string> near = nearest_names(name, candidates);
-  if (!near.empty()) message += "; did you mean '" + near.front() + "'?";
-  throw ConfigError(message);
+// Keras's built-in initializers; the short aliases are keras/src/initializers/__init__.py's (Embedding's
+// default "uniform" is one).
+bool register_builtin_initializers(Registry<InitializerClass>& registry) {
+  const Config seed_only = {{"seed", Config()}};
+  registry.add("kiln>GlorotUniform", {seed_only, variance_scaling(1.0, "fan_avg", true)});
+  registry.add("kiln>GlorotNormal", {seed_only, variance_scaling(1.0, "fan_avg", false)});
+  registry.add("kiln>HeUniform", {seed_only, variance_scaling(2.0, "fan_in", true)});
+  registry.add("kiln>HeNormal", {seed_only, variance_scaling(2.0, "fan_in", false)});
+  registry.add("kiln>LecunUniform", {seed_only, variance_scaling(1.0, "fan_in", true)});
+  registry.add("kiln>LecunNormal", {seed_only, variance_scaling(1.0, "fan_in", false)});
+  registry.add("kiln>Zeros", {Config::map(), fill_with(0.0)});
+  registry.add("kiln>Ones", {Config::map(), fill_with(1.0)});
+  registry.add("kiln>Constant", {{{"value", 0.0}}, [](std::vector<double>& values, const Fans&, const Config& args, Rng&) {
+                                   const double value = args.get_double("value");
+                                   for (double& v : values) v = value;
+                                 }});
+  registry.add("kiln>RandomNormal", {{{"mean", 0.0}, {"stddev", 0.05}, {"seed", Config()}}, normal_distribution(false)},
+               {"normal"});
+  registry.add("kiln>TruncatedNormal",
+               {{{"mean", 0.0}, {"stddev", 0.05}, {"seed", Config()}}, normal_distribution(true)});
+  registry.add("kiln>RandomUniform",
+               {{{"minval", -0.05}, {"maxval", 0.05}, {"seed", Config()}},
+                [](std::vector<double>& values, const Fans&, const Config& args, Rng& rng) {
+                  const double low = args.get_double("minval"), high = args.get_double("maxval");
+                  for (double& v : values) v = rng.uniform(low, high);
+                }},
+               {"uniform"});
+  return true;
 }
 
 }  // namespace
 
+// The built-ins register with the registry's first use, not during static initialization: a layer
+// made by a static object elsewhere (its default glorot_uniform) may come first.
+Registry<InitializerClass>& initializer_registry() {
+  static Registry<InitializerClass> registry("initializer");
+  [[maybe_unused]] static const bool builtins = register_builtin_initializers(registry);
+  return registry;
+}
+
 Initializer::Initializer() : Initializer(get("glorot_uniform")) {}
 
-Initializer::Initializer(std::string class_name, Config arguments)
-    : class_name_(std::move(class_name)), arguments_(std::move(arguments)) {}
+Initializer::Initializer(std::string key, Config arguments)
+    : key_(std::move(key)), class_name_(class_part(key_)), arguments_(std::move(arguments)) {}
 
 Initializer Initializer::get(const std::string& name) {
-  const std::string* class_name = find_class(name);
-  if (class_name == nullptr) unknown_initializer(name);
-  return Initializer(*class_name, registry().at(*class_name).defaults);
+  const Registry<InitializerClass>& registry = initializer_registry();
+  const std::string& key = registry.key_of(name);
+  return Initializer(key, registry.get(key).defaults);
 }
 
 Initializer Initializer::from_config(const Config& config) {
   if (config.type() == Config::Type::string) return get(config.as_string());
   if (!config.is_map())
     throw ConfigError("an initializer is a name or {class_name, config}, got " + config.to_string());
-  const std::string& name = config.get_string("class_name");
+  std::string name = config.get_string("class_name");
+  if (const Config* registered = config.find("registered_name"); registered != nullptr && !registered->is_null())
+    name = registered->as_string("key 'registered_name'");
   Initializer result = get(name);
   const Config* arguments = config.find("config");
   if (arguments == nullptr || arguments->is_null()) return result;
   ConfigReader reader(*arguments, "initializer " + result.class_name_);
-  for (const Config::Entry& entry : registry().at(result.class_name_).defaults.items()) {
+  for (const Config::Entry& entry : initializer_registry().get(result.key_).defaults.items()) {
     const Config& given = reader.value(entry.first);
     if (given.is_null() && entry.first != "seed") continue;
     if (entry.first == "seed" && !given.is_null()) given.as_int("initializer seed");
@@ -154,7 +128,12 @@ Initializer Initializer::from_config(const Config& config) {
   return result;
 }
 
-Config Initializer::get_config() const { return {{"class_name", class_name_}, {"config", arguments_}}; }
+// Keras's form; an initializer of your own also names its key, so it is found again whatever its class name.
+Config Initializer::get_config() const {
+  Config config = {{"class_name", class_name_}, {"config", arguments_}};
+  if (key_.rfind("kiln>", 0) != 0) config.set("registered_name", key_);
+  return config;
+}
 
 Array Initializer::sample(const Shape& shape, DType dtype, Rng& rng) const {
   return sample(shape, dtype, rng, compute_fans(shape));
@@ -162,24 +141,24 @@ Array Initializer::sample(const Shape& shape, DType dtype, Rng& rng) const {
 
 Array Initializer::sample(const Shape& shape, DType dtype, Rng& rng, const Fans& fans) const {
   std::vector<double> values(static_cast<std::size_t>(shape.num_elements()));
-  const InitializerDef& def = registry().at(class_name_);
+  const InitializerClass& definition = initializer_registry().get(key_);
   const Config* seed = arguments_.find("seed");
   if (seed != nullptr && !seed->is_null()) {
     Rng seeded(static_cast<std::uint64_t>(seed->as_int("initializer seed")));
-    def.sampler(values, fans, arguments_, seeded);
+    definition.sample(values, fans, arguments_, seeded);
   } else {
-    def.sampler(values, fans, arguments_, rng);
+    definition.sample(values, fans, arguments_, rng);
   }
   return Array::from_vector(values, shape).astype(dtype);
 }
 
 bool Initializer::operator==(const Initializer& other) const {
-  return class_name_ == other.class_name_ && arguments_ == other.arguments_;
+  return key_ == other.key_ && arguments_ == other.arguments_;
 }
 
 std::vector<std::string> Initializer::names() {
   std::vector<std::string> result;
-  for (const auto& [class_name, def] : registry()) result.push_back(def.snake_name);
+  for (const std::string& key : initializer_registry().keys()) result.push_back(to_snake_case(class_part(key)));
   return result;
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <kiln/core/array.hpp>
+#include <kiln/core/registry.hpp>
 #include <kiln/core/dtype.hpp>
 #include <kiln/core/shape.hpp>
 #include <kiln/layers/config.hpp>
@@ -29,14 +30,32 @@ struct Fans {
 };
 Fans compute_fans(const Shape& shape);
 
+// A registered initializer class: its arguments with their defaults, and how it fills a weight.
+//
+//   kiln::initializer_registry().add("acme>Halves", {kiln::Config::map(),
+//       [](std::vector<double>& values, const kiln::Fans&, const kiln::Config&, kiln::Rng&) {
+//         for (double& v : values) v = 0.5;
+//       }});
+//   kiln::Dense(4, "", {{"kernel_initializer", "halves"}});
+struct InitializerClass {
+  // Fills `values` (a weight of those fans, flattened) from `arguments` (every one present) and `rng`.
+  using Sampler = std::function<void(std::vector<double>& values, const Fans& fans, const Config& arguments, Rng& rng)>;
+  Config defaults;  // every argument ("seed" too, when it has one), in Keras's order, with its default
+  Sampler sample;
+};
+
+// Every initializer class by key ("kiln>GlorotUniform"); "GlorotUniform", "glorot_uniform" and Keras's
+// aliases ("uniform") find it too (core/registry.hpp).
+Registry<InitializerClass>& initializer_registry();
+
 class Initializer {
  public:
   Initializer();  // glorot_uniform
-  // A registered name: snake_case ("glorot_uniform") or the class name ("GlorotUniform").
+  // A registered name: snake_case ("glorot_uniform"), the class name ("GlorotUniform") or the key.
   static Initializer get(const std::string& name);
   // A string name, or {"class_name": ..., "config": {...}} as Keras writes it.
   static Initializer from_config(const Config& config);
-  // {"class_name": "GlorotUniform", "config": {"seed": null}}
+  // {"class_name": "GlorotUniform", "config": {"seed": null}}; a class of your own adds "registered_name".
   Config get_config() const;
 
   const std::string& class_name() const { return class_name_; }
@@ -52,10 +71,11 @@ class Initializer {
   static std::vector<std::string> names();
 
  private:
-  Initializer(std::string class_name, Config arguments);
+  Initializer(std::string key, Config arguments);
 
-  std::string class_name_;
-  Config arguments_;  // the class's config, every argument present
+  std::string key_;         // "kiln>GlorotUniform"
+  std::string class_name_;  // "GlorotUniform"
+  Config arguments_;        // the class's config, every argument present
 };
 
 }  // namespace kiln

@@ -43,23 +43,6 @@ bool CallArgs::flag(const std::string& name, bool fallback) const {
 
 // ---- names ------------------------------------------------------------------------------------------
 
-std::string to_snake_case(const std::string& class_name) {
-  // Keras drops non-word characters, then applies (.)([A-Z][a-z]+) -> \1_\2 and
-  // ([a-z])([A-Z]) -> \1_\2: a break before a capitalized word whatever precedes it
-  // ("Layer2Norm" -> "layer2_norm"), and one between a lower-case letter and a capital.
-  std::string word;
-  for (char c : class_name)
-    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') word += c;
-  auto upper = [&](std::size_t i) { return i < word.size() && std::isupper(static_cast<unsigned char>(word[i])); };
-  auto lower = [&](std::size_t i) { return i < word.size() && std::islower(static_cast<unsigned char>(word[i])); };
-  std::string result;
-  for (std::size_t i = 0; i < word.size(); ++i) {
-    if (i > 0 && upper(i) && (lower(i + 1) || lower(i - 1))) result += '_';
-    result += static_cast<char>(std::tolower(static_cast<unsigned char>(word[i])));
-  }
-  return result;
-}
-
 // ---- Layer --------------------------------------------------------------------------------------------
 
 Layer::Layer(const Config& config, std::string class_name) : class_name_(std::move(class_name)) {
@@ -93,7 +76,9 @@ Config Layer::base_config() const {
   return config;
 }
 
-std::string Layer::registered_name() const { return layer_registry().key_of(std::type_index(typeid(*this))); }
+std::string Layer::registered_name() const {
+  return layer_registry().key_where([this](const LayerClass& entry) { return entry.type == typeid(*this); });
+}
 
 Config Layer::build_config() const {
   if (!built_) return Config();
@@ -425,88 +410,13 @@ void Layer::initialize_weights(std::uint64_t seed) {
 
 // ---- registry ---------------------------------------------------------------------------------------------
 
-LayerRegistry& layer_registry() {
-  static LayerRegistry registry;
+Registry<LayerClass>& layer_registry() {
+  static Registry<LayerClass> registry("layer");
   return registry;
 }
 
-void LayerRegistry::add(const std::string& key, std::type_index type, LayerFactory factory) {
-  if (contains(key)) {
-    duplicates_.push_back(key);
-    return;
-  }
-  entries_.push_back({key, type, std::move(factory)});
-}
-
-bool LayerRegistry::contains(const std::string& key) const {
-  return std::any_of(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.key == key; });
-}
-
-const std::string* LayerRegistry::resolve(const std::string& key) const {
-  for (const Entry& entry : entries_)
-    if (entry.key == key) return &entry.key;
-  if (key.find('>') != std::string::npos) return nullptr;
-  // A bare class name ("Dense", as Keras writes class_name) finds the one key that ends in ">Dense".
-  const std::string* found = nullptr;
-  for (const Entry& entry : entries_) {
-    const std::size_t split = entry.key.rfind('>');
-    if (entry.key.compare(split + 1, std::string::npos, key) != 0) continue;
-    if (found != nullptr && entry.key.rfind("kiln>", 0) != 0) continue;  // prefer kiln's own on a tie
-    found = &entry.key;
-  }
-  return found;
-}
-
-std::vector<std::string> LayerRegistry::nearest_keys(const std::string& key) const {
-  if (key.find('>') != std::string::npos) return nearest_names(key, keys());
-  // A bare name is compared with the class names: against whole keys the package prefix costs every
-  // candidate the same few edits, and "Sequentail" would come out nearest to "kiln>Dense".
-  std::vector<std::string> class_names;
-  for (const Entry& entry : entries_) class_names.push_back(entry.key.substr(entry.key.rfind('>') + 1));
-  std::vector<std::string> result;
-  for (const std::string& near : nearest_names(key, class_names))
-    for (const Entry& entry : entries_)
-      if (entry.key.substr(entry.key.rfind('>') + 1) == near &&
-          std::find(result.begin(), result.end(), entry.key) == result.end()) {
-        result.push_back(entry.key);
-        break;
-      }
-  return result;
-}
-
-LayerPtr LayerRegistry::create(const std::string& key, const Config& config) const {
-  const std::string* resolved = resolve(key);
-  if (resolved == nullptr) {
-    std::string message = "unknown layer '" + key + "'";
-    message += did_you_mean(nearest_keys(key));
-    throw ConfigError(message);
-  }
-  for (const Entry& entry : entries_)
-    if (entry.key == *resolved) return entry.factory(config);
-  throw ConfigError("unknown layer '" + key + "'");
-}
-
-std::string LayerRegistry::key_of(std::type_index type) const {
-  for (const Entry& entry : entries_)
-    if (entry.type == type) return entry.key;
-  return "";
-}
-
-std::vector<std::string> LayerRegistry::keys() const {
-  std::vector<std::string> result;
-  for (const Entry& entry : entries_) result.push_back(entry.key);
-  return result;
-}
-
-void LayerRegistry::check() const {
-  if (duplicates_.empty()) return;
-  std::string message = "layers registered twice:";
-  for (const std::string& key : duplicates_) message += " '" + key + "'";
-  throw ConfigError(message);
-}
-
 LayerPtr create_layer(const std::string& class_name, const Config& config) {
-  return layer_registry().create(class_name, config);
+  return layer_registry().get(class_name).create(config);
 }
 
 Config serialize_layer(const Layer& layer) {

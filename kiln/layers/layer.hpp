@@ -39,6 +39,8 @@
 #include <vector>
 
 #include <kiln/core/array.hpp>
+#include <kiln/core/names.hpp>
+#include <kiln/core/registry.hpp>
 #include <kiln/core/dtype.hpp>
 #include <kiln/core/shape.hpp>
 #include <kiln/core/tensor.hpp>
@@ -244,9 +246,6 @@ class Layer : public std::enable_shared_from_this<Layer> {
   std::string seed_path_;
 };
 
-// The snake_case base name Keras derives from a class name: "MultiHeadAttention" -> "multi_head_attention".
-std::string to_snake_case(const std::string& class_name);
-
 // ---- handles ----------------------------------------------------------------------------------------
 
 // A copyable handle to a shared layer of type L, with the layer's common methods. Built-in layers have
@@ -287,31 +286,15 @@ class LayerHandle {
 
 using LayerFactory = std::function<LayerPtr(const Config&)>;
 
-class LayerRegistry {
- public:
-  // A duplicate key is recorded, not overwritten; check() reports it.
-  void add(const std::string& key, std::type_index type, LayerFactory factory);
-  bool contains(const std::string& key) const;
-  // "kiln>Dense"; a bare "Dense" finds the one registered class of that name.
-  LayerPtr create(const std::string& key, const Config& config) const;
-  std::string key_of(std::type_index type) const;  // "" when not registered
-  std::vector<std::string> keys() const;
-  void check() const;  // ConfigError on duplicate keys
-
- private:
-  const std::string* resolve(const std::string& key) const;
-  std::vector<std::string> nearest_keys(const std::string& key) const;
-
-  struct Entry {
-    std::string key;
-    std::type_index type;
-    LayerFactory factory;
-  };
-  std::vector<Entry> entries_;
-  std::vector<std::string> duplicates_;
+// A registered layer class: how to make one from its config, and its C++ type (for registered_name).
+struct LayerClass {
+  std::type_index type;
+  LayerFactory create;
 };
 
-LayerRegistry& layer_registry();
+// Every layer class by key ("kiln>Dense", "Custom>MHAttention", "acme>Gated"), with the lookup rules of
+// core/registry.hpp: a config's class_name "Dense" finds kiln>Dense.
+Registry<LayerClass>& layer_registry();
 
 // Creates a registered layer from its config. Unknown names throw ConfigError with the nearest ones.
 LayerPtr create_layer(const std::string& class_name, const Config& config = {});
@@ -322,18 +305,14 @@ Config serialize_layer(const Layer& layer);
 
 namespace detail {
 template <class L>
-struct LayerRegistration {
-  explicit LayerRegistration(const std::string& key) {
-    layer_registry().add(key, std::type_index(typeid(L)),
-                         [](const Config& config) -> LayerPtr { return std::make_shared<L>(config); });
-  }
-};
+bool register_layer(const std::string& key) {
+  return layer_registry().add(key, LayerClass{std::type_index(typeid(L)), [](const Config& config) -> LayerPtr {
+                                                return std::make_shared<L>(config);
+                                              }});
+}
 }  // namespace detail
 
 }  // namespace kiln
 
-#define KILN_LAYER_CONCAT_INNER(a, b) a##b
-#define KILN_LAYER_CONCAT(a, b) KILN_LAYER_CONCAT_INNER(a, b)
 // Registers a layer class, constructible from a Config, under "Package>Name".
-#define KILN_REGISTER_LAYER(key, Class) \
-  static const ::kiln::detail::LayerRegistration<Class> KILN_LAYER_CONCAT(kiln_layer_registration_, __LINE__)(key)
+#define KILN_REGISTER_LAYER(key, Class) KILN_AT_STARTUP(::kiln::detail::register_layer<Class>(key))

@@ -29,13 +29,6 @@ const char* const base_keys[] = {"name",
 
 Config optional_number(const std::optional<double>& value) { return value ? Config(*value) : Config(); }
 
-std::string lower_case(std::string text) {
-  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return text;
-}
-
-std::string class_part(const std::string& key) { return key.substr(key.rfind('>') + 1); }
-
 bool contains(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
@@ -115,7 +108,8 @@ Config Optimizer::get_config() const {
 }
 
 Config Optimizer::serialize() const {
-  const std::string key = optimizer_registry().key_of(std::type_index(typeid(*this)));
+  const std::string key =
+      optimizer_registry().key_where([this](const OptimizerClass& entry) { return entry.type == typeid(*this); });
   if (key.empty())
     throw ConfigError(describe() + " is not registered; register it with KILN_REGISTER_OPTIMIZER to save it by config");
   return Config{
@@ -545,68 +539,13 @@ Tensor Adagrad::update_step(Step& step) {
 
 // ---- the registry ------------------------------------------------------------------------------------------------
 
-void OptimizerRegistry::add(const std::string& key, std::type_index type, OptimizerFactory factory) {
-  for (const Entry& entry : entries_)
-    if (entry.key == key) {
-      duplicates_.push_back(key);
-      return;
-    }
-  entries_.push_back({key, type, std::move(factory)});
-}
-
-// Exact keys first; then class names as Keras accepts them ("Adam" or "adam"), kiln's own winning a tie.
-const OptimizerRegistry::Entry* OptimizerRegistry::resolve(const std::string& name) const {
-  for (const Entry& entry : entries_)
-    if (entry.key == name) return &entry;
-  if (name.find('>') != std::string::npos) return nullptr;
-  const Entry* found = nullptr;
-  for (const Entry& entry : entries_) {
-    const std::string class_name = class_part(entry.key);
-    if (name != class_name && name != lower_case(class_name)) continue;
-    if (found != nullptr && entry.key.rfind("kiln>", 0) != 0) continue;
-    found = &entry;
-  }
-  return found;
-}
-
-OptimizerPtr OptimizerRegistry::create(const std::string& name, const Config& config) const {
-  if (const Entry* entry = resolve(name)) return entry->factory(config);
-  std::vector<std::string> candidates;
-  for (const Entry& entry : entries_) {
-    candidates.push_back(class_part(entry.key));
-    candidates.push_back(lower_case(class_part(entry.key)));
-  }
-  std::string message = "unknown optimizer '" + name + "'";
-  message += did_you_mean(nearest_names(name, candidates));
-  throw ConfigError(message);
-}
-
-std::string OptimizerRegistry::key_of(std::type_index type) const {
-  for (const Entry& entry : entries_)
-    if (entry.type == type) return entry.key;
-  return "";
-}
-
-std::vector<std::string> OptimizerRegistry::keys() const {
-  std::vector<std::string> result;
-  for (const Entry& entry : entries_) result.push_back(entry.key);
-  return result;
-}
-
-void OptimizerRegistry::check() const {
-  if (duplicates_.empty()) return;
-  std::string message = "optimizers registered twice:";
-  for (const std::string& key : duplicates_) message += " '" + key + "'";
-  throw ConfigError(message);
-}
-
-OptimizerRegistry& optimizer_registry() {
-  static OptimizerRegistry registry;
+Registry<OptimizerClass>& optimizer_registry() {
+  static Registry<OptimizerClass> registry("optimizer");
   return registry;
 }
 
 OptimizerPtr create_optimizer(const std::string& name, const Config& config) {
-  return optimizer_registry().create(name, config);
+  return optimizer_registry().get(name).create(config);
 }
 
 KILN_REGISTER_OPTIMIZER("kiln>SGD", SGD);

@@ -39,6 +39,7 @@
 #include <kiln/core/array.hpp>
 #include <kiln/core/dtype.hpp>
 #include <kiln/core/program.hpp>
+#include <kiln/core/registry.hpp>
 #include <kiln/core/tensor.hpp>
 #include <kiln/layers/config.hpp>
 #include <kiln/layers/layer.hpp>
@@ -293,47 +294,28 @@ class Adagrad : public Optimizer {
 
 using OptimizerFactory = std::function<OptimizerPtr(const Config&)>;
 
-class OptimizerRegistry {
- public:
-  // A duplicate key is recorded, not overwritten; check() reports it.
-  void add(const std::string& key, std::type_index type, OptimizerFactory factory);
-  // "kiln>Adam", the class name "Adam", or its lower-case form "adam" (as Keras accepts strings).
-  OptimizerPtr create(const std::string& name, const Config& config) const;
-  std::string key_of(std::type_index type) const;  // "" when not registered
-  std::vector<std::string> keys() const;
-  void check() const;  // ConfigError on duplicate keys
-
- private:
-  struct Entry {
-    std::string key;
-    std::type_index type;
-    OptimizerFactory factory;
-  };
-  const Entry* resolve(const std::string& name) const;
-  std::vector<Entry> entries_;
-  std::vector<std::string> duplicates_;
+// A registered optimizer class: how to make one from its config, and its C++ type (for serialize).
+struct OptimizerClass {
+  std::type_index type;
+  OptimizerFactory create;
 };
 
-OptimizerRegistry& optimizer_registry();
+// Every optimizer class by key ("kiln>Adam"); "Adam" and Keras's "adam" find it too (core/registry.hpp).
+Registry<OptimizerClass>& optimizer_registry();
 
 // create_optimizer("adam", {{"learning_rate", 0.01}}). Unknown names throw ConfigError with the nearest ones.
 OptimizerPtr create_optimizer(const std::string& name, const Config& config = {});
 
 namespace detail {
 template <class O>
-struct OptimizerRegistration {
-  explicit OptimizerRegistration(const std::string& key) {
-    optimizer_registry().add(key, std::type_index(typeid(O)),
-                             [](const Config& config) -> OptimizerPtr { return std::make_shared<O>(config); });
-  }
-};
+bool register_optimizer(const std::string& key) {
+  return optimizer_registry().add(key, OptimizerClass{std::type_index(typeid(O)), [](const Config& config) -> OptimizerPtr {
+                                                        return std::make_shared<O>(config);
+                                                      }});
+}
 }  // namespace detail
 
 }  // namespace kiln
 
-#define KILN_OPTIMIZER_CONCAT_INNER(a, b) a##b
-#define KILN_OPTIMIZER_CONCAT(a, b) KILN_OPTIMIZER_CONCAT_INNER(a, b)
 // Registers an optimizer class, constructible from a Config, under "Package>Name".
-#define KILN_REGISTER_OPTIMIZER(key, Class)                                                                     \
-  static const ::kiln::detail::OptimizerRegistration<Class> KILN_OPTIMIZER_CONCAT(kiln_optimizer_registration_, \
-                                                                                  __LINE__)(key)
+#define KILN_REGISTER_OPTIMIZER(key, Class) KILN_AT_STARTUP(::kiln::detail::register_optimizer<Class>(key))

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
-#include <map>
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/op.hpp>
@@ -34,53 +32,35 @@ std::vector<double> numbers(const Config& list, const std::string& what) {
   return result;
 }
 
-using ScheduleFactory = std::function<SchedulePtr(const Config&)>;
-
-template <class S>
-ScheduleFactory factory() {
-  return [](const Config& config) -> SchedulePtr { return std::make_shared<S>(config); };
-}
-
-const std::map<std::string, ScheduleFactory>& schedule_table() {
-  static const std::map<std::string, ScheduleFactory> table = {
-      {"ExponentialDecay", factory<ExponentialDecay>()},
-      {"PiecewiseConstantDecay", factory<PiecewiseConstantDecay>()},
-      {"CosineDecay", factory<CosineDecay>()},
-  };
-  return table;
-}
-
 }  // namespace
 
 // ---- LearningRateSchedule ----------------------------------------------------------------------------
 
+Registry<ScheduleClass>& schedule_registry() {
+  static Registry<ScheduleClass> registry("learning-rate schedule");
+  return registry;
+}
+
 Config LearningRateSchedule::serialize() const {
+  const std::string key =
+      schedule_registry().key_where([this](const ScheduleClass& entry) { return entry.type == typeid(*this); });
+  if (key.empty())
+    throw ConfigError(class_name_ + " is not registered; register it with KILN_REGISTER_SCHEDULE to save it by config");
   return Config{{"module", "keras.optimizers.schedules"},
                 {"class_name", class_name_},
                 {"config", get_config()},
-                {"registered_name", Config()}};
-}
-
-std::vector<std::string> LearningRateSchedule::class_names() {
-  std::vector<std::string> names;
-  for (const auto& entry : schedule_table()) names.push_back(entry.first);
-  return names;
+                {"registered_name", key.rfind("kiln>", 0) == 0 ? Config() : Config(key)}};
 }
 
 SchedulePtr LearningRateSchedule::from_config(const Config& serialized) {
   if (!serialized.is_map())
     throw ConfigError("a learning-rate schedule is {\"class_name\": ..., \"config\": {...}}, got " +
                       serialized.to_string());
-  const std::string& class_name = serialized.get_string("class_name");
-  const auto found = schedule_table().find(class_name);
-  if (found == schedule_table().end()) {
-    std::string message = "unknown learning-rate schedule '" + class_name + "'";
-    const std::vector<std::string> near = nearest_names(class_name, class_names());
-    if (!near.empty()) message += "; did you mean '" + near.front() + "'?";
-    throw ConfigError(message);
-  }
+  std::string name = serialized.get_string("class_name");
+  if (const Config* registered = serialized.find("registered_name"); registered != nullptr && !registered->is_null())
+    name = registered->as_string("key 'registered_name'");
   const Config* arguments = serialized.find("config");
-  return found->second(arguments != nullptr ? *arguments : Config::map());
+  return schedule_registry().get(name).create(arguments != nullptr ? *arguments : Config::map());
 }
 
 // ---- ExponentialDecay -----------------------------------------------------------------------------------
@@ -239,5 +219,9 @@ Config CosineDecay::get_config() const {
                 {"warmup_target", has_warmup_target_ ? Config(warmup_target_) : Config()},
                 {"warmup_steps", warmup_steps_}};
 }
+
+KILN_REGISTER_SCHEDULE("kiln>ExponentialDecay", ExponentialDecay);
+KILN_REGISTER_SCHEDULE("kiln>PiecewiseConstantDecay", PiecewiseConstantDecay);
+KILN_REGISTER_SCHEDULE("kiln>CosineDecay", CosineDecay);
 
 }  // namespace kiln

@@ -6,10 +6,13 @@
 //   kiln::ExponentialDecay decay(0.1, 1000, 0.96);
 //   kiln::Adam adam(kiln::Config{{"learning_rate", decay.serialize()}});
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <typeindex>
 #include <vector>
 
+#include <kiln/core/registry.hpp>
 #include <kiln/layers/config.hpp>
 
 namespace kiln {
@@ -27,13 +30,14 @@ class LearningRateSchedule {
   const std::string& class_name() const { return class_name_; }  // "ExponentialDecay"
   // Every constructor argument: from_config(serialize()) rebuilds an equal schedule.
   virtual Config get_config() const = 0;
-  // {"module": "keras.optimizers.schedules", "class_name": ..., "config": ..., "registered_name": null}
+  // {"module": "keras.optimizers.schedules", "class_name": ..., "config": ..., "registered_name": null}; a
+  // schedule of your own (KILN_REGISTER_SCHEDULE) writes its key as registered_name. ConfigError when the
+  // schedule's class is not registered.
   Config serialize() const;
 
-  // From {"class_name": ..., "config": {...}} (what serialize() and Keras write). Unknown classes and
-  // arguments throw ConfigError with the nearest names.
+  // From {"class_name": ..., "config": {...}, "registered_name": ...} (what serialize() and Keras write).
+  // Unknown classes and arguments throw ConfigError with the nearest names.
   static SchedulePtr from_config(const Config& serialized);
-  static std::vector<std::string> class_names();
 
  protected:
   explicit LearningRateSchedule(std::string class_name) : class_name_(std::move(class_name)) {}
@@ -105,4 +109,27 @@ class CosineDecay final : public LearningRateSchedule {
   std::int64_t warmup_steps_ = 0;
 };
 
+// ---- the registry ----------------------------------------------------------------------------------
+
+// A registered schedule class: how to make one from its config, and its C++ type (for serialize).
+struct ScheduleClass {
+  std::type_index type;
+  std::function<SchedulePtr(const Config&)> create;
+};
+
+// Every schedule class by key ("kiln>CosineDecay"; "CosineDecay" finds it too: core/registry.hpp).
+Registry<ScheduleClass>& schedule_registry();
+
+namespace detail {
+template <class S>
+bool register_schedule(const std::string& key) {
+  return schedule_registry().add(key, ScheduleClass{std::type_index(typeid(S)), [](const Config& config) -> SchedulePtr {
+                                                      return std::make_shared<S>(config);
+                                                    }});
+}
+}  // namespace detail
+
 }  // namespace kiln
+
+// Registers a schedule class, constructible from a Config, under "Package>Name".
+#define KILN_REGISTER_SCHEDULE(key, Class) KILN_AT_STARTUP(::kiln::detail::register_schedule<Class>(key))

@@ -1,7 +1,6 @@
 #include <kiln/train/data.hpp>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -17,6 +16,7 @@
 #include <utility>
 
 #include <kiln/core/error.hpp>
+#include <kiln/core/names.hpp>
 #include <kiln/core/rng.hpp>
 #include <kiln/core/shape.hpp>
 
@@ -206,27 +206,11 @@ class FileColumns {
   std::size_t count_;
 };
 
-std::string lowercase(std::string text) {
-  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return text;
-}
-
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> previous(b.size() + 1), current(b.size() + 1);
-  std::iota(previous.begin(), previous.end(), std::size_t{0});
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    current[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j)
-      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] != b[j - 1])});
-    std::swap(previous, current);
-  }
-  return previous[b.size()];
-}
-
-// The names closest to `wanted`, ignoring case, if any is close enough to be a plausible typo.
-std::vector<std::string> nearest_names(const std::string& wanted, const std::vector<std::string>& names) {
+// The column names closest to `wanted` (ignoring case), every one tied for closest, if they are close
+// enough to be a plausible typo.
+std::vector<std::string> plausible_typos(const std::string& wanted, const std::vector<std::string>& names) {
   std::vector<std::size_t> distances;
-  for (const std::string& name : names) distances.push_back(edit_distance(lowercase(wanted), lowercase(name)));
+  for (const std::string& name : names) distances.push_back(edit_distance(wanted, name));
   const std::size_t best = *std::min_element(distances.begin(), distances.end());
   std::vector<std::string> nearest;
   if (best > std::max<std::size_t>(2, wanted.size() / 3)) return nearest;
@@ -237,7 +221,7 @@ std::vector<std::string> nearest_names(const std::string& wanted, const std::vec
 
 ConfigError unknown_column(const std::string& path, const std::string& wanted, const FileColumns& columns) {
   std::string message = path + ": no column named '" + wanted + "'";
-  const std::vector<std::string> nearest = nearest_names(wanted, columns.header());
+  const std::vector<std::string> nearest = plausible_typos(wanted, columns.header());
   if (!nearest.empty()) message += "; did you mean " + joined(nearest) + "?";
   return ConfigError(message + " (columns: " + columns.listed() + ")");
 }

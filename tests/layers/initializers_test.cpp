@@ -277,7 +277,7 @@ TEST_CASE("Initializers: unknown names and arguments fail with the nearest ones"
   CHECK_THROWS_AS(Initializer::get("glorot_unifrom"), ConfigError);
   CHECK_THROWS_WITH(Initializer::get("glorot_unifrom"), Catch::Contains("unknown initializer 'glorot_unifrom'") &&
                                                             Catch::Contains("did you mean 'glorot_uniform'"));
-  CHECK_THROWS_WITH(Initializer::get("HeNormel"), Catch::Contains("did you mean 'HeNormal'"));
+  CHECK_THROWS_WITH(Initializer::get("HeNormel"), Catch::Contains("did you mean 'kiln>HeNormal'"));
   CHECK_THROWS_WITH(Initializer::from_config({{"class_name", "Orthogonl"}}), Catch::Contains("'Orthogonl'"));
   CHECK_THROWS_WITH(
       Initializer::from_config({{"class_name", "RandomNormal"}, {"config", {{"stdev", 0.1}}}}),

@@ -247,7 +247,7 @@ TEST_CASE("the alias ops' fallback kernels copy the bytes", "[ops][shape]") {
   const std::vector<double> source{1, 2, 3, 4, 5, 6};
   for (const char* name : {"kiln>Reshape", "kiln>Squeeze", "kiln>ExpandDims", "kiln>ReshapeLike"}) {
     INFO(name);
-    const OpDef& op = op_registry().find(name);
+    const OpDef& op = op_registry().get(name);
     CHECK(op.sharing() == Sharing::alias);
     std::vector<double> target(6, 0.0);
     const Shape shape{2, 3};

@@ -91,7 +91,7 @@ TEST_CASE("bad schedule arguments and names are ConfigErrors", "[optim][schedule
   CHECK_THROWS_WITH(PiecewiseConstantDecay({10}, {1.0}), Catch::Contains("one entry more"));
   CHECK_THROWS_WITH(PiecewiseConstantDecay({20, 10}, {1.0, 0.5, 0.1}), Catch::Contains("increase strictly"));
   CHECK_THROWS_WITH(LearningRateSchedule::from_config(Config{{"class_name", "CosineDecai"}}),
-                    Catch::Contains("'CosineDecay'"));
+                    Catch::Contains("'kiln>CosineDecay'"));
   CHECK_THROWS_WITH(
       LearningRateSchedule::from_config(Config{
           {"class_name", "ExponentialDecay"},
