@@ -99,6 +99,13 @@ void RegistryIndex::unknown(const std::string& name) const {
   throw ConfigError("unknown " + kind_ + " '" + name + "'" + did_you_mean(nearest));
 }
 
+std::vector<std::string> RegistryIndex::spellings() const {
+  std::vector<std::string> names;
+  for (const auto& entry : spellings_) names.push_back(entry.first);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 void RegistryIndex::fail(const std::string& message) { throw ConfigError(message); }
 
 void RegistryIndex::check() const {

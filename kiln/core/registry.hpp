@@ -45,6 +45,7 @@ class RegistryIndex {
   const std::string& key(std::size_t index) const { return keys_[index]; }
   const std::vector<std::string>& keys() const { return keys_; }
   const std::string& kind() const { return kind_; }
+  std::vector<std::string> spellings() const;  // every accepted name, sorted
   // ConfigError listing every refused registration (a key or alias taken, a malformed key).
   void check() const;
   [[noreturn]] static void fail(const std::string& message);  // a ConfigError (error.hpp stays out of here)
@@ -96,6 +97,7 @@ class Registry {
   const T& at(std::size_t index) const { return values_[index]; }
   const std::string& key_at(std::size_t index) const { return index_.key(index); }
   const std::vector<std::string>& keys() const { return index_.keys(); }
+  std::vector<std::string> spellings() const { return index_.spellings(); }  // every accepted name, sorted
   std::vector<const T*> all() const {
     std::vector<const T*> entries;
     for (const T& value : values_) entries.push_back(&value);
@@ -128,5 +130,5 @@ class Registry {
 #define KILN_CONCAT_INNER(a, b) a##b
 #define KILN_CONCAT(a, b) KILN_CONCAT_INNER(a, b)
 // Runs `statement` during static initialization: each kind's KILN_REGISTER_* macro is built on it.
-#define KILN_AT_STARTUP(statement)                                                    \
+#define KILN_AT_STARTUP(statement) \
   [[maybe_unused]] static const bool KILN_CONCAT(kiln_registration_, __LINE__) = [] { return statement; }()

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include <kiln/core/array.hpp>
-#include <kiln/core/registry.hpp>
 #include <kiln/core/dtype.hpp>
+#include <kiln/core/registry.hpp>
 #include <kiln/core/shape.hpp>
 #include <kiln/layers/config.hpp>
 
@@ -32,7 +32,7 @@ Fans compute_fans(const Shape& shape);
 
 // A registered initializer class: its arguments with their defaults, and how it fills a weight.
 //
-//   kiln::initializer_registry().add("acme>Halves", {kiln::Config::map(),
+//   KILN_REGISTER_INITIALIZER("acme>Halves", {kiln::Config::map(),
 //       [](std::vector<double>& values, const kiln::Fans&, const kiln::Config&, kiln::Rng&) {
 //         for (double& v : values) v = 0.5;
 //       }});
@@ -79,3 +79,7 @@ class Initializer {
 };
 
 }  // namespace kiln
+
+// Registers an InitializerClass under "Package>Name", optionally with aliases: KILN_REGISTER_INITIALIZER("acme>Name",
+// {...}); or KILN_REGISTER_INITIALIZER("acme>Name", {...}, {"alias"});
+#define KILN_REGISTER_INITIALIZER(key, ...) KILN_AT_STARTUP(::kiln::initializer_registry().add(key, __VA_ARGS__))

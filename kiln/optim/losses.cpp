@@ -1,8 +1,10 @@
 #include <kiln/optim/losses.hpp>
 
 #include <algorithm>
+#include <cmath>
 
 #include <kiln/core/array.hpp>
+#include <kiln/core/detail/python_float.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/op.hpp>
@@ -60,8 +62,8 @@ Tensor sparse_labels(const Tensor& y_true, const Tensor& y_pred) {
 }
 
 // Among the maxima, the smallest index wins: replace every other entry by the class count, then take the
-// minimum. Exact for up to 2^24 classes in float32. ops::max skips NaN, so a row holding a NaN is sent to
-// the class count explicitly: a broken prediction never counts as correct.
+// minimum. Exact for up to 2^24 classes in float32. A row holding a NaN has a NaN maximum that no entry
+// equals; it is sent to the class count explicitly, so a broken prediction never counts as correct.
 Tensor argmax_last(const Tensor& x) {
   const std::int64_t classes = x.shape().dim(-1);
   if (classes == Shape::unknown)
@@ -78,68 +80,135 @@ Tensor argmax_last(const Tensor& x) {
 
 }  // namespace detail
 
+// ---- the built-in losses ------------------------------------------------------------------------------------------
+
+namespace {
+
+std::string delta_positive(const Config& arguments) {
+  const double delta = arguments.get_double("delta");
+  return delta > 0.0 ? "" : "delta must be > 0, got " + std::to_string(delta);
+}
+
+// Keras's crossentropy arguments kiln does not implement: accepted at their defaults only.
+std::string plain_crossentropy(const Config& arguments) {
+  if (arguments.get_double("label_smoothing") != 0.0) return "label_smoothing is not supported by kiln; leave it 0";
+  if (arguments.get_int("axis") != -1) return "only axis -1 is supported";
+  return "";
+}
+
+bool register_builtin_losses(Registry<LossClass>& registry) {
+  auto elementwise = [](auto loss) {
+    return [loss](const Tensor& y_true, const Tensor& y_pred, const Config&) {
+      return loss(detail::match_rank(y_true, y_pred), y_pred);
+    };
+  };
+  const Config crossentropy = {{"from_logits", false}, {"label_smoothing", 0.0}, {"axis", -1}};
+  registry.add("kiln>MeanSquaredError",
+               {"mean_squared_error",
+                Config::map(),
+                TargetForm::elementwise,
+                elementwise([](const Tensor& t, const Tensor& p) { return ops::mean_squared_error(t, p); }),
+                {}},
+               {"mse", "MSE"});
+  registry.add("kiln>MeanAbsoluteError",
+               {"mean_absolute_error",
+                Config::map(),
+                TargetForm::elementwise,
+                elementwise([](const Tensor& t, const Tensor& p) { return ops::mean_absolute_error(t, p); }),
+                {}},
+               {"mae", "MAE"});
+  registry.add("kiln>Huber",
+               {"huber_loss",
+                {{"delta", 1.0}},
+                TargetForm::elementwise,
+                [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
+                  return ops::huber(detail::match_rank(y_true, y_pred), y_pred, args.get_double("delta"));
+                },
+                delta_positive},
+               {"huber_loss"});
+  registry.add("kiln>BinaryCrossentropy", {"binary_crossentropy", crossentropy, TargetForm::elementwise,
+                                           [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
+                                             return ops::binary_crossentropy(detail::match_rank(y_true, y_pred), y_pred,
+                                                                             args.get_bool("from_logits"));
+                                           },
+                                           plain_crossentropy});
+  registry.add("kiln>CategoricalCrossentropy", {"categorical_crossentropy", crossentropy, TargetForm::one_hot,
+                                                [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
+                                                  return ops::categorical_crossentropy(y_true, y_pred,
+                                                                                       args.get_bool("from_logits"));
+                                                },
+                                                plain_crossentropy});
+  registry.add("kiln>SparseCategoricalCrossentropy",
+               {"sparse_categorical_crossentropy",
+                {{"from_logits", false}, {"ignore_class", Config()}},
+                TargetForm::class_indices,
+                [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
+                  return ops::sparse_categorical_crossentropy(y_true, y_pred, args.get_bool("from_logits"));
+                },
+                [](const Config& args) -> std::string {
+                  return args.at("ignore_class").is_null() ? "" : "ignore_class is not supported by kiln";
+                }});
+  return true;
+}
+
+// A given argument against its default: the same kind of value (any number for a number), or null where
+// the default is null.
+Config typed_argument(const Config& given, const Config& fallback, ConfigReader& args, const std::string& key) {
+  if (given.is_null()) return fallback;
+  const std::string what = args.who() + " argument '" + key + "'";
+  switch (fallback.type()) {
+    case Config::Type::integer:
+      return Config(given.as_int(what));
+    case Config::Type::number:
+      return Config(given.as_double(what));
+    case Config::Type::boolean:
+      return Config(given.as_bool(what));
+    case Config::Type::string:
+      return Config(given.as_string(what));
+    default:
+      return given;
+  }
+}
+
+}  // namespace
+
+// The built-ins register with the registry's first use, not during static initialization: a static
+// Loss elsewhere ("mse") may come first.
+Registry<LossClass>& loss_registry() {
+  static Registry<LossClass> registry("loss", [](const std::string& key, const LossClass& loss) -> std::string {
+    return loss.compute ? "" : "loss " + key + " has no function";
+  });
+  [[maybe_unused]] static const bool builtins = register_builtin_losses(registry);
+  return registry;
+}
+
 // ---- Loss ---------------------------------------------------------------------------------------------------------
 
-struct Loss::Definition {
-  Kind kind;
-  std::string class_name;
-  std::string default_name;          // Keras's default `name` for the class
-  std::vector<std::string> aliases;  // the strings keras.losses.get accepts
-};
+Loss::Loss(const std::string& key, const LossClass& loss_class)
+    : loss_class_(&loss_class),
+      key_(key),
+      class_name_(class_part(key)),
+      name_(loss_class.default_name),
+      arguments_(loss_class.arguments.is_null() ? Config::map() : loss_class.arguments) {}
 
-const std::vector<Loss::Definition>& Loss::definitions() {
-  static const std::vector<Definition> table = {
-      {Kind::mean_squared_error, "MeanSquaredError", "mean_squared_error", {"mean_squared_error", "mse", "MSE"}},
-      {Kind::mean_absolute_error, "MeanAbsoluteError", "mean_absolute_error", {"mean_absolute_error", "mae", "MAE"}},
-      {Kind::huber, "Huber", "huber_loss", {"huber", "huber_loss"}},
-      {Kind::binary_crossentropy, "BinaryCrossentropy", "binary_crossentropy", {"binary_crossentropy"}},
-      {Kind::categorical_crossentropy,
-       "CategoricalCrossentropy",
-       "categorical_crossentropy",
-       {"categorical_crossentropy"}},
-      {Kind::sparse_categorical_crossentropy,
-       "SparseCategoricalCrossentropy",
-       "sparse_categorical_crossentropy",
-       {"sparse_categorical_crossentropy"}},
-  };
-  return table;
-}
-
-std::vector<std::string> Loss::names() {
-  std::vector<std::string> result;
-  for (const Definition& definition : definitions()) {
-    result.push_back(definition.class_name);
-    result.insert(result.end(), definition.aliases.begin(), definition.aliases.end());
-  }
-  return result;
-}
-
-const Loss::Definition& Loss::find(const std::string& name) {
-  for (const Definition& definition : definitions())
-    if (definition.class_name == name ||
-        std::find(definition.aliases.begin(), definition.aliases.end(), name) != definition.aliases.end())
-      return definition;
-  std::string message = "unknown loss '" + name + "'";
-  message += did_you_mean(nearest_names(name, names()));
-  throw ConfigError(message);
-}
-
-Loss::Loss(const Definition& definition)
-    : kind_(definition.kind), class_name_(definition.class_name), name_(definition.default_name) {}
-
-Loss::Loss(const char* name) : Loss(find(name)) {}
-Loss::Loss(const std::string& name) : Loss(find(name)) {}
+Loss::Loss(const char* name) : Loss(std::string(name)) {}
+Loss::Loss(const std::string& name) : Loss(loss_registry().key_of(name), loss_registry().get(name)) {}
 
 Loss::Loss(std::string name, Function function)
-    : kind_(Kind::custom), class_name_(name), name_(std::move(name)), function_(std::move(function)) {
+    : class_name_(name), name_(std::move(name)), function_(std::move(function)) {
   if (!function_) throw ConfigError("loss '" + name_ + "': the function is empty");
 }
+
+std::vector<std::string> Loss::names() { return loss_registry().keys(); }
 
 Loss Loss::from_config(const Config& identifier) {
   if (identifier.type() == Config::Type::string) return Loss(identifier.as_string());
   if (!identifier.is_map())
     throw ConfigError("a loss is a name or {\"class_name\": ..., \"config\": {...}}, got " + identifier.to_string());
-  Loss loss(find(identifier.get_string("class_name")));
+  std::string name = identifier.get_string("class_name");
+  if (const Config* registered = identifier.find("registered_name"); registered != nullptr && !registered->is_null())
+    name = registered->as_string("key 'registered_name'");
+  Loss loss(name);
   const Config* config = identifier.find("config");
   loss.read_config(config != nullptr ? *config : Config());
   return loss;
@@ -152,76 +221,52 @@ void Loss::read_config(const Config& config) {
   if (reduction != "sum_over_batch_size")
     args.fail("reduction '" + reduction + "' is not supported by kiln; losses are batch means (sum_over_batch_size)");
   args.value("dtype");  // kiln computes a loss in the predictions' dtype
-  if (kind_ == Kind::huber) {
-    delta_ = args.number("delta", 1.0);
-    if (!(delta_ > 0.0)) args.fail("delta must be > 0, got " + std::to_string(delta_));
-  }
-  if (kind_ == Kind::binary_crossentropy || kind_ == Kind::categorical_crossentropy) {
-    if (args.number("label_smoothing", 0.0) != 0.0) args.fail("label_smoothing is not supported by kiln; leave it 0");
-    if (args.integer("axis", -1) != -1) args.fail("only axis -1 is supported");
-  }
-  if (kind_ != Kind::mean_squared_error && kind_ != Kind::mean_absolute_error && kind_ != Kind::huber)
-    from_logits_ = args.boolean("from_logits", false);
-  if (kind_ == Kind::sparse_categorical_crossentropy) args.unsupported("ignore_class");
+  for (const Config::Entry& entry : loss_class_->arguments.items())
+    arguments_.set(entry.first, typed_argument(args.value(entry.first), entry.second, args, entry.first));
   args.finish();
+  if (loss_class_->validate)
+    if (const std::string problem = loss_class_->validate(arguments_); !problem.empty()) args.fail(problem);
 }
 
+bool Loss::from_logits() const { return arguments_.get_bool("from_logits", false); }
+double Loss::delta() const { return arguments_.get_double("delta", 1.0); }
+
 Config Loss::get_config() const {
-  if (kind_ == Kind::custom) return Config{{"name", name_}};
+  if (custom()) return Config{{"name", name_}};
   Config config = {{"name", name_}, {"reduction", "sum_over_batch_size"}};
-  switch (kind_) {
-    case Kind::huber:
-      config.set("delta", delta_);
-      break;
-    case Kind::binary_crossentropy:
-    case Kind::categorical_crossentropy:
-      config.set("from_logits", from_logits_).set("label_smoothing", 0.0).set("axis", -1);
-      break;
-    case Kind::sparse_categorical_crossentropy:
-      config.set("from_logits", from_logits_).set("ignore_class", Config());
-      break;
-    default:
-      break;
-  }
+  for (const Config::Entry& entry : arguments_.items()) config.set(entry.first, entry.second);
   return config;
 }
 
 Config Loss::serialize() const {
-  return Config{{"module", kind_ == Kind::custom ? Config() : Config("keras.losses")},
+  const bool kilns = key_.rfind("kiln>", 0) == 0;
+  return Config{{"module", kilns ? Config("keras.losses") : Config()},
                 {"class_name", class_name_},
                 {"config", get_config()},
-                {"registered_name", Config()}};
+                {"registered_name", kilns || custom() ? Config() : Config(key_)}};
 }
 
 std::string Loss::describe() const { return class_name_ + " '" + name_ + "'"; }
 
 void Loss::check(const Shape& y_true, const Shape& y_pred) const {
-  if (kind_ == Kind::custom) return;
-  const detail::TargetForm form = kind_ == Kind::categorical_crossentropy          ? detail::TargetForm::one_hot
-                                  : kind_ == Kind::sparse_categorical_crossentropy ? detail::TargetForm::class_indices
-                                                                                   : detail::TargetForm::elementwise;
-  detail::check_targets(describe(), form, y_true, y_pred);
+  if (custom()) return;
+  detail::check_targets(describe(), loss_class_->targets, y_true, y_pred);
+}
+
+void Loss::check_values(const Array& y_true, const Shape& y_pred, const std::string& where) const {
+  if (custom() || loss_class_->targets != TargetForm::class_indices) return;
+  const std::int64_t classes = y_pred.dim(-1);
+  for (std::size_t j = 0; j < y_true.size(); ++j) {
+    const double label = y_true.flat(j);
+    if (!(label >= 0 && label < static_cast<double>(classes) && std::floor(label) == label))
+      throw ValueError(where + ": sparse label " + detail::python_float(label) + " at index " + std::to_string(j) +
+                       " is not a class in [0, " + std::to_string(classes) + ") (" + describe() + ")");
+  }
 }
 
 Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred) const {
   check(y_true.shape(), y_pred.shape());
-  switch (kind_) {
-    case Kind::mean_squared_error:
-      return ops::mean_squared_error(detail::match_rank(y_true, y_pred), y_pred);
-    case Kind::mean_absolute_error:
-      return ops::mean_absolute_error(detail::match_rank(y_true, y_pred), y_pred);
-    case Kind::huber:
-      return ops::huber(detail::match_rank(y_true, y_pred), y_pred, delta_);
-    case Kind::binary_crossentropy:
-      return ops::binary_crossentropy(detail::match_rank(y_true, y_pred), y_pred, from_logits_);
-    case Kind::categorical_crossentropy:
-      return ops::categorical_crossentropy(y_true, y_pred, from_logits_);
-    case Kind::sparse_categorical_crossentropy:
-      return ops::sparse_categorical_crossentropy(y_true, y_pred, from_logits_);
-    case Kind::custom:
-      break;
-  }
-  const Tensor value = function_(y_true, y_pred);
+  const Tensor value = custom() ? function_(y_true, y_pred) : loss_class_->compute(y_true, y_pred, arguments_);
   if (!value.valid() || value.rank() != 0)
     throw ShapeError(describe() + ": a loss function must return a scalar" +
                      (value.valid() ? ", got shape " + value.shape().to_string() : std::string(", got nothing")));
@@ -231,6 +276,7 @@ Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred) const {
 namespace detail {
 
 void check_targets(const std::string& who, TargetForm form, const Shape& y_true, const Shape& y_pred) {
+  if (form == TargetForm::any) return;
   const std::vector<std::pair<std::string, Shape>> shapes = {{"y_true", y_true}, {"y_pred", y_pred}};
   if (y_pred.rank() < 1) throw ShapeError(who, "predictions need at least one axis", shapes);
   switch (form) {
@@ -247,6 +293,8 @@ void check_targets(const std::string& who, TargetForm form, const Shape& y_true,
     case TargetForm::elementwise:
       if (!elementwise_fits(y_true, y_pred))
         throw ShapeError(who, "y_true must have y_pred's shape (or differ from it by a last axis of 1)", shapes);
+      return;
+    case TargetForm::any:
       return;
   }
 }

@@ -3,72 +3,108 @@
 #include <algorithm>
 
 #include <kiln/core/error.hpp>
-#include <kiln/core/op.hpp>
+#include <kiln/core/names.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/optim/detail/targets.hpp>
 
 namespace kiln {
 
-struct Metric::Definition {
-  Kind kind;
-  std::string class_name;            // "" for the shape-resolved "accuracy"
-  std::vector<std::string> aliases;  // the first is Keras's default name
-};
+namespace {
 
-const std::vector<Metric::Definition>& Metric::definitions() {
-  static const std::vector<Definition> table = {
-      {Kind::accuracy, "", {"accuracy", "acc"}},
-      {Kind::binary_accuracy, "BinaryAccuracy", {"binary_accuracy"}},
-      {Kind::categorical_accuracy, "CategoricalAccuracy", {"categorical_accuracy"}},
-      {Kind::sparse_categorical_accuracy, "SparseCategoricalAccuracy", {"sparse_categorical_accuracy"}},
-      {Kind::mean_absolute_error, "MeanAbsoluteError", {"mean_absolute_error", "mae", "MAE"}},
-      {Kind::mean_squared_error, "MeanSquaredError", {"mean_squared_error", "mse", "MSE"}},
-  };
-  return table;
+// Not classes: Keras's compile resolves these strings from the shapes (compile_utils.get_metric).
+bool is_accuracy(const std::string& name) { return name == "accuracy" || name == "acc"; }
+
+bool register_builtin_metrics(Registry<MetricClass>& registry) {
+  registry.add("kiln>BinaryAccuracy", {"binary_accuracy",
+                                       {{"threshold", 0.5}},
+                                       TargetForm::elementwise,
+                                       [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
+                                         // Strictly greater, as Keras: a prediction exactly at the threshold is class
+                                         // 0.
+                                         const Tensor predicted = ops::greater(
+                                             y_pred, ops::scalar_like(y_pred, args.get_double("threshold")));
+                                         return ops::mean(ops::equal(detail::match_rank(y_true, y_pred), predicted));
+                                       }});
+  registry.add("kiln>CategoricalAccuracy",
+               {"categorical_accuracy", Config::map(), TargetForm::one_hot,
+                [](const Tensor& y_true, const Tensor& y_pred, const Config&) {
+                  return ops::mean(ops::equal(detail::argmax_last(y_true), detail::argmax_last(y_pred)));
+                }});
+  registry.add("kiln>SparseCategoricalAccuracy",
+               {"sparse_categorical_accuracy", Config::map(), TargetForm::class_indices,
+                [](const Tensor& y_true, const Tensor& y_pred, const Config&) {
+                  return ops::mean(ops::equal(detail::sparse_labels(y_true, y_pred), detail::argmax_last(y_pred)));
+                }});
+  registry.add("kiln>MeanAbsoluteError",
+               {"mean_absolute_error", Config::map(), TargetForm::elementwise,
+                [](const Tensor& y_true, const Tensor& y_pred, const Config&) {
+                  return ops::mean_absolute_error(detail::match_rank(y_true, y_pred), y_pred);
+                }},
+               {"mae", "MAE"});
+  registry.add("kiln>MeanSquaredError",
+               {"mean_squared_error", Config::map(), TargetForm::elementwise,
+                [](const Tensor& y_true, const Tensor& y_pred, const Config&) {
+                  return ops::mean_squared_error(detail::match_rank(y_true, y_pred), y_pred);
+                }},
+               {"mse", "MSE"});
+  return true;
+}
+
+}  // namespace
+
+// The built-ins register with the registry's first use (a static Metric elsewhere may come first).
+Registry<MetricClass>& metric_registry() {
+  static Registry<MetricClass> registry("metric", [](const std::string& key, const MetricClass& metric) -> std::string {
+    return metric.compute ? "" : "metric " + key + " has no function";
+  });
+  [[maybe_unused]] static const bool builtins = register_builtin_metrics(registry);
+  return registry;
 }
 
 std::vector<std::string> Metric::names() {
-  std::vector<std::string> result;
-  for (const Definition& definition : definitions()) {
-    if (!definition.class_name.empty()) result.push_back(definition.class_name);
-    result.insert(result.end(), definition.aliases.begin(), definition.aliases.end());
-  }
+  std::vector<std::string> result = {"accuracy", "acc"};
+  const std::vector<std::string>& keys = metric_registry().keys();
+  result.insert(result.end(), keys.begin(), keys.end());
   return result;
 }
 
-const Metric::Definition& Metric::find(const std::string& name) {
-  for (const Definition& definition : definitions())
-    if ((!name.empty() && definition.class_name == name) ||
-        std::find(definition.aliases.begin(), definition.aliases.end(), name) != definition.aliases.end())
-      return definition;
-  std::string message = "unknown metric '" + name + "'";
-  message += did_you_mean(nearest_names(name, names()));
-  throw ConfigError(message);
-}
-
-const Metric::Definition& Metric::definition_of(Kind kind) {
-  for (const Definition& definition : definitions())
-    if (definition.kind == kind) return definition;
-  throw Error("Metric: no definition for a kind");  // unreachable: the table lists every kind
-}
-
-Metric::Metric(const Definition& definition, std::string name)
-    : kind_(definition.kind), class_name_(definition.class_name), name_(std::move(name)) {}
+Metric::Metric(const std::string& key, std::string name)
+    : metric_class_(&metric_registry().get(key)),
+      key_(key),
+      class_name_(class_part(key)),
+      name_(std::move(name)),
+      arguments_(metric_class_->arguments.is_null() ? Config::map() : metric_class_->arguments) {}
 
 Metric::Metric(const char* name) : Metric(std::string(name)) {}
-Metric::Metric(const std::string& name) : Metric(find(name), name) {}
+
+Metric::Metric(const std::string& name) : name_(name) {
+  if (is_accuracy(name)) return;
+  if (metric_registry().find(name) == nullptr) {
+    std::vector<std::string> candidates = metric_registry().spellings();
+    candidates.insert(candidates.end(), {"accuracy", "acc"});
+    throw ConfigError("unknown metric '" + name + "'" + did_you_mean(nearest_names(name, candidates)));
+  }
+  *this = Metric(metric_registry().key_of(name), name);
+}
 
 Metric Metric::from_config(const Config& identifier) {
   if (identifier.type() == Config::Type::string) return Metric(identifier.as_string());
   if (!identifier.is_map())
     throw ConfigError("a metric is a name or {\"class_name\": ..., \"config\": {...}}, got " + identifier.to_string());
-  const Definition& definition = find(identifier.get_string("class_name"));
+  std::string class_name = identifier.get_string("class_name");
+  if (const Config* registered = identifier.find("registered_name"); registered != nullptr && !registered->is_null())
+    class_name = registered->as_string("key 'registered_name'");
+  const std::string key = metric_registry().key_of(class_name);
+  const MetricClass& metric_class = metric_registry().get(key);
   const Config* found = identifier.find("config");
-  const Config config = found != nullptr ? *found : Config();
-  ConfigReader args(config, definition.class_name.empty() ? "accuracy" : definition.class_name);
-  Metric metric(definition, args.text("name", definition.aliases.front()));
+  ConfigReader args(found != nullptr ? *found : Config(), class_part(key));
+  Metric metric(key, args.text("name", metric_class.default_name));
   args.value("dtype");  // kiln computes a metric in the predictions' dtype
-  if (metric.kind_ == Kind::binary_accuracy) metric.threshold_ = args.number("threshold", 0.5);
+  for (const Config::Entry& entry : metric_class.arguments.items())
+    if (const Config& given = args.value(entry.first); !given.is_null())
+      metric.arguments_.set(entry.first, entry.second.type() == Config::Type::number
+                                             ? Config(given.as_double(args.who() + " argument '" + entry.first + "'"))
+                                             : given);
   args.finish();
   return metric;
 }
@@ -77,11 +113,20 @@ std::string Metric::describe() const {
   return (class_name_.empty() ? std::string("accuracy") : class_name_) + " metric '" + name_ + "'";
 }
 
+double Metric::threshold() const { return arguments_.get_double("threshold", 0.5); }
+
 Config Metric::get_config() const {
   if (!resolved()) throw ValueError(describe() + ": resolve() it from the target and prediction shapes first");
   Config config = {{"name", name_}, {"dtype", Config()}};
-  if (kind_ == Kind::binary_accuracy) config.set("threshold", threshold_);
+  for (const Config::Entry& entry : arguments_.items()) config.set(entry.first, entry.second);
   return config;
+}
+
+Config Metric::serialize() const {
+  if (!resolved()) return Config(name_);
+  Config serialized = {{"class_name", class_name_}, {"config", get_config()}};
+  if (key_.rfind("kiln>", 0) != 0) serialized.set("registered_name", key_);
+  return serialized;
 }
 
 // Keras's compile_utils.get_metric: the same test, on the same shapes.
@@ -93,43 +138,25 @@ Metric Metric::resolve(const Shape& y_true, const Shape& y_pred) const {
   const std::int64_t true_last = y_true.dim(-1), pred_last = y_pred.dim(-1);
   const bool binary = pred_last == 1;
   const bool sparse = y_true.rank() < y_pred.rank() || (true_last == 1 && pred_last > 1);
-  const Kind kind = binary   ? Kind::binary_accuracy
-                    : sparse ? Kind::sparse_categorical_accuracy
-                             : Kind::categorical_accuracy;
-  Metric metric(definition_of(kind), name_);
-  metric.threshold_ = threshold_;
-  return metric;
+  return Metric(binary   ? "kiln>BinaryAccuracy"
+                : sparse ? "kiln>SparseCategoricalAccuracy"
+                         : "kiln>CategoricalAccuracy",
+                name_);
 }
 
 void Metric::check(const Shape& y_true, const Shape& y_pred) const {
   if (!resolved()) return resolve(y_true, y_pred).check(y_true, y_pred);
-  const detail::TargetForm form = kind_ == Kind::categorical_accuracy          ? detail::TargetForm::one_hot
-                                  : kind_ == Kind::sparse_categorical_accuracy ? detail::TargetForm::class_indices
-                                                                               : detail::TargetForm::elementwise;
-  detail::check_targets(describe(), form, y_true, y_pred);
+  detail::check_targets(describe(), metric_class_->targets, y_true, y_pred);
 }
 
 Tensor Metric::operator()(const Tensor& y_true, const Tensor& y_pred) const {
   if (!resolved()) return resolve(y_true.shape(), y_pred.shape())(y_true, y_pred);
   check(y_true.shape(), y_pred.shape());
-  switch (kind_) {
-    case Kind::binary_accuracy: {
-      // Strictly greater, as Keras: a prediction exactly at the threshold is class 0.
-      const Tensor predicted = ops::greater(y_pred, ops::scalar_like(y_pred, threshold_));
-      return ops::mean(ops::equal(detail::match_rank(y_true, y_pred), predicted));
-    }
-    case Kind::categorical_accuracy:
-      return ops::mean(ops::equal(detail::argmax_last(y_true), detail::argmax_last(y_pred)));
-    case Kind::sparse_categorical_accuracy:
-      return ops::mean(ops::equal(detail::sparse_labels(y_true, y_pred), detail::argmax_last(y_pred)));
-    case Kind::mean_absolute_error:
-      return ops::mean_absolute_error(detail::match_rank(y_true, y_pred), y_pred);
-    case Kind::mean_squared_error:
-      return ops::mean_squared_error(detail::match_rank(y_true, y_pred), y_pred);
-    case Kind::accuracy:
-      break;
-  }
-  throw Error(describe() + ": unresolved");  // unreachable: resolved above
+  const Tensor value = metric_class_->compute(y_true, y_pred, arguments_);
+  if (!value.valid() || value.rank() != 0)
+    throw ShapeError(describe() + ": a metric function must return a scalar" +
+                     (value.valid() ? ", got shape " + value.shape().to_string() : std::string(", got nothing")));
+  return value;
 }
 
 }  // namespace kiln

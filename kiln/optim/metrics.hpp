@@ -13,26 +13,51 @@
 // Arg-max ties: categorical and sparse categorical accuracy take the first index of the maximum, exactly as
 // Keras (NumPy's argmax) does, so a tie counts as correct only when the true class is the first of the tied
 // ones. A row with a NaN prediction counts as wrong.
+#include <functional>
 #include <string>
 #include <vector>
 
+#include <kiln/core/registry.hpp>
 #include <kiln/core/shape.hpp>
 #include <kiln/core/tensor.hpp>
 #include <kiln/layers/config.hpp>
+#include <kiln/optim/losses.hpp>
 
 namespace kiln {
+
+// A registered metric class: Keras's default name for it (the log key when a config gives none), its own
+// arguments with their defaults, how its targets meet its predictions, and the batch mean itself.
+//
+//   KILN_REGISTER_METRIC("acme>WithinTenth", {"within_tenth", kiln::Config::map(),
+//       kiln::TargetForm::elementwise,
+//       [](const kiln::Tensor& y_true, const kiln::Tensor& y_pred, const kiln::Config&) {
+//         return kiln::ops::mean(kiln::ops::less(kiln::ops::abs(y_pred - y_true),
+//                                                kiln::ops::scalar_like(y_pred, 0.1)));
+//       }});
+//   model.compile("adam", "mse", {"within_tenth"});
+struct MetricClass {
+  using Compute = std::function<Tensor(const Tensor& y_true, const Tensor& y_pred, const Config& arguments)>;
+  std::string default_name;  // "binary_accuracy"
+  Config arguments;          // its own arguments (besides name and dtype) with their defaults: {"threshold": 0.5}
+  TargetForm targets = TargetForm::elementwise;
+  Compute compute;  // the batch mean, a () tensor; `arguments` holds every argument
+};
+
+// Every metric class by key ("kiln>BinaryAccuracy"); "BinaryAccuracy", "binary_accuracy" and registered
+// aliases ("mae") find it too. "accuracy" and "acc" are not classes: Metric resolves them from the shapes.
+Registry<MetricClass>& metric_registry();
 
 class Metric {
  public:
   // "accuracy"/"acc", "binary_accuracy"/"BinaryAccuracy", "categorical_accuracy"/"CategoricalAccuracy",
   // "sparse_categorical_accuracy"/"SparseCategoricalAccuracy", "mae"/"mean_absolute_error"/
-  // "MeanAbsoluteError", "mse"/"mean_squared_error"/"MeanSquaredError". Unknown names throw ConfigError
-  // with the nearest ones.
+  // "MeanAbsoluteError", "mse"/"mean_squared_error"/"MeanSquaredError", or a class of your own. Unknown
+  // names throw ConfigError with the nearest ones.
   Metric(const char* name);         // NOLINT: implicit, so metrics = {"accuracy", "mae"} reads like Keras
   Metric(const std::string& name);  // NOLINT
   // A name, or {"class_name": "BinaryAccuracy", "config": {"name": ..., "threshold": 0.5, ...}}.
   static Metric from_config(const Config& identifier);
-  static std::vector<std::string> names();
+  static std::vector<std::string> names();  // "accuracy", "acc" and every registered key
 
   // The concrete metric for targets and predictions of these shapes ("accuracy" becomes one of the three
   // accuracies; the others are returned unchanged).
@@ -45,30 +70,26 @@ class Metric {
   const std::string& name() const { return name_; }  // the log key: as given ("acc", "mae"), or the config's
   // "BinaryAccuracy", ...; empty for "accuracy" until resolved.
   const std::string& class_name() const { return class_name_; }
-  bool resolved() const { return kind_ != Kind::accuracy; }
-  double threshold() const { return threshold_; }  // binary accuracy: a prediction > threshold is class 1
+  bool resolved() const { return metric_class_ != nullptr; }
+  double threshold() const;   // binary accuracy: a prediction > threshold is class 1
   Config get_config() const;  // {"name": ..., "dtype": null (, "threshold": ...)}; ValueError before resolve()
+  // {"class_name": ..., "config": ...} (with "registered_name" for a class of your own), or the name of
+  // an unresolved "accuracy".
+  Config serialize() const;
 
  private:
-  enum class Kind {
-    accuracy,
-    binary_accuracy,
-    categorical_accuracy,
-    sparse_categorical_accuracy,
-    mean_absolute_error,
-    mean_squared_error
-  };
-  struct Definition;
-  static const std::vector<Definition>& definitions();
-  static const Definition& find(const std::string& name);
-  static const Definition& definition_of(Kind kind);
-  Metric(const Definition& definition, std::string name);
+  Metric(const std::string& key, std::string name);
   std::string describe() const;
 
-  Kind kind_ = Kind::accuracy;
+  const MetricClass* metric_class_ = nullptr;  // none for "accuracy" until resolved
+  std::string key_;
   std::string class_name_;
   std::string name_;
-  double threshold_ = 0.5;
+  Config arguments_;
 };
 
 }  // namespace kiln
+
+// Registers a MetricClass under "Package>Name", optionally with aliases: KILN_REGISTER_METRIC("acme>Name", {...});
+// or KILN_REGISTER_METRIC("acme>Name", {...}, {"alias"});
+#define KILN_REGISTER_METRIC(key, ...) KILN_AT_STARTUP(::kiln::metric_registry().add(key, __VA_ARGS__))

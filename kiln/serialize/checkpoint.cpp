@@ -10,10 +10,10 @@
 #include <system_error>
 #include <utility>
 
+#include <kiln/core/detail/python_float.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/layers/model.hpp>
 #include <kiln/serialize/saving.hpp>
-#include <kiln/train/detail/python_float.hpp>
 
 namespace kiln {
 namespace {
@@ -446,5 +446,32 @@ void ModelCheckpoint::write(TrainingState& state, const std::string& path) {
     save_model(*state.model, path);
   saved_.push_back(path);
 }
+
+// ---- by name ----------------------------------------------------------------------------------------------
+
+namespace {
+
+CallbackPtr checkpoint_from_config(const Config& config) {
+  ConfigReader args(config, "ModelCheckpoint");
+  ModelCheckpoint::Options options;
+  options.filepath = args.text("filepath", "");
+  options.monitor = args.text("monitor", options.monitor);
+  options.verbose = static_cast<int>(args.integer("verbose", options.verbose));
+  options.save_best_only = args.boolean("save_best_only", options.save_best_only);
+  options.save_weights_only = args.boolean("save_weights_only", options.save_weights_only);
+  options.mode = args.text("mode", options.mode);
+  if (const Config& freq = args.value("save_freq"); freq.type() == Config::Type::string)
+    options.save_freq = freq.as_string();
+  else if (!freq.is_null())
+    options.save_freq = freq.as_int("ModelCheckpoint argument 'save_freq'");
+  if (args.has("initial_value_threshold"))
+    options.initial_value_threshold = args.number("initial_value_threshold", 0.0);
+  args.finish();
+  return std::make_shared<ModelCheckpoint>(options);
+}
+
+}  // namespace
+
+KILN_REGISTER_CALLBACK("kiln>ModelCheckpoint", checkpoint_from_config);
 
 }  // namespace kiln

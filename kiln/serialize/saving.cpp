@@ -69,9 +69,7 @@ Config compile_config(const Trainer& trainer) {
     losses.push_back(loss.serialize());
   }
   Config metrics = Config::list();
-  for (const Metric& metric : trainer.metrics())
-    metrics.push_back(metric.resolved() ? Config{{"class_name", metric.class_name()}, {"config", metric.get_config()}}
-                                        : Config(metric.name()));
+  for (const Metric& metric : trainer.metrics()) metrics.push_back(metric.serialize());
   Config loss = losses.size() == 1 ? losses.as_list().front() : losses;
   return Config{{"optimizer", const_cast<Trainer&>(trainer).optimizer().serialize()},
                 {"loss", loss},

@@ -11,10 +11,10 @@
 #include <limits>
 
 #include <kiln/core/detail/files.hpp>
+#include <kiln/core/detail/python_float.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/layers/model.hpp>
 #include <kiln/optim/optimizer.hpp>
-#include <kiln/train/detail/python_float.hpp>
 
 namespace kiln {
 
@@ -333,31 +333,79 @@ void LambdaCallback::on_batch_end(TrainingState& state, std::int64_t batch, cons
   if (hooks_.on_batch_end) hooks_.on_batch_end(state, batch, logs);
 }
 
-namespace detail {
+// ---- the registry -------------------------------------------------------------------------------------------
 
-std::string python_float(double value) {
-  if (std::isnan(value)) return "nan";
-  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
-  char buffer[40];
-  const auto written = std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::scientific).ptr;
-  const std::string text(buffer, written);  // "-1.2345e-05"
-  const std::size_t e = text.find('e');
-  const bool negative = text[0] == '-';
-  std::string digits = text.substr(negative ? 1 : 0, e - (negative ? 1 : 0));
-  digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
-  const int exponent = std::stoi(text.substr(e + 1));
-  std::string out = negative ? "-" : "";
-  if (exponent >= 16 || exponent < -4) {
-    const std::string magnitude = std::to_string(std::abs(exponent));
-    out += digits.substr(0, 1) + (digits.size() > 1 ? "." + digits.substr(1) : "");
-    return out + "e" + (exponent < 0 ? "-" : "+") + (magnitude.size() < 2 ? "0" : "") + magnitude;
-  }
-  if (exponent < 0) return out + "0." + std::string(static_cast<std::size_t>(-exponent - 1), '0') + digits;
-  const auto integer_digits = static_cast<std::size_t>(exponent) + 1;
-  if (digits.size() <= integer_digits) return out + digits + std::string(integer_digits - digits.size(), '0') + ".0";
-  return out + digits.substr(0, integer_digits) + "." + digits.substr(integer_digits);
+namespace {
+
+EarlyStopping::Options early_stopping_options(const Config& config) {
+  ConfigReader args(config, "EarlyStopping");
+  EarlyStopping::Options options;
+  options.monitor = args.text("monitor", options.monitor);
+  options.min_delta = args.number("min_delta", options.min_delta);
+  options.patience = static_cast<int>(args.integer("patience", options.patience));
+  options.verbose = static_cast<int>(args.integer("verbose", options.verbose));
+  options.mode = args.text("mode", options.mode);
+  if (args.has("baseline")) options.baseline = args.number("baseline", 0.0);
+  options.restore_best_weights = args.boolean("restore_best_weights", options.restore_best_weights);
+  options.start_from_epoch = static_cast<int>(args.integer("start_from_epoch", options.start_from_epoch));
+  args.finish();
+  return options;
 }
 
-}  // namespace detail
+ReduceLROnPlateau::Options reduce_lr_options(const Config& config) {
+  ConfigReader args(config, "ReduceLROnPlateau");
+  ReduceLROnPlateau::Options options;
+  options.monitor = args.text("monitor", options.monitor);
+  options.factor = args.number("factor", options.factor);
+  options.patience = static_cast<int>(args.integer("patience", options.patience));
+  options.verbose = static_cast<int>(args.integer("verbose", options.verbose));
+  options.mode = args.text("mode", options.mode);
+  options.min_delta = args.number("min_delta", options.min_delta);
+  options.cooldown = static_cast<int>(args.integer("cooldown", options.cooldown));
+  options.min_lr = args.number("min_lr", options.min_lr);
+  args.finish();
+  return options;
+}
+
+CallbackPtr csv_logger(const Config& config) {
+  ConfigReader args(config, "CSVLogger");
+  const std::string filename = args.text("filename", "");
+  if (filename.empty()) args.fail("filename is required");
+  CSVLogger::Options options;
+  const std::string separator = args.text("separator", std::string(1, options.separator));
+  if (separator.size() != 1) args.fail("separator must be one character, got '" + separator + "'");
+  options.separator = separator.front();
+  options.append = args.boolean("append", options.append);
+  args.finish();
+  return std::make_shared<CSVLogger>(filename, options);
+}
+
+CallbackPtr terminate_on_nan(const Config& config) {
+  ConfigReader args(config, "TerminateOnNaN");
+  TerminateOnNaN::Options options;
+  options.raise_error = args.boolean("raise_error", options.raise_error);
+  args.finish();
+  return std::make_shared<TerminateOnNaN>(options);
+}
+
+}  // namespace
+
+Registry<CallbackFactory>& callback_registry() {
+  static Registry<CallbackFactory> registry("callback");
+  return registry;
+}
+
+CallbackPtr create_callback(const std::string& name, const Config& config) {
+  return callback_registry().get(name)(config);
+}
+
+KILN_REGISTER_CALLBACK("kiln>EarlyStopping", [](const Config& config) -> CallbackPtr {
+  return std::make_shared<EarlyStopping>(early_stopping_options(config));
+});
+KILN_REGISTER_CALLBACK("kiln>ReduceLROnPlateau", [](const Config& config) -> CallbackPtr {
+  return std::make_shared<ReduceLROnPlateau>(reduce_lr_options(config));
+});
+KILN_REGISTER_CALLBACK("kiln>CSVLogger", csv_logger);
+KILN_REGISTER_CALLBACK("kiln>TerminateOnNaN", terminate_on_nan);
 
 }  // namespace kiln

@@ -18,6 +18,8 @@
 #include <vector>
 
 #include <kiln/core/array.hpp>
+#include <kiln/core/registry.hpp>
+#include <kiln/layers/config.hpp>
 
 namespace kiln {
 
@@ -263,4 +265,25 @@ class LambdaCallback : public Callback {
   Options hooks_;
 };
 
+// ---- the registry ---------------------------------------------------------------------------------------
+
+// A registered callback class: how to make one from its config (Keras's constructor arguments).
+using CallbackFactory = std::function<CallbackPtr(const Config&)>;
+
+// Every callback class by key ("kiln>EarlyStopping", "kiln>ModelCheckpoint", ...); "EarlyStopping" finds it
+// too (core/registry.hpp). LambdaCallback holds functions and has no config, so it is not registered.
+Registry<CallbackFactory>& callback_registry();
+
+// create_callback("EarlyStopping", {{"patience", 3}, {"restore_best_weights", true}}): the arguments are
+// Keras's (EarlyStopping: monitor, min_delta, patience, verbose, mode, baseline, restore_best_weights,
+// start_from_epoch; ReduceLROnPlateau: monitor, factor, patience, verbose, mode, min_delta, cooldown,
+// min_lr; CSVLogger: filename, separator, append; TerminateOnNaN: raise_error; ModelCheckpoint: filepath,
+// monitor, verbose, save_best_only, save_weights_only, mode, save_freq, initial_value_threshold).
+// ConfigError for an unknown class or argument, with the nearest names.
+CallbackPtr create_callback(const std::string& name, const Config& config = {});
+
 }  // namespace kiln
+
+// Registers a callback factory under "Package>Name": KILN_REGISTER_CALLBACK("acme>Notify", [](const kiln::Config&
+// config) -> kiln::CallbackPtr { ... });
+#define KILN_REGISTER_CALLBACK(key, ...) KILN_AT_STARTUP(::kiln::callback_registry().add(key, __VA_ARGS__))

@@ -9,6 +9,7 @@
 
 #include <kiln/core/autodiff.hpp>
 #include <kiln/core/detail/program_pool.hpp>
+#include <kiln/core/detail/python_float.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/program.hpp>
@@ -16,7 +17,6 @@
 #include <kiln/layers/model.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/train/data.hpp>
-#include <kiln/train/detail/python_float.hpp>
 #include <kiln/train/model.hpp>
 #include <kiln/train/progress.hpp>
 
@@ -114,15 +114,7 @@ void Trainer::check_data(std::vector<Array>& x, std::vector<Array>& y, const std
     if (y[k].dtype() != input_dtypes[0]) y[k] = y[k].astype(input_dtypes[0]);
     const Loss& loss = losses_.size() == 1 ? losses_[0] : losses_[k];
     loss.check(with_unknown_batch(row_shape(y[k])), output_shapes[k]);
-    if (loss.class_name() == "SparseCategoricalCrossentropy") {
-      const std::int64_t classes = output_shapes[k].dim(-1);
-      for (std::size_t j = 0; j < y[k].size(); ++j) {
-        const double label = y[k].flat(j);
-        if (!(label >= 0 && label < static_cast<double>(classes) && std::floor(label) == label))
-          throw ValueError(who + ": sparse label " + detail::python_float(label) + " at index " + std::to_string(j) +
-                           " of y[" + std::to_string(k) + "] is not a class in [0, " + std::to_string(classes) + ")");
-      }
-    }
+    loss.check_values(y[k], output_shapes[k], who + ": y[" + std::to_string(k) + "]");
   }
 }
 

@@ -667,3 +667,19 @@ TEST_CASE("ModelCheckpoint refuses weights that are no longer finite, whatever t
                                  Catch::Contains("weight 'dense/kernel' is not finite"));
   CHECK(kiln::load_model(dir.file("last.kiln")).epochs_trained() == 1);
 }
+
+TEST_CASE("ModelCheckpoint by name, from Keras's arguments", "[serialize][checkpoint][registry]") {
+  auto saver = std::dynamic_pointer_cast<ModelCheckpoint>(
+      kiln::create_callback("ModelCheckpoint", Config{{"filepath", "best-{epoch:02d}.kiln"},
+                                                      {"save_best_only", true},
+                                                      {"monitor", "loss"},
+                                                      {"save_freq", 5},
+                                                      {"initial_value_threshold", 0.25}}));
+  REQUIRE(saver);
+  CHECK(saver->options().filepath == "best-{epoch:02d}.kiln");
+  CHECK(saver->options().save_best_only);
+  CHECK(std::get<std::int64_t>(saver->options().save_freq) == 5);
+  CHECK(saver->best() == 0.25);
+  CHECK_THROWS_AS(kiln::create_callback("ModelCheckpoint", Config{{"filepath", "x.kiln"}, {"save_freq", "batch"}}),
+                  ConfigError);
+}

@@ -44,6 +44,28 @@ class Shift : public kiln::Layer {
 };
 KILN_REGISTER_LAYER("acme>Shift", Shift);
 
+// A user's loss, metric and initializer, registered as a layer is: by key, with a config.
+KILN_REGISTER_LOSS("acme>Cubic", {"cubic",
+                                  {{"scale", 1.0}},
+                                  kiln::TargetForm::elementwise,
+                                  [](const Tensor& y_true, const Tensor& y_pred, const Config& arguments) {
+                                    const Tensor d = kiln::ops::abs(y_pred - y_true);
+                                    return kiln::ops::mean(d * d * d) * arguments.get_double("scale");
+                                  },
+                                  {}});
+KILN_REGISTER_METRIC("acme>WithinTenth",
+                     {"within_tenth",
+                      {{"tolerance", 0.1}},
+                      kiln::TargetForm::elementwise,
+                      [](const Tensor& y_true, const Tensor& y_pred, const Config& arguments) {
+                        const Tensor tolerance = kiln::ops::scalar_like(y_pred, arguments.get_double("tolerance"));
+                        return kiln::ops::mean(kiln::ops::less(kiln::ops::abs(y_pred - y_true), tolerance));
+                      }});
+KILN_REGISTER_INITIALIZER("acme>Halves", {kiln::Config::map(), [](std::vector<double>& values, const kiln::Fans&,
+                                                                  const Config&, kiln::Rng&) {
+                                            for (double& value : values) value = 0.5;
+                                          }});
+
 struct ModelCase {
   std::string covers;  // the registered class it is here for
   std::function<Model()> make;
@@ -469,4 +491,48 @@ TEST_CASE("a kiln file from before config version 2 keeps MHAttention's old dime
   // The same config read as a current one is a mistake, not an old file.
   Config current = read_model_config(dir.file("old.kiln"));
   CHECK_THROWS_AS(model_from_config(current), ConfigError);
+}
+
+TEST_CASE("a model compiled with a user's registered loss and metric saves and reloads compiled",
+          "[serialize][saving][registry]") {
+  using namespace kiln;
+  TempDir dir;
+  Tensor x = Input({None, 3});
+  Model model(x, Dense(2, "", Config{{"kernel_initializer", "halves"}})(x));
+  CHECK(model.get_weights()[0].flat(0) == 0.5);
+  model.compile(create_optimizer("adam"),
+                Loss::from_config(Config{{"class_name", "Cubic"}, {"config", Config{{"scale", 2.0}}}}),
+                {Metric::from_config(Config{{"class_name", "WithinTenth"}, {"config", Config{{"tolerance", 0.25}}}})});
+  const Array data = random_input({12, 3}, 3), targets = random_input({12, 2}, 4);
+  model.fit(data, targets, FitOptions().epochs(2).batch_size(4).verbose(0));
+  model.save(dir.file("model.kiln"));
+
+  const Model loaded = load_model(dir.file("model.kiln"));
+  REQUIRE_NOTHROW(loaded.optimizer());  // compiled (a user's loss used to reload uncompiled)
+  CHECK(loaded.epochs_trained() == 2);
+  const Logs expected = model.evaluate(data, targets), scores = loaded.evaluate(data, targets);
+  CHECK(scores.at("loss") == expected.at("loss"));
+  CHECK(scores.at("within_tenth") == expected.at("within_tenth"));
+  const Config compiled = read_model_config(dir.file("model.kiln")).at("compile_config");
+  CHECK(compiled.at("loss").get_string("registered_name") == "acme>Cubic");
+  CHECK(compiled.at("loss").at("config").get_double("scale") == 2.0);
+  CHECK(compiled.get_list("metrics").at(0).get_string("registered_name") == "acme>WithinTenth");
+  CHECK(compiled.get_list("metrics").at(0).at("config").get_double("tolerance") == 0.25);
+  const Config layer = read_model_config(dir.file("model.kiln")).at("config").get_list("layers").at(1);
+  CHECK(layer.at("config").at("kernel_initializer").get_string("registered_name") == "acme>Halves");
+  // Training goes on from the file, as an uninterrupted run would.
+  CHECK_NOTHROW(loaded.fit(data, targets, FitOptions().initial_epoch(2).epochs(3).batch_size(4).verbose(0)));
+}
+
+TEST_CASE("a model compiled with an unregistered loss function still saves, uncompiled",
+          "[serialize][saving][registry]") {
+  using namespace kiln;
+  TempDir dir;
+  Tensor x = Input({None, 3});
+  Model model(x, Dense(2)(x));
+  model.compile(create_optimizer("sgd"), Loss("mine", [](const Tensor& y_true, const Tensor& y_pred) {
+                  return ops::mean(ops::abs(y_pred - y_true));
+                }));
+  model.save(dir.file("model.kiln"));
+  CHECK_THROWS_AS(load_model(dir.file("model.kiln")).optimizer(), LayerStateError);
 }

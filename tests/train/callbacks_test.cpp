@@ -510,3 +510,42 @@ TEST_CASE("LambdaCallback forwards to the hooks that are set", "[train][callback
   CHECK(logs.at("seen") == 1.0);
   CHECK(state.stop_training);
 }
+
+// ---- callbacks by name ----------------------------------------------------------------------------------------
+
+TEST_CASE("create_callback makes the built-in callbacks from Keras's arguments", "[train][callbacks][registry]") {
+  auto stop = std::dynamic_pointer_cast<kiln::EarlyStopping>(kiln::create_callback(
+      "EarlyStopping",
+      kiln::Config{{"monitor", "loss"}, {"patience", 3}, {"restore_best_weights", true}, {"baseline", 0.5}}));
+  REQUIRE(stop);
+  CHECK(stop->options().monitor == "loss");
+  CHECK(stop->options().patience == 3);
+  CHECK(stop->options().restore_best_weights);
+  CHECK(stop->options().baseline == 0.5);
+  auto reduce = std::dynamic_pointer_cast<kiln::ReduceLROnPlateau>(
+      kiln::create_callback("kiln>ReduceLROnPlateau", kiln::Config{{"factor", 0.5}, {"cooldown", 2}}));
+  REQUIRE(reduce);
+  CHECK(reduce->options().factor == 0.5);
+  CHECK(reduce->options().cooldown == 2);
+  CHECK(reduce->options().monitor == "val_loss");
+  auto logger = std::dynamic_pointer_cast<kiln::CSVLogger>(
+      kiln::create_callback("csv_logger", kiln::Config{{"filename", "log.csv"}, {"separator", ";"}, {"append", true}}));
+  REQUIRE(logger);
+  CHECK(logger->filename() == "log.csv");
+  CHECK(logger->options().separator == ';');
+  CHECK(logger->options().append);
+  CHECK(std::dynamic_pointer_cast<kiln::TerminateOnNaN>(kiln::create_callback("TerminateOnNaN")));
+  CHECK_NOTHROW(kiln::callback_registry().check());
+}
+
+TEST_CASE("create_callback refuses unknown callbacks and arguments, naming the nearest",
+          "[train][callbacks][registry]") {
+  CHECK_THROWS_AS(kiln::create_callback("EarlyStoping"), kiln::ConfigError);
+  CHECK_THROWS_WITH(kiln::create_callback("EarlyStoping"), Catch::Contains("did you mean 'kiln>EarlyStopping'"));
+  CHECK_THROWS_WITH(
+      kiln::create_callback("EarlyStopping", kiln::Config{{"patiense", 3}}),
+      Catch::Contains("EarlyStopping") && Catch::Contains("'patiense'") && Catch::Contains("did you mean 'patience'"));
+  CHECK_THROWS_WITH(kiln::create_callback("CSVLogger"), Catch::Contains("filename is required"));
+  CHECK_THROWS_WITH(kiln::create_callback("CSVLogger", kiln::Config{{"filename", "a.csv"}, {"separator", ";;"}}),
+                    Catch::Contains("one character"));
+}

@@ -4,6 +4,7 @@
 
 #include <kiln/core/shape.hpp>
 #include <kiln/core/tensor.hpp>
+#include <kiln/optim/losses.hpp>
 
 namespace kiln::detail {
 
@@ -21,9 +22,8 @@ bool sparse_fits(const Shape& y_true, const Shape& y_pred);
 // The indices with the trailing axis of 1 (if any) dropped.
 Tensor sparse_labels(const Tensor& y_true, const Tensor& y_pred);
 
-// How a loss or metric reads its targets; check_targets throws ShapeError naming `who` and both shapes
-// when y_true cannot meet y_pred that way (and when y_pred has no axis at all).
-enum class TargetForm { one_hot, class_indices, elementwise };
+// check_targets throws ShapeError naming `who` and both shapes when y_true cannot meet y_pred as `form`
+// says (and when y_pred has no axis at all, unless the form is any).
 void check_targets(const std::string& who, TargetForm form, const Shape& y_true, const Shape& y_pred);
 
 // Index of the first maximum along the last axis, as the input's dtype: NumPy's argmax, composed from
