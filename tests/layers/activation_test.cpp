@@ -99,3 +99,19 @@ TEST_CASE("Activation: unknown names and arguments fail early, naming the layer"
   CHECK_THROWS_WITH(kiln::Activation(Config::map()), Catch::Contains("'activation' is required"));
   CHECK_THROWS_AS(kiln::Activation(Config{{"activation", 3}}), kiln::ConfigError);
 }
+
+// ---- the layer harness ---------------------------------------------------------------------------------
+
+namespace {
+LayerSpec activation_spec() {
+  constexpr std::int64_t any = Shape::unknown;
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::Activation("swish")); };
+  spec.call = LayerCase{{random_input({3, 4}, 2)}};
+  spec.output_shapes = {Shape{any, 4}};
+  spec.bad_inputs = {{"two inputs", {{any, 4}, {any, 4}}, "takes 1 inputs, got 2"}};
+  return spec;
+}
+}  // namespace
+
+KILN_LAYER_HARNESS("kiln>Activation", activation_spec)

@@ -207,3 +207,34 @@ TEST_CASE("Attention (Keras): concat scores have gradients and round-trip their 
   CHECK(config.at("seed").is_null());
   CHECK_THROWS_AS(kiln::Attention(false, "additive"), kiln::ConfigError);
 }
+
+// ---- the layer harness ---------------------------------------------------------------------------------
+
+namespace {
+LayerSpec dot_product_attention_spec() {
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::DotProductAttention(true)); };
+  spec.call = qkv_case(2, 3, 5, 4, 6);
+  spec.call.tensor_args = {{"mask", padding_mask({5, 2}, 5)}};
+  spec.call.options = {{"use_causal_mask", true}, {"return_attention_scores", true}};
+  spec.output_shapes = {Shape{None, 3, 6}, Shape{None, 3, 5}};
+  spec.bad_inputs = {{"another query depth",
+                      {{None, 3, 5}, {None, 5, 5}, {None, 5, 6}},
+                      "was built (and scaled) for another query depth"}};
+  return spec;
+}
+
+// Keras's Attention with its scale weight: [query, value] and the value's padding mask.
+LayerSpec attention_spec() {
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::Attention(/*use_scale=*/true)); };
+  spec.call = LayerCase({random_input({2, 3, 4}, 1), random_input({2, 5, 4}, 2)});
+  spec.call.tensor_args = {{"value_mask", padding_mask({5, 3}, 5)}};
+  spec.output_shapes = {Shape{None, 3, 4}};
+  spec.bad_inputs = {{"one input", {{None, 3, 4}}, "takes 2 to 3 inputs, got 1"}};
+  return spec;
+}
+}  // namespace
+
+KILN_LAYER_HARNESS("kiln>DotProductAttention", dot_product_attention_spec)
+KILN_LAYER_HARNESS("kiln>Attention", attention_spec)

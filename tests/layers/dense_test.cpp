@@ -82,3 +82,20 @@ TEST_CASE("Dense: zero input features give the bias, not a crash", "[layers][den
   REQUIRE(out.at(0).shape() == Shape{2, 3});
   for (std::size_t i = 0; i < out[0].size(); ++i) CHECK(out[0].flat(i) == 1.0);
 }
+
+// ---- the layer harness ---------------------------------------------------------------------------------
+
+namespace {
+LayerSpec dense_spec() {
+  constexpr std::int64_t any = Shape::unknown;
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::Dense(4, "tanh", {{"bias_initializer", "random_normal"}})); };
+  spec.call = LayerCase{{random_input({3, 2, 5}, 2)}};
+  spec.output_shapes = {Shape{any, 2, 4}};
+  spec.bad_inputs = {{"another last dimension", {{any, 2, 6}}, "was built for inputs with last dimension 5"},
+                     {"two inputs", {{any, 5}, {any, 5}}, "takes 1 inputs, got 2"}};
+  return spec;
+}
+}  // namespace
+
+KILN_LAYER_HARNESS("kiln>Dense", dense_spec)

@@ -133,3 +133,19 @@ TEST_CASE("Dropout: bad rates and noise_shape fail early", "[layers][dropout][er
   CHECK_THROWS_WITH(kiln::Dropout(Config{{"rate", 0.5}, {"sed", 1}}), Catch::Contains("unknown argument 'sed'"));
   CHECK_THROWS_AS(kiln::Dropout(Config{{"rate", "half"}}), kiln::ConfigError);
 }
+
+// ---- the layer harness (inference: the identity) ------------------------------------------------------------
+
+namespace {
+LayerSpec dropout_spec() {
+  constexpr std::int64_t any = Shape::unknown;
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::Dropout(0.3, {{"seed", 5}})); };
+  spec.call = LayerCase{{random_input({2, 4, 3}, 2)}};
+  spec.output_shapes = {Shape{any, 4, 3}};
+  spec.bad_inputs = {{"two inputs", {{any, 3}, {any, 3}}, "takes 1 inputs, got 2"}};
+  return spec;
+}
+}  // namespace
+
+KILN_LAYER_HARNESS("kiln>Dropout", dropout_spec)

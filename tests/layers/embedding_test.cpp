@@ -94,3 +94,20 @@ TEST_CASE("Embedding: bad arguments and indices fail with typed errors", "[layer
   CHECK_THROWS_WITH(run_layer(*embedding, LayerCase{{out_of_range}}),
                     Catch::Contains("tokens") && Catch::Contains("out of range") && Catch::Contains("(4, 2)"));
 }
+
+// ---- the layer harness (the indices have no gradient: the embeddings do) -------------------------------------
+
+namespace {
+LayerSpec embedding_spec() {
+  constexpr std::int64_t any = Shape::unknown;
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::Embedding(10, 4)); };
+  spec.call = LayerCase{{indices({3, 5}, 10)}};
+  spec.output_shapes = {Shape{any, 5, 4}};
+  spec.gradients.check_inputs = false;
+  spec.bad_inputs = {{"two inputs", {{any, 5}, {any, 5}}, "takes 1 inputs, got 2"}};
+  return spec;
+}
+}  // namespace
+
+KILN_LAYER_HARNESS("kiln>Embedding", embedding_spec)

@@ -149,3 +149,22 @@ TEST_CASE("LayerNormalization: other axes and bad shapes fail, naming the layer"
   CHECK_THROWS_WITH(norm(wider), Catch::Contains("LayerNormalization 'ln'") && Catch::Contains("(None, 3, 5)") &&
                                      Catch::Contains("(None, 3, 4)"));
 }
+
+// ---- the layer harness ---------------------------------------------------------------------------------
+
+namespace {
+LayerSpec layer_normalization_spec() {
+  constexpr std::int64_t any = Shape::unknown;
+  LayerSpec spec;
+  spec.make = [] {
+    return kiln::LayerPtr(kiln::LayerNormalization(
+        1e-3, {{"gamma_initializer", "random_normal"}, {"beta_initializer", "random_normal"}}));
+  };
+  spec.call = LayerCase{{random_input({2, 3, 5}, 2)}};
+  spec.output_shapes = {Shape{any, 3, 5}};
+  spec.bad_inputs = {{"another last dimension", {{any, 3, 6}}, "was built for inputs with last dimension 5"}};
+  return spec;
+}
+}  // namespace
+
+KILN_LAYER_HARNESS("kiln>LayerNormalization", layer_normalization_spec)

@@ -403,3 +403,14 @@ TEST_CASE("to_snake_case: Keras's base names", "[layers][names]") {
   CHECK(kiln::to_snake_case("dense") == "dense");
   CHECK(kiln::to_snake_case("") == "");
 }
+
+TEST_CASE("every registered layer goes through the layer harness", "[layers][harness]") {
+  // Test-only layers (acme>, test>) are exempt, and so is the InputLayer: it makes placeholders and is
+  // never called on tensors (tests/layers/model_test.cpp covers it).
+  for (const std::string& key : kiln::layer_registry().keys()) {
+    if (key.rfind("kiln>", 0) != 0 && key.rfind("Custom>", 0) != 0) continue;
+    if (key == "kiln>InputLayer") continue;
+    INFO(key << " has no KILN_LAYER_HARNESS case");
+    CHECK(kiln::testing::harnessed_layers().count(key) == 1);
+  }
+}

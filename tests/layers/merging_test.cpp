@@ -130,3 +130,31 @@ TEST_CASE("Concatenate: mismatched shapes and bad axes fail, naming the layer", 
   CHECK_THROWS_WITH(ranks({a, matrix}), Catch::Contains("Concatenate 'ranks'") && Catch::Contains("same rank"));
   CHECK_THROWS_AS(kiln::Concatenate(Config{{"axis", "last"}}), kiln::ConfigError);
 }
+
+// ---- the layer harness ---------------------------------------------------------------------------------
+
+namespace {
+LayerSpec add_spec() {
+  constexpr std::int64_t any = Shape::unknown;
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::Add()); };
+  spec.call = LayerCase{{random_input({2, 3}, 1), random_input({2, 3}, 2), random_input({2, 3}, 3)}};
+  spec.output_shapes = {Shape{any, 3}};
+  spec.bad_inputs = {{"shapes that do not broadcast", {{any, 3}, {any, 4}}, "inputs must broadcast to one shape"},
+                     {"one input", {{any, 3}}, "takes at least 2 inputs, got 1"}};
+  return spec;
+}
+
+LayerSpec concatenate_spec() {
+  constexpr std::int64_t any = Shape::unknown;
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::Concatenate(-1)); };
+  spec.call = LayerCase{{random_input({2, 3}, 1), random_input({2, 4}, 2)}};
+  spec.output_shapes = {Shape{any, 7}};
+  spec.bad_inputs = {{"different ranks", {{any, 3}, {any, 2, 2}}, "inputs must have the same rank"}};
+  return spec;
+}
+}  // namespace
+
+KILN_LAYER_HARNESS("kiln>Add", add_spec)
+KILN_LAYER_HARNESS("kiln>Concatenate", concatenate_spec)

@@ -178,3 +178,18 @@ TEST_CASE("MHAttention: a window other than the built one is a ShapeError naming
   CHECK_THROWS_AS(kiln::MHAttention(0, 2), kiln::ConfigError);
   CHECK_THROWS_AS(kiln::MHAttention(Config{{"key_size", 2}}), kiln::ConfigError);
 }
+
+// ---- the layer harness ---------------------------------------------------------------------------------
+
+namespace {
+LayerSpec mh_attention_spec() {
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::MHAttention(2, 2)); };
+  spec.call = LayerCase({random_input({2, 4, 6}, 5)});
+  spec.output_shapes = {Shape{None, 4, 6}};
+  spec.bad_inputs = {{"another window", {{None, 4, 5}}, "was built for a window of 6"}};
+  return spec;
+}
+}  // namespace
+
+KILN_LAYER_HARNESS("Custom>MHAttention", mh_attention_spec)

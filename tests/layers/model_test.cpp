@@ -628,3 +628,35 @@ TEST_CASE("Model: a layer called twice on the same tensor is two calls", "[layer
   for (std::size_t i = 0; i < difference.size(); ++i) largest = std::max(largest, std::fabs(difference.flat(i)));
   CHECK(largest > 0);
 }
+
+// ---- the layer harness: models are layers ------------------------------------------------------------------
+
+namespace {
+LayerSpec sequential_spec() {
+  LayerSpec spec;
+  spec.make = [] {
+    kiln::Sequential model({kiln::Dense(3, "tanh"), kiln::Dense(2, "", {{"bias_initializer", "random_normal"}})});
+    return kiln::LayerPtr(model.ptr());
+  };
+  spec.call = LayerCase({random_input({2, 4}, 1)});
+  spec.output_shapes = {Shape{None, 2}};
+  spec.bad_inputs = {{"another feature size", {{None, 5}}, "does not fit the model's input"}};
+  return spec;
+}
+
+LayerSpec functional_spec() {
+  LayerSpec spec;
+  spec.make = [] {
+    const Tensor x = kiln::Input({None, 4}, kiln::DType::float64);
+    const Tensor h = kiln::Dense(3, "tanh")(x);
+    return kiln::LayerPtr(kiln::Model(x, kiln::Add()({h, kiln::Dense(3)(h)})).ptr());
+  };
+  spec.call = LayerCase({random_input({2, 4}, 1)});
+  spec.output_shapes = {Shape{None, 3}};
+  spec.bad_inputs = {{"another feature size", {{None, 5}}, "does not fit the model's input"}};
+  return spec;
+}
+}  // namespace
+
+KILN_LAYER_HARNESS("kiln>Sequential", sequential_spec)
+KILN_LAYER_HARNESS("kiln>Functional", functional_spec)

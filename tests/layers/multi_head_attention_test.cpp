@@ -242,3 +242,20 @@ TEST_CASE("MultiHeadAttention: bad shapes fail at graph-build time naming the la
   CHECK_THROWS_AS(kiln::MultiHeadAttention(0, 4), kiln::ConfigError);
   CHECK_THROWS_AS(kiln::MultiHeadAttention(2, 4, {{"attention_axes", kiln::Config::list({2})}}), kiln::ConfigError);
 }
+
+// ---- the layer harness (Keras's form, with a mask; the TF2 form is the same class) -----------------------------
+
+namespace {
+LayerSpec multi_head_attention_spec() {
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::MultiHeadAttention(2, 3, {{"bias_initializer", "random_normal"}})); };
+  spec.call = LayerCase({random_input({2, 3, 4}, 1), random_input({2, 5, 4}, 2)});  // [query, value]
+  spec.call.tensor_args = {{"attention_mask", random_mask({2, 3, 5}, 4)}};
+  spec.call.options = {{"use_causal_mask", true}};
+  spec.output_shapes = {Shape{None, 3, 4}};
+  spec.bad_inputs = {{"another query size", {{None, 3, 5}, {None, 5, 4}}, "was built for other feature sizes"}};
+  return spec;
+}
+}  // namespace
+
+KILN_LAYER_HARNESS("kiln>MultiHeadAttention", multi_head_attention_spec)

@@ -102,3 +102,19 @@ TEST_CASE("GlobalAveragePooling1D: a bag-of-embeddings classifier runs as a Sequ
           Approx(1.0).epsilon(1e-6));
   CHECK(model.count_params() == 20 * 6 + 6 * 3 + 3);
 }
+
+// ---- the layer harness ---------------------------------------------------------------------------------
+
+namespace {
+LayerSpec global_average_pooling_spec() {
+  constexpr std::int64_t any = Shape::unknown;
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::GlobalAveragePooling1D()); };
+  spec.call = LayerCase{{random_input({2, 5, 3}, 1)}};
+  spec.output_shapes = {Shape{any, 3}};
+  spec.bad_inputs = {{"a rank-2 input", {{any, 3}}, "needs inputs of shape (batch, steps, features)"}};
+  return spec;
+}
+}  // namespace
+
+KILN_LAYER_HARNESS("kiln>GlobalAveragePooling1D", global_average_pooling_spec)

@@ -136,3 +136,30 @@ TEST_CASE("Flatten: unknown non-batch dimensions fail, naming the layer", "[laye
   CHECK_THROWS_AS(kiln::Flatten("nchw"), kiln::ConfigError);
   CHECK_THROWS_WITH(kiln::Flatten("nchw"), Catch::Contains("data_format"));
 }
+
+// ---- the layer harness ---------------------------------------------------------------------------------
+
+namespace {
+LayerSpec flatten_spec() {
+  constexpr std::int64_t any = Shape::unknown;
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::Flatten()); };
+  spec.call = LayerCase{{random_input({2, 3, 4}, 1)}};
+  spec.output_shapes = {Shape{any, 12}};
+  spec.bad_inputs = {{"an unknown sample size", {{any, any, 4}}, "needs every dimension but the batch to be known"}};
+  return spec;
+}
+
+LayerSpec reshape_spec() {
+  constexpr std::int64_t any = Shape::unknown;
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::Reshape({6, 2})); };
+  spec.call = LayerCase{{random_input({2, 3, 4}, 1)}};
+  spec.output_shapes = {Shape{any, 6, 2}};
+  spec.bad_inputs = {{"another sample size", {{any, 5, 2}}, "elements per sample, the target has"}};
+  return spec;
+}
+}  // namespace
+
+KILN_LAYER_HARNESS("kiln>Flatten", flatten_spec)
+KILN_LAYER_HARNESS("kiln>Reshape", reshape_spec)

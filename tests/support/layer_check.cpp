@@ -7,10 +7,14 @@
 #include <sstream>
 
 #include <kiln/core/autodiff.hpp>
+#include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/program.hpp>
 #include <kiln/core/rng.hpp>
 #include <kiln/ops/ops.hpp>
+#include <kiln/serialize/saving.hpp>
+#include <kiln/train/model.hpp>
+#include "support/temp_dir.hpp"
 
 namespace kiln::testing {
 
@@ -172,6 +176,102 @@ void check_config_round_trip(const LayerPtr& layer, const LayerCase& c) {
   const std::vector<Array> actual = run_layer(*copy, c);
   REQUIRE(actual.size() == expected.size());
   for (std::size_t i = 0; i < actual.size(); ++i) CHECK(actual[i].bitwise_equal(expected[i]));
+}
+
+namespace {
+
+// A functional model around one call of `layer`: an Input per input and per tensor argument (their
+// batch unknown), the call's options, float64 data. Returns the model and its inputs' data, in order.
+std::pair<Model, std::vector<Array>> model_around(const LayerPtr& layer, const LayerCase& c) {
+  std::vector<Tensor> inputs;
+  std::vector<Array> data;
+  auto input_for = [&](const Array& array, const std::string& name) {
+    std::vector<std::int64_t> dims = array.shape().dims();
+    if (!dims.empty()) dims[0] = Shape::unknown;
+    inputs.push_back(Input(Shape(dims), array.dtype(), name));
+    data.push_back(array);
+    return inputs.back();
+  };
+  std::vector<Tensor> call_inputs;
+  for (std::size_t i = 0; i < c.inputs.size(); ++i)
+    call_inputs.push_back(input_for(c.inputs[i], "input_" + std::to_string(i)));
+  CallArgs args;
+  for (const auto& [name, value] : c.tensor_args) args.tensor(name, input_for(value, name));
+  if (c.options.is_map())
+    for (const auto& [name, value] : c.options.items()) args.option(name, value);
+  const std::vector<Tensor> outputs = (*layer)(call_inputs, args);
+  return {Model(inputs, outputs), data};
+}
+
+void check_identical(const std::vector<Array>& actual, const std::vector<Array>& expected) {
+  REQUIRE(actual.size() == expected.size());
+  for (std::size_t i = 0; i < actual.size(); ++i) CHECK(actual[i].bitwise_equal(expected[i]));
+}
+
+void check_file_round_trips(const LayerSpec& spec) {
+  TempDir dir;
+  const LayerPtr layer = spec.make();
+  auto [model, data] = model_around(layer, spec.call);
+  const std::vector<Array> expected = model.predict(data);
+  model.save(dir.file("model.kiln"));
+  check_identical(load_model(dir.file("model.kiln")).predict(data), expected);
+  // Weights only: a model rebuilt from the JSON has its own weights until load_weights.
+  model.save_weights(dir.file("weights.kiln"));
+  const Model fresh = model_from_json(model.to_json());
+  fresh.load_weights(dir.file("weights.kiln"));
+  check_identical(fresh.predict(data), expected);
+}
+
+void check_bad_input(const LayerSpec& spec, const LayerSpec::BadInput& bad) {
+  const LayerPtr layer = spec.make();
+  run_layer(*layer, spec.call);  // built from the good call first, as a model would have it
+  std::vector<Tensor> inputs;
+  for (const Shape& shape : bad.shapes) inputs.push_back(Input(shape, DType::float64));
+  CallArgs args;
+  if (spec.call.options.is_map())
+    for (const auto& [name, value] : spec.call.options.items()) args.option(name, value);
+  try {
+    (*layer)(inputs, args);
+    FAIL_CHECK(bad.label + ": the call was accepted");
+  } catch (const Error& error) {
+    CHECK_THAT(error.what(), Catch::Contains(layer->describe()) && Catch::Contains(bad.message));
+  }
+}
+
+}  // namespace
+
+std::set<std::string>& harnessed_layers() {
+  static std::set<std::string> keys;
+  return keys;
+}
+
+void check_layer(const LayerSpec& spec) {
+  REQUIRE(spec.make);
+  const std::string who = spec.make()->class_name();
+  {
+    INFO(who << ": output shapes with an unknown batch");
+    const LayerPtr layer = spec.make();
+    CHECK(symbolic_output_shapes(*layer, spec.call) == spec.output_shapes);
+  }
+  if (spec.differentiable) {
+    const LayerPtr layer = spec.make();
+    const GradcheckReport report = gradcheck_layer(*layer, spec.call, spec.gradients);
+    INFO(who << ": float64 gradients of the inputs and every weight: " << report.worst_entry());
+    CHECK(report.num_checked > 0);
+    CHECK(report.max_relative_error <= spec.tolerance);
+  }
+  {
+    INFO(who << ": config round trip");
+    check_config_round_trip(spec.make(), spec.call);
+  }
+  {
+    INFO(who << ": save and load through a file, whole and weights only");
+    check_file_round_trips(spec);
+  }
+  for (const LayerSpec::BadInput& bad : spec.bad_inputs) {
+    INFO(who << ": bad input: " << bad.label);
+    check_bad_input(spec, bad);
+  }
 }
 
 }  // namespace kiln::testing

@@ -1,7 +1,11 @@
 #pragma once
-// The layer harness, after Keras's run_layer_test: run a layer on concrete arrays, check its output
-// shapes with an unknown batch, check its gradients (inputs and weights) against central differences in
-// float64, and check that from_config(get_config()) rebuilds it exactly.
+// The layer harness, after Keras's run_layer_test. check_layer runs a layer through everything a layer
+// owes, in one call: its output shapes with an unknown batch, the float64 gradients of its inputs and
+// every weight against central differences, the config round trip, the save/load round trip of a model
+// holding it through a file, the weights-only round trip, and its bad-input cases. Every layer's test
+// calls it; the pieces below it are there for tests that need one of them alone.
+#include <functional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,7 +46,38 @@ GradcheckReport gradcheck_layer(Layer& layer, const LayerCase& c, const LayerGra
 // set_weights bitwise-identical outputs. Uses Catch's REQUIRE.
 void check_config_round_trip(const LayerPtr& layer, const LayerCase& c);
 
+// Everything check_layer needs to know about a layer.
+struct LayerSpec {
+  std::function<LayerPtr()> make;    // a fresh layer each time (built or not)
+  LayerCase call;                    // float64 inputs (and masks, call options)
+  std::vector<Shape> output_shapes;  // of `call` with every batch unknown (None)
+  LayerGradcheckOptions gradients;   // which inputs and whether weights; gradients.base for step/floor
+  bool differentiable = true;        // false: no gradient check (Embedding's indices alone, ...)
+  double tolerance = 1e-6;           // the largest relative error of a gradient
+  struct BadInput {
+    std::string label;
+    std::vector<Shape> shapes;  // inputs of these shapes (float64), batch first
+    std::string message;        // what the error says besides the layer's name
+  };
+  // Calls on inputs the layer cannot take: each throws a kiln::Error naming the layer and saying `message`.
+  std::vector<BadInput> bad_inputs;
+};
+// Runs every check; failures are Catch CHECKs labelled with the step.
+void check_layer(const LayerSpec& spec);
+
+// The registered layer keys whose test runs check_layer: KILN_LAYER_HARNESS adds to it, and a test fails
+// for a registered layer missing here (tests/layers/layer_test.cpp).
+std::set<std::string>& harnessed_layers();
+
 // A float64 array of `shape` filled from `rng` in [low, high).
 Array random_input(const Shape& shape, std::uint64_t seed, double low = -1.0, double high = 1.0);
 
 }  // namespace kiln::testing
+
+// The test case that runs a layer class through check_layer, noting the key as covered:
+//   KILN_LAYER_HARNESS("kiln>Dense", dense_spec)   with  LayerSpec dense_spec() { ... }
+#define KILN_LAYER_HARNESS(key, spec)                                                                      \
+  KILN_AT_STARTUP(::kiln::testing::harnessed_layers().insert(key).second);                                 \
+  TEST_CASE(key ": the layer harness (shapes, gradients, config, file, bad input)", "[layers][harness]") { \
+    ::kiln::testing::check_layer(spec());                                                                  \
+  }
