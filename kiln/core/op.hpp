@@ -40,7 +40,7 @@ class InferContext {
   const Attributes& attributes_;
 };
 
-// What a kernel sees during a step: raw pointers into the arena (or fed/variable memory) and the
+// What a kernel sees when it runs: raw pointers into the arena (or fed/variable memory) and the
 // concrete shapes of this batch size. Kernels assume the shapes were checked when the node was created.
 struct KernelContext {
   const Node* node = nullptr;
@@ -51,7 +51,7 @@ struct KernelContext {
   const Shape* output_shape = nullptr;
   void* workspace = nullptr;  // scratch for this kernel only, sized by OpDef::workspace
   std::size_t workspace_bytes = 0;
-  std::uint64_t step = 0;  // the Program's step counter: seeds per-step randomness (dropout)
+  std::uint64_t run = 0;  // the Program's run count: seeds per-run randomness (dropout)
 
   template <class T>
   const T* in(int index) const {

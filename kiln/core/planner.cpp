@@ -24,7 +24,8 @@ std::size_t bytes_of(const Shape& shape, DType dtype) {
   return static_cast<std::size_t>(shape.num_elements()) * dtype_size(dtype);
 }
 
-// A span of the arena some buffers share over time: [first, last] are the steps it must live through.
+// A span of the arena some buffers share over time: [first, last] are the positions in the node order
+// it must live through.
 struct Storage {
   std::size_t bytes = 0;
   std::size_t first = 0;
@@ -40,7 +41,7 @@ Shape concrete_shape(const Graph& graph, const Node& node, const std::vector<Sha
   return node.op->shape_fn()(InferContext(*node.op, node.name, input_shapes, node.attributes));
 }
 
-// Places every storage at an offset: first fit into the gaps that buffers dead before its first step
+// Places every storage at an offset: first fit into the gaps that buffers dead before its first position
 // left, so memory is reused as soon as a buffer's last reader has run.
 std::size_t place(std::vector<Storage>& storages) {
   std::vector<std::size_t> order(storages.size());
@@ -79,14 +80,14 @@ class Planner {
   void infer_shapes();
   void find_last_uses(const std::vector<Tensor>& fetches, const std::vector<Update>& updates);
   void assign_storage(Plan& plan);
-  bool can_overwrite_input(const Node& node, std::size_t step) const;
-  void build_steps(Plan& plan);
+  bool can_overwrite_input(const Node& node, std::size_t position) const;
+  void build_launches(Plan& plan);
 
   const Graph& graph_;
   const std::vector<NodeId>& needed_;
   std::int64_t batch_;
   std::vector<Shape> shapes_;
-  std::vector<std::size_t> last_use_;         // by node id: the step of its last reader
+  std::vector<std::size_t> last_use_;         // by node id: the position of its last reader
   std::vector<int> storage_of_;               // by node id: index into storages_, -1 for graph-owned memory
   std::vector<int> workspace_of_;             // by node id: scratch storage or -1
   std::vector<std::size_t> workspace_bytes_;  // by node id: the bytes its workspace function asked for
@@ -104,22 +105,22 @@ void Planner::infer_shapes() {
 
 void Planner::find_last_uses(const std::vector<Tensor>& fetches, const std::vector<Update>& updates) {
   last_use_.assign(shapes_.size(), 0);
-  for (std::size_t step = 0; step < needed_.size(); ++step) {
-    const Node& node = graph_.node(needed_[step]);
-    last_use_[static_cast<std::size_t>(node.id)] = std::max(last_use_[static_cast<std::size_t>(node.id)], step);
-    for (NodeId input : node.inputs) last_use_[static_cast<std::size_t>(input)] = step;
+  for (std::size_t position = 0; position < needed_.size(); ++position) {
+    const Node& node = graph_.node(needed_[position]);
+    last_use_[static_cast<std::size_t>(node.id)] = std::max(last_use_[static_cast<std::size_t>(node.id)], position);
+    for (NodeId input : node.inputs) last_use_[static_cast<std::size_t>(input)] = position;
   }
   for (const Tensor& fetch : fetches) last_use_[static_cast<std::size_t>(fetch.id())] = forever;
   for (const Update& update : updates) last_use_[static_cast<std::size_t>(update.value.id())] = forever;
 }
 
-// An elementwise op may write over input 0 when nothing reads that buffer after this step, the sizes
+// An elementwise op may write over input 0 when nothing reads that buffer after this position, the sizes
 // agree, and no other input is a differently shaped view of the same bytes.
-bool Planner::can_overwrite_input(const Node& node, std::size_t step) const {
+bool Planner::can_overwrite_input(const Node& node, std::size_t position) const {
   if (node.op->sharing() != Sharing::inplace || node.inputs.empty()) return false;
   const NodeId first = node.inputs[0];
   const int storage = storage_of_[static_cast<std::size_t>(first)];
-  if (storage < 0 || storages_[static_cast<std::size_t>(storage)].last != step) return false;
+  if (storage < 0 || storages_[static_cast<std::size_t>(storage)].last != position) return false;
   if (shapes_[static_cast<std::size_t>(first)] != shapes_[static_cast<std::size_t>(node.id)]) return false;
   for (std::size_t i = 1; i < node.inputs.size(); ++i) {
     const NodeId other = node.inputs[i];
@@ -132,20 +133,20 @@ void Planner::assign_storage(Plan& plan) {
   storage_of_.assign(shapes_.size(), -1);
   workspace_of_.assign(shapes_.size(), -1);
   workspace_bytes_.assign(shapes_.size(), 0);
-  for (std::size_t step = 0; step < needed_.size(); ++step) {
-    const Node& node = graph_.node(needed_[step]);
+  for (std::size_t position = 0; position < needed_.size(); ++position) {
+    const Node& node = graph_.node(needed_[position]);
     const auto id = static_cast<std::size_t>(node.id);
     if (node.kind != NodeKind::op) continue;
     int storage = -1;
     if (node.op->sharing() == Sharing::alias) {
       storage = storage_of_[static_cast<std::size_t>(node.inputs[0])];
       ++plan.stats.num_aliases;
-    } else if (can_overwrite_input(node, step)) {
+    } else if (can_overwrite_input(node, position)) {
       storage = storage_of_[static_cast<std::size_t>(node.inputs[0])];
       ++plan.stats.num_inplace;
     } else {
       storage = static_cast<int>(storages_.size());
-      storages_.push_back(Storage{aligned(bytes_of(shapes_[id], node.dtype)), step, step, 0});
+      storages_.push_back(Storage{aligned(bytes_of(shapes_[id], node.dtype)), position, position, 0});
       plan.stats.unplanned_bytes += storages_.back().bytes;
     }
     storage_of_[id] = storage;
@@ -160,14 +161,14 @@ void Planner::assign_storage(Plan& plan) {
       if (bytes > 0) {
         workspace_of_[id] = static_cast<int>(storages_.size());
         workspace_bytes_[id] = bytes;
-        storages_.push_back(Storage{aligned(bytes), step, step, 0});
+        storages_.push_back(Storage{aligned(bytes), position, position, 0});
         plan.stats.unplanned_bytes += storages_.back().bytes;
       }
     }
   }
 }
 
-void Planner::build_steps(Plan& plan) {
+void Planner::build_launches(Plan& plan) {
   auto address = [&](int storage) -> void* {
     return storage < 0 ? nullptr : plan.arena.get() + storages_[static_cast<std::size_t>(storage)].offset;
   };
@@ -177,34 +178,34 @@ void Planner::build_steps(Plan& plan) {
     const auto index = static_cast<std::size_t>(id);
     if (node.kind == NodeKind::variable || node.kind == NodeKind::constant) plan.external.push_back(id);
     if (node.kind != NodeKind::op) continue;
-    Step step;
-    step.node = id;
-    step.alias = node.op->sharing() == Sharing::alias;
-    step.kernel = node.op->kernel(node.dtype);
-    step.inputs = node.inputs;
-    step.input_data.assign(node.inputs.size(), nullptr);
-    for (NodeId input : node.inputs) step.input_shapes.push_back(&plan.shapes[static_cast<std::size_t>(input)]);
-    if (!step.alias) plan.data[index] = address(storage_of_[index]);
-    step.context.node = &node;
-    step.context.num_inputs = static_cast<int>(node.inputs.size());
-    step.context.output_shape = &plan.shapes[index];
-    step.context.workspace = address(workspace_of_[index]);
-    if (workspace_of_[index] >= 0) step.context.workspace_bytes = workspace_bytes_[index];
-    plan.steps.push_back(std::move(step));
+    Launch launch;
+    launch.node = id;
+    launch.alias = node.op->sharing() == Sharing::alias;
+    launch.kernel = node.op->kernel(node.dtype);
+    launch.inputs = node.inputs;
+    launch.input_data.assign(node.inputs.size(), nullptr);
+    for (NodeId input : node.inputs) launch.input_shapes.push_back(&plan.shapes[static_cast<std::size_t>(input)]);
+    if (!launch.alias) plan.data[index] = address(storage_of_[index]);
+    launch.context.node = &node;
+    launch.context.num_inputs = static_cast<int>(node.inputs.size());
+    launch.context.output_shape = &plan.shapes[index];
+    launch.context.workspace = address(workspace_of_[index]);
+    if (workspace_of_[index] >= 0) launch.context.workspace_bytes = workspace_bytes_[index];
+    plan.launches.push_back(std::move(launch));
     ++plan.stats.num_kernels;
   }
   plan.stats.num_kernels -= plan.stats.num_aliases;
-  if (profiling()) {  // labels, and counters the steps add to without allocating
-    for (const Step& step : plan.steps)
-      plan.profile.labels.push_back(graph_.node(step.node).op->name() + " " +
-                                    plan.shapes[static_cast<std::size_t>(step.node)].to_string());
-    plan.profile.seconds.assign(plan.steps.size(), 0.0);
-    plan.profile.calls.assign(plan.steps.size(), 0);
+  if (profiling()) {  // labels, and counters the launches add to without allocating
+    for (const Launch& launch : plan.launches)
+      plan.profile.labels.push_back(graph_.node(launch.node).op->name() + " " +
+                                    plan.shapes[static_cast<std::size_t>(launch.node)].to_string());
+    plan.profile.seconds.assign(plan.launches.size(), 0.0);
+    plan.profile.calls.assign(plan.launches.size(), 0);
   }
-  // The vectors inside steps are final now: point the contexts at them.
-  for (Step& step : plan.steps) {
-    step.context.inputs = step.input_data.data();
-    step.context.input_shapes = step.input_shapes.data();
+  // The vectors inside the launches are final now: point the contexts at them.
+  for (Launch& launch : plan.launches) {
+    launch.context.inputs = launch.input_data.data();
+    launch.context.input_shapes = launch.input_shapes.data();
   }
 }
 
@@ -223,7 +224,7 @@ std::unique_ptr<Plan> Planner::run(const std::vector<Tensor>& fetches, const std
   std::memset(memory, 0, arena_bytes);
   plan->arena.reset(static_cast<unsigned char*>(memory));
   plan->shapes = std::move(shapes_);
-  build_steps(*plan);
+  build_launches(*plan);
   return plan;
 }
 
@@ -250,25 +251,25 @@ std::unique_ptr<Plan> make_plan(const Graph& graph, const std::vector<NodeId>& n
   return Planner(graph, needed, batch_size).run(fetches, updates);
 }
 
-void execute(Plan& plan, Graph& graph, std::uint64_t step) {
+void execute(Plan& plan, Graph& graph, std::uint64_t run) {
   for (NodeId id : plan.external) plan.data[static_cast<std::size_t>(id)] = graph.mutable_value(graph.tensor(id)).raw();
   const bool timed = !plan.profile.labels.empty();
-  for (std::size_t index = 0; index < plan.steps.size(); ++index) {
-    Step& s = plan.steps[index];
-    if (s.alias) {
-      plan.data[static_cast<std::size_t>(s.node)] = plan.data[static_cast<std::size_t>(s.inputs[0])];
+  for (std::size_t index = 0; index < plan.launches.size(); ++index) {
+    Launch& launch = plan.launches[index];
+    if (launch.alias) {
+      plan.data[static_cast<std::size_t>(launch.node)] = plan.data[static_cast<std::size_t>(launch.inputs[0])];
       continue;
     }
-    for (std::size_t i = 0; i < s.inputs.size(); ++i)
-      s.input_data[i] = plan.data[static_cast<std::size_t>(s.inputs[i])];
-    s.context.output = plan.data[static_cast<std::size_t>(s.node)];
-    s.context.step = step;
+    for (std::size_t i = 0; i < launch.inputs.size(); ++i)
+      launch.input_data[i] = plan.data[static_cast<std::size_t>(launch.inputs[i])];
+    launch.context.output = plan.data[static_cast<std::size_t>(launch.node)];
+    launch.context.run = run;
     if (!timed) {
-      s.kernel(s.context);
+      launch.kernel(launch.context);
       continue;
     }
     const auto start = std::chrono::steady_clock::now();
-    s.kernel(s.context);
+    launch.kernel(launch.context);
     plan.profile.seconds[index] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++plan.profile.calls[index];
   }

@@ -11,7 +11,7 @@
 
 namespace kiln::detail {
 
-struct Step {
+struct Launch {
   NodeId node = -1;
   bool alias = false;  // no kernel: the output is input 0's bytes
   KernelFn kernel = nullptr;
@@ -29,7 +29,7 @@ struct AlignedFree {
 // and output shape, over every plan, is printed to stderr, largest first.
 bool profiling();
 struct KernelProfile {
-  std::vector<std::string> labels;  // by step: "kiln>MatMul (64, 40, 128)"; empty when not profiling
+  std::vector<std::string> labels;  // by launch: "kiln>MatMul (64, 40, 128)"; empty when not profiling
   std::vector<double> seconds;
   std::vector<std::int64_t> calls;
   ~KernelProfile();  // adds this plan's times to the process's table
@@ -40,7 +40,7 @@ struct Plan {
   std::vector<Shape> shapes;     // by node id: concrete shapes for this batch size
   std::vector<void*> data;       // by node id: where each node's bytes are during a run
   std::unique_ptr<unsigned char, AlignedFree> arena;
-  std::vector<Step> steps;
+  std::vector<Launch> launches;  // the kernels, in order
   std::vector<NodeId> external;  // variables and constants, whose storage the graph owns
   PlanStats stats;
   KernelProfile profile;
@@ -53,7 +53,8 @@ std::unique_ptr<Plan> make_plan(const Graph& graph, const std::vector<NodeId>& n
                                 const std::vector<Tensor>& fetches, const std::vector<Update>& updates,
                                 std::int64_t batch_size);
 
-// Runs every step once; placeholders' data must already be set in plan.data.
-void execute(Plan& plan, Graph& graph, std::uint64_t step);
+// Runs every launch once; placeholders' data must already be set in plan.data. `run` is the Program's
+// run count, which seeds per-run randomness (dropout).
+void execute(Plan& plan, Graph& graph, std::uint64_t run);
 
 }  // namespace kiln::detail

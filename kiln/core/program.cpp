@@ -137,14 +137,14 @@ void Program::run() {
   detail::Plan& plan = plan_for(fed_batch_size());
   for (std::size_t i = 0; i < placeholders_.size(); ++i)
     plan.data[static_cast<std::size_t>(placeholders_[i])] = const_cast<void*>(fed_[i].raw());
-  detail::execute(plan, *graph_, step_);
+  detail::execute(plan, *graph_, run_count_);
   for (const Update& update : updates_) {
     Array& target = graph_->mutable_value(update.variable);
     // memmove: the new value may be a view of the variable itself.
     std::memmove(target.raw(), plan.data[static_cast<std::size_t>(update.value.id())], target.nbytes());
   }
   last_ = &plan;
-  ++step_;
+  ++run_count_;
 }
 
 const detail::Plan& Program::last_plan() const {

@@ -1,6 +1,6 @@
 #pragma once
 // Program: the part of a graph needed for some fetches and variable updates, planned once per batch
-// size and then run step after step without touching the heap.
+// size and then run again and again without touching the heap.
 //
 // Planning (core/planner.cpp): keep the nodes the fetches and updates need, compute every buffer's
 // lifetime, let elementwise ops overwrite an input that nobody reads later, turn reshapes into
@@ -17,7 +17,7 @@
 
 namespace kiln {
 
-// After each step, `variable` takes the value `value` had in that step.
+// After each run, `variable` takes the value `value` had in that run.
 struct Update {
   Tensor variable;
   Tensor value;
@@ -25,7 +25,7 @@ struct Update {
 
 struct PlanStats {
   std::int64_t batch_size = 0;
-  std::size_t num_kernels = 0;      // kernels that run each step
+  std::size_t num_kernels = 0;      // kernels that run each time
   std::size_t num_aliases = 0;      // reshapes resolved to views
   std::size_t num_inplace = 0;      // outputs written over a dead input
   std::size_t arena_bytes = 0;      // one allocation for every intermediate buffer
@@ -46,7 +46,7 @@ class Program {
   // Binds data to a placeholder for the next run. The array is not copied: keep it alive and unchanged
   // until run() returns. Throws ShapeError/DTypeError when it does not fit the placeholder.
   void feed(const Tensor& placeholder, const Array& value);
-  // Runs one step. The first run at a new batch size plans (and allocates); later ones do not. The plans
+  // Runs the program once. The first run at a new batch size plans (and allocates); later ones do not. The plans
   // of the 16 batch sizes used last are kept. Throws ValueError if a needed placeholder was not fed or the
   // fed batch sizes disagree or are 0.
   //
@@ -62,9 +62,10 @@ class Program {
   Array view(const Tensor& tensor) const;
   double scalar(const Tensor& tensor) const;  // a fetched scalar as double
 
-  // Seeds per-step randomness (dropout); it counts runs and is part of a training run's state.
-  std::uint64_t step() const { return step_; }
-  void set_step(std::uint64_t step) { step_ = step; }
+  // How many times run() has run: it seeds per-run randomness (dropout), and fit sets it to the optimizer's
+  // iteration count, so it is part of a training run's state.
+  std::uint64_t run_count() const { return run_count_; }
+  void set_run_count(std::uint64_t count) { run_count_ = count; }
 
   PlanStats stats() const;  // of the plan used by the last run
   const std::vector<Tensor>& fetches() const { return fetches_; }
@@ -83,7 +84,7 @@ class Program {
   std::vector<Array> fed_;                            // parallel to placeholders_
   std::vector<std::unique_ptr<detail::Plan>> plans_;  // least recently used first
   detail::Plan* last_ = nullptr;
-  std::uint64_t step_ = 0;
+  std::uint64_t run_count_ = 0;
   std::unique_ptr<std::atomic<bool>> running_;  // (behind a pointer: Program moves, atomics do not)
 };
 

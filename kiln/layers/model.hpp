@@ -48,6 +48,12 @@ class InputLayer final : public Layer {
 // them together, so several inputs just work.
 Tensor Input(const Shape& shape, DType dtype = DType::float32, const std::string& name = "");
 
+// The room above (train/) attaches what compile() makes to a model as one of these.
+class CompiledState {
+ public:
+  virtual ~CompiledState() = default;
+};
+
 // What every model shares: the recorded calls, summary, predict.
 class ModelBase : public Layer {
  public:
@@ -111,9 +117,10 @@ class ModelBase : public Layer {
   Use use_for_inference(const std::string& what) const;
   Use use_for_training(const std::string& what) const;
 
-  // Where train/ keeps what compile() made (optimizer, loss, training graphs), so every handle to this
-  // model sees it. layers/ never looks inside.
-  std::shared_ptr<void>& compiled_state() { return compiled_state_; }
+  // What compile() made (train/'s Trainer: optimizer, losses, training graphs), kept on the model so every
+  // handle to it sees it; null until compiled. layers/ never looks inside.
+  const std::shared_ptr<CompiledState>& compiled_state() const { return compiled_state_; }
+  void set_compiled_state(std::shared_ptr<CompiledState> state) { compiled_state_ = std::move(state); }
 
  protected:
   ModelBase(const Config& config, std::string class_name);
@@ -144,7 +151,7 @@ class ModelBase : public Layer {
   std::mutex inference_mutex_;
   mutable std::mutex apply_mutex_;
   std::shared_ptr<Usage> usage_;
-  std::shared_ptr<void> compiled_state_;
+  std::shared_ptr<CompiledState> compiled_state_;
 };
 
 // Model(inputs, outputs): the functional API.

@@ -1,5 +1,5 @@
-// Inverted dropout with a counter-based mask: element i's fate at program step s depends only on
-// (seed, s, i), so backward regenerates the mask instead of storing it, and a rerun of a step with the
+// Inverted dropout with a counter-based mask: element i's fate in a program's run s depends only on
+// (seed, s, i), so backward regenerates the mask instead of storing it, and a rerun with the
 // same seed reproduces it exactly.
 #include <cstdint>
 #include <string>
@@ -21,7 +21,7 @@ template <class T>
 void dropout_kernel(const KernelContext& k) {
   const double rate = k.attributes().get_double("rate");
   const auto seed = static_cast<std::uint64_t>(k.attributes().get_int("seed"));
-  const std::uint64_t stream = mix64(seed ^ mix64(k.step));
+  const std::uint64_t stream = mix64(seed ^ mix64(k.run));
   const T scale = static_cast<T>(1.0 / (1.0 - rate));
   const T* x = k.in<T>(0);
   T* out = k.out<T>();

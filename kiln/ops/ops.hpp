@@ -124,7 +124,8 @@ Tensor gather(const Tensor& params, const Tensor& indices);
 
 // ---- regularization, normalization -----------------------------------------------------------------
 // Inverted dropout: keeps each element with probability 1 - rate and scales it by 1 / (1 - rate).
-// The mask depends on (seed, program step, element), so it is reproducible and backward regenerates it.
+// The mask depends on (seed, the program's run count, element), so it is reproducible and backward
+// regenerates it.
 // With training = false it is the identity.
 Tensor dropout(const Tensor& x, double rate, std::uint64_t seed, bool training = true);
 // Over the last axis: (x - mean) / sqrt(var + epsilon) * gamma + beta; gamma and beta have the last

@@ -177,26 +177,26 @@ Tensor Optimizer::scalar_variable(Graph& graph, std::size_t scalar_id, DType dty
   return graph.variable(name_ + "/" + scalar.name, value, /*trainable=*/false);
 }
 
-// ---- Step ------------------------------------------------------------------------------------------------------
+// ---- WeightUpdate ------------------------------------------------------------------------------------------------------
 
-Optimizer::Step::Step(Optimizer& optimizer, Graph& graph, std::vector<Update>& updates)
+Optimizer::WeightUpdate::WeightUpdate(Optimizer& optimizer, Graph& graph, std::vector<Update>& updates)
     : optimizer_(optimizer), graph_(graph), updates_(updates) {}
 
-Tensor Optimizer::Step::slot(const std::string& slot_name) const {
+Tensor Optimizer::WeightUpdate::slot(const std::string& slot_name) const {
   Slot* found = optimizer_.find_slot(slot_name, path_);
   if (found == nullptr)
     throw ValueError(optimizer_.describe() + ": '" + slot_name + "' is not one of its slots (slot_names())");
   return optimizer_.slot_variable(graph_, *found);
 }
 
-void Optimizer::Step::assign(const std::string& slot_name, const Tensor& value) {
+void Optimizer::WeightUpdate::assign(const std::string& slot_name, const Tensor& value) {
   if (contains(assigned_, slot_name))
     throw ValueError(optimizer_.describe() + ": slot '" + slot_name + "/" + path_ + "' is assigned twice in one step");
   assigned_.push_back(slot_name);
   updates_.push_back({slot(slot_name), value});
 }
 
-Tensor Optimizer::Step::scalar(std::size_t scalar_id) const {
+Tensor Optimizer::WeightUpdate::scalar(std::size_t scalar_id) const {
   return optimizer_.scalar_variable(graph_, scalar_id, weight_.dtype());
 }
 
@@ -288,16 +288,16 @@ std::vector<Update> Optimizer::build_updates(Graph& graph, const std::vector<Ten
   const std::vector<Tensor> clipped = clip_gradients(active_grads);
 
   std::vector<Update> updates;
-  Step step(*this, graph, updates);
+  WeightUpdate update(*this, graph, updates);
   for (std::size_t k = 0; k < active.size(); ++k) {
     const Tensor& weight = weights[active[k]];
     for (const std::string& slot_name : slot_names())
       ensure_slot(slot_name, paths[active[k]], weight.shape(), weight.dtype());
-    step.weight_ = decayed_weight(graph, weight);
-    step.grad_ = clipped[k];
-    step.path_ = paths[active[k]];
-    step.assigned_.clear();
-    updates.push_back({weight, update_step(step)});
+    update.weight_ = decayed_weight(graph, weight);
+    update.grad_ = clipped[k];
+    update.path_ = paths[active[k]];
+    update.assigned_.clear();
+    updates.push_back({weight, update_step(update)});
   }
   prepare_step();  // so a first run is right even before the caller's own prepare_step()
   return updates;
@@ -395,13 +395,13 @@ std::vector<std::string> SGD::slot_names() const {
 }
 
 // Keras's velocity holds lr·g, so a learning-rate change takes effect gradually (torch's does not).
-Tensor SGD::update_step(Step& step) {
-  const Tensor scaled_grad = ops::mul(step.grad(), step.learning_rate());
-  if (momentum_ == 0.0) return step.weight() - scaled_grad;
-  const Tensor momentum = step.slot("momentum") * momentum_ - scaled_grad;
-  step.assign("momentum", momentum);
-  if (nesterov_) return step.weight() + (momentum * momentum_ - scaled_grad);
-  return step.weight() + momentum;
+Tensor SGD::update_step(WeightUpdate& update) {
+  const Tensor scaled_grad = ops::mul(update.grad(), update.learning_rate());
+  if (momentum_ == 0.0) return update.weight() - scaled_grad;
+  const Tensor momentum = update.slot("momentum") * momentum_ - scaled_grad;
+  update.assign("momentum", momentum);
+  if (nesterov_) return update.weight() + (momentum * momentum_ - scaled_grad);
+  return update.weight() + momentum;
 }
 
 // ---- Adam / AdamW ------------------------------------------------------------------------------------------------
@@ -448,19 +448,19 @@ void Adam::compute_step_scalars(std::int64_t local_step, double learning_rate) {
 }
 
 // Keras adds ε to the uncorrected √v (torch adds it to the corrected one).
-Tensor Adam::update_step(Step& step) {
-  const Tensor& grad = step.grad();
-  const Tensor m = step.slot("momentum");
-  const Tensor v = step.slot("velocity");
+Tensor Adam::update_step(WeightUpdate& update) {
+  const Tensor& grad = update.grad();
+  const Tensor m = update.slot("momentum");
+  const Tensor v = update.slot("velocity");
   const Tensor new_m = m + (grad - m) * (1.0 - beta_1_);
   Tensor new_v = v + (ops::square(grad) - v) * (1.0 - beta_2_);
-  step.assign("momentum", new_m);
-  step.assign("velocity", new_v);
+  update.assign("momentum", new_m);
+  update.assign("velocity", new_v);
   if (amsgrad_) {
-    new_v = ops::maximum(step.slot("velocity_hat"), new_v);
-    step.assign("velocity_hat", new_v);
+    new_v = ops::maximum(update.slot("velocity_hat"), new_v);
+    update.assign("velocity_hat", new_v);
   }
-  return step.weight() - ops::div(ops::mul(new_m, step.scalar(alpha_scalar_)), ops::sqrt(new_v) + epsilon_);
+  return update.weight() - ops::div(ops::mul(new_m, update.scalar(alpha_scalar_)), ops::sqrt(new_v) + epsilon_);
 }
 
 AdamW::AdamW(const Config& config) : Adam(config, "AdamW", {"adamw", 0.001, 0.004}) {
@@ -496,23 +496,23 @@ std::vector<std::string> RMSprop::slot_names() const {
 }
 
 // ε sits inside the square root (torch adds it outside).
-Tensor RMSprop::update_step(Step& step) {
-  const Tensor& grad = step.grad();
-  const Tensor velocity = step.slot("velocity") * rho_ + ops::square(grad) * (1.0 - rho_);
-  step.assign("velocity", velocity);
+Tensor RMSprop::update_step(WeightUpdate& update) {
+  const Tensor& grad = update.grad();
+  const Tensor velocity = update.slot("velocity") * rho_ + ops::square(grad) * (1.0 - rho_);
+  update.assign("velocity", velocity);
   Tensor denominator;
   if (centered_) {
-    const Tensor average_gradient = step.slot("average_gradient") * rho_ + grad * (1.0 - rho_);
-    step.assign("average_gradient", average_gradient);
+    const Tensor average_gradient = update.slot("average_gradient") * rho_ + grad * (1.0 - rho_);
+    update.assign("average_gradient", average_gradient);
     denominator = (velocity - ops::square(average_gradient)) + epsilon_;
   } else {
     denominator = velocity + epsilon_;
   }
-  const Tensor increment = ops::div(ops::mul(step.learning_rate(), grad), ops::sqrt(denominator));
-  if (momentum_ == 0.0) return step.weight() - increment;
-  const Tensor momentum = step.slot("momentum") * momentum_ + increment;
-  step.assign("momentum", momentum);
-  return step.weight() - momentum;
+  const Tensor increment = ops::div(ops::mul(update.learning_rate(), grad), ops::sqrt(denominator));
+  if (momentum_ == 0.0) return update.weight() - increment;
+  const Tensor momentum = update.slot("momentum") * momentum_ + increment;
+  update.assign("momentum", momentum);
+  return update.weight() - momentum;
 }
 
 // ---- Adagrad -----------------------------------------------------------------------------------------------------
@@ -530,11 +530,11 @@ Config Adagrad::get_config() const {
   return Optimizer::get_config().set("initial_accumulator_value", initial_accumulator_value_).set("epsilon", epsilon_);
 }
 
-Tensor Adagrad::update_step(Step& step) {
-  const Tensor& grad = step.grad();
-  const Tensor accumulator = step.slot("accumulator") + ops::square(grad);
-  step.assign("accumulator", accumulator);
-  return step.weight() - ops::div(ops::mul(step.learning_rate(), grad), ops::sqrt(accumulator + epsilon_));
+Tensor Adagrad::update_step(WeightUpdate& update) {
+  const Tensor& grad = update.grad();
+  const Tensor accumulator = update.slot("accumulator") + ops::square(grad);
+  update.assign("accumulator", accumulator);
+  return update.weight() - ops::div(ops::mul(update.learning_rate(), grad), ops::sqrt(accumulator + epsilon_));
 }
 
 // ---- the registry ------------------------------------------------------------------------------------------------

@@ -22,8 +22,8 @@
 //       config_reader(config).finish();
 //     }
 //    protected:
-//     kiln::Tensor update_step(Step& step) override {
-//       return step.weight() - step.learning_rate() * kiln::ops::tanh(step.grad() * 1e3);
+//     kiln::Tensor update_step(WeightUpdate& update) override {
+//       return update.weight() - update.learning_rate() * kiln::ops::tanh(update.grad() * 1e3);
 //     }
 //   };
 //   KILN_REGISTER_OPTIMIZER("acme>Sign", Sign);
@@ -127,7 +127,7 @@ class Optimizer {
   ConfigReader config_reader(const Config& config) const;
 
   // One weight's update, as update_step sees it.
-  class Step {
+  class WeightUpdate {
    public:
     const Tensor& weight() const { return weight_; }  // after weight decay
     const Tensor& grad() const { return grad_; }      // after clipping
@@ -142,7 +142,7 @@ class Optimizer {
 
    private:
     friend class Optimizer;
-    Step(Optimizer& optimizer, Graph& graph, std::vector<Update>& updates);
+    WeightUpdate(Optimizer& optimizer, Graph& graph, std::vector<Update>& updates);
 
     Optimizer& optimizer_;
     Graph& graph_;
@@ -153,7 +153,7 @@ class Optimizer {
   };
 
   // The weight's value after this step, composed from ops.
-  virtual Tensor update_step(Step& step) = 0;
+  virtual Tensor update_step(WeightUpdate& update) = 0;
   // The slots each weight gets, in Keras's order ("momentum", "velocity").
   virtual std::vector<std::string> slot_names() const { return {}; }
   virtual double slot_initial_value(const std::string& /*slot_name*/) const { return 0.0; }
@@ -215,7 +215,7 @@ class SGD : public Optimizer {
   bool nesterov() const { return nesterov_; }
 
  protected:
-  Tensor update_step(Step& step) override;
+  Tensor update_step(WeightUpdate& update) override;
   std::vector<std::string> slot_names() const override;
 
  private:
@@ -238,7 +238,7 @@ class Adam : public Optimizer {
  protected:
   // For AdamW: the same rule under another class name and defaults.
   Adam(const Config& config, std::string class_name, const OptimizerDefaults& defaults);
-  Tensor update_step(Step& step) override;
+  Tensor update_step(WeightUpdate& update) override;
   std::vector<std::string> slot_names() const override;
   void compute_step_scalars(std::int64_t local_step, double learning_rate) override;
 
@@ -266,7 +266,7 @@ class RMSprop : public Optimizer {
   Config get_config() const override;
 
  protected:
-  Tensor update_step(Step& step) override;
+  Tensor update_step(WeightUpdate& update) override;
   std::vector<std::string> slot_names() const override;
 
  private:
@@ -282,7 +282,7 @@ class Adagrad : public Optimizer {
   Config get_config() const override;
 
  protected:
-  Tensor update_step(Step& step) override;
+  Tensor update_step(WeightUpdate& update) override;
   std::vector<std::string> slot_names() const override { return {"accumulator"}; }
   double slot_initial_value(const std::string&) const override { return initial_accumulator_value_; }
 

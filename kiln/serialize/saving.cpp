@@ -41,7 +41,7 @@ auto guarded(const std::string& where, Body&& body) -> decltype(body()) {
 }
 
 Trainer* trainer_of(const ModelBase& model) {
-  return static_cast<Trainer*>(const_cast<ModelBase&>(model).compiled_state().get());
+  return static_cast<Trainer*>(model.compiled_state().get());
 }
 
 std::vector<NamedArray> named_weights(const ModelBase& model) {

@@ -18,7 +18,7 @@ const std::vector<double>& History::operator[](const std::string& key) const {
 namespace detail {
 
 Trainer& trainer_of(ModelBase& model) {
-  auto trainer = std::static_pointer_cast<Trainer>(model.compiled_state());
+  auto* trainer = static_cast<Trainer*>(model.compiled_state().get());
   if (!trainer)
     throw LayerStateError(model.describe() + " is not compiled; call compile(optimizer, loss) before training");
   return *trainer;
@@ -32,8 +32,8 @@ void compile_model(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> l
   if (!model.built())
     throw LayerStateError(model.describe() + " is not built; give it an Input or build it before compile");
   const ModelBase::Use use = model.use_for_training("compile");
-  model.compiled_state() =
-      std::make_shared<Trainer>(model, std::move(optimizer), std::move(losses), std::move(metrics));
+  model.set_compiled_state(
+      std::make_shared<Trainer>(model, std::move(optimizer), std::move(losses), std::move(metrics)));
 }
 
 History fit_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y,
@@ -59,7 +59,7 @@ Logs test_model_on_batch(ModelBase& model, const std::vector<Array>& x, const st
 }
 
 int epochs_trained(ModelBase& model) {
-  auto trainer = std::static_pointer_cast<Trainer>(model.compiled_state());
+  const auto* trainer = static_cast<const Trainer*>(model.compiled_state().get());
   return trainer ? trainer->epochs_trained() : 0;
 }
 

@@ -88,11 +88,6 @@ struct History {
   const std::vector<double>& operator[](const std::string& key) const;
 };
 
-struct CompileOptions {
-  std::vector<Loss> losses;     // one, or one per output
-  std::vector<Metric> metrics;  // applied to every output
-};
-
 // What compile() leaves on a model: train/trainer.cpp.
 class Trainer;
 

@@ -22,12 +22,12 @@
 
 namespace kiln {
 
-struct Trainer::Step {
+struct Trainer::Compiled {
   Graph graph;
   std::vector<Tensor> inputs, targets;
   std::vector<std::string> names;  // "loss", then the metrics, as they appear in logs
   std::vector<Tensor> values;      // () tensors, parallel to names
-  std::vector<Shape> target_rows;  // the row shapes of y this step was made for
+  std::vector<Shape> target_rows;  // the row shapes of y this graph was made for
   std::unique_ptr<detail::ProgramPool> programs;
   bool training = false;
 };
@@ -120,19 +120,19 @@ void Trainer::check_data(std::vector<Array>& x, std::vector<Array>& y, const std
 
 // ---- steps ------------------------------------------------------------------------------------------------------
 
-std::shared_ptr<Trainer::Step> Trainer::make_step(const std::vector<Array>& x, const std::vector<Array>& y,
+std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>& x, const std::vector<Array>& y,
                                                   bool training) {
-  auto step = std::make_shared<Step>();
-  step->training = training;
+  auto compiled = std::make_shared<Compiled>();
+  compiled->training = training;
   for (const Array& input : x)
-    step->inputs.push_back(step->graph.placeholder(with_unknown_batch(row_shape(input)), input.dtype(), "x"));
-  const std::vector<Tensor> outputs = model_.apply(step->inputs, training);
+    compiled->inputs.push_back(compiled->graph.placeholder(with_unknown_batch(row_shape(input)), input.dtype(), "x"));
+  const std::vector<Tensor> outputs = model_.apply(compiled->inputs, training);
   Tensor total;
   std::vector<std::pair<std::string, Tensor>> metric_values;
   for (std::size_t k = 0; k < outputs.size(); ++k) {
-    step->target_rows.push_back(row_shape(y[k]));
-    const Tensor target = step->graph.placeholder(with_unknown_batch(row_shape(y[k])), outputs[k].dtype(), "y");
-    step->targets.push_back(target);
+    compiled->target_rows.push_back(row_shape(y[k]));
+    const Tensor target = compiled->graph.placeholder(with_unknown_batch(row_shape(y[k])), outputs[k].dtype(), "y");
+    compiled->targets.push_back(target);
     const Loss& loss = losses_.size() == 1 ? losses_[0] : losses_[k];
     const Tensor value = loss(target, outputs[k]);
     total = total.valid() ? total + value : value;
@@ -142,18 +142,18 @@ std::shared_ptr<Trainer::Step> Trainer::make_step(const std::vector<Array>& x, c
       metric_values.emplace_back(prefix + metric.name(), resolved(target, outputs[k]));
     }
   }
-  step->names.push_back("loss");
-  step->values.push_back(total);
+  compiled->names.push_back("loss");
+  compiled->values.push_back(total);
   for (const auto& [name, value] : metric_values) {
-    step->names.push_back(name);
-    step->values.push_back(value);
+    compiled->names.push_back(name);
+    compiled->values.push_back(value);
   }
   std::vector<Update> updates;
   if (training) {
     std::vector<Tensor> weights;
     std::vector<std::string> paths;
     for (const Weight& weight : model_.trainable_weights()) {
-      const Tensor variable = step->graph.find_variable(weight.value);
+      const Tensor variable = compiled->graph.find_variable(weight.value);
       if (!variable.valid()) continue;  // a weight this model's outputs never read
       weights.push_back(variable);
       paths.push_back(weight.path);
@@ -161,43 +161,43 @@ std::shared_ptr<Trainer::Step> Trainer::make_step(const std::vector<Array>& x, c
     GradientOptions options;
     options.allow_unused = true;
     const std::vector<Tensor> grads = gradients(total, weights, options);
-    updates = optimizer_->build_updates(step->graph, weights, grads, paths);
+    updates = optimizer_->build_updates(compiled->graph, weights, grads, paths);
   }
-  step->programs = std::make_unique<detail::ProgramPool>(step->graph, step->values, updates);
-  return step;
+  compiled->programs = std::make_unique<detail::ProgramPool>(compiled->graph, compiled->values, updates);
+  return compiled;
 }
 
-std::shared_ptr<Trainer::Step> Trainer::step_for(const std::vector<Array>& x, const std::vector<Array>& y,
+std::shared_ptr<Trainer::Compiled> Trainer::compiled_for(const std::vector<Array>& x, const std::vector<Array>& y,
                                                  bool training) {
   std::lock_guard<std::mutex> lock(steps_mutex_);
-  std::shared_ptr<Step>& step = training ? training_ : evaluation_;
-  bool fits = step != nullptr;
-  for (std::size_t k = 0; fits && k < y.size(); ++k) fits = step->target_rows[k] == row_shape(y[k]);
-  for (std::size_t i = 0; fits && i < x.size(); ++i) fits = step->inputs[i].dtype() == x[i].dtype();
-  if (!fits) step = make_step(x, y, training);
-  return step;
+  std::shared_ptr<Compiled>& compiled = training ? training_ : evaluation_;
+  bool fits = compiled != nullptr;
+  for (std::size_t k = 0; fits && k < y.size(); ++k) fits = compiled->target_rows[k] == row_shape(y[k]);
+  for (std::size_t i = 0; fits && i < x.size(); ++i) fits = compiled->inputs[i].dtype() == x[i].dtype();
+  if (!fits) compiled = compile_for(x, y, training);
+  return compiled;
 }
 
-void Trainer::run_batch(const Step& step, Program& program, const std::vector<Array>& x, const std::vector<Array>& y,
+void Trainer::run_batch(const Compiled& compiled, Program& program, const std::vector<Array>& x, const std::vector<Array>& y,
                         std::vector<double>& sums) {
-  for (std::size_t i = 0; i < x.size(); ++i) program.feed(step.inputs[i], x[i]);
-  for (std::size_t k = 0; k < y.size(); ++k) program.feed(step.targets[k], y[k]);
-  if (step.training) {
+  for (std::size_t i = 0; i < x.size(); ++i) program.feed(compiled.inputs[i], x[i]);
+  for (std::size_t k = 0; k < y.size(); ++k) program.feed(compiled.targets[k], y[k]);
+  if (compiled.training) {
     optimizer_->prepare_step();
     // Per-step randomness (dropout) is keyed by the optimizer's iteration count, which is saved with
     // the optimizer, so a resumed run draws the masks the uninterrupted run would have drawn.
-    program.set_step(static_cast<std::uint64_t>(optimizer_->iterations()));
+    program.set_run_count(static_cast<std::uint64_t>(optimizer_->iterations()));
   }
   program.run();
-  if (step.training) optimizer_->finish_step();
+  if (compiled.training) optimizer_->finish_step();
   const double rows = static_cast<double>(x[0].shape()[0]);
-  sums.resize(step.values.size(), 0.0);
-  for (std::size_t v = 0; v < step.values.size(); ++v) sums[v] += program.scalar(step.values[v]) * rows;
+  sums.resize(compiled.values.size(), 0.0);
+  for (std::size_t v = 0; v < compiled.values.size(); ++v) sums[v] += program.scalar(compiled.values[v]) * rows;
 }
 
-Logs Trainer::means(const Step& step, const std::vector<double>& sums, std::int64_t rows) const {
+Logs Trainer::means(const Compiled& compiled, const std::vector<double>& sums, std::int64_t rows) const {
   Logs logs;
-  for (std::size_t v = 0; v < step.names.size(); ++v) logs[step.names[v]] = sums[v] / static_cast<double>(rows);
+  for (std::size_t v = 0; v < compiled.names.size(); ++v) logs[compiled.names[v]] = sums[v] / static_cast<double>(rows);
   return logs;
 }
 
@@ -211,10 +211,10 @@ Logs Trainer::one_batch(const std::vector<Array>& x_given, const std::vector<Arr
   std::vector<Array> x = x_given, y = y_given;
   check_data(x, y, training ? "train_on_batch" : "test_on_batch");
   std::vector<double> sums;
-  const std::shared_ptr<Step> step = step_for(x, y, training);
-  const detail::ProgramPool::Lease program = step->programs->lease(num_rows(x));
-  run_batch(*step, *program, x, y, sums);
-  return means(*step, sums, num_rows(x));
+  const std::shared_ptr<Compiled> compiled = compiled_for(x, y, training);
+  const detail::ProgramPool::Lease program = compiled->programs->lease(num_rows(x));
+  run_batch(*compiled, *program, x, y, sums);
+  return means(*compiled, sums, num_rows(x));
 }
 
 Logs Trainer::evaluate(const std::vector<Array>& x_given, const std::vector<Array>& y_given, std::int64_t batch_size) {
@@ -226,18 +226,18 @@ Logs Trainer::evaluate(const std::vector<Array>& x_given, const std::vector<Arra
 Logs Trainer::evaluate_checked(const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size) {
   if (batch_size <= 0)
     throw ValueError(model_.describe() + ": batch_size must be positive, got " + std::to_string(batch_size));
-  const std::shared_ptr<Step> step = step_for(x, y, false);
+  const std::shared_ptr<Compiled> compiled = compiled_for(x, y, false);
   const std::int64_t rows = num_rows(x);
-  const detail::ProgramPool::Lease program = step->programs->lease(std::min(batch_size, rows));
+  const detail::ProgramPool::Lease program = compiled->programs->lease(std::min(batch_size, rows));
   std::vector<double> sums;
   std::vector<Array> batch_x(x.size()), batch_y(y.size());
   for (std::int64_t start = 0; start < rows; start += batch_size) {
     const std::int64_t count = std::min(batch_size, rows - start);
     for (std::size_t i = 0; i < x.size(); ++i) batch_x[i] = x[i].rows(start, count);
     for (std::size_t k = 0; k < y.size(); ++k) batch_y[k] = y[k].rows(start, count);
-    run_batch(*step, *program, batch_x, batch_y, sums);
+    run_batch(*compiled, *program, batch_x, batch_y, sums);
   }
-  return means(*step, sums, rows);
+  return means(*compiled, sums, rows);
 }
 
 History Trainer::fit(const std::vector<Array>& x_given, const std::vector<Array>& y_given, const FitOptions& options) {
@@ -283,9 +283,9 @@ History Trainer::fit(const std::vector<Array>& x_given, const std::vector<Array>
   ProgressBar bar(std::cout, options.verbose_, ProgressBar::stdout_is_terminal());
   History history;
 
-  const std::shared_ptr<Step> training_step = step_for(x, y, true);
-  const Step& step = *training_step;
-  const detail::ProgramPool::Lease program = step.programs->lease(batch_size);
+  const std::shared_ptr<Compiled> training_graph = compiled_for(x, y, true);
+  const Compiled& compiled = *training_graph;
+  const detail::ProgramPool::Lease program = compiled.programs->lease(batch_size);
   std::vector<Array> buffers_x, buffers_y;
   for (const Array& array : x) buffers_x.push_back(batch_buffer(array, batch_size));
   for (const Array& array : y) buffers_y.push_back(batch_buffer(array, batch_size));
@@ -315,9 +315,9 @@ History Trainer::fit(const std::vector<Array>& x_given, const std::vector<Array>
         batch_x[i] = options.shuffle_ ? gather_rows(x[i], buffers_x[i], order, start, count) : x[i].rows(start, count);
       for (std::size_t k = 0; k < y.size(); ++k)
         batch_y[k] = options.shuffle_ ? gather_rows(y[k], buffers_y[k], order, start, count) : y[k].rows(start, count);
-      run_batch(step, *program, batch_x, batch_y, sums);
+      run_batch(compiled, *program, batch_x, batch_y, sums);
       seen += count;
-      logs = means(step, sums, seen);
+      logs = means(compiled, sums, seen);
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
       bar.update(batch + 1, steps, logs, elapsed);
       if (!std::isfinite(logs.at("loss")) && !warned_nan) {

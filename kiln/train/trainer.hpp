@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <kiln/core/array.hpp>
+#include <kiln/layers/model.hpp>
 #include <kiln/optim/losses.hpp>
 #include <kiln/optim/metrics.hpp>
 #include <kiln/optim/optimizer.hpp>
@@ -16,15 +17,14 @@
 
 namespace kiln {
 
-class ModelBase;
 class FitOptions;
 class Program;
 struct History;
 
-class Trainer {
+class Trainer : public CompiledState {
  public:
   Trainer(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> losses, std::vector<Metric> metrics);
-  ~Trainer();
+  ~Trainer() override;
 
   History fit(const std::vector<Array>& x, const std::vector<Array>& y, const FitOptions& options);
   Logs evaluate(const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size);
@@ -40,18 +40,20 @@ class Trainer {
   void set_epochs_trained(int epochs) { epochs_trained_ = epochs; }
 
  private:
-  struct Step;
-  // The step for targets of these row shapes: training (with updates) or evaluation. Evaluation runs on
-  // several threads at once (each with a Program of its own from the step's pool); a step replaced for
-  // other shapes lives on for the callers that hold it.
-  std::shared_ptr<Step> step_for(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
-  std::shared_ptr<Step> make_step(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
-  // Data checks before any step runs: counts, equal rows, shapes that fit; converts dtypes.
+  // What compile() makes of the model for one kind of batch: the training graph (forward, losses,
+  // gradients, the optimizer's updates) or the evaluation graph, with their programs.
+  struct Compiled;
+  // The compiled graph for targets of these row shapes, made when none fits. Evaluation runs on several
+  // threads at once (each with a Program of its own from the graph's pool); a graph replaced for other
+  // shapes lives on for the callers that hold it.
+  std::shared_ptr<Compiled> compiled_for(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
+  std::shared_ptr<Compiled> compile_for(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
+  // Data checks before any batch runs: counts, equal rows, shapes that fit; converts dtypes.
   void check_data(std::vector<Array>& x, std::vector<Array>& y, const std::string& what) const;
-  // One batch through a step's program; adds each value times the batch's rows into `sums`.
-  void run_batch(const Step& step, Program& program, const std::vector<Array>& x, const std::vector<Array>& y,
+  // One batch through a compiled graph's program; adds each value times the batch's rows into `sums`.
+  void run_batch(const Compiled& compiled, Program& program, const std::vector<Array>& x, const std::vector<Array>& y,
                  std::vector<double>& sums);
-  Logs means(const Step& step, const std::vector<double>& sums, std::int64_t rows) const;
+  Logs means(const Compiled& compiled, const std::vector<double>& sums, std::int64_t rows) const;
   Logs one_batch(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
   Logs evaluate_checked(const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size);
 
@@ -60,7 +62,7 @@ class Trainer {
   std::vector<Loss> losses_;
   std::vector<Metric> metrics_;
   std::mutex steps_mutex_;
-  std::shared_ptr<Step> training_, evaluation_;
+  std::shared_ptr<Compiled> training_, evaluation_;
   int epochs_trained_ = 0;
 };
 

@@ -78,7 +78,7 @@ TEST_CASE("updates write variables after the step, and a step reads the old valu
   CHECK(graph.value(w).to_vector<double>() == std::vector<double>{2, 2});
   program.run();
   CHECK(graph.value(w).to_vector<double>() == std::vector<double>{4, 4});
-  CHECK(program.step() == 2);
+  CHECK(program.run_count() == 2);
 }
 
 namespace {

@@ -31,7 +31,7 @@ struct DropoutRun {
         program(graph, {y}) {}
 
   Array run_at(std::uint64_t step) {
-    program.set_step(step);
+    program.set_run_count(step);
     program.feed(x, ones);
     program.run();
     return program.fetch(y);
@@ -84,7 +84,7 @@ TEST_CASE("dropout's gradient is dy * mask / (1 - rate) with the forward's mask"
   const Array weights = testing::random_array({8, 50}, rng);
   program.feed(x, input);
   program.feed(projection, weights);
-  program.set_step(5);
+  program.set_run_count(5);
   program.run();
   const Array forward = program.fetch(y);
   const Array grad = program.fetch(dx);

@@ -619,10 +619,10 @@ class SignDescent : public Optimizer {
 
  protected:
   std::vector<std::string> slot_names() const override { return {"trace"}; }
-  Tensor update_step(Step& step) override {
-    const Tensor sign = ops::tanh(step.grad() * 1e6);
-    step.assign("trace", step.slot("trace") * 0.5 + sign);
-    return step.weight() - ops::mul(sign, step.learning_rate());
+  Tensor update_step(WeightUpdate& update) override {
+    const Tensor sign = ops::tanh(update.grad() * 1e6);
+    update.assign("trace", update.slot("trace") * 0.5 + sign);
+    return update.weight() - ops::mul(sign, update.learning_rate());
   }
 };
 KILN_REGISTER_OPTIMIZER("test>SignDescent", SignDescent);

@@ -122,11 +122,11 @@ GradcheckReport gradcheck(const GraphFunction& f, const std::vector<Array>& inpu
       const double original = x.flat(j);
       // The same step as the analytic run, so per-step randomness (dropout) sees the same mask.
       x.set_flat(j, original + options.step);
-      forward.set_step(0);
+      forward.set_run_count(0);
       forward.run();
       const double plus = forward.scalar(loss);
       x.set_flat(j, original - options.step);
-      forward.set_step(0);
+      forward.set_run_count(0);
       forward.run();
       const double minus = forward.scalar(loss);
       x.set_flat(j, original);

@@ -132,11 +132,11 @@ GradcheckReport gradcheck_layer(Layer& layer, const LayerCase& c, const LayerGra
     for (std::size_t j = 0; j < x.size(); ++j) {
       const double original = x.flat(j);
       x.set_flat(j, original + h);
-      forward.set_step(0);
+      forward.set_run_count(0);
       forward.run();
       const double plus = forward.scalar(loss);
       x.set_flat(j, original - h);
-      forward.set_step(0);
+      forward.set_run_count(0);
       forward.run();
       const double minus = forward.scalar(loss);
       x.set_flat(j, original);
