@@ -177,7 +177,8 @@ Tensor Optimizer::scalar_variable(Graph& graph, std::size_t scalar_id, DType dty
   return graph.variable(name_ + "/" + scalar.name, value, /*trainable=*/false);
 }
 
-// ---- WeightUpdate ------------------------------------------------------------------------------------------------------
+// ---- WeightUpdate
+// ------------------------------------------------------------------------------------------------------
 
 Optimizer::WeightUpdate::WeightUpdate(Optimizer& optimizer, Graph& graph, std::vector<Update>& updates)
     : optimizer_(optimizer), graph_(graph), updates_(updates) {}
@@ -377,166 +378,6 @@ void Optimizer::set_variables(const std::vector<Weight>& variables) {
     if (!contains(restored, own.path)) throw ValueError(describe() + ": variable '" + own.path + "' was not given");
 }
 
-// ---- SGD ---------------------------------------------------------------------------------------------------------
-
-SGD::SGD(const Config& config) : Optimizer(config, "SGD", {"SGD", 0.01, std::nullopt}) {
-  ConfigReader args = config_reader(config);
-  momentum_ = args.number("momentum", 0.0);
-  nesterov_ = args.boolean("nesterov", false);
-  args.finish();
-  if (!(momentum_ >= 0.0 && momentum_ <= 1.0)) fail("momentum must be in [0, 1], got " + std::to_string(momentum_));
-}
-
-Config SGD::get_config() const { return Optimizer::get_config().set("momentum", momentum_).set("nesterov", nesterov_); }
-
-std::vector<std::string> SGD::slot_names() const {
-  if (momentum_ == 0.0) return {};
-  return {"momentum"};
-}
-
-// Keras's velocity holds lr·g, so a learning-rate change takes effect gradually (torch's does not).
-Tensor SGD::update_step(WeightUpdate& update) {
-  const Tensor scaled_grad = ops::mul(update.grad(), update.learning_rate());
-  if (momentum_ == 0.0) return update.weight() - scaled_grad;
-  const Tensor momentum = update.slot("momentum") * momentum_ - scaled_grad;
-  update.assign("momentum", momentum);
-  if (nesterov_) return update.weight() + (momentum * momentum_ - scaled_grad);
-  return update.weight() + momentum;
-}
-
-// ---- Adam / AdamW ------------------------------------------------------------------------------------------------
-
-Adam::Adam(const Config& config) : Adam(config, "Adam", {"adam", 0.001, std::nullopt}) {}
-
-Adam::Adam(const Config& config, std::string class_name, const OptimizerDefaults& defaults)
-    : Optimizer(config, std::move(class_name), defaults) {
-  alpha_scalar_ = add_step_scalar("alpha");
-  read_config(config);
-}
-
-void Adam::read_config(const Config& config) {
-  ConfigReader args = config_reader(config);
-  beta_1_ = args.number("beta_1", 0.9);
-  beta_2_ = args.number("beta_2", 0.999);
-  epsilon_ = args.number("epsilon", 1e-7);
-  amsgrad_ = args.boolean("amsgrad", false);
-  args.finish();
-  // β = 1 would divide by zero in the bias correction.
-  if (!(beta_1_ >= 0.0 && beta_1_ < 1.0)) fail("beta_1 must be in [0, 1), got " + std::to_string(beta_1_));
-  if (!(beta_2_ >= 0.0 && beta_2_ < 1.0)) fail("beta_2 must be in [0, 1), got " + std::to_string(beta_2_));
-}
-
-Config Adam::get_config() const {
-  return Optimizer::get_config()
-      .set("beta_1", beta_1_)
-      .set("beta_2", beta_2_)
-      .set("epsilon", epsilon_)
-      .set("amsgrad", amsgrad_);
-}
-
-std::vector<std::string> Adam::slot_names() const {
-  if (amsgrad_) return {"momentum", "velocity", "velocity_hat"};
-  return {"momentum", "velocity"};
-}
-
-// Both bias corrections fold into one host scalar, so the graph does no per-step power.
-void Adam::compute_step_scalars(std::int64_t local_step, double learning_rate) {
-  const double t = static_cast<double>(local_step);
-  const double beta_1_power = std::pow(beta_1_, t);
-  const double beta_2_power = std::pow(beta_2_, t);
-  set_step_scalar(alpha_scalar_, learning_rate * std::sqrt(1.0 - beta_2_power) / (1.0 - beta_1_power));
-}
-
-// Keras adds ε to the uncorrected √v (torch adds it to the corrected one).
-Tensor Adam::update_step(WeightUpdate& update) {
-  const Tensor& grad = update.grad();
-  const Tensor m = update.slot("momentum");
-  const Tensor v = update.slot("velocity");
-  const Tensor new_m = m + (grad - m) * (1.0 - beta_1_);
-  Tensor new_v = v + (ops::square(grad) - v) * (1.0 - beta_2_);
-  update.assign("momentum", new_m);
-  update.assign("velocity", new_v);
-  if (amsgrad_) {
-    new_v = ops::maximum(update.slot("velocity_hat"), new_v);
-    update.assign("velocity_hat", new_v);
-  }
-  return update.weight() - ops::div(ops::mul(new_m, update.scalar(alpha_scalar_)), ops::sqrt(new_v) + epsilon_);
-}
-
-AdamW::AdamW(const Config& config) : Adam(config, "AdamW", {"adamw", 0.001, 0.004}) {
-  if (!weight_decay()) fail("weight_decay must be a number, got null");
-}
-
-// ---- RMSprop -----------------------------------------------------------------------------------------------------
-
-RMSprop::RMSprop(const Config& config) : Optimizer(config, "RMSprop", {"rmsprop", 0.001, std::nullopt}) {
-  ConfigReader args = config_reader(config);
-  rho_ = args.number("rho", 0.9);
-  momentum_ = args.number("momentum", 0.0);
-  epsilon_ = args.number("epsilon", 1e-7);
-  centered_ = args.boolean("centered", false);
-  args.finish();
-  if (!(rho_ >= 0.0 && rho_ <= 1.0)) fail("rho must be in [0, 1], got " + std::to_string(rho_));
-  if (!(momentum_ >= 0.0)) fail("momentum must be >= 0, got " + std::to_string(momentum_));
-}
-
-Config RMSprop::get_config() const {
-  return Optimizer::get_config()
-      .set("rho", rho_)
-      .set("momentum", momentum_)
-      .set("epsilon", epsilon_)
-      .set("centered", centered_);
-}
-
-std::vector<std::string> RMSprop::slot_names() const {
-  std::vector<std::string> names{"velocity"};
-  if (momentum_ > 0.0) names.push_back("momentum");
-  if (centered_) names.push_back("average_gradient");
-  return names;
-}
-
-// ε sits inside the square root (torch adds it outside).
-Tensor RMSprop::update_step(WeightUpdate& update) {
-  const Tensor& grad = update.grad();
-  const Tensor velocity = update.slot("velocity") * rho_ + ops::square(grad) * (1.0 - rho_);
-  update.assign("velocity", velocity);
-  Tensor denominator;
-  if (centered_) {
-    const Tensor average_gradient = update.slot("average_gradient") * rho_ + grad * (1.0 - rho_);
-    update.assign("average_gradient", average_gradient);
-    denominator = (velocity - ops::square(average_gradient)) + epsilon_;
-  } else {
-    denominator = velocity + epsilon_;
-  }
-  const Tensor increment = ops::div(ops::mul(update.learning_rate(), grad), ops::sqrt(denominator));
-  if (momentum_ == 0.0) return update.weight() - increment;
-  const Tensor momentum = update.slot("momentum") * momentum_ + increment;
-  update.assign("momentum", momentum);
-  return update.weight() - momentum;
-}
-
-// ---- Adagrad -----------------------------------------------------------------------------------------------------
-
-Adagrad::Adagrad(const Config& config) : Optimizer(config, "Adagrad", {"adagrad", 0.001, std::nullopt}) {
-  ConfigReader args = config_reader(config);
-  initial_accumulator_value_ = args.number("initial_accumulator_value", 0.1);
-  epsilon_ = args.number("epsilon", 1e-7);
-  args.finish();
-  if (!(initial_accumulator_value_ >= 0.0))
-    fail("initial_accumulator_value must be >= 0, got " + std::to_string(initial_accumulator_value_));
-}
-
-Config Adagrad::get_config() const {
-  return Optimizer::get_config().set("initial_accumulator_value", initial_accumulator_value_).set("epsilon", epsilon_);
-}
-
-Tensor Adagrad::update_step(WeightUpdate& update) {
-  const Tensor& grad = update.grad();
-  const Tensor accumulator = update.slot("accumulator") + ops::square(grad);
-  update.assign("accumulator", accumulator);
-  return update.weight() - ops::div(ops::mul(update.learning_rate(), grad), ops::sqrt(accumulator + epsilon_));
-}
-
 // ---- the registry ------------------------------------------------------------------------------------------------
 
 Registry<OptimizerClass>& optimizer_registry() {
@@ -547,11 +388,5 @@ Registry<OptimizerClass>& optimizer_registry() {
 OptimizerPtr create_optimizer(const std::string& name, const Config& config) {
   return optimizer_registry().get(name).create(config);
 }
-
-KILN_REGISTER_OPTIMIZER("kiln>SGD", SGD);
-KILN_REGISTER_OPTIMIZER("kiln>Adam", Adam);
-KILN_REGISTER_OPTIMIZER("kiln>AdamW", AdamW);
-KILN_REGISTER_OPTIMIZER("kiln>RMSprop", RMSprop);
-KILN_REGISTER_OPTIMIZER("kiln>Adagrad", Adagrad);
 
 }  // namespace kiln

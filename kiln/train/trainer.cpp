@@ -121,7 +121,7 @@ void Trainer::check_data(std::vector<Array>& x, std::vector<Array>& y, const std
 // ---- steps ------------------------------------------------------------------------------------------------------
 
 std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>& x, const std::vector<Array>& y,
-                                                  bool training) {
+                                                        bool training) {
   auto compiled = std::make_shared<Compiled>();
   compiled->training = training;
   for (const Array& input : x)
@@ -168,7 +168,7 @@ std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>
 }
 
 std::shared_ptr<Trainer::Compiled> Trainer::compiled_for(const std::vector<Array>& x, const std::vector<Array>& y,
-                                                 bool training) {
+                                                         bool training) {
   std::lock_guard<std::mutex> lock(steps_mutex_);
   std::shared_ptr<Compiled>& compiled = training ? training_ : evaluation_;
   bool fits = compiled != nullptr;
@@ -178,8 +178,8 @@ std::shared_ptr<Trainer::Compiled> Trainer::compiled_for(const std::vector<Array
   return compiled;
 }
 
-void Trainer::run_batch(const Compiled& compiled, Program& program, const std::vector<Array>& x, const std::vector<Array>& y,
-                        std::vector<double>& sums) {
+void Trainer::run_batch(const Compiled& compiled, Program& program, const std::vector<Array>& x,
+                        const std::vector<Array>& y, std::vector<double>& sums) {
   for (std::size_t i = 0; i < x.size(); ++i) program.feed(compiled.inputs[i], x[i]);
   for (std::size_t k = 0; k < y.size(); ++k) program.feed(compiled.targets[k], y[k]);
   if (compiled.training) {
