@@ -67,10 +67,11 @@ bool register_builtin_initializers(Registry<InitializerClass>& registry) {
   registry.add("kiln>LecunNormal", {seed_only, variance_scaling(1.0, "fan_in", false)});
   registry.add("kiln>Zeros", {Config::map(), fill_with(0.0)});
   registry.add("kiln>Ones", {Config::map(), fill_with(1.0)});
-  registry.add("kiln>Constant", {{{"value", 0.0}}, [](std::vector<double>& values, const Fans&, const Config& args, Rng&) {
-                                   const double value = args.get_double("value");
-                                   for (double& v : values) v = value;
-                                 }});
+  registry.add("kiln>Constant",
+               {{{"value", 0.0}}, [](std::vector<double>& values, const Fans&, const Config& args, Rng&) {
+                  const double value = args.get_double("value");
+                  for (double& v : values) v = value;
+                }});
   registry.add("kiln>RandomNormal", {{{"mean", 0.0}, {"stddev", 0.05}, {"seed", Config()}}, normal_distribution(false)},
                {"normal"});
   registry.add("kiln>TruncatedNormal",

@@ -1,0 +1,195 @@
+#include <kiln/layers/model.hpp>
+
+#include <algorithm>
+#include <thread>
+
+#include <kiln/core/error.hpp>
+#include <kiln/layers/detail/model_state.hpp>
+
+namespace kiln {
+
+using detail::is_input_layer;
+
+// ---- ModelBase: running --------------------------------------------------------------------------------------
+
+ModelBase::Use ModelBase::use_for_inference(const std::string& what) const {
+  std::lock_guard<std::mutex> lock(usage_->mutex);
+  if (usage_->training > 0 && usage_->trainer != std::this_thread::get_id())
+    throw LayerStateError(describe() + "." + what +
+                          ": the model is training on another thread; predict and evaluate "
+                          "with it once fit returns (or with a copy: load_model of a checkpoint)");
+  ++usage_->inferring;
+  return Use(this, false);
+}
+
+ModelBase::Use ModelBase::use_for_training(const std::string& what) const {
+  std::lock_guard<std::mutex> lock(usage_->mutex);
+  const bool trainer_here = usage_->training > 0 && usage_->trainer == std::this_thread::get_id();
+  if (usage_->training > 0 && !trainer_here)
+    throw LayerStateError(describe() + "." + what + ": the model is already training on another thread");
+  if (usage_->inferring > 0 && !trainer_here)
+    throw LayerStateError(describe() + "." + what + ": " + std::to_string(usage_->inferring) +
+                          " predict or evaluate call(s) are running with this model on other threads; training "
+                          "would change the weights they read (start it once they return)");
+  ++usage_->training;
+  usage_->trainer = std::this_thread::get_id();
+  return Use(this, true);
+}
+
+ModelBase::Use::~Use() {
+  if (!model_) return;
+  Usage& usage = *model_->usage_;
+  std::lock_guard<std::mutex> lock(usage.mutex);
+  if (training_)
+    --usage.training;
+  else
+    --usage.inferring;
+}
+
+std::vector<Tensor> ModelBase::apply(const std::vector<Tensor>& inputs, bool training) const {
+  // Layers name themselves and count their calls as they are called: two replays at once (the first
+  // predict and the first evaluate on two threads) take turns.
+  std::lock_guard<std::mutex> lock(apply_mutex_);
+  if (inputs.size() != input_nodes_.size())
+    throw ValueError(describe() + " takes " + std::to_string(input_nodes_.size()) + " inputs, got " +
+                     std::to_string(inputs.size()));
+  std::vector<std::vector<Tensor>> values(nodes_.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Shape& expected = nodes_[static_cast<std::size_t>(input_nodes_[i])].output_shapes.at(0);
+    const Shape& given = inputs[i].shape();
+    if (!expected.accepts(given))
+      shape_error("input " + std::to_string(i) + " does not fit the model's input '" +
+                      nodes_[static_cast<std::size_t>(input_nodes_[i])].layer->name() + "'",
+                  {{"expected", expected}, {"given", given}});
+    values[static_cast<std::size_t>(input_nodes_[i])] = {inputs[i]};
+  }
+  auto value_of = [&](const TensorRef& ref) {
+    return values.at(static_cast<std::size_t>(ref.node)).at(static_cast<std::size_t>(ref.output));
+  };
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& node = nodes_[i];
+    if (node.inputs.empty() && is_input_layer(node.layer)) continue;
+    std::vector<Tensor> node_inputs;
+    for (const TensorRef& ref : node.inputs) node_inputs.push_back(value_of(ref));
+    CallArgs args;
+    for (const auto& [name, ref] : node.tensor_args) args.tensor(name, value_of(ref));
+    if (node.options.is_map())
+      for (const auto& [name, value] : node.options.items()) args.option(name, value);
+    args.training(training);
+    values[i] = (*node.layer)(node_inputs, args);
+  }
+  std::vector<Tensor> outputs;
+  for (const TensorRef& ref : outputs_) outputs.push_back(value_of(ref));
+  return outputs;
+}
+
+std::vector<Tensor> ModelBase::call(const std::vector<Tensor>& inputs, const CallArgs& args) {
+  return apply(inputs, args.training());
+}
+
+std::shared_ptr<ModelBase::Inference> ModelBase::inference() {
+  std::lock_guard<std::mutex> lock(inference_mutex_);
+  if (!inference_) {
+    auto inference = std::make_shared<Inference>();
+    for (int index : input_nodes_) {
+      const auto& input_layer = static_cast<const InputLayer&>(*nodes_[static_cast<std::size_t>(index)].layer);
+      inference->inputs.push_back(
+          inference->graph.placeholder(input_layer.batch_shape(), input_layer.dtype(), input_layer.name()));
+    }
+    inference->outputs = apply(inference->inputs, /*training=*/false);
+    inference->programs = std::make_unique<detail::ProgramPool>(inference->graph, inference->outputs);
+    inference_ = inference;
+  }
+  return inference_;  // a caller's copy keeps it alive if the model is rebuilt meanwhile
+}
+
+// The arrays predict was given, checked against the inputs (same rows, fitting shapes) and converted
+// to the inputs' dtypes.
+std::vector<Array> ModelBase::predict_inputs(const std::vector<Array>& given,
+                                             const std::vector<Tensor>& placeholders) const {
+  if (given.size() != placeholders.size())
+    throw ValueError(describe() + ".predict takes " + std::to_string(placeholders.size()) + " arrays, got " +
+                     std::to_string(given.size()));
+  std::vector<Array> inputs;
+  for (std::size_t i = 0; i < given.size(); ++i) {
+    const Shape& expected = placeholders[i].shape();
+    const Shape& shape = given[i].shape();
+    // Rows are fed in batches, so the row count is free even where the input fixes a batch size.
+    if (shape.rank() == 0 || !expected.accepts(shape, 1))
+      shape_error("predict: array " + std::to_string(i) + " does not fit the input",
+                  {{"input", expected}, {"array", shape}});
+    if (shape[0] != given[0].shape()[0])
+      shape_error("predict: the arrays have different numbers of rows",
+                  {{"array 0", given[0].shape()}, {"array " + std::to_string(i), shape}});
+    inputs.push_back(given[i].dtype() == placeholders[i].dtype() ? given[i] : given[i].astype(placeholders[i].dtype()));
+  }
+  return inputs;
+}
+
+// Batches are stacked along the first axis, so each output needs a batch dimension; another unknown
+// dimension follows the batch size (a Gram matrix), which only a single batch can stack.
+void ModelBase::check_stackable(const std::vector<Tensor>& outputs, std::int64_t rows, std::int64_t batch_size) const {
+  for (const Tensor& output : outputs) {
+    const std::vector<std::int64_t>& dims = output.shape().dims();
+    if (dims.empty() || dims[0] != Shape::unknown)
+      throw ValueError(describe() + ": predict needs outputs with a batch dimension, output '" + output.name() +
+                       "' has shape " + output.shape().to_string());
+    for (std::size_t axis = 1; axis < dims.size(); ++axis)
+      if (dims[axis] == Shape::unknown && rows > batch_size)
+        shape_error("predict: output '" + output.name() +
+                        "' has a dimension that follows the batch size, so its batches " +
+                        "cannot be stacked; predict with batch_size >= " + std::to_string(rows),
+                    {{"output", output.shape()}});
+  }
+}
+
+std::vector<Array> ModelBase::predict(const std::vector<Array>& given, std::int64_t batch_size) {
+  if (batch_size <= 0)
+    throw ValueError(describe() + ": predict batch_size must be positive, got " + std::to_string(batch_size));
+  if (!built() || input_nodes_.empty())
+    throw LayerStateError(describe() + " is not built; call it on a tensor, give it an Input, or build it first");
+  const Use use = use_for_inference("predict");
+  const std::shared_ptr<Inference> inference_graph = inference();
+  const Inference& run = *inference_graph;
+  const std::vector<Array> inputs = predict_inputs(given, run.inputs);
+  const std::int64_t rows = inputs[0].shape()[0];
+  check_stackable(run.outputs, rows, batch_size);
+  const detail::ProgramPool::Lease program = run.programs->lease(std::min(batch_size, rows));
+
+  std::vector<Array> results(run.outputs.size());
+  for (std::size_t o = 0; o < results.size(); ++o) {  // what zero rows give; real batches reallocate below
+    std::vector<std::int64_t> dims = run.outputs[o].shape().dims();
+    for (std::int64_t& dim : dims)
+      if (dim == Shape::unknown) dim = 0;
+    results[o] = Array(Shape(dims), run.outputs[o].dtype());
+  }
+  for (std::int64_t start = 0; start < rows; start += batch_size) {
+    const std::int64_t count = std::min(batch_size, rows - start);
+    for (std::size_t i = 0; i < inputs.size(); ++i) program->feed(run.inputs[i], inputs[i].rows(start, count));
+    program->run();
+    for (std::size_t o = 0; o < results.size(); ++o) {
+      const Array batch = program->view(run.outputs[o]);
+      if (start == 0) {
+        std::vector<std::int64_t> dims = batch.shape().dims();
+        dims[0] = rows;
+        results[o] = Array(Shape(dims), batch.dtype());
+      }
+      if (batch.shape()[0] != count)
+        shape_error("predict: output '" + run.outputs[o].name() + "' does not have one row per input row (" +
+                        std::to_string(count) + " rows in, " + batch.shape().to_string() + " out)",
+                    {{"output", run.outputs[o].shape()}});
+      results[o].set_rows(start, batch);  // ShapeError if a batch's rows are shaped differently
+    }
+  }
+  return results;
+}
+
+Array ModelBase::predict(const Array& input, std::int64_t batch_size) {
+  std::vector<Array> outputs = predict(std::vector<Array>{input}, batch_size);
+  if (outputs.size() != 1)
+    throw ValueError(describe() + " has " + std::to_string(outputs.size()) +
+                     " outputs; use predict with a list of arrays");
+  return outputs[0];
+}
+
+}  // namespace kiln
