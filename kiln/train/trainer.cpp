@@ -240,108 +240,175 @@ Logs Trainer::evaluate_checked(const std::vector<Array>& x, const std::vector<Ar
   return means(*compiled, sums, rows);
 }
 
+// ---- fit ------------------------------------------------------------------------------------------------------
+
+// One call of fit: the data and its validation part, the training graph's program, the batch buffers,
+// the callbacks' state and the history, stepped through epochs and batches.
+class Trainer::Fit {
+ public:
+  Fit(Trainer& trainer, std::vector<Array> x, std::vector<Array> y, const FitOptions& options)
+      : trainer_(trainer),
+        options_(options),
+        x_(std::move(x)),
+        y_(std::move(y)),
+        bar_(std::cout, options.verbose_, ProgressBar::stdout_is_terminal()) {}
+
+  History run() {
+    check_options();
+    split_validation();
+    prepare();
+    for (const CallbackPtr& callback : options_.callbacks_) callback->on_train_begin(state_);
+    for (int epoch = options_.initial_epoch_; epoch < options_.epochs_ && !state_.stop_training; ++epoch)
+      run_epoch(epoch);
+    for (const CallbackPtr& callback : options_.callbacks_) callback->on_train_end(state_, logs_);
+    return history_;
+  }
+
+ private:
+  std::string who() const { return trainer_.model_.describe() + ".fit"; }
+
+  void check_options() const {
+    if (options_.batch_size_ <= 0)
+      throw ValueError(who() + ": batch_size must be positive, got " + std::to_string(options_.batch_size_));
+    if (options_.epochs_ < 0) throw ValueError(who() + ": epochs must not be negative");
+    if (options_.validation_split_ < 0.0 || options_.validation_split_ >= 1.0)
+      throw ValueError(who() + ": validation_split must be in [0, 1), got " +
+                       std::to_string(options_.validation_split_));
+  }
+
+  // Validation data: given, or the last fraction of the rows (before shuffling, as Keras takes it).
+  void split_validation() {
+    val_x_ = options_.validation_x_;
+    val_y_ = options_.validation_y_;
+    if (!val_x_.empty() || !val_y_.empty()) {
+      trainer_.check_data(val_x_, val_y_, "fit validation_data");
+      return;
+    }
+    if (options_.validation_split_ <= 0.0) return;
+    const std::int64_t rows = num_rows(x_);
+    const auto validation_rows =
+        static_cast<std::int64_t>(std::floor(static_cast<double>(rows) * options_.validation_split_));
+    if (validation_rows == 0 || validation_rows == rows)
+      throw ValueError(who() + ": validation_split " + std::to_string(options_.validation_split_) + " of " +
+                       std::to_string(rows) + " samples leaves an empty part");
+    auto split = [&](std::vector<Array>& arrays, std::vector<Array>& validation) {
+      for (Array& array : arrays) {
+        validation.push_back(array.rows(rows - validation_rows, validation_rows));
+        array = array.rows(0, rows - validation_rows);
+      }
+    };
+    split(x_, val_x_);
+    split(y_, val_y_);
+  }
+
+  // The training graph's program and the buffers a shuffled batch is gathered into: made once, so a
+  // training step allocates nothing.
+  void prepare() {
+    rows_ = num_rows(x_);
+    batch_size_ = std::min(options_.batch_size_, rows_);
+    steps_ = (rows_ + batch_size_ - 1) / batch_size_;
+    state_.model = &trainer_.model_;
+    state_.optimizer = trainer_.optimizer_.get();
+    state_.epochs = options_.epochs_;
+    state_.steps_per_epoch = steps_;
+    state_.verbose = options_.verbose_;
+    compiled_ = trainer_.compiled_for(x_, y_, true);
+    program_ = std::make_unique<detail::ProgramPool::Lease>(compiled_->programs->lease(batch_size_));
+    for (const Array& array : x_) buffers_x_.push_back(batch_buffer(array, batch_size_));
+    for (const Array& array : y_) buffers_y_.push_back(batch_buffer(array, batch_size_));
+    order_.resize(static_cast<std::size_t>(rows_));
+    batch_x_.resize(x_.size());
+    batch_y_.resize(y_.size());
+    terminates_on_nan_ = std::any_of(options_.callbacks_.begin(), options_.callbacks_.end(), [](const CallbackPtr& c) {
+      return dynamic_cast<const TerminateOnNaN*>(c.get()) != nullptr;
+    });
+  }
+
+  void run_epoch(int epoch) {
+    for (const CallbackPtr& callback : options_.callbacks_) callback->on_epoch_begin(state_, epoch);
+    bar_.epoch_begin(epoch, options_.epochs_);
+    started_ = std::chrono::steady_clock::now();
+    order_rows(epoch);
+    sums_.clear();
+    seen_ = 0;
+    std::int64_t batches_run = 0;
+    for (std::int64_t batch = 0; batch < steps_ && !state_.stop_training; ++batch, ++batches_run)
+      train_batch(epoch, batch);
+    add_validation();
+    trainer_.epochs_trained_ = epoch + 1;  // before the callbacks, so a checkpoint saved there records this epoch
+    for (const CallbackPtr& callback : options_.callbacks_) callback->on_epoch_logs(state_, epoch, logs_);
+    for (const CallbackPtr& callback : options_.callbacks_) callback->on_epoch_end(state_, epoch, logs_);
+    bar_.epoch_end(batches_run, logs_, seconds_since_start());
+    history_.epochs.push_back(epoch);
+    for (const auto& [name, value] : logs_) history_.history[name].push_back(value);
+  }
+
+  // Each epoch's row order: seeded by (seed, epoch), so a resumed run shuffles as the uninterrupted one.
+  void order_rows(int epoch) {
+    if (options_.shuffle_)
+      order_ = shuffled_row_order(rows_, mix64(options_.seed_ ^ mix64(static_cast<std::uint64_t>(epoch))));
+    else
+      std::iota(order_.begin(), order_.end(), std::int64_t{0});
+  }
+
+  void train_batch(int epoch, std::int64_t batch) {
+    const std::int64_t start = batch * batch_size_, count = std::min(batch_size_, rows_ - start);
+    auto gather = [&](const std::vector<Array>& arrays, std::vector<Array>& buffers, std::vector<Array>& batch_arrays) {
+      for (std::size_t i = 0; i < arrays.size(); ++i)
+        batch_arrays[i] =
+            options_.shuffle_ ? gather_rows(arrays[i], buffers[i], order_, start, count) : arrays[i].rows(start, count);
+    };
+    gather(x_, buffers_x_, batch_x_);
+    gather(y_, buffers_y_, batch_y_);
+    trainer_.run_batch(*compiled_, **program_, batch_x_, batch_y_, sums_);
+    seen_ += count;
+    logs_ = trainer_.means(*compiled_, sums_, seen_);
+    bar_.update(batch + 1, steps_, logs_, seconds_since_start());
+    warn_if_not_finite(epoch, batch);
+    for (const CallbackPtr& callback : options_.callbacks_) callback->on_batch_end(state_, batch, logs_);
+  }
+
+  void warn_if_not_finite(int epoch, std::int64_t batch) {
+    if (std::isfinite(logs_.at("loss")) || warned_nan_) return;
+    // python_float: printf writes "-nan" for a NaN with its sign bit set (inf - inf), Keras never does.
+    std::cerr << who() << ": the loss is " << detail::python_float(logs_.at("loss")) << " at epoch " << epoch + 1
+              << ", batch " << batch + 1 << (terminates_on_nan_ ? "\n" : "; add kiln::TerminateOnNaN to stop on it\n");
+    warned_nan_ = true;
+  }
+
+  void add_validation() {
+    if (val_x_.empty()) return;
+    const Logs validation = trainer_.evaluate_checked(val_x_, val_y_, options_.batch_size_);
+    for (const auto& [name, value] : validation) logs_["val_" + name] = value;
+  }
+
+  double seconds_since_start() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  }
+
+  Trainer& trainer_;
+  const FitOptions& options_;
+  std::vector<Array> x_, y_, val_x_, val_y_;
+  std::int64_t rows_ = 0, batch_size_ = 0, steps_ = 0;
+  TrainingState state_;
+  ProgressBar bar_;
+  History history_;
+  std::shared_ptr<Compiled> compiled_;
+  std::unique_ptr<detail::ProgramPool::Lease> program_;
+  std::vector<Array> buffers_x_, buffers_y_, batch_x_, batch_y_;
+  std::vector<std::int64_t> order_;
+  std::vector<double> sums_;
+  std::int64_t seen_ = 0;
+  std::chrono::steady_clock::time_point started_;
+  Logs logs_;
+  bool warned_nan_ = false;
+  bool terminates_on_nan_ = false;
+};
+
 History Trainer::fit(const std::vector<Array>& x_given, const std::vector<Array>& y_given, const FitOptions& options) {
   std::vector<Array> x = x_given, y = y_given;
   check_data(x, y, "fit");
-  if (options.batch_size_ <= 0)
-    throw ValueError(model_.describe() + ".fit: batch_size must be positive, got " +
-                     std::to_string(options.batch_size_));
-  if (options.epochs_ < 0) throw ValueError(model_.describe() + ".fit: epochs must not be negative");
-  if (options.validation_split_ < 0.0 || options.validation_split_ >= 1.0)
-    throw ValueError(model_.describe() + ".fit: validation_split must be in [0, 1), got " +
-                     std::to_string(options.validation_split_));
-
-  // Validation data: given, or the last fraction of the rows (before shuffling, as Keras takes it).
-  std::vector<Array> val_x = options.validation_x_, val_y = options.validation_y_;
-  if (!val_x.empty() || !val_y.empty()) {
-    check_data(val_x, val_y, "fit validation_data");
-  } else if (options.validation_split_ > 0.0) {
-    const std::int64_t rows = num_rows(x);
-    const auto validation_rows =
-        static_cast<std::int64_t>(std::floor(static_cast<double>(rows) * options.validation_split_));
-    if (validation_rows == 0 || validation_rows == rows)
-      throw ValueError(model_.describe() + ".fit: validation_split " + std::to_string(options.validation_split_) +
-                       " of " + std::to_string(rows) + " samples leaves an empty part");
-    for (Array& array : x) {
-      val_x.push_back(array.rows(rows - validation_rows, validation_rows));
-      array = array.rows(0, rows - validation_rows);
-    }
-    for (Array& array : y) {
-      val_y.push_back(array.rows(rows - validation_rows, validation_rows));
-      array = array.rows(0, rows - validation_rows);
-    }
-  }
-
-  const std::int64_t rows = num_rows(x), batch_size = std::min(options.batch_size_, rows);
-  const std::int64_t steps = (rows + batch_size - 1) / batch_size;
-  TrainingState state;
-  state.model = &model_;
-  state.optimizer = optimizer_.get();
-  state.epochs = options.epochs_;
-  state.steps_per_epoch = steps;
-  state.verbose = options.verbose_;
-  ProgressBar bar(std::cout, options.verbose_, ProgressBar::stdout_is_terminal());
-  History history;
-
-  const std::shared_ptr<Compiled> training_graph = compiled_for(x, y, true);
-  const Compiled& compiled = *training_graph;
-  const detail::ProgramPool::Lease program = compiled.programs->lease(batch_size);
-  std::vector<Array> buffers_x, buffers_y;
-  for (const Array& array : x) buffers_x.push_back(batch_buffer(array, batch_size));
-  for (const Array& array : y) buffers_y.push_back(batch_buffer(array, batch_size));
-  std::vector<std::int64_t> order(static_cast<std::size_t>(rows));
-  std::vector<Array> batch_x(x.size()), batch_y(y.size());
-  bool warned_nan = false;
-  const bool terminates_on_nan = std::any_of(
-      options.callbacks_.begin(), options.callbacks_.end(),
-      [](const CallbackPtr& callback) { return dynamic_cast<const TerminateOnNaN*>(callback.get()) != nullptr; });
-
-  for (const CallbackPtr& callback : options.callbacks_) callback->on_train_begin(state);
-  Logs logs;
-  for (int epoch = options.initial_epoch_; epoch < options.epochs_ && !state.stop_training; ++epoch) {
-    for (const CallbackPtr& callback : options.callbacks_) callback->on_epoch_begin(state, epoch);
-    bar.epoch_begin(epoch, options.epochs_);
-    const auto started = std::chrono::steady_clock::now();
-    if (options.shuffle_)
-      order = shuffled_row_order(rows, mix64(options.seed_ ^ mix64(static_cast<std::uint64_t>(epoch))));
-    else
-      std::iota(order.begin(), order.end(), std::int64_t{0});
-
-    std::vector<double> sums;
-    std::int64_t seen = 0, batches_run = 0;
-    for (std::int64_t batch = 0; batch < steps && !state.stop_training; ++batch, ++batches_run) {
-      const std::int64_t start = batch * batch_size, count = std::min(batch_size, rows - start);
-      for (std::size_t i = 0; i < x.size(); ++i)
-        batch_x[i] = options.shuffle_ ? gather_rows(x[i], buffers_x[i], order, start, count) : x[i].rows(start, count);
-      for (std::size_t k = 0; k < y.size(); ++k)
-        batch_y[k] = options.shuffle_ ? gather_rows(y[k], buffers_y[k], order, start, count) : y[k].rows(start, count);
-      run_batch(compiled, *program, batch_x, batch_y, sums);
-      seen += count;
-      logs = means(compiled, sums, seen);
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      bar.update(batch + 1, steps, logs, elapsed);
-      if (!std::isfinite(logs.at("loss")) && !warned_nan) {
-        // python_float: printf writes "-nan" for a NaN with its sign bit set (inf - inf), Keras never does.
-        std::cerr << model_.describe() << ".fit: the loss is " << detail::python_float(logs.at("loss")) << " at epoch "
-                  << epoch + 1 << ", batch " << batch + 1
-                  << (terminates_on_nan ? "\n" : "; add kiln::TerminateOnNaN to stop on it\n");
-        warned_nan = true;
-      }
-      for (const CallbackPtr& callback : options.callbacks_) callback->on_batch_end(state, batch, logs);
-    }
-    if (!val_x.empty()) {
-      const Logs validation = evaluate_checked(val_x, val_y, options.batch_size_);
-      for (const auto& [name, value] : validation) logs["val_" + name] = value;
-    }
-    epochs_trained_ = epoch + 1;  // before the callbacks, so a checkpoint saved there records this epoch
-    for (const CallbackPtr& callback : options.callbacks_) callback->on_epoch_logs(state, epoch, logs);
-    for (const CallbackPtr& callback : options.callbacks_) callback->on_epoch_end(state, epoch, logs);
-    bar.epoch_end(batches_run, logs, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-    history.epochs.push_back(epoch);
-    for (const auto& [name, value] : logs) history.history[name].push_back(value);
-  }
-  for (const CallbackPtr& callback : options.callbacks_) callback->on_train_end(state, logs);
-  return history;
+  return Fit(*this, std::move(x), std::move(y), options).run();
 }
 
 }  // namespace kiln

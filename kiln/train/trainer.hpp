@@ -43,6 +43,7 @@ class Trainer : public CompiledState {
   // What compile() makes of the model for one kind of batch: the training graph (forward, losses,
   // gradients, the optimizer's updates) or the evaluation graph, with their programs.
   struct Compiled;
+  class Fit;  // one call of fit()
   // The compiled graph for targets of these row shapes, made when none fits. Evaluation runs on several
   // threads at once (each with a Program of its own from the graph's pool); a graph replaced for other
   // shapes lives on for the callers that hold it.
