@@ -75,6 +75,13 @@ class ModelBase : public Layer {
   const std::vector<Node>& nodes() const { return nodes_; }
   // Member layers in call order (input layers first), each once.
   std::vector<LayerPtr> member_layers() const;
+  // The model's layers as Keras's model.layers lists them: a functional model's in call order (its input
+  // layers first), a Sequential's stack in order (no input layer), built or not.
+  virtual std::vector<LayerPtr> ordered_layers() const { return member_layers(); }
+  // A model that can build from the first data it sees (an unbuilt Sequential, as in Keras): builds for
+  // those arrays (batch unknown) and returns true. Others return built().
+  virtual bool build_from_data(const std::vector<Array>& inputs);
+  virtual bool builds_from_data() const { return false; }
   LayerPtr get_layer(const std::string& name) const;  // ValueError naming the known layers
   std::vector<Shape> input_shapes() const;
   std::vector<DType> input_dtypes() const;
@@ -168,8 +175,15 @@ class SequentialModel : public ModelBase {
  public:
   explicit SequentialModel(const Config& config = {});
   void add(const LayerPtr& layer);
+  // Starts the stack from an input, as keras.Sequential([keras.Input(shape), ...]) does: a kiln::Input
+  // tensor, or the input's shape with the batch (Shape{None, 8}). Only before any layer.
+  void add_input(const Tensor& input);
+  void add_input(const Shape& input_shape);
   void pop();
   const std::vector<LayerPtr>& stack() const { return stack_; }
+  std::vector<LayerPtr> ordered_layers() const override { return stack_; }
+  bool build_from_data(const std::vector<Array>& inputs) override;
+  bool builds_from_data() const override { return !built(); }
   Config get_config() const override;
 
  protected:
@@ -197,6 +211,9 @@ class ModelHandle : public LayerHandle<M> {
     return this->layer_->predict(inputs, batch_size);
   }
   LayerPtr get_layer(const std::string& name) const { return this->layer_->get_layer(name); }
+  // Keras's model.layers: a functional model's layers in call order (input layers first), a Sequential's
+  // stack in order.
+  std::vector<LayerPtr> layers() const { return this->layer_->ordered_layers(); }
 };
 
 // kiln::Model and kiln::Sequential, the handles with compile() and fit(), are in train/model.hpp.

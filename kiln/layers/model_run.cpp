@@ -83,6 +83,8 @@ std::vector<Tensor> ModelBase::apply(const std::vector<Tensor>& inputs, bool tra
   return outputs;
 }
 
+bool ModelBase::build_from_data(const std::vector<Array>&) { return built(); }
+
 std::vector<Tensor> ModelBase::call(const std::vector<Tensor>& inputs, const CallArgs& args) {
   return apply(inputs, args.training());
 }
@@ -146,7 +148,7 @@ void ModelBase::check_stackable(const std::vector<Tensor>& outputs, std::int64_t
 std::vector<Array> ModelBase::predict(const std::vector<Array>& given, std::int64_t batch_size) {
   if (batch_size <= 0)
     throw ValueError(describe() + ": predict batch_size must be positive, got " + std::to_string(batch_size));
-  if (!built() || input_nodes_.empty())
+  if (!build_from_data(given) || input_nodes_.empty())
     throw LayerStateError(describe() + " is not built; call it on a tensor, give it an Input, or build it first");
   const Use use = use_for_inference("predict");
   const std::shared_ptr<Inference> inference_graph = inference();

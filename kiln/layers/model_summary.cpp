@@ -149,11 +149,28 @@ std::string parameter_totals(const std::vector<Weight>& weights) {
 }  // namespace
 
 std::string ModelBase::summary_string() const {
+  const std::string title = "Model: \"" + (name().empty() ? to_snake_case(class_name()) : name()) + "\"\n";
+  if (!built()) {
+    // As Keras prints an unbuilt Sequential: its layers, no shapes yet, and no weights. Unnamed layers are
+    // shown with the names their first call will give them ("dense", "dense_1").
+    std::vector<SummaryRow> rows;
+    std::map<std::string, int> seen;
+    for (const LayerPtr& layer : ordered_layers()) {
+      std::string shown = layer->name();
+      if (shown.empty()) {
+        const std::string base = to_snake_case(layer->class_name());
+        const int count = seen[base]++;
+        shown = count == 0 ? base : base + "_" + std::to_string(count);
+      }
+      rows.push_back({shown + " (" + layer->class_name() + ")", "?", "0 (unbuilt)", {}});
+    }
+    return title + render_table(rows, false) + parameter_totals({}) +
+           " (unbuilt: it builds at its first call, fit or predict)\n";
+  }
   const bool show_connections = !linear();
   // Keras shows a Sequential model's input layer as no row of its own.
   const bool hide_inputs = dynamic_cast<const SequentialModel*>(this) != nullptr;
-  return "Model: \"" + name() + "\"\n" +
-         render_table(summary_rows(nodes_, hide_inputs, show_connections), show_connections) +
+  return title + render_table(summary_rows(nodes_, hide_inputs, show_connections), show_connections) +
          parameter_totals(weights());
 }
 

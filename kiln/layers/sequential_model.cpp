@@ -42,6 +42,29 @@ void SequentialModel::add(const LayerPtr& layer) {
   }
 }
 
+void SequentialModel::add_input(const Tensor& input) {
+  const std::shared_ptr<const LayerCall>& call = input.valid() ? input.producer() : nullptr;
+  if (!call || !is_input_layer(call->layer))
+    config_error("a Sequential starts from a kiln::Input (or an input shape), and this tensor is not one");
+  add(call->layer);
+}
+
+void SequentialModel::add_input(const Shape& input_shape) {
+  if (input_shape.rank() == 0) config_error("an input shape needs a batch dimension first, got ()");
+  add(std::make_shared<InputLayer>(
+      Config{{"batch_shape", Config::from_shape(input_shape)}, {"dtype", dtype_name(dtype())}}));
+}
+
+// Keras builds an unbuilt Sequential at its first fit or predict, from the data: the batch unknown.
+bool SequentialModel::build_from_data(const std::vector<Array>& inputs) {
+  if (built()) return true;
+  if (inputs.size() != 1 || inputs[0].shape().rank() == 0) return false;
+  Shape shape = inputs[0].shape();
+  shape[0] = Shape::unknown;
+  build_for(shape);
+  return true;
+}
+
 void SequentialModel::pop() {
   if (stack_.empty()) config_error("pop() on an empty Sequential");
   stack_.pop_back();

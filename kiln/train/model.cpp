@@ -29,7 +29,7 @@ Optimizer& optimizer_of(ModelBase& model) { return trainer_of(model).optimizer()
 // compile replaces the trainer that evaluate calls on other threads would be using: it takes the model
 // alone, as fit does.
 void compile_model(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> losses, std::vector<Metric> metrics) {
-  if (!model.built())
+  if (!model.built() && !model.builds_from_data())
     throw LayerStateError(model.describe() + " is not built; give it an Input or build it before compile");
   const ModelBase::Use use = model.use_for_training("compile");
   model.set_compiled_state(
@@ -74,8 +74,14 @@ Model::Model(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outpu
 Sequential::Sequential(const std::string& name)
     : TrainableModel(std::make_shared<SequentialModel>(name.empty() ? Config() : Config{{"name", name}})) {}
 
-Sequential::Sequential(const std::vector<LayerPtr>& layers, const std::string& name) : Sequential(name) {
-  for (const LayerPtr& layer : layers) layer_->add(layer);
+void SequentialItem::add_to(SequentialModel& model) const {
+  if (is_input_) return model.add_input(input_);
+  if (is_shape_) return model.add_input(shape_);
+  model.add(layer_);
+}
+
+Sequential::Sequential(const std::vector<SequentialItem>& items, const std::string& name) : Sequential(name) {
+  for (const SequentialItem& item : items) item.add_to(*layer_);
 }
 
 }  // namespace kiln

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <kiln/core/array.hpp>
@@ -166,13 +167,37 @@ class Model : public TrainableModel<ModelBase> {
   Model(const ModelHandle<M>& other) : TrainableModel(std::static_pointer_cast<ModelBase>(other.ptr())) {}
 };
 
+// One element of Sequential's list, as Keras takes them: a layer, or first an input: a kiln::Input
+// tensor or an input shape with its batch dimension.
+//
+//   kiln::Sequential model({kiln::Input({None, 8}), kiln::Dense(16, "relu"), kiln::Dense(1)});
+//   kiln::Sequential lazy({kiln::Dense(16, "relu"), kiln::Dense(1)});   // builds at its first fit or predict
+class SequentialItem {
+ public:
+  SequentialItem(LayerPtr layer) : layer_(std::move(layer)) {}  // NOLINT: implicit, as in Keras's list
+  template <class L>
+  SequentialItem(const LayerHandle<L>& layer) : layer_(layer.ptr()) {}  // NOLINT
+  template <class L, class = std::enable_if_t<std::is_base_of_v<Layer, L>>>
+  SequentialItem(std::shared_ptr<L> layer) : layer_(std::move(layer)) {}              // NOLINT
+  SequentialItem(const Tensor& input) : input_(input), is_input_(true) {}             // NOLINT
+  SequentialItem(const Shape& input_shape) : shape_(input_shape), is_shape_(true) {}  // NOLINT
+  void add_to(SequentialModel& model) const;
+
+ private:
+  LayerPtr layer_;
+  Tensor input_;
+  bool is_input_ = false;
+  Shape shape_;
+  bool is_shape_ = false;
+};
+
 class Sequential : public TrainableModel<SequentialModel> {
  public:
   Sequential(const std::string& name = "");
-  Sequential(const std::vector<LayerPtr>& layers, const std::string& name = "");
+  Sequential(const std::vector<SequentialItem>& items, const std::string& name = "");
   Sequential(std::shared_ptr<SequentialModel> model) : TrainableModel(std::move(model)) {}  // from layer_from_config
-  Sequential& add(const LayerPtr& layer) {
-    layer_->add(layer);
+  Sequential& add(const SequentialItem& item) {
+    item.add_to(*layer_);
     return *this;
   }
   void build(const Shape& input_shape) const { layer_->build_for(input_shape); }

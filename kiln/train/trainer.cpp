@@ -83,6 +83,9 @@ Trainer::~Trainer() = default;
 
 void Trainer::check_data(std::vector<Array>& x, std::vector<Array>& y, const std::string& what) const {
   const std::string who = model_.describe() + "." + what;
+  // An unbuilt Sequential builds from its first data, as in Keras.
+  if (!model_.build_from_data(x))
+    throw LayerStateError(who + ": " + model_.describe() + " is not built and cannot build from this data");
   if (x.size() != model_.num_inputs())
     throw ValueError(who + ": the model has " + std::to_string(model_.num_inputs()) + " inputs, got " +
                      std::to_string(x.size()) + " arrays");

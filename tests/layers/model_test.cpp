@@ -660,3 +660,42 @@ LayerSpec functional_spec() {
 
 KILN_LAYER_HARNESS("kiln>Sequential", sequential_spec)
 KILN_LAYER_HARNESS("kiln>Functional", functional_spec)
+
+TEST_CASE("Sequential: starts from an Input or an input shape, as keras.Sequential does",
+          "[layers][model][sequential]") {
+  const Array data = random_input({3, 4}, 1).astype(kiln::DType::float32);
+  kiln::Sequential from_input({kiln::Input({None, 4}), kiln::Dense(3, "tanh"), kiln::Dense(2)});
+  kiln::Sequential from_shape({Shape{None, 4}, kiln::Dense(3, "tanh"), kiln::Dense(2)});
+  for (kiln::Sequential* model : {&from_input, &from_shape}) {
+    REQUIRE(model->built());
+    CHECK(model->predict(data).shape() == Shape{3, 2});
+    const std::vector<kiln::LayerPtr> layers = model->layers();  // Keras's model.layers: no InputLayer
+    REQUIRE(layers.size() == 2);
+    CHECK(layers[0]->name() == "dense");
+    CHECK(layers[1]->name() == "dense_1");
+  }
+  CHECK(from_input.predict(data).bitwise_equal(from_shape.predict(data)));
+  CHECK_THROWS_AS(kiln::Sequential({kiln::Dense(2), Shape{None, 4}}), kiln::ConfigError);
+  const Tensor x = kiln::Input({None, 4});
+  CHECK_THROWS_WITH(kiln::Sequential({kiln::Dense(2)(x)}), Catch::Contains("starts from a kiln::Input"));
+}
+
+TEST_CASE("Sequential: unbuilt, it lists its layers, summarizes as unbuilt, and builds at its first predict or fit",
+          "[layers][model][sequential]") {
+  kiln::Sequential lazy({kiln::Dense(3, "relu"), kiln::Dense(2)});
+  CHECK_FALSE(lazy.built());
+  CHECK(lazy.layers().size() == 2);
+  const std::string unbuilt = lazy.summary_string();
+  CHECK_THAT(unbuilt, Catch::StartsWith("Model: \"sequential\"") && Catch::Contains("dense (Dense)") &&
+                          Catch::Contains("dense_1 (Dense)") && Catch::Contains("0 (unbuilt)") &&
+                          Catch::Contains("Total params: 0") && !Catch::Contains("Connected to"));
+  CHECK(lazy.predict(random_input({5, 4}, 2)).shape() == Shape{5, 2});
+  CHECK(lazy.built());
+  CHECK_THAT(lazy.summary_string(), Catch::Contains("(None, 2)") && Catch::Contains("Total params: 23"));
+
+  kiln::Sequential trained({kiln::Dense(2)});
+  trained.compile("sgd", "mse");  // compiled before it is built, as Keras allows
+  trained.fit(random_input({8, 3}, 3), random_input({8, 2}, 4), kiln::FitOptions().epochs(1).verbose(0));
+  CHECK(trained.built());
+  CHECK(trained.count_params() == 3 * 2 + 2);
+}
