@@ -282,7 +282,7 @@ Outputs Layer::operator()(const std::vector<Tensor>& given_inputs, const CallArg
 
   assign_name(graph);
   if (!built_) {
-    if (!dtype_given_) dtype_ = inputs[0].dtype();
+    take_input_dtype(inputs[0].dtype());
     std::vector<Shape> shapes;
     for (const Tensor& input : inputs) shapes.push_back(input.shape());
     build_for(shapes);

@@ -39,9 +39,9 @@
 #include <vector>
 
 #include <kiln/core/array.hpp>
+#include <kiln/core/dtype.hpp>
 #include <kiln/core/names.hpp>
 #include <kiln/core/registry.hpp>
-#include <kiln/core/dtype.hpp>
 #include <kiln/core/shape.hpp>
 #include <kiln/core/tensor.hpp>
 #include <kiln/layers/config.hpp>
@@ -174,6 +174,10 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // Reads the base fields (name, trainable, dtype) from `config`; `class_name` is the Keras class name.
   Layer(const Config& config, std::string class_name);
 
+  // The first input's dtype becomes the weights' dtype, unless the config gave one (what a first call does).
+  void take_input_dtype(DType dtype) {
+    if (!dtype_given_) dtype_ = dtype;
+  }
   // A reader over the constructor's config with the base keys already accounted for.
   ConfigReader config_reader(const Config& config) const;
   Config base_config() const;

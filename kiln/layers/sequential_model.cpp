@@ -61,6 +61,7 @@ bool SequentialModel::build_from_data(const std::vector<Array>& inputs) {
   if (inputs.size() != 1 || inputs[0].shape().rank() == 0) return false;
   Shape shape = inputs[0].shape();
   shape[0] = Shape::unknown;
+  take_input_dtype(inputs[0].dtype());  // as a first call on this data would
   build_for(shape);
   return true;
 }
