@@ -14,13 +14,13 @@ namespace kiln {
 class Array {
  public:
   Array() = default;
-  // Zero-filled. Throws ShapeError if `shape` has an unknown dimension.
+  /// Zero-filled. Throws ShapeError if `shape` has an unknown dimension.
   explicit Array(Shape shape, DType dtype = DType::float32);
 
   static Array from_vector(const std::vector<float>& values, Shape shape);
   static Array from_vector(const std::vector<double>& values, Shape shape);
   static Array full(Shape shape, double value, DType dtype = DType::float32);
-  // A non-owning view of memory someone else keeps alive for as long as the view is used.
+  /// A non-owning view of memory someone else keeps alive for as long as the view is used.
   static Array view(void* data, Shape shape, DType dtype);
 
   const Shape& shape() const { return shape_; }
@@ -29,7 +29,7 @@ class Array {
   std::size_t nbytes() const { return size_ * dtype_size(dtype_); }
   bool empty() const { return storage_ == nullptr; }
 
-  // Typed access; throws DTypeError if T is not the array's dtype.
+  /// Typed access; throws DTypeError if T is not the array's dtype.
   template <class T>
   T* data();
   template <class T>
@@ -37,24 +37,24 @@ class Array {
   void* raw() { return storage_.get(); }
   const void* raw() const { return storage_.get(); }
 
-  // Element `index` of the flattened array, as double whatever the dtype.
+  /// Element `index` of the flattened array, as double whatever the dtype.
   double flat(std::size_t index) const;
   void set_flat(std::size_t index, double value);
 
-  // Values converted to T (a copy).
+  /// Values converted to T (a copy).
   template <class T>
   std::vector<T> to_vector() const;
 
   Array copy() const;
   Array astype(DType dtype) const;
-  // Same data, new shape with the same number of elements (shares storage).
+  /// Same data, new shape with the same number of elements (shares storage).
   Array reshape(Shape shape) const;
-  // Rows [start, start + count) of the first axis: shares the storage and keeps it alive (no copy).
-  // Throws ShapeError when the range is outside the array.
+  /// Rows [start, start + count) of the first axis: shares the storage and keeps it alive (no copy).
+  /// Throws ShapeError when the range is outside the array.
   Array rows(std::int64_t start, std::int64_t count) const;
-  // Copies `rows` over this array's rows from `start` on (same dtype and row shape).
+  /// Copies `rows` over this array's rows from `start` on (same dtype and row shape).
   void set_rows(std::int64_t start, const Array& rows);
-  // True when shapes, dtypes and every bit of the data are equal.
+  /// True when shapes, dtypes and every bit of the data are equal.
   bool bitwise_equal(const Array& other) const;
 
  private:
@@ -84,9 +84,9 @@ std::vector<T> Array::to_vector() const {
 }
 
 namespace detail {
-// While one is alive, the Arrays this thread makes may take at most `bytes` in total; the one that
-// would pass it throws ValueError. Loading a file sets one from the file's size, so a damaged config
-// (a Dense of 10^9 units) is refused instead of allocating gigabytes.
+/// While one is alive, the Arrays this thread makes may take at most `bytes` in total; the one that
+/// would pass it throws ValueError. Loading a file sets one from the file's size, so a damaged config
+/// (a Dense of 10^9 units) is refused instead of allocating gigabytes.
 class AllocationLimit {
  public:
   explicit AllocationLimit(std::size_t bytes, std::string what);

@@ -25,22 +25,22 @@ class Attributes {
   Attributes& set(std::string key, std::vector<std::int64_t> value) { return put(std::move(key), std::move(value)); }
 
   bool has(std::string_view key) const { return find(key) != nullptr; }
-  // Typed getters throw ConfigError naming the key and the expected type.
+  /// Typed getters throw ConfigError naming the key and the expected type.
   bool get_bool(std::string_view key) const;
   std::int64_t get_int(std::string_view key) const;
-  double get_double(std::string_view key) const;  // accepts an int value too
+  double get_double(std::string_view key) const;  ///< accepts an int value too
   const std::string& get_string(std::string_view key) const;
   const std::vector<std::int64_t>& get_ints(std::string_view key) const;
 
   const std::vector<std::pair<std::string, AttributeValue>>& items() const { return items_; }
-  std::string to_string() const;  // "{axis=-1, keepdims=true}"
+  std::string to_string() const;  ///< "{axis=-1, keepdims=true}"
 
  private:
   Attributes& put(std::string key, AttributeValue value);
   const AttributeValue* find(std::string_view key) const;
   const AttributeValue& require(std::string_view key) const;
 
-  std::vector<std::pair<std::string, AttributeValue>> items_;  // few entries: a scan beats a map
+  std::vector<std::pair<std::string, AttributeValue>> items_;  ///< few entries: a scan beats a map
 };
 
 }  // namespace kiln

@@ -4,12 +4,12 @@
 
 namespace kiln {
 
-// float32 trains; float64 is for gradient checks and reference numerics.
+/// float32 trains; float64 is for gradient checks and reference numerics.
 enum class DType { float32, float64 };
 
 inline constexpr std::size_t dtype_size(DType dtype) { return dtype == DType::float32 ? 4 : 8; }
 inline const char* dtype_name(DType dtype) { return dtype == DType::float32 ? "float32" : "float64"; }
-DType dtype_from_name(const std::string& name);  // throws ConfigError on an unknown name
+DType dtype_from_name(const std::string& name);  ///< throws ConfigError on an unknown name
 
 template <class T>
 struct dtype_of;

@@ -15,51 +15,51 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
-// A shape that an op or layer cannot take. The message lists every input shape by name.
+/// A shape that an op or layer cannot take. The message lists every input shape by name.
 class ShapeError : public Error {
  public:
   explicit ShapeError(const std::string& message) : Error(message) {}
-  // "<who>: <what> (a=(None, 3), b=(4, 5))"
+  /// "<who>: <what> (a=(None, 3), b=(4, 5))"
   ShapeError(const std::string& who, const std::string& what, const std::vector<std::pair<std::string, Shape>>& shapes);
 };
 
-// Mixed or unsupported dtypes.
+/// Mixed or unsupported dtypes.
 class DTypeError : public Error {
  public:
   explicit DTypeError(const std::string& message) : Error(message) {}
 };
 
-// An unknown op, attribute, registry key or config entry, or a config value of the wrong type.
+/// An unknown op, attribute, registry key or config entry, or a config value of the wrong type.
 class ConfigError : public Error {
  public:
   explicit ConfigError(const std::string& message) : Error(message) {}
 };
 
-// A value that is well-shaped but not acceptable: an empty batch, a label out of range, a feed missing.
+/// A value that is well-shaped but not acceptable: an empty batch, a label out of range, a feed missing.
 class ValueError : public Error {
  public:
   explicit ValueError(const std::string& message) : Error(message) {}
 };
 
-// A name looked up where it does not exist (a log key, a History entry). The message lists the names there are.
+/// A name looked up where it does not exist (a log key, a History entry). The message lists the names there are.
 class KeyError : public Error {
  public:
   explicit KeyError(const std::string& message) : Error(message) {}
 };
 
-// A gradient asked through an op (or an op input) that has none.
+/// A gradient asked through an op (or an op input) that has none.
 class NotDifferentiable : public Error {
  public:
   explicit NotDifferentiable(const std::string& message) : Error(message) {}
 };
 
-// Weights created after build, a layer used in a state it does not allow, a frozen graph changed.
+/// Weights created after build, a layer used in a state it does not allow, a frozen graph changed.
 class LayerStateError : public Error {
  public:
   explicit LayerStateError(const std::string& message) : Error(message) {}
 };
 
-// A file that cannot be written or read back whole.
+/// A file that cannot be written or read back whole.
 class SerializationError : public Error {
  public:
   explicit SerializationError(const std::string& message) : Error(message) {}

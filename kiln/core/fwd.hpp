@@ -12,6 +12,6 @@ class Rng;
 class Shape;
 class Tensor;
 struct Node;
-struct LayerCall;  // defined in layers/layer.hpp: which layer call produced a tensor
+struct LayerCall;  ///< defined in layers/layer.hpp: which layer call produced a tensor
 using NodeId = std::int32_t;
 }  // namespace kiln

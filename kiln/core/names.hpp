@@ -6,20 +6,20 @@
 
 namespace kiln {
 
-// The snake_case base name Keras derives from a class name: "MultiHeadAttention" -> "multi_head_attention",
-// "GlorotUniform" -> "glorot_uniform", "Layer2Norm" -> "layer2_norm".
+/// The snake_case base name Keras derives from a class name: "MultiHeadAttention" -> "multi_head_attention",
+/// "GlorotUniform" -> "glorot_uniform", "Layer2Norm" -> "layer2_norm".
 std::string to_snake_case(const std::string& class_name);
 std::string to_lower_case(std::string text);
-// "acme>Gated" -> "Gated"; a name without a package is returned whole.
+/// "acme>Gated" -> "Gated"; a name without a package is returned whole.
 std::string class_part(const std::string& key);
 
-// Levenshtein distance, ignoring case.
+/// Levenshtein distance, ignoring case.
 std::size_t edit_distance(const std::string& a, const std::string& b);
-// The candidates closest to `name`, best first (ties in alphabetical order).
+/// The candidates closest to `name`, best first (ties in alphabetical order).
 std::vector<std::string> nearest_names(const std::string& name, const std::vector<std::string>& candidates,
                                        std::size_t count = 3);
-// "; did you mean 'a', 'b'?" for these names, or "" when there are none: the tail of every unknown-name
-// message.
+/// "; did you mean 'a', 'b'?" for these names, or "" when there are none: the tail of every unknown-name
+/// message.
 std::string did_you_mean(const std::vector<std::string>& names);
 
 }  // namespace kiln

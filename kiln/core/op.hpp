@@ -15,7 +15,7 @@
 
 namespace kiln {
 
-// What a shape rule sees: the op, the node being created, its input shapes and attributes.
+/// What a shape rule sees: the op, the node being created, its input shapes and attributes.
 class InferContext {
  public:
   InferContext(const OpDef& op, const std::string& node_name, const std::vector<Shape>& input_shapes,
@@ -27,10 +27,10 @@ class InferContext {
   const Attributes& attributes() const { return attributes_; }
   const std::string& node_name() const { return node_name_; }
   const OpDef& op() const { return op_; }
-  // Throws ShapeError: "<op> '<node>': <what>: <every input shape>", e.g.
-  // "matmul 'dense_1/matmul': inner dimensions differ: (None, 150, 512) @ (256, 64)".
+  /// Throws ShapeError: "<op> '<node>': <what>: <every input shape>", e.g.
+  /// "matmul 'dense_1/matmul': inner dimensions differ: (None, 150, 512) @ (256, 64)".
   [[noreturn]] void fail(const std::string& what) const;
-  // Like fail, but with the shapes written by the caller.
+  /// Like fail, but with the shapes written by the caller.
   [[noreturn]] void fail_with(const std::string& what_and_shapes) const;
 
  private:
@@ -40,8 +40,8 @@ class InferContext {
   const Attributes& attributes_;
 };
 
-// What a kernel sees when it runs: raw pointers into the arena (or fed/variable memory) and the
-// concrete shapes of this batch size. Kernels assume the shapes were checked when the node was created.
+/// What a kernel sees when it runs: raw pointers into the arena (or fed/variable memory) and the
+/// concrete shapes of this batch size. Kernels assume the shapes were checked when the node was created.
 struct KernelContext {
   const Node* node = nullptr;
   const void* const* inputs = nullptr;
@@ -49,9 +49,9 @@ struct KernelContext {
   int num_inputs = 0;
   void* output = nullptr;
   const Shape* output_shape = nullptr;
-  void* workspace = nullptr;  // scratch for this kernel only, sized by OpDef::workspace
+  void* workspace = nullptr;  ///< scratch for this kernel only, sized by OpDef::workspace
   std::size_t workspace_bytes = 0;
-  std::uint64_t run = 0;  // the Program's run count: seeds per-run randomness (dropout)
+  std::uint64_t run = 0;  ///< the Program's run count: seeds per-run randomness (dropout)
 
   template <class T>
   const T* in(int index) const {
@@ -67,11 +67,11 @@ struct KernelContext {
   }
   const Shape& input_shape(int index) const { return *input_shapes[index]; }
   const Attributes& attributes() const;
-  std::size_t output_size() const;  // number of elements
+  std::size_t output_size() const;  ///< number of elements
 };
 
-// What a backward rule sees. It returns one gradient per input: a graph Tensor, or an empty Tensor
-// for an input that needs none. The autodiff engine sums over broadcast axes and accumulates fan-out.
+/// What a backward rule sees. It returns one gradient per input: a graph Tensor, or an empty Tensor
+/// for an input that needs none. The autodiff engine sums over broadcast axes and accumulates fan-out.
 class GradContext {
  public:
   GradContext(Graph& graph, NodeId node, Tensor output_grad, std::vector<bool> needs_grad)
@@ -95,11 +95,11 @@ class GradContext {
 using ShapeFn = Shape (*)(const InferContext&);
 using KernelFn = void (*)(const KernelContext&);
 using BackwardFn = std::vector<Tensor> (*)(const GradContext&);
-// Bytes of scratch a kernel needs, from the concrete input shapes (0: none).
+/// Bytes of scratch a kernel needs, from the concrete input shapes (0: none).
 using WorkspaceFn = std::size_t (*)(const std::vector<Shape>& input_shapes, const Shape& output_shape,
                                     const Attributes& attributes, DType dtype);
 
-// How an op's output may share memory with its first input.
+/// How an op's output may share memory with its first input.
 enum class Sharing {
   none,     // the output gets its own buffer
   inplace,  // elementwise: may overwrite input 0 when that buffer has no later reader and the sizes match
@@ -110,25 +110,25 @@ class OpDef {
  public:
   explicit OpDef(std::string name);
 
-  // Builder: OpDef("kiln>MatMul").inputs(2).infer_shape(f).forward(k32, k64).backward(b)
+  /// Builder: OpDef("kiln>MatMul").inputs(2).infer_shape(f).forward(k32, k64).backward(b)
   OpDef& inputs(int count) { return inputs(count, count); }
   OpDef& inputs(int min_count, int max_count);
   OpDef& attributes(std::vector<std::string> names);
   OpDef& infer_shape(ShapeFn fn);
   OpDef& forward(KernelFn float32_kernel, KernelFn float64_kernel);
   OpDef& backward(BackwardFn fn);
-  // No gradient through this op at all; `reason` is shown when one is asked through it.
+  /// No gradient through this op at all; `reason` is shown when one is asked through it.
   OpDef& not_differentiable(std::string reason);
-  // Inputs that carry no gradient by their nature (indices, masks, labels); gradients stop there.
+  /// Inputs that carry no gradient by their nature (indices, masks, labels); gradients stop there.
   OpDef& non_differentiable_inputs(std::vector<int> indices, std::string reason);
   OpDef& sharing(Sharing mode);
   OpDef& workspace(WorkspaceFn fn);
-  // How messages and default node names spell the op when snake_case of its name reads badly
-  // ("kiln>MatMul" is "matmul", not "mat_mul").
+  /// How messages and default node names spell the op when snake_case of its name reads badly
+  /// ("kiln>MatMul" is "matmul", not "mat_mul").
   OpDef& display_name(std::string name);
 
   const std::string& name() const { return name_; }
-  // The part after "Package>", lower-cased with underscores: "kiln>LogSoftmax" -> "log_softmax".
+  /// The part after "Package>", lower-cased with underscores: "kiln>LogSoftmax" -> "log_softmax".
   const std::string& short_name() const { return short_name_; }
   int min_inputs() const { return min_inputs_; }
   int max_inputs() const { return max_inputs_; }
@@ -162,8 +162,8 @@ class OpDef {
   WorkspaceFn workspace_fn_ = nullptr;
 };
 
-// Every op, by its name ("kiln>Softmax"): Graph::add_op looks them up here. check() also reports an op
-// without a shape rule or kernels.
+/// Every op, by its name ("kiln>Softmax"): Graph::add_op looks them up here. check() also reports an op
+/// without a shape rule or kernels.
 Registry<OpDef>& op_registry();
 
 namespace detail {

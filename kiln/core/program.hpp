@@ -17,7 +17,7 @@
 
 namespace kiln {
 
-// After each run, `variable` takes the value `value` had in that run.
+/// After each run, `variable` takes the value `value` had in that run.
 struct Update {
   Tensor variable;
   Tensor value;
@@ -25,11 +25,11 @@ struct Update {
 
 struct PlanStats {
   std::int64_t batch_size = 0;
-  std::size_t num_kernels = 0;      // kernels that run each time
-  std::size_t num_aliases = 0;      // reshapes resolved to views
-  std::size_t num_inplace = 0;      // outputs written over a dead input
-  std::size_t arena_bytes = 0;      // one allocation for every intermediate buffer
-  std::size_t unplanned_bytes = 0;  // what the same buffers would take without reuse
+  std::size_t num_kernels = 0;      ///< kernels that run each time
+  std::size_t num_aliases = 0;      ///< reshapes resolved to views
+  std::size_t num_inplace = 0;      ///< outputs written over a dead input
+  std::size_t arena_bytes = 0;      ///< one allocation for every intermediate buffer
+  std::size_t unplanned_bytes = 0;  ///< what the same buffers would take without reuse
 };
 
 namespace detail {
@@ -43,31 +43,31 @@ class Program {
   Program(Program&&) noexcept;
   Program& operator=(Program&&) noexcept;
 
-  // Binds data to a placeholder for the next run. The array is not copied: keep it alive and unchanged
-  // until run() returns. Throws ShapeError/DTypeError when it does not fit the placeholder.
+  /// Binds data to a placeholder for the next run. The array is not copied: keep it alive and unchanged
+  /// until run() returns. Throws ShapeError/DTypeError when it does not fit the placeholder.
   void feed(const Tensor& placeholder, const Array& value);
-  // Runs the program once. The first run at a new batch size plans (and allocates); later ones do not. The plans
-  // of the 16 batch sizes used last are kept. Throws ValueError if a needed placeholder was not fed or the
-  // fed batch sizes disagree or are 0.
-  //
-  // One Program is one caller's: several Programs over one graph may run at once on several threads (the
-  // graph and its variables are only read, unless a program updates them), but one Program must not;
-  // a run that finds its Program already running throws LayerStateError.
+  /// Runs the program once. The first run at a new batch size plans (and allocates); later ones do not. The plans
+  /// of the 16 batch sizes used last are kept. Throws ValueError if a needed placeholder was not fed or the
+  /// fed batch sizes disagree or are 0.
+  ///
+  /// One Program is one caller's: several Programs over one graph may run at once on several threads (the
+  /// graph and its variables are only read, unless a program updates them), but one Program must not;
+  /// a run that finds its Program already running throws LayerStateError.
   void run();
-  bool has_plan(std::int64_t batch_size) const;  // planned already: running it allocates nothing
+  bool has_plan(std::int64_t batch_size) const;  ///< planned already: running it allocates nothing
 
-  // The value a fetch had in the last run, copied out.
+  /// The value a fetch had in the last run, copied out.
   Array fetch(const Tensor& tensor) const;
-  // The same without a copy: valid until the next run.
+  /// The same without a copy: valid until the next run.
   Array view(const Tensor& tensor) const;
-  double scalar(const Tensor& tensor) const;  // a fetched scalar as double
+  double scalar(const Tensor& tensor) const;  ///< a fetched scalar as double
 
-  // How many times run() has run: it seeds per-run randomness (dropout), and fit sets it to the optimizer's
-  // iteration count, so it is part of a training run's state.
+  /// How many times run() has run: it seeds per-run randomness (dropout), and fit sets it to the optimizer's
+  /// iteration count, so it is part of a training run's state.
   std::uint64_t run_count() const { return run_count_; }
   void set_run_count(std::uint64_t count) { run_count_ = count; }
 
-  PlanStats stats() const;  // of the plan used by the last run
+  PlanStats stats() const;  ///< of the plan used by the last run
   const std::vector<Tensor>& fetches() const { return fetches_; }
 
  private:
@@ -79,13 +79,13 @@ class Program {
   Graph* graph_;
   std::vector<Tensor> fetches_;
   std::vector<Update> updates_;
-  std::vector<NodeId> needed_;                        // in topological order
-  std::vector<NodeId> placeholders_;                  // needed placeholders
-  std::vector<Array> fed_;                            // parallel to placeholders_
-  std::vector<std::unique_ptr<detail::Plan>> plans_;  // least recently used first
+  std::vector<NodeId> needed_;                        ///< in topological order
+  std::vector<NodeId> placeholders_;                  ///< needed placeholders
+  std::vector<Array> fed_;                            ///< parallel to placeholders_
+  std::vector<std::unique_ptr<detail::Plan>> plans_;  ///< least recently used first
   detail::Plan* last_ = nullptr;
   std::uint64_t run_count_ = 0;
-  std::unique_ptr<std::atomic<bool>> running_;  // (behind a pointer: Program moves, atomics do not)
+  std::unique_ptr<std::atomic<bool>> running_;  ///< (behind a pointer: Program moves, atomics do not)
 };
 
 }  // namespace kiln

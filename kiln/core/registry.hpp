@@ -28,33 +28,33 @@
 namespace kiln {
 
 namespace detail {
-// The part of a registry that is about names, whatever T is (compiled once, in core/registry.cpp).
+/// The part of a registry that is about names, whatever T is (compiled once, in core/registry.cpp).
 class RegistryIndex {
  public:
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
   explicit RegistryIndex(std::string kind) : kind_(std::move(kind)) {}
 
-  // The index the new entry takes, or npos when `key` (or an alias) is taken or is not "Package>Name":
-  // that is recorded for check().
+  /// The index the new entry takes, or npos when `key` (or an alias) is taken or is not "Package>Name":
+  /// that is recorded for check().
   std::size_t add(const std::string& key, const std::vector<std::string>& aliases);
-  // The entry `name` resolves to under the rules above, or npos; ConfigError for an ambiguous bare name.
+  /// The entry `name` resolves to under the rules above, or npos; ConfigError for an ambiguous bare name.
   std::size_t find(const std::string& name) const;
-  // ConfigError: "unknown <kind> 'name'" with the nearest names.
+  /// ConfigError: "unknown <kind> 'name'" with the nearest names.
   [[noreturn]] void unknown(const std::string& name) const;
-  bool contains(const std::string& key) const;  // exactly this key
+  bool contains(const std::string& key) const;  ///< exactly this key
   const std::string& key(std::size_t index) const { return keys_[index]; }
   const std::vector<std::string>& keys() const { return keys_; }
   const std::string& kind() const { return kind_; }
-  std::vector<std::string> spellings() const;  // every accepted name, sorted
-  // ConfigError listing every refused registration (a key or alias taken, a malformed key).
+  std::vector<std::string> spellings() const;  ///< every accepted name, sorted
+  /// ConfigError listing every refused registration (a key or alias taken, a malformed key).
   void check() const;
-  [[noreturn]] static void fail(const std::string& message);  // a ConfigError (error.hpp stays out of here)
+  [[noreturn]] static void fail(const std::string& message);  ///< a ConfigError (error.hpp stays out of here)
 
  private:
   std::string kind_;
   std::vector<std::string> keys_;
   std::vector<std::vector<std::string>> aliases_;
-  std::unordered_map<std::string, std::vector<std::size_t>> spellings_;  // every accepted name -> entries
+  std::unordered_map<std::string, std::vector<std::size_t>> spellings_;  ///< every accepted name -> entries
   std::vector<std::string> problems_;
 };
 }  // namespace detail
@@ -62,29 +62,29 @@ class RegistryIndex {
 template <class T>
 class Registry {
  public:
-  // `problem` (optional) says what is wrong with an entry, or "": check() reports the first it finds.
+  /// `problem` (optional) says what is wrong with an entry, or "": check() reports the first it finds.
   using Problem = std::function<std::string(const std::string& key, const T& entry)>;
   explicit Registry(std::string kind, Problem problem = {}) : index_(std::move(kind)), problem_(std::move(problem)) {}
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
 
-  // Registers `value` under "Package>Name" and `aliases`; false when the key or an alias is taken.
+  /// Registers `value` under "Package>Name" and `aliases`; false when the key or an alias is taken.
   bool add(const std::string& key, T value, const std::vector<std::string>& aliases = {}) {
     if (index_.add(key, aliases) == detail::RegistryIndex::npos) return false;
     values_.push_back(std::move(value));
     return true;
   }
-  // The entry `name` resolves to: ConfigError naming it and the nearest names when none.
+  /// The entry `name` resolves to: ConfigError naming it and the nearest names when none.
   const T& get(const std::string& name) const { return values_[resolve(name)]; }
-  // The same, or nullptr.
+  /// The same, or nullptr.
   const T* find(const std::string& name) const {
     const std::size_t index = index_.find(name);
     return index == detail::RegistryIndex::npos ? nullptr : &values_[index];
   }
-  // The key `name` resolves to ("Dense" -> "kiln>Dense"); ConfigError when none.
+  /// The key `name` resolves to ("Dense" -> "kiln>Dense"); ConfigError when none.
   const std::string& key_of(const std::string& name) const { return index_.key(resolve(name)); }
-  bool contains(const std::string& key) const { return index_.contains(key); }  // exactly this key
-  // The key of the first entry `matches` accepts ("" when none): a class's key from its C++ type.
+  bool contains(const std::string& key) const { return index_.contains(key); }  ///< exactly this key
+  /// The key of the first entry `matches` accepts ("" when none): a class's key from its C++ type.
   template <class Predicate>
   std::string key_where(Predicate matches) const {
     for (std::size_t index = 0; index < values_.size(); ++index)
@@ -92,19 +92,19 @@ class Registry {
     return "";
   }
 
-  // Entries in registration order (the index is stable: entries are never removed).
+  /// Entries in registration order (the index is stable: entries are never removed).
   std::size_t size() const { return values_.size(); }
   const T& at(std::size_t index) const { return values_[index]; }
   const std::string& key_at(std::size_t index) const { return index_.key(index); }
   const std::vector<std::string>& keys() const { return index_.keys(); }
-  std::vector<std::string> spellings() const { return index_.spellings(); }  // every accepted name, sorted
+  std::vector<std::string> spellings() const { return index_.spellings(); }  ///< every accepted name, sorted
   std::vector<const T*> all() const {
     std::vector<const T*> entries;
     for (const T& value : values_) entries.push_back(&value);
     return entries;
   }
-  // ConfigError for a refused registration (a key or alias registered twice, a malformed key) or an entry
-  // with a problem.
+  /// ConfigError for a refused registration (a key or alias registered twice, a malformed key) or an entry
+  /// with a problem.
   void check() const {
     index_.check();
     if (!problem_) return;
@@ -122,7 +122,7 @@ class Registry {
 
   detail::RegistryIndex index_;
   Problem problem_;
-  std::deque<T> values_;  // a deque: references to entries stay valid as more register
+  std::deque<T> values_;  ///< a deque: references to entries stay valid as more register
 };
 
 }  // namespace kiln

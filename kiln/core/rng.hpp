@@ -12,32 +12,32 @@ class Rng {
  public:
   explicit Rng(std::uint64_t seed = 0) : seed_(seed), engine_(seed) {}
 
-  // An independent stream keyed by `stream_key`; it depends on the seed only, not on past draws,
-  // so adding a consumer shifts no other stream.
+  /// An independent stream keyed by `stream_key`; it depends on the seed only, not on past draws,
+  /// so adding a consumer shifts no other stream.
   Rng fork(std::uint64_t stream_key) const;
   Rng fork(const std::string& stream_name) const;
 
   std::uint64_t next() { return engine_(); }
-  double uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }  // [0, 1)
+  double uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }  ///< [0, 1)
   double uniform(double low, double high) { return low + (high - low) * uniform(); }
-  double normal();  // Box-Muller over uniform()
+  double normal();  ///< Box-Muller over uniform()
   double normal(double mean, double stddev) { return mean + stddev * normal(); }
-  double truncated_normal(double mean, double stddev);  // redrawn beyond two standard deviations
-  std::uint64_t below(std::uint64_t bound);             // uniform in [0, bound), unbiased
+  double truncated_normal(double mean, double stddev);  ///< redrawn beyond two standard deviations
+  std::uint64_t below(std::uint64_t bound);             ///< uniform in [0, bound), unbiased
 
   std::uint64_t seed() const { return seed_; }
-  // The engine state as text (std::mt19937_64's stream format), for saving and resuming a run.
+  /// The engine state as text (std::mt19937_64's stream format), for saving and resuming a run.
   std::string state() const;
-  void set_state(const std::string& state);  // throws ValueError on malformed state
+  void set_state(const std::string& state);  ///< throws ValueError on malformed state
 
  private:
   std::uint64_t seed_;
   std::mt19937_64 engine_;
 };
 
-// FNV-1a: a stable hash of a name (std::hash may differ between runs and libraries).
+/// FNV-1a: a stable hash of a name (std::hash may differ between runs and libraries).
 std::uint64_t stable_hash(const std::string& text);
-// splitmix64 finalizer: a well-mixed 64-bit value from any 64-bit value.
+/// splitmix64 finalizer: a well-mixed 64-bit value from any 64-bit value.
 std::uint64_t mix64(std::uint64_t value);
 
 }  // namespace kiln

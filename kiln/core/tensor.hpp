@@ -17,7 +17,7 @@ class Tensor {
   bool valid() const { return graph_ != nullptr; }
   explicit operator bool() const { return valid(); }
 
-  Graph& graph() const;  // throws Error on an empty handle
+  Graph& graph() const;  ///< throws Error on an empty handle
   NodeId id() const { return id_; }
   const Node& node() const;
   const Shape& shape() const;
@@ -25,8 +25,8 @@ class Tensor {
   const std::string& name() const;
   int rank() const;
 
-  // The layer call that produced this tensor, if a layer did (Keras's "keras history"): functional
-  // models follow it back from their outputs to their inputs. Ops return tensors without one.
+  /// The layer call that produced this tensor, if a layer did (Keras's "keras history"): functional
+  /// models follow it back from their outputs to their inputs. Ops return tensors without one.
   const std::shared_ptr<const LayerCall>& producer() const { return producer_; }
   int producer_output() const { return producer_output_; }
   Tensor with_producer(std::shared_ptr<const LayerCall> call, int output_index) const {
@@ -36,7 +36,7 @@ class Tensor {
     return result;
   }
 
-  // Identity is the node; the history does not take part.
+  /// Identity is the node; the history does not take part.
   bool operator==(const Tensor& other) const { return graph_ == other.graph_ && id_ == other.id_; }
   bool operator!=(const Tensor& other) const { return !(*this == other); }
 

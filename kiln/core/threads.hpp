@@ -2,13 +2,13 @@
 // How many threads kiln computes with, as torch::set_num_threads sets libtorch's.
 namespace kiln {
 
-// The threads kiln's kernels split their work over, GEMMs included: kiln splits large products over its
-// own threads and runs OpenBLAS single-threaded in each (kiln sets OpenBLAS to one thread when it starts
-// its pool, which also affects other OpenBLAS calls in the process). At least 1. The default is
-// OpenBLAS's default thread count (OPENBLAS_NUM_THREADS, else every core).
-//
-// It takes effect at the next kernel. A kernel that keeps scratch per thread uses at most as many
-// threads as when its Program was planned (compile, or the first step of a new batch size).
+/// The threads kiln's kernels split their work over, GEMMs included: kiln splits large products over its
+/// own threads and runs OpenBLAS single-threaded in each (kiln sets OpenBLAS to one thread when it starts
+/// its pool, which also affects other OpenBLAS calls in the process). At least 1. The default is
+/// OpenBLAS's default thread count (OPENBLAS_NUM_THREADS, else every core).
+///
+/// It takes effect at the next kernel. A kernel that keeps scratch per thread uses at most as many
+/// threads as when its Program was planned (compile, or the first step of a new batch size).
 void set_num_threads(int threads);
 int get_num_threads();
 

@@ -23,7 +23,7 @@ class Config {
   enum class Type { null, boolean, integer, number, string, list, map };
   using Entry = std::pair<std::string, Config>;
 
-  Config() = default;  // null
+  Config() = default;  ///< null
   Config(std::nullptr_t) {}
   Config(bool value) : type_(Type::boolean), bool_(value) {}
   template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
@@ -32,13 +32,13 @@ class Config {
   Config(T value) : type_(Type::number), double_(static_cast<double>(value)) {}
   Config(const char* value) : type_(Type::string), string_(value) {}
   Config(std::string value) : type_(Type::string), string_(std::move(value)) {}
-  // A map: {{"units", 64}, {"activation", "relu"}}. An empty brace list {} is null, not an empty map.
+  /// A map: {{"units", 64}, {"activation", "relu"}}. An empty brace list {} is null, not an empty map.
   Config(std::initializer_list<Entry> entries);
 
-  // A map of these entries, in their order (linear time). ConfigError on a repeated key.
+  /// A map of these entries, in their order (linear time). ConfigError on a repeated key.
   static Config map(std::vector<Entry> entries = {});
   static Config list(std::vector<Config> items = {});
-  // A shape as a list, unknown dimensions as null: (None, 8) -> [null, 8].
+  /// A shape as a list, unknown dimensions as null: (None, 8) -> [null, 8].
   static Config from_shape(const Shape& shape);
   static Config from_ints(const std::vector<std::int64_t>& values);
 
@@ -51,46 +51,46 @@ class Config {
   // ---- typed reads of this value; `what` names it in the error ("key 'units' of Dense") ------------
   bool as_bool(const std::string& what = "value") const;
   std::int64_t as_int(const std::string& what = "value") const;
-  double as_double(const std::string& what = "value") const;  // integers convert
+  double as_double(const std::string& what = "value") const;  ///< integers convert
   const std::string& as_string(const std::string& what = "value") const;
   const std::vector<Config>& as_list(const std::string& what = "value") const;
-  Shape as_shape(const std::string& what = "value") const;  // [null, 8] -> (None, 8)
+  Shape as_shape(const std::string& what = "value") const;  ///< [null, 8] -> (None, 8)
   std::vector<std::int64_t> as_ints(const std::string& what = "value") const;
 
   // ---- maps ---------------------------------------------------------------------------------------
   bool contains(const std::string& key) const;
-  const Config* find(const std::string& key) const;  // nullptr when absent (or not a map)
-  const Config& at(const std::string& key) const;    // ConfigError naming the key when absent
-  // Inserts or replaces, keeping the key's first position. Turns null into a map.
+  const Config* find(const std::string& key) const;  ///< nullptr when absent (or not a map)
+  const Config& at(const std::string& key) const;    ///< ConfigError naming the key when absent
+  /// Inserts or replaces, keeping the key's first position. Turns null into a map.
   Config& set(const std::string& key, Config value);
-  Config with(const std::string& key, Config value) const;  // a copy with one key set
+  Config with(const std::string& key, Config value) const;  ///< a copy with one key set
   bool erase(const std::string& key);
   std::vector<std::string> keys() const;
-  const std::vector<Entry>& items() const;  // ConfigError unless a map
+  const std::vector<Entry>& items() const;  ///< ConfigError unless a map
 
-  // Typed getters by key: ConfigError naming the key and the expected type.
+  /// Typed getters by key: ConfigError naming the key and the expected type.
   bool get_bool(const std::string& key) const { return at(key).as_bool(key_label(key)); }
   std::int64_t get_int(const std::string& key) const { return at(key).as_int(key_label(key)); }
   double get_double(const std::string& key) const { return at(key).as_double(key_label(key)); }
   const std::string& get_string(const std::string& key) const { return at(key).as_string(key_label(key)); }
   const std::vector<Config>& get_list(const std::string& key) const { return at(key).as_list(key_label(key)); }
   Shape get_shape(const std::string& key) const { return at(key).as_shape(key_label(key)); }
-  // With a default when the key is absent or null, as Keras writes None for "the default" (a present
-  // key of another type still throws).
+  /// With a default when the key is absent or null, as Keras writes None for "the default" (a present
+  /// key of another type still throws).
   bool get_bool(const std::string& key, bool fallback) const;
   std::int64_t get_int(const std::string& key, std::int64_t fallback) const;
   double get_double(const std::string& key, double fallback) const;
   std::string get_string(const std::string& key, const std::string& fallback) const;
 
   // ---- lists --------------------------------------------------------------------------------------
-  std::size_t size() const;  // entries of a map or list, 0 for scalars
+  std::size_t size() const;  ///< entries of a map or list, 0 for scalars
   Config& push_back(Config value);
 
-  // Structural equality; maps compare as sets of keys, integers equal numbers of the same value.
+  /// Structural equality; maps compare as sets of keys, integers equal numbers of the same value.
   bool operator==(const Config& other) const;
   bool operator!=(const Config& other) const { return !(*this == other); }
 
-  // Compact JSON text, for messages and tests (serialize/ writes files).
+  /// Compact JSON text, for messages and tests (serialize/ writes files).
   std::string to_string() const;
 
  private:
@@ -106,41 +106,41 @@ class Config {
   std::vector<Entry> map_;
 };
 
-// Reads a class's constructor arguments from a config and, at the end, rejects keys nobody read, so a
-// typo ("unit") fails with the nearest names instead of being ignored, as Keras does for unknown kwargs.
+/// Reads a class's constructor arguments from a config and, at the end, rejects keys nobody read, so a
+/// typo ("unit") fails with the nearest names instead of being ignored, as Keras does for unknown kwargs.
 class ConfigReader {
  public:
-  // `who` names the class in messages: "Dense".
+  /// `who` names the class in messages: "Dense".
   ConfigReader(const Config& config, std::string who);
 
-  bool has(const std::string& key) const;        // present and not null
-  const Config& value(const std::string& key);   // null when absent
-  std::int64_t integer(const std::string& key);  // required
+  bool has(const std::string& key) const;        ///< present and not null
+  const Config& value(const std::string& key);   ///< null when absent
+  std::int64_t integer(const std::string& key);  ///< required
   std::int64_t integer(const std::string& key, std::int64_t fallback);
   double number(const std::string& key, double fallback);
   bool boolean(const std::string& key, bool fallback);
   std::string text(const std::string& key, const std::string& fallback);
-  // A Keras option kiln does not implement: accepted only when absent or null.
+  /// A Keras option kiln does not implement: accepted only when absent or null.
   void unsupported(const std::string& key);
-  // Throws ConfigError naming every unknown key and the nearest known ones.
+  /// Throws ConfigError naming every unknown key and the nearest known ones.
   void finish() const;
 
   [[noreturn]] void fail(const std::string& message) const;
   const std::string& who() const { return who_; }
 
  private:
-  Config config_;  // a copy: readers are often made from a temporary (config.with(...))
+  Config config_;  ///< a copy: readers are often made from a temporary (config.with(...))
   std::string who_;
   std::vector<std::string> read_;
 };
 
 namespace detail {
-// The version of the layer configs being read. Version 2 made MHAttention's "dimension" heads·key_size,
-// as the layer kiln follows defines it; version 1 files (saved before, their metadata without a
-// "config_version") stored the sequence length there. load_model sets the file's version while it builds
-// the model, so a layer can read an older file's meaning of a key; any other config is current.
+/// The version of the layer configs being read. Version 2 made MHAttention's "dimension" heads·key_size,
+/// as the layer kiln follows defines it; version 1 files (saved before, their metadata without a
+/// "config_version") stored the sequence length there. load_model sets the file's version while it builds
+/// the model, so a layer can read an older file's meaning of a key; any other config is current.
 inline constexpr int kConfigVersion = 2;
-int config_version();  // of the configs this thread is reading
+int config_version();  ///< of the configs this thread is reading
 class ConfigVersionScope {
  public:
   explicit ConfigVersionScope(int version);

@@ -10,8 +10,8 @@ namespace kiln {
 
 class DenseLayer : public Layer {
  public:
-  // Arguments (Keras names and defaults): units (required), activation = null (linear), use_bias = true,
-  // kernel_initializer = glorot_uniform, bias_initializer = zeros.
+  /// Arguments (Keras names and defaults): units (required), activation = null (linear), use_bias = true,
+  /// kernel_initializer = glorot_uniform, bias_initializer = zeros.
   explicit DenseLayer(const Config& config);
   std::int64_t units() const { return units_; }
   const std::string& activation() const { return activation_; }

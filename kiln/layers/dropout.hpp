@@ -10,8 +10,8 @@ namespace kiln {
 
 class DropoutLayer : public Layer {
  public:
-  // Arguments (Keras names and defaults): rate (required, in [0, 1)), noise_shape = null (only null is
-  // supported), seed = null (then the mask stream is keyed by the layer's name).
+  /// Arguments (Keras names and defaults): rate (required, in [0, 1)), noise_shape = null (only null is
+  /// supported), seed = null (then the mask stream is keyed by the layer's name).
   explicit DropoutLayer(const Config& config);
   double rate() const { return rate_; }
   const std::optional<std::int64_t>& seed() const { return seed_; }

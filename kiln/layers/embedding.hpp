@@ -10,9 +10,9 @@ namespace kiln {
 
 class EmbeddingLayer : public Layer {
  public:
-  // Arguments (Keras names and defaults): input_dim (required; the vocabulary size), output_dim (required),
-  // embeddings_initializer = uniform (RandomUniform(-0.05, 0.05)), mask_zero = false (only false).
-  // Regularizers, constraints and LoRA are not supported.
+  /// Arguments (Keras names and defaults): input_dim (required; the vocabulary size), output_dim (required),
+  /// embeddings_initializer = uniform (RandomUniform(-0.05, 0.05)), mask_zero = false (only false).
+  /// Regularizers, constraints and LoRA are not supported.
   explicit EmbeddingLayer(const Config& config);
   std::int64_t input_dim() const { return input_dim_; }
   std::int64_t output_dim() const { return output_dim_; }

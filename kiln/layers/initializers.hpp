@@ -22,60 +22,60 @@ namespace kiln {
 
 class Rng;
 
-// Fans of a weight of this shape, as Keras computes them: (in, out) for a matrix; for higher ranks
-// the leading axes are a receptive field that multiplies both.
+/// Fans of a weight of this shape, as Keras computes them: (in, out) for a matrix; for higher ranks
+/// the leading axes are a receptive field that multiplies both.
 struct Fans {
   double fan_in = 1.0;
   double fan_out = 1.0;
 };
 Fans compute_fans(const Shape& shape);
 
-// A registered initializer class: its arguments with their defaults, and how it fills a weight.
-//
-//   KILN_REGISTER_INITIALIZER("acme>Halves", {kiln::Config::map(),
-//       [](std::vector<double>& values, const kiln::Fans&, const kiln::Config&, kiln::Rng&) {
-//         for (double& v : values) v = 0.5;
-//       }});
-//   kiln::Dense(4, "", {{"kernel_initializer", "halves"}});
+/// A registered initializer class: its arguments with their defaults, and how it fills a weight.
+///
+///   KILN_REGISTER_INITIALIZER("acme>Halves", {kiln::Config::map(),
+///       [](std::vector<double>& values, const kiln::Fans&, const kiln::Config&, kiln::Rng&) {
+///         for (double& v : values) v = 0.5;
+///       }});
+///   kiln::Dense(4, "", {{"kernel_initializer", "halves"}});
 struct InitializerClass {
-  // Fills `values` (a weight of those fans, flattened) from `arguments` (every one present) and `rng`.
+  /// Fills `values` (a weight of those fans, flattened) from `arguments` (every one present) and `rng`.
   using Sampler = std::function<void(std::vector<double>& values, const Fans& fans, const Config& arguments, Rng& rng)>;
-  Config defaults;  // every argument ("seed" too, when it has one), in Keras's order, with its default
+  Config defaults;  ///< every argument ("seed" too, when it has one), in Keras's order, with its default
   Sampler sample;
 };
 
-// Every initializer class by key ("kiln>GlorotUniform"); "GlorotUniform", "glorot_uniform" and Keras's
-// aliases ("uniform") find it too (core/registry.hpp).
+/// Every initializer class by key ("kiln>GlorotUniform"); "GlorotUniform", "glorot_uniform" and Keras's
+/// aliases ("uniform") find it too (core/registry.hpp).
 Registry<InitializerClass>& initializer_registry();
 
 class Initializer {
  public:
-  Initializer();  // glorot_uniform
-  // A registered name: snake_case ("glorot_uniform"), the class name ("GlorotUniform") or the key.
+  Initializer();  ///< glorot_uniform
+  /// A registered name: snake_case ("glorot_uniform"), the class name ("GlorotUniform") or the key.
   static Initializer get(const std::string& name);
-  // A string name, or {"class_name": ..., "config": {...}} as Keras writes it.
+  /// A string name, or {"class_name": ..., "config": {...}} as Keras writes it.
   static Initializer from_config(const Config& config);
-  // {"class_name": "GlorotUniform", "config": {"seed": null}}; a class of your own adds "registered_name".
+  /// {"class_name": "GlorotUniform", "config": {"seed": null}}; a class of your own adds "registered_name".
   Config get_config() const;
 
   const std::string& class_name() const { return class_name_; }
   const Config& arguments() const { return arguments_; }
 
-  // Values for a weight of `shape`. `fans` overrides compute_fans(shape) (attention kernels).
+  /// Values for a weight of `shape`. `fans` overrides compute_fans(shape) (attention kernels).
   Array sample(const Shape& shape, DType dtype, Rng& rng) const;
   Array sample(const Shape& shape, DType dtype, Rng& rng, const Fans& fans) const;
 
   bool operator==(const Initializer& other) const;
 
-  // Every registered snake_case name ("glorot_uniform"), for messages and tests.
+  /// Every registered snake_case name ("glorot_uniform"), for messages and tests.
   static std::vector<std::string> names();
 
  private:
   Initializer(std::string key, Config arguments);
 
-  std::string key_;         // "kiln>GlorotUniform"
-  std::string class_name_;  // "GlorotUniform"
-  Config arguments_;        // the class's config, every argument present
+  std::string key_;         ///< "kiln>GlorotUniform"
+  std::string class_name_;  ///< "GlorotUniform"
+  Config arguments_;        ///< the class's config, every argument present
 };
 
 }  // namespace kiln

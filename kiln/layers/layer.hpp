@@ -53,9 +53,9 @@ class Layer;
 using LayerPtr = std::shared_ptr<Layer>;
 using WeightId = std::size_t;
 
-// The arguments of one call besides its positional inputs, recorded with the call so that models can
-// replay and save it: named tensors (masks) and options (flags). `training` is not recorded: a model
-// replays its calls in a training graph for fit() and an inference graph for predict().
+/// The arguments of one call besides its positional inputs, recorded with the call so that models can
+/// replay and save it: named tensors (masks) and options (flags). `training` is not recorded: a model
+/// replays its calls in a training graph for fit() and an inference graph for predict().
 class CallArgs {
  public:
   CallArgs() = default;
@@ -66,9 +66,9 @@ class CallArgs {
     return *this;
   }
 
-  const Tensor* find_tensor(const std::string& name) const;  // nullptr when not given
+  const Tensor* find_tensor(const std::string& name) const;  ///< nullptr when not given
   const std::vector<std::pair<std::string, Tensor>>& tensors() const { return tensors_; }
-  const Config& options() const { return options_; }  // a map (or null when empty)
+  const Config& options() const { return options_; }  ///< a map (or null when empty)
   bool flag(const std::string& name, bool fallback) const;
   bool training() const { return training_; }
 
@@ -78,8 +78,8 @@ class CallArgs {
   bool training_ = false;
 };
 
-// One call of a layer: what a functional model walks back through. Outputs are plain handles (no
-// history) so records never form a cycle.
+/// One call of a layer: what a functional model walks back through. Outputs are plain handles (no
+/// history) so records never form a cycle.
 struct LayerCall {
   LayerPtr layer;
   std::vector<Tensor> inputs;
@@ -87,17 +87,17 @@ struct LayerCall {
   std::vector<Tensor> outputs;
 };
 
-// A weight as models, optimizers and files see it. `path` is stable and hierarchical ("query/kernel"
-// inside its layer), so loading matches weights by name, never by creation order.
+/// A weight as models, optimizers and files see it. `path` is stable and hierarchical ("query/kernel"
+/// inside its layer), so loading matches weights by name, never by creation order.
 struct Weight {
   std::string path;
-  Array value;  // shares storage with the layer
+  Array value;  ///< shares storage with the layer
   bool trainable = true;
 };
 
-// What calling a layer returns: its outputs, which read as one Tensor when there is exactly one, so
-// kiln::Dense(1)(kiln::Add()({a, b})) works as in Keras. Converting several outputs to one Tensor
-// throws ValueError: index them instead.
+/// What calling a layer returns: its outputs, which read as one Tensor when there is exactly one, so
+/// kiln::Dense(1)(kiln::Add()({a, b})) works as in Keras. Converting several outputs to one Tensor
+/// throws ValueError: index them instead.
 class Outputs : public std::vector<Tensor> {
  public:
   Outputs() = default;
@@ -113,93 +113,93 @@ class Layer : public std::enable_shared_from_this<Layer> {
   Layer& operator=(const Layer&) = delete;
 
   // ---- calling ------------------------------------------------------------------------------------
-  // Builds on the first call (from the inputs' shapes), then adds the layer's ops to the inputs' graph
-  // under a name scope of the layer's name. Outputs remember this call (Tensor::producer).
+  /// Builds on the first call (from the inputs' shapes), then adds the layer's ops to the inputs' graph
+  /// under a name scope of the layer's name. Outputs remember this call (Tensor::producer).
   Outputs operator()(const std::vector<Tensor>& inputs, const CallArgs& args = {});
-  // One input; throws ValueError if the layer returns more than one output (use the list form).
+  /// One input; throws ValueError if the layer returns more than one output (use the list form).
   Tensor operator()(const Tensor& input, const CallArgs& args = {});
 
   // ---- identity and config --------------------------------------------------------------------------
-  // Given, or made unique in the first graph the layer is called in ("dense", "dense_1", ...).
+  /// Given, or made unique in the first graph the layer is called in ("dense", "dense_1", ...).
   const std::string& name() const { return name_; }
-  const std::string& class_name() const { return class_name_; }  // "Dense"
+  const std::string& class_name() const { return class_name_; }  ///< "Dense"
   bool name_given() const { return name_given_; }
-  // Models rename an automatically named layer that clashes with another member ("dense" made in two
-  // input graphs becomes "dense_1"); weights that still hold their first draw are drawn again for the
-  // new name, weights that were set or trained are kept. A name the user gave is never changed: that
-  // clash is a ConfigError.
+  /// Models rename an automatically named layer that clashes with another member ("dense" made in two
+  /// input graphs becomes "dense_1"); weights that still hold their first draw are drawn again for the
+  /// new name, weights that were set or trained are kept. A name the user gave is never changed: that
+  /// clash is a ConfigError.
   void rename_automatic(const std::string& name);
-  std::string registered_name() const;  // "kiln>Dense", or "" for a layer nobody registered
-  // Every constructor argument, plus the base fields name, trainable and dtype: from_config(get_config())
-  // rebuilds an equal layer. Subclasses extend base_config().
+  std::string registered_name() const;  ///< "kiln>Dense", or "" for a layer nobody registered
+  /// Every constructor argument, plus the base fields name, trainable and dtype: from_config(get_config())
+  /// rebuilds an equal layer. Subclasses extend base_config().
   virtual Config get_config() const { return base_config(); }
-  // {"input_shape": [...]} or {"input_shapes": [[...], ...]}: the shapes build() saw; null before. As in
-  // Keras (get_build_config), a layer whose weights depend on less than the whole shape may say only that.
+  /// {"input_shape": [...]} or {"input_shapes": [[...], ...]}: the shapes build() saw; null before. As in
+  /// Keras (get_build_config), a layer whose weights depend on less than the whole shape may say only that.
   virtual Config build_config() const;
 
   bool trainable() const { return trainable_; }
   void set_trainable(bool trainable) { trainable_ = trainable; }
-  // The weights' dtype: given, or taken from the first input at build.
+  /// The weights' dtype: given, or taken from the first input at build.
   DType dtype() const { return dtype_; }
   bool has_dtype() const { return dtype_given_; }
 
   // ---- building -----------------------------------------------------------------------------------
   bool built() const { return built_; }
-  // Creates every weight (and builds every child) for inputs of these shapes; a no-op once built.
+  /// Creates every weight (and builds every child) for inputs of these shapes; a no-op once built.
   void build_for(const std::vector<Shape>& input_shapes);
   void build_for(const Shape& input_shape) { build_for(std::vector<Shape>{input_shape}); }
   const std::vector<Shape>& build_shapes() const { return build_shapes_; }
-  // The output shapes of the first call, batch unknown, for summaries.
+  /// The output shapes of the first call, batch unknown, for summaries.
   const std::vector<Shape>& output_shapes() const { return output_shapes_; }
 
   // ---- weights (Keras 3's order: the layer's own in creation order, then each child's, whatever the
-  //      trainable flags; the trainable lists filter it; a layer reached twice counts once)
+  ///      trainable flags; the trainable lists filter it; a layer reached twice counts once)
   std::vector<Weight> weights() const;
   std::vector<Weight> trainable_weights() const;
   std::vector<Weight> non_trainable_weights() const;
-  std::vector<Array> get_weights() const;  // copies
-  // Shapes and count must match get_weights(); throws ShapeError/ValueError naming the weight.
+  std::vector<Array> get_weights() const;  ///< copies
+  /// Shapes and count must match get_weights(); throws ShapeError/ValueError naming the weight.
   void set_weights(const std::vector<Array>& values);
   std::int64_t count_params() const;
-  // Draws every weight again from its initializer with a stream keyed by (seed, layer name, weight path).
-  // Weights are a pure function of these: the same model code gives the same weights everywhere.
+  /// Draws every weight again from its initializer with a stream keyed by (seed, layer name, weight path).
+  /// Weights are a pure function of these: the same model code gives the same weights everywhere.
   void initialize_weights(std::uint64_t seed);
 
-  const std::vector<LayerPtr>& layers() const { return children_; }  // children, in tracking order
+  const std::vector<LayerPtr>& layers() const { return children_; }  ///< children, in tracking order
 
-  // "Dense 'dense_1'": how messages name a layer.
+  /// "Dense 'dense_1'": how messages name a layer.
   std::string describe() const;
 
  protected:
-  // Reads the base fields (name, trainable, dtype) from `config`; `class_name` is the Keras class name.
+  /// Reads the base fields (name, trainable, dtype) from `config`; `class_name` is the Keras class name.
   Layer(const Config& config, std::string class_name);
 
-  // The first input's dtype becomes the weights' dtype, unless the config gave one (what a first call does).
+  /// The first input's dtype becomes the weights' dtype, unless the config gave one (what a first call does).
   void take_input_dtype(DType dtype) {
     if (!dtype_given_) dtype_ = dtype;
   }
-  // A reader over the constructor's config with the base keys already accounted for.
+  /// A reader over the constructor's config with the base keys already accounted for.
   ConfigReader config_reader(const Config& config) const;
   Config base_config() const;
 
-  // Override one build and one call. The list forms default to the one-input forms.
+  /// Override one build and one call. The list forms default to the one-input forms.
   virtual void build(const std::vector<Shape>& input_shapes);
   virtual void build(const Shape& input_shape);
   virtual std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallArgs& args);
   virtual Tensor call(const Tensor& input, const CallArgs& args);
-  // Names of the CallArgs tensors and options this layer understands; others are rejected at call time.
+  /// Names of the CallArgs tensors and options this layer understands; others are rejected at call time.
   virtual std::vector<std::string> call_argument_names() const { return {}; }
-  // Inputs the layer takes: {min, max}; checked before build.
+  /// Inputs the layer takes: {min, max}; checked before build.
   virtual std::pair<std::size_t, std::size_t> input_count() const { return {1, 1}; }
 
-  // Only in the constructor or build(); later throws LayerStateError.
+  /// Only in the constructor or build(); later throws LayerStateError.
   WeightId add_weight(const std::string& name, const Shape& shape, const Initializer& initializer,
                       bool trainable = true);
   WeightId add_weight(const std::string& name, const Shape& shape, const Initializer& initializer, const Fans& fans,
                       bool trainable = true);
-  // Tracks a child layer (its weights become this layer's); unnamed children get unique names among
-  // their siblings. Returns the child. Models track their member layers with `part_of_this` false:
-  // those keep their own names, dtypes and random streams, and may be added after build.
+  /// Tracks a child layer (its weights become this layer's); unnamed children get unique names among
+  /// their siblings. Returns the child. Models track their member layers with `part_of_this` false:
+  /// those keep their own names, dtypes and random streams, and may be added after build.
   template <class L>
   std::shared_ptr<L> track(std::shared_ptr<L> child) {
     track_layer(child);
@@ -208,11 +208,11 @@ class Layer : public std::enable_shared_from_this<Layer> {
   void track_layer(const LayerPtr& child, bool part_of_this = true);
   void clear_tracked_layers();
 
-  // The graph variable of a weight, in the graph of `like` (created on first use in that graph).
+  /// The graph variable of a weight, in the graph of `like` (created on first use in that graph).
   Tensor variable(WeightId weight, const Tensor& like) const;
   const Array& weight_value(WeightId weight) const;
 
-  // ShapeError naming this layer: "<describe()>: <what> (a=(None, 3), b=(4,))".
+  /// ShapeError naming this layer: "<describe()>: <what> (a=(None, 3), b=(4,))".
   [[noreturn]] void shape_error(const std::string& what,
                                 const std::vector<std::pair<std::string, Shape>>& shapes) const;
   [[noreturn]] void config_error(const std::string& what) const;
@@ -227,7 +227,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
   };
   void collect_weights(const std::string& prefix, bool frozen_by_parent, std::vector<Weight>& out) const;
   void initialize_own_weights(std::uint64_t seed);
-  bool holds_first_draw() const;  // every weight, children's too, equals its draw for seed 0
+  bool holds_first_draw() const;  ///< every weight, children's too, equals its draw for seed 0
   void adopt(Layer& child) const;
   void check_call(const std::vector<Tensor>& inputs, const CallArgs& args) const;
   void check_input_count(std::size_t count) const;
@@ -246,15 +246,15 @@ class Layer : public std::enable_shared_from_this<Layer> {
   std::vector<OwnWeight> weights_;
   std::vector<LayerPtr> children_;
   std::vector<bool> child_is_part_;
-  // The key of this layer's random streams: its name, under its parent's ("mh_attention/query").
+  /// The key of this layer's random streams: its name, under its parent's ("mh_attention/query").
   std::string seed_path_;
 };
 
 // ---- handles ----------------------------------------------------------------------------------------
 
-// A copyable handle to a shared layer of type L, with the layer's common methods. Built-in layers have
-// handle classes with typed constructors (kiln::Dense); for a layer of your own, LayerHandle<MyLayer>
-// forwards its constructor arguments.
+/// A copyable handle to a shared layer of type L, with the layer's common methods. Built-in layers have
+/// handle classes with typed constructors (kiln::Dense); for a layer of your own, LayerHandle<MyLayer>
+/// forwards its constructor arguments.
 template <class L>
 class LayerHandle {
  public:
@@ -290,20 +290,20 @@ class LayerHandle {
 
 using LayerFactory = std::function<LayerPtr(const Config&)>;
 
-// A registered layer class: how to make one from its config, and its C++ type (for registered_name).
+/// A registered layer class: how to make one from its config, and its C++ type (for registered_name).
 struct LayerClass {
   std::type_index type;
   LayerFactory create;
 };
 
-// Every layer class by key ("kiln>Dense", "Custom>MHAttention", "acme>Gated"), with the lookup rules of
-// core/registry.hpp: a config's class_name "Dense" finds kiln>Dense.
+/// Every layer class by key ("kiln>Dense", "Custom>MHAttention", "acme>Gated"), with the lookup rules of
+/// core/registry.hpp: a config's class_name "Dense" finds kiln>Dense.
 Registry<LayerClass>& layer_registry();
 
-// Creates a registered layer from its config. Unknown names throw ConfigError with the nearest ones.
+/// Creates a registered layer from its config. Unknown names throw ConfigError with the nearest ones.
 LayerPtr create_layer(const std::string& class_name, const Config& config = {});
-// From {"class_name": ..., "config": {...}, "registered_name": ..., "build_config": ...} as
-// serialize_layer writes it (and Keras does); with a build_config the layer is built at once.
+/// From {"class_name": ..., "config": {...}, "registered_name": ..., "build_config": ...} as
+/// serialize_layer writes it (and Keras does); with a build_config the layer is built at once.
 LayerPtr layer_from_config(const Config& serialized);
 Config serialize_layer(const Layer& layer);
 

@@ -11,9 +11,9 @@ namespace kiln {
 
 class LayerNormalizationLayer : public Layer {
  public:
-  // Arguments (Keras names and defaults): axis = -1 (an int or a list; only the last axis is supported),
-  // epsilon = 1e-3, center = true, scale = true, rms_scaling = false (only false), beta_initializer = zeros,
-  // gamma_initializer = ones. Regularizers and constraints are not supported.
+  /// Arguments (Keras names and defaults): axis = -1 (an int or a list; only the last axis is supported),
+  /// epsilon = 1e-3, center = true, scale = true, rms_scaling = false (only false), beta_initializer = zeros,
+  /// gamma_initializer = ones. Regularizers and constraints are not supported.
   explicit LayerNormalizationLayer(const Config& config);
   double epsilon() const { return epsilon_; }
   bool center() const { return center_; }
@@ -30,7 +30,7 @@ class LayerNormalizationLayer : public Layer {
   Tensor beta_for(const Tensor& input) const;
 
   std::vector<std::int64_t> axis_;
-  bool axis_is_list_ = false;  // written back as given: -1 or [-1]
+  bool axis_is_list_ = false;  ///< written back as given: -1 or [-1]
   double epsilon_ = 1e-3;
   bool center_ = true;
   bool scale_ = true;

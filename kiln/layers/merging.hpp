@@ -9,10 +9,10 @@
 
 namespace kiln {
 
-// The sum of its inputs, which broadcast together as in NumPy.
+/// The sum of its inputs, which broadcast together as in NumPy.
 class AddLayer : public Layer {
  public:
-  // No arguments besides the base ones.
+  /// No arguments besides the base ones.
   explicit AddLayer(const Config& config);
 
  protected:
@@ -26,10 +26,10 @@ class AddLayer : public Layer {
   void check_shapes(const std::vector<Shape>& input_shapes) const;
 };
 
-// Its inputs joined along `axis`; every other dimension must agree.
+/// Its inputs joined along `axis`; every other dimension must agree.
 class ConcatenateLayer : public Layer {
  public:
-  // Arguments (Keras names and defaults): axis = -1.
+  /// Arguments (Keras names and defaults): axis = -1.
   explicit ConcatenateLayer(const Config& config);
   std::int64_t axis() const { return axis_; }
   Config get_config() const override;

@@ -24,7 +24,7 @@ class MHAttentionLayer : public Layer {
   std::int64_t key_size() const { return key_size_; }
   std::int64_t heads() const { return heads_; }
   Config get_config() const override;
-  Config build_config() const override;  // (None, None, window): the weights depend on the window only
+  Config build_config() const override;  ///< (None, None, window): the weights depend on the window only
 
  protected:
   void build(const Shape& input_shape) override;
@@ -35,7 +35,7 @@ class MHAttentionLayer : public Layer {
   Tensor merge_heads(const Tensor& x) const;
 
   std::int64_t key_size_ = 0, heads_ = 0;
-  Config window_;  // null until built
+  Config window_;  ///< null until built
   LayerPtr query_, key_, value_, w0_, attention_norm_, feed_forward_hidden_, feed_forward_output_, output_norm_;
 };
 

@@ -27,37 +27,37 @@
 
 namespace kiln {
 
-// The layer behind kiln::Input: a placeholder of a given shape (batch dimension first, usually unknown).
+/// The layer behind kiln::Input: a placeholder of a given shape (batch dimension first, usually unknown).
 class InputLayer final : public Layer {
  public:
   explicit InputLayer(const Config& config);
   const Shape& batch_shape() const { return batch_shape_; }
   Config get_config() const override;
-  // A placeholder for this input in `graph`, recorded as this layer's output.
+  /// A placeholder for this input in `graph`, recorded as this layer's output.
   Tensor placeholder_in(Graph& graph);
-  // A placeholder in a new graph that this layer keeps alive: what kiln::Input returns.
+  /// A placeholder in a new graph that this layer keeps alive: what kiln::Input returns.
   Tensor make_input();
 
  private:
   Shape batch_shape_;
-  std::vector<std::shared_ptr<Graph>> graphs_;  // made by make_input; the tensors it returned point into them
+  std::vector<std::shared_ptr<Graph>> graphs_;  ///< made by make_input; the tensors it returned point into them
 };
 
-// A symbolic model input. `shape` includes the batch dimension: {Shape::unknown, 8} is Keras's
-// Input(shape=(8,)). Each call makes a fresh graph; layers called on inputs of different graphs bring
-// them together, so several inputs just work.
+/// A symbolic model input. `shape` includes the batch dimension: {Shape::unknown, 8} is Keras's
+/// Input(shape=(8,)). Each call makes a fresh graph; layers called on inputs of different graphs bring
+/// them together, so several inputs just work.
 Tensor Input(const Shape& shape, DType dtype = DType::float32, const std::string& name = "");
 
-// The room above (train/) attaches what compile() makes to a model as one of these.
+/// The room above (train/) attaches what compile() makes to a model as one of these.
 class CompiledState {
  public:
   virtual ~CompiledState() = default;
 };
 
-// What every model shares: the recorded calls, summary, predict.
+/// What every model shares: the recorded calls, summary, predict.
 class ModelBase : public Layer {
  public:
-  // One recorded layer call; inputs refer to earlier nodes' outputs.
+  /// One recorded layer call; inputs refer to earlier nodes' outputs.
   struct TensorRef {
     int node = 0;
     int output = 0;
@@ -73,42 +73,42 @@ class ModelBase : public Layer {
   std::size_t num_inputs() const { return input_nodes_.size(); }
   std::size_t num_outputs() const { return outputs_.size(); }
   const std::vector<Node>& nodes() const { return nodes_; }
-  // Member layers in call order (input layers first), each once.
+  /// Member layers in call order (input layers first), each once.
   std::vector<LayerPtr> member_layers() const;
-  // The model's layers as Keras's model.layers lists them: a functional model's in call order (its input
-  // layers first), a Sequential's stack in order (no input layer), built or not.
+  /// The model's layers as Keras's model.layers lists them: a functional model's in call order (its input
+  /// layers first), a Sequential's stack in order (no input layer), built or not.
   virtual std::vector<LayerPtr> ordered_layers() const { return member_layers(); }
-  // A model that can build from the first data it sees (an unbuilt Sequential, as in Keras): builds for
-  // those arrays (batch unknown) and returns true. Others return built().
+  /// A model that can build from the first data it sees (an unbuilt Sequential, as in Keras): builds for
+  /// those arrays (batch unknown) and returns true. Others return built().
   virtual bool build_from_data(const std::vector<Array>& inputs);
   virtual bool builds_from_data() const { return false; }
-  LayerPtr get_layer(const std::string& name) const;  // ValueError naming the known layers
+  LayerPtr get_layer(const std::string& name) const;  ///< ValueError naming the known layers
   std::vector<Shape> input_shapes() const;
   std::vector<DType> input_dtypes() const;
   std::vector<Shape> model_output_shapes() const;
 
-  // The Keras-style table: layer (type), output shape, params (and connections for non-linear models).
+  /// The Keras-style table: layer (type), output shape, params (and connections for non-linear models).
   std::string summary_string() const;
   void summary(std::ostream& out) const;
-  void summary() const;  // to stdout
+  void summary() const;  ///< to stdout
 
-  // Runs the model in inference mode on concrete data, in batches. Arrays of another dtype are converted.
-  // Safe to call from several threads at once: each call runs a Program of its own over one shared
-  // inference graph (planned once per batch size and kept for the next caller), so calls run
-  // concurrently and give, bitwise, what a single-threaded call gives. While fit runs on another thread,
-  // predict is refused with LayerStateError (see use_for_inference).
+  /// Runs the model in inference mode on concrete data, in batches. Arrays of another dtype are converted.
+  /// Safe to call from several threads at once: each call runs a Program of its own over one shared
+  /// inference graph (planned once per batch size and kept for the next caller), so calls run
+  /// concurrently and give, bitwise, what a single-threaded call gives. While fit runs on another thread,
+  /// predict is refused with LayerStateError (see use_for_inference).
   std::vector<Array> predict(const std::vector<Array>& inputs, std::int64_t batch_size = 32);
   Array predict(const Array& input, std::int64_t batch_size = 32);
 
-  // Replays the model's calls in the graph of `inputs` (which may differ from the one it was made in).
-  // Replays on several threads take turns.
+  /// Replays the model's calls in the graph of `inputs` (which may differ from the one it was made in).
+  /// Replays on several threads take turns.
   std::vector<Tensor> apply(const std::vector<Tensor>& inputs, bool training) const;
 
-  // Who uses the model now. Any number of inference calls (predict, evaluate, test_on_batch) may run at
-  // once on any threads; a training call (fit, train_on_batch, compile) takes the model alone, though its
-  // own thread may still run inference (a callback's predict). The combinations that would race are
-  // refused with LayerStateError naming the model and `what`: inference while another thread trains,
-  // training while another thread runs inference or trains. A Use lasts until it is destroyed.
+  /// Who uses the model now. Any number of inference calls (predict, evaluate, test_on_batch) may run at
+  /// once on any threads; a training call (fit, train_on_batch, compile) takes the model alone, though its
+  /// own thread may still run inference (a callback's predict). The combinations that would race are
+  /// refused with LayerStateError naming the model and `what`: inference while another thread trains,
+  /// training while another thread runs inference or trains. A Use lasts until it is destroyed.
   class Use {
    public:
     Use(Use&& other) noexcept : model_(other.model_), training_(other.training_) { other.model_ = nullptr; }
@@ -124,8 +124,8 @@ class ModelBase : public Layer {
   Use use_for_inference(const std::string& what) const;
   Use use_for_training(const std::string& what) const;
 
-  // What compile() made (train/'s Trainer: optimizer, losses, training graphs), kept on the model so every
-  // handle to it sees it; null until compiled. layers/ never looks inside.
+  /// What compile() made (train/'s Trainer: optimizer, losses, training graphs), kept on the model so every
+  /// handle to it sees it; null until compiled. layers/ never looks inside.
   const std::shared_ptr<CompiledState>& compiled_state() const { return compiled_state_; }
   void set_compiled_state(std::shared_ptr<CompiledState> state) { compiled_state_ = std::move(state); }
 
@@ -134,15 +134,15 @@ class ModelBase : public Layer {
   std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallArgs& args) override;
   std::pair<std::size_t, std::size_t> input_count() const override;
   std::vector<std::string> call_argument_names() const override { return {}; }
-  // Records the calls between `inputs` and `outputs` (tensors made by layers).
+  /// Records the calls between `inputs` and `outputs` (tensors made by layers).
   void record(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs);
   void clear_record();
-  // Layers and connections as Keras's functional config: "layers" (with "inbound_nodes"),
-  // "input_layers", "output_layers".
+  /// Layers and connections as Keras's functional config: "layers" (with "inbound_nodes"),
+  /// "input_layers", "output_layers".
   Config graph_config() const;
-  // The inverse of graph_config(): creates every layer from its config and replays the connections.
+  /// The inverse of graph_config(): creates every layer from its config and replays the connections.
   void restore_graph(const Config& config);
-  bool linear() const;  // every layer takes exactly the previous layer's output
+  bool linear() const;  ///< every layer takes exactly the previous layer's output
 
   std::vector<Node> nodes_;
   std::vector<int> input_nodes_;
@@ -151,32 +151,32 @@ class ModelBase : public Layer {
  private:
   struct Inference;
   struct Usage;
-  std::shared_ptr<Inference> inference();  // the inference graph and its programs, made on first use
+  std::shared_ptr<Inference> inference();  ///< the inference graph and its programs, made on first use
   std::vector<Array> predict_inputs(const std::vector<Array>& given, const std::vector<Tensor>& placeholders) const;
   void check_stackable(const std::vector<Tensor>& outputs, std::int64_t rows, std::int64_t batch_size) const;
-  std::shared_ptr<Inference> inference_;  // under inference_mutex_
+  std::shared_ptr<Inference> inference_;  ///< under inference_mutex_
   std::mutex inference_mutex_;
   mutable std::mutex apply_mutex_;
   std::shared_ptr<Usage> usage_;
   std::shared_ptr<CompiledState> compiled_state_;
 };
 
-// Model(inputs, outputs): the functional API.
+/// Model(inputs, outputs): the functional API.
 class FunctionalModel : public ModelBase {
  public:
-  explicit FunctionalModel(const Config& config);  // from_config
+  explicit FunctionalModel(const Config& config);  ///< from_config
   FunctionalModel(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, const std::string& name = "");
   Config get_config() const override;
 };
 
-// A stack of layers, each taking the previous one's output. Built from an Input (or build_for), or
-// lazily from the first call; those two leave the batch dimension unknown (an InputLayer keeps its own).
+/// A stack of layers, each taking the previous one's output. Built from an Input (or build_for), or
+/// lazily from the first call; those two leave the batch dimension unknown (an InputLayer keeps its own).
 class SequentialModel : public ModelBase {
  public:
   explicit SequentialModel(const Config& config = {});
   void add(const LayerPtr& layer);
-  // Starts the stack from an input, as keras.Sequential([keras.Input(shape), ...]) does: a kiln::Input
-  // tensor, or the input's shape with the batch (Shape{None, 8}). Only before any layer.
+  /// Starts the stack from an input, as keras.Sequential([keras.Input(shape), ...]) does: a kiln::Input
+  /// tensor, or the input's shape with the batch (Shape{None, 8}). Only before any layer.
   void add_input(const Tensor& input);
   void add_input(const Shape& input_shape);
   void pop();
@@ -190,9 +190,9 @@ class SequentialModel : public ModelBase {
   void build(const std::vector<Shape>& input_shapes) override;
 
  private:
-  void rebuild(const Shape& input_shape);  // records the stack again, from a fresh input
+  void rebuild(const Shape& input_shape);  ///< records the stack again, from a fresh input
   std::vector<LayerPtr> stack_;
-  LayerPtr input_layer_;  // an InputLayer given as the first layer
+  LayerPtr input_layer_;  ///< an InputLayer given as the first layer
 };
 
 // ---- handles ------------------------------------------------------------------------------------------
@@ -211,8 +211,8 @@ class ModelHandle : public LayerHandle<M> {
     return this->layer_->predict(inputs, batch_size);
   }
   LayerPtr get_layer(const std::string& name) const { return this->layer_->get_layer(name); }
-  // Keras's model.layers: a functional model's layers in call order (input layers first), a Sequential's
-  // stack in order.
+  /// Keras's model.layers: a functional model's layers in call order (input layers first), a Sequential's
+  /// stack in order.
   std::vector<LayerPtr> layers() const { return this->layer_->ordered_layers(); }
 };
 

@@ -28,7 +28,7 @@ class MultiHeadAttentionLayer : public Layer {
  public:
   explicit MultiHeadAttentionLayer(const Config& config);
   std::int64_t num_heads() const { return num_heads_; }
-  // Resolved at build when the config leaves them null (the TF2 form).
+  /// Resolved at build when the config leaves them null (the TF2 form).
   std::int64_t key_dim() const { return key_depth_; }
   std::int64_t value_dim() const { return value_depth_; }
   Config get_config() const override;
@@ -60,15 +60,15 @@ class MultiHeadAttentionLayer : public Layer {
 
 class MultiHeadAttention : public LayerHandle<MultiHeadAttentionLayer> {
  public:
-  // The TF2 form: key_dim = d_model / h, no biases.
+  /// The TF2 form: key_dim = d_model / h, no biases.
   explicit MultiHeadAttention(std::int64_t h = 8);
-  // Keras's form.
+  /// Keras's form.
   MultiHeadAttention(std::int64_t num_heads, std::int64_t key_dim, const Config& options = {});
   explicit MultiHeadAttention(const Config& config) : LayerHandle(std::make_shared<MultiHeadAttentionLayer>(config)) {}
 
-  // The TF2 form: [query, key, value] (or [query, value]).
+  /// The TF2 form: [query, key, value] (or [query, value]).
   Outputs operator()(const std::vector<Tensor>& query_key_value, const CallArgs& args = {}) const;
-  // Keras's call order: (query, value, key = value).
+  /// Keras's call order: (query, value, key = value).
   Outputs operator()(const Tensor& query, const Tensor& value, const CallArgs& args = {}) const {
     return (*layer_)(std::vector<Tensor>{query, value}, args);
   }

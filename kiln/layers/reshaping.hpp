@@ -12,8 +12,8 @@ namespace kiln {
 
 class ReshapeLayer : public Layer {
  public:
-  // Arguments (Keras names): target_shape (required): each sample's new shape, without the batch
-  // dimension; one entry may be -1, inferred from the element count.
+  /// Arguments (Keras names): target_shape (required): each sample's new shape, without the batch
+  /// dimension; one entry may be -1, inferred from the element count.
   explicit ReshapeLayer(const Config& config);
   const std::vector<std::int64_t>& target_shape() const { return target_shape_; }
   Config get_config() const override;
@@ -30,8 +30,8 @@ class ReshapeLayer : public Layer {
 
 class FlattenLayer : public Layer {
  public:
-  // Arguments (Keras names and defaults): data_format = null ("channels_last"); with "channels_first"
-  // the channels axis moves last before flattening, so both formats flatten in the same order.
+  /// Arguments (Keras names and defaults): data_format = null ("channels_last"); with "channels_first"
+  /// the channels axis moves last before flattening, so both formats flatten in the same order.
   explicit FlattenLayer(const Config& config);
   const std::string& data_format() const { return data_format_; }
   Config get_config() const override;
@@ -49,7 +49,7 @@ class FlattenLayer : public Layer {
 class Reshape : public LayerHandle<ReshapeLayer> {
  public:
   explicit Reshape(const std::vector<std::int64_t>& target_shape, const Config& options = {});
-  // Reshape({4, -1}): a braced list would otherwise be ambiguous with the Config form.
+  /// Reshape({4, -1}): a braced list would otherwise be ambiguous with the Config form.
   explicit Reshape(std::initializer_list<std::int64_t> target_shape, const Config& options = {})
       : Reshape(std::vector<std::int64_t>(target_shape), options) {}
   explicit Reshape(const Config& config) : LayerHandle(std::make_shared<ReshapeLayer>(config)) {}
@@ -58,7 +58,7 @@ class Reshape : public LayerHandle<ReshapeLayer> {
 class Flatten : public LayerHandle<FlattenLayer> {
  public:
   explicit Flatten(const std::string& data_format = "channels_last", const Config& options = {});
-  // Flatten("channels_first"): a string literal would otherwise be ambiguous with the Config form.
+  /// Flatten("channels_first"): a string literal would otherwise be ambiguous with the Config form.
   explicit Flatten(const char* data_format, const Config& options = {}) : Flatten(std::string(data_format), options) {}
   explicit Flatten(const Config& config) : LayerHandle(std::make_shared<FlattenLayer>(config)) {}
 };

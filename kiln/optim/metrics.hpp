@@ -25,63 +25,63 @@
 
 namespace kiln {
 
-// A registered metric class: Keras's default name for it (the log key when a config gives none), its own
-// arguments with their defaults, how its targets meet its predictions, and the batch mean itself.
-//
-//   KILN_REGISTER_METRIC("acme>WithinTenth", {"within_tenth", kiln::Config::map(),
-//       kiln::TargetForm::elementwise,
-//       [](const kiln::Tensor& y_true, const kiln::Tensor& y_pred, const kiln::Config&) {
-//         return kiln::ops::mean(kiln::ops::less(kiln::ops::abs(y_pred - y_true),
-//                                                kiln::ops::scalar_like(y_pred, 0.1)));
-//       }});
-//   model.compile("adam", "mse", {"within_tenth"});
+/// A registered metric class: Keras's default name for it (the log key when a config gives none), its own
+/// arguments with their defaults, how its targets meet its predictions, and the batch mean itself.
+///
+///   KILN_REGISTER_METRIC("acme>WithinTenth", {"within_tenth", kiln::Config::map(),
+///       kiln::TargetForm::elementwise,
+///       [](const kiln::Tensor& y_true, const kiln::Tensor& y_pred, const kiln::Config&) {
+///         return kiln::ops::mean(kiln::ops::less(kiln::ops::abs(y_pred - y_true),
+///                                                kiln::ops::scalar_like(y_pred, 0.1)));
+///       }});
+///   model.compile("adam", "mse", {"within_tenth"});
 struct MetricClass {
   using Compute = std::function<Tensor(const Tensor& y_true, const Tensor& y_pred, const Config& arguments)>;
-  std::string default_name;  // "binary_accuracy"
-  Config arguments;          // its own arguments (besides name and dtype) with their defaults: {"threshold": 0.5}
+  std::string default_name;  ///< "binary_accuracy"
+  Config arguments;          ///< its own arguments (besides name and dtype) with their defaults: {"threshold": 0.5}
   TargetForm targets = TargetForm::elementwise;
-  Compute compute;  // the batch mean, a () tensor; `arguments` holds every argument
+  Compute compute;  ///< the batch mean, a () tensor; `arguments` holds every argument
 };
 
-// Every metric class by key ("kiln>BinaryAccuracy"); "BinaryAccuracy", "binary_accuracy" and registered
-// aliases ("mae") find it too. "accuracy" and "acc" are not classes: Metric resolves them from the shapes.
+/// Every metric class by key ("kiln>BinaryAccuracy"); "BinaryAccuracy", "binary_accuracy" and registered
+/// aliases ("mae") find it too. "accuracy" and "acc" are not classes: Metric resolves them from the shapes.
 Registry<MetricClass>& metric_registry();
 
 class Metric {
  public:
-  // "accuracy"/"acc", "binary_accuracy"/"BinaryAccuracy", "categorical_accuracy"/"CategoricalAccuracy",
-  // "sparse_categorical_accuracy"/"SparseCategoricalAccuracy", "mae"/"mean_absolute_error"/
-  // "MeanAbsoluteError", "mse"/"mean_squared_error"/"MeanSquaredError", or a class of your own. Unknown
-  // names throw ConfigError with the nearest ones.
-  Metric(const char* name);         // NOLINT: implicit, so metrics = {"accuracy", "mae"} reads like Keras
-  Metric(const std::string& name);  // NOLINT
-  // A name, or {"class_name": "BinaryAccuracy", "config": {"name": ..., "threshold": 0.5, ...}}.
+  /// "accuracy"/"acc", "binary_accuracy"/"BinaryAccuracy", "categorical_accuracy"/"CategoricalAccuracy",
+  /// "sparse_categorical_accuracy"/"SparseCategoricalAccuracy", "mae"/"mean_absolute_error"/
+  /// "MeanAbsoluteError", "mse"/"mean_squared_error"/"MeanSquaredError", or a class of your own. Unknown
+  /// names throw ConfigError with the nearest ones.
+  Metric(const char* name);         ///< NOLINT: implicit, so metrics = {"accuracy", "mae"} reads like Keras
+  Metric(const std::string& name);  ///< NOLINT
+  /// A name, or {"class_name": "BinaryAccuracy", "config": {"name": ..., "threshold": 0.5, ...}}.
   static Metric from_config(const Config& identifier);
-  static std::vector<std::string> names();  // "accuracy", "acc" and every registered key
+  static std::vector<std::string> names();  ///< "accuracy", "acc" and every registered key
 
-  // The concrete metric for targets and predictions of these shapes ("accuracy" becomes one of the three
-  // accuracies; the others are returned unchanged).
+  /// The concrete metric for targets and predictions of these shapes ("accuracy" becomes one of the three
+  /// accuracies; the others are returned unchanged).
   Metric resolve(const Shape& y_true, const Shape& y_pred) const;
-  // The batch mean as a () tensor; resolves first. Throws ShapeError (see check).
+  /// The batch mean as a () tensor; resolves first. Throws ShapeError (see check).
   Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const;
-  // Throws ShapeError naming the metric and both shapes when they cannot be compared.
+  /// Throws ShapeError naming the metric and both shapes when they cannot be compared.
   void check(const Shape& y_true, const Shape& y_pred) const;
 
-  const std::string& name() const { return name_; }  // the log key: as given ("acc", "mae"), or the config's
-  // "BinaryAccuracy", ...; empty for "accuracy" until resolved.
+  const std::string& name() const { return name_; }  ///< the log key: as given ("acc", "mae"), or the config's
+  /// "BinaryAccuracy", ...; empty for "accuracy" until resolved.
   const std::string& class_name() const { return class_name_; }
   bool resolved() const { return metric_class_ != nullptr; }
-  double threshold() const;   // binary accuracy: a prediction > threshold is class 1
-  Config get_config() const;  // {"name": ..., "dtype": null (, "threshold": ...)}; ValueError before resolve()
-  // {"class_name": ..., "config": ...} (with "registered_name" for a class of your own), or the name of
-  // an unresolved "accuracy".
+  double threshold() const;   ///< binary accuracy: a prediction > threshold is class 1
+  Config get_config() const;  ///< {"name": ..., "dtype": null (, "threshold": ...)}; ValueError before resolve()
+  /// {"class_name": ..., "config": ...} (with "registered_name" for a class of your own), or the name of
+  /// an unresolved "accuracy".
   Config serialize() const;
 
  private:
   Metric(const std::string& key, std::string name);
   std::string describe() const;
 
-  const MetricClass* metric_class_ = nullptr;  // none for "accuracy" until resolved
+  const MetricClass* metric_class_ = nullptr;  ///< none for "accuracy" until resolved
   std::string key_;
   std::string class_name_;
   std::string name_;

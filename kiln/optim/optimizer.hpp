@@ -50,13 +50,13 @@ namespace kiln {
 class Optimizer;
 using OptimizerPtr = std::shared_ptr<Optimizer>;
 
-// What a subclass's constructor states once: its Keras defaults.
+/// What a subclass's constructor states once: its Keras defaults.
 struct OptimizerDefaults {
   OptimizerDefaults(std::string name, double learning_rate, std::optional<double> weight_decay = std::nullopt)
       : name(std::move(name)), learning_rate(learning_rate), weight_decay(weight_decay) {}
-  std::string name;  // "adam"
+  std::string name;  ///< "adam"
   double learning_rate;
-  std::optional<double> weight_decay;  // AdamW: 0.004
+  std::optional<double> weight_decay;  ///< AdamW: 0.004
 };
 
 class Optimizer {
@@ -66,17 +66,17 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   // ---- identity and config ------------------------------------------------------------------------------
-  const std::string& class_name() const { return class_name_; }  // "Adam"
-  const std::string& name() const { return name_; }              // "adam"
-  std::string describe() const;                                  // "Adam 'adam'", for messages
-  // Keras's keys: name, learning_rate (a number, or the schedule's serialized form), weight_decay,
-  // clipnorm, global_clipnorm, clipvalue, use_ema, ema_momentum, ema_overwrite_frequency,
-  // loss_scale_factor, gradient_accumulation_steps, then the subclass's own.
+  const std::string& class_name() const { return class_name_; }  ///< "Adam"
+  const std::string& name() const { return name_; }              ///< "adam"
+  std::string describe() const;                                  ///< "Adam 'adam'", for messages
+  /// Keras's keys: name, learning_rate (a number, or the schedule's serialized form), weight_decay,
+  /// clipnorm, global_clipnorm, clipvalue, use_ema, ema_momentum, ema_overwrite_frequency,
+  /// loss_scale_factor, gradient_accumulation_steps, then the subclass's own.
   virtual Config get_config() const;
-  // {"module": "keras.optimizers", "class_name": ..., "config": ..., "registered_name": "kiln>Adam"}
+  /// {"module": "keras.optimizers", "class_name": ..., "config": ..., "registered_name": "kiln>Adam"}
   Config serialize() const;
-  // A name ("adam", "Adam", "kiln>Adam") or {"class_name": ..., "config": {...}} (registered_name wins
-  // when present). Unknown names throw ConfigError with the nearest ones.
+  /// A name ("adam", "Adam", "kiln>Adam") or {"class_name": ..., "config": {...}} (registered_name wins
+  /// when present). Unknown names throw ConfigError with the nearest ones.
   static OptimizerPtr from_config(const Config& serialized);
 
   std::optional<double> weight_decay() const { return weight_decay_; }
@@ -85,58 +85,58 @@ class Optimizer {
   std::optional<double> global_clipnorm() const { return global_clipnorm_; }
 
   // ---- the update, as graph ops ---------------------------------------------------------------------------
-  // One Update per weight whose gradient is given (an empty gradient Tensor skips its weight, as Keras
-  // skips None) and one per slot of those weights. `paths` name the weights stably ("dense/kernel"); the
-  // slots are keyed by them, so building again (in this graph or another) reuses the same slots. Throws
-  // ValueError on mismatched lists, non-variables or a repeated weight, ShapeError/DTypeError when a
-  // gradient does not fit its weight.
+  /// One Update per weight whose gradient is given (an empty gradient Tensor skips its weight, as Keras
+  /// skips None) and one per slot of those weights. `paths` name the weights stably ("dense/kernel"); the
+  /// slots are keyed by them, so building again (in this graph or another) reuses the same slots. Throws
+  /// ValueError on mismatched lists, non-variables or a repeated weight, ShapeError/DTypeError when a
+  /// gradient does not fit its weight.
   std::vector<Update> build_updates(Graph& graph, const std::vector<Tensor>& weights, const std::vector<Tensor>& grads,
                                     const std::vector<std::string>& paths);
-  // Creates the slots of these weights (zeros, or the optimizer's initial value) without a graph, e.g.
-  // before set_variables() restores a saved run. Existing slots are kept.
+  /// Creates the slots of these weights (zeros, or the optimizer's initial value) without a graph, e.g.
+  /// before set_variables() restores a saved run. Existing slots are kept.
   void build(const std::vector<Weight>& weights);
 
   // ---- around each run --------------------------------------------------------------------------------------
-  // Writes this step's scalars (learning rate, bias corrections) into their graph variables. Allocates
-  // nothing.
+  /// Writes this step's scalars (learning rate, bias corrections) into their graph variables. Allocates
+  /// nothing.
   void prepare_step();
-  // Counts the step: call after Program::run.
+  /// Counts the step: call after Program::run.
   void finish_step();
 
   std::int64_t iterations() const;
-  void set_iterations(std::int64_t iterations);  // ValueError when negative
-  // The learning rate the next step uses: the schedule at `iterations()`, or the constant.
+  void set_iterations(std::int64_t iterations);  ///< ValueError when negative
+  /// The learning rate the next step uses: the schedule at `iterations()`, or the constant.
   double current_learning_rate() const;
-  // For callbacks (ReduceLROnPlateau). Throws ValueError when a schedule drives the learning rate.
+  /// For callbacks (ReduceLROnPlateau). Throws ValueError when a schedule drives the learning rate.
   void set_learning_rate(double learning_rate);
   const SchedulePtr& schedule() const { return schedule_; }
 
   // ---- state ------------------------------------------------------------------------------------------------
-  // "iterations", "learning_rate" (unless a schedule drives it), then each weight's slots in build order
-  // ("momentum/dense/kernel", "velocity/dense/kernel", ...). Values share storage with the optimizer.
+  /// "iterations", "learning_rate" (unless a schedule drives it), then each weight's slots in build order
+  /// ("momentum/dense/kernel", "velocity/dense/kernel", ...). Values share storage with the optimizer.
   std::vector<Weight> variables() const;
-  // Restores what variables() gave, matched by path; a slot not built yet is created from its saved value.
-  // Throws ValueError on an unknown or missing path, ShapeError/DTypeError on a value that does not fit.
+  /// Restores what variables() gave, matched by path; a slot not built yet is created from its saved value.
+  /// Throws ValueError on an unknown or missing path, ShapeError/DTypeError on a value that does not fit.
   void set_variables(const std::vector<Weight>& variables);
 
  protected:
-  // Reads the base arguments (Keras names) from `config`; the subclass reads its own with config_reader().
+  /// Reads the base arguments (Keras names) from `config`; the subclass reads its own with config_reader().
   Optimizer(const Config& config, std::string class_name, const OptimizerDefaults& defaults);
 
-  // A reader over the constructor's config with the base keys already accounted for.
+  /// A reader over the constructor's config with the base keys already accounted for.
   ConfigReader config_reader(const Config& config) const;
 
-  // One weight's update, as update_step sees it.
+  /// One weight's update, as update_step sees it.
   class WeightUpdate {
    public:
-    const Tensor& weight() const { return weight_; }  // after weight decay
-    const Tensor& grad() const { return grad_; }      // after clipping
+    const Tensor& weight() const { return weight_; }  ///< after weight decay
+    const Tensor& grad() const { return grad_; }      ///< after clipping
     const std::string& path() const { return path_; }
-    // The slot's value before this step (a graph variable of the weight's shape and dtype).
+    /// The slot's value before this step (a graph variable of the weight's shape and dtype).
     Tensor slot(const std::string& slot_name) const;
-    // The slot's value after this step; each slot is assigned once.
+    /// The slot's value after this step; each slot is assigned once.
     void assign(const std::string& slot_name, const Tensor& value);
-    // A per-step host scalar (add_step_scalar) as a () variable of the weight's dtype.
+    /// A per-step host scalar (add_step_scalar) as a () variable of the weight's dtype.
     Tensor scalar(std::size_t scalar_id) const;
     Tensor learning_rate() const { return scalar(learning_rate_scalar); }
 
@@ -152,20 +152,20 @@ class Optimizer {
     std::vector<std::string> assigned_;
   };
 
-  // The weight's value after this step, composed from ops.
+  /// The weight's value after this step, composed from ops.
   virtual Tensor update_step(WeightUpdate& update) = 0;
-  // The slots each weight gets, in Keras's order ("momentum", "velocity").
+  /// The slots each weight gets, in Keras's order ("momentum", "velocity").
   virtual std::vector<std::string> slot_names() const { return {}; }
   virtual double slot_initial_value(const std::string& /*slot_name*/) const { return 0.0; }
-  // Sets this step's scalars from Keras's local step t = iterations + 1 and the step's learning rate.
+  /// Sets this step's scalars from Keras's local step t = iterations + 1 and the step's learning rate.
   virtual void compute_step_scalars(std::int64_t /*local_step*/, double /*learning_rate*/) {}
 
-  // Registers a per-step scalar (in the constructor) and sets its value (in compute_step_scalars).
+  /// Registers a per-step scalar (in the constructor) and sets its value (in compute_step_scalars).
   std::size_t add_step_scalar(const std::string& scalar_name);
   void set_step_scalar(std::size_t scalar_id, double value);
   static constexpr std::size_t learning_rate_scalar = 0;
 
-  [[noreturn]] void fail(const std::string& message) const;  // ConfigError naming the optimizer
+  [[noreturn]] void fail(const std::string& message) const;  ///< ConfigError naming the optimizer
 
  private:
   struct Slot {
@@ -176,7 +176,7 @@ class Optimizer {
   struct StepScalar {
     std::string name;
     double value = 0.0;
-    Array float32, float64;  // created when a graph first needs that dtype
+    Array float32, float64;  ///< created when a graph first needs that dtype
   };
 
   void read_base_config(const Config& config, const OptimizerDefaults& defaults);
@@ -197,15 +197,15 @@ class Optimizer {
   SchedulePtr schedule_;
   std::optional<double> weight_decay_, clipnorm_, clipvalue_, global_clipnorm_;
   double ema_momentum_ = 0.99;
-  Array iterations_;     // () float64: saved with the slots, so it is state like them
-  Array learning_rate_;  // () float64: the constant learning rate (unused under a schedule)
+  Array iterations_;     ///< () float64: saved with the slots, so it is state like them
+  Array learning_rate_;  ///< () float64: the constant learning rate (unused under a schedule)
   std::vector<StepScalar> step_scalars_;
-  std::vector<Slot> slots_;  // in build order: each weight's slots together, weights in the order built
+  std::vector<Slot> slots_;  ///< in build order: each weight's slots together, weights in the order built
 };
 
 // ---- the built-in optimizers (Keras 3 formulas and defaults) --------------------------------------------------
 
-// m = momentum·m − lr·g; w += m (nesterov: w += momentum·m − lr·g). No slot when momentum is 0.
+/// m = momentum·m − lr·g; w += m (nesterov: w += momentum·m − lr·g). No slot when momentum is 0.
 class SGD : public Optimizer {
  public:
   explicit SGD(const Config& config = {});
@@ -223,8 +223,8 @@ class SGD : public Optimizer {
   bool nesterov_ = false;
 };
 
-// m += (g − m)(1 − β1); v += (g² − v)(1 − β2); w −= α·m / (√v + ε), α = lr·√(1 − β2ᵗ)/(1 − β1ᵗ);
-// amsgrad divides by √max(v̂, v) instead.
+/// m += (g − m)(1 − β1); v += (g² − v)(1 − β2); w −= α·m / (√v + ε), α = lr·√(1 − β2ᵗ)/(1 − β1ᵗ);
+/// amsgrad divides by √max(v̂, v) instead.
 class Adam : public Optimizer {
  public:
   explicit Adam(const Config& config = {});
@@ -236,7 +236,7 @@ class Adam : public Optimizer {
   bool amsgrad() const { return amsgrad_; }
 
  protected:
-  // For AdamW: the same rule under another class name and defaults.
+  /// For AdamW: the same rule under another class name and defaults.
   Adam(const Config& config, std::string class_name, const OptimizerDefaults& defaults);
   Tensor update_step(WeightUpdate& update) override;
   std::vector<std::string> slot_names() const override;
@@ -250,15 +250,15 @@ class Adam : public Optimizer {
   std::size_t alpha_scalar_ = 0;
 };
 
-// Adam with decoupled weight decay on by default (0.004); weight_decay may not be null.
+/// Adam with decoupled weight decay on by default (0.004); weight_decay may not be null.
 class AdamW : public Adam {
  public:
   explicit AdamW(const Config& config = {});
   explicit AdamW(double learning_rate) : AdamW(Config{{"learning_rate", learning_rate}}) {}
 };
 
-// v = ρv + (1 − ρ)g²; centered: ḡ = ρḡ + (1 − ρ)g and the denominator is √(v − ḡ² + ε), else √(v + ε);
-// inc = lr·g / denominator; with momentum mom = μ·mom + inc and w −= mom, else w −= inc.
+/// v = ρv + (1 − ρ)g²; centered: ḡ = ρḡ + (1 − ρ)g and the denominator is √(v − ḡ² + ε), else √(v + ε);
+/// inc = lr·g / denominator; with momentum mom = μ·mom + inc and w −= mom, else w −= inc.
 class RMSprop : public Optimizer {
  public:
   explicit RMSprop(const Config& config = {});
@@ -274,7 +274,7 @@ class RMSprop : public Optimizer {
   bool centered_ = false;
 };
 
-// acc += g²; w −= lr·g / √(acc + ε), acc starting at initial_accumulator_value.
+/// acc += g²; w −= lr·g / √(acc + ε), acc starting at initial_accumulator_value.
 class Adagrad : public Optimizer {
  public:
   explicit Adagrad(const Config& config = {});
@@ -294,16 +294,16 @@ class Adagrad : public Optimizer {
 
 using OptimizerFactory = std::function<OptimizerPtr(const Config&)>;
 
-// A registered optimizer class: how to make one from its config, and its C++ type (for serialize).
+/// A registered optimizer class: how to make one from its config, and its C++ type (for serialize).
 struct OptimizerClass {
   std::type_index type;
   OptimizerFactory create;
 };
 
-// Every optimizer class by key ("kiln>Adam"); "Adam" and Keras's "adam" find it too (core/registry.hpp).
+/// Every optimizer class by key ("kiln>Adam"); "Adam" and Keras's "adam" find it too (core/registry.hpp).
 Registry<OptimizerClass>& optimizer_registry();
 
-// create_optimizer("adam", {{"learning_rate", 0.01}}). Unknown names throw ConfigError with the nearest ones.
+/// create_optimizer("adam", {{"learning_rate", 0.01}}). Unknown names throw ConfigError with the nearest ones.
 OptimizerPtr create_optimizer(const std::string& name, const Config& config = {});
 
 namespace detail {

@@ -24,19 +24,19 @@ class LearningRateSchedule {
  public:
   virtual ~LearningRateSchedule() = default;
 
-  // The learning rate of the step that starts with `step` steps done (Keras passes `iterations`).
+  /// The learning rate of the step that starts with `step` steps done (Keras passes `iterations`).
   virtual double operator()(std::int64_t step) const = 0;
 
-  const std::string& class_name() const { return class_name_; }  // "ExponentialDecay"
-  // Every constructor argument: from_config(serialize()) rebuilds an equal schedule.
+  const std::string& class_name() const { return class_name_; }  ///< "ExponentialDecay"
+  /// Every constructor argument: from_config(serialize()) rebuilds an equal schedule.
   virtual Config get_config() const = 0;
-  // {"module": "keras.optimizers.schedules", "class_name": ..., "config": ..., "registered_name": null}; a
-  // schedule of your own (KILN_REGISTER_SCHEDULE) writes its key as registered_name. ConfigError when the
-  // schedule's class is not registered.
+  /// {"module": "keras.optimizers.schedules", "class_name": ..., "config": ..., "registered_name": null}; a
+  /// schedule of your own (KILN_REGISTER_SCHEDULE) writes its key as registered_name. ConfigError when the
+  /// schedule's class is not registered.
   Config serialize() const;
 
-  // From {"class_name": ..., "config": {...}, "registered_name": ...} (what serialize() and Keras write).
-  // Unknown classes and arguments throw ConfigError with the nearest names.
+  /// From {"class_name": ..., "config": {...}, "registered_name": ...} (what serialize() and Keras write).
+  /// Unknown classes and arguments throw ConfigError with the nearest names.
   static SchedulePtr from_config(const Config& serialized);
 
  protected:
@@ -46,7 +46,7 @@ class LearningRateSchedule {
   std::string class_name_;
 };
 
-// initial_learning_rate * decay_rate ^ (step / decay_steps); with staircase the exponent is floored.
+/// initial_learning_rate * decay_rate ^ (step / decay_steps); with staircase the exponent is floored.
 class ExponentialDecay final : public LearningRateSchedule {
  public:
   ExponentialDecay(double initial_learning_rate, std::int64_t decay_steps, double decay_rate, bool staircase = false,
@@ -65,8 +65,8 @@ class ExponentialDecay final : public LearningRateSchedule {
   std::string name_;
 };
 
-// values[0] while step <= boundaries[0], values[i] while boundaries[i-1] < step <= boundaries[i], and
-// values.back() after the last boundary.
+/// values[0] while step <= boundaries[0], values[i] while boundaries[i-1] < step <= boundaries[i], and
+/// values.back() after the last boundary.
 class PiecewiseConstantDecay final : public LearningRateSchedule {
  public:
   PiecewiseConstantDecay(std::vector<double> boundaries, std::vector<double> values,
@@ -83,13 +83,13 @@ class PiecewiseConstantDecay final : public LearningRateSchedule {
   std::string name_;
 };
 
-// An optional linear warmup from initial_learning_rate to warmup_target over warmup_steps, then a cosine
-// decay over decay_steps from warmup_target (or initial_learning_rate without warmup) down to alpha times it.
+/// An optional linear warmup from initial_learning_rate to warmup_target over warmup_steps, then a cosine
+/// decay over decay_steps from warmup_target (or initial_learning_rate without warmup) down to alpha times it.
 class CosineDecay final : public LearningRateSchedule {
  public:
   CosineDecay(double initial_learning_rate, std::int64_t decay_steps, double alpha = 0.0,
               std::string name = "CosineDecay");
-  // With warmup: warmup_steps steps from initial_learning_rate up to warmup_target.
+  /// With warmup: warmup_steps steps from initial_learning_rate up to warmup_target.
   CosineDecay(double initial_learning_rate, std::int64_t decay_steps, double alpha, std::string name,
               double warmup_target, std::int64_t warmup_steps);
   explicit CosineDecay(const Config& config);
@@ -111,13 +111,13 @@ class CosineDecay final : public LearningRateSchedule {
 
 // ---- the registry ----------------------------------------------------------------------------------
 
-// A registered schedule class: how to make one from its config, and its C++ type (for serialize).
+/// A registered schedule class: how to make one from its config, and its C++ type (for serialize).
 struct ScheduleClass {
   std::type_index type;
   std::function<SchedulePtr(const Config&)> create;
 };
 
-// Every schedule class by key ("kiln>CosineDecay"; "CosineDecay" finds it too: core/registry.hpp).
+/// Every schedule class by key ("kiln>CosineDecay"; "CosineDecay" finds it too: core/registry.hpp).
 Registry<ScheduleClass>& schedule_registry();
 
 namespace detail {

@@ -48,42 +48,42 @@ namespace kiln {
 //            Python's general format that keeps a ".0"  ({loss:.3} -> "0.0123")
 // Integers take every type (f, e, g and % convert them); numbers do not take 'd', as in Python.
 
-// A field's value: an integer ({epoch}, {batch}) or a number (a log value).
+/// A field's value: an integer ({epoch}, {batch}) or a number (a log value).
 using FieldValue = std::variant<std::int64_t, double>;
 using FieldValues = std::map<std::string, FieldValue>;
 
 namespace detail {
-// A parsed spec: [[fill]align][sign][0][width][.precision][type].
+/// A parsed spec: [[fill]align][sign][0][width][.precision][type].
 struct FormatSpec {
   char fill = ' ';
-  char align = '\0';  // '<', '>', '^', '=' or none (right-aligned, as Python aligns numbers)
-  char sign = '-';    // '+', '-' or ' '
+  char align = '\0';  ///< '<', '>', '^', '=' or none (right-aligned, as Python aligns numbers)
+  char sign = '-';    ///< '+', '-' or ' '
   int width = 0;
-  int precision = -1;  // none
-  char type = '\0';    // none
+  int precision = -1;  ///< none
+  char type = '\0';    ///< none
 };
 struct FormatPiece {
-  std::string text;       // the literal text before the field, braces unescaped
-  std::string field;      // empty for the trailing text
-  std::string spec_text;  // as written after ':'
+  std::string text;       ///< the literal text before the field, braces unescaped
+  std::string field;      ///< empty for the trailing text
+  std::string spec_text;  ///< as written after ':'
   FormatSpec spec;
 };
 }  // namespace detail
 
-// A parsed pattern. ConfigError naming the field for malformed text or a spec kiln cannot format: an
-// unclosed '{', a single '}', an empty or nested field, a conversion ("{loss!r}"), an unknown type, ...
+/// A parsed pattern. ConfigError naming the field for malformed text or a spec kiln cannot format: an
+/// unclosed '{', a single '}', an empty or nested field, a conversion ("{loss!r}"), an unknown type, ...
 class FormatPattern {
  public:
   explicit FormatPattern(std::string pattern);
 
   const std::string& pattern() const { return pattern_; }
-  // The names of the fields, in order of appearance (repeats included).
+  /// The names of the fields, in order of appearance (repeats included).
   std::vector<std::string> fields() const;
-  // Checks that `name` may be formatted as an integer (or as a number, when !integer), without a value:
-  // ConfigError naming the field when its spec does not take that kind ({val_loss:d}).
+  /// Checks that `name` may be formatted as an integer (or as a number, when !integer), without a value:
+  /// ConfigError naming the field when its spec does not take that kind ({val_loss:d}).
   void check_kind(const std::string& name, bool integer) const;
-  // The pattern with every field filled in. ConfigError naming the field and the known keys for a field
-  // that `values` lacks, or a spec that does not fit the value's type.
+  /// The pattern with every field filled in. ConfigError naming the field and the known keys for a field
+  /// that `values` lacks, or a spec that does not fit the value's type.
   std::string format(const FieldValues& values) const;
 
  private:
@@ -91,53 +91,53 @@ class FormatPattern {
   std::vector<detail::FormatPiece> pieces_;
 };
 
-// Formats `pattern` in one call: FormatPattern(pattern).format(values).
+/// Formats `pattern` in one call: FormatPattern(pattern).format(values).
 std::string format_fields(const std::string& pattern, const FieldValues& values);
 
-// One value by a spec's text, as Python's format(value, spec) does: format_field(0.5, ".2f") == "0.50".
-// ConfigError for a spec kiln cannot read or a type that does not fit the value.
+/// One value by a spec's text, as Python's format(value, spec) does: format_field(0.5, ".2f") == "0.50".
+/// ConfigError for a spec kiln cannot read or a type that does not fit the value.
 std::string format_field(const FieldValue& value, const std::string& spec);
 
 // ---- the callback -----------------------------------------------------------------------------------------
 
 class ModelCheckpoint : public ReportingCallback {
  public:
-  // "epoch", or a number of batches: save after every that many batches, counted across epochs.
+  /// "epoch", or a number of batches: save after every that many batches, counted across epochs.
   using SaveFreq = std::variant<std::string, std::int64_t>;
 
   struct Options {
-    // Where to save, with format fields: {epoch} (1-based, as Keras writes it), {batch} (1-based within
-    // the epoch; only with an integer save_freq), and any log key ({loss}, {val_loss:.4f}, {mae:.3e}).
-    // Log keys are known only when the logs are: a name the logs lack fails (ConfigError listing the
-    // keys there are) at the first save point, the end of the first epoch. A missing folder is created,
-    // as Keras does.
+    /// Where to save, with format fields: {epoch} (1-based, as Keras writes it), {batch} (1-based within
+    /// the epoch; only with an integer save_freq), and any log key ({loss}, {val_loss:.4f}, {mae:.3e}).
+    /// Log keys are known only when the logs are: a name the logs lack fails (ConfigError listing the
+    /// keys there are) at the first save point, the end of the first epoch. A missing folder is created,
+    /// as Keras does.
     std::string filepath;
     std::string monitor = "val_loss";
-    // 1 prints Keras's message at each save point ("Epoch 3: val_loss improved from 0.51234 to 0.49876,
-    // saving model to best.kiln") to std::cout unless redirected; like Keras's, each message starts with
-    // a newline, so that a live progress bar keeps its line.
+    /// 1 prints Keras's message at each save point ("Epoch 3: val_loss improved from 0.51234 to 0.49876,
+    /// saving model to best.kiln") to std::cout unless redirected; like Keras's, each message starts with
+    /// a newline, so that a live progress bar keeps its line.
     int verbose = 0;
-    // Save only when `monitor` improves on the best value so far (strictly, by mode); a file name without
-    // fields then always holds the best model. The best is kept across fit() calls, as in Keras.
+    /// Save only when `monitor` improves on the best value so far (strictly, by mode); a file name without
+    /// fields then always holds the best model. The best is kept across fit() calls, as in Keras.
     bool save_best_only = false;
-    // save_weights (a file load_weights reads) instead of save_model (a file load_model reads).
+    /// save_weights (a file load_weights reads) instead of save_model (a file load_model reads).
     bool save_weights_only = false;
-    std::string mode = "auto";  // "min", "max", or "auto" (from the monitor's name: see resolve_monitor_mode)
-    // A checkpoint saved mid-epoch records only the epochs finished before it (epochs_trained), so a run
-    // resumed from it starts that epoch over; resume from epoch-end checkpoints to match an
-    // uninterrupted run exactly. Batch logs are the epoch's running means and have no val_* values.
+    std::string mode = "auto";  ///< "min", "max", or "auto" (from the monitor's name: see resolve_monitor_mode)
+    /// A checkpoint saved mid-epoch records only the epochs finished before it (epochs_trained), so a run
+    /// resumed from it starts that epoch over; resume from epoch-end checkpoints to match an
+    /// uninterrupted run exactly. Batch logs are the epoch's running means and have no val_* values.
     SaveFreq save_freq = std::string("epoch");
-    // With save_best_only: the value to beat before the first save (e.g. the best of an earlier run).
+    /// With save_best_only: the value to beat before the first save (e.g. the best of an earlier run).
     std::optional<double> initial_value_threshold;
   };
 
-  // ConfigError for an empty or malformed filepath, {batch} with save_freq "epoch", a spec that does not
-  // fit its field ({epoch:.2e} is fine, {loss:d} is not), a save_freq other than "epoch" or a positive
-  // integer, an unknown mode, or (with save_best_only) an "auto" monitor whose direction is unknown.
+  /// ConfigError for an empty or malformed filepath, {batch} with save_freq "epoch", a spec that does not
+  /// fit its field ({epoch:.2e} is fine, {loss:d} is not), a save_freq other than "epoch" or a positive
+  /// integer, an unknown mode, or (with save_best_only) an "auto" monitor whose direction is unknown.
   explicit ModelCheckpoint(Options options);
   explicit ModelCheckpoint(std::string filepath, bool save_best_only = false);
 
-  // Needs state.model (ValueError before the first epoch otherwise).
+  /// Needs state.model (ValueError before the first epoch otherwise).
   void on_train_begin(TrainingState& state) override;
   void on_epoch_begin(TrainingState& state, int epoch) override;
   void on_epoch_end(TrainingState& state, int epoch, Logs& logs) override;
@@ -145,12 +145,12 @@ class ModelCheckpoint : public ReportingCallback {
 
   const Options& options() const { return options_; }
   MonitorMode monitor_mode() const { return mode_; }
-  // The best monitored value so far (the threshold, or +-inf, before a save_best_only save).
+  /// The best monitored value so far (the threshold, or +-inf, before a save_best_only save).
   double best() const { return best_; }
-  // Every file written, in order (a name written twice appears twice).
+  /// Every file written, in order (a name written twice appears twice).
   const std::vector<std::string>& saved_paths() const { return saved_; }
-  // The path the next save of (epoch, batch) with these logs would write: ConfigError naming the field
-  // and the available keys when the logs lack one. `batch` counts from 0; negative means none.
+  /// The path the next save of (epoch, batch) with these logs would write: ConfigError naming the field
+  /// and the available keys when the logs lack one. `batch` counts from 0; negative means none.
   std::string file_path(int epoch, std::int64_t batch, const Logs& logs) const;
 
  private:

@@ -26,31 +26,31 @@
 namespace kiln {
 
 struct LoadOptions {
-  // Compile the model as it was saved (optimizer with its state, losses, metrics) when the file says how.
-  // A model compiled with a loss made from a C++ function is reloaded uncompiled: compile it again.
+  /// Compile the model as it was saved (optimizer with its state, losses, metrics) when the file says how.
+  /// A model compiled with a loss made from a C++ function is reloaded uncompiled: compile it again.
   bool compile = true;
 };
 
 void save_model(const ModelBase& model, const std::string& path);
 Model load_model(const std::string& path, const LoadOptions& options = {});
 
-// Weights only. Loading matches them by path ("dense/kernel") and checks every shape before assigning
-// any, so on a mismatch (ValueError naming the weight and both shapes) the model is left unchanged.
+/// Weights only. Loading matches them by path ("dense/kernel") and checks every shape before assigning
+/// any, so on a mismatch (ValueError naming the weight and both shapes) the model is left unchanged.
 void save_weights(const ModelBase& model, const std::string& path);
 void load_weights(ModelBase& model, const std::string& path);
 
-// The model's architecture as Keras writes it: {"class_name", "config", "registered_name", "build_config"}.
+/// The model's architecture as Keras writes it: {"class_name", "config", "registered_name", "build_config"}.
 Config model_config(const ModelBase& model);
 std::string model_to_json(const ModelBase& model, int indent = 2);
-// A new model from model_to_json's text (or a Config of that shape): every layer built at once from its
-// build_config, with fresh weights. ConfigError naming an unknown class and the registered names nearest it.
+/// A new model from model_to_json's text (or a Config of that shape): every layer built at once from its
+/// build_config, with fresh weights. ConfigError naming an unknown class and the registered names nearest it.
 Model model_from_config(const Config& config);
 Model model_from_json(const std::string& json);
 
-// What `kiln verify` reports: the frame of a kiln file, every checksum checked.
+/// What `kiln verify` reports: the frame of a kiln file, every checksum checked.
 struct FileSection {
-  std::string tag;   // "CONF"
-  std::string name;  // "config"
+  std::string tag;   ///< "CONF"
+  std::string name;  ///< "config"
   std::uint64_t offset = 0;
   std::uint64_t length = 0;
   std::uint32_t crc32 = 0;
@@ -59,13 +59,13 @@ struct FileInfo {
   std::uint64_t size = 0;
   std::uint32_t format_version = 0;
   std::vector<FileSection> sections;
-  std::vector<std::string> weights;  // "dense/kernel (4, 8) float32"
-  Config metadata;                   // kiln version, save date, epochs trained
+  std::vector<std::string> weights;  ///< "dense/kernel (4, 8) float32"
+  Config metadata;                   ///< kiln version, save date, epochs trained
 };
-// Checks the whole file (frame, checksums, the config's JSON, every weight record) without building the
-// model. SerializationError on the first problem.
+/// Checks the whole file (frame, checksums, the config's JSON, every weight record) without building the
+/// model. SerializationError on the first problem.
 FileInfo verify_file(const std::string& path);
-// The file's config section: the model's architecture plus "compile_config" when it was compiled.
+/// The file's config section: the model's architecture plus "compile_config" when it was compiled.
 Config read_model_config(const std::string& path);
 
 }  // namespace kiln

@@ -26,23 +26,23 @@ namespace kiln {
 class ModelBase;
 class Optimizer;
 
-// Values of one batch or epoch by name: "loss", "mae", "val_loss", "learning_rate", ... A std::map whose
-// at() throws kiln::KeyError listing the keys there are (std::map's says only "map::at").
+/// Values of one batch or epoch by name: "loss", "mae", "val_loss", "learning_rate", ... A std::map whose
+/// at() throws kiln::KeyError listing the keys there are (std::map's says only "map::at").
 class Logs : public std::map<std::string, double> {
  public:
   using std::map<std::string, double>::map;
   double& at(const std::string& key);
   const double& at(const std::string& key) const;
-  std::string keys() const;  // "loss, mae, val_loss"
+  std::string keys() const;  ///< "loss, mae, val_loss"
 };
 
-// What callbacks may look at and change while fit() runs.
+/// What callbacks may look at and change while fit() runs.
 struct TrainingState {
   ModelBase* model = nullptr;
   Optimizer* optimizer = nullptr;
-  int epochs = 0;  // planned
+  int epochs = 0;  ///< planned
   std::int64_t steps_per_epoch = 0;
-  bool stop_training = false;  // set to end fit() after the current epoch (or batch)
+  bool stop_training = false;  ///< set to end fit() after the current epoch (or batch)
   std::int64_t verbose = 1;
 };
 
@@ -52,11 +52,11 @@ class Callback {
   virtual void on_train_begin(TrainingState&) {}
   virtual void on_train_end(TrainingState&, const Logs&) {}
   virtual void on_epoch_begin(TrainingState&, int /*epoch*/) {}
-  // Runs for every callback before any callback's on_epoch_end: a callback that reports a value adds it to
-  // the epoch's logs here (ReduceLROnPlateau writes "learning_rate"), so that every callback sees it in
-  // on_epoch_end whatever the order the callbacks were given in (a CSVLogger before it too).
+  /// Runs for every callback before any callback's on_epoch_end: a callback that reports a value adds it to
+  /// the epoch's logs here (ReduceLROnPlateau writes "learning_rate"), so that every callback sees it in
+  /// on_epoch_end whatever the order the callbacks were given in (a CSVLogger before it too).
   virtual void on_epoch_logs(TrainingState&, int /*epoch*/, Logs& /*logs*/) {}
-  // `logs` holds the epoch's means, the validation values and what on_epoch_logs added.
+  /// `logs` holds the epoch's means, the validation values and what on_epoch_logs added.
   virtual void on_epoch_end(TrainingState&, int /*epoch*/, Logs& /*logs*/) {}
   virtual void on_batch_end(TrainingState&, std::int64_t /*batch*/, const Logs& /*logs*/) {}
 };
@@ -70,17 +70,17 @@ using CallbackPtr = std::shared_ptr<Callback>;
 //   stop.restore_best_weights = true;
 //   fit_options.callback(std::make_shared<kiln::EarlyStopping>(stop));
 
-// Which way a monitored quantity improves.
+/// Which way a monitored quantity improves.
 enum class MonitorMode { min, max };
 
-// Keras's mode argument: "min", "max", or "auto", which infers the direction from the name without its
-// "val_" prefix: losses and errors ("loss", "dense_1_loss", "mae", "mean_squared_error", ...) are minimized,
-// accuracies and scores ("accuracy", "acc", "auc", "f1_score", ...) maximized. Throws ConfigError naming
-// `who` for a mode other than the three, or an "auto" name whose direction is unknown (pass "min" or "max").
+/// Keras's mode argument: "min", "max", or "auto", which infers the direction from the name without its
+/// "val_" prefix: losses and errors ("loss", "dense_1_loss", "mae", "mean_squared_error", ...) are minimized,
+/// accuracies and scores ("accuracy", "acc", "auc", "f1_score", ...) maximized. Throws ConfigError naming
+/// `who` for a mode other than the three, or an "auto" name whose direction is unknown (pass "min" or "max").
 MonitorMode resolve_monitor_mode(const std::string& who, const std::string& monitor, const std::string& mode);
 
-// A callback that prints: verbose messages go to std::cout and warnings to std::cerr unless redirected
-// (tests capture them in a std::ostringstream).
+/// A callback that prints: verbose messages go to std::cout and warnings to std::cerr unless redirected
+/// (tests capture them in a std::ostringstream).
 class ReportingCallback : public Callback {
  public:
   void redirect(std::ostream& messages, std::ostream& warnings) {
@@ -97,24 +97,24 @@ class ReportingCallback : public Callback {
   std::ostream* warnings_ = nullptr;
 };
 
-// Stops training when `monitor` has not improved for `patience` epochs (sets state.stop_training).
-// With restore_best_weights the model ends training with the weights of its best epoch, also when no
-// early stop happened (as Keras 3 does); that needs state.model.
+/// Stops training when `monitor` has not improved for `patience` epochs (sets state.stop_training).
+/// With restore_best_weights the model ends training with the weights of its best epoch, also when no
+/// early stop happened (as Keras 3 does); that needs state.model.
 class EarlyStopping : public ReportingCallback {
  public:
   struct Options {
     std::string monitor = "val_loss";
-    double min_delta = 0.0;  // an improvement must beat the best by more than |min_delta|
+    double min_delta = 0.0;  ///< an improvement must beat the best by more than |min_delta|
     int patience = 0;
     int verbose = 0;
     std::string mode = "auto";
-    // Epochs that do not beat the baseline do not reset the patience count.
+    /// Epochs that do not beat the baseline do not reset the patience count.
     std::optional<double> baseline;
     bool restore_best_weights = false;
-    int start_from_epoch = 0;  // epochs before this one are not monitored (warm-up)
+    int start_from_epoch = 0;  ///< epochs before this one are not monitored (warm-up)
   };
 
-  // Throws ConfigError for an unknown mode, or an "auto" monitor whose direction cannot be inferred.
+  /// Throws ConfigError for an unknown mode, or an "auto" monitor whose direction cannot be inferred.
   EarlyStopping();
   explicit EarlyStopping(Options options);
 
@@ -124,8 +124,8 @@ class EarlyStopping : public ReportingCallback {
 
   const Options& options() const { return options_; }
   MonitorMode monitor_mode() const { return mode_; }
-  int stopped_epoch() const { return stopped_epoch_; }  // 0 until a stop (Keras's convention)
-  std::optional<double> best() const { return best_; }  // none until a monitored epoch
+  int stopped_epoch() const { return stopped_epoch_; }  ///< 0 until a stop (Keras's convention)
+  std::optional<double> best() const { return best_; }  ///< none until a monitored epoch
   int best_epoch() const { return best_epoch_; }
   int wait() const { return wait_; }
 
@@ -142,24 +142,24 @@ class EarlyStopping : public ReportingCallback {
   bool has_best_weights_ = false;
 };
 
-// Multiplies the optimizer's learning rate by `factor` when `monitor` has not improved for `patience`
-// epochs, never below min_lr, then waits `cooldown` epochs. Writes the epoch's learning rate (before any
-// reduction) to logs["learning_rate"] in on_epoch_logs. Needs state.optimizer with a constant learning
-// rate (not a schedule).
+/// Multiplies the optimizer's learning rate by `factor` when `monitor` has not improved for `patience`
+/// epochs, never below min_lr, then waits `cooldown` epochs. Writes the epoch's learning rate (before any
+/// reduction) to logs["learning_rate"] in on_epoch_logs. Needs state.optimizer with a constant learning
+/// rate (not a schedule).
 class ReduceLROnPlateau : public ReportingCallback {
  public:
   struct Options {
     std::string monitor = "val_loss";
-    double factor = 0.1;  // new_lr = lr * factor; must be < 1
+    double factor = 0.1;  ///< new_lr = lr * factor; must be < 1
     int patience = 10;
     int verbose = 0;
     std::string mode = "auto";
-    double min_delta = 1e-4;  // min mode: an improvement is below best - min_delta
+    double min_delta = 1e-4;  ///< min mode: an improvement is below best - min_delta
     int cooldown = 0;
     double min_lr = 0.0;
   };
 
-  // Throws ConfigError for factor >= 1, an unknown mode, or an "auto" monitor of unknown direction.
+  /// Throws ConfigError for factor >= 1, an unknown mode, or an "auto" monitor of unknown direction.
   ReduceLROnPlateau();
   explicit ReduceLROnPlateau(Options options);
 
@@ -185,22 +185,22 @@ class ReduceLROnPlateau : public ReportingCallback {
   int cooldown_counter_ = 0;
 };
 
-// Streams each epoch's logs to a CSV file: a header `epoch,<log keys sorted>` fixed by the first epoch,
-// then one row per epoch (0-based epoch), flushed at once so a crashed run keeps its rows. A key missing
-// from a later epoch is written NA; values round-trip exactly (shortest form that reads back the same).
+/// Streams each epoch's logs to a CSV file: a header `epoch,<log keys sorted>` fixed by the first epoch,
+/// then one row per epoch (0-based epoch), flushed at once so a crashed run keeps its rows. A key missing
+/// from a later epoch is written NA; values round-trip exactly (shortest form that reads back the same).
 class CSVLogger : public Callback {
  public:
   struct Options {
     char separator = ',';
-    bool append = false;  // keep an existing file's rows (and its header, if it has one)
+    bool append = false;  ///< keep an existing file's rows (and its header, if it has one)
   };
 
   explicit CSVLogger(std::string filename);
   CSVLogger(std::string filename, Options options);
   ~CSVLogger() override;
 
-  // Opens the file (through a symbolic link, to its target). SerializationError naming it when it cannot be
-  // opened or is a folder, device, FIFO or socket, and when a row would pass the file-size limit.
+  /// Opens the file (through a symbolic link, to its target). SerializationError naming it when it cannot be
+  /// opened or is a folder, device, FIFO or socket, and when a row would pass the file-size limit.
   void on_train_begin(TrainingState& state) override;
   void on_epoch_end(TrainingState& state, int epoch, Logs& logs) override;
   void on_train_end(TrainingState& state, const Logs& logs) override;
@@ -209,7 +209,7 @@ class CSVLogger : public Callback {
   const Options& options() const { return options_; }
 
  private:
-  std::string field(const std::string& text) const;  // quoted when it holds the separator, a quote or a newline
+  std::string field(const std::string& text) const;  ///< quoted when it holds the separator, a quote or a newline
   std::string header_line() const;
 
   std::string filename_;
@@ -220,9 +220,9 @@ class CSVLogger : public Callback {
   bool write_header_ = true;
 };
 
-// Stops training when a batch's "loss" is NaN or infinite, printing `Batch N: Invalid loss, terminating
-// training` (to std::cerr unless redirected). With raise_error it throws ValueError instead, so that no
-// other callback's on_train_end runs (e.g. one that would save the broken model).
+/// Stops training when a batch's "loss" is NaN or infinite, printing `Batch N: Invalid loss, terminating
+/// training` (to std::cerr unless redirected). With raise_error it throws ValueError instead, so that no
+/// other callback's on_train_end runs (e.g. one that would save the broken model).
 class TerminateOnNaN : public ReportingCallback {
  public:
   struct Options {
@@ -237,11 +237,11 @@ class TerminateOnNaN : public ReportingCallback {
   Options options_;
 };
 
-// A callback made of functions, for code that does not want a subclass; unset hooks do nothing.
-//
-//   kiln::LambdaCallback::Options hooks;
-//   hooks.on_epoch_end = [](kiln::TrainingState&, int epoch, kiln::Logs& logs) { ... };
-//   auto callback = std::make_shared<kiln::LambdaCallback>(hooks);
+/// A callback made of functions, for code that does not want a subclass; unset hooks do nothing.
+///
+///   kiln::LambdaCallback::Options hooks;
+///   hooks.on_epoch_end = [](kiln::TrainingState&, int epoch, kiln::Logs& logs) { ... };
+///   auto callback = std::make_shared<kiln::LambdaCallback>(hooks);
 class LambdaCallback : public Callback {
  public:
   struct Options {
@@ -267,19 +267,19 @@ class LambdaCallback : public Callback {
 
 // ---- the registry ---------------------------------------------------------------------------------------
 
-// A registered callback class: how to make one from its config (Keras's constructor arguments).
+/// A registered callback class: how to make one from its config (Keras's constructor arguments).
 using CallbackFactory = std::function<CallbackPtr(const Config&)>;
 
-// Every callback class by key ("kiln>EarlyStopping", "kiln>ModelCheckpoint", ...); "EarlyStopping" finds it
-// too (core/registry.hpp). LambdaCallback holds functions and has no config, so it is not registered.
+/// Every callback class by key ("kiln>EarlyStopping", "kiln>ModelCheckpoint", ...); "EarlyStopping" finds it
+/// too (core/registry.hpp). LambdaCallback holds functions and has no config, so it is not registered.
 Registry<CallbackFactory>& callback_registry();
 
-// create_callback("EarlyStopping", {{"patience", 3}, {"restore_best_weights", true}}): the arguments are
-// Keras's (EarlyStopping: monitor, min_delta, patience, verbose, mode, baseline, restore_best_weights,
-// start_from_epoch; ReduceLROnPlateau: monitor, factor, patience, verbose, mode, min_delta, cooldown,
-// min_lr; CSVLogger: filename, separator, append; TerminateOnNaN: raise_error; ModelCheckpoint: filepath,
-// monitor, verbose, save_best_only, save_weights_only, mode, save_freq, initial_value_threshold).
-// ConfigError for an unknown class or argument, with the nearest names.
+/// create_callback("EarlyStopping", {{"patience", 3}, {"restore_best_weights", true}}): the arguments are
+/// Keras's (EarlyStopping: monitor, min_delta, patience, verbose, mode, baseline, restore_best_weights,
+/// start_from_epoch; ReduceLROnPlateau: monitor, factor, patience, verbose, mode, min_delta, cooldown,
+/// min_lr; CSVLogger: filename, separator, append; TerminateOnNaN: raise_error; ModelCheckpoint: filepath,
+/// monitor, verbose, save_best_only, save_weights_only, mode, save_freq, initial_value_threshold).
+/// ConfigError for an unknown class or argument, with the nearest names.
 CallbackPtr create_callback(const std::string& name, const Config& config = {});
 
 }  // namespace kiln

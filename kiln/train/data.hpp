@@ -19,106 +19,106 @@ namespace kiln {
 enum class CsvHeader {
   absent,   // every line is data; columns are named "column_0", "column_1", ...
   present,  // the first line names the columns
-  // The first line is a header when none of its fields is a number and data when all of them are; a
-  // mixed first line is an error asking for `absent` or `present`, because guessing there would either
-  // drop a data row or read a header as numbers.
+  /// The first line is a header when none of its fields is a number and data when all of them are; a
+  /// mixed first line is an error asking for `absent` or `present`, because guessing there would either
+  /// drop a data row or read a header as numbers.
   detect,
 };
 
 struct CsvOptions {
   CsvHeader header = CsvHeader::detect;
   char delimiter = ',';
-  // Columns to read, by header name or by index into the file's columns (0 is the file's first column).
-  // Give at most one of the two; both empty reads every column. Columns not chosen may hold text.
+  /// Columns to read, by header name or by index into the file's columns (0 is the file's first column).
+  /// Give at most one of the two; both empty reads every column. Columns not chosen may hold text.
   std::vector<std::string> column_names;
   std::vector<std::int64_t> column_indices;
-  // The file's first column is an index (a row number or a date): it is never read, may hold text, is
-  // ignored when detecting a header, and cannot be chosen.
+  /// The file's first column is an index (a row number or a date): it is never read, may hold text, is
+  /// ignored when detecting a header, and cannot be chosen.
   bool skip_index_column = false;
   DType dtype = DType::float32;
-  // By default "nan", "inf" and empty fields are errors, since one of them in a training set turns every
-  // loss into NaN far from its cause. When allowed, "nan"/"inf" read as such and an empty field as NaN.
+  /// By default "nan", "inf" and empty fields are errors, since one of them in a training set turns every
+  /// loss into NaN far from its cause. When allowed, "nan"/"inf" read as such and an empty field as NaN.
   bool allow_non_finite = false;
 };
 
 struct CsvTable {
-  Array values;                           // (rows, chosen columns), in the file's row order
-  std::vector<std::string> column_names;  // one per column of `values`
+  Array values;                           ///< (rows, chosen columns), in the file's row order
+  std::vector<std::string> column_names;  ///< one per column of `values`
 };
 
-// Throws ValueError for a file that cannot be read or holds bad data (missing, empty, ragged rows, text
-// where a number belongs): the message names the file and line, the column by name and index, and quotes
-// the text, e.g.  data.csv:17: column 'FTSE' (index 4): "12,x" is not a number.
-// Throws ConfigError for options that do not fit the file (an unknown column name, with the nearest
-// names; an index out of range; names asked of a file without a header).
+/// Throws ValueError for a file that cannot be read or holds bad data (missing, empty, ragged rows, text
+/// where a number belongs): the message names the file and line, the column by name and index, and quotes
+/// the text, e.g.  data.csv:17: column 'FTSE' (index 4): "12,x" is not a number.
+/// Throws ConfigError for options that do not fit the file (an unknown column name, with the nearest
+/// names; an index out of range; names asked of a file without a header).
 CsvTable read_csv(const std::string& path, const CsvOptions& options = {});
 
 namespace detail {
-// read_csv's values without the column names, which a headerless file of a million columns would have to
-// make as a million strings (kiln predict reads a whole sample per line).
+/// read_csv's values without the column names, which a headerless file of a million columns would have to
+/// make as a million strings (kiln predict reads a whole sample per line).
 Array read_csv_values(const std::string& path, const CsvOptions& options = {});
 }  // namespace detail
 
 // ---- windows over a time series ------------------------------------------------------------------------
 
-// How many windows of `window` steps, starting every `stride` steps, fit in `time_steps` (0 if none).
+/// How many windows of `window` steps, starting every `stride` steps, fit in `time_steps` (0 if none).
 std::int64_t num_windows(std::int64_t time_steps, std::int64_t window, std::int64_t stride = 1);
 
-// (time, features...) -> (num_windows, window, features...); window k holds rows [k*stride, k*stride+window).
-// This copies: consecutive windows overlap, so a contiguous (num_windows, window, ...) array cannot share
-// the series' storage. With stride 1 it holds `window` times the series.
+/// (time, features...) -> (num_windows, window, features...); window k holds rows [k*stride, k*stride+window).
+/// This copies: consecutive windows overlap, so a contiguous (num_windows, window, ...) array cannot share
+/// the series' storage. With stride 1 it holds `window` times the series.
 Array sliding_windows(const Array& series, std::int64_t window, std::int64_t stride = 1);
 
-// The row `horizon` steps after the last row of each window of sliding_windows(series, window, stride)
-// that has one: (num_windows(time - horizon, window, stride), features...). These are the first windows
-// of sliding_windows; windows_with_targets below pairs them for you.
+/// The row `horizon` steps after the last row of each window of sliding_windows(series, window, stride)
+/// that has one: (num_windows(time - horizon, window, stride), features...). These are the first windows
+/// of sliding_windows; windows_with_targets below pairs them for you.
 Array window_targets(const Array& series, std::int64_t window, std::int64_t horizon = 1, std::int64_t stride = 1);
 
 struct WindowedSeries {
-  Array inputs;   // (num_windows, window, input features...)
-  Array targets;  // (num_windows, target features...): the target row `horizon` steps after each window
+  Array inputs;   ///< (num_windows, window, input features...)
+  Array targets;  ///< (num_windows, target features...): the target row `horizon` steps after each window
 };
 
-// Windows of `inputs` paired with next-step rows of `targets`, both indexed by the same time axis (they
-// may be different series, e.g. returns in, absolute returns out). Windows without a target are left out.
-// Throws ShapeError when the two series differ in length, ValueError when no window has a target.
+/// Windows of `inputs` paired with next-step rows of `targets`, both indexed by the same time axis (they
+/// may be different series, e.g. returns in, absolute returns out). Windows without a target are left out.
+/// Throws ShapeError when the two series differ in length, ValueError when no window has a target.
 WindowedSeries windows_with_targets(const Array& inputs, const Array& targets, std::int64_t window,
                                     std::int64_t horizon = 1, std::int64_t stride = 1);
 
 // ---- splits --------------------------------------------------------------------------------------------
 
-// Splits rows in order (no shuffling, so a time series keeps its past before its future): fractions
-// {0.7, 0.15, 0.15} give train, validation and test. Fractions must be positive and sum to 1; boundaries
-// are rounded cumulative fractions, so every row lands in exactly one part. Throws ValueError on bad
-// fractions or a part that would be empty. The parts share the source's storage and keep it alive
-// (Array::rows): no copy, and writing into a part writes into the source.
+/// Splits rows in order (no shuffling, so a time series keeps its past before its future): fractions
+/// {0.7, 0.15, 0.15} give train, validation and test. Fractions must be positive and sum to 1; boundaries
+/// are rounded cumulative fractions, so every row lands in exactly one part. Throws ValueError on bad
+/// fractions or a part that would be empty. The parts share the source's storage and keep it alive
+/// (Array::rows): no copy, and writing into a part writes into the source.
 std::vector<Array> split_rows(const Array& source, const std::vector<double>& fractions);
 
-// A uniformly random order of 0..num_rows-1 (Fisher-Yates over Rng::below, so it is identical with every
-// standard library). The same seed gives the same order.
+/// A uniformly random order of 0..num_rows-1 (Fisher-Yates over Rng::below, so it is identical with every
+/// standard library). The same seed gives the same order.
 std::vector<std::int64_t> shuffled_row_order(std::int64_t num_rows, std::uint64_t seed);
 
-// The given rows of `source`, gathered into a new array (rows may repeat).
+/// The given rows of `source`, gathered into a new array (rows may repeat).
 Array take_rows(const Array& source, const std::vector<std::int64_t>& rows);
 
-// split_rows after a seeded shuffle. The parts are copies, since shuffled rows are not contiguous.
-// Inputs and targets split with the same seed (and the same number of rows) stay paired.
+/// split_rows after a seeded shuffle. The parts are copies, since shuffled rows are not contiguous.
+/// Inputs and targets split with the same seed (and the same number of rows) stay paired.
 std::vector<Array> shuffled_split_rows(const Array& source, const std::vector<double>& fractions, std::uint64_t seed);
 
 // ---- scaling -------------------------------------------------------------------------------------------
 
-// (x - mean) / standard_deviation per feature (the last axis), with statistics over every other axis, so
-// (samples, features) and windows (samples, window, features) both work; 1-D input is a ShapeError.
+/// (x - mean) / standard_deviation per feature (the last axis), with statistics over every other axis, so
+/// (samples, features) and windows (samples, window, features) both work; 1-D input is a ShapeError.
 class Standardizer {
  public:
   Standardizer() = default;
-  // Restores a fitted state (e.g. loaded from a file); throws ValueError if the sizes differ or a
-  // standard deviation is not positive.
+  /// Restores a fitted state (e.g. loaded from a file); throws ValueError if the sizes differ or a
+  /// standard deviation is not positive.
   Standardizer(std::vector<double> mean, std::vector<double> standard_deviation);
 
-  // Fit on the training part only. The standard deviation is the population one (divides by n, like
-  // scikit-learn's StandardScaler). A constant feature's is set to 1, so that feature becomes 0 instead
-  // of NaN, and its centering still applies.
+  /// Fit on the training part only. The standard deviation is the population one (divides by n, like
+  /// scikit-learn's StandardScaler). A constant feature's is set to 1, so that feature becomes 0 instead
+  /// of NaN, and its centering still applies.
   Standardizer& fit(const Array& train);
   Array transform(const Array& data) const;
   Array inverse_transform(const Array& data) const;
@@ -132,16 +132,16 @@ class Standardizer {
   std::vector<double> standard_deviation_;
 };
 
-// Maps each feature's training range [data_min, data_max] linearly onto [low, high] ([-1, 1] by default,
-// the range of a tanh output). Values outside the training range map outside [low, high]: they are not
-// clipped, so that inverse_transform restores them.
+/// Maps each feature's training range [data_min, data_max] linearly onto [low, high] ([-1, 1] by default,
+/// the range of a tanh output). Values outside the training range map outside [low, high]: they are not
+/// clipped, so that inverse_transform restores them.
 class MinMaxScaler {
  public:
   explicit MinMaxScaler(double low = -1.0, double high = 1.0);
-  // Restores a fitted state; throws ValueError if the sizes differ or a data_max is below its data_min.
+  /// Restores a fitted state; throws ValueError if the sizes differ or a data_max is below its data_min.
   MinMaxScaler(std::vector<double> data_min, std::vector<double> data_max, double low = -1.0, double high = 1.0);
 
-  // A constant feature (data_max == data_min) maps to `low` rather than dividing by zero.
+  /// A constant feature (data_max == data_min) maps to `low` rather than dividing by zero.
   MinMaxScaler& fit(const Array& train);
   Array transform(const Array& data) const;
   Array inverse_transform(const Array& data) const;
@@ -161,8 +161,8 @@ class MinMaxScaler {
 
 // ---- returns -------------------------------------------------------------------------------------------
 
-// log(p[t] / p[t-1]) along axis 0: (time, features...) -> (time - 1, features...). Throws ValueError
-// naming the row and column of a price that is not positive and finite.
+/// log(p[t] / p[t-1]) along axis 0: (time, features...) -> (time - 1, features...). Throws ValueError
+/// naming the row and column of a price that is not positive and finite.
 Array log_returns(const Array& prices);
 
 }  // namespace kiln

@@ -34,7 +34,7 @@ class FitOptions {
     epochs_ = value;
     return *this;
   }
-  // The last fraction of the rows (before any shuffling), as Keras takes it.
+  /// The last fraction of the rows (before any shuffling), as Keras takes it.
   FitOptions& validation_split(double value) {
     validation_split_ = value;
     return *this;
@@ -59,7 +59,7 @@ class FitOptions {
     callbacks_.push_back(std::move(value));
     return *this;
   }
-  // 0 silent, 1 a live bar on a terminal (one line per epoch otherwise), 2 one line per epoch.
+  /// 0 silent, 1 a live bar on a terminal (one line per epoch otherwise), 2 one line per epoch.
   FitOptions& verbose(int value) {
     verbose_ = value;
     return *this;
@@ -82,18 +82,18 @@ class FitOptions {
   int initial_epoch_ = 0;
 };
 
-// Every epoch's logs: history["loss"][e], history["val_mae"][e], ...
+/// Every epoch's logs: history["loss"][e], history["val_mae"][e], ...
 struct History {
   std::vector<int> epochs;
   std::map<std::string, std::vector<double>> history;
   const std::vector<double>& operator[](const std::string& key) const;
 };
 
-// What compile() leaves on a model: train/trainer.cpp.
+/// What compile() leaves on a model: train/trainer.cpp.
 class Trainer;
 
 namespace detail {
-// The trainer compile() attached to `model`; LayerStateError naming the model when it was not compiled.
+/// The trainer compile() attached to `model`; LayerStateError naming the model when it was not compiled.
 Trainer& trainer_of(ModelBase& model);
 Optimizer& optimizer_of(ModelBase& model);
 void compile_model(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> losses, std::vector<Metric> metrics);
@@ -104,8 +104,8 @@ Logs evaluate_model(ModelBase& model, const std::vector<Array>& x, const std::ve
 Logs train_model_on_batch(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y);
 Logs test_model_on_batch(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y);
 int epochs_trained(ModelBase& model);
-// Defined in serialize/saving.cpp, the room above this one: the members below are Keras's spelling of
-// kiln::save_model, kiln::save_weights, kiln::load_weights and kiln::model_to_json (serialize/saving.hpp).
+/// Defined in serialize/saving.cpp, the room above this one: the members below are Keras's spelling of
+/// kiln::save_model, kiln::save_weights, kiln::load_weights and kiln::model_to_json (serialize/saving.hpp).
 void save_model_file(const ModelBase& model, const std::string& path);
 void save_weights_file(const ModelBase& model, const std::string& path);
 void load_weights_file(ModelBase& model, const std::string& path);
@@ -117,7 +117,7 @@ class TrainableModel : public ModelHandle<M> {
  public:
   using ModelHandle<M>::ModelHandle;
 
-  // The optimizer by name ("adam") with its defaults, or an object (kiln::create_optimizer("adam", config)).
+  /// The optimizer by name ("adam") with its defaults, or an object (kiln::create_optimizer("adam", config)).
   void compile(const std::string& optimizer, const Loss& loss, const std::vector<Metric>& metrics = {}) const {
     detail::compile_model(*this->layer_, create_optimizer(optimizer), {loss}, metrics);
   }
@@ -142,16 +142,16 @@ class TrainableModel : public ModelHandle<M> {
   Logs train_on_batch(const Array& x, const Array& y) const {
     return detail::train_model_on_batch(*this->layer_, {x}, {y});
   }
-  // The optimizer compile() was given: its state (slots, iterations) is the run's state besides the weights.
+  /// The optimizer compile() was given: its state (slots, iterations) is the run's state besides the weights.
   Optimizer& optimizer() const { return detail::optimizer_of(*this->layer_); }
   Logs test_on_batch(const Array& x, const Array& y) const {
     return detail::test_model_on_batch(*this->layer_, {x}, {y});
   }
-  // Epochs fit() has finished, restored by load_model: pass it as FitOptions().initial_epoch to resume.
+  /// Epochs fit() has finished, restored by load_model: pass it as FitOptions().initial_epoch to resume.
   int epochs_trained() const { return detail::epochs_trained(*this->layer_); }
 
   // ---- saving (serialize/saving.hpp) --------------------------------------------------------------------
-  // Config, weights, optimizer state and progress in one checked file, written atomically.
+  /// Config, weights, optimizer state and progress in one checked file, written atomically.
   void save(const std::string& path) const { detail::save_model_file(*this->layer_, path); }
   void save_weights(const std::string& path) const { detail::save_weights_file(*this->layer_, path); }
   void load_weights(const std::string& path) const { detail::load_weights_file(*this->layer_, path); }
@@ -167,20 +167,20 @@ class Model : public TrainableModel<ModelBase> {
   Model(const ModelHandle<M>& other) : TrainableModel(std::static_pointer_cast<ModelBase>(other.ptr())) {}
 };
 
-// One element of Sequential's list, as Keras takes them: a layer, or first an input: a kiln::Input
-// tensor or an input shape with its batch dimension.
-//
-//   kiln::Sequential model({kiln::Input({None, 8}), kiln::Dense(16, "relu"), kiln::Dense(1)});
-//   kiln::Sequential lazy({kiln::Dense(16, "relu"), kiln::Dense(1)});   // builds at its first fit or predict
+/// One element of Sequential's list, as Keras takes them: a layer, or first an input: a kiln::Input
+/// tensor or an input shape with its batch dimension.
+///
+///   kiln::Sequential model({kiln::Input({None, 8}), kiln::Dense(16, "relu"), kiln::Dense(1)});
+///   kiln::Sequential lazy({kiln::Dense(16, "relu"), kiln::Dense(1)});   // builds at its first fit or predict
 class SequentialItem {
  public:
-  SequentialItem(LayerPtr layer) : layer_(std::move(layer)) {}  // NOLINT: implicit, as in Keras's list
+  SequentialItem(LayerPtr layer) : layer_(std::move(layer)) {}  ///< NOLINT: implicit, as in Keras's list
   template <class L>
-  SequentialItem(const LayerHandle<L>& layer) : layer_(layer.ptr()) {}  // NOLINT
+  SequentialItem(const LayerHandle<L>& layer) : layer_(layer.ptr()) {}  ///< NOLINT
   template <class L, class = std::enable_if_t<std::is_base_of_v<Layer, L>>>
-  SequentialItem(std::shared_ptr<L> layer) : layer_(std::move(layer)) {}              // NOLINT
-  SequentialItem(const Tensor& input) : input_(input), is_input_(true) {}             // NOLINT
-  SequentialItem(const Shape& input_shape) : shape_(input_shape), is_shape_(true) {}  // NOLINT
+  SequentialItem(std::shared_ptr<L> layer) : layer_(std::move(layer)) {}              ///< NOLINT
+  SequentialItem(const Tensor& input) : input_(input), is_input_(true) {}             ///< NOLINT
+  SequentialItem(const Shape& input_shape) : shape_(input_shape), is_shape_(true) {}  ///< NOLINT
   void add_to(SequentialModel& model) const;
 
  private:
@@ -195,7 +195,7 @@ class Sequential : public TrainableModel<SequentialModel> {
  public:
   Sequential(const std::string& name = "");
   Sequential(const std::vector<SequentialItem>& items, const std::string& name = "");
-  Sequential(std::shared_ptr<SequentialModel> model) : TrainableModel(std::move(model)) {}  // from layer_from_config
+  Sequential(std::shared_ptr<SequentialModel> model) : TrainableModel(std::move(model)) {}  ///< from layer_from_config
   Sequential& add(const SequentialItem& item) {
     item.add_to(*layer_);
     return *this;

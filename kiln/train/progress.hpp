@@ -30,30 +30,30 @@ namespace kiln {
 
 class ProgressBar {
  public:
-  // To std::cout, live when stdout is a terminal.
+  /// To std::cout, live when stdout is a terminal.
   explicit ProgressBar(int verbose = 1);
-  // verbose: 0 prints nothing, 1 the live bar (or one line per epoch when !is_terminal), 2 one line per
-  // epoch. Throws ConfigError for another value. ANSI colours are written only when is_terminal.
+  /// verbose: 0 prints nothing, 1 the live bar (or one line per epoch when !is_terminal), 2 one line per
+  /// epoch. Throws ConfigError for another value. ANSI colours are written only when is_terminal.
   ProgressBar(std::ostream& out, int verbose, bool is_terminal);
 
-  // `epoch` counts from 0, as callbacks do; prints "Epoch {epoch + 1}/{epochs}" only when epochs > 1.
+  /// `epoch` counts from 0, as callbacks do; prints "Epoch {epoch + 1}/{epochs}" only when epochs > 1.
   void epoch_begin(int epoch, int epochs);
-  // After batch `step` (counted from 1) of `steps` (0 or less: unknown). Redraws the live bar at most
-  // every 0.05 s, and always at the last step; without a live bar it prints nothing.
+  /// After batch `step` (counted from 1) of `steps` (0 or less: unknown). Redraws the live bar at most
+  /// every 0.05 s, and always at the last step; without a live bar it prints nothing.
   void update(std::int64_t step, std::int64_t steps, const Logs& logs, double elapsed);
-  // The epoch's final line, with every log (val_* included).
+  /// The epoch's final line, with every log (val_* included).
   void epoch_end(std::int64_t steps, const Logs& logs, double elapsed);
 
   int verbose() const { return verbose_; }
   bool is_terminal() const { return is_terminal_; }
 
-  // "loss: 0.0123 - val_loss: 2.0000e-04": keys in the logs' (alphabetical) order, values by format_value.
+  /// "loss: 0.0123 - val_loss: 2.0000e-04": keys in the logs' (alphabetical) order, values by format_value.
   static std::string format_logs(const Logs& logs);
-  // "%.4f" when |value| > 1e-3, else "%.4e" (so small losses keep their digits); NaN prints "nan".
+  /// "%.4f" when |value| > 1e-3, else "%.4e" (so small losses keep their digits); NaN prints "nan".
   static std::string format_value(double value);
-  // Keras's ETA: "42s", "3:07" past a minute, "1:02:03" past an hour (each field truncated).
+  /// Keras's ETA: "42s", "3:07" past a minute, "1:02:03" past an hour (each field truncated).
   static std::string format_eta(double seconds);
-  // "2s/step", "21ms/step" or "822us/step" (0 prints "0s/step").
+  /// "2s/step", "21ms/step" or "822us/step" (0 prints "0s/step").
   static std::string format_step_time(double seconds);
   static bool stdout_is_terminal();
 
@@ -65,8 +65,8 @@ class ProgressBar {
   std::ostream* out_;
   int verbose_;
   bool is_terminal_;
-  std::size_t previous_width_ = 0;   // of the live line now on screen, to blank what a shorter one leaves
-  std::optional<double> last_draw_;  // elapsed time of the last redraw, for the 0.05 s throttle
+  std::size_t previous_width_ = 0;   ///< of the live line now on screen, to blank what a shorter one leaves
+  std::optional<double> last_draw_;  ///< elapsed time of the last redraw, for the 0.05 s throttle
   std::optional<double> first_step_end_;
 };
 
