@@ -111,7 +111,7 @@ Array Array::copy() const {
 }
 
 Array Array::astype(DType dtype) const {
-  if (dtype == dtype_) return copy();
+  if (dtype == dtype_ || empty()) return copy();  // an empty Array stays empty, as copy() keeps it
   Array result(shape_, dtype);
   for (std::size_t i = 0; i < size_; ++i) result.set_flat(i, flat(i));
   return result;

@@ -11,41 +11,59 @@
 
 namespace kiln {
 
+/// Concrete data a user holds: a contiguous, row-major block of float32 or float64 with a fully defined
+/// shape. Copies share storage (like a NumPy view or a torch::Tensor); copy() is deep. A default-constructed
+/// Array is empty: it has no storage.
 class Array {
  public:
   Array() = default;
   /// Zero-filled. Throws ShapeError if `shape` has an unknown dimension.
   explicit Array(Shape shape, DType dtype = DType::float32);
 
+  /// A float32 array holding a copy of `values`, in row-major order. Throws ShapeError when their number
+  /// is not the shape's, or the shape has an unknown dimension.
   static Array from_vector(const std::vector<float>& values, Shape shape);
+  /// A float64 array holding a copy of `values`; throws like the float32 one.
   static Array from_vector(const std::vector<double>& values, Shape shape);
+  /// Every element `value`. Throws ShapeError if `shape` has an unknown dimension.
   static Array full(Shape shape, double value, DType dtype = DType::float32);
   /// A non-owning view of memory someone else keeps alive for as long as the view is used.
   static Array view(void* data, Shape shape, DType dtype);
 
+  /// The dimensions, all known.
   const Shape& shape() const { return shape_; }
+  /// The element type.
   DType dtype() const { return dtype_; }
+  /// The number of elements.
   std::size_t size() const { return size_; }
+  /// The size of the data in bytes.
   std::size_t nbytes() const { return size_ * dtype_size(dtype_); }
+  /// True when the array has no storage (default-constructed); an array of 0 elements is not empty.
   bool empty() const { return storage_ == nullptr; }
 
   /// Typed access; throws DTypeError if T is not the array's dtype.
   template <class T>
   T* data();
+  /// Typed read-only access; throws DTypeError if T is not the array's dtype.
   template <class T>
   const T* data() const;
+  /// The data, untyped; nullptr when empty.
   void* raw() { return storage_.get(); }
+  /// The data, untyped and read-only; nullptr when empty.
   const void* raw() const { return storage_.get(); }
 
   /// Element `index` of the flattened array, as double whatever the dtype.
   double flat(std::size_t index) const;
+  /// Sets element `index` of the flattened array, converting `value` to the dtype. `index` is not checked.
   void set_flat(std::size_t index, double value);
 
   /// Values converted to T (a copy).
   template <class T>
   std::vector<T> to_vector() const;
 
+  /// A deep copy with storage of its own; an empty Array stays empty.
   Array copy() const;
+  /// A deep copy converted to `dtype`, even when the array has that dtype already.
   Array astype(DType dtype) const;
   /// Same data, new shape with the same number of elements (shares storage).
   Array reshape(Shape shape) const;

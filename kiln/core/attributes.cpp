@@ -1,5 +1,6 @@
 #include <kiln/core/attributes.hpp>
 
+#include <limits>
 #include <sstream>
 
 #include <kiln/core/error.hpp>
@@ -36,6 +37,12 @@ Attributes& Attributes::put(std::string key, AttributeValue value) {
   }
   items_.emplace_back(std::move(key), std::move(value));
   return *this;
+}
+
+Attributes& Attributes::set_unsigned(std::string key, unsigned long long value) {
+  if (value > static_cast<unsigned long long>(std::numeric_limits<std::int64_t>::max()))
+    throw ConfigError("attribute '" + key + "': " + std::to_string(value) + " does not fit a 64-bit signed int");
+  return put(std::move(key), static_cast<std::int64_t>(value));
 }
 
 const AttributeValue* Attributes::find(std::string_view key) const {

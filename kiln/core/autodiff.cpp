@@ -86,6 +86,11 @@ void check_arguments(const Tensor& loss, const std::vector<Tensor>& wrt, const T
     if (!target.valid() || &target.graph() != &graph)
       throw Error("gradients: every tensor to differentiate must belong to the loss's graph");
   if (output_grad.valid()) {
+    if (&output_grad.graph() != &graph)
+      throw Error("gradients: the output gradient must belong to the graph of " + loss.node().describe());
+    if (output_grad.dtype() != loss.dtype())
+      throw DTypeError("gradients: the output gradient is " + std::string(dtype_name(output_grad.dtype())) + " but " +
+                       loss.node().describe() + " is " + dtype_name(loss.dtype()));
     if (output_grad.shape() != loss.shape())
       throw ShapeError("gradients: the output gradient's shape " + output_grad.shape().to_string() +
                        " differs from the shape of " + loss.node().describe() + ", " + loss.shape().to_string());

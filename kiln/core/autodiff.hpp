@@ -7,6 +7,7 @@
 
 namespace kiln {
 
+/// Options of gradients().
 struct GradientOptions {
   /// When false, asking the gradient of something the loss does not depend on throws
   /// NotDifferentiable; when true its gradient is an empty Tensor (the optimizer skips it).

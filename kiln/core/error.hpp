@@ -10,14 +10,18 @@ namespace kiln {
 
 class Shape;
 
+/// The base of every kiln error. Thrown as itself for misuse of the API that fits none of the kinds below:
+/// an empty Tensor, a tensor of another graph, a fetch a Program does not have.
 class Error : public std::runtime_error {
  public:
+  /// An error whose what() is `message`.
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
 /// A shape that an op or layer cannot take. The message lists every input shape by name.
 class ShapeError : public Error {
  public:
+  /// An error whose what() is `message`.
   explicit ShapeError(const std::string& message) : Error(message) {}
   /// "<who>: <what> (a=(None, 3), b=(4, 5))"
   ShapeError(const std::string& who, const std::string& what, const std::vector<std::pair<std::string, Shape>>& shapes);
@@ -26,42 +30,49 @@ class ShapeError : public Error {
 /// Mixed or unsupported dtypes.
 class DTypeError : public Error {
  public:
+  /// An error whose what() is `message`.
   explicit DTypeError(const std::string& message) : Error(message) {}
 };
 
 /// An unknown op, attribute, registry key or config entry, or a config value of the wrong type.
 class ConfigError : public Error {
  public:
+  /// An error whose what() is `message`.
   explicit ConfigError(const std::string& message) : Error(message) {}
 };
 
 /// A value that is well-shaped but not acceptable: an empty batch, a label out of range, a feed missing.
 class ValueError : public Error {
  public:
+  /// An error whose what() is `message`.
   explicit ValueError(const std::string& message) : Error(message) {}
 };
 
 /// A name looked up where it does not exist (a log key, a History entry). The message lists the names there are.
 class KeyError : public Error {
  public:
+  /// An error whose what() is `message`.
   explicit KeyError(const std::string& message) : Error(message) {}
 };
 
 /// A gradient asked through an op (or an op input) that has none.
 class NotDifferentiable : public Error {
  public:
+  /// An error whose what() is `message`.
   explicit NotDifferentiable(const std::string& message) : Error(message) {}
 };
 
 /// Weights created after build, a layer used in a state it does not allow, a frozen graph changed.
 class LayerStateError : public Error {
  public:
+  /// An error whose what() is `message`.
   explicit LayerStateError(const std::string& message) : Error(message) {}
 };
 
 /// A file that cannot be written or read back whole.
 class SerializationError : public Error {
  public:
+  /// An error whose what() is `message`.
   explicit SerializationError(const std::string& message) : Error(message) {}
 };
 

@@ -185,6 +185,9 @@ Tensor Graph::add_op(const std::string& op_name, const std::vector<Tensor>& inpu
 // ---- values ------------------------------------------------------------------------------------------
 
 const Array& Graph::value(const Tensor& tensor) const {
+  // A node id means nothing in another graph: reading it here would read whichever node has that id.
+  if (&tensor.graph() != this)
+    throw Error("'" + tensor.name() + "' belongs to another graph: its value cannot be read or set through this one");
   const Node& n = node(tensor.id());
   if (n.value_index < 0) throw Error(n.describe() + " holds no value (only variables and constants do)");
   return values_[static_cast<std::size_t>(n.value_index)];
@@ -195,6 +198,7 @@ Array& Graph::mutable_value(const Tensor& tensor) { return const_cast<Array&>(va
 void Graph::assign(const Tensor& variable, const Array& value) {
   Array& target = mutable_value(variable);
   const Node& n = node(variable.id());
+  if (n.kind != NodeKind::variable) throw Error(n.describe() + ": only a variable can be assigned a new value");
   if (value.shape() != target.shape())
     throw ShapeError(n.describe() + ": cannot assign a value of shape " + value.shape().to_string() +
                      " to a variable of shape " + target.shape().to_string());

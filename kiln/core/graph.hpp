@@ -20,15 +20,28 @@
 
 namespace kiln {
 
-enum class NodeKind { placeholder, variable, constant, op };
+/// What a graph node is.
+enum class NodeKind {
+  placeholder,  ///< data fed to each run (Graph::placeholder)
+  variable,     ///< a persistent value that runs read and updates write (Graph::variable)
+  constant,     ///< a value the graph holds (Graph::constant)
+  op            ///< the output of an op, computed by its kernel (Graph::add_op)
+};
 
+/// One node of a Graph, as Tensor::node() shows it. Only Graph makes nodes.
 struct Node {
+  /// Its index in the graph; its inputs always have smaller ones.
   NodeId id = -1;
+  /// What the node is.
   NodeKind kind = NodeKind::op;
   const OpDef* op = nullptr;  ///< set for NodeKind::op
+  /// The ids of an op node's inputs, in order.
   std::vector<NodeId> inputs;
+  /// An op node's attributes.
   Attributes attributes;
+  /// The declared shape: a Shape::unknown dimension is fixed per batch size when a Program plans.
   Shape shape;
+  /// The element type; an op node's is its inputs' (float32 for an op without inputs).
   DType dtype = DType::float32;
   std::string name;               ///< unique in the graph, e.g. "dense_1/matmul"
   bool trainable = false;         ///< variables only
@@ -38,6 +51,9 @@ struct Node {
   std::string describe() const;
 };
 
+/// An append-only list of nodes in topological order, and the values of its variables and constants.
+/// Building a node runs its shape rule at once, so a mismatch throws at the line of model code that caused
+/// it. A graph is neither copied nor moved: Tensors and Programs point into it, so it must outlive them.
 class Graph {
  public:
   Graph() = default;
@@ -51,30 +67,44 @@ class Graph {
   /// The variable node of this graph that holds `value`'s storage, if there is one: a layer called twice
   /// in one graph reads the same weights, and a layer called in two graphs shares its weights' bytes.
   Tensor find_variable(const Array& value);
+  /// A value the graph holds for every run. The graph keeps `value` itself, not a copy. Throws ValueError
+  /// for an empty Array. Like every node name, `name` gets the current scope and is made unique.
   Tensor constant(Array value, const std::string& name = "constant");
+  /// A rank-0 constant of `dtype`.
   Tensor scalar(double value, DType dtype, const std::string& name = "scalar");
 
   /// Creates an op node: checks the op's input count, attribute names and dtypes, then runs its shape
-  /// rule. Throws ConfigError (unknown op or attribute), DTypeError or ShapeError.
+  /// rule. Throws ConfigError (unknown op or attribute, wrong input count), DTypeError or ShapeError, and
+  /// Error for an empty input or one of another graph.
   Tensor add_op(const std::string& op_name, const std::vector<Tensor>& inputs, Attributes attributes = {},
                 const std::string& name = "");
 
+  /// Node `id`; throws Error when the graph has none of that id.
   const Node& node(NodeId id) const;
+  /// How many nodes the graph holds; their ids are 0 to num_nodes() - 1.
   std::size_t num_nodes() const { return nodes_.size(); }
+  /// A handle to node `id`, without a producer (`id` is not checked).
   Tensor tensor(NodeId id) { return Tensor(this, id); }
 
   /// The value of a variable or constant node. Replacing it with an array of another shape or dtype
   /// throws ShapeError or DTypeError.
   const Array& value(const Tensor& tensor) const;
+  /// Copies `value` into the variable's storage, so Programs already planned read it at their next run.
+  /// Throws ShapeError or DTypeError when `value` differs in shape or dtype, and Error for a node that
+  /// holds no value.
   void assign(const Tensor& variable, const Array& value);
   Array& mutable_value(const Tensor& tensor);  ///< for programs and optimizers; keep the shape
+  /// Every variable, in creation order.
   std::vector<Tensor> variables() const;
+  /// The variables created with `trainable` true, in creation order.
   std::vector<Tensor> trainable_variables() const;
+  /// Every placeholder, in creation order.
   std::vector<Tensor> placeholders() const;
 
   /// Node names are "<scope>/<base>", made unique with a suffix "_1", "_2", ... like Keras.
   class NameScope {
    public:
+    /// Prefixes `name/` to the names of the nodes `graph` makes while this scope is alive; scopes nest.
     NameScope(Graph& graph, const std::string& name);
     ~NameScope();
     NameScope(const NameScope&) = delete;
@@ -83,6 +113,8 @@ class Graph {
    private:
     Graph& graph_;
   };
+  /// Reserves and returns `base`, or `base_1`, `base_2`, ... when it is taken. The current scope is not
+  /// applied. Layers take their names ("dense", "dense_1") from it too.
   std::string unique_name(const std::string& base);
 
   /// How many times `key` was counted in this graph before this call (0, 1, 2, ...). Layers count their

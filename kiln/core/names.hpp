@@ -9,6 +9,7 @@ namespace kiln {
 /// The snake_case base name Keras derives from a class name: "MultiHeadAttention" -> "multi_head_attention",
 /// "GlorotUniform" -> "glorot_uniform", "Layer2Norm" -> "layer2_norm".
 std::string to_snake_case(const std::string& class_name);
+/// `text` in lower case (ASCII letters only): "RMSprop" -> "rmsprop".
 std::string to_lower_case(std::string text);
 /// "acme>Gated" -> "Gated"; a name without a package is returned whole.
 std::string class_part(const std::string& key);

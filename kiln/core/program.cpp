@@ -21,10 +21,11 @@ void check_update(const Graph& graph, const Update& update) {
   const Node& variable = update.variable.node();
   if (variable.kind != NodeKind::variable)
     throw Error("Program: updates assign to variables, but " + variable.describe() + " is not one");
-  if (update.value.shape() != variable.shape || update.value.dtype() != variable.dtype)
-    throw ShapeError("Program: cannot update " + variable.describe() + " " + variable.shape.to_string() + " " +
-                     dtype_name(variable.dtype) + " with " + update.value.node().describe() + " " +
-                     update.value.shape().to_string() + " " + dtype_name(update.value.dtype()));
+  const std::string what = "Program: cannot update " + variable.describe() + " " + variable.shape.to_string() + " " +
+                           dtype_name(variable.dtype) + " with " + update.value.node().describe() + " " +
+                           update.value.shape().to_string() + " " + dtype_name(update.value.dtype());
+  if (update.value.dtype() != variable.dtype) throw DTypeError(what);  // as feed and Graph::assign say it
+  if (update.value.shape() != variable.shape) throw ShapeError(what);
 }
 }  // namespace
 

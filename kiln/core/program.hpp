@@ -19,12 +19,13 @@ namespace kiln {
 
 /// After each run, `variable` takes the value `value` had in that run.
 struct Update {
-  Tensor variable;
-  Tensor value;
+  Tensor variable;  ///< a variable node of the program's graph
+  Tensor value;     ///< its new value: a tensor of the same graph, shape and dtype
 };
 
+/// What planning one batch size made (Program::stats): how much the planner saved, for tests and tuning.
 struct PlanStats {
-  std::int64_t batch_size = 0;
+  std::int64_t batch_size = 0;      ///< the batch size planned for; -1 when the program has no unknown dimension
   std::size_t num_kernels = 0;      ///< kernels that run each time
   std::size_t num_aliases = 0;      ///< reshapes resolved to views
   std::size_t num_inplace = 0;      ///< outputs written over a dead input
@@ -36,11 +37,19 @@ namespace detail {
 struct Plan;
 }
 
+/// The part of a graph that some fetches and variable updates need, planned once per batch size and then
+/// run again and again without touching the heap: feed() the placeholders, run(), then fetch() or view()
+/// the results.
 class Program {
  public:
+  /// Keeps the nodes `fetches` and `updates` need; planning waits for the first run. `graph` must outlive
+  /// the program. Throws Error for a fetch or update tensor that is empty or of another graph, or an update
+  /// of a node that is not a variable, and ShapeError for an update value of another shape or dtype.
   Program(Graph& graph, std::vector<Tensor> fetches, std::vector<Update> updates = {});
   ~Program();
+  /// Takes over another program's plans and feeds; the moved-from one may only be destroyed or assigned.
   Program(Program&&) noexcept;
+  /// Takes over another program's plans and feeds; the moved-from one may only be destroyed or assigned.
   Program& operator=(Program&&) noexcept;
 
   /// Binds data to a placeholder for the next run. The array is not copied: keep it alive and unchanged
@@ -65,9 +74,11 @@ class Program {
   /// How many times run() has run: it seeds per-run randomness (dropout), and fit sets it to the optimizer's
   /// iteration count, so it is part of a training run's state.
   std::uint64_t run_count() const { return run_count_; }
+  /// Sets run_count(), as resuming a training run does.
   void set_run_count(std::uint64_t count) { run_count_ = count; }
 
   PlanStats stats() const;  ///< of the plan used by the last run
+  /// The tensors fetch() and view() accept, as given to the constructor.
   const std::vector<Tensor>& fetches() const { return fetches_; }
 
  private:

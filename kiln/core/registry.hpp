@@ -59,16 +59,21 @@ class RegistryIndex {
 };
 }  // namespace detail
 
+/// The entries of one kind (ops, layers, losses, ...), each under a key "Package>Name". get() and find()
+/// accept the key, the bare class name, its snake_case or lower case, or an alias; a bare name two packages
+/// share resolves to kiln's entry, and is a ConfigError naming both keys when neither is kiln's.
 template <class T>
 class Registry {
  public:
   /// `problem` (optional) says what is wrong with an entry, or "": check() reports the first it finds.
   using Problem = std::function<std::string(const std::string& key, const T& entry)>;
+  /// An empty registry; `kind` names its entries in messages ("unknown loss 'msee'").
   explicit Registry(std::string kind, Problem problem = {}) : index_(std::move(kind)), problem_(std::move(problem)) {}
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
 
-  /// Registers `value` under "Package>Name" and `aliases`; false when the key or an alias is taken.
+  /// Registers `value` under "Package>Name" and `aliases`; false when the key or an alias is taken, or the
+  /// key is not "Package>Name" (check() reports it).
   bool add(const std::string& key, T value, const std::vector<std::string>& aliases = {}) {
     if (index_.add(key, aliases) == detail::RegistryIndex::npos) return false;
     values_.push_back(std::move(value));
@@ -92,12 +97,16 @@ class Registry {
     return "";
   }
 
-  /// Entries in registration order (the index is stable: entries are never removed).
+  /// How many entries there are. Indices follow registration order and are stable: entries are never removed.
   std::size_t size() const { return values_.size(); }
+  /// Entry `index` (not checked against size()).
   const T& at(std::size_t index) const { return values_[index]; }
+  /// The key of entry `index`.
   const std::string& key_at(std::size_t index) const { return index_.key(index); }
+  /// Every key, in registration order.
   const std::vector<std::string>& keys() const { return index_.keys(); }
   std::vector<std::string> spellings() const { return index_.spellings(); }  ///< every accepted name, sorted
+  /// Every entry, in registration order.
   std::vector<const T*> all() const {
     std::vector<const T*> entries;
     for (const T& value : values_) entries.push_back(&value);

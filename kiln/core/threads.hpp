@@ -10,6 +10,7 @@ namespace kiln {
 /// It takes effect at the next kernel. A kernel that keeps scratch per thread uses at most as many
 /// threads as when its Program was planned (compile, or the first step of a new batch size).
 void set_num_threads(int threads);
+/// The threads kiln's kernels use: the last set_num_threads(), or the default described there.
 int get_num_threads();
 
 }  // namespace kiln

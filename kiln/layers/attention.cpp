@@ -124,10 +124,17 @@ std::vector<Tensor> AttentionLayer::call(const std::vector<Tensor>& inputs, cons
   const detail::Attended attended = detail::attend(score, value, mask, dropout_, seed, args.training());
   Tensor output = attended.output;
   if (const Tensor* query_mask = args.find_tensor("query_mask")) {
-    if (query_mask->rank() != 2 || (query_mask->shape()[1] != query.shape()[1]))
-      shape_error("query_mask must be (batch, query_length)",
-                  {{"query_mask", query_mask->shape()}, {"query", query.shape()}});
-    output = output * ops::expand_dims(*query_mask, -1);
+    // (batch, T) against a query of (batch, ..., T, d): the length is the query's second to last axis.
+    const Shape& mask_shape = query_mask->shape();
+    const std::int64_t batch = query.shape()[0], length = query.shape()[query.rank() - 2];
+    const auto differ = [](std::int64_t a, std::int64_t b) {
+      return a != Shape::unknown && b != Shape::unknown && a != b;
+    };
+    if (query_mask->rank() != 2 || mask_shape[1] != length || differ(mask_shape[0], batch))
+      shape_error("query_mask must be (batch, query_length)", {{"query_mask", mask_shape}, {"query", query.shape()}});
+    Tensor mask_per_row = ops::expand_dims(*query_mask, -1);  // (batch, T, 1)
+    for (int axis = 3; axis < query.rank(); ++axis) mask_per_row = ops::expand_dims(mask_per_row, 1);
+    output = output * mask_per_row;
   }
   if (args.flag("return_attention_scores", false)) return {output, attended.weights};
   return {output};

@@ -8,18 +8,27 @@
 
 namespace kiln {
 
+/// The layer behind kiln::Dense: outputs = activation(inputs · kernel + bias) over the last axis, with weights
+/// "kernel" (input_dim, units) and, with use_bias, "bias" (units,).
 class DenseLayer : public Layer {
  public:
   /// Arguments (Keras names and defaults): units (required), activation = null (linear), use_bias = true,
   /// kernel_initializer = glorot_uniform, bias_initializer = zeros.
+  /// Regularizers, constraints, LoRA and quantization_config must stay null. Throws ConfigError when units is
+  /// not positive, the activation name is unknown or a key is unknown.
   explicit DenseLayer(const Config& config);
-  std::int64_t units() const { return units_; }
+  std::int64_t units() const { return units_; }  ///< the size of the output's last axis
+  /// The activation's name; "linear" when none was given.
   const std::string& activation() const { return activation_; }
-  bool use_bias() const { return use_bias_; }
+  bool use_bias() const { return use_bias_; }  ///< whether the layer adds a bias
   Config get_config() const override;
 
  protected:
+  /// Creates the kernel (input_dim, units), input_dim being the input's last dimension, and the bias.
+  /// An input whose last dimension is unknown throws ShapeError.
   void build(const Shape& input_shape) override;
+  /// activation(input · kernel + bias) for an input of any rank whose last dimension is the one the layer
+  /// was built for (else ShapeError): the output is the input's shape with units as its last dimension.
   Tensor call(const Tensor& input, const CallArgs& args) override;
 
  private:
@@ -30,9 +39,15 @@ class DenseLayer : public Layer {
   WeightId kernel_ = 0, bias_ = 0;
 };
 
+/// A densely connected layer: Keras's layers.Dense.
+///
+///   kiln::Tensor h = kiln::Dense(16, "relu")(x);  // (None, 8) -> (None, 16)
 class Dense : public LayerHandle<DenseLayer> {
  public:
+  /// `units` outputs, an optional activation ("" is linear) and further config keys in `options`: use_bias,
+  /// kernel_initializer, bias_initializer, name, trainable, dtype (see DenseLayer(const Config&)).
   explicit Dense(std::int64_t units, const std::string& activation = "", const Config& options = {});
+  /// From a whole config, with the keys of DenseLayer(const Config&).
   explicit Dense(const Config& config) : LayerHandle(std::make_shared<DenseLayer>(config)) {}
 };
 

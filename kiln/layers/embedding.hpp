@@ -8,18 +8,25 @@
 
 namespace kiln {
 
+/// The layer behind kiln::Embedding: one weight, "embeddings" (input_dim, output_dim), whose row i is the
+/// vector of index i.
 class EmbeddingLayer : public Layer {
  public:
   /// Arguments (Keras names and defaults): input_dim (required; the vocabulary size), output_dim (required),
   /// embeddings_initializer = uniform (RandomUniform(-0.05, 0.05)), mask_zero = false (only false).
   /// Regularizers, constraints and LoRA are not supported.
+  /// Keras 2's input_length is accepted and ignored, so old configs load. Throws ConfigError when a dimension
+  /// is missing or not positive, when an unsupported argument is set, or on an unknown key.
   explicit EmbeddingLayer(const Config& config);
-  std::int64_t input_dim() const { return input_dim_; }
-  std::int64_t output_dim() const { return output_dim_; }
+  std::int64_t input_dim() const { return input_dim_; }    ///< the vocabulary size: indices are 0 .. input_dim-1
+  std::int64_t output_dim() const { return output_dim_; }  ///< the length of each embedding vector
   Config get_config() const override;
 
  protected:
+  /// Creates the embeddings matrix; its shape does not depend on the input's.
   void build(const Shape& input_shape) override;
+  /// The rows of the embeddings that `input` indexes, shaped input.shape + (output_dim,). Running the graph
+  /// throws ValueError on an index that is not a whole number in [0, input_dim).
   Tensor call(const Tensor& input, const CallArgs& args) override;
 
  private:
@@ -29,9 +36,17 @@ class EmbeddingLayer : public Layer {
   WeightId embeddings_ = 0;
 };
 
+/// Turns indices (token ids, as whole numbers in a float tensor) into learned dense vectors: Keras's
+/// layers.Embedding.
+///
+///   kiln::Tensor ids = kiln::Input({kiln::Shape::unknown, 10});
+///   kiln::Tensor vectors = kiln::Embedding(1000, 64)(ids);  // (None, 10, 64)
 class Embedding : public LayerHandle<EmbeddingLayer> {
  public:
+  /// A vocabulary of `input_dim` indices, each mapped to a vector of `output_dim` values. `options` holds
+  /// further config keys: embeddings_initializer, name, trainable, dtype.
   explicit Embedding(std::int64_t input_dim, std::int64_t output_dim, const Config& options = {});
+  /// From a whole config, with the keys of EmbeddingLayer(const Config&).
   explicit Embedding(const Config& config) : LayerHandle(std::make_shared<EmbeddingLayer>(config)) {}
 };
 

@@ -122,7 +122,24 @@ Initializer Initializer::from_config(const Config& config) {
     const Config& given = reader.value(entry.first);
     if (given.is_null() && entry.first != "seed") continue;
     if (entry.first == "seed" && !given.is_null()) given.as_int("initializer seed");
-    if (entry.first != "seed") given.as_double("initializer " + result.class_name_ + " argument '" + entry.first + "'");
+    if (entry.first != "seed") {
+      // Each argument keeps its default's type: a number, a string ("mode") or a flag.
+      const std::string what = "initializer " + result.class_name_ + " argument '" + entry.first + "'";
+      switch (entry.second.type()) {
+        case Config::Type::string:
+          given.as_string(what);
+          break;
+        case Config::Type::boolean:
+          given.as_bool(what);
+          break;
+        case Config::Type::integer:
+        case Config::Type::number:
+          given.as_double(what);
+          break;
+        default:
+          break;
+      }
+    }
     result.arguments_.set(entry.first, given);
   }
   reader.finish();

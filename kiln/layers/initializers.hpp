@@ -25,9 +25,11 @@ class Rng;
 /// Fans of a weight of this shape, as Keras computes them: (in, out) for a matrix; for higher ranks
 /// the leading axes are a receptive field that multiplies both.
 struct Fans {
-  double fan_in = 1.0;
-  double fan_out = 1.0;
+  double fan_in = 1.0;   ///< inputs that feed each output unit
+  double fan_out = 1.0;  ///< output units that each input feeds
 };
+/// Keras's fans for a weight of `shape`: (1, 1) for a scalar, (n, n) for a vector, (rows, columns) for a
+/// matrix, and for higher ranks the last two axes, each times the product of the leading ones.
 Fans compute_fans(const Shape& shape);
 
 /// A registered initializer class: its arguments with their defaults, and how it fills a weight.
@@ -41,13 +43,16 @@ struct InitializerClass {
   /// Fills `values` (a weight of those fans, flattened) from `arguments` (every one present) and `rng`.
   using Sampler = std::function<void(std::vector<double>& values, const Fans& fans, const Config& arguments, Rng& rng)>;
   Config defaults;  ///< every argument ("seed" too, when it has one), in Keras's order, with its default
-  Sampler sample;
+  Sampler sample;   ///< fills a weight's values
 };
 
 /// Every initializer class by key ("kiln>GlorotUniform"); "GlorotUniform", "glorot_uniform" and Keras's
 /// aliases ("uniform") find it too (core/registry.hpp).
 Registry<InitializerClass>& initializer_registry();
 
+/// How a weight gets its first values: a registered initializer class with every argument set, named as in
+/// Keras ("glorot_uniform") or read from a Keras config. A value: copy it and compare it freely. Unknown
+/// names and arguments throw ConfigError with the nearest ones.
 class Initializer {
  public:
   Initializer();  ///< glorot_uniform
@@ -58,13 +63,17 @@ class Initializer {
   /// {"class_name": "GlorotUniform", "config": {"seed": null}}; a class of your own adds "registered_name".
   Config get_config() const;
 
+  /// The Keras class name: "GlorotUniform".
   const std::string& class_name() const { return class_name_; }
+  /// Every argument of the class, defaults filled in: {"seed": null} for GlorotUniform.
   const Config& arguments() const { return arguments_; }
 
   /// Values for a weight of `shape`. `fans` overrides compute_fans(shape) (attention kernels).
   Array sample(const Shape& shape, DType dtype, Rng& rng) const;
+  /// sample() with the fans given instead of compute_fans(shape).
   Array sample(const Shape& shape, DType dtype, Rng& rng, const Fans& fans) const;
 
+  /// The same class with equal arguments (a seed included).
   bool operator==(const Initializer& other) const;
 
   /// Every registered snake_case name ("glorot_uniform"), for messages and tests.

@@ -108,14 +108,15 @@ void Layer::build_for(const std::vector<Shape>& input_shapes) {
     if (child_is_part_[i]) adopt(*children_[i]);
   check_input_count(input_shapes.size());
   building_ = true;
-  const std::size_t num_children = children_.size();
+  const std::size_t num_children = children_.size(), num_weights = weights_.size();
   try {
     build(input_shapes);
   } catch (...) {
     // A failed build leaves no half-made weights or children behind, so a corrected call can build again
     // (a child tracked twice would take the name "dense_1" and its weights another path).
     building_ = false;
-    weights_.clear();
+    weights_.erase(weights_.begin() + static_cast<std::ptrdiff_t>(num_weights),
+                   weights_.end());  // a constructor's stay
     children_.resize(num_children);
     child_is_part_.resize(num_children);
     throw;
@@ -283,9 +284,7 @@ Outputs Layer::operator()(const std::vector<Tensor>& given_inputs, const CallArg
   assign_name(graph);
   if (!built_) {
     take_input_dtype(inputs[0].dtype());
-    std::vector<Shape> shapes;
-    for (const Tensor& input : inputs) shapes.push_back(input.shape());
-    build_for(shapes);
+    build_for(build_shapes_for(inputs, args));
   }
   // Only a layer with weights of its own has a dtype to enforce; models and weightless layers pass through.
   if (!weights_.empty() && inputs[0].dtype() != dtype_)
@@ -309,6 +308,12 @@ Outputs Layer::operator()(const std::vector<Tensor>& given_inputs, const CallArg
   for (std::size_t i = 0; i < outputs.size(); ++i)
     result.push_back(outputs[i].with_producer(record, static_cast<int>(i)));
   return result;
+}
+
+std::vector<Shape> Layer::build_shapes_for(const std::vector<Tensor>& inputs, const CallArgs&) const {
+  std::vector<Shape> shapes;
+  for (const Tensor& input : inputs) shapes.push_back(input.shape());
+  return shapes;
 }
 
 Tensor Layer::operator()(const Tensor& input, const CallArgs& args) {

@@ -50,7 +50,9 @@
 namespace kiln {
 
 class Layer;
+/// A shared layer: how models, call records and the registry hold layers.
 using LayerPtr = std::shared_ptr<Layer>;
+/// One of a layer's own weights, as add_weight() returns it for variable() and weight_value().
 using WeightId = std::size_t;
 
 /// The arguments of one call besides its positional inputs, recorded with the call so that models can
@@ -59,18 +61,25 @@ using WeightId = std::size_t;
 class CallArgs {
  public:
   CallArgs() = default;
+  /// Passes `value` as the tensor argument `name` ("mask"); giving `name` again replaces it. An empty
+  /// Tensor counts as not given. A name the layer does not take fails the call with ConfigError.
   CallArgs& tensor(const std::string& name, const Tensor& value);
+  /// Sets the option `name` ("use_causal_mask") to `value`; setting `name` again replaces it. A name the
+  /// layer does not take fails the call with ConfigError.
   CallArgs& option(const std::string& name, Config value);
+  /// Training mode (true: dropout is active) or inference mode (false, the default).
   CallArgs& training(bool value) {
     training_ = value;
     return *this;
   }
 
   const Tensor* find_tensor(const std::string& name) const;  ///< nullptr when not given
+  /// The tensor arguments, in the order their names were first given.
   const std::vector<std::pair<std::string, Tensor>>& tensors() const { return tensors_; }
   const Config& options() const { return options_; }  ///< a map (or null when empty)
+  /// The option `name` as a bool, or `fallback` when it is absent or null; ConfigError when it is not a bool.
   bool flag(const std::string& name, bool fallback) const;
-  bool training() const { return training_; }
+  bool training() const { return training_; }  ///< true in training mode
 
  private:
   std::vector<std::pair<std::string, Tensor>> tensors_;
@@ -81,17 +90,20 @@ class CallArgs {
 /// One call of a layer: what a functional model walks back through. Outputs are plain handles (no
 /// history) so records never form a cycle.
 struct LayerCall {
-  LayerPtr layer;
-  std::vector<Tensor> inputs;
-  CallArgs args;
-  std::vector<Tensor> outputs;
+  LayerPtr layer;               ///< the layer called
+  std::vector<Tensor> inputs;   ///< its positional inputs, in the graph the call ran in
+  CallArgs args;                ///< its tensor arguments and options
+  std::vector<Tensor> outputs;  ///< its outputs, as plain handles
 };
 
 /// A weight as models, optimizers and files see it. `path` is stable and hierarchical ("query/kernel"
 /// inside its layer), so loading matches weights by name, never by creation order.
 struct Weight {
+  /// The weight's name inside the layer that listed it: the names of the children holding it, then its own
+  /// ("dense/kernel").
   std::string path;
   Array value;  ///< shares storage with the layer
+  /// False when the weight was made non-trainable or a layer holding it is frozen.
   bool trainable = true;
 };
 
@@ -101,11 +113,17 @@ struct Weight {
 class Outputs : public std::vector<Tensor> {
  public:
   Outputs() = default;
+  /// The outputs of one call, in the layer's order.
   Outputs(std::vector<Tensor> outputs) : std::vector<Tensor>(std::move(outputs)) {}
+  /// The one output; ValueError when there are several.
   operator Tensor() const;
+  /// The one output's shape; ValueError when there are several.
   const Shape& shape() const { return Tensor(*this).shape(); }
 };
 
+/// The base of every layer and model: a named piece of a model that owns weights and, when called, adds
+/// ops to its inputs' graph. Layers are shared and never copied: hold them in a LayerPtr or a LayerHandle.
+/// Errors name the layer as describe() does ("Dense 'dense_1'").
 class Layer : public std::enable_shared_from_this<Layer> {
  public:
   virtual ~Layer();
@@ -123,6 +141,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// Given, or made unique in the first graph the layer is called in ("dense", "dense_1", ...).
   const std::string& name() const { return name_; }
   const std::string& class_name() const { return class_name_; }  ///< "Dense"
+  /// Whether the name came from the config; a given name is never changed, an automatic one may be.
   bool name_given() const { return name_given_; }
   /// Models rename an automatically named layer that clashes with another member ("dense" made in two
   /// input graphs becomes "dense_1"); weights that still hold their first draw are drawn again for the
@@ -137,29 +156,42 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// Keras (get_build_config), a layer whose weights depend on less than the whole shape may say only that.
   virtual Config build_config() const;
 
+  /// Whether the layer trains. A frozen layer's weights, its children's included, are non-trainable: fit()
+  /// leaves them alone. Saved as "trainable".
   bool trainable() const { return trainable_; }
+  /// Freezes (false) or unfreezes the layer and everything it holds; as in Keras, compile the model again
+  /// for fit() to see the change.
   void set_trainable(bool trainable) { trainable_ = trainable; }
   /// The weights' dtype: given, or taken from the first input at build.
   DType dtype() const { return dtype_; }
+  /// Whether the config gave the dtype; otherwise the first input (or the parent layer) sets it at build.
   bool has_dtype() const { return dtype_given_; }
 
   // ---- building -----------------------------------------------------------------------------------
+  /// Whether the weights exist: after the first call, build_for(), or a config with a build_config.
   bool built() const { return built_; }
   /// Creates every weight (and builds every child) for inputs of these shapes; a no-op once built.
   void build_for(const std::vector<Shape>& input_shapes);
+  /// build_for() for one input of `input_shape`.
   void build_for(const Shape& input_shape) { build_for(std::vector<Shape>{input_shape}); }
+  /// The input shapes the layer was built for, one per input; empty before build.
   const std::vector<Shape>& build_shapes() const { return build_shapes_; }
   /// The output shapes of the first call, batch unknown, for summaries.
   const std::vector<Shape>& output_shapes() const { return output_shapes_; }
 
   // ---- weights (Keras 3's order: the layer's own in creation order, then each child's, whatever the
-  ///      trainable flags; the trainable lists filter it; a layer reached twice counts once)
+  //      trainable flags; the trainable lists filter it; a layer reached twice counts once)
+  /// Every weight: the layer's own in creation order, then each child's, whatever the trainable flags, so
+  /// freezing never reorders them. A layer reached twice counts once, at its first path.
   std::vector<Weight> weights() const;
+  /// The weights that train: weights() without the non-trainable ones, in the same order.
   std::vector<Weight> trainable_weights() const;
+  /// The weights that do not train, non-trainable or frozen, in weights() order.
   std::vector<Weight> non_trainable_weights() const;
   std::vector<Array> get_weights() const;  ///< copies
   /// Shapes and count must match get_weights(); throws ShapeError/ValueError naming the weight.
   void set_weights(const std::vector<Array>& values);
+  /// The number of scalars in weights(), trainable or not.
   std::int64_t count_params() const;
   /// Draws every weight again from its initializer with a stream keyed by (seed, layer name, weight path).
   /// Weights are a pure function of these: the same model code gives the same weights everywhere.
@@ -180,21 +212,33 @@ class Layer : public std::enable_shared_from_this<Layer> {
   }
   /// A reader over the constructor's config with the base keys already accounted for.
   ConfigReader config_reader(const Config& config) const;
+  /// The base fields that get_config() overrides extend: name (null while automatic and unassigned),
+  /// trainable, and dtype (null until given or built).
   Config base_config() const;
 
   /// Override one build and one call. The list forms default to the one-input forms.
   virtual void build(const std::vector<Shape>& input_shapes);
+  /// Creates the weights (and builds the children) for one input of `input_shape`; the default makes none.
   virtual void build(const Shape& input_shape);
+  /// The layer's outputs for `inputs`, composed of ops; the default calls the one-input form on the first.
   virtual std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallArgs& args);
+  /// The layer's output for `input`; the default throws LayerStateError, as one of the two must be overridden.
   virtual Tensor call(const Tensor& input, const CallArgs& args);
   /// Names of the CallArgs tensors and options this layer understands; others are rejected at call time.
   virtual std::vector<std::string> call_argument_names() const { return {}; }
   /// Inputs the layer takes: {min, max}; checked before build.
   virtual std::pair<std::size_t, std::size_t> input_count() const { return {1, 1}; }
+  /// The shapes the first call builds from: the inputs' shapes by default. A layer that also takes an input
+  /// by keyword (MultiHeadAttention's `key`) adds its shape, as Keras builds from every tensor argument.
+  virtual std::vector<Shape> build_shapes_for(const std::vector<Tensor>& inputs, const CallArgs& args) const;
 
-  /// Only in the constructor or build(); later throws LayerStateError.
+  /// Creates the weight `name` of `shape`, filled from `initializer` with the fans of `shape`, and returns
+  /// its id. Only in the constructor or build(); later throws LayerStateError. A name the layer already
+  /// uses throws ConfigError, an unknown dimension ShapeError.
   WeightId add_weight(const std::string& name, const Shape& shape, const Initializer& initializer,
                       bool trainable = true);
+  /// add_weight() with the initializer's `fans` given, for a weight whose fans are not its shape's (the
+  /// kernels of attention).
   WeightId add_weight(const std::string& name, const Shape& shape, const Initializer& initializer, const Fans& fans,
                       bool trainable = true);
   /// Tracks a child layer (its weights become this layer's); unnamed children get unique names among
@@ -205,16 +249,21 @@ class Layer : public std::enable_shared_from_this<Layer> {
     track_layer(child);
     return child;
   }
+  /// track() for a LayerPtr. Throws ValueError for an empty pointer, ConfigError for the layer itself or a
+  /// name a child already has, LayerStateError for a part tracked after build.
   void track_layer(const LayerPtr& child, bool part_of_this = true);
+  /// Forgets every tracked child, so their weights are no longer this layer's (models re-tracking members).
   void clear_tracked_layers();
 
   /// The graph variable of a weight, in the graph of `like` (created on first use in that graph).
   Tensor variable(WeightId weight, const Tensor& like) const;
+  /// The array of one of the layer's own weights, outside any graph.
   const Array& weight_value(WeightId weight) const;
 
   /// ShapeError naming this layer: "<describe()>: <what> (a=(None, 3), b=(4,))".
   [[noreturn]] void shape_error(const std::string& what,
                                 const std::vector<std::pair<std::string, Shape>>& shapes) const;
+  /// ConfigError naming this layer: "<describe()>: <what>".
   [[noreturn]] void config_error(const std::string& what) const;
 
  private:
@@ -260,40 +309,56 @@ class LayerHandle {
  public:
   static_assert(std::is_base_of_v<Layer, L>, "LayerHandle holds a kiln::Layer");
 
+  /// Makes a new layer, L(args...): LayerHandle<MyLayer>(config).
   template <class... Args, class = std::enable_if_t<std::is_constructible_v<L, Args&&...>>>
   explicit LayerHandle(Args&&... args) : layer_(std::make_shared<L>(std::forward<Args>(args)...)) {}
+  /// Shares an existing layer.
   LayerHandle(std::shared_ptr<L> layer) : layer_(std::move(layer)) {}
 
+  /// Calls the layer on `inputs` (Layer::operator()).
   Outputs operator()(const std::vector<Tensor>& inputs, const CallArgs& args = {}) const {
     return (*layer_)(inputs, args);
   }
+  /// Calls the layer on one input (Layer::operator()).
   Tensor operator()(const Tensor& input, const CallArgs& args = {}) const { return (*layer_)(input, args); }
 
+  /// The layer, for its own methods: dense->units().
   L* operator->() const { return layer_.get(); }
+  /// The layer.
   L& operator*() const { return *layer_; }
+  /// The shared pointer to the layer.
   const std::shared_ptr<L>& ptr() const { return layer_; }
+  /// The layer as a LayerPtr.
   operator LayerPtr() const { return layer_; }
 
+  /// The layer's name (Layer::name()).
   const std::string& name() const { return layer_->name(); }
+  /// The layer's config (Layer::get_config()).
   Config get_config() const { return layer_->get_config(); }
+  /// Whether the layer is built (Layer::built()).
   bool built() const { return layer_->built(); }
+  /// Copies of the layer's weights (Layer::get_weights()).
   std::vector<Array> get_weights() const { return layer_->get_weights(); }
+  /// Overwrites the layer's weights (Layer::set_weights()).
   void set_weights(const std::vector<Array>& values) const { layer_->set_weights(values); }
+  /// The layer's number of scalars in weights (Layer::count_params()).
   std::int64_t count_params() const { return layer_->count_params(); }
+  /// The layer's weights, sharing storage (Layer::weights()).
   std::vector<Weight> weights() const { return layer_->weights(); }
 
  protected:
-  std::shared_ptr<L> layer_;
+  std::shared_ptr<L> layer_;  ///< the layer, shared by every copy of the handle
 };
 
 // ---- the registry ----------------------------------------------------------------------------------------
 
+/// Makes a layer of one class from its config.
 using LayerFactory = std::function<LayerPtr(const Config&)>;
 
 /// A registered layer class: how to make one from its config, and its C++ type (for registered_name).
 struct LayerClass {
-  std::type_index type;
-  LayerFactory create;
+  std::type_index type;  ///< the C++ class, by which registered_name() finds a layer's key
+  LayerFactory create;   ///< makes one from its config
 };
 
 /// Every layer class by key ("kiln>Dense", "Custom>MHAttention", "acme>Gated"), with the lookup rules of
@@ -305,6 +370,8 @@ LayerPtr create_layer(const std::string& class_name, const Config& config = {});
 /// From {"class_name": ..., "config": {...}, "registered_name": ..., "build_config": ...} as
 /// serialize_layer writes it (and Keras does); with a build_config the layer is built at once.
 LayerPtr layer_from_config(const Config& serialized);
+/// {"class_name", "config", "registered_name", and "build_config" once built}: what layer_from_config
+/// reads. ConfigError for a layer whose class nobody registered.
 Config serialize_layer(const Layer& layer);
 
 namespace detail {

@@ -9,19 +9,27 @@
 
 namespace kiln {
 
+/// The layer behind kiln::LayerNormalization. Its weights, each of the last dimension's size, are "gamma"
+/// (with scale) and "beta" (with center), in that order, as in Keras.
 class LayerNormalizationLayer : public Layer {
  public:
   /// Arguments (Keras names and defaults): axis = -1 (an int or a list; only the last axis is supported),
   /// epsilon = 1e-3, center = true, scale = true, rms_scaling = false (only false), beta_initializer = zeros,
   /// gamma_initializer = ones. Regularizers and constraints are not supported.
+  /// Throws ConfigError when epsilon is not positive, axis is an empty list, an unsupported argument is set
+  /// or a key is unknown; an axis other than the last is refused at build.
   explicit LayerNormalizationLayer(const Config& config);
-  double epsilon() const { return epsilon_; }
-  bool center() const { return center_; }
-  bool scale() const { return scale_; }
+  double epsilon() const { return epsilon_; }  ///< added to the variance before its square root
+  bool center() const { return center_; }      ///< whether beta is added (else no shift)
+  bool scale() const { return scale_; }        ///< whether gamma multiplies (else no scaling)
   Config get_config() const override;
 
  protected:
+  /// Creates gamma and beta for the input's last dimension. Throws ShapeError when that dimension is
+  /// unknown, ConfigError when axis names another axis.
   void build(const Shape& input_shape) override;
+  /// Normalizes `input` over its last axis, which must have the size the layer was built for (else
+  /// ShapeError); the output has the input's shape.
   Tensor call(const Tensor& input, const CallArgs& args) override;
 
  private:
@@ -38,9 +46,14 @@ class LayerNormalizationLayer : public Layer {
   WeightId gamma_ = 0, beta_ = 0;
 };
 
+/// Normalizes each sample over its last axis, then scales and shifts it by learned gamma and beta: Keras's
+/// layers.LayerNormalization, as Transformer blocks use it.
 class LayerNormalization : public LayerHandle<LayerNormalizationLayer> {
  public:
+  /// `epsilon` keeps the division finite for constant features. `options` holds further config keys: axis,
+  /// center, scale, beta_initializer, gamma_initializer, name, trainable, dtype.
   explicit LayerNormalization(double epsilon = 1e-3, const Config& options = {});
+  /// From a whole config, with the keys of LayerNormalizationLayer(const Config&).
   explicit LayerNormalization(const Config& config) : LayerHandle(std::make_shared<LayerNormalizationLayer>(config)) {}
 };
 

@@ -30,8 +30,11 @@ namespace kiln {
 /// The layer behind kiln::Input: a placeholder of a given shape (batch dimension first, usually unknown).
 class InputLayer final : public Layer {
  public:
+  /// Config keys (Keras names): batch_shape, the shape with its batch dimension first, or shape, without it
+  /// (then batch_size, null for unknown, comes first); dtype; name. sparse and ragged must be false. The layer
+  /// is built at once. Throws ConfigError when neither shape is given, or on an unknown key.
   explicit InputLayer(const Config& config);
-  const Shape& batch_shape() const { return batch_shape_; }
+  const Shape& batch_shape() const { return batch_shape_; }  ///< the input's shape, batch dimension first
   Config get_config() const override;
   /// A placeholder for this input in `graph`, recorded as this layer's output.
   Tensor placeholder_in(Graph& graph);
@@ -57,21 +60,24 @@ class CompiledState {
 /// What every model shares: the recorded calls, summary, predict.
 class ModelBase : public Layer {
  public:
-  /// One recorded layer call; inputs refer to earlier nodes' outputs.
+  /// One output of one recorded node: output number `output` of nodes()[node].
   struct TensorRef {
-    int node = 0;
-    int output = 0;
+    int node = 0;    ///< an index into nodes()
+    int output = 0;  ///< an index into that node's outputs
   };
+  /// One recorded layer call; inputs refer to earlier nodes' outputs. A model input is a node too: its
+  /// InputLayer, with no inputs.
   struct Node {
-    LayerPtr layer;
-    std::vector<TensorRef> inputs;
-    std::vector<std::pair<std::string, TensorRef>> tensor_args;
-    Config options;
-    std::vector<Shape> output_shapes;
+    LayerPtr layer;                                              ///< the layer called
+    std::vector<TensorRef> inputs;                               ///< the call's positional inputs
+    std::vector<std::pair<std::string, TensorRef>> tensor_args;  ///< the call's named tensors (masks)
+    Config options;                                              ///< the call's options: a map, or null
+    std::vector<Shape> output_shapes;                            ///< the shapes of the call's outputs
   };
 
-  std::size_t num_inputs() const { return input_nodes_.size(); }
-  std::size_t num_outputs() const { return outputs_.size(); }
+  std::size_t num_inputs() const { return input_nodes_.size(); }  ///< how many inputs the model takes
+  std::size_t num_outputs() const { return outputs_.size(); }     ///< how many outputs predict returns
+  /// The recorded calls: the input nodes first, in input order, then each call after the nodes it reads.
   const std::vector<Node>& nodes() const { return nodes_; }
   /// Member layers in call order (input layers first), each once.
   std::vector<LayerPtr> member_layers() const;
@@ -81,14 +87,20 @@ class ModelBase : public Layer {
   /// A model that can build from the first data it sees (an unbuilt Sequential, as in Keras): builds for
   /// those arrays (batch unknown) and returns true. Others return built().
   virtual bool build_from_data(const std::vector<Array>& inputs);
+  /// True when the model is not built yet but build_from_data() will build it: an unbuilt Sequential. False
+  /// for other models.
   virtual bool builds_from_data() const { return false; }
   LayerPtr get_layer(const std::string& name) const;  ///< ValueError naming the known layers
+  /// The inputs' shapes, batch dimension first, in input order.
   std::vector<Shape> input_shapes() const;
+  /// The inputs' dtypes, in input order: what predict converts its arrays to.
   std::vector<DType> input_dtypes() const;
+  /// The outputs' shapes as recorded, in output order.
   std::vector<Shape> model_output_shapes() const;
 
   /// The Keras-style table: layer (type), output shape, params (and connections for non-linear models).
   std::string summary_string() const;
+  /// Writes summary_string() to `out`.
   void summary(std::ostream& out) const;
   void summary() const;  ///< to stdout
 
@@ -98,6 +110,7 @@ class ModelBase : public Layer {
   /// concurrently and give, bitwise, what a single-threaded call gives. While fit runs on another thread,
   /// predict is refused with LayerStateError (see use_for_inference).
   std::vector<Array> predict(const std::vector<Array>& inputs, std::int64_t batch_size = 32);
+  /// The same for a model of one input and one output; a model with several outputs throws ValueError.
   Array predict(const Array& input, std::int64_t batch_size = 32);
 
   /// Replays the model's calls in the graph of `inputs` (which may differ from the one it was made in).
@@ -111,6 +124,7 @@ class ModelBase : public Layer {
   /// training while another thread runs inference or trains. A Use lasts until it is destroyed.
   class Use {
    public:
+    /// Takes over `other`'s claim; `other` then releases nothing.
     Use(Use&& other) noexcept : model_(other.model_), training_(other.training_) { other.model_ = nullptr; }
     Use& operator=(Use&&) = delete;
     ~Use();
@@ -121,21 +135,30 @@ class ModelBase : public Layer {
     const ModelBase* model_;
     bool training_;
   };
+  /// Claims the model for inference (predict, evaluate, test_on_batch) until the Use is destroyed. Throws
+  /// LayerStateError when another thread is training it.
   Use use_for_inference(const std::string& what) const;
+  /// Claims the model for training (fit, train_on_batch, compile) until the Use is destroyed. Throws
+  /// LayerStateError when another thread is training it or running inference on it.
   Use use_for_training(const std::string& what) const;
 
   /// What compile() made (train/'s Trainer: optimizer, losses, training graphs), kept on the model so every
   /// handle to it sees it; null until compiled. layers/ never looks inside.
   const std::shared_ptr<CompiledState>& compiled_state() const { return compiled_state_; }
+  /// Attaches what compile() made, replacing any earlier state.
   void set_compiled_state(std::shared_ptr<CompiledState> state) { compiled_state_ = std::move(state); }
 
  protected:
+  /// Reads the base fields (name, trainable, dtype) from `config`; `class_name` is the Keras class name
+  /// ("Functional", "Sequential"). The model records nothing until record().
   ModelBase(const Config& config, std::string class_name);
+  /// A model called as a layer: replays its calls on `inputs` (see apply()), training when `args` says so.
   std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallArgs& args) override;
   std::pair<std::size_t, std::size_t> input_count() const override;
   std::vector<std::string> call_argument_names() const override { return {}; }
   /// Records the calls between `inputs` and `outputs` (tensors made by layers).
   void record(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs);
+  /// Forgets the recorded calls, inputs and outputs, and the inference graph that predict made from them.
   void clear_record();
   /// Layers and connections as Keras's functional config: "layers" (with "inbound_nodes"),
   /// "input_layers", "output_layers".
@@ -144,9 +167,9 @@ class ModelBase : public Layer {
   void restore_graph(const Config& config);
   bool linear() const;  ///< every layer takes exactly the previous layer's output
 
-  std::vector<Node> nodes_;
-  std::vector<int> input_nodes_;
-  std::vector<TensorRef> outputs_;
+  std::vector<Node> nodes_;         ///< the recorded calls, as nodes() returns them
+  std::vector<int> input_nodes_;    ///< the model's inputs: indices into nodes_, in input order
+  std::vector<TensorRef> outputs_;  ///< the model's outputs, in order
 
  private:
   struct Inference;
@@ -165,6 +188,10 @@ class ModelBase : public Layer {
 class FunctionalModel : public ModelBase {
  public:
   explicit FunctionalModel(const Config& config);  ///< from_config
+  /// Records every layer call from `inputs` (kiln::Input tensors) to `outputs`, and builds the model.
+  /// Automatic layer names that clash are renamed ("dense_1"). Throws ValueError when an output depends on a
+  /// model input not among `inputs` or on a tensor no layer made, ConfigError when two layers were given one
+  /// name.
   FunctionalModel(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, const std::string& name = "");
   Config get_config() const override;
 };
@@ -173,16 +200,27 @@ class FunctionalModel : public ModelBase {
 /// lazily from the first call; those two leave the batch dimension unknown (an InputLayer keeps its own).
 class SequentialModel : public ModelBase {
  public:
+  /// Config keys, besides the base ones: layers (serialized layers, as get_config() writes them; an
+  /// InputLayer may come first) and build_input_shape (then the model is built for it). An empty config
+  /// makes an empty stack. Throws ConfigError on an unknown key.
   explicit SequentialModel(const Config& config = {});
+  /// Appends `layer` to the stack; an InputLayer only as the first layer, and it builds the model. A built
+  /// model is rebuilt with the new layer; when the layer does not fit, it is not kept and the error is
+  /// rethrown. Throws ConfigError when the layer is already in the stack.
   void add(const LayerPtr& layer);
   /// Starts the stack from an input, as keras.Sequential([keras.Input(shape), ...]) does: a kiln::Input
   /// tensor, or the input's shape with the batch (Shape{None, 8}). Only before any layer.
   void add_input(const Tensor& input);
+  /// The input's shape, batch dimension first: an InputLayer of that shape and the model's dtype. A shape of
+  /// rank 0 throws ConfigError.
   void add_input(const Shape& input_shape);
+  /// Removes the last layer of the stack (never the InputLayer); a built model is rebuilt without it.
+  /// Throws ConfigError on an empty stack.
   void pop();
-  const std::vector<LayerPtr>& stack() const { return stack_; }
+  const std::vector<LayerPtr>& stack() const { return stack_; }  ///< the layers added, in order, no InputLayer
   std::vector<LayerPtr> ordered_layers() const override { return stack_; }
   bool build_from_data(const std::vector<Array>& inputs) override;
+  /// True until built: an unbuilt Sequential builds from the first data fit or predict give it.
   bool builds_from_data() const override { return !built(); }
   Config get_config() const override;
 
@@ -197,19 +235,25 @@ class SequentialModel : public ModelBase {
 
 // ---- handles ------------------------------------------------------------------------------------------
 
+/// A handle to a model of type M (a ModelBase): the methods of any layer handle, plus summary, predict and
+/// the layers. kiln::Model and kiln::Sequential build on it.
 template <class M>
 class ModelHandle : public LayerHandle<M> {
  public:
   using LayerHandle<M>::LayerHandle;
-  void summary() const { this->layer_->summary(); }
-  void summary(std::ostream& out) const { this->layer_->summary(out); }
+  void summary() const { this->layer_->summary(); }                      ///< prints the summary table to stdout
+  void summary(std::ostream& out) const { this->layer_->summary(out); }  ///< writes the summary table to `out`
+  /// The Keras-style summary table: each layer (type), output shape, params, then the totals.
   std::string summary_string() const { return this->layer_->summary_string(); }
+  /// Runs the model in inference mode on the rows of `input`, `batch_size` rows at a time (ModelBase::predict).
   Array predict(const Array& input, std::int64_t batch_size = 32) const {
     return this->layer_->predict(input, batch_size);
   }
+  /// The same for a model of several inputs or outputs: one array per input, one per output.
   std::vector<Array> predict(const std::vector<Array>& inputs, std::int64_t batch_size = 32) const {
     return this->layer_->predict(inputs, batch_size);
   }
+  /// The member layer named `name`; ValueError naming the known layers when there is none.
   LayerPtr get_layer(const std::string& name) const { return this->layer_->get_layer(name); }
   /// Keras's model.layers: a functional model's layers in call order (input layers first), a Sequential's
   /// stack in order.

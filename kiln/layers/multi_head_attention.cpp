@@ -98,6 +98,13 @@ MultiHeadAttentionLayer::Projection MultiHeadAttentionLayer::add_projection(cons
   return projection;
 }
 
+std::vector<Shape> MultiHeadAttentionLayer::build_shapes_for(const std::vector<Tensor>& inputs,
+                                                             const CallArgs& args) const {
+  std::vector<Shape> shapes = Layer::build_shapes_for(inputs, args);
+  if (const Tensor* key = args.find_tensor("key"); key != nullptr && inputs.size() == 2) shapes.push_back(key->shape());
+  return shapes;
+}
+
 // Keras's order: [query, value] or [query, value, key]; the key defaults to the value.
 void MultiHeadAttentionLayer::build(const std::vector<Shape>& shapes) {
   const Shape& query = shapes[0];

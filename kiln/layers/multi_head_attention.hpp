@@ -24,17 +24,40 @@
 
 namespace kiln {
 
+/// The layer behind kiln::MultiHeadAttention, on (batch, length, features) inputs in Keras's order:
+/// [query, value] or [query, value, key]. Its weights, in Keras's EinsumDense layout: query/kernel
+/// (Eq, heads, key_dim), key/kernel (Ek, heads, key_dim), value/kernel (Ev, heads, value_dim) and
+/// attention_output/kernel (heads, value_dim, Eout); with use_bias also query/bias (heads, key_dim),
+/// key/bias, value/bias and attention_output/bias (Eout,).
 class MultiHeadAttentionLayer : public Layer {
  public:
+  /// Arguments (Keras names and defaults): num_heads (required), key_dim = null (d_model / num_heads at
+  /// build: the TF2 form), value_dim = null (key_dim), dropout = 0 (in [0, 1), on the attention weights while
+  /// training), use_bias = true, output_shape = null (the query's last dimension; else one positive size),
+  /// attention_axes = null (only the length axis, 1 or -2), kernel_initializer = glorot_uniform,
+  /// bias_initializer = zeros, seed = null. use_gate, regularizers, constraints, sliding_window and
+  /// flash_attention are not supported. Throws ConfigError on a value out of range or an unknown key.
   explicit MultiHeadAttentionLayer(const Config& config);
-  std::int64_t num_heads() const { return num_heads_; }
-  /// Resolved at build when the config leaves them null (the TF2 form).
+  std::int64_t num_heads() const { return num_heads_; }  ///< the number of attention heads
+  /// The depth of each head's queries and keys: key_dim, or d_model / num_heads when the config leaves it
+  /// null (the TF2 form). 0 until built.
   std::int64_t key_dim() const { return key_depth_; }
+  /// The depth of each head's values: value_dim, else key_dim(). 0 until built.
   std::int64_t value_dim() const { return value_depth_; }
   Config get_config() const override;
 
  protected:
+  /// Checks the shapes, resolves key_dim and value_dim and creates the weights. In the TF2 form the query's
+  /// last dimension must divide by num_heads (else ShapeError).
+  /// [query, value] and, when the key comes by keyword ("key"), its shape third: the key's projection is
+  /// sized by the key's features, as in Keras.
+  std::vector<Shape> build_shapes_for(const std::vector<Tensor>& inputs, const CallArgs& args) const override;
   void build(const std::vector<Shape>& input_shapes) override;
+  /// Projects the query, key and value per head, attends (the queries scaled by 1/√key_dim), and projects
+  /// the merged heads: [output (batch, T, Eout)], or [output, scores (batch, heads, T, S)] with
+  /// return_attention_scores. From `args`: "key" (the key as a tensor, with two inputs only),
+  /// "attention_mask" (batch, T, S) or (batch, S), 0 where a key may not be attended; "use_causal_mask".
+  /// Feature sizes other than at build, or unknown lengths, throw ShapeError.
   std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallArgs& args) override;
   std::vector<std::string> call_argument_names() const override {
     return {"key", "attention_mask", "use_causal_mask", "return_attention_scores"};
@@ -58,12 +81,21 @@ class MultiHeadAttentionLayer : public Layer {
   Projection query_, key_, value_, output_;
 };
 
+/// Multi-head attention with projections, Keras's layers.MultiHeadAttention, that also speaks the
+/// 'Attention is all you need' TF2 code's MultiHeadAttention(h), called on [query, key, value].
+///
+///   kiln::MultiHeadAttention mha(/*num_heads=*/4, /*key_dim=*/16);
+///   kiln::Tensor y = mha(query, value);                       // Keras's form; key = value
+///   kiln::Tensor z = kiln::MultiHeadAttention(8)({q, k, v});  // the TF2 form
 class MultiHeadAttention : public LayerHandle<MultiHeadAttentionLayer> {
  public:
   /// The TF2 form: key_dim = d_model / h, no biases.
   explicit MultiHeadAttention(std::int64_t h = 8);
   /// Keras's form.
+  /// `num_heads` heads of depth `key_dim`. `options` holds further config keys: value_dim, dropout, use_bias,
+  /// output_shape, kernel_initializer, bias_initializer, seed, name, trainable, dtype.
   MultiHeadAttention(std::int64_t num_heads, std::int64_t key_dim, const Config& options = {});
+  /// From a whole config, with the keys of MultiHeadAttentionLayer(const Config&).
   explicit MultiHeadAttention(const Config& config) : LayerHandle(std::make_shared<MultiHeadAttentionLayer>(config)) {}
 
   /// The TF2 form: [query, key, value] (or [query, value]).
@@ -72,6 +104,7 @@ class MultiHeadAttention : public LayerHandle<MultiHeadAttentionLayer> {
   Outputs operator()(const Tensor& query, const Tensor& value, const CallArgs& args = {}) const {
     return (*layer_)(std::vector<Tensor>{query, value}, args);
   }
+  /// Keras's call order with a key of its own: (query, value, key).
   Outputs operator()(const Tensor& query, const Tensor& value, const Tensor& key, const CallArgs& args = {}) const {
     return (*layer_)(std::vector<Tensor>{query, value, key}, args);
   }

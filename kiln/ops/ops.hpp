@@ -13,31 +13,47 @@ class Array;
 
 namespace kiln::ops {
 
+/// The axes of a reduction or a squeeze; negative ones count from the end.
 using Axes = std::vector<std::int64_t>;
 
 // ---- constants -----------------------------------------------------------------------------------
+/// A constant node of `value`'s shape and dtype, holding it. ValueError for an empty Array.
 Tensor constant(Graph& graph, const Array& value, const std::string& name = "constant");
 Tensor scalar_like(const Tensor& like, double value);  ///< a () constant of like's dtype
 /// A (query_length, key_length) constant: 1 where query i may attend key j, i.e. j <= i (Keras's
 /// top-left aligned causal mask), 0 elsewhere.
 Tensor causal_mask(Graph& graph, std::int64_t query_length, std::int64_t key_length, DType dtype);
 Tensor zeros_like(const Tensor& like);  ///< computed from like's runtime shape
+/// 1 everywhere, of like's dtype; computed from like's runtime shape, as zeros_like.
 Tensor ones_like(const Tensor& like);
 
 // ---- elementwise, NumPy broadcasting -------------------------------------------------------------
+/// a + b, elementwise. The shapes broadcast as NumPy's; ShapeError when they cannot, DTypeError when the
+/// dtypes differ (as for every op of two or more tensors).
 Tensor add(const Tensor& a, const Tensor& b);
+/// a − b, elementwise, broadcast as add.
 Tensor sub(const Tensor& a, const Tensor& b);
+/// a · b, elementwise, broadcast as add.
 Tensor mul(const Tensor& a, const Tensor& b);
+/// a / b, elementwise, broadcast as add. Division by 0 gives ±inf or NaN, as IEEE says.
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& base, const Tensor& exponent);  ///< base > 0 where the exponent is not an integer
+/// The larger of a and b, elementwise, broadcast as add. A NaN on either side gives NaN, as NumPy's maximum
+/// does. Ties send the whole gradient to `a`.
 Tensor maximum(const Tensor& a, const Tensor& b);
+/// The smaller of a and b, elementwise, broadcast as add. A NaN on either side gives NaN; ties send the whole
+/// gradient to `a`.
 Tensor minimum(const Tensor& a, const Tensor& b);
-/// Ties in maximum/minimum send the whole gradient to `a`.
-/// Comparisons give 1 where true and 0 elsewhere, in the inputs' dtype; no gradient flows through them.
+/// 1 where a > b and 0 elsewhere, in the inputs' dtype, broadcast as add. As for every comparison, no
+/// gradient flows through it.
 Tensor greater(const Tensor& a, const Tensor& b);
+/// 1 where a >= b and 0 elsewhere, as greater.
 Tensor greater_equal(const Tensor& a, const Tensor& b);
+/// 1 where a < b and 0 elsewhere, as greater.
 Tensor less(const Tensor& a, const Tensor& b);
+/// 1 where a <= b and 0 elsewhere, as greater.
 Tensor less_equal(const Tensor& a, const Tensor& b);
+/// 1 where a == b and 0 elsewhere, as greater (a NaN equals nothing, itself included).
 Tensor equal(const Tensor& a, const Tensor& b);
 
 Tensor scale(const Tensor& x, double factor);         ///< x * factor
@@ -45,38 +61,58 @@ Tensor add_scalar(const Tensor& x, double value);     ///< x + value
 Tensor pow_scalar(const Tensor& x, double exponent);  ///< x ** exponent
 
 // ---- elementwise, one input ----------------------------------------------------------------------
+/// −x.
 Tensor neg(const Tensor& x);
+/// eˣ.
 Tensor exp(const Tensor& x);
+/// The natural logarithm: −inf at 0 and NaN below.
 Tensor log(const Tensor& x);
+/// √x: NaN below 0.
 Tensor sqrt(const Tensor& x);
+/// 1 / √x, in one op.
 Tensor rsqrt(const Tensor& x);
+/// x².
 Tensor square(const Tensor& x);
+/// |x|. Its gradient is sign(x): 0 at 0.
 Tensor abs(const Tensor& x);
+/// The hyperbolic tangent.
 Tensor tanh(const Tensor& x);
+/// 1 / (1 + e⁻ˣ): exactly 0, never NaN, for very negative x.
 Tensor sigmoid(const Tensor& x);
+/// max(x, 0). A NaN stays NaN, so broken data shows in the loss instead of vanishing.
 Tensor relu(const Tensor& x);
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.2);  ///< Keras's default slope
+/// x where x > 0, else alpha·(eˣ − 1); alpha 1.0 is Keras's default.
 Tensor elu(const Tensor& x, double alpha = 1.0);
 Tensor gelu(const Tensor& x, bool approximate = true);  ///< approximate: tanh form (Keras default)
 Tensor swish(const Tensor& x);                          ///< x * sigmoid(x), a.k.a. silu
+/// swish under its other name.
 inline Tensor silu(const Tensor& x) { return swish(x); }
+/// log(1 + eˣ), computed so that it neither overflows for large x nor loses the tail for very negative x.
 Tensor softplus(const Tensor& x);
 /// By Keras name: "linear"/"" (identity), "relu", "sigmoid", "tanh", "softmax", "swish"/"silu", "gelu",
 /// "elu", "softplus", "leaky_relu", "exponential", "log_softmax". Throws ConfigError on others.
 Tensor activation(const Tensor& x, const std::string& name);
+/// The names activation() takes, in a fixed order ("" is taken too, as "linear").
 const std::vector<std::string>& activation_names();
 /// Throws ConfigError naming `who` and the nearest valid name unless `name` is a known activation.
 void check_activation(const std::string& name, const std::string& who);
 
 // ---- softmax ------------------------------------------------------------------------------------
+/// exp(x) / sum(exp(x)) along `axis` (negative counts from the end), shifted by the maximum so that large
+/// logits do not overflow. ShapeError for an axis out of range.
 Tensor softmax(const Tensor& x, int axis = -1);
+/// (x − max) − log(sum(exp(x − max))) along `axis`: finite where log(softmax(x)) would be −inf. ShapeError
+/// for an axis out of range.
 Tensor log_softmax(const Tensor& x, int axis = -1);
 
 // ---- reductions -----------------------------------------------------------------------------------
 /// Empty axes: reduce over every axis. Negative axes count from the end.
 Tensor sum(const Tensor& x, const Axes& axes = {}, bool keepdims = false);
+/// The mean over `axes` (empty: every axis; negative ones count from the end).
 Tensor mean(const Tensor& x, const Axes& axes = {}, bool keepdims = false);
 Tensor max(const Tensor& x, const Axes& axes = {}, bool keepdims = false);  ///< ties share the gradient
+/// The minimum over `axes`, read as sum's. A NaN among the values gives NaN; ties share the gradient.
 Tensor min(const Tensor& x, const Axes& axes = {}, bool keepdims = false);
 /// Sums x down to `shape` over the axes that broadcasting expanded (autodiff's reduction).
 Tensor sum_to(const Tensor& x, const Shape& shape);
@@ -103,14 +139,25 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
 /// One dimension may be -1 (inferred). Keeps the batch dimension unknown when it is.
 Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape);
 Tensor transpose(const Tensor& x, const std::vector<std::int64_t>& perm = {});  ///< default: reverse axes
+/// transpose under its other name.
 inline Tensor permute(const Tensor& x, const std::vector<std::int64_t>& perm) { return transpose(x, perm); }
+/// The tensors joined along `axis` (negative counts from the end). They share their rank and every dimension
+/// off the axis, and the axis is not the unknown batch axis: ShapeError otherwise, ValueError for no tensors.
 Tensor concat(const std::vector<Tensor>& xs, int axis = -1);
+/// `num_splits` equal, consecutive parts along `axis`. ShapeError when the axis is unknown (the batch) or
+/// does not divide evenly.
 std::vector<Tensor> split(const Tensor& x, int num_splits, int axis = -1);
+/// Consecutive parts of these sizes along `axis`, each a slice. The sizes must sum to the axis's extent,
+/// which must be known: ShapeError otherwise.
 std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes, int axis = -1);
 /// begin/size per axis; size -1 means "to the end".
 Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin, const std::vector<std::int64_t>& size);
+/// x repeated along its size-1 axes and new leading ones up to `shape`, as NumPy's broadcast_to. An unknown
+/// (-1) dimension of `shape` keeps x's, which is how the batch passes. ShapeError when x cannot stretch to it.
 Tensor broadcast_to(const Tensor& x, const Shape& shape);
 Tensor squeeze(const Tensor& x, const Axes& axes = {});  ///< empty: every axis of size 1
+/// x with a new axis of size 1 at `axis`, counted in the output's axes: -1 appends one. ShapeError out of
+/// range.
 Tensor expand_dims(const Tensor& x, int axis);
 
 // ---- selection -----------------------------------------------------------------------------------
@@ -133,11 +180,22 @@ Tensor dropout(const Tensor& x, double rate, std::uint64_t seed, bool training =
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double epsilon = 1e-3);
 
 // ---- losses (mean over every element but the last axis's reduction, like Keras) ---------------------
-/// Each returns a scalar: the mean over the batch of the per-sample loss.
+/// (y_pred − y_true)² averaged over every element. Each loss here returns a scalar: the mean over the batch
+/// of the per-sample loss. y_true and y_pred must have the same shape (ShapeError); kiln::Loss matches their
+/// ranks first, as Keras does.
 Tensor mean_squared_error(const Tensor& y_true, const Tensor& y_pred);
+/// |y_pred − y_true| averaged over every element, with mean_squared_error's shape rule.
 Tensor mean_absolute_error(const Tensor& y_true, const Tensor& y_pred);
+/// Per element, with e = y_pred − y_true: e²/2 where |e| <= delta, else delta·(|e| − delta/2); averaged over
+/// every element, with mean_squared_error's shape rule. delta 1.0 is Keras's default.
 Tensor huber(const Tensor& y_true, const Tensor& y_pred, double delta = 1.0);
+/// −(t·log p + (1 − t)·log(1 − p)) averaged over every element (shapes as mean_squared_error). p is clipped to
+/// [1e-7, 1 − 1e-7] (Keras's epsilon) and the gradient is 0 where it was; from_logits reads y_pred as logits,
+/// computed without overflow.
 Tensor binary_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool from_logits = false);
+/// −Σ t·log q over the last axis, averaged over the rows. q is y_pred divided by its row sum and clipped to
+/// [1e-7, 1 − 1e-7], as Keras does; from_logits reads y_pred as logits (log_softmax). y_true is one-hot (or
+/// probabilities) of y_pred's shape.
 Tensor categorical_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool from_logits = false);
 /// y_true holds class indices (shape of y_pred without its last axis).
 Tensor sparse_categorical_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool from_logits = false);
@@ -147,12 +205,20 @@ Tensor sparse_categorical_crossentropy(const Tensor& y_true, const Tensor& y_pre
 namespace kiln {
 /// Arithmetic on symbolic tensors reads like the math.
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return ops::add(a, b); }
+/// ops::sub.
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return ops::sub(a, b); }
+/// ops::mul.
 inline Tensor operator*(const Tensor& a, const Tensor& b) { return ops::mul(a, b); }
+/// ops::div.
 inline Tensor operator/(const Tensor& a, const Tensor& b) { return ops::div(a, b); }
+/// ops::neg.
 inline Tensor operator-(const Tensor& x) { return ops::neg(x); }
+/// ops::scale: one node, no constant for the factor.
 inline Tensor operator*(const Tensor& x, double factor) { return ops::scale(x, factor); }
+/// ops::scale, as x * factor.
 inline Tensor operator*(double factor, const Tensor& x) { return ops::scale(x, factor); }
+/// ops::add_scalar: one node, no constant for the value.
 inline Tensor operator+(const Tensor& x, double value) { return ops::add_scalar(x, value); }
+/// ops::add_scalar of −value.
 inline Tensor operator-(const Tensor& x, double value) { return ops::add_scalar(x, -value); }
 }  // namespace kiln

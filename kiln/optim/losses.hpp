@@ -37,9 +37,11 @@ enum class TargetForm { elementwise, one_hot, class_indices, any };
 ///       }, {}});
 ///   model.compile("adam", "acme>Cubic");   // or "Cubic", "cubic"
 struct LossClass {
+  /// The loss of a batch: a () tensor from the targets, the predictions and every argument.
   using Compute = std::function<Tensor(const Tensor& y_true, const Tensor& y_pred, const Config& arguments)>;
   std::string default_name;  ///< Keras's `name` default: "mean_squared_error"
   Config arguments;          ///< its own arguments (besides name and reduction) with their defaults, in order
+  /// How y_true must meet y_pred: Loss::check enforces it, and so does every call.
   TargetForm targets = TargetForm::elementwise;
   Compute compute;  ///< the batch mean of the per-sample loss, a () tensor; `arguments` holds every argument
   /// Checks of given arguments beyond their types: a message ("delta must be > 0, got -1") or "".
@@ -50,8 +52,11 @@ struct LossClass {
 /// aliases a class registers ("mse") find it too (core/registry.hpp).
 Registry<LossClass>& loss_registry();
 
+/// A loss as compile() takes it: a registered loss class with its arguments and Keras's name, or a C++
+/// function of your own. Copyable; it builds graph nodes only when called.
 class Loss {
  public:
+  /// A loss of your own: the batch mean as a () tensor, from the targets and the predictions.
   using Function = std::function<Tensor(const Tensor& y_true, const Tensor& y_pred)>;
 
   /// A registered name: "mse"/"mean_squared_error"/"MeanSquaredError", "mae"/..., "huber"/"Huber",

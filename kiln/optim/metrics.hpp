@@ -36,9 +36,11 @@ namespace kiln {
 ///       }});
 ///   model.compile("adam", "mse", {"within_tenth"});
 struct MetricClass {
+  /// The metric of a batch: a () tensor from the targets, the predictions and every argument.
   using Compute = std::function<Tensor(const Tensor& y_true, const Tensor& y_pred, const Config& arguments)>;
   std::string default_name;  ///< "binary_accuracy"
   Config arguments;          ///< its own arguments (besides name and dtype) with their defaults: {"threshold": 0.5}
+  /// How y_true must meet y_pred: Metric::check enforces it, and so does every call.
   TargetForm targets = TargetForm::elementwise;
   Compute compute;  ///< the batch mean, a () tensor; `arguments` holds every argument
 };
@@ -47,6 +49,8 @@ struct MetricClass {
 /// aliases ("mae") find it too. "accuracy" and "acc" are not classes: Metric resolves them from the shapes.
 Registry<MetricClass>& metric_registry();
 
+/// A metric as compile() takes it: a registered metric class with its arguments and its log key, or
+/// "accuracy" waiting to be resolved from the shapes it meets. Copyable; it builds graph nodes only when called.
 class Metric {
  public:
   /// "accuracy"/"acc", "binary_accuracy"/"BinaryAccuracy", "categorical_accuracy"/"CategoricalAccuracy",
@@ -70,6 +74,7 @@ class Metric {
   const std::string& name() const { return name_; }  ///< the log key: as given ("acc", "mae"), or the config's
   /// "BinaryAccuracy", ...; empty for "accuracy" until resolved.
   const std::string& class_name() const { return class_name_; }
+  /// False only for "accuracy"/"acc" before resolve(): which accuracy it is depends on the shapes.
   bool resolved() const { return metric_class_ != nullptr; }
   double threshold() const;   ///< binary accuracy: a prediction > threshold is class 1
   Config get_config() const;  ///< {"name": ..., "dtype": null (, "threshold": ...)}; ValueError before resolve()

@@ -18,8 +18,12 @@
 namespace kiln {
 
 class LearningRateSchedule;
+/// Schedules are immutable once made, so several optimizers may share one.
 using SchedulePtr = std::shared_ptr<const LearningRateSchedule>;
 
+/// The base of every learning-rate schedule: a pure function of the step count, with a Keras-shaped config.
+/// A schedule of your own implements operator() and get_config(), has a constructor from its Config, and is
+/// registered with KILN_REGISTER_SCHEDULE, so that an optimizer using it saves and loads by config.
 class LearningRateSchedule {
  public:
   virtual ~LearningRateSchedule() = default;
@@ -40,6 +44,7 @@ class LearningRateSchedule {
   static SchedulePtr from_config(const Config& serialized);
 
  protected:
+  /// `class_name` is what serialize() writes and messages name: "ExponentialDecay".
   explicit LearningRateSchedule(std::string class_name) : class_name_(std::move(class_name)) {}
 
  private:
@@ -49,8 +54,13 @@ class LearningRateSchedule {
 /// initial_learning_rate * decay_rate ^ (step / decay_steps); with staircase the exponent is floored.
 class ExponentialDecay final : public LearningRateSchedule {
  public:
+  /// initial_learning_rate is the rate at step 0; every decay_steps steps (> 0, else ConfigError) multiply it
+  /// by decay_rate, smoothly, or at once at each multiple of decay_steps with staircase. `name` is kept for
+  /// the config.
   ExponentialDecay(double initial_learning_rate, std::int64_t decay_steps, double decay_rate, bool staircase = false,
                    std::string name = "ExponentialDecay");
+  /// From Keras's config: initial_learning_rate, decay_steps and decay_rate are required. ConfigError for a
+  /// missing, unknown or ill-typed argument.
   explicit ExponentialDecay(const Config& config);
   double operator()(std::int64_t step) const override;
   Config get_config() const override;
@@ -69,8 +79,12 @@ class ExponentialDecay final : public LearningRateSchedule {
 /// values.back() after the last boundary.
 class PiecewiseConstantDecay final : public LearningRateSchedule {
  public:
+  /// `boundaries` are step counts in strictly increasing order; `values` has one entry more. ConfigError
+  /// otherwise. `name` (Keras's default "PiecewiseConstant") is kept for the config.
   PiecewiseConstantDecay(std::vector<double> boundaries, std::vector<double> values,
                          std::string name = "PiecewiseConstant");
+  /// From Keras's config: boundaries and values are required. ConfigError for a missing, unknown or
+  /// ill-typed argument.
   explicit PiecewiseConstantDecay(const Config& config);
   double operator()(std::int64_t step) const override;
   Config get_config() const override;
@@ -87,11 +101,16 @@ class PiecewiseConstantDecay final : public LearningRateSchedule {
 /// decay over decay_steps from warmup_target (or initial_learning_rate without warmup) down to alpha times it.
 class CosineDecay final : public LearningRateSchedule {
  public:
+  /// No warmup: from initial_learning_rate down to alpha·initial_learning_rate over decay_steps (> 0, else
+  /// ConfigError), and flat after. `name` is kept for the config.
   CosineDecay(double initial_learning_rate, std::int64_t decay_steps, double alpha = 0.0,
               std::string name = "CosineDecay");
   /// With warmup: warmup_steps steps from initial_learning_rate up to warmup_target.
   CosineDecay(double initial_learning_rate, std::int64_t decay_steps, double alpha, std::string name,
               double warmup_target, std::int64_t warmup_steps);
+  /// From Keras's config: initial_learning_rate and decay_steps are required; alpha (0.0), name, warmup_target
+  /// (null: no warmup) and warmup_steps (0, >= 0) are optional. ConfigError for a missing, unknown or ill-typed
+  /// argument.
   explicit CosineDecay(const Config& config);
   double operator()(std::int64_t step) const override;
   Config get_config() const override;
@@ -113,8 +132,8 @@ class CosineDecay final : public LearningRateSchedule {
 
 /// A registered schedule class: how to make one from its config, and its C++ type (for serialize).
 struct ScheduleClass {
-  std::type_index type;
-  std::function<SchedulePtr(const Config&)> create;
+  std::type_index type;                              ///< the C++ class, by which serialize() finds a schedule's key
+  std::function<SchedulePtr(const Config&)> create;  ///< makes one from its "config"; from_config calls it
 };
 
 /// Every schedule class by key ("kiln>CosineDecay"; "CosineDecay" finds it too: core/registry.hpp).
@@ -123,9 +142,9 @@ Registry<ScheduleClass>& schedule_registry();
 namespace detail {
 template <class S>
 bool register_schedule(const std::string& key) {
-  return schedule_registry().add(key, ScheduleClass{std::type_index(typeid(S)), [](const Config& config) -> SchedulePtr {
-                                                      return std::make_shared<S>(config);
-                                                    }});
+  return schedule_registry().add(
+      key, ScheduleClass{std::type_index(typeid(S)),
+                         [](const Config& config) -> SchedulePtr { return std::make_shared<S>(config); }});
 }
 }  // namespace detail
 

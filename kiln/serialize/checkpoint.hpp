@@ -50,6 +50,7 @@ namespace kiln {
 
 /// A field's value: an integer ({epoch}, {batch}) or a number (a log value).
 using FieldValue = std::variant<std::int64_t, double>;
+/// What a pattern's fields are filled from, by field name: {"epoch": 3, "val_loss": 0.4988}.
 using FieldValues = std::map<std::string, FieldValue>;
 
 namespace detail {
@@ -74,9 +75,10 @@ struct FormatPiece {
 /// unclosed '{', a single '}', an empty or nested field, a conversion ("{loss!r}"), an unknown type, ...
 class FormatPattern {
  public:
+  /// Parses `pattern` once, so that a malformed one fails where it is given, not at the first save.
   explicit FormatPattern(std::string pattern);
 
-  const std::string& pattern() const { return pattern_; }
+  const std::string& pattern() const { return pattern_; }  ///< as given, braces still escaped
   /// The names of the fields, in order of appearance (repeats included).
   std::vector<std::string> fields() const;
   /// Checks that `name` may be formatted as an integer (or as a number, when !integer), without a value:
@@ -100,11 +102,15 @@ std::string format_field(const FieldValue& value, const std::string& spec);
 
 // ---- the callback -----------------------------------------------------------------------------------------
 
+/// Keras 3's ModelCheckpoint callback: saves the model (or only its weights) at the end of every epoch or
+/// every save_freq batches, to a file name that may hold the epoch and log values, and with save_best_only
+/// only when the monitored value improves.
 class ModelCheckpoint : public ReportingCallback {
  public:
   /// "epoch", or a number of batches: save after every that many batches, counted across epochs.
   using SaveFreq = std::variant<std::string, std::int64_t>;
 
+  /// Keras's arguments, by its names and with its defaults.
   struct Options {
     /// Where to save, with format fields: {epoch} (1-based, as Keras writes it), {batch} (1-based within
     /// the epoch; only with an integer save_freq), and any log key ({loss}, {val_loss:.4f}, {mae:.3e}).
@@ -112,6 +118,9 @@ class ModelCheckpoint : public ReportingCallback {
     /// keys there are) at the first save point, the end of the first epoch. A missing folder is created,
     /// as Keras does.
     std::string filepath;
+    /// The log key that save_best_only compares: "val_loss", "loss", "val_accuracy", ... With save_best_only,
+    /// a save point whose logs lack it saves nothing (warning once, as Keras does). A non-finite value of it
+    /// saves nothing either.
     std::string monitor = "val_loss";
     /// 1 prints Keras's message at each save point ("Epoch 3: val_loss improved from 0.51234 to 0.49876,
     /// saving model to best.kiln") to std::cout unless redirected; like Keras's, each message starts with
@@ -135,15 +144,25 @@ class ModelCheckpoint : public ReportingCallback {
   /// fit its field ({epoch:.2e} is fine, {loss:d} is not), a save_freq other than "epoch" or a positive
   /// integer, an unknown mode, or (with save_best_only) an "auto" monitor whose direction is unknown.
   explicit ModelCheckpoint(Options options);
+  /// Every other option at its default: saves after every epoch, or with save_best_only at each new low of
+  /// val_loss.
+  /// Throws as the constructor from Options does.
   explicit ModelCheckpoint(std::string filepath, bool save_best_only = false);
 
   /// Needs state.model (ValueError before the first epoch otherwise).
   void on_train_begin(TrainingState& state) override;
+  /// Notes the epoch, which names the saves made after batches.
   void on_epoch_begin(TrainingState& state, int epoch) override;
+  /// With save_freq "epoch": a save point. ConfigError when the logs lack a field of filepath,
+  /// SerializationError when the file cannot be written.
   void on_epoch_end(TrainingState& state, int epoch, Logs& logs) override;
+  /// With an integer save_freq: a save point after every save_freq batches, counted across epochs. Throws
+  /// as on_epoch_end does.
   void on_batch_end(TrainingState& state, std::int64_t batch, const Logs& logs) override;
 
-  const Options& options() const { return options_; }
+  const Options& options() const { return options_; }  ///< as given
+  /// The direction `monitor` improves in: `mode` as given, or inferred from the name for "auto" (min when
+  /// the name tells nothing and save_best_only is off, since nothing then compares it).
   MonitorMode monitor_mode() const { return mode_; }
   /// The best monitored value so far (the threshold, or +-inf, before a save_best_only save).
   double best() const { return best_; }

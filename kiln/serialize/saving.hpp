@@ -25,42 +25,59 @@
 
 namespace kiln {
 
+/// How load_model rebuilds a model.
 struct LoadOptions {
   /// Compile the model as it was saved (optimizer with its state, losses, metrics) when the file says how.
   /// A model compiled with a loss made from a C++ function is reloaded uncompiled: compile it again.
   bool compile = true;
 };
 
+/// Saves the whole model to `path`, atomically: its config and weights and, when it is compiled, its
+/// compile_config, the optimizer's state and the epochs trained. LayerStateError when the model is not built,
+/// ValueError when two weights share a path, ConfigError when a layer's or the optimizer's class is not
+/// registered, SerializationError when the file cannot be written (the previous file then stays whole).
 void save_model(const ModelBase& model, const std::string& path);
+/// Rebuilds a model that save_model wrote, with its weights; compiled, with the optimizer's state and the
+/// epochs trained, when the file says how and options.compile is set, so that fit() resumes where it
+/// stopped. SerializationError naming the file and the section for anything wrong with the file: damage,
+/// truncation, a foreign format, a config that is no model, weights that do not fit it.
 Model load_model(const std::string& path, const LoadOptions& options = {});
 
 /// Weights only. Loading matches them by path ("dense/kernel") and checks every shape before assigning
-/// any, so on a mismatch (ValueError naming the weight and both shapes) the model is left unchanged.
+/// any, so on a mismatch (ShapeError naming the weight and both shapes) the model is left unchanged.
+/// Saving is atomic, as save_model's; LayerStateError when the model is not built.
 void save_weights(const ModelBase& model, const std::string& path);
+/// Assigns the weights a file holds (one written by save_weights or save_model) to a built model, each
+/// converted to its weight's dtype. ValueError for a weight the file lacks or one the model lacks, ShapeError
+/// for a shape that differs; then nothing is assigned. LayerStateError when the model is not built,
+/// SerializationError for a damaged or foreign file.
 void load_weights(ModelBase& model, const std::string& path);
 
 /// The model's architecture as Keras writes it: {"class_name", "config", "registered_name", "build_config"}.
 Config model_config(const ModelBase& model);
+/// model_config as JSON text: `indent` spaces per level (0: one line, at most 16, else ValueError).
 std::string model_to_json(const ModelBase& model, int indent = 2);
 /// A new model from model_to_json's text (or a Config of that shape): every layer built at once from its
 /// build_config, with fresh weights. ConfigError naming an unknown class and the registered names nearest it.
 Model model_from_config(const Config& config);
+/// model_from_config of JSON text; SerializationError for malformed JSON.
 Model model_from_json(const std::string& json);
 
 /// What `kiln verify` reports: the frame of a kiln file, every checksum checked.
 struct FileSection {
-  std::string tag;   ///< "CONF"
-  std::string name;  ///< "config"
-  std::uint64_t offset = 0;
-  std::uint64_t length = 0;
-  std::uint32_t crc32 = 0;
+  std::string tag;           ///< "CONF"
+  std::string name;          ///< "config"
+  std::uint64_t offset = 0;  ///< of the payload, in bytes from the start of the file
+  std::uint64_t length = 0;  ///< of the payload, in bytes
+  std::uint32_t crc32 = 0;   ///< as stored, and matched: of the tag, the length and the payload
 };
+/// What verify_file found in a kiln file that passed every check.
 struct FileInfo {
-  std::uint64_t size = 0;
-  std::uint32_t format_version = 0;
-  std::vector<FileSection> sections;
-  std::vector<std::string> weights;  ///< "dense/kernel (4, 8) float32"
-  Config metadata;                   ///< kiln version, save date, epochs trained
+  std::uint64_t size = 0;             ///< of the file, in bytes
+  std::uint32_t format_version = 0;   ///< of the file's frame (serialize/detail/container.hpp)
+  std::vector<FileSection> sections;  ///< in file order
+  std::vector<std::string> weights;   ///< "dense/kernel (4, 8) float32"
+  Config metadata;                    ///< kiln version, save date, epochs trained
 };
 /// Checks the whole file (frame, checksums, the config's JSON, every weight record) without building the
 /// model. SerializationError on the first problem.

@@ -31,26 +31,42 @@ class Optimizer;
 class Logs : public std::map<std::string, double> {
  public:
   using std::map<std::string, double>::map;
+  /// The value of `key`; KeyError naming the keys there are when it is missing.
   double& at(const std::string& key);
+  /// The value of `key`; KeyError naming the keys there are when it is missing.
   const double& at(const std::string& key) const;
   std::string keys() const;  ///< "loss, mae, val_loss"
 };
 
 /// What callbacks may look at and change while fit() runs.
 struct TrainingState {
+  /// The model fit() trains. A callback that needs it (EarlyStopping with restore_best_weights) throws
+  /// ValueError in on_train_begin when it is null, as it is when code drives a callback by hand.
   ModelBase* model = nullptr;
+  /// The optimizer compile() was given. ReduceLROnPlateau sets its learning rate, and throws ValueError in
+  /// on_train_begin when it is null.
   Optimizer* optimizer = nullptr;
   int epochs = 0;  ///< planned
+  /// Batches per epoch: the training rows (after any validation_split) over batch_size, rounded up.
   std::int64_t steps_per_epoch = 0;
   bool stop_training = false;  ///< set to end fit() after the current epoch (or batch)
+  /// FitOptions::verbose: 0 silent, 1 a live bar, 2 one line per epoch.
   std::int64_t verbose = 1;
 };
 
+/// Code that fit() calls at the edges of training, epochs and batches; override the hooks you need, the
+/// others do nothing. Epochs count from 0 (a run resumed with FitOptions::initial_epoch(e) starts at e),
+/// batches from 0 in each epoch.
 class Callback {
  public:
   virtual ~Callback() = default;
+  /// Once, after fit() has checked its data and options and before the first epoch: the place to check
+  /// what the callback needs (state.model, state.optimizer) rather than fail hours in.
   virtual void on_train_begin(TrainingState&) {}
+  /// Once, after the last epoch run, also after an early stop; `logs` are the last epoch's (empty when no
+  /// epoch ran). Not called when a callback or a step throws.
   virtual void on_train_end(TrainingState&, const Logs&) {}
+  /// Before the epoch's first batch.
   virtual void on_epoch_begin(TrainingState&, int /*epoch*/) {}
   /// Runs for every callback before any callback's on_epoch_end: a callback that reports a value adds it to
   /// the epoch's logs here (ReduceLROnPlateau writes "learning_rate"), so that every callback sees it in
@@ -58,9 +74,12 @@ class Callback {
   virtual void on_epoch_logs(TrainingState&, int /*epoch*/, Logs& /*logs*/) {}
   /// `logs` holds the epoch's means, the validation values and what on_epoch_logs added.
   virtual void on_epoch_end(TrainingState&, int /*epoch*/, Logs& /*logs*/) {}
+  /// After each training step; `logs` hold the epoch's running means so far ("loss", the metrics), not the
+  /// batch's own values, as in Keras 3.
   virtual void on_batch_end(TrainingState&, std::int64_t /*batch*/, const Logs& /*logs*/) {}
 };
 
+/// How FitOptions holds callbacks: shared, so the caller can still read one's state after fit() returns.
 using CallbackPtr = std::shared_ptr<Callback>;
 
 // ---- built-in callbacks (Keras 3's, with its argument names and defaults) ---------------------------------
@@ -71,6 +90,7 @@ using CallbackPtr = std::shared_ptr<Callback>;
 //   fit_options.callback(std::make_shared<kiln::EarlyStopping>(stop));
 
 /// Which way a monitored quantity improves.
+/// min: lower is better (losses, errors); max: higher is better (accuracies, scores).
 enum class MonitorMode { min, max };
 
 /// Keras's mode argument: "min", "max", or "auto", which infers the direction from the name without its
@@ -83,13 +103,17 @@ MonitorMode resolve_monitor_mode(const std::string& who, const std::string& moni
 /// (tests capture them in a std::ostringstream).
 class ReportingCallback : public Callback {
  public:
+  /// Sends verbose messages to `messages` and warnings to `warnings` from now on. The callback keeps
+  /// pointers: both streams must outlive its use.
   void redirect(std::ostream& messages, std::ostream& warnings) {
     messages_ = &messages;
     warnings_ = &warnings;
   }
 
  protected:
+  /// Where verbose messages go: the stream given to redirect(), else std::cout.
   std::ostream& messages() const;
+  /// Where warnings go: the stream given to redirect(), else std::cerr.
   std::ostream& warnings() const;
 
  private:
@@ -102,31 +126,48 @@ class ReportingCallback : public Callback {
 /// early stop happened (as Keras 3 does); that needs state.model.
 class EarlyStopping : public ReportingCallback {
  public:
+  /// EarlyStopping's arguments, with Keras's names and defaults.
   struct Options {
+    /// The logs key watched at each epoch's end (default "val_loss", which needs validation data). An epoch
+    /// whose logs lack it prints a warning listing the keys there are, and does not count.
     std::string monitor = "val_loss";
     double min_delta = 0.0;  ///< an improvement must beat the best by more than |min_delta|
+    /// Epochs without improvement after which training stops (default 0). 0 and 1 both stop at the first
+    /// epoch that does not improve; the first monitored epoch always counts as the best so far.
     int patience = 0;
+    /// 1 or more prints "Epoch N: early stopping" and, when it restores, the best epoch (default 0: silent).
     int verbose = 0;
+    /// "min", "max" or "auto" (default), which infers the direction from `monitor` (see resolve_monitor_mode).
     std::string mode = "auto";
     /// Epochs that do not beat the baseline do not reset the patience count.
     std::optional<double> baseline;
+    /// At the end of training, set the model's weights to those of the best monitored epoch (default false).
+    /// Needs state.model: on_train_begin throws ValueError without it.
     bool restore_best_weights = false;
     int start_from_epoch = 0;  ///< epochs before this one are not monitored (warm-up)
   };
 
-  /// Throws ConfigError for an unknown mode, or an "auto" monitor whose direction cannot be inferred.
+  /// With Keras's defaults (see Options): watches "val_loss" and stops at its first epoch without improvement.
   EarlyStopping();
+  /// Throws ConfigError for an unknown mode, or an "auto" monitor whose direction cannot be inferred.
   explicit EarlyStopping(Options options);
 
+  /// Resets the count, the best value and the saved weights, so one instance can serve several fit()
+  /// calls. Throws ValueError when restore_best_weights is set and state.model is null.
   void on_train_begin(TrainingState& state) override;
   void on_epoch_end(TrainingState& state, int epoch, Logs& logs) override;
+  /// Prints the stop (verbose) and, with restore_best_weights, gives the model its best epoch's weights.
   void on_train_end(TrainingState& state, const Logs& logs) override;
 
+  /// The options it was made with.
   const Options& options() const { return options_; }
+  /// The direction `mode` resolved to.
   MonitorMode monitor_mode() const { return mode_; }
   int stopped_epoch() const { return stopped_epoch_; }  ///< 0 until a stop (Keras's convention)
   std::optional<double> best() const { return best_; }  ///< none until a monitored epoch
+  /// The epoch of best(), counted from 0; 0 until a monitored epoch.
   int best_epoch() const { return best_epoch_; }
+  /// Monitored epochs counted towards patience since the count was last reset.
   int wait() const { return wait_; }
 
  private:
@@ -148,29 +189,45 @@ class EarlyStopping : public ReportingCallback {
 /// rate (not a schedule).
 class ReduceLROnPlateau : public ReportingCallback {
  public:
+  /// ReduceLROnPlateau's arguments, with Keras's names and defaults.
   struct Options {
+    /// The logs key watched at each epoch's end (default "val_loss", which needs validation data). An epoch
+    /// whose logs lack it prints a warning listing the keys there are, and does not count.
     std::string monitor = "val_loss";
     double factor = 0.1;  ///< new_lr = lr * factor; must be < 1
+    /// Epochs without improvement after which the learning rate is reduced (default 10).
     int patience = 10;
+    /// 1 or more prints "Epoch N: ReduceLROnPlateau reducing learning rate to ..." (default 0: silent).
     int verbose = 0;
+    /// "min", "max" or "auto" (default), which infers the direction from `monitor` (see resolve_monitor_mode).
     std::string mode = "auto";
     double min_delta = 1e-4;  ///< min mode: an improvement is below best - min_delta
+    /// Epochs after a reduction that do not count towards patience (default 0).
     int cooldown = 0;
+    /// The floor of the learning rate (default 0): a reduction stops there, and a rate at it is left alone.
     double min_lr = 0.0;
   };
 
-  /// Throws ConfigError for factor >= 1, an unknown mode, or an "auto" monitor of unknown direction.
+  /// With Keras's defaults (see Options): multiplies the rate by 0.1 after 10 epochs without improvement.
   ReduceLROnPlateau();
+  /// Throws ConfigError for factor >= 1, an unknown mode, or an "auto" monitor of unknown direction.
   explicit ReduceLROnPlateau(Options options);
 
+  /// Resets the best value, the count and the cooldown. Throws ValueError when state.optimizer is null or a
+  /// learning-rate schedule drives it.
   void on_train_begin(TrainingState& state) override;
   void on_epoch_logs(TrainingState& state, int epoch, Logs& logs) override;
   void on_epoch_end(TrainingState& state, int epoch, Logs& logs) override;
 
+  /// The options it was made with.
   const Options& options() const { return options_; }
+  /// The direction `mode` resolved to.
   MonitorMode monitor_mode() const { return mode_; }
+  /// The best monitored value so far: infinity in min mode (-infinity in max mode) before the first.
   double best() const { return best_; }
+  /// Epochs counted towards patience since the last improvement or reduction.
   int wait() const { return wait_; }
+  /// Cooldown epochs left; 0 when not cooling down.
   int cooldown_counter() const { return cooldown_counter_; }
 
  private:
@@ -190,22 +247,33 @@ class ReduceLROnPlateau : public ReportingCallback {
 /// from a later epoch is written NA; values round-trip exactly (shortest form that reads back the same).
 class CSVLogger : public Callback {
  public:
+  /// CSVLogger's arguments besides the file name, with Keras's names and defaults.
   struct Options {
+    /// Between fields (default ','). A key holding it, a quote or a line break is written quoted.
     char separator = ',';
     bool append = false;  ///< keep an existing file's rows (and its header, if it has one)
   };
 
+  /// Writes to `filename`, replaced at each fit() (see Options::append). Nothing is opened before
+  /// on_train_begin.
   explicit CSVLogger(std::string filename);
+  /// Writes to `filename` with the given separator and append mode.
   CSVLogger(std::string filename, Options options);
   ~CSVLogger() override;
 
   /// Opens the file (through a symbolic link, to its target). SerializationError naming it when it cannot be
-  /// opened or is a folder, device, FIFO or socket, and when a row would pass the file-size limit.
+  /// opened or is a folder, device, FIFO or socket.
   void on_train_begin(TrainingState& state) override;
+  /// Writes the epoch's row, after the header when it is the first and the file needs one. SerializationError
+  /// when the row cannot be written or would pass the file-size limit (ulimit -f); ValueError before
+  /// on_train_begin.
   void on_epoch_end(TrainingState& state, int epoch, Logs& logs) override;
+  /// Closes the file.
   void on_train_end(TrainingState& state, const Logs& logs) override;
 
+  /// The path given to the constructor.
   const std::string& filename() const { return filename_; }
+  /// The options it was made with.
   const Options& options() const { return options_; }
 
  private:
@@ -225,12 +293,17 @@ class CSVLogger : public Callback {
 /// other callback's on_train_end runs (e.g. one that would save the broken model).
 class TerminateOnNaN : public ReportingCallback {
  public:
+  /// TerminateOnNaN's argument, with Keras's name and default.
   struct Options {
+    /// Throw ValueError at the first NaN or infinite loss instead of stopping after the batch (default false).
     bool raise_error = false;
   };
+  /// Stops training after the batch, with a warning (the default Options).
   TerminateOnNaN();
+  /// Stops training, or throws with options.raise_error.
   explicit TerminateOnNaN(Options options) : options_(options) {}
 
+  /// Checks logs["loss"], the epoch's running mean; logs without a "loss" pass.
   void on_batch_end(TrainingState& state, std::int64_t batch, const Logs& logs) override;
 
  private:
@@ -244,21 +317,35 @@ class TerminateOnNaN : public ReportingCallback {
 ///   auto callback = std::make_shared<kiln::LambdaCallback>(hooks);
 class LambdaCallback : public Callback {
  public:
+  /// One function per Callback hook, called with the hook's arguments; an empty one is skipped.
   struct Options {
+    /// Called by on_train_begin (Callback::on_train_begin).
     std::function<void(TrainingState&)> on_train_begin;
+    /// Called by on_train_end (Callback::on_train_end).
     std::function<void(TrainingState&, const Logs&)> on_train_end;
+    /// Called by on_epoch_begin (Callback::on_epoch_begin).
     std::function<void(TrainingState&, int)> on_epoch_begin;
+    /// Called by on_epoch_logs (Callback::on_epoch_logs): the place to add a value to the epoch's logs.
     std::function<void(TrainingState&, int, Logs&)> on_epoch_logs;
+    /// Called by on_epoch_end (Callback::on_epoch_end).
     std::function<void(TrainingState&, int, Logs&)> on_epoch_end;
+    /// Called by on_batch_end (Callback::on_batch_end).
     std::function<void(TrainingState&, std::int64_t, const Logs&)> on_batch_end;
   };
+  /// Calls the hooks that are set; it keeps copies of the functions.
   explicit LambdaCallback(Options hooks) : hooks_(std::move(hooks)) {}
 
+  /// Calls hooks.on_train_begin if set.
   void on_train_begin(TrainingState& state) override;
+  /// Calls hooks.on_train_end if set.
   void on_train_end(TrainingState& state, const Logs& logs) override;
+  /// Calls hooks.on_epoch_begin if set.
   void on_epoch_begin(TrainingState& state, int epoch) override;
+  /// Calls hooks.on_epoch_logs if set.
   void on_epoch_logs(TrainingState& state, int epoch, Logs& logs) override;
+  /// Calls hooks.on_epoch_end if set.
   void on_epoch_end(TrainingState& state, int epoch, Logs& logs) override;
+  /// Calls hooks.on_batch_end if set.
   void on_batch_end(TrainingState& state, std::int64_t batch, const Logs& logs) override;
 
  private:

@@ -16,31 +16,42 @@ namespace kiln {
 
 // ---- CSV -----------------------------------------------------------------------------------------------
 
+/// Whether the first line of a CSV file names its columns.
 enum class CsvHeader {
-  absent,   // every line is data; columns are named "column_0", "column_1", ...
-  present,  // the first line names the columns
+  absent,   ///< every line is data; columns are named "column_0", "column_1", ...
+  present,  ///< the first line names the columns
   /// The first line is a header when none of its fields is a number and data when all of them are; a
   /// mixed first line is an error asking for `absent` or `present`, because guessing there would either
   /// drop a data row or read a header as numbers.
   detect,
 };
 
+/// How read_csv reads a file. The defaults read every column of a comma-separated file as float32, with a
+/// header if the first line looks like one.
 struct CsvOptions {
+  /// Whether the first line is a header (default detect).
   CsvHeader header = CsvHeader::detect;
+  /// Between fields (default ','); not a quote or a line break (ConfigError). Fields may be quoted as in
+  /// RFC 4180, and spaces and tabs around a field are dropped unless the delimiter is one of them.
   char delimiter = ',';
   /// Columns to read, by header name or by index into the file's columns (0 is the file's first column).
   /// Give at most one of the two; both empty reads every column. Columns not chosen may hold text.
   std::vector<std::string> column_names;
+  /// Columns to read by index (see column_names). Chosen columns come out in the order given; one given
+  /// twice is read twice.
   std::vector<std::int64_t> column_indices;
   /// The file's first column is an index (a row number or a date): it is never read, may hold text, is
   /// ignored when detecting a header, and cannot be chosen.
   bool skip_index_column = false;
+  /// The dtype of the values: float32 (default) or float64. A number beyond float32's range is a ValueError
+  /// that suggests float64.
   DType dtype = DType::float32;
   /// By default "nan", "inf" and empty fields are errors, since one of them in a training set turns every
   /// loss into NaN far from its cause. When allowed, "nan"/"inf" read as such and an empty field as NaN.
   bool allow_non_finite = false;
 };
 
+/// What read_csv returns: the chosen columns' values and their names.
 struct CsvTable {
   Array values;                           ///< (rows, chosen columns), in the file's row order
   std::vector<std::string> column_names;  ///< one per column of `values`
@@ -74,6 +85,7 @@ Array sliding_windows(const Array& series, std::int64_t window, std::int64_t str
 /// of sliding_windows; windows_with_targets below pairs them for you.
 Array window_targets(const Array& series, std::int64_t window, std::int64_t horizon = 1, std::int64_t stride = 1);
 
+/// What windows_with_targets returns: the input windows and, at the same index, each one's target row.
 struct WindowedSeries {
   Array inputs;   ///< (num_windows, window, input features...)
   Array targets;  ///< (num_windows, target features...): the target row `horizon` steps after each window
@@ -120,11 +132,17 @@ class Standardizer {
   /// scikit-learn's StandardScaler). A constant feature's is set to 1, so that feature becomes 0 instead
   /// of NaN, and its centering still applies.
   Standardizer& fit(const Array& train);
+  /// `data` standardized with the fitted statistics, as a new array of its dtype. ValueError before fit;
+  /// ShapeError for 1-D data or another number of features than fit saw.
   Array transform(const Array& data) const;
+  /// Undoes transform: back to the data's units, e.g. for a model's scaled predictions. Errors as transform's.
   Array inverse_transform(const Array& data) const;
 
+  /// Whether fit ran or a fitted state was given.
   bool fitted() const { return !mean_.empty(); }
+  /// Each feature's mean over the training data; empty until fitted.
   const std::vector<double>& mean() const { return mean_; }
+  /// Each feature's population standard deviation (1 for a constant feature); empty until fitted.
   const std::vector<double>& standard_deviation() const { return standard_deviation_; }
 
  private:
@@ -137,19 +155,28 @@ class Standardizer {
 /// clipped, so that inverse_transform restores them.
 class MinMaxScaler {
  public:
+  /// An unfitted scaler onto [low, high]; ValueError unless low < high, both finite.
   explicit MinMaxScaler(double low = -1.0, double high = 1.0);
   /// Restores a fitted state; throws ValueError if the sizes differ or a data_max is below its data_min.
   MinMaxScaler(std::vector<double> data_min, std::vector<double> data_max, double low = -1.0, double high = 1.0);
 
   /// A constant feature (data_max == data_min) maps to `low` rather than dividing by zero.
   MinMaxScaler& fit(const Array& train);
+  /// Each feature mapped from its training range onto [low, high], as a new array of data's dtype.
+  /// ValueError before fit; ShapeError for 1-D data or another number of features than fit saw.
   Array transform(const Array& data) const;
+  /// Undoes transform: back to the data's units, e.g. for a model's scaled predictions. Errors as transform's.
   Array inverse_transform(const Array& data) const;
 
+  /// Whether fit ran or a fitted state was given.
   bool fitted() const { return !data_min_.empty(); }
+  /// The lower end of the target range.
   double low() const { return low_; }
+  /// The upper end of the target range.
   double high() const { return high_; }
+  /// Each feature's minimum over the training data; empty until fitted.
   const std::vector<double>& data_min() const { return data_min_; }
+  /// Each feature's maximum over the training data; empty until fitted.
   const std::vector<double>& data_max() const { return data_max_; }
 
  private:

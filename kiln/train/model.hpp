@@ -24,12 +24,19 @@
 
 namespace kiln {
 
+/// fit()'s arguments, named as Keras's, each setter returning *this for chaining:
+/// kiln::FitOptions().epochs(20).batch_size(32).validation_split(0.2). fit() checks them before any step:
+/// ValueError for a bad value, ConfigError for a verbose other than 0, 1 or 2.
 class FitOptions {
  public:
+  /// Rows per training step (default 32), the last batch of an epoch taking what is left; also the batch
+  /// size of the validation pass. Must be positive.
   FitOptions& batch_size(std::int64_t value) {
     batch_size_ = value;
     return *this;
   }
+  /// The epoch to stop before (default 1), counted as Keras does: with initial_epoch(e) fit runs epochs e
+  /// to value - 1, so value is the total, not the number more. Must not be negative.
   FitOptions& epochs(int value) {
     epochs_ = value;
     return *this;
@@ -39,22 +46,29 @@ class FitOptions {
     validation_split_ = value;
     return *this;
   }
+  /// Data evaluated at each epoch's end, one array per model input and per output, checked as fit's data is;
+  /// its loss and metrics join the logs as `val_loss`, `val_<metric>`. Used instead of validation_split.
   FitOptions& validation_data(std::vector<Array> x, std::vector<Array> y) {
     validation_x_ = std::move(x);
     validation_y_ = std::move(y);
     return *this;
   }
+  /// Validation data for a model of one input and one output.
   FitOptions& validation_data(const Array& x, const Array& y) {
     return validation_data(std::vector<Array>{x}, std::vector<Array>{y});
   }
+  /// Visit the training rows in a new random order each epoch (default true), seeded by seed() and the
+  /// epoch, so a resumed run shuffles as the uninterrupted one would.
   FitOptions& shuffle(bool value) {
     shuffle_ = value;
     return *this;
   }
+  /// The seed of the shuffling order (default 0): the same seed gives the same batches.
   FitOptions& seed(std::uint64_t value) {
     seed_ = value;
     return *this;
   }  // the shuffling order
+  /// Adds a callback; callbacks run in the order they were added.
   FitOptions& callback(CallbackPtr value) {
     callbacks_.push_back(std::move(value));
     return *this;
@@ -64,6 +78,7 @@ class FitOptions {
     verbose_ = value;
     return *this;
   }
+  /// The epoch to start at (default 0): model.epochs_trained() resumes a saved run where it stopped.
   FitOptions& initial_epoch(int value) {
     initial_epoch_ = value;
     return *this;
@@ -84,8 +99,11 @@ class FitOptions {
 
 /// Every epoch's logs: history["loss"][e], history["val_mae"][e], ...
 struct History {
+  /// The epochs run, counted from 0 (from initial_epoch in a resumed run).
   std::vector<int> epochs;
+  /// Each logs key's values, one per epoch run, in order: the epoch's logs after the callbacks' on_epoch_end.
   std::map<std::string, std::vector<double>> history;
+  /// history[key]; KeyError naming the keys there are when `key` is not one of them.
   const std::vector<double>& operator[](const std::string& key) const;
 };
 
@@ -112,6 +130,10 @@ void load_weights_file(ModelBase& model, const std::string& path);
 std::string model_json(const ModelBase& model, int indent);
 }  // namespace detail
 
+/// What kiln::Model and kiln::Sequential add to ModelHandle (predict, summary): Keras's compile, fit,
+/// evaluate, train_on_batch, test_on_batch and saving. Copies of a handle share one model, and the compiled
+/// state is kept on the model, so every handle sees it. A training call (compile, fit, train_on_batch) takes
+/// the model alone: LayerStateError when another thread is using it.
 template <class M>
 class TrainableModel : public ModelHandle<M> {
  public:
@@ -121,31 +143,56 @@ class TrainableModel : public ModelHandle<M> {
   void compile(const std::string& optimizer, const Loss& loss, const std::vector<Metric>& metrics = {}) const {
     detail::compile_model(*this->layer_, create_optimizer(optimizer), {loss}, metrics);
   }
+  /// Attaches the optimizer, `loss` (applied to every output) and `metrics` (logged by name, prefixed
+  /// `output_<k>_` when the model has several outputs) for training. Compiling again starts afresh: a new
+  /// optimizer state and epochs_trained() 0. LayerStateError when the model is not built and cannot build
+  /// from data; ValueError for a null optimizer.
   void compile(OptimizerPtr optimizer, const Loss& loss, const std::vector<Metric>& metrics = {}) const {
     detail::compile_model(*this->layer_, std::move(optimizer), {loss}, metrics);
   }
+  /// One loss per output (or one for all); the logged "loss" is their sum. ValueError for another count.
   void compile(OptimizerPtr optimizer, const std::vector<Loss>& losses, const std::vector<Metric>& metrics) const {
     detail::compile_model(*this->layer_, std::move(optimizer), losses, metrics);
   }
+  /// Trains on rows of `x` against `y` and returns every epoch's logs. Everything is checked before the first
+  /// step: LayerStateError when not compiled, ValueError or ShapeError for data that does not fit the model
+  /// (naming the array and shapes), ValueError or ConfigError for bad options. Arrays of another dtype are
+  /// converted to the model's.
   History fit(const Array& x, const Array& y, const FitOptions& options = {}) const {
     return detail::fit_model(*this->layer_, {x}, {y}, options);
   }
+  /// For several inputs or outputs: one array per input in `x`, one per output in `y`, with equal rows.
   History fit(const std::vector<Array>& x, const std::vector<Array>& y, const FitOptions& options = {}) const {
     return detail::fit_model(*this->layer_, x, y, options);
   }
+  /// The loss and metrics in inference mode (dropout off), as means over every row, run in batches of
+  /// `batch_size` (default 32; ValueError when not positive). Leaves the weights and the optimizer as they
+  /// are; LayerStateError when not compiled. Several threads may evaluate at once.
   Logs evaluate(const Array& x, const Array& y, std::int64_t batch_size = 32) const {
     return detail::evaluate_model(*this->layer_, {x}, {y}, batch_size);
   }
+  /// For several inputs or outputs: one array per input in `x`, one per output in `y`.
   Logs evaluate(const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size = 32) const {
     return detail::evaluate_model(*this->layer_, x, y, batch_size);
   }
+  /// One training step on all of `x` and `y` as a single batch; returns its loss and metrics, computed
+  /// before the step's update. No callbacks run and epochs_trained() does not change.
   Logs train_on_batch(const Array& x, const Array& y) const {
     return detail::train_model_on_batch(*this->layer_, {x}, {y});
   }
+  /// train_on_batch for a model of several inputs or outputs: one array per input and per output, in order.
+  Logs train_on_batch(const std::vector<Array>& x, const std::vector<Array>& y) const {
+    return detail::train_model_on_batch(*this->layer_, x, y);
+  }
   /// The optimizer compile() was given: its state (slots, iterations) is the run's state besides the weights.
   Optimizer& optimizer() const { return detail::optimizer_of(*this->layer_); }
+  /// The loss and metrics of `x` and `y` as a single batch, in inference mode, without a training step.
   Logs test_on_batch(const Array& x, const Array& y) const {
     return detail::test_model_on_batch(*this->layer_, {x}, {y});
+  }
+  /// test_on_batch for a model of several inputs or outputs: one array per input and per output, in order.
+  Logs test_on_batch(const std::vector<Array>& x, const std::vector<Array>& y) const {
+    return detail::test_model_on_batch(*this->layer_, x, y);
   }
   /// Epochs fit() has finished, restored by load_model: pass it as FitOptions().initial_epoch to resume.
   int epochs_trained() const { return detail::epochs_trained(*this->layer_); }
@@ -153,16 +200,29 @@ class TrainableModel : public ModelHandle<M> {
   // ---- saving (serialize/saving.hpp) --------------------------------------------------------------------
   /// Config, weights, optimizer state and progress in one checked file, written atomically.
   void save(const std::string& path) const { detail::save_model_file(*this->layer_, path); }
+  /// The weights alone, by path ("dense/kernel"), in one checked file written atomically. LayerStateError
+  /// when the model is not built; SerializationError when the file cannot be written.
   void save_weights(const std::string& path) const { detail::save_weights_file(*this->layer_, path); }
+  /// Assigns the weights of a save_weights (or save) file, matched by path. Every shape is checked before any
+  /// weight is set, so a file that does not fit (ValueError or ShapeError) leaves the model unchanged;
+  /// SerializationError for a damaged or foreign file, LayerStateError when the model is not built.
   void load_weights(const std::string& path) const { detail::load_weights_file(*this->layer_, path); }
+  /// The architecture as Keras's JSON, without weights: `indent` spaces (0 to 16, 0 for one line);
+  /// kiln::model_from_json makes a new model of it with fresh weights.
   std::string to_json(int indent = 2) const { return detail::model_json(*this->layer_, indent); }
 };
 
+/// A functional model, Keras's keras.Model(inputs, outputs): the layer calls that lead from kiln::Input
+/// tensors to the outputs, with compile() and fit(). Also the handle to any model, as load_model returns.
 class Model : public TrainableModel<ModelBase> {
  public:
+  /// The calls from one kiln::Input tensor to one output tensor; an empty `name` gives "functional".
   Model(const Tensor& input, const Tensor& output, const std::string& name = "");
+  /// The calls from several inputs to several outputs, in the order given (x and y follow it in fit).
   Model(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, const std::string& name = "");
+  /// A handle to an existing model (e.g. from layer_from_config), shared, not copied.
   Model(std::shared_ptr<ModelBase> model) : TrainableModel(std::move(model)) {}
+  /// The same model as another handle (a kiln::Sequential, say), shared, not copied.
   template <class M>
   Model(const ModelHandle<M>& other) : TrainableModel(std::static_pointer_cast<ModelBase>(other.ptr())) {}
 };
@@ -181,6 +241,8 @@ class SequentialItem {
   SequentialItem(std::shared_ptr<L> layer) : layer_(std::move(layer)) {}              ///< NOLINT
   SequentialItem(const Tensor& input) : input_(input), is_input_(true) {}             ///< NOLINT
   SequentialItem(const Shape& input_shape) : shape_(input_shape), is_shape_(true) {}  ///< NOLINT
+  /// Adds the item to `model`: an input starts the stack, a layer goes on top. ConfigError for an input
+  /// after a layer.
   void add_to(SequentialModel& model) const;
 
  private:
@@ -191,15 +253,24 @@ class SequentialItem {
   bool is_shape_ = false;
 };
 
+/// Keras's Sequential: a stack of layers, each taking the previous one's output, with compile() and fit().
+/// It builds from an input given first, from build(), or else from the first data fit or predict sees.
 class Sequential : public TrainableModel<SequentialModel> {
  public:
+  /// An empty stack; an empty `name` gives "sequential".
   Sequential(const std::string& name = "");
+  /// The items in order, as keras.Sequential([...]) takes them.
   Sequential(const std::vector<SequentialItem>& items, const std::string& name = "");
   Sequential(std::shared_ptr<SequentialModel> model) : TrainableModel(std::move(model)) {}  ///< from layer_from_config
+  /// Puts a layer on top of the stack (or, first, an input) and returns *this. On a built model a layer
+  /// that does not fit the stack's output throws and is not kept; a layer already in the stack is a
+  /// ConfigError.
   Sequential& add(const SequentialItem& item) {
     item.add_to(*layer_);
     return *this;
   }
+  /// Builds for inputs of `input_shape`, batch dimension first (Shape{None, 8}), leaving the batch unknown.
+  /// A no-op once built.
   void build(const Shape& input_shape) const { layer_->build_for(input_shape); }
 };
 

@@ -28,6 +28,8 @@
 
 namespace kiln {
 
+/// fit()'s output, as Keras 3's Progbar prints it: a live bar redrawn after each batch on a terminal, or one
+/// line per epoch. The caller passes the elapsed time, so the output depends only on the arguments.
 class ProgressBar {
  public:
   /// To std::cout, live when stdout is a terminal.
@@ -44,7 +46,9 @@ class ProgressBar {
   /// The epoch's final line, with every log (val_* included).
   void epoch_end(std::int64_t steps, const Logs& logs, double elapsed);
 
+  /// 0, 1 or 2, as given.
   int verbose() const { return verbose_; }
+  /// Whether the output is treated as a terminal: ANSI colours, and at verbose 1 the live bar.
   bool is_terminal() const { return is_terminal_; }
 
   /// "loss: 0.0123 - val_loss: 2.0000e-04": keys in the logs' (alphabetical) order, values by format_value.
@@ -55,6 +59,7 @@ class ProgressBar {
   static std::string format_eta(double seconds);
   /// "2s/step", "21ms/step" or "822us/step" (0 prints "0s/step").
   static std::string format_step_time(double seconds);
+  /// Whether standard output is a terminal (isatty), for the constructor's is_terminal.
   static bool stdout_is_terminal();
 
  private:

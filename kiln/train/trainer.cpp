@@ -274,6 +274,8 @@ class Trainer::Fit {
     if (options_.batch_size_ <= 0)
       throw ValueError(who() + ": batch_size must be positive, got " + std::to_string(options_.batch_size_));
     if (options_.epochs_ < 0) throw ValueError(who() + ": epochs must not be negative");
+    if (options_.initial_epoch_ < 0)
+      throw ValueError(who() + ": initial_epoch must not be negative, got " + std::to_string(options_.initial_epoch_));
     if (options_.validation_split_ < 0.0 || options_.validation_split_ >= 1.0)
       throw ValueError(who() + ": validation_split must be in [0, 1), got " +
                        std::to_string(options_.validation_split_));
@@ -335,8 +337,13 @@ class Trainer::Fit {
     sums_.clear();
     seen_ = 0;
     std::int64_t batches_run = 0;
-    for (std::int64_t batch = 0; batch < steps_ && !state_.stop_training; ++batch, ++batches_run)
+    // As in Keras, stop_training is looked at after each batch: an epoch that starts runs at least one,
+    // so its logs are its own even when a callback asked to stop in on_epoch_begin.
+    for (std::int64_t batch = 0; batch < steps_; ++batch) {
       train_batch(epoch, batch);
+      ++batches_run;
+      if (state_.stop_training) break;
+    }
     add_validation();
     trainer_.epochs_trained_ = epoch + 1;  // before the callbacks, so a checkpoint saved there records this epoch
     for (const CallbackPtr& callback : options_.callbacks_) callback->on_epoch_logs(state_, epoch, logs_);

@@ -21,22 +21,35 @@ class FitOptions;
 class Program;
 struct History;
 
+/// What compile() attaches to a model (ModelBase::compiled_state): the optimizer, losses and metrics, and the
+/// graphs they train and evaluate with. Users reach it through kiln::Model and kiln::Sequential, whose calls
+/// also take the model's thread checks (ModelBase::Use); the calls here do not.
 class Trainer : public CompiledState {
  public:
+  /// For `model`, which must outlive it (the model owns it). ValueError for a null optimizer, no loss, or a
+  /// number of losses other than 1 or the model's number of outputs.
   Trainer(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> losses, std::vector<Metric> metrics);
   ~Trainer() override;
 
+  /// TrainableModel::fit without the thread check.
   History fit(const std::vector<Array>& x, const std::vector<Array>& y, const FitOptions& options);
+  /// TrainableModel::evaluate without the thread check.
   Logs evaluate(const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size);
+  /// TrainableModel::train_on_batch without the thread check.
   Logs train_on_batch(const std::vector<Array>& x, const std::vector<Array>& y);
+  /// TrainableModel::test_on_batch without the thread check.
   Logs test_on_batch(const std::vector<Array>& x, const std::vector<Array>& y);
 
+  /// The optimizer compile() was given.
   Optimizer& optimizer() { return *optimizer_; }
+  /// The losses compile() was given: a single one for every output, or one per output.
   const std::vector<Loss>& losses() const { return losses_; }
+  /// The metrics compile() was given, computed for every output.
   const std::vector<Metric>& metrics() const { return metrics_; }
   /// Epochs finished by fit() (counted from initial_epoch), saved with the model so a reloaded run knows
   /// where to resume: fit(..., FitOptions().initial_epoch(model.epochs_trained())).
   int epochs_trained() const { return epochs_trained_; }
+  /// Sets epochs_trained(), as load_model does from the file; fit() sets it after each epoch.
   void set_epochs_trained(int epochs) { epochs_trained_ = epochs; }
 
  private:

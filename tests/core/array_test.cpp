@@ -29,3 +29,12 @@ TEST_CASE("Array::set_rows copies a block of rows in place", "[core][array]") {
   CHECK_THROWS_AS(target.set_rows(0, Array::full({1, 3}, 1.0, kiln::DType::float64)), kiln::ShapeError);
   CHECK_THROWS_AS(target.set_rows(0, Array::full({1, 2}, 1.0, kiln::DType::float32)), kiln::DTypeError);
 }
+
+TEST_CASE("astype converts every element, and an empty Array stays empty", "[core][array]") {
+  const Array values = Array::from_vector(std::vector<double>{0.5, -2, 3}, {3});
+  const Array single = values.astype(kiln::DType::float32);
+  CHECK(single.dtype() == kiln::DType::float32);
+  CHECK(single.to_vector<float>() == std::vector<float>{0.5f, -2.f, 3.f});
+  CHECK(Array().astype(kiln::DType::float64).empty());
+  CHECK(Array().astype(kiln::DType::float32).empty());
+}

@@ -73,3 +73,13 @@ TEST_CASE("the loss must be a scalar unless its gradient is given", "[core][auto
   const Tensor seed = graph.placeholder({3}, DType::float64, "seed");
   CHECK(gradients(y, {x}, {}, seed).front().shape() == Shape({3}));
 }
+
+TEST_CASE("an output gradient of another graph or dtype is refused by name", "[core][autodiff]") {
+  Graph graph, other;
+  const Tensor x = graph.variable("x", Array::full({2}, 1.0));
+  const Tensor y = ops::tanh(x);
+  CHECK_THROWS_WITH(gradients(y, {x}, {}, other.constant(Array::full({2}, 1.0))),
+                    Catch::Contains("must belong to the graph of"));
+  CHECK_THROWS_AS(gradients(y, {x}, {}, graph.constant(Array::full({2}, 1.0, DType::float64))), DTypeError);
+  CHECK(gradients(y, {x}, {}, graph.constant(Array::full({2}, 1.0))).size() == 1);
+}

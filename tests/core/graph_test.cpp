@@ -64,6 +64,16 @@ TEST_CASE("attribute getters name the key and the expected type", "[core][attrib
   CHECK(attributes.to_string() == "{axis=-1, epsilon=0.001, name=x, perm=[1, 0]}");
 }
 
+TEST_CASE("attributes take sizes and other unsigned ints, refusing those past int64", "[core][attributes]") {
+  const std::vector<int> values(5);
+  Attributes attributes;
+  attributes.set("units", values.size()).set("count", 7u).set("big", 9ull);
+  CHECK(attributes.get_int("units") == 5);
+  CHECK(attributes.get_int("count") == 7);
+  CHECK(attributes.get_int("big") == 9);
+  CHECK_THROWS_AS(attributes.set("huge", ~0ull), ConfigError);
+}
+
 TEST_CASE("every op has a gradient rule or says why not, and the registry is consistent", "[core][registry]") {
   REQUIRE_NOTHROW(op_registry().check());
   for (const OpDef* op : op_registry().all()) {
@@ -84,4 +94,18 @@ TEST_CASE("assigning a variable checks shape and dtype", "[core][graph]") {
   CHECK_THROWS_AS(graph.assign(w, Array({3})), ShapeError);
   CHECK_THROWS_AS(graph.assign(w, Array({2, 2}, DType::float64)), DTypeError);
   CHECK_THROWS_AS(graph.placeholder({-3}), ShapeError);
+}
+
+TEST_CASE("values are read and assigned only through their own graph, and only variables are assigned",
+          "[core][graph]") {
+  Graph first, second;
+  const Tensor a = first.variable("a", Array::full({2}, 1.0));
+  const Tensor b = second.variable("b", Array::full({3}, 2.0));  // the same node id, in another graph
+  CHECK_THROWS_WITH(first.value(b), Catch::Contains("'b' belongs to another graph"));
+  CHECK_THROWS_AS(first.assign(b, Array::full({3}, 0.0)), Error);
+  CHECK(second.value(b).flat(0) == 2.0);  // untouched
+  const Tensor c = first.constant(Array::full({2}, 3.0), "c");
+  CHECK_THROWS_WITH(first.assign(c, Array::full({2}, 0.0)), Catch::Contains("only a variable can be assigned"));
+  first.assign(a, Array::full({2}, 5.0));
+  CHECK(first.value(a).flat(1) == 5.0);
 }

@@ -191,3 +191,12 @@ TEST_CASE("one Program run from two threads at once is refused; two Programs ove
   for (std::thread& thread : threads) thread.join();
   for (const Array& result : results) CHECK(result.bitwise_equal(expected));
 }
+
+TEST_CASE("an update of the wrong dtype is a DTypeError, of the wrong shape a ShapeError", "[core][program]") {
+  Graph graph;
+  const Tensor w = graph.variable("w", Array::full({2}, 1.0, DType::float64));
+  const Tensor single = graph.variable("single", Array::full({2}, 1.0, DType::float32));
+  const Tensor wide = graph.variable("wide", Array::full({3}, 1.0, DType::float64));
+  CHECK_THROWS_AS(Program(graph, {}, {{w, single}}), DTypeError);
+  CHECK_THROWS_AS(Program(graph, {}, {{w, wide}}), ShapeError);
+}

@@ -163,6 +163,29 @@ TEST_CASE("Attention (Keras): dot scores, learned scale, query and value masks",
   CHECK(report.max_relative_error <= 1e-6);
 }
 
+TEST_CASE("Attention (Keras): query_mask on (batch, heads, T, d) inputs masks each query row",
+          "[layers][attention][mask]") {
+  kiln::Attention attention(false);
+  LayerCase c({random_input({2, 2, 3, 4}, 6), random_input({2, 2, 5, 4}, 7)});  // [query, value], rank 4
+  const Array query_mask = padding_mask({3, 1}, 3);                             // (batch, T)
+  c.tensor_args = {{"query_mask", query_mask}};
+  const Array masked = run_layer(*attention, c)[0];
+  c.tensor_args = {};
+  const Array plain = run_layer(*attention, c)[0];
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t h = 0; h < 2; ++h)
+      for (std::int64_t i = 0; i < 3; ++i)
+        for (std::int64_t d = 0; d < 4; ++d) {
+          const std::size_t index = static_cast<std::size_t>(((b * 2 + h) * 3 + i) * 4 + d);
+          const bool kept = query_mask.flat(static_cast<std::size_t>(b * 3 + i)) != 0.0;
+          CHECK(masked.flat(index) == (kept ? plain.flat(index) : 0.0));
+        }
+  const Tensor q = kiln::Input({4, 2, 3, 8}), v = kiln::Input({4, 2, 5, 8});
+  CHECK_THROWS_WITH(kiln::Attention()({q, v}, CallArgs().tensor("query_mask", kiln::Input({3, 3}))),
+                    Catch::Contains("query_mask must be (batch, query_length)") && Catch::Contains("(3, 3)"));
+  CHECK_THROWS_AS(kiln::Attention()({q, v}, CallArgs().tensor("query_mask", kiln::Input({4, 2}))), kiln::ShapeError);
+}
+
 TEST_CASE("Attention (Keras): concat scores match their formula", "[layers][attention][keras][reference]") {
   kiln::Attention attention(true, "concat");
   const LayerCase c({random_input({1, 2, 3}, 4), random_input({1, 3, 3}, 5)});  // [query, value]

@@ -294,3 +294,24 @@ TEST_CASE("Initializers: unknown names and arguments fail with the nearest ones"
   CHECK_THROWS_WITH(Initializer::from_config(Config(3)), Catch::Contains("class_name"));
   CHECK_THROWS_WITH(Initializer::from_config({{"config", Config::map()}}), Catch::Contains("missing key 'class_name'"));
 }
+
+// A user's initializer with a text and a flag argument: each keeps its default's type through a config.
+KILN_REGISTER_INITIALIZER("acme>Stripes",
+                          {Config{{"pattern", "even"}, {"negate", false}, {"value", 2.0}},
+                           [](std::vector<double>& values, const kiln::Fans&, const Config& arguments, Rng&) {
+                             const bool even = arguments.get_string("pattern") == "even";
+                             const double sign = arguments.get_bool("negate") ? -1.0 : 1.0;
+                             for (std::size_t i = 0; i < values.size(); ++i)
+                               values[i] = (i % 2 == 0) == even ? sign * arguments.get_double("value") : 0.0;
+                           }});
+
+TEST_CASE("Initializers: a user's text and flag arguments are read back from a config",
+          "[layers][initializers][config]") {
+  const Initializer odd = Initializer::from_config(
+      Config{{"class_name", "Stripes"}, {"config", Config{{"pattern", "odd"}, {"negate", true}}}});
+  Rng rng(1);
+  CHECK(odd.sample({4}, DType::float64, rng).to_vector<double>() == std::vector<double>{0, -2, 0, -2});
+  CHECK(Initializer::from_config(odd.get_config()).arguments() == odd.arguments());
+  CHECK_THROWS_WITH(Initializer::from_config(Config{{"class_name", "Stripes"}, {"config", Config{{"pattern", 3.0}}}}),
+                    Catch::Contains("argument 'pattern'"));
+}

@@ -161,6 +161,19 @@ TEST_CASE("MultiHeadAttention: the handle's list call is the TF2 order, [query, 
   CHECK(mha.weights()[4].value.shape() == Shape{7, 2, 2});  // value/kernel from the value's 7
 }
 
+TEST_CASE("MultiHeadAttention: a key given by keyword at the first call sizes the key projection", "[layers][mha]") {
+  kiln::MultiHeadAttention mha(2, 2);
+  const Tensor q = kiln::Input({None, 3, 4}), k = kiln::Input({None, 5, 6}), v = kiln::Input({None, 5, 7});
+  const Tensor out = mha({q, v}, CallArgs().tensor("key", k));
+  CHECK(out.shape() == Shape{None, 3, 4});
+  CHECK(mha.weights()[2].value.shape() == Shape{6, 2, 2});  // key/kernel from the key's 6 features
+  CHECK(mha.weights()[4].value.shape() == Shape{7, 2, 2});
+  // Its build_config holds the key's shape, so a copy rebuilt from its config has the same weights' shapes.
+  const kiln::LayerPtr copy = kiln::layer_from_config(kiln::serialize_layer(*mha.ptr()));
+  REQUIRE(copy->built());
+  CHECK(copy->weights()[2].value.shape() == Shape{6, 2, 2});
+}
+
 TEST_CASE("MultiHeadAttention: padding masks, causal masks with T != S, and nonbinary masks",
           "[layers][mha][reference]") {
   kiln::MultiHeadAttention mha(2, 3, {{"bias_initializer", "random_normal"}});

@@ -10,6 +10,7 @@
 #include <kiln/core/rng.hpp>
 #include <kiln/layers/dense.hpp>
 #include <kiln/layers/dropout.hpp>
+#include <kiln/layers/merging.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/train/model.hpp>
 #include "support/temp_dir.hpp"
@@ -104,6 +105,47 @@ TEST_CASE("train_on_batch and test_on_batch return the batch's loss", "[train][f
   const double trained = model.train_on_batch(x, y).at("loss");
   CHECK(trained == Approx(tested).epsilon(1e-6));  // the loss before this step's update
   CHECK(model.test_on_batch(x, y).at("loss") < tested);
+}
+
+TEST_CASE("train_on_batch and test_on_batch take one array per input and per output", "[train][fit]") {
+  Array x, y;
+  linear_problem(8, x, y);
+  const Tensor a = kiln::Input({None, 2}), b = kiln::Input({None, 2});
+  const Tensor merged = kiln::Concatenate()({a, b});
+  kiln::Model model({a, b}, {kiln::Dense(1)(merged), kiln::Dense(1)(merged)});
+  model.compile(kiln::create_optimizer("sgd", {{"learning_rate", 0.05}}), "mse");
+  const double tested = model.test_on_batch({x, x}, {y, y}).at("loss");
+  CHECK(model.train_on_batch({x, x}, {y, y}).at("loss") == Approx(tested).epsilon(1e-6));
+  CHECK(model.test_on_batch({x, x}, {y, y}).at("loss") < tested);
+  CHECK_THROWS_AS(model.train_on_batch({x}, {y, y}), kiln::Error);  // one input missing
+}
+
+TEST_CASE("fit: a stop asked for in on_epoch_begin ends that epoch after one batch, as in Keras", "[train][fit]") {
+  Array x, y;
+  linear_problem(64, x, y);
+  kiln::Model model = linear_model();
+  model.compile("sgd", "mse");
+  std::vector<std::int64_t> batches;
+  kiln::LambdaCallback::Options hooks;
+  hooks.on_epoch_begin = [](kiln::TrainingState& state, int epoch) { state.stop_training = epoch == 1; };
+  hooks.on_batch_end = [&](kiln::TrainingState&, std::int64_t batch, const kiln::Logs&) { batches.push_back(batch); };
+  const kiln::History history = model.fit(
+      x, y,
+      kiln::FitOptions().epochs(5).batch_size(16).verbose(0).callback(std::make_shared<kiln::LambdaCallback>(hooks)));
+  CHECK(history.epochs == std::vector<int>{0, 1});
+  CHECK(batches == std::vector<std::int64_t>{0, 1, 2, 3, 0});  // epoch 0 whole, epoch 1 one batch
+  CHECK(history["loss"][1] != history["loss"][0]);             // epoch 1's own logs
+  CHECK(model.epochs_trained() == 2);
+}
+
+TEST_CASE("fit: a negative initial_epoch is a ValueError", "[train][fit]") {
+  Array x, y;
+  linear_problem(8, x, y);
+  kiln::Model model = linear_model();
+  model.compile("sgd", "mse");
+  const auto options = kiln::FitOptions().initial_epoch(-1).verbose(0);
+  CHECK_THROWS_AS(model.fit(x, y, options), kiln::ValueError);
+  CHECK_THROWS_WITH(model.fit(x, y, options), Catch::Contains("initial_epoch must not be negative, got -1"));
 }
 
 TEST_CASE("fit: classification with sparse labels reaches high accuracy", "[train][fit]") {

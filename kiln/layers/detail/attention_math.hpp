@@ -20,7 +20,8 @@ struct Attended {
 Tensor combined_mask(const std::string& who, const Tensor* given, bool causal, const Tensor& scores);
 
 // Softmax over the last axis that is exactly 0 where mask is 0 (any nonzero mask value means "may
-// attend"). A row with nothing to attend is all zeros (never NaN, never uniform), as in Keras 3.14+.
+// attend"). A row with nothing to attend is all zeros (never NaN, never uniform), as in Keras 3.14+'s
+// MultiHeadAttention (keras.layers.Attention still averages such a row uniformly).
 // `mask` may be empty.
 Tensor masked_softmax(const Tensor& scores, const Tensor& mask);
 
