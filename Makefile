@@ -7,7 +7,7 @@ BENCH_QUICK  ?=
 JOBS         ?= 2
 CMAKE_FLAGS  ?=
 
-.PHONY: all deps build demo test sanitize fuzz bench install-peer clean
+.PHONY: all deps build demo test sanitize fuzz bench install-peer docs clean
 
 all: build
 
@@ -49,5 +49,10 @@ bench: build
 install-peer:
 	@bash scripts/install-peer.sh
 
+# The API reference (Doxygen, from the public headers and docs/) in build-docs/html; fails on any warning.
+# Installs doxygen if needed.
+docs:
+	@bash scripts/docs.sh
+
 clean:
-	rm -rf $(BUILD_DIR) $(SANITIZE_DIR) $(FUZZ_DIR)
+	rm -rf $(BUILD_DIR) $(SANITIZE_DIR) $(FUZZ_DIR) build-docs

@@ -4,6 +4,7 @@
 #include <kiln/core/autodiff.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
+#include <kiln/core/op.hpp>
 #include <kiln/core/program.hpp>
 #include <kiln/core/rng.hpp>
 #include <kiln/core/shape.hpp>
@@ -36,3 +37,10 @@
 #include <kiln/train/data.hpp>
 #include <kiln/train/model.hpp>
 #include <kiln/train/progress.hpp>
+
+/// A small, fast, Keras-like deep-learning framework: a static graph with reverse-mode autodiff, layers that
+/// build from their first input, Keras's training loop, and one checked file per model.
+namespace kiln {
+/// Every op as a function on symbolic tensors: each makes one graph node, with its shape checked at once.
+namespace ops {}
+}  // namespace kiln
