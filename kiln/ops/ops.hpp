@@ -135,6 +135,76 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool t
 Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& mask = {},
                        bool causal = false, bool heads_last = false);
 
+// ---- convolution -----------------------------------------------------------------------------------
+/// How a convolution slides its kernel, with Keras's names and defaults.
+struct ConvOptions {
+  /// The step between windows, one value per spatial axis or one for all; empty means 1.
+  std::vector<std::int64_t> strides;
+  /// The spacing between kernel taps (atrous convolution), one per spatial axis or one for all; empty means 1.
+  std::vector<std::int64_t> dilation_rate;
+  /// "valid" (windows that fit), "same" (output length ceil(input / stride), zeros split around the input,
+  /// the odd one after) or, in 1-D only, "causal" (dilation·(kernel − 1) zeros before the input).
+  std::string padding = "valid";
+  /// "channels_last": x is (batch, *spatial, channels); "channels_first": (batch, channels, *spatial).
+  std::string data_format = "channels_last";
+};
+/// The cross-correlation of x, (batch, length, C) in 1-D or (batch, height, width, C) in 2-D (or
+/// channels_first), with a kernel of Keras's layout (*kernel_size, C / groups, filters): the output is
+/// (batch, *out, filters). The groups follow from the shapes, as in Keras: C / kernel's second-to-last
+/// dimension (so a kernel with 1 input channel per group on C channels is a depthwise convolution).
+/// ShapeError, naming the shapes, for a wrong rank, channels that do not divide into groups, filters that
+/// do not, a window larger than the input with "valid" padding, zero strides or dilations, an unknown
+/// data_format or padding, or "causal" in 2-D. Differentiable in x and kernel (to any order).
+Tensor conv(const Tensor& x, const Tensor& kernel, const ConvOptions& options = {});
+/// The shape conv(x, kernel, options) would have, or the ShapeError conv would throw; for layers that check
+/// their inputs when they build, before any node exists.
+Shape conv_output_shape(const Shape& x, const Shape& kernel, const ConvOptions& options = {});
+/// The transposed convolution (the gradient of conv with respect to its input): x is (batch, *in,
+/// kernel's last dimension), the kernel (*kernel_size, output channels, x's channels) as Keras's
+/// ConvTranspose layers store it, and the output (batch, *output_spatial, output channels), where conv of
+/// the output with the same options would give x's spatial shape (ShapeError otherwise).
+Tensor conv_transpose(const Tensor& x, const Tensor& kernel, const std::vector<std::int64_t>& output_spatial,
+                      const ConvOptions& options = {});
+
+// ---- pooling ---------------------------------------------------------------------------------------
+/// How a pooling op slides its window, with Keras's names and defaults.
+struct PoolOptions {
+  /// The window, one size per spatial axis (1 in 1-D, 2 in 2-D).
+  std::vector<std::int64_t> pool_size;
+  /// The step between windows, per spatial axis or one for all; empty means pool_size (Keras's default).
+  std::vector<std::int64_t> strides;
+  /// "valid" (windows that fit) or "same" (output length ceil(input / stride)).
+  std::string padding = "valid";
+  /// "channels_last": x is (batch, *spatial, channels); "channels_first": (batch, channels, *spatial).
+  std::string data_format = "channels_last";
+};
+/// The largest value of each window, per channel: x (batch, *spatial, channels) to (batch, *out, channels).
+/// A window holding a NaN gives NaN. The gradient goes to the window's maximum, the first one on ties.
+/// ShapeError, naming the shapes, for a rank that is not the window's + 2, a window larger than the input
+/// with "valid" padding, zero sizes or strides, or an unknown padding or data_format.
+Tensor max_pool(const Tensor& x, const PoolOptions& options);
+/// The mean of each window over the positions inside the input (padding does not count, as in Keras).
+/// Shapes and errors as max_pool; differentiable to any order.
+Tensor avg_pool(const Tensor& x, const PoolOptions& options);
+/// The shape max_pool and avg_pool give for x, or the ShapeError they throw.
+Shape pool_output_shape(const Shape& x, const PoolOptions& options);
+
+// ---- batch normalization -------------------------------------------------------------------------------
+/// What batch_norm_train makes: the normalized output, and the batch statistics the moving ones follow.
+struct BatchNormTraining {
+  Tensor output;    ///< (x − mean)·rsqrt(variance + epsilon)·gamma + beta, x's shape
+  Tensor mean;      ///< (features,): the mean over every axis but `axis`
+  Tensor variance;  ///< (features,): the biased variance (divided by the count, as Keras's ops.moments)
+};
+/// Batch normalization in training mode: x normalized with its own batch statistics over every axis but
+/// `axis` (the features; negative counts from the end), then scaled by gamma and shifted by beta, both
+/// (features,). Fused: one kernel for the statistics, one for the output, and a backward of two kernels
+/// that is the whole derivative through the statistics. Differentiable in x, gamma and beta (once);
+/// mean and variance carry no gradient. ShapeError for an axis out of range, an unknown feature axis, or
+/// gamma or beta of another shape.
+BatchNormTraining batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, double epsilon = 1e-3,
+                                   int axis = -1);
+
 // ---- shapes ----------------------------------------------------------------------------------------
 /// One dimension may be -1 (inferred). Keeps the batch dimension unknown when it is.
 Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape);

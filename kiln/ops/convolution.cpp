@@ -1,0 +1,534 @@
+// Convolution, 1-D and 2-D, as three ops that are each other's gradients (TensorFlow's design):
+//   Conv                x (N, *spatial, C), kernel (*k, C/groups, F)   -> y (N, *out, F)
+//   ConvBackpropInput   dy (N, *out, F),    kernel                     -> dx (N, *spatial, C)
+//   ConvBackpropKernel  x,                  dy                         -> dkernel (*k, C/groups, F)
+// (channels_first puts C and F right after N). ConvBackpropInput is also the transposed convolution.
+// Each op is linear in each input, so every backward rule is one of the three again, and second
+// derivatives work.
+//
+// Kernels are GEMMs over an im2col buffer: one row per output position, one column per kernel tap and
+// input channel of a group, so that row · kernel[:, filters of the group] is one output. Buffers hold a
+// chunk of samples at a time (about 2^19 elements), never the whole batch, and the backward ops reuse the
+// same one buffer (a gradient im2col, scattered back by col2im). A 1×1 kernel with stride 1 and no padding
+// on channels_last data is already in im2col layout: those run as one GEMM on the input itself.
+// 1-D inputs are 2-D images of height 1 (ops/detail/window).
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <kiln/core/attributes.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/op.hpp>
+#include <kiln/core/parallel.hpp>
+#include <kiln/ops/detail/gemm.hpp>
+#include <kiln/ops/detail/kernel_util.hpp>
+#include <kiln/ops/detail/window.hpp>
+#include <kiln/ops/ops.hpp>
+
+namespace kiln {
+namespace {
+
+// ---- geometry -------------------------------------------------------------------------------------------
+
+// Everything a kernel needs about one convolution, from the concrete shapes of x, the kernel and y.
+struct ConvGeometry {
+  detail::ImageLayout input, output;  // x and y (C and F channels)
+  detail::WindowAxis rows, cols;      // the height axis (size 1 in 1-D) and the width axis
+  std::int64_t groups = 1, group_channels = 0, group_filters = 0;
+  bool channels_last = true;
+
+  std::int64_t positions() const { return output.positions(); }                  // output positions of a sample
+  std::int64_t patch() const { return rows.size * cols.size * group_channels; }  // im2col row length
+  std::int64_t filters() const { return output.channels; }
+  // No im2col: a 1×1 window with stride 1 and no padding on channels_last data.
+  bool pointwise() const {
+    return channels_last && rows.size == 1 && cols.size == 1 && rows.stride == 1 && cols.stride == 1 &&
+           rows.pad_before == 0 && cols.pad_before == 0;
+  }
+  // Samples per im2col chunk: about 2^19 buffer elements, at least one sample.
+  std::int64_t chunk_samples() const {
+    const std::int64_t per_sample = std::max<std::int64_t>(1, positions() * patch());
+    return std::clamp<std::int64_t>((std::int64_t{1} << 19) / per_sample, 1, std::max<std::int64_t>(1, input.batch));
+  }
+};
+
+// x's shape, the kernel's spatial size and the number of filters, with the window attributes.
+ConvGeometry conv_geometry(const Shape& x, const std::vector<std::int64_t>& kernel_spatial, std::int64_t filters,
+                           std::int64_t groups, const detail::WindowAttributes& window) {
+  ConvGeometry g;
+  g.channels_last = window.channels_last;
+  g.input = detail::image_layout(x, window.channels_last);
+  g.groups = groups;
+  g.group_channels = g.input.channels / groups;
+  g.group_filters = filters / groups;
+  const bool two_d = kernel_spatial.size() == 2;
+  if (two_d)
+    g.rows =
+        detail::window_axis(g.input.height, kernel_spatial[0], window.strides[0], window.dilation[0], window.padding);
+  const std::size_t last = kernel_spatial.size() - 1;
+  g.cols = detail::window_axis(g.input.width, kernel_spatial[last], window.strides[last], window.dilation[last],
+                               window.padding);
+  std::vector<std::int64_t> out_spatial;
+  if (two_d) out_spatial.push_back(g.rows.out);
+  out_spatial.push_back(g.cols.out);
+  g.output =
+      detail::image_layout(detail::image_shape(g.input.batch, filters, out_spatial, g.channels_last), g.channels_last);
+  return g;
+}
+
+std::vector<std::int64_t> leading(const Shape& shape, int count) {
+  return {shape.dims().begin(), shape.dims().begin() + count};
+}
+
+// The geometry of each op's node from its concrete input shapes (kernels and workspace functions).
+ConvGeometry forward_geometry(const std::vector<const Shape*>& in, const Attributes& a) {
+  const Shape& kernel = *in[1];
+  return conv_geometry(*in[0], leading(kernel, kernel.rank() - 2), kernel.dim(-1), a.get_int("groups"),
+                       detail::window_attributes(a));
+}
+ConvGeometry backprop_input_geometry(const std::vector<const Shape*>& in, const Attributes& a) {
+  const Shape& kernel = *in[1];
+  const detail::WindowAttributes window = detail::window_attributes(a);
+  const std::int64_t groups = a.get_int("groups");
+  const Shape x =
+      detail::image_shape((*in[0])[0], kernel.dim(-2) * groups, a.get_ints("input_spatial"), window.channels_last);
+  return conv_geometry(x, leading(kernel, kernel.rank() - 2), kernel.dim(-1), groups, window);
+}
+ConvGeometry backprop_kernel_geometry(const std::vector<const Shape*>& in, const Attributes& a) {
+  const detail::WindowAttributes window = detail::window_attributes(a);
+  const detail::ImageLayout dy = detail::image_layout(*in[1], window.channels_last);
+  return conv_geometry(*in[0], a.get_ints("kernel_spatial"), dy.channels, a.get_int("groups"), window);
+}
+
+using GeometryFn = ConvGeometry (*)(const std::vector<const Shape*>&, const Attributes&);
+
+template <GeometryFn Geometry>
+ConvGeometry geometry_of(const KernelContext& k) {
+  std::vector<const Shape*> shapes{&k.input_shape(0), &k.input_shape(1)};
+  return Geometry(shapes, k.attributes());
+}
+
+// One im2col buffer of a chunk, or none for pointwise convolutions.
+template <GeometryFn Geometry>
+std::size_t im2col_workspace(const std::vector<Shape>& input_shapes, const Shape&, const Attributes& attributes,
+                             DType dtype) {
+  const ConvGeometry g = Geometry({&input_shapes[0], &input_shapes[1]}, attributes);
+  if (g.pointwise()) return 0;
+  return static_cast<std::size_t>(g.chunk_samples() * g.positions() * g.patch()) * dtype_size(dtype);
+}
+
+// ---- im2col and col2im ----------------------------------------------------------------------------------
+
+// Rows [0, samples·P) of `col` from samples [first, first + samples) of x, group `group`: row n·P + p holds
+// the window of output position p, tap-major then channel (the kernel's (kh, kw, c) order); taps in the
+// padding read 0.
+template <class T>
+void im2col(const ConvGeometry& g, const T* x, std::int64_t first, std::int64_t samples, std::int64_t group, T* col) {
+  const std::int64_t positions = g.positions(), patch = g.patch(), channels = g.group_channels;
+  const detail::ImageLayout& in = g.input;
+  const std::int64_t channel_offset = group * channels * in.channel_stride;
+  const std::int64_t total_rows = samples * positions;
+  detail::parallel_for(total_rows, detail::workers_for_elements(total_rows * patch),
+                       [&](std::int64_t begin, std::int64_t end, int) {
+                         for (std::int64_t row = begin; row < end; ++row) {
+                           const std::int64_t n = first + row / positions, p = row % positions;
+                           const std::int64_t oh = p / g.output.width, ow = p % g.output.width;
+                           T* out = col + row * patch;
+                           const T* image = x + n * in.batch_stride + channel_offset;
+                           for (std::int64_t kh = 0; kh < g.rows.size; ++kh) {
+                             const std::int64_t ih = g.rows.input_at(oh, kh);
+                             if (ih < 0 || ih >= in.height) {
+                               std::fill(out, out + g.cols.size * channels, T(0));
+                               out += g.cols.size * channels;
+                               continue;
+                             }
+                             for (std::int64_t kw = 0; kw < g.cols.size; ++kw, out += channels) {
+                               const std::int64_t iw = g.cols.input_at(ow, kw);
+                               if (iw < 0 || iw >= in.width) {
+                                 std::fill(out, out + channels, T(0));
+                                 continue;
+                               }
+                               const T* pixel = image + ih * in.row_stride + iw * in.column_stride;
+                               if (in.channel_stride == 1)
+                                 std::memcpy(out, pixel, static_cast<std::size_t>(channels) * sizeof(T));
+                               else
+                                 for (std::int64_t c = 0; c < channels; ++c) out[c] = pixel[c * in.channel_stride];
+                             }
+                           }
+                         }
+                       });
+}
+
+// The transpose of im2col: adds each entry of `col` to the x element it was read from (padding taps are
+// dropped). Samples write disjoint parts of dx, so they run in parallel.
+template <class T>
+void col2im(const ConvGeometry& g, const T* col, std::int64_t first, std::int64_t samples, std::int64_t group, T* dx) {
+  const std::int64_t positions = g.positions(), patch = g.patch(), channels = g.group_channels;
+  const detail::ImageLayout& in = g.input;
+  const std::int64_t channel_offset = group * channels * in.channel_stride;
+  detail::parallel_for(samples, detail::workers_for_elements(samples * positions * patch),
+                       [&](std::int64_t begin, std::int64_t end, int) {
+                         for (std::int64_t s = begin; s < end; ++s) {
+                           T* image = dx + (first + s) * in.batch_stride + channel_offset;
+                           for (std::int64_t p = 0; p < positions; ++p) {
+                             const std::int64_t oh = p / g.output.width, ow = p % g.output.width;
+                             const T* row = col + (s * positions + p) * patch;
+                             for (std::int64_t kh = 0; kh < g.rows.size; ++kh) {
+                               const std::int64_t ih = g.rows.input_at(oh, kh);
+                               if (ih < 0 || ih >= in.height) continue;
+                               for (std::int64_t kw = 0; kw < g.cols.size; ++kw) {
+                                 const std::int64_t iw = g.cols.input_at(ow, kw);
+                                 if (iw < 0 || iw >= in.width) continue;
+                                 const T* taps = row + (kh * g.cols.size + kw) * channels;
+                                 T* pixel = image + ih * in.row_stride + iw * in.column_stride;
+                                 for (std::int64_t c = 0; c < channels; ++c) pixel[c * in.channel_stride] += taps[c];
+                               }
+                             }
+                           }
+                         }
+                       });
+}
+
+// ---- the three GEMMs ------------------------------------------------------------------------------------
+// Row-major views: the kernel of group g is a (patch × group_filters) block at column g·Fg of the
+// (patch × F) kernel matrix; channels_last y is (N·P × F), channels_first y is one (F × P) matrix per sample.
+
+template <class T>
+void gemm(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, const T* a, std::int64_t lda, bool tb, const T* b,
+          std::int64_t ldb, T* c, std::int64_t ldc, bool accumulate) {
+  detail::GemmShape shape{m, n, k, ta, tb, lda, ldb, ldc, accumulate};
+  detail::gemm(shape, a, b, c);
+}
+
+// y = conv(x, kernel).
+template <class T>
+void conv_kernel(const KernelContext& k) {
+  const ConvGeometry g = geometry_of<forward_geometry>(k);
+  const T* x = k.in<T>(0);
+  const T* kernel = k.in<T>(1);
+  T* y = k.out<T>();
+  const std::int64_t F = g.filters(), Fg = g.group_filters, P = g.positions(), patch = g.patch();
+  if (g.pointwise()) {
+    for (std::int64_t group = 0; group < g.groups; ++group)
+      gemm<T>(g.input.batch * P, Fg, patch, false, x + group * g.group_channels, g.input.channels, false,
+              kernel + group * Fg, F, y + group * Fg, F, false);
+    return;
+  }
+  T* col = k.scratch<T>();
+  const std::int64_t chunk = g.chunk_samples();
+  for (std::int64_t first = 0; first < g.input.batch; first += chunk) {
+    const std::int64_t samples = std::min(chunk, g.input.batch - first);
+    for (std::int64_t group = 0; group < g.groups; ++group) {
+      im2col(g, x, first, samples, group, col);
+      const T* weights = kernel + group * Fg;
+      if (g.channels_last) {
+        gemm<T>(samples * P, Fg, patch, false, col, patch, false, weights, F, y + first * P * F + group * Fg, F, false);
+      } else {
+        for (std::int64_t s = 0; s < samples; ++s)  // y_n (Fg × P) = weightsᵀ · col_nᵀ
+          gemm<T>(Fg, P, patch, true, weights, F, true, col + s * P * patch, patch,
+                  y + (first + s) * F * P + group * Fg * P, P, false);
+      }
+    }
+  }
+}
+
+// dx = conv_backprop_input(dy, kernel): the gradient of conv with respect to x, and the transposed
+// convolution of dy.
+template <class T>
+void conv_backprop_input_kernel(const KernelContext& k) {
+  const ConvGeometry g = geometry_of<backprop_input_geometry>(k);
+  const T* dy = k.in<T>(0);
+  const T* kernel = k.in<T>(1);
+  T* dx = k.out<T>();
+  const std::int64_t F = g.filters(), Fg = g.group_filters, P = g.positions(), patch = g.patch();
+  if (g.pointwise()) {  // dx[:, group channels] = dy[:, group filters] · weightsᵀ
+    for (std::int64_t group = 0; group < g.groups; ++group)
+      gemm<T>(g.input.batch * P, g.group_channels, Fg, false, dy + group * Fg, F, true, kernel + group * Fg, F,
+              dx + group * g.group_channels, g.input.channels, false);
+    return;
+  }
+  std::fill(dx, dx + g.input.batch * g.input.batch_stride, T(0));
+  T* col = k.scratch<T>();
+  const std::int64_t chunk = g.chunk_samples();
+  for (std::int64_t first = 0; first < g.input.batch; first += chunk) {
+    const std::int64_t samples = std::min(chunk, g.input.batch - first);
+    for (std::int64_t group = 0; group < g.groups; ++group) {
+      const T* weights = kernel + group * Fg;
+      if (g.channels_last) {  // dcol (rows × patch) = dy (rows × Fg) · weightsᵀ
+        gemm<T>(samples * P, patch, Fg, false, dy + first * P * F + group * Fg, F, true, weights, F, col, patch, false);
+      } else {
+        for (std::int64_t s = 0; s < samples; ++s)  // dcol_n (P × patch) = dy_nᵀ · weightsᵀ
+          gemm<T>(P, patch, Fg, true, dy + (first + s) * F * P + group * Fg * P, P, true, weights, F,
+                  col + s * P * patch, patch, false);
+      }
+      col2im(g, col, first, samples, group, dx);
+    }
+  }
+}
+
+// dkernel = conv_backprop_kernel(x, dy): the gradient of conv with respect to its kernel.
+template <class T>
+void conv_backprop_kernel_kernel(const KernelContext& k) {
+  const ConvGeometry g = geometry_of<backprop_kernel_geometry>(k);
+  const T* x = k.in<T>(0);
+  const T* dy = k.in<T>(1);
+  T* dkernel = k.out<T>();
+  const std::int64_t F = g.filters(), Fg = g.group_filters, P = g.positions(), patch = g.patch();
+  if (g.input.batch == 0 || P == 0) {
+    std::fill(dkernel, dkernel + patch * F, T(0));
+    return;
+  }
+  if (g.pointwise()) {  // dkernel[:, group filters] = x[:, group channels]ᵀ · dy[:, group filters]
+    for (std::int64_t group = 0; group < g.groups; ++group)
+      gemm<T>(patch, Fg, g.input.batch * P, true, x + group * g.group_channels, g.input.channels, false,
+              dy + group * Fg, F, dkernel + group * Fg, F, false);
+    return;
+  }
+  T* col = k.scratch<T>();
+  const std::int64_t chunk = g.chunk_samples();
+  for (std::int64_t first = 0; first < g.input.batch; first += chunk) {
+    const std::int64_t samples = std::min(chunk, g.input.batch - first);
+    for (std::int64_t group = 0; group < g.groups; ++group) {
+      im2col(g, x, first, samples, group, col);
+      T* weights = dkernel + group * Fg;
+      if (g.channels_last) {  // dweights (patch × Fg) += colᵀ · dy
+        gemm<T>(patch, Fg, samples * P, true, col, patch, false, dy + first * P * F + group * Fg, F, weights, F,
+                first > 0);
+      } else {
+        for (std::int64_t s = 0; s < samples; ++s)  // dweights += col_nᵀ · dy_nᵀ
+          gemm<T>(patch, Fg, P, true, col + s * P * patch, patch, true, dy + (first + s) * F * P + group * Fg * P, P,
+                  weights, F, first + s > 0);
+      }
+    }
+  }
+}
+
+// ---- shape rules ----------------------------------------------------------------------------------------
+
+std::string text(const std::vector<std::int64_t>& values) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + std::to_string(values[i]);
+  return out + (values.size() == 1 ? ",)" : ")");
+}
+
+// Checks what every convolution has in common: an image of rank 3 (1-D) or 4 (2-D) whose channel axis is
+// known, a window that fits, and channels and filters that divide into `groups`. Returns y's shape.
+Shape checked_output(const InferContext& ctx, const Shape& x, const std::vector<std::int64_t>& kernel_spatial,
+                     std::int64_t kernel_channels, std::int64_t filters, std::int64_t groups, const char* x_name) {
+  const int spatial_rank = static_cast<int>(kernel_spatial.size());
+  if (spatial_rank < 1 || spatial_rank > 2) ctx.fail("only 1-D and 2-D convolutions are supported");
+  if (x.rank() != spatial_rank + 2)
+    ctx.fail(std::string(x_name) + " must have rank " + std::to_string(spatial_rank + 2) + " (batch, " +
+             (spatial_rank == 2 ? "height, width" : "length") + " and channels) for a " + std::to_string(spatial_rank) +
+             "-D kernel, got rank " + std::to_string(x.rank()));
+  const detail::WindowAttributes window = detail::window_attributes(ctx, spatial_rank);
+  const detail::ImageLayout in = detail::image_layout(x, window.channels_last);
+  if (in.channels == Shape::unknown) ctx.fail("the channel axis of " + std::string(x_name) + " must be known");
+  for (const std::int64_t size : kernel_spatial)
+    if (size < 1) ctx.fail("kernel size " + text(kernel_spatial) + " must be positive");
+  if (groups < 1) ctx.fail("groups must be positive, got " + std::to_string(groups));
+  if (in.channels != kernel_channels * groups)
+    ctx.fail("the input's " + std::to_string(in.channels) + " channels are not the kernel's " +
+             std::to_string(kernel_channels) + " channels per group times " + std::to_string(groups) + " group(s)");
+  if (filters % groups != 0)
+    ctx.fail(std::to_string(filters) + " filters do not divide into " + std::to_string(groups) + " groups");
+  const std::vector<std::int64_t> spatial = detail::spatial_dims(x, window.channels_last);
+  std::vector<std::int64_t> out;
+  for (std::size_t axis = 0; axis < spatial.size(); ++axis) {
+    const detail::WindowAxis w = detail::window_axis(spatial[axis], kernel_spatial[axis], window.strides[axis],
+                                                     window.dilation[axis], window.padding);
+    if (w.out != Shape::unknown && w.out < 1)
+      ctx.fail("the kernel " + text(kernel_spatial) + " with dilation_rate " + text(window.dilation) +
+               " spans more than the input's " + text(spatial) + " with padding 'valid'");
+    out.push_back(w.out);
+  }
+  return detail::image_shape(x[0], filters, out, window.channels_last);
+}
+
+std::vector<std::int64_t> kernel_spatial_of(const InferContext& ctx, const Shape& kernel) {
+  if (kernel.rank() < 3 || kernel.rank() > 4)
+    ctx.fail("the kernel must have rank 3 (1-D) or 4 (2-D): (*kernel_size, channels per group, filters)");
+  if (!kernel.is_fully_defined()) ctx.fail("the kernel's shape must be known");
+  return leading(kernel, kernel.rank() - 2);
+}
+
+Shape conv_shape(const InferContext& ctx) {
+  const Shape& kernel = ctx.input_shape(1);
+  const std::vector<std::int64_t> spatial = kernel_spatial_of(ctx, kernel);
+  return checked_output(ctx, ctx.input_shape(0), spatial, kernel.dim(-2), kernel.dim(-1),
+                        ctx.attributes().get_int("groups"), "the input");
+}
+
+Shape conv_backprop_input_shape(const InferContext& ctx) {
+  const Shape& dy = ctx.input_shape(0);
+  const Shape& kernel = ctx.input_shape(1);
+  const std::vector<std::int64_t> spatial = kernel_spatial_of(ctx, kernel);
+  const std::int64_t groups = ctx.attributes().get_int("groups");
+  const std::vector<std::int64_t>& input_spatial = ctx.attributes().get_ints("input_spatial");
+  if (input_spatial.size() != spatial.size())
+    ctx.fail("input_spatial " + text(input_spatial) + " must have one size per kernel axis");
+  const bool channels_last = ctx.attributes().get_string("data_format") != "channels_first";
+  const Shape x = detail::image_shape(dy.rank() > 0 ? dy[0] : 0, kernel.dim(-2) * groups, input_spatial, channels_last);
+  if (dy.rank() != x.rank()) ctx.fail("the gradient must have rank " + std::to_string(x.rank()));
+  const Shape y = checked_output(ctx, x, spatial, kernel.dim(-2), kernel.dim(-1), groups, "the output");
+  if (!y.accepts(dy)) ctx.fail("the gradient's shape is not the convolution's output " + y.to_string());
+  return x;
+}
+
+Shape conv_backprop_kernel_shape(const InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  const Shape& dy = ctx.input_shape(1);
+  const std::vector<std::int64_t>& spatial = ctx.attributes().get_ints("kernel_spatial");
+  const std::int64_t groups = ctx.attributes().get_int("groups");
+  const bool channels_last = ctx.attributes().get_string("data_format") != "channels_first";
+  if (dy.rank() != x.rank()) ctx.fail("the input and the gradient differ in rank");
+  const std::int64_t filters = detail::image_layout(dy, channels_last).channels;
+  const std::int64_t channels = detail::image_layout(x, channels_last).channels;
+  if (filters == Shape::unknown || channels == Shape::unknown || channels % std::max<std::int64_t>(groups, 1) != 0)
+    ctx.fail("the channels must be known and divide into " + std::to_string(groups) + " groups");
+  const Shape y = checked_output(ctx, x, spatial, channels / groups, filters, groups, "the input");
+  if (!y.accepts(dy)) ctx.fail("the gradient's shape is not the convolution's output " + y.to_string());
+  std::vector<std::int64_t> dims = spatial;
+  dims.push_back(channels / groups);
+  dims.push_back(filters);
+  return Shape(std::move(dims));
+}
+
+// ---- backward rules -------------------------------------------------------------------------------------
+
+// The attributes of `base` for another op of the family, with its spatial attribute.
+Attributes family_attributes(const Attributes& base, const char* spatial_key, std::vector<std::int64_t> spatial) {
+  Attributes a;
+  for (const char* key : {"strides", "dilation_rate"}) a.set(key, base.get_ints(key));
+  a.set("padding", base.get_string("padding"));
+  a.set("data_format", base.get_string("data_format"));
+  a.set("groups", base.get_int("groups"));
+  if (spatial_key != nullptr) a.set(spatial_key, std::move(spatial));
+  return a;
+}
+
+bool channels_last_of(const Attributes& a) { return a.get_string("data_format") != "channels_first"; }
+
+Tensor make_conv(const Tensor& x, const Tensor& kernel, const Attributes& base) {
+  return x.graph().add_op("kiln>Conv", {x, kernel}, family_attributes(base, nullptr, {}), "conv");
+}
+Tensor make_backprop_input(const Tensor& dy, const Tensor& kernel, const Attributes& base,
+                           std::vector<std::int64_t> input_spatial) {
+  return dy.graph().add_op("kiln>ConvBackpropInput", {dy, kernel},
+                           family_attributes(base, "input_spatial", std::move(input_spatial)), "conv_grad_input");
+}
+Tensor make_backprop_kernel(const Tensor& x, const Tensor& dy, const Attributes& base,
+                            std::vector<std::int64_t> kernel_spatial) {
+  return x.graph().add_op("kiln>ConvBackpropKernel", {x, dy},
+                          family_attributes(base, "kernel_spatial", std::move(kernel_spatial)), "conv_grad_kernel");
+}
+
+std::vector<std::int64_t> image_spatial(const Tensor& image, const Attributes& a) {
+  return detail::spatial_dims(image.shape(), channels_last_of(a));
+}
+std::vector<std::int64_t> kernel_spatial(const Tensor& kernel) { return leading(kernel.shape(), kernel.rank() - 2); }
+
+// y = A_K x: dx = A_Kᵀ dy, dK = conv_backprop_kernel(x, dy).
+std::vector<Tensor> conv_backward(const GradContext& g) {
+  const Tensor x = g.input(0), kernel = g.input(1), dy = g.output_grad();
+  const Attributes& a = g.attributes();
+  return {g.needs_grad(0) ? make_backprop_input(dy, kernel, a, image_spatial(x, a)) : Tensor(),
+          g.needs_grad(1) ? make_backprop_kernel(x, dy, a, kernel_spatial(kernel)) : Tensor()};
+}
+
+// z = A_Kᵀ dy, so <w, z> = <A_K w, dy>: d(dy) = conv(w, K), dK = conv_backprop_kernel(w, dy).
+std::vector<Tensor> conv_backprop_input_backward(const GradContext& g) {
+  const Tensor dy = g.input(0), kernel = g.input(1), w = g.output_grad();
+  const Attributes& a = g.attributes();
+  return {g.needs_grad(0) ? make_conv(w, kernel, a) : Tensor(),
+          g.needs_grad(1) ? make_backprop_kernel(w, dy, a, kernel_spatial(kernel)) : Tensor()};
+}
+
+// <W, conv_backprop_kernel(x, dy)> = <A_W x, dy>: dx = A_Wᵀ dy, d(dy) = conv(x, W).
+std::vector<Tensor> conv_backprop_kernel_backward(const GradContext& g) {
+  const Tensor x = g.input(0), dy = g.input(1), w = g.output_grad();
+  const Attributes& a = g.attributes();
+  return {g.needs_grad(0) ? make_backprop_input(dy, w, a, image_spatial(x, a)) : Tensor(),
+          g.needs_grad(1) ? make_conv(x, w, a) : Tensor()};
+}
+
+// ---- registration ---------------------------------------------------------------------------------------
+
+KILN_REGISTER_OP(OpDef("kiln>Conv")
+                     .inputs(2)
+                     .attributes({"strides", "dilation_rate", "padding", "data_format", "groups"})
+                     .infer_shape(conv_shape)
+                     .forward(conv_kernel<float>, conv_kernel<double>)
+                     .backward(conv_backward)
+                     .workspace(im2col_workspace<forward_geometry>));
+
+KILN_REGISTER_OP(OpDef("kiln>ConvBackpropInput")
+                     .inputs(2)
+                     .attributes({"strides", "dilation_rate", "padding", "data_format", "groups", "input_spatial"})
+                     .infer_shape(conv_backprop_input_shape)
+                     .forward(conv_backprop_input_kernel<float>, conv_backprop_input_kernel<double>)
+                     .backward(conv_backprop_input_backward)
+                     .workspace(im2col_workspace<backprop_input_geometry>));
+
+KILN_REGISTER_OP(OpDef("kiln>ConvBackpropKernel")
+                     .inputs(2)
+                     .attributes({"strides", "dilation_rate", "padding", "data_format", "groups", "kernel_spatial"})
+                     .infer_shape(conv_backprop_kernel_shape)
+                     .forward(conv_backprop_kernel_kernel<float>, conv_backprop_kernel_kernel<double>)
+                     .backward(conv_backprop_kernel_backward)
+                     .workspace(im2col_workspace<backprop_kernel_geometry>));
+
+// The node attributes of ops::conv's options for a kernel of `spatial_rank` axes; empty strides and
+// dilations mean 1 on every axis, and a single value means that value on every axis, as in Keras.
+Attributes conv_attributes(const ops::ConvOptions& options, int spatial_rank, std::int64_t groups) {
+  auto per_axis = [spatial_rank](std::vector<std::int64_t> values) {
+    if (values.empty()) values.push_back(1);
+    if (values.size() == 1) values.resize(static_cast<std::size_t>(std::max(spatial_rank, 1)), values[0]);
+    return values;
+  };
+  return Attributes()
+      .set("strides", per_axis(options.strides))
+      .set("dilation_rate", per_axis(options.dilation_rate))
+      .set("padding", options.padding)
+      .set("data_format", options.data_format)
+      .set("groups", groups);
+}
+
+// Keras's ops.conv infers the groups from the shapes: the kernel holds C / groups input channels. Shapes
+// that do not divide get 1, and the shape rule then says why they do not fit.
+std::int64_t inferred_groups(const Shape& x, const Shape& kernel, const ops::ConvOptions& options) {
+  if (x.rank() < 3 || kernel.rank() < 3) return 1;
+  const std::int64_t channels = x[options.data_format == "channels_first" ? 1 : x.rank() - 1];
+  const std::int64_t per_group = kernel.dim(-2);
+  return channels > 0 && per_group > 0 && channels % per_group == 0 ? channels / per_group : 1;
+}
+
+}  // namespace
+
+namespace ops {
+
+Tensor conv(const Tensor& x, const Tensor& kernel, const ConvOptions& options) {
+  return x.graph().add_op(
+      "kiln>Conv", {x, kernel},
+      conv_attributes(options, kernel.rank() - 2, inferred_groups(x.shape(), kernel.shape(), options)), "conv");
+}
+
+Shape conv_output_shape(const Shape& x, const Shape& kernel, const ConvOptions& options) {
+  const Attributes attributes = conv_attributes(options, kernel.rank() - 2, inferred_groups(x, kernel, options));
+  const std::vector<Shape> shapes{x, kernel};
+  const std::string node = "conv";
+  return conv_shape(InferContext(op_registry().get("kiln>Conv"), node, shapes, attributes));
+}
+
+Tensor conv_transpose(const Tensor& x, const Tensor& kernel, const std::vector<std::int64_t>& output_spatial,
+                      const ConvOptions& options) {
+  return x.graph().add_op("kiln>ConvBackpropInput", {x, kernel},
+                          conv_attributes(options, kernel.rank() - 2, 1).set("input_spatial", output_spatial),
+                          "conv_transpose");
+}
+
+}  // namespace ops
+}  // namespace kiln

@@ -1,0 +1,134 @@
+#include <kiln/ops/detail/window.hpp>
+
+#include <string>
+
+#include <kiln/core/attributes.hpp>
+
+namespace kiln::detail {
+
+WindowAxis window_axis(std::int64_t in, std::int64_t size, std::int64_t stride, std::int64_t dilation,
+                       Padding padding) {
+  WindowAxis axis;
+  axis.in = in;
+  axis.size = size;
+  axis.stride = stride;
+  axis.dilation = dilation;
+  if (padding == Padding::causal) axis.pad_before = axis.span() - 1;
+  if (in == Shape::unknown) {
+    axis.out = Shape::unknown;
+    return axis;
+  }
+  if (padding == Padding::valid) {
+    // May be 0 or negative: the shape rules refuse a window that does not fit.
+    axis.out = in >= axis.span() ? (in - axis.span()) / stride + 1 : 0;
+  } else {
+    axis.out = (in + stride - 1) / stride;
+    if (padding == Padding::same) {
+      const std::int64_t needed = (axis.out - 1) * stride + axis.span() - in;
+      axis.pad_before = needed > 0 ? needed / 2 : 0;
+    }
+  }
+  return axis;
+}
+
+Padding parse_padding(const std::string& name, bool& ok) {
+  ok = true;
+  if (name == "valid") return Padding::valid;
+  if (name == "same") return Padding::same;
+  if (name == "causal") return Padding::causal;
+  ok = false;
+  return Padding::valid;
+}
+
+const char* padding_name(Padding padding) {
+  switch (padding) {
+    case Padding::valid:
+      return "valid";
+    case Padding::same:
+      return "same";
+    case Padding::causal:
+      return "causal";
+  }
+  return "valid";
+}
+
+namespace {
+std::string ints_text(const std::vector<std::int64_t>& values) {
+  std::string text = "(";
+  for (std::size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
+  return text + (values.size() == 1 ? ",)" : ")");
+}
+}  // namespace
+
+WindowAttributes window_attributes(const Attributes& attributes) {
+  WindowAttributes window;
+  window.strides = attributes.get_ints("strides");
+  // Pooling windows have no dilation attribute: their taps are adjacent.
+  window.dilation = attributes.has("dilation_rate") ? attributes.get_ints("dilation_rate")
+                                                    : std::vector<std::int64_t>(window.strides.size(), 1);
+  bool ok = true;
+  window.padding = parse_padding(attributes.get_string("padding"), ok);
+  window.channels_last = attributes.get_string("data_format") != "channels_first";
+  return window;
+}
+
+WindowAttributes window_attributes(const InferContext& context, int spatial_rank) {
+  const Attributes& attributes = context.attributes();
+  const std::string& format = attributes.get_string("data_format");
+  if (format != "channels_last" && format != "channels_first")
+    context.fail("data_format must be 'channels_last' or 'channels_first', got '" + format + "'");
+  const std::string& padding = attributes.get_string("padding");
+  bool ok = true;
+  parse_padding(padding, ok);
+  if (!ok) context.fail("padding must be 'valid', 'same' or 'causal', got '" + padding + "'");
+  if (padding == "causal" && spatial_rank != 1) context.fail("'causal' padding is only for 1-D inputs");
+  for (const char* key : {"strides", "dilation_rate"}) {
+    if (!attributes.has(key)) continue;
+    const std::vector<std::int64_t>& values = attributes.get_ints(key);
+    if (static_cast<int>(values.size()) != spatial_rank)
+      context.fail(std::string(key) + " " + ints_text(values) + " must have " + std::to_string(spatial_rank) +
+                   " value(s), one per spatial axis");
+    for (const std::int64_t value : values)
+      if (value < 1) context.fail(std::string(key) + " must be positive, got " + ints_text(values));
+  }
+  return window_attributes(attributes);
+}
+
+ImageLayout image_layout(const Shape& shape, bool channels_last) {
+  ImageLayout layout;
+  const int spatial_rank = shape.rank() - 2;
+  layout.batch = shape[0];
+  layout.channels = channels_last ? shape[shape.rank() - 1] : shape[1];
+  const int first_spatial = channels_last ? 1 : 2;
+  if (spatial_rank == 2) layout.height = shape[first_spatial];
+  layout.width = shape[first_spatial + spatial_rank - 1];
+  if (channels_last) {
+    layout.channel_stride = 1;
+    layout.column_stride = layout.channels;
+    layout.row_stride = layout.width * layout.channels;
+  } else {
+    layout.column_stride = 1;
+    layout.row_stride = layout.width;
+    layout.channel_stride = layout.height * layout.width;
+  }
+  layout.batch_stride = layout.channels * layout.height * layout.width;
+  return layout;
+}
+
+std::vector<std::int64_t> spatial_dims(const Shape& shape, bool channels_last) {
+  const int first = channels_last ? 1 : 2;
+  std::vector<std::int64_t> dims;
+  for (int axis = first; axis < first + shape.rank() - 2; ++axis) dims.push_back(shape[axis]);
+  return dims;
+}
+
+Shape image_shape(std::int64_t batch, std::int64_t channels, const std::vector<std::int64_t>& spatial,
+                  bool channels_last) {
+  std::vector<std::int64_t> dims{batch};
+  if (!channels_last) dims.push_back(channels);
+  dims.insert(dims.end(), spatial.begin(), spatial.end());
+  if (channels_last) dims.push_back(channels);
+  return Shape(std::move(dims));
+}
+
+}  // namespace kiln::detail

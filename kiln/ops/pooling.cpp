@@ -1,0 +1,336 @@
+// Max and average pooling, 1-D and 2-D, with Keras's windows (ops/detail/window): pool_size, strides,
+// "valid" or "same" padding, either data format.
+//   MaxPool      x -> y: the largest value of each window (NaN if the window holds one, as kiln's max)
+//   MaxPoolGrad  (x, dy) -> dx: each window's gradient goes to its maximum (the first, on ties)
+//   AvgPool      x -> y: the mean of each window over the positions inside the input: padding does not
+//                count, as in Keras (TensorFlow's and JAX's "SAME" average)
+//   AvgPoolGrad  dy -> dx: the transpose of AvgPool, which is linear; so each is the other's gradient
+// Kernels walk one output row (sample, output row) per task, channels innermost for channels_last data.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <kiln/core/attributes.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/op.hpp>
+#include <kiln/core/parallel.hpp>
+#include <kiln/ops/detail/kernel_util.hpp>
+#include <kiln/ops/detail/window.hpp>
+#include <kiln/ops/ops.hpp>
+
+namespace kiln {
+namespace {
+
+// ---- geometry -------------------------------------------------------------------------------------------
+
+struct PoolGeometry {
+  detail::ImageLayout input, output;
+  detail::WindowAxis rows, cols;
+};
+
+PoolGeometry pool_geometry(const Shape& x, const Attributes& a) {
+  const detail::WindowAttributes window = detail::window_attributes(a);
+  const std::vector<std::int64_t>& pool = a.get_ints("pool_size");
+  PoolGeometry g;
+  g.input = detail::image_layout(x, window.channels_last);
+  const bool two_d = pool.size() == 2;
+  if (two_d) g.rows = detail::window_axis(g.input.height, pool[0], window.strides[0], 1, window.padding);
+  const std::size_t last = pool.size() - 1;
+  g.cols = detail::window_axis(g.input.width, pool[last], window.strides[last], 1, window.padding);
+  std::vector<std::int64_t> out;
+  if (two_d) out.push_back(g.rows.out);
+  out.push_back(g.cols.out);
+  g.output = detail::image_layout(detail::image_shape(g.input.batch, g.input.channels, out, window.channels_last),
+                                  window.channels_last);
+  return g;
+}
+
+// The in-bounds taps of one window along one axis: [first, last).
+struct TapRange {
+  std::int64_t first, last;
+};
+TapRange taps(const detail::WindowAxis& axis, std::int64_t o) {
+  TapRange r{0, axis.size};
+  while (r.first < r.last && axis.input_at(o, r.first) < 0) ++r.first;
+  while (r.last > r.first && axis.input_at(o, r.last - 1) >= axis.in) --r.last;
+  return r;
+}
+
+// Runs body(n, oh, ow, rows, cols) for every output position, output rows spread over kiln's threads.
+template <class Body>
+void for_each_window(const PoolGeometry& g, const Body& body) {
+  const std::int64_t tasks = g.output.batch * g.output.height;
+  const std::int64_t per_task = g.output.width * g.output.channels * g.rows.size * g.cols.size;
+  detail::parallel_for(tasks, detail::workers_for_elements(tasks * per_task),
+                       [&](std::int64_t begin, std::int64_t end, int) {
+                         for (std::int64_t task = begin; task < end; ++task) {
+                           const std::int64_t n = task / g.output.height, oh = task % g.output.height;
+                           const TapRange rows = taps(g.rows, oh);
+                           for (std::int64_t ow = 0; ow < g.output.width; ++ow) body(n, oh, ow, rows, taps(g.cols, ow));
+                         }
+                       });
+}
+
+std::int64_t input_offset(const PoolGeometry& g, std::int64_t n, std::int64_t ih, std::int64_t iw) {
+  return n * g.input.batch_stride + ih * g.input.row_stride + iw * g.input.column_stride;
+}
+std::int64_t output_offset(const PoolGeometry& g, std::int64_t n, std::int64_t oh, std::int64_t ow) {
+  return n * g.output.batch_stride + oh * g.output.row_stride + ow * g.output.column_stride;
+}
+
+// ---- kernels --------------------------------------------------------------------------------------------
+
+template <class T>
+void max_pool_kernel(const KernelContext& k) {
+  const PoolGeometry g = pool_geometry(k.input_shape(0), k.attributes());
+  const T* x = k.in<T>(0);
+  T* y = k.out<T>();
+  const std::int64_t cs = g.input.channel_stride, ocs = g.output.channel_stride;
+  for_each_window(g, [&](std::int64_t n, std::int64_t oh, std::int64_t ow, TapRange rows, TapRange cols) {
+    T* out = y + output_offset(g, n, oh, ow);
+    for (std::int64_t c = 0; c < g.input.channels; ++c) out[c * ocs] = -std::numeric_limits<T>::infinity();
+    for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
+      for (std::int64_t kw = cols.first; kw < cols.last; ++kw) {
+        const T* in = x + input_offset(g, n, g.rows.input_at(oh, kh), g.cols.input_at(ow, kw));
+        for (std::int64_t c = 0; c < g.input.channels; ++c)
+          out[c * ocs] = detail::propagating_max(out[c * ocs], in[c * cs]);
+      }
+  });
+}
+
+// dx[argmax of each window] += dy. Windows overlap when strides < pool_size, so a sample's windows add
+// into the same dx: each task is one whole sample here, never split.
+template <class T>
+void max_pool_grad_kernel(const KernelContext& k) {
+  const PoolGeometry g = pool_geometry(k.input_shape(0), k.attributes());
+  const T* x = k.in<T>(0);
+  const T* dy = k.in<T>(1);
+  T* dx = k.out<T>();
+  std::fill(dx, dx + g.input.batch * g.input.batch_stride, T(0));
+  const std::int64_t cs = g.input.channel_stride, ocs = g.output.channel_stride;
+  const std::int64_t per_sample = g.output.positions() * g.input.channels * g.rows.size * g.cols.size;
+  detail::parallel_for(
+      g.input.batch, detail::workers_for_elements(g.input.batch * per_sample),
+      [&](std::int64_t begin, std::int64_t end, int) {
+        for (std::int64_t n = begin; n < end; ++n)
+          for (std::int64_t oh = 0; oh < g.output.height; ++oh) {
+            const TapRange rows = taps(g.rows, oh);
+            for (std::int64_t ow = 0; ow < g.output.width; ++ow) {
+              const TapRange cols = taps(g.cols, ow);
+              const T* grad = dy + output_offset(g, n, oh, ow);
+              for (std::int64_t c = 0; c < g.input.channels; ++c) {
+                std::int64_t best = -1;
+                T best_value = T(0);
+                for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
+                  for (std::int64_t kw = cols.first; kw < cols.last; ++kw) {
+                    const std::int64_t at =
+                        input_offset(g, n, g.rows.input_at(oh, kh), g.cols.input_at(ow, kw)) + c * cs;
+                    const T value = x[at];
+                    // The first maximum, or the first NaN: the element the forward max returned.
+                    if (best < 0 || (best_value == best_value && (value > best_value || value != value))) {
+                      best = at;
+                      best_value = value;
+                    }
+                  }
+                if (best >= 0) dx[best] += grad[c * ocs];
+              }
+            }
+          }
+      });
+}
+
+template <class T>
+void avg_pool_kernel(const KernelContext& k) {
+  const PoolGeometry g = pool_geometry(k.input_shape(0), k.attributes());
+  const T* x = k.in<T>(0);
+  T* y = k.out<T>();
+  const std::int64_t cs = g.input.channel_stride, ocs = g.output.channel_stride;
+  for_each_window(g, [&](std::int64_t n, std::int64_t oh, std::int64_t ow, TapRange rows, TapRange cols) {
+    T* out = y + output_offset(g, n, oh, ow);
+    for (std::int64_t c = 0; c < g.input.channels; ++c) out[c * ocs] = T(0);
+    for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
+      for (std::int64_t kw = cols.first; kw < cols.last; ++kw) {
+        const T* in = x + input_offset(g, n, g.rows.input_at(oh, kh), g.cols.input_at(ow, kw));
+        for (std::int64_t c = 0; c < g.input.channels; ++c) out[c * ocs] += in[c * cs];
+      }
+    const T inverse = T(1) / static_cast<T>((rows.last - rows.first) * (cols.last - cols.first));
+    for (std::int64_t c = 0; c < g.input.channels; ++c) out[c * ocs] *= inverse;
+  });
+}
+
+// dx = AvgPoolᵀ dy; per sample, as max_pool_grad, because windows may overlap.
+template <class T>
+void avg_pool_grad_kernel(const KernelContext& k) {
+  const Shape& dy_shape = k.input_shape(0);
+  const bool channels_last = k.attributes().get_string("data_format") != "channels_first";
+  const Shape x_shape = detail::image_shape(dy_shape[0], detail::image_layout(dy_shape, channels_last).channels,
+                                            k.attributes().get_ints("input_spatial"), channels_last);
+  const PoolGeometry g = pool_geometry(x_shape, k.attributes());
+  const T* dy = k.in<T>(0);
+  T* dx = k.out<T>();
+  std::fill(dx, dx + g.input.batch * g.input.batch_stride, T(0));
+  const std::int64_t cs = g.input.channel_stride, ocs = g.output.channel_stride;
+  const std::int64_t per_sample = g.output.positions() * g.input.channels * g.rows.size * g.cols.size;
+  detail::parallel_for(g.input.batch, detail::workers_for_elements(g.input.batch * per_sample),
+                       [&](std::int64_t begin, std::int64_t end, int) {
+                         for (std::int64_t n = begin; n < end; ++n)
+                           for (std::int64_t oh = 0; oh < g.output.height; ++oh) {
+                             const TapRange rows = taps(g.rows, oh);
+                             for (std::int64_t ow = 0; ow < g.output.width; ++ow) {
+                               const TapRange cols = taps(g.cols, ow);
+                               const T* grad = dy + output_offset(g, n, oh, ow);
+                               const T inverse =
+                                   T(1) / static_cast<T>((rows.last - rows.first) * (cols.last - cols.first));
+                               for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
+                                 for (std::int64_t kw = cols.first; kw < cols.last; ++kw) {
+                                   T* in = dx + input_offset(g, n, g.rows.input_at(oh, kh), g.cols.input_at(ow, kw));
+                                   for (std::int64_t c = 0; c < g.input.channels; ++c)
+                                     in[c * cs] += grad[c * ocs] * inverse;
+                                 }
+                             }
+                           }
+                       });
+}
+
+// ---- shape rules ----------------------------------------------------------------------------------------
+
+std::string text(const std::vector<std::int64_t>& values) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + std::to_string(values[i]);
+  return out + (values.size() == 1 ? ",)" : ")");
+}
+
+// The pooled shape of `x`, checking the rank, the options and that every window fits.
+Shape pooled_shape(const InferContext& ctx, const Shape& x) {
+  const std::vector<std::int64_t>& pool = ctx.attributes().get_ints("pool_size");
+  const int spatial_rank = static_cast<int>(pool.size());
+  if (spatial_rank < 1 || spatial_rank > 2) ctx.fail("pool_size " + text(pool) + " must have 1 or 2 sizes");
+  if (x.rank() != spatial_rank + 2)
+    ctx.fail("a " + std::to_string(spatial_rank) + "-D pool needs inputs of rank " + std::to_string(spatial_rank + 2) +
+             ", got rank " + std::to_string(x.rank()));
+  const detail::WindowAttributes window = detail::window_attributes(ctx, spatial_rank);
+  if (window.padding == detail::Padding::causal) ctx.fail("padding must be 'valid' or 'same' for pooling");
+  for (const std::int64_t size : pool)
+    if (size < 1) ctx.fail("pool_size " + text(pool) + " must be positive");
+  const std::vector<std::int64_t> spatial = detail::spatial_dims(x, window.channels_last);
+  std::vector<std::int64_t> out;
+  for (std::size_t axis = 0; axis < spatial.size(); ++axis) {
+    const detail::WindowAxis w =
+        detail::window_axis(spatial[axis], pool[axis], window.strides[axis], 1, window.padding);
+    if (w.out != Shape::unknown && w.out < 1)
+      ctx.fail("the pool " + text(pool) + " is larger than the input's " + text(spatial) + " with padding 'valid'");
+    out.push_back(w.out);
+  }
+  return detail::image_shape(x[0], detail::image_layout(x, window.channels_last).channels, out, window.channels_last);
+}
+
+Shape pool_shape(const InferContext& ctx) { return pooled_shape(ctx, ctx.input_shape(0)); }
+
+Shape max_pool_grad_shape(const InferContext& ctx) {
+  const Shape y = pooled_shape(ctx, ctx.input_shape(0));
+  if (!y.accepts(ctx.input_shape(1))) ctx.fail("the gradient's shape is not the pooled shape " + y.to_string());
+  return ctx.input_shape(0);
+}
+
+Shape avg_pool_grad_shape(const InferContext& ctx) {
+  const Shape& dy = ctx.input_shape(0);
+  const bool channels_last = ctx.attributes().get_string("data_format") != "channels_first";
+  const std::vector<std::int64_t>& spatial = ctx.attributes().get_ints("input_spatial");
+  if (dy.rank() != static_cast<int>(spatial.size()) + 2)
+    ctx.fail("the gradient must have rank " + std::to_string(spatial.size() + 2));
+  const Shape x = detail::image_shape(dy[0], detail::image_layout(dy, channels_last).channels, spatial, channels_last);
+  const Shape y = pooled_shape(ctx, x);
+  if (!y.accepts(dy)) ctx.fail("the gradient's shape is not the pooled shape " + y.to_string());
+  return x;
+}
+
+// ---- backward rules -------------------------------------------------------------------------------------
+
+Attributes pool_attributes(const Attributes& base) {
+  return Attributes()
+      .set("pool_size", base.get_ints("pool_size"))
+      .set("strides", base.get_ints("strides"))
+      .set("padding", base.get_string("padding"))
+      .set("data_format", base.get_string("data_format"));
+}
+
+std::vector<Tensor> max_pool_backward(const GradContext& g) {
+  return {g.input(0).graph().add_op("kiln>MaxPoolGrad", {g.input(0), g.output_grad()}, pool_attributes(g.attributes()),
+                                    "grad")};
+}
+
+std::vector<Tensor> avg_pool_backward(const GradContext& g) {
+  const Attributes& a = g.attributes();
+  const std::vector<std::int64_t> spatial =
+      detail::spatial_dims(g.input(0).shape(), a.get_string("data_format") != "channels_first");
+  return {g.input(0).graph().add_op("kiln>AvgPoolGrad", {g.output_grad()},
+                                    pool_attributes(a).set("input_spatial", spatial), "grad")};
+}
+
+std::vector<Tensor> avg_pool_grad_backward(const GradContext& g) {
+  return {
+      g.output_grad().graph().add_op("kiln>AvgPool", {g.output_grad()}, pool_attributes(g.attributes()), "avg_pool")};
+}
+
+// ---- registration ---------------------------------------------------------------------------------------
+
+KILN_REGISTER_OP(OpDef("kiln>MaxPool")
+                     .inputs(1)
+                     .attributes({"pool_size", "strides", "padding", "data_format"})
+                     .infer_shape(pool_shape)
+                     .forward(max_pool_kernel<float>, max_pool_kernel<double>)
+                     .backward(max_pool_backward));
+
+KILN_REGISTER_OP(OpDef("kiln>MaxPoolGrad")
+                     .inputs(2)
+                     .attributes({"pool_size", "strides", "padding", "data_format"})
+                     .infer_shape(max_pool_grad_shape)
+                     .forward(max_pool_grad_kernel<float>, max_pool_grad_kernel<double>)
+                     .not_differentiable("second-order gradients of max pooling are not supported"));
+
+KILN_REGISTER_OP(OpDef("kiln>AvgPool")
+                     .inputs(1)
+                     .attributes({"pool_size", "strides", "padding", "data_format"})
+                     .infer_shape(pool_shape)
+                     .forward(avg_pool_kernel<float>, avg_pool_kernel<double>)
+                     .backward(avg_pool_backward));
+
+KILN_REGISTER_OP(OpDef("kiln>AvgPoolGrad")
+                     .inputs(1)
+                     .attributes({"pool_size", "strides", "padding", "data_format", "input_spatial"})
+                     .infer_shape(avg_pool_grad_shape)
+                     .forward(avg_pool_grad_kernel<float>, avg_pool_grad_kernel<double>)
+                     .backward(avg_pool_grad_backward));
+
+Attributes node_attributes(const ops::PoolOptions& options) {
+  std::vector<std::int64_t> strides = options.strides.empty() ? options.pool_size : options.strides;
+  if (strides.size() == 1 && options.pool_size.size() > 1) strides.resize(options.pool_size.size(), strides[0]);
+  return Attributes()
+      .set("pool_size", options.pool_size)
+      .set("strides", strides)
+      .set("padding", options.padding)
+      .set("data_format", options.data_format);
+}
+
+}  // namespace
+
+namespace ops {
+
+Tensor max_pool(const Tensor& x, const PoolOptions& options) {
+  return x.graph().add_op("kiln>MaxPool", {x}, node_attributes(options), "max_pool");
+}
+
+Tensor avg_pool(const Tensor& x, const PoolOptions& options) {
+  return x.graph().add_op("kiln>AvgPool", {x}, node_attributes(options), "avg_pool");
+}
+
+Shape pool_output_shape(const Shape& x, const PoolOptions& options) {
+  const std::vector<Shape> shapes{x};
+  const std::string node = "pool";
+  return pool_shape(InferContext(op_registry().get("kiln>MaxPool"), node, shapes, node_attributes(options)));
+}
+
+}  // namespace ops
+}  // namespace kiln

@@ -1,0 +1,278 @@
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <kiln/core/array.hpp>
+#include <kiln/core/autodiff.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/rng.hpp>
+#include <kiln/ops/ops.hpp>
+#include "support/gradcheck.hpp"
+
+using namespace kiln;
+using Catch::Contains;
+
+namespace {
+
+// ---- a direct nested-loop convolution, from Keras's formulas ---------------------------------------------
+
+struct Axis {
+  std::int64_t in, size, stride, dilation, before, out;
+};
+
+// Keras's compute_conv_output_shape, and the padding TensorFlow and JAX put before the input for "same"
+// (half the total, rounded down); "causal" pads dilation·(size − 1) before, then runs "valid".
+Axis axis_of(std::int64_t in, std::int64_t size, std::int64_t stride, std::int64_t dilation,
+             const std::string& padding) {
+  const std::int64_t span = dilation * (size - 1) + 1;
+  Axis a{in, size, stride, dilation, 0, 0};
+  if (padding == "valid") {
+    a.out = (in - span) / stride + 1;
+  } else if (padding == "same") {
+    a.out = (in + stride - 1) / stride;
+    a.before = std::max<std::int64_t>((a.out - 1) * stride + span - in, 0) / 2;
+  } else {  // causal
+    a.before = span - 1;
+    a.out = (in + a.before - span) / stride + 1;
+  }
+  return a;
+}
+
+struct Image {
+  std::int64_t n, c, h, w;
+  bool last;
+  std::size_t at(std::int64_t b, std::int64_t ch, std::int64_t i, std::int64_t j) const {
+    return static_cast<std::size_t>(last ? ((b * h + i) * w + j) * c + ch : ((b * c + ch) * h + i) * w + j);
+  }
+};
+
+Image image_of(const Shape& s, bool last) {
+  if (s.rank() == 3) return last ? Image{s[0], s[2], 1, s[1], last} : Image{s[0], s[1], 1, s[2], last};
+  return last ? Image{s[0], s[3], s[1], s[2], last} : Image{s[0], s[1], s[2], s[3], last};
+}
+
+std::int64_t option(const std::vector<std::int64_t>& values, std::size_t axis) {
+  return values.empty() ? 1 : values.size() == 1 ? values[0] : values[axis];
+}
+
+Array reference_conv(const Array& x, const Array& kernel, const ops::ConvOptions& o) {
+  const bool last = o.data_format == "channels_last";
+  const Shape& ks = kernel.shape();
+  const bool two_d = ks.rank() == 4;
+  const Image in = image_of(x.shape(), last);
+  const std::int64_t kh = two_d ? ks[0] : 1, kw = ks[ks.rank() - 3], cg = ks[ks.rank() - 2], f = ks[ks.rank() - 1];
+  const std::int64_t groups = in.c / cg, fg = f / groups;
+  const Axis rows =
+      two_d ? axis_of(in.h, kh, option(o.strides, 0), option(o.dilation_rate, 0), o.padding) : Axis{1, 1, 1, 1, 0, 1};
+  const std::size_t wa = two_d ? 1 : 0;
+  const Axis cols = axis_of(in.w, kw, option(o.strides, wa), option(o.dilation_rate, wa), o.padding);
+  const Image out{in.n, f, rows.out, cols.out, last};
+  const Shape out_shape = two_d ? (last ? Shape{in.n, rows.out, cols.out, f} : Shape{in.n, f, rows.out, cols.out})
+                                : (last ? Shape{in.n, cols.out, f} : Shape{in.n, f, cols.out});
+  Array y = Array::full(out_shape, 0.0, DType::float64);
+  for (std::int64_t b = 0; b < in.n; ++b)
+    for (std::int64_t filter = 0; filter < f; ++filter)
+      for (std::int64_t oi = 0; oi < rows.out; ++oi)
+        for (std::int64_t oj = 0; oj < cols.out; ++oj) {
+          double total = 0;
+          const std::int64_t group = filter / fg;
+          for (std::int64_t ki = 0; ki < kh; ++ki)
+            for (std::int64_t kj = 0; kj < kw; ++kj)
+              for (std::int64_t c = 0; c < cg; ++c) {
+                const std::int64_t i = oi * rows.stride - rows.before + ki * rows.dilation;
+                const std::int64_t j = oj * cols.stride - cols.before + kj * cols.dilation;
+                if (i < 0 || i >= in.h || j < 0 || j >= in.w) continue;
+                total += x.flat(in.at(b, group * cg + c, i, j)) *
+                         kernel.flat(static_cast<std::size_t>(((ki * kw + kj) * cg + c) * f + filter));
+              }
+          y.set_flat(out.at(b, filter, oi, oj), total);
+        }
+  return y;
+}
+
+struct ConvCase {
+  Shape x, kernel;
+  ops::ConvOptions options;
+  std::string label() const {
+    std::string text = "x " + x.to_string() + " kernel " + kernel.to_string() + " " + options.padding + " " +
+                       options.data_format + " strides";
+    for (auto s : options.strides) text += " " + std::to_string(s);
+    text += " dilation";
+    for (auto d : options.dilation_rate) text += " " + std::to_string(d);
+    return text;
+  }
+};
+
+Shape image(bool two_d, bool last, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
+  if (two_d) return last ? Shape{n, h, w, c} : Shape{n, c, h, w};
+  return last ? Shape{n, w, c} : Shape{n, c, w};
+}
+
+// The grid: kernel sizes 1-3, strides 1-2, dilations 1-2, every padding, 1 or 2 groups, both layouts,
+// 1-D and 2-D (non-square in 2-D, so height and width cannot be swapped unnoticed).
+std::vector<ConvCase> grid() {
+  std::vector<ConvCase> cases;
+  for (const bool two_d : {false, true})
+    for (const bool last : {true, false})
+      for (const std::int64_t size : {1, 2, 3})
+        for (const std::int64_t stride : {1, 2})
+          for (const std::int64_t dilation : {1, 2})
+            for (const std::int64_t groups : {1, 2})
+              for (const char* padding : {"valid", "same", "causal"}) {
+                if (two_d && std::string(padding) == "causal") continue;
+                ConvCase c;
+                c.x = image(two_d, last, 2, 2 * groups, 5, 7);
+                c.kernel = two_d ? Shape{size, size == 1 ? 1 : size - 1, 2, 3 * groups} : Shape{size, 2, 3 * groups};
+                c.options.padding = padding;
+                c.options.data_format = last ? "channels_last" : "channels_first";
+                c.options.strides = two_d ? std::vector<std::int64_t>{stride, 1} : std::vector<std::int64_t>{stride};
+                c.options.dilation_rate =
+                    two_d ? std::vector<std::int64_t>{1, dilation} : std::vector<std::int64_t>{dilation};
+                cases.push_back(c);
+              }
+  return cases;
+}
+
+Tensor conv_of(const ConvCase& c, const std::vector<Tensor>& t) { return ops::conv(t[0], t[1], c.options); }
+
+double dot(const Array& a, const Array& b) {
+  double total = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) total += a.flat(i) * b.flat(i);
+  return total;
+}
+
+}  // namespace
+
+TEST_CASE("conv matches the nested-loop reference over a grid of windows, groups and layouts", "[ops][conv]") {
+  Rng rng(11);
+  for (const ConvCase& c : grid()) {
+    INFO(c.label());
+    const Array x = testing::random_array(c.x, rng);
+    const Array kernel = testing::random_array(c.kernel, rng);
+    const Array expected = reference_conv(x, kernel, c.options);
+    const auto f = [&c](const std::vector<Tensor>& t) { return conv_of(c, t); };
+    const Array actual = testing::evaluate(f, {x, kernel});
+    REQUIRE(actual.shape() == expected.shape());
+    CHECK(testing::max_relative_difference(actual, expected) < 1e-12);
+    const Array single = testing::evaluate(f, {x.astype(DType::float32), kernel.astype(DType::float32)});
+    CHECK(testing::max_relative_difference(single.astype(DType::float64), expected) < 1e-5);
+  }
+}
+
+TEST_CASE("conv with several chunks of samples and a pointwise kernel matches the reference", "[ops][conv]") {
+  // 2^19 buffer elements per chunk: 40 samples of 31×31 positions × 72 taps and channels take six.
+  Rng rng(5);
+  for (const ConvCase& c : {ConvCase{{40, 33, 33, 8}, {3, 3, 8, 2}, {}}, ConvCase{{3, 6, 5, 4}, {1, 1, 4, 6}, {}},
+                            ConvCase{{3, 6, 5, 4}, {1, 1, 2, 6}, {}},
+                            ConvCase{{40, 8, 33, 33}, {3, 3, 8, 2}, {{}, {}, "same", "channels_first"}}}) {
+    INFO(c.label());
+    const Array x = testing::random_array(c.x, rng);
+    const Array kernel = testing::random_array(c.kernel, rng);
+    const Array actual = testing::evaluate([&c](const std::vector<Tensor>& t) { return conv_of(c, t); }, {x, kernel});
+    CHECK(testing::max_relative_difference(actual, reference_conv(x, kernel, c.options)) < 1e-12);
+  }
+}
+
+TEST_CASE("conv gradients match central differences", "[ops][conv][grad]") {
+  Rng rng(3);
+  const std::vector<ConvCase> cases = grid();
+  // Every 7th case of the grid: all layouts, paddings and groups appear, at a fraction of the time.
+  for (std::size_t i = 0; i < cases.size(); i += 7) {
+    const ConvCase& c = cases[i];
+    testing::GradcheckOptions o;
+    o.label = "conv " + c.label();
+    const auto r =
+        testing::gradcheck([&c](const std::vector<Tensor>& t) { return conv_of(c, t); }, {c.x, c.kernel}, rng, o);
+    INFO(o.label << ": " << r.worst_entry());
+    REQUIRE(r.max_relative_error <= 1e-6);
+  }
+}
+
+TEST_CASE("conv gradient with an unknown batch dimension", "[ops][conv][grad]") {
+  Rng rng(4);
+  const Array kernel = testing::random_array({3, 2, 4}, rng);
+  testing::GradcheckOptions o;
+  o.label = "conv unknown batch";
+  ops::ConvOptions options;
+  options.padding = "causal";
+  options.dilation_rate = {2};
+  const auto r = testing::gradcheck(
+      [&](const std::vector<Tensor>& t) { return ops::conv(t[0], ops::constant(t[0].graph(), kernel), options); },
+      {testing::random_array({3, 6, 2}, rng)}, o, /*unknown_batch=*/true);
+  INFO(r.worst_entry());
+  REQUIRE(r.max_relative_error <= 1e-6);
+}
+
+TEST_CASE("the backprop ops are each other's adjoints and have their own gradients", "[ops][conv][grad]") {
+  Rng rng(9);
+  const std::vector<ConvCase> cases = grid();
+  for (std::size_t i = 3; i < cases.size(); i += 11) {
+    const ConvCase& c = cases[i];
+    INFO(c.label());
+    const Array x = testing::random_array(c.x, rng);
+    const Array kernel = testing::random_array(c.kernel, rng);
+    const Array y = reference_conv(x, kernel, c.options);
+    const Array w = testing::random_array(y.shape(), rng);
+    const bool last = c.options.data_format == "channels_last";
+    std::vector<std::int64_t> spatial;
+    for (int axis = last ? 1 : 2; axis < (last ? 1 : 2) + c.x.rank() - 2; ++axis) spatial.push_back(c.x[axis]);
+    const auto transpose = [&](const std::vector<Tensor>& t) {
+      return ops::conv_transpose(t[0], t[1], spatial, c.options);
+    };
+    if (c.x[last ? c.x.rank() - 1 : 1] == c.kernel.dim(-2)) {  // one group: conv_transpose is public for those
+      // <conv(x, K), w> = <x, conv_transpose(w, K)>.
+      const Array back = testing::evaluate(transpose, {w, kernel});
+      REQUIRE(back.shape() == x.shape());
+      CHECK(std::abs(dot(y, w) - dot(x, back)) < 1e-10 * std::max(1.0, std::abs(dot(y, w))));
+      testing::GradcheckOptions o;
+      o.label = "conv_transpose " + c.label();
+      const auto r = testing::gradcheck(transpose, {w, kernel}, o);
+      INFO(r.worst_entry());
+      CHECK(r.max_relative_error <= 1e-6);
+    }
+    // The gradients of conv are differentiable again: the gradient check of d(sum(conv · R))/dx.
+    testing::GradcheckOptions o;
+    o.label = "conv second order " + c.label();
+    o.step = 1e-4;  // a quartic of sums: the round-off of a smaller step would dominate
+    const auto second = testing::gradcheck(
+        [&](const std::vector<Tensor>& t) {
+          const Tensor out = ops::conv(t[0], t[1], c.options);
+          const std::vector<Tensor> grads = gradients(ops::sum(ops::square(out)), {t[0], t[1]});
+          return ops::sum(ops::square(grads[0])) + ops::sum(ops::square(grads[1]));
+        },
+        {x, kernel}, o);
+    INFO(second.worst_entry());
+    CHECK(second.max_relative_error <= 1e-6);
+  }
+}
+
+TEST_CASE("conv refuses bad shapes and options with the shapes in the message", "[ops][conv][errors]") {
+  Graph g;
+  const Tensor x1 = g.placeholder({Shape::unknown, 10, 4}, DType::float32, "x1");
+  const Tensor x2 = g.placeholder({Shape::unknown, 8, 8, 4}, DType::float32, "x2");
+  auto kernel = [&g](const Shape& s) { return g.placeholder(s, DType::float32, "kernel"); };
+  ops::ConvOptions o;
+  CHECK_THROWS_WITH(ops::conv(x1, kernel({11, 4, 2})),
+                    Contains("spans more than the input's (10,)") && Contains("(None, 10, 4)"));
+  CHECK_THROWS_AS(ops::conv(x1, kernel({3, 3, 2})), ShapeError);  // 4 channels are not 3 per group
+  CHECK_THROWS_WITH(ops::conv(x1, kernel({3, 2, 3})), Contains("3 filters do not divide into 2 groups"));
+  CHECK_THROWS_WITH(ops::conv(x2, kernel({3, 4, 2})), Contains("must have rank 3"));
+  o.strides = {0};
+  CHECK_THROWS_WITH(ops::conv(x1, kernel({3, 4, 2}), o), Contains("strides must be positive"));
+  o = {};
+  o.dilation_rate = {1, 1};
+  CHECK_THROWS_WITH(ops::conv(x1, kernel({3, 4, 2}), o), Contains("one per spatial axis"));
+  o = {};
+  o.padding = "causal";
+  CHECK_THROWS_WITH(ops::conv(x2, kernel({3, 3, 4, 2}), o), Contains("only for 1-D"));
+  o.padding = "full";
+  CHECK_THROWS_WITH(ops::conv(x1, kernel({3, 4, 2}), o), Contains("padding must be 'valid', 'same' or 'causal'"));
+  o = {};
+  o.data_format = "channels_middle";
+  CHECK_THROWS_WITH(ops::conv(x1, kernel({3, 4, 2}), o), Contains("data_format must be"));
+  CHECK_THROWS_AS(ops::conv_transpose(x1, kernel({3, 2, 4}), {9}), ShapeError);  // conv of 9 steps gives 7, not 10
+}
