@@ -12,7 +12,9 @@
 #include <kiln/core/threads.hpp>
 #include <kiln/layers/activation.hpp>
 #include <kiln/layers/attention.hpp>
+#include <kiln/layers/batch_normalization.hpp>
 #include <kiln/layers/config.hpp>
+#include <kiln/layers/convolution.hpp>
 #include <kiln/layers/dense.hpp>
 #include <kiln/layers/dropout.hpp>
 #include <kiln/layers/embedding.hpp>

@@ -209,6 +209,20 @@ void Graph::assign(const Tensor& variable, const Array& value) {
   std::memcpy(target.raw(), value.raw(), target.nbytes());
 }
 
+void Graph::add_state_update(const Tensor& variable, const Tensor& value) {
+  if (!variable.valid() || !value.valid() || &variable.graph() != this || &value.graph() != this)
+    throw Error("add_state_update: both tensors must belong to this graph");
+  const Node& n = node(variable.id());
+  if (n.kind != NodeKind::variable) throw Error(n.describe() + ": only a variable can take a state update");
+  if (value.shape() != n.shape)
+    throw ShapeError(n.describe() + ": a state update of shape " + value.shape().to_string() +
+                     " for a variable of shape " + n.shape.to_string());
+  if (value.dtype() != n.dtype)
+    throw DTypeError(n.describe() + ": a " + dtype_name(value.dtype()) + " state update for a " + dtype_name(n.dtype) +
+                     " variable");
+  state_updates_.push_back({variable, value});
+}
+
 std::vector<Tensor> Graph::variables() const {
   std::vector<Tensor> result;
   for (const Node& n : nodes_)

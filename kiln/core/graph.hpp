@@ -51,6 +51,12 @@ struct Node {
   std::string describe() const;
 };
 
+/// After each run of a Program, `variable` takes the value `value` had in that run.
+struct Update {
+  Tensor variable;  ///< a variable node of the program's graph
+  Tensor value;     ///< its new value: a tensor of the same graph, shape and dtype
+};
+
 /// An append-only list of nodes in topological order, and the values of its variables and constants.
 /// Building a node runs its shape rule at once, so a mismatch throws at the line of model code that caused
 /// it. A graph is neither copied nor moved: Tensors and Programs point into it, so it must outlive them.
@@ -94,6 +100,13 @@ class Graph {
   /// holds no value.
   void assign(const Tensor& variable, const Array& value);
   Array& mutable_value(const Tensor& tensor);  ///< for programs and optimizers; keep the shape
+  /// Records that each training step over this graph also assigns `value` to `variable`, as a
+  /// BatchNormalization's moving statistics are: the trainer runs state_updates() with the optimizer's
+  /// updates, after the step's gradients are computed. Error for a tensor of another graph or a `variable`
+  /// that is not one; ShapeError or DTypeError when `value` differs from it in shape or dtype.
+  void add_state_update(const Tensor& variable, const Tensor& value);
+  /// The updates add_state_update recorded, in order.
+  const std::vector<Update>& state_updates() const { return state_updates_; }
   /// Every variable, in creation order.
   std::vector<Tensor> variables() const;
   /// The variables created with `trainable` true, in creation order.
@@ -133,6 +146,7 @@ class Graph {
   std::map<std::string, int> next_suffix_;
   std::map<std::string, std::uint64_t> counts_;
   std::map<const void*, NodeId> variable_by_storage_;
+  std::vector<Update> state_updates_;
 };
 
 }  // namespace kiln

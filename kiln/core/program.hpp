@@ -13,15 +13,10 @@
 
 #include <kiln/core/array.hpp>
 #include <kiln/core/fwd.hpp>
+#include <kiln/core/graph.hpp>
 #include <kiln/core/tensor.hpp>
 
 namespace kiln {
-
-/// After each run, `variable` takes the value `value` had in that run.
-struct Update {
-  Tensor variable;  ///< a variable node of the program's graph
-  Tensor value;     ///< its new value: a tensor of the same graph, shape and dtype
-};
 
 /// What planning one batch size made (Program::stats): how much the planner saved, for tests and tuning.
 struct PlanStats {

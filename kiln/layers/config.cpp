@@ -385,6 +385,18 @@ std::string ConfigReader::text(const std::string& key, const std::string& fallba
   return found.is_null() ? fallback : found.as_string(who_ + " argument '" + key + "'");
 }
 
+std::vector<std::int64_t> ConfigReader::tuple(const std::string& key, int count, std::int64_t fallback) {
+  const Config& found = value(key);
+  const auto size = static_cast<std::size_t>(count);
+  if (found.is_null()) return std::vector<std::int64_t>(size, fallback);
+  const std::string what = who_ + " argument '" + key + "'";
+  std::vector<std::int64_t> values =
+      found.is_list() ? found.as_ints(what) : std::vector<std::int64_t>(size, found.as_int(what));
+  if (values.size() != size)
+    fail("argument '" + key + "' must be an int or a list of " + std::to_string(count) + ", got " + found.to_string());
+  return values;
+}
+
 void ConfigReader::unsupported(const std::string& key) {
   const Config& found = value(key);
   if (!found.is_null()) fail("'" + key + "' is not supported by kiln (got " + found.to_string() + "); leave it null");

@@ -161,6 +161,9 @@ class ConfigReader {
   bool boolean(const std::string& key, bool fallback);
   /// The string argument `key`, or `fallback` when absent or null.
   std::string text(const std::string& key, const std::string& fallback);
+  /// Keras's standardize_tuple: the argument `key` as `count` ints, given as one int (the same on every
+  /// axis) or a list of `count`; `fallback` on every axis when absent or null. ConfigError otherwise.
+  std::vector<std::int64_t> tuple(const std::string& key, int count, std::int64_t fallback);
   /// A Keras option kiln does not implement: accepted only when absent or null.
   void unsupported(const std::string& key);
   /// Throws ConfigError naming every unknown key and the nearest known ones.

@@ -224,6 +224,10 @@ Tensor Layer::variable(WeightId weight, const Tensor& like) const {
   return graph.variable(own.name, own.value, own.trainable && trainable_);
 }
 
+void Layer::add_update(WeightId weight, const Tensor& value) const {
+  value.graph().add_state_update(variable(weight, value), value);
+}
+
 // ---- calling ------------------------------------------------------------------------------------------
 
 void Layer::assign_name(Graph& graph) {

@@ -257,6 +257,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
 
   /// The graph variable of a weight, in the graph of `like` (created on first use in that graph).
   Tensor variable(WeightId weight, const Tensor& like) const;
+  /// Records that each training step assigns `value` to the weight (moving statistics): Graph::add_state_update
+  /// on the weight's variable in `value`'s graph. Call it from call() in training mode only.
+  void add_update(WeightId weight, const Tensor& value) const;
   /// The array of one of the layer's own weights, outside any graph.
   const Array& weight_value(WeightId weight) const;
 

@@ -165,6 +165,10 @@ std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>
     options.allow_unused = true;
     const std::vector<Tensor> grads = gradients(total, weights, options);
     updates = optimizer_->build_updates(compiled->graph, weights, grads, paths);
+    // What the layers' training-mode calls assign besides the weights (BatchNormalization's moving
+    // statistics): computed in the same run, assigned with the optimizer's updates.
+    const std::vector<Update>& state = compiled->graph.state_updates();
+    updates.insert(updates.end(), state.begin(), state.end());
   }
   compiled->programs = std::make_unique<detail::ProgramPool>(compiled->graph, compiled->values, updates);
   return compiled;

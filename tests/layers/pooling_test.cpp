@@ -118,3 +118,112 @@ LayerSpec global_average_pooling_spec() {
 }  // namespace
 
 KILN_LAYER_HARNESS("kiln>GlobalAveragePooling1D", global_average_pooling_spec)
+
+// ---- windowed and 2-D global pooling -------------------------------------------------------------------
+
+namespace {
+constexpr std::int64_t unknown_batch = Shape::unknown;
+
+LayerSpec max_pooling1d_spec() {
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::MaxPooling1D(3, {{"strides", 2}, {"padding", "same"}})); };
+  spec.call = LayerCase{{random_input({2, 7, 3}, 2)}};
+  spec.output_shapes = {Shape{unknown_batch, 4, 3}};
+  spec.bad_inputs = {{"rank 4", {{unknown_batch, 7, 7, 3}}, "expects inputs of rank 3"}};
+  return spec;
+}
+LayerSpec max_pooling2d_spec() {
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::MaxPooling2D()); };
+  spec.call = LayerCase{{random_input({2, 5, 4, 3}, 3)}};
+  spec.output_shapes = {Shape{unknown_batch, 2, 2, 3}};
+  spec.bad_inputs = {{"a pool larger than the input", {{unknown_batch, 1, 4, 3}}, "cannot pool its input"},
+                     {"rank 3", {{unknown_batch, 4, 3}}, "expects inputs of rank 4"}};
+  return spec;
+}
+LayerSpec average_pooling1d_spec() {
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::AveragePooling1D(2, {{"data_format", "channels_first"}})); };
+  spec.call = LayerCase{{random_input({2, 3, 7}, 4)}};
+  spec.output_shapes = {Shape{unknown_batch, 3, 3}};
+  spec.bad_inputs = {{"rank 2", {{unknown_batch, 7}}, "expects inputs of rank 3"}};
+  return spec;
+}
+LayerSpec average_pooling2d_spec() {
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::AveragePooling2D({3, 2}, {{"strides", 1}, {"padding", "same"}})); };
+  spec.call = LayerCase{{random_input({2, 4, 5, 2}, 5)}};
+  spec.output_shapes = {Shape{unknown_batch, 4, 5, 2}};
+  spec.bad_inputs = {{"rank 3", {{unknown_batch, 4, 2}}, "expects inputs of rank 4"}};
+  return spec;
+}
+LayerSpec global_average_pooling2d_spec() {
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::GlobalAveragePooling2D()); };
+  spec.call = LayerCase{{random_input({2, 3, 4, 5}, 6)}};
+  spec.output_shapes = {Shape{unknown_batch, 5}};
+  spec.bad_inputs = {{"rank 3", {{unknown_batch, 4, 5}}, "needs inputs of shape (batch, height, width, features)"}};
+  return spec;
+}
+LayerSpec global_max_pooling1d_spec() {
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::GlobalMaxPooling1D("channels_first", {{"keepdims", true}})); };
+  spec.call = LayerCase{{random_input({2, 3, 6}, 7)}};
+  spec.output_shapes = {Shape{unknown_batch, 3, 1}};
+  spec.bad_inputs = {{"rank 4", {{unknown_batch, 3, 6, 2}}, "needs inputs of shape (batch, features, steps)"}};
+  return spec;
+}
+LayerSpec global_max_pooling2d_spec() {
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::GlobalMaxPooling2D()); };
+  spec.call = LayerCase{{random_input({2, 3, 4, 5}, 8)}};
+  spec.output_shapes = {Shape{unknown_batch, 5}};
+  spec.bad_inputs = {{"rank 3", {{unknown_batch, 4, 5}}, "needs inputs of shape (batch, height, width, features)"}};
+  return spec;
+}
+}  // namespace
+
+KILN_LAYER_HARNESS("kiln>MaxPooling1D", max_pooling1d_spec)
+KILN_LAYER_HARNESS("kiln>MaxPooling2D", max_pooling2d_spec)
+KILN_LAYER_HARNESS("kiln>AveragePooling1D", average_pooling1d_spec)
+KILN_LAYER_HARNESS("kiln>AveragePooling2D", average_pooling2d_spec)
+KILN_LAYER_HARNESS("kiln>GlobalAveragePooling2D", global_average_pooling2d_spec)
+KILN_LAYER_HARNESS("kiln>GlobalMaxPooling1D", global_max_pooling1d_spec)
+KILN_LAYER_HARNESS("kiln>GlobalMaxPooling2D", global_max_pooling2d_spec)
+
+TEST_CASE("Pooling layers: Keras's config keys and defaults", "[layers][pooling][config]") {
+  const Config two_d = kiln::MaxPooling2D().get_config();
+  CHECK(two_d.at("pool_size") == Config::from_ints({2, 2}));
+  CHECK(two_d.at("strides") == Config::from_ints({2, 2}));  // strides=None means pool_size
+  CHECK(two_d.get_string("padding") == "valid");
+  CHECK(two_d.get_string("data_format") == "channels_last");
+  const Config one_d = kiln::AveragePooling1D(3, {{"strides", 1}, {"padding", "SAME"}}).get_config();
+  CHECK(one_d.at("pool_size") == Config::from_ints({3}));
+  CHECK(one_d.at("strides") == Config::from_ints({1}));
+  CHECK(one_d.get_string("padding") == "same");
+  const Config global = kiln::GlobalMaxPooling2D("channels_first", {{"keepdims", true}}).get_config();
+  CHECK(global.get_string("data_format") == "channels_first");
+  CHECK(global.get_bool("keepdims"));
+}
+
+TEST_CASE("Pooling layers: values are the windows' maxima and means", "[layers][pooling][values]") {
+  // One 1-D sample, one channel: 1 5 2 8 3. Windows of 2, stride 2, "same": [1 5] [2 8] [3].
+  const kiln::Array x = kiln::Array::from_vector(std::vector<double>{1, 5, 2, 8, 3}, {1, 5, 1});
+  kiln::MaxPooling1D max(2, {{"padding", "same"}});
+  kiln::AveragePooling1D mean(2, {{"padding", "same"}});
+  CHECK(run_layer(*max, LayerCase{{x}}).at(0).to_vector<double>() == std::vector<double>{5, 8, 3});
+  CHECK(run_layer(*mean, LayerCase{{x}}).at(0).to_vector<double>() == std::vector<double>{3, 5, 3});
+  kiln::GlobalMaxPooling1D global;
+  CHECK(run_layer(*global, LayerCase{{x}}).at(0).to_vector<double>() == std::vector<double>{8});
+}
+
+TEST_CASE("Pooling layers: bad arguments fail early, naming the layer", "[layers][pooling][errors]") {
+  CHECK_THROWS_WITH(kiln::MaxPooling2D(0), Catch::Contains("pool_size must be positive"));
+  CHECK_THROWS_WITH(kiln::MaxPooling1D(2, {{"strides", 0}}), Catch::Contains("strides must be positive"));
+  CHECK_THROWS_WITH(kiln::AveragePooling2D(2, {{"padding", "causal"}}), Catch::Contains("'valid' or 'same'"));
+  CHECK_THROWS_WITH(kiln::MaxPooling2D({2, 2, 2}), Catch::Contains("must be an int or a list of 2"));
+  CHECK_THROWS_AS(kiln::GlobalMaxPooling2D("channels_middle"), kiln::ConfigError);
+  kiln::MaxPooling2D pool(3, {{"name", "p"}});
+  CHECK_THROWS_WITH(pool(kiln::Input({Shape::unknown, 2, 8, 1})),
+                    Catch::Contains("MaxPooling2D 'p'") && Catch::Contains("larger than the input's (2, 8)"));
+}

@@ -139,6 +139,66 @@ std::vector<ModelCase> every_layer_type() {
          return Model(x, GlobalAveragePooling1D()(Dense(4)(x)));
        },
        {{4, 6, 3}}},
+      {"kiln>Conv1D",
+       [] {
+         Tensor x = input({None, 9, 3});
+         return Model(x, Conv1D(4, 3, "relu", {{"padding", "causal"}, {"dilation_rate", 2}})(x));
+       },
+       {{4, 9, 3}}},
+      {"kiln>Conv2D",
+       [] {
+         Tensor x = input({None, 6, 5, 2});
+         return Model(x, Conv2D(4, {3, 2}, "", {{"strides", 2}, {"padding", "same"}})(x));
+       },
+       {{4, 6, 5, 2}}},
+      {"kiln>BatchNormalization",
+       [] {
+         Tensor x = input({None, 6, 5, 2});
+         return Model(x, BatchNormalization(-1, {{"moving_mean_initializer", "random_normal"}})(x));
+       },
+       {{4, 6, 5, 2}}},
+      {"kiln>MaxPooling1D",
+       [] {
+         Tensor x = input({None, 9, 3});
+         return Model(x, MaxPooling1D(3, {{"strides", 2}})(Dense(2)(x)));
+       },
+       {{4, 9, 3}}},
+      {"kiln>AveragePooling1D",
+       [] {
+         Tensor x = input({None, 9, 3});
+         return Model(x, AveragePooling1D(2, {{"padding", "same"}})(Dense(2)(x)));
+       },
+       {{4, 9, 3}}},
+      {"kiln>MaxPooling2D",
+       [] {
+         Tensor x = input({None, 6, 5, 2});
+         return Model(x, MaxPooling2D()(Dense(3)(x)));
+       },
+       {{4, 6, 5, 2}}},
+      {"kiln>AveragePooling2D",
+       [] {
+         Tensor x = input({None, 6, 5, 2});
+         return Model(x, AveragePooling2D({3, 2}, {{"strides", 1}})(Dense(3)(x)));
+       },
+       {{4, 6, 5, 2}}},
+      {"kiln>GlobalAveragePooling2D",
+       [] {
+         Tensor x = input({None, 6, 5, 2});
+         return Model(x, GlobalAveragePooling2D()(Dense(3)(x)));
+       },
+       {{4, 6, 5, 2}}},
+      {"kiln>GlobalMaxPooling1D",
+       [] {
+         Tensor x = input({None, 6, 3});
+         return Model(x, GlobalMaxPooling1D()(Dense(4)(x)));
+       },
+       {{4, 6, 3}}},
+      {"kiln>GlobalMaxPooling2D",
+       [] {
+         Tensor x = input({None, 6, 5, 2});
+         return Model(x, GlobalMaxPooling2D("channels_first")(Dense(3)(x)));
+       },
+       {{4, 6, 5, 2}}},
       {"kiln>DotProductAttention",
        [] {
          Tensor x = input({None, 5, 4});

@@ -1,0 +1,170 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include <kiln/core/error.hpp>
+#include <kiln/layers/convolution.hpp>
+#include <kiln/layers/model.hpp>
+#include <kiln/ops/ops.hpp>
+#include "support/layer_check.hpp"
+
+using kiln::Config;
+using kiln::Shape;
+using namespace kiln::testing;
+using Catch::Contains;
+
+namespace {
+constexpr std::int64_t any = Shape::unknown;
+
+// out[b, t, f] = bias[f] + sum over taps k and channels c of x[b, t·s − pad + k·d, c] · kernel[k, c, f]: the
+// layer's formula written out, for one 1-D case with causal padding (pad = d·(size − 1)).
+kiln::Array causal_reference(const kiln::Array& x, const kiln::Array& kernel, const kiln::Array& bias,
+                             std::int64_t dilation) {
+  const Shape& xs = x.shape();
+  const std::int64_t steps = xs[1], channels = xs[2], size = kernel.shape()[0], filters = kernel.shape()[2];
+  kiln::Array y = kiln::Array::full({xs[0], steps, filters}, 0.0, kiln::DType::float64);
+  for (std::int64_t b = 0; b < xs[0]; ++b)
+    for (std::int64_t t = 0; t < steps; ++t)
+      for (std::int64_t f = 0; f < filters; ++f) {
+        double total = bias.flat(static_cast<std::size_t>(f));
+        for (std::int64_t k = 0; k < size; ++k) {
+          const std::int64_t at = t - dilation * (size - 1) + k * dilation;
+          if (at < 0) continue;
+          for (std::int64_t c = 0; c < channels; ++c)
+            total += x.flat(static_cast<std::size_t>((b * steps + at) * channels + c)) *
+                     kernel.flat(static_cast<std::size_t>((k * channels + c) * filters + f));
+        }
+        y.set_flat(static_cast<std::size_t>((b * steps + t) * filters + f), total);
+      }
+  return y;
+}
+
+LayerSpec conv1d_spec() {
+  LayerSpec spec;
+  spec.make = [] {
+    return kiln::LayerPtr(kiln::Conv1D(
+        4, 3, "tanh", {{"padding", "causal"}, {"dilation_rate", 2}, {"bias_initializer", "random_normal"}}));
+  };
+  spec.call = LayerCase{{random_input({2, 7, 3}, 5)}};
+  spec.output_shapes = {Shape{any, 7, 4}};
+  spec.bad_inputs = {{"another channel count", {{any, 7, 5}}, "was built for 3 input channels"},
+                     {"rank 4", {{any, 7, 7, 3}}, "expects inputs of rank 3"},
+                     {"two inputs", {{any, 7, 3}, {any, 7, 3}}, "takes 1 inputs, got 2"}};
+  return spec;
+}
+
+LayerSpec conv2d_spec() {
+  LayerSpec spec;
+  spec.make = [] {
+    return kiln::LayerPtr(kiln::Conv2D(
+        4, {3, 2}, "swish", {{"strides", Config::list({2, 1})}, {"groups", 2}, {"bias_initializer", "random_normal"}}));
+  };
+  spec.call = LayerCase{{random_input({2, 7, 5, 2}, 6)}};
+  spec.output_shapes = {Shape{any, 3, 4, 4}};
+  spec.bad_inputs = {{"another channel count", {{any, 7, 5, 4}}, "was built for 2 input channels"},
+                     {"a window larger than the input", {{any, 2, 5, 2}}, "cannot convolve its input"},
+                     {"rank 3", {{any, 7, 2}}, "expects inputs of rank 4"}};
+  return spec;
+}
+
+LayerSpec conv2d_channels_first_spec() {
+  LayerSpec spec;
+  spec.make = [] {
+    return kiln::LayerPtr(kiln::Conv2D(
+        3, 3, "", {{"padding", "same"}, {"data_format", "channels_first"}, {"bias_initializer", "random_normal"}}));
+  };
+  spec.call = LayerCase{{random_input({2, 2, 5, 4}, 7)}};
+  spec.output_shapes = {Shape{any, 3, 5, 4}};
+  spec.bad_inputs = {{"channels last", {{any, 5, 4, 2}}, "was built for 2 input channels"}};
+  return spec;
+}
+}  // namespace
+
+KILN_LAYER_HARNESS("kiln>Conv1D", conv1d_spec)
+KILN_LAYER_HARNESS("kiln>Conv2D", conv2d_spec)
+
+TEST_CASE("Conv2D channels_first through the layer harness", "[layers][conv][harness]") {
+  check_layer(conv2d_channels_first_spec());
+}
+
+TEST_CASE("Conv1D: causal, dilated output equals the formula written out", "[layers][conv]") {
+  kiln::Conv1D conv(3, 2, "", {{"padding", "causal"}, {"dilation_rate", 3}, {"bias_initializer", "random_normal"}});
+  const LayerCase c{{random_input({2, 9, 4}, 8)}};
+  const kiln::Array y = run_layer(*conv, c).at(0);
+  const std::vector<kiln::Array> weights = conv.get_weights();
+  REQUIRE(y.shape() == Shape{2, 9, 3});
+  CHECK(max_relative_difference(y, causal_reference(c.inputs[0], weights[0], weights[1], 3)) < 1e-12);
+}
+
+TEST_CASE("Conv1D and Conv2D: Keras's weights, config keys and defaults", "[layers][conv][config]") {
+  kiln::Conv2D conv(8, 3, "relu", {{"name", "c"}});
+  conv->build_for(Shape{any, 10, 12, 5});
+  const std::vector<kiln::Weight> weights = conv.weights();
+  REQUIRE(weights.size() == 2);
+  CHECK(weights[0].path == "kernel");
+  CHECK(weights[0].value.shape() == Shape{3, 3, 5, 8});
+  CHECK(weights[1].path == "bias");
+  CHECK(weights[1].value.shape() == Shape{8});
+  CHECK(conv.count_params() == 3 * 3 * 5 * 8 + 8);
+  // glorot_uniform with Keras's fans for a kernel: receptive field × channels in and out.
+  const double limit = std::sqrt(6.0 / (9 * 5 + 9 * 8));
+  double largest = 0;
+  for (std::size_t i = 0; i < weights[0].value.size(); ++i)
+    largest = std::max(largest, std::fabs(weights[0].value.flat(i)));
+  CHECK(largest <= limit);
+  CHECK(largest > 0.9 * limit);
+
+  const Config config = conv.get_config();
+  CHECK(config.get_int("filters") == 8);
+  CHECK(config.at("kernel_size") == Config::from_ints({3, 3}));
+  CHECK(config.at("strides") == Config::from_ints({1, 1}));
+  CHECK(config.at("dilation_rate") == Config::from_ints({1, 1}));
+  CHECK(config.get_string("padding") == "valid");
+  CHECK(config.get_string("data_format") == "channels_last");
+  CHECK(config.get_int("groups") == 1);
+  CHECK(config.get_string("activation") == "relu");
+  CHECK(config.get_bool("use_bias"));
+  CHECK(config.at("kernel_initializer").get_string("class_name") == "GlorotUniform");
+
+  // Keras's spellings: sizes as lists, upper-case padding, a null data_format.
+  kiln::Conv1D keras(Config{{"filters", 2},
+                            {"kernel_size", Config::list({5})},
+                            {"padding", "SAME"},
+                            {"data_format", nullptr},
+                            {"kernel_regularizer", nullptr}});
+  CHECK(keras->kernel_size() == std::vector<std::int64_t>{5});
+  CHECK(keras->padding() == "same");
+  CHECK(keras->data_format() == "channels_last");
+}
+
+TEST_CASE("Conv: takes other lengths than the one it was built on", "[layers][conv]") {
+  kiln::Conv1D conv(2, 3);
+  conv(kiln::Input({any, 10, 4}));
+  const kiln::Tensor longer = conv(kiln::Input({any, 30, 4}));
+  CHECK(longer.shape() == Shape{any, 28, 2});
+}
+
+TEST_CASE("Conv: bad arguments and inputs fail early, naming the layer", "[layers][conv][errors]") {
+  using kiln::ConfigError;
+  CHECK_THROWS_AS(kiln::Conv1D(0, 3), ConfigError);
+  CHECK_THROWS_WITH(kiln::Conv1D(4, 0), Contains("kernel_size must be positive"));
+  CHECK_THROWS_WITH(kiln::Conv1D(4, 3, "", {{"strides", 0}}), Contains("strides must be positive"));
+  CHECK_THROWS_WITH(kiln::Conv1D(4, 3, "", {{"strides", 2}, {"dilation_rate", 2}}),
+                    Contains("cannot be combined with dilation_rate > 1"));
+  CHECK_THROWS_WITH(kiln::Conv1D(6, 3, "", {{"groups", 4}}), Contains("filters (6) must be divisible by groups (4)"));
+  CHECK_THROWS_WITH(kiln::Conv2D(4, 3, "", {{"padding", "causal"}}), Contains("padding must be 'valid' or 'same'"));
+  CHECK_THROWS_WITH(kiln::Conv2D(4, 3, "", {{"data_format", "channels_middle"}}), Contains("data_format must be"));
+  CHECK_THROWS_WITH(kiln::Conv2D(4, {3, 3, 3}), Contains("must be an int or a list of 2"));
+  CHECK_THROWS_WITH(kiln::Conv2D(Config{{"filters", 4}}), Contains("'kernel_size' is required"));
+  CHECK_THROWS_WITH(kiln::Conv2D(4, 3, "", {{"kernel_regularizer", "l2"}}), Contains("kernel_regularizer"));
+  CHECK_THROWS_WITH(kiln::Conv2D(4, 3, "", {{"filter", 3}}), Contains("unknown argument 'filter'"));
+
+  kiln::Conv2D wide(4, 5, "", {{"name", "wide"}});
+  CHECK_THROWS_WITH(wide(kiln::Input({any, 4, 8, 3})),
+                    Contains("Conv2D 'wide'") && Contains("spans more than the input's (4, 8)"));
+  kiln::Conv2D grouped(4, 3, "", {{"groups", 2}, {"name", "grouped"}});
+  CHECK_THROWS_WITH(grouped(kiln::Input({any, 8, 8, 3})),
+                    Contains("Conv2D 'grouped'") && Contains("3 channels are not divisible by groups=2"));
+  kiln::Conv1D unknown(4, 3, "", {{"name", "unknown"}});
+  CHECK_THROWS_WITH(unknown(kiln::Input({any, 8, any})), Contains("channel axis is known"));
+}
