@@ -38,9 +38,17 @@ void for_features(const detail::AxisSplit& s, const Body& body) {
                        [&](std::int64_t c0, std::int64_t c1, int) { body(c0, c1); });
 }
 
-// Visits every element of features [c0, c1) as f(c, index), index into the (outer, C, inner) array.
+// Visits every element of features [c0, c1) as f(c, index), index into the (outer, C, inner) array. The
+// channels_last case (inner = 1) walks each row's features as one contiguous loop, which vectorizes.
 template <class F>
 void each_element(const detail::AxisSplit& s, std::int64_t c0, std::int64_t c1, F&& f) {
+  if (s.inner == 1) {
+    for (std::int64_t o = 0; o < s.outer; ++o) {
+      const std::int64_t base = o * s.extent;
+      for (std::int64_t c = c0; c < c1; ++c) f(c, base + c);
+    }
+    return;
+  }
   for (std::int64_t o = 0; o < s.outer; ++o)
     for (std::int64_t c = c0; c < c1; ++c) {
       const std::int64_t base = (o * s.extent + c) * s.inner;

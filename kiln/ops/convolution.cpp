@@ -122,74 +122,116 @@ std::size_t im2col_workspace(const std::vector<Shape>& input_shapes, const Shape
 
 // ---- im2col and col2im ----------------------------------------------------------------------------------
 
-// Rows [0, samples·P) of `col` from samples [first, first + samples) of x, group `group`: row n·P + p holds
-// the window of output position p, tap-major then channel (the kernel's (kh, kw, c) order); taps in the
-// padding read 0.
+// Copies `count` elements; GCC turns a plain copy loop into a memcpy call, which costs more than the copy
+// for the few channels of a first layer.
 template <class T>
-void im2col(const ConvGeometry& g, const T* x, std::int64_t first, std::int64_t samples, std::int64_t group, T* col) {
-  const std::int64_t positions = g.positions(), patch = g.patch(), channels = g.group_channels;
-  const detail::ImageLayout& in = g.input;
-  const std::int64_t channel_offset = group * channels * in.channel_stride;
-  const std::int64_t total_rows = samples * positions;
-  detail::parallel_for(total_rows, detail::workers_for_elements(total_rows * patch),
-                       [&](std::int64_t begin, std::int64_t end, int) {
-                         for (std::int64_t row = begin; row < end; ++row) {
-                           const std::int64_t n = first + row / positions, p = row % positions;
-                           const std::int64_t oh = p / g.output.width, ow = p % g.output.width;
-                           T* out = col + row * patch;
-                           const T* image = x + n * in.batch_stride + channel_offset;
-                           for (std::int64_t kh = 0; kh < g.rows.size; ++kh) {
-                             const std::int64_t ih = g.rows.input_at(oh, kh);
-                             if (ih < 0 || ih >= in.height) {
-                               std::fill(out, out + g.cols.size * channels, T(0));
-                               out += g.cols.size * channels;
-                               continue;
-                             }
-                             for (std::int64_t kw = 0; kw < g.cols.size; ++kw, out += channels) {
-                               const std::int64_t iw = g.cols.input_at(ow, kw);
-                               if (iw < 0 || iw >= in.width) {
-                                 std::fill(out, out + channels, T(0));
-                                 continue;
-                               }
-                               const T* pixel = image + ih * in.row_stride + iw * in.column_stride;
-                               if (in.channel_stride == 1)
-                                 std::memcpy(out, pixel, static_cast<std::size_t>(channels) * sizeof(T));
-                               else
-                                 for (std::int64_t c = 0; c < channels; ++c) out[c] = pixel[c * in.channel_stride];
-                             }
-                           }
-                         }
-                       });
+void copy_short(const T* from, std::int64_t count, T* to) {
+  if (count >= 16) {
+    std::memcpy(to, from, static_cast<std::size_t>(count) * sizeof(T));
+    return;
+  }
+  for (std::int64_t i = 0; i < count; ++i) to[i] = from[i];
 }
 
-// The transpose of im2col: adds each entry of `col` to the x element it was read from (padding taps are
-// dropped). Samples write disjoint parts of dx, so they run in parallel.
+// One im2col row: the window of output position (oh, ow) of `image`, one group's channels. With
+// channels_last data, one group and no dilation along the width, a kernel row's taps are one run.
 template <class T>
-void col2im(const ConvGeometry& g, const T* col, std::int64_t first, std::int64_t samples, std::int64_t group, T* dx) {
+void im2col_row(const ConvGeometry& g, const T* image, std::int64_t oh, std::int64_t ow, T* out) {
+  const std::int64_t channels = g.group_channels, run = g.cols.size * channels;
+  const detail::ImageLayout& in = g.input;
+  const std::int64_t iw0 = g.cols.input_at(ow, 0);
+  // (One group: with several, a pixel's channels of other groups lie between the taps.)
+  const bool contiguous = in.channel_stride == 1 && in.column_stride == channels && g.cols.dilation == 1 && iw0 >= 0 &&
+                          iw0 + g.cols.size <= in.width;
+  for (std::int64_t kh = 0; kh < g.rows.size; ++kh, out += run) {
+    const std::int64_t ih = g.rows.input_at(oh, kh);
+    if (ih < 0 || ih >= in.height) {
+      std::fill(out, out + run, T(0));
+      continue;
+    }
+    const T* line = image + ih * in.row_stride;
+    if (contiguous) {
+      copy_short(line + iw0 * in.column_stride, run, out);
+      continue;
+    }
+    for (std::int64_t kw = 0; kw < g.cols.size; ++kw) {
+      const std::int64_t iw = g.cols.input_at(ow, kw);
+      T* taps = out + kw * channels;
+      if (iw < 0 || iw >= in.width)
+        std::fill(taps, taps + channels, T(0));
+      else if (in.channel_stride == 1)
+        copy_short(line + iw * in.column_stride, channels, taps);
+      else
+        for (std::int64_t c = 0; c < channels; ++c) taps[c] = line[iw * in.column_stride + c * in.channel_stride];
+    }
+  }
+}
+
+// Rows [begin, end) of `col` from samples first, first + 1, ... of x, group `group`: row n·P + p holds the
+// window of output position p, tap-major then channel (the kernel's (kh, kw, c) order); taps in the
+// padding read 0. Positions are counted, not divided out of the row index (a 64-bit division per row
+// cost more than a first layer's copy).
+template <class T>
+void im2col_rows(const ConvGeometry& g, const T* x, std::int64_t first, std::int64_t group, T* col, std::int64_t begin,
+                 std::int64_t end) {
+  const std::int64_t positions = g.positions(), patch = g.patch();
+  const detail::ImageLayout& in = g.input;
+  std::int64_t n = first + begin / positions, p = begin % positions;
+  std::int64_t oh = p / g.output.width, ow = p % g.output.width;
+  for (std::int64_t row = begin; row < end; ++row) {
+    const T* image = x + n * in.batch_stride + group * g.group_channels * in.channel_stride;
+    im2col_row(g, image, oh, ow, col + row * patch);
+    if (++ow == g.output.width) {
+      ow = 0;
+      if (++oh == g.output.height) {
+        oh = 0;
+        ++n;
+      }
+    }
+  }
+}
+
+// Rows [0, samples·P) of `col` for samples [first, first + samples), split over kiln's threads.
+template <class T>
+void im2col(const ConvGeometry& g, const T* x, std::int64_t first, std::int64_t samples, std::int64_t group, T* col) {
+  const std::int64_t rows = samples * g.positions();
+  detail::parallel_for(
+      rows, detail::workers_for_elements(rows * g.patch()),
+      [&](std::int64_t begin, std::int64_t end, int) { im2col_rows(g, x, first, group, col, begin, end); });
+}
+
+// The transpose of im2col for samples [begin, end) of the chunk starting at `first`: adds each entry of
+// `col` to the x element it was read from (padding taps are dropped).
+template <class T>
+void col2im_samples(const ConvGeometry& g, const T* col, std::int64_t first, std::int64_t group, T* dx,
+                    std::int64_t begin, std::int64_t end) {
   const std::int64_t positions = g.positions(), patch = g.patch(), channels = g.group_channels;
   const detail::ImageLayout& in = g.input;
-  const std::int64_t channel_offset = group * channels * in.channel_stride;
-  detail::parallel_for(samples, detail::workers_for_elements(samples * positions * patch),
-                       [&](std::int64_t begin, std::int64_t end, int) {
-                         for (std::int64_t s = begin; s < end; ++s) {
-                           T* image = dx + (first + s) * in.batch_stride + channel_offset;
-                           for (std::int64_t p = 0; p < positions; ++p) {
-                             const std::int64_t oh = p / g.output.width, ow = p % g.output.width;
-                             const T* row = col + (s * positions + p) * patch;
-                             for (std::int64_t kh = 0; kh < g.rows.size; ++kh) {
-                               const std::int64_t ih = g.rows.input_at(oh, kh);
-                               if (ih < 0 || ih >= in.height) continue;
-                               for (std::int64_t kw = 0; kw < g.cols.size; ++kw) {
-                                 const std::int64_t iw = g.cols.input_at(ow, kw);
-                                 if (iw < 0 || iw >= in.width) continue;
-                                 const T* taps = row + (kh * g.cols.size + kw) * channels;
-                                 T* pixel = image + ih * in.row_stride + iw * in.column_stride;
-                                 for (std::int64_t c = 0; c < channels; ++c) pixel[c * in.channel_stride] += taps[c];
-                               }
-                             }
-                           }
-                         }
-                       });
+  for (std::int64_t s = begin; s < end; ++s) {
+    T* image = dx + (first + s) * in.batch_stride + group * channels * in.channel_stride;
+    for (std::int64_t p = 0; p < positions; ++p) {
+      const std::int64_t oh = p / g.output.width, ow = p - oh * g.output.width;  // one division a position
+      const T* taps = col + (s * positions + p) * patch;
+      for (std::int64_t kh = 0; kh < g.rows.size; ++kh) {
+        const std::int64_t ih = g.rows.input_at(oh, kh);
+        for (std::int64_t kw = 0; kw < g.cols.size; ++kw, taps += channels) {
+          const std::int64_t iw = g.cols.input_at(ow, kw);
+          if (ih < 0 || ih >= in.height || iw < 0 || iw >= in.width) continue;
+          T* pixel = image + ih * in.row_stride + iw * in.column_stride;
+          for (std::int64_t c = 0; c < channels; ++c) pixel[c * in.channel_stride] += taps[c];
+        }
+      }
+    }
+  }
+}
+
+// col2im of a chunk of `samples` samples. Samples write disjoint parts of dx, so they run in parallel.
+template <class T>
+void col2im(const ConvGeometry& g, const T* col, std::int64_t first, std::int64_t samples, std::int64_t group, T* dx) {
+  const std::int64_t work = samples * g.positions() * g.patch();
+  detail::parallel_for(samples, detail::workers_for_elements(work), [&](std::int64_t begin, std::int64_t end, int) {
+    col2im_samples(g, col, first, group, dx, begin, end);
+  });
 }
 
 // ---- the three GEMMs ------------------------------------------------------------------------------------

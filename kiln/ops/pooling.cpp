@@ -101,7 +101,8 @@ void max_pool_kernel(const KernelContext& k) {
 }
 
 // dx[argmax of each window] += dy. Windows overlap when strides < pool_size, so a sample's windows add
-// into the same dx: each task is one whole sample here, never split.
+// into the same dx: each task is one whole sample here, never split. Channels go in blocks, each tap
+// updating a block's running maxima, so channels_last data is read contiguously.
 template <class T>
 void max_pool_grad_kernel(const KernelContext& k) {
   const PoolGeometry g = pool_geometry(k.input_shape(0), k.attributes());
@@ -111,34 +112,42 @@ void max_pool_grad_kernel(const KernelContext& k) {
   std::fill(dx, dx + g.input.batch * g.input.batch_stride, T(0));
   const std::int64_t cs = g.input.channel_stride, ocs = g.output.channel_stride;
   const std::int64_t per_sample = g.output.positions() * g.input.channels * g.rows.size * g.cols.size;
-  detail::parallel_for(
-      g.input.batch, detail::workers_for_elements(g.input.batch * per_sample),
-      [&](std::int64_t begin, std::int64_t end, int) {
-        for (std::int64_t n = begin; n < end; ++n)
-          for (std::int64_t oh = 0; oh < g.output.height; ++oh) {
-            const TapRange rows = taps(g.rows, oh);
-            for (std::int64_t ow = 0; ow < g.output.width; ++ow) {
-              const TapRange cols = taps(g.cols, ow);
-              const T* grad = dy + output_offset(g, n, oh, ow);
-              for (std::int64_t c = 0; c < g.input.channels; ++c) {
-                std::int64_t best = -1;
-                T best_value = T(0);
-                for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
-                  for (std::int64_t kw = cols.first; kw < cols.last; ++kw) {
-                    const std::int64_t at =
-                        input_offset(g, n, g.rows.input_at(oh, kh), g.cols.input_at(ow, kw)) + c * cs;
-                    const T value = x[at];
-                    // The first maximum, or the first NaN: the element the forward max returned.
-                    if (best < 0 || (best_value == best_value && (value > best_value || value != value))) {
-                      best = at;
-                      best_value = value;
-                    }
-                  }
-                if (best >= 0) dx[best] += grad[c * ocs];
-              }
-            }
-          }
-      });
+  constexpr std::int64_t block = 64;
+  detail::parallel_for(g.input.batch, detail::workers_for_elements(g.input.batch * per_sample),
+                       [&](std::int64_t begin, std::int64_t end, int) {
+                         T best[block];
+                         std::int64_t where[block];
+                         for (std::int64_t n = begin; n < end; ++n)
+                           for (std::int64_t oh = 0; oh < g.output.height; ++oh) {
+                             const TapRange rows = taps(g.rows, oh);
+                             for (std::int64_t ow = 0; ow < g.output.width; ++ow) {
+                               const TapRange cols = taps(g.cols, ow);
+                               const T* grad = dy + output_offset(g, n, oh, ow);
+                               for (std::int64_t c0 = 0; c0 < g.input.channels; c0 += block) {
+                                 const std::int64_t width = std::min(block, g.input.channels - c0);
+                                 bool first = true;
+                                 for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
+                                   for (std::int64_t kw = cols.first; kw < cols.last; ++kw) {
+                                     const std::int64_t at =
+                                         input_offset(g, n, g.rows.input_at(oh, kh), g.cols.input_at(ow, kw)) + c0 * cs;
+                                     const T* in = x + at;
+                                     for (std::int64_t c = 0; c < width; ++c) {
+                                       const T value = in[c * cs];
+                                       // The first maximum, or the first NaN: the element the forward max returned.
+                                       if (first || (best[c] == best[c] && (value > best[c] || value != value))) {
+                                         best[c] = value;
+                                         where[c] = at + c * cs;
+                                       }
+                                     }
+                                     first = false;
+                                   }
+                                 if (first)
+                                   continue;  // no tap inside the input (cannot happen with valid or same padding)
+                                 for (std::int64_t c = 0; c < width; ++c) dx[where[c]] += grad[(c0 + c) * ocs];
+                               }
+                             }
+                           }
+                       });
 }
 
 template <class T>
