@@ -49,6 +49,10 @@ inline const std::vector<WorkloadInfo>& workloads() {
       {"mql5_block", true, true, false,
        "Input (64,40,12) -> MHAttention(16, 8) -> Flatten -> Dense(2, tanh); MSE + Adam"},
       {"long_mha", true, true, true, "MultiHeadAttention(8, key_dim 32, bias) self-attention on (4,T,256); MSE + SGD"},
+      {"cnn_small", true, true, false,
+       "(64,28,28,1) -> Conv2D(32,3,relu) -> BatchNorm -> MaxPool2D -> Conv2D(64,3,relu) -> GAP2D -> Dense(10); "
+       "sparse CE (logits) + Adam"},
+      {"tcn", false, true, false, "(32,256,16) -> 3 x Conv1D(64,5,causal,dilation 1/2/4,relu) -> Dense(1); MSE + Adam"},
   };
   return table;
 }

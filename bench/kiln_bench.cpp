@@ -17,6 +17,8 @@
 // throughput on the same shapes ("gemm_gflop" is the arithmetic).
 #include <cblas.h>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +29,7 @@
 namespace {
 
 using kiln::Array;
+using kiln::Config;
 using kiln::Shape;
 using kiln::Tensor;
 constexpr std::int64_t None = Shape::unknown;
@@ -45,7 +48,18 @@ struct Workload {
   kiln::Model model;
   Array x, y;
   const char* optimizer;
+  kiln::Loss loss = "mse";
 };
+
+// Class labels 0..classes-1 as floats, one per row.
+Array random_labels(std::int64_t rows, std::int64_t classes, std::uint64_t seed) {
+  kiln::Rng rng(seed);
+  Array labels({rows});
+  for (std::int64_t i = 0; i < rows; ++i)
+    labels.set_flat(static_cast<std::size_t>(i),
+                    std::min<double>(static_cast<double>(classes - 1), std::floor(rng.uniform(0.0, 1.0) * classes)));
+  return labels;
+}
 
 Workload make_workload(const std::string& name, int seq) {
   if (name == "seed_dpa") {
@@ -64,6 +78,25 @@ Workload make_workload(const std::string& name, int seq) {
     h = kiln::Flatten()(h);
     const Tensor out = kiln::Dense(2, "tanh")(h);
     return {kiln::Model(x, out, "mql5_block"), random_array({64, 40, 12}, 1), random_array({64, 2}, 2), "adam"};
+  }
+  if (name == "cnn_small") {
+    const Tensor x = kiln::Input({None, 28, 28, 1}, kiln::DType::float32, "x");
+    Tensor h = kiln::Conv2D(32, 3, "relu")(x);
+    h = kiln::MaxPooling2D()(kiln::BatchNormalization()(h));
+    h = kiln::GlobalAveragePooling2D()(kiln::Conv2D(64, 3, "relu")(h));
+    Workload w{kiln::Model(x, kiln::Dense(10)(h), "cnn_small"), random_array({64, 28, 28, 1}, 1),
+               random_labels(64, 10, 2), "adam"};
+    w.loss = kiln::Loss::from_config(
+        Config{{"class_name", "SparseCategoricalCrossentropy"}, {"config", Config{{"from_logits", true}}}});
+    return w;
+  }
+  if (name == "tcn") {
+    const Tensor x = kiln::Input({None, 256, 16}, kiln::DType::float32, "x");
+    Tensor h = x;
+    for (const std::int64_t dilation : {1, 2, 4})
+      h = kiln::Conv1D(64, 5, "relu", {{"padding", "causal"}, {"dilation_rate", dilation}})(h);
+    return {kiln::Model(x, kiln::Dense(1)(h), "tcn"), random_array({32, 256, 16}, 1), random_array({32, 256, 1}, 2),
+            "adam"};
   }
   // long_mha: Keras's form, self-attention mha(x, x), biases on.
   const Tensor x = kiln::Input({None, seq, 256}, kiln::DType::float32, "x");
@@ -90,7 +123,7 @@ struct ProgramStep {
     std::vector<std::int64_t> target_dims = w.y.shape().dims();
     target_dims[0] = None;
     target = graph.placeholder(Shape(target_dims), kiln::DType::float32, "y");
-    const Tensor loss = kiln::Loss("mse")(target, output);
+    const Tensor loss = w.loss(target, output);
     std::vector<Tensor> weights;
     std::vector<std::string> paths;
     for (const kiln::Weight& weight : w.model.ptr()->trainable_weights()) {
@@ -100,8 +133,8 @@ struct ProgramStep {
       paths.push_back(weight.path);
     }
     optimizer = kiln::create_optimizer(w.optimizer);
-    const std::vector<kiln::Update> updates =
-        optimizer->build_updates(graph, weights, kiln::gradients(loss, weights), paths);
+    std::vector<kiln::Update> updates = optimizer->build_updates(graph, weights, kiln::gradients(loss, weights), paths);
+    updates.insert(updates.end(), graph.state_updates().begin(), graph.state_updates().end());  // moving statistics
     program = std::make_unique<kiln::Program>(graph, std::vector<Tensor>{loss}, updates);
   }
 
@@ -157,6 +190,16 @@ std::vector<Gemm> gemm_list(const std::string& name, bool training, int seq) {
     add_matmul(list, training, 1, 64 * 40, 48, 12, false, true, true);  // feed-forward hidden
     add_matmul(list, training, 1, 64 * 40, 12, 48, false, true, true);  // feed-forward output
     add_matmul(list, training, 1, 64, 2, 40 * 12, false, true, true);   // the Dense(2) head
+  } else if (name == "cnn_small") {
+    // Each convolution is one GEMM of im2col rows (positions) by taps·channels by filters; the first
+    // convolution's input needs no gradient.
+    add_matmul(list, training, 1, 64 * 26 * 26, 32, 9, false, false, true);
+    add_matmul(list, training, 1, 64 * 11 * 11, 64, 9 * 32, false, true, true);
+    add_matmul(list, training, 1, 64, 10, 64, false, true, true);
+  } else if (name == "tcn") {
+    add_matmul(list, training, 1, 32 * 256, 64, 5 * 16, false, false, true);
+    for (int layer = 0; layer < 2; ++layer) add_matmul(list, training, 1, 32 * 256, 64, 5 * 64, false, true, true);
+    add_matmul(list, training, 1, 32 * 256, 1, 64, false, true, true);
   } else {
     attention(4, seq, 256, 8, 32, 256);
   }
@@ -251,7 +294,7 @@ int main(int argc, char** argv) {
       });
       t = bench::time_steps(args, [&] { callers.step(); });
     } else if (training) {
-      w.model.compile(w.optimizer, "mse");
+      w.model.compile(w.optimizer, w.loss);
       t = bench::time_steps(args, [&] { w.model.train_on_batch(w.x, w.y); });
     } else {
       t = bench::time_steps(args, [&] { w.model.predict(w.x, batch); });

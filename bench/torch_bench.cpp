@@ -10,7 +10,11 @@
 //               LayerNorm(ε 1e-6)(x + W0(context)), LayerNorm(ε 1e-6)(a + Linear(48, 12)(silu(Linear(12, 48)(a))))),
 //               then flatten and tanh(Linear(480, 2))
 //   long_mha    kiln's Keras-form MultiHeadAttention(8, key_dim 32) with biases, self-attention, on (4, T, 256)
-// Losses and optimizers as kiln compiles them: mean squared error; SGD(lr 0.01) (Keras's default, no
+//   cnn_small   Conv2d(1, 32, 3), relu, BatchNorm2d (ε 1e-3), max_pool2d(2), Conv2d(32, 64, 3), relu, mean over
+//               height and width, Linear(64, 10), in NCHW; cross-entropy on the logits + Adam
+//   tcn         three Conv1d(·, 64, 5) with dilations 1, 2, 4, each after a left pad of 4·dilation (causal),
+//               relu, then Linear(64, 1) on every step, in NCL; MSE + Adam
+// Losses and optimizers as kiln compiles them: mean squared error (cnn_small: cross-entropy); SGD(lr 0.01) (Keras's default, no
 // momentum), Adam(lr 1e-3, β 0.9/0.999, ε 1e-7). Adam's ε sits where torch puts it, next to √v̂ rather
 // than Keras's ε̂ next to √v; the cost is the same.
 // Forward mode: module.eval() under torch::NoGradGuard. Train step: zero_grad, forward, loss, backward,
@@ -118,6 +122,52 @@ struct Mql5BlockImpl : nn::Module {
 };
 TORCH_MODULE(Mql5Block);
 
+// cnn_small in NCHW, torch's native layout (kiln runs it channels_last): BatchNorm2d with Keras's
+// epsilon 1e-3 and momentum 0.01 (Keras's 0.99 for the old statistics).
+struct CnnSmallImpl : nn::Module {
+  nn::Conv2d conv1{nullptr}, conv2{nullptr};
+  nn::BatchNorm2d norm{nullptr};
+  nn::Linear head{nullptr};
+
+  CnnSmallImpl() {
+    conv1 = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(1, 32, 3)));
+    norm = register_module("norm", nn::BatchNorm2d(nn::BatchNormOptions(32).eps(1e-3).momentum(0.01)));
+    conv2 = register_module("conv2", nn::Conv2d(nn::Conv2dOptions(32, 64, 3)));
+    head = register_module("head", nn::Linear(64, 10));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor h = torch::max_pool2d(norm(torch::relu(conv1(x))), 2);
+    return head(torch::relu(conv2(h)).mean({2, 3}));
+  }
+};
+TORCH_MODULE(CnnSmall);
+
+// tcn in NCL: each causal convolution pads dilation·(kernel − 1) steps on the left, then the Dense(1) head
+// reads the channels of each step.
+struct TcnImpl : nn::Module {
+  std::vector<nn::Conv1d> convs;
+  nn::Linear head{nullptr};
+
+  TcnImpl() {
+    std::int64_t channels = 16;
+    for (const std::int64_t dilation : {1, 2, 4}) {
+      convs.push_back(register_module("conv" + std::to_string(dilation),
+                                      nn::Conv1d(nn::Conv1dOptions(channels, 64, 5).dilation(dilation))));
+      channels = 64;
+    }
+    head = register_module("head", nn::Linear(64, 1));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor h = x;
+    for (nn::Conv1d& conv : convs) {
+      const std::int64_t left = conv->options.dilation()->at(0) * 4;
+      h = torch::relu(conv(torch::constant_pad_nd(h, {left, 0})));
+    }
+    return head(h.transpose(1, 2));
+  }
+};
+TORCH_MODULE(Tcn);
+
 // ---- the workloads --------------------------------------------------------------------------------------
 
 struct Workload {
@@ -125,6 +175,7 @@ struct Workload {
   std::function<torch::Tensor(const torch::Tensor&)> forward;
   torch::Tensor x, y;
   bool adam = false;
+  bool classes = false;  // y holds class indices: cross-entropy on logits instead of MSE
 };
 
 template <class M>
@@ -146,6 +197,12 @@ Workload make_workload(const std::string& name, int seq) {
     return wrap(MultiHeadSelfAttention(512, 8, 64, /*bias=*/false), uniform({10, 150, 512}), uniform({10, 150, 512}),
                 false);
   if (name == "mql5_block") return wrap(Mql5Block(), uniform({64, 40, 12}), uniform({64, 2}), true);
+  if (name == "cnn_small") {
+    Workload w = wrap(CnnSmall(), uniform({64, 1, 28, 28}), torch::randint(0, 10, {64}, torch::kLong), true);
+    w.classes = true;
+    return w;
+  }
+  if (name == "tcn") return wrap(Tcn(), uniform({32, 16, 256}), uniform({32, 256, 1}), true);
   return wrap(MultiHeadSelfAttention(256, 8, 32, /*bias=*/true), uniform({4, seq, 256}), uniform({4, seq, 256}), false);
 }
 
@@ -314,7 +371,8 @@ int main(int argc, char** argv) {
         optimizer = std::make_unique<torch::optim::SGD>(w.module->parameters(), torch::optim::SGDOptions(0.01));
       t = bench::time_steps(args, [&] {
         optimizer->zero_grad();
-        const torch::Tensor loss = torch::mse_loss(w.forward(w.x), w.y);
+        const torch::Tensor output = w.forward(w.x);
+        const torch::Tensor loss = w.classes ? torch::nn::functional::cross_entropy(output, w.y) : torch::mse_loss(output, w.y);
         loss.backward();
         optimizer->step();
         (void)loss.item<float>();

@@ -52,6 +52,9 @@ seed_mha forward -
 seed_mha train_step -
 mql5_block forward -
 mql5_block train_step -
+cnn_small forward -
+cnn_small train_step -
+tcn train_step -
 long_mha forward 512
 long_mha train_step 512"
   timing=(--warmup 3 --min-time 0.3 --max-time 1)
@@ -60,7 +63,10 @@ else
 seed_mha forward -
 seed_mha train_step -
 mql5_block forward -
-mql5_block train_step -"
+mql5_block train_step -
+cnn_small forward -
+cnn_small train_step -
+tcn train_step -"
   for mode in forward train_step; do
     for seq in 256 512 1024 2048; do rows="$rows
 long_mha $mode $seq"; done
