@@ -14,11 +14,10 @@
 //               height and width, Linear(64, 10), in NCHW; cross-entropy on the logits + Adam
 //   tcn         three Conv1d(·, 64, 5) with dilations 1, 2, 4, each after a left pad of 4·dilation (causal),
 //               relu, then Linear(64, 1) on every step, in NCL; MSE + Adam
-// Losses and optimizers as kiln compiles them: mean squared error (cnn_small: cross-entropy); SGD(lr 0.01) (Keras's default, no
-// momentum), Adam(lr 1e-3, β 0.9/0.999, ε 1e-7). Adam's ε sits where torch puts it, next to √v̂ rather
-// than Keras's ε̂ next to √v; the cost is the same.
-// Forward mode: module.eval() under torch::NoGradGuard. Train step: zero_grad, forward, loss, backward,
-// optimizer step, and the loss read back as a number (what train_on_batch returns).
+// Losses and optimizers as kiln compiles them: mean squared error (cnn_small: cross-entropy); SGD(lr 0.01) (Keras's
+// default, no momentum), Adam(lr 1e-3, β 0.9/0.999, ε 1e-7). Adam's ε sits where torch puts it, next to √v̂ rather than
+// Keras's ε̂ next to √v; the cost is the same. Forward mode: module.eval() under torch::NoGradGuard. Train step:
+// zero_grad, forward, loss, backward, optimizer step, and the loss read back as a number (what train_on_batch returns).
 //
 // torch_bench --check (not timed) builds mql5_block in kiln, gives it random weights, copies them into
 // the torch modules and compares both forward outputs (the MHAttention block's and the model's) on one
@@ -372,7 +371,8 @@ int main(int argc, char** argv) {
       t = bench::time_steps(args, [&] {
         optimizer->zero_grad();
         const torch::Tensor output = w.forward(w.x);
-        const torch::Tensor loss = w.classes ? torch::nn::functional::cross_entropy(output, w.y) : torch::mse_loss(output, w.y);
+        const torch::Tensor loss =
+            w.classes ? torch::nn::functional::cross_entropy(output, w.y) : torch::mse_loss(output, w.y);
         loss.backward();
         optimizer->step();
         (void)loss.item<float>();
