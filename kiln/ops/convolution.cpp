@@ -46,7 +46,7 @@ struct ConvGeometry {
   // No im2col: a 1×1 window with stride 1 and no padding on channels_last data.
   bool pointwise() const {
     return channels_last && rows.size == 1 && cols.size == 1 && rows.stride == 1 && cols.stride == 1 &&
-           rows.pad_before == 0 && cols.pad_before == 0;
+           rows.pad_before == 0 && cols.pad_before == 0 && rows.out == rows.in && cols.out == cols.in;
   }
   // Samples per im2col chunk: about 2^19 buffer elements, at least one sample.
   std::int64_t chunk_samples() const {
@@ -55,9 +55,11 @@ struct ConvGeometry {
   }
 };
 
-// x's shape, the kernel's spatial size and the number of filters, with the window attributes.
+// x's shape, the kernel's spatial size and the number of filters, with the window attributes. With an
+// explicit pad_before, `out_spatial` gives the output lengths.
 ConvGeometry conv_geometry(const Shape& x, const std::vector<std::int64_t>& kernel_spatial, std::int64_t filters,
-                           std::int64_t groups, const detail::WindowAttributes& window) {
+                           std::int64_t groups, const detail::WindowAttributes& window,
+                           const std::vector<std::int64_t>& explicit_out = {}) {
   ConvGeometry g;
   g.channels_last = window.channels_last;
   g.input = detail::image_layout(x, window.channels_last);
@@ -71,6 +73,14 @@ ConvGeometry conv_geometry(const Shape& x, const std::vector<std::int64_t>& kern
   const std::size_t last = kernel_spatial.size() - 1;
   g.cols = detail::window_axis(g.input.width, kernel_spatial[last], window.strides[last], window.dilation[last],
                                window.padding);
+  if (!window.pad_before.empty()) {
+    if (two_d) {
+      g.rows.pad_before = window.pad_before[0];
+      g.rows.out = explicit_out[0];
+    }
+    g.cols.pad_before = window.pad_before[last];
+    g.cols.out = explicit_out[last];
+  }
   std::vector<std::int64_t> out_spatial;
   if (two_d) out_spatial.push_back(g.rows.out);
   out_spatial.push_back(g.cols.out);
@@ -86,8 +96,9 @@ std::vector<std::int64_t> leading(const Shape& shape, int count) {
 // The geometry of each op's node from its concrete input shapes (kernels and workspace functions).
 ConvGeometry forward_geometry(const std::vector<const Shape*>& in, const Attributes& a) {
   const Shape& kernel = *in[1];
-  return conv_geometry(*in[0], leading(kernel, kernel.rank() - 2), kernel.dim(-1), a.get_int("groups"),
-                       detail::window_attributes(a));
+  const detail::WindowAttributes window = detail::window_attributes(a);
+  return conv_geometry(*in[0], leading(kernel, kernel.rank() - 2), kernel.dim(-1), a.get_int("groups"), window,
+                       window.pad_before.empty() ? std::vector<std::int64_t>{} : a.get_ints("output_spatial"));
 }
 ConvGeometry backprop_input_geometry(const std::vector<const Shape*>& in, const Attributes& a) {
   const Shape& kernel = *in[1];
@@ -95,12 +106,14 @@ ConvGeometry backprop_input_geometry(const std::vector<const Shape*>& in, const 
   const std::int64_t groups = a.get_int("groups");
   const Shape x =
       detail::image_shape((*in[0])[0], kernel.dim(-2) * groups, a.get_ints("input_spatial"), window.channels_last);
-  return conv_geometry(x, leading(kernel, kernel.rank() - 2), kernel.dim(-1), groups, window);
+  return conv_geometry(x, leading(kernel, kernel.rank() - 2), kernel.dim(-1), groups, window,
+                       detail::spatial_dims(*in[0], window.channels_last));
 }
 ConvGeometry backprop_kernel_geometry(const std::vector<const Shape*>& in, const Attributes& a) {
   const detail::WindowAttributes window = detail::window_attributes(a);
   const detail::ImageLayout dy = detail::image_layout(*in[1], window.channels_last);
-  return conv_geometry(*in[0], a.get_ints("kernel_spatial"), dy.channels, a.get_int("groups"), window);
+  return conv_geometry(*in[0], a.get_ints("kernel_spatial"), dy.channels, a.get_int("groups"), window,
+                       detail::spatial_dims(*in[1], window.channels_last));
 }
 
 using GeometryFn = ConvGeometry (*)(const std::vector<const Shape*>&, const Attributes&);
@@ -359,7 +372,8 @@ std::string text(const std::vector<std::int64_t>& values) {
 // Checks what every convolution has in common: an image of rank 3 (1-D) or 4 (2-D) whose channel axis is
 // known, a window that fits, and channels and filters that divide into `groups`. Returns y's shape.
 Shape checked_output(const InferContext& ctx, const Shape& x, const std::vector<std::int64_t>& kernel_spatial,
-                     std::int64_t kernel_channels, std::int64_t filters, std::int64_t groups, const char* x_name) {
+                     std::int64_t kernel_channels, std::int64_t filters, std::int64_t groups, const char* x_name,
+                     const std::vector<std::int64_t>* explicit_out = nullptr) {
   const int spatial_rank = static_cast<int>(kernel_spatial.size());
   if (spatial_rank < 1 || spatial_rank > 2) ctx.fail("only 1-D and 2-D convolutions are supported");
   if (x.rank() != spatial_rank + 2)
@@ -378,6 +392,16 @@ Shape checked_output(const InferContext& ctx, const Shape& x, const std::vector<
   if (filters % groups != 0)
     ctx.fail(std::to_string(filters) + " filters do not divide into " + std::to_string(groups) + " groups");
   const std::vector<std::int64_t> spatial = detail::spatial_dims(x, window.channels_last);
+  if (!window.pad_before.empty()) {
+    // Explicit padding: the output lengths are given, and any length is a valid convolution of them.
+    if (window.pad_before.size() != spatial.size())
+      ctx.fail("pad_before " + text(window.pad_before) + " must have one count per spatial axis");
+    if (explicit_out == nullptr || explicit_out->size() != spatial.size())
+      ctx.fail("an explicit pad_before needs the output's length on every spatial axis");
+    for (const std::int64_t length : *explicit_out)
+      if (length != Shape::unknown && length < 1) ctx.fail("the output lengths must be positive");
+    return detail::image_shape(x[0], filters, *explicit_out, window.channels_last);
+  }
   std::vector<std::int64_t> out;
   for (std::size_t axis = 0; axis < spatial.size(); ++axis) {
     const detail::WindowAxis w = detail::window_axis(spatial[axis], kernel_spatial[axis], window.strides[axis],
@@ -400,8 +424,11 @@ std::vector<std::int64_t> kernel_spatial_of(const InferContext& ctx, const Shape
 Shape conv_shape(const InferContext& ctx) {
   const Shape& kernel = ctx.input_shape(1);
   const std::vector<std::int64_t> spatial = kernel_spatial_of(ctx, kernel);
+  const std::vector<std::int64_t> out = ctx.attributes().has("output_spatial")
+                                            ? ctx.attributes().get_ints("output_spatial")
+                                            : std::vector<std::int64_t>{};
   return checked_output(ctx, ctx.input_shape(0), spatial, kernel.dim(-2), kernel.dim(-1),
-                        ctx.attributes().get_int("groups"), "the input");
+                        ctx.attributes().get_int("groups"), "the input", &out);
 }
 
 Shape conv_backprop_input_shape(const InferContext& ctx) {
@@ -415,7 +442,8 @@ Shape conv_backprop_input_shape(const InferContext& ctx) {
   const bool channels_last = ctx.attributes().get_string("data_format") != "channels_first";
   const Shape x = detail::image_shape(dy.rank() > 0 ? dy[0] : 0, kernel.dim(-2) * groups, input_spatial, channels_last);
   if (dy.rank() != x.rank()) ctx.fail("the gradient must have rank " + std::to_string(x.rank()));
-  const Shape y = checked_output(ctx, x, spatial, kernel.dim(-2), kernel.dim(-1), groups, "the output");
+  const std::vector<std::int64_t> dy_spatial = detail::spatial_dims(dy, channels_last);
+  const Shape y = checked_output(ctx, x, spatial, kernel.dim(-2), kernel.dim(-1), groups, "the output", &dy_spatial);
   if (!y.accepts(dy)) ctx.fail("the gradient's shape is not the convolution's output " + y.to_string());
   return x;
 }
@@ -431,7 +459,8 @@ Shape conv_backprop_kernel_shape(const InferContext& ctx) {
   const std::int64_t channels = detail::image_layout(x, channels_last).channels;
   if (filters == Shape::unknown || channels == Shape::unknown || channels % std::max<std::int64_t>(groups, 1) != 0)
     ctx.fail("the channels must be known and divide into " + std::to_string(groups) + " groups");
-  const Shape y = checked_output(ctx, x, spatial, channels / groups, filters, groups, "the input");
+  const std::vector<std::int64_t> dy_spatial = detail::spatial_dims(dy, channels_last);
+  const Shape y = checked_output(ctx, x, spatial, channels / groups, filters, groups, "the input", &dy_spatial);
   if (!y.accepts(dy)) ctx.fail("the gradient's shape is not the convolution's output " + y.to_string());
   std::vector<std::int64_t> dims = spatial;
   dims.push_back(channels / groups);
@@ -448,14 +477,21 @@ Attributes family_attributes(const Attributes& base, const char* spatial_key, st
   a.set("padding", base.get_string("padding"));
   a.set("data_format", base.get_string("data_format"));
   a.set("groups", base.get_int("groups"));
+  if (base.has("pad_before")) a.set("pad_before", base.get_ints("pad_before"));
   if (spatial_key != nullptr) a.set(spatial_key, std::move(spatial));
   return a;
 }
 
 bool channels_last_of(const Attributes& a) { return a.get_string("data_format") != "channels_first"; }
 
-Tensor make_conv(const Tensor& x, const Tensor& kernel, const Attributes& base) {
-  return x.graph().add_op("kiln>Conv", {x, kernel}, family_attributes(base, nullptr, {}), "conv");
+// `like` has the output's shape: with an explicit pad_before, it fixes the output lengths.
+Tensor make_conv(const Tensor& x, const Tensor& kernel, const Attributes& base, const Tensor& like) {
+  const bool explicit_padding = base.has("pad_before");
+  Attributes a = family_attributes(
+      base, explicit_padding ? "output_spatial" : nullptr,
+      explicit_padding ? detail::spatial_dims(like.shape(), base.get_string("data_format") != "channels_first")
+                       : std::vector<std::int64_t>{});
+  return x.graph().add_op("kiln>Conv", {x, kernel}, std::move(a), "conv");
 }
 Tensor make_backprop_input(const Tensor& dy, const Tensor& kernel, const Attributes& base,
                            std::vector<std::int64_t> input_spatial) {
@@ -485,7 +521,7 @@ std::vector<Tensor> conv_backward(const GradContext& g) {
 std::vector<Tensor> conv_backprop_input_backward(const GradContext& g) {
   const Tensor dy = g.input(0), kernel = g.input(1), w = g.output_grad();
   const Attributes& a = g.attributes();
-  return {g.needs_grad(0) ? make_conv(w, kernel, a) : Tensor(),
+  return {g.needs_grad(0) ? make_conv(w, kernel, a, dy) : Tensor(),
           g.needs_grad(1) ? make_backprop_kernel(w, dy, a, kernel_spatial(kernel)) : Tensor()};
 }
 
@@ -494,14 +530,15 @@ std::vector<Tensor> conv_backprop_kernel_backward(const GradContext& g) {
   const Tensor x = g.input(0), dy = g.input(1), w = g.output_grad();
   const Attributes& a = g.attributes();
   return {g.needs_grad(0) ? make_backprop_input(dy, w, a, image_spatial(x, a)) : Tensor(),
-          g.needs_grad(1) ? make_conv(x, w, a) : Tensor()};
+          g.needs_grad(1) ? make_conv(x, w, a, dy) : Tensor()};
 }
 
 // ---- registration ---------------------------------------------------------------------------------------
 
 KILN_REGISTER_OP(OpDef("kiln>Conv")
                      .inputs(2)
-                     .attributes({"strides", "dilation_rate", "padding", "data_format", "groups"})
+                     .attributes({"strides", "dilation_rate", "padding", "data_format", "groups", "pad_before",
+                                  "output_spatial"})
                      .infer_shape(conv_shape)
                      .forward(conv_kernel<float>, conv_kernel<double>)
                      .backward(conv_backward)
@@ -509,7 +546,8 @@ KILN_REGISTER_OP(OpDef("kiln>Conv")
 
 KILN_REGISTER_OP(OpDef("kiln>ConvBackpropInput")
                      .inputs(2)
-                     .attributes({"strides", "dilation_rate", "padding", "data_format", "groups", "input_spatial"})
+                     .attributes({"strides", "dilation_rate", "padding", "data_format", "groups", "input_spatial",
+                                  "pad_before"})
                      .infer_shape(conv_backprop_input_shape)
                      .forward(conv_backprop_input_kernel<float>, conv_backprop_input_kernel<double>)
                      .backward(conv_backprop_input_backward)
@@ -517,7 +555,8 @@ KILN_REGISTER_OP(OpDef("kiln>ConvBackpropInput")
 
 KILN_REGISTER_OP(OpDef("kiln>ConvBackpropKernel")
                      .inputs(2)
-                     .attributes({"strides", "dilation_rate", "padding", "data_format", "groups", "kernel_spatial"})
+                     .attributes({"strides", "dilation_rate", "padding", "data_format", "groups", "kernel_spatial",
+                                  "pad_before"})
                      .infer_shape(conv_backprop_kernel_shape)
                      .forward(conv_backprop_kernel_kernel<float>, conv_backprop_kernel_kernel<double>)
                      .backward(conv_backprop_kernel_backward)
@@ -566,10 +605,10 @@ Shape conv_output_shape(const Shape& x, const Shape& kernel, const ConvOptions& 
 }
 
 Tensor conv_transpose(const Tensor& x, const Tensor& kernel, const std::vector<std::int64_t>& output_spatial,
-                      const ConvOptions& options) {
-  return x.graph().add_op("kiln>ConvBackpropInput", {x, kernel},
-                          conv_attributes(options, kernel.rank() - 2, 1).set("input_spatial", output_spatial),
-                          "conv_transpose");
+                      const ConvOptions& options, const std::vector<std::int64_t>& pad_before) {
+  Attributes attributes = conv_attributes(options, kernel.rank() - 2, 1).set("input_spatial", output_spatial);
+  if (!pad_before.empty()) attributes.set("pad_before", pad_before);
+  return x.graph().add_op("kiln>ConvBackpropInput", {x, kernel}, std::move(attributes), "conv_transpose");
 }
 
 }  // namespace ops

@@ -162,9 +162,12 @@ Shape conv_output_shape(const Shape& x, const Shape& kernel, const ConvOptions& 
 /// The transposed convolution (the gradient of conv with respect to its input): x is (batch, *in,
 /// kernel's last dimension), the kernel (*kernel_size, output channels, x's channels) as Keras's
 /// ConvTranspose layers store it, and the output (batch, *output_spatial, output channels), where conv of
-/// the output with the same options would give x's spatial shape (ShapeError otherwise).
+/// the output with the same options would give x's spatial shape (ShapeError otherwise). With
+/// `pad_before` (one count per spatial axis), the convolution it is the gradient of pads that many zeros
+/// before its input instead of what `options.padding` says, and the output may have any length: taps that
+/// fall outside it are dropped (how Keras's transposed convolutions with output_padding pad).
 Tensor conv_transpose(const Tensor& x, const Tensor& kernel, const std::vector<std::int64_t>& output_spatial,
-                      const ConvOptions& options = {});
+                      const ConvOptions& options = {}, const std::vector<std::int64_t>& pad_before = {});
 
 // ---- pooling ---------------------------------------------------------------------------------------
 /// How a pooling op slides its window, with Keras's names and defaults.
@@ -222,6 +225,9 @@ std::vector<Tensor> split(const Tensor& x, int num_splits, int axis = -1);
 std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes, int axis = -1);
 /// begin/size per axis; size -1 means "to the end".
 Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin, const std::vector<std::int64_t>& size);
+/// x with `before[a]` zeros before and `after[a]` zeros after it on each axis a (NumPy's pad with a constant
+/// 0). ShapeError for a count per axis that is missing or negative, or padding on an unknown axis.
+Tensor pad(const Tensor& x, const std::vector<std::int64_t>& before, const std::vector<std::int64_t>& after);
 /// x repeated along its size-1 axes and new leading ones up to `shape`, as NumPy's broadcast_to. An unknown
 /// (-1) dimension of `shape` keeps x's, which is how the batch passes. ShapeError when x cannot stretch to it.
 Tensor broadcast_to(const Tensor& x, const Shape& shape);

@@ -1,4 +1,4 @@
-// reshape, transpose, concat, split, slice, broadcast_to, squeeze and expand_dims.
+// reshape, transpose, concat, split, slice, pad, broadcast_to, squeeze and expand_dims.
 //
 // Shape rules run twice: when the node is built, and again when a Program plans a batch size, with
 // concrete input shapes but no batch size of its own. So an output's unknown dimension only promises
@@ -402,6 +402,45 @@ std::vector<Tensor> slice_grad_backward(const GradContext& g) {
   return {ops::slice(g.output_grad(), g.attributes().get_ints("begin"), full_extent(g.input(0).shape())), Tensor{}};
 }
 
+// ---- pad -----------------------------------------------------------------------------------------------
+
+// Zeros around x: `before` and `after` elements on each axis. An unknown axis stays unknown, and may not
+// be padded (its size is only known per plan).
+Shape pad_shape(const InferContext& ctx) {
+  const Shape& in = ctx.input_shape(0);
+  const Ints& before = ctx.attributes().get_ints("before");
+  const Ints& after = ctx.attributes().get_ints("after");
+  if (static_cast<int>(before.size()) != in.rank() || static_cast<int>(after.size()) != in.rank())
+    ctx.fail("before " + ints_to_string(before) + " and after " + ints_to_string(after) + " need one entry per axis");
+  Ints dims = in.dims();
+  for (std::size_t a = 0; a < dims.size(); ++a) {
+    if (before[a] < 0 || after[a] < 0)
+      ctx.fail("axis " + std::to_string(a) + ": padding " + std::to_string(before[a]) + ", " +
+               std::to_string(after[a]) + " is negative (crop with slice)");
+    if (dims[a] == Shape::unknown) {
+      if (before[a] != 0 || after[a] != 0) ctx.fail("axis " + std::to_string(a) + " is unknown and cannot be padded");
+      continue;
+    }
+    dims[a] += before[a] + after[a];
+  }
+  return Shape(std::move(dims));
+}
+
+template <class T>
+void pad_kernel(const KernelContext& k) {
+  T* out = k.out<T>();
+  std::fill(out, out + k.output_size(), T(0));
+  std::int64_t offset = 0;
+  const StridedCopy copy =
+      block_copy(k.input_shape(0), *k.output_shape, k.attributes().get_ints("before"), &offset, true);
+  copy.run(k.in<T>(0), out + offset);
+}
+
+// The gradient of padding is the padded gradient's middle.
+std::vector<Tensor> pad_backward(const GradContext& g) {
+  return {ops::slice(g.output_grad(), g.attributes().get_ints("before"), full_extent(g.input(0).shape()))};
+}
+
 }  // namespace
 
 KILN_REGISTER_OP(OpDef("kiln>Slice")
@@ -410,6 +449,12 @@ KILN_REGISTER_OP(OpDef("kiln>Slice")
                      .infer_shape(slice_shape)
                      .forward(slice_kernel<float>, slice_kernel<double>)
                      .backward(slice_backward));
+KILN_REGISTER_OP(OpDef("kiln>Pad")
+                     .inputs(1)
+                     .attributes({"before", "after"})
+                     .infer_shape(pad_shape)
+                     .forward(pad_kernel<float>, pad_kernel<double>)
+                     .backward(pad_backward));
 KILN_REGISTER_OP(OpDef("kiln>SliceGrad")
                      .inputs(2)
                      .attributes({"begin"})
@@ -567,6 +612,10 @@ std::vector<Tensor> split(const Tensor& x, int num_splits, int axis) {
         "axis " + std::to_string(axis) + " cannot be split into " + std::to_string(num_splits) + " equal parts",
         {{"x", shape}});
   return split(x, Ints(static_cast<std::size_t>(num_splits), extent / num_splits), axis);
+}
+
+Tensor pad(const Tensor& x, const std::vector<std::int64_t>& before, const std::vector<std::int64_t>& after) {
+  return x.graph().add_op("kiln>Pad", {x}, Attributes().set("before", before).set("after", after), "pad");
 }
 
 Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin, const std::vector<std::int64_t>& size) {

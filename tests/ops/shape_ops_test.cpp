@@ -456,3 +456,37 @@ TEST_CASE("squeeze and expand_dims reject bad axes", "[ops][shape][errors]") {
   CHECK(ops::expand_dims(x, 3).shape() == Shape{Shape::unknown, 1, 3, 1});
   CHECK(ops::expand_dims(x, -4).shape() == Shape{1, Shape::unknown, 1, 3});
 }
+
+TEST_CASE("pad puts zeros around x; its gradient is the middle, differentiable again", "[ops][shape][pad]") {
+  Graph graph;
+  const Tensor x = graph.constant(Array::from_vector(std::vector<double>{1, 2, 3, 4}, {2, 2}));
+  const Tensor y = ops::pad(x, {1, 0}, {0, 2});
+  REQUIRE(y.shape() == Shape{3, 4});
+  Program program(graph, {y});
+  program.run();
+  CHECK(program.fetch(y).to_vector<double>() == std::vector<double>{0, 0, 0, 0, 1, 2, 0, 0, 3, 4, 0, 0});
+
+  auto r = check(
+      [](const std::vector<Tensor>& t) {
+        return ops::pad(t[0], {0, 2, 1}, {0, 1, 3});
+      },
+      {Shape{3, 2, 4}}, "pad");
+  INFO(r.worst_entry());
+  REQUIRE(r.max_relative_error <= 1e-6);
+  auto second = check(
+      [](const std::vector<Tensor>& t) {
+        const Tensor padded = ops::pad(t[0], {1, 1}, {2, 0});
+        const Tensor grad = gradients(ops::sum(ops::square(padded)), {t[0]})[0];
+        return ops::sum(ops::square(grad));
+      },
+      {Shape{2, 3}}, "pad second order");
+  INFO(second.worst_entry());
+  REQUIRE(second.max_relative_error <= 1e-6);
+
+  Graph g;
+  const Tensor batch = g.placeholder({Shape::unknown, 3}, DType::float32, "batch");
+  CHECK(ops::pad(batch, {0, 1}, {0, 1}).shape() == Shape{Shape::unknown, 5});
+  CHECK_THROWS_WITH(ops::pad(batch, {1, 0}, {0, 0}), Contains("axis 0 is unknown and cannot be padded"));
+  CHECK_THROWS_WITH(ops::pad(batch, {0, -1}, {0, 0}), Contains("is negative"));
+  CHECK_THROWS_WITH(ops::pad(batch, {0}, {0}), Contains("need one entry per axis"));
+}

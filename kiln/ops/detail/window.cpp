@@ -69,6 +69,7 @@ WindowAttributes window_attributes(const Attributes& attributes) {
   bool ok = true;
   window.padding = parse_padding(attributes.get_string("padding"), ok);
   window.channels_last = attributes.get_string("data_format") != "channels_first";
+  if (attributes.has("pad_before")) window.pad_before = attributes.get_ints("pad_before");
   return window;
 }
 
@@ -82,14 +83,17 @@ WindowAttributes window_attributes(const InferContext& context, int spatial_rank
   parse_padding(padding, ok);
   if (!ok) context.fail("padding must be 'valid', 'same' or 'causal', got '" + padding + "'");
   if (padding == "causal" && spatial_rank != 1) context.fail("'causal' padding is only for 1-D inputs");
-  for (const char* key : {"strides", "dilation_rate"}) {
+  for (const char* key : {"strides", "dilation_rate", "pad_before"}) {
     if (!attributes.has(key)) continue;
     const std::vector<std::int64_t>& values = attributes.get_ints(key);
     if (static_cast<int>(values.size()) != spatial_rank)
       context.fail(std::string(key) + " " + ints_text(values) + " must have " + std::to_string(spatial_rank) +
                    " value(s), one per spatial axis");
+    const std::int64_t least = std::string(key) == "pad_before" ? 0 : 1;
     for (const std::int64_t value : values)
-      if (value < 1) context.fail(std::string(key) + " must be positive, got " + ints_text(values));
+      if (value < least)
+        context.fail(std::string(key) + (least ? " must be positive, got " : " must not be negative, got ") +
+                     ints_text(values));
   }
   return window_attributes(attributes);
 }

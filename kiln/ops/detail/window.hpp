@@ -28,10 +28,13 @@ WindowAxis window_axis(std::int64_t in, std::int64_t size, std::int64_t stride, 
 // The checked attributes of a windowed op: "strides", "dilation_rate" (ints, one per spatial axis),
 // "padding" and "data_format" ("channels_last" or "channels_first"). Each `fail`s through `context`.
 // Without a "dilation_rate" (pooling), every dilation is 1.
+// An optional "pad_before" (ints) replaces the padding mode's zeros before each axis; such an op takes its
+// output lengths from elsewhere (an attribute or another input), since padding alone does not fix them.
 struct WindowAttributes {
   std::vector<std::int64_t> strides, dilation;
   Padding padding = Padding::valid;
   bool channels_last = true;
+  std::vector<std::int64_t> pad_before;  // empty: from `padding`
 };
 WindowAttributes window_attributes(const InferContext& context, int spatial_rank);
 // The same without checks, for kernels and workspace functions (the shape rule checked them).
