@@ -25,7 +25,9 @@
 #include <kiln/layers/mh_attention.hpp>
 #include <kiln/layers/model.hpp>
 #include <kiln/layers/multi_head_attention.hpp>
+#include <kiln/layers/padding.hpp>
 #include <kiln/layers/pooling.hpp>
+#include <kiln/layers/rescaling.hpp>
 #include <kiln/layers/reshaping.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/optim/losses.hpp>

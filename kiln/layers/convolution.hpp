@@ -1,6 +1,8 @@
 #pragma once
 // Convolution layers: Conv1D and Conv2D, Keras's layers of those names (its BaseConv): outputs =
-// activation(conv(inputs, kernel) + bias), with kernel (*kernel_size, channels / groups, filters).
+// activation(conv(inputs, kernel) + bias), with kernel (*kernel_size, channels / groups, filters); and
+// Conv1DTranspose and Conv2DTranspose (its BaseConvTranspose), the gradients of those with respect to
+// their inputs, with kernel (*kernel_size, filters, channels).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,7 +21,15 @@ class ConvLayer : public Layer {
   /// and, at build, the input channels), activation = null (linear), use_bias = true, kernel_initializer =
   /// glorot_uniform, bias_initializer = zeros. As in Keras, strides and dilations above 1 cannot be
   /// combined. Regularizers, constraints and LoRA must stay null. ConfigError for any other value or key.
-  ConvLayer(const Config& config, const std::string& class_name, int rank);
+  ConvLayer(const Config& config, const std::string& class_name, int rank)
+      : ConvLayer(config, class_name, rank, false) {}
+
+  /// With `transpose`, Keras's BaseConvTranspose instead: the same keys without groups, with output_padding
+  /// = null (an int or one per spatial axis, each below its stride), and padding "valid" or "same". The
+  /// kernel is (*kernel_size, filters, input channels) and the output length Keras's deconv_output_length:
+  /// input·stride (+ max(kernel − stride, 0) for "valid"), or with output_padding
+  /// (input − 1)·stride + kernel − 2·(kernel / 2 for "same", else 0) + output_padding.
+  ConvLayer(const Config& config, const std::string& class_name, int rank, bool transpose);
 
   int rank() const { return rank_; }                 ///< spatial axes: 1 or 2
   std::int64_t filters() const { return filters_; }  ///< output channels
@@ -32,6 +42,9 @@ class ConvLayer : public Layer {
   const std::string& padding() const { return padding_; }          ///< "valid", "same" or "causal"
   const std::string& data_format() const { return data_format_; }  ///< "channels_last" or "channels_first"
   std::int64_t groups() const { return groups_; }                  ///< groups of channels convolved apart
+  bool transpose() const { return transpose_; }                    ///< a transposed convolution
+  /// The transposed convolutions' extra output length per axis; empty when not given (Keras's None).
+  const std::vector<std::int64_t>& output_padding() const { return output_padding_; }
   /// The activation's name; "linear" when none was given.
   const std::string& activation() const { return activation_; }
   bool use_bias() const { return use_bias_; }  ///< whether the layer adds a bias
@@ -50,8 +63,14 @@ class ConvLayer : public Layer {
  private:
   std::int64_t channel_axis(const Shape& shape) const;
   void check_input(const Shape& input_shape) const;
+  Shape kernel_shape(std::int64_t channels) const;
+  std::vector<std::int64_t> transposed_length(const Shape& input_shape) const;
+  std::vector<std::int64_t> transposed_pad_before() const;
+  Tensor convolve(const Tensor& input, const Tensor& kernel) const;
 
   int rank_ = 1;
+  bool transpose_ = false;
+  std::vector<std::int64_t> output_padding_;
   std::int64_t filters_ = 0, groups_ = 1;
   std::vector<std::int64_t> kernel_size_, strides_, dilation_rate_;
   std::string padding_, data_format_, activation_;
@@ -72,6 +91,20 @@ class Conv2DLayer : public ConvLayer {
  public:
   /// The keys of ConvLayer(const Config&), each size an int or a list of two.
   explicit Conv2DLayer(const Config& config) : ConvLayer(config, "Conv2D", 2) {}
+};
+
+/// The layer behind kiln::Conv1DTranspose: inputs (batch, steps, channels).
+class Conv1DTransposeLayer : public ConvLayer {
+ public:
+  /// The keys of ConvLayer(const Config&, ..., true).
+  explicit Conv1DTransposeLayer(const Config& config) : ConvLayer(config, "Conv1DTranspose", 1, true) {}
+};
+
+/// The layer behind kiln::Conv2DTranspose: inputs (batch, height, width, channels).
+class Conv2DTransposeLayer : public ConvLayer {
+ public:
+  /// The keys of ConvLayer(const Config&, ..., true).
+  explicit Conv2DTransposeLayer(const Config& config) : ConvLayer(config, "Conv2DTranspose", 2, true) {}
 };
 
 /// A 1-D convolution over the steps of a sequence: Keras's layers.Conv1D.
@@ -101,6 +134,31 @@ class Conv2D : public LayerHandle<Conv2DLayer> {
          const Config& options = {});
   /// From a whole config, with the keys of ConvLayer(const Config&).
   explicit Conv2D(const Config& config) : LayerHandle(std::make_shared<Conv2DLayer>(config)) {}
+};
+
+/// The transposed 1-D convolution (the gradient of Conv1D with respect to its input), which lengthens a
+/// sequence by its stride: Keras's layers.Conv1DTranspose.
+class Conv1DTranspose : public LayerHandle<Conv1DTransposeLayer> {
+ public:
+  /// `filters` outputs, windows of `kernel_size`, an optional activation and further config keys (strides,
+  /// padding, output_padding, ...).
+  Conv1DTranspose(std::int64_t filters, std::int64_t kernel_size, const std::string& activation = "",
+                  const Config& options = {});
+  /// From a whole config.
+  explicit Conv1DTranspose(const Config& config) : LayerHandle(std::make_shared<Conv1DTransposeLayer>(config)) {}
+};
+
+/// The transposed 2-D convolution, which enlarges images by its strides (decoders, segmentation):
+/// Keras's layers.Conv2DTranspose.
+///
+///   kiln::Tensor up = kiln::Conv2DTranspose(16, 3, "relu", {{"strides", 2}, {"padding", "same"}})(x);  // 2× larger
+class Conv2DTranspose : public LayerHandle<Conv2DTransposeLayer> {
+ public:
+  /// `filters` outputs of square windows of `kernel_size`, an optional activation and further config keys.
+  Conv2DTranspose(std::int64_t filters, std::int64_t kernel_size, const std::string& activation = "",
+                  const Config& options = {});
+  /// From a whole config.
+  explicit Conv2DTranspose(const Config& config) : LayerHandle(std::make_shared<Conv2DTransposeLayer>(config)) {}
 };
 
 }  // namespace kiln

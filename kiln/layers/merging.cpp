@@ -30,11 +30,16 @@ std::vector<Shape> shapes_of(const std::vector<Tensor>& tensors) {
 
 }  // namespace
 
-// ---- Add --------------------------------------------------------------------------------------------
+// ---- Add, Subtract, Multiply, Average, Maximum, Minimum ---------------------------------------------
 
-AddLayer::AddLayer(const Config& config) : Layer(config, "Add") { config_reader(config).finish(); }
+MergeLayer::MergeLayer(const Config& config, const std::string& class_name, Kind kind)
+    : Layer(config, class_name), kind_(kind) {
+  config_reader(config).finish();
+}
 
-void AddLayer::check_shapes(const std::vector<Shape>& input_shapes) const {
+void MergeLayer::check_shapes(const std::vector<Shape>& input_shapes) const {
+  if (kind_ == Kind::subtract && input_shapes.size() != 2)
+    throw ConfigError(describe() + ": takes exactly 2 inputs, got " + std::to_string(input_shapes.size()));
   check_count(*this, input_shapes.size());
   std::optional<Shape> result = input_shapes.at(0);
   for (std::size_t i = 1; i < input_shapes.size() && result; ++i)
@@ -42,13 +47,33 @@ void AddLayer::check_shapes(const std::vector<Shape>& input_shapes) const {
   if (!result) shape_error("inputs must broadcast to one shape", named_shapes(input_shapes));
 }
 
-void AddLayer::build(const std::vector<Shape>& input_shapes) { check_shapes(input_shapes); }
+void MergeLayer::build(const std::vector<Shape>& input_shapes) { check_shapes(input_shapes); }
 
-std::vector<Tensor> AddLayer::call(const std::vector<Tensor>& inputs, const CallArgs&) {
+std::vector<Tensor> MergeLayer::call(const std::vector<Tensor>& inputs, const CallArgs&) {
   check_shapes(shapes_of(inputs));
-  Tensor sum = inputs[0];
-  for (std::size_t i = 1; i < inputs.size(); ++i) sum = sum + inputs[i];
-  return {sum};
+  Tensor result = inputs[0];
+  for (std::size_t i = 1; i < inputs.size(); ++i) {
+    switch (kind_) {
+      case Kind::add:
+      case Kind::average:
+        result = result + inputs[i];
+        break;
+      case Kind::subtract:
+        result = result - inputs[i];
+        break;
+      case Kind::multiply:
+        result = result * inputs[i];
+        break;
+      case Kind::maximum:
+        result = ops::maximum(result, inputs[i]);
+        break;
+      case Kind::minimum:
+        result = ops::minimum(result, inputs[i]);
+        break;
+    }
+  }
+  if (kind_ == Kind::average) result = result * (1.0 / static_cast<double>(inputs.size()));
+  return {result};
 }
 
 // ---- Concatenate ------------------------------------------------------------------------------------
@@ -95,6 +120,11 @@ Concatenate::Concatenate(std::int64_t axis, const Config& options)
     : LayerHandle(std::make_shared<ConcatenateLayer>(options.with("axis", axis))) {}
 
 KILN_REGISTER_LAYER("kiln>Add", AddLayer);
+KILN_REGISTER_LAYER("kiln>Subtract", SubtractLayer);
+KILN_REGISTER_LAYER("kiln>Multiply", MultiplyLayer);
+KILN_REGISTER_LAYER("kiln>Average", AverageLayer);
+KILN_REGISTER_LAYER("kiln>Maximum", MaximumLayer);
+KILN_REGISTER_LAYER("kiln>Minimum", MinimumLayer);
 KILN_REGISTER_LAYER("kiln>Concatenate", ConcatenateLayer);
 
 }  // namespace kiln

@@ -1,7 +1,9 @@
 #pragma once
-// Merging layers: combine two or more inputs into one (Keras's layers.Add and layers.Concatenate).
+// Merging layers: combine two or more inputs into one (Keras's Add, Subtract, Multiply, Average, Maximum,
+// Minimum and Concatenate).
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -9,23 +11,66 @@
 
 namespace kiln {
 
-/// The sum of its inputs, which broadcast together as in NumPy.
-class AddLayer : public Layer {
+/// What Add, Subtract, Multiply, Average, Maximum and Minimum share (Keras's Merge base): two or more
+/// inputs that broadcast together as in NumPy, combined elementwise into one output.
+class MergeLayer : public Layer {
  public:
+  /// How the inputs combine.
+  enum class Kind { add, subtract, multiply, average, maximum, minimum };
   /// No arguments besides the base ones; any other key throws ConfigError.
-  explicit AddLayer(const Config& config);
+  MergeLayer(const Config& config, const std::string& class_name, Kind kind);
+  Kind kind() const { return kind_; }  ///< how the inputs combine
 
  protected:
   void build(const std::vector<Shape>& input_shapes) override;
-  /// The elementwise sum of two or more inputs. Throws ShapeError when their shapes do not broadcast to one,
-  /// ConfigError when there are fewer than two.
+  /// The elementwise combination of the inputs. Throws ShapeError when their shapes do not broadcast to
+  /// one, ConfigError for too few inputs (Subtract: exactly two).
   std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallArgs& args) override;
   std::pair<std::size_t, std::size_t> input_count() const override {
+    if (kind_ == Kind::subtract) return {2, 2};
     return {2, std::numeric_limits<std::size_t>::max()};
   }
 
  private:
   void check_shapes(const std::vector<Shape>& input_shapes) const;
+  Kind kind_;
+};
+
+/// The sum of its inputs (Keras's Add).
+class AddLayer : public MergeLayer {
+ public:
+  /// No arguments besides the base ones.
+  explicit AddLayer(const Config& config) : MergeLayer(config, "Add", Kind::add) {}
+};
+/// The first input minus the second (Keras's Subtract): exactly two inputs.
+class SubtractLayer : public MergeLayer {
+ public:
+  /// No arguments besides the base ones.
+  explicit SubtractLayer(const Config& config) : MergeLayer(config, "Subtract", Kind::subtract) {}
+};
+/// The elementwise product of its inputs (Keras's Multiply).
+class MultiplyLayer : public MergeLayer {
+ public:
+  /// No arguments besides the base ones.
+  explicit MultiplyLayer(const Config& config) : MergeLayer(config, "Multiply", Kind::multiply) {}
+};
+/// The elementwise mean of its inputs (Keras's Average).
+class AverageLayer : public MergeLayer {
+ public:
+  /// No arguments besides the base ones.
+  explicit AverageLayer(const Config& config) : MergeLayer(config, "Average", Kind::average) {}
+};
+/// The elementwise maximum of its inputs (Keras's Maximum); ties send the gradient to the earlier input.
+class MaximumLayer : public MergeLayer {
+ public:
+  /// No arguments besides the base ones.
+  explicit MaximumLayer(const Config& config) : MergeLayer(config, "Maximum", Kind::maximum) {}
+};
+/// The elementwise minimum of its inputs (Keras's Minimum); ties send the gradient to the earlier input.
+class MinimumLayer : public MergeLayer {
+ public:
+  /// No arguments besides the base ones.
+  explicit MinimumLayer(const Config& config) : MergeLayer(config, "Minimum", Kind::minimum) {}
 };
 
 /// Its inputs joined along `axis`; every other dimension must agree.
@@ -60,6 +105,37 @@ class Add : public LayerHandle<AddLayer> {
  public:
   /// `config` holds only the base keys: name, trainable, dtype.
   explicit Add(const Config& config = {}) : LayerHandle(std::make_shared<AddLayer>(config)) {}
+};
+
+/// Subtracts the second tensor from the first: Keras's layers.Subtract, called on a list of two.
+class Subtract : public LayerHandle<SubtractLayer> {
+ public:
+  /// `config` holds only the base keys: name, trainable, dtype.
+  explicit Subtract(const Config& config = {}) : LayerHandle(std::make_shared<SubtractLayer>(config)) {}
+};
+/// Multiplies two or more tensors elementwise (a gate): Keras's layers.Multiply.
+class Multiply : public LayerHandle<MultiplyLayer> {
+ public:
+  /// `config` holds only the base keys: name, trainable, dtype.
+  explicit Multiply(const Config& config = {}) : LayerHandle(std::make_shared<MultiplyLayer>(config)) {}
+};
+/// Averages two or more tensors elementwise (an ensemble): Keras's layers.Average.
+class Average : public LayerHandle<AverageLayer> {
+ public:
+  /// `config` holds only the base keys: name, trainable, dtype.
+  explicit Average(const Config& config = {}) : LayerHandle(std::make_shared<AverageLayer>(config)) {}
+};
+/// The elementwise maximum of two or more tensors: Keras's layers.Maximum.
+class Maximum : public LayerHandle<MaximumLayer> {
+ public:
+  /// `config` holds only the base keys: name, trainable, dtype.
+  explicit Maximum(const Config& config = {}) : LayerHandle(std::make_shared<MaximumLayer>(config)) {}
+};
+/// The elementwise minimum of two or more tensors: Keras's layers.Minimum.
+class Minimum : public LayerHandle<MinimumLayer> {
+ public:
+  /// `config` holds only the base keys: name, trainable, dtype.
+  explicit Minimum(const Config& config = {}) : LayerHandle(std::make_shared<MinimumLayer>(config)) {}
 };
 
 /// Joins two or more tensors along one axis, the last by default: Keras's layers.Concatenate. Call it on a

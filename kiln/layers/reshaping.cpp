@@ -120,7 +120,81 @@ Tensor FlattenLayer::call(const Tensor& input, const CallArgs&) {
 Flatten::Flatten(const std::string& data_format, const Config& options)
     : LayerHandle(std::make_shared<FlattenLayer>(options.with("data_format", data_format))) {}
 
+// ---- Permute ----------------------------------------------------------------------------------------
+
+PermuteLayer::PermuteLayer(const Config& config) : Layer(config, "Permute") {
+  ConfigReader args = config_reader(config);
+  if (!args.has("dims")) args.fail("argument 'dims' is required");
+  dims_ = args.value("dims").as_ints("Permute argument 'dims'");
+  args.finish();
+  std::vector<std::int64_t> sorted = dims_;
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t i = 0; i < sorted.size(); ++i)
+    if (sorted[i] != static_cast<std::int64_t>(i) + 1)
+      args.fail("dims must be a permutation of 1.." + std::to_string(dims_.size()) + ", got " +
+                Config::from_ints(dims_).to_string());
+  if (dims_.empty()) args.fail("dims must not be empty");
+}
+
+Config PermuteLayer::get_config() const {
+  Config config = base_config();
+  config.set("dims", Config::from_ints(dims_));
+  return config;
+}
+
+void PermuteLayer::check_rank(const Shape& input_shape) const {
+  if (input_shape.rank() != static_cast<int>(dims_.size()) + 1)
+    shape_error("permutes " + std::to_string(dims_.size()) + " sample axes, so it needs inputs of rank " +
+                    std::to_string(dims_.size() + 1),
+                {{"input", input_shape}});
+}
+
+void PermuteLayer::build(const Shape& input_shape) { check_rank(input_shape); }
+
+Tensor PermuteLayer::call(const Tensor& input, const CallArgs&) {
+  check_rank(input.shape());
+  std::vector<std::int64_t> perm{0};
+  perm.insert(perm.end(), dims_.begin(), dims_.end());
+  return ops::transpose(input, perm);
+}
+
+Permute::Permute(const std::vector<std::int64_t>& dims, const Config& options)
+    : LayerHandle(std::make_shared<PermuteLayer>(options.with("dims", Config::from_ints(dims)))) {}
+
+// ---- RepeatVector -----------------------------------------------------------------------------------
+
+RepeatVectorLayer::RepeatVectorLayer(const Config& config) : Layer(config, "RepeatVector") {
+  ConfigReader args = config_reader(config);
+  n_ = args.integer("n");
+  args.finish();
+  if (n_ <= 0) args.fail("n must be positive, got " + std::to_string(n_));
+}
+
+Config RepeatVectorLayer::get_config() const {
+  Config config = base_config();
+  config.set("n", n_);
+  return config;
+}
+
+void RepeatVectorLayer::check_rank(const Shape& input_shape) const {
+  if (input_shape.rank() != 2 || input_shape[1] == Shape::unknown)
+    shape_error("needs inputs of shape (batch, features) with known features", {{"input", input_shape}});
+}
+
+void RepeatVectorLayer::build(const Shape& input_shape) { check_rank(input_shape); }
+
+Tensor RepeatVectorLayer::call(const Tensor& input, const CallArgs&) {
+  check_rank(input.shape());
+  // (batch, 1, features) broadcast to (batch, n, features); its gradient sums the n copies.
+  return ops::broadcast_to(ops::expand_dims(input, 1), Shape{Shape::unknown, n_, input.shape()[1]});
+}
+
+RepeatVector::RepeatVector(std::int64_t n, const Config& options)
+    : LayerHandle(std::make_shared<RepeatVectorLayer>(options.with("n", n))) {}
+
 KILN_REGISTER_LAYER("kiln>Reshape", ReshapeLayer);
 KILN_REGISTER_LAYER("kiln>Flatten", FlattenLayer);
+KILN_REGISTER_LAYER("kiln>Permute", PermuteLayer);
+KILN_REGISTER_LAYER("kiln>RepeatVector", RepeatVectorLayer);
 
 }  // namespace kiln

@@ -1,6 +1,6 @@
 #pragma once
-// Reshape and Flatten: change the shape of each sample, keeping the batch dimension (Keras's
-// layers.Reshape and layers.Flatten).
+// Reshape, Flatten, Permute and RepeatVector: change the shape of each sample, keeping the batch
+// dimension (Keras's layers of those names).
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -85,6 +85,72 @@ class Flatten : public LayerHandle<FlattenLayer> {
   explicit Flatten(const char* data_format, const Config& options = {}) : Flatten(std::string(data_format), options) {}
   /// From a whole config, with the keys of FlattenLayer(const Config&).
   explicit Flatten(const Config& config) : LayerHandle(std::make_shared<FlattenLayer>(config)) {}
+};
+
+/// The layer behind kiln::Permute: the axes of each sample reordered.
+class PermuteLayer : public Layer {
+ public:
+  /// Arguments (Keras's): dims (required), a permutation of 1..rank − 1 (the batch axis 0 stays first).
+  /// ConfigError for anything else.
+  explicit PermuteLayer(const Config& config);
+  /// The order of the sample axes, counted from 1.
+  const std::vector<std::int64_t>& dims() const { return dims_; }
+  Config get_config() const override;
+
+ protected:
+  /// Checks the input's rank: dims().size() + 1 (ShapeError naming the layer otherwise).
+  void build(const Shape& input_shape) override;
+  /// The input transposed by (0, dims...).
+  Tensor call(const Tensor& input, const CallArgs& args) override;
+
+ private:
+  void check_rank(const Shape& input_shape) const;
+
+  std::vector<std::int64_t> dims_;
+};
+
+/// The layer behind kiln::RepeatVector: (batch, features) repeated n times to (batch, n, features).
+class RepeatVectorLayer : public Layer {
+ public:
+  /// Arguments (Keras's): n (required, positive). ConfigError otherwise.
+  explicit RepeatVectorLayer(const Config& config);
+  std::int64_t n() const { return n_; }  ///< how many times the vector repeats
+  Config get_config() const override;
+
+ protected:
+  /// Checks that the input has rank 2 (ShapeError naming the layer otherwise).
+  void build(const Shape& input_shape) override;
+  /// (batch, features) to (batch, n, features).
+  Tensor call(const Tensor& input, const CallArgs& args) override;
+
+ private:
+  void check_rank(const Shape& input_shape) const;
+
+  std::int64_t n_ = 1;
+};
+
+/// Reorders the axes of each sample, counted from 1: Keras's layers.Permute.
+///
+///   kiln::Tensor steps_last = kiln::Permute({2, 1})(x);  // (None, 10, 64) -> (None, 64, 10)
+class Permute : public LayerHandle<PermuteLayer> {
+ public:
+  /// The new order of the sample axes (1-based), and further config keys in `options`.
+  explicit Permute(const std::vector<std::int64_t>& dims, const Config& options = {});
+  /// Permute({2, 1}).
+  explicit Permute(std::initializer_list<std::int64_t> dims, const Config& options = {})
+      : Permute(std::vector<std::int64_t>(dims), options) {}
+  /// From a whole config, with the keys of PermuteLayer(const Config&).
+  explicit Permute(const Config& config) : LayerHandle(std::make_shared<PermuteLayer>(config)) {}
+};
+
+/// Repeats a vector n times along a new axis 1: Keras's layers.RepeatVector, as encoder-decoder models
+/// feed one encoding to every decoder step.
+class RepeatVector : public LayerHandle<RepeatVectorLayer> {
+ public:
+  /// `n` repeats, and further config keys in `options`.
+  explicit RepeatVector(std::int64_t n, const Config& options = {});
+  /// From a whole config, with the keys of RepeatVectorLayer(const Config&).
+  explicit RepeatVector(const Config& config) : LayerHandle(std::make_shared<RepeatVectorLayer>(config)) {}
 };
 
 }  // namespace kiln

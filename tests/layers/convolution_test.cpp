@@ -168,3 +168,113 @@ TEST_CASE("Conv: bad arguments and inputs fail early, naming the layer", "[layer
   kiln::Conv1D unknown(4, 3, "", {{"name", "unknown"}});
   CHECK_THROWS_WITH(unknown(kiln::Input({any, 8, any})), Contains("channel axis is known"));
 }
+
+// ---- transposed convolutions ----------------------------------------------------------------------------
+
+namespace {
+// Keras's jax backend, written out: the input dilated by the stride, padded by
+// _convert_conv_transpose_padding_args_from_keras_to_jax's (left, right), then correlated with the
+// kernel flipped in space and with its channel axes swapped. kernel (k, filters, channels).
+kiln::Array transposed_reference(const kiln::Array& x, const kiln::Array& kernel, const kiln::Array& bias,
+                                 std::int64_t stride, std::int64_t dilation, const std::string& padding,
+                                 std::int64_t output_padding /* -1: None */) {
+  const std::int64_t batch = x.shape()[0], in = x.shape()[1], channels = x.shape()[2];
+  const std::int64_t k = kernel.shape()[0], filters = kernel.shape()[1], span = (k - 1) * dilation + 1;
+  std::int64_t left = 0, right = 0;
+  if (padding == "valid") {
+    const std::int64_t extra = output_padding < 0 ? std::max(span, stride) - span : output_padding;
+    left = span - 1;
+    right = span - 1 + extra;
+  } else {
+    const std::int64_t pad_len = output_padding < 0 ? stride + span - 2 : span + span % 2 - 2 + output_padding;
+    left = std::min(pad_len / 2 + pad_len % 2, span - 1);
+    right = pad_len - left;
+  }
+  const std::int64_t padded = left + (in - 1) * stride + 1 + right, out = padded - span + 1;
+  kiln::Array y = kiln::Array::full({batch, out, filters}, 0.0, kiln::DType::float64);
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t t = 0; t < out; ++t)
+      for (std::int64_t f = 0; f < filters; ++f) {
+        double total = bias.flat(static_cast<std::size_t>(f));
+        for (std::int64_t j = 0; j < k; ++j) {
+          const std::int64_t at = t + j * dilation - left;  // in the dilated, unpadded input
+          if (at < 0 || at % stride != 0 || at / stride >= in) continue;
+          for (std::int64_t c = 0; c < channels; ++c)
+            total += x.flat(static_cast<std::size_t>((b * in + at / stride) * channels + c)) *
+                     kernel.flat(static_cast<std::size_t>(((k - 1 - j) * filters + f) * channels + c));
+        }
+        y.set_flat(static_cast<std::size_t>((b * out + t) * filters + f), total);
+      }
+  return y;
+}
+
+LayerSpec conv1d_transpose_spec() {
+  LayerSpec spec;
+  spec.make = [] {
+    return kiln::LayerPtr(kiln::Conv1DTranspose(
+        3, 3, "tanh", {{"strides", 2}, {"padding", "same"}, {"bias_initializer", "random_normal"}}));
+  };
+  spec.call = LayerCase{{random_input({2, 4, 2}, 11)}};
+  spec.output_shapes = {Shape{any, 8, 3}};
+  spec.bad_inputs = {{"another channel count", {{any, 4, 3}}, "was built for 2 input channels"}};
+  return spec;
+}
+
+LayerSpec conv2d_transpose_spec() {
+  LayerSpec spec;
+  spec.make = [] {
+    return kiln::LayerPtr(kiln::Conv2DTranspose(2, 3, "",
+                                                {{"strides", Config::list({2, 1})},
+                                                 {"output_padding", Config::list({1, 0})},
+                                                 {"bias_initializer", "random_normal"}}));
+  };
+  spec.call = LayerCase{{random_input({2, 3, 4, 2}, 12)}};
+  // Heights: (3 − 1)·2 + 3 + 1 = 8; widths: (4 − 1)·1 + 3 + 0 = 6.
+  spec.output_shapes = {Shape{any, 8, 6, 2}};
+  spec.bad_inputs = {{"rank 3", {{any, 3, 2}}, "expects inputs of rank 4"}};
+  return spec;
+}
+}  // namespace
+
+KILN_LAYER_HARNESS("kiln>Conv1DTranspose", conv1d_transpose_spec)
+KILN_LAYER_HARNESS("kiln>Conv2DTranspose", conv2d_transpose_spec)
+
+TEST_CASE("Conv1DTranspose equals Keras's transposed convolution written out, over a grid", "[layers][conv]") {
+  for (const std::int64_t k : {1, 2, 3, 4})
+    for (const std::int64_t stride : {1, 2, 3})
+      for (const char* padding : {"valid", "same"})
+        for (const bool with_output_padding : {false, true}) {
+          const std::int64_t output_padding = with_output_padding ? stride - 1 : -1;
+          Config options{{"strides", stride}, {"padding", padding}, {"bias_initializer", "random_normal"}};
+          if (with_output_padding) options.set("output_padding", output_padding);
+          INFO("k " << k << " stride " << stride << " " << padding << " output_padding " << output_padding);
+          kiln::Conv1DTranspose conv(3, k, "", options);
+          const LayerCase c{{random_input({2, 5, 2}, static_cast<std::uint64_t>(k * 10 + stride))}};
+          const kiln::Array y = run_layer(*conv, c).at(0);
+          const std::vector<kiln::Array> w = conv.get_weights();
+          const kiln::Array expected =
+              transposed_reference(c.inputs[0], w[0], w[1], stride, 1, padding, output_padding);
+          REQUIRE(y.shape() == expected.shape());
+          CHECK(max_relative_difference(y, expected) < 1e-12);
+        }
+  // A dilated kernel, stride 1.
+  kiln::Conv1DTranspose dilated(2, 3, "", {{"dilation_rate", 2}, {"padding", "same"}});
+  const LayerCase c{{random_input({1, 6, 2}, 3)}};
+  const kiln::Array y = run_layer(*dilated, c).at(0);
+  const std::vector<kiln::Array> weights = dilated.get_weights();
+  CHECK(max_relative_difference(y, transposed_reference(c.inputs[0], weights[0], weights[1], 1, 2, "same", -1)) <
+        1e-12);
+}
+
+TEST_CASE("Conv transposes: Keras's kernel layout, config and checks", "[layers][conv][config]") {
+  kiln::Conv2DTranspose up(8, 3, "relu", {{"strides", 2}});
+  up->build_for(Shape{any, 4, 4, 5});
+  CHECK(up.weights()[0].value.shape() == Shape{3, 3, 8, 5});  // (*kernel_size, filters, input channels)
+  const Config config = up.get_config();
+  CHECK(config.at("output_padding").is_null());
+  CHECK_FALSE(config.contains("groups"));
+  CHECK_THROWS_WITH(kiln::Conv2DTranspose(4, 3, "", {{"strides", 2}, {"output_padding", 2}}),
+                    Contains("strictly less than strides"));
+  CHECK_THROWS_WITH(kiln::Conv1DTranspose(4, 3, "", {{"padding", "causal"}}), Contains("'valid' or 'same'"));
+  CHECK_THROWS_WITH(kiln::Conv1DTranspose(4, 3, "", {{"groups", 2}}), Contains("unknown argument 'groups'"));
+}

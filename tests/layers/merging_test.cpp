@@ -158,3 +158,53 @@ LayerSpec concatenate_spec() {
 
 KILN_LAYER_HARNESS("kiln>Add", add_spec)
 KILN_LAYER_HARNESS("kiln>Concatenate", concatenate_spec)
+
+// ---- Subtract, Multiply, Average, Maximum, Minimum ------------------------------------------------------
+
+namespace {
+constexpr std::int64_t unknown_batch = Shape::unknown;
+
+// Two or three inputs of (2, 3), the last one (1, 3) broadcasting over the batch.
+template <class Handle>
+LayerSpec merge_spec(bool two_only) {
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(Handle()); };
+  spec.call = two_only ? LayerCase{{random_input({2, 3}, 1), random_input({2, 3}, 2)}}
+                       : LayerCase{{random_input({2, 3}, 1), random_input({2, 3}, 2), random_input({2, 3}, 3)}};
+  spec.output_shapes = {Shape{unknown_batch, 3}};
+  spec.bad_inputs = {
+      {"shapes that do not broadcast", {{unknown_batch, 3}, {unknown_batch, 4}}, "inputs must broadcast to one shape"},
+      {"one input", {{unknown_batch, 3}}, two_only ? "takes 2 inputs, got 1" : "takes at least 2"}};
+  return spec;
+}
+
+LayerSpec subtract_spec() { return merge_spec<kiln::Subtract>(true); }
+LayerSpec multiply_spec() { return merge_spec<kiln::Multiply>(false); }
+LayerSpec average_spec() { return merge_spec<kiln::Average>(false); }
+LayerSpec maximum_spec() { return merge_spec<kiln::Maximum>(false); }
+LayerSpec minimum_spec() { return merge_spec<kiln::Minimum>(false); }
+}  // namespace
+
+KILN_LAYER_HARNESS("kiln>Subtract", subtract_spec)
+KILN_LAYER_HARNESS("kiln>Multiply", multiply_spec)
+KILN_LAYER_HARNESS("kiln>Average", average_spec)
+KILN_LAYER_HARNESS("kiln>Maximum", maximum_spec)
+KILN_LAYER_HARNESS("kiln>Minimum", minimum_spec)
+
+TEST_CASE("Subtract, Multiply, Average, Maximum, Minimum: values elementwise", "[layers][merging][values]") {
+  const kiln::Array a = kiln::Array::from_vector(std::vector<double>{1, -2, 3, 4}, {2, 2});
+  const kiln::Array b = kiln::Array::from_vector(std::vector<double>{2, 2, -1, 4}, {2, 2});
+  const kiln::Array c = kiln::Array::from_vector(std::vector<double>{0, 5}, {1, 2});  // broadcasts
+  auto run = [&](kiln::Layer& layer, std::vector<kiln::Array> inputs) {
+    return run_layer(layer, LayerCase{std::move(inputs)}).at(0).to_vector<double>();
+  };
+  CHECK(run(*kiln::Subtract(), {a, b}) == std::vector<double>{-1, -4, 4, 0});
+  CHECK(run(*kiln::Multiply(), {a, b, c}) == std::vector<double>{0, -20, -0.0, 80});
+  CHECK(run(*kiln::Average(), {a, b}) == std::vector<double>{1.5, 0, 1, 4});
+  CHECK(run(*kiln::Maximum(), {a, b, c}) == std::vector<double>{2, 5, 3, 5});
+  CHECK(run(*kiln::Minimum(), {a, b, c}) == std::vector<double>{0, -2, -1, 4});
+  kiln::Subtract subtract(Config{{"name", "difference"}});
+  CHECK_THROWS_WITH(
+      subtract({kiln::Input({unknown_batch, 2}), kiln::Input({unknown_batch, 2}), kiln::Input({unknown_batch, 2})}),
+      Catch::Contains("Subtract 'difference'") && Catch::Contains("2 inputs, got 3"));
+}

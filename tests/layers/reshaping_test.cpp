@@ -163,3 +163,41 @@ LayerSpec reshape_spec() {
 
 KILN_LAYER_HARNESS("kiln>Flatten", flatten_spec)
 KILN_LAYER_HARNESS("kiln>Reshape", reshape_spec)
+
+// ---- Permute and RepeatVector ---------------------------------------------------------------------------
+
+namespace {
+LayerSpec permute_spec() {
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::Permute({3, 1, 2})); };
+  spec.call = LayerCase{{random_input({2, 3, 4, 5}, 4)}};
+  spec.output_shapes = {Shape{Shape::unknown, 5, 3, 4}};
+  spec.bad_inputs = {{"rank 3", {{Shape::unknown, 3, 4}}, "needs inputs of rank 4"}};
+  return spec;
+}
+LayerSpec repeat_vector_spec() {
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::RepeatVector(3)); };
+  spec.call = LayerCase{{random_input({2, 4}, 5)}};
+  spec.output_shapes = {Shape{Shape::unknown, 3, 4}};
+  spec.bad_inputs = {{"rank 3", {{Shape::unknown, 2, 4}}, "needs inputs of shape (batch, features)"}};
+  return spec;
+}
+}  // namespace
+
+KILN_LAYER_HARNESS("kiln>Permute", permute_spec)
+KILN_LAYER_HARNESS("kiln>RepeatVector", repeat_vector_spec)
+
+TEST_CASE("Permute and RepeatVector: values, Keras's config, bad arguments", "[layers][reshaping]") {
+  const kiln::Array x = kiln::Array::from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, {1, 2, 3});
+  CHECK(run_layer(*kiln::Permute({2, 1}), LayerCase{{x}}).at(0).to_vector<double>() ==
+        std::vector<double>{1, 4, 2, 5, 3, 6});
+  const kiln::Array v = kiln::Array::from_vector(std::vector<double>{7, 8}, {1, 2});
+  CHECK(run_layer(*kiln::RepeatVector(3), LayerCase{{v}}).at(0).to_vector<double>() ==
+        std::vector<double>{7, 8, 7, 8, 7, 8});
+  CHECK(kiln::Permute({2, 1}).get_config().at("dims") == Config::from_ints({2, 1}));
+  CHECK(kiln::RepeatVector(4).get_config().get_int("n") == 4);
+  CHECK_THROWS_WITH(kiln::Permute({0, 1}), Catch::Contains("dims must be a permutation of 1..2"));
+  CHECK_THROWS_WITH(kiln::Permute({1, 1}), Catch::Contains("permutation"));
+  CHECK_THROWS_WITH(kiln::RepeatVector(0), Catch::Contains("n must be positive"));
+}

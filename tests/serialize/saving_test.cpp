@@ -120,6 +120,36 @@ std::vector<ModelCase> every_layer_type() {
          return Model({a, b}, {Add()({Dense(3)(a), Dense(3)(b)})});
        },
        {{4, 4}, {4, 4}}},
+      {"kiln>Subtract",
+       [] {
+         Tensor a = input({None, 4}), b = input({None, 4});
+         return Model({a, b}, {Subtract()({Dense(3)(a), Dense(3)(b)})});
+       },
+       {{4, 4}, {4, 4}}},
+      {"kiln>Multiply",
+       [] {
+         Tensor a = input({None, 4}), b = input({None, 4});
+         return Model({a, b}, {Multiply()({Dense(3)(a), Dense(3)(b)})});
+       },
+       {{4, 4}, {4, 4}}},
+      {"kiln>Average",
+       [] {
+         Tensor a = input({None, 4}), b = input({None, 4});
+         return Model({a, b}, {Average()({Dense(3)(a), Dense(3)(b)})});
+       },
+       {{4, 4}, {4, 4}}},
+      {"kiln>Maximum",
+       [] {
+         Tensor a = input({None, 4}), b = input({None, 4});
+         return Model({a, b}, {Maximum()({Dense(3)(a), Dense(3)(b)})});
+       },
+       {{4, 4}, {4, 4}}},
+      {"kiln>Minimum",
+       [] {
+         Tensor a = input({None, 4}), b = input({None, 4});
+         return Model({a, b}, {Minimum()({Dense(3)(a), Dense(3)(b)})});
+       },
+       {{4, 4}, {4, 4}}},
       {"kiln>Concatenate",
        [] {
          Tensor a = input({None, 4}), b = input({None, 2});
@@ -199,6 +229,78 @@ std::vector<ModelCase> every_layer_type() {
          return Model(x, GlobalMaxPooling2D("channels_first")(Dense(3)(x)));
        },
        {{4, 6, 5, 2}}},
+      {"kiln>Permute",
+       [] {
+         Tensor x = input({None, 6, 3});
+         return Model(x, Permute({2, 1})(Dense(4)(x)));
+       },
+       {{4, 6, 3}}},
+      {"kiln>RepeatVector",
+       [] {
+         Tensor x = input({None, 5});
+         return Model(x, RepeatVector(3)(Dense(2)(x)));
+       },
+       {{4, 5}}},
+      {"kiln>Rescaling",
+       [] {
+         Tensor x = input({None, 5});
+         return Model(x, Rescaling(0.5, 0.25)(Dense(2)(x)));
+       },
+       {{4, 5}}},
+      {"kiln>UnitNormalization",
+       [] {
+         Tensor x = input({None, 5});
+         return Model(x, UnitNormalization()(Dense(3)(x)));
+       },
+       {{4, 5}}},
+      {"kiln>ZeroPadding1D",
+       [] {
+         Tensor x = input({None, 6, 3});
+         return Model(x, ZeroPadding1D(2)(Dense(3)(x)));
+       },
+       {{4, 6, 3}}},
+      {"kiln>ZeroPadding2D",
+       [] {
+         Tensor x = input({None, 5, 4, 2});
+         return Model(x, ZeroPadding2D(1)(Dense(3)(x)));
+       },
+       {{4, 5, 4, 2}}},
+      {"kiln>Cropping1D",
+       [] {
+         Tensor x = input({None, 6, 3});
+         return Model(x, Cropping1D(1)(Dense(3)(x)));
+       },
+       {{4, 6, 3}}},
+      {"kiln>Cropping2D",
+       [] {
+         Tensor x = input({None, 5, 4, 2});
+         return Model(x, Cropping2D(1)(Dense(3)(x)));
+       },
+       {{4, 5, 4, 2}}},
+      {"kiln>UpSampling1D",
+       [] {
+         Tensor x = input({None, 6, 3});
+         return Model(x, UpSampling1D(2)(Dense(3)(x)));
+       },
+       {{4, 6, 3}}},
+      {"kiln>UpSampling2D",
+       [] {
+         Tensor x = input({None, 5, 4, 2});
+         return Model(x, UpSampling2D(2, {{"interpolation", "bilinear"}})(Dense(3)(x)));
+       },
+       {{4, 5, 4, 2}}},
+      {"kiln>Conv1DTranspose",
+       [] {
+         Tensor x = input({None, 5, 3});
+         return Model(x, Conv1DTranspose(2, 3, "", {{"strides", 2}})(x));
+       },
+       {{4, 5, 3}}},
+      {"kiln>Conv2DTranspose",
+       [] {
+         Tensor x = input({None, 4, 3, 2});
+         return Model(x, Conv2DTranspose(3, 2, "", {{"strides", 2}, {"padding", "same"}})(x));
+       },
+       {{4, 4, 3, 2}}},
       {"kiln>DotProductAttention",
        [] {
          Tensor x = input({None, 5, 4});
