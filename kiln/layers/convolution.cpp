@@ -1,6 +1,7 @@
 #include <kiln/layers/convolution.hpp>
 
 #include <algorithm>
+#include <utility>
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/names.hpp>
@@ -205,6 +206,200 @@ Tensor ConvLayer::call(const Tensor& input, const CallArgs&) {
   return ops::activation(output, activation_);
 }
 
+// ---- depthwise and separable convolutions ---------------------------------------------------------------
+
+namespace {
+
+detail::DepthwiseArgs read_depthwise_args(ConfigReader& args, int rank) {
+  detail::DepthwiseArgs a;
+  a.rank = rank;
+  a.depth_multiplier = args.integer("depth_multiplier", 1);
+  if (!args.has("kernel_size")) args.fail("argument 'kernel_size' is required");
+  a.kernel_size = args.tuple("kernel_size", rank, 1);
+  a.strides = args.tuple("strides", rank, 1);
+  a.padding = to_lower_case(args.text("padding", "valid"));
+  a.data_format = to_lower_case(args.text("data_format", "channels_last"));
+  a.dilation_rate = args.tuple("dilation_rate", rank, 1);
+  a.activation = args.text("activation", "linear");
+  if (a.activation.empty()) a.activation = "linear";
+  a.use_bias = args.boolean("use_bias", true);
+  a.depthwise_initializer = args.has("depthwise_initializer")
+                                ? Initializer::from_config(args.value("depthwise_initializer"))
+                                : Initializer::get("glorot_uniform");
+  a.bias_initializer = args.has("bias_initializer") ? Initializer::from_config(args.value("bias_initializer"))
+                                                    : Initializer::get("zeros");
+  for (const char* key :
+       {"depthwise_regularizer", "bias_regularizer", "activity_regularizer", "depthwise_constraint", "bias_constraint"})
+    args.unsupported(key);
+  return a;
+}
+
+// Keras's checks, after ConfigReader::finish.
+void check_depthwise_args(const ConfigReader& args, const detail::DepthwiseArgs& a, const std::string& who) {
+  if (a.depth_multiplier <= 0)
+    args.fail("depth_multiplier must be positive, got " + std::to_string(a.depth_multiplier));
+  for (const auto& [values, key] : {std::pair{&a.kernel_size, "kernel_size"}, std::pair{&a.strides, "strides"},
+                                    std::pair{&a.dilation_rate, "dilation_rate"}})
+    for (const std::int64_t value : *values)
+      if (value <= 0) args.fail(std::string(key) + " must be positive, got " + list_text(*values));
+  if (a.padding != "valid" && a.padding != "same")
+    args.fail("padding must be 'valid' or 'same', got '" + a.padding + "'");
+  if (a.data_format != "channels_last" && a.data_format != "channels_first")
+    args.fail("data_format must be 'channels_last' or 'channels_first', got '" + a.data_format + "'");
+  ops::check_activation(a.activation, who);
+}
+
+void write_depthwise_args(Config& config, const detail::DepthwiseArgs& a) {
+  config.set("depth_multiplier", a.depth_multiplier);
+  config.set("kernel_size", Config::from_ints(a.kernel_size));
+  config.set("strides", Config::from_ints(a.strides));
+  config.set("padding", a.padding);
+  config.set("data_format", a.data_format);
+  config.set("dilation_rate", Config::from_ints(a.dilation_rate));
+  config.set("activation", a.activation);
+  config.set("use_bias", a.use_bias);
+  config.set("depthwise_initializer", a.depthwise_initializer.get_config());
+  config.set("bias_initializer", a.bias_initializer.get_config());
+}
+
+ops::ConvOptions options_of(const detail::DepthwiseArgs& a) {
+  return {a.strides, a.dilation_rate, a.padding, a.data_format};
+}
+
+int channel_axis_of(const detail::DepthwiseArgs& a, const Shape& shape) {
+  return a.data_format == "channels_last" ? shape.rank() - 1 : 1;
+}
+
+// The depthwise kernel (*k, C, m) as a grouped convolution's (*k, 1, C·m): one group per input channel,
+// filter c·m + j of group c being channel c's filter j.
+Tensor depthwise_conv(const Tensor& input, const Tensor& kernel, const detail::DepthwiseArgs& a) {
+  std::vector<std::int64_t> dims = a.kernel_size;
+  const std::int64_t channels = kernel.shape().dim(-2);
+  dims.push_back(1);
+  dims.push_back(channels * a.depth_multiplier);
+  return ops::conv(input, ops::reshape(kernel, dims), options_of(a));
+}
+
+// The bias over the channel axis, reshaped for channels_first.
+Tensor add_bias(const Tensor& output, const Tensor& bias, const detail::DepthwiseArgs& a) {
+  if (a.data_format == "channels_last") return output + bias;
+  std::vector<std::int64_t> dims(static_cast<std::size_t>(a.rank + 1), 1);
+  dims[0] = bias.shape()[0];
+  return output + ops::reshape(bias, dims);
+}
+
+}  // namespace
+
+DepthwiseConvLayer::DepthwiseConvLayer(const Config& config, const std::string& class_name, int rank)
+    : Layer(config, class_name) {
+  ConfigReader args = config_reader(config);
+  args_ = read_depthwise_args(args, rank);
+  args.finish();
+  check_depthwise_args(args, args_, describe());
+}
+
+Config DepthwiseConvLayer::get_config() const {
+  Config config = base_config();
+  write_depthwise_args(config, args_);
+  return config;
+}
+
+namespace {
+// Rank, channels and the window, checked at build and at each call (ShapeError naming `layer`).
+void check_depthwise_input(const Layer& layer, const Shape& input_shape, const detail::DepthwiseArgs& a) {
+  auto fail = [&](const std::string& what) { throw ShapeError(layer.describe(), what, {{"input", input_shape}}); };
+  if (input_shape.rank() != a.rank + 2)
+    fail("expects inputs of rank " + std::to_string(a.rank + 2) + ", got rank " + std::to_string(input_shape.rank()));
+  const std::int64_t channels = input_shape[channel_axis_of(a, input_shape)];
+  if (channels == Shape::unknown) fail("needs inputs whose channel axis is known");
+  std::vector<std::int64_t> kernel = a.kernel_size;
+  kernel.push_back(1);
+  kernel.push_back(channels * a.depth_multiplier);
+  try {
+    ops::conv_output_shape(input_shape, Shape(kernel), options_of(a));
+  } catch (const ShapeError& error) {
+    fail(std::string("cannot convolve its input: ") + error.what());
+  }
+}
+}  // namespace
+
+void DepthwiseConvLayer::build(const Shape& input_shape) {
+  check_depthwise_input(*this, input_shape, args_);
+  const std::int64_t channels = input_shape[channel_axis_of(args_, input_shape)];
+  std::vector<std::int64_t> dims = args_.kernel_size;
+  dims.push_back(channels);
+  dims.push_back(args_.depth_multiplier);
+  kernel_ = add_weight("kernel", Shape(dims), args_.depthwise_initializer);
+  if (args_.use_bias) bias_ = add_weight("bias", {channels * args_.depth_multiplier}, args_.bias_initializer);
+}
+
+Tensor DepthwiseConvLayer::call(const Tensor& input, const CallArgs&) {
+  check_depthwise_input(*this, input.shape(), args_);
+  const Shape& built = build_shapes().at(0);
+  const int axis = channel_axis_of(args_, built);
+  if (input.shape()[axis] != built[axis])
+    shape_error("was built for " + std::to_string(built[axis]) + " input channels",
+                {{"built for", built}, {"input", input.shape()}});
+  Tensor output = depthwise_conv(input, variable(kernel_, input), args_);
+  if (args_.use_bias) output = add_bias(output, variable(bias_, input), args_);
+  return ops::activation(output, args_.activation);
+}
+
+SeparableConvLayer::SeparableConvLayer(const Config& config, const std::string& class_name, int rank)
+    : Layer(config, class_name) {
+  ConfigReader args = config_reader(config);
+  filters_ = args.integer("filters");
+  args_ = read_depthwise_args(args, rank);
+  pointwise_initializer_ = args.has("pointwise_initializer")
+                               ? Initializer::from_config(args.value("pointwise_initializer"))
+                               : Initializer::get("glorot_uniform");
+  for (const char* key : {"pointwise_regularizer", "pointwise_constraint"}) args.unsupported(key);
+  args.finish();
+  if (filters_ <= 0) args.fail("filters must be positive, got " + std::to_string(filters_));
+  check_depthwise_args(args, args_, describe());
+}
+
+Config SeparableConvLayer::get_config() const {
+  Config config = base_config();
+  config.set("filters", filters_);
+  write_depthwise_args(config, args_);
+  config.set("pointwise_initializer", pointwise_initializer_.get_config());
+  return config;
+}
+
+void SeparableConvLayer::build(const Shape& input_shape) {
+  check_depthwise_input(*this, input_shape, args_);
+  const std::int64_t channels = input_shape[channel_axis_of(args_, input_shape)];
+  std::vector<std::int64_t> depthwise = args_.kernel_size;
+  depthwise.push_back(channels);
+  depthwise.push_back(args_.depth_multiplier);
+  std::vector<std::int64_t> pointwise(static_cast<std::size_t>(args_.rank), 1);
+  pointwise.push_back(channels * args_.depth_multiplier);
+  pointwise.push_back(filters_);
+  depthwise_kernel_ = add_weight("depthwise_kernel", Shape(depthwise), args_.depthwise_initializer);
+  pointwise_kernel_ = add_weight("pointwise_kernel", Shape(pointwise), pointwise_initializer_);
+  if (args_.use_bias) bias_ = add_weight("bias", {filters_}, args_.bias_initializer);
+}
+
+Tensor SeparableConvLayer::call(const Tensor& input, const CallArgs&) {
+  check_depthwise_input(*this, input.shape(), args_);
+  const Shape& built = build_shapes().at(0);
+  const int axis = channel_axis_of(args_, built);
+  if (input.shape()[axis] != built[axis])
+    shape_error("was built for " + std::to_string(built[axis]) + " input channels",
+                {{"built for", built}, {"input", input.shape()}});
+  const Tensor depthwise = depthwise_conv(input, variable(depthwise_kernel_, input), args_);
+  ops::ConvOptions pointwise;
+  pointwise.data_format = args_.data_format;
+  Tensor output = ops::conv(depthwise, variable(pointwise_kernel_, input), pointwise);
+  if (args_.use_bias) output = add_bias(output, variable(bias_, input), args_);
+  return ops::activation(output, args_.activation);
+}
+
+DepthwiseConv2D::DepthwiseConv2D(std::int64_t kernel_size, const std::string& activation, const Config& options)
+    : LayerHandle(std::make_shared<DepthwiseConv2DLayer>(
+          options.with("kernel_size", kernel_size).with("activation", activation.empty() ? "linear" : activation))) {}
+
 namespace {
 Config conv_config(std::int64_t filters, Config kernel_size, const std::string& activation, const Config& options) {
   return options.with("filters", filters)
@@ -232,9 +427,20 @@ Conv2DTranspose::Conv2DTranspose(std::int64_t filters, std::int64_t kernel_size,
                                  const Config& options)
     : LayerHandle(std::make_shared<Conv2DTransposeLayer>(conv_config(filters, kernel_size, activation, options))) {}
 
+SeparableConv1D::SeparableConv1D(std::int64_t filters, std::int64_t kernel_size, const std::string& activation,
+                                 const Config& options)
+    : LayerHandle(std::make_shared<SeparableConv1DLayer>(conv_config(filters, kernel_size, activation, options))) {}
+
+SeparableConv2D::SeparableConv2D(std::int64_t filters, std::int64_t kernel_size, const std::string& activation,
+                                 const Config& options)
+    : LayerHandle(std::make_shared<SeparableConv2DLayer>(conv_config(filters, kernel_size, activation, options))) {}
+
 KILN_REGISTER_LAYER("kiln>Conv1D", Conv1DLayer);
 KILN_REGISTER_LAYER("kiln>Conv2D", Conv2DLayer);
 KILN_REGISTER_LAYER("kiln>Conv1DTranspose", Conv1DTransposeLayer);
 KILN_REGISTER_LAYER("kiln>Conv2DTranspose", Conv2DTransposeLayer);
+KILN_REGISTER_LAYER("kiln>DepthwiseConv2D", DepthwiseConv2DLayer);
+KILN_REGISTER_LAYER("kiln>SeparableConv1D", SeparableConv1DLayer);
+KILN_REGISTER_LAYER("kiln>SeparableConv2D", SeparableConv2DLayer);
 
 }  // namespace kiln

@@ -2,7 +2,8 @@
 // Convolution layers: Conv1D and Conv2D, Keras's layers of those names (its BaseConv): outputs =
 // activation(conv(inputs, kernel) + bias), with kernel (*kernel_size, channels / groups, filters); and
 // Conv1DTranspose and Conv2DTranspose (its BaseConvTranspose), the gradients of those with respect to
-// their inputs, with kernel (*kernel_size, filters, channels).
+// their inputs, with kernel (*kernel_size, filters, channels); DepthwiseConv2D and SeparableConv1D/2D
+// (its BaseDepthwiseConv and BaseSeparableConv), grouped convolutions with a channel per group.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -107,6 +108,94 @@ class Conv2DTransposeLayer : public ConvLayer {
   explicit Conv2DTransposeLayer(const Config& config) : ConvLayer(config, "Conv2DTranspose", 2, true) {}
 };
 
+namespace detail {
+/// The arguments depthwise and separable convolutions share, as DepthwiseConvLayer documents them.
+struct DepthwiseArgs {
+  int rank = 2;                             ///< spatial axes
+  std::int64_t depth_multiplier = 1;        ///< filters per input channel
+  std::vector<std::int64_t> kernel_size;    ///< the window, one size per spatial axis
+  std::vector<std::int64_t> strides;        ///< the step between windows, per spatial axis
+  std::vector<std::int64_t> dilation_rate;  ///< the spacing of kernel taps, per spatial axis
+  std::string padding;                      ///< "valid" or "same"
+  std::string data_format;                  ///< "channels_last" or "channels_first"
+  std::string activation;                   ///< the activation's name, "linear" for none
+  bool use_bias = true;                     ///< whether a bias is added
+  Initializer depthwise_initializer;        ///< of the depthwise kernel
+  Initializer bias_initializer;             ///< of the bias
+};
+}  // namespace detail
+
+/// Keras's depthwise convolution (BaseDepthwiseConv): each input channel convolved with its own
+/// depth_multiplier filters, none mixed; weights "kernel" (*kernel_size, channels, depth_multiplier) and,
+/// with use_bias, "bias" (channels · depth_multiplier,). Output channel c·depth_multiplier + m is channel
+/// c's filter m.
+class DepthwiseConvLayer : public Layer {
+ public:
+  /// Arguments (Keras names and defaults): kernel_size (required), strides = 1, padding = "valid"
+  /// ("same"), depth_multiplier = 1, data_format = "channels_last", dilation_rate = 1, activation = null,
+  /// use_bias = true, depthwise_initializer = glorot_uniform, bias_initializer = zeros. Regularizers and
+  /// constraints must stay null. ConfigError for any other value or key.
+  DepthwiseConvLayer(const Config& config, const std::string& class_name, int rank);
+  /// The window, one size per spatial axis.
+  const std::vector<std::int64_t>& kernel_size() const { return args_.kernel_size; }
+  std::int64_t depth_multiplier() const { return args_.depth_multiplier; }  ///< filters per input channel
+  Config get_config() const override;
+
+ protected:
+  /// Creates the kernel and the bias; ShapeError naming the layer for another rank, an unknown channel
+  /// axis or a window that does not fit.
+  void build(const Shape& input_shape) override;
+  /// activation(depthwise_conv(input) + bias): (batch, *out, channels · depth_multiplier).
+  Tensor call(const Tensor& input, const CallArgs& args) override;
+
+ private:
+  detail::DepthwiseArgs args_;
+  WeightId kernel_ = 0, bias_ = 0;
+};
+
+/// Keras's separable convolution (BaseSeparableConv): a depthwise convolution, then a 1×1 convolution
+/// that mixes its channels into `filters`; weights "depthwise_kernel" (*kernel_size, channels,
+/// depth_multiplier), "pointwise_kernel" (1[, 1], channels · depth_multiplier, filters) and "bias" (filters,).
+class SeparableConvLayer : public Layer {
+ public:
+  /// DepthwiseConvLayer's arguments, plus filters (required) and pointwise_initializer = glorot_uniform.
+  SeparableConvLayer(const Config& config, const std::string& class_name, int rank);
+  std::int64_t filters() const { return filters_; }                         ///< output channels
+  std::int64_t depth_multiplier() const { return args_.depth_multiplier; }  ///< filters per input channel
+  Config get_config() const override;
+
+ protected:
+  /// Creates the three weights; ShapeError as DepthwiseConvLayer.
+  void build(const Shape& input_shape) override;
+  /// activation(pointwise(depthwise(input)) + bias): (batch, *out, filters).
+  Tensor call(const Tensor& input, const CallArgs& args) override;
+
+ private:
+  detail::DepthwiseArgs args_;
+  std::int64_t filters_ = 1;
+  Initializer pointwise_initializer_;
+  WeightId depthwise_kernel_ = 0, pointwise_kernel_ = 0, bias_ = 0;
+};
+
+/// The layer behind kiln::DepthwiseConv2D.
+class DepthwiseConv2DLayer : public DepthwiseConvLayer {
+ public:
+  /// The keys of DepthwiseConvLayer(const Config&).
+  explicit DepthwiseConv2DLayer(const Config& config) : DepthwiseConvLayer(config, "DepthwiseConv2D", 2) {}
+};
+/// The layer behind kiln::SeparableConv1D.
+class SeparableConv1DLayer : public SeparableConvLayer {
+ public:
+  /// The keys of SeparableConvLayer(const Config&).
+  explicit SeparableConv1DLayer(const Config& config) : SeparableConvLayer(config, "SeparableConv1D", 1) {}
+};
+/// The layer behind kiln::SeparableConv2D.
+class SeparableConv2DLayer : public SeparableConvLayer {
+ public:
+  /// The keys of SeparableConvLayer(const Config&).
+  explicit SeparableConv2DLayer(const Config& config) : SeparableConvLayer(config, "SeparableConv2D", 2) {}
+};
+
 /// A 1-D convolution over the steps of a sequence: Keras's layers.Conv1D.
 ///
 ///   kiln::Tensor h = kiln::Conv1D(64, 5, "relu", {{"padding", "causal"}, {"dilation_rate", 2}})(x);
@@ -159,6 +248,34 @@ class Conv2DTranspose : public LayerHandle<Conv2DTransposeLayer> {
                   const Config& options = {});
   /// From a whole config.
   explicit Conv2DTranspose(const Config& config) : LayerHandle(std::make_shared<Conv2DTransposeLayer>(config)) {}
+};
+
+/// A depthwise 2-D convolution (MobileNet's): Keras's layers.DepthwiseConv2D.
+class DepthwiseConv2D : public LayerHandle<DepthwiseConv2DLayer> {
+ public:
+  /// Square windows of `kernel_size`, an optional activation and further config keys (depth_multiplier,
+  /// strides, padding, ...).
+  explicit DepthwiseConv2D(std::int64_t kernel_size, const std::string& activation = "", const Config& options = {});
+  /// From a whole config.
+  explicit DepthwiseConv2D(const Config& config) : LayerHandle(std::make_shared<DepthwiseConv2DLayer>(config)) {}
+};
+/// A separable 1-D convolution: Keras's layers.SeparableConv1D.
+class SeparableConv1D : public LayerHandle<SeparableConv1DLayer> {
+ public:
+  /// `filters` outputs of windows of `kernel_size`, an optional activation and further config keys.
+  SeparableConv1D(std::int64_t filters, std::int64_t kernel_size, const std::string& activation = "",
+                  const Config& options = {});
+  /// From a whole config.
+  explicit SeparableConv1D(const Config& config) : LayerHandle(std::make_shared<SeparableConv1DLayer>(config)) {}
+};
+/// A separable 2-D convolution (Xception's): Keras's layers.SeparableConv2D.
+class SeparableConv2D : public LayerHandle<SeparableConv2DLayer> {
+ public:
+  /// `filters` outputs of square windows of `kernel_size`, an optional activation and further config keys.
+  SeparableConv2D(std::int64_t filters, std::int64_t kernel_size, const std::string& activation = "",
+                  const Config& options = {});
+  /// From a whole config.
+  explicit SeparableConv2D(const Config& config) : LayerHandle(std::make_shared<SeparableConv2DLayer>(config)) {}
 };
 
 }  // namespace kiln

@@ -6,6 +6,7 @@
 #include <kiln/layers/convolution.hpp>
 #include <kiln/layers/model.hpp>
 #include <kiln/ops/ops.hpp>
+#include <kiln/train/model.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Config;
@@ -277,4 +278,99 @@ TEST_CASE("Conv transposes: Keras's kernel layout, config and checks", "[layers]
                     Contains("strictly less than strides"));
   CHECK_THROWS_WITH(kiln::Conv1DTranspose(4, 3, "", {{"padding", "causal"}}), Contains("'valid' or 'same'"));
   CHECK_THROWS_WITH(kiln::Conv1DTranspose(4, 3, "", {{"groups", 2}}), Contains("unknown argument 'groups'"));
+}
+
+// ---- depthwise and separable convolutions ---------------------------------------------------------------
+
+namespace {
+LayerSpec depthwise_conv2d_spec() {
+  LayerSpec spec;
+  spec.make = [] {
+    return kiln::LayerPtr(kiln::DepthwiseConv2D(
+        3, "tanh", {{"depth_multiplier", 2}, {"padding", "same"}, {"bias_initializer", "random_normal"}}));
+  };
+  spec.call = LayerCase{{random_input({2, 5, 4, 3}, 21)}};
+  spec.output_shapes = {Shape{any, 5, 4, 6}};
+  spec.bad_inputs = {{"another channel count", {{any, 5, 4, 2}}, "was built for 3 input channels"},
+                     {"rank 3", {{any, 5, 3}}, "expects inputs of rank 4"}};
+  return spec;
+}
+LayerSpec separable_conv1d_spec() {
+  LayerSpec spec;
+  spec.make = [] {
+    return kiln::LayerPtr(kiln::SeparableConv1D(4, 3, "", {{"strides", 2}, {"bias_initializer", "random_normal"}}));
+  };
+  spec.call = LayerCase{{random_input({2, 9, 3}, 22)}};
+  spec.output_shapes = {Shape{any, 4, 4}};
+  spec.bad_inputs = {{"a window larger than the input", {{any, 2, 3}}, "cannot convolve its input"}};
+  return spec;
+}
+LayerSpec separable_conv2d_spec() {
+  LayerSpec spec;
+  spec.make = [] {
+    return kiln::LayerPtr(kiln::SeparableConv2D(
+        3, 2, "relu",
+        {{"depth_multiplier", 2}, {"data_format", "channels_first"}, {"bias_initializer", "random_normal"}}));
+  };
+  spec.call = LayerCase{{random_input({2, 2, 4, 5}, 23)}};
+  spec.output_shapes = {Shape{any, 3, 3, 4}};
+  spec.bad_inputs = {{"another channel count", {{any, 3, 4, 5}}, "was built for 2 input channels"}};
+  return spec;
+}
+}  // namespace
+
+KILN_LAYER_HARNESS("kiln>DepthwiseConv2D", depthwise_conv2d_spec)
+KILN_LAYER_HARNESS("kiln>SeparableConv1D", separable_conv1d_spec)
+KILN_LAYER_HARNESS("kiln>SeparableConv2D", separable_conv2d_spec)
+
+TEST_CASE("DepthwiseConv2D: each channel's own filters, Keras's output order c·m + j", "[layers][conv]") {
+  kiln::DepthwiseConv2D conv(2, "", {{"depth_multiplier", 2}, {"bias_initializer", "random_normal"}});
+  const LayerCase c{{random_input({2, 4, 3, 3}, 24)}};
+  const kiln::Array y = run_layer(*conv, c).at(0);
+  const std::vector<kiln::Array> w = conv.get_weights();  // kernel (2, 2, 3, 2), bias (6,)
+  REQUIRE(w[0].shape() == Shape{2, 2, 3, 2});
+  REQUIRE(y.shape() == Shape{2, 3, 2, 6});
+  double worst = 0;
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t i = 0; i < 3; ++i)
+      for (std::int64_t j = 0; j < 2; ++j)
+        for (std::int64_t ch = 0; ch < 3; ++ch)
+          for (std::int64_t m = 0; m < 2; ++m) {
+            double total = w[1].flat(static_cast<std::size_t>(ch * 2 + m));
+            for (std::int64_t kh = 0; kh < 2; ++kh)
+              for (std::int64_t kw = 0; kw < 2; ++kw)
+                total += c.inputs[0].flat(static_cast<std::size_t>(((b * 4 + i + kh) * 3 + j + kw) * 3 + ch)) *
+                         w[0].flat(static_cast<std::size_t>(((kh * 2 + kw) * 3 + ch) * 2 + m));
+            const double got = y.flat(static_cast<std::size_t>(((b * 3 + i) * 2 + j) * 6 + ch * 2 + m));
+            worst = std::max(worst, std::abs(got - total));
+          }
+  CHECK(worst < 1e-12);
+  const Config config = conv.get_config();
+  CHECK(config.get_int("depth_multiplier") == 2);
+  CHECK(config.at("depthwise_initializer").get_string("class_name") == "GlorotUniform");
+  CHECK_THROWS_WITH(kiln::DepthwiseConv2D(3, "", {{"depth_multiplier", 0}}), Contains("depth_multiplier must be"));
+  CHECK_THROWS_WITH(kiln::DepthwiseConv2D(3, "", {{"filters", 4}}), Contains("unknown argument 'filters'"));
+}
+
+TEST_CASE("SeparableConv2D equals its depthwise convolution followed by a 1x1 convolution", "[layers][conv]") {
+  kiln::SeparableConv2D separable(
+      4, 3, "", {{"depth_multiplier", 2}, {"padding", "same"}, {"bias_initializer", "random_normal"}});
+  const LayerCase c{{random_input({2, 5, 5, 3}, 25)}};
+  const kiln::Array y = run_layer(*separable, c).at(0);
+  const std::vector<kiln::Weight> weights = separable.weights();
+  REQUIRE(weights.size() == 3);
+  CHECK(weights[0].path == "depthwise_kernel");
+  CHECK(weights[0].value.shape() == Shape{3, 3, 3, 2});
+  CHECK(weights[1].path == "pointwise_kernel");
+  CHECK(weights[1].value.shape() == Shape{1, 1, 6, 4});
+  CHECK(weights[2].path == "bias");
+
+  kiln::DepthwiseConv2D depthwise(3, "", {{"depth_multiplier", 2}, {"padding", "same"}, {"use_bias", false}});
+  kiln::Conv2D pointwise(4, 1);
+  const kiln::Tensor x = kiln::Input({any, 5, 5, 3}, kiln::DType::float64);
+  kiln::Model composed(x, pointwise(depthwise(x)));
+  depthwise.set_weights({weights[0].value});
+  pointwise.set_weights({weights[1].value, weights[2].value});
+  CHECK(max_relative_difference(composed.predict(c.inputs[0]), y) < 1e-12);
+  CHECK(separable.get_config().at("pointwise_initializer").get_string("class_name") == "GlorotUniform");
 }

@@ -301,6 +301,24 @@ std::vector<ModelCase> every_layer_type() {
          return Model(x, Conv2DTranspose(3, 2, "", {{"strides", 2}, {"padding", "same"}})(x));
        },
        {{4, 4, 3, 2}}},
+      {"kiln>DepthwiseConv2D",
+       [] {
+         Tensor x = input({None, 5, 4, 2});
+         return Model(x, DepthwiseConv2D(3, "", {{"depth_multiplier", 2}})(x));
+       },
+       {{4, 5, 4, 2}}},
+      {"kiln>SeparableConv1D",
+       [] {
+         Tensor x = input({None, 7, 3});
+         return Model(x, SeparableConv1D(4, 3)(x));
+       },
+       {{4, 7, 3}}},
+      {"kiln>SeparableConv2D",
+       [] {
+         Tensor x = input({None, 5, 4, 2});
+         return Model(x, SeparableConv2D(3, 2, "relu", {{"padding", "same"}})(x));
+       },
+       {{4, 5, 4, 2}}},
       {"kiln>DotProductAttention",
        [] {
          Tensor x = input({None, 5, 4});
