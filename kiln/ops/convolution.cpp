@@ -363,11 +363,7 @@ void conv_backprop_kernel_kernel(const KernelContext& k) {
 
 // ---- shape rules ----------------------------------------------------------------------------------------
 
-std::string text(const std::vector<std::int64_t>& values) {
-  std::string out = "(";
-  for (std::size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + std::to_string(values[i]);
-  return out + (values.size() == 1 ? ",)" : ")");
-}
+using detail::ints_text;
 
 // Checks what every convolution has in common: an image of rank 3 (1-D) or 4 (2-D) whose channel axis is
 // known, a window that fits, and channels and filters that divide into `groups`. Returns y's shape.
@@ -384,7 +380,7 @@ Shape checked_output(const InferContext& ctx, const Shape& x, const std::vector<
   const detail::ImageLayout in = detail::image_layout(x, window.channels_last);
   if (in.channels == Shape::unknown) ctx.fail("the channel axis of " + std::string(x_name) + " must be known");
   for (const std::int64_t size : kernel_spatial)
-    if (size < 1) ctx.fail("kernel size " + text(kernel_spatial) + " must be positive");
+    if (size < 1) ctx.fail("kernel size " + ints_text(kernel_spatial) + " must be positive");
   if (groups < 1) ctx.fail("groups must be positive, got " + std::to_string(groups));
   if (in.channels != kernel_channels * groups)
     ctx.fail("the input's " + std::to_string(in.channels) + " channels are not the kernel's " +
@@ -395,7 +391,7 @@ Shape checked_output(const InferContext& ctx, const Shape& x, const std::vector<
   if (!window.pad_before.empty()) {
     // Explicit padding: the output lengths are given, and any length is a valid convolution of them.
     if (window.pad_before.size() != spatial.size())
-      ctx.fail("pad_before " + text(window.pad_before) + " must have one count per spatial axis");
+      ctx.fail("pad_before " + ints_text(window.pad_before) + " must have one count per spatial axis");
     if (explicit_out == nullptr || explicit_out->size() != spatial.size())
       ctx.fail("an explicit pad_before needs the output's length on every spatial axis");
     for (const std::int64_t length : *explicit_out)
@@ -407,8 +403,8 @@ Shape checked_output(const InferContext& ctx, const Shape& x, const std::vector<
     const detail::WindowAxis w = detail::window_axis(spatial[axis], kernel_spatial[axis], window.strides[axis],
                                                      window.dilation[axis], window.padding);
     if (w.out != Shape::unknown && w.out < 1)
-      ctx.fail("the kernel " + text(kernel_spatial) + " with dilation_rate " + text(window.dilation) +
-               " spans more than the input's " + text(spatial) + " with padding 'valid'");
+      ctx.fail("the kernel " + ints_text(kernel_spatial) + " with dilation_rate " + ints_text(window.dilation) +
+               " spans more than the input's " + ints_text(spatial) + " with padding 'valid'");
     out.push_back(w.out);
   }
   return detail::image_shape(x[0], filters, out, window.channels_last);
@@ -438,7 +434,7 @@ Shape conv_backprop_input_shape(const InferContext& ctx) {
   const std::int64_t groups = ctx.attributes().get_int("groups");
   const std::vector<std::int64_t>& input_spatial = ctx.attributes().get_ints("input_spatial");
   if (input_spatial.size() != spatial.size())
-    ctx.fail("input_spatial " + text(input_spatial) + " must have one size per kernel axis");
+    ctx.fail("input_spatial " + ints_text(input_spatial) + " must have one size per kernel axis");
   const bool channels_last = ctx.attributes().get_string("data_format") != "channels_first";
   const Shape x = detail::image_shape(dy.rank() > 0 ? dy[0] : 0, kernel.dim(-2) * groups, input_spatial, channels_last);
   if (dy.rank() != x.rank()) ctx.fail("the gradient must have rank " + std::to_string(x.rank()));

@@ -205,31 +205,27 @@ void avg_pool_grad_kernel(const KernelContext& k) {
 
 // ---- shape rules ----------------------------------------------------------------------------------------
 
-std::string text(const std::vector<std::int64_t>& values) {
-  std::string out = "(";
-  for (std::size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + std::to_string(values[i]);
-  return out + (values.size() == 1 ? ",)" : ")");
-}
+using detail::ints_text;
 
 // The pooled shape of `x`, checking the rank, the options and that every window fits.
 Shape pooled_shape(const InferContext& ctx, const Shape& x) {
   const std::vector<std::int64_t>& pool = ctx.attributes().get_ints("pool_size");
   const int spatial_rank = static_cast<int>(pool.size());
-  if (spatial_rank < 1 || spatial_rank > 2) ctx.fail("pool_size " + text(pool) + " must have 1 or 2 sizes");
+  if (spatial_rank < 1 || spatial_rank > 2) ctx.fail("pool_size " + ints_text(pool) + " must have 1 or 2 sizes");
   if (x.rank() != spatial_rank + 2)
     ctx.fail("a " + std::to_string(spatial_rank) + "-D pool needs inputs of rank " + std::to_string(spatial_rank + 2) +
              ", got rank " + std::to_string(x.rank()));
   const detail::WindowAttributes window = detail::window_attributes(ctx, spatial_rank);
   if (window.padding == detail::Padding::causal) ctx.fail("padding must be 'valid' or 'same' for pooling");
   for (const std::int64_t size : pool)
-    if (size < 1) ctx.fail("pool_size " + text(pool) + " must be positive");
+    if (size < 1) ctx.fail("pool_size " + ints_text(pool) + " must be positive");
   const std::vector<std::int64_t> spatial = detail::spatial_dims(x, window.channels_last);
   std::vector<std::int64_t> out;
   for (std::size_t axis = 0; axis < spatial.size(); ++axis) {
     const detail::WindowAxis w =
         detail::window_axis(spatial[axis], pool[axis], window.strides[axis], 1, window.padding);
     if (w.out != Shape::unknown && w.out < 1)
-      ctx.fail("the pool " + text(pool) + " is larger than the input's " + text(spatial) + " with padding 'valid'");
+      ctx.fail("the pool " + ints_text(pool) + " is larger than the input's " + ints_text(spatial) + " with padding 'valid'");
     out.push_back(w.out);
   }
   return detail::image_shape(x[0], detail::image_layout(x, window.channels_last).channels, out, window.channels_last);

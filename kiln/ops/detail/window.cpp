@@ -52,13 +52,11 @@ const char* padding_name(Padding padding) {
   return "valid";
 }
 
-namespace {
 std::string ints_text(const std::vector<std::int64_t>& values) {
   std::string text = "(";
   for (std::size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
   return text + (values.size() == 1 ? ",)" : ")");
 }
-}  // namespace
 
 WindowAttributes window_attributes(const Attributes& attributes) {
   WindowAttributes window;

@@ -54,6 +54,9 @@ std::vector<std::int64_t> spatial_dims(const Shape& shape, bool channels_last);
 Shape image_shape(std::int64_t batch, std::int64_t channels, const std::vector<std::int64_t>& spatial,
                   bool channels_last);
 
+// "(3, 5)", "(3,)": a list of sizes as messages show it, in Python's tuple spelling.
+std::string ints_text(const std::vector<std::int64_t>& values);
+
 // Parses Keras's padding names (lower case, as Keras stores them); `ok` is false for any other.
 Padding parse_padding(const std::string& name, bool& ok);
 const char* padding_name(Padding padding);
