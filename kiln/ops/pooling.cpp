@@ -225,7 +225,8 @@ Shape pooled_shape(const InferContext& ctx, const Shape& x) {
     const detail::WindowAxis w =
         detail::window_axis(spatial[axis], pool[axis], window.strides[axis], 1, window.padding);
     if (w.out != Shape::unknown && w.out < 1)
-      ctx.fail("the pool " + ints_text(pool) + " is larger than the input's " + ints_text(spatial) + " with padding 'valid'");
+      ctx.fail("the pool " + ints_text(pool) + " is larger than the input's " + ints_text(spatial) +
+               " with padding 'valid'");
     out.push_back(w.out);
   }
   return detail::image_shape(x[0], detail::image_layout(x, window.channels_last).channels, out, window.channels_last);
