@@ -55,80 +55,76 @@ struct ConvGeometry {
   }
 };
 
-// x's shape, the kernel's spatial size and the number of filters, with the window attributes. With an
-// explicit pad_before, `out_spatial` gives the output lengths.
-ConvGeometry conv_geometry(const Shape& x, const std::vector<std::int64_t>& kernel_spatial, std::int64_t filters,
-                           std::int64_t groups, const detail::WindowAttributes& window,
-                           const std::vector<std::int64_t>& explicit_out = {}) {
+// x's layout, the kernel's spatial size and the number of filters, with the window attributes. With an
+// explicit pad_before, `explicit_out` gives the output lengths.
+ConvGeometry conv_geometry(const detail::ImageLayout& input, const detail::SpatialInts& kernel_spatial,
+                           std::int64_t filters, std::int64_t groups, const detail::WindowAttributes& window,
+                           const detail::SpatialInts& explicit_out) {
   ConvGeometry g;
   g.channels_last = window.channels_last;
-  g.input = detail::image_layout(x, window.channels_last);
+  g.input = input;
   g.groups = groups;
   g.group_channels = g.input.channels / groups;
   g.group_filters = filters / groups;
-  const bool two_d = kernel_spatial.size() == 2;
+  const bool two_d = kernel_spatial.rank == 2;
   if (two_d)
-    g.rows =
-        detail::window_axis(g.input.height, kernel_spatial[0], window.strides[0], window.dilation[0], window.padding);
-  const std::size_t last = kernel_spatial.size() - 1;
-  g.cols = detail::window_axis(g.input.width, kernel_spatial[last], window.strides[last], window.dilation[last],
+    g.rows = detail::window_axis(g.input.height, kernel_spatial.height(), window.strides.height(),
+                                 window.dilation.height(), window.padding);
+  g.cols = detail::window_axis(g.input.width, kernel_spatial.width(), window.strides.width(), window.dilation.width(),
                                window.padding);
   if (!window.pad_before.empty()) {
     if (two_d) {
-      g.rows.pad_before = window.pad_before[0];
-      g.rows.out = explicit_out[0];
+      g.rows.pad_before = window.pad_before.height();
+      g.rows.out = explicit_out.height();
     }
-    g.cols.pad_before = window.pad_before[last];
-    g.cols.out = explicit_out[last];
+    g.cols.pad_before = window.pad_before.width();
+    g.cols.out = explicit_out.width();
   }
-  std::vector<std::int64_t> out_spatial;
-  if (two_d) out_spatial.push_back(g.rows.out);
-  out_spatial.push_back(g.cols.out);
-  g.output =
-      detail::image_layout(detail::image_shape(g.input.batch, filters, out_spatial, g.channels_last), g.channels_last);
+  g.output = detail::image_layout(g.input.batch, filters, g.rows.out, g.cols.out, g.channels_last);
   return g;
 }
 
 std::vector<std::int64_t> leading(const Shape& shape, int count) {
   return {shape.dims().begin(), shape.dims().begin() + count};
 }
+// The kernel's window sizes: its dimensions before (channels per group, filters).
+detail::SpatialInts kernel_window(const Shape& kernel) { return {kernel.dims().data(), kernel.rank() - 2}; }
 
-// The geometry of each op's node from its concrete input shapes (kernels and workspace functions).
-ConvGeometry forward_geometry(const std::vector<const Shape*>& in, const Attributes& a) {
-  const Shape& kernel = *in[1];
+// The geometry of each op's node from its concrete input shapes (kernels and workspace functions). These
+// run at every launch, so they build nothing on the heap.
+ConvGeometry forward_geometry(const Shape& x, const Shape& kernel, const Attributes& a) {
   const detail::WindowAttributes window = detail::window_attributes(a);
-  return conv_geometry(*in[0], leading(kernel, kernel.rank() - 2), kernel.dim(-1), a.get_int("groups"), window,
-                       window.pad_before.empty() ? std::vector<std::int64_t>{} : a.get_ints("output_spatial"));
+  return conv_geometry(
+      detail::image_layout(x, window.channels_last), kernel_window(kernel), kernel.dim(-1), a.get_int("groups"), window,
+      window.pad_before.empty() ? detail::SpatialInts() : detail::SpatialInts(a.get_ints("output_spatial")));
 }
-ConvGeometry backprop_input_geometry(const std::vector<const Shape*>& in, const Attributes& a) {
-  const Shape& kernel = *in[1];
+ConvGeometry backprop_input_geometry(const Shape& dy, const Shape& kernel, const Attributes& a) {
   const detail::WindowAttributes window = detail::window_attributes(a);
   const std::int64_t groups = a.get_int("groups");
-  const Shape x =
-      detail::image_shape((*in[0])[0], kernel.dim(-2) * groups, a.get_ints("input_spatial"), window.channels_last);
-  return conv_geometry(x, leading(kernel, kernel.rank() - 2), kernel.dim(-1), groups, window,
-                       detail::spatial_dims(*in[0], window.channels_last));
+  const detail::ImageLayout x = detail::image_layout(
+      dy[0], kernel.dim(-2) * groups, detail::SpatialInts(a.get_ints("input_spatial")), window.channels_last);
+  return conv_geometry(x, kernel_window(kernel), kernel.dim(-1), groups, window,
+                       detail::spatial_ints(dy, window.channels_last));
 }
-ConvGeometry backprop_kernel_geometry(const std::vector<const Shape*>& in, const Attributes& a) {
+ConvGeometry backprop_kernel_geometry(const Shape& x, const Shape& dy, const Attributes& a) {
   const detail::WindowAttributes window = detail::window_attributes(a);
-  const detail::ImageLayout dy = detail::image_layout(*in[1], window.channels_last);
-  return conv_geometry(*in[0], a.get_ints("kernel_spatial"), dy.channels, a.get_int("groups"), window,
-                       detail::spatial_dims(*in[1], window.channels_last));
+  return conv_geometry(detail::image_layout(x, window.channels_last), detail::SpatialInts(a.get_ints("kernel_spatial")),
+                       detail::image_layout(dy, window.channels_last).channels, a.get_int("groups"), window,
+                       detail::spatial_ints(dy, window.channels_last));
 }
 
-using GeometryFn = ConvGeometry (*)(const std::vector<const Shape*>&, const Attributes&);
+using GeometryFn = ConvGeometry (*)(const Shape&, const Shape&, const Attributes&);
 
 template <GeometryFn Geometry>
 ConvGeometry geometry_of(const KernelContext& k) {
-  std::vector<const Shape*> shapes{&k.input_shape(0), &k.input_shape(1)};
-  return Geometry(shapes, k.attributes());
+  return Geometry(k.input_shape(0), k.input_shape(1), k.attributes());
 }
 
 // One im2col buffer of a chunk, or none for pointwise convolutions.
 template <GeometryFn Geometry>
 std::size_t im2col_workspace(const std::vector<Shape>& input_shapes, const Shape&, const Attributes& attributes,
                              DType dtype) {
-  const ConvGeometry g = Geometry({&input_shapes[0], &input_shapes[1]}, attributes);
+  const ConvGeometry g = Geometry(input_shapes[0], input_shapes[1], attributes);
   if (g.pointwise()) return 0;
   return static_cast<std::size_t>(g.chunk_samples() * g.positions() * g.patch()) * dtype_size(dtype);
 }
@@ -389,9 +385,8 @@ Shape checked_output(const InferContext& ctx, const Shape& x, const std::vector<
     ctx.fail(std::to_string(filters) + " filters do not divide into " + std::to_string(groups) + " groups");
   const std::vector<std::int64_t> spatial = detail::spatial_dims(x, window.channels_last);
   if (!window.pad_before.empty()) {
-    // Explicit padding: the output lengths are given, and any length is a valid convolution of them.
-    if (window.pad_before.size() != spatial.size())
-      ctx.fail("pad_before " + ints_text(window.pad_before) + " must have one count per spatial axis");
+    // Explicit padding (window_attributes checked its count): the output lengths are given, and any length
+    // is a valid convolution of them.
     if (explicit_out == nullptr || explicit_out->size() != spatial.size())
       ctx.fail("an explicit pad_before needs the output's length on every spatial axis");
     for (const std::int64_t length : *explicit_out)
@@ -399,11 +394,13 @@ Shape checked_output(const InferContext& ctx, const Shape& x, const std::vector<
     return detail::image_shape(x[0], filters, *explicit_out, window.channels_last);
   }
   std::vector<std::int64_t> out;
+  const std::vector<std::int64_t>& strides = ctx.attributes().get_ints("strides");
+  const std::vector<std::int64_t>& dilation = ctx.attributes().get_ints("dilation_rate");
   for (std::size_t axis = 0; axis < spatial.size(); ++axis) {
-    const detail::WindowAxis w = detail::window_axis(spatial[axis], kernel_spatial[axis], window.strides[axis],
-                                                     window.dilation[axis], window.padding);
+    const detail::WindowAxis w =
+        detail::window_axis(spatial[axis], kernel_spatial[axis], strides[axis], dilation[axis], window.padding);
     if (w.out != Shape::unknown && w.out < 1)
-      ctx.fail("the kernel " + ints_text(kernel_spatial) + " with dilation_rate " + ints_text(window.dilation) +
+      ctx.fail("the kernel " + ints_text(kernel_spatial) + " with dilation_rate " + ints_text(dilation) +
                " spans more than the input's " + ints_text(spatial) + " with padding 'valid'");
     out.push_back(w.out);
   }

@@ -30,21 +30,20 @@ struct PoolGeometry {
   detail::WindowAxis rows, cols;
 };
 
-PoolGeometry pool_geometry(const Shape& x, const Attributes& a) {
+// From the input's layout; it runs at every launch, so it builds nothing on the heap.
+PoolGeometry pool_geometry(const detail::ImageLayout& input, const Attributes& a) {
   const detail::WindowAttributes window = detail::window_attributes(a);
-  const std::vector<std::int64_t>& pool = a.get_ints("pool_size");
+  const detail::SpatialInts pool(a.get_ints("pool_size"));
   PoolGeometry g;
-  g.input = detail::image_layout(x, window.channels_last);
-  const bool two_d = pool.size() == 2;
-  if (two_d) g.rows = detail::window_axis(g.input.height, pool[0], window.strides[0], 1, window.padding);
-  const std::size_t last = pool.size() - 1;
-  g.cols = detail::window_axis(g.input.width, pool[last], window.strides[last], 1, window.padding);
-  std::vector<std::int64_t> out;
-  if (two_d) out.push_back(g.rows.out);
-  out.push_back(g.cols.out);
-  g.output = detail::image_layout(detail::image_shape(g.input.batch, g.input.channels, out, window.channels_last),
-                                  window.channels_last);
+  g.input = input;
+  if (pool.rank == 2)
+    g.rows = detail::window_axis(input.height, pool.height(), window.strides.height(), 1, window.padding);
+  g.cols = detail::window_axis(input.width, pool.width(), window.strides.width(), 1, window.padding);
+  g.output = detail::image_layout(input.batch, input.channels, g.rows.out, g.cols.out, window.channels_last);
   return g;
+}
+PoolGeometry pool_geometry(const Shape& x, const Attributes& a) {
+  return pool_geometry(detail::image_layout(x, a.get_string("data_format") != "channels_first"), a);
 }
 
 // The in-bounds taps of one window along one axis: [first, last).
@@ -174,9 +173,10 @@ template <class T>
 void avg_pool_grad_kernel(const KernelContext& k) {
   const Shape& dy_shape = k.input_shape(0);
   const bool channels_last = k.attributes().get_string("data_format") != "channels_first";
-  const Shape x_shape = detail::image_shape(dy_shape[0], detail::image_layout(dy_shape, channels_last).channels,
-                                            k.attributes().get_ints("input_spatial"), channels_last);
-  const PoolGeometry g = pool_geometry(x_shape, k.attributes());
+  const detail::ImageLayout x =
+      detail::image_layout(dy_shape[0], detail::image_layout(dy_shape, channels_last).channels,
+                           detail::SpatialInts(k.attributes().get_ints("input_spatial")), channels_last);
+  const PoolGeometry g = pool_geometry(x, k.attributes());
   const T* dy = k.in<T>(0);
   T* dx = k.out<T>();
   std::fill(dx, dx + g.input.batch * g.input.batch_stride, T(0));
@@ -223,7 +223,7 @@ Shape pooled_shape(const InferContext& ctx, const Shape& x) {
   std::vector<std::int64_t> out;
   for (std::size_t axis = 0; axis < spatial.size(); ++axis) {
     const detail::WindowAxis w =
-        detail::window_axis(spatial[axis], pool[axis], window.strides[axis], 1, window.padding);
+        detail::window_axis(spatial[axis], pool[axis], ctx.attributes().get_ints("strides")[axis], 1, window.padding);
     if (w.out != Shape::unknown && w.out < 1)
       ctx.fail("the pool " + ints_text(pool) + " is larger than the input's " + ints_text(spatial) +
                " with padding 'valid'");

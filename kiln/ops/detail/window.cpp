@@ -1,10 +1,18 @@
 #include <kiln/ops/detail/window.hpp>
 
+#include <algorithm>
 #include <string>
 
 #include <kiln/core/attributes.hpp>
 
 namespace kiln::detail {
+
+SpatialInts::SpatialInts(const std::vector<std::int64_t>& list)
+    : SpatialInts(list.data(), static_cast<int>(list.size())) {}
+
+SpatialInts::SpatialInts(const std::int64_t* first, int count) : rank(std::clamp(count, 0, 2)) {
+  for (int i = 0; i < rank; ++i) values[static_cast<std::size_t>(i)] = first[i];
+}
 
 WindowAxis window_axis(std::int64_t in, std::int64_t size, std::int64_t stride, std::int64_t dilation,
                        Padding padding) {
@@ -60,14 +68,15 @@ std::string ints_text(const std::vector<std::int64_t>& values) {
 
 WindowAttributes window_attributes(const Attributes& attributes) {
   WindowAttributes window;
-  window.strides = attributes.get_ints("strides");
+  window.strides = SpatialInts(attributes.get_ints("strides"));
   // Pooling windows have no dilation attribute: their taps are adjacent.
-  window.dilation = attributes.has("dilation_rate") ? attributes.get_ints("dilation_rate")
-                                                    : std::vector<std::int64_t>(window.strides.size(), 1);
+  window.dilation = window.strides;
+  window.dilation.values = {1, 1};
+  if (attributes.has("dilation_rate")) window.dilation = SpatialInts(attributes.get_ints("dilation_rate"));
   bool ok = true;
   window.padding = parse_padding(attributes.get_string("padding"), ok);
   window.channels_last = attributes.get_string("data_format") != "channels_first";
-  if (attributes.has("pad_before")) window.pad_before = attributes.get_ints("pad_before");
+  if (attributes.has("pad_before")) window.pad_before = SpatialInts(attributes.get_ints("pad_before"));
   return window;
 }
 
@@ -97,13 +106,21 @@ WindowAttributes window_attributes(const InferContext& context, int spatial_rank
 }
 
 ImageLayout image_layout(const Shape& shape, bool channels_last) {
+  return image_layout(shape[0], channels_last ? shape[shape.rank() - 1] : shape[1], spatial_ints(shape, channels_last),
+                      channels_last);
+}
+
+ImageLayout image_layout(std::int64_t batch, std::int64_t channels, const SpatialInts& spatial, bool channels_last) {
+  return image_layout(batch, channels, spatial.height(), spatial.width(), channels_last);
+}
+
+ImageLayout image_layout(std::int64_t batch, std::int64_t channels, std::int64_t height, std::int64_t width,
+                         bool channels_last) {
   ImageLayout layout;
-  const int spatial_rank = shape.rank() - 2;
-  layout.batch = shape[0];
-  layout.channels = channels_last ? shape[shape.rank() - 1] : shape[1];
-  const int first_spatial = channels_last ? 1 : 2;
-  if (spatial_rank == 2) layout.height = shape[first_spatial];
-  layout.width = shape[first_spatial + spatial_rank - 1];
+  layout.batch = batch;
+  layout.channels = channels;
+  layout.height = height;
+  layout.width = width;
   if (channels_last) {
     layout.channel_stride = 1;
     layout.column_stride = layout.channels;
@@ -115,6 +132,10 @@ ImageLayout image_layout(const Shape& shape, bool channels_last) {
   }
   layout.batch_stride = layout.channels * layout.height * layout.width;
   return layout;
+}
+
+SpatialInts spatial_ints(const Shape& shape, bool channels_last) {
+  return SpatialInts(shape.dims().data() + (channels_last ? 1 : 2), shape.rank() - 2);
 }
 
 std::vector<std::int64_t> spatial_dims(const Shape& shape, bool channels_last) {

@@ -1,6 +1,7 @@
 #pragma once
 // Sliding windows over 1-D and 2-D images, shared by the convolution and pooling ops (internal). A 1-D
 // input (batch, length, channels) is a 2-D one of height 1, so every kernel is written once, for 2-D.
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -25,16 +26,31 @@ struct WindowAxis {
 };
 WindowAxis window_axis(std::int64_t in, std::int64_t size, std::int64_t stride, std::int64_t dilation, Padding padding);
 
+// Up to two ints, one per spatial axis (a 1-D or 2-D window's sizes, strides, lengths), held without the
+// heap: kernels rebuild their geometry at every launch, and a step allocates nothing. A 1-D list is the
+// width of an image of height 1.
+struct SpatialInts {
+  std::array<std::int64_t, 2> values{1, 1};
+  int rank = 0;  // 0: no list
+
+  SpatialInts() = default;
+  explicit SpatialInts(const std::vector<std::int64_t>& list);  // 1 or 2 values
+  SpatialInts(const std::int64_t* first, int count);            // `count` (1 or 2) values from `first`
+  bool empty() const { return rank == 0; }
+  std::int64_t height() const { return rank == 2 ? values[0] : 1; }
+  std::int64_t width() const { return values[static_cast<std::size_t>(rank == 2 ? 1 : 0)]; }
+};
+
 // The checked attributes of a windowed op: "strides", "dilation_rate" (ints, one per spatial axis),
 // "padding" and "data_format" ("channels_last" or "channels_first"). Each `fail`s through `context`.
 // Without a "dilation_rate" (pooling), every dilation is 1.
 // An optional "pad_before" (ints) replaces the padding mode's zeros before each axis; such an op takes its
 // output lengths from elsewhere (an attribute or another input), since padding alone does not fix them.
 struct WindowAttributes {
-  std::vector<std::int64_t> strides, dilation;
+  SpatialInts strides, dilation;
   Padding padding = Padding::valid;
   bool channels_last = true;
-  std::vector<std::int64_t> pad_before;  // empty: from `padding`
+  SpatialInts pad_before;  // empty: from `padding`
 };
 WindowAttributes window_attributes(const InferContext& context, int spatial_rank);
 // The same without checks, for kernels and workspace functions (the shape rule checked them).
@@ -48,9 +64,15 @@ struct ImageLayout {
   std::int64_t positions() const { return height * width; }
 };
 ImageLayout image_layout(const Shape& shape, bool channels_last);
+// The layout of an image shape given by its parts (an image of height 1 is a 1-D one).
+ImageLayout image_layout(std::int64_t batch, std::int64_t channels, std::int64_t height, std::int64_t width,
+                         bool channels_last);
+ImageLayout image_layout(std::int64_t batch, std::int64_t channels, const SpatialInts& spatial, bool channels_last);
 
-// The spatial dimensions of an image shape (1 or 2 of them), and the shape rebuilt from its parts.
+// The spatial dimensions of an image shape (1 or 2 of them), and the shape rebuilt from its parts, for
+// shape rules and backward rules; kernels use spatial_ints.
 std::vector<std::int64_t> spatial_dims(const Shape& shape, bool channels_last);
+SpatialInts spatial_ints(const Shape& shape, bool channels_last);
 Shape image_shape(std::int64_t batch, std::int64_t channels, const std::vector<std::int64_t>& spatial,
                   bool channels_last);
 
