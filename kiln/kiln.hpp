@@ -18,6 +18,7 @@
 #include <kiln/layers/dense.hpp>
 #include <kiln/layers/dropout.hpp>
 #include <kiln/layers/embedding.hpp>
+#include <kiln/layers/group_normalization.hpp>
 #include <kiln/layers/initializers.hpp>
 #include <kiln/layers/layer.hpp>
 #include <kiln/layers/layer_normalization.hpp>

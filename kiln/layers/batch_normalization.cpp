@@ -9,12 +9,6 @@
 
 namespace kiln {
 
-namespace {
-Initializer initializer_or(ConfigReader& args, const std::string& key, const char* fallback) {
-  return args.has(key) ? Initializer::from_config(args.value(key)) : Initializer::get(fallback);
-}
-}  // namespace
-
 BatchNormalizationLayer::BatchNormalizationLayer(const Config& config) : Layer(config, "BatchNormalization") {
   ConfigReader args = config_reader(config);
   axis_ = args.integer("axis", -1);
@@ -22,10 +16,10 @@ BatchNormalizationLayer::BatchNormalizationLayer(const Config& config) : Layer(c
   epsilon_ = args.number("epsilon", 1e-3);
   center_ = args.boolean("center", true);
   scale_ = args.boolean("scale", true);
-  beta_initializer_ = initializer_or(args, "beta_initializer", "zeros");
-  gamma_initializer_ = initializer_or(args, "gamma_initializer", "ones");
-  moving_mean_initializer_ = initializer_or(args, "moving_mean_initializer", "zeros");
-  moving_variance_initializer_ = initializer_or(args, "moving_variance_initializer", "ones");
+  beta_initializer_ = Initializer::from_argument(args, "beta_initializer", "zeros");
+  gamma_initializer_ = Initializer::from_argument(args, "gamma_initializer", "ones");
+  moving_mean_initializer_ = Initializer::from_argument(args, "moving_mean_initializer", "zeros");
+  moving_variance_initializer_ = Initializer::from_argument(args, "moving_variance_initializer", "ones");
   const bool synchronized = args.boolean("synchronized", false);
   const bool renorm = args.boolean("renorm", false);
   renorm_momentum_ = args.number("renorm_momentum", 0.99);

@@ -34,10 +34,8 @@ ConvLayer::ConvLayer(const Config& config, const std::string& class_name, int ra
   activation_ = args.text("activation", "linear");
   if (activation_.empty()) activation_ = "linear";
   use_bias_ = args.boolean("use_bias", true);
-  kernel_initializer_ = args.has("kernel_initializer") ? Initializer::from_config(args.value("kernel_initializer"))
-                                                       : Initializer::get("glorot_uniform");
-  bias_initializer_ = args.has("bias_initializer") ? Initializer::from_config(args.value("bias_initializer"))
-                                                   : Initializer::get("zeros");
+  kernel_initializer_ = Initializer::from_argument(args, "kernel_initializer", "glorot_uniform");
+  bias_initializer_ = Initializer::from_argument(args, "bias_initializer", "zeros");
   for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
                           "bias_constraint", "lora_rank", "lora_alpha"})
     args.unsupported(key);
@@ -223,11 +221,8 @@ detail::DepthwiseArgs read_depthwise_args(ConfigReader& args, int rank) {
   a.activation = args.text("activation", "linear");
   if (a.activation.empty()) a.activation = "linear";
   a.use_bias = args.boolean("use_bias", true);
-  a.depthwise_initializer = args.has("depthwise_initializer")
-                                ? Initializer::from_config(args.value("depthwise_initializer"))
-                                : Initializer::get("glorot_uniform");
-  a.bias_initializer = args.has("bias_initializer") ? Initializer::from_config(args.value("bias_initializer"))
-                                                    : Initializer::get("zeros");
+  a.depthwise_initializer = Initializer::from_argument(args, "depthwise_initializer", "glorot_uniform");
+  a.bias_initializer = Initializer::from_argument(args, "bias_initializer", "zeros");
   for (const char* key :
        {"depthwise_regularizer", "bias_regularizer", "activity_regularizer", "depthwise_constraint", "bias_constraint"})
     args.unsupported(key);
@@ -350,9 +345,7 @@ SeparableConvLayer::SeparableConvLayer(const Config& config, const std::string& 
   ConfigReader args = config_reader(config);
   filters_ = args.integer("filters");
   args_ = read_depthwise_args(args, rank);
-  pointwise_initializer_ = args.has("pointwise_initializer")
-                               ? Initializer::from_config(args.value("pointwise_initializer"))
-                               : Initializer::get("glorot_uniform");
+  pointwise_initializer_ = Initializer::from_argument(args, "pointwise_initializer", "glorot_uniform");
   for (const char* key : {"pointwise_regularizer", "pointwise_constraint"}) args.unsupported(key);
   args.finish();
   if (filters_ <= 0) args.fail("filters must be positive, got " + std::to_string(filters_));

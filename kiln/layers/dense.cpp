@@ -11,10 +11,8 @@ DenseLayer::DenseLayer(const Config& config) : Layer(config, "Dense") {
   activation_ = args.text("activation", "linear");
   if (activation_.empty()) activation_ = "linear";
   use_bias_ = args.boolean("use_bias", true);
-  kernel_initializer_ = args.has("kernel_initializer") ? Initializer::from_config(args.value("kernel_initializer"))
-                                                       : Initializer::get("glorot_uniform");
-  bias_initializer_ = args.has("bias_initializer") ? Initializer::from_config(args.value("bias_initializer"))
-                                                   : Initializer::get("zeros");
+  kernel_initializer_ = Initializer::from_argument(args, "kernel_initializer", "glorot_uniform");
+  bias_initializer_ = Initializer::from_argument(args, "bias_initializer", "zeros");
   for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
                           "bias_constraint", "lora_rank", "lora_alpha", "quantization_config"})
     args.unsupported(key);

@@ -10,9 +10,7 @@ EmbeddingLayer::EmbeddingLayer(const Config& config) : Layer(config, "Embedding"
   ConfigReader args = config_reader(config);
   input_dim_ = args.integer("input_dim");
   output_dim_ = args.integer("output_dim");
-  embeddings_initializer_ = args.has("embeddings_initializer")
-                                ? Initializer::from_config(args.value("embeddings_initializer"))
-                                : Initializer::get("uniform");
+  embeddings_initializer_ = Initializer::from_argument(args, "embeddings_initializer", "uniform");
   // Masks do not flow between kiln layers yet, so a mask_zero layer could not do what it promises.
   if (args.boolean("mask_zero", false)) args.fail("mask_zero = true is not supported by kiln yet");
   for (const char* key : {"embeddings_regularizer", "activity_regularizer", "embeddings_constraint", "weights",

@@ -107,6 +107,10 @@ Initializer Initializer::get(const std::string& name) {
   return Initializer(key, registry.get(key).defaults);
 }
 
+Initializer Initializer::from_argument(ConfigReader& args, const std::string& key, const std::string& fallback) {
+  return args.has(key) ? from_config(args.value(key)) : get(fallback);
+}
+
 Initializer Initializer::from_config(const Config& config) {
   if (config.type() == Config::Type::string) return get(config.as_string());
   if (!config.is_map())

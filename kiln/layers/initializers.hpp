@@ -60,6 +60,9 @@ class Initializer {
   static Initializer get(const std::string& name);
   /// A string name, or {"class_name": ..., "config": {...}} as Keras writes it.
   static Initializer from_config(const Config& config);
+  /// A layer's initializer argument `key` (a name or a config, as from_config), or the initializer named
+  /// `fallback` (Keras's default) when the argument is absent or null.
+  static Initializer from_argument(ConfigReader& args, const std::string& key, const std::string& fallback);
   /// {"class_name": "GlorotUniform", "config": {"seed": null}}; a class of your own adds "registered_name".
   Config get_config() const;
 

@@ -9,11 +9,6 @@ namespace kiln {
 
 namespace {
 
-Initializer initializer_argument(ConfigReader& args, const std::string& key, const std::string& fallback) {
-  const Config& given = args.value(key);
-  return given.is_null() ? Initializer::get(fallback) : Initializer::from_config(given);
-}
-
 // Stands in for a weight that center/scale switched off, so one fused op serves every combination.
 Tensor constant_features(const Tensor& input, std::int64_t features, double value, DType dtype,
                          const std::string& name) {
@@ -33,8 +28,8 @@ LayerNormalizationLayer::LayerNormalizationLayer(const Config& config) : Layer(c
   center_ = args.boolean("center", true);
   scale_ = args.boolean("scale", true);
   if (args.boolean("rms_scaling", false)) args.fail("rms_scaling = true is not supported by kiln");
-  beta_initializer_ = initializer_argument(args, "beta_initializer", "zeros");
-  gamma_initializer_ = initializer_argument(args, "gamma_initializer", "ones");
+  beta_initializer_ = Initializer::from_argument(args, "beta_initializer", "zeros");
+  gamma_initializer_ = Initializer::from_argument(args, "gamma_initializer", "ones");
   for (const char* key : {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"})
     args.unsupported(key);
   args.finish();

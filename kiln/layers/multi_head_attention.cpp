@@ -19,10 +19,8 @@ MultiHeadAttentionLayer::MultiHeadAttentionLayer(const Config& config) : Layer(c
   use_bias_ = args.boolean("use_bias", true);
   output_shape_ = args.value("output_shape");
   attention_axes_ = args.value("attention_axes");
-  kernel_initializer_ = args.has("kernel_initializer") ? Initializer::from_config(args.value("kernel_initializer"))
-                                                       : Initializer::get("glorot_uniform");
-  bias_initializer_ = args.has("bias_initializer") ? Initializer::from_config(args.value("bias_initializer"))
-                                                   : Initializer::get("zeros");
+  kernel_initializer_ = Initializer::from_argument(args, "kernel_initializer", "glorot_uniform");
+  bias_initializer_ = Initializer::from_argument(args, "bias_initializer", "zeros");
   seed_ = args.value("seed");
   if (args.boolean("use_gate", false)) args.fail("use_gate is not supported");
   for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",

@@ -1,5 +1,7 @@
-// Layer normalization over the last axis, fused forward and backward. Backward recomputes each row's
-// mean and 1/std from x instead of saving them: one pass over a row is cheaper than another buffer.
+// Layer normalization over the last axis and RMS normalization over trailing axes, each fused forward and
+// backward. Both work on rows (the normalized elements of one sample, contiguous). Backward recomputes
+// each row's statistics from x instead of saving them: one pass over a row is cheaper than another buffer.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -59,11 +61,13 @@ struct Rows {
   std::int64_t size = 0;
 };
 
-Rows rows_of(const KernelContext& k) {
-  const Shape& x = k.input_shape(0);
-  const std::int64_t size = x[x.rank() - 1];
+// Rows of the last `trailing` axes of x.
+Rows rows_of(const Shape& x, int trailing = 1) {
+  std::int64_t size = 1;
+  for (int axis = x.rank() - trailing; axis < x.rank(); ++axis) size *= x[axis];
   return {size == 0 ? 0 : static_cast<std::int64_t>(x.num_elements()) / size, size};
 }
+Rows rows_of(const KernelContext& k) { return rows_of(k.input_shape(0)); }
 
 template <class T>
 void layer_norm_kernel(const KernelContext& k) {
@@ -164,6 +168,129 @@ std::vector<Tensor> layer_norm_backward(const GradContext& g) {
 
 constexpr const char* second_order = "second-order gradients of layer_norm are not implemented";
 
+// ---- RMS normalization ----------------------------------------------------------------------------------
+// y = x·r·scale per row, with r = rsqrt(mean(x²) + ε) (Keras's ops.rms_normalization, torch's rms_norm);
+// scale has the shape of the row (the trailing axes). Attributes: epsilon, trailing_axes (how many).
+
+int trailing_of(const Attributes& a) { return static_cast<int>(a.get_int("trailing_axes")); }
+
+Shape trailing_shape(const InferContext& ctx, const Shape& x) {
+  const int trailing = trailing_of(ctx.attributes());
+  if (trailing < 1 || trailing > x.rank())
+    ctx.fail("cannot normalize the last " + std::to_string(trailing) + " axes of a rank-" + std::to_string(x.rank()) +
+             " input");
+  std::vector<std::int64_t> dims(x.dims().end() - trailing, x.dims().end());
+  for (const std::int64_t dim : dims)
+    if (dim == Shape::unknown) ctx.fail("the normalized axes must be known");
+  return Shape(std::move(dims));
+}
+
+// Inputs: x, scale.
+Shape rms_norm_shape(const InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  const Shape row = trailing_shape(ctx, x);
+  if (ctx.input_shape(1) != row) ctx.fail("scale must have the normalized axes' shape " + row.to_string());
+  return x;
+}
+
+// Inputs: x, scale, dy.
+Shape rms_norm_grad_shape(const InferContext& ctx) {
+  rms_norm_shape(ctx);
+  if (ctx.input_shape(2) != ctx.input_shape(0)) ctx.fail("the gradient and x differ in shape");
+  return ctx.input_shape(0);
+}
+
+// Inputs: x, dy.
+Shape rms_norm_scale_grad_shape(const InferContext& ctx) {
+  if (ctx.input_shape(1) != ctx.input_shape(0)) ctx.fail("the gradient and x differ in shape");
+  return trailing_shape(ctx, ctx.input_shape(0));
+}
+
+template <class T>
+T rms_rsqrt(const T* row, std::int64_t size, double epsilon) {
+  T squares = 0;
+  for (std::int64_t j = 0; j < size; ++j) squares += row[j] * row[j];
+  return static_cast<T>(1.0 / std::sqrt(static_cast<double>(squares) / static_cast<double>(size) + epsilon));
+}
+
+template <class T>
+void rms_norm_kernel(const KernelContext& k) {
+  const double epsilon = k.attributes().get_double("epsilon");
+  const T* x = k.in<T>(0);
+  const T* scale = k.in<T>(1);
+  T* out = k.out<T>();
+  const Rows rows = rows_of(k.input_shape(0), trailing_of(k.attributes()));
+  detail::parallel_for(rows.count, detail::workers_for_elements(rows.count * rows.size, 4),
+                       [&](std::int64_t begin, std::int64_t end, int) {
+                         for (std::int64_t r = begin; r < end; ++r) {
+                           const T* row = x + r * rows.size;
+                           T* target = out + r * rows.size;
+                           const T rrms = rms_rsqrt(row, rows.size, epsilon);
+                           for (std::int64_t j = 0; j < rows.size; ++j) target[j] = row[j] * rrms * scale[j];
+                         }
+                       });
+}
+
+// dx = r·(g − x·r²·mean(g·x)) with g = dy·scale, per row (r depends on x through mean(x²)).
+template <class T>
+void rms_norm_grad_kernel(const KernelContext& k) {
+  const double epsilon = k.attributes().get_double("epsilon");
+  const T* x = k.in<T>(0);
+  const T* scale = k.in<T>(1);
+  const T* dy = k.in<T>(2);
+  T* dx = k.out<T>();
+  const Rows rows = rows_of(k.input_shape(0), trailing_of(k.attributes()));
+  detail::parallel_for(rows.count, detail::workers_for_elements(rows.count * rows.size, 6),
+                       [&](std::int64_t begin, std::int64_t end, int) {
+                         for (std::int64_t r = begin; r < end; ++r) {
+                           const std::int64_t offset = r * rows.size;
+                           const T rrms = rms_rsqrt(x + offset, rows.size, epsilon);
+                           T sum_gx = 0;
+                           for (std::int64_t j = 0; j < rows.size; ++j)
+                             sum_gx += dy[offset + j] * scale[j] * x[offset + j];
+                           const T coefficient = rrms * rrms * sum_gx / static_cast<T>(rows.size);
+                           for (std::int64_t j = 0; j < rows.size; ++j)
+                             dx[offset + j] = rrms * (dy[offset + j] * scale[j] - x[offset + j] * coefficient);
+                         }
+                       });
+}
+
+// dscale = the sum over rows of dy·x·r.
+template <class T>
+void rms_norm_scale_grad_kernel(const KernelContext& k) {
+  const double epsilon = k.attributes().get_double("epsilon");
+  const T* x = k.in<T>(0);
+  const T* dy = k.in<T>(1);
+  T* dscale = k.out<T>();
+  const Rows rows = rows_of(k.input_shape(0), trailing_of(k.attributes()));
+  std::fill(dscale, dscale + rows.size, T(0));
+  for (std::int64_t r = 0; r < rows.count; ++r) {
+    const std::int64_t offset = r * rows.size;
+    const T rrms = rms_rsqrt(x + offset, rows.size, epsilon);
+    for (std::int64_t j = 0; j < rows.size; ++j) dscale[j] += dy[offset + j] * x[offset + j] * rrms;
+  }
+}
+
+Attributes rms_attributes_of(const GradContext& g) {
+  return Attributes()
+      .set("epsilon", g.attributes().get_double("epsilon"))
+      .set("trailing_axes", g.attributes().get_int("trailing_axes"));
+}
+
+std::vector<Tensor> rms_norm_backward(const GradContext& g) {
+  const Tensor dy = g.output_grad();
+  const Tensor x = g.input(0);
+  Graph& graph = dy.graph();
+  Tensor dx, dscale;
+  if (g.needs_grad(0))
+    dx = graph.add_op("kiln>RMSNormGrad", {x, g.input(1), dy}, rms_attributes_of(g), "rms_norm_grad");
+  if (g.needs_grad(1))
+    dscale = graph.add_op("kiln>RMSNormScaleGrad", {x, dy}, rms_attributes_of(g), "rms_norm_scale_grad");
+  return {dx, dscale};
+}
+
+constexpr const char* rms_second_order = "second-order gradients of rms_norm are not implemented";
+
 }  // namespace
 
 KILN_REGISTER_OP(OpDef("kiln>LayerNorm")
@@ -185,6 +312,25 @@ KILN_REGISTER_OP(OpDef("kiln>LayerNormParamGrad")
                      .forward(layer_norm_param_grad_kernel<float>, layer_norm_param_grad_kernel<double>)
                      .not_differentiable(second_order));
 
+KILN_REGISTER_OP(OpDef("kiln>RMSNorm")
+                     .inputs(2)
+                     .attributes({"epsilon", "trailing_axes"})
+                     .infer_shape(rms_norm_shape)
+                     .forward(rms_norm_kernel<float>, rms_norm_kernel<double>)
+                     .backward(rms_norm_backward));
+KILN_REGISTER_OP(OpDef("kiln>RMSNormGrad")
+                     .inputs(3)
+                     .attributes({"epsilon", "trailing_axes"})
+                     .infer_shape(rms_norm_grad_shape)
+                     .forward(rms_norm_grad_kernel<float>, rms_norm_grad_kernel<double>)
+                     .not_differentiable(rms_second_order));
+KILN_REGISTER_OP(OpDef("kiln>RMSNormScaleGrad")
+                     .inputs(2)
+                     .attributes({"epsilon", "trailing_axes"})
+                     .infer_shape(rms_norm_scale_grad_shape)
+                     .forward(rms_norm_scale_grad_kernel<float>, rms_norm_scale_grad_kernel<double>)
+                     .not_differentiable(rms_second_order));
+
 namespace ops {
 
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double epsilon) {
@@ -192,6 +338,14 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
     throw ConfigError("layer_norm on " + x.node().describe() + ": epsilon must be positive, got " +
                       std::to_string(epsilon));
   return x.graph().add_op("kiln>LayerNorm", {x, gamma, beta}, Attributes().set("epsilon", epsilon), "layer_norm");
+}
+
+Tensor rms_norm(const Tensor& x, const Tensor& scale, double epsilon, int trailing_axes) {
+  if (!(epsilon > 0.0))
+    throw ConfigError("rms_norm on " + x.node().describe() + ": epsilon must be positive, got " +
+                      std::to_string(epsilon));
+  return x.graph().add_op("kiln>RMSNorm", {x, scale},
+                          Attributes().set("epsilon", epsilon).set("trailing_axes", trailing_axes), "rms_norm");
 }
 
 }  // namespace ops

@@ -254,6 +254,15 @@ Tensor dropout(const Tensor& x, double rate, std::uint64_t seed, bool training =
 /// Over the last axis: (x - mean) / sqrt(var + epsilon) * gamma + beta; gamma and beta have the last
 /// dimension's size. Fused forward and backward.
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double epsilon = 1e-3);
+/// Root-mean-square normalization over the last `trailing_axes` axes: x · rsqrt(mean(x²) + epsilon) · scale,
+/// where scale has the shape of those axes (Keras's ops.rms_normalization). Fused forward and backward.
+Tensor rms_norm(const Tensor& x, const Tensor& scale, double epsilon = 1e-6, int trailing_axes = 1);
+/// Group normalization (Wu and He): the channels on `axis` split into `groups` equal groups; each sample's
+/// group is normalized over its channels and every axis but the batch (axis 0), with the biased variance,
+/// then y = x̂ · gamma + beta per channel. gamma and beta have the channel count's size. Fused forward and
+/// backward.
+Tensor group_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, std::int64_t groups, int axis = -1,
+                  double epsilon = 1e-3);
 
 // ---- losses (mean over every element but the last axis's reduction, like Keras) ---------------------
 /// (y_pred − y_true)² averaged over every element. Each loss here returns a scalar: the mean over the batch

@@ -102,20 +102,11 @@ TEST_CASE("batch_norm_train: the fused kernels equal the composition of primitiv
     const std::vector<Array> inputs{testing::random_array(c.x, rng), testing::random_array(features, rng),
                                     testing::random_array(features, rng)};
     const Array weights = testing::random_array(c.x, rng);
-    // One program fetching the output and all three gradients of <output, weights>.
-    auto run = [&](bool fused) {
-      Graph graph;
-      std::vector<Tensor> t;
-      for (const Array& a : inputs) t.push_back(graph.variable("v", a.copy()));
-      const Tensor y = fused ? ops::batch_norm_train(t[0], t[1], t[2], 1e-3, c.axis).output
-                             : composed(t[0], t[1], t[2], 1e-3, c.axis);
-      const std::vector<Tensor> grads = gradients(ops::sum(y * graph.constant(weights.copy())), t);
-      Program program(graph, {y, grads[0], grads[1], grads[2]});
-      program.run();
-      return std::vector<Array>{program.fetch(y), program.fetch(grads[0]), program.fetch(grads[1]),
-                                program.fetch(grads[2])};
-    };
-    const std::vector<Array> fused = run(true), primitive = run(false);
+    const std::vector<Array> fused = testing::evaluate_with_gradients(
+        [&](const std::vector<Tensor>& t) { return ops::batch_norm_train(t[0], t[1], t[2], 1e-3, c.axis).output; },
+        inputs, weights);
+    const std::vector<Array> primitive = testing::evaluate_with_gradients(
+        [&](const std::vector<Tensor>& t) { return composed(t[0], t[1], t[2], 1e-3, c.axis); }, inputs, weights);
     for (std::size_t i = 0; i < fused.size(); ++i) {
       INFO("result " << i);
       CHECK(testing::max_relative_difference(fused[i], primitive[i]) < 1e-11);

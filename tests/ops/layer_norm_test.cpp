@@ -4,8 +4,10 @@
 #include <vector>
 
 #include <kiln/core/array.hpp>
+#include <kiln/core/autodiff.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
+#include <kiln/core/program.hpp>
 #include <kiln/core/rng.hpp>
 #include <kiln/ops/ops.hpp>
 #include "support/gradcheck.hpp"
@@ -101,4 +103,92 @@ TEST_CASE("layer_norm needs gamma and beta of the last dimension's size", "[ops]
   CHECK_THROWS_WITH(ops::layer_norm(scalar, right, right), Contains("layer_norm") && Contains("(), (5,), (5,)"));
   CHECK_THROWS_AS(ops::layer_norm(x, right, right, 0.0), ConfigError);
   CHECK(ops::layer_norm(x, right, right).shape() == x.shape());
+}
+
+// ---- rms_norm -------------------------------------------------------------------------------------------
+
+namespace {
+
+// x · rsqrt(mean(x²) + ε) · scale over rows of the last `trailing` axes, written out.
+Array rms_reference(const Array& x, const Array& scale, double epsilon) {
+  const auto row = static_cast<std::size_t>(scale.size());
+  Array out = x.astype(DType::float64);
+  for (std::size_t start = 0; start < x.size(); start += row) {
+    double squares = 0;
+    for (std::size_t j = 0; j < row; ++j) squares += x.flat(start + j) * x.flat(start + j);
+    const double r = 1.0 / std::sqrt(squares / static_cast<double>(row) + epsilon);
+    for (std::size_t j = 0; j < row; ++j) out.set_flat(start + j, x.flat(start + j) * r * scale.flat(j));
+  }
+  return out;
+}
+
+Tensor rms_composed(const Tensor& x, const Tensor& scale, double epsilon, int trailing) {
+  ops::Axes axes;
+  for (int i = x.rank() - trailing; i < x.rank(); ++i) axes.push_back(i);
+  return x * ops::rsqrt(ops::mean(ops::square(x), axes, true) + epsilon) * scale;
+}
+
+struct RmsCase {
+  Shape x;
+  int trailing;
+};
+const std::vector<RmsCase> rms_cases{{{4, 6}, 1}, {{2, 3, 5}, 1}, {{2, 3, 4}, 2}, {{7}, 1}};
+
+Shape row_shape(const RmsCase& c) {
+  return Shape(std::vector<std::int64_t>(c.x.dims().end() - c.trailing, c.x.dims().end()));
+}
+
+}  // namespace
+
+TEST_CASE("rms_norm matches the formula written out and the composition of primitive ops", "[ops][rms_norm]") {
+  Rng rng(45);
+  for (const RmsCase& c : rms_cases) {
+    INFO(c.x.to_string() << " trailing " << c.trailing);
+    const std::vector<Array> inputs{testing::random_array(c.x, rng, DType::float64, -2, 3),
+                                    testing::random_array(row_shape(c), rng)};
+    const Array weights = testing::random_array(c.x, rng);
+    const std::vector<Array> fused = testing::evaluate_with_gradients(
+        [&](const std::vector<Tensor>& t) { return ops::rms_norm(t[0], t[1], 1e-6, c.trailing); }, inputs, weights);
+    const std::vector<Array> primitive = testing::evaluate_with_gradients(
+        [&](const std::vector<Tensor>& t) { return rms_composed(t[0], t[1], 1e-6, c.trailing); }, inputs, weights);
+    CHECK(testing::max_relative_difference(fused[0], rms_reference(inputs[0], inputs[1], 1e-6)) < 1e-12);
+    for (std::size_t i = 0; i < fused.size(); ++i) {
+      INFO("result " << i);
+      CHECK(testing::max_relative_difference(fused[i], primitive[i]) < 1e-11);
+    }
+  }
+}
+
+TEST_CASE("rms_norm gradients match central differences", "[ops][rms_norm][grad]") {
+  Rng rng(46);
+  for (const RmsCase& c : rms_cases) {
+    testing::GradcheckOptions o;
+    o.label = "rms_norm " + c.x.to_string() + " trailing " + std::to_string(c.trailing);
+    const auto r =
+        testing::gradcheck([&c](const std::vector<Tensor>& t) { return ops::rms_norm(t[0], t[1], 1e-6, c.trailing); },
+                           {c.x, row_shape(c)}, rng, o);
+    INFO(o.label << ": " << r.worst_entry());
+    REQUIRE(r.max_relative_error <= 1e-6);
+  }
+  testing::GradcheckOptions o;
+  o.label = "rms_norm unknown batch";
+  const Array scale = testing::random_array({4}, rng);
+  const auto r = testing::gradcheck(
+      [&](const std::vector<Tensor>& t) { return ops::rms_norm(t[0], t[0].graph().constant(scale.copy())); },
+      {testing::random_array({3, 2, 4}, rng)}, o, /*unknown_batch=*/true);
+  INFO(r.worst_entry());
+  REQUIRE(r.max_relative_error <= 1e-6);
+}
+
+TEST_CASE("rms_norm refuses bad shapes and arguments", "[ops][rms_norm][errors]") {
+  Graph g;
+  const Tensor x = g.placeholder({Shape::unknown, 5, 6}, DType::float32, "x");
+  const Tensor six = g.placeholder({6}, DType::float32, "six");
+  const Tensor thirty = g.placeholder({5, 6}, DType::float32, "thirty");
+  CHECK_THROWS_AS(ops::rms_norm(x, thirty), ShapeError);
+  CHECK_THROWS_WITH(ops::rms_norm(x, thirty), Contains("scale must have the normalized axes' shape (6,)"));
+  CHECK_NOTHROW(ops::rms_norm(x, thirty, 1e-6, 2));
+  CHECK_THROWS_WITH(ops::rms_norm(x, six, 1e-6, 3), Contains("the normalized axes must be known"));
+  CHECK_THROWS_WITH(ops::rms_norm(x, six, 1e-6, 4), Contains("cannot normalize the last 4 axes of a rank-3 input"));
+  CHECK_THROWS_WITH(ops::rms_norm(x, six, 0.0), Contains("epsilon must be positive"));
 }

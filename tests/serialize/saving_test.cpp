@@ -187,6 +187,18 @@ std::vector<ModelCase> every_layer_type() {
          return Model(x, BatchNormalization(-1, {{"moving_mean_initializer", "random_normal"}})(x));
        },
        {{4, 6, 5, 2}}},
+      {"kiln>GroupNormalization",
+       [] {
+         Tensor x = input({None, 6, 5, 4});
+         return Model(x, GroupNormalization(2, {{"gamma_initializer", "random_normal"}})(Dense(4)(x)));
+       },
+       {{4, 6, 5, 4}}},
+      {"kiln>RMSNormalization",
+       [] {
+         Tensor x = input({None, 6, 3});
+         return Model(x, RMSNormalization()(Dense(4)(x)));
+       },
+       {{4, 6, 3}}},
       {"kiln>MaxPooling1D",
        [] {
          Tensor x = input({None, 9, 3});

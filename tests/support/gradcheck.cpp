@@ -78,6 +78,22 @@ Array evaluate(const GraphFunction& f, const std::vector<Array>& inputs) {
   return program.fetch(output);
 }
 
+std::vector<Array> evaluate_with_gradients(const GraphFunction& f, const std::vector<Array>& inputs,
+                                           const Array& weights) {
+  Graph graph;
+  std::vector<Tensor> variables;
+  for (const Array& input : inputs) variables.push_back(graph.variable("x", input.copy()));
+  const Tensor output = f(variables);
+  std::vector<Tensor> fetches{output};
+  for (const Tensor& grad : gradients(ops::sum(output * graph.constant(weights.copy())), variables))
+    fetches.push_back(grad);
+  Program program(graph, fetches);
+  program.run();
+  std::vector<Array> results;
+  for (const Tensor& fetch : fetches) results.push_back(program.fetch(fetch));
+  return results;
+}
+
 GradcheckReport gradcheck(const GraphFunction& f, const std::vector<Array>& inputs, const GradcheckOptions& options,
                           bool unknown_batch) {
   Graph graph;

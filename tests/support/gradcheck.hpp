@@ -41,6 +41,10 @@ GradcheckReport gradcheck(const GraphFunction& f, const std::vector<Shape>& shap
 
 // f evaluated once on concrete inputs (dtype taken from the arrays).
 Array evaluate(const GraphFunction& f, const std::vector<Array>& inputs);
+// f's output on `inputs` followed by the analytic gradient of <f(x), weights> with respect to each input:
+// what a fused op is compared on against the composition of primitive ops it replaces.
+std::vector<Array> evaluate_with_gradients(const GraphFunction& f, const std::vector<Array>& inputs,
+                                           const Array& weights);
 
 Array random_array(const Shape& shape, Rng& rng, DType dtype = DType::float64, double low = -1.0, double high = 1.0);
 // Values in [low, high) whose magnitude is at least `gap` away from each of `kinks` (relu at 0, ...).
