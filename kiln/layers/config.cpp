@@ -1,5 +1,7 @@
 #include <kiln/layers/config.hpp>
 
+#include <kiln/core/names.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -383,6 +385,13 @@ bool ConfigReader::boolean(const std::string& key, bool fallback) {
 std::string ConfigReader::text(const std::string& key, const std::string& fallback) {
   const Config& found = value(key);
   return found.is_null() ? fallback : found.as_string(who_ + " argument '" + key + "'");
+}
+
+std::string ConfigReader::data_format() {
+  const std::string format = to_lower_case(text("data_format", "channels_last"));
+  if (format != "channels_last" && format != "channels_first")
+    fail("data_format must be 'channels_last' or 'channels_first', got '" + format + "'");
+  return format;
 }
 
 std::vector<std::int64_t> ConfigReader::tuple(const std::string& key, int count, std::int64_t fallback) {

@@ -164,6 +164,9 @@ class ConfigReader {
   /// Keras's standardize_tuple: the argument `key` as `count` ints, given as one int (the same on every
   /// axis) or a list of `count`; `fallback` on every axis when absent or null. ConfigError otherwise.
   std::vector<std::int64_t> tuple(const std::string& key, int count, std::int64_t fallback);
+  /// Keras's data_format argument (standardize_data_format): "channels_last" (the default, Keras's
+  /// image_data_format) or "channels_first", in any case; ConfigError for any other.
+  std::string data_format();
   /// A Keras option kiln does not implement: accepted only when absent or null.
   void unsupported(const std::string& key);
   /// Throws ConfigError naming every unknown key and the nearest known ones.

@@ -23,7 +23,7 @@ ConvLayer::ConvLayer(const Config& config, const std::string& class_name, int ra
   kernel_size_ = args.tuple("kernel_size", rank, 1);
   strides_ = args.tuple("strides", rank, 1);
   padding_ = to_lower_case(args.text("padding", "valid"));
-  data_format_ = to_lower_case(args.text("data_format", "channels_last"));
+  data_format_ = args.data_format();
   dilation_rate_ = args.tuple("dilation_rate", rank, 1);
   if (transpose) {
     args.value("output_padding");  // read even when null (Keras's None), so finish() knows the key
@@ -66,8 +66,6 @@ ConvLayer::ConvLayer(const Config& config, const std::string& class_name, int ra
   if (padding_ != "valid" && padding_ != "same" && !(padding_ == "causal" && rank == 1))
     args.fail("padding must be " + std::string(rank == 1 ? "'valid', 'same' or 'causal'" : "'valid' or 'same'") +
               ", got '" + padding_ + "'");
-  if (data_format_ != "channels_last" && data_format_ != "channels_first")
-    args.fail("data_format must be 'channels_last' or 'channels_first', got '" + data_format_ + "'");
   ops::check_activation(activation_, describe());
 }
 
@@ -216,7 +214,7 @@ detail::DepthwiseArgs read_depthwise_args(ConfigReader& args, int rank) {
   a.kernel_size = args.tuple("kernel_size", rank, 1);
   a.strides = args.tuple("strides", rank, 1);
   a.padding = to_lower_case(args.text("padding", "valid"));
-  a.data_format = to_lower_case(args.text("data_format", "channels_last"));
+  a.data_format = args.data_format();
   a.dilation_rate = args.tuple("dilation_rate", rank, 1);
   a.activation = args.text("activation", "linear");
   if (a.activation.empty()) a.activation = "linear";
@@ -239,8 +237,6 @@ void check_depthwise_args(const ConfigReader& args, const detail::DepthwiseArgs&
       if (value <= 0) args.fail(std::string(key) + " must be positive, got " + list_text(*values));
   if (a.padding != "valid" && a.padding != "same")
     args.fail("padding must be 'valid' or 'same', got '" + a.padding + "'");
-  if (a.data_format != "channels_last" && a.data_format != "channels_first")
-    args.fail("data_format must be 'channels_last' or 'channels_first', got '" + a.data_format + "'");
   ops::check_activation(a.activation, who);
 }
 

@@ -25,13 +25,6 @@ Margin margin_of(const Config& value, ConfigReader& args, const std::string& wha
   return {pair[0], pair[1]};
 }
 
-std::string data_format_of(ConfigReader& args) {
-  const std::string format = to_lower_case(args.text("data_format", "channels_last"));
-  if (format != "channels_last" && format != "channels_first")
-    args.fail("data_format must be 'channels_last' or 'channels_first', got '" + format + "'");
-  return format;
-}
-
 }  // namespace
 
 // ---- ZeroPadding and Cropping -------------------------------------------------------------------------
@@ -55,7 +48,7 @@ SpatialMarginLayer::SpatialMarginLayer(const Config& config, const std::string& 
       args.fail(what + " must be an int, two ints or two pairs of ints, got " + value.to_string());
     for (const Config& axis : value.as_list(what)) margins_.push_back(margin_of(axis, args, what));
   }
-  if (has_data_format) data_format_ = data_format_of(args);
+  if (has_data_format) data_format_ = args.data_format();
   args.finish();
   for (const Margin& m : margins_)
     if (m[0] < 0 || m[1] < 0) args.fail(key_ + " must not be negative, got " + value.to_string());
@@ -128,7 +121,7 @@ UpSamplingLayer::UpSamplingLayer(const Config& config, const std::string& class_
   ConfigReader args = config_reader(config);
   size_ = args.tuple("size", rank, 2);
   if (rank == 2) {
-    data_format_ = data_format_of(args);
+    data_format_ = args.data_format();
     interpolation_ = to_lower_case(args.text("interpolation", "nearest"));
   }
   args.finish();

@@ -8,13 +8,6 @@ namespace kiln {
 
 namespace {
 
-std::string checked_data_format(ConfigReader& args) {
-  const std::string format = to_lower_case(args.text("data_format", "channels_last"));
-  if (format != "channels_last" && format != "channels_first")
-    args.fail("data_format must be 'channels_last' or 'channels_first', got '" + format + "'");
-  return format;
-}
-
 std::string list_text(const std::vector<std::int64_t>& values) { return Config::from_ints(values).to_string(); }
 
 }  // namespace
@@ -27,7 +20,7 @@ PoolingLayer::PoolingLayer(const Config& config, const std::string& class_name, 
   pool_size_ = args.tuple("pool_size", rank, 2);
   strides_ = args.has("strides") ? args.tuple("strides", rank, 1) : pool_size_;  // Keras: strides=None
   padding_ = to_lower_case(args.text("padding", "valid"));
-  data_format_ = checked_data_format(args);
+  data_format_ = args.data_format();
   args.finish();
   for (const auto& [values, key] : {std::pair{&pool_size_, "pool_size"}, std::pair{&strides_, "strides"}})
     for (const std::int64_t value : *values)
@@ -87,7 +80,7 @@ AveragePooling2D::AveragePooling2D(const std::vector<std::int64_t>& pool_size, c
 GlobalPoolingLayer::GlobalPoolingLayer(const Config& config, const std::string& class_name, int rank, bool max)
     : Layer(config, class_name), rank_(rank), max_(max) {
   ConfigReader args = config_reader(config);
-  data_format_ = checked_data_format(args);
+  data_format_ = args.data_format();
   keepdims_ = args.boolean("keepdims", false);
   args.finish();
 }

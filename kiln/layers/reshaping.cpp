@@ -84,10 +84,8 @@ Reshape::Reshape(const std::vector<std::int64_t>& target_shape, const Config& op
 
 FlattenLayer::FlattenLayer(const Config& config) : Layer(config, "Flatten") {
   ConfigReader args = config_reader(config);
-  data_format_ = args.text("data_format", "channels_last");
+  data_format_ = args.data_format();
   args.finish();
-  if (data_format_ != "channels_last" && data_format_ != "channels_first")
-    args.fail("data_format must be 'channels_last' or 'channels_first', got '" + data_format_ + "'");
 }
 
 Config FlattenLayer::get_config() const {

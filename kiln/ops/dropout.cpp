@@ -1,6 +1,12 @@
-// Inverted dropout with a counter-based mask: element i's fate in a program's run s depends only on
-// (seed, s, i), so backward regenerates the mask instead of storing it, and a rerun with the
-// same seed reproduces it exactly.
+// The random ops of regularization, all counter-based: element i's draw in a program's run s depends only
+// on (seed, s, i), so backward regenerates a mask instead of storing it, and a rerun with the same seed
+// reproduces every draw exactly.
+//   Dropout       inverted dropout of x (its own gradient: the op is linear in x)
+//   DropoutMask   the mask alone (0 or 1/(1 − rate)) of x's shape with some axes of size 1, for Keras's
+//                 noise_shape and SpatialDropout: one draw shared along those axes; y = x · mask
+//   RandomNormal  standard normal draws of x's shape (Box–Muller), for GaussianNoise and GaussianDropout
+// DropoutMask and RandomNormal read only x's shape, so no gradient flows into x through them.
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,21 +22,63 @@ namespace kiln {
 
 namespace {
 
+// Draw `index` of a stream: a uniform in [0, 1) with 53 random bits. mix64 adds the golden-ratio increment
+// first: this is splitmix64's index-th draw from state `stream`.
+double uniform_draw(std::uint64_t stream, std::uint64_t index) {
+  return static_cast<double>(mix64(stream + index * 0x9e3779b97f4a7c15ULL) >> 11) * 0x1.0p-53;
+}
+
+std::uint64_t stream_of(const KernelContext& k) {
+  return mix64(static_cast<std::uint64_t>(k.attributes().get_int("seed")) ^ mix64(k.run));
+}
+
 // y = x * mask / (1 - rate). The op is linear in x, so the same kernel is its own gradient.
 template <class T>
 void dropout_kernel(const KernelContext& k) {
   const double rate = k.attributes().get_double("rate");
-  const auto seed = static_cast<std::uint64_t>(k.attributes().get_int("seed"));
-  const std::uint64_t stream = mix64(seed ^ mix64(k.run));
+  const std::uint64_t stream = stream_of(k);
   const T scale = static_cast<T>(1.0 / (1.0 - rate));
   const T* x = k.in<T>(0);
   T* out = k.out<T>();
   const std::size_t n = k.output_size();
   for (std::size_t i = 0; i < n; ++i) {
-    // mix64 adds the golden-ratio increment first: this is splitmix64's i-th draw from state `stream`.
-    const double uniform = static_cast<double>(mix64(stream + i * 0x9e3779b97f4a7c15ULL) >> 11) * 0x1.0p-53;
-    out[i] = uniform >= rate ? x[i] * scale : T(0);
+    out[i] = uniform_draw(stream, i) >= rate ? x[i] * scale : T(0);
   }
+}
+
+template <class T>
+void dropout_mask_kernel(const KernelContext& k) {
+  const double rate = k.attributes().get_double("rate");
+  const std::uint64_t stream = stream_of(k);
+  const T scale = static_cast<T>(1.0 / (1.0 - rate));
+  T* out = k.out<T>();
+  const std::size_t n = k.output_size();
+  for (std::size_t i = 0; i < n; ++i) out[i] = uniform_draw(stream, i) >= rate ? scale : T(0);
+}
+
+// Box–Muller on draws 2i and 2i + 1: sqrt(−2 ln u)·cos(2πv), with u in (0, 1] so the log is finite.
+template <class T>
+void random_normal_kernel(const KernelContext& k) {
+  const std::uint64_t stream = stream_of(k);
+  constexpr double two_pi = 6.283185307179586476925286766559;
+  T* out = k.out<T>();
+  const std::size_t n = k.output_size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const double u = 1.0 - uniform_draw(stream, 2 * i);
+    const double v = uniform_draw(stream, 2 * i + 1);
+    out[i] = static_cast<T>(std::sqrt(-2.0 * std::log(u)) * std::cos(two_pi * v));
+  }
+}
+
+// x's shape with each of "broadcast_axes" of size 1.
+Shape dropout_mask_shape(const InferContext& ctx) {
+  std::vector<std::int64_t> dims = ctx.input_shape(0).dims();
+  for (const std::int64_t axis : ctx.attributes().get_ints("broadcast_axes")) {
+    if (axis < 0 || axis >= static_cast<std::int64_t>(dims.size()))
+      ctx.fail("broadcast axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(dims.size()));
+    dims[static_cast<std::size_t>(axis)] = 1;
+  }
+  return Shape(std::move(dims));
 }
 
 Tensor dropout_grad(const Tensor& dy, const Attributes& attributes) {
@@ -59,6 +107,19 @@ KILN_REGISTER_OP(OpDef("kiln>DropoutGrad")
                      .backward(dropout_backward)
                      .sharing(Sharing::inplace));
 
+KILN_REGISTER_OP(OpDef("kiln>DropoutMask")
+                     .inputs(1)
+                     .attributes({"rate", "seed", "broadcast_axes"})
+                     .infer_shape(dropout_mask_shape)
+                     .forward(dropout_mask_kernel<float>, dropout_mask_kernel<double>)
+                     .non_differentiable_inputs({0}, "the mask depends on x's shape only"));
+KILN_REGISTER_OP(OpDef("kiln>RandomNormal")
+                     .inputs(1)
+                     .attributes({"seed"})
+                     .infer_shape(detail::first_input_shape)
+                     .forward(random_normal_kernel<float>, random_normal_kernel<double>)
+                     .non_differentiable_inputs({0}, "the draws depend on x's shape only"));
+
 namespace ops {
 
 Tensor dropout(const Tensor& x, double rate, std::uint64_t seed, bool training) {
@@ -67,6 +128,22 @@ Tensor dropout(const Tensor& x, double rate, std::uint64_t seed, bool training) 
   if (!training || rate == 0.0) return x;
   const Attributes attributes = Attributes().set("rate", rate).set("seed", static_cast<std::int64_t>(seed));
   return x.graph().add_op("kiln>Dropout", {x}, attributes, "dropout");
+}
+
+Tensor dropout_mask(const Tensor& x, double rate, std::uint64_t seed, const std::vector<int>& broadcast_axes) {
+  if (!(rate >= 0.0 && rate < 1.0))
+    throw ConfigError("dropout_mask on " + x.node().describe() + ": rate must be in [0, 1), got " +
+                      std::to_string(rate));
+  std::vector<std::int64_t> axes;
+  for (const int axis : broadcast_axes) axes.push_back(axis < 0 ? axis + x.rank() : axis);
+  const Attributes attributes =
+      Attributes().set("rate", rate).set("seed", static_cast<std::int64_t>(seed)).set("broadcast_axes", axes);
+  return x.graph().add_op("kiln>DropoutMask", {x}, attributes, "dropout_mask");
+}
+
+Tensor random_normal_like(const Tensor& x, std::uint64_t seed) {
+  return x.graph().add_op("kiln>RandomNormal", {x}, Attributes().set("seed", static_cast<std::int64_t>(seed)),
+                          "random_normal");
 }
 
 }  // namespace ops

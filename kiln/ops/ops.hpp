@@ -251,6 +251,14 @@ Tensor gather(const Tensor& params, const Tensor& indices);
 /// regenerates it.
 /// With training = false it is the identity.
 Tensor dropout(const Tensor& x, double rate, std::uint64_t seed, bool training = true);
+/// The mask of inverted dropout alone: 0 with probability `rate`, else 1 / (1 − rate), of x's shape with each
+/// of `broadcast_axes` (negative from the end) of size 1, so that x · mask drops whole slices along them
+/// (Keras's noise_shape; SpatialDropout drops whole channels). Drawn as dropout draws, per run; no gradient
+/// flows into x through it.
+Tensor dropout_mask(const Tensor& x, double rate, std::uint64_t seed, const std::vector<int>& broadcast_axes);
+/// Standard normal draws of x's shape, new in each run of a program and reproducible from `seed` (as
+/// dropout's masks); no gradient flows into x through them.
+Tensor random_normal_like(const Tensor& x, std::uint64_t seed);
 /// Over the last axis: (x - mean) / sqrt(var + epsilon) * gamma + beta; gamma and beta have the last
 /// dimension's size. Fused forward and backward.
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double epsilon = 1e-3);

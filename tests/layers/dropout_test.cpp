@@ -128,7 +128,8 @@ TEST_CASE("Dropout: bad rates and noise_shape fail early", "[layers][dropout][er
   CHECK_THROWS_AS(kiln::Dropout(1.0), kiln::ConfigError);
   CHECK_THROWS_WITH(kiln::Dropout(1.0), Catch::Contains("Dropout") && Catch::Contains("[0, 1)"));
   CHECK_THROWS_AS(kiln::Dropout(-0.1), kiln::ConfigError);
-  CHECK_THROWS_WITH(kiln::Dropout(0.5, {{"noise_shape", Config::from_ints({1, 5})}}), Catch::Contains("noise_shape"));
+  CHECK_THROWS_WITH(kiln::Dropout(0.5, {{"noise_shape", "batch"}}), Catch::Contains("noise_shape must be a list"));
+  CHECK_THROWS_AS(kiln::Dropout(0.5, {{"noise_shape", Config::list({Config(), "all"})}}), kiln::ConfigError);
   CHECK_THROWS_WITH(kiln::Dropout(Config::map()), Catch::Contains("'rate' is required"));
   CHECK_THROWS_WITH(kiln::Dropout(Config{{"rate", 0.5}, {"sed", 1}}), Catch::Contains("unknown argument 'sed'"));
   CHECK_THROWS_AS(kiln::Dropout(Config{{"rate", "half"}}), kiln::ConfigError);
@@ -149,3 +150,99 @@ LayerSpec dropout_spec() {
 }  // namespace
 
 KILN_LAYER_HARNESS("kiln>Dropout", dropout_spec)
+
+// ---- noise_shape and the spatial dropouts ------------------------------------------------------------------
+
+namespace {
+constexpr std::int64_t any = Shape::unknown;
+
+// Whether every value of x · mask along `axis` of a (d0, d1, d2) array of ones is one value: the draw
+// is shared along that axis.
+bool shared_along(const Array& y, int axis) {
+  const Shape& s = y.shape();
+  for (std::int64_t i = 0; i < s[0]; ++i)
+    for (std::int64_t j = 0; j < s[1]; ++j)
+      for (std::int64_t k = 0; k < s[2]; ++k) {
+        std::int64_t first[3] = {i, j, k};
+        first[axis] = 0;
+        if (y.flat(static_cast<std::size_t>((i * s[1] + j) * s[2] + k)) !=
+            y.flat(static_cast<std::size_t>((first[0] * s[1] + first[1]) * s[2] + first[2])))
+          return false;
+      }
+  return true;
+}
+
+LayerSpec spatial_dropout1d_spec() {
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::SpatialDropout1D(0.4, {{"seed", 3}})); };
+  spec.call = LayerCase{{random_input({2, 5, 3}, 4)}};
+  spec.output_shapes = {Shape{any, 5, 3}};
+  spec.bad_inputs = {{"rank 2", {{any, 3}}, "needs inputs of rank 3 (batch, steps, channels), got rank 2"}};
+  return spec;
+}
+
+LayerSpec spatial_dropout2d_spec() {
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::SpatialDropout2D(0.4, {{"data_format", "channels_first"}})); };
+  spec.call = LayerCase{{random_input({2, 3, 4, 2}, 5)}};
+  spec.output_shapes = {Shape{any, 3, 4, 2}};
+  spec.bad_inputs = {{"rank 3", {{any, 4, 3}}, "needs inputs of rank 4"}};
+  return spec;
+}
+}  // namespace
+
+KILN_LAYER_HARNESS("kiln>SpatialDropout1D", spatial_dropout1d_spec)
+KILN_LAYER_HARNESS("kiln>SpatialDropout2D", spatial_dropout2d_spec)
+
+TEST_CASE("Dropout with a noise_shape shares one draw along its 1 entries", "[layers][dropout]") {
+  const Array ones = Array::full({6, 20, 8}, 1.0, kiln::DType::float64);
+  kiln::Dropout dropout(0.5, {{"noise_shape", Config::list({Config(), 1, 8})}, {"seed", 2}});
+  const Array y = run_layer(*dropout, training_case(ones)).at(0);
+  REQUIRE(count_zeros(y) > 0);
+  CHECK(shared_along(y, 1));
+  CHECK_FALSE(shared_along(y, 2));
+  CHECK(dropout.get_config().at("noise_shape") == Config::list({Config(), 1, 8}));
+  const GradcheckReport report = gradcheck_layer(*dropout, training_case(random_input({2, 3, 8}, 6)));
+  INFO(report.worst_entry());
+  CHECK(report.max_relative_error <= 1e-6);
+  // A noise shape that does not fit the input is refused when the layer is called.
+  const kiln::Tensor wrong = kiln::Input({any, 20, 7});
+  CHECK_THROWS_AS(kiln::Dropout(0.5, {{"noise_shape", Config::list({Config(), 1, 8})}})(wrong), kiln::ShapeError);
+  CHECK_THROWS_WITH(kiln::Dropout(0.5, {{"noise_shape", Config::list({Config(), 1, 8})}})(wrong),
+                    Catch::Contains("Dropout") && Catch::Contains("does not broadcast to the input on axis 2"));
+  CHECK_THROWS_WITH(kiln::Dropout(0.5, {{"noise_shape", Config::list({Config(), 1})}})(wrong),
+                    Catch::Contains("has 2 entries for an input of rank 3"));
+}
+
+TEST_CASE("SpatialDropout1D and 2D drop whole channels; Keras's config keys", "[layers][dropout]") {
+  const Array ones = Array::full({6, 20, 8}, 1.0, kiln::DType::float64);
+  const Array y = run_layer(*kiln::SpatialDropout1D(0.5), training_case(ones)).at(0);
+  REQUIRE(count_zeros(y) > 0);
+  CHECK(shared_along(y, 1));
+  CHECK_FALSE(shared_along(y, 2));
+  CHECK(run_layer(*kiln::SpatialDropout1D(0.5), LayerCase{{ones}}).at(0).bitwise_equal(ones));  // inference
+
+  // channels_last (6, 5, 4, 8): viewed as (6, 20, 8), each sample's channel is one draw over 5×4 positions.
+  const Array images = Array::full({6, 5, 4, 8}, 1.0, kiln::DType::float64);
+  const Array last = run_layer(*kiln::SpatialDropout2D(0.5), training_case(images)).at(0).reshape({6, 20, 8});
+  CHECK(shared_along(last, 1));
+  CHECK_FALSE(shared_along(last, 2));
+  // channels_first (6, 8, 5, 4): viewed as (48, 20, 1), each (sample, channel) row is one draw.
+  const Array first = run_layer(*kiln::SpatialDropout2D(0.5, {{"data_format", "channels_first"}}),
+                                training_case(Array::full({6, 8, 5, 4}, 1.0, kiln::DType::float64)))
+                          .at(0)
+                          .reshape({48, 20, 1});
+  CHECK(shared_along(first, 1));
+  CHECK_FALSE(shared_along(first.reshape({1, 48, 20}), 1));
+
+  const Config one = kiln::SpatialDropout1D(0.3, {{"seed", 4}}).get_config();
+  CHECK(one.get_double("rate") == 0.3);
+  CHECK(one.get_int("seed") == 4);
+  CHECK_FALSE(one.contains("trainable"));  // Keras's spatial dropouts take rate, seed, name and dtype only
+  CHECK_FALSE(one.contains("noise_shape"));
+  CHECK(kiln::SpatialDropout2D(0.3).get_config().get_string("data_format") == "channels_last");
+  CHECK_THROWS_WITH(kiln::SpatialDropout1D(Config{{"rate", 0.2}, {"noise_shape", Config::list({1})}}),
+                    Catch::Contains("unknown argument 'noise_shape'"));
+  CHECK_THROWS_WITH(kiln::SpatialDropout2D(0.2, {{"data_format", "nhwc"}}), Catch::Contains("data_format must be"));
+  CHECK_THROWS_WITH(kiln::SpatialDropout1D(1.5), Catch::Contains("rate must be in [0, 1)"));
+}

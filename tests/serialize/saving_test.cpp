@@ -199,6 +199,30 @@ std::vector<ModelCase> every_layer_type() {
          return Model(x, RMSNormalization()(Dense(4)(x)));
        },
        {{4, 6, 3}}},
+      {"kiln>SpatialDropout1D",
+       [] {
+         Tensor x = input({None, 6, 3});
+         return Model(x, Dense(2)(SpatialDropout1D(0.3, {{"seed", 2}})(Dense(4)(x))));
+       },
+       {{4, 6, 3}}},
+      {"kiln>SpatialDropout2D",
+       [] {
+         Tensor x = input({None, 6, 5, 2});
+         return Model(x, Dense(2)(SpatialDropout2D(0.3, {{"data_format", "channels_first"}})(Dense(4)(x))));
+       },
+       {{4, 6, 5, 2}}},
+      {"kiln>GaussianNoise",
+       [] {
+         Tensor x = input({None, 5});
+         return Model(x, Dense(2)(GaussianNoise(0.1)(Dense(3)(x))));
+       },
+       {{4, 5}}},
+      {"kiln>GaussianDropout",
+       [] {
+         Tensor x = input({None, 5});
+         return Model(x, Dense(2)(GaussianDropout(0.2, {{"seed", 1}})(Dense(3)(x))));
+       },
+       {{4, 5}}},
       {"kiln>MaxPooling1D",
        [] {
          Tensor x = input({None, 9, 3});
