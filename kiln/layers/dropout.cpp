@@ -20,7 +20,8 @@ DropoutLayer::DropoutLayer(const Config& config) : Layer(config, "Dropout") {
   noise_shape_ = args.value("noise_shape");
   args.finish();
   if (!noise_shape_.is_null()) {
-    if (!noise_shape_.is_list()) args.fail("noise_shape must be a list of ints and nulls, got " + noise_shape_.to_string());
+    if (!noise_shape_.is_list())
+      args.fail("noise_shape must be a list of ints and nulls, got " + noise_shape_.to_string());
     for (const Config& entry : noise_shape_.as_list())
       if (!entry.is_null()) entry.as_int("Dropout argument 'noise_shape'");
   }

@@ -43,9 +43,9 @@ class DropoutLayer : public Layer {
 
   double rate_ = 0.0;
   std::optional<std::int64_t> seed_;
-  int spatial_rank_ = 0;           ///< 0: Dropout; 1 or 2: SpatialDropout1D or 2D
-  Config noise_shape_;             ///< Dropout's noise_shape as given (null: none)
-  std::string data_format_;        ///< SpatialDropout2D's
+  int spatial_rank_ = 0;     ///< 0: Dropout; 1 or 2: SpatialDropout1D or 2D
+  Config noise_shape_;       ///< Dropout's noise_shape as given (null: none)
+  std::string data_format_;  ///< SpatialDropout2D's
 };
 
 /// The layer behind kiln::SpatialDropout1D: drops whole channels of a (batch, steps, channels) input.

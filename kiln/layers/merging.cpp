@@ -116,6 +116,106 @@ std::vector<Tensor> ConcatenateLayer::call(const std::vector<Tensor>& inputs, co
   return {ops::concat(inputs, static_cast<int>(axis_))};
 }
 
+// ---- Dot ------------------------------------------------------------------------------------------------
+
+DotLayer::DotLayer(const Config& config) : Layer(config, "Dot") {
+  ConfigReader args = config_reader(config);
+  const Config& axes = args.value("axes");
+  if (axes.is_null()) args.fail("the argument 'axes' is required");
+  axes_is_list_ = axes.is_list();
+  axes_ = axes_is_list_ ? axes.as_ints("Dot argument 'axes'")
+                        : std::vector<std::int64_t>{axes.as_int("Dot argument 'axes'")};
+  normalize_ = args.boolean("normalize", false);
+  args.finish();
+  if (axes_.size() != 2 && axes_is_list_)
+    args.fail("axes must be an int or a list of two ints, got " + axes.to_string());
+  if (!axes_is_list_) axes_.push_back(axes_[0]);
+}
+
+Config DotLayer::get_config() const {
+  Config config = base_config();
+  config.set("axes", axes_is_list_ ? Config::from_ints(axes_) : Config(axes_[0]));
+  config.set("normalize", normalize_);
+  return config;
+}
+
+std::pair<int, int> DotLayer::checked_axes(const std::vector<Shape>& input_shapes) const {
+  const Shape& x = input_shapes.at(0);
+  const Shape& y = input_shapes.at(1);
+  if (x.rank() < 2 || y.rank() < 2)
+    shape_error("needs two inputs of rank 2 or more (a batch axis and a contracted axis)", {{"x", x}, {"y", y}});
+  int axes[2];
+  for (int i = 0; i < 2; ++i) {
+    const int rank = input_shapes[static_cast<std::size_t>(i)].rank();
+    const std::int64_t axis = axes_[static_cast<std::size_t>(i)];
+    if (axis >= rank || axis < -rank)
+      shape_error("axis " + std::to_string(axis) + " does not exist in input " + std::to_string(i) + " of rank " +
+                      std::to_string(rank),
+                  {{"x", x}, {"y", y}});
+    axes[i] = static_cast<int>(axis < 0 ? axis + rank : axis);
+    if (axes[i] == 0) shape_error("cannot contract the batch axis 0", {{"x", x}, {"y", y}});
+  }
+  if (x[axes[0]] != Shape::unknown && y[axes[1]] != Shape::unknown && x[axes[0]] != y[axes[1]])
+    shape_error("the contracted axes differ in size: " + std::to_string(x[axes[0]]) + " (axis " +
+                    std::to_string(axes[0]) + " of x) and " + std::to_string(y[axes[1]]) + " (axis " +
+                    std::to_string(axes[1]) + " of y)",
+                {{"x", x}, {"y", y}});
+  return {axes[0], axes[1]};
+}
+
+void DotLayer::build(const std::vector<Shape>& input_shapes) { checked_axes(input_shapes); }
+
+namespace {
+
+// The product of dims [first, last) of `shape`; ShapeError through `fail` when one is unknown.
+template <class Fail>
+std::int64_t known_product(const Shape& shape, int first, int last, const Fail& fail) {
+  std::int64_t product = 1;
+  for (int axis = first; axis < last; ++axis) {
+    if (shape[axis] == Shape::unknown) fail();
+    product *= shape[axis];
+  }
+  return product;
+}
+
+}  // namespace
+
+// batch_dot as one batched matmul: x with its contracted axis moved last, squashed to (batch, X, d); y with
+// its contracted axis moved to 1, squashed to (batch, d, Y); the (batch, X, Y) product then takes x's and
+// y's remaining dimensions back.
+std::vector<Tensor> DotLayer::call(const std::vector<Tensor>& inputs, const CallArgs&) {
+  const auto [ax, ay] = checked_axes({inputs[0].shape(), inputs[1].shape()});
+  Tensor x = inputs[0], y = inputs[1];
+  if (normalize_) {
+    x = ops::l2_normalize(x, {ax});
+    y = ops::l2_normalize(y, {ay});
+  }
+  std::vector<std::int64_t> x_perm, y_perm{0, ay}, out_dims{-1};
+  for (int axis = 0; axis < x.rank(); ++axis)
+    if (axis != ax) x_perm.push_back(axis);
+  x_perm.push_back(ax);
+  for (int axis = 1; axis < y.rank(); ++axis)
+    if (axis != ay) y_perm.push_back(axis);
+  if (ax != x.rank() - 1) x = ops::transpose(x, x_perm);
+  if (ay != 1) y = ops::transpose(y, y_perm);
+  const auto unknown = [&] {
+    shape_error("needs the inputs' dimensions besides the batch known", {{"x", x.shape()}, {"y", y.shape()}});
+  };
+  const std::int64_t depth = known_product(x.shape(), x.rank() - 1, x.rank(), unknown);
+  const std::int64_t rows = known_product(x.shape(), 1, x.rank() - 1, unknown);
+  const std::int64_t columns = known_product(y.shape(), 2, y.rank(), unknown);
+  for (int axis = 1; axis < x.rank() - 1; ++axis) out_dims.push_back(x.shape()[axis]);
+  for (int axis = 2; axis < y.rank(); ++axis) out_dims.push_back(y.shape()[axis]);
+  if (out_dims.size() == 1) out_dims.push_back(1);  // Keras: (batch, 1) rather than (batch,)
+  const Tensor product = ops::matmul(ops::reshape(x, {-1, rows, depth}), ops::reshape(y, {-1, depth, columns}));
+  return {ops::reshape(product, out_dims)};
+}
+
+Dot::Dot(std::int64_t axes, const Config& options)
+    : LayerHandle(std::make_shared<DotLayer>(options.with("axes", axes))) {}
+Dot::Dot(std::int64_t x_axis, std::int64_t y_axis, const Config& options)
+    : LayerHandle(std::make_shared<DotLayer>(options.with("axes", Config::from_ints({x_axis, y_axis})))) {}
+
 Concatenate::Concatenate(std::int64_t axis, const Config& options)
     : LayerHandle(std::make_shared<ConcatenateLayer>(options.with("axis", axis))) {}
 
@@ -126,5 +226,6 @@ KILN_REGISTER_LAYER("kiln>Average", AverageLayer);
 KILN_REGISTER_LAYER("kiln>Maximum", MaximumLayer);
 KILN_REGISTER_LAYER("kiln>Minimum", MinimumLayer);
 KILN_REGISTER_LAYER("kiln>Concatenate", ConcatenateLayer);
+KILN_REGISTER_LAYER("kiln>Dot", DotLayer);
 
 }  // namespace kiln

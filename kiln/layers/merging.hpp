@@ -1,6 +1,6 @@
 #pragma once
 // Merging layers: combine two or more inputs into one (Keras's Add, Subtract, Multiply, Average, Maximum,
-// Minimum and Concatenate).
+// Minimum, Concatenate and Dot).
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -98,6 +98,34 @@ class ConcatenateLayer : public Layer {
   std::int64_t axis_ = -1;
 };
 
+/// The batchwise dot product of two inputs along one axis of each (Keras's Dot and its batch_dot).
+class DotLayer : public Layer {
+ public:
+  /// Arguments (Keras's): axes (required: an int for both inputs, or a list of two ints; negative counts
+  /// from the end; never the batch axis 0), normalize = false (L2-normalize both inputs along their axes
+  /// first, so the product is the cosine similarity). ConfigError for another form or an unknown key.
+  explicit DotLayer(const Config& config);
+  /// The contracted axis of each input, as given.
+  const std::vector<std::int64_t>& axes() const { return axes_; }
+  Config get_config() const override;
+
+ protected:
+  void build(const std::vector<Shape>& input_shapes) override;
+  /// For each sample, the sum over the contracted axes of x·y: the output holds x's other axes, then y's
+  /// (batch first, once), and (batch, 1) when nothing else is left. ShapeError naming the layer when an
+  /// input has rank below 2, an axis does not exist or is the batch axis, or the two axes differ in size.
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallArgs& args) override;
+  std::pair<std::size_t, std::size_t> input_count() const override { return {2, 2}; }
+
+ private:
+  // The two contracted axes, counted from the start, checked against the input shapes.
+  std::pair<int, int> checked_axes(const std::vector<Shape>& input_shapes) const;
+
+  std::vector<std::int64_t> axes_;
+  bool axes_is_list_ = false;  ///< written back as given: 1 or [1, 2]
+  bool normalize_ = false;
+};
+
 /// Adds two or more tensors: Keras's layers.Add, as residual connections use it. Call it on a list:
 ///
 ///   kiln::Tensor y = kiln::Add()({x, h});
@@ -147,6 +175,21 @@ class Concatenate : public LayerHandle<ConcatenateLayer> {
   explicit Concatenate(std::int64_t axis = -1, const Config& options = {});
   /// From a whole config, with the keys of ConcatenateLayer(const Config&).
   explicit Concatenate(const Config& config) : LayerHandle(std::make_shared<ConcatenateLayer>(config)) {}
+};
+
+/// The dot product of two tensors per sample: Keras's layers.Dot, e.g. similarity scores between
+/// embeddings, or (with normalize) cosine similarities.
+///
+///   kiln::Tensor scores = kiln::Dot(2, 2)({queries, keys});  // (None, 5, 8) · (None, 7, 8) -> (None, 5, 7)
+///   kiln::Tensor cosine = kiln::Dot(1, {{"normalize", true}})({a, b});  // (None, 8) · (None, 8) -> (None, 1)
+class Dot : public LayerHandle<DotLayer> {
+ public:
+  /// Contracts `axes` of both inputs; further config keys (normalize, name, ...) in `options`.
+  explicit Dot(std::int64_t axes, const Config& options = {});
+  /// Contracts `x_axis` of the first input with `y_axis` of the second (Keras's axes=(x_axis, y_axis)).
+  Dot(std::int64_t x_axis, std::int64_t y_axis, const Config& options = {});
+  /// From a whole config, with the keys of DotLayer(const Config&).
+  explicit Dot(const Config& config) : LayerHandle(std::make_shared<DotLayer>(config)) {}
 };
 
 }  // namespace kiln

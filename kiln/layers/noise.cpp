@@ -8,14 +8,12 @@
 
 namespace kiln {
 
-NoiseLayer::NoiseLayer(const Config& config, const std::string& class_name, const char* amount_key,
-                       bool multiplicative)
+NoiseLayer::NoiseLayer(const Config& config, const std::string& class_name, const char* amount_key, bool multiplicative)
     : Layer(config, class_name), amount_key_(amount_key), multiplicative_(multiplicative) {
   ConfigReader args = config_reader(config);
   if (!args.has(amount_key)) args.fail("the argument '" + std::string(amount_key) + "' is required");
   amount_ = args.number(amount_key, 0.0);
-  if (const Config& seed = args.value("seed"); !seed.is_null())
-    seed_ = seed.as_int(class_name + " argument 'seed'");
+  if (const Config& seed = args.value("seed"); !seed.is_null()) seed_ = seed.as_int(class_name + " argument 'seed'");
   args.finish();
   // Keras checks [0, 1]; a GaussianDropout rate of 1 would have infinite variance.
   if (!(amount_ >= 0.0 && (multiplicative ? amount_ < 1.0 : amount_ <= 1.0)))

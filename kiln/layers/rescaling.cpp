@@ -65,8 +65,7 @@ void UnitNormalizationLayer::build(const Shape& input_shape) { check_axes(input_
 
 Tensor UnitNormalizationLayer::call(const Tensor& input, const CallArgs&) {
   check_axes(input.shape());
-  const Tensor square_sum = ops::sum(ops::square(input), axis_, /*keepdims=*/true);
-  return input * ops::rsqrt(ops::maximum(square_sum, ops::scalar_like(square_sum, 1e-24)));
+  return ops::l2_normalize(input, axis_);
 }
 
 UnitNormalization::UnitNormalization(std::int64_t axis, const Config& options)

@@ -116,6 +116,10 @@ Tensor max(const Tensor& x, const Axes& axes = {}, bool keepdims = false);  ///<
 Tensor min(const Tensor& x, const Axes& axes = {}, bool keepdims = false);
 /// Sums x down to `shape` over the axes that broadcasting expanded (autodiff's reduction).
 Tensor sum_to(const Tensor& x, const Shape& shape);
+/// x scaled to unit L2 norm over `axes`: x · rsqrt(max(sum(x², axes), 1e-24)), Keras's ops.normalize with
+/// its epsilon 1e-12 on the norm, so a zero vector stays zero with a finite gradient. Composed of the ops
+/// above.
+Tensor l2_normalize(const Tensor& x, const Axes& axes = {-1});
 
 // ---- matrix products ------------------------------------------------------------------------------
 /// a: (..., m, k) or (..., k, m) when transpose_a; b likewise. Batch dimensions broadcast. A rank-2 b

@@ -326,5 +326,10 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   return x.graph().add_op("kiln>SumTo", {x}, Attributes().set("shape", shape.dims()), "sum_to");
 }
 
+Tensor l2_normalize(const Tensor& x, const Axes& axes) {
+  const Tensor square_sum = sum(square(x), axes, /*keepdims=*/true);
+  return x * rsqrt(maximum(square_sum, scalar_like(square_sum, 1e-24)));
+}
+
 }  // namespace ops
 }  // namespace kiln

@@ -208,3 +208,121 @@ TEST_CASE("Subtract, Multiply, Average, Maximum, Minimum: values elementwise", "
       subtract({kiln::Input({unknown_batch, 2}), kiln::Input({unknown_batch, 2}), kiln::Input({unknown_batch, 2})}),
       Catch::Contains("Subtract 'difference'") && Catch::Contains("2 inputs, got 3"));
 }
+
+// ---- Dot ----------------------------------------------------------------------------------------------------
+
+namespace {
+LayerSpec dot_spec() {
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::Dot(2, 1)); };
+  spec.call = LayerCase{{random_input({2, 3, 4}, 1), random_input({2, 4, 5}, 2)}};
+  spec.output_shapes = {Shape{unknown_batch, 3, 5}};
+  spec.bad_inputs = {
+      {"contracted sizes differ", {{unknown_batch, 3, 4}, {unknown_batch, 3, 5}}, "the contracted axes differ in size"},
+      {"one input", {{unknown_batch, 3, 4}}, "takes 2 inputs, got 1"}};
+  return spec;
+}
+
+// batch_dot written out: out[n, i..., j...] = Σ_d x[n, ..., d at ax, ...] · y[n, ..., d at ay, ...], with x's
+// remaining indices i then y's j (each in their order).
+std::vector<double> reference_dot(const Array& x, const Array& y, int ax, int ay) {
+  const Shape& xs = x.shape();
+  const Shape& ys = y.shape();
+  auto strides = [](const Shape& s) {
+    std::vector<std::int64_t> st(static_cast<std::size_t>(s.rank()), 1);
+    for (int i = s.rank() - 2; i >= 0; --i)
+      st[static_cast<std::size_t>(i)] = st[static_cast<std::size_t>(i) + 1] * s[i + 1];
+    return st;
+  };
+  const std::vector<std::int64_t> xst = strides(xs), yst = strides(ys);
+  std::vector<int> x_rest, y_rest;
+  for (int i = 1; i < xs.rank(); ++i)
+    if (i != ax) x_rest.push_back(i);
+  for (int i = 1; i < ys.rank(); ++i)
+    if (i != ay) y_rest.push_back(i);
+  std::int64_t x_count = 1, y_count = 1;
+  for (const int i : x_rest) x_count *= xs[i];
+  for (const int i : y_rest) y_count *= ys[i];
+  std::vector<double> out;
+  for (std::int64_t n = 0; n < xs[0]; ++n)
+    for (std::int64_t i = 0; i < x_count; ++i)
+      for (std::int64_t j = 0; j < y_count; ++j) {
+        // Unravel i over x_rest and j over y_rest into element offsets.
+        std::int64_t x_offset = n * xst[0], y_offset = n * yst[0], rest = i;
+        for (auto it = x_rest.rbegin(); it != x_rest.rend(); ++it) {
+          x_offset += (rest % xs[*it]) * xst[static_cast<std::size_t>(*it)];
+          rest /= xs[*it];
+        }
+        rest = j;
+        for (auto it = y_rest.rbegin(); it != y_rest.rend(); ++it) {
+          y_offset += (rest % ys[*it]) * yst[static_cast<std::size_t>(*it)];
+          rest /= ys[*it];
+        }
+        double sum = 0;
+        for (std::int64_t d = 0; d < xs[ax]; ++d)
+          sum += x.flat(static_cast<std::size_t>(x_offset + d * xst[static_cast<std::size_t>(ax)])) *
+                 y.flat(static_cast<std::size_t>(y_offset + d * yst[static_cast<std::size_t>(ay)]));
+        out.push_back(sum);
+      }
+  return out;
+}
+}  // namespace
+
+KILN_LAYER_HARNESS("kiln>Dot", dot_spec)
+
+TEST_CASE("Dot: batch_dot over every pairing of axes, against the sum written out", "[layers][merging][dot]") {
+  struct Case {
+    Shape x, y;
+    std::vector<std::int64_t> axes;
+    Shape out;  // with the batch
+  };
+  const std::vector<Case> cases{
+      {{2, 4}, {2, 4}, {1, 1}, {2, 1}},                  // two vectors: (batch, 1), as Keras
+      {{2, 4}, {2, 3, 4}, {1, 2}, {2, 3}},               // Keras's docstring example
+      {{2, 3, 4}, {2, 4}, {2, 1}, {2, 3}},               //
+      {{2, 3, 4}, {2, 5, 4}, {2, 2}, {2, 3, 5}},         // attention scores q·kᵀ
+      {{2, 4, 3}, {2, 4, 5}, {1, 1}, {2, 3, 5}},         //
+      {{2, 3, 4, 2}, {2, 5, 4}, {2, -1}, {2, 3, 2, 5}},  // rank 4 and a negative axis
+      {{2, 3, 4}, {2, 2, 4, 6}, {-1, 2}, {2, 3, 2, 6}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.x.to_string() << " · " << c.y.to_string() << " axes " << Config::from_ints(c.axes).to_string());
+    const Array x = random_input(c.x, 3), y = random_input(c.y, 4);
+    const Array out = run_layer(*kiln::Dot(c.axes[0], c.axes[1]), LayerCase{{x, y}}).at(0);
+    REQUIRE(out.shape() == c.out);
+    const int ax = static_cast<int>(c.axes[0] < 0 ? c.axes[0] + c.x.rank() : c.axes[0]);
+    const int ay = static_cast<int>(c.axes[1] < 0 ? c.axes[1] + c.y.rank() : c.axes[1]);
+    const std::vector<double> expected = reference_dot(x, y, ax, ay);
+    const std::vector<double> got = out.to_vector<double>();
+    REQUIRE(got.size() == expected.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).margin(1e-14));
+  }
+}
+
+TEST_CASE("Dot: an int axes, normalize for cosine similarity, Keras's config", "[layers][merging][dot]") {
+  const Array a = Array::from_vector(std::vector<double>{3, 4, 1, 0}, {2, 2});
+  const Array b = Array::from_vector(std::vector<double>{4, 3, 0, 2}, {2, 2});
+  CHECK(run_layer(*kiln::Dot(1), LayerCase{{a, b}}).at(0).to_vector<double>() == std::vector<double>{24, 0});
+  const std::vector<double> cosine =
+      run_layer(*kiln::Dot(-1, {{"normalize", true}}), LayerCase{{a, b}}).at(0).to_vector<double>();
+  CHECK(cosine[0] == Approx(24.0 / 25.0).epsilon(1e-14));
+  CHECK(cosine[1] == Approx(0.0).margin(1e-15));
+  const GradcheckReport report = gradcheck_layer(*kiln::Dot(2, {{"normalize", true}}),
+                                                 LayerCase{{random_input({2, 3, 4}, 5), random_input({2, 5, 4}, 6)}});
+  INFO(report.worst_entry());
+  CHECK(report.max_relative_error <= 1e-6);
+
+  const Config one = kiln::Dot(2).get_config();
+  CHECK(one.get_int("axes") == 2);
+  CHECK_FALSE(one.get_bool("normalize"));
+  CHECK(kiln::Dot(1, 2).get_config().at("axes") == Config::from_ints({1, 2}));
+  CHECK_THROWS_WITH(kiln::Dot(Config::map()), Catch::Contains("'axes' is required"));
+  CHECK_THROWS_WITH(kiln::Dot(Config{{"axes", Config::from_ints({1, 2, 3})}}),
+                    Catch::Contains("an int or a list of two ints"));
+  const kiln::Tensor x = kiln::Input({unknown_batch, 4});
+  CHECK_THROWS_AS(kiln::Dot(0)({x, x}), kiln::ShapeError);
+  CHECK_THROWS_WITH(kiln::Dot(0)({x, x}), Catch::Contains("Dot") && Catch::Contains("cannot contract the batch axis"));
+  CHECK_THROWS_WITH(kiln::Dot(3)({x, x}), Catch::Contains("axis 3 does not exist in input 0 of rank 2"));
+  const kiln::Tensor flat = kiln::Input({unknown_batch});
+  CHECK_THROWS_WITH(kiln::Dot(1)({flat, x}), Catch::Contains("needs two inputs of rank 2 or more"));
+}

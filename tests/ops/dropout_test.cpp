@@ -176,13 +176,14 @@ TEST_CASE("dropout_mask: one draw shared along the broadcast axes, 0 or 1 / (1 -
   CHECK(program.fetch(mask).bitwise_equal(m));
 }
 
-TEST_CASE("x * dropout_mask: the gradient is the mask, and none flows through the mask itself", "[ops][dropout][grad]") {
+TEST_CASE("x * dropout_mask: the gradient is the mask, and none flows through the mask itself",
+          "[ops][dropout][grad]") {
   Rng rng(8);
   testing::GradcheckOptions o;
   o.label = "x * dropout_mask";
-  const auto r = testing::gradcheck(
-      [](const std::vector<Tensor>& t) { return t[0] * ops::dropout_mask(t[0], 0.4, 3, {-1}); }, {Shape{4, 3, 5}}, rng,
-      o);
+  const auto r =
+      testing::gradcheck([](const std::vector<Tensor>& t) { return t[0] * ops::dropout_mask(t[0], 0.4, 3, {-1}); },
+                         {Shape{4, 3, 5}}, rng, o);
   INFO(r.worst_entry());
   CHECK(r.max_relative_error <= 1e-6);
   // A loss reached only through the mask has no gradient: kiln says so instead of returning zeros.

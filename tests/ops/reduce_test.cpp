@@ -176,3 +176,22 @@ TEST_CASE("max and min over runs and across them keep a NaN wherever it is", "[o
     }
   }
 }
+
+TEST_CASE("l2_normalize: unit norm over the axes, a zero vector stays zero, gradients", "[ops][reduce][grad]") {
+  const Array x = Array::from_vector(std::vector<double>{3, 4, 0, 0}, {2, 2});
+  const std::vector<double> y =
+      testing::evaluate([](const std::vector<Tensor>& t) { return ops::l2_normalize(t[0]); }, {x}).to_vector<double>();
+  CHECK(y[0] == Approx(0.6).epsilon(1e-15));
+  CHECK(y[1] == Approx(0.8).epsilon(1e-15));
+  CHECK(y[2] == 0.0);
+  CHECK(y[3] == 0.0);
+  Rng rng(12);
+  for (const ops::Axes& axes : {ops::Axes{-1}, ops::Axes{1, 2}, ops::Axes{0}}) {
+    testing::GradcheckOptions o;
+    o.label = "l2_normalize";
+    const auto r = testing::gradcheck([&axes](const std::vector<Tensor>& t) { return ops::l2_normalize(t[0], axes); },
+                                      {Shape{2, 3, 4}}, rng, o);
+    INFO(r.worst_entry());
+    CHECK(r.max_relative_error <= 1e-6);
+  }
+}

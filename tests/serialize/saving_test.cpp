@@ -223,6 +223,12 @@ std::vector<ModelCase> every_layer_type() {
          return Model(x, Dense(2)(GaussianDropout(0.2, {{"seed", 1}})(Dense(3)(x))));
        },
        {{4, 5}}},
+      {"kiln>Dot",
+       [] {
+         Tensor x = input({None, 6, 3});
+         return Model(x, Dot(2, 2, {{"normalize", true}})({Dense(4)(x), Dense(4)(x)}));
+       },
+       {{4, 6, 3}}},
       {"kiln>MaxPooling1D",
        [] {
          Tensor x = input({None, 9, 3});
