@@ -229,6 +229,14 @@ std::vector<ModelCase> every_layer_type() {
          return Model(x, Dot(2, 2, {{"normalize", true}})({Dense(4)(x), Dense(4)(x)}));
        },
        {{4, 6, 3}}},
+      {"kiln>Normalization",
+       [] {
+         Tensor x = input({None, 5});
+         Normalization norm;
+         norm.adapt(random_input({20, 5}, 3, -4.0, 9.0).astype(DType::float32));
+         return Model(x, Dense(2)(norm(x)));
+       },
+       {{4, 5}}},
       {"kiln>MaxPooling1D",
        [] {
          Tensor x = input({None, 9, 3});
