@@ -11,9 +11,11 @@
 #include <kiln/core/tensor.hpp>
 #include <kiln/core/threads.hpp>
 #include <kiln/layers/activation.hpp>
+#include <kiln/layers/activity_regularization.hpp>
 #include <kiln/layers/attention.hpp>
 #include <kiln/layers/batch_normalization.hpp>
 #include <kiln/layers/config.hpp>
+#include <kiln/layers/constraints.hpp>
 #include <kiln/layers/convolution.hpp>
 #include <kiln/layers/dense.hpp>
 #include <kiln/layers/dropout.hpp>
@@ -30,6 +32,7 @@
 #include <kiln/layers/normalization.hpp>
 #include <kiln/layers/padding.hpp>
 #include <kiln/layers/pooling.hpp>
+#include <kiln/layers/regularizers.hpp>
 #include <kiln/layers/rescaling.hpp>
 #include <kiln/layers/reshaping.hpp>
 #include <kiln/ops/ops.hpp>

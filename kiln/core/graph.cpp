@@ -209,6 +209,13 @@ void Graph::assign(const Tensor& variable, const Array& value) {
   std::memcpy(target.raw(), value.raw(), target.nbytes());
 }
 
+void Graph::add_loss(const Tensor& loss) {
+  if (!loss.valid() || &loss.graph() != this) throw Error("add_loss: the loss must belong to this graph");
+  if (loss.rank() != 0)
+    throw ShapeError(node(loss.id()).describe() + ": a loss must be a scalar, got shape " + loss.shape().to_string());
+  losses_.push_back(loss);
+}
+
 void Graph::add_state_update(const Tensor& variable, const Tensor& value) {
   if (!variable.valid() || !value.valid() || &variable.graph() != this || &value.graph() != this)
     throw Error("add_state_update: both tensors must belong to this graph");

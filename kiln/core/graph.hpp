@@ -107,6 +107,12 @@ class Graph {
   void add_state_update(const Tensor& variable, const Tensor& value);
   /// The updates add_state_update recorded, in order.
   const std::vector<Update>& state_updates() const { return state_updates_; }
+  /// Records a () tensor that training adds to the loss (a layer's activity regularization): the trainer
+  /// sums losses() into the loss it minimizes and reports. Error for a tensor of another graph, ShapeError
+  /// for one that is not a scalar.
+  void add_loss(const Tensor& loss);
+  /// The losses add_loss recorded, in order.
+  const std::vector<Tensor>& losses() const { return losses_; }
   /// Every variable, in creation order.
   std::vector<Tensor> variables() const;
   /// The variables created with `trainable` true, in creation order.
@@ -147,6 +153,7 @@ class Graph {
   std::map<std::string, std::uint64_t> counts_;
   std::map<const void*, NodeId> variable_by_storage_;
   std::vector<Update> state_updates_;
+  std::vector<Tensor> losses_;
 };
 
 }  // namespace kiln

@@ -23,9 +23,9 @@ BatchNormalizationLayer::BatchNormalizationLayer(const Config& config) : Layer(c
   const bool synchronized = args.boolean("synchronized", false);
   const bool renorm = args.boolean("renorm", false);
   renorm_momentum_ = args.number("renorm_momentum", 0.99);
-  for (const char* key :
-       {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint", "renorm_clipping"})
-    args.unsupported(key);
+  beta_regularization_ = WeightRegularization::from_arguments(args, "beta");
+  gamma_regularization_ = WeightRegularization::from_arguments(args, "gamma");
+  args.unsupported("renorm_clipping");
   args.finish();
   if (synchronized) args.fail("synchronized=true is not supported (it needs several devices)");
   if (renorm) args.fail("renorm=true is not supported");
@@ -42,6 +42,10 @@ Config BatchNormalizationLayer::get_config() const {
   config.set("scale", scale_);
   config.set("beta_initializer", beta_initializer_.get_config());
   config.set("gamma_initializer", gamma_initializer_.get_config());
+  config.set("beta_regularizer", beta_regularization_.regularizer.get_config());
+  config.set("gamma_regularizer", gamma_regularization_.regularizer.get_config());
+  config.set("beta_constraint", beta_regularization_.constraint.get_config());
+  config.set("gamma_constraint", gamma_regularization_.constraint.get_config());
   config.set("moving_mean_initializer", moving_mean_initializer_.get_config());
   config.set("moving_variance_initializer", moving_variance_initializer_.get_config());
   config.set("synchronized", false);
@@ -66,8 +70,14 @@ void BatchNormalizationLayer::check_input(const Shape& input_shape) const {
 void BatchNormalizationLayer::build(const Shape& input_shape) {
   check_input(input_shape);
   const Shape features{input_shape[feature_axis(input_shape)]};
-  if (scale_) gamma_ = add_weight("gamma", features, gamma_initializer_);
-  if (center_) beta_ = add_weight("beta", features, beta_initializer_);
+  if (scale_) {
+    gamma_ = add_weight("gamma", features, gamma_initializer_);
+    regularize(gamma_, gamma_regularization_);
+  }
+  if (center_) {
+    beta_ = add_weight("beta", features, beta_initializer_);
+    regularize(beta_, beta_regularization_);
+  }
   moving_mean_ = add_weight("moving_mean", features, moving_mean_initializer_, /*trainable=*/false);
   moving_variance_ = add_weight("moving_variance", features, moving_variance_initializer_, /*trainable=*/false);
 }

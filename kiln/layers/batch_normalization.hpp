@@ -44,6 +44,7 @@ class BatchNormalizationLayer : public Layer {
   double momentum_ = 0.99, epsilon_ = 1e-3, renorm_momentum_ = 0.99;
   bool center_ = true, scale_ = true;
   Initializer beta_initializer_, gamma_initializer_, moving_mean_initializer_, moving_variance_initializer_;
+  WeightRegularization beta_regularization_, gamma_regularization_;
   WeightId gamma_ = 0, beta_ = 0, moving_mean_ = 0, moving_variance_ = 0;
 };
 

@@ -36,9 +36,9 @@ ConvLayer::ConvLayer(const Config& config, const std::string& class_name, int ra
   use_bias_ = args.boolean("use_bias", true);
   kernel_initializer_ = Initializer::from_argument(args, "kernel_initializer", "glorot_uniform");
   bias_initializer_ = Initializer::from_argument(args, "bias_initializer", "zeros");
-  for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
-                          "bias_constraint", "lora_rank", "lora_alpha"})
-    args.unsupported(key);
+  kernel_regularization_ = WeightRegularization::from_arguments(args, "kernel");
+  bias_regularization_ = WeightRegularization::from_arguments(args, "bias");
+  for (const char* key : {"lora_rank", "lora_alpha"}) args.unsupported(key);
   args.finish();
   // Keras's BaseConv checks, in its order and with its meaning.
   if (filters_ <= 0) args.fail("filters must be positive, got " + std::to_string(filters_));
@@ -85,6 +85,10 @@ Config ConvLayer::get_config() const {
   config.set("use_bias", use_bias_);
   config.set("kernel_initializer", kernel_initializer_.get_config());
   config.set("bias_initializer", bias_initializer_.get_config());
+  config.set("kernel_regularizer", kernel_regularization_.regularizer.get_config());
+  config.set("bias_regularizer", bias_regularization_.regularizer.get_config());
+  config.set("kernel_constraint", kernel_regularization_.constraint.get_config());
+  config.set("bias_constraint", bias_regularization_.constraint.get_config());
   return config;
 }
 
@@ -170,7 +174,11 @@ void ConvLayer::build(const Shape& input_shape) {
     }
   }
   kernel_ = add_weight("kernel", kernel, kernel_initializer_);
-  if (use_bias_) bias_ = add_weight("bias", {filters_}, bias_initializer_);
+  regularize(kernel_, kernel_regularization_);
+  if (use_bias_) {
+    bias_ = add_weight("bias", {filters_}, bias_initializer_);
+    regularize(bias_, bias_regularization_);
+  }
 }
 
 Tensor ConvLayer::call(const Tensor& input, const CallArgs&) {
@@ -221,9 +229,8 @@ detail::DepthwiseArgs read_depthwise_args(ConfigReader& args, int rank) {
   a.use_bias = args.boolean("use_bias", true);
   a.depthwise_initializer = Initializer::from_argument(args, "depthwise_initializer", "glorot_uniform");
   a.bias_initializer = Initializer::from_argument(args, "bias_initializer", "zeros");
-  for (const char* key :
-       {"depthwise_regularizer", "bias_regularizer", "activity_regularizer", "depthwise_constraint", "bias_constraint"})
-    args.unsupported(key);
+  a.depthwise_regularization = WeightRegularization::from_arguments(args, "depthwise");
+  a.bias_regularization = WeightRegularization::from_arguments(args, "bias");
   return a;
 }
 
@@ -251,6 +258,10 @@ void write_depthwise_args(Config& config, const detail::DepthwiseArgs& a) {
   config.set("use_bias", a.use_bias);
   config.set("depthwise_initializer", a.depthwise_initializer.get_config());
   config.set("bias_initializer", a.bias_initializer.get_config());
+  config.set("depthwise_regularizer", a.depthwise_regularization.regularizer.get_config());
+  config.set("bias_regularizer", a.bias_regularization.regularizer.get_config());
+  config.set("depthwise_constraint", a.depthwise_regularization.constraint.get_config());
+  config.set("bias_constraint", a.bias_regularization.constraint.get_config());
 }
 
 ops::ConvOptions options_of(const detail::DepthwiseArgs& a) {
@@ -321,7 +332,11 @@ void DepthwiseConvLayer::build(const Shape& input_shape) {
   dims.push_back(channels);
   dims.push_back(args_.depth_multiplier);
   kernel_ = add_weight("kernel", Shape(dims), args_.depthwise_initializer);
-  if (args_.use_bias) bias_ = add_weight("bias", {channels * args_.depth_multiplier}, args_.bias_initializer);
+  regularize(kernel_, args_.depthwise_regularization);
+  if (args_.use_bias) {
+    bias_ = add_weight("bias", {channels * args_.depth_multiplier}, args_.bias_initializer);
+    regularize(bias_, args_.bias_regularization);
+  }
 }
 
 Tensor DepthwiseConvLayer::call(const Tensor& input, const CallArgs&) {
@@ -342,7 +357,7 @@ SeparableConvLayer::SeparableConvLayer(const Config& config, const std::string& 
   filters_ = args.integer("filters");
   args_ = read_depthwise_args(args, rank);
   pointwise_initializer_ = Initializer::from_argument(args, "pointwise_initializer", "glorot_uniform");
-  for (const char* key : {"pointwise_regularizer", "pointwise_constraint"}) args.unsupported(key);
+  pointwise_regularization_ = WeightRegularization::from_arguments(args, "pointwise");
   args.finish();
   if (filters_ <= 0) args.fail("filters must be positive, got " + std::to_string(filters_));
   check_depthwise_args(args, args_, describe());
@@ -353,6 +368,8 @@ Config SeparableConvLayer::get_config() const {
   config.set("filters", filters_);
   write_depthwise_args(config, args_);
   config.set("pointwise_initializer", pointwise_initializer_.get_config());
+  config.set("pointwise_regularizer", pointwise_regularization_.regularizer.get_config());
+  config.set("pointwise_constraint", pointwise_regularization_.constraint.get_config());
   return config;
 }
 
@@ -366,8 +383,13 @@ void SeparableConvLayer::build(const Shape& input_shape) {
   pointwise.push_back(channels * args_.depth_multiplier);
   pointwise.push_back(filters_);
   depthwise_kernel_ = add_weight("depthwise_kernel", Shape(depthwise), args_.depthwise_initializer);
+  regularize(depthwise_kernel_, args_.depthwise_regularization);
   pointwise_kernel_ = add_weight("pointwise_kernel", Shape(pointwise), pointwise_initializer_);
-  if (args_.use_bias) bias_ = add_weight("bias", {filters_}, args_.bias_initializer);
+  regularize(pointwise_kernel_, pointwise_regularization_);
+  if (args_.use_bias) {
+    bias_ = add_weight("bias", {filters_}, args_.bias_initializer);
+    regularize(bias_, args_.bias_regularization);
+  }
 }
 
 Tensor SeparableConvLayer::call(const Tensor& input, const CallArgs&) {

@@ -77,6 +77,7 @@ class ConvLayer : public Layer {
   std::string padding_, data_format_, activation_;
   bool use_bias_ = true;
   Initializer kernel_initializer_, bias_initializer_;
+  WeightRegularization kernel_regularization_, bias_regularization_;
   WeightId kernel_ = 0, bias_ = 0;
 };
 
@@ -111,17 +112,19 @@ class Conv2DTransposeLayer : public ConvLayer {
 namespace detail {
 /// The arguments depthwise and separable convolutions share, as DepthwiseConvLayer documents them.
 struct DepthwiseArgs {
-  int rank = 2;                             ///< spatial axes
-  std::int64_t depth_multiplier = 1;        ///< filters per input channel
-  std::vector<std::int64_t> kernel_size;    ///< the window, one size per spatial axis
-  std::vector<std::int64_t> strides;        ///< the step between windows, per spatial axis
-  std::vector<std::int64_t> dilation_rate;  ///< the spacing of kernel taps, per spatial axis
-  std::string padding;                      ///< "valid" or "same"
-  std::string data_format;                  ///< "channels_last" or "channels_first"
-  std::string activation;                   ///< the activation's name, "linear" for none
-  bool use_bias = true;                     ///< whether a bias is added
-  Initializer depthwise_initializer;        ///< of the depthwise kernel
-  Initializer bias_initializer;             ///< of the bias
+  int rank = 2;                                   ///< spatial axes
+  std::int64_t depth_multiplier = 1;              ///< filters per input channel
+  std::vector<std::int64_t> kernel_size;          ///< the window, one size per spatial axis
+  std::vector<std::int64_t> strides;              ///< the step between windows, per spatial axis
+  std::vector<std::int64_t> dilation_rate;        ///< the spacing of kernel taps, per spatial axis
+  std::string padding;                            ///< "valid" or "same"
+  std::string data_format;                        ///< "channels_last" or "channels_first"
+  std::string activation;                         ///< the activation's name, "linear" for none
+  bool use_bias = true;                           ///< whether a bias is added
+  Initializer depthwise_initializer;              ///< of the depthwise kernel
+  Initializer bias_initializer;                   ///< of the bias
+  WeightRegularization depthwise_regularization;  ///< depthwise_regularizer, depthwise_constraint
+  WeightRegularization bias_regularization;       ///< bias_regularizer, bias_constraint
 };
 }  // namespace detail
 
@@ -174,6 +177,7 @@ class SeparableConvLayer : public Layer {
   detail::DepthwiseArgs args_;
   std::int64_t filters_ = 1;
   Initializer pointwise_initializer_;
+  WeightRegularization pointwise_regularization_;
   WeightId depthwise_kernel_ = 0, pointwise_kernel_ = 0, bias_ = 0;
 };
 

@@ -13,9 +13,9 @@ DenseLayer::DenseLayer(const Config& config) : Layer(config, "Dense") {
   use_bias_ = args.boolean("use_bias", true);
   kernel_initializer_ = Initializer::from_argument(args, "kernel_initializer", "glorot_uniform");
   bias_initializer_ = Initializer::from_argument(args, "bias_initializer", "zeros");
-  for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
-                          "bias_constraint", "lora_rank", "lora_alpha", "quantization_config"})
-    args.unsupported(key);
+  kernel_regularization_ = WeightRegularization::from_arguments(args, "kernel");
+  bias_regularization_ = WeightRegularization::from_arguments(args, "bias");
+  for (const char* key : {"lora_rank", "lora_alpha", "quantization_config"}) args.unsupported(key);
   args.finish();
   if (units_ <= 0) args.fail("units must be positive, got " + std::to_string(units_));
   ops::check_activation(activation_, describe());
@@ -28,6 +28,10 @@ Config DenseLayer::get_config() const {
   config.set("use_bias", use_bias_);
   config.set("kernel_initializer", kernel_initializer_.get_config());
   config.set("bias_initializer", bias_initializer_.get_config());
+  config.set("kernel_regularizer", kernel_regularization_.regularizer.get_config());
+  config.set("bias_regularizer", bias_regularization_.regularizer.get_config());
+  config.set("kernel_constraint", kernel_regularization_.constraint.get_config());
+  config.set("bias_constraint", bias_regularization_.constraint.get_config());
   return config;
 }
 
@@ -35,7 +39,11 @@ void DenseLayer::build(const Shape& input_shape) {
   if (input_shape.rank() < 1 || input_shape.dim(-1) == Shape::unknown)
     shape_error("needs inputs whose last dimension is known", {{"input", input_shape}});
   kernel_ = add_weight("kernel", {input_shape.dim(-1), units_}, kernel_initializer_);
-  if (use_bias_) bias_ = add_weight("bias", {units_}, bias_initializer_);
+  regularize(kernel_, kernel_regularization_);
+  if (use_bias_) {
+    bias_ = add_weight("bias", {units_}, bias_initializer_);
+    regularize(bias_, bias_regularization_);
+  }
 }
 
 Tensor DenseLayer::call(const Tensor& input, const CallArgs&) {

@@ -36,6 +36,7 @@ class DenseLayer : public Layer {
   std::string activation_;
   bool use_bias_ = true;
   Initializer kernel_initializer_, bias_initializer_;
+  WeightRegularization kernel_regularization_, bias_regularization_;
   WeightId kernel_ = 0, bias_ = 0;
 };
 

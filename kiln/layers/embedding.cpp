@@ -13,9 +13,8 @@ EmbeddingLayer::EmbeddingLayer(const Config& config) : Layer(config, "Embedding"
   embeddings_initializer_ = Initializer::from_argument(args, "embeddings_initializer", "uniform");
   // Masks do not flow between kiln layers yet, so a mask_zero layer could not do what it promises.
   if (args.boolean("mask_zero", false)) args.fail("mask_zero = true is not supported by kiln yet");
-  for (const char* key : {"embeddings_regularizer", "activity_regularizer", "embeddings_constraint", "weights",
-                          "lora_rank", "lora_alpha", "quantization_config"})
-    args.unsupported(key);
+  embeddings_regularization_ = WeightRegularization::from_arguments(args, "embeddings");
+  for (const char* key : {"weights", "lora_rank", "lora_alpha", "quantization_config"}) args.unsupported(key);
   // Keras 3 still accepts the Keras 2 argument input_length and ignores it; so do we, to load old configs.
   args.value("input_length");
   args.finish();
@@ -28,12 +27,15 @@ Config EmbeddingLayer::get_config() const {
   config.set("input_dim", input_dim_);
   config.set("output_dim", output_dim_);
   config.set("embeddings_initializer", embeddings_initializer_.get_config());
+  config.set("embeddings_regularizer", embeddings_regularization_.regularizer.get_config());
+  config.set("embeddings_constraint", embeddings_regularization_.constraint.get_config());
   config.set("mask_zero", false);
   return config;
 }
 
 void EmbeddingLayer::build(const Shape&) {
   embeddings_ = add_weight("embeddings", {input_dim_, output_dim_}, embeddings_initializer_);
+  regularize(embeddings_, embeddings_regularization_);
 }
 
 Tensor EmbeddingLayer::call(const Tensor& input, const CallArgs&) {

@@ -33,6 +33,7 @@ class EmbeddingLayer : public Layer {
   std::int64_t input_dim_ = 0;
   std::int64_t output_dim_ = 0;
   Initializer embeddings_initializer_;
+  WeightRegularization embeddings_regularization_;
   WeightId embeddings_ = 0;
 };
 

@@ -21,8 +21,8 @@ GroupNormalizationLayer::GroupNormalizationLayer(const Config& config) : Layer(c
   scale_ = args.boolean("scale", true);
   beta_initializer_ = Initializer::from_argument(args, "beta_initializer", "zeros");
   gamma_initializer_ = Initializer::from_argument(args, "gamma_initializer", "ones");
-  for (const char* key : {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"})
-    args.unsupported(key);
+  beta_regularization_ = WeightRegularization::from_arguments(args, "beta");
+  gamma_regularization_ = WeightRegularization::from_arguments(args, "gamma");
   args.finish();
   if (groups_ <= 0 && groups_ != -1)
     args.fail("groups must be a positive integer (or -1 for instance normalization), got " + std::to_string(groups_));
@@ -38,6 +38,10 @@ Config GroupNormalizationLayer::get_config() const {
   config.set("scale", scale_);
   config.set("beta_initializer", beta_initializer_.get_config());
   config.set("gamma_initializer", gamma_initializer_.get_config());
+  config.set("beta_regularizer", beta_regularization_.regularizer.get_config());
+  config.set("gamma_regularizer", gamma_regularization_.regularizer.get_config());
+  config.set("beta_constraint", beta_regularization_.constraint.get_config());
+  config.set("gamma_constraint", gamma_regularization_.constraint.get_config());
   return config;
 }
 
@@ -66,8 +70,14 @@ void GroupNormalizationLayer::build(const Shape& input_shape) {
   check_input(input_shape);
   const Shape channels{input_shape[channel_axis(input_shape)]};
   if (groups_ == -1) groups_ = channels[0];  // as Keras does: the config then holds the count
-  if (scale_) gamma_ = add_weight("gamma", channels, gamma_initializer_);
-  if (center_) beta_ = add_weight("beta", channels, beta_initializer_);
+  if (scale_) {
+    gamma_ = add_weight("gamma", channels, gamma_initializer_);
+    regularize(gamma_, gamma_regularization_);
+  }
+  if (center_) {
+    beta_ = add_weight("beta", channels, beta_initializer_);
+    regularize(beta_, beta_regularization_);
+  }
 }
 
 Tensor GroupNormalizationLayer::call(const Tensor& input, const CallArgs&) {

@@ -41,6 +41,7 @@ class GroupNormalizationLayer : public Layer {
   double epsilon_ = 1e-3;
   bool center_ = true, scale_ = true;
   Initializer beta_initializer_, gamma_initializer_;
+  WeightRegularization beta_regularization_, gamma_regularization_;
   WeightId gamma_ = 0, beta_ = 0;
 };
 

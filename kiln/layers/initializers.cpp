@@ -5,6 +5,7 @@
 #include <kiln/core/error.hpp>
 #include <kiln/core/op.hpp>
 #include <kiln/core/rng.hpp>
+#include <kiln/layers/detail/configured.hpp>
 
 namespace kiln {
 
@@ -108,54 +109,20 @@ Initializer Initializer::get(const std::string& name) {
 }
 
 Initializer Initializer::from_argument(ConfigReader& args, const std::string& key, const std::string& fallback) {
-  return args.has(key) ? from_config(args.value(key)) : get(fallback);
+  const Config& given = args.value(key);  // read even when null, so finish() knows the key
+  return given.is_null() ? get(fallback) : from_config(given);
 }
 
 Initializer Initializer::from_config(const Config& config) {
-  if (config.type() == Config::Type::string) return get(config.as_string());
-  if (!config.is_map())
-    throw ConfigError("an initializer is a name or {class_name, config}, got " + config.to_string());
-  std::string name = config.get_string("class_name");
-  if (const Config* registered = config.find("registered_name"); registered != nullptr && !registered->is_null())
-    name = registered->as_string("key 'registered_name'");
-  Initializer result = get(name);
-  const Config* arguments = config.find("config");
-  if (arguments == nullptr || arguments->is_null()) return result;
-  ConfigReader reader(*arguments, "initializer " + result.class_name_);
-  for (const Config::Entry& entry : initializer_registry().get(result.key_).defaults.items()) {
-    const Config& given = reader.value(entry.first);
-    if (given.is_null() && entry.first != "seed") continue;
-    if (entry.first == "seed" && !given.is_null()) given.as_int("initializer seed");
-    if (entry.first != "seed") {
-      // Each argument keeps its default's type: a number, a string ("mode") or a flag.
-      const std::string what = "initializer " + result.class_name_ + " argument '" + entry.first + "'";
-      switch (entry.second.type()) {
-        case Config::Type::string:
-          given.as_string(what);
-          break;
-        case Config::Type::boolean:
-          given.as_bool(what);
-          break;
-        case Config::Type::integer:
-        case Config::Type::number:
-          given.as_double(what);
-          break;
-        default:
-          break;
-      }
-    }
-    result.arguments_.set(entry.first, given);
-  }
-  reader.finish();
+  Initializer result = get(detail::configured_class(config, "an initializer"));
+  const std::string who = "initializer " + result.class_name_;
+  result.arguments_ = detail::configured_arguments(initializer_registry().get(result.key_).defaults, config, who);
+  if (const Config* seed = result.arguments_.find("seed"); seed != nullptr && !seed->is_null())
+    seed->as_int("initializer seed");
   return result;
 }
 
-// Keras's form; an initializer of your own also names its key, so it is found again whatever its class name.
-Config Initializer::get_config() const {
-  Config config = {{"class_name", class_name_}, {"config", arguments_}};
-  if (key_.rfind("kiln>", 0) != 0) config.set("registered_name", key_);
-  return config;
-}
+Config Initializer::get_config() const { return detail::configured_object(key_, class_name_, arguments_); }
 
 Array Initializer::sample(const Shape& shape, DType dtype, Rng& rng) const {
   return sample(shape, dtype, rng, compute_fans(shape));

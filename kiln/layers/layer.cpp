@@ -10,6 +10,7 @@
 #include <kiln/core/op.hpp>
 #include <kiln/core/rng.hpp>
 #include <kiln/layers/detail/replay.hpp>
+#include <kiln/ops/ops.hpp>
 
 namespace kiln {
 
@@ -58,6 +59,8 @@ Layer::Layer(const Config& config, std::string class_name) : class_name_(std::mo
     dtype_ = dtype_from_name(dtype_name);
     dtype_given_ = true;
   }
+  if (const Config* activity = config.find("activity_regularizer"); activity != nullptr)
+    activity_regularizer_ = Regularizer::from_config(*activity);
 }
 
 Layer::~Layer() = default;
@@ -67,12 +70,15 @@ ConfigReader Layer::config_reader(const Config& config) const {
   reader.value("name");
   reader.value("trainable");
   reader.value("dtype");
+  reader.value("activity_regularizer");
   return reader;
 }
 
 Config Layer::base_config() const {
   Config config = {{"name", name_.empty() ? Config() : Config(name_)}, {"trainable", trainable_}};
   config.set("dtype", dtype_given_ || built_ ? Config(dtype_name(dtype_)) : Config());
+  // As Keras: written only when set.
+  if (activity_regularizer_) config.set("activity_regularizer", activity_regularizer_.get_config());
   return config;
 }
 
@@ -151,8 +157,19 @@ WeightId Layer::add_weight(const std::string& name, const Shape& shape, const In
     if (dim < 0) shape_error("weight '" + name + "' needs a known shape", {{name, shape}});
   for (const OwnWeight& weight : weights_)
     if (weight.name == name) config_error("two weights named '" + name + "'");
-  weights_.push_back({name, Array(shape, dtype_), initializer, fans, trainable});
+  weights_.push_back({name, Array(shape, dtype_), initializer, fans, trainable, {}, {}});
   return weights_.size() - 1;
+}
+
+WeightRegularization WeightRegularization::from_arguments(ConfigReader& args, const std::string& prefix) {
+  return {Regularizer::from_argument(args, prefix + "_regularizer"),
+          Constraint::from_argument(args, prefix + "_constraint")};
+}
+
+void Layer::regularize(WeightId weight, const Regularizer& regularizer, const Constraint& constraint) {
+  OwnWeight& own = weights_.at(weight);
+  own.regularizer = regularizer;
+  own.constraint = constraint;
 }
 
 void Layer::track_layer(const LayerPtr& child, bool part_of_this) {
@@ -222,6 +239,12 @@ Tensor Layer::variable(WeightId weight, const Tensor& like) const {
   Graph& graph = like.graph();
   if (Tensor existing = graph.find_variable(own.value)) return existing;
   return graph.variable(own.name, own.value, own.trainable && trainable_);
+}
+
+// Keras 3 divides each output's activity penalty by its batch size, so its strength does not depend on it.
+void Layer::add_activity_loss(const Regularizer& regularizer, const Tensor& output) const {
+  const Tensor penalty = regularizer(output);
+  output.graph().add_loss(output.rank() > 0 ? penalty / ops::dim_size(output, 0) : penalty);
 }
 
 void Layer::add_update(WeightId weight, const Tensor& value) const {
@@ -299,6 +322,8 @@ Outputs Layer::operator()(const std::vector<Tensor>& given_inputs, const CallArg
   {
     Graph::NameScope scope(graph, name_);
     outputs = call(inputs, args);
+    if (activity_regularizer_)
+      for (const Tensor& output : outputs) add_activity_loss(activity_regularizer_, output);
   }
   if (output_shapes_.empty())
     for (const Tensor& output : outputs) output_shapes_.push_back(output.shape());
@@ -335,7 +360,8 @@ void Layer::collect_weights(const std::string& prefix, bool frozen_by_parent, st
   // trainable flags, so freezing a layer never reorders get_weights().
   const bool frozen = frozen_by_parent || !trainable_;
   for (const OwnWeight& weight : weights_)
-    out.push_back({prefix + weight.name, weight.value, weight.trainable && !frozen});
+    out.push_back(
+        {prefix + weight.name, weight.value, weight.trainable && !frozen, weight.regularizer, weight.constraint});
   for (const LayerPtr& child : children_) child->collect_weights(prefix + child->name_ + "/", frozen, out);
 }
 

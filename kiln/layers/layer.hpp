@@ -45,13 +45,24 @@
 #include <kiln/core/shape.hpp>
 #include <kiln/core/tensor.hpp>
 #include <kiln/layers/config.hpp>
+#include <kiln/layers/constraints.hpp>
 #include <kiln/layers/initializers.hpp>
+#include <kiln/layers/regularizers.hpp>
 
 namespace kiln {
 
 class Layer;
 /// A shared layer: how models, call records and the registry hold layers.
 using LayerPtr = std::shared_ptr<Layer>;
+/// A weight's regularizer and constraint as a layer's config gives them: Keras's `<prefix>_regularizer` and
+/// `<prefix>_constraint` arguments ("kernel_regularizer", "kernel_constraint").
+struct WeightRegularization {
+  Regularizer regularizer;  ///< none unless given
+  Constraint constraint;    ///< none unless given
+  /// Reads `<prefix>_regularizer` and `<prefix>_constraint` from `args` (absent or null: none).
+  static WeightRegularization from_arguments(ConfigReader& args, const std::string& prefix);
+};
+
 /// One of a layer's own weights, as add_weight() returns it for variable() and weight_value().
 using WeightId = std::size_t;
 
@@ -99,12 +110,27 @@ struct LayerCall {
 /// A weight as models, optimizers and files see it. `path` is stable and hierarchical ("query/kernel"
 /// inside its layer), so loading matches weights by name, never by creation order.
 struct Weight {
+  Weight() = default;
+  /// A weight at `path` sharing `value`'s storage; no regularizer or constraint unless given.
+  Weight(std::string weight_path, Array weight_value, bool is_trainable = true, Regularizer weight_regularizer = {},
+         Constraint weight_constraint = {})
+      : path(std::move(weight_path)),
+        value(std::move(weight_value)),
+        trainable(is_trainable),
+        regularizer(std::move(weight_regularizer)),
+        constraint(std::move(weight_constraint)) {}
+
   /// The weight's name inside the layer that listed it: the names of the children holding it, then its own
   /// ("dense/kernel").
   std::string path;
   Array value;  ///< shares storage with the layer
   /// False when the weight was made non-trainable or a layer holding it is frozen.
   bool trainable = true;
+  /// The penalty training adds to the loss while the weight trains (a layer's kernel_regularizer); none
+  /// by default.
+  Regularizer regularizer;
+  /// The projection applied after each optimizer update (a layer's kernel_constraint); none by default.
+  Constraint constraint;
 };
 
 /// What calling a layer returns: its outputs, which read as one Tensor when there is exactly one, so
@@ -241,6 +267,18 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// kernels of attention).
   WeightId add_weight(const std::string& name, const Shape& shape, const Initializer& initializer, const Fans& fans,
                       bool trainable = true);
+  /// Gives one of the layer's own weights a regularizer (added to the training loss while the weight
+  /// trains) and a constraint (applied after each optimizer update), as Keras's add_weight takes them.
+  void regularize(WeightId weight, const Regularizer& regularizer, const Constraint& constraint = {});
+  /// regularize() with the pair a config gave.
+  void regularize(WeightId weight, const WeightRegularization& regularization) {
+    regularize(weight, regularization.regularizer, regularization.constraint);
+  }
+  /// The activity regularizer: its penalty on each output of every call, divided by the output's batch size,
+  /// joins the training loss (Keras's activity_regularizer, a base argument of every layer).
+  const Regularizer& activity_regularizer() const { return activity_regularizer_; }
+  /// Replaces the activity regularizer (ActivityRegularization sets its own from l1 and l2).
+  void set_activity_regularizer(const Regularizer& regularizer) { activity_regularizer_ = regularizer; }
   /// Tracks a child layer (its weights become this layer's); unnamed children get unique names among
   /// their siblings. Returns the child. Models track their member layers with `part_of_this` false:
   /// those keep their own names, dtypes and random streams, and may be added after build.
@@ -257,6 +295,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
 
   /// The graph variable of a weight, in the graph of `like` (created on first use in that graph).
   Tensor variable(WeightId weight, const Tensor& like) const;
+  /// Records `regularizer`'s penalty on `output`, divided by its batch size (axis 0) as Keras 3 divides
+  /// activity penalties, as a loss of the output's graph that training adds (Graph::add_loss).
+  void add_activity_loss(const Regularizer& regularizer, const Tensor& output) const;
   /// Records that each training step assigns `value` to the weight (moving statistics): Graph::add_state_update
   /// on the weight's variable in `value`'s graph. Call it from call() in training mode only.
   void add_update(WeightId weight, const Tensor& value) const;
@@ -276,6 +317,8 @@ class Layer : public std::enable_shared_from_this<Layer> {
     Initializer initializer;
     Fans fans;
     bool trainable;
+    Regularizer regularizer;
+    Constraint constraint;
   };
   void collect_weights(const std::string& prefix, bool frozen_by_parent, std::vector<Weight>& out) const;
   void initialize_own_weights(std::uint64_t seed);
@@ -289,6 +332,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
   std::string name_;
   bool name_given_ = false;
   bool trainable_ = true;
+  Regularizer activity_regularizer_;
   DType dtype_ = DType::float32;
   bool dtype_given_ = false;
   bool built_ = false;

@@ -30,8 +30,8 @@ LayerNormalizationLayer::LayerNormalizationLayer(const Config& config) : Layer(c
   if (args.boolean("rms_scaling", false)) args.fail("rms_scaling = true is not supported by kiln");
   beta_initializer_ = Initializer::from_argument(args, "beta_initializer", "zeros");
   gamma_initializer_ = Initializer::from_argument(args, "gamma_initializer", "ones");
-  for (const char* key : {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"})
-    args.unsupported(key);
+  beta_regularization_ = WeightRegularization::from_arguments(args, "beta");
+  gamma_regularization_ = WeightRegularization::from_arguments(args, "gamma");
   args.finish();
   if (axis_.empty()) args.fail("axis must name at least one axis");
   if (!(epsilon_ > 0.0)) args.fail("epsilon must be positive, got " + std::to_string(epsilon_));
@@ -46,6 +46,10 @@ Config LayerNormalizationLayer::get_config() const {
   config.set("rms_scaling", false);
   config.set("beta_initializer", beta_initializer_.get_config());
   config.set("gamma_initializer", gamma_initializer_.get_config());
+  config.set("beta_regularizer", beta_regularization_.regularizer.get_config());
+  config.set("gamma_regularizer", gamma_regularization_.regularizer.get_config());
+  config.set("beta_constraint", beta_regularization_.constraint.get_config());
+  config.set("gamma_constraint", gamma_regularization_.constraint.get_config());
   return config;
 }
 
@@ -62,8 +66,14 @@ void LayerNormalizationLayer::build(const Shape& input_shape) {
     shape_error("needs inputs whose last dimension is known", {{"input", input_shape}});
   check_axis(input_shape);
   const Shape features{input_shape.dim(-1)};
-  if (scale_) gamma_ = add_weight("gamma", features, gamma_initializer_);  // Keras's order: gamma, then beta
-  if (center_) beta_ = add_weight("beta", features, beta_initializer_);
+  if (scale_) {  // Keras's order: gamma, then beta
+    gamma_ = add_weight("gamma", features, gamma_initializer_);
+    regularize(gamma_, gamma_regularization_);
+  }
+  if (center_) {
+    beta_ = add_weight("beta", features, beta_initializer_);
+    regularize(beta_, beta_regularization_);
+  }
 }
 
 Tensor LayerNormalizationLayer::gamma_for(const Tensor& input) const {

@@ -43,6 +43,7 @@ class LayerNormalizationLayer : public Layer {
   bool center_ = true;
   bool scale_ = true;
   Initializer beta_initializer_, gamma_initializer_;
+  WeightRegularization beta_regularization_, gamma_regularization_;
   WeightId gamma_ = 0, beta_ = 0;
 };
 

@@ -23,9 +23,13 @@ MultiHeadAttentionLayer::MultiHeadAttentionLayer(const Config& config) : Layer(c
   bias_initializer_ = Initializer::from_argument(args, "bias_initializer", "zeros");
   seed_ = args.value("seed");
   if (args.boolean("use_gate", false)) args.fail("use_gate is not supported");
-  for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
-                          "bias_constraint", "sliding_window", "flash_attention"})
-    args.unsupported(key);
+  kernel_regularization_ = WeightRegularization::from_arguments(args, "kernel");
+  bias_regularization_ = WeightRegularization::from_arguments(args, "bias");
+  // Keras hands activity_regularizer to the query, key, value and output projections (its EinsumDense
+  // sublayers): each projection's output is penalized, the layer's own output is not.
+  projection_activity_ = activity_regularizer();
+  set_activity_regularizer({});
+  for (const char* key : {"sliding_window", "flash_attention"}) args.unsupported(key);
   args.finish();
 
   if (num_heads_ <= 0) args.fail("num_heads must be positive, got " + std::to_string(num_heads_));
@@ -66,9 +70,11 @@ Config MultiHeadAttentionLayer::get_config() const {
   config.set("attention_axes", attention_axes_);
   config.set("kernel_initializer", kernel_initializer_.get_config());
   config.set("bias_initializer", bias_initializer_.get_config());
-  for (const char* key :
-       {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint", "bias_constraint"})
-    config.set(key, Config());
+  config.set("kernel_regularizer", kernel_regularization_.regularizer.get_config());
+  config.set("bias_regularizer", bias_regularization_.regularizer.get_config());
+  config.set("activity_regularizer", projection_activity_.get_config());
+  config.set("kernel_constraint", kernel_regularization_.constraint.get_config());
+  config.set("bias_constraint", bias_regularization_.constraint.get_config());
   config.set("seed", seed_);
   return config;
 }
@@ -92,7 +98,11 @@ MultiHeadAttentionLayer::Projection MultiHeadAttentionLayer::add_projection(cons
   // Keras 3.15's fans for these 3-D kernels: a Dense from input_dim to heads·depth.
   const Fans fans{static_cast<double>(input_dim), static_cast<double>(num_heads_ * depth)};
   projection.kernel = add_weight(name + "/kernel", {input_dim, num_heads_, depth}, kernel_initializer_, fans);
-  if (use_bias_) projection.bias = add_weight(name + "/bias", {num_heads_, depth}, bias_initializer_);
+  regularize(projection.kernel, kernel_regularization_);
+  if (use_bias_) {
+    projection.bias = add_weight(name + "/bias", {num_heads_, depth}, bias_initializer_);
+    regularize(projection.bias, bias_regularization_);
+  }
   return projection;
 }
 
@@ -128,7 +138,11 @@ void MultiHeadAttentionLayer::build(const std::vector<Shape>& shapes) {
   const Fans fans{static_cast<double>(num_heads_ * value_depth_), static_cast<double>(output_dim)};
   output_.kernel =
       add_weight("attention_output/kernel", {num_heads_, value_depth_, output_dim}, kernel_initializer_, fans);
-  if (use_bias_) output_.bias = add_weight("attention_output/bias", {output_dim}, bias_initializer_);
+  regularize(output_.kernel, kernel_regularization_);
+  if (use_bias_) {
+    output_.bias = add_weight("attention_output/bias", {output_dim}, bias_initializer_);
+    regularize(output_.bias, bias_regularization_);
+  }
 }
 
 Tensor MultiHeadAttentionLayer::project(const Tensor& x, const Projection& projection, std::int64_t depth) const {
@@ -136,6 +150,7 @@ Tensor MultiHeadAttentionLayer::project(const Tensor& x, const Projection& proje
   const Tensor kernel = ops::reshape(variable(projection.kernel, x), {x.shape()[2], width});
   Tensor y = ops::matmul(x, kernel);
   if (use_bias_) y = y + ops::reshape(variable(projection.bias, x), {width});
+  if (projection_activity_) add_activity_loss(projection_activity_, y);
   // (batch, length, heads, depth): one attention per head, read in place by the fused attention.
   return ops::reshape(y, {-1, length, num_heads_, depth});
 }
@@ -174,6 +189,7 @@ std::vector<Tensor> MultiHeadAttentionLayer::call(const std::vector<Tensor>& inp
   const Tensor kernel = variable(output_.kernel, query);
   Tensor output = ops::matmul(merged, ops::reshape(kernel, {width, kernel.shape()[2]}));
   if (use_bias_) output = output + variable(output_.bias, query);
+  if (projection_activity_) add_activity_loss(projection_activity_, output);
   if (options.return_weights) return {output, attended.weights};
   return {output};
 }

@@ -77,6 +77,8 @@ class MultiHeadAttentionLayer : public Layer {
   double dropout_ = 0.0;
   bool use_bias_ = true;
   Initializer kernel_initializer_, bias_initializer_;
+  WeightRegularization kernel_regularization_, bias_regularization_;
+  Regularizer projection_activity_;  ///< Keras gives activity_regularizer to the four projections, not the output
   std::int64_t key_depth_ = 0, value_depth_ = 0, output_dim_ = 0, key_features_ = 0;
   Projection query_, key_, value_, output_;
 };

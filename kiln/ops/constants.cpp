@@ -1,5 +1,6 @@
 // Constants and fills.
 #include <algorithm>
+#include <string>
 
 #include <kiln/core/array.hpp>
 #include <kiln/core/graph.hpp>
@@ -16,6 +17,20 @@ void fill_like_kernel(const KernelContext& k) {
   T* out = k.out<T>();
   for (std::size_t i = 0; i < k.output_size(); ++i) out[i] = value;
 }
+
+// The run-time size of one axis, as a () value.
+template <class T>
+void dim_size_kernel(const KernelContext& k) {
+  const Shape& x = k.input_shape(0);
+  *k.out<T>() = static_cast<T>(x[static_cast<int>(k.attributes().get_int("axis"))]);
+}
+
+Shape dim_size_shape(const InferContext& ctx) {
+  const std::int64_t axis = ctx.attributes().get_int("axis");
+  if (axis < 0 || axis >= ctx.input_shape(0).rank())
+    ctx.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(ctx.input_shape(0).rank()));
+  return Shape{};
+}
 }  // namespace
 
 // A fill shaped like its input at run time, so it follows the batch size.
@@ -26,7 +41,17 @@ KILN_REGISTER_OP(OpDef("kiln>FillLike")
                      .forward(fill_like_kernel<float>, fill_like_kernel<double>)
                      .non_differentiable_inputs({0}, "only its shape is read"));
 
+KILN_REGISTER_OP(OpDef("kiln>DimSize")
+                     .inputs(1)
+                     .attributes({"axis"})
+                     .infer_shape(dim_size_shape)
+                     .forward(dim_size_kernel<float>, dim_size_kernel<double>)
+                     .non_differentiable_inputs({0}, "only its shape is read"));
+
 namespace ops {
+Tensor dim_size(const Tensor& x, int axis) {
+  return x.graph().add_op("kiln>DimSize", {x}, Attributes().set("axis", axis < 0 ? axis + x.rank() : axis), "dim_size");
+}
 Tensor constant(Graph& graph, const Array& value, const std::string& name) { return graph.constant(value, name); }
 Tensor scalar_like(const Tensor& like, double value) { return like.graph().scalar(value, like.dtype()); }
 Tensor causal_mask(Graph& graph, std::int64_t query_length, std::int64_t key_length, DType dtype) {

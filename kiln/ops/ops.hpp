@@ -26,6 +26,9 @@ Tensor causal_mask(Graph& graph, std::int64_t query_length, std::int64_t key_len
 Tensor zeros_like(const Tensor& like);  ///< computed from like's runtime shape
 /// 1 everywhere, of like's dtype; computed from like's runtime shape, as zeros_like.
 Tensor ones_like(const Tensor& like);
+/// The size of x's `axis` (negative from the end) at run time, as a () tensor of x's dtype: the batch size
+/// of an unknown batch. ShapeError for an axis x does not have; no gradient flows into x through it.
+Tensor dim_size(const Tensor& x, int axis);
 
 // ---- elementwise, NumPy broadcasting -------------------------------------------------------------
 /// a + b, elementwise. The shapes broadcast as NumPy's; ShapeError when they cannot, DTypeError when the

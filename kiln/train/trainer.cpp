@@ -145,6 +145,14 @@ std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>
       metric_values.emplace_back(prefix + metric.name(), resolved(target, outputs[k]));
     }
   }
+  // Keras's model.losses join the loss minimized and reported: each trainable weight's regularizer, and the
+  // activity penalties the layers' calls recorded in this graph.
+  const std::vector<Weight> trainable = model_.trainable_weights();
+  for (const Weight& weight : trainable)
+    if (weight.regularizer)
+      if (const Tensor variable = compiled->graph.find_variable(weight.value); variable.valid())
+        total = total + weight.regularizer(variable);
+  for (const Tensor& loss : compiled->graph.losses()) total = total + loss;
   compiled->names.push_back("loss");
   compiled->values.push_back(total);
   for (const auto& [name, value] : metric_values) {
@@ -155,16 +163,23 @@ std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>
   if (training) {
     std::vector<Tensor> weights;
     std::vector<std::string> paths;
-    for (const Weight& weight : model_.trainable_weights()) {
+    std::vector<const Weight*> sources;
+    for (const Weight& weight : trainable) {
       const Tensor variable = compiled->graph.find_variable(weight.value);
       if (!variable.valid()) continue;  // a weight this model's outputs never read
       weights.push_back(variable);
       paths.push_back(weight.path);
+      sources.push_back(&weight);
     }
     GradientOptions options;
     options.allow_unused = true;
     const std::vector<Tensor> grads = gradients(total, weights, options);
     updates = optimizer_->build_updates(compiled->graph, weights, grads, paths);
+    // Constraints project each weight's new value, as Keras applies them after the optimizer's assignment.
+    for (Update& update : updates)
+      for (std::size_t i = 0; i < weights.size(); ++i)
+        if (update.variable.id() == weights[i].id() && sources[i]->constraint)
+          update.value = sources[i]->constraint(update.value);
     // What the layers' training-mode calls assign besides the weights (BatchNormalization's moving
     // statistics): computed in the same run, assigned with the optimizer's updates.
     const std::vector<Update>& state = compiled->graph.state_updates();

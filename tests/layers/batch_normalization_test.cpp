@@ -155,7 +155,7 @@ TEST_CASE("BatchNormalization: bad arguments and axes fail early, naming the lay
   CHECK_THROWS_WITH(kiln::BatchNormalization(-1, {{"epsilon", 0.0}}), Contains("epsilon must be positive"));
   CHECK_THROWS_WITH(kiln::BatchNormalization(-1, {{"momentum", 1.5}}), Contains("momentum must be in [0, 1]"));
   CHECK_THROWS_WITH(kiln::BatchNormalization(-1, {{"renorm", true}}), Contains("renorm=true is not supported"));
-  CHECK_THROWS_WITH(kiln::BatchNormalization(-1, {{"gamma_regularizer", "l2"}}), Contains("gamma_regularizer"));
+  CHECK_THROWS_WITH(kiln::BatchNormalization(-1, {{"gamma_regularizer", "l3"}}), Contains("l3"));
   kiln::BatchNormalization far(3, {{"name", "far"}});
   CHECK_THROWS_WITH(far(kiln::Input({any, 4})),
                     Contains("BatchNormalization 'far'") && Contains("axis 3 does not exist in inputs of rank 2"));

@@ -157,7 +157,7 @@ TEST_CASE("Conv: bad arguments and inputs fail early, naming the layer", "[layer
   CHECK_THROWS_WITH(kiln::Conv2D(4, 3, "", {{"data_format", "channels_middle"}}), Contains("data_format must be"));
   CHECK_THROWS_WITH(kiln::Conv2D(4, {3, 3, 3}), Contains("must be an int or a list of 2"));
   CHECK_THROWS_WITH(kiln::Conv2D(Config{{"filters", 4}}), Contains("'kernel_size' is required"));
-  CHECK_THROWS_WITH(kiln::Conv2D(4, 3, "", {{"kernel_regularizer", "l2"}}), Contains("kernel_regularizer"));
+  CHECK_THROWS_WITH(kiln::Conv2D(4, 3, "", {{"kernel_regularizer", "l3"}}), Contains("l3"));
   CHECK_THROWS_WITH(kiln::Conv2D(4, 3, "", {{"filter", 3}}), Contains("unknown argument 'filter'"));
 
   kiln::Conv2D wide(4, 5, "", {{"name", "wide"}});

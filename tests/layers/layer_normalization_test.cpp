@@ -136,8 +136,7 @@ TEST_CASE("LayerNormalization: other axes and bad shapes fail, naming the layer"
   CHECK_THROWS_AS(several(x), kiln::ConfigError);
 
   CHECK_THROWS_WITH(kiln::LayerNormalization(1e-3, {{"rms_scaling", true}}), Catch::Contains("rms_scaling"));
-  CHECK_THROWS_WITH(kiln::LayerNormalization(1e-3, {{"gamma_regularizer", "l2"}}),
-                    Catch::Contains("gamma_regularizer"));
+  CHECK_THROWS_WITH(kiln::LayerNormalization(1e-3, {{"gamma_regularizer", "l3"}}), Catch::Contains("l3"));
   CHECK_THROWS_AS(kiln::LayerNormalization(0.0), kiln::ConfigError);
   CHECK_THROWS_WITH(kiln::LayerNormalization(Config{{"epsilonn", 1e-5}}),
                     Catch::Contains("unknown argument 'epsilonn'"));

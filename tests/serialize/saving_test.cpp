@@ -237,6 +237,12 @@ std::vector<ModelCase> every_layer_type() {
          return Model(x, Dense(2)(norm(x)));
        },
        {{4, 5}}},
+      {"kiln>ActivityRegularization",
+       [] {
+         Tensor x = input({None, 5});
+         return Model(x, Dense(2)(ActivityRegularization(0.01, 0.02)(Dense(3, "", {{"kernel_regularizer", "l2"}})(x))));
+       },
+       {{4, 5}}},
       {"kiln>MaxPooling1D",
        [] {
          Tensor x = input({None, 9, 3});
