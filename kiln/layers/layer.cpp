@@ -65,6 +65,11 @@ Layer::Layer(const Config& config, std::string class_name) : class_name_(std::mo
 
 Layer::~Layer() = default;
 
+void Layer::set_trainable(bool trainable) {
+  trainable_ = trainable;
+  for (const LayerPtr& child : children_) child->set_trainable(trainable);
+}
+
 ConfigReader Layer::config_reader(const Config& config) const {
   ConfigReader reader(config, class_name_);
   reader.value("name");

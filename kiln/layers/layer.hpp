@@ -185,9 +185,10 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// Whether the layer trains. A frozen layer's weights, its children's included, are non-trainable: fit()
   /// leaves them alone. Saved as "trainable".
   bool trainable() const { return trainable_; }
-  /// Freezes (false) or unfreezes the layer and everything it holds; as in Keras, compile the model again
-  /// for fit() to see the change.
-  void set_trainable(bool trainable) { trainable_ = trainable; }
+  /// Freezes (false) or unfreezes the layer and everything it holds: as Keras's trainable setter, it sets
+  /// every child's (a model's member layers included) too, so a BatchNormalization inside a frozen model
+  /// runs in inference mode. As in Keras, compile the model again for fit() to see the change.
+  void set_trainable(bool trainable);
   /// The weights' dtype: given, or taken from the first input at build.
   DType dtype() const { return dtype_; }
   /// Whether the config gave the dtype; otherwise the first input (or the parent layer) sets it at build.

@@ -121,6 +121,32 @@ TEST_CASE("BatchNormalization: not trainable, it normalizes with the moving stat
   CHECK(trained.bitwise_equal(run_layer(*bn, c).at(0)));
 }
 
+TEST_CASE("BatchNormalization inside a frozen model runs in inference mode (Keras 3's fine-tuning)",
+          "[layers][batch_norm]") {
+  // A base model holding a BatchNormalization, frozen as a whole and trained under a new head: the
+  // freeze reaches the inner layer, which keeps its moving statistics and normalizes with them.
+  const kiln::Tensor x = kiln::Input({any, 2}, kiln::DType::float64);
+  kiln::BatchNormalization bn(-1, perturbed());
+  kiln::Model base(x, bn(x));
+  base->set_trainable(false);
+  CHECK_FALSE(bn->trainable());
+  CHECK_FALSE(bn.get_config().get_bool("trainable"));
+  const kiln::Tensor input = kiln::Input({any, 2}, kiln::DType::float64);
+  kiln::Model model(input, kiln::Dense(1)(base(input)));
+  model.compile(kiln::create_optimizer("sgd", {{"learning_rate", 0.1}}), "mse");
+  const std::vector<Array> before = bn.get_weights();
+  const Array y = Array::from_vector(std::vector<double>{1, 2, 3, 4}, {4, 1});
+  model.fit(four_samples(), y, kiln::FitOptions().epochs(2).batch_size(2).verbose(0));
+  const std::vector<Array> after = bn.get_weights();
+  for (std::size_t i = 0; i < 4; ++i) CHECK(after[i].bitwise_equal(before[i]));
+  // Unfreezing the base unfreezes the layer again, and training moves its statistics.
+  base->set_trainable(true);
+  CHECK(bn->trainable());
+  model.compile(kiln::create_optimizer("sgd", {{"learning_rate", 0.1}}), "mse");
+  model.fit(four_samples(), y, kiln::FitOptions().epochs(1).batch_size(4).verbose(0));
+  CHECK_FALSE(bn.get_weights()[2].bitwise_equal(before[2]));
+}
+
 TEST_CASE("BatchNormalization: Keras's weights, config and summary", "[layers][batch_norm][config]") {
   kiln::BatchNormalization bn;
   bn->build_for(Shape{any, 8, 8, 16});
