@@ -162,17 +162,21 @@ Tensor ConvLayer::convolve(const Tensor& input, const Tensor& kernel) const {
   return ops::conv_transpose(input, kernel, transposed_length(input.shape()), options, transposed_pad_before());
 }
 
+// A forward convolution's window must fit its input (a transposed one's output grows to fit).
+void ConvLayer::check_window(const Shape& input_shape, const Shape& kernel) const {
+  if (transpose_) return;
+  try {
+    ops::conv_output_shape(input_shape, kernel, {strides_, dilation_rate_, padding_, data_format_});
+  } catch (const ShapeError& error) {
+    shape_error(std::string("cannot convolve its input: ") + error.what(), {{"input", input_shape}});
+  }
+}
+
 void ConvLayer::build(const Shape& input_shape) {
   check_input(input_shape);
   const std::int64_t channels = input_shape[static_cast<int>(channel_axis(input_shape))];
   const Shape kernel = kernel_shape(channels);
-  if (!transpose_) {
-    try {
-      ops::conv_output_shape(input_shape, kernel, {strides_, dilation_rate_, padding_, data_format_});
-    } catch (const ShapeError& error) {  // the window must fit, as in Keras's build
-      shape_error(std::string("cannot convolve its input: ") + error.what(), {{"input", input_shape}});
-    }
-  }
+  check_window(input_shape, kernel);  // the window must fit, as in Keras's build
   kernel_ = add_weight("kernel", kernel, kernel_initializer_);
   regularize(kernel_, kernel_regularization_);
   if (use_bias_) {
@@ -189,13 +193,7 @@ Tensor ConvLayer::call(const Tensor& input, const CallArgs&) {
     shape_error("was built for " + std::to_string(built[axis]) + " input channels",
                 {{"built for", built}, {"input", input.shape()}});
   const Tensor kernel = variable(kernel_, input);
-  if (!transpose_) {
-    try {
-      ops::conv_output_shape(input.shape(), kernel.shape(), {strides_, dilation_rate_, padding_, data_format_});
-    } catch (const ShapeError& error) {
-      shape_error(std::string("cannot convolve its input: ") + error.what(), {{"input", input.shape()}});
-    }
-  }
+  check_window(input.shape(), kernel.shape());
   Tensor output = convolve(input, kernel);
   if (use_bias_) {
     Tensor bias = variable(bias_, input);
@@ -307,13 +305,19 @@ Config DepthwiseConvLayer::get_config() const {
 }
 
 namespace {
-// Rank, channels and the window, checked at build and at each call (ShapeError naming `layer`).
-void check_depthwise_input(const Layer& layer, const Shape& input_shape, const detail::DepthwiseArgs& a) {
+// Rank, channels and the window, checked at build and at each call (then with the shape `built` for, whose
+// channel count the input must have). ShapeError naming `layer`.
+void check_depthwise_input(const Layer& layer, const Shape& input_shape, const detail::DepthwiseArgs& a,
+                           const Shape* built = nullptr) {
   auto fail = [&](const std::string& what) { throw ShapeError(layer.describe(), what, {{"input", input_shape}}); };
   if (input_shape.rank() != a.rank + 2)
     fail("expects inputs of rank " + std::to_string(a.rank + 2) + ", got rank " + std::to_string(input_shape.rank()));
   const std::int64_t channels = input_shape[channel_axis_of(a, input_shape)];
   if (channels == Shape::unknown) fail("needs inputs whose channel axis is known");
+  if (built != nullptr && channels != (*built)[channel_axis_of(a, *built)])
+    throw ShapeError(layer.describe(),
+                     "was built for " + std::to_string((*built)[channel_axis_of(a, *built)]) + " input channels",
+                     {{"built for", *built}, {"input", input_shape}});
   std::vector<std::int64_t> kernel = a.kernel_size;
   kernel.push_back(1);
   kernel.push_back(channels * a.depth_multiplier);
@@ -340,12 +344,7 @@ void DepthwiseConvLayer::build(const Shape& input_shape) {
 }
 
 Tensor DepthwiseConvLayer::call(const Tensor& input, const CallArgs&) {
-  check_depthwise_input(*this, input.shape(), args_);
-  const Shape& built = build_shapes().at(0);
-  const int axis = channel_axis_of(args_, built);
-  if (input.shape()[axis] != built[axis])
-    shape_error("was built for " + std::to_string(built[axis]) + " input channels",
-                {{"built for", built}, {"input", input.shape()}});
+  check_depthwise_input(*this, input.shape(), args_, &build_shapes().at(0));
   Tensor output = depthwise_conv(input, variable(kernel_, input), args_);
   if (args_.use_bias) output = add_bias(output, variable(bias_, input), args_);
   return ops::activation(output, args_.activation);
@@ -393,12 +392,7 @@ void SeparableConvLayer::build(const Shape& input_shape) {
 }
 
 Tensor SeparableConvLayer::call(const Tensor& input, const CallArgs&) {
-  check_depthwise_input(*this, input.shape(), args_);
-  const Shape& built = build_shapes().at(0);
-  const int axis = channel_axis_of(args_, built);
-  if (input.shape()[axis] != built[axis])
-    shape_error("was built for " + std::to_string(built[axis]) + " input channels",
-                {{"built for", built}, {"input", input.shape()}});
+  check_depthwise_input(*this, input.shape(), args_, &build_shapes().at(0));
   const Tensor depthwise = depthwise_conv(input, variable(depthwise_kernel_, input), args_);
   ops::ConvOptions pointwise;
   pointwise.data_format = args_.data_format;

@@ -64,6 +64,7 @@ class ConvLayer : public Layer {
  private:
   std::int64_t channel_axis(const Shape& shape) const;
   void check_input(const Shape& input_shape) const;
+  void check_window(const Shape& input_shape, const Shape& kernel) const;
   Shape kernel_shape(std::int64_t channels) const;
   std::vector<std::int64_t> transposed_length(const Shape& input_shape) const;
   std::vector<std::int64_t> transposed_pad_before() const;
