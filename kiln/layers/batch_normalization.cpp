@@ -42,10 +42,7 @@ Config BatchNormalizationLayer::get_config() const {
   config.set("scale", scale_);
   config.set("beta_initializer", beta_initializer_.get_config());
   config.set("gamma_initializer", gamma_initializer_.get_config());
-  config.set("beta_regularizer", beta_regularization_.regularizer.get_config());
-  config.set("gamma_regularizer", gamma_regularization_.regularizer.get_config());
-  config.set("beta_constraint", beta_regularization_.constraint.get_config());
-  config.set("gamma_constraint", gamma_regularization_.constraint.get_config());
+  WeightRegularization::write(config, "beta", beta_regularization_, "gamma", gamma_regularization_);
   config.set("moving_mean_initializer", moving_mean_initializer_.get_config());
   config.set("moving_variance_initializer", moving_variance_initializer_.get_config());
   config.set("synchronized", false);

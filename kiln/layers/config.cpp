@@ -387,6 +387,14 @@ std::string ConfigReader::text(const std::string& key, const std::string& fallba
   return found.is_null() ? fallback : found.as_string(who_ + " argument '" + key + "'");
 }
 
+std::vector<std::int64_t> ConfigReader::int_or_ints(const std::string& key, std::int64_t fallback, bool& was_list) {
+  const Config& found = value(key);
+  was_list = found.is_list();
+  const std::string what = who_ + " argument '" + key + "'";
+  if (found.is_null()) return {fallback};
+  return was_list ? found.as_ints(what) : std::vector<std::int64_t>{found.as_int(what)};
+}
+
 std::string ConfigReader::data_format() {
   const std::string format = to_lower_case(text("data_format", "channels_last"));
   if (format != "channels_last" && format != "channels_first")

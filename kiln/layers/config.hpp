@@ -164,6 +164,9 @@ class ConfigReader {
   /// Keras's standardize_tuple: the argument `key` as `count` ints, given as one int (the same on every
   /// axis) or a list of `count`; `fallback` on every axis when absent or null. ConfigError otherwise.
   std::vector<std::int64_t> tuple(const std::string& key, int count, std::int64_t fallback);
+  /// An argument given as one int or as a list of ints (an axis, or several): the list, or {fallback} when
+  /// absent or null. `was_list` says which form was given, so get_config writes it back the same way.
+  std::vector<std::int64_t> int_or_ints(const std::string& key, std::int64_t fallback, bool& was_list);
   /// Keras's data_format argument (standardize_data_format): "channels_last" (the default, Keras's
   /// image_data_format) or "channels_first", in any case; ConfigError for any other.
   std::string data_format();

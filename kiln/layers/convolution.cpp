@@ -85,10 +85,7 @@ Config ConvLayer::get_config() const {
   config.set("use_bias", use_bias_);
   config.set("kernel_initializer", kernel_initializer_.get_config());
   config.set("bias_initializer", bias_initializer_.get_config());
-  config.set("kernel_regularizer", kernel_regularization_.regularizer.get_config());
-  config.set("bias_regularizer", bias_regularization_.regularizer.get_config());
-  config.set("kernel_constraint", kernel_regularization_.constraint.get_config());
-  config.set("bias_constraint", bias_regularization_.constraint.get_config());
+  WeightRegularization::write(config, "kernel", kernel_regularization_, "bias", bias_regularization_);
   return config;
 }
 
@@ -256,10 +253,7 @@ void write_depthwise_args(Config& config, const detail::DepthwiseArgs& a) {
   config.set("use_bias", a.use_bias);
   config.set("depthwise_initializer", a.depthwise_initializer.get_config());
   config.set("bias_initializer", a.bias_initializer.get_config());
-  config.set("depthwise_regularizer", a.depthwise_regularization.regularizer.get_config());
-  config.set("bias_regularizer", a.bias_regularization.regularizer.get_config());
-  config.set("depthwise_constraint", a.depthwise_regularization.constraint.get_config());
-  config.set("bias_constraint", a.bias_regularization.constraint.get_config());
+  WeightRegularization::write(config, "depthwise", a.depthwise_regularization, "bias", a.bias_regularization);
 }
 
 ops::ConvOptions options_of(const detail::DepthwiseArgs& a) {
@@ -367,8 +361,7 @@ Config SeparableConvLayer::get_config() const {
   config.set("filters", filters_);
   write_depthwise_args(config, args_);
   config.set("pointwise_initializer", pointwise_initializer_.get_config());
-  config.set("pointwise_regularizer", pointwise_regularization_.regularizer.get_config());
-  config.set("pointwise_constraint", pointwise_regularization_.constraint.get_config());
+  pointwise_regularization_.write(config, "pointwise");
   return config;
 }
 

@@ -28,10 +28,7 @@ Config DenseLayer::get_config() const {
   config.set("use_bias", use_bias_);
   config.set("kernel_initializer", kernel_initializer_.get_config());
   config.set("bias_initializer", bias_initializer_.get_config());
-  config.set("kernel_regularizer", kernel_regularization_.regularizer.get_config());
-  config.set("bias_regularizer", bias_regularization_.regularizer.get_config());
-  config.set("kernel_constraint", kernel_regularization_.constraint.get_config());
-  config.set("bias_constraint", bias_regularization_.constraint.get_config());
+  WeightRegularization::write(config, "kernel", kernel_regularization_, "bias", bias_regularization_);
   return config;
 }
 

@@ -27,8 +27,7 @@ Config EmbeddingLayer::get_config() const {
   config.set("input_dim", input_dim_);
   config.set("output_dim", output_dim_);
   config.set("embeddings_initializer", embeddings_initializer_.get_config());
-  config.set("embeddings_regularizer", embeddings_regularization_.regularizer.get_config());
-  config.set("embeddings_constraint", embeddings_regularization_.constraint.get_config());
+  embeddings_regularization_.write(config, "embeddings");
   config.set("mask_zero", false);
   return config;
 }

@@ -38,10 +38,7 @@ Config GroupNormalizationLayer::get_config() const {
   config.set("scale", scale_);
   config.set("beta_initializer", beta_initializer_.get_config());
   config.set("gamma_initializer", gamma_initializer_.get_config());
-  config.set("beta_regularizer", beta_regularization_.regularizer.get_config());
-  config.set("gamma_regularizer", gamma_regularization_.regularizer.get_config());
-  config.set("beta_constraint", beta_regularization_.constraint.get_config());
-  config.set("gamma_constraint", gamma_regularization_.constraint.get_config());
+  WeightRegularization::write(config, "beta", beta_regularization_, "gamma", gamma_regularization_);
   return config;
 }
 
@@ -104,11 +101,7 @@ GroupNormalization::GroupNormalization(std::int64_t groups, const Config& option
 
 RMSNormalizationLayer::RMSNormalizationLayer(const Config& config) : Layer(config, "RMSNormalization") {
   ConfigReader args = config_reader(config);
-  const Config& axis = args.value("axis");
-  axis_is_list_ = axis.is_list();
-  axis_ = axis.is_null()  ? std::vector<std::int64_t>{-1}
-          : axis_is_list_ ? axis.as_ints("RMSNormalization argument 'axis'")
-                          : std::vector<std::int64_t>{axis.as_int("RMSNormalization argument 'axis'")};
+  axis_ = args.int_or_ints("axis", -1, axis_is_list_);
   epsilon_ = args.number("epsilon", 1e-6);
   args.finish();
   if (axis_.empty()) args.fail("axis must name at least one axis");

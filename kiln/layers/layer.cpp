@@ -171,6 +171,19 @@ WeightRegularization WeightRegularization::from_arguments(ConfigReader& args, co
           Constraint::from_argument(args, prefix + "_constraint")};
 }
 
+void WeightRegularization::write(Config& config, const std::string& prefix) const {
+  config.set(prefix + "_regularizer", regularizer.get_config());
+  config.set(prefix + "_constraint", constraint.get_config());
+}
+
+void WeightRegularization::write(Config& config, const std::string& a, const WeightRegularization& first,
+                                 const std::string& b, const WeightRegularization& second) {
+  config.set(a + "_regularizer", first.regularizer.get_config());
+  config.set(b + "_regularizer", second.regularizer.get_config());
+  config.set(a + "_constraint", first.constraint.get_config());
+  config.set(b + "_constraint", second.constraint.get_config());
+}
+
 void Layer::regularize(WeightId weight, const Regularizer& regularizer, const Constraint& constraint) {
   OwnWeight& own = weights_.at(weight);
   own.regularizer = regularizer;

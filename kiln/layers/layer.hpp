@@ -61,6 +61,12 @@ struct WeightRegularization {
   Constraint constraint;    ///< none unless given
   /// Reads `<prefix>_regularizer` and `<prefix>_constraint` from `args` (absent or null: none).
   static WeightRegularization from_arguments(ConfigReader& args, const std::string& prefix);
+  /// Writes `<prefix>_regularizer` and `<prefix>_constraint` into `config`, null when none.
+  void write(Config& config, const std::string& prefix) const;
+  /// Writes two weights' keys in Keras's order: `<a>_regularizer`, `<b>_regularizer`, `<a>_constraint`,
+  /// `<b>_constraint` (Dense's kernel and bias, BatchNormalization's beta and gamma).
+  static void write(Config& config, const std::string& a, const WeightRegularization& first, const std::string& b,
+                    const WeightRegularization& second);
 };
 
 /// One of a layer's own weights, as add_weight() returns it for variable() and weight_value().

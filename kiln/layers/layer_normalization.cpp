@@ -19,11 +19,7 @@ Tensor constant_features(const Tensor& input, std::int64_t features, double valu
 
 LayerNormalizationLayer::LayerNormalizationLayer(const Config& config) : Layer(config, "LayerNormalization") {
   ConfigReader args = config_reader(config);
-  const Config& axis = args.value("axis");
-  axis_is_list_ = axis.is_list();
-  axis_ = axis.is_null()  ? std::vector<std::int64_t>{-1}
-          : axis_is_list_ ? axis.as_ints("LayerNormalization argument 'axis'")
-                          : std::vector<std::int64_t>{axis.as_int("LayerNormalization argument 'axis'")};
+  axis_ = args.int_or_ints("axis", -1, axis_is_list_);
   epsilon_ = args.number("epsilon", 1e-3);
   center_ = args.boolean("center", true);
   scale_ = args.boolean("scale", true);
@@ -46,10 +42,7 @@ Config LayerNormalizationLayer::get_config() const {
   config.set("rms_scaling", false);
   config.set("beta_initializer", beta_initializer_.get_config());
   config.set("gamma_initializer", gamma_initializer_.get_config());
-  config.set("beta_regularizer", beta_regularization_.regularizer.get_config());
-  config.set("gamma_regularizer", gamma_regularization_.regularizer.get_config());
-  config.set("beta_constraint", beta_regularization_.constraint.get_config());
-  config.set("gamma_constraint", gamma_regularization_.constraint.get_config());
+  WeightRegularization::write(config, "beta", beta_regularization_, "gamma", gamma_regularization_);
   return config;
 }
 

@@ -120,15 +120,12 @@ std::vector<Tensor> ConcatenateLayer::call(const std::vector<Tensor>& inputs, co
 
 DotLayer::DotLayer(const Config& config) : Layer(config, "Dot") {
   ConfigReader args = config_reader(config);
-  const Config& axes = args.value("axes");
-  if (axes.is_null()) args.fail("the argument 'axes' is required");
-  axes_is_list_ = axes.is_list();
-  axes_ = axes_is_list_ ? axes.as_ints("Dot argument 'axes'")
-                        : std::vector<std::int64_t>{axes.as_int("Dot argument 'axes'")};
+  if (!args.has("axes")) args.fail("the argument 'axes' is required");
+  axes_ = args.int_or_ints("axes", 0, axes_is_list_);
   normalize_ = args.boolean("normalize", false);
   args.finish();
   if (axes_.size() != 2 && axes_is_list_)
-    args.fail("axes must be an int or a list of two ints, got " + axes.to_string());
+    args.fail("axes must be an int or a list of two ints, got " + Config::from_ints(axes_).to_string());
   if (!axes_is_list_) axes_.push_back(axes_[0]);
 }
 

@@ -212,10 +212,10 @@ Tensor NormalizationLayer::call(const Tensor& input, const CallArgs&) {
     shape_error("was built for inputs of rank " + std::to_string(built_shape.rank()),
                 {{"built for", built_shape}, {"input", input.shape()}});
   const std::vector<int> kept = kept_axes(input.shape());
-  if (kept_shape(input.shape()) != kept_shape(built_shape))
-    shape_error("was built for inputs whose kept axes have the sizes " + kept_shape(built_shape).to_string(),
+  const Shape kept_dims = kept_shape(input.shape()), built_dims = kept_shape(built_shape);
+  if (kept_dims != built_dims)
+    shape_error("was built for inputs whose kept axes have the sizes " + built_dims.to_string(),
                 {{"built for", built_shape}, {"input", input.shape()}});
-  const Shape kept_dims = kept_shape(input.shape());
   Tensor mean, variance;
   if (mean_config_.is_null()) {
     mean = variable(mean_, input);

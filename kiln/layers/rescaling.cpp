@@ -38,11 +38,7 @@ Rescaling::Rescaling(double scale, double offset, const Config& options)
 
 UnitNormalizationLayer::UnitNormalizationLayer(const Config& config) : Layer(config, "UnitNormalization") {
   ConfigReader args = config_reader(config);
-  const Config& axis = args.value("axis");
-  axis_is_list_ = axis.is_list();
-  axis_ = axis.is_null()  ? std::vector<std::int64_t>{-1}
-          : axis_is_list_ ? axis.as_ints("UnitNormalization argument 'axis'")
-                          : std::vector<std::int64_t>{axis.as_int("UnitNormalization argument 'axis'")};
+  axis_ = args.int_or_ints("axis", -1, axis_is_list_);
   args.finish();
   if (axis_.empty()) args.fail("axis must not be an empty list");
 }

@@ -70,8 +70,7 @@ WindowAttributes window_attributes(const Attributes& attributes) {
   WindowAttributes window;
   window.strides = SpatialInts(attributes.get_ints("strides"));
   // Pooling windows have no dilation attribute: their taps are adjacent.
-  window.dilation = window.strides;
-  window.dilation.values = {1, 1};
+  window.dilation.rank = window.strides.rank;  // values stay {1, 1}
   if (attributes.has("dilation_rate")) window.dilation = SpatialInts(attributes.get_ints("dilation_rate"));
   bool ok = true;
   window.padding = parse_padding(attributes.get_string("padding"), ok);
