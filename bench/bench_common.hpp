@@ -53,6 +53,9 @@ inline const std::vector<WorkloadInfo>& workloads() {
        "(64,28,28,1) -> Conv2D(32,3,relu) -> BatchNorm -> MaxPool2D -> Conv2D(64,3,relu) -> GAP2D -> Dense(10); "
        "sparse CE (logits) + Adam"},
       {"tcn", false, true, false, "(32,256,16) -> 3 x Conv1D(64,5,causal,dilation 1/2/4,relu) -> Dense(1); MSE + Adam"},
+      {"norms", true, true, false, "(32,256,64) -> GroupNorm(8) -> RMSNorm -> GroupNorm(8) -> RMSNorm; MSE + Adam"},
+      {"noise", false, true, false,
+       "(32,256,64) -> Dense(64) -> SpatialDropout1D(0.2) -> GaussianNoise(0.1) -> GaussianDropout(0.2); MSE + SGD"},
   };
   return table;
 }

@@ -98,6 +98,22 @@ Workload make_workload(const std::string& name, int seq) {
     return {kiln::Model(x, kiln::Dense(1)(h), "tcn"), random_array({32, 256, 16}, 1), random_array({32, 256, 1}, 2),
             "adam"};
   }
+  if (name == "norms") {
+    // Only normalization kernels: the first GroupNormalization needs no input gradient, the other three
+    // compute every gradient (input, gamma and beta, or scale).
+    const Tensor x = kiln::Input({None, 256, 64}, kiln::DType::float32, "x");
+    Tensor h = x;
+    for (int block = 0; block < 2; ++block) h = kiln::RMSNormalization()(kiln::GroupNormalization(8)(h));
+    return {kiln::Model(x, h, "norms"), random_array({32, 256, 64}, 1), random_array({32, 256, 64}, 2), "adam"};
+  }
+  if (name == "noise") {
+    // The random ops in training mode, forward and backward: dropout_mask (one draw per sample and
+    // channel) and random_normal_like (one per element, twice). The Dense gives them a gradient to carry.
+    const Tensor x = kiln::Input({None, 256, 64}, kiln::DType::float32, "x");
+    Tensor h = kiln::SpatialDropout1D(0.2)(kiln::Dense(64)(x));
+    h = kiln::GaussianDropout(0.2)(kiln::GaussianNoise(0.1)(h));
+    return {kiln::Model(x, h, "noise"), random_array({32, 256, 64}, 1), random_array({32, 256, 64}, 2), "sgd"};
+  }
   // long_mha: Keras's form, self-attention mha(x, x), biases on.
   const Tensor x = kiln::Input({None, seq, 256}, kiln::DType::float32, "x");
   const Tensor out = kiln::MultiHeadAttention(/*num_heads=*/8, /*key_dim=*/32, {{"use_bias", true}})(x, x);
@@ -200,6 +216,10 @@ std::vector<Gemm> gemm_list(const std::string& name, bool training, int seq) {
     add_matmul(list, training, 1, 32 * 256, 64, 5 * 16, false, false, true);
     for (int layer = 0; layer < 2; ++layer) add_matmul(list, training, 1, 32 * 256, 64, 5 * 64, false, true, true);
     add_matmul(list, training, 1, 32 * 256, 1, 64, false, true, true);
+  } else if (name == "noise") {
+    add_matmul(list, training, 1, 32 * 256, 64, 64, false, false, true);
+  } else if (name == "norms") {
+    // No GEMMs: the %sgemm columns show "-".
   } else {
     attention(4, seq, 256, 8, 32, 256);
   }

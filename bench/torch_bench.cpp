@@ -14,6 +14,10 @@
 //               height and width, Linear(64, 10), in NCHW; cross-entropy on the logits + Adam
 //   tcn         three Conv1d(·, 64, 5) with dilations 1, 2, 4, each after a left pad of 4·dilation (causal),
 //               relu, then Linear(64, 1) on every step, in NCL; MSE + Adam
+//   norms       GroupNorm(8, ε 1e-3) and RMS normalization (composed: torch 1.13 has no RMSNorm), twice, in NCL;
+//               MSE + Adam
+//   noise       Linear(64, 64), then spatial dropout, additive and multiplicative Gaussian noise as Keras's
+//               SpatialDropout1D, GaussianNoise and GaussianDropout compute them; MSE + SGD
 // Losses and optimizers as kiln compiles them: mean squared error (cnn_small: cross-entropy); SGD(lr 0.01) (Keras's
 // default, no momentum), Adam(lr 1e-3, β 0.9/0.999, ε 1e-7). Adam's ε sits where torch puts it, next to √v̂ rather than
 // Keras's ε̂ next to √v; the cost is the same. Forward mode: module.eval() under torch::NoGradGuard. Train step:
@@ -167,6 +171,50 @@ struct TcnImpl : nn::Module {
 };
 TORCH_MODULE(Tcn);
 
+// norms in NCL, the layout torch's group_norm takes (channels in dim 1): GroupNorm(8 groups, ε 1e-3, Keras's
+// default) then Keras's RMSNormalization (ε 1e-6, a scale per channel), which torch 1.13 has no module for,
+// written as x·rsqrt(mean(x², channels) + ε)·scale; twice.
+struct NormsImpl : nn::Module {
+  std::vector<nn::GroupNorm> group_norms;
+  std::vector<torch::Tensor> scales;
+
+  NormsImpl() {
+    for (int block = 0; block < 2; ++block) {
+      const std::string index = std::to_string(block);
+      group_norms.push_back(
+          register_module("group_norm" + index, nn::GroupNorm(nn::GroupNormOptions(8, 64).eps(1e-3))));
+      scales.push_back(register_parameter("rms_scale" + index, torch::ones({1, 64, 1})));
+    }
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor h = x;
+    for (std::size_t block = 0; block < group_norms.size(); ++block) {
+      h = group_norms[block](h);
+      h = h * torch::rsqrt(h.square().mean({1}, /*keepdim=*/true) + 1e-6) * scales[block];
+    }
+    return h;
+  }
+};
+TORCH_MODULE(Norms);
+
+// noise in NLC, as kiln: Linear(64, 64), then in training SpatialDropout1D(0.2) (one Bernoulli draw per sample
+// and channel, kept values scaled by 1/0.8), GaussianNoise(0.1) (x + 0.1·N(0, 1)) and GaussianDropout(0.2)
+// (x·N(1, √(0.2/0.8)), Keras's formula).
+struct NoiseImpl : nn::Module {
+  nn::Linear dense{nullptr};
+
+  NoiseImpl() { dense = register_module("dense", nn::Linear(64, 64)); }
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor h = dense(x);
+    if (!is_training()) return h;
+    const double keep = 0.8;
+    h = h * torch::empty({h.size(0), 1, h.size(2)}, h.options()).bernoulli_(keep).div_(keep);
+    h = h + torch::randn_like(h) * 0.1;
+    return h * (torch::randn_like(h) * std::sqrt(0.2 / keep) + 1.0);
+  }
+};
+TORCH_MODULE(Noise);
+
 // ---- the workloads --------------------------------------------------------------------------------------
 
 struct Workload {
@@ -202,6 +250,8 @@ Workload make_workload(const std::string& name, int seq) {
     return w;
   }
   if (name == "tcn") return wrap(Tcn(), uniform({32, 16, 256}), uniform({32, 256, 1}), true);
+  if (name == "norms") return wrap(Norms(), uniform({32, 64, 256}), uniform({32, 64, 256}), true);
+  if (name == "noise") return wrap(Noise(), uniform({32, 256, 64}), uniform({32, 256, 64}), false);
   return wrap(MultiHeadSelfAttention(256, 8, 32, /*bias=*/true), uniform({4, seq, 256}), uniform({4, seq, 256}), false);
 }
 

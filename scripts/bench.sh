@@ -55,6 +55,9 @@ mql5_block train_step -
 cnn_small forward -
 cnn_small train_step -
 tcn train_step -
+norms forward -
+norms train_step -
+noise train_step -
 long_mha forward 512
 long_mha train_step 512"
   timing=(--warmup 3 --min-time 0.3 --max-time 1)
@@ -66,7 +69,10 @@ mql5_block forward -
 mql5_block train_step -
 cnn_small forward -
 cnn_small train_step -
-tcn train_step -"
+tcn train_step -
+norms forward -
+norms train_step -
+noise train_step -"
   for mode in forward train_step; do
     for seq in 256 512 1024 2048; do rows="$rows
 long_mha $mode $seq"; done
@@ -126,7 +132,7 @@ function median(list,    n, v, i, j, t) {
   return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
 }
 function ratio(a, b) { return (a == "" || b == "" || b + 0 == 0) ? "-" : sprintf("%.2f", a / b) }
-function pct(a, b) { return (a == "" || b == "" || b + 0 == 0) ? "-" : sprintf("%.0f%%", 100 * a / b) }
+function pct(a, b) { return (a == "" || b == "" || a + 0 == 0 || b + 0 == 0) ? "-" : sprintf("%.0f%%", 100 * a / b) }
 function num(v, fmt) { return v == "" ? "-" : sprintf(fmt, v) }
 '
 

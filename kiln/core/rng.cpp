@@ -7,13 +7,6 @@
 
 namespace kiln {
 
-std::uint64_t mix64(std::uint64_t value) {
-  value += 0x9e3779b97f4a7c15ULL;
-  value = (value ^ (value >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  value = (value ^ (value >> 27)) * 0x94d049bb133111ebULL;
-  return value ^ (value >> 31);
-}
-
 std::uint64_t stable_hash(const std::string& text) {
   std::uint64_t hash = 0xcbf29ce484222325ULL;
   for (unsigned char c : text) {

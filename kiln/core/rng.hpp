@@ -46,7 +46,13 @@ class Rng {
 
 /// FNV-1a: a stable hash of a name (std::hash may differ between runs and libraries).
 std::uint64_t stable_hash(const std::string& text);
-/// splitmix64 finalizer: a well-mixed 64-bit value from any 64-bit value.
-std::uint64_t mix64(std::uint64_t value);
+/// splitmix64 finalizer: a well-mixed 64-bit value from any 64-bit value. Inline: the random ops call it
+/// once an element.
+inline std::uint64_t mix64(std::uint64_t value) {
+  value += 0x9e3779b97f4a7c15ULL;
+  value = (value ^ (value >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  value = (value ^ (value >> 27)) * 0x94d049bb133111ebULL;
+  return value ^ (value >> 31);
+}
 
 }  // namespace kiln

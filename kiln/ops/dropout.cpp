@@ -6,14 +6,28 @@
 //                 noise_shape and SpatialDropout: one draw shared along those axes; y = x · mask
 //   RandomNormal  standard normal draws of x's shape (Box–Muller), for GaussianNoise and GaussianDropout
 // DropoutMask and RandomNormal read only x's shape, so no gradient flows into x through them.
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
+
+// xsimd's AVX-512 intrinsics trip g++ 12's (maybe-)uninitialized warnings once inlined; they point into the
+// compiler's own headers, so they are silenced for the xtensor includes only (as in elementwise_unary.cpp).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <xtensor/xadapt.hpp>
+#include <xtensor/xmath.hpp>
+#include <xtensor/xnoalias.hpp>
+#pragma GCC diagnostic pop
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/op.hpp>
+#include <kiln/core/parallel.hpp>
 #include <kiln/core/rng.hpp>
 #include <kiln/ops/detail/kernel_util.hpp>
 #include <kiln/ops/ops.hpp>
@@ -24,12 +38,22 @@ namespace {
 
 // Draw `index` of a stream: a uniform in [0, 1) with 53 random bits. mix64 adds the golden-ratio increment
 // first: this is splitmix64's index-th draw from state `stream`.
-double uniform_draw(std::uint64_t stream, std::uint64_t index) {
+inline double uniform_draw(std::uint64_t stream, std::uint64_t index) {
   return static_cast<double>(mix64(stream + index * 0x9e3779b97f4a7c15ULL) >> 11) * 0x1.0p-53;
 }
 
 std::uint64_t stream_of(const KernelContext& k) {
   return mix64(static_cast<std::uint64_t>(k.attributes().get_int("seed")) ^ mix64(k.run));
+}
+
+// Each element's draw depends on its index only, so the ranges of parallel_for give the serial result.
+template <class Body>
+void for_elements(std::size_t n, std::int64_t cost, const Body& body) {
+  const auto count = static_cast<std::int64_t>(n);
+  detail::parallel_for(count, detail::workers_for_elements(count, cost),
+                       [&](std::int64_t begin, std::int64_t end, int) {
+                         for (std::int64_t i = begin; i < end; ++i) body(static_cast<std::size_t>(i));
+                       });
 }
 
 // y = x * mask / (1 - rate). The op is linear in x, so the same kernel is its own gradient.
@@ -40,10 +64,8 @@ void dropout_kernel(const KernelContext& k) {
   const T scale = static_cast<T>(1.0 / (1.0 - rate));
   const T* x = k.in<T>(0);
   T* out = k.out<T>();
-  const std::size_t n = k.output_size();
-  for (std::size_t i = 0; i < n; ++i) {
-    out[i] = uniform_draw(stream, i) >= rate ? x[i] * scale : T(0);
-  }
+  for_elements(k.output_size(), 4,
+               [&](std::size_t i) { out[i] = uniform_draw(stream, i) >= rate ? x[i] * scale : T(0); });
 }
 
 template <class T>
@@ -52,22 +74,46 @@ void dropout_mask_kernel(const KernelContext& k) {
   const std::uint64_t stream = stream_of(k);
   const T scale = static_cast<T>(1.0 / (1.0 - rate));
   T* out = k.out<T>();
-  const std::size_t n = k.output_size();
-  for (std::size_t i = 0; i < n; ++i) out[i] = uniform_draw(stream, i) >= rate ? scale : T(0);
+  for_elements(k.output_size(), 4, [&](std::size_t i) { out[i] = uniform_draw(stream, i) >= rate ? scale : T(0); });
 }
 
-// Box–Muller on draws 2i and 2i + 1: sqrt(−2 ln u)·cos(2πv), with u in (0, 1] so the log is finite.
+template <class T>
+auto flat(T* data, std::size_t size) {
+  return xt::adapt(std::move(data), size, xt::no_ownership(), std::array<std::size_t, 1>{size});
+}
+
+// Box–Muller on draws 2j and 2j + 1 (u in (0, 1], so the log is finite, and v): elements 2j and 2j + 1 are
+// r·cos(2πv) and r·sin(2πv) with r = sqrt(−2 ln u), two independent standard normals from one pair. The
+// logs, roots, cosines and sines run through xsimd on blocks of pairs, in double for both dtypes, so the
+// float32 draws are the float64 ones rounded.
 template <class T>
 void random_normal_kernel(const KernelContext& k) {
   const std::uint64_t stream = stream_of(k);
   constexpr double two_pi = 6.283185307179586476925286766559;
   T* out = k.out<T>();
-  const std::size_t n = k.output_size();
-  for (std::size_t i = 0; i < n; ++i) {
-    const double u = 1.0 - uniform_draw(stream, 2 * i);
-    const double v = uniform_draw(stream, 2 * i + 1);
-    out[i] = static_cast<T>(std::sqrt(-2.0 * std::log(u)) * std::cos(two_pi * v));
-  }
+  const auto n = static_cast<std::int64_t>(k.output_size());
+  const std::int64_t pairs = (n + 1) / 2;
+  detail::parallel_for(pairs, detail::workers_for_elements(n, 8), [&](std::int64_t begin, std::int64_t end, int) {
+    constexpr std::int64_t kBlock = 256;
+    std::array<double, kBlock> radius, angle, cosine, sine;
+    for (std::int64_t start = begin; start < end; start += kBlock) {
+      const auto count = static_cast<std::size_t>(std::min(kBlock, end - start));
+      for (std::size_t j = 0; j < count; ++j) {
+        const auto pair = static_cast<std::uint64_t>(start) + j;
+        radius[j] = 1.0 - uniform_draw(stream, 2 * pair);
+        angle[j] = two_pi * uniform_draw(stream, 2 * pair + 1);
+      }
+      auto r = flat(radius.data(), count), a = flat(angle.data(), count);
+      xt::noalias(r) = xt::sqrt(-2.0 * xt::log(r));
+      xt::noalias(flat(cosine.data(), count)) = r * xt::cos(a);
+      xt::noalias(flat(sine.data(), count)) = r * xt::sin(a);
+      for (std::size_t j = 0; j < count; ++j) {
+        const std::int64_t i = 2 * (start + static_cast<std::int64_t>(j));
+        out[i] = static_cast<T>(cosine[j]);
+        if (i + 1 < n) out[i + 1] = static_cast<T>(sine[j]);
+      }
+    }
+  });
 }
 
 // x's shape with each of "broadcast_axes" of size 1.

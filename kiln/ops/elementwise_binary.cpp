@@ -1,4 +1,5 @@
 // add, sub, mul, div, pow, maximum, minimum and the comparisons, with NumPy broadcasting.
+#include <array>
 #include <cmath>
 
 #include <kiln/core/error.hpp>
@@ -17,6 +18,51 @@ bool is_suffix(const Shape& small, const Shape& big) {
   if (small.rank() > big.rank()) return false;
   for (int i = 0; i < small.rank(); ++i)
     if (small[i] != big[big.rank() - small.rank() + i]) return false;
+  return true;
+}
+
+// The broadcast of one input of full size (`full`) with one that repeats along some outer axes (`part`,
+// as x · mask with a mask of shape (batch, 1, channels)): the output splits into rows over the trailing axes
+// where `part` matches the output, and each output row reads one contiguous row of `part`. False (nothing
+// done) when those rows are too short to pay for finding them; the general walk then runs.
+template <class T, class F>
+bool broadcast_rows(const Shape& out_shape, const Shape& part_shape, const T* full, const T* part, T* out, F f,
+                    bool part_first, int workers) {
+  constexpr int kMaxRank = 16;
+  const int rank = out_shape.rank();
+  if (rank > kMaxRank || part_shape.rank() > rank) return false;
+  std::array<std::int64_t, kMaxRank> part_dims{};
+  for (int d = 0; d < rank; ++d) {
+    const int from = d - (rank - part_shape.rank());
+    part_dims[d] = from < 0 ? 1 : part_shape[from];
+  }
+  int split = rank;  // axes [split, rank) form a row
+  std::int64_t row = 1;
+  while (split > 0 && part_dims[split - 1] == out_shape[split - 1]) row *= out_shape[--split];
+  if (row < 16) return false;
+  std::array<std::int64_t, kMaxRank> part_strides{};  // along the outer axes; 0 where `part` repeats
+  for (std::int64_t d = rank - 1, stride = 1; d >= 0; --d) {
+    part_strides[d] = part_dims[d] == 1 ? 0 : stride;
+    stride *= part_dims[d];
+  }
+  const std::int64_t rows = out_shape.num_elements() / row;
+  detail::parallel_for(rows, workers, [&](std::int64_t begin, std::int64_t end, int) {
+    for (std::int64_t r = begin; r < end; ++r) {
+      std::int64_t offset = 0;
+      for (std::int64_t d = split - 1, rest = r; d >= 0; --d) {
+        offset += (rest % out_shape[static_cast<int>(d)]) * part_strides[d];
+        rest /= out_shape[static_cast<int>(d)];
+      }
+      const T* p = part + offset;
+      const T* x = full + r * row;
+      T* y = out + r * row;
+      if (part_first) {
+        for (std::int64_t j = 0; j < row; ++j) y[j] = f(p[j], x[j]);
+      } else {
+        for (std::int64_t j = 0; j < row; ++j) y[j] = f(x[j], p[j]);
+      }
+    }
+  });
   return true;
 }
 
@@ -58,7 +104,8 @@ void broadcast_apply(const KernelContext& k, F f) {
       for (std::int64_t row = begin * size_a; row < end * size_a; row += size_a)
         for (std::int64_t j = 0; j < size_a; ++j) out[row + j] = f(a[j], b[row + j]);
     });
-  } else {
+  } else if (!(size_a == n && broadcast_rows(*k.output_shape, shape_b, a, b, out, f, false, workers)) &&
+             !(size_b == n && broadcast_rows(*k.output_shape, shape_a, b, a, out, f, true, workers))) {
     detail::BroadcastWalk(*k.output_shape, k.input_shapes, 2)
         .for_each([&](std::int64_t i, std::int64_t ia, std::int64_t ib, std::int64_t) { out[i] = f(a[ia], b[ib]); });
   }

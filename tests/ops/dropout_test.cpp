@@ -9,6 +9,7 @@
 #include <kiln/core/graph.hpp>
 #include <kiln/core/program.hpp>
 #include <kiln/core/rng.hpp>
+#include <kiln/core/threads.hpp>
 #include <kiln/ops/ops.hpp>
 #include "support/gradcheck.hpp"
 
@@ -223,6 +224,10 @@ TEST_CASE("random_normal_like: standard normal draws, new each run, reproducible
   CHECK(std::abs(sum / n) < 0.025);
   CHECK(std::abs(squares / n - 1.0) < 0.035);
   CHECK(std::abs(fourth / n - 3.0) < 0.25);
+  // Elements 2j and 2j + 1 come from one Box–Muller pair (cosine and sine): uncorrelated, E[z₀z₁] = 0.
+  double pairs = 0;
+  for (std::size_t i = 0; i + 1 < first.size(); i += 2) pairs += first.flat(i) * first.flat(i + 1);
+  CHECK(std::abs(pairs / (n / 2)) < 0.03);  // standard error 0.007
   program.feed(x, zeros);
   program.run();
   CHECK_FALSE(program.fetch(z).bitwise_equal(first));
@@ -238,4 +243,26 @@ TEST_CASE("random_normal_like: standard normal draws, new each run, reproducible
   program32.feed(x32, Array({400, 100}));
   program32.run();
   CHECK(program32.fetch(z32).bitwise_equal(first.astype(DType::float32)));
+}
+
+TEST_CASE("the random ops draw the same values on any number of threads", "[ops][dropout][threads]") {
+  // Odd sizes, so that a worker's range can start inside a Box–Muller pair.
+  Graph graph;
+  const Tensor x = graph.placeholder({Shape::unknown, 1001}, DType::float32, "x");
+  const Tensor z = ops::random_normal_like(x, 5);
+  const Tensor d = ops::dropout(x, 0.3, 5, true);
+  const Tensor m = ops::dropout_mask(x, 0.3, 5, {});
+  const Array ones = Array::full({257, 1001}, 1.0);
+  auto draw = [&](int threads) {
+    const int saved = get_num_threads();
+    set_num_threads(threads);
+    Program program(graph, {z, d, m});
+    program.feed(x, ones);
+    program.run();
+    std::vector<Array> out = {program.fetch(z).copy(), program.fetch(d).copy(), program.fetch(m).copy()};
+    set_num_threads(saved);
+    return out;
+  };
+  const std::vector<Array> serial = draw(1), parallel = draw(3);
+  for (std::size_t i = 0; i < serial.size(); ++i) CHECK(serial[i].bitwise_equal(parallel[i]));
 }

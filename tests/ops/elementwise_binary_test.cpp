@@ -44,8 +44,18 @@ Array operand(const Shape& shape, Rng& rng, double offset) {
 
 TEST_CASE("binary ops broadcast like NumPy and match a plain loop in float32", "[ops][elementwise]") {
   Rng rng(11);
-  const std::vector<std::pair<Shape, Shape>> layouts = {{{2, 3}, {2, 3}}, {{2, 3}, {3}},       {{3}, {2, 3}},
-                                                        {{2, 3}, {}},     {{4, 1, 3}, {2, 1}}, {{2, 1}, {1, 3}}};
+  // The last four repeat one input along outer axes with rows of 16 or more elements (a SpatialDropout mask,
+  // a per-sample scale): the row-wise path, with the repeating input on either side.
+  const std::vector<std::pair<Shape, Shape>> layouts = {{{2, 3}, {2, 3}},
+                                                        {{2, 3}, {3}},
+                                                        {{3}, {2, 3}},
+                                                        {{2, 3}, {}},
+                                                        {{4, 1, 3}, {2, 1}},
+                                                        {{2, 1}, {1, 3}},
+                                                        {{3, 5, 16}, {3, 1, 16}},
+                                                        {{3, 1, 17}, {3, 4, 17}},
+                                                        {{2, 3, 4, 20}, {3, 1, 20}},
+                                                        {{2, 3, 40}, {2, 1, 1}}};
   for (const Case& c : cases()) {
     for (const auto& layout : layouts) {
       INFO(c.name << " " << layout.first.to_string() << " " << layout.second.to_string());
