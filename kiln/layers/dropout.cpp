@@ -34,6 +34,7 @@ DropoutLayer::DropoutLayer(const Config& config, const std::string& class_name, 
   ConfigReader args = config_reader(config);
   read_common(args);
   if (spatial_rank == 2) data_format_ = args.data_format();
+  args.unsupported("noise_shape");  // tf.keras wrote noise_shape: null; the shape is the layer's own
   args.finish();
   if (!(rate_ >= 0.0 && rate_ < 1.0)) args.fail("rate must be in [0, 1), got " + std::to_string(rate_));
 }

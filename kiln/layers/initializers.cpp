@@ -26,21 +26,45 @@ constexpr double truncated_stddev_correction = 0.87962566103423978;
 
 using Sampler = InitializerClass::Sampler;
 
+void sample_variance_scaling(std::vector<double>& values, const Fans& fans, double scale, const std::string& mode,
+                             const std::string& distribution, Rng& rng) {
+  double n = fans.fan_in;
+  if (mode == "fan_out") n = fans.fan_out;
+  if (mode == "fan_avg") n = (fans.fan_in + fans.fan_out) / 2.0;
+  const double variance = scale / std::max(1.0, n);
+  if (distribution == "uniform") {
+    const double limit = std::sqrt(3.0 * variance);
+    for (double& v : values) v = rng.uniform(-limit, limit);
+  } else if (distribution == "untruncated_normal") {
+    for (double& v : values) v = rng.normal(0.0, std::sqrt(variance));
+  } else {
+    const double stddev = std::sqrt(variance) / truncated_stddev_correction;
+    for (double& v : values) v = rng.truncated_normal(0.0, stddev);
+  }
+}
+
 Sampler variance_scaling(double scale, const char* mode, bool uniform) {
-  const std::string fan_mode = mode;
-  return [scale, fan_mode, uniform](std::vector<double>& values, const Fans& fans, const Config&, Rng& rng) {
-    double n = fans.fan_in;
-    if (fan_mode == "fan_out") n = fans.fan_out;
-    if (fan_mode == "fan_avg") n = (fans.fan_in + fans.fan_out) / 2.0;
-    const double variance = scale / std::max(1.0, n);
-    if (uniform) {
-      const double limit = std::sqrt(3.0 * variance);
-      for (double& v : values) v = rng.uniform(-limit, limit);
-    } else {
-      const double stddev = std::sqrt(variance) / truncated_stddev_correction;
-      for (double& v : values) v = rng.truncated_normal(0.0, stddev);
-    }
+  const std::string fan_mode = mode, distribution = uniform ? "uniform" : "truncated_normal";
+  return [scale, fan_mode, distribution](std::vector<double>& values, const Fans& fans, const Config&, Rng& rng) {
+    sample_variance_scaling(values, fans, scale, fan_mode, distribution, rng);
   };
+}
+
+// Keras's VarianceScaling itself. Keras 2 wrote "normal" for the truncated normal.
+void variance_scaling_from_arguments(std::vector<double>& values, const Fans& fans, const Config& args, Rng& rng) {
+  const double scale = args.get_double("scale");
+  const std::string mode = args.get_string("mode"), distribution = args.get_string("distribution");
+  if (!(scale > 0))
+    throw ConfigError("initializer VarianceScaling: scale must be positive, got " + std::to_string(scale));
+  if (mode != "fan_in" && mode != "fan_out" && mode != "fan_avg")
+    throw ConfigError("initializer VarianceScaling: mode must be fan_in, fan_out or fan_avg, got '" + mode + "'");
+  if (distribution != "uniform" && distribution != "truncated_normal" && distribution != "untruncated_normal" &&
+      distribution != "normal")
+    throw ConfigError(
+        "initializer VarianceScaling: distribution must be uniform, truncated_normal or "
+        "untruncated_normal, got '" +
+        distribution + "'");
+  sample_variance_scaling(values, fans, scale, mode, distribution, rng);
 }
 
 Sampler fill_with(double value) {
@@ -59,7 +83,15 @@ Sampler normal_distribution(bool truncated) {
 // Keras's built-in initializers; the short aliases are keras/src/initializers/__init__.py's (Embedding's
 // default "uniform" is one).
 bool register_builtin_initializers(Registry<InitializerClass>& registry) {
-  const Config seed_only = {{"seed", Config()}};
+  // Keras 3.16 added input_axes and output_axes: the kernel's axes that count as fan-in and fan-out.
+  const Config seed_only = {{"seed", Config()}, {"input_axes", Config()}, {"output_axes", Config()}};
+  registry.add("kiln>VarianceScaling", {{{"scale", 1.0},
+                                         {"mode", "fan_in"},
+                                         {"distribution", "truncated_normal"},
+                                         {"seed", Config()},
+                                         {"input_axes", Config()},
+                                         {"output_axes", Config()}},
+                                        variance_scaling_from_arguments});
   registry.add("kiln>GlorotUniform", {seed_only, variance_scaling(1.0, "fan_avg", true)});
   registry.add("kiln>GlorotNormal", {seed_only, variance_scaling(1.0, "fan_avg", false)});
   registry.add("kiln>HeUniform", {seed_only, variance_scaling(2.0, "fan_in", true)});
@@ -128,8 +160,31 @@ Array Initializer::sample(const Shape& shape, DType dtype, Rng& rng) const {
   return sample(shape, dtype, rng, compute_fans(shape));
 }
 
-Array Initializer::sample(const Shape& shape, DType dtype, Rng& rng, const Fans& fans) const {
+namespace {
+// Keras's compute_fans with input_axes and output_axes: the products of those dimensions.
+Fans fans_from_axes(const Shape& shape, const Config& input_axes, const Config& output_axes) {
+  auto product = [&](const Config& axes, const char* what) {
+    double result = 1.0;
+    for (std::int64_t axis : axes.as_ints(std::string("initializer ") + what)) {
+      if (axis < 0) axis += shape.rank();
+      if (axis < 0 || axis >= shape.rank())
+        throw ConfigError(std::string("initializer ") + what + ": axis out of range for a weight of shape " +
+                          shape.to_string());
+      result *= static_cast<double>(shape[static_cast<int>(axis)]);
+    }
+    return result;
+  };
+  return {product(input_axes, "input_axes"), product(output_axes, "output_axes")};
+}
+}  // namespace
+
+Array Initializer::sample(const Shape& shape, DType dtype, Rng& rng, const Fans& given_fans) const {
   std::vector<double> values(static_cast<std::size_t>(shape.num_elements()));
+  const Config* input_axes = arguments_.find("input_axes");
+  const Config* output_axes = arguments_.find("output_axes");
+  const bool axes =
+      input_axes != nullptr && output_axes != nullptr && !input_axes->is_null() && !output_axes->is_null();
+  const Fans fans = axes ? fans_from_axes(shape, *input_axes, *output_axes) : given_fans;
   const InitializerClass& definition = initializer_registry().get(key_);
   const Config* seed = arguments_.find("seed");
   if (seed != nullptr && !seed->is_null()) {

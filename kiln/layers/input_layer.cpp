@@ -7,7 +7,30 @@ namespace kiln {
 
 // ---- InputLayer and Input --------------------------------------------------------------------------------
 
-InputLayer::InputLayer(const Config& config) : Layer(config, "InputLayer") {
+namespace {
+
+// Keras's integer and boolean inputs (token ids, masks) hold whole numbers, which kiln keeps in float32:
+// exact up to 2^24, more than any vocabulary. The declared dtype is kept for get_config, so a model read
+// from a Keras file writes "int32" back.
+bool is_integer_dtype(const std::string& name) {
+  for (const char* integer : {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool"})
+    if (name == integer) return true;
+  return false;
+}
+
+std::string declared_dtype(const Config& config) {
+  const Config* dtype = config.is_map() ? config.find("dtype") : nullptr;
+  return dtype != nullptr && dtype->type() == Config::Type::string ? dtype->as_string() : "";
+}
+
+Config as_float_input(const Config& config) {
+  return is_integer_dtype(declared_dtype(config)) ? config.with("dtype", "float32") : config;
+}
+
+}  // namespace
+
+InputLayer::InputLayer(const Config& config) : Layer(as_float_input(config), "InputLayer") {
+  if (is_integer_dtype(declared_dtype(config))) integer_dtype_ = declared_dtype(config);
   ConfigReader args = config_reader(config);
   if (args.has("batch_shape")) {
     batch_shape_ = args.value("batch_shape").as_shape("InputLayer argument 'batch_shape'");
@@ -23,12 +46,15 @@ InputLayer::InputLayer(const Config& config) : Layer(config, "InputLayer") {
   args.value("batch_size");
   if (args.boolean("sparse", false) || args.boolean("ragged", false))
     args.fail("sparse and ragged inputs are not supported");
+  if (args.boolean("optional", false))
+    args.fail("optional inputs (None accepted in place of a tensor) are not supported");
   args.finish();
   build_for(batch_shape_);
 }
 
 Config InputLayer::get_config() const {
-  Config config = {{"batch_shape", Config::from_shape(batch_shape_)}, {"dtype", dtype_name(dtype())}};
+  Config config = {{"batch_shape", Config::from_shape(batch_shape_)},
+                   {"dtype", integer_dtype_.empty() ? dtype_name(dtype()) : integer_dtype_}};
   config.set("name", name());
   return config;
 }

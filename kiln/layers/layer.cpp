@@ -405,6 +405,17 @@ std::vector<Weight> Layer::weights() const {
   return without_repeats(std::move(out));
 }
 
+std::vector<std::string> Layer::keras_weight_paths() const {
+  std::vector<std::string> paths(weights_.size());
+  std::size_t next = 0;
+  for (const bool trainable : {true, false})
+    for (std::size_t i = 0; i < weights_.size(); ++i)
+      if (weights_[i].trainable == trainable) paths[i] = "vars/" + std::to_string(next++);
+  for (const LayerPtr& child : children_)
+    for (const std::string& path : child->keras_weight_paths()) paths.push_back(child->name_ + "/" + path);
+  return paths;
+}
+
 std::vector<Weight> Layer::trainable_weights() const {
   std::vector<Weight> out;
   for (Weight& weight : weights())

@@ -187,6 +187,12 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// {"input_shape": [...]} or {"input_shapes": [[...], ...]}: the shapes build() saw; null before. As in
   /// Keras (get_build_config), a layer whose weights depend on less than the whole shape may say only that.
   virtual Config build_config() const;
+  /// Where Keras's `.keras` format keeps each entry of weights() (in weights()'s order), relative to the
+  /// layer's own group of model.weights.h5. As Keras's save_own_variables, the default numbers the layer's
+  /// own weights "vars/0", "vars/1", ... (those created trainable first) and puts each child's under the
+  /// child's name. A layer whose Keras counterpart keeps its variables in sublayers overrides it
+  /// (MultiHeadAttention: "query_dense/vars/0", ...).
+  virtual std::vector<std::string> keras_weight_paths() const;
 
   /// Whether the layer trains. A frozen layer's weights, its children's included, are non-trainable: fit()
   /// leaves them alone. Saved as "trainable".

@@ -1,5 +1,6 @@
 #include <kiln/layers/layer_normalization.hpp>
 
+#include <algorithm>
 #include <string>
 
 #include <kiln/core/array.hpp>
@@ -35,7 +36,11 @@ LayerNormalizationLayer::LayerNormalizationLayer(const Config& config) : Layer(c
 
 Config LayerNormalizationLayer::get_config() const {
   Config config = base_config();
-  config.set("axis", axis_is_list_ ? Config::from_ints(axis_) : Config(axis_.front()));
+  // Keras's build turns axis into the sorted list of the axes it normalizes: a built layer writes that.
+  if (built())
+    config.set("axis", Config::from_ints(axes_));
+  else
+    config.set("axis", axis_is_list_ ? Config::from_ints(axis_) : Config(axis_.front()));
   config.set("epsilon", epsilon_);
   config.set("center", center_);
   config.set("scale", scale_);
@@ -46,19 +51,31 @@ Config LayerNormalizationLayer::get_config() const {
   return config;
 }
 
-// The fused op normalizes the last axis only; Keras's other axes (or several) would need another kernel.
-void LayerNormalizationLayer::check_axis(const Shape& input_shape) const {
-  const std::int64_t last = input_shape.rank() - 1;
-  if (axis_.size() == 1 && (axis_[0] == -1 || axis_[0] == last)) return;
-  config_error("only the last axis can be normalized (axis -1 or " + std::to_string(last) + " for input shape " +
-               input_shape.to_string() + "), got axis " + Config::from_ints(axis_).to_string());
+// The axes normalized, non-negative and sorted, as Keras's build makes them; each must exist, appear once
+// and have a known size.
+std::vector<std::int64_t> LayerNormalizationLayer::normalized_axes(const Shape& input_shape) const {
+  std::vector<std::int64_t> axes;
+  for (const std::int64_t axis : axis_) {
+    if (axis >= input_shape.rank() || axis < -input_shape.rank())
+      shape_error(
+          "axis " + std::to_string(axis) + " does not exist in inputs of rank " + std::to_string(input_shape.rank()),
+          {{"input", input_shape}});
+    axes.push_back(axis < 0 ? axis + input_shape.rank() : axis);
+  }
+  std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
+    config_error("axis " + Config::from_ints(axis_).to_string() + " names an axis twice");
+  for (const std::int64_t axis : axes)
+    if (input_shape[static_cast<int>(axis)] == Shape::unknown)
+      shape_error("needs inputs whose normalized axes are known", {{"input", input_shape}});
+  return axes;
 }
 
 void LayerNormalizationLayer::build(const Shape& input_shape) {
-  if (input_shape.rank() < 1 || input_shape.dim(-1) == Shape::unknown)
-    shape_error("needs inputs whose last dimension is known", {{"input", input_shape}});
-  check_axis(input_shape);
-  const Shape features{input_shape.dim(-1)};
+  axes_ = normalized_axes(input_shape);
+  std::vector<std::int64_t> dims;
+  for (const std::int64_t axis : axes_) dims.push_back(input_shape[static_cast<int>(axis)]);
+  const Shape features(dims);
   if (scale_) {  // Keras's order: gamma, then beta
     gamma_ = add_weight("gamma", features, gamma_initializer_);
     regularize(gamma_, gamma_regularization_);
@@ -69,23 +86,48 @@ void LayerNormalizationLayer::build(const Shape& input_shape) {
   }
 }
 
-Tensor LayerNormalizationLayer::gamma_for(const Tensor& input) const {
-  if (scale_) return variable(gamma_, input);
-  return constant_features(input, build_shapes().at(0).dim(-1), 1.0, dtype(), "gamma");
+Tensor LayerNormalizationLayer::gamma_for(const Tensor& input, std::int64_t features) const {
+  if (scale_) return ops::reshape(variable(gamma_, input), {features});
+  return constant_features(input, features, 1.0, dtype(), "gamma");
 }
 
-Tensor LayerNormalizationLayer::beta_for(const Tensor& input) const {
-  if (center_) return variable(beta_, input);
-  return constant_features(input, build_shapes().at(0).dim(-1), 0.0, dtype(), "beta");
+Tensor LayerNormalizationLayer::beta_for(const Tensor& input, std::int64_t features) const {
+  if (center_) return ops::reshape(variable(beta_, input), {features});
+  return constant_features(input, features, 0.0, dtype(), "beta");
 }
 
+// The fused op normalizes the last axis. Other axes, or several, are moved to the end (a transpose when
+// they are not the trailing ones) and flattened into one, so the same kernel serves Keras's every axis.
 Tensor LayerNormalizationLayer::call(const Tensor& input, const CallArgs&) {
-  const Shape& expected = build_shapes().at(0);
-  if (input.rank() < 1 || input.shape().dim(-1) != expected.dim(-1))
-    shape_error("was built for inputs with last dimension " + std::to_string(expected.dim(-1)),
-                {{"built for", expected}, {"input", input.shape()}});
-  check_axis(input.shape());
-  return ops::layer_norm(input, gamma_for(input), beta_for(input), epsilon_);
+  const Shape& built = build_shapes().at(0);
+  if (input.rank() != built.rank() || normalized_axes(input.shape()) != axes_)
+    shape_error("was built for inputs of another rank", {{"built for", built}, {"input", input.shape()}});
+  std::int64_t features = 1;
+  for (const std::int64_t axis : axes_) {
+    if (input.shape()[static_cast<int>(axis)] != built[static_cast<int>(axis)])
+      shape_error("was built for other sizes of the normalized axes", {{"built for", built}, {"input", input.shape()}});
+    features *= built[static_cast<int>(axis)];
+  }
+  const int rank = input.rank();
+  const auto count = static_cast<int>(axes_.size());
+  std::vector<std::int64_t> perm;
+  for (int axis = 0; axis < rank; ++axis)
+    if (!std::binary_search(axes_.begin(), axes_.end(), axis)) perm.push_back(axis);
+  perm.insert(perm.end(), axes_.begin(), axes_.end());
+  const bool trailing = axes_.front() == rank - count;
+  const Tensor moved = trailing ? input : ops::transpose(input, perm);
+  if (count == 1 && trailing)
+    return ops::layer_norm(input, gamma_for(input, features), beta_for(input, features), epsilon_);
+  std::vector<std::int64_t> moved_dims = moved.shape().dims();
+  std::replace(moved_dims.begin(), moved_dims.end(), Shape::unknown, std::int64_t{-1});
+  const Tensor flat = ops::reshape(moved, {-1, features});
+  const Tensor normalized =
+      ops::reshape(ops::layer_norm(flat, gamma_for(input, features), beta_for(input, features), epsilon_), moved_dims);
+  if (trailing) return normalized;
+  std::vector<std::int64_t> inverse(perm.size());
+  for (std::size_t i = 0; i < perm.size(); ++i)
+    inverse[static_cast<std::size_t>(perm[i])] = static_cast<std::int64_t>(i);
+  return ops::transpose(normalized, inverse);
 }
 
 LayerNormalization::LayerNormalization(double epsilon, const Config& options)

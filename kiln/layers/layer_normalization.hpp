@@ -1,7 +1,7 @@
 #pragma once
-// LayerNormalization: normalizes each sample over its last axis, then scales by gamma and shifts by beta
-// (Keras's layers.LayerNormalization): y = (x - mean) / sqrt(var + epsilon) * gamma + beta, with the
-// biased variance.
+// LayerNormalization: normalizes each sample over its last axis (or the axes given), then scales by gamma
+// and shifts by beta (Keras's layers.LayerNormalization): y = (x - mean) / sqrt(var + epsilon) * gamma +
+// beta, with the biased variance.
 #include <cstdint>
 #include <vector>
 
@@ -9,15 +9,15 @@
 
 namespace kiln {
 
-/// The layer behind kiln::LayerNormalization. Its weights, each of the last dimension's size, are "gamma"
+/// The layer behind kiln::LayerNormalization. Its weights, each of the normalized axes' sizes, are "gamma"
 /// (with scale) and "beta" (with center), in that order, as in Keras.
 class LayerNormalizationLayer : public Layer {
  public:
-  /// Arguments (Keras names and defaults): axis = -1 (an int or a list; only the last axis is supported),
+  /// Arguments (Keras names and defaults): axis = -1 (an int or a list of any axes but the batch's),
   /// epsilon = 1e-3, center = true, scale = true, rms_scaling = false (only false), beta_initializer = zeros,
-  /// gamma_initializer = ones. Regularizers and constraints are not supported.
+  /// gamma_initializer = ones, beta/gamma regularizers and constraints.
   /// Throws ConfigError when epsilon is not positive, axis is an empty list, an unsupported argument is set
-  /// or a key is unknown; an axis other than the last is refused at build.
+  /// or a key is unknown; an axis the input lacks, or names twice, is refused at build.
   explicit LayerNormalizationLayer(const Config& config);
   double epsilon() const { return epsilon_; }  ///< added to the variance before its square root
   bool center() const { return center_; }      ///< whether beta is added (else no shift)
@@ -25,20 +25,21 @@ class LayerNormalizationLayer : public Layer {
   Config get_config() const override;
 
  protected:
-  /// Creates gamma and beta for the input's last dimension. Throws ShapeError when that dimension is
-  /// unknown, ConfigError when axis names another axis.
+  /// Creates gamma and beta of the normalized axes' sizes. Throws ShapeError when one of those is unknown
+  /// or absent.
   void build(const Shape& input_shape) override;
-  /// Normalizes `input` over its last axis, which must have the size the layer was built for (else
+  /// Normalizes `input` over the layer's axes, which must have the sizes the layer was built for (else
   /// ShapeError); the output has the input's shape.
   Tensor call(const Tensor& input, const CallArgs& args) override;
 
  private:
-  void check_axis(const Shape& input_shape) const;
-  Tensor gamma_for(const Tensor& input) const;
-  Tensor beta_for(const Tensor& input) const;
+  std::vector<std::int64_t> normalized_axes(const Shape& input_shape) const;
+  Tensor gamma_for(const Tensor& input, std::int64_t features) const;
+  Tensor beta_for(const Tensor& input, std::int64_t features) const;
 
   std::vector<std::int64_t> axis_;
-  bool axis_is_list_ = false;  ///< written back as given: -1 or [-1]
+  bool axis_is_list_ = false;       ///< an unbuilt layer writes axis back as given: -1 or [-1]
+  std::vector<std::int64_t> axes_;  ///< at build: the axes normalized, non-negative and sorted
   double epsilon_ = 1e-3;
   bool center_ = true;
   bool scale_ = true;

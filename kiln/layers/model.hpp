@@ -31,8 +31,10 @@ namespace kiln {
 class InputLayer final : public Layer {
  public:
   /// Config keys (Keras names): batch_shape, the shape with its batch dimension first, or shape, without it
-  /// (then batch_size, null for unknown, comes first); dtype; name. sparse and ragged must be false. The layer
-  /// is built at once. Throws ConfigError when neither shape is given, or on an unknown key.
+  /// (then batch_size, null for unknown, comes first); dtype; name. sparse, ragged and optional must be false.
+  /// An integer or bool dtype ("int32": Keras's token ids) is held as float32, exact up to 2^24, and written
+  /// back as declared. The layer is built at once. Throws ConfigError when neither shape is given, or on an
+  /// unknown key.
   explicit InputLayer(const Config& config);
   const Shape& batch_shape() const { return batch_shape_; }  ///< the input's shape, batch dimension first
   Config get_config() const override;
@@ -43,6 +45,7 @@ class InputLayer final : public Layer {
 
  private:
   Shape batch_shape_;
+  std::string integer_dtype_;                   ///< the integer dtype the config declared ("int32"), or ""
   std::vector<std::shared_ptr<Graph>> graphs_;  ///< made by make_input; the tensors it returned point into them
 };
 

@@ -79,6 +79,17 @@ Config MultiHeadAttentionLayer::get_config() const {
   return config;
 }
 
+std::vector<std::string> MultiHeadAttentionLayer::keras_weight_paths() const {
+  std::vector<std::string> paths;
+  for (const Weight& weight : weights()) {
+    const std::size_t slash = weight.path.find('/');
+    const std::string projection = weight.path.substr(0, slash), kind = weight.path.substr(slash + 1);
+    const std::string sublayer = projection == "attention_output" ? "output_dense" : projection + "_dense";
+    paths.push_back(sublayer + (kind == "kernel" ? "/vars/0" : "/vars/1"));
+  }
+  return paths;
+}
+
 void MultiHeadAttentionLayer::check_inputs(const Shape& query, const Shape& key, const Shape& value) const {
   if (query.rank() != 3 || key.rank() != 3 || value.rank() != 3)
     shape_error("takes (batch, length, features) inputs", {{"query", query}, {"key", key}, {"value", value}});

@@ -45,6 +45,9 @@ class MultiHeadAttentionLayer : public Layer {
   /// The depth of each head's values: value_dim, else key_dim(). 0 until built.
   std::int64_t value_dim() const { return value_depth_; }
   Config get_config() const override;
+  /// Keras keeps the projections in EinsumDense sublayers: "query_dense/vars/0" (kernel), ".../vars/1" (bias),
+  /// then key_dense, value_dense and output_dense.
+  std::vector<std::string> keras_weight_paths() const override;
 
  protected:
   /// Checks the shapes, resolves key_dim and value_dim and creates the weights. In the TF2 form the query's

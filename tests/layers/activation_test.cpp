@@ -115,3 +115,145 @@ LayerSpec activation_spec() {
 }  // namespace
 
 KILN_LAYER_HARNESS("kiln>Activation", activation_spec)
+
+// ---- ReLU, LeakyReLU, ELU, Softmax, PReLU ----------------------------------------------------------------
+
+namespace {
+
+// Keras's activations.relu(x, negative_slope, max_value, threshold), element by element.
+double keras_relu(double x, double slope, double max_value, double threshold) {
+  double y = x > threshold ? x : 0.0;
+  if (threshold == 0.0) y = std::max(x, 0.0);
+  if (max_value >= 0) y = std::min(y, max_value);
+  return y - slope * std::max(threshold - x, 0.0);
+}
+
+// Inputs kept away from the kinks (0, the threshold and the cap), where central differences mislead.
+Array away_from(const Shape& shape, std::uint64_t seed, std::vector<double> kinks) {
+  Array x = random_input(shape, seed, -2.0, 2.0);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    for (const double kink : kinks)
+      if (std::abs(x.flat(i) - kink) < 0.05) x.set_flat(i, kink + 0.1);
+  return x;
+}
+
+LayerSpec relu_spec() {
+  constexpr std::int64_t any = Shape::unknown;
+  LayerSpec spec;
+  spec.make = [] {
+    return kiln::LayerPtr(kiln::ReLU({{"max_value", 1.5}, {"negative_slope", 0.1}, {"threshold", 0.5}}));
+  };
+  spec.call = LayerCase{{away_from({3, 4}, 2, {0.0, 0.5, 1.5})}};
+  spec.output_shapes = {Shape{any, 4}};
+  spec.bad_inputs = {{"two inputs", {{any, 4}, {any, 4}}, "takes 1 inputs, got 2"}};
+  return spec;
+}
+
+LayerSpec leaky_relu_spec() {
+  constexpr std::int64_t any = Shape::unknown;
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::LeakyReLU(0.2)); };
+  spec.call = LayerCase{{away_from({3, 4}, 3, {0.0})}};
+  spec.output_shapes = {Shape{any, 4}};
+  spec.bad_inputs = {{"two inputs", {{any, 4}, {any, 4}}, "takes 1 inputs, got 2"}};
+  return spec;
+}
+
+LayerSpec elu_spec() {
+  constexpr std::int64_t any = Shape::unknown;
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::ELU(0.7)); };
+  spec.call = LayerCase{{away_from({3, 4}, 4, {0.0})}};
+  spec.output_shapes = {Shape{any, 4}};
+  spec.bad_inputs = {{"two inputs", {{any, 4}, {any, 4}}, "takes 1 inputs, got 2"}};
+  return spec;
+}
+
+LayerSpec softmax_spec() {
+  constexpr std::int64_t any = Shape::unknown;
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::Softmax(Config{{"axis", Config::from_ints({1, 2})}})); };
+  spec.call = LayerCase{{random_input({2, 3, 4}, 5)}};
+  spec.output_shapes = {Shape{any, 3, 4}};
+  spec.bad_inputs = {{"rank 2", {{any, 4}}, "axis 2 does not exist in inputs of rank 2"}};
+  return spec;
+}
+
+LayerSpec prelu_spec() {
+  constexpr std::int64_t any = Shape::unknown;
+  LayerSpec spec;
+  spec.make = [] { return kiln::LayerPtr(kiln::PReLU({{"alpha_initializer", "random_uniform"}, {"shared_axes", 1}})); };
+  spec.call = LayerCase{{away_from({2, 3, 4}, 6, {0.0})}};
+  spec.output_shapes = {Shape{any, 3, 4}};
+  spec.bad_inputs = {{"another width", {{any, 3, 5}}, "(None, 3, 5)"}};
+  return spec;
+}
+
+}  // namespace
+
+KILN_LAYER_HARNESS("kiln>ReLU", relu_spec)
+KILN_LAYER_HARNESS("kiln>LeakyReLU", leaky_relu_spec)
+KILN_LAYER_HARNESS("kiln>ELU", elu_spec)
+KILN_LAYER_HARNESS("kiln>Softmax", softmax_spec)
+KILN_LAYER_HARNESS("kiln>PReLU", prelu_spec)
+
+TEST_CASE("ReLU: Keras's formula for every combination of cap, leak and threshold", "[layers][activation][values]") {
+  const Array x = away_from({5, 8}, 7, {0.0, 0.5, 1.5});
+  for (const double slope : {0.0, 0.3})
+    for (const double cap : {-1.0, 1.5, 6.0})
+      for (const double threshold : {0.0, 0.5}) {
+        Config options = {{"negative_slope", slope}, {"threshold", threshold}};
+        if (cap >= 0) options.set("max_value", cap);
+        INFO(options.to_string());
+        kiln::ReLU relu(options);
+        const Array y = run_layer(*relu, LayerCase{{x}})[0];
+        std::vector<double> expected(x.size());
+        for (std::size_t i = 0; i < x.size(); ++i) expected[i] = keras_relu(x.flat(i), slope, cap, threshold);
+        CHECK(max_difference(y, expected) <= 1e-12);
+      }
+  CHECK_THROWS_WITH(kiln::ReLU({{"max_value", -1.0}}), Catch::Contains("max_value must be >= 0"));
+  CHECK_THROWS_WITH(kiln::ReLU({{"negative_slope", -0.1}}), Catch::Contains("negative_slope must be >= 0"));
+  CHECK_THROWS_WITH(kiln::ReLU({{"threshold", -0.1}}), Catch::Contains("threshold must be >= 0"));
+}
+
+TEST_CASE("LeakyReLU, ELU, Softmax and PReLU: values and Keras's configs", "[layers][activation][values]") {
+  const Array x = random_input({4, 3, 5}, 8, -3.0, 3.0);
+  std::vector<double> leaky(x.size()), elu(x.size()), prelu(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    leaky[i] = x.flat(i) >= 0 ? x.flat(i) : 0.3 * x.flat(i);
+    elu[i] = x.flat(i) > 0 ? x.flat(i) : 0.5 * std::expm1(x.flat(i));
+  }
+  CHECK(max_difference(run_layer(*kiln::LeakyReLU(), LayerCase{{x}})[0], leaky) <= 1e-12);
+  CHECK(max_difference(run_layer(*kiln::ELU(0.5), LayerCase{{x}})[0], elu) <= 1e-12);
+  // Keras 2's LeakyReLU called its slope alpha; Keras 3 still reads it, and writes negative_slope.
+  const kiln::LeakyReLU keras2(Config{{"alpha", 0.3}});
+  CHECK(keras2.get_config().get_double("negative_slope") == 0.3);
+  CHECK_FALSE(keras2.get_config().contains("alpha"));
+  CHECK(kiln::ELU().get_config().get_double("alpha") == 1.0);
+
+  // Softmax over the last axis equals the plain one; over axes 1 and 2 each sample sums to 1.
+  CHECK(max_difference(run_layer(*kiln::Softmax(), LayerCase{{x}})[0], softmax_reference(x)) <= 1e-12);
+  const Array joint = run_layer(*kiln::Softmax(Config{{"axis", Config::from_ints({1, 2})}}), LayerCase{{x}})[0];
+  for (std::size_t sample = 0; sample < 4; ++sample) {
+    double total = 0, exp_total = 0;
+    for (std::size_t j = 0; j < 15; ++j) exp_total += std::exp(x.flat(sample * 15 + j));
+    for (std::size_t j = 0; j < 15; ++j) {
+      total += joint.flat(sample * 15 + j);
+      CHECK(joint.flat(sample * 15 + j) == Approx(std::exp(x.flat(sample * 15 + j)) / exp_total).epsilon(1e-12));
+    }
+    CHECK(total == Approx(1.0));
+  }
+  CHECK(kiln::Softmax().get_config().get_int("axis") == -1);
+
+  // PReLU's alpha spans the non-batch axes, size 1 along the shared ones.
+  kiln::PReLU shared({{"alpha_initializer", "random_uniform"}, {"shared_axes", Config::from_ints({1})}});
+  const Array y = run_layer(*shared, LayerCase{{x}})[0];
+  REQUIRE(shared.weights().size() == 1);
+  const Array alpha = shared.weights()[0].value;
+  CHECK(alpha.shape() == Shape{1, 5});
+  for (std::size_t i = 0; i < x.size(); ++i) prelu[i] = x.flat(i) >= 0 ? x.flat(i) : alpha.flat(i % 5) * x.flat(i);
+  CHECK(max_difference(y, prelu) <= 1e-12);
+  CHECK(shared.get_config().at("shared_axes") == Config::from_ints({1}));
+  kiln::PReLU bad_axis({{"shared_axes", 3}});
+  CHECK_THROWS_WITH(run_layer(*bad_axis, LayerCase{{x}}), Catch::Contains("shared axis 3 does not exist"));
+}

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <kiln/core/array.hpp>
@@ -88,7 +89,7 @@ TEST_CASE("Initializers: every one is found by snake_case and class name, with K
     const char* class_name;
     Config arguments;
   };
-  const Config seed = {{"seed", Config()}};
+  const Config seed = {{"seed", Config()}, {"input_axes", Config()}, {"output_axes", Config()}};  // Keras 3.16's keys
   const std::vector<Case> cases = {
       {"glorot_uniform", "GlorotUniform", seed},
       {"glorot_normal", "GlorotNormal", seed},
@@ -102,6 +103,14 @@ TEST_CASE("Initializers: every one is found by snake_case and class name, with K
       {"random_normal", "RandomNormal", {{"mean", 0.0}, {"stddev", 0.05}, {"seed", Config()}}},
       {"truncated_normal", "TruncatedNormal", {{"mean", 0.0}, {"stddev", 0.05}, {"seed", Config()}}},
       {"random_uniform", "RandomUniform", {{"minval", -0.05}, {"maxval", 0.05}, {"seed", Config()}}},
+      {"variance_scaling",
+       "VarianceScaling",
+       {{"scale", 1.0},
+        {"mode", "fan_in"},
+        {"distribution", "truncated_normal"},
+        {"seed", Config()},
+        {"input_axes", Config()},
+        {"output_axes", Config()}}},
   };
   const std::vector<std::string> names = Initializer::names();
   for (const Case& c : cases) {
@@ -314,4 +323,60 @@ TEST_CASE("Initializers: a user's text and flag arguments are read back from a c
   CHECK(Initializer::from_config(odd.get_config()).arguments() == odd.arguments());
   CHECK_THROWS_WITH(Initializer::from_config(Config{{"class_name", "Stripes"}, {"config", Config{{"pattern", 3.0}}}}),
                     Catch::Contains("argument 'pattern'"));
+}
+
+TEST_CASE("VarianceScaling: Keras's scale, modes and distributions; fans from input_axes and output_axes",
+          "[layers][initializers]") {
+  kiln::Rng rng(4);
+  auto sample = [&](const Config& arguments, const Shape& shape) {
+    return Initializer::from_config(Config{{"class_name", "VarianceScaling"}, {"config", arguments}})
+        .sample(shape, kiln::DType::float64, rng);
+  };
+  auto moments = [](const kiln::Array& a) {
+    double sum = 0, squares = 0, largest = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      sum += a.flat(i);
+      squares += a.flat(i) * a.flat(i);
+      largest = std::max(largest, std::abs(a.flat(i)));
+    }
+    const double n = static_cast<double>(a.size());
+    return std::make_tuple(sum / n, squares / n, largest);
+  };
+  // (200, 300): fan_avg 250, so the variance is 2 / 250 with scale 2.
+  {
+    const auto [mean, second, largest] =
+        moments(sample({{"scale", 2.0}, {"mode", "fan_avg"}, {"distribution", "uniform"}}, {200, 300}));
+    CHECK(std::abs(mean) < 0.001);
+    CHECK(second == Approx(2.0 / 250).epsilon(0.02));
+    CHECK(largest <= std::sqrt(3.0 * 2.0 / 250));
+  }
+  {
+    const auto [mean, second, largest] =
+        moments(sample({{"mode", "fan_out"}, {"distribution", "untruncated_normal"}}, {200, 300}));
+    CHECK(std::abs(mean) < 0.001);
+    CHECK(second == Approx(1.0 / 300).epsilon(0.02));
+    CHECK(largest > 3.5 * std::sqrt(1.0 / 300));  // not truncated: 60,000 draws reach past 3.5 sigma
+  }
+  {
+    // Truncated at two standard deviations of the corrected normal, with the variance kept at scale / fan_in.
+    const auto [mean, second, largest] = moments(sample(Config::map(), {200, 300}));
+    CHECK(std::abs(mean) < 0.001);
+    CHECK(second == Approx(1.0 / 200).epsilon(0.03));
+    CHECK(largest <= 2.0 * std::sqrt(1.0 / 200) / 0.87962566103423978);
+  }
+  // input_axes and output_axes choose the fans: (40, 2, 3) with inputs [0] and outputs [1, 2] is a Dense from
+  // 40 to 6 (fan_avg 23), where the default rule would take fans 80 and 120 (fan_avg 100).
+  const kiln::Array kernel = sample({{"mode", "fan_avg"},
+                                     {"distribution", "uniform"},
+                                     {"input_axes", Config::from_ints({0})},
+                                     {"output_axes", Config::from_ints({1, -1})}},
+                                    {40, 2, 3});
+  const double largest = std::get<2>(moments(kernel));
+  CHECK(largest <= std::sqrt(3.0 / 23.0));
+  CHECK(largest > std::sqrt(3.0 / 100.0));  // beyond the default rule's limit
+  CHECK_THROWS_WITH(sample({{"mode", "fan_middle"}}, {2, 2}),
+                    Catch::Contains("mode must be fan_in, fan_out or fan_avg"));
+  CHECK_THROWS_WITH(sample({{"distribution", "cauchy"}}, {2, 2}), Catch::Contains("distribution must be"));
+  CHECK_THROWS_WITH(sample({{"input_axes", Config::from_ints({3})}, {"output_axes", Config::from_ints({0})}}, {2, 2}),
+                    Catch::Contains("axis out of range"));
 }

@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include <kiln/core/error.hpp>
@@ -82,7 +84,8 @@ TEST_CASE("LayerNormalization: config round trip with Keras's keys", "[layers][l
   kiln::LayerNormalization norm(1e-5, random_weights.with("axis", Config::from_ints({-1})).with("name", "ln"));
   check_config_round_trip(norm, LayerCase{{random_input({2, 3, 4}, 3)}});
   const Config config = norm.get_config();
-  CHECK(config.at("axis") == Config::from_ints({-1}));
+  // As Keras's build does, a built layer holds its axes as a sorted list of non-negative axes.
+  CHECK(config.at("axis") == Config::from_ints({2}));
   CHECK(config.get_double("epsilon") == 1e-5);
   CHECK(config.get_bool("center"));
   CHECK(config.get_bool("scale"));
@@ -125,15 +128,75 @@ TEST_CASE("LayerNormalization: values match a plain double reference", "[layers]
   CHECK(max_difference(run_layer(*neither, LayerCase{{x}})[0], layer_norm_reference(x, ones, zeros, 0.5)) <= 1e-10);
 }
 
-TEST_CASE("LayerNormalization: other axes and bad shapes fail, naming the layer",
-          "[layers][layer_normalization][errors]") {
-  kiln::LayerNormalization middle(1e-3, {{"axis", 1}, {"name", "ln"}});
+// Over the axes `axes` of a (batch, a, b) array (a list of 1 and 2, or one of them): each group of elements
+// that differ only along those axes is normalized, and gamma/beta are indexed by the normalized positions.
+std::vector<double> axes_reference(const Array& x, const std::vector<int>& axes, const Array& gamma, const Array& beta,
+                                   double epsilon) {
+  const auto n = x.shape()[0], a = x.shape()[1], b = x.shape()[2];
+  const bool over_a = std::find(axes.begin(), axes.end(), 1) != axes.end();
+  const bool over_b = std::find(axes.begin(), axes.end(), 2) != axes.end();
+  std::vector<double> out(x.size());
+  auto index = [&](std::int64_t i, std::int64_t j, std::int64_t k) {
+    return static_cast<std::size_t>((i * a + j) * b + k);
+  };
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j0 = 0; j0 < (over_a ? 1 : a); ++j0)
+      for (std::int64_t k0 = 0; k0 < (over_b ? 1 : b); ++k0) {
+        std::vector<std::pair<std::int64_t, std::int64_t>> group;
+        for (std::int64_t j = over_a ? 0 : j0; j < (over_a ? a : j0 + 1); ++j)
+          for (std::int64_t k = over_b ? 0 : k0; k < (over_b ? b : k0 + 1); ++k) group.emplace_back(j, k);
+        double mean = 0, variance = 0;
+        for (auto [j, k] : group) mean += x.flat(index(i, j, k));
+        mean /= static_cast<double>(group.size());
+        for (auto [j, k] : group) variance += std::pow(x.flat(index(i, j, k)) - mean, 2);
+        variance /= static_cast<double>(group.size());
+        for (auto [j, k] : group) {
+          const std::size_t w =
+              over_a && over_b ? static_cast<std::size_t>(j * b + k) : static_cast<std::size_t>(over_a ? j : k);
+          out[index(i, j, k)] =
+              (x.flat(index(i, j, k)) - mean) / std::sqrt(variance + epsilon) * gamma.flat(w) + beta.flat(w);
+        }
+      }
+  return out;
+}
+
+TEST_CASE("LayerNormalization: any axes, as Keras normalizes them", "[layers][layer_normalization][values]") {
+  const Array x = random_input({3, 4, 5}, 8, -2.0, 3.0);
+  struct Case {
+    Config axis;
+    std::vector<int> axes;
+    Shape weights;
+  };
+  for (const Case& c :
+       {Case{Config::from_ints({1, 2}), {1, 2}, Shape{4, 5}}, Case{Config(1), {1}, Shape{4}},
+        Case{Config::from_ints({-2}), {1}, Shape{4}}, Case{Config::from_ints({2, -2}), {1, 2}, Shape{4, 5}}}) {
+    INFO("axis " << c.axis.to_string());
+    kiln::LayerNormalization norm(1e-3, random_weights.with("axis", c.axis).with("dtype", "float64"));
+    const std::vector<Array> out = run_layer(*norm, LayerCase{{x}});
+    REQUIRE(norm.weights().size() == 2);
+    CHECK(norm.weights()[0].value.shape() == c.weights);
+    CHECK(max_difference(out[0], axes_reference(x, c.axes, norm.weights()[0].value, norm.weights()[1].value, 1e-3)) <=
+          1e-10);
+    // Keras's build sorts the axes and makes them non-negative; the config keeps that.
+    std::vector<std::int64_t> sorted(c.axes.begin(), c.axes.end());
+    CHECK(norm.get_config().at("axis") == Config::from_ints(sorted));
+    const GradcheckReport report = gradcheck_layer(*norm, LayerCase{{random_input({2, 4, 5}, 9)}});
+    INFO(report.worst_entry());
+    CHECK(report.max_relative_error <= 1e-6);
+  }
+}
+
+TEST_CASE("LayerNormalization: bad axes and shapes fail, naming the layer", "[layers][layer_normalization][errors]") {
   const kiln::Tensor x = kiln::Input({Shape::unknown, 3, 4});
-  CHECK_THROWS_AS(middle(x), kiln::ConfigError);
-  CHECK_THROWS_WITH(middle(x), Catch::Contains("LayerNormalization 'ln'") && Catch::Contains("(None, 3, 4)"));
-  CHECK_FALSE(middle.built());
-  kiln::LayerNormalization several(1e-3, {{"axis", Config::from_ints({1, 2})}});
-  CHECK_THROWS_AS(several(x), kiln::ConfigError);
+  kiln::LayerNormalization missing(1e-3, {{"axis", 3}, {"name", "ln"}});
+  CHECK_THROWS_AS(missing(x), kiln::ShapeError);
+  CHECK_THROWS_WITH(missing(x), Catch::Contains("LayerNormalization 'ln'") &&
+                                    Catch::Contains("axis 3 does not exist") && Catch::Contains("(None, 3, 4)"));
+  CHECK_FALSE(missing.built());
+  kiln::LayerNormalization twice(1e-3, {{"axis", Config::from_ints({2, -1})}});
+  CHECK_THROWS_WITH(twice(x), Catch::Contains("names an axis twice"));
+  kiln::LayerNormalization batch(1e-3, {{"axis", 0}});
+  CHECK_THROWS_WITH(batch(x), Catch::Contains("needs inputs whose normalized axes are known"));
 
   CHECK_THROWS_WITH(kiln::LayerNormalization(1e-3, {{"rms_scaling", true}}), Catch::Contains("rms_scaling"));
   CHECK_THROWS_WITH(kiln::LayerNormalization(1e-3, {{"gamma_regularizer", "l3"}}), Catch::Contains("l3"));
@@ -161,7 +224,8 @@ LayerSpec layer_normalization_spec() {
   };
   spec.call = LayerCase{{random_input({2, 3, 5}, 2)}};
   spec.output_shapes = {Shape{any, 3, 5}};
-  spec.bad_inputs = {{"another last dimension", {{any, 3, 6}}, "was built for inputs with last dimension 5"}};
+  spec.bad_inputs = {{"another last dimension", {{any, 3, 6}}, "was built for other sizes of the normalized axes"},
+                     {"another rank", {{any, 5}}, "was built for inputs of another rank"}};
   return spec;
 }
 }  // namespace

@@ -424,6 +424,36 @@ std::vector<ModelCase> every_layer_type() {
          return Model(x, Dense(1)(x));
        },
        {{4, 2}}},
+      {"kiln>ReLU",
+       [] {
+         Tensor x = input({None, 6});
+         return Model(x, ReLU({{"max_value", 0.5}, {"negative_slope", 0.1}, {"threshold", 0.2}})(x));
+       },
+       {{4, 6}}},
+      {"kiln>LeakyReLU",
+       [] {
+         Tensor x = input({None, 6});
+         return Model(x, LeakyReLU(0.2)(x));
+       },
+       {{4, 6}}},
+      {"kiln>ELU",
+       [] {
+         Tensor x = input({None, 6});
+         return Model(x, ELU(0.7)(x));
+       },
+       {{4, 6}}},
+      {"kiln>Softmax",
+       [] {
+         Tensor x = input({None, 3, 4});
+         return Model(x, Softmax(1)(x));
+       },
+       {{2, 3, 4}}},
+      {"kiln>PReLU",
+       [] {
+         Tensor x = input({None, 3, 4});
+         return Model(x, PReLU({{"alpha_initializer", "random_uniform"}, {"shared_axes", 1}})(x));
+       },
+       {{2, 3, 4}}},
       {"acme>Shift",
        [] {
          Tensor x = input({None, 3});
