@@ -42,6 +42,7 @@
 #include <kiln/optim/schedules.hpp>
 #include <kiln/serialize/checkpoint.hpp>
 #include <kiln/serialize/json.hpp>
+#include <kiln/serialize/keras.hpp>
 #include <kiln/serialize/saving.hpp>
 #include <kiln/train/callbacks.hpp>
 #include <kiln/train/data.hpp>

@@ -12,37 +12,25 @@
 #include <kiln/core/error.hpp>
 #include <kiln/serialize/detail/arrays.hpp>
 #include <kiln/serialize/detail/container.hpp>
+#include <kiln/serialize/detail/keras_file.hpp>
+#include <kiln/serialize/detail/model_io.hpp>
 #include <kiln/serialize/json.hpp>
 #include <kiln/train/trainer.hpp>
 
 namespace kiln {
 namespace {
 
+using detail::assign_weights;
+using detail::compile_from;
+using detail::guarded;
+using detail::model_from;
 using detail::NamedArray;
 
 // The config section is small (kilobytes for real models). Parsed, a config takes up to ~60 times its
 // text (104 bytes per value): the cap bounds that.
 constexpr std::size_t kMaxConfigBytes = 4u << 20;
 
-// Runs `body`, turning any failure into a SerializationError that says where: "m.kiln: weights section: ...".
-template <class Body>
-auto guarded(const std::string& where, Body&& body) -> decltype(body()) {
-  try {
-    return body();
-  } catch (const SerializationError& error) {
-    throw SerializationError(where + ": " + error.what());
-  } catch (const Error& error) {
-    throw SerializationError(where + ": " + error.what());
-  } catch (const std::bad_alloc&) {
-    throw SerializationError(where + ": needs more memory than the file can justify (damaged?)");
-  } catch (const std::length_error& error) {
-    throw SerializationError(where + ": impossible size (" + std::string(error.what()) + ")");
-  }
-}
-
-Trainer* trainer_of(const ModelBase& model) {
-  return static_cast<Trainer*>(model.compiled_state().get());
-}
+Trainer* trainer_of(const ModelBase& model) { return static_cast<Trainer*>(model.compiled_state().get()); }
 
 std::vector<NamedArray> named_weights(const ModelBase& model) {
   std::vector<NamedArray> arrays;
@@ -77,21 +65,6 @@ Config compile_config(const Trainer& trainer) {
                 {"metrics", metrics}};
 }
 
-void compile_from(ModelBase& model, const Config& config) {
-  OptimizerPtr optimizer = Optimizer::from_config(config.at("optimizer"));
-  std::vector<Loss> losses;
-  const Config& loss = config.at("loss");
-  if (loss.is_list()) {
-    for (const Config& one : loss.as_list("key 'loss'")) losses.push_back(Loss::from_config(one));
-  } else {
-    losses.push_back(Loss::from_config(loss));
-  }
-  std::vector<Metric> metrics;
-  if (const Config* given = config.find("metrics"); given && !given->is_null())
-    for (const Config& metric : given->as_list("key 'metrics'")) metrics.push_back(Metric::from_config(metric));
-  detail::compile_model(model, std::move(optimizer), std::move(losses), std::move(metrics));
-}
-
 std::string utc_now() {
   const std::time_t now = std::time(nullptr);
   std::tm utc{};
@@ -110,35 +83,6 @@ Config metadata_of(const ModelBase& model) {
                 {"epochs_trained", trainer ? trainer->epochs_trained() : 0}};
 }
 
-// Copies every array into the weight of the same path, after checking them all: on any mismatch the
-// model is unchanged. ValueError/ShapeError naming the weight.
-void assign_weights(const std::vector<Weight>& weights, const std::vector<NamedArray>& arrays,
-                    const std::string& owner) {
-  std::map<std::string, const Array*> by_name;
-  for (const NamedArray& array : arrays)
-    if (!by_name.emplace(array.name, &array.value).second)
-      throw ValueError("the file has two weights named '" + array.name + "'");
-  for (const Weight& weight : weights) {
-    auto found = by_name.find(weight.path);
-    if (found == by_name.end()) throw ValueError("weight '" + weight.path + "' of " + owner + " is not in the file");
-    if (found->second->shape() != weight.value.shape())
-      throw ShapeError("weight '" + weight.path + "' of " + owner + " has shape " + weight.value.shape().to_string() +
-                       ", but the file's has shape " + found->second->shape().to_string());
-  }
-  if (by_name.size() != weights.size()) {
-    std::set<std::string> known;
-    for (const Weight& weight : weights) known.insert(weight.path);
-    for (const NamedArray& array : arrays)
-      if (!known.count(array.name))
-        throw ValueError("the file has a weight '" + array.name + "' that " + owner + " does not have");
-  }
-  for (const Weight& weight : weights) {
-    Array source = by_name.at(weight.path)->astype(weight.value.dtype());
-    Array target = weight.value;
-    std::memcpy(target.raw(), source.raw(), target.nbytes());
-  }
-}
-
 std::vector<detail::Section> sections_of(const std::vector<std::pair<std::string, std::string>>& payloads) {
   std::vector<detail::Section> sections;
   for (const auto& [tag, payload] : payloads) sections.push_back({tag, payload});
@@ -154,15 +98,6 @@ Config parse_config_section(const detail::Container& container, const std::strin
   Config config = parse_json(std::string(section->payload), path + ": config section");
   if (!config.is_map()) throw SerializationError(path + ": config section: not a JSON object");
   return config;
-}
-
-std::shared_ptr<ModelBase> model_from(const Config& serialized) {
-  Config architecture = serialized;
-  architecture.erase("compile_config");
-  LayerPtr layer = layer_from_config(architecture);
-  auto model = std::dynamic_pointer_cast<ModelBase>(layer);
-  if (!model) throw ConfigError("the config describes " + layer->describe() + ", a layer, not a model");
-  return model;
 }
 
 }  // namespace
@@ -199,6 +134,8 @@ void save_model(const ModelBase& model, const std::string& path) {
 
 Model load_model(const std::string& path, const LoadOptions& options) {
   const std::string bytes = detail::read_whole_file(path);
+  if (!detail::is_kiln_container(bytes) && detail::is_keras_bytes(bytes))
+    return detail::load_keras_bytes(bytes, path, options);
   const detail::Container container = detail::read_container(bytes, path);
   const Config config = parse_config_section(container, path);
   const detail::Section* weights = container.find("WGHT");

@@ -82,6 +82,10 @@ std::string section_name(const std::string& tag) {
   return "'" + tag + "'";
 }
 
+bool is_kiln_container(std::string_view bytes) {
+  return bytes.size() >= sizeof kMagic && std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0;
+}
+
 std::string write_container(const std::vector<Section>& sections) {
   std::size_t total = kHeaderSize;
   for (const Section& section : sections) total += kSectionHeaderSize + section.payload.size();

@@ -35,6 +35,9 @@ std::string section_name(const std::string& tag);
 
 std::string write_container(const std::vector<Section>& sections);
 
+// True when `bytes` start with a kiln file's magic.
+bool is_kiln_container(std::string_view bytes);
+
 struct Container {
   std::uint32_t format_version = 0;
   std::vector<Section> sections;

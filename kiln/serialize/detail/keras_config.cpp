@@ -1,0 +1,202 @@
+#include <kiln/serialize/detail/keras_config.hpp>
+
+#include <utility>
+#include <vector>
+
+#include <kiln/core/error.hpp>
+
+namespace kiln::detail {
+
+namespace {
+
+// Keys only Python needs: where to import a class from, and the object ids Keras's serialization uses
+// to share one DTypePolicy between layers.
+bool python_only(const std::string& key, const Config& value) {
+  return key == "module" || key == "shared_object_id" || (key == "registered_name" && value.is_null());
+}
+
+Config without_python_keys(const Config& value) {
+  if (value.is_list()) {
+    Config list = Config::list();
+    for (const Config& item : value.as_list()) list.push_back(without_python_keys(item));
+    return list;
+  }
+  if (!value.is_map()) return value;
+  Config map = Config::map();
+  for (const auto& [key, item] : value.items())
+    if (!python_only(key, item)) map.set(key, without_python_keys(item));
+  return map;
+}
+
+// Keras's build_config: {"input_shape": shape} for one input, {"shapes_dict": {"query_shape": ...,
+// "value_shape": ...}} for layers whose build takes several (in the order of their build arguments).
+Config import_build_config(const Config& build) {
+  if (!build.is_map()) return Config();
+  if (const Config* shapes = build.find("shapes_dict"); shapes != nullptr && shapes->is_map()) {
+    Config list = Config::list();
+    for (const auto& [name, shape] : shapes->items()) list.push_back(shape);
+    if (list.size() == 1) return {{"input_shape", list.as_list().front()}};
+    return {{"input_shapes", list}};
+  }
+  const Config* shape = build.find("input_shape");
+  if (shape == nullptr || shape->is_null()) return Config();
+  // A layer called on a list (Attention, the merge layers) has the list of their shapes as its input_shape.
+  if (shape->is_list() && !shape->as_list().empty() && shape->as_list().front().is_list())
+    return {{"input_shapes", *shape}};
+  return build;
+}
+
+bool is_tensor_reference(const Config& value) {
+  return value.is_map() &&
+         (value.contains("keras_history") || value.get_string("class_name", "") == "__keras_tensor__");
+}
+
+// One call of a layer. Keras 3: {"args": [...], "kwargs": {...}}, where a merge layer's one argument is
+// the list of its inputs. Keras 2: [[layer, node, tensor, kwargs], ...], one entry an input.
+Config import_node(const Config& node, const std::string& where) {
+  Config args = Config::list();
+  Config kwargs = Config::map();
+  auto add_kwargs = [&](const Config& given) {
+    if (!given.is_map()) return;
+    for (const auto& [name, value] : given.items())
+      if (!value.is_null()) kwargs.set(name, value);  // Keras passes mask=None, training=None explicitly
+  };
+  if (node.is_list()) {
+    for (const Config& input : node.as_list()) {
+      const std::vector<Config>& parts = input.as_list(where + ": an inbound node's input");
+      if (parts.size() < 3 || parts.size() > 4)
+        throw ConfigError(where + ": an inbound node's input is [layer, node, tensor(, kwargs)], got " +
+                          input.to_string());
+      args.push_back({{"keras_history", Config::list({parts[0], parts[1], parts[2]})}});
+      if (parts.size() == 4) add_kwargs(parts[3]);
+    }
+    return {{"args", args}, {"kwargs", kwargs}};
+  }
+  if (!node.is_map()) throw ConfigError(where + ": an inbound node is a map or a list, got " + node.to_string());
+  if (const Config* given = node.find("args"))
+    for (const Config& arg : given->as_list(where + ": an inbound node's args")) {
+      if (arg.is_list() && !arg.as_list().empty() && is_tensor_reference(arg.as_list().front())) {
+        for (const Config& item : arg.as_list()) args.push_back(item);  // a merge layer's list of inputs
+      } else {
+        args.push_back(arg);
+      }
+    }
+  if (const Config* given = node.find("kwargs")) add_kwargs(*given);
+  return {{"args", args}, {"kwargs", kwargs}};
+}
+
+Config import_layer(const Config& entry, const std::string& where);
+
+// Keras 2's InputLayer: batch_input_shape for batch_shape.
+Config import_input_layer(Config config) {
+  if (const Config* shape = config.find("batch_input_shape")) {
+    if (!config.contains("batch_shape")) config.set("batch_shape", *shape);
+    config.erase("batch_input_shape");
+  }
+  return config;
+}
+
+// Sequential: Keras 2.0-2.1 wrote the layer list as the whole config; Keras 2 put the input shape on the
+// first layer ("batch_input_shape") where Keras 3 writes an InputLayer.
+Config import_sequential(const Config& given, const std::string& where) {
+  Config config = given.is_list() ? Config{{"layers", given}} : given;
+  const std::vector<Config>& layers = config.get_list("layers");
+  Config imported = Config::list();
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    Config layer = layers[i];
+    if (i == 0 && layer.is_map() && layer.get_string("class_name", "") != "InputLayer") {
+      const Config& first = layer.at("config");
+      if (const Config* shape = first.find("batch_input_shape"); shape != nullptr && !shape->is_null()) {
+        Config input = {{"batch_shape", *shape}, {"dtype", first.get_string("dtype", "float32")}};
+        input.set("name", first.get_string("name", "input") + "_input");
+        imported.push_back({{"class_name", "InputLayer"}, {"config", input}});
+      }
+    }
+    imported.push_back(import_layer(layer, where));
+  }
+  config.set("layers", imported);
+  config.erase("build_input_shape");  // Keras 3 repeats the InputLayer's shape here
+  return config;
+}
+
+Config import_functional(Config config, const std::string& where) {
+  Config imported = Config::list();
+  for (const Config& layer : config.get_list("layers")) {
+    Config entry = import_layer(layer, where);
+    if (const Config* nodes = layer.find("inbound_nodes")) {
+      Config calls = Config::list();
+      for (const Config& node : nodes->as_list(where + ": inbound_nodes")) calls.push_back(import_node(node, where));
+      entry.set("inbound_nodes", calls);
+    }
+    imported.push_back(entry);
+  }
+  config.set("layers", imported);
+  // Keras 3 writes a model of one input (or output) as one [layer, node, tensor] triple, not a list of them.
+  for (const char* key : {"input_layers", "output_layers"}) {
+    const Config* triples = config.find(key);
+    if (triples != nullptr && triples->is_list() && !triples->as_list().empty() &&
+        triples->as_list().front().type() == Config::Type::string)
+      config.set(key, Config::list({*triples}));
+  }
+  return config;
+}
+
+// tf.keras 2.x wrote a dtype into every initializer's config, which no Keras initializer takes now.
+Config without_initializer_dtypes(Config config) {
+  for (const std::string& key : config.keys()) {
+    const Config& value = config.at(key);
+    const bool initializer = key.size() > 12 && key.compare(key.size() - 12, 12, "_initializer") == 0;
+    if (!initializer || !value.is_map() || !value.contains("config") || !value.at("config").is_map()) continue;
+    Config arguments = value.at("config");
+    if (arguments.erase("dtype")) config.set(key, value.with("config", arguments));
+  }
+  return config;
+}
+
+// One serialized layer (or nested model) of a model's "layers".
+Config import_layer(const Config& entry, const std::string& where) {
+  if (!entry.is_map()) throw ConfigError(where + ": a layer is a map, got " + entry.to_string());
+  std::string class_name = entry.get_string("class_name");
+  const std::string name = entry.contains("config") && entry.at("config").is_map()
+                               ? entry.at("config").get_string("name", entry.get_string("name", ""))
+                               : entry.get_string("name", "");
+  const std::string here = where + ": layer '" + name + "' (" + class_name + ")";
+  if (class_name == "Lambda" || class_name == "TFOpLambda" || class_name == "SlicingOpLambda")
+    throw ConfigError(here +
+                      ": a Lambda layer holds Python code, which kiln cannot run; Keras's safe_mode "
+                      "refuses it too. Rewrite it as a registered layer (KILN_REGISTER_LAYER)");
+  Config config = entry.contains("config") ? entry.at("config") : Config::map();
+  if (class_name == "Model") class_name = "Functional";
+  if (class_name == "Sequential") config = import_sequential(config, here);
+  if (class_name == "Functional") config = import_functional(config, here);
+  if (class_name == "InputLayer" && config.is_map()) {
+    config = import_input_layer(config);
+  } else if (config.is_map()) {
+    // Keras 2 let any layer carry the model's input shape; import_sequential made it an InputLayer.
+    config.erase("batch_input_shape");
+    config.erase("batch_size");
+    config = without_initializer_dtypes(config);
+  }
+  Config result = {{"class_name", class_name}, {"config", config}};
+  if (const Config* registered = entry.find("registered_name"); registered != nullptr && !registered->is_null())
+    result.set("registered_name", class_name == "Functional" ? Config("Functional") : *registered);
+  if (const Config* build = entry.find("build_config")) {
+    const Config imported = import_build_config(*build);
+    if (!imported.is_null()) result.set("build_config", imported);
+  }
+  if (const Config* compiled = entry.find("compile_config"); compiled != nullptr && compiled->size() > 0)
+    result.set("compile_config", *compiled);
+  if (entry.contains("name")) result.set("name", entry.at("name"));
+  return result;
+}
+
+}  // namespace
+
+Config import_keras_model_config(const Config& keras, const std::string& where) {
+  if (!keras.is_map() || !keras.contains("class_name"))
+    throw ConfigError(where + ": a model config is a map with a class_name, got " +
+                      (keras.is_map() ? std::string("a map without one") : keras.to_string()));
+  return import_layer(without_python_keys(keras), where);
+}
+
+}  // namespace kiln::detail

@@ -1,0 +1,23 @@
+#pragma once
+// Model configs as Keras writes them, turned into the configs kiln's model_from_config reads. kiln's own
+// configs already use Keras's class names, argument names and node format, so most of the work is
+// removing what only Python needs and rewriting the older formats:
+//   Keras 3 (config.json of a `.keras` file, and the model_config of Keras 3's legacy `.h5`):
+//     "module", null "registered_name" and "shared_object_id" keys go; a merge layer's list argument
+//     becomes its inputs; null call arguments (Keras's mask=None) go; build_config's "shapes_dict" becomes
+//     kiln's "input_shapes"; an empty compile_config goes.
+//   Keras 2 and tf.keras (the model_config of a legacy `.h5`):
+//     "Model" is "Functional"; a Sequential whose config is a bare list, or whose first layer carries
+//     "batch_input_shape", gets its InputLayer; InputLayer's "batch_input_shape" is "batch_shape";
+//     inbound nodes [[layer, node, tensor, kwargs], ...] become {"args", "kwargs"}.
+#include <string>
+
+#include <kiln/layers/config.hpp>
+
+namespace kiln::detail {
+
+// The model config kiln reads, from a Keras model config ({"class_name", "config", ...}). ConfigError
+// naming `where` for what cannot be read; a Lambda layer is refused here, as Keras's safe_mode refuses it.
+Config import_keras_model_config(const Config& keras, const std::string& where);
+
+}  // namespace kiln::detail

@@ -1,0 +1,320 @@
+#include <kiln/serialize/keras.hpp>
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <kiln/core/array.hpp>
+#include <kiln/core/detail/files.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/core/names.hpp>
+#include <kiln/optim/optimizer.hpp>
+#include <kiln/serialize/detail/arrays.hpp>
+#include <kiln/serialize/detail/hdf5_reader.hpp>
+#include <kiln/serialize/detail/keras_config.hpp>
+#include <kiln/serialize/detail/keras_file.hpp>
+#include <kiln/serialize/detail/model_io.hpp>
+#include <kiln/serialize/detail/zip_archive.hpp>
+#include <kiln/serialize/json.hpp>
+#include <kiln/train/trainer.hpp>
+
+namespace kiln {
+
+namespace {
+
+using detail::NamedArray;
+namespace hdf5 = detail::hdf5;
+
+// A `.keras` archive's JSON entries are kilobytes; its weights may be gigabytes, but no more than 16 GiB
+// is read from one entry whatever it declares.
+constexpr std::uint64_t kMaxWeightsBytes = std::uint64_t{16} << 30;
+
+bool is_zip(std::string_view bytes) { return bytes.substr(0, 4) == std::string_view("PK\x03\x04", 4); }
+
+Config parse_json_object(const std::string& text, const std::string& where) {
+  Config config = parse_json(text, where);
+  if (!config.is_map()) throw SerializationError(where + ": not a JSON object");
+  return config;
+}
+
+// ---- Keras 3: config.json and model.weights.h5 ---------------------------------------------------------------
+
+// Keras's saving_lib names each layer of a model's `layers` by its class in snake_case, with _1, _2, ...
+// for repeats, never by its name (names need not be stable between two builds of a model).
+class KerasNames {
+ public:
+  std::string next(const std::string& class_name) {
+    const std::string name = to_snake_case(class_name);
+    auto [entry, inserted] = used_.emplace(name, 0);
+    if (inserted) return name;
+    return name + "_" + std::to_string(++entry->second);
+  }
+
+ private:
+  std::map<std::string, int> used_;
+};
+
+// Reads the weights of a model from the groups Keras's saving_lib writes: for a model, layers/<name>/ for
+// each of its layers in order; for a layer, its own variables as vars/<i> and its sublayers' under their
+// attribute names (Layer::keras_weight_paths). The arrays come out named by kiln's weight paths, in
+// Keras's order (which is the order of the optimizer's slots).
+class Keras3WeightReader {
+ public:
+  explicit Keras3WeightReader(std::string where) : where_(std::move(where)) {}
+
+  // `config` is the model's imported config ({"class_name", "config"}); `prefix` the kiln path of its weights.
+  void read_model(const ModelBase& model, const Config& config, const hdf5::Object& group, const std::string& prefix) {
+    const bool sequential = config.get_string("class_name") == "Sequential";
+    const std::optional<hdf5::Object> layers = group.find("layers");
+    KerasNames names;
+    for (const Config& entry : config.at("config").get_list("layers")) {
+      const std::string class_name = entry.get_string("class_name");
+      if (sequential && class_name == "InputLayer") continue;  // Keras's Sequential.layers leaves it out
+      const std::string keras_name = names.next(class_name);
+      const LayerPtr layer = model.get_layer(entry.at("config").get_string("name"));
+      if (!visited_.insert(layer.get()).second) continue;  // a shared layer is saved where it is met first
+      const std::string kiln_prefix = prefix + layer->name() + "/";
+      if (layer->weights().empty()) continue;
+      const std::string path = group.path() + (group.path() == "/" ? "" : "/") + "layers/" + keras_name;
+      const std::optional<hdf5::Object> layer_group = layers ? layers->find(keras_name) : std::nullopt;
+      if (!layer_group)
+        throw SerializationError(where_ + ": no weights for " + layer->describe() + " (the file has no " + path + ")");
+      if (const auto* nested = dynamic_cast<const ModelBase*>(layer.get())) {
+        read_model(*nested, entry, *layer_group, kiln_prefix);
+      } else {
+        read_layer(*layer, *layer_group, kiln_prefix);
+      }
+    }
+  }
+
+  const std::vector<NamedArray>& arrays() const { return arrays_; }
+
+ private:
+  void read_layer(const Layer& layer, const hdf5::Object& group, const std::string& prefix) {
+    const std::vector<Weight> weights = layer.weights();
+    const std::vector<std::string> paths = layer.keras_weight_paths();
+    std::map<std::string, std::size_t> expected;  // datasets each "vars" group must hold
+    for (std::size_t i = 0; i < weights.size(); ++i) {
+      const std::string& path = paths.at(i);
+      ++expected[path.substr(0, path.rfind('/'))];
+      const std::optional<hdf5::Object> dataset = group.find_path(path);
+      if (!dataset || !dataset->is_dataset())
+        throw SerializationError(where_ + ": no " + group.path() + "/" + path + " for weight '" + weights[i].path +
+                                 "' of " + layer.describe());
+      const Shape shape = dataset->dataset_shape();
+      if (shape != weights[i].value.shape())
+        throw SerializationError(where_ + ": weight '" + weights[i].path + "' of " + layer.describe() + " has shape " +
+                                 weights[i].value.shape().to_string() + ", but " + dataset->path() + " has shape " +
+                                 shape.to_string());
+      arrays_.push_back({prefix + weights[i].path, dataset->read(weights[i].value.dtype())});
+    }
+    for (const auto& [vars, count] : expected) {
+      const std::size_t held = group.at(vars).member_names().size();
+      if (held != count)
+        throw SerializationError(where_ + ": " + layer.describe() + " has " + std::to_string(count) + " variables in " +
+                                 group.path() + "/" + vars + ", but the file holds " + std::to_string(held) +
+                                 " (a different architecture?)");
+    }
+  }
+
+  std::string where_;
+  std::set<const Layer*> visited_;
+  std::vector<NamedArray> arrays_;
+};
+
+// Keras 3's optimizer/vars/<i>: iterations, the learning rate (unless a schedule drives it), then each
+// trainable weight's slots, interleaved, in the order of the model's trainable weights; kiln's
+// Optimizer::variables() has the same layout by path.
+void read_keras3_optimizer(ModelBase& model, const std::vector<NamedArray>& model_arrays, const hdf5::Object& root,
+                           const std::string& where) {
+  const std::optional<hdf5::Object> vars = root.find_path("optimizer/vars");
+  if (!vars) return;
+  Optimizer& optimizer = detail::trainer_of(model).optimizer();
+  // The trainable weights in Keras's order; the slots they get, by path, in the optimizer's own order.
+  std::map<std::string, Weight> weights;
+  for (const Weight& weight : model.weights()) weights.emplace(weight.path, weight);
+  std::vector<Weight> trainable;
+  for (const NamedArray& array : model_arrays)
+    if (weights.at(array.name).trainable) trainable.push_back(weights.at(array.name));
+  optimizer.build(trainable);
+  const std::vector<Weight> own = optimizer.variables();
+  std::vector<const Weight*> ordered;
+  for (const Weight& variable : own)
+    if (variable.path.find('/') == std::string::npos) ordered.push_back(&variable);  // iterations, learning_rate
+  for (const Weight& weight : trainable)
+    for (const Weight& variable : own) {
+      const std::size_t slash = variable.path.find('/');
+      if (slash != std::string::npos && variable.path.compare(slash + 1, std::string::npos, weight.path) == 0)
+        ordered.push_back(&variable);
+    }
+  const std::size_t held = vars->member_names().size();
+  if (held != ordered.size())
+    throw SerializationError(where + ": the optimizer's state holds " + std::to_string(held) + " variables, but " +
+                             optimizer.describe() + " on this model has " + std::to_string(ordered.size()));
+  std::vector<Weight> variables;
+  for (std::size_t i = 0; i < ordered.size(); ++i) {
+    const hdf5::Object dataset = vars->at(std::to_string(i));
+    if (dataset.dataset_shape().num_elements() != ordered[i]->value.shape().num_elements())
+      throw SerializationError(where + ": optimizer/vars/" + std::to_string(i) + " has shape " +
+                               dataset.dataset_shape().to_string() + ", but " + ordered[i]->path + " has shape " +
+                               ordered[i]->value.shape().to_string());
+    variables.push_back(
+        {ordered[i]->path, dataset.read(ordered[i]->value.dtype()).reshape(ordered[i]->value.shape()), false});
+  }
+  optimizer.set_variables(variables);
+}
+
+Model load_keras3(const std::string& bytes, const std::string& path, const LoadOptions& options) {
+  const detail::ZipReader archive(bytes, path);
+  const std::string config_text = archive.read("config.json", max_json_bytes);
+  if (archive.contains("metadata.json"))
+    parse_json_object(archive.read("metadata.json", 1 << 20), path + ": metadata.json");
+  if (!archive.contains("model.weights.h5")) {
+    if (archive.contains("model.weights.npz"))
+      throw SerializationError(path +
+                               ": its weights are in model.weights.npz (saved with the npz store), which kiln "
+                               "does not read; save it again with Keras's default (model.save(\"m.keras\"))");
+    throw SerializationError(path + ": the archive has no model.weights.h5");
+  }
+  const std::string weights_bytes = archive.read("model.weights.h5", kMaxWeightsBytes);
+  const Config keras = parse_json_object(config_text, path + ": config.json");
+  const Config config =
+      detail::guarded(path + ": config.json", [&] { return detail::import_keras_model_config(keras, "config.json"); });
+  std::shared_ptr<ModelBase> model = detail::guarded(path + ": config.json", [&] {
+    detail::AllocationLimit limit(2 * weights_bytes.size() + (16u << 20), "building the model");
+    return detail::model_from(config);
+  });
+  const hdf5::File weights(weights_bytes, path + ": model.weights.h5");
+  Keras3WeightReader reader(path + ": model.weights.h5");
+  detail::guarded(path + ": model.weights.h5", [&] {
+    reader.read_model(*model, config, weights.root(), "");
+    detail::assign_weights(model->weights(), reader.arrays(), model->describe());
+  });
+  const Config* compiled = config.find("compile_config");
+  if (!options.compile || compiled == nullptr) return Model(model);
+  detail::guarded(path + ": compile_config", [&] { detail::compile_from(*model, *compiled); });
+  detail::guarded(path + ": model.weights.h5: optimizer",
+                  [&] { read_keras3_optimizer(*model, reader.arrays(), weights.root(), path); });
+  return Model(model);
+}
+
+// ---- legacy HDF5: Keras 2, tf.keras and Keras 3's legacy format --------------------------------------------
+
+// An attribute Keras may have split into name0, name1, ... because HDF5 object headers hold 64 KiB.
+std::vector<std::string> chunked_strings(const hdf5::Object& object, const std::string& name) {
+  if (object.has_attribute(name)) return object.attribute_strings(name);
+  std::vector<std::string> strings;
+  for (int chunk = 0; object.has_attribute(name + std::to_string(chunk)); ++chunk)
+    for (std::string& text : object.attribute_strings(name + std::to_string(chunk))) strings.push_back(std::move(text));
+  return strings;
+}
+
+// A layer's weights in the order legacy files list them: Keras 2's layer.weights, its trainable weights
+// and then the others, each part in Keras's order.
+std::vector<Weight> legacy_order(const Layer& layer) {
+  std::vector<Weight> weights = layer.weights(), ordered;
+  for (const bool trainable : {true, false})
+    for (const Weight& weight : weights)
+      if (weight.trainable == trainable) ordered.push_back(weight);
+  return ordered;
+}
+
+// model_weights/ (or the root of a weights-only file): the attribute layer_names lists the layers; each
+// layer's group lists its datasets in weight_names, in the layer's weight order.
+std::vector<NamedArray> read_legacy_weights(const ModelBase& model, const hdf5::Object& group) {
+  std::vector<NamedArray> arrays;
+  for (const std::string& layer_name : chunked_strings(group, "layer_names")) {
+    const hdf5::Object layer_group = group.at(layer_name);
+    const std::vector<std::string> weight_names = chunked_strings(layer_group, "weight_names");
+    if (weight_names.empty()) continue;
+    const LayerPtr layer = model.get_layer(layer_name);
+    const std::vector<Weight> weights = legacy_order(*layer);
+    if (weights.size() != weight_names.size())
+      throw ValueError(layer->describe() + " has " + std::to_string(weights.size()) + " weights, but the file holds " +
+                       std::to_string(weight_names.size()) + " for it");
+    for (std::size_t i = 0; i < weights.size(); ++i) {
+      const hdf5::Object dataset = layer_group.at(weight_names[i]);
+      if (dataset.dataset_shape() != weights[i].value.shape())
+        throw ShapeError("weight '" + weights[i].path + "' of " + layer->describe() + " has shape " +
+                         weights[i].value.shape().to_string() + ", but " + dataset.path() + " has shape " +
+                         dataset.dataset_shape().to_string());
+      arrays.push_back({layer->name() + "/" + weights[i].path, dataset.read(weights[i].value.dtype())});
+    }
+  }
+  return arrays;
+}
+
+Model load_legacy_h5(const std::string& bytes, const std::string& path, const LoadOptions& options) {
+  const hdf5::File file(bytes, path);
+  const hdf5::Object root = file.root();
+  if (!root.has_attribute("model_config"))
+    throw SerializationError(path +
+                             ": an HDF5 file without a model_config: a weights-only file? Build the model and "
+                             "use load_keras_weights");
+  const std::vector<std::string> texts = root.attribute_strings("model_config");
+  if (texts.size() != 1) throw SerializationError(path + ": model_config is not one string");
+  const Config keras = parse_json_object(texts[0], path + ": model_config");
+  const Config config = detail::guarded(path + ": model_config",
+                                        [&] { return detail::import_keras_model_config(keras, "model_config"); });
+  std::shared_ptr<ModelBase> model = detail::guarded(path + ": model_config", [&] {
+    detail::AllocationLimit limit(2 * bytes.size() + (16u << 20), "building the model");
+    return detail::model_from(config);
+  });
+  detail::guarded(path + ": model_weights", [&] {
+    const std::optional<hdf5::Object> weights = root.find("model_weights");
+    const std::vector<NamedArray> arrays = read_legacy_weights(*model, weights ? *weights : root);
+    detail::assign_weights(model->weights(), arrays, model->describe());
+  });
+  (void)options;
+  return Model(model);
+}
+
+}  // namespace
+
+namespace detail {
+
+bool is_keras_bytes(std::string_view bytes) { return is_zip(bytes) || hdf5::looks_like_hdf5(bytes); }
+
+Model load_keras_bytes(const std::string& bytes, const std::string& path, const LoadOptions& options) {
+  if (is_zip(bytes)) return load_keras3(bytes, path, options);
+  if (hdf5::looks_like_hdf5(bytes)) return load_legacy_h5(bytes, path, options);
+  throw SerializationError(path + ": neither a Keras 3 .keras archive (a zip) nor a legacy Keras .h5 file (HDF5)");
+}
+
+}  // namespace detail
+
+bool is_keras_file(const std::string& path) { return detail::is_keras_bytes(detail::read_whole_file(path)); }
+
+Model load_keras_model(const std::string& path, const LoadOptions& options) {
+  return detail::load_keras_bytes(detail::read_whole_file(path), path, options);
+}
+
+void load_keras_weights(ModelBase& model, const std::string& path) {
+  if (!model.built())
+    throw LayerStateError(model.describe() + " is not built; build it before loading weights into it");
+  const std::string bytes = detail::read_whole_file(path);
+  std::string weights_bytes = bytes;
+  std::string where = path;
+  if (is_zip(bytes)) {
+    weights_bytes = detail::ZipReader(bytes, path).read("model.weights.h5", kMaxWeightsBytes);
+    where = path + ": model.weights.h5";
+  }
+  const hdf5::File file(weights_bytes, where);
+  const hdf5::Object root = file.root();
+  if (root.find("layers")) {
+    const Config config = detail::import_keras_model_config(serialize_layer(model), where);
+    Keras3WeightReader reader(where);
+    detail::guarded(where, [&] { reader.read_model(model, config, root, ""); });
+    detail::assign_weights(model.weights(), reader.arrays(), model.describe());
+    return;
+  }
+  const std::optional<hdf5::Object> group = root.find("model_weights");
+  const std::vector<NamedArray> arrays =
+      detail::guarded(where, [&] { return read_legacy_weights(model, group ? *group : root); });
+  detail::assign_weights(model.weights(), arrays, model.describe());
+}
+
+}  // namespace kiln

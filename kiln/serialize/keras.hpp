@@ -1,0 +1,43 @@
+#pragma once
+// Keras's own files: models trained in Python, brought into kiln to predict, summarize, save and keep
+// training.
+//
+//   kiln::Model model = kiln::load_keras_model("classifier.keras");  // Keras 3
+//   kiln::Model old = kiln::load_keras_model("model.h5");             // Keras 2, tf.keras, Keras 3 legacy
+//   kiln::Model any = kiln::load_model("classifier.keras");           // load_model reads either kind too
+//   model.fit(x, y);                                                  // compiled as Keras compiled it
+//
+// A `.keras` file is a zip archive of config.json (the model's architecture and compile config),
+// metadata.json and model.weights.h5 (the weights, and the optimizer's state when it was compiled). A
+// legacy `.h5` file is one HDF5 file: the model_config and training_config attributes, the weights under
+// model_weights/, the optimizer's under optimizer_weights/. Both are read by kiln's own readers, which
+// trust nothing in the file: docs/keras.md lists what they accept and refuse.
+#include <string>
+
+#include <kiln/layers/model.hpp>
+#include <kiln/serialize/saving.hpp>
+#include <kiln/train/model.hpp>
+
+namespace kiln {
+
+/// Reads a model Keras saved: a Keras 3 `.keras` archive, or a legacy HDF5 `.h5` file written by Keras 2,
+/// tf.keras or Keras 3 (the format is told by the bytes, not the name). The model has the file's
+/// architecture and weights; with options.compile and a compile config in the file (Keras 3's
+/// compile_config, legacy training_config), it comes back compiled with Keras's optimizer, loss and metrics.
+/// A layer, argument or feature kiln does not support is refused with ConfigError (inside a
+/// SerializationError naming the file) that names the layer, its class and where it is; a Lambda layer is
+/// refused as Keras's safe_mode refuses it. A damaged or hostile file is refused with SerializationError.
+Model load_keras_model(const std::string& path, const LoadOptions& options = {});
+
+/// Assigns the weights of a Keras weights file to a built model whose architecture matches the one that
+/// saved them: a Keras 3 `.weights.h5` (model.save_weights), a `.keras` archive, or a legacy `.h5` (full
+/// model or weights only). Matched as Keras matches them: by Keras's layer paths for Keras 3 files, by layer
+/// name and weight order for legacy ones. Every shape is checked before anything is assigned: on a
+/// mismatch the model is unchanged (ValueError or ShapeError, inside a SerializationError naming the file).
+void load_keras_weights(ModelBase& model, const std::string& path);
+
+/// True when the file at `path` starts like a Keras file (a zip archive or an HDF5 file) rather than a kiln
+/// file. SerializationError when it cannot be read.
+bool is_keras_file(const std::string& path);
+
+}  // namespace kiln
