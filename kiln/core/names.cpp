@@ -33,6 +33,11 @@ std::string class_part(const std::string& key) {
   return separator == std::string::npos ? key : key.substr(separator + 1);
 }
 
+std::string package_part(const std::string& key) {
+  const std::size_t separator = key.rfind('>');
+  return separator == std::string::npos ? std::string() : key.substr(0, separator);
+}
+
 std::size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<std::size_t> row(b.size() + 1);
   for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;

@@ -13,6 +13,8 @@ std::string to_snake_case(const std::string& class_name);
 std::string to_lower_case(std::string text);
 /// "acme>Gated" -> "Gated"; a name without a package is returned whole.
 std::string class_part(const std::string& key);
+/// "acme>Gated" -> "acme"; "" for a name without a package.
+std::string package_part(const std::string& key);
 
 /// Levenshtein distance, ignoring case.
 std::size_t edit_distance(const std::string& a, const std::string& b);

@@ -47,6 +47,7 @@ Config BatchNormalizationLayer::get_config() const {
   config.set("moving_variance_initializer", moving_variance_initializer_.get_config());
   config.set("synchronized", false);
   config.set("renorm", false);
+  config.set("renorm_clipping", Config());
   config.set("renorm_momentum", renorm_momentum_);
   return config;
 }

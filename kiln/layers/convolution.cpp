@@ -86,7 +86,7 @@ Config ConvLayer::get_config() const {
   config.set("kernel_initializer", kernel_initializer_.get_config());
   config.set("bias_initializer", bias_initializer_.get_config());
   WeightRegularization::write(config, "kernel", kernel_regularization_, "bias", bias_regularization_);
-  return config;
+  return with_activity_regularizer(config);
 }
 
 std::int64_t ConvLayer::channel_axis(const Shape& shape) const {
@@ -295,7 +295,7 @@ DepthwiseConvLayer::DepthwiseConvLayer(const Config& config, const std::string& 
 Config DepthwiseConvLayer::get_config() const {
   Config config = base_config();
   write_depthwise_args(config, args_);
-  return config;
+  return with_activity_regularizer(config);
 }
 
 namespace {
@@ -362,7 +362,7 @@ Config SeparableConvLayer::get_config() const {
   write_depthwise_args(config, args_);
   config.set("pointwise_initializer", pointwise_initializer_.get_config());
   pointwise_regularization_.write(config, "pointwise");
-  return config;
+  return with_activity_regularizer(config);
 }
 
 void SeparableConvLayer::build(const Shape& input_shape) {

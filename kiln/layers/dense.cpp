@@ -29,6 +29,7 @@ Config DenseLayer::get_config() const {
   config.set("kernel_initializer", kernel_initializer_.get_config());
   config.set("bias_initializer", bias_initializer_.get_config());
   WeightRegularization::write(config, "kernel", kernel_regularization_, "bias", bias_regularization_);
+  config.set("quantization_config", Config());  // Keras 3.16 writes it, null for a float model
   return config;
 }
 

@@ -28,7 +28,9 @@ Config EmbeddingLayer::get_config() const {
   config.set("output_dim", output_dim_);
   config.set("embeddings_initializer", embeddings_initializer_.get_config());
   embeddings_regularization_.write(config, "embeddings");
+  config = with_activity_regularizer(config);
   config.set("mask_zero", false);
+  config.set("quantization_config", Config());
   return config;
 }
 

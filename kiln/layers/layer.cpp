@@ -87,6 +87,23 @@ Config Layer::base_config() const {
   return config;
 }
 
+Config Layer::with_activity_regularizer(const Config& config) const {
+  Config result = Config::map();
+  const Config activity = activity_regularizer_.get_config();
+  bool placed = false;
+  for (const auto& [key, value] : config.items()) {
+    if (key == "activity_regularizer") continue;
+    const bool constraint = key.size() > 11 && key.compare(key.size() - 11, 11, "_constraint") == 0;
+    if (constraint && !placed) {
+      result.set("activity_regularizer", activity);
+      placed = true;
+    }
+    result.set(key, value);
+  }
+  if (!placed) result.set("activity_regularizer", activity);
+  return result;
+}
+
 std::string Layer::registered_name() const {
   return layer_registry().key_where([this](const LayerClass& entry) { return entry.type == typeid(*this); });
 }
@@ -414,6 +431,12 @@ std::vector<std::string> Layer::keras_weight_paths() const {
   for (const LayerPtr& child : children_)
     for (const std::string& path : child->keras_weight_paths()) paths.push_back(child->name_ + "/" + path);
   return paths;
+}
+
+std::vector<std::pair<std::string, std::string>> Layer::keras_sublayers() const {
+  std::vector<std::pair<std::string, std::string>> sublayers;
+  for (const LayerPtr& child : children_) sublayers.emplace_back(child->name_, child->name_);
+  return sublayers;
 }
 
 std::vector<Weight> Layer::trainable_weights() const {

@@ -193,6 +193,10 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// child's name. A layer whose Keras counterpart keeps its variables in sublayers overrides it
   /// (MultiHeadAttention: "query_dense/vars/0", ...).
   virtual std::vector<std::string> keras_weight_paths() const;
+  /// The sublayers Keras's saving_lib walks into, as (attribute path, the sublayer's name): each gets a group
+  /// with a "vars" group named after it, weights or not. The default lists the children by name;
+  /// MultiHeadAttention lists its EinsumDense projections, softmax and dropout.
+  virtual std::vector<std::pair<std::string, std::string>> keras_sublayers() const;
 
   /// Whether the layer trains. A frozen layer's weights, its children's included, are non-trainable: fit()
   /// leaves them alone. Saved as "trainable".
@@ -254,6 +258,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// The base fields that get_config() overrides extend: name (null while automatic and unassigned),
   /// trainable, and dtype (null until given or built).
   Config base_config() const;
+  /// `config` with "activity_regularizer" (null when there is none) just before its first "..._constraint"
+  /// key, where the Keras layers that always write it (the convolutions, Embedding) put it.
+  Config with_activity_regularizer(const Config& config) const;
 
   /// Override one build and one call. The list forms default to the one-input forms.
   virtual void build(const std::vector<Shape>& input_shapes);

@@ -82,6 +82,10 @@ class ModelBase : public Layer {
   std::size_t num_outputs() const { return outputs_.size(); }     ///< how many outputs predict returns
   /// The recorded calls: the input nodes first, in input order, then each call after the nodes it reads.
   const std::vector<Node>& nodes() const { return nodes_; }
+  /// The model's inputs: indices into nodes(), in input order.
+  const std::vector<int>& input_nodes() const { return input_nodes_; }
+  /// The model's outputs, in output order.
+  const std::vector<TensorRef>& output_refs() const { return outputs_; }
   /// Member layers in call order (input layers first), each once.
   std::vector<LayerPtr> member_layers() const;
   /// The model's layers as Keras's model.layers lists them: a functional model's in call order (its input

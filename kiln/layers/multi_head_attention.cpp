@@ -66,8 +66,10 @@ Config MultiHeadAttentionLayer::get_config() const {
   config.set("value_dim", value_dim_);
   config.set("dropout", dropout_);
   config.set("use_bias", use_bias_);
+  config.set("use_gate", false);
   config.set("output_shape", output_shape_);
   config.set("attention_axes", attention_axes_);
+  config.set("sliding_window", Config());
   config.set("kernel_initializer", kernel_initializer_.get_config());
   config.set("bias_initializer", bias_initializer_.get_config());
   config.set("kernel_regularizer", kernel_regularization_.regularizer.get_config());
@@ -88,6 +90,11 @@ std::vector<std::string> MultiHeadAttentionLayer::keras_weight_paths() const {
     paths.push_back(sublayer + (kind == "kernel" ? "/vars/0" : "/vars/1"));
   }
   return paths;
+}
+
+std::vector<std::pair<std::string, std::string>> MultiHeadAttentionLayer::keras_sublayers() const {
+  return {{"_dropout_layer", "dropout"},        {"_softmax", "softmax"},  {"key_dense", "key"},
+          {"output_dense", "attention_output"}, {"query_dense", "query"}, {"value_dense", "value"}};
 }
 
 void MultiHeadAttentionLayer::check_inputs(const Shape& query, const Shape& key, const Shape& value) const {

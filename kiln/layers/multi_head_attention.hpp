@@ -48,6 +48,8 @@ class MultiHeadAttentionLayer : public Layer {
   /// Keras keeps the projections in EinsumDense sublayers: "query_dense/vars/0" (kernel), ".../vars/1" (bias),
   /// then key_dense, value_dense and output_dense.
   std::vector<std::string> keras_weight_paths() const override;
+  /// Keras's attributes: _dropout_layer, _softmax and the four EinsumDense projections, with their names.
+  std::vector<std::pair<std::string, std::string>> keras_sublayers() const override;
 
  protected:
   /// Checks the shapes, resolves key_dim and value_dim and creates the weights. In the TF2 form the query's

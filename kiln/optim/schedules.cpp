@@ -76,27 +76,37 @@ ExponentialDecay::ExponentialDecay(double initial_learning_rate, std::int64_t de
   validate();
 }
 
-ExponentialDecay::ExponentialDecay(const Config& config) : LearningRateSchedule("ExponentialDecay") {
-  ConfigReader args(config, "ExponentialDecay");
+ExponentialDecay::ExponentialDecay(const Config& config) : ExponentialDecay("ExponentialDecay", config) {}
+
+ExponentialDecay::ExponentialDecay(const std::string& class_name, const Config& config)
+    : LearningRateSchedule(class_name) {
+  ConfigReader args(config, class_name);
   if (!args.has("initial_learning_rate")) args.fail("the argument 'initial_learning_rate' is required");
   if (!args.has("decay_rate")) args.fail("the argument 'decay_rate' is required");
   initial_learning_rate_ = args.number("initial_learning_rate", 0.0);
   decay_steps_ = args.integer("decay_steps");
   decay_rate_ = args.number("decay_rate", 1.0);
   staircase_ = args.boolean("staircase", false);
-  name_ = args.text("name", "ExponentialDecay");
+  name_ = args.text("name", class_name);
   args.finish();
   validate();
 }
 
 void ExponentialDecay::validate() const {
-  if (decay_steps_ <= 0) invalid("ExponentialDecay", "decay_steps must be > 0, got " + std::to_string(decay_steps_));
+  if (decay_steps_ <= 0) invalid(class_name(), "decay_steps must be > 0, got " + std::to_string(decay_steps_));
+}
+
+double ExponentialDecay::progress(std::int64_t step) const {
+  const double ratio = static_cast<double>(step) / static_cast<double>(decay_steps_);
+  return staircase_ ? std::floor(ratio) : ratio;
 }
 
 double ExponentialDecay::operator()(std::int64_t step) const {
-  double exponent = static_cast<double>(step) / static_cast<double>(decay_steps_);
-  if (staircase_) exponent = std::floor(exponent);
-  return initial_learning_rate_ * std::pow(decay_rate_, exponent);
+  return initial_learning_rate_ * std::pow(decay_rate_, progress(step));
+}
+
+double InverseTimeDecay::operator()(std::int64_t step) const {
+  return initial_learning_rate_ / (1.0 + decay_rate_ * progress(step));
 }
 
 Config ExponentialDecay::get_config() const {
@@ -221,6 +231,7 @@ Config CosineDecay::get_config() const {
 }
 
 KILN_REGISTER_SCHEDULE("kiln>ExponentialDecay", ExponentialDecay);
+KILN_REGISTER_SCHEDULE("kiln>InverseTimeDecay", InverseTimeDecay);
 KILN_REGISTER_SCHEDULE("kiln>PiecewiseConstantDecay", PiecewiseConstantDecay);
 KILN_REGISTER_SCHEDULE("kiln>CosineDecay", CosineDecay);
 

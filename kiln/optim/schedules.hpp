@@ -52,7 +52,7 @@ class LearningRateSchedule {
 };
 
 /// initial_learning_rate * decay_rate ^ (step / decay_steps); with staircase the exponent is floored.
-class ExponentialDecay final : public LearningRateSchedule {
+class ExponentialDecay : public LearningRateSchedule {
  public:
   /// initial_learning_rate is the rate at step 0; every decay_steps steps (> 0, else ConfigError) multiply it
   /// by decay_rate, smoothly, or at once at each multiple of decay_steps with staircase. `name` is kept for
@@ -65,14 +65,29 @@ class ExponentialDecay final : public LearningRateSchedule {
   double operator()(std::int64_t step) const override;
   Config get_config() const override;
 
- private:
-  void validate() const;
+ protected:
+  /// For the schedules with ExponentialDecay's arguments and another formula: `class_name` names them.
+  ExponentialDecay(const std::string& class_name, const Config& config);
+  /// step / decay_steps, floored with staircase.
+  double progress(std::int64_t step) const;
 
   double initial_learning_rate_ = 0.0;
   std::int64_t decay_steps_ = 1;
   double decay_rate_ = 1.0;
   bool staircase_ = false;
   std::string name_;
+
+ private:
+  void validate() const;
+};
+
+/// Keras's InverseTimeDecay: initial_learning_rate / (1 + decay_rate · step / decay_steps), the step ratio
+/// floored with staircase. Keras 2's optimizers' `decay` argument is this schedule with decay_steps 1.
+class InverseTimeDecay final : public ExponentialDecay {
+ public:
+  /// From Keras's config, with ExponentialDecay's arguments (name defaults to "InverseTimeDecay").
+  explicit InverseTimeDecay(const Config& config) : ExponentialDecay("InverseTimeDecay", config) {}
+  double operator()(std::int64_t step) const override;
 };
 
 /// values[0] while step <= boundaries[0], values[i] while boundaries[i-1] < step <= boundaries[i], and

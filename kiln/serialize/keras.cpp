@@ -1,5 +1,6 @@
 #include <kiln/serialize/keras.hpp>
 
+#include <ctime>
 #include <map>
 #include <optional>
 #include <set>
@@ -13,8 +14,11 @@
 #include <kiln/core/names.hpp>
 #include <kiln/optim/optimizer.hpp>
 #include <kiln/serialize/detail/arrays.hpp>
+#include <kiln/serialize/detail/container.hpp>
 #include <kiln/serialize/detail/hdf5_reader.hpp>
+#include <kiln/serialize/detail/hdf5_writer.hpp>
 #include <kiln/serialize/detail/keras_config.hpp>
+#include <kiln/serialize/detail/keras_export.hpp>
 #include <kiln/serialize/detail/keras_file.hpp>
 #include <kiln/serialize/detail/model_io.hpp>
 #include <kiln/serialize/detail/zip_archive.hpp>
@@ -31,6 +35,10 @@ namespace hdf5 = detail::hdf5;
 // A `.keras` archive's JSON entries are kilobytes; its weights may be gigabytes, but no more than 16 GiB
 // is read from one entry whatever it declares.
 constexpr std::uint64_t kMaxWeightsBytes = std::uint64_t{16} << 30;
+
+// The Keras version whose format kiln writes (metadata.json's keras_version): the files kiln's tests compare
+// with were written by it.
+constexpr const char* kKerasFormatVersion = "3.16.0";
 
 bool is_zip(std::string_view bytes) { return bytes.substr(0, 4) == std::string_view("PK\x03\x04", 4); }
 
@@ -126,30 +134,42 @@ class Keras3WeightReader {
 };
 
 // Keras 3's optimizer/vars/<i>: iterations, the learning rate (unless a schedule drives it), then each
-// trainable weight's slots, interleaved, in the order of the model's trainable weights; kiln's
-// Optimizer::variables() has the same layout by path.
+// trainable weight's slots, interleaved, in the order of the model's trainable weights as Keras walks them.
+// kiln's optimizer holds the same variables by path; this lists them in Keras's order, building the slots
+// of `trainable` (kiln's weights, in Keras's order) first.
+std::vector<Weight> keras_optimizer_variables(Optimizer& optimizer, const std::vector<Weight>& trainable) {
+  optimizer.build(trainable);
+  const std::vector<Weight> own = optimizer.variables();
+  std::vector<Weight> ordered;
+  for (const Weight& variable : own)
+    if (variable.path.find('/') == std::string::npos) ordered.push_back(variable);  // iterations, learning_rate
+  for (const Weight& weight : trainable)
+    for (const Weight& variable : own) {
+      const std::size_t slash = variable.path.find('/');
+      if (slash != std::string::npos && variable.path.compare(slash + 1, std::string::npos, weight.path) == 0)
+        ordered.push_back(variable);
+    }
+  return ordered;
+}
+
+// kiln's trainable weights whose paths `paths` lists, in that order.
+std::vector<Weight> trainable_in_order(const ModelBase& model, const std::vector<std::string>& paths) {
+  std::map<std::string, Weight> weights;
+  for (const Weight& weight : model.weights()) weights.emplace(weight.path, weight);
+  std::vector<Weight> trainable;
+  for (const std::string& path : paths)
+    if (weights.at(path).trainable) trainable.push_back(weights.at(path));
+  return trainable;
+}
+
 void read_keras3_optimizer(ModelBase& model, const std::vector<NamedArray>& model_arrays, const hdf5::Object& root,
                            const std::string& where) {
   const std::optional<hdf5::Object> vars = root.find_path("optimizer/vars");
   if (!vars) return;
   Optimizer& optimizer = detail::trainer_of(model).optimizer();
-  // The trainable weights in Keras's order; the slots they get, by path, in the optimizer's own order.
-  std::map<std::string, Weight> weights;
-  for (const Weight& weight : model.weights()) weights.emplace(weight.path, weight);
-  std::vector<Weight> trainable;
-  for (const NamedArray& array : model_arrays)
-    if (weights.at(array.name).trainable) trainable.push_back(weights.at(array.name));
-  optimizer.build(trainable);
-  const std::vector<Weight> own = optimizer.variables();
-  std::vector<const Weight*> ordered;
-  for (const Weight& variable : own)
-    if (variable.path.find('/') == std::string::npos) ordered.push_back(&variable);  // iterations, learning_rate
-  for (const Weight& weight : trainable)
-    for (const Weight& variable : own) {
-      const std::size_t slash = variable.path.find('/');
-      if (slash != std::string::npos && variable.path.compare(slash + 1, std::string::npos, weight.path) == 0)
-        ordered.push_back(&variable);
-    }
+  std::vector<std::string> paths;
+  for (const NamedArray& array : model_arrays) paths.push_back(array.name);
+  const std::vector<Weight> ordered = keras_optimizer_variables(optimizer, trainable_in_order(model, paths));
   const std::size_t held = vars->member_names().size();
   if (held != ordered.size())
     throw SerializationError(where + ": the optimizer's state holds " + std::to_string(held) + " variables, but " +
@@ -157,14 +177,78 @@ void read_keras3_optimizer(ModelBase& model, const std::vector<NamedArray>& mode
   std::vector<Weight> variables;
   for (std::size_t i = 0; i < ordered.size(); ++i) {
     const hdf5::Object dataset = vars->at(std::to_string(i));
-    if (dataset.dataset_shape().num_elements() != ordered[i]->value.shape().num_elements())
+    if (dataset.dataset_shape().num_elements() != ordered[i].value.shape().num_elements())
       throw SerializationError(where + ": optimizer/vars/" + std::to_string(i) + " has shape " +
-                               dataset.dataset_shape().to_string() + ", but " + ordered[i]->path + " has shape " +
-                               ordered[i]->value.shape().to_string());
+                               dataset.dataset_shape().to_string() + ", but " + ordered[i].path + " has shape " +
+                               ordered[i].value.shape().to_string());
     variables.push_back(
-        {ordered[i]->path, dataset.read(ordered[i]->value.dtype()).reshape(ordered[i]->value.shape()), false});
+        {ordered[i].path, dataset.read(ordered[i].value.dtype()).reshape(ordered[i].value.shape()), false});
   }
   optimizer.set_variables(variables);
+}
+
+// Writes a model's weights as Keras's saving_lib lays them out (Keras3WeightReader reads them back).
+class Keras3WeightWriter {
+ public:
+  explicit Keras3WeightWriter(detail::Hdf5Builder& file) : file_(file) {}
+
+  // `group` ends with "/" ("" for the root); `prefix` is the kiln path of the model's weights.
+  void write_model(const ModelBase& model, const std::string& group, const std::string& prefix) {
+    named_group(group + "vars", model.name());
+    KerasNames names;
+    for (const LayerPtr& layer : detail::keras_layer_order(model)) {
+      const std::string path = group + "layers/" + names.next(layer->class_name()) + "/";
+      if (!visited_.insert(layer.get()).second) continue;
+      if (const auto* nested = dynamic_cast<const ModelBase*>(layer.get())) {
+        write_model(*nested, path, prefix + layer->name() + "/");
+        continue;
+      }
+      named_group(path + "vars", layer->name());
+      for (const auto& [attribute, name] : layer->keras_sublayers()) named_group(path + attribute + "/vars", name);
+      const std::vector<Weight> weights = layer->weights();
+      const std::vector<std::string> paths = layer->keras_weight_paths();
+      for (std::size_t i = 0; i < weights.size(); ++i) {
+        file_.dataset(path + paths.at(i), weights[i].value);
+        order_.push_back(prefix + layer->name() + "/" + weights[i].path);
+      }
+    }
+  }
+
+  // Keras's order of the weights written: what orders the optimizer's slots.
+  const std::vector<std::string>& order() const { return order_; }
+
+ private:
+  void named_group(const std::string& path, const std::string& name) {
+    file_.group(path);
+    file_.string_attribute(path, "name", name);
+  }
+
+  detail::Hdf5Builder& file_;
+  std::set<const Layer*> visited_;
+  std::vector<std::string> order_;
+};
+
+std::string keras3_weights_file(const ModelBase& model) {
+  detail::Hdf5Builder file;
+  Keras3WeightWriter writer(file);
+  writer.write_model(model, "", "");
+  if (auto* trainer = static_cast<Trainer*>(model.compiled_state().get())) {
+    Optimizer& optimizer = trainer->optimizer();
+    const std::vector<Weight> variables =
+        keras_optimizer_variables(optimizer, trainable_in_order(model, writer.order()));
+    file.group("optimizer/vars");
+    file.string_attribute("optimizer/vars", "name", optimizer.name());
+    for (std::size_t i = 0; i < variables.size(); ++i) {
+      const std::string path = "optimizer/vars/" + std::to_string(i);
+      if (variables[i].path == "iterations")
+        file.int64_dataset(path, static_cast<std::int64_t>(variables[i].value.flat(0)));
+      else if (variables[i].path == "learning_rate")  // Keras's is float32; kiln's rate, kept whole, reads into it
+        file.dataset(path, variables[i].value.reshape(Shape{}));
+      else
+        file.dataset(path, variables[i].value);
+    }
+  }
+  return file.bytes();
 }
 
 Model load_keras3(const std::string& bytes, const std::string& path, const LoadOptions& options) {
@@ -195,7 +279,9 @@ Model load_keras3(const std::string& bytes, const std::string& path, const LoadO
   });
   const Config* compiled = config.find("compile_config");
   if (!options.compile || compiled == nullptr) return Model(model);
-  detail::guarded(path + ": compile_config", [&] { detail::compile_from(*model, *compiled); });
+  detail::guarded(path + ": compile_config", [&] {
+    detail::compile_from(*model, detail::import_keras_compile_config(*compiled, "compile_config"));
+  });
   detail::guarded(path + ": model.weights.h5: optimizer",
                   [&] { read_keras3_optimizer(*model, reader.arrays(), weights.root(), path); });
   return Model(model);
@@ -268,7 +354,15 @@ Model load_legacy_h5(const std::string& bytes, const std::string& path, const Lo
     const std::vector<NamedArray> arrays = read_legacy_weights(*model, weights ? *weights : root);
     detail::assign_weights(model->weights(), arrays, model->describe());
   });
-  (void)options;
+  if (!options.compile || !root.has_attribute("training_config")) return Model(model);
+  // The optimizer's saved state (optimizer_weights) is not read: Keras 2 and tf.keras lay it out by their own
+  // optimizers' variable order, which kiln's differ from; training resumes with fresh slots.
+  const std::vector<std::string> training = root.attribute_strings("training_config");
+  if (training.size() != 1) throw SerializationError(path + ": training_config is not one string");
+  const Config keras_compiled = parse_json_object(training[0], path + ": training_config");
+  detail::guarded(path + ": training_config", [&] {
+    detail::compile_from(*model, detail::import_keras_compile_config(keras_compiled, "training_config"));
+  });
   return Model(model);
 }
 
@@ -285,6 +379,29 @@ Model load_keras_bytes(const std::string& bytes, const std::string& path, const 
 }
 
 }  // namespace detail
+
+// The date as Keras's metadata.json writes it: "2026-12-01@14:57:29", local time.
+std::string keras_date() {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%d@%H:%M:%S", &local);
+  return text;
+}
+
+void save_keras_model(const ModelBase& model, const std::string& path) {
+  if (!model.built())
+    throw LayerStateError(model.describe() + " is not built; build it (or give it an Input) before saving");
+  // Everything is made in memory first: a failure here never touches the file.
+  const Config config = detail::export_keras_model_config(model, detail::compile_config(model));
+  const std::string weights = keras3_weights_file(model);
+  const std::string metadata = to_json(
+      {{"keras_version", kKerasFormatVersion}, {"date_saved", keras_date()}, {"kiln_version", KILN_VERSION_STRING}}, 0);
+  const std::string archive = detail::write_zip(
+      {{"metadata.json", metadata}, {"config.json", to_json(config, 0)}, {"model.weights.h5", weights}});
+  detail::write_file_atomically(path, archive);
+}
 
 bool is_keras_file(const std::string& path) { return detail::is_keras_bytes(detail::read_whole_file(path)); }
 

@@ -36,6 +36,16 @@ Model load_keras_model(const std::string& path, const LoadOptions& options = {})
 /// mismatch the model is unchanged (ValueError or ShapeError, inside a SerializationError naming the file).
 void load_keras_weights(ModelBase& model, const std::string& path);
 
+/// Writes `model` as a Keras 3 `.keras` file that keras.saving.load_model reads and predicts with identically:
+/// config.json as Keras 3 serializes the same model (module, class_name, config, registered_name,
+/// build_config, and compile_config when compiled), metadata.json, and model.weights.h5 with every weight
+/// (and, when compiled, the optimizer's state) under the path Keras's saving_lib uses. Atomic, as
+/// save_model is. Built-in layers are written as Keras's own classes; a kiln-only or user layer keeps its
+/// registered "Package>Name", which Python then needs registered too (keras.saving.register_keras_serializable).
+/// LayerStateError when the model is not built, ConfigError for a model that is neither Sequential nor
+/// functional, SerializationError when the file cannot be written.
+void save_keras_model(const ModelBase& model, const std::string& path);
+
 /// True when the file at `path` starts like a Keras file (a zip archive or an HDF5 file) rather than a kiln
 /// file. SerializationError when it cannot be read.
 bool is_keras_file(const std::string& path);

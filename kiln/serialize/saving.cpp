@@ -1,5 +1,6 @@
 #include <kiln/serialize/saving.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <ctime>
 #include <map>
@@ -12,15 +13,19 @@
 #include <kiln/core/error.hpp>
 #include <kiln/serialize/detail/arrays.hpp>
 #include <kiln/serialize/detail/container.hpp>
+#include <kiln/serialize/detail/keras_config.hpp>
+#include <kiln/serialize/detail/keras_export.hpp>
 #include <kiln/serialize/detail/keras_file.hpp>
 #include <kiln/serialize/detail/model_io.hpp>
 #include <kiln/serialize/json.hpp>
+#include <kiln/serialize/keras.hpp>
 #include <kiln/train/trainer.hpp>
 
 namespace kiln {
 namespace {
 
 using detail::assign_weights;
+using detail::compile_config;
 using detail::compile_from;
 using detail::guarded;
 using detail::model_from;
@@ -47,22 +52,6 @@ std::vector<NamedArray> named(const std::vector<Weight>& weights) {
   std::vector<NamedArray> arrays;
   for (const Weight& weight : weights) arrays.push_back({weight.path, weight.value});
   return arrays;
-}
-
-// Keras's compile_config, or null when a loss was made from a C++ function and cannot be rebuilt.
-Config compile_config(const Trainer& trainer) {
-  Config losses = Config::list();
-  for (const Loss& loss : trainer.losses()) {
-    if (loss.custom()) return Config();
-    losses.push_back(loss.serialize());
-  }
-  Config metrics = Config::list();
-  for (const Metric& metric : trainer.metrics()) metrics.push_back(metric.serialize());
-  Config loss = losses.size() == 1 ? losses.as_list().front() : losses;
-  return Config{{"optimizer", const_cast<Trainer&>(trainer).optimizer().serialize()},
-                {"loss", loss},
-                {"loss_weights", Config()},
-                {"metrics", metrics}};
 }
 
 std::string utc_now() {
@@ -104,24 +93,34 @@ Config parse_config_section(const detail::Container& container, const std::strin
 
 // ---- config -------------------------------------------------------------------------------------------------
 
-Config model_config(const ModelBase& model) { return serialize_layer(model); }
+Config model_config(const ModelBase& model) { return detail::export_keras_model_config(model); }
 
 std::string model_to_json(const ModelBase& model, int indent) { return to_json(model_config(model), indent); }
 
-Model model_from_config(const Config& config) { return Model(model_from(config)); }
+Model model_from_config(const Config& config) {
+  return Model(model_from(detail::import_keras_model_config(config, "model config")));
+}
 
 Model model_from_json(const std::string& json) { return model_from_config(parse_json(json, "model JSON")); }
 
 // ---- whole models ------------------------------------------------------------------------------------------
 
+namespace {
+bool has_extension(const std::string& path, const std::string& extension) {
+  return path.size() > extension.size() &&
+         path.compare(path.size() - extension.size(), extension.size(), extension) == 0;
+}
+}  // namespace
+
 void save_model(const ModelBase& model, const std::string& path) {
+  if (has_extension(path, ".keras")) return save_keras_model(model, path);
   if (!model.built())
     throw LayerStateError(model.describe() + " is not built; build it (or give it an Input) before saving");
   // Everything is serialized in memory first: a failure here never touches the file.
-  Config config = model_config(model);
+  // The config is Keras's config.json for the same model; older kiln files held kiln's own form of it,
+  // which load_model reads too.
+  const Config config = detail::export_keras_model_config(model, compile_config(model));
   const Trainer* trainer = trainer_of(model);
-  Config compiled = trainer ? compile_config(*trainer) : Config();
-  if (!compiled.is_null()) config.set("compile_config", compiled);
   std::vector<std::pair<std::string, std::string>> payloads = {
       {"CONF", to_json(config)},
       {"WGHT", detail::write_arrays(named_weights(model))},
@@ -147,21 +146,25 @@ Model load_model(const std::string& path, const LoadOptions& options) {
   std::shared_ptr<ModelBase> model = guarded(path + ": config section", [&] {
     detail::AllocationLimit limit(2 * weights->payload.size() + (16u << 20), "building the model");
     detail::ConfigVersionScope version(static_cast<int>(metadata.is_map() ? metadata.get_int("config_version", 1) : 1));
-    return model_from(config);
+    return model_from(detail::import_keras_model_config(config, "config"));
   });
   const std::vector<NamedArray> arrays = detail::read_arrays(weights->payload, path + ": weights section");
   guarded(path + ": weights section", [&] { assign_weights(model->weights(), arrays, model->describe()); });
 
   const Config* compiled = config.find("compile_config");
-  if (!options.compile || !compiled || compiled->is_null()) return Model(model);
-  guarded(path + ": compile_config", [&] { compile_from(*model, *compiled); });
+  if (!options.compile || !compiled || compiled->is_null() || compiled->size() == 0) return Model(model);
+  guarded(path + ": compile_config",
+          [&] { compile_from(*model, detail::import_keras_compile_config(*compiled, "compile_config")); });
   Trainer& trainer = detail::trainer_of(*model);
   if (const detail::Section* state = container.find("OPTM")) {
     const std::vector<NamedArray> slots = detail::read_arrays(state->payload, path + ": optimizer state section");
     guarded(path + ": optimizer state section", [&] {
       std::vector<Weight> variables;
       for (const NamedArray& slot : slots) variables.push_back({slot.name, slot.value, false});
-      trainer.optimizer().build(model->trainable_weights());
+      // An optimizer that never stepped saved no slots: it builds them at its first step, as it would have.
+      const bool has_slots = std::any_of(variables.begin(), variables.end(),
+                                         [](const Weight& v) { return v.path.find('/') != std::string::npos; });
+      if (has_slots) trainer.optimizer().build(model->trainable_weights());
       trainer.optimizer().set_variables(variables);
     });
   }

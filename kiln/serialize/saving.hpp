@@ -33,8 +33,9 @@ struct LoadOptions {
 };
 
 /// Saves the whole model to `path`, atomically: its config and weights and, when it is compiled, its
-/// compile_config, the optimizer's state and the epochs trained. LayerStateError when the model is not built,
-/// ValueError when two weights share a path, ConfigError when a layer's or the optimizer's class is not
+/// compile_config, the optimizer's state and the epochs trained. A path ending in ".keras" is written as a
+/// Keras 3 file (save_keras_model in serialize/keras.hpp), any other as a kiln file. LayerStateError when the model is
+/// not built, ValueError when two weights share a path, ConfigError when a layer's or the optimizer's class is not
 /// registered, SerializationError when the file cannot be written (the previous file then stays whole).
 void save_model(const ModelBase& model, const std::string& path);
 /// Rebuilds a model that save_model wrote, with its weights; compiled, with the optimizer's state and the

@@ -17,6 +17,7 @@
 #include <kiln/layers/model.hpp>
 #include <kiln/serialize/detail/hdf5_reader.hpp>
 #include <kiln/serialize/detail/zip_archive.hpp>
+#include <kiln/serialize/json.hpp>
 #include <kiln/serialize/keras.hpp>
 #include <kiln/serialize/saving.hpp>
 #include "support/layer_check.hpp"
@@ -25,6 +26,7 @@
 namespace fs = std::filesystem;
 namespace hdf5 = kiln::detail::hdf5;
 using kiln::Array;
+using kiln::Config;
 using kiln::DType;
 using kiln::Model;
 using kiln::Shape;
@@ -314,4 +316,125 @@ TEST_CASE("damaged .keras and .h5 files are refused with SerializationError, nev
     CHECK(refused > 0);
     CHECK(loaded + refused == 250);
   }
+}
+
+// ---- writing Keras files -----------------------------------------------------------------------------------
+
+namespace {
+
+Config without_object_ids(const Config& config) {
+  if (config.is_list()) {
+    Config list = Config::list();
+    for (const Config& item : config.as_list()) list.push_back(without_object_ids(item));
+    return list;
+  }
+  if (!config.is_map()) return config;
+  Config map = Config::map();
+  for (const auto& [key, value] : config.items())
+    if (key != "shared_object_id") map.set(key, without_object_ids(value));
+  return map;
+}
+
+// Every group, attribute and dataset of an HDF5 file, a line each: path, attributes, shape, kind, values.
+// The names Keras gives MultiHeadAttention's softmax and dropout sublayers count up over a Python session
+// ("softmax_4"): they are left out.
+void describe(const hdf5::Object& object, std::vector<std::string>& lines) {
+  std::string line = object.path();
+  const bool counted_name = object.path().find("/_softmax/") != std::string::npos ||
+                            object.path().find("/_dropout_layer/") != std::string::npos;
+  for (const std::string& name : object.attribute_names())
+    line += " @" + name + (counted_name ? "" : "=" + object.attribute_strings(name).at(0));
+  if (object.is_dataset()) {
+    const Array values = object.read(DType::float64);
+    line += " " + object.dataset_shape().to_string() + (object.dataset_is_float() ? " float" : " int");
+    for (std::size_t i = 0; i < values.size(); ++i) line += " " + std::to_string(values.flat(i));
+  }
+  lines.push_back(line);
+  if (object.is_group())
+    for (const std::string& name : object.member_names()) describe(*object.find(name), lines);
+}
+
+std::vector<std::string> weights_layout(const std::string& keras_path) {
+  const std::string bytes = kiln::detail::read_whole_file(keras_path);
+  const hdf5::File file(kiln::detail::ZipReader(bytes, keras_path).read("model.weights.h5", 1 << 26), keras_path);
+  std::vector<std::string> lines;
+  describe(file.root(), lines);
+  return lines;
+}
+
+Config config_json(const std::string& keras_path) {
+  const std::string bytes = kiln::detail::read_whole_file(keras_path);
+  return without_object_ids(kiln::parse_json(kiln::detail::ZipReader(bytes, keras_path).read("config.json", 1 << 24)));
+}
+
+}  // namespace
+
+TEST_CASE("kiln writes each Keras fixture back as Keras wrote it: the same config.json and weights layout",
+          "[serialize][keras][write]") {
+  kiln::testing::TempDir folder;
+  std::size_t written = 0;
+  for (const std::string& path : files_in("keras3", ".keras")) {
+    const std::string name = stem(path, ".keras");
+    INFO(name);
+    if (refused_for_a_missing_layer(path)) continue;
+    Model model = kiln::load_keras_model(path);
+    const std::string copy = folder.file(name + ".keras");
+    kiln::save_keras_model(*model.ptr(), copy);
+    // config.json equals Keras's (as JSON values; Keras's shared_object_id ties are Python object ids).
+    CHECK(config_json(copy) == config_json(path));
+    // model.weights.h5: every group, "name" attribute and dataset (shape, kind, values) where Keras put it.
+    CHECK(weights_layout(copy) == weights_layout(path));
+    // metadata.json as Keras writes it, plus kiln's version.
+    const std::string bytes = kiln::detail::read_whole_file(copy);
+    const kiln::detail::ZipReader archive(bytes, copy);
+    CHECK(archive.names() == std::vector<std::string>{"metadata.json", "config.json", "model.weights.h5"});
+    const Config metadata = kiln::parse_json(archive.read("metadata.json", 1 << 20));
+    CHECK(metadata.get_string("keras_version") == "3.16.0");
+    CHECK(metadata.get_string("date_saved").size() == 19);
+    // And it reads back bitwise.
+    Model again = kiln::load_keras_model(copy);
+    const std::vector<Array> a = again.get_weights(), b = model.get_weights();
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].bitwise_equal(b[i]));
+    ++written;
+  }
+  CHECK(written == 20);
+}
+
+TEST_CASE("a Keras model fine-tuned in kiln is saved to .keras with its optimizer and resumes exactly",
+          "[serialize][keras][write][train]") {
+  kiln::testing::TempDir folder;
+  const hdf5::File io(kiln::detail::read_whole_file(fixtures("keras3") + "/cnn2d_bn_pool.io.h5"), "io");
+  const Array x = arrays_of(io.root().at("inputs")).at(0);
+  auto fine_tune = [&](Model& model, int epochs) {
+    Array target = model.predict(x, 8).copy();
+    for (std::size_t i = 0; i < target.size(); ++i) target.set_flat(i, std::sin(static_cast<double>(i)));
+    return model.fit(x, target, kiln::FitOptions().epochs(epochs).batch_size(4).shuffle(false).verbose(0));
+  };
+  Model model = kiln::load_keras_model(fixtures("keras3") + "/cnn2d_bn_pool.keras");
+  model.compile(kiln::create_optimizer("adam"), "mse");
+  fine_tune(model, 2);
+  model.save(folder.file("tuned.keras"));
+
+  // The file holds Keras's compile_config and optimizer/vars: iterations, learning rate, then m and v per
+  // trainable weight (8 here: two convolutions, batch norm's gamma and beta, the dense layer).
+  const Config compiled = config_json(folder.file("tuned.keras")).at("compile_config");
+  CHECK(compiled.at("optimizer").get_string("class_name") == "Adam");
+  CHECK(compiled.at("optimizer").get_string("module") == "keras.optimizers");
+  CHECK(compiled.at("optimizer").at("registered_name").is_null());
+  CHECK(compiled.at("loss").get_string("class_name") == "MeanSquaredError");
+  const std::vector<std::string> layout = weights_layout(folder.file("tuned.keras"));
+  CHECK(std::count_if(layout.begin(), layout.end(),
+                      [](const std::string& line) { return line.rfind("/optimizer/vars/", 0) == 0; }) == 2 + 2 * 8);
+  // 3 samples in batches of 4: one step an epoch.
+  CHECK(std::find(layout.begin(), layout.end(), "/optimizer/vars/0 () int 2.000000") != layout.end());
+
+  // Reloaded, it is compiled with Adam at step 2, and two more epochs match two more epochs of the original.
+  Model resumed = kiln::load_model(folder.file("tuned.keras"));
+  REQUIRE(resumed.ptr()->compiled_state());
+  fine_tune(model, 2);
+  fine_tune(resumed, 2);
+  const std::vector<Array> a = model.get_weights(), b = resumed.get_weights();
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].bitwise_equal(b[i]));
 }

@@ -192,6 +192,53 @@ Config import_layer(const Config& entry, const std::string& where) {
 
 }  // namespace
 
+namespace {
+
+// Keras 2's optimizer arguments as Keras 3 names them.
+Config import_optimizer(const Config& optimizer, const std::string& where) {
+  if (!optimizer.is_map() || !optimizer.contains("config")) return optimizer;
+  Config arguments = optimizer.at("config");
+  if (!arguments.is_map()) return optimizer;
+  if (const Config* lr = arguments.find("lr"); lr != nullptr && !arguments.contains("learning_rate")) {
+    arguments.set("learning_rate", *lr);
+  }
+  arguments.erase("lr");
+  if (const Config* decay = arguments.find("decay")) {
+    const double rate = decay->is_null() ? 0.0 : decay->as_double(where + ": the optimizer's decay");
+    if (rate != 0.0) {
+      const Config& learning_rate = arguments.at("learning_rate");
+      if (learning_rate.is_map())
+        throw ConfigError(where + ": the optimizer has both a learning-rate schedule and Keras 2's decay");
+      arguments.set("learning_rate", {{"class_name", "InverseTimeDecay"},
+                                      {"config",
+                                       {{"initial_learning_rate", learning_rate},
+                                        {"decay_steps", 1},
+                                        {"decay_rate", rate},
+                                        {"staircase", false},
+                                        {"name", "InverseTimeDecay"}}}});
+    }
+    arguments.erase("decay");
+  }
+  return optimizer.with("config", arguments);
+}
+
+}  // namespace
+
+Config import_keras_compile_config(const Config& keras, const std::string& where) {
+  const Config given = without_python_keys(keras);
+  if (!given.is_map()) throw ConfigError(where + ": a compile config is a map, got " + given.to_string());
+  for (const char* unsupported : {"loss_weights", "weighted_metrics"})
+    if (const Config* value = given.find(unsupported); value != nullptr && !value->is_null())
+      throw ConfigError(where + ": " + unsupported + " " + value->to_string() + " is not supported by kiln");
+  const Config* optimizer = given.find("optimizer");
+  if (optimizer == nullptr) optimizer = given.find("optimizer_config");
+  if (optimizer == nullptr) throw ConfigError(where + ": the compile config names no optimizer");
+  Config compiled = {{"optimizer", import_optimizer(*optimizer, where)}, {"loss", given.at("loss")}};
+  if (const Config* metrics = given.find("metrics"); metrics != nullptr && !metrics->is_null())
+    compiled.set("metrics", *metrics);
+  return compiled;
+}
+
 Config import_keras_model_config(const Config& keras, const std::string& where) {
   if (!keras.is_map() || !keras.contains("class_name"))
     throw ConfigError(where + ": a model config is a map with a class_name, got " +

@@ -20,4 +20,10 @@ namespace kiln::detail {
 // naming `where` for what cannot be read; a Lambda layer is refused here, as Keras's safe_mode refuses it.
 Config import_keras_model_config(const Config& keras, const std::string& where);
 
+// A compile config kiln's compile_from reads ({"optimizer", "loss", "metrics"}), from Keras 3's
+// compile_config or from the training_config of a legacy `.h5` ({"optimizer_config", "loss", "metrics", ...}),
+// where Keras 2's optimizers say "lr" for learning_rate and "decay" for an InverseTimeDecay schedule with
+// decay_steps 1. ConfigError naming `where` for what kiln cannot honour (loss_weights, weighted_metrics).
+Config import_keras_compile_config(const Config& keras, const std::string& where);
+
 }  // namespace kiln::detail

@@ -9,6 +9,7 @@
 #include <kiln/optim/metrics.hpp>
 #include <kiln/optim/optimizer.hpp>
 #include <kiln/train/model.hpp>
+#include <kiln/train/trainer.hpp>
 
 namespace kiln::detail {
 
@@ -63,6 +64,23 @@ void compile_from(ModelBase& model, const Config& config) {
   if (const Config* given = config.find("metrics"); given && !given->is_null())
     for (const Config& metric : given->as_list("key 'metrics'")) metrics.push_back(Metric::from_config(metric));
   detail::compile_model(model, std::move(optimizer), std::move(losses), std::move(metrics));
+}
+
+Config compile_config(const ModelBase& model) {
+  auto* trainer = static_cast<Trainer*>(model.compiled_state().get());
+  if (trainer == nullptr) return Config();
+  Config losses = Config::list();
+  for (const Loss& loss : trainer->losses()) {
+    if (loss.custom()) return Config();
+    losses.push_back(loss.serialize());
+  }
+  Config metrics = Config::list();
+  for (const Metric& metric : trainer->metrics()) metrics.push_back(metric.serialize());
+  Config loss = losses.size() == 1 ? losses.as_list().front() : losses;
+  return Config{{"optimizer", trainer->optimizer().serialize()},
+                {"loss", loss},
+                {"loss_weights", Config()},
+                {"metrics", metrics}};
 }
 
 }  // namespace kiln::detail

@@ -43,4 +43,8 @@ void assign_weights(const std::vector<Weight>& weights, const std::vector<NamedA
 // Compiles `model` as Keras's compile_config says: {"optimizer", "loss", "metrics", ...}.
 void compile_from(ModelBase& model, const Config& config);
 
+// What compile() was given, as {"optimizer", "loss", "loss_weights", "metrics"}: null when the model is not
+// compiled, or its loss was made from a C++ function and cannot be rebuilt.
+Config compile_config(const ModelBase& model);
+
 }  // namespace kiln::detail
