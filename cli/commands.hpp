@@ -20,8 +20,13 @@ void summary(const std::string& file, std::ostream& out);
 // `kiln config FILE`: the config section as pretty JSON.
 void config(const std::string& file, std::ostream& out);
 
-// `kiln verify FILE`: the file's frame, sections and weights, every checksum checked.
+// `kiln verify FILE`: the file's frame, sections and weights, every checksum checked; for a Keras file, its
+// entries and weight datasets, every one read, and the model built from it.
 void verify(const std::string& file, std::ostream& out);
+
+// `kiln convert FILE OUTPUT`: the model (compiled, with its optimizer's state, when the file has one) written
+// to OUTPUT in the format its extension names: .keras, .h5, or kiln's own for any other.
+void convert(const std::string& file, const std::string& output, std::ostream& out);
 
 struct PredictOptions {
   std::string model_file;

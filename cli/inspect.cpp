@@ -1,4 +1,4 @@
-// `kiln summary`, `kiln config` and `kiln verify`: reading a kiln file without running it.
+// `kiln summary`, `kiln config`, `kiln verify` and `kiln convert`: reading a model file without running it.
 #include <cinttypes>
 #include <cstdio>
 #include <ostream>
@@ -6,6 +6,7 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/serialize/json.hpp>
+#include <kiln/serialize/keras.hpp>
 #include <kiln/serialize/saving.hpp>
 #include "commands.hpp"
 
@@ -37,11 +38,26 @@ void summary(const std::string& file, std::ostream& out) { out << load_uncompile
 void config(const std::string& file, std::ostream& out) { out << to_json(read_model_config(file), 2) << '\n'; }
 
 void verify(const std::string& file, std::ostream& out) {
+  if (is_keras_file(file)) {
+    const KerasFileInfo info = verify_keras_file(file);
+    out << file << ": " << info.format;
+    if (!info.keras_version.empty()) out << " (keras_version " << info.keras_version << ")";
+    out << ", " << plural(info.size, "byte") << ", OK\n";
+    for (const std::string& entry : info.entries) out << "  " << entry << '\n';
+    out << "  " << plural(info.weights.size(), "weight dataset") << ", every one read; the model builds from it\n";
+    return;
+  }
   const FileInfo info = verify_file(file);
   out << file << ": kiln file format " << info.format_version << ", " << plural(info.size, "byte") << ", "
       << plural(info.sections.size(), "section") << ", OK\n";
   for (const FileSection& section : info.sections) out << section_line(section) << '\n';
   out << "  " << plural(info.weights.size(), "weight") << '\n';
+}
+
+void convert(const std::string& file, const std::string& output, std::ostream& out) {
+  const Model model = load_model(file);
+  model.save(output);
+  out << file << " -> " << output << '\n';
 }
 
 }  // namespace kiln::cli

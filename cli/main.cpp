@@ -1,9 +1,11 @@
-// kiln: inspect kiln model files and run them on CSV data.
+// kiln: inspect model files (kiln's own, Keras 3 .keras and legacy Keras .h5), convert between them, and run
+// them on CSV data.
 //
 //   kiln summary model.kiln                 the layer table
-//   kiln config model.kiln                  the architecture as JSON
-//   kiln verify model.kiln                  every section and checksum
+//   kiln config model.keras                 the architecture as JSON
+//   kiln verify model.h5                    every section and checksum (every entry and dataset of a Keras file)
 //   kiln predict model.kiln rows.csv        one CSV row of outputs per input row
+//   kiln convert model.h5 model.keras       to .kiln, .keras or .h5, by the output's extension
 //
 // Exit status: 0 on success; 1 when the command failed on its files or data (one `kiln: error: ...` line on
 // stderr); 2 on a usage error: an unknown command or option, a missing argument, a bad option value.
@@ -34,13 +36,14 @@ constexpr int kUsage = 2;
 struct Arguments {
   std::string command;  // the subcommand given
   std::string file;
+  std::string output;  // convert's
   kiln::cli::PredictOptions predict;
 };
 
+constexpr const char* kModelFile = "a model file: kiln's (model.save), a Keras 3 .keras or a legacy Keras .h5";
+
 void add_file_command(CLI::App& app, const std::string& name, const std::string& description, std::string& file) {
-  app.add_subcommand(name, description)
-      ->add_option("FILE", file, "a model file written by kiln (model.save)")
-      ->required();
+  app.add_subcommand(name, description)->add_option("FILE", file, kModelFile)->required();
 }
 
 std::int64_t positive_integer(const std::string& option, const std::string& text) {
@@ -55,7 +58,7 @@ std::int64_t positive_integer(const std::string& option, const std::string& text
 void add_predict_command(CLI::App& app, kiln::cli::PredictOptions& options) {
   CLI::App* command = app.add_subcommand(
       "predict", "Run a model on the rows of a CSV file (one sample per row) and print its outputs as CSV");
-  command->add_option("FILE", options.model_file, "a model file written by kiln (model.save)")->required();
+  command->add_option("FILE", options.model_file, kModelFile)->required();
   command->add_option("INPUT", options.input_csv, "a CSV file of numbers, one flattened sample per row")->required();
   // Read as text and checked here: CLI11's own check says "Value 0 not in range 0.000000 to 1797..." (a
   // 309-digit number), and its conversion error does not say what would do.
@@ -75,8 +78,12 @@ void declare(CLI::App& app, Arguments& arguments) {
   app.require_subcommand(0, 1);
   add_file_command(app, "summary", "Print a model file's summary table", arguments.file);
   add_file_command(app, "config", "Print a model file's config as JSON", arguments.file);
-  add_file_command(app, "verify", "Check a kiln file: format, version, checksums, config and weights", arguments.file);
+  add_file_command(app, "verify", "Check a model file: format, version, checksums, config and weights", arguments.file);
   add_predict_command(app, arguments.predict);
+  CLI::App* convert = app.add_subcommand(
+      "convert", "Write a model file in another format: .keras (Keras 3), .h5 (Keras's legacy HDF5) or kiln's own");
+  convert->add_option("FILE", arguments.file, kModelFile)->required();
+  convert->add_option("OUTPUT", arguments.output, "the file to write; its extension picks the format")->required();
 }
 
 void run(const Arguments& arguments) {
@@ -84,6 +91,7 @@ void run(const Arguments& arguments) {
   if (arguments.command == "config") return kiln::cli::config(arguments.file, std::cout);
   if (arguments.command == "verify") return kiln::cli::verify(arguments.file, std::cout);
   if (arguments.command == "predict") return kiln::cli::predict(arguments.predict, std::cout);
+  if (arguments.command == "convert") return kiln::cli::convert(arguments.file, arguments.output, std::cout);
   throw std::logic_error("no command '" + arguments.command + "'");
 }
 
@@ -134,12 +142,13 @@ int main(int argc, char** argv) {
   // A closed pipe (kiln predict ... | head) makes writes fail instead of killing the tool.
   std::signal(SIGPIPE, SIG_IGN);
   try {
-    CLI::App app{"Inspect kiln model files and run them on CSV data.", "kiln"};
+    CLI::App app{"Inspect, convert and run model files: kiln's, Keras 3 .keras and legacy Keras .h5.", "kiln"};
     Arguments arguments;
     declare(app, arguments);
     try {
       app.parse(argc, argv);
-      if (app.get_subcommands().empty()) throw CLI::RequiredError("A subcommand (summary, config, verify or predict)");
+      if (app.get_subcommands().empty())
+        throw CLI::RequiredError("A subcommand (summary, config, verify, predict or convert)");
     } catch (const CLI::ParseError& error) {
       const int status = app.exit(error);  // prints help, the version, or the usage error
       return status == 0 ? 0 : kUsage;

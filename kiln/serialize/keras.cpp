@@ -1,6 +1,7 @@
 #include <kiln/serialize/keras.hpp>
 
 #include <ctime>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -187,55 +188,66 @@ void read_keras3_optimizer(ModelBase& model, const std::vector<NamedArray>& mode
   optimizer.set_variables(variables);
 }
 
-// Writes a model's weights as Keras's saving_lib lays them out (Keras3WeightReader reads them back).
-class Keras3WeightWriter {
+// Keras's saving_lib walk over a model, for writing: for each model (the top one first) and each of its
+// layers in Keras's order, `visit(layer, group, prefix)` with the layer's group ("layers/dense_1/", or ""
+// for the top model) and the kiln path of its weights ("dense_1/"); a layer met twice is visited once.
+class KerasWalk {
  public:
-  explicit Keras3WeightWriter(detail::Hdf5Builder& file) : file_(file) {}
+  using Visit = std::function<void(const Layer& layer, const std::string& group, const std::string& prefix)>;
+  explicit KerasWalk(Visit visit) : visit_(std::move(visit)) {}
 
-  // `group` ends with "/" ("" for the root); `prefix` is the kiln path of the model's weights.
-  void write_model(const ModelBase& model, const std::string& group, const std::string& prefix) {
-    named_group(group + "vars", model.name());
+  void model(const ModelBase& model, const std::string& group = "", const std::string& prefix = "") {
+    visit_(model, group, prefix);
     KerasNames names;
     for (const LayerPtr& layer : detail::keras_layer_order(model)) {
       const std::string path = group + "layers/" + names.next(layer->class_name()) + "/";
       if (!visited_.insert(layer.get()).second) continue;
       if (const auto* nested = dynamic_cast<const ModelBase*>(layer.get())) {
-        write_model(*nested, path, prefix + layer->name() + "/");
+        this->model(*nested, path, prefix + layer->name() + "/");
         continue;
       }
-      named_group(path + "vars", layer->name());
-      for (const auto& [attribute, name] : layer->keras_sublayers()) named_group(path + attribute + "/vars", name);
-      const std::vector<Weight> weights = layer->weights();
-      const std::vector<std::string> paths = layer->keras_weight_paths();
-      for (std::size_t i = 0; i < weights.size(); ++i) {
-        file_.dataset(path + paths.at(i), weights[i].value);
-        order_.push_back(prefix + layer->name() + "/" + weights[i].path);
-      }
+      visit_(*layer, path, prefix + layer->name() + "/");
     }
   }
 
-  // Keras's order of the weights written: what orders the optimizer's slots.
-  const std::vector<std::string>& order() const { return order_; }
-
  private:
-  void named_group(const std::string& path, const std::string& name) {
-    file_.group(path);
-    file_.string_attribute(path, "name", name);
-  }
-
-  detail::Hdf5Builder& file_;
+  Visit visit_;
   std::set<const Layer*> visited_;
-  std::vector<std::string> order_;
 };
+
+// kiln's paths of a model's weights in Keras's order: what orders the optimizer's slots.
+std::vector<std::string> keras_weight_order(const ModelBase& model) {
+  std::vector<std::string> order;
+  KerasWalk([&](const Layer& layer, const std::string&, const std::string& prefix) {
+    if (dynamic_cast<const ModelBase*>(&layer) != nullptr) return;
+    for (const Weight& weight : layer.weights()) order.push_back(prefix + weight.path);
+  }).model(model);
+  return order;
+}
+
+Optimizer* optimizer_of(const ModelBase& model) {
+  auto* trainer = static_cast<Trainer*>(model.compiled_state().get());
+  return trainer != nullptr ? &trainer->optimizer() : nullptr;
+}
 
 std::string keras3_weights_file(const ModelBase& model) {
   detail::Hdf5Builder file;
-  Keras3WeightWriter writer(file);
-  writer.write_model(model, "", "");
-  if (auto* trainer = static_cast<Trainer*>(model.compiled_state().get())) {
-    Optimizer& optimizer = trainer->optimizer();
+  auto named_group = [&](const std::string& path, const std::string& name) {
+    file.group(path);
+    file.string_attribute(path, "name", name);
+  };
+  KerasWalk([&](const Layer& layer, const std::string& group, const std::string&) {
+    named_group(group + "vars", layer.name());
+    if (dynamic_cast<const ModelBase*>(&layer) != nullptr) return;
+    for (const auto& [attribute, name] : layer.keras_sublayers()) named_group(group + attribute + "/vars", name);
+    const std::vector<Weight> weights = layer.weights();
+    const std::vector<std::string> paths = layer.keras_weight_paths();
+    for (std::size_t i = 0; i < weights.size(); ++i) file.dataset(group + paths.at(i), weights[i].value);
+  }).model(model);
+  if (Optimizer* compiled = optimizer_of(model)) {
+    Optimizer& optimizer = *compiled;
     const std::vector<Weight> variables =
-        keras_optimizer_variables(optimizer, trainable_in_order(model, writer.order()));
+        keras_optimizer_variables(optimizer, trainable_in_order(model, keras_weight_order(model)));
     file.group("optimizer/vars");
     file.string_attribute("optimizer/vars", "name", optimizer.name());
     for (std::size_t i = 0; i < variables.size(); ++i) {
@@ -265,12 +277,15 @@ Model load_keras3(const std::string& bytes, const std::string& path, const LoadO
   }
   const std::string weights_bytes = archive.read("model.weights.h5", kMaxWeightsBytes);
   const Config keras = parse_json_object(config_text, path + ": config.json");
-  const Config config =
-      detail::guarded(path + ": config.json", [&] { return detail::import_keras_model_config(keras, "config.json"); });
-  std::shared_ptr<ModelBase> model = detail::guarded(path + ": config.json", [&] {
-    detail::AllocationLimit limit(2 * weights_bytes.size() + (16u << 20), "building the model");
-    return detail::model_from(config);
-  });
+  const Config config = detail::guarded(
+      path, [&] { return detail::import_keras_model_config(keras, "config.json"); }, true);
+  std::shared_ptr<ModelBase> model = detail::guarded(
+      path + ": config.json",
+      [&] {
+        detail::AllocationLimit limit(2 * weights_bytes.size() + (16u << 20), "building the model");
+        return detail::model_from(config);
+      },
+      true);
   const hdf5::File weights(weights_bytes, path + ": model.weights.h5");
   Keras3WeightReader reader(path + ": model.weights.h5");
   detail::guarded(path + ": model.weights.h5", [&] {
@@ -279,9 +294,9 @@ Model load_keras3(const std::string& bytes, const std::string& path, const LoadO
   });
   const Config* compiled = config.find("compile_config");
   if (!options.compile || compiled == nullptr) return Model(model);
-  detail::guarded(path + ": compile_config", [&] {
-    detail::compile_from(*model, detail::import_keras_compile_config(*compiled, "compile_config"));
-  });
+  detail::guarded(
+      path + ": compile_config",
+      [&] { detail::compile_from(*model, detail::import_keras_compile_config(*compiled, "compile_config")); }, true);
   detail::guarded(path + ": model.weights.h5: optimizer",
                   [&] { read_keras3_optimizer(*model, reader.arrays(), weights.root(), path); });
   return Model(model);
@@ -333,6 +348,33 @@ std::vector<NamedArray> read_legacy_weights(const ModelBase& model, const hdf5::
   return arrays;
 }
 
+// Keras 3's legacy files hold the optimizer's variables in Keras 3's order, which kiln shares; Keras 2's
+// and tf.keras's are in their optimizers' own orders, and are not read (the model trains on from fresh slots).
+void read_legacy_optimizer(ModelBase& model, const hdf5::Object& root, const std::string& where) {
+  const std::optional<hdf5::Object> group = root.find("optimizer_weights");
+  const std::string version = root.has_attribute("keras_version") ? root.attribute_strings("keras_version").at(0) : "";
+  if (!group || version.rfind("3.", 0) != 0) return;
+  const std::vector<std::string> names = chunked_strings(*group, "weight_names");
+  Optimizer& optimizer = detail::trainer_of(model).optimizer();
+  const std::vector<Weight> ordered =
+      keras_optimizer_variables(optimizer, trainable_in_order(model, keras_weight_order(model)));
+  if (names.size() != ordered.size())
+    throw SerializationError(where + ": the optimizer's state holds " + std::to_string(names.size()) +
+                             " variables, but " + optimizer.describe() + " on this model has " +
+                             std::to_string(ordered.size()));
+  std::vector<Weight> variables;
+  for (std::size_t i = 0; i < ordered.size(); ++i) {
+    const hdf5::Object dataset = group->at(names[i]);
+    if (dataset.dataset_shape().num_elements() != ordered[i].value.shape().num_elements())
+      throw SerializationError(where + ": optimizer_weights/" + names[i] + " has shape " +
+                               dataset.dataset_shape().to_string() + ", but " + ordered[i].path + " has shape " +
+                               ordered[i].value.shape().to_string());
+    variables.push_back(
+        {ordered[i].path, dataset.read(ordered[i].value.dtype()).reshape(ordered[i].value.shape()), false});
+  }
+  optimizer.set_variables(variables);
+}
+
 Model load_legacy_h5(const std::string& bytes, const std::string& path, const LoadOptions& options) {
   const hdf5::File file(bytes, path);
   const hdf5::Object root = file.root();
@@ -343,27 +385,91 @@ Model load_legacy_h5(const std::string& bytes, const std::string& path, const Lo
   const std::vector<std::string> texts = root.attribute_strings("model_config");
   if (texts.size() != 1) throw SerializationError(path + ": model_config is not one string");
   const Config keras = parse_json_object(texts[0], path + ": model_config");
-  const Config config = detail::guarded(path + ": model_config",
-                                        [&] { return detail::import_keras_model_config(keras, "model_config"); });
-  std::shared_ptr<ModelBase> model = detail::guarded(path + ": model_config", [&] {
-    detail::AllocationLimit limit(2 * bytes.size() + (16u << 20), "building the model");
-    return detail::model_from(config);
-  });
+  const Config config = detail::guarded(
+      path, [&] { return detail::import_keras_model_config(keras, "model_config"); }, true);
+  std::shared_ptr<ModelBase> model = detail::guarded(
+      path + ": model_config",
+      [&] {
+        detail::AllocationLimit limit(2 * bytes.size() + (16u << 20), "building the model");
+        return detail::model_from(config);
+      },
+      true);
   detail::guarded(path + ": model_weights", [&] {
     const std::optional<hdf5::Object> weights = root.find("model_weights");
     const std::vector<NamedArray> arrays = read_legacy_weights(*model, weights ? *weights : root);
     detail::assign_weights(model->weights(), arrays, model->describe());
   });
   if (!options.compile || !root.has_attribute("training_config")) return Model(model);
-  // The optimizer's saved state (optimizer_weights) is not read: Keras 2 and tf.keras lay it out by their own
-  // optimizers' variable order, which kiln's differ from; training resumes with fresh slots.
   const std::vector<std::string> training = root.attribute_strings("training_config");
   if (training.size() != 1) throw SerializationError(path + ": training_config is not one string");
   const Config keras_compiled = parse_json_object(training[0], path + ": training_config");
-  detail::guarded(path + ": training_config", [&] {
-    detail::compile_from(*model, detail::import_keras_compile_config(keras_compiled, "training_config"));
-  });
+  detail::guarded(
+      path + ": training_config",
+      [&] { detail::compile_from(*model, detail::import_keras_compile_config(keras_compiled, "training_config")); },
+      true);
+  detail::guarded(path + ": optimizer_weights", [&] { read_legacy_optimizer(*model, root, path); });
   return Model(model);
+}
+
+// ---- writing legacy HDF5, as Keras 3's legacy format does ----------------------------------------------------
+
+// Keras 3's legacy training_config: the compile config with the optimizer as {"class_name", "config"}.
+Config legacy_training_config(const Config& compiled) {
+  const Config keras = detail::export_keras_compile_config(compiled);
+  Config training = Config::map();
+  for (const auto& [key, value] : keras.items())
+    if (key != "optimizer") training.set(key, value);
+  const Config& optimizer = keras.at("optimizer");
+  training.set("optimizer_config", {{"class_name", optimizer.at("class_name")}, {"config", optimizer.at("config")}});
+  return training;
+}
+
+std::string legacy_h5_file(const ModelBase& model) {
+  detail::Hdf5Builder file;
+  file.string_attribute("", "keras_version", kKerasFormatVersion);
+  file.string_attribute("", "backend", "kiln");
+  file.string_attribute("", "model_config", to_json(detail::export_keras_legacy_model_config(model), 0));
+  const Config compiled = detail::compile_config(model);
+  if (!compiled.is_null()) file.string_attribute("", "training_config", to_json(legacy_training_config(compiled), 0));
+
+  // model_weights: layer_names in Keras's order of model.layers (Keras matches the layers that have weights
+  // by that order), then a group a layer, holding its weights in Keras 2's order under their names.
+  file.group("model_weights");
+  const std::vector<LayerPtr> layers = detail::keras_layer_order(model);
+  std::vector<std::string> layer_names;
+  for (const LayerPtr& layer : layers) layer_names.push_back(layer->name());
+  file.strings_attribute("model_weights", "layer_names", layer_names);
+  file.string_attribute("model_weights", "backend", "kiln");
+  file.string_attribute("model_weights", "keras_version", kKerasFormatVersion);
+  for (const LayerPtr& layer : layers) {
+    const std::string group = "model_weights/" + layer->name();
+    file.group(group);
+    std::vector<std::string> names;
+    for (const Weight& weight : legacy_order(*layer)) {
+      names.push_back(model.name() + "/" + layer->name() + "/" + weight.path);
+      file.dataset(group + "/" + names.back(), weight.value);
+    }
+    file.strings_attribute(group, "weight_names", names);
+  }
+  file.group("model_weights/top_level_model_weights");
+  file.strings_attribute("model_weights/top_level_model_weights", "weight_names", {});
+
+  // optimizer_weights: Keras 3's optimizer.variables in order, by name.
+  if (Optimizer* optimizer = optimizer_of(model)) {
+    const std::vector<Weight> variables =
+        keras_optimizer_variables(*optimizer, trainable_in_order(model, keras_weight_order(model)));
+    file.group("optimizer_weights");
+    std::vector<std::string> names;
+    for (const Weight& variable : variables) {
+      names.push_back(optimizer->name() + "/" + variable.path);
+      if (variable.path == "iterations")
+        file.int64_dataset("optimizer_weights/" + names.back(), static_cast<std::int64_t>(variable.value.flat(0)));
+      else
+        file.dataset("optimizer_weights/" + names.back(), variable.value.reshape(variable.value.shape()));
+    }
+    file.strings_attribute("optimizer_weights", "weight_names", names);
+  }
+  return file.bytes();
 }
 
 }  // namespace
@@ -371,6 +477,21 @@ Model load_legacy_h5(const std::string& bytes, const std::string& path, const Lo
 namespace detail {
 
 bool is_keras_bytes(std::string_view bytes) { return is_zip(bytes) || hdf5::looks_like_hdf5(bytes); }
+
+Config read_keras_config(const std::string& bytes, const std::string& path) {
+  if (is_zip(bytes)) {
+    const detail::ZipReader archive(bytes, path);
+    return parse_json_object(archive.read("config.json", max_json_bytes), path + ": config.json");
+  }
+  const hdf5::File file(bytes, path);
+  const hdf5::Object root = file.root();
+  if (!root.has_attribute("model_config")) throw SerializationError(path + ": an HDF5 file without a model_config");
+  Config config = parse_json_object(root.attribute_strings("model_config").at(0), path + ": model_config");
+  if (root.has_attribute("training_config"))
+    config.set("training_config",
+               parse_json_object(root.attribute_strings("training_config").at(0), path + ": training_config"));
+  return config;
+}
 
 Model load_keras_bytes(const std::string& bytes, const std::string& path, const LoadOptions& options) {
   if (is_zip(bytes)) return load_keras3(bytes, path, options);
@@ -401,6 +522,60 @@ void save_keras_model(const ModelBase& model, const std::string& path) {
   const std::string archive = detail::write_zip(
       {{"metadata.json", metadata}, {"config.json", to_json(config, 0)}, {"model.weights.h5", weights}});
   detail::write_file_atomically(path, archive);
+}
+
+void save_keras_h5(const ModelBase& model, const std::string& path) {
+  if (!model.built())
+    throw LayerStateError(model.describe() + " is not built; build it (or give it an Input) before saving");
+  detail::write_file_atomically(path, legacy_h5_file(model));
+}
+
+namespace {
+
+// Every dataset under `object`, each object once: "layers/dense/vars/0 (8, 16)".
+void list_datasets(const hdf5::Object& object, std::set<std::uint64_t>& seen, int depth,
+                   std::vector<std::string>& out) {
+  if (depth > 64 || !seen.insert(object.address()).second) return;
+  if (object.is_dataset()) {
+    object.read(DType::float64);  // every value read, so damage to the data shows
+    out.push_back(object.path().substr(1) + " " + object.dataset_shape().to_string());
+    return;
+  }
+  if (object.is_group())
+    for (const std::string& name : object.member_names()) list_datasets(*object.find(name), seen, depth + 1, out);
+}
+
+}  // namespace
+
+KerasFileInfo verify_keras_file(const std::string& path) {
+  const std::string bytes = detail::read_whole_file(path);
+  KerasFileInfo info;
+  info.size = bytes.size();
+  std::set<std::uint64_t> seen;
+  if (is_zip(bytes)) {
+    info.format = "Keras 3 .keras archive";
+    const detail::ZipReader archive(bytes, path);
+    for (const std::string& name : archive.names())
+      info.entries.push_back(name + " (" + std::to_string(archive.read(name, kMaxWeightsBytes).size()) + " bytes)");
+    if (archive.contains("metadata.json")) {
+      const Config metadata = parse_json_object(archive.read("metadata.json", 1 << 20), path + ": metadata.json");
+      info.keras_version = metadata.get_string("keras_version", "");
+    }
+    const hdf5::File weights(archive.read("model.weights.h5", kMaxWeightsBytes), path + ": model.weights.h5");
+    list_datasets(weights.root(), seen, 0, info.weights);
+  } else if (hdf5::looks_like_hdf5(bytes)) {
+    info.format = "legacy Keras HDF5";
+    const hdf5::File file(bytes, path);
+    if (file.root().has_attribute("keras_version"))
+      info.keras_version = file.root().attribute_strings("keras_version").at(0);
+    list_datasets(file.root(), seen, 0, info.weights);
+  } else {
+    throw SerializationError(path + ": neither a Keras 3 .keras archive (a zip) nor a legacy Keras .h5 file (HDF5)");
+  }
+  LoadOptions options;
+  options.compile = false;
+  detail::load_keras_bytes(bytes, path, options);
+  return info;
 }
 
 bool is_keras_file(const std::string& path) { return detail::is_keras_bytes(detail::read_whole_file(path)); }

@@ -12,7 +12,9 @@
 // legacy `.h5` file is one HDF5 file: the model_config and training_config attributes, the weights under
 // model_weights/, the optimizer's under optimizer_weights/. Both are read by kiln's own readers, which
 // trust nothing in the file: docs/keras.md lists what they accept and refuse.
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include <kiln/layers/model.hpp>
 #include <kiln/serialize/saving.hpp>
@@ -45,6 +47,24 @@ void load_keras_weights(ModelBase& model, const std::string& path);
 /// LayerStateError when the model is not built, ConfigError for a model that is neither Sequential nor
 /// functional, SerializationError when the file cannot be written.
 void save_keras_model(const ModelBase& model, const std::string& path);
+
+/// Writes `model` in Keras's legacy HDF5 format, as Keras 3 writes `model.save("m.h5")`: the model_config and
+/// training_config attributes, the weights under model_weights/ (layer_names, each layer's weight_names) and,
+/// when compiled, the optimizer's variables under optimizer_weights/. Keras's keras.saving.load_model reads it,
+/// as does load_keras_model. Atomic; errors as save_keras_model's.
+void save_keras_h5(const ModelBase& model, const std::string& path);
+
+/// What verify_keras_file found in a Keras file that passed every check.
+struct KerasFileInfo {
+  std::string format;                ///< "Keras 3 .keras archive" or "legacy Keras HDF5"
+  std::string keras_version;         ///< as the file states it ("3.16.0", "2.3.1"), or ""
+  std::uint64_t size = 0;            ///< of the file, in bytes
+  std::vector<std::string> entries;  ///< a .keras archive's entries: "config.json (1792 bytes)"
+  std::vector<std::string> weights;  ///< every weight dataset: "layers/dense/vars/0 (8, 16)"
+};
+/// Checks a Keras file without keeping the model: every zip entry's CRC, the config, every weight dataset
+/// read whole, and the model built and given its weights. SerializationError on the first problem.
+KerasFileInfo verify_keras_file(const std::string& path);
 
 /// True when the file at `path` starts like a Keras file (a zip archive or an HDF5 file) rather than a kiln
 /// file. SerializationError when it cannot be read.

@@ -114,6 +114,7 @@ bool has_extension(const std::string& path, const std::string& extension) {
 
 void save_model(const ModelBase& model, const std::string& path) {
   if (has_extension(path, ".keras")) return save_keras_model(model, path);
+  if (has_extension(path, ".h5")) return save_keras_h5(model, path);
   if (!model.built())
     throw LayerStateError(model.describe() + " is not built; build it (or give it an Input) before saving");
   // Everything is serialized in memory first: a failure here never touches the file.
@@ -229,6 +230,7 @@ FileInfo verify_file(const std::string& path) {
 
 Config read_model_config(const std::string& path) {
   const std::string bytes = detail::read_whole_file(path);
+  if (!detail::is_kiln_container(bytes) && detail::is_keras_bytes(bytes)) return detail::read_keras_config(bytes, path);
   return parse_config_section(detail::read_container(bytes, path), path);
 }
 

@@ -34,7 +34,8 @@ struct LoadOptions {
 
 /// Saves the whole model to `path`, atomically: its config and weights and, when it is compiled, its
 /// compile_config, the optimizer's state and the epochs trained. A path ending in ".keras" is written as a
-/// Keras 3 file (save_keras_model in serialize/keras.hpp), any other as a kiln file. LayerStateError when the model is
+/// Keras 3 file, one ending in ".h5" in Keras's legacy HDF5 format (save_keras_model and save_keras_h5 in
+/// serialize/keras.hpp), any other as a kiln file. LayerStateError when the model is
 /// not built, ValueError when two weights share a path, ConfigError when a layer's or the optimizer's class is not
 /// registered, SerializationError when the file cannot be written (the previous file then stays whole).
 void save_model(const ModelBase& model, const std::string& path);
@@ -83,7 +84,8 @@ struct FileInfo {
 /// Checks the whole file (frame, checksums, the config's JSON, every weight record) without building the
 /// model. SerializationError on the first problem.
 FileInfo verify_file(const std::string& path);
-/// The file's config section: the model's architecture plus "compile_config" when it was compiled.
+/// The file's config section: the model's architecture plus "compile_config" when it was compiled. For a Keras
+/// file, its config.json, or a legacy file's model_config (and "training_config").
 Config read_model_config(const std::string& path);
 
 }  // namespace kiln

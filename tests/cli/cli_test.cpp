@@ -433,10 +433,65 @@ TEST_CASE("kiln --help lists the subcommands and --version prints the version", 
   Run run = run_kiln(dir, "--help");
   check_success(run);
   CHECK_THAT(run.out, Catch::Contains("summary") && Catch::Contains("config") && Catch::Contains("verify") &&
-                          Catch::Contains("predict"));
+                          Catch::Contains("predict") && Catch::Contains("convert"));
   run = run_kiln(dir, "--version");
   check_success(run);
   CHECK_THAT(run.out, Catch::Contains("0.1.0"));
+}
+
+namespace {
+std::string keras_fixture(const std::string& name) {
+  return (fs::path(__FILE__).parent_path().parent_path().parent_path() / "data" / "keras" / name).string();
+}
+}  // namespace
+
+TEST_CASE("kiln summary, config, verify and predict take Keras files", "[cli][keras]") {
+  TempDir dir;
+  const std::string keras3 = keras_fixture("keras3/seq_dense_mlp.keras");
+  const std::string keras2 = keras_fixture("keras2/conv1d_k2_s1_d1_cl_same_model.h5");
+  check_success(run_kiln(dir, "summary " + arg(keras3)));
+  CHECK_THAT(run_kiln(dir, "summary " + arg(keras2)).out, Catch::Contains("conv0") && Catch::Contains("Total params"));
+
+  Run run = run_kiln(dir, "config " + arg(keras3));
+  check_success(run);
+  CHECK(kiln::parse_json(run.out, "config").get_string("module") == "keras");
+  CHECK(kiln::parse_json(run_kiln(dir, "config " + arg(keras2)).out, "config").contains("training_config"));
+
+  run = run_kiln(dir, "verify " + arg(keras3));
+  check_success(run);
+  CHECK_THAT(run.out, Catch::Contains("Keras 3 .keras archive (keras_version 3.16.0)") && Catch::Contains(", OK") &&
+                          Catch::Contains("config.json (") && Catch::Contains("weight dataset"));
+  run = run_kiln(dir, "verify " + arg(keras2));
+  check_success(run);
+  CHECK_THAT(run.out,
+             Catch::Contains("legacy Keras HDF5 (keras_version 2.3.1)") && Catch::Contains("2 weight datasets"));
+
+  // predict reads the rows and writes what the model predicts: a row of 8 features in, 4 outputs out.
+  write_text(dir / "x.csv", "0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8\n");
+  run = run_kiln(dir, "predict " + arg(keras3) + " " + arg(dir / "x.csv"));
+  check_success(run);
+  CHECK(lines_of(run.out).size() == 2);  // a header naming the columns, then the row
+}
+
+TEST_CASE("kiln convert writes .keras, .h5 and kiln files that load to the same model", "[cli][keras]") {
+  TempDir dir;
+  kiln::Model model = small_model();
+  model.save(dir / "m.kiln");
+  const kiln::Array x = inputs_3x4();
+  const kiln::Array expected = model.predict(x);
+  for (const std::string target : {"m.keras", "m.h5", "back.kiln"}) {
+    INFO(target);
+    const std::string from = target == "back.kiln" ? dir / "m.h5" : dir / "m.kiln";
+    const Run run = run_kiln(dir, "convert " + arg(from) + " " + arg(dir / target));
+    check_success(run);
+    CHECK_THAT(run.out, Catch::Contains("-> " + dir / target));
+    CHECK(kiln::load_model(dir / target).predict(x).bitwise_equal(expected));
+  }
+  const Run missing = run_kiln(dir, "convert " + arg(dir / "m.kiln"));
+  CHECK(missing.status == 2);
+  const Run bad = run_kiln(dir, "convert " + arg(dir / "none.keras") + " " + arg(dir / "out.keras"));
+  CHECK(bad.status == 1);
+  CHECK_FALSE(fs::exists(dir / "out.keras"));
 }
 
 #endif  // KILN_CLI_PATH

@@ -7,9 +7,12 @@
 //   4  the whole file with its header and section checksums recomputed first, so mutations of the config,
 //      weights, optimizer state and metadata reach load_model's later steps (weights assigned by name,
 //      compile_config, the optimizer's slots, epochs_trained) instead of stopping at a CRC mismatch
-// (the byte is taken modulo 5). kiln::Error is the one expected outcome of bad input: any other exception,
-// crash, leak or sanitizer report is a finding. When a model loads (modes 0, 1, 4) it also runs predict on
-// a zero batch of one, if its single input has a small, known shape.
+//   5  a Keras 3 .keras archive: load_keras_model, then verify_keras_file (libzip, the config, the weights)
+//   6  an HDF5 file: kiln's HDF5 reader walks every group, attribute and dataset, then the file is loaded
+//      as a legacy Keras .h5 (seeds: legacy files, and the model.weights.h5 of .keras archives)
+// (the byte is taken modulo 7). Mode 1 reads Keras configs too: its seeds include config.json files. kiln::Error is the
+// one expected outcome of bad input: any other exception, crash, leak or sanitizer report is a finding. When a model
+// loads (modes 0, 1, 4) it also runs predict on a zero batch of one, if its single input has a small, known shape.
 //
 // `kiln_load_fuzzer --make-corpus DIR` writes a seed corpus (saved models of several kinds, in every mode)
 // into DIR and exits.
@@ -17,6 +20,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -31,11 +35,13 @@
 #include <kiln/kiln.hpp>
 #include <kiln/serialize/detail/arrays.hpp>
 #include <kiln/serialize/detail/container.hpp>
+#include <kiln/serialize/detail/hdf5_reader.hpp>
+#include <kiln/serialize/detail/zip_archive.hpp>
 
 namespace {
 
 constexpr std::int64_t None = kiln::Shape::unknown;
-constexpr unsigned kModes = 5;
+constexpr unsigned kModes = 7;
 constexpr std::size_t kHeaderSize = 20;
 constexpr std::size_t kSectionHeaderSize = 16;
 
@@ -87,6 +93,46 @@ void load_file(std::string_view bytes) {
   } catch (const kiln::Error&) {
   }
   std::remove(temp_path().c_str());
+}
+
+void load_keras(std::string_view bytes) {
+  write_temp(bytes);
+  try {
+    kiln::Model model = kiln::load_keras_model(temp_path());
+    try_predict(model);
+  } catch (const kiln::Error&) {
+  }
+  try {
+    kiln::verify_keras_file(temp_path());
+  } catch (const kiln::Error&) {
+  }
+  std::remove(temp_path().c_str());
+}
+
+// Every group, attribute and dataset, each object once, as a loader might read them.
+void walk_hdf5(const kiln::detail::hdf5::Object& object, std::vector<std::uint64_t>& seen, int depth) {
+  if (depth > 32 || std::find(seen.begin(), seen.end(), object.address()) != seen.end()) return;
+  seen.push_back(object.address());
+  for (const std::string& name : object.attribute_names()) {
+    try {
+      object.attribute_strings(name);
+    } catch (const kiln::Error&) {
+      object.attribute_numbers(name);
+    }
+  }
+  if (object.is_dataset()) object.read(kiln::DType::float32);
+  if (object.is_group())
+    for (const std::string& name : object.member_names()) walk_hdf5(*object.find(name), seen, depth + 1);
+}
+
+void read_hdf5(std::string_view bytes) {
+  try {
+    const kiln::detail::hdf5::File file{std::string(bytes), "fuzz.h5"};
+    std::vector<std::uint64_t> seen;
+    walk_hdf5(file.root(), seen, 0);
+  } catch (const kiln::Error&) {
+  }
+  load_keras(bytes);
 }
 
 std::uint32_t crc_of(std::string_view bytes, std::uint32_t crc = 0) {
@@ -209,6 +255,19 @@ int make_corpus(const std::string& dir) {
       if (const auto* state = container.find("OPTM"))
         write_seed(dir, file_name + "_optimizer_section", 2, state->payload), ++seeds;
     }
+    // The same model as Keras files: the archive, its config.json and model.weights.h5, a legacy .h5.
+    model.save(path + ".keras");
+    const std::string archive = kiln::detail::read_whole_file(path + ".keras");
+    std::remove((path + ".keras").c_str());
+    seed(name, 5, archive);
+    const kiln::detail::ZipReader entries(archive, name);
+    seed(name + "_config_json", 1, entries.read("config.json", 1 << 20));
+    seed(name + "_weights_h5", 6, entries.read("model.weights.h5", 1 << 20));
+    model.save(path + ".h5");
+    const std::string legacy = kiln::detail::read_whole_file(path + ".h5");
+    std::remove((path + ".h5").c_str());
+    seed(name + "_legacy", 6, legacy);
+    seed(name + "_legacy", 0, legacy);
   }
   std::cout << "kiln_load_fuzzer: wrote " << seeds << " seeds to " << dir << "\n";
   return 0;
@@ -252,6 +311,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         try_predict(model);  // with a limit of its own (limits do not nest)
       } catch (const kiln::Error&) {
       }
+      break;
+    case 5:
+      load_keras(body);
+      break;
+    case 6:
+      read_hdf5(body);
       break;
     case 2:
       try {

@@ -4,6 +4,8 @@
 #include <vector>
 
 #include <kiln/core/error.hpp>
+#include <kiln/layers/layer.hpp>
+#include <kiln/serialize/detail/keras_export.hpp>
 
 namespace kiln::detail {
 
@@ -112,7 +114,7 @@ Config import_sequential(const Config& given, const std::string& where) {
         imported.push_back({{"class_name", "InputLayer"}, {"config", input}});
       }
     }
-    imported.push_back(import_layer(layer, where));
+    imported.push_back(import_layer(layer, where + ": layers[" + std::to_string(i) + "]"));
   }
   config.set("layers", imported);
   config.erase("build_input_shape");  // Keras 3 repeats the InputLayer's shape here
@@ -121,8 +123,10 @@ Config import_sequential(const Config& given, const std::string& where) {
 
 Config import_functional(Config config, const std::string& where) {
   Config imported = Config::list();
-  for (const Config& layer : config.get_list("layers")) {
-    Config entry = import_layer(layer, where);
+  const std::vector<Config>& layers = config.get_list("layers");
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const Config& layer = layers[i];
+    Config entry = import_layer(layer, where + ": layers[" + std::to_string(i) + "]");
     if (const Config* nodes = layer.find("inbound_nodes")) {
       Config calls = Config::list();
       for (const Config& node : nodes->as_list(where + ": inbound_nodes")) calls.push_back(import_node(node, where));
@@ -153,6 +157,23 @@ Config without_initializer_dtypes(Config config) {
   return config;
 }
 
+// A class kiln has no layer for: ConfigError naming the layer, its class and where it is, and listing the
+// Keras classes kiln reads.
+void check_layer_class(const Config& entry, const std::string& class_name, const std::string& here) {
+  const Config* registered = entry.find("registered_name");
+  const std::string key = registered != nullptr && !registered->is_null() && class_name != "Functional"
+                              ? registered->as_string()
+                              : class_name;
+  try {
+    layer_registry().key_of(key);
+  } catch (const ConfigError& error) {
+    std::string supported;
+    for (const auto& [name, keras_class] : keras_layer_classes()) supported += (supported.empty() ? "" : ", ") + name;
+    throw ConfigError(here + ": kiln has no layer '" + key + "' (" + error.what() +
+                      "). The Keras classes kiln reads: " + supported + ", Sequential and Functional (docs/keras.md)");
+  }
+}
+
 // One serialized layer (or nested model) of a model's "layers".
 Config import_layer(const Config& entry, const std::string& where) {
   if (!entry.is_map()) throw ConfigError(where + ": a layer is a map, got " + entry.to_string());
@@ -165,8 +186,9 @@ Config import_layer(const Config& entry, const std::string& where) {
     throw ConfigError(here +
                       ": a Lambda layer holds Python code, which kiln cannot run; Keras's safe_mode "
                       "refuses it too. Rewrite it as a registered layer (KILN_REGISTER_LAYER)");
-  Config config = entry.contains("config") ? entry.at("config") : Config::map();
   if (class_name == "Model") class_name = "Functional";
+  check_layer_class(entry, class_name, here);
+  Config config = entry.contains("config") ? entry.at("config") : Config::map();
   if (class_name == "Sequential") config = import_sequential(config, here);
   if (class_name == "Functional") config = import_functional(config, here);
   if (class_name == "InputLayer" && config.is_map()) {

@@ -289,6 +289,30 @@ Config export_keras_model_config(const ModelBase& model, const Config& compile_c
   return export_model(model, compile_config);
 }
 
+namespace {
+
+// A layer entry as Keras's legacy serialization writes it.
+Config legacy_entry(const Config& entry) {
+  const Config& registered = entry.at("registered_name");
+  const bool custom = !registered.is_null() && registered.as_string() != "Functional";
+  Config config = entry.at("config");
+  if (config.is_map() && config.contains("layers")) {
+    Config layers = Config::list();
+    for (const Config& layer : config.get_list("layers")) layers.push_back(legacy_entry(layer));
+    config.set("layers", layers);
+  }
+  Config legacy = {{"class_name", custom ? registered : entry.at("class_name")}, {"config", config}};
+  for (const char* key : {"name", "inbound_nodes"})
+    if (const Config* value = entry.find(key)) legacy.set(key, *value);
+  return legacy;
+}
+
+}  // namespace
+
+Config export_keras_legacy_model_config(const ModelBase& model) {
+  return legacy_entry(export_keras_model_config(model));
+}
+
 // Keras's Function.operations (keras/src/ops/function.py, map_graph): nodes sorted topologically by a depth
 // first walk from the outputs; each node's depth is the longest path from it to an output, each layer's the
 // largest of its nodes'; layers by decreasing depth, ties by the order the walk first met them. Inputs that no

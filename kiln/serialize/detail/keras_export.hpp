@@ -32,6 +32,11 @@ const std::map<std::string, KerasLayerClass>& keras_layer_classes();
 // (, "compile_config" when `compile_config` is not null)}.
 Config export_keras_model_config(const ModelBase& model, const Config& compile_config = Config());
 
+// The model_config of Keras 3's legacy `.h5` format: export_keras_model_config's, with each layer entry only
+// {"class_name", "config"} (and a functional model's "name" and "inbound_nodes"), as Keras's legacy
+// serialization writes it; a registered custom layer's class_name is its "Package>Name".
+Config export_keras_legacy_model_config(const ModelBase& model);
+
 // A model's layers in Keras's order: Sequential.layers (no InputLayer), or Functional.operations.
 std::vector<LayerPtr> keras_layer_order(const ModelBase& model);
 

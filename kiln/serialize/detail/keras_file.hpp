@@ -3,12 +3,16 @@
 #include <string>
 #include <string_view>
 
+#include <kiln/layers/config.hpp>
 #include <kiln/serialize/saving.hpp>
 
 namespace kiln::detail {
 
 // True when `bytes` start like a Keras file: a zip archive (`.keras`) or an HDF5 file (legacy `.h5`).
 bool is_keras_bytes(std::string_view bytes);
+// The model's config as the Keras file holds it: a .keras archive's config.json, or a legacy file's
+// model_config (with its training_config under "training_config").
+Config read_keras_config(const std::string& bytes, const std::string& path);
 // load_keras_model on bytes already read from `path`.
 Model load_keras_bytes(const std::string& bytes, const std::string& path, const LoadOptions& options);
 

@@ -16,13 +16,18 @@
 namespace kiln::detail {
 
 // Runs `body`, turning any failure into a SerializationError that says where: "m.kiln: weights section: ...".
-// A SerializationError passes unchanged: the readers that throw it name the file and the place already.
+// A SerializationError passes unchanged: the readers that throw it name the file and the place already. With
+// `keep_config_errors`, a ConfigError stays one (prefixed with `where`): a whole file that describes a class or
+// an argument kiln does not support, as the Keras readers report it.
 template <class Body>
-auto guarded(const std::string& where, Body&& body) -> decltype(body()) {
+auto guarded(const std::string& where, Body&& body, bool keep_config_errors = false) -> decltype(body()) {
   try {
     return body();
   } catch (const SerializationError&) {
     throw;
+  } catch (const ConfigError& error) {
+    if (keep_config_errors) throw ConfigError(where + ": " + error.what());
+    throw SerializationError(where + ": " + error.what());
   } catch (const Error& error) {
     throw SerializationError(where + ": " + error.what());
   } catch (const std::bad_alloc&) {
