@@ -269,10 +269,13 @@ Model load_keras3(const std::string& bytes, const std::string& path, const LoadO
   if (archive.contains("metadata.json"))
     parse_json_object(archive.read("metadata.json", 1 << 20), path + ": metadata.json");
   if (!archive.contains("model.weights.h5")) {
+    // Keras's npz store saves each layer's variables as a Python dict, which np.savez pickles: reading it
+    // means unpickling, which runs code from the file.
     if (archive.contains("model.weights.npz"))
       throw SerializationError(path +
-                               ": its weights are in model.weights.npz (saved with the npz store), which kiln "
-                               "does not read; save it again with Keras's default (model.save(\"m.keras\"))");
+                               ": its weights are in model.weights.npz, where Keras's npz store keeps each "
+                               "layer's variables as a pickled Python dict; kiln does not unpickle (it would "
+                               "run code from the file). Save it again with Keras's default weights format (h5)");
     throw SerializationError(path + ": the archive has no model.weights.h5");
   }
   const std::string weights_bytes = archive.read("model.weights.h5", kMaxWeightsBytes);
@@ -597,7 +600,8 @@ void load_keras_weights(ModelBase& model, const std::string& path) {
   const hdf5::File file(weights_bytes, where);
   const hdf5::Object root = file.root();
   if (root.find("layers")) {
-    const Config config = detail::import_keras_model_config(serialize_layer(model), where);
+    // The model's layers in Keras's order, as Keras's own config of it would list them.
+    const Config config = detail::import_keras_model_config(detail::export_keras_model_config(model), where);
     Keras3WeightReader reader(where);
     detail::guarded(where, [&] { reader.read_model(model, config, root, ""); });
     detail::assign_weights(model.weights(), reader.arrays(), model.describe());

@@ -294,6 +294,16 @@ TEST_CASE("what kiln cannot load from a Keras file is refused, naming the layer 
                return replaced(config, "\"use_gate\": false", "\"use_gate\": true");
              }));
   CHECK_THROWS_WITH(kiln::load_keras_model(folder.file("gate.keras")), Catch::Contains("use_gate"));
+  // Weights in Keras's npz store are pickled Python dicts: never unpickled.
+  const std::string bytes = kiln::detail::read_whole_file(mlp);
+  const kiln::detail::ZipReader archive(bytes, mlp);
+  write_file(folder.file("npz.keras"),
+             kiln::detail::write_zip({{"metadata.json", archive.read("metadata.json", 1 << 20)},
+                                      {"config.json", archive.read("config.json", 1 << 20)},
+                                      {"model.weights.npz", "PK\x03\x04 a numpy archive"}}));
+  CHECK_THROWS_WITH(kiln::load_keras_model(folder.file("npz.keras")), Catch::Contains("npz.keras") &&
+                                                                          Catch::Contains("pickled Python dict") &&
+                                                                          Catch::Contains("does not unpickle"));
 }
 
 TEST_CASE("damaged .keras and .h5 files are refused with SerializationError, never a crash", "[serialize][keras]") {

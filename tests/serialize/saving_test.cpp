@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include <kiln/kiln.hpp>
+#include <kiln/serialize/detail/arrays.hpp>
 #include <kiln/serialize/detail/container.hpp>
 #include "support/layer_check.hpp"
 #include "support/temp_dir.hpp"
@@ -809,4 +810,36 @@ TEST_CASE("a model compiled with an unregistered loss function still saves, unco
                 }));
   model.save(dir.file("model.kiln"));
   CHECK_THROWS_AS(load_model(dir.file("model.kiln")).optimizer(), LayerStateError);
+}
+
+TEST_CASE("configs and files written by earlier kiln versions, in kiln's own config form, still load",
+          "[serialize][saving]") {
+  using namespace kiln;
+  TempDir dir;
+  Tensor x = Input({None, 6, 4});
+  Tensor a = MultiHeadAttention(2, 3)(x, x);
+  Model model(x, Dense(2)(Flatten()(Add()({x, a}))));
+  model.compile("adam", "mse");
+  // Before Keras's form: registered_name "kiln>Dense", node arguments {"keras_history": ...}, no modules.
+  const Config old_form = serialize_layer(*model.ptr());
+  REQUIRE(old_form.at("registered_name").as_string() == "kiln>Functional");
+  Model rebuilt = model_from_config(old_form);
+  CHECK(rebuilt.to_json() == model.to_json());
+  // A whole kiln file of that time: its config section held that form, and the compile config kiln's own.
+  Config config = old_form;
+  config.set("compile_config", Config{{"optimizer", create_optimizer("adam")->serialize()},
+                                      {"loss", "mse"},
+                                      {"loss_weights", Config()},
+                                      {"metrics", Config::list()}});
+  std::vector<kiln::detail::NamedArray> weights;
+  for (const Weight& weight : model.weights()) weights.push_back({weight.path, weight.value});
+  const std::string file =
+      kiln::detail::write_container({{"CONF", to_json(config)},
+                                     {"WGHT", kiln::detail::write_arrays(weights)},
+                                     {"META", to_json(Config{{"config_version", 2}, {"epochs_trained", 0}})}});
+  testing::write_bytes(dir.file("old.kiln"), file);
+  Model loaded = load_model(dir.file("old.kiln"));
+  REQUIRE(loaded.ptr()->compiled_state());
+  const Array input = random_input({3, 6, 4}, 4).astype(DType::float32);
+  CHECK(loaded.predict(input).bitwise_equal(model.predict(input)));
 }

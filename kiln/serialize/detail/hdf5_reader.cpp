@@ -99,6 +99,11 @@ struct FileState {
 
 namespace {
 
+// All ones in `size` bytes: HDF5's undefined address, whatever the size of addresses.
+bool undefined_address(std::uint64_t value, int size) {
+  return size >= 8 ? value == kUndefined : value == (std::uint64_t{1} << (8 * size)) - 1;
+}
+
 class Cursor {
  public:
   Cursor(const FileState& file, std::uint64_t position, std::uint64_t end)
@@ -122,7 +127,7 @@ class Cursor {
   std::uint64_t address() {
     const int size = file_.offset_size;
     const std::uint64_t value = unsigned_int(size);
-    return (size < 8 && value == (std::uint64_t{1} << (8 * size)) - 1) ? kUndefined : value;
+    return undefined_address(value, size) ? kUndefined : value;
   }
   std::uint64_t length() { return unsigned_int(file_.length_size); }
   std::string_view bytes(std::uint64_t size) {
@@ -231,6 +236,7 @@ Datatype parse_datatype(const FileState& file, Cursor& cursor, int depth) {
     }
     case 3:  // fixed-length string
       type.type_class = Datatype::string;
+      if (type.size == 0) cursor.fail("a string type of 0 bytes");
       return type;
     case 9: {  // variable-length: a string, or a sequence of one-byte characters
       type.type_class = Datatype::variable_length;
@@ -328,8 +334,7 @@ void parse_layout(Cursor& cursor, ObjectHeader& header, int offset_size, int len
     header.refused = "data layout version " + std::to_string(version);
     return;
   }
-  if (!header.compact && header.data_address == (std::uint64_t{1} << (8 * offset_size)) - 1 && offset_size < 8)
-    header.data_address = kUndefined;
+  if (!header.compact && undefined_address(header.data_address, offset_size)) header.data_address = kUndefined;
   header.has_layout = true;
 }
 
@@ -347,7 +352,7 @@ void parse_link(Cursor& cursor, ObjectHeader& header, int offset_size) {
     return;
   }
   std::uint64_t address = cursor.unsigned_int(offset_size);
-  if (offset_size < 8 && address == (std::uint64_t{1} << (8 * offset_size)) - 1) address = kUndefined;
+  if (undefined_address(address, offset_size)) address = kUndefined;
   header.links.emplace_back(name, address);
 }
 
@@ -771,11 +776,12 @@ const Attribute& find_attribute(const FileState& file, const ObjectHeader& h, co
   file.fail("the object '" + path + "' has no attribute '" + name + "'");
 }
 
-// The number of elements of `space` with `element_size` bytes each, checked to fit in `available` bytes.
+// The number of elements of `space` with `element_size` bytes each, checked to fit in `available` bytes. An
+// element counts as one byte at least, so no count runs past the bytes there are.
 std::uint64_t checked_elements(const FileState& file, const Dataspace& space, std::uint64_t element_size,
                                std::uint64_t available, const std::string& what) {
   const std::uint64_t count = space.elements();
-  if (count == kUndefined || (element_size != 0 && count > available / element_size))
+  if (count == kUndefined || count > available / std::max<std::uint64_t>(element_size, 1))
     file.fail(what + " declares more data than it holds");
   return count;
 }
