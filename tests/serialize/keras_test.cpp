@@ -294,6 +294,11 @@ TEST_CASE("what kiln cannot load from a Keras file is refused, naming the layer 
                return replaced(config, "\"use_gate\": false", "\"use_gate\": true");
              }));
   CHECK_THROWS_WITH(kiln::load_keras_model(folder.file("gate.keras")), Catch::Contains("use_gate"));
+  // The other names keras.layers exports a class under read as the class.
+  write_file(folder.file("alias.keras"), with_config(fixtures("keras3") + "/pooling.keras", [](std::string config) {
+               return replaced(config, "\"class_name\": \"MaxPooling2D\"", "\"class_name\": \"MaxPool2D\"");
+             }));
+  CHECK(kiln::load_keras_model(folder.file("alias.keras")).get_layer("mp2d_2")->class_name() == "MaxPooling2D");
   // Weights in Keras's npz store are pickled Python dicts: never unpickled.
   const std::string bytes = kiln::detail::read_whole_file(mlp);
   const kiln::detail::ZipReader archive(bytes, mlp);

@@ -1,5 +1,6 @@
 #include <kiln/serialize/detail/keras_config.hpp>
 
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -157,6 +158,28 @@ Config without_initializer_dtypes(Config config) {
   return config;
 }
 
+// The other names keras.layers exports some classes under (keras.layers.MaxPool2D is MaxPooling2D). Keras
+// writes a class's own name, but reads these too.
+const std::map<std::string, std::string>& keras_aliases() {
+  static const std::map<std::string, std::string> aliases = {
+      {"AvgPool1D", "AveragePooling1D"},
+      {"AvgPool2D", "AveragePooling2D"},
+      {"Convolution1D", "Conv1D"},
+      {"Convolution1DTranspose", "Conv1DTranspose"},
+      {"Convolution2D", "Conv2D"},
+      {"Convolution2DTranspose", "Conv2DTranspose"},
+      {"GlobalAvgPool1D", "GlobalAveragePooling1D"},
+      {"GlobalAvgPool2D", "GlobalAveragePooling2D"},
+      {"GlobalMaxPool1D", "GlobalMaxPooling1D"},
+      {"GlobalMaxPool2D", "GlobalMaxPooling2D"},
+      {"MaxPool1D", "MaxPooling1D"},
+      {"MaxPool2D", "MaxPooling2D"},
+      {"SeparableConvolution1D", "SeparableConv1D"},
+      {"SeparableConvolution2D", "SeparableConv2D"},
+  };
+  return aliases;
+}
+
 // A class kiln has no layer for: ConfigError naming the layer, its class and where it is, and listing the
 // Keras classes kiln reads.
 void check_layer_class(const Config& entry, const std::string& class_name, const std::string& here) {
@@ -187,6 +210,7 @@ Config import_layer(const Config& entry, const std::string& where) {
                       ": a Lambda layer holds Python code, which kiln cannot run; Keras's safe_mode "
                       "refuses it too. Rewrite it as a registered layer (KILN_REGISTER_LAYER)");
   if (class_name == "Model") class_name = "Functional";
+  if (const auto alias = keras_aliases().find(class_name); alias != keras_aliases().end()) class_name = alias->second;
   check_layer_class(entry, class_name, here);
   Config config = entry.contains("config") ? entry.at("config") : Config::map();
   if (class_name == "Sequential") config = import_sequential(config, here);

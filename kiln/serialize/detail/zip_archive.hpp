@@ -17,6 +17,8 @@ class ZipReader {
   // naming `source` when it is not a zip archive, is inconsistent, or has an entry name with "..", a
   // leading "/" or a backslash.
   ZipReader(std::string_view bytes, std::string source);
+  // A temporary's bytes would be gone before the reader reads them.
+  ZipReader(std::string&& bytes, std::string source) = delete;
   ~ZipReader();
   ZipReader(const ZipReader&) = delete;
   ZipReader& operator=(const ZipReader&) = delete;
