@@ -16,6 +16,7 @@
 #include <kiln/core/rng.hpp>
 #include <kiln/layers/model.hpp>
 #include <kiln/serialize/detail/hdf5_reader.hpp>
+#include <kiln/serialize/detail/hdf5_writer.hpp>
 #include <kiln/serialize/detail/keras_export.hpp>
 #include <kiln/serialize/detail/zip_archive.hpp>
 #include <kiln/serialize/json.hpp>
@@ -208,6 +209,37 @@ TEST_CASE("load_keras_weights fills a model of the same architecture from .keras
     Model fresh = kiln::model_from_config(kiln::model_config(*reference.ptr()));
     CHECK_FALSE(fresh.get_weights()[0].bitwise_equal(reference.get_weights()[0]));
     kiln::load_keras_weights(*fresh.ptr(), fixtures("") + file);
+    const std::vector<Array> a = fresh.get_weights(), b = reference.get_weights();
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].bitwise_equal(b[i]));
+  }
+  // Keras 3's model.save_weights("m.weights.h5") file is the archive's model.weights.h5 on its own; Keras 2's
+  // save_weights("m.h5") has the layer groups at the root. Both fill a model of the same architecture.
+  kiln::testing::TempDir folder;
+  Model reference = kiln::load_keras_model(fixtures("keras3") + "/cnn2d_bn_pool.keras");
+  const std::string archive = kiln::detail::read_whole_file(fixtures("keras3") + "/cnn2d_bn_pool.keras");
+  kiln::testing::write_bytes(folder.file("m.weights.h5"),
+                             kiln::detail::ZipReader(archive, "archive").read("model.weights.h5", 1 << 26));
+  {
+    kiln::detail::Hdf5Builder legacy;  // save_weights_to_hdf5_group at the root, as Keras 2 wrote it
+    std::vector<std::string> layer_names;
+    for (const kiln::LayerPtr& layer : reference.layers()) layer_names.push_back(layer->name());
+    legacy.strings_attribute("", "layer_names", layer_names);
+    for (const kiln::LayerPtr& layer : reference.layers()) {
+      std::vector<std::string> names;
+      for (const kiln::Weight& weight : layer->weights()) {
+        names.push_back(layer->name() + "/" + weight.path + ":0");
+        legacy.dataset(layer->name() + "/" + names.back(), weight.value);
+      }
+      legacy.group(layer->name());
+      legacy.strings_attribute(layer->name(), "weight_names", names);
+    }
+    kiln::testing::write_bytes(folder.file("m.h5"), legacy.bytes());
+  }
+  for (const std::string file : {"m.weights.h5", "m.h5"}) {
+    INFO(file);
+    Model fresh = kiln::model_from_config(kiln::model_config(*reference.ptr()));
+    kiln::load_keras_weights(*fresh.ptr(), folder.file(file));
     const std::vector<Array> a = fresh.get_weights(), b = reference.get_weights();
     REQUIRE(a.size() == b.size());
     for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].bitwise_equal(b[i]));
