@@ -142,6 +142,31 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool t
 Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& mask = {},
                        bool causal = false, bool heads_last = false);
 
+// ---- recurrence ------------------------------------------------------------------------------------
+/// Which recurrent cell runs and how, with Keras 3's names (SimpleRNN, LSTM, GRU).
+struct RecurrentOptions {
+  std::string cell = "lstm";  ///< "simple_rnn", "lstm" or "gru"
+  /// The cell's activations: linear, tanh, sigmoid, relu or hard_sigmoid (Keras 3's, relu6(x + 3) / 6).
+  std::string activation = "tanh";
+  std::string recurrent_activation = "sigmoid";  ///< the gates' (LSTM and GRU)
+  bool reset_after = true;  ///< GRU: r multiplies h·U_h + b_h (the bias is then (2, 3U)), else h before it
+  bool go_backwards = false;  ///< read x from the last step to the first; outputs stay in that order
+  bool zero_output_for_mask = false;  ///< a masked step outputs zeros instead of the previous h
+};
+
+/// A whole sequence through a recurrent cell, as Keras 3's cells compute it: x (B, T, I), kernel (I, G·U),
+/// recurrent_kernel (U, G·U) with gate blocks [i|f|c|o] (LSTM, G = 4), [z|r|h] (GRU, G = 3) or one (SimpleRNN),
+/// bias (G·U), or (2, G·U) for GRU with reset_after (input bias, then recurrent bias). `initial_states`: none
+/// (zeros) or the cell's states, h (B, U) and for LSTM also c (B, U). `mask` (B, T): where 0, the step keeps
+/// the states and outputs the previous h (or zeros). `recurrent_masks` (B, G, U): recurrent dropout, each
+/// gate's mask multiplying h in that gate's product, fixed over the sequence.
+/// Returns (B, T + S, U): the T outputs in processing order, then the S final states (h, and c for LSTM).
+/// Fused: one GEMM for every step's input projection, one a step for the recurrence; backward through time
+/// in one op. Differentiable in x, the weights and the initial states.
+Tensor recurrent(const Tensor& x, const Tensor& kernel, const Tensor& recurrent_kernel, const Tensor& bias,
+                 const std::vector<Tensor>& initial_states, const RecurrentOptions& options, const Tensor& mask = {},
+                 const Tensor& recurrent_masks = {});
+
 // ---- convolution -----------------------------------------------------------------------------------
 /// How a convolution slides its kernel, with Keras's names and defaults.
 struct ConvOptions {

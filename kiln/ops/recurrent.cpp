@@ -1,0 +1,845 @@
+// The recurrent layers' one op family: a whole sequence through a SimpleRNN, LSTM or GRU cell, as Keras 3's
+// cells compute it, and back through time.
+//   Recurrent          x (B, T, I), kernel (I, G·U), recurrent_kernel (U, G·U), bias (G·U, or 2 × G·U for GRU with
+//                      reset_after)[, h0 (B, U)[, c0 (B, U)]][, mask (B, T)][, recurrent_masks (B, G, U)]:
+//                      a packed state, the outputs (what RecurrentOutput shows) then per step the records that
+//                      backward needs (the states and the activated gates)
+//   RecurrentOutput    state, x, kernel, recurrent_kernel, bias[, h0[, c0]]: the state's head, (B, T + S, U): the
+//                      T outputs in processing order, then the S final states (h; and c for LSTM). Differentiable:
+//                      its backward is RecurrentGrad, which finds the masks on the Recurrent node
+//   RecurrentGrad      state, output gradient, then Recurrent's inputs: back through time, into one flat buffer
+//                      [dx | dkernel | drecurrent_kernel | dbias (| dh0 (| dc0))]
+//   RecurrentGradPart  one of those, with its input's shape
+// Without initial states the cell starts from zeros, as Keras's get_initial_state does.
+// The input projection of every step is one GEMM before the loop (x·kernel + the input bias); each step then
+// adds h·recurrent_kernel (one GEMM of B rows) and applies the gates. Backward mirrors it: one GEMM a step for
+// the recurrent gradient and the state's, and after the loop one each for dx and dkernel.
+//
+// Gate order is Keras's: LSTM [i | f | c | o], GRU [z | r | h]. GRU's bias is (2, 3U) with reset_after (input
+// bias, then recurrent bias, the reset gate multiplying the recurrent part), (3U,) without (the reset gate
+// multiplying h before its product). Masked steps (mask 0) keep the state and output the previous state, or
+// zeros with zero_output_for_mask, as Keras's loop does. go_backwards reads x from the last step to the first
+// and writes the outputs in that processing order, not reversed back. Recurrent dropout's masks (one per gate,
+// fixed over time) multiply h in each gate's product, as Keras's implementation 1 does.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/op.hpp>
+#include <kiln/core/parallel.hpp>
+#include <kiln/ops/detail/gemm.hpp>
+#include <kiln/ops/detail/kernel_util.hpp>
+#include <kiln/ops/ops.hpp>
+
+namespace kiln {
+
+namespace {
+
+enum class Cell { simple_rnn, lstm, gru };
+// The activations the cells take; each derivative is read from the activated value.
+enum class Act { linear, tanh, sigmoid, relu, hard_sigmoid };
+
+Cell cell_of(const std::string& name, const InferContext* ctx) {
+  if (name == "simple_rnn") return Cell::simple_rnn;
+  if (name == "lstm") return Cell::lstm;
+  if (name == "gru") return Cell::gru;
+  if (ctx) ctx->fail("cell must be 'simple_rnn', 'lstm' or 'gru', got '" + name + "'");
+  throw ConfigError("recurrent: unknown cell '" + name + "'");
+}
+
+Act act_of(const std::string& name) {
+  if (name == "linear" || name.empty()) return Act::linear;
+  if (name == "tanh") return Act::tanh;
+  if (name == "sigmoid") return Act::sigmoid;
+  if (name == "relu") return Act::relu;
+  if (name == "hard_sigmoid") return Act::hard_sigmoid;
+  throw ConfigError("recurrent cells take the activations linear, tanh, sigmoid, relu and hard_sigmoid, got '" +
+                    name + "'");
+}
+
+template <class T>
+T apply(Act act, T x) {
+  switch (act) {
+    case Act::linear: return x;
+    case Act::tanh: return std::tanh(x);
+    case Act::sigmoid: return T(1) / (T(1) + std::exp(-x));
+    case Act::relu: return x > T(0) ? x : (x != x ? x : T(0));
+    case Act::hard_sigmoid: return std::clamp(x / T(6) + T(0.5), T(0), T(1));  // Keras 3's: relu6(x + 3) / 6
+  }
+  return x;
+}
+
+// The derivative at the point whose activation is y.
+template <class T>
+T derivative(Act act, T y) {
+  switch (act) {
+    case Act::linear: return T(1);
+    case Act::tanh: return T(1) - y * y;
+    case Act::sigmoid: return y * (T(1) - y);
+    case Act::relu: return y > T(0) ? T(1) : T(0);
+    case Act::hard_sigmoid: return y > T(0) && y < T(1) ? T(1) / T(6) : T(0);
+  }
+  return T(1);
+}
+
+// Everything the kernels need to know, from the attributes and the shapes (batch and steps may be unknown
+// while a graph is built; the kernels see concrete ones).
+struct Setup {
+  Cell cell = Cell::lstm;
+  Act act = Act::tanh, recurrent_act = Act::sigmoid;
+  bool reset_after = true, go_backwards = false, zero_output = false;
+  bool has_initial = false, has_mask = false, has_recurrent_masks = false;
+  std::int64_t batch = 0, steps = 0, features = 0, units = 0;
+  int gates = 1, states = 1;
+
+  std::int64_t width() const { return gates * units; }  // G·U, a row of the projections
+  // Recurrent's inputs: x, kernel, recurrent_kernel, bias[, h0[, c0]][, mask][, recurrent_masks].
+  int initial(int which) const { return 4 + which; }
+  int mask() const { return 4 + (has_initial ? states : 0); }
+  int recurrent_masks() const { return mask() + (has_mask ? 1 : 0); }
+  int num_inputs() const { return recurrent_masks() + (has_recurrent_masks ? 1 : 0); }
+  // The differentiable ones, which are the gradient's parts.
+  int num_parts() const { return 4 + (has_initial ? states : 0); }
+  bool recurrent_bias() const { return cell == Cell::gru && reset_after; }
+
+  // The state: the head (B, T + S, U), then per step the records, each of (B, U) planes: h (the state after
+  // the step); for LSTM c; then the activated gates as one (B, G·U) plane; then one more (B, U) plane: for LSTM
+  // act(c) of the step's new cell state, for GRU with reset_after the recurrent part of the candidate
+  // (h·U_h + its bias), without it r ∘ h (the left operand of the candidate's product).
+  std::int64_t area() const { return batch * units; }
+  std::int64_t head_size() const { return batch * (steps + states) * units; }
+  std::int64_t h_plane() const { return 0; }
+  std::int64_t c_plane() const { return area(); }
+  std::int64_t gate_plane() const { return (cell == Cell::lstm ? 2 : 1) * area(); }
+  std::int64_t aux_plane() const { return gate_plane() + gates * area(); }
+  std::int64_t record_size() const { return aux_plane() + (cell == Cell::simple_rnn ? 0 : area()); }
+  std::int64_t state_size() const { return head_size() + steps * record_size(); }
+};
+
+Setup setup_of(const Attributes& attributes, const std::vector<const Shape*>& shapes) {
+  Setup s;
+  s.cell = cell_of(attributes.get_string("cell"), nullptr);
+  s.act = act_of(attributes.get_string("activation"));
+  s.recurrent_act = act_of(attributes.get_string("recurrent_activation"));
+  s.reset_after = attributes.get_bool("reset_after");
+  s.go_backwards = attributes.get_bool("go_backwards");
+  s.zero_output = attributes.get_bool("zero_output_for_mask");
+  s.has_initial = attributes.get_bool("has_initial_state");
+  s.has_mask = attributes.get_bool("has_mask");
+  s.has_recurrent_masks = attributes.get_bool("has_recurrent_masks");
+  s.gates = s.cell == Cell::lstm ? 4 : s.cell == Cell::gru ? 3 : 1;
+  s.states = s.cell == Cell::lstm ? 2 : 1;
+  const Shape& x = *shapes[0];
+  if (x.rank() == 3) {
+    s.batch = x[0];
+    s.steps = x[1];
+    s.features = x[2];
+  }
+  if (shapes[2]->rank() >= 1) s.units = shapes[2]->dim(0);
+  return s;
+}
+
+// The setup of a node whose inputs from `first` on are Recurrent's.
+Setup setup_of(const KernelContext& k, int first) {
+  std::vector<const Shape*> shapes;
+  for (int i = first; i < k.num_inputs; ++i) shapes.push_back(k.input_shapes[i]);
+  return setup_of(k.attributes(), shapes);
+}
+
+Setup setup_of(const std::vector<Shape>& inputs, int first, const Attributes& attributes) {
+  std::vector<const Shape*> shapes;
+  for (std::size_t i = static_cast<std::size_t>(first); i < inputs.size(); ++i) shapes.push_back(&inputs[i]);
+  return setup_of(attributes, shapes);
+}
+
+// ---- shape rules ---------------------------------------------------------------------------------------------
+
+bool fits(std::int64_t dim, std::int64_t wanted) {
+  return dim == wanted || dim == Shape::unknown || wanted == Shape::unknown;
+}
+
+[[noreturn]] void fail_recurrent(const InferContext& ctx, int first, const std::string& what) {
+  static const char* names[] = {"x", "kernel", "recurrent_kernel", "bias"};
+  std::string shapes;
+  for (int i = first; i < ctx.num_inputs(); ++i) {
+    const int position = i - first;
+    shapes += (shapes.empty() ? "" : ", ") +
+              (position < 4 ? std::string(names[position]) : "input " + std::to_string(position)) + "=" +
+              ctx.input_shape(i).to_string();
+  }
+  ctx.fail_with(what + " (" + shapes + ")");
+}
+
+// Recurrent's inputs, from `first` on, checked against each other (with_masks: the mask inputs are there too).
+Setup check_inputs(const InferContext& ctx, int first, bool with_masks) {
+  cell_of(ctx.attributes().get_string("cell"), &ctx);
+  std::vector<const Shape*> shapes;
+  for (int i = first; i < ctx.num_inputs(); ++i) shapes.push_back(&ctx.input_shape(i));
+  if (shapes.size() < 4) ctx.fail("needs x, kernel, recurrent_kernel and bias");
+  Setup s;
+  try {
+    s = setup_of(ctx.attributes(), shapes);
+  } catch (const ConfigError& error) {
+    ctx.fail(error.what());
+  }
+  const int expected = with_masks ? s.num_inputs() : s.num_parts();
+  if (static_cast<int>(shapes.size()) != expected)
+    fail_recurrent(ctx, first, "takes " + std::to_string(expected) + " inputs for this cell and these options");
+  const Shape& x = *shapes[0];
+  const Shape& kernel = *shapes[1];
+  const Shape& recurrent = *shapes[2];
+  if (x.rank() != 3) fail_recurrent(ctx, first, "x must be (batch, steps, features)");
+  if (recurrent.rank() != 2 || recurrent[1] != s.width() || s.units == Shape::unknown)
+    fail_recurrent(ctx, first, "recurrent_kernel must be (units, gates · units)");
+  if (kernel.rank() != 2 || !fits(kernel[0], x[2]) || kernel[1] != s.width())
+    fail_recurrent(ctx, first, "kernel must be (features, gates · units), with x's features");
+  const Shape expected_bias = s.recurrent_bias() ? Shape{2, s.width()} : Shape{s.width()};
+  if (*shapes[3] != expected_bias)
+    fail_recurrent(ctx, first, "bias must be " + expected_bias.to_string() + " for this cell");
+  for (int which = 0; s.has_initial && which < s.states; ++which) {
+    const Shape& initial = *shapes[static_cast<std::size_t>(s.initial(which))];
+    if (initial.rank() != 2 || initial[1] != s.units || !fits(initial[0], x[0]))
+      fail_recurrent(ctx, first, "an initial state must be (batch, units)");
+  }
+  if (!with_masks) return s;
+  if (s.has_mask) {
+    const Shape& mask = *shapes[static_cast<std::size_t>(s.mask())];
+    if (mask.rank() != 2 || !fits(mask[0], x[0]) || !fits(mask[1], x[1]))
+      fail_recurrent(ctx, first, "the mask must be (batch, steps)");
+  }
+  if (s.has_recurrent_masks) {
+    const Shape& masks = *shapes[static_cast<std::size_t>(s.recurrent_masks())];
+    if (masks.rank() != 3 || !fits(masks[0], x[0]) || masks[1] != s.gates || masks[2] != s.units)
+      fail_recurrent(ctx, first, "the recurrent dropout masks must be (batch, gates, units)");
+  }
+  return s;
+}
+
+Shape state_shape(const InferContext& ctx) {
+  const Setup s = check_inputs(ctx, 0, true);
+  if (s.batch == Shape::unknown || s.steps == Shape::unknown) return Shape{Shape::unknown};
+  return Shape{s.state_size()};
+}
+
+Shape output_shape(const InferContext& ctx) {
+  const Setup s = check_inputs(ctx, 1, false);
+  const std::int64_t length = s.steps == Shape::unknown ? Shape::unknown : s.steps + s.states;
+  return Shape{s.batch, length, s.units};
+}
+
+Shape grad_shape(const InferContext& ctx) {
+  const Setup s = check_inputs(ctx, 2, true);
+  const Shape expected_grad{s.batch, s.steps == Shape::unknown ? Shape::unknown : s.steps + s.states, s.units};
+  const Shape& output_grad = ctx.input_shape(1);
+  if (output_grad.rank() != 3 || !fits(output_grad[0], s.batch) || !fits(output_grad[1], expected_grad[1]) ||
+      output_grad[2] != s.units)
+    ctx.fail("the output gradient must have the output's shape " + expected_grad.to_string() + ", got " +
+             output_grad.to_string());
+  std::int64_t total = 0;
+  for (int part = 0; part < s.num_parts(); ++part) {
+    const std::int64_t count = ctx.input_shape(2 + part).num_elements();
+    if (count < 0) return Shape{Shape::unknown};
+    total += count;
+  }
+  return Shape{total};
+}
+
+Shape grad_part_shape(const InferContext& ctx) {
+  const std::int64_t part = ctx.attributes().get_int("part");
+  if (part < 0 || part + 1 >= ctx.num_inputs()) ctx.fail("no gradient part " + std::to_string(part));
+  return ctx.input_shape(1 + static_cast<int>(part));
+}
+
+// ---- shared by both passes --------------------------------------------------------------------------------
+
+// C (rows × cols) = op(A) · op(B), or += with accumulate.
+template <class T>
+void product(std::int64_t rows, std::int64_t cols, std::int64_t inner, const T* a, std::int64_t lda, bool ta,
+             const T* b, std::int64_t ldb, bool tb, T* c, std::int64_t ldc, bool accumulate) {
+  if (rows == 0 || cols == 0) return;
+  if (inner == 0) {
+    if (!accumulate)
+      for (std::int64_t r = 0; r < rows; ++r) std::fill(c + r * ldc, c + r * ldc + cols, T(0));
+    return;
+  }
+  detail::gemm({rows, cols, inner, ta, tb, lda, ldb, ldc, accumulate}, a, b, c);
+}
+
+// The rows of B split over workers, for the elementwise work of one step (cost: operations per element).
+template <class Body>
+void for_rows(const Setup& s, std::int64_t cost, const Body& body) {
+  detail::parallel_for(s.batch, detail::workers_for_elements(s.area(), cost),
+                       [&](std::int64_t begin, std::int64_t end, int) {
+                         for (std::int64_t b = begin; b < end; ++b) body(b);
+                       });
+}
+
+// A view of the inputs and the state that both passes read.
+template <class T>
+struct Sequence {
+  Setup s;
+  const T *x, *kernel, *recurrent, *bias, *mask, *recurrent_masks;
+  const T* initial[2];
+  const T* zeros;  // (B, U) of zeros, the initial state when none is given
+
+  Sequence(const Setup& setup, const KernelContext& k, int first, const T* zero_state) : s(setup), zeros(zero_state) {
+    x = k.in<T>(first);
+    kernel = k.in<T>(first + 1);
+    recurrent = k.in<T>(first + 2);
+    bias = k.in<T>(first + 3);
+    for (int which = 0; which < 2; ++which)
+      initial[which] = s.has_initial && which < s.states ? k.in<T>(first + s.initial(which)) : zeros;
+    mask = s.has_mask ? k.in<T>(first + s.mask()) : nullptr;
+    recurrent_masks = s.has_recurrent_masks ? k.in<T>(first + s.recurrent_masks()) : nullptr;
+  }
+
+  std::int64_t time_of(std::int64_t k) const { return s.go_backwards ? s.steps - 1 - k : k; }
+  bool kept(std::int64_t b, std::int64_t t) const { return !s.has_mask || mask[b * s.steps + t] != T(0); }
+  // Gate `gate`'s recurrent dropout mask for row b.
+  const T* recurrent_mask(std::int64_t b, int gate) const { return recurrent_masks + (b * s.gates + gate) * s.units; }
+};
+
+// The records of step k in the state, and the states before step k (the initial ones for k = 0).
+template <class T>
+struct Records {
+  const Setup& s;
+  T* state;
+  const T* initial[2];
+
+  T* head(std::int64_t b, std::int64_t position) const {
+    return state + (b * (s.steps + s.states) + position) * s.units;
+  }
+  T* record(std::int64_t k) const { return state + s.head_size() + k * s.record_size(); }
+  const T* previous(std::int64_t k, int which) const {  // h (0) or c (1) before step k
+    return k == 0 ? initial[which] : record(k - 1) + (which == 0 ? s.h_plane() : s.c_plane());
+  }
+};
+
+// left (B, U) under gate `gate`'s recurrent dropout mask, into target; or left itself without masks.
+template <class T>
+const T* masked_rows(const Sequence<T>& q, const T* left, int gate, T* target) {
+  if (!q.s.has_recurrent_masks) return left;
+  const std::int64_t u = q.s.units;
+  for (std::int64_t b = 0; b < q.s.batch; ++b) {
+    const T* m = q.recurrent_mask(b, gate);
+    for (std::int64_t j = 0; j < u; ++j) target[b * u + j] = left[b * u + j] * m[j];
+  }
+  return target;
+}
+
+// ---- forward --------------------------------------------------------------------------------------------
+
+// Workspace: the projections of every step (B·T, G·U), one step's recurrent products (B, G·U), h under a
+// gate's dropout mask (B, U), and the zero state (B, U).
+std::int64_t forward_workspace_elements(const Setup& s) {
+  return s.batch * s.steps * s.width() + s.batch * s.width() + 2 * s.area();
+}
+
+template <class T>
+struct Forward {
+  const Sequence<T>& q;
+  const Setup& s;
+  Records<T> r;
+  T* projected;  // (B·T, G·U): x·kernel + the input bias, row b·T + t
+  T* step;       // (B, G·U): this step's recurrent products
+  T* gated_h;    // (B, U)
+
+  // step's gate blocks [first, last) = h·recurrent_kernel's, each with h under that gate's dropout mask.
+  void recurrent_product(const T* h, int first, int last) {
+    const std::int64_t width = s.width(), u = s.units;
+    if (!s.has_recurrent_masks && first == 0 && last == s.gates) {
+      product(s.batch, width, u, h, u, false, q.recurrent, width, false, step, width, false);
+      return;
+    }
+    for (int gate = first; gate < last; ++gate)
+      product(s.batch, u, u, masked_rows(q, h, gate, gated_h), u, false, q.recurrent + gate * u, width, false,
+              step + gate * u, width, false);
+  }
+
+  void run() {
+    const std::int64_t rows = s.batch * s.steps, width = s.width();
+    product(rows, width, s.features, q.x, s.features, false, q.kernel, width, false, projected, width, false);
+    detail::parallel_for(rows, detail::workers_for_elements(rows * width),
+                         [&](std::int64_t begin, std::int64_t end, int) {
+                           for (std::int64_t row = begin; row < end; ++row)
+                             for (std::int64_t j = 0; j < width; ++j) projected[row * width + j] += q.bias[j];
+                         });
+    for (std::int64_t k = 0; k < s.steps; ++k) {
+      const T* h = r.previous(k, 0);
+      if (s.cell == Cell::gru && !s.reset_after) {
+        gru_reset_before(k, h);
+      } else {
+        recurrent_product(h, 0, s.gates);
+        for_rows(s, 4 * s.gates, [&](std::int64_t b) { cell_step(k, b); });
+      }
+      for_rows(s, 1, [&](std::int64_t b) { finish_step(k, b); });
+    }
+    for (std::int64_t b = 0; b < s.batch; ++b)
+      for (int which = 0; which < s.states; ++which)
+        std::memcpy(r.head(b, s.steps + which), r.previous(s.steps, which) + b * s.units,
+                    static_cast<std::size_t>(s.units) * sizeof(T));
+  }
+
+  // Row b's new state, before masking, and the gates into step k's records.
+  void cell_step(std::int64_t k, std::int64_t b) {
+    const std::int64_t u = s.units, width = s.width();
+    const T* in = projected + (b * s.steps + q.time_of(k)) * width;
+    const T* rec = step + b * width;
+    T* out = r.record(k);
+    T* gates = out + s.gate_plane() + b * width;
+    T* new_h = out + s.h_plane() + b * u;
+    if (s.cell == Cell::simple_rnn) {
+      for (std::int64_t j = 0; j < u; ++j) new_h[j] = gates[j] = apply(s.act, in[j] + rec[j]);
+    } else if (s.cell == Cell::lstm) {
+      const T* c_prev = r.previous(k, 1) + b * u;
+      T* new_c = out + s.c_plane() + b * u;
+      T* act_c = out + s.aux_plane() + b * u;
+      for (std::int64_t j = 0; j < u; ++j) {
+        const T i = apply(s.recurrent_act, in[j] + rec[j]);
+        const T f = apply(s.recurrent_act, in[u + j] + rec[u + j]);
+        const T g = apply(s.act, in[2 * u + j] + rec[2 * u + j]);
+        const T o = apply(s.recurrent_act, in[3 * u + j] + rec[3 * u + j]);
+        gates[j] = i, gates[u + j] = f, gates[2 * u + j] = g, gates[3 * u + j] = o;
+        new_c[j] = f * c_prev[j] + i * g;
+        act_c[j] = apply(s.act, new_c[j]);
+        new_h[j] = o * act_c[j];
+      }
+    } else {  // GRU with reset_after: the recurrent bias joins the recurrent part, which r multiplies
+      const T* recurrent_bias = q.bias + width;
+      const T* h_prev = r.previous(k, 0) + b * u;
+      T* recurrent_h = out + s.aux_plane() + b * u;
+      for (std::int64_t j = 0; j < u; ++j) {
+        const T z = apply(s.recurrent_act, in[j] + rec[j] + recurrent_bias[j]);
+        const T reset = apply(s.recurrent_act, in[u + j] + rec[u + j] + recurrent_bias[u + j]);
+        recurrent_h[j] = rec[2 * u + j] + recurrent_bias[2 * u + j];
+        const T candidate = apply(s.act, in[2 * u + j] + reset * recurrent_h[j]);
+        gates[j] = z, gates[u + j] = reset, gates[2 * u + j] = candidate;
+        new_h[j] = z * h_prev[j] + (T(1) - z) * candidate;
+      }
+    }
+  }
+
+  // GRU without reset_after: z and r from h·U_z and h·U_r, then the candidate from (r ∘ h)·U_h.
+  void gru_reset_before(std::int64_t k, const T* h) {
+    const std::int64_t u = s.units, width = s.width(), t = q.time_of(k);
+    T* out = r.record(k);
+    T* reset_h = out + s.aux_plane();
+    recurrent_product(h, 0, 2);
+    for_rows(s, 8, [&](std::int64_t b) {
+      const T* in = projected + (b * s.steps + t) * width;
+      const T* rec = step + b * width;
+      T* gates = out + s.gate_plane() + b * width;
+      for (std::int64_t j = 0; j < u; ++j) {
+        gates[j] = apply(s.recurrent_act, in[j] + rec[j]);
+        gates[u + j] = apply(s.recurrent_act, in[u + j] + rec[u + j]);
+        reset_h[b * u + j] = gates[u + j] * h[b * u + j];
+      }
+    });
+    product(s.batch, u, u, masked_rows(q, static_cast<const T*>(reset_h), 2, gated_h), u, false, q.recurrent + 2 * u,
+            width, false, step + 2 * u, width, false);
+    for_rows(s, 6, [&](std::int64_t b) {
+      const T* in = projected + (b * s.steps + t) * width;
+      const T* rec = step + b * width;
+      T* gates = out + s.gate_plane() + b * width;
+      T* new_h = out + s.h_plane() + b * u;
+      for (std::int64_t j = 0; j < u; ++j) {
+        gates[2 * u + j] = apply(s.act, in[2 * u + j] + rec[2 * u + j]);
+        new_h[j] = gates[j] * h[b * u + j] + (T(1) - gates[j]) * gates[2 * u + j];
+      }
+    });
+  }
+
+  // The mask, then the step's output: a masked row keeps its states and outputs the previous h (or zeros).
+  void finish_step(std::int64_t k, std::int64_t b) {
+    const std::int64_t u = s.units;
+    const auto bytes = static_cast<std::size_t>(u) * sizeof(T);
+    T* out = r.record(k);
+    T* output = r.head(b, k);
+    if (q.kept(b, q.time_of(k))) {
+      std::memcpy(output, out + s.h_plane() + b * u, bytes);
+      return;
+    }
+    const T* h_prev = r.previous(k, 0) + b * u;
+    std::memcpy(out + s.h_plane() + b * u, h_prev, bytes);
+    if (s.cell == Cell::lstm) std::memcpy(out + s.c_plane() + b * u, r.previous(k, 1) + b * u, bytes);
+    if (s.zero_output)
+      std::fill(output, output + u, T(0));
+    else
+      std::memcpy(output, h_prev, bytes);
+  }
+};
+
+template <class T>
+void recurrent_kernel(const KernelContext& context) {
+  const Setup s = setup_of(context, 0);
+  T* workspace = context.scratch<T>();
+  T* zeros = workspace + forward_workspace_elements(s) - 2 * s.area();
+  std::fill(zeros, zeros + 2 * s.area(), T(0));
+  const Sequence<T> q(s, context, 0, zeros);
+  Forward<T> forward{q, q.s, {q.s, context.out<T>(), {q.initial[0], q.initial[1]}}, workspace,
+                     workspace + s.batch * s.steps * s.width(),
+                     workspace + s.batch * s.steps * s.width() + s.batch * s.width()};
+  forward.run();
+}
+
+// ---- backward through time -------------------------------------------------------------------------------
+
+// Workspace: the gradients of every step's input projections (B·T, G·U); one step's gradients of its
+// recurrent products (B, G·U); dh, dc and the previous step's dh and dc (B, U each); two (B, U) temporaries;
+// and the zero state (B, U).
+std::int64_t backward_workspace_elements(const Setup& s) {
+  return s.batch * s.steps * s.width() + s.batch * s.width() + 7 * s.area();
+}
+
+template <class T>
+struct Backward {
+  const Sequence<T>& q;
+  const Setup& s;
+  Records<const T> r;
+  const T* output_grad;  // (B, T + S, U), the head's layout
+  T *dx, *dkernel, *drecurrent, *dbias, *dinitial[2];
+  T* dprojected;  // (B·T, G·U): the gradient of each step's input projection (pre-activations), row b·T + t
+  T* drec;        // (B, G·U): of this step's recurrent products (GRU with reset_after; else dprojected's rows)
+  T *dh, *dc, *dh_prev, *dc_prev, *temp, *gated;
+
+  const T* dout(std::int64_t b, std::int64_t position) const {
+    return output_grad + (b * (s.steps + s.states) + position) * s.units;
+  }
+
+  void run() {
+    const std::int64_t u = s.units, width = s.width();
+    for (std::int64_t b = 0; b < s.batch; ++b)
+      for (int which = 0; which < s.states; ++which)
+        std::memcpy((which == 0 ? dh : dc) + b * u, dout(b, s.steps + which),
+                    static_cast<std::size_t>(u) * sizeof(T));
+    std::fill(drecurrent, drecurrent + u * width, T(0));
+    if (s.recurrent_bias()) std::fill(dbias + width, dbias + 2 * width, T(0));
+    for (std::int64_t k = s.steps - 1; k >= 0; --k) {
+      if (s.cell == Cell::gru && !s.reset_after)
+        gru_reset_before(k);
+      else
+        step(k);
+      std::swap(dh, dh_prev);
+      std::swap(dc, dc_prev);
+    }
+    // After the loop: dx = dP·kernelᵀ, dkernel = xᵀ·dP, the input bias's gradient the columns' sums of dP.
+    const std::int64_t rows = s.batch * s.steps;
+    product(rows, s.features, width, dprojected, width, false, q.kernel, width, true, dx, s.features, false);
+    product(s.features, width, rows, q.x, s.features, true, dprojected, width, false, dkernel, width, false);
+    detail::parallel_for(width, detail::workers_for_elements(rows * width), [&](std::int64_t begin, std::int64_t end, int) {
+      for (std::int64_t j = begin; j < end; ++j) {
+        T sum = 0;
+        for (std::int64_t row = 0; row < rows; ++row) sum += dprojected[row * width + j];
+        dbias[j] = sum;
+      }
+    });
+    for (int which = 0; s.has_initial && which < s.states; ++which)
+      std::memcpy(dinitial[which], which == 0 ? dh : dc, static_cast<std::size_t>(s.area()) * sizeof(T));
+  }
+
+  // Row b's gradient with respect to the step's new h: what flows back from later steps, and the step's
+  // output's own gradient when the row was kept. A masked row passes both to the previous state and has no
+  // gate gradients. Returns whether the row was kept.
+  bool enter_row(std::int64_t k, std::int64_t b, T* dh_new) {
+    const std::int64_t u = s.units, width = s.width(), t = q.time_of(k);
+    const T* from_later = dh + b * u;
+    const T* from_output = dout(b, k);
+    T* dp = dprojected + (b * s.steps + t) * width;
+    if (q.kept(b, t)) {
+      for (std::int64_t j = 0; j < u; ++j) dh_new[j] = from_later[j] + from_output[j];
+      return true;
+    }
+    T* previous = dh_prev + b * u;
+    for (std::int64_t j = 0; j < u; ++j) previous[j] = from_later[j] + (s.zero_output ? T(0) : from_output[j]);
+    if (s.cell == Cell::lstm) std::memcpy(dc_prev + b * u, dc + b * u, static_cast<std::size_t>(u) * sizeof(T));
+    std::fill(dp, dp + width, T(0));
+    if (s.recurrent_bias()) std::fill(drec + b * width, drec + (b + 1) * width, T(0));
+    return false;
+  }
+
+  // SimpleRNN, LSTM and GRU with reset_after: the gate gradients of every row, then one GEMM each for the
+  // previous h's gradient (dR·recurrent_kernelᵀ) and the recurrent kernel's (h_prevᵀ·dR).
+  void step(std::int64_t k) {
+    const std::int64_t u = s.units, width = s.width(), t = q.time_of(k);
+    const T* record = r.record(k);
+    for_rows(s, 6 * s.gates, [&](std::int64_t b) {
+      T* dh_new = temp + b * u;
+      if (!enter_row(k, b, dh_new)) return;
+      const T* gates = record + s.gate_plane() + b * width;
+      const T* aux = record + s.aux_plane() + b * u;
+      T* dp = dprojected + (b * s.steps + t) * width;
+      T* previous = dh_prev + b * u;
+      if (s.cell == Cell::simple_rnn) {
+        for (std::int64_t j = 0; j < u; ++j) {
+          dp[j] = dh_new[j] * derivative(s.act, gates[j]);
+          previous[j] = T(0);
+        }
+      } else if (s.cell == Cell::lstm) {
+        const T* c_prev = r.previous(k, 1) + b * u;
+        const T* dc_new = dc + b * u;
+        for (std::int64_t j = 0; j < u; ++j) {
+          const T i = gates[j], f = gates[u + j], g = gates[2 * u + j], o = gates[3 * u + j];
+          const T dcell = dc_new[j] + dh_new[j] * o * derivative(s.act, aux[j]);
+          dp[j] = dcell * g * derivative(s.recurrent_act, i);
+          dp[u + j] = dcell * c_prev[j] * derivative(s.recurrent_act, f);
+          dp[2 * u + j] = dcell * i * derivative(s.act, g);
+          dp[3 * u + j] = dh_new[j] * aux[j] * derivative(s.recurrent_act, o);
+          dc_prev[b * u + j] = dcell * f;
+          previous[j] = T(0);
+        }
+      } else {
+        const T* h_prev = r.previous(k, 0) + b * u;
+        T* dr = drec + b * width;
+        for (std::int64_t j = 0; j < u; ++j) {
+          const T z = gates[j], reset = gates[u + j], candidate = gates[2 * u + j];
+          const T dcandidate = dh_new[j] * (T(1) - z) * derivative(s.act, candidate);
+          dp[j] = dr[j] = dh_new[j] * (h_prev[j] - candidate) * derivative(s.recurrent_act, z);
+          dp[u + j] = dr[u + j] = dcandidate * aux[j] * derivative(s.recurrent_act, reset);
+          dp[2 * u + j] = dcandidate;
+          dr[2 * u + j] = dcandidate * reset;
+          previous[j] = dh_new[j] * z;
+        }
+      }
+    });
+    // The recurrent products' gradients: dprojected's rows at time t, or drec for GRU with reset_after.
+    const T* dr = s.recurrent_bias() ? drec : dprojected + t * width;
+    const std::int64_t ld = s.recurrent_bias() ? width : s.steps * width;
+    back_through_products(r.previous(k, 0), dr, ld, 0, s.gates);
+    if (s.recurrent_bias())
+      for (std::int64_t b = 0; b < s.batch; ++b)
+        for (std::int64_t j = 0; j < width; ++j) dbias[width + j] += drec[b * width + j];
+  }
+
+  // For gate blocks [first, last) of a step's recurrent products (left · recurrent_kernel), with dr their
+  // gradient (leading dimension ld): dh_prev += dr·recurrent_kernelᵀ (under each gate's dropout mask) and
+  // drecurrent += leftᵀ·dr. Rows of masked steps have dr = 0.
+  void back_through_products(const T* left, const T* dr, std::int64_t ld, int first, int last) {
+    const std::int64_t u = s.units, width = s.width();
+    if (!s.has_recurrent_masks) {
+      const std::int64_t cols = (last - first) * u;
+      product(s.batch, u, cols, dr + first * u, ld, false, q.recurrent + first * u, width, true, dh_prev, u, true);
+      product(u, cols, s.batch, left, u, true, dr + first * u, ld, false, drecurrent + first * u, width, true);
+      return;
+    }
+    for (int gate = first; gate < last; ++gate) {
+      product(s.batch, u, u, dr + gate * u, ld, false, q.recurrent + gate * u, width, true, gated, u, false);
+      for (std::int64_t b = 0; b < s.batch; ++b) {
+        const T* m = q.recurrent_mask(b, gate);
+        for (std::int64_t j = 0; j < u; ++j) dh_prev[b * u + j] += gated[b * u + j] * m[j];
+      }
+      product(u, u, s.batch, masked_rows(q, left, gate, gated), u, true, dr + gate * u, ld, false,
+              drecurrent + gate * u, width, true);
+    }
+  }
+
+  // GRU without reset_after: the candidate's gradient first, back through (r ∘ h)·U_h to r and h, then z's
+  // and r's through h·U_z and h·U_r.
+  void gru_reset_before(std::int64_t k) {
+    const std::int64_t u = s.units, width = s.width(), t = q.time_of(k), ld = s.steps * width;
+    const T* record = r.record(k);
+    const T* h_prev_all = r.previous(k, 0);
+    for_rows(s, 8, [&](std::int64_t b) {
+      T* dh_new = temp + b * u;
+      if (!enter_row(k, b, dh_new)) return;
+      const T* gates = record + s.gate_plane() + b * width;
+      const T* h_prev = h_prev_all + b * u;
+      T* dp = dprojected + (b * s.steps + t) * width;
+      for (std::int64_t j = 0; j < u; ++j) {
+        const T z = gates[j], candidate = gates[2 * u + j];
+        dp[j] = dh_new[j] * (h_prev[j] - candidate) * derivative(s.recurrent_act, z);
+        dp[2 * u + j] = dh_new[j] * (T(1) - z) * derivative(s.act, candidate);
+        dh_prev[b * u + j] = dh_new[j] * z;
+      }
+    });
+    // d(r ∘ h) = dcandidate·U_hᵀ under the candidate's dropout mask, into temp; U_h's gradient from r ∘ h.
+    // Masked rows have dcandidate = 0, so their d(r ∘ h) is 0.
+    const T* dcandidate = dprojected + t * width + 2 * u;
+    product(s.batch, u, u, dcandidate, ld, false, q.recurrent + 2 * u, width, true, temp, u, false);
+    if (s.has_recurrent_masks)
+      for (std::int64_t b = 0; b < s.batch; ++b) {
+        const T* m = q.recurrent_mask(b, 2);
+        for (std::int64_t j = 0; j < u; ++j) temp[b * u + j] *= m[j];
+      }
+    product(u, u, s.batch, masked_rows(q, record + s.aux_plane(), 2, gated), u, true, dcandidate, ld, false,
+            drecurrent + 2 * u, width, true);
+    for_rows(s, 4, [&](std::int64_t b) {
+      if (!q.kept(b, t)) return;
+      const T* reset = record + s.gate_plane() + b * width + u;
+      const T* h_prev = h_prev_all + b * u;
+      const T* dreset_h = temp + b * u;
+      T* dp = dprojected + (b * s.steps + t) * width;
+      for (std::int64_t j = 0; j < u; ++j) {
+        dp[u + j] = dreset_h[j] * h_prev[j] * derivative(s.recurrent_act, reset[j]);
+        dh_prev[b * u + j] += dreset_h[j] * reset[j];
+      }
+    });
+    back_through_products(h_prev_all, dprojected + t * width, ld, 0, 2);
+  }
+};
+
+
+template <class T>
+void recurrent_grad_kernel(const KernelContext& context) {
+  const Setup s = setup_of(context, 2);
+  const std::int64_t u = s.units, width = s.width(), area = s.area();
+  T* workspace = context.scratch<T>();
+  T* zeros = workspace + backward_workspace_elements(s) - area;
+  std::fill(zeros, zeros + area, T(0));
+  const Sequence<T> q(s, context, 2, zeros);
+  T* dx = context.out<T>();
+  T* dkernel = dx + s.batch * s.steps * s.features;
+  T* drecurrent = dkernel + s.features * width;
+  T* dbias = drecurrent + u * width;
+  T* dh0 = dbias + (s.recurrent_bias() ? 2 * width : width);
+  T* dprojected = workspace;
+  T* drec = dprojected + s.batch * s.steps * width;
+  T* planes = drec + s.batch * width;  // six (B, U) planes
+  Backward<T> backward{q,
+                       q.s,
+                       {q.s, context.in<T>(0), {q.initial[0], q.initial[1]}},
+                       context.in<T>(1),
+                       dx,
+                       dkernel,
+                       drecurrent,
+                       dbias,
+                       {dh0, dh0 + area},
+                       dprojected,
+                       drec,
+                       planes,
+                       planes + area,
+                       planes + 2 * area,
+                       planes + 3 * area,
+                       planes + 4 * area,
+                       planes + 5 * area};
+  backward.run();
+}
+
+// ---- views of the flat buffers ------------------------------------------------------------------------------
+
+// The output is the head of the state (the planner aliases it; this copy is the fallback).
+template <class T>
+void output_kernel(const KernelContext& context) {
+  const T* state = context.in<T>(0);
+  T* out = context.out<T>();
+  if (state != out) std::memcpy(out, state, context.output_size() * sizeof(T));
+}
+
+// Inputs (gradients, x, kernel, recurrent_kernel, bias[, h0[, c0]]): one part of the flat gradient.
+template <class T>
+void grad_part_kernel(const KernelContext& context) {
+  const std::int64_t part = context.attributes().get_int("part");
+  std::int64_t offset = 0;
+  for (int i = 0; i < part; ++i) offset += context.input_shape(1 + i).num_elements();
+  const T* source = context.in<T>(0) + offset;
+  T* target = context.out<T>();
+  const auto size = static_cast<std::int64_t>(context.output_size());
+  detail::parallel_for(size, detail::workers_for_elements(size), [&](std::int64_t begin, std::int64_t end, int) {
+    std::memcpy(target + begin, source + begin, static_cast<std::size_t>(end - begin) * sizeof(T));
+  });
+}
+
+std::size_t forward_workspace(const std::vector<Shape>& inputs, const Shape&, const Attributes& attributes,
+                              DType dtype) {
+  return static_cast<std::size_t>(forward_workspace_elements(setup_of(inputs, 0, attributes))) * dtype_size(dtype);
+}
+
+std::size_t backward_workspace(const std::vector<Shape>& inputs, const Shape&, const Attributes& attributes,
+                               DType dtype) {
+  return static_cast<std::size_t>(backward_workspace_elements(setup_of(inputs, 2, attributes))) * dtype_size(dtype);
+}
+
+// ---- backward rule -------------------------------------------------------------------------------------
+
+// RecurrentOutput's inputs are (state, x, kernel, recurrent_kernel, bias[, h0[, c0]]); the gradient op also
+// reads the masks, which it finds among the Recurrent node's inputs.
+std::vector<Tensor> recurrent_backward(const GradContext& g) {
+  Graph& graph = g.output().graph();
+  const Tensor state = g.input(0);
+  std::vector<Tensor> inputs = {state, g.output_grad()};
+  for (NodeId id : state.node().inputs) inputs.push_back(graph.tensor(id));
+  const Tensor grads = graph.add_op("kiln>RecurrentGrad", inputs, g.attributes(), "recurrent_grad");
+  static const char* names[] = {"x_grad", "kernel_grad", "recurrent_kernel_grad", "bias_grad", "h0_grad", "c0_grad"};
+  std::vector<Tensor> parts = {grads};
+  for (int i = 1; i < g.num_inputs(); ++i) parts.push_back(g.input(i));
+  std::vector<Tensor> result(static_cast<std::size_t>(g.num_inputs()));
+  for (int part = 0; part + 1 < g.num_inputs(); ++part)
+    if (g.needs_grad(1 + part))
+      result[static_cast<std::size_t>(1 + part)] =
+          graph.add_op("kiln>RecurrentGradPart", parts, Attributes().set("part", part), names[part]);
+  return result;
+}
+
+constexpr const char* second_order = "second-order gradients of recurrent are not implemented";
+
+const std::vector<std::string>& recurrent_attributes() {
+  static const std::vector<std::string> names = {"cell",          "activation",        "recurrent_activation",
+                                                 "reset_after",   "go_backwards",      "zero_output_for_mask",
+                                                 "has_initial_state", "has_mask",      "has_recurrent_masks"};
+  return names;
+}
+
+}  // namespace
+
+KILN_REGISTER_OP(OpDef("kiln>Recurrent")
+                     .inputs(4, 8)
+                     .attributes(recurrent_attributes())
+                     .infer_shape(state_shape)
+                     .forward(recurrent_kernel<float>, recurrent_kernel<double>)
+                     .workspace(forward_workspace)
+                     .not_differentiable("the internal state of recurrent: gradients flow through "
+                                         "kiln>RecurrentOutput"));
+KILN_REGISTER_OP(OpDef("kiln>RecurrentOutput")
+                     .inputs(5, 7)
+                     .attributes(recurrent_attributes())
+                     .infer_shape(output_shape)
+                     .forward(output_kernel<float>, output_kernel<double>)
+                     .backward(recurrent_backward)
+                     .non_differentiable_inputs({0}, "the state is recomputed from the inputs")
+                     .sharing(Sharing::alias));
+KILN_REGISTER_OP(OpDef("kiln>RecurrentGrad")
+                     .inputs(6, 10)
+                     .attributes(recurrent_attributes())
+                     .infer_shape(grad_shape)
+                     .forward(recurrent_grad_kernel<float>, recurrent_grad_kernel<double>)
+                     .workspace(backward_workspace)
+                     .not_differentiable(second_order));
+KILN_REGISTER_OP(OpDef("kiln>RecurrentGradPart")
+                     .inputs(5, 7)
+                     .attributes({"part"})
+                     .infer_shape(grad_part_shape)
+                     .forward(grad_part_kernel<float>, grad_part_kernel<double>)
+                     .not_differentiable(second_order));
+
+namespace ops {
+
+Tensor recurrent(const Tensor& x, const Tensor& kernel, const Tensor& recurrent_kernel, const Tensor& bias,
+                 const std::vector<Tensor>& initial_states, const RecurrentOptions& options, const Tensor& mask,
+                 const Tensor& recurrent_masks) {
+  std::vector<Tensor> inputs = {x, kernel, recurrent_kernel, bias};
+  for (const Tensor& initial : initial_states) inputs.push_back(initial);
+  const std::size_t parts = inputs.size();
+  if (mask.valid()) inputs.push_back(mask);
+  if (recurrent_masks.valid()) inputs.push_back(recurrent_masks);
+  const Attributes settings = Attributes()
+                                  .set("cell", options.cell)
+                                  .set("activation", options.activation)
+                                  .set("recurrent_activation", options.recurrent_activation)
+                                  .set("reset_after", options.reset_after)
+                                  .set("go_backwards", options.go_backwards)
+                                  .set("zero_output_for_mask", options.zero_output_for_mask)
+                                  .set("has_initial_state", !initial_states.empty())
+                                  .set("has_mask", mask.valid())
+                                  .set("has_recurrent_masks", recurrent_masks.valid());
+  Graph& graph = x.graph();
+  const Tensor state = graph.add_op("kiln>Recurrent", inputs, settings, "recurrent");
+  inputs.resize(parts);
+  inputs.insert(inputs.begin(), state);
+  return graph.add_op("kiln>RecurrentOutput", inputs, settings, "recurrent_output");
+}
+
+}  // namespace ops
+}  // namespace kiln
