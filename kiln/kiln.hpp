@@ -32,6 +32,7 @@
 #include <kiln/layers/normalization.hpp>
 #include <kiln/layers/padding.hpp>
 #include <kiln/layers/pooling.hpp>
+#include <kiln/layers/recurrent.hpp>
 #include <kiln/layers/regularizers.hpp>
 #include <kiln/layers/rescaling.hpp>
 #include <kiln/layers/reshaping.hpp>

@@ -1,6 +1,7 @@
 #include <kiln/layers/initializers.hpp>
 
 #include <cmath>
+#include <optional>
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/op.hpp>
@@ -80,6 +81,38 @@ Sampler normal_distribution(bool truncated) {
   };
 }
 
+// Keras's Orthogonal: for a weight of rows = prod(shape[:-1]) by cols = shape[-1], the Q of a QR
+// decomposition of a (max(rows, cols), min(rows, cols)) standard normal matrix, with R's diagonal made
+// positive (Keras multiplies Q's columns by sign(diag(R))), transposed when rows < cols, times gain: the rows or
+// the columns, whichever are fewer, are orthonormal. Modified Gram–Schmidt run twice gives that Q (R's
+// diagonal is the columns' norms, positive) and keeps it orthogonal to rounding for the sizes of layers.
+void sample_orthogonal(std::vector<double>& values, const Shape& shape, const Config& args, Rng& rng) {
+  if (shape.rank() < 2)
+    throw ConfigError("initializer Orthogonal needs a weight of rank 2 or more, got shape " + shape.to_string());
+  const double gain = args.get_double("gain");
+  const std::int64_t cols = shape.dim(-1), rows = cols == 0 ? 0 : shape.num_elements() / cols;
+  const std::int64_t tall = std::max(rows, cols), wide = std::min(rows, cols);
+  std::vector<double> a(static_cast<std::size_t>(tall * wide));  // (tall, wide), row-major as Keras draws it
+  for (double& v : a) v = rng.normal(0.0, 1.0);
+  auto at = [&](std::int64_t r, std::int64_t c) -> double& { return a[static_cast<std::size_t>(r * wide + c)]; };
+  for (std::int64_t c = 0; c < wide; ++c) {
+    for (int pass = 0; pass < 2; ++pass)
+      for (std::int64_t previous = 0; previous < c; ++previous) {
+        double dot = 0.0;
+        for (std::int64_t r = 0; r < tall; ++r) dot += at(r, previous) * at(r, c);
+        for (std::int64_t r = 0; r < tall; ++r) at(r, c) -= dot * at(r, previous);
+      }
+    double norm = 0.0;
+    for (std::int64_t r = 0; r < tall; ++r) norm += at(r, c) * at(r, c);
+    norm = std::sqrt(norm);
+    const double inverse = norm > 0.0 ? 1.0 / norm : 0.0;  // sign(0) = 0: Keras zeroes such a column too
+    for (std::int64_t r = 0; r < tall; ++r) at(r, c) *= inverse;
+  }
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c)
+      values[static_cast<std::size_t>(r * cols + c)] = gain * (rows >= cols ? at(r, c) : at(c, r));
+}
+
 // Keras's built-in initializers; the short aliases are keras/src/initializers/__init__.py's (Embedding's
 // default "uniform" is one).
 bool register_builtin_initializers(Registry<InitializerClass>& registry) {
@@ -109,6 +142,8 @@ bool register_builtin_initializers(Registry<InitializerClass>& registry) {
                {"normal"});
   registry.add("kiln>TruncatedNormal",
                {{{"mean", 0.0}, {"stddev", 0.05}, {"seed", Config()}}, normal_distribution(true)});
+  registry.add("kiln>Orthogonal", {{{"seed", Config()}, {"gain", 1.0}}, nullptr, sample_orthogonal},
+               {"OrthogonalInitializer"});
   registry.add("kiln>RandomUniform",
                {{{"minval", -0.05}, {"maxval", 0.05}, {"seed", Config()}},
                 [](std::vector<double>& values, const Fans&, const Config& args, Rng& rng) {
@@ -187,12 +222,13 @@ Array Initializer::sample(const Shape& shape, DType dtype, Rng& rng, const Fans&
   const Fans fans = axes ? fans_from_axes(shape, *input_axes, *output_axes) : given_fans;
   const InitializerClass& definition = initializer_registry().get(key_);
   const Config* seed = arguments_.find("seed");
-  if (seed != nullptr && !seed->is_null()) {
-    Rng seeded(static_cast<std::uint64_t>(seed->as_int("initializer seed")));
-    definition.sample(values, fans, arguments_, seeded);
-  } else {
-    definition.sample(values, fans, arguments_, rng);
-  }
+  std::optional<Rng> seeded;
+  if (seed != nullptr && !seed->is_null()) seeded.emplace(static_cast<std::uint64_t>(seed->as_int("initializer seed")));
+  Rng& source = seeded ? *seeded : rng;
+  if (definition.sample_shaped)
+    definition.sample_shaped(values, shape, arguments_, source);
+  else
+    definition.sample(values, fans, arguments_, source);
   return Array::from_vector(values, shape).astype(dtype);
 }
 

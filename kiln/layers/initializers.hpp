@@ -42,8 +42,13 @@ Fans compute_fans(const Shape& shape);
 struct InitializerClass {
   /// Fills `values` (a weight of those fans, flattened) from `arguments` (every one present) and `rng`.
   using Sampler = std::function<void(std::vector<double>& values, const Fans& fans, const Config& arguments, Rng& rng)>;
+  /// Fills `values` (a weight of `shape`, flattened) from `arguments` and `rng`: for a class that needs the
+  /// whole shape, not only the fans (Orthogonal). When set, it is used instead of `sample`.
+  using ShapedSampler =
+      std::function<void(std::vector<double>& values, const Shape& shape, const Config& arguments, Rng& rng)>;
   Config defaults;  ///< every argument ("seed" too, when it has one), in Keras's order, with its default
   Sampler sample;   ///< fills a weight's values
+  ShapedSampler sample_shaped = nullptr;  ///< fills a weight's values, knowing its shape
 };
 
 /// Every initializer class by key ("kiln>GlorotUniform"); "GlorotUniform", "glorot_uniform" and Keras's

@@ -179,8 +179,14 @@ WeightId Layer::add_weight(const std::string& name, const Shape& shape, const In
     if (dim < 0) shape_error("weight '" + name + "' needs a known shape", {{name, shape}});
   for (const OwnWeight& weight : weights_)
     if (weight.name == name) config_error("two weights named '" + name + "'");
-  weights_.push_back({name, Array(shape, dtype_), initializer, fans, trainable, {}, {}});
+  weights_.push_back({name, Array(shape, dtype_), initializer, fans, nullptr, trainable, {}, {}});
   return weights_.size() - 1;
+}
+
+WeightId Layer::add_weight(const std::string& name, const Shape& shape, WeightFill fill, bool trainable) {
+  const WeightId id = add_weight(name, shape, Initializer::get("zeros"), trainable);
+  weights_[id].fill = std::move(fill);
+  return id;
 }
 
 WeightRegularization WeightRegularization::from_arguments(ConfigReader& args, const std::string& prefix) {
@@ -255,12 +261,21 @@ void Layer::rename_automatic(const std::string& name) {
   if (first_draw) initialize_weights(0);
 }
 
+Array Layer::draw(const OwnWeight& weight, Rng& rng) const {
+  const Shape& shape = weight.value.shape();
+  if (!weight.fill) return weight.initializer.sample(shape, weight.value.dtype(), rng, weight.fans);
+  Array values = weight.fill(shape, weight.value.dtype(), rng);
+  if (values.shape() != shape || values.dtype() != weight.value.dtype())
+    throw Error(describe() + ": the values drawn for weight '" + weight.name + "' are " + values.shape().to_string() +
+                " " + dtype_name(values.dtype()) + ", not the weight's " + shape.to_string());
+  return values;
+}
+
 bool Layer::holds_first_draw() const {
   const Rng root(0);
   for (const OwnWeight& weight : weights_) {
     Rng rng = root.fork(seed_path_ + "/" + weight.name);
-    if (!weight.initializer.sample(weight.value.shape(), weight.value.dtype(), rng, weight.fans)
-             .bitwise_equal(weight.value))
+    if (!draw(weight, rng).bitwise_equal(weight.value))
       return false;
   }
   return std::all_of(children_.begin(), children_.end(),
@@ -485,7 +500,7 @@ void Layer::initialize_own_weights(std::uint64_t seed) {
   const Rng root(seed);
   for (OwnWeight& weight : weights_) {
     Rng rng = root.fork(seed_path_ + "/" + weight.name);
-    const Array fresh = weight.initializer.sample(weight.value.shape(), weight.value.dtype(), rng, weight.fans);
+    const Array fresh = draw(weight, rng);
     std::memcpy(weight.value.raw(), fresh.raw(), weight.value.nbytes());
   }
 }

@@ -287,6 +287,12 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// kernels of attention).
   WeightId add_weight(const std::string& name, const Shape& shape, const Initializer& initializer, const Fans& fans,
                       bool trainable = true);
+  /// How a weight made of parts gets its values (LSTM's bias with unit_forget_bias): an array of `shape` and
+  /// `dtype` drawn from `rng`, the weight's own stream.
+  using WeightFill = std::function<Array(const Shape& shape, DType dtype, Rng& rng)>;
+  /// add_weight() whose values come from `fill` instead of one initializer; initialize_weights() draws them
+  /// again the same way.
+  WeightId add_weight(const std::string& name, const Shape& shape, WeightFill fill, bool trainable = true);
   /// Gives one of the layer's own weights a regularizer (added to the training loss while the weight
   /// trains) and a constraint (applied after each optimizer update), as Keras's add_weight takes them.
   void regularize(WeightId weight, const Regularizer& regularizer, const Constraint& constraint = {});
@@ -336,12 +342,14 @@ class Layer : public std::enable_shared_from_this<Layer> {
     Array value;
     Initializer initializer;
     Fans fans;
+    WeightFill fill;  ///< when set, the values' source instead of initializer
     bool trainable;
     Regularizer regularizer;
     Constraint constraint;
   };
   void collect_weights(const std::string& prefix, bool frozen_by_parent, std::vector<Weight>& out) const;
   void initialize_own_weights(std::uint64_t seed);
+  Array draw(const OwnWeight& weight, Rng& rng) const;  ///< the weight's values from its initializer or fill
   bool holds_first_draw() const;  ///< every weight, children's too, equals its draw for seed 0
   void adopt(Layer& child) const;
   void check_call(const std::vector<Tensor>& inputs, const CallArgs& args) const;

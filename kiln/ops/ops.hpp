@@ -160,7 +160,7 @@ struct RecurrentOptions {
 /// (zeros) or the cell's states, h (B, U) and for LSTM also c (B, U). `mask` (B, T): where 0, the step keeps
 /// the states and outputs the previous h (or zeros). `recurrent_masks` (B, G, U): recurrent dropout, each
 /// gate's mask multiplying h in that gate's product, fixed over the sequence.
-/// Returns (B, T + S, U): the T outputs in processing order, then the S final states (h, and c for LSTM).
+/// Returns (B, S + T, U): the S final states (h, and c for LSTM), then the T outputs in processing order.
 /// Fused: one GEMM for every step's input projection, one a step for the recurrence; backward through time
 /// in one op. Differentiable in x, the weights and the initial states.
 Tensor recurrent(const Tensor& x, const Tensor& kernel, const Tensor& recurrent_kernel, const Tensor& bias,

@@ -4,8 +4,9 @@
 //                      reset_after)[, h0 (B, U)[, c0 (B, U)]][, mask (B, T)][, recurrent_masks (B, G, U)]:
 //                      a packed state, the outputs (what RecurrentOutput shows) then per step the records that
 //                      backward needs (the states and the activated gates)
-//   RecurrentOutput    state, x, kernel, recurrent_kernel, bias[, h0[, c0]]: the state's head, (B, T + S, U): the
-//                      T outputs in processing order, then the S final states (h; and c for LSTM). Differentiable:
+//   RecurrentOutput    state, x, kernel, recurrent_kernel, bias[, h0[, c0]]: the state's head, (B, S + T, U): the
+//                      S final states (h; and c for LSTM), then the T outputs in processing order (the states
+//                      first, so that they are found without knowing T). Differentiable:
 //                      its backward is RecurrentGrad, which finds the masks on the Recurrent node
 //   RecurrentGrad      state, output gradient, then Recurrent's inputs: back through time, into one flat buffer
 //                      [dx | dkernel | drecurrent_kernel | dbias (| dh0 (| dc0))]
@@ -106,7 +107,7 @@ struct Setup {
   int num_parts() const { return 4 + (has_initial ? states : 0); }
   bool recurrent_bias() const { return cell == Cell::gru && reset_after; }
 
-  // The state: the head (B, T + S, U), then per step the records, each of (B, U) planes: h (the state after
+  // The state: the head (B, S + T, U), then per step the records, each of (B, U) planes: h (the state after
   // the step); for LSTM c; then the activated gates as one (B, G·U) plane; then one more (B, U) plane: for LSTM
   // act(c) of the step's new cell state, for GRU with reset_after the recurrent part of the candidate
   // (h·U_h + its bias), without it r ∘ h (the left operand of the candidate's product).
@@ -241,9 +242,9 @@ Shape grad_shape(const InferContext& ctx) {
              output_grad.to_string());
   std::int64_t total = 0;
   for (int part = 0; part < s.num_parts(); ++part) {
-    const std::int64_t count = ctx.input_shape(2 + part).num_elements();
-    if (count < 0) return Shape{Shape::unknown};
-    total += count;
+    const Shape& input = ctx.input_shape(2 + part);
+    if (!input.is_fully_defined()) return Shape{Shape::unknown};
+    total += input.num_elements();
   }
   return Shape{total};
 }
@@ -380,7 +381,7 @@ struct Forward {
     }
     for (std::int64_t b = 0; b < s.batch; ++b)
       for (int which = 0; which < s.states; ++which)
-        std::memcpy(r.head(b, s.steps + which), r.previous(s.steps, which) + b * s.units,
+        std::memcpy(r.head(b, which), r.previous(s.steps, which) + b * s.units,
                     static_cast<std::size_t>(s.units) * sizeof(T));
   }
 
@@ -458,7 +459,7 @@ struct Forward {
     const std::int64_t u = s.units;
     const auto bytes = static_cast<std::size_t>(u) * sizeof(T);
     T* out = r.record(k);
-    T* output = r.head(b, k);
+    T* output = r.head(b, s.states + k);
     if (q.kept(b, q.time_of(k))) {
       std::memcpy(output, out + s.h_plane() + b * u, bytes);
       return;
@@ -500,7 +501,7 @@ struct Backward {
   const Sequence<T>& q;
   const Setup& s;
   Records<const T> r;
-  const T* output_grad;  // (B, T + S, U), the head's layout
+  const T* output_grad;  // (B, S + T, U), the head's layout
   T *dx, *dkernel, *drecurrent, *dbias, *dinitial[2];
   T* dprojected;  // (B·T, G·U): the gradient of each step's input projection (pre-activations), row b·T + t
   T* drec;        // (B, G·U): of this step's recurrent products (GRU with reset_after; else dprojected's rows)
@@ -514,7 +515,7 @@ struct Backward {
     const std::int64_t u = s.units, width = s.width();
     for (std::int64_t b = 0; b < s.batch; ++b)
       for (int which = 0; which < s.states; ++which)
-        std::memcpy((which == 0 ? dh : dc) + b * u, dout(b, s.steps + which),
+        std::memcpy((which == 0 ? dh : dc) + b * u, dout(b, which),
                     static_cast<std::size_t>(u) * sizeof(T));
     std::fill(drecurrent, drecurrent + u * width, T(0));
     if (s.recurrent_bias()) std::fill(dbias + width, dbias + 2 * width, T(0));
@@ -547,7 +548,7 @@ struct Backward {
   bool enter_row(std::int64_t k, std::int64_t b, T* dh_new) {
     const std::int64_t u = s.units, width = s.width(), t = q.time_of(k);
     const T* from_later = dh + b * u;
-    const T* from_output = dout(b, k);
+    const T* from_output = dout(b, s.states + k);
     T* dp = dprojected + (b * s.steps + t) * width;
     if (q.kept(b, t)) {
       for (std::int64_t j = 0; j < u; ++j) dh_new[j] = from_later[j] + from_output[j];

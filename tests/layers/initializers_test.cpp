@@ -103,6 +103,7 @@ TEST_CASE("Initializers: every one is found by snake_case and class name, with K
       {"random_normal", "RandomNormal", {{"mean", 0.0}, {"stddev", 0.05}, {"seed", Config()}}},
       {"truncated_normal", "TruncatedNormal", {{"mean", 0.0}, {"stddev", 0.05}, {"seed", Config()}}},
       {"random_uniform", "RandomUniform", {{"minval", -0.05}, {"maxval", 0.05}, {"seed", Config()}}},
+      {"orthogonal", "Orthogonal", {{"seed", Config()}, {"gain", 1.0}}},
       {"variance_scaling",
        "VarianceScaling",
        {{"scale", 1.0},
@@ -379,4 +380,33 @@ TEST_CASE("VarianceScaling: Keras's scale, modes and distributions; fans from in
   CHECK_THROWS_WITH(sample({{"distribution", "cauchy"}}, {2, 2}), Catch::Contains("distribution must be"));
   CHECK_THROWS_WITH(sample({{"input_axes", Config::from_ints({3})}, {"output_axes", Config::from_ints({0})}}, {2, 2}),
                     Catch::Contains("axis out of range"));
+}
+
+TEST_CASE("Orthogonal: the fewer of rows and columns are orthonormal, times gain, for any rank >= 2",
+          "[layers][initializers]") {
+  kiln::Rng rng(3);
+  const Initializer orthogonal = Initializer::from_config(Config{{"class_name", "Orthogonal"}, {"config", {{"gain", 2.0}}}});
+  // rows = prod(shape[:-1]), columns = shape[-1], as Keras flattens it.
+  for (const Shape& shape : {Shape{7, 3}, Shape{3, 12}, Shape{2, 3, 5}, Shape{4, 4}}) {
+    INFO(shape.to_string());
+    const kiln::Array w = orthogonal.sample(shape, kiln::DType::float64, rng);
+    const std::int64_t cols = shape.dim(-1), rows = shape.num_elements() / cols;
+    const bool by_columns = rows >= cols;
+    const std::int64_t count = by_columns ? cols : rows, length = by_columns ? rows : cols;
+    auto at = [&](std::int64_t vector, std::int64_t i) {
+      return by_columns ? w.flat(static_cast<std::size_t>(i * cols + vector)) : w.flat(static_cast<std::size_t>(vector * cols + i));
+    };
+    for (std::int64_t a = 0; a < count; ++a)
+      for (std::int64_t b = 0; b < count; ++b) {
+        double dot = 0;
+        for (std::int64_t i = 0; i < length; ++i) dot += at(a, i) * at(b, i);
+        CHECK(dot == Approx(a == b ? 4.0 : 0.0).margin(1e-12));
+      }
+  }
+  CHECK(Initializer::get("OrthogonalInitializer") == Initializer::get("orthogonal"));
+  CHECK_THROWS_WITH(orthogonal.sample(Shape{5}, kiln::DType::float64, rng), Catch::Contains("rank 2 or more"));
+  // A seed makes it reproducible.
+  const Initializer seeded = Initializer::from_config(Config{{"class_name", "Orthogonal"}, {"config", {{"seed", 5}}}});
+  kiln::Rng one(1), two(2);
+  CHECK(seeded.sample(Shape{4, 6}, kiln::DType::float64, one).bitwise_equal(seeded.sample(Shape{4, 6}, kiln::DType::float64, two)));
 }

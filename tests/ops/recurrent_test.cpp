@@ -146,9 +146,10 @@ Tensor unrolled(const Case& c, const std::vector<Tensor>& x, const Array& mask_a
     h = new_h;
     if (o.cell == "lstm") cell = new_c;
   }
-  outputs.push_back(ops::expand_dims(h, 1));
-  if (o.cell == "lstm") outputs.push_back(ops::expand_dims(cell, 1));
-  return ops::concat(outputs, 1);
+  std::vector<Tensor> all = {ops::expand_dims(h, 1)};
+  if (o.cell == "lstm") all.push_back(ops::expand_dims(cell, 1));
+  all.insert(all.end(), outputs.begin(), outputs.end());
+  return ops::concat(all, 1);
 }
 
 std::vector<Case> cases() {

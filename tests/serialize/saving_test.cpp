@@ -170,6 +170,27 @@ std::vector<ModelCase> every_layer_type() {
          return Model(x, GlobalAveragePooling1D()(Dense(4)(x)));
        },
        {{4, 6, 3}}},
+      {"kiln>SimpleRNN",
+       [] {
+         Tensor x = input({None, 6, 3});
+         return Model(x, SimpleRNN(4, {{"activation", "relu"}, {"go_backwards", true}})(x));
+       },
+       {{4, 6, 3}}},
+      {"kiln>LSTM",
+       [] {
+         Tensor x = input({None, 6, 3});
+         Outputs all = LSTM(4, {{"return_sequences", true}, {"return_state", true}})(std::vector<Tensor>{x});
+         return Model(x, LSTM(4, {{"bias_initializer", "random_normal"}})({all[0], all[1], all[2]}));
+       },
+       {{4, 6, 3}}},
+      {"kiln>GRU",
+       [] {
+         Tensor x = input({None, 6, 3});
+         Tensor a = GRU(4, {{"bias_initializer", "random_normal"}})(x);
+         Tensor b = GRU(4, {{"reset_after", false}, {"recurrent_activation", "hard_sigmoid"}})(x);
+         return Model(x, Add()({a, b}));
+       },
+       {{4, 6, 3}}},
       {"kiln>Conv1D",
        [] {
          Tensor x = input({None, 9, 3});

@@ -110,7 +110,15 @@ Config import_sequential(const Config& given, const std::string& where) {
     if (i == 0 && layer.is_map() && layer.get_string("class_name", "") != "InputLayer") {
       const Config& first = layer.at("config");
       if (const Config* shape = first.find("batch_input_shape"); shape != nullptr && !shape->is_null()) {
-        Config input = {{"batch_shape", *shape}, {"dtype", first.get_string("dtype", "float32")}};
+        // Keras 2 wrote the batch size the model was built with (simple_lstm: 25, predicting 100 rows); only
+        // a stateful layer depends on it.
+        Config batch_shape = *shape;
+        if (batch_shape.is_list() && !batch_shape.as_list().empty() && !first.get_bool("stateful", false)) {
+          std::vector<Config> dims = batch_shape.as_list();
+          dims.front() = Config();
+          batch_shape = Config::list(dims);
+        }
+        Config input = {{"batch_shape", batch_shape}, {"dtype", first.get_string("dtype", "float32")}};
         input.set("name", first.get_string("name", "input") + "_input");
         imported.push_back({{"class_name", "InputLayer"}, {"config", input}});
       }
@@ -143,6 +151,19 @@ Config import_functional(Config config, const std::string& where) {
         triples->as_list().front().type() == Config::Type::string)
       config.set(key, Config::list({*triples}));
   }
+  return config;
+}
+
+// SimpleRNN, LSTM and GRU as Keras 2 and tf.keras wrote them: tf.keras's time_major (false: Keras 3's only
+// layout), and a GRU without reset_after, which Keras 2 did not have (its GRU reset before the product).
+Config import_recurrent(Config config, const std::string& class_name, const std::string& here) {
+  if (const Config* time_major = config.find("time_major")) {
+    if (!time_major->is_null() && time_major->as_bool(here + ": time_major"))
+      throw ConfigError(here + ": time_major = true (sequences as (steps, batch, features)) is not supported; "
+                               "kiln's recurrent layers take (batch, steps, features), as Keras 3's");
+    config.erase("time_major");
+  }
+  if (class_name == "GRU" && !config.contains("reset_after")) config.set("reset_after", false);
   return config;
 }
 
@@ -222,6 +243,8 @@ Config import_layer(const Config& entry, const std::string& where) {
     config.erase("batch_input_shape");
     config.erase("batch_size");
     config = without_initializer_dtypes(config);
+    if (class_name == "SimpleRNN" || class_name == "LSTM" || class_name == "GRU")
+      config = import_recurrent(config, class_name, here);
   }
   Config result = {{"class_name", class_name}, {"config", config}};
   if (const Config* registered = entry.find("registered_name"); registered != nullptr && !registered->is_null())

@@ -26,6 +26,8 @@ const std::map<std::string, KerasLayerClass>& keras_layer_classes() {
                              "Flatten",
                              "GroupNormalization",
                              "InputLayer",
+                             "GRU",
+                             "LSTM",
                              "LayerNormalization",
                              "Normalization",
                              "PReLU",
@@ -35,6 +37,7 @@ const std::map<std::string, KerasLayerClass>& keras_layer_classes() {
                              "Rescaling",
                              "SeparableConv1D",
                              "SeparableConv2D",
+                             "SimpleRNN",
                              "UpSampling1D",
                              "UpSampling2D",
                              "ZeroPadding1D",
@@ -67,7 +70,7 @@ const std::map<std::string, KerasLayerClass>& keras_layer_classes() {
                              "SpatialDropout2D",
                              "UnitNormalization"})
       table[name].built_at_init = true;
-    for (const char* name : {"BatchNormalization", "GlobalAveragePooling1D", "Softmax"})
+    for (const char* name : {"BatchNormalization", "GRU", "GlobalAveragePooling1D", "LSTM", "SimpleRNN", "Softmax"})
       table[name].mask_argument = true;
     table["MultiHeadAttention"].build_arguments = {"query_shape", "value_shape", "key_shape"};
     return table;
