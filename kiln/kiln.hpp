@@ -36,6 +36,7 @@
 #include <kiln/layers/regularizers.hpp>
 #include <kiln/layers/rescaling.hpp>
 #include <kiln/layers/reshaping.hpp>
+#include <kiln/layers/wrappers.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/optim/losses.hpp>
 #include <kiln/optim/metrics.hpp>

@@ -71,7 +71,8 @@ void Layer::set_trainable(bool trainable) {
 }
 
 ConfigReader Layer::config_reader(const Config& config) const {
-  ConfigReader reader(config, class_name_);
+  // Messages name the layer when its config does: "GRU 'encoder': units must be positive".
+  ConfigReader reader(config, name_given_ ? describe() : class_name_);
   reader.value("name");
   reader.value("trainable");
   reader.value("dtype");

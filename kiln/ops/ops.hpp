@@ -244,6 +244,9 @@ BatchNormTraining batch_norm_train(const Tensor& x, const Tensor& gamma, const T
 /// One dimension may be -1 (inferred). Keeps the batch dimension unknown when it is.
 Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape);
 Tensor transpose(const Tensor& x, const std::vector<std::int64_t>& perm = {});  ///< default: reverse axes
+/// x with the order of `axis` reversed (negative from the end), as Keras's ops.flip; any axis, the batch's
+/// too. ShapeError for an axis x does not have.
+Tensor flip(const Tensor& x, int axis);
 /// transpose under its other name.
 inline Tensor permute(const Tensor& x, const std::vector<std::int64_t>& perm) { return transpose(x, perm); }
 /// The tensors joined along `axis` (negative counts from the end). They share their rank and every dimension

@@ -310,8 +310,45 @@ std::vector<Tensor> concat_backward(const GradContext& g) {
   return grads;
 }
 
+// ---- flip ------------------------------------------------------------------------------------------------
+
+Shape flip_shape(const InferContext& ctx) {
+  const Shape& in = ctx.input_shape(0);
+  const std::int64_t requested = ctx.attributes().get_int("axis");
+  const std::int64_t axis = normalized(requested, in.rank());
+  if (axis < 0 || axis >= in.rank()) ctx.fail("axis " + std::to_string(requested) + " is out of range");
+  return in;
+}
+
+// A strided copy that reads the axis from its end: the source starts at its last element with the axis's
+// stride negated.
+template <class T>
+void flip_kernel(const KernelContext& k) {
+  const Shape& in = k.input_shape(0);
+  const auto axis = static_cast<std::size_t>(normalized(k.attributes().get_int("axis"), in.rank()));
+  StridedCopy copy;
+  copy.rank = in.rank();
+  copy.dims = dims_of(in);
+  copy.target_strides = detail::strides_of(in);
+  copy.source_strides = copy.target_strides;
+  copy.source_strides[axis] = -copy.source_strides[axis];
+  const std::int64_t extent = in[static_cast<int>(axis)];
+  if (extent == 0) return;
+  copy.run(k.in<T>(0) + (extent - 1) * copy.target_strides[axis], k.out<T>());
+}
+
+std::vector<Tensor> flip_backward(const GradContext& g) {
+  return {ops::flip(g.output_grad(), static_cast<int>(g.attributes().get_int("axis")))};
+}
+
 }  // namespace
 
+KILN_REGISTER_OP(OpDef("kiln>Flip")
+                     .inputs(1)
+                     .attributes({"axis"})
+                     .infer_shape(flip_shape)
+                     .forward(flip_kernel<float>, flip_kernel<double>)
+                     .backward(flip_backward));
 KILN_REGISTER_OP(OpDef("kiln>Transpose")
                      .inputs(1)
                      .attributes({"perm"})
@@ -568,6 +605,10 @@ Tensor transpose(const Tensor& x, const std::vector<std::int64_t>& perm) {
   if (resolved.empty())
     for (int axis = x.rank() - 1; axis >= 0; --axis) resolved.push_back(axis);
   return x.graph().add_op("kiln>Transpose", {x}, Attributes().set("perm", resolved), "transpose");
+}
+
+Tensor flip(const Tensor& x, int axis) {
+  return x.graph().add_op("kiln>Flip", {x}, Attributes().set("axis", static_cast<std::int64_t>(axis)), "flip");
 }
 
 Tensor concat(const std::vector<Tensor>& xs, int axis) {

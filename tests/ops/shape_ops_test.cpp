@@ -96,6 +96,28 @@ TEST_CASE("transpose gradient matches central differences", "[ops][shape][grad]"
   REQUIRE(reversed.max_relative_error <= 1e-6);
 }
 
+TEST_CASE("flip reverses one axis, any axis, and its gradient is the flipped gradient", "[ops][shape][grad]") {
+  const Array x = Array::from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3});
+  auto flipped = [&](int axis) {
+    return testing::evaluate([axis](const std::vector<Tensor>& t) { return ops::flip(t[0], axis); }, {x})
+        .to_vector<double>();
+  };
+  CHECK(flipped(1) == std::vector<double>{3, 2, 1, 6, 5, 4});
+  CHECK(flipped(-1) == std::vector<double>{3, 2, 1, 6, 5, 4});
+  CHECK(flipped(0) == std::vector<double>{4, 5, 6, 1, 2, 3});
+  for (int axis : {0, 1, 2, -1}) {
+    auto r = check([axis](const std::vector<Tensor>& t) { return ops::flip(t[0], axis); }, {Shape{3, 4, 2}},
+                   ("flip axis=" + std::to_string(axis)).c_str());
+    INFO(r.worst_entry());
+    REQUIRE(r.max_relative_error <= 1e-6);
+  }
+  auto batch = check_unknown_batch([](const std::vector<Tensor>& t) { return ops::flip(t[0], 1); }, {Shape{2, 5, 3}},
+                                   "flip unknown batch");
+  REQUIRE(batch.max_relative_error <= 1e-6);
+  Graph graph;
+  CHECK_THROWS_WITH(ops::flip(graph.placeholder({2, 3}, DType::float32, "x"), 2), Contains("axis 2 is out of range"));
+}
+
 TEST_CASE("concat gradient matches central differences", "[ops][shape][grad]") {
   auto r = check(
       [](const std::vector<Tensor>& x) {

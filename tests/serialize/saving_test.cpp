@@ -191,6 +191,19 @@ std::vector<ModelCase> every_layer_type() {
          return Model(x, Add()({a, b}));
        },
        {{4, 6, 3}}},
+      {"kiln>Bidirectional",
+       [] {
+         Tensor x = input({None, 6, 3});
+         Tensor seq = Bidirectional(LSTM(3, {{"return_sequences", true}}), "ave")(x);
+         return Model(x, Bidirectional(GRU(2, {{"bias_initializer", "random_normal"}}))(seq));
+       },
+       {{4, 6, 3}}},
+      {"kiln>TimeDistributed",
+       [] {
+         Tensor x = input({None, 6, 3});
+         return Model(x, TimeDistributed(Dense(2, "tanh"))(x));
+       },
+       {{4, 6, 3}}},
       {"kiln>Conv1D",
        [] {
          Tensor x = input({None, 9, 3});

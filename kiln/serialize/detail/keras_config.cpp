@@ -245,6 +245,11 @@ Config import_layer(const Config& entry, const std::string& where) {
     config = without_initializer_dtypes(config);
     if (class_name == "SimpleRNN" || class_name == "LSTM" || class_name == "GRU")
       config = import_recurrent(config, class_name, here);
+    // The wrappers hold whole layer entries.
+    for (const char* key : {"layer", "backward_layer"})
+      if (const Config* wrapped = config.find(key);
+          (class_name == "Bidirectional" || class_name == "TimeDistributed") && wrapped != nullptr && wrapped->is_map())
+        config.set(key, import_layer(*wrapped, here + ": " + key));
   }
   Config result = {{"class_name", class_name}, {"config", config}};
   if (const Config* registered = entry.find("registered_name"); registered != nullptr && !registered->is_null())

@@ -22,6 +22,7 @@ const std::map<std::string, KerasLayerClass>& keras_layer_classes() {
                              "Cropping2D",
                              "Dense",
                              "DepthwiseConv2D",
+                             "Bidirectional",
                              "Embedding",
                              "Flatten",
                              "GroupNormalization",
@@ -38,6 +39,7 @@ const std::map<std::string, KerasLayerClass>& keras_layer_classes() {
                              "SeparableConv1D",
                              "SeparableConv2D",
                              "SimpleRNN",
+                             "TimeDistributed",
                              "UpSampling1D",
                              "UpSampling2D",
                              "ZeroPadding1D",
@@ -70,7 +72,8 @@ const std::map<std::string, KerasLayerClass>& keras_layer_classes() {
                              "SpatialDropout2D",
                              "UnitNormalization"})
       table[name].built_at_init = true;
-    for (const char* name : {"BatchNormalization", "GRU", "GlobalAveragePooling1D", "LSTM", "SimpleRNN", "Softmax"})
+    for (const char* name : {"BatchNormalization", "Bidirectional", "GRU", "GlobalAveragePooling1D", "LSTM", "SimpleRNN",
+                             "Softmax", "TimeDistributed"})
       table[name].mask_argument = true;
     table["MultiHeadAttention"].build_arguments = {"query_shape", "value_shape", "key_shape"};
     return table;
@@ -167,6 +170,14 @@ Config export_layer(const Layer& layer) {
                  {"ragged", false},
                  {"name", arguments.at("name")},
                  {"optional", false}};
+  }
+  // A wrapper's layers (Bidirectional's "layer" and "backward_layer", TimeDistributed's "layer") in Keras's form.
+  for (const char* key : {"layer", "backward_layer"}) {
+    const Config* wrapped = arguments.find(key);
+    if (wrapped == nullptr || !wrapped->is_map() || !wrapped->contains("config")) continue;
+    const std::string wrapped_name = wrapped->at("config").get_string("name", "");
+    for (const LayerPtr& child : layer.layers())
+      if (child->name() == wrapped_name) arguments.set(key, export_layer(*child));
   }
   Config entry = {{"module", keras ? Config("keras.layers") : Config(package_part(registered))},
                   {"class_name", class_name},
