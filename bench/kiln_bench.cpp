@@ -114,6 +114,14 @@ Workload make_workload(const std::string& name, int seq) {
     h = kiln::GaussianDropout(0.2)(kiln::GaussianNoise(0.1)(h));
     return {kiln::Model(x, h, "noise"), random_array({32, 256, 64}, 1), random_array({32, 256, 64}, 2), "sgd"};
   }
+  if (name == "rnn") {
+    // The fused recurrent ops: an LSTM returning every step into a GRU returning its last, then a Dense.
+    const Tensor x = kiln::Input({None, 100, 32}, kiln::DType::float32, "x");
+    Tensor h = kiln::LSTM(128, {{"return_sequences", true}})(x);
+    h = kiln::GRU(64)(h);
+    return {kiln::Model(x, kiln::Dense(1)(h), "rnn"), random_array({32, 100, 32}, 1), random_array({32, 1}, 2),
+            "adam"};
+  }
   // long_mha: Keras's form, self-attention mha(x, x), biases on.
   const Tensor x = kiln::Input({None, seq, 256}, kiln::DType::float32, "x");
   const Tensor out = kiln::MultiHeadAttention(/*num_heads=*/8, /*key_dim=*/32, {{"use_bias", true}})(x, x);
@@ -218,6 +226,14 @@ std::vector<Gemm> gemm_list(const std::string& name, bool training, int seq) {
     add_matmul(list, training, 1, 32 * 256, 1, 64, false, true, true);
   } else if (name == "noise") {
     add_matmul(list, training, 1, 32 * 256, 64, 64, false, false, true);
+  } else if (name == "rnn") {
+    // Each layer: one GEMM for every step's input projection, then one a step for the recurrence (whose
+    // gradient needs both products: the state's and the recurrent kernel's).
+    add_matmul(list, training, 1, 32 * 100, 4 * 128, 32, false, false, true);
+    add_matmul(list, training, 100, 32, 4 * 128, 128, false, true, true);
+    add_matmul(list, training, 1, 32 * 100, 3 * 64, 128, false, true, true);
+    add_matmul(list, training, 100, 32, 3 * 64, 64, false, true, true);
+    add_matmul(list, training, 1, 32, 1, 64, false, true, true);
   } else if (name == "norms") {
     // No GEMMs: the %sgemm columns show "-".
   } else {

@@ -16,6 +16,8 @@
 //               relu, then Linear(64, 1) on every step, in NCL; MSE + Adam
 //   norms       GroupNorm(8, ε 1e-3) and RMS normalization (composed: torch 1.13 has no RMSNorm), twice, in NCL;
 //               MSE + Adam
+//   rnn         LSTM(32, 128) over (32, 100, 32) returning every step, GRU(128, 64) (torch's GRU is Keras's with
+//               reset_after) and Linear(64, 1) on its last step, batch first; MSE + Adam
 //   noise       Linear(64, 64), then spatial dropout, additive and multiplicative Gaussian noise as Keras's
 //               SpatialDropout1D, GaussianNoise and GaussianDropout compute them; MSE + SGD
 // Losses and optimizers as kiln compiles them: mean squared error (cnn_small: cross-entropy); SGD(lr 0.01) (Keras's
@@ -215,6 +217,25 @@ struct NoiseImpl : nn::Module {
 };
 TORCH_MODULE(Noise);
 
+// rnn: torch's fused LSTM and GRU (one layer each, batch first), then a Linear on the GRU's last output.
+struct RnnImpl : nn::Module {
+  nn::LSTM lstm{nullptr};
+  nn::GRU gru{nullptr};
+  nn::Linear head{nullptr};
+
+  RnnImpl() {
+    lstm = register_module("lstm", nn::LSTM(nn::LSTMOptions(32, 128).batch_first(true)));
+    gru = register_module("gru", nn::GRU(nn::GRUOptions(128, 64).batch_first(true)));
+    head = register_module("head", nn::Linear(64, 1));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    const torch::Tensor sequence = std::get<0>(lstm(x));
+    const torch::Tensor last = std::get<1>(gru(sequence));  // (layers, batch, 64)
+    return head(last[0]);
+  }
+};
+TORCH_MODULE(Rnn);
+
 // ---- the workloads --------------------------------------------------------------------------------------
 
 struct Workload {
@@ -252,6 +273,7 @@ Workload make_workload(const std::string& name, int seq) {
   if (name == "tcn") return wrap(Tcn(), uniform({32, 16, 256}), uniform({32, 256, 1}), true);
   if (name == "norms") return wrap(Norms(), uniform({32, 64, 256}), uniform({32, 64, 256}), true);
   if (name == "noise") return wrap(Noise(), uniform({32, 256, 64}), uniform({32, 256, 64}), false);
+  if (name == "rnn") return wrap(Rnn(), uniform({32, 100, 32}), uniform({32, 1}), true);
   return wrap(MultiHeadSelfAttention(256, 8, 32, /*bias=*/true), uniform({4, seq, 256}), uniform({4, seq, 256}), false);
 }
 

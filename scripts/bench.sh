@@ -5,6 +5,7 @@
 #   BENCH_QUICK=1    a fast subset: every workload but long_mha at sequence 512 only, one round, short timing
 #   BENCH_THREADS    thread counts to run (default "1 2")
 #   BENCH_ROUNDS     rounds per row (default 3; 1 with BENCH_QUICK)
+#   BENCH_ONLY       only the workloads whose name matches this awk regex ("rnn", "norms|noise")
 #   BENCH_PEER_ENV   environment for the peer's processes; default "OMP_WAIT_POLICY=passive" (set it to ""
 #                    for libtorch's defaults). Debian's libtorch runs its own kernels on GNU OpenMP threads,
 #                    which spin between parallel regions by default, and its GEMMs on OpenBLAS's pthreads: at
@@ -58,6 +59,8 @@ tcn train_step -
 norms forward -
 norms train_step -
 noise train_step -
+rnn forward -
+rnn train_step -
 long_mha forward 512
 long_mha train_step 512"
   timing=(--warmup 3 --min-time 0.3 --max-time 1)
@@ -72,12 +75,19 @@ cnn_small train_step -
 tcn train_step -
 norms forward -
 norms train_step -
-noise train_step -"
+noise train_step -
+rnn forward -
+rnn train_step -"
   for mode in forward train_step; do
     for seq in 256 512 1024 2048; do rows="$rows
 long_mha $mode $seq"; done
   done
   timing=(--warmup 3 --min-time 1 --max-time 2)
+fi
+
+if [ -n "${BENCH_ONLY:-}" ]; then
+  rows=$(awk -v only="$BENCH_ONLY" '$1 ~ "^(" only ")$"' <<<"$rows")
+  [ -n "$rows" ] || { echo "bench: BENCH_ONLY='$BENCH_ONLY' matches no workload" >&2; exit 1; }
 fi
 
 results="$build/bench/results.jsonl"

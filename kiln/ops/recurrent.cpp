@@ -28,6 +28,14 @@
 #include <string>
 #include <vector>
 
+// xsimd's AVX-512 intrinsics trip g++ 12's (maybe-)uninitialized warnings once inlined; they point into
+// the compiler's own headers, so they are silenced for this include only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <xsimd/xsimd.hpp>
+#pragma GCC diagnostic pop
+
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/op.hpp>
@@ -72,6 +80,32 @@ T apply(Act act, T x) {
     case Act::hard_sigmoid: return std::clamp(x / T(6) + T(0.5), T(0), T(1));  // Keras 3's: relu6(x + 3) / 6
   }
   return x;
+}
+
+// out[j] = act(in[j]) for n elements, in SIMD batches: the gates' transcendentals are most of a step's
+// elementwise time (std::tanh and std::exp one at a time made the forward pass 2x libtorch's). Matches
+// apply() to rounding; in and out may be the same array.
+template <class T>
+void activate(Act act, const T* in, T* out, std::int64_t n) {
+  using Batch = xsimd::batch<T>;
+  constexpr auto lanes = static_cast<std::int64_t>(Batch::size);
+  std::int64_t j = 0;
+  switch (act) {
+    case Act::linear:
+      if (in != out) std::copy(in, in + n, out);
+      return;
+    case Act::tanh:
+      for (; j + lanes <= n; j += lanes) xsimd::tanh(Batch::load_unaligned(in + j)).store_unaligned(out + j);
+      break;
+    case Act::sigmoid:
+      for (; j + lanes <= n; j += lanes)
+        (Batch(T(1)) / (Batch(T(1)) + xsimd::exp(-Batch::load_unaligned(in + j)))).store_unaligned(out + j);
+      break;
+    case Act::relu:
+    case Act::hard_sigmoid:
+      break;  // cheap: the scalar loop below (which keeps a NaN, as relu does)
+  }
+  for (; j < n; ++j) out[j] = apply(act, in[j]);
 }
 
 // The derivative at the point whose activation is y.
@@ -385,7 +419,8 @@ struct Forward {
                     static_cast<std::size_t>(s.units) * sizeof(T));
   }
 
-  // Row b's new state, before masking, and the gates into step k's records.
+  // Row b's new state, before masking, and the gates into step k's records: the pre-activations summed into
+  // the gate plane, then each gate's activation over its block.
   void cell_step(std::int64_t k, std::int64_t b) {
     const std::int64_t u = s.units, width = s.width();
     const T* in = projected + (b * s.steps + q.time_of(k)) * width;
@@ -394,33 +429,32 @@ struct Forward {
     T* gates = out + s.gate_plane() + b * width;
     T* new_h = out + s.h_plane() + b * u;
     if (s.cell == Cell::simple_rnn) {
-      for (std::int64_t j = 0; j < u; ++j) new_h[j] = gates[j] = apply(s.act, in[j] + rec[j]);
+      for (std::int64_t j = 0; j < u; ++j) gates[j] = in[j] + rec[j];
+      activate(s.act, gates, gates, u);
+      std::copy(gates, gates + u, new_h);
     } else if (s.cell == Cell::lstm) {
+      for (std::int64_t j = 0; j < width; ++j) gates[j] = in[j] + rec[j];
+      activate(s.recurrent_act, gates, gates, 2 * u);  // i, f
+      activate(s.act, gates + 2 * u, gates + 2 * u, u);  // c
+      activate(s.recurrent_act, gates + 3 * u, gates + 3 * u, u);  // o
       const T* c_prev = r.previous(k, 1) + b * u;
       T* new_c = out + s.c_plane() + b * u;
       T* act_c = out + s.aux_plane() + b * u;
-      for (std::int64_t j = 0; j < u; ++j) {
-        const T i = apply(s.recurrent_act, in[j] + rec[j]);
-        const T f = apply(s.recurrent_act, in[u + j] + rec[u + j]);
-        const T g = apply(s.act, in[2 * u + j] + rec[2 * u + j]);
-        const T o = apply(s.recurrent_act, in[3 * u + j] + rec[3 * u + j]);
-        gates[j] = i, gates[u + j] = f, gates[2 * u + j] = g, gates[3 * u + j] = o;
-        new_c[j] = f * c_prev[j] + i * g;
-        act_c[j] = apply(s.act, new_c[j]);
-        new_h[j] = o * act_c[j];
-      }
+      for (std::int64_t j = 0; j < u; ++j) new_c[j] = gates[u + j] * c_prev[j] + gates[j] * gates[2 * u + j];
+      activate(s.act, new_c, act_c, u);
+      for (std::int64_t j = 0; j < u; ++j) new_h[j] = gates[3 * u + j] * act_c[j];
     } else {  // GRU with reset_after: the recurrent bias joins the recurrent part, which r multiplies
       const T* recurrent_bias = q.bias + width;
       const T* h_prev = r.previous(k, 0) + b * u;
       T* recurrent_h = out + s.aux_plane() + b * u;
+      for (std::int64_t j = 0; j < 2 * u; ++j) gates[j] = in[j] + rec[j] + recurrent_bias[j];
+      activate(s.recurrent_act, gates, gates, 2 * u);  // z, r
       for (std::int64_t j = 0; j < u; ++j) {
-        const T z = apply(s.recurrent_act, in[j] + rec[j] + recurrent_bias[j]);
-        const T reset = apply(s.recurrent_act, in[u + j] + rec[u + j] + recurrent_bias[u + j]);
         recurrent_h[j] = rec[2 * u + j] + recurrent_bias[2 * u + j];
-        const T candidate = apply(s.act, in[2 * u + j] + reset * recurrent_h[j]);
-        gates[j] = z, gates[u + j] = reset, gates[2 * u + j] = candidate;
-        new_h[j] = z * h_prev[j] + (T(1) - z) * candidate;
+        gates[2 * u + j] = in[2 * u + j] + gates[u + j] * recurrent_h[j];
       }
+      activate(s.act, gates + 2 * u, gates + 2 * u, u);  // the candidate
+      for (std::int64_t j = 0; j < u; ++j) new_h[j] = gates[j] * h_prev[j] + (T(1) - gates[j]) * gates[2 * u + j];
     }
   }
 
@@ -434,11 +468,9 @@ struct Forward {
       const T* in = projected + (b * s.steps + t) * width;
       const T* rec = step + b * width;
       T* gates = out + s.gate_plane() + b * width;
-      for (std::int64_t j = 0; j < u; ++j) {
-        gates[j] = apply(s.recurrent_act, in[j] + rec[j]);
-        gates[u + j] = apply(s.recurrent_act, in[u + j] + rec[u + j]);
-        reset_h[b * u + j] = gates[u + j] * h[b * u + j];
-      }
+      for (std::int64_t j = 0; j < 2 * u; ++j) gates[j] = in[j] + rec[j];
+      activate(s.recurrent_act, gates, gates, 2 * u);  // z, r
+      for (std::int64_t j = 0; j < u; ++j) reset_h[b * u + j] = gates[u + j] * h[b * u + j];
     });
     product(s.batch, u, u, masked_rows(q, static_cast<const T*>(reset_h), 2, gated_h), u, false, q.recurrent + 2 * u,
             width, false, step + 2 * u, width, false);
@@ -447,10 +479,9 @@ struct Forward {
       const T* rec = step + b * width;
       T* gates = out + s.gate_plane() + b * width;
       T* new_h = out + s.h_plane() + b * u;
-      for (std::int64_t j = 0; j < u; ++j) {
-        gates[2 * u + j] = apply(s.act, in[2 * u + j] + rec[2 * u + j]);
-        new_h[j] = gates[j] * h[b * u + j] + (T(1) - gates[j]) * gates[2 * u + j];
-      }
+      for (std::int64_t j = 0; j < u; ++j) gates[2 * u + j] = in[2 * u + j] + rec[2 * u + j];
+      activate(s.act, gates + 2 * u, gates + 2 * u, u);  // the candidate
+      for (std::int64_t j = 0; j < u; ++j) new_h[j] = gates[j] * h[b * u + j] + (T(1) - gates[j]) * gates[2 * u + j];
     });
   }
 
