@@ -24,6 +24,7 @@
 #include <kiln/layers/initializers.hpp>
 #include <kiln/layers/layer.hpp>
 #include <kiln/layers/layer_normalization.hpp>
+#include <kiln/layers/masking.hpp>
 #include <kiln/layers/merging.hpp>
 #include <kiln/layers/mh_attention.hpp>
 #include <kiln/layers/model.hpp>

@@ -216,6 +216,28 @@ void Graph::add_loss(const Tensor& loss) {
   losses_.push_back(loss);
 }
 
+void Graph::set_mask(const Tensor& tensor, const Tensor& mask) {
+  if (!tensor.valid() || !mask.valid() || &tensor.graph() != this || &mask.graph() != this)
+    throw Error("set_mask: the tensor and its mask must belong to this graph");
+  const Shape& shape = tensor.shape();
+  const Shape& steps = mask.shape();
+  auto fits = [](std::int64_t a, std::int64_t b) { return a == b || a == Shape::unknown || b == Shape::unknown; };
+  bool ok = steps.rank() >= 1 && steps.rank() < shape.rank() && mask.dtype() == tensor.dtype();
+  for (int axis = 0; ok && axis < steps.rank(); ++axis) ok = fits(steps[axis], shape[axis]);
+  if (!ok)
+    throw ShapeError(node(mask.id()).describe() + ": a mask has its tensor's leading dimensions (batch, steps) "
+                     "and dtype; " +
+                     node(tensor.id()).describe() + " is " + shape.to_string() + " " + dtype_name(tensor.dtype()) +
+                     ", the mask " + steps.to_string() + " " + dtype_name(mask.dtype()));
+  masks_[tensor.id()] = mask.id();
+}
+
+Tensor Graph::mask_of(const Tensor& tensor) {
+  if (!tensor.valid() || &tensor.graph() != this) return Tensor();
+  const auto found = masks_.find(tensor.id());
+  return found == masks_.end() ? Tensor() : Tensor(this, found->second);
+}
+
 void Graph::add_state_update(const Tensor& variable, const Tensor& value) {
   if (!variable.valid() || !value.valid() || &variable.graph() != this || &value.graph() != this)
     throw Error("add_state_update: both tensors must belong to this graph");

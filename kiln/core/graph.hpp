@@ -136,6 +136,14 @@ class Graph {
   /// applied. Layers take their names ("dense", "dense_1") from it too.
   std::string unique_name(const std::string& base);
 
+  /// Attaches Keras's mask to `tensor` (what Keras keeps as the tensor's _keras_mask): the tensor's leading
+  /// dimensions, usually (batch, steps), in its dtype, 0 at padding steps. Layers set it on their outputs
+  /// (Layer::compute_mask) and read it from their inputs. Error for tensors of another graph; ShapeError for
+  /// a mask of other dimensions or dtype, or of the tensor's whole rank.
+  void set_mask(const Tensor& tensor, const Tensor& mask);
+  /// The mask attached to `tensor`, or an empty Tensor.
+  Tensor mask_of(const Tensor& tensor);
+
   /// How many times `key` was counted in this graph before this call (0, 1, 2, ...). Layers count their
   /// calls with it, so the k-th call of a layer draws the same randomness in any graph built the same
   /// way, whatever else the graph holds.
@@ -154,6 +162,7 @@ class Graph {
   std::map<const void*, NodeId> variable_by_storage_;
   std::vector<Update> state_updates_;
   std::vector<Tensor> losses_;
+  std::map<NodeId, NodeId> masks_;
 };
 
 }  // namespace kiln

@@ -13,6 +13,7 @@ namespace kiln {
 /// weights, and the output has the input's shape.
 class ActivationLayer : public Layer {
  public:
+  bool supports_masking() const override { return true; }  ///< passes the mask on, as Keras's does
   /// Arguments (Keras names): activation (required; a name ops::activation knows).
   /// A null or empty activation is the identity, "linear". A missing activation, an unknown activation name or
   /// an unknown key throws ConfigError.
@@ -48,6 +49,7 @@ class Activation : public LayerHandle<ActivationLayer> {
 /// above threshold, negative_slope · (x − threshold) below it.
 class ReLULayer : public Layer {
  public:
+  bool supports_masking() const override { return true; }  ///< passes the mask on, as Keras's does
   /// Arguments (Keras names and defaults): max_value = null (no cap), negative_slope = 0, threshold = 0;
   /// ConfigError for a negative one or an unknown key.
   explicit ReLULayer(const Config& config);
@@ -64,6 +66,7 @@ class ReLULayer : public Layer {
 /// The layer behind kiln::LeakyReLU: x for x ≥ 0, negative_slope · x below.
 class LeakyReLULayer : public Layer {
  public:
+  bool supports_masking() const override { return true; }  ///< passes the mask on, as Keras's does
   /// Arguments: negative_slope = 0.3 (Keras 3's default; Keras 2's name for it, alpha, is read too).
   /// ConfigError for a negative slope or an unknown key.
   explicit LeakyReLULayer(const Config& config);
@@ -79,6 +82,7 @@ class LeakyReLULayer : public Layer {
 /// The layer behind kiln::ELU: x for x > 0, alpha · (exp(x) − 1) below.
 class ELULayer : public Layer {
  public:
+  bool supports_masking() const override { return true; }  ///< passes the mask on, as Keras's does
   /// Arguments: alpha = 1.0. ConfigError on an unknown key.
   explicit ELULayer(const Config& config);
   Config get_config() const override;
@@ -93,6 +97,7 @@ class ELULayer : public Layer {
 /// The layer behind kiln::Softmax: softmax over an axis, or jointly over several.
 class SoftmaxLayer : public Layer {
  public:
+  bool supports_masking() const override { return true; }  ///< passes the mask on, as Keras's does
   /// Arguments: axis = -1 (an int or a list of ints). ConfigError on an unknown key or an empty list; an
   /// axis the input lacks is refused when the layer is called (ShapeError).
   explicit SoftmaxLayer(const Config& config);
@@ -110,6 +115,7 @@ class SoftmaxLayer : public Layer {
 /// without its batch axis (size 1 along shared_axes).
 class PReLULayer : public Layer {
  public:
+  bool supports_masking() const override { return true; }  ///< passes the mask on, as Keras's does
   /// Arguments: alpha_initializer = zeros, alpha_regularizer, alpha_constraint, shared_axes = null (an int
   /// or a list of axes, counted with the batch axis as 0). ConfigError on an unknown key.
   explicit PReLULayer(const Config& config);

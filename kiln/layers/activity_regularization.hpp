@@ -8,6 +8,7 @@ namespace kiln {
 /// The layer behind kiln::ActivityRegularization: an activity regularizer L1L2(l1, l2) on the identity.
 class ActivityRegularizationLayer : public Layer {
  public:
+  bool supports_masking() const override { return true; }  ///< passes the mask on, as Keras's does
   /// Arguments (Keras's): l1 = 0.0, l2 = 0.0, non-negative. ConfigError otherwise or for an unknown key.
   explicit ActivityRegularizationLayer(const Config& config);
   double l1() const { return l1_; }  ///< the factor of Σ|x|

@@ -74,6 +74,8 @@ class AttentionLayer : public Layer {
   /// outside [0, 1), a seed that is not an integer or an unknown key.
   explicit AttentionLayer(const Config& config);
   Config get_config() const override;
+  /// The output keeps the query's steps: the query's mask passes on, as in Keras.
+  bool supports_masking() const override { return true; }
 
  protected:
   /// Checks the shapes of [query, value] or [query, value, key] and creates the weights.
@@ -86,6 +88,8 @@ class AttentionLayer : public Layer {
   std::vector<std::string> call_argument_names() const override {
     return {"query_mask", "value_mask", "use_causal_mask", "return_attention_scores"};
   }
+  /// The query's and the value's masks fill query_mask and value_mask, as Keras's mask=[query, value].
+  std::vector<std::string> input_mask_arguments() const override { return {"query_mask", "value_mask"}; }
   std::pair<std::size_t, std::size_t> input_count() const override { return {2, 3}; }
 
  private:

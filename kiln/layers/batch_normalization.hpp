@@ -14,6 +14,7 @@ namespace kiln {
 /// order.
 class BatchNormalizationLayer : public Layer {
  public:
+  bool supports_masking() const override { return true; }  ///< passes the mask on, as Keras's does
   /// Arguments (Keras names and defaults): axis = -1 (the feature axis), momentum = 0.99, epsilon = 1e-3,
   /// center = true, scale = true, beta_initializer = zeros, gamma_initializer = ones,
   /// moving_mean_initializer = zeros, moving_variance_initializer = ones, synchronized = false and

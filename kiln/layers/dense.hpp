@@ -12,6 +12,7 @@ namespace kiln {
 /// "kernel" (input_dim, units) and, with use_bias, "bias" (units,).
 class DenseLayer : public Layer {
  public:
+  bool supports_masking() const override { return true; }  ///< passes the mask on, as Keras's does
   /// Arguments (Keras names and defaults): units (required), activation = null (linear), use_bias = true,
   /// kernel_initializer = glorot_uniform, bias_initializer = zeros.
   /// Regularizers, constraints, LoRA and quantization_config must stay null. Throws ConfigError when units is

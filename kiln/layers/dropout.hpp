@@ -15,6 +15,7 @@ namespace kiln {
 /// It has no weights.
 class DropoutLayer : public Layer {
  public:
+  bool supports_masking() const override { return true; }  ///< passes the mask on, as Keras's does
   /// Arguments (Keras names and defaults): rate (required, in [0, 1)), noise_shape = null (a list of the
   /// input's rank, each entry null or the input's size on that axis, or 1 to share one draw along it),
   /// seed = null (then the mask stream is keyed by the layer's name).

@@ -11,8 +11,7 @@ EmbeddingLayer::EmbeddingLayer(const Config& config) : Layer(config, "Embedding"
   input_dim_ = args.integer("input_dim");
   output_dim_ = args.integer("output_dim");
   embeddings_initializer_ = Initializer::from_argument(args, "embeddings_initializer", "uniform");
-  // Masks do not flow between kiln layers yet, so a mask_zero layer could not do what it promises.
-  if (args.boolean("mask_zero", false)) args.fail("mask_zero = true is not supported by kiln yet");
+  mask_zero_ = args.boolean("mask_zero", false);
   embeddings_regularization_ = WeightRegularization::from_arguments(args, "embeddings");
   for (const char* key : {"weights", "lora_rank", "lora_alpha", "quantization_config"}) args.unsupported(key);
   // Keras 3 still accepts the Keras 2 argument input_length and ignores it; so do we, to load old configs.
@@ -29,7 +28,7 @@ Config EmbeddingLayer::get_config() const {
   config.set("embeddings_initializer", embeddings_initializer_.get_config());
   embeddings_regularization_.write(config, "embeddings");
   config = with_activity_regularizer(config);
-  config.set("mask_zero", false);
+  config.set("mask_zero", mask_zero_);
   config.set("quantization_config", Config());
   return config;
 }
@@ -41,6 +40,12 @@ void EmbeddingLayer::build(const Shape&) {
 
 Tensor EmbeddingLayer::call(const Tensor& input, const CallArgs&) {
   return ops::gather(variable(embeddings_, input), input);
+}
+
+// Keras's: the steps whose index is 0 are padding.
+std::vector<Tensor> EmbeddingLayer::compute_mask(const std::vector<Tensor>& inputs, const Tensor&) const {
+  const Tensor& ids = inputs.at(0);
+  return {ops::scalar_like(ids, 1.0) - ops::equal(ids, ops::scalar_like(ids, 0.0))};
 }
 
 Embedding::Embedding(std::int64_t input_dim, std::int64_t output_dim, const Config& options)

@@ -13,7 +13,8 @@ namespace kiln {
 class EmbeddingLayer : public Layer {
  public:
   /// Arguments (Keras names and defaults): input_dim (required; the vocabulary size), output_dim (required),
-  /// embeddings_initializer = uniform (RandomUniform(-0.05, 0.05)), mask_zero = false (only false).
+  /// embeddings_initializer = uniform (RandomUniform(-0.05, 0.05)), mask_zero = false (true: index 0 is
+  /// padding, and the output carries a mask, 0 where the index is 0, to the layers after it).
   /// Regularizers, constraints and LoRA are not supported.
   /// Keras 2's input_length is accepted and ignored, so old configs load. Throws ConfigError when a dimension
   /// is missing or not positive, when an unsupported argument is set, or on an unknown key.
@@ -21,6 +22,10 @@ class EmbeddingLayer : public Layer {
   std::int64_t input_dim() const { return input_dim_; }    ///< the vocabulary size: indices are 0 .. input_dim-1
   std::int64_t output_dim() const { return output_dim_; }  ///< the length of each embedding vector
   Config get_config() const override;
+  bool mask_zero() const { return mask_zero_; }  ///< whether index 0 is padding, masked downstream
+  bool supports_masking() const override { return mask_zero_; }
+  /// With mask_zero, the input's nonzero indices as a mask (1 kept, 0 padding).
+  std::vector<Tensor> compute_mask(const std::vector<Tensor>& inputs, const Tensor& mask) const override;
 
  protected:
   /// Creates the embeddings matrix; its shape does not depend on the input's.
@@ -32,6 +37,7 @@ class EmbeddingLayer : public Layer {
  private:
   std::int64_t input_dim_ = 0;
   std::int64_t output_dim_ = 0;
+  bool mask_zero_ = false;
   Initializer embeddings_initializer_;
   WeightRegularization embeddings_regularization_;
   WeightId embeddings_ = 0;

@@ -16,6 +16,7 @@ namespace kiln {
 /// (with scale) and "beta" (with center), in Keras's order.
 class GroupNormalizationLayer : public Layer {
  public:
+  bool supports_masking() const override { return true; }  ///< passes the mask on, as Keras's does
   /// Arguments (Keras names and defaults): groups = 32 (-1: one group per channel, instance
   /// normalization), axis = -1 (the channel axis), epsilon = 1e-3, center = true, scale = true,
   /// beta_initializer = zeros, gamma_initializer = ones. ConfigError for groups that are neither positive

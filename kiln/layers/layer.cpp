@@ -9,6 +9,7 @@
 #include <kiln/core/graph.hpp>
 #include <kiln/core/op.hpp>
 #include <kiln/core/rng.hpp>
+#include <kiln/core/warnings.hpp>
 #include <kiln/layers/detail/replay.hpp>
 #include <kiln/ops/ops.hpp>
 
@@ -369,12 +370,36 @@ Outputs Layer::operator()(const std::vector<Tensor>& given_inputs, const CallArg
     throw DTypeError(describe() + " holds " + dtype_name(dtype_) + " weights but was called on " +
                      dtype_name(inputs[0].dtype()) + " input " + inputs[0].shape().to_string() +
                      "; layers do not cast: give the layer a dtype or feed " + dtype_name(dtype_));
+  // Keras's masks: the call's "mask" argument, else the first input's. The mask arguments the call does not
+  // give are filled from the inputs' masks (not recorded: a replay finds them again on its own inputs).
+  const std::vector<std::string> names = call_argument_names();
+  const bool takes_mask = std::find(names.begin(), names.end(), "mask") != names.end();
+  const Tensor* given_mask = args.find_tensor("mask");
+  const Tensor previous_mask = given_mask ? *given_mask : graph.mask_of(inputs[0]);
+  CallArgs call_args = args;
+  const std::vector<std::string> fills = input_mask_arguments();
+  bool mask_taken = false;
+  for (std::size_t i = 0; i < fills.size() && i < inputs.size(); ++i) {
+    if (fills[i].empty()) continue;
+    const Tensor mask = graph.mask_of(inputs[i]);
+    mask_taken = mask_taken || (i == 0 && mask.valid());
+    if (mask.valid() && args.find_tensor(fills[i]) == nullptr) call_args.tensor(fills[i], mask);
+  }
   std::vector<Tensor> outputs;
   {
     Graph::NameScope scope(graph, name_);
-    outputs = call(inputs, args);
+    outputs = call(inputs, call_args);
     if (activity_regularizer_)
       for (const Tensor& output : outputs) add_activity_loss(activity_regularizer_, output);
+    if (supports_masking()) {
+      const std::vector<Tensor> masks = compute_mask(inputs, previous_mask);
+      for (std::size_t i = 0; i < outputs.size() && i < masks.size(); ++i)
+        if (masks[i].valid() && !graph.mask_of(outputs[i]).valid()) graph.set_mask(outputs[i], masks[i]);
+    } else if (previous_mask.valid() && !takes_mask && !mask_taken && !warned_about_mask_) {
+      warned_about_mask_ = true;
+      warn(describe() + " was passed an input with a mask, but does not support masking: the mask stops here " +
+           "and the layers after it do not see it");
+    }
   }
   if (output_shapes_.empty())
     for (const Tensor& output : outputs) output_shapes_.push_back(output.shape());
@@ -388,6 +413,14 @@ Outputs Layer::operator()(const std::vector<Tensor>& given_inputs, const CallArg
   for (std::size_t i = 0; i < outputs.size(); ++i)
     result.push_back(outputs[i].with_producer(record, static_cast<int>(i)));
   return result;
+}
+
+std::vector<Tensor> Layer::compute_mask(const std::vector<Tensor>&, const Tensor& mask) const { return {mask}; }
+
+std::vector<std::string> Layer::input_mask_arguments() const {
+  const std::vector<std::string> names = call_argument_names();
+  if (std::find(names.begin(), names.end(), "mask") == names.end()) return {};
+  return {"mask"};
 }
 
 std::vector<Shape> Layer::build_shapes_for(const std::vector<Tensor>& inputs, const CallArgs&) const {

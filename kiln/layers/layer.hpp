@@ -198,6 +198,15 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// MultiHeadAttention lists its EinsumDense projections, softmax and dropout.
   virtual std::vector<std::pair<std::string, std::string>> keras_sublayers() const;
 
+  /// Whether the layer passes masks on (Keras's supports_masking): its outputs get compute_mask()'s masks. A
+  /// layer that does not, called on a masked input, warns (kiln::warn) that the mask stops there, as Keras
+  /// does. False by default.
+  virtual bool supports_masking() const { return false; }
+  /// The outputs' masks (an empty Tensor for none), from the inputs and `mask`: the call's "mask" argument,
+  /// or the first input's mask. The default gives the first output `mask`, as Keras's default does: a
+  /// layer that keeps the steps (Dense, Dropout, LayerNormalization) passes it on.
+  virtual std::vector<Tensor> compute_mask(const std::vector<Tensor>& inputs, const Tensor& mask) const;
+
   /// Whether the layer trains. A frozen layer's weights, its children's included, are non-trainable: fit()
   /// leaves them alone. Saved as "trainable".
   bool trainable() const { return trainable_; }
@@ -270,8 +279,14 @@ class Layer : public std::enable_shared_from_this<Layer> {
   virtual std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallArgs& args);
   /// The layer's output for `input`; the default throws LayerStateError, as one of the two must be overridden.
   virtual Tensor call(const Tensor& input, const CallArgs& args);
-  /// Names of the CallArgs tensors and options this layer understands; others are rejected at call time.
+  /// Names of the CallArgs tensors and options this layer understands; others are rejected at call time. A
+  /// layer that lists "mask" is given its first input's mask (Graph::mask_of) when the call gives none.
   virtual std::vector<std::string> call_argument_names() const { return {}; }
+  /// For each positional input, the call argument its mask fills when the call gives none (Keras's
+  /// `<name>_mask` arguments): by default "mask" for the first input of a layer whose call takes "mask";
+  /// MultiHeadAttention fills "query_mask", "value_mask" and "key_mask". "" for an input whose mask no
+  /// argument takes.
+  virtual std::vector<std::string> input_mask_arguments() const;
   /// Inputs the layer takes: {min, max}; checked before build.
   virtual std::pair<std::size_t, std::size_t> input_count() const { return {1, 1}; }
   /// The shapes the first call builds from: the inputs' shapes by default. A layer that also takes an input
@@ -365,6 +380,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
   bool dtype_given_ = false;
   bool built_ = false;
   bool building_ = false;
+  mutable bool warned_about_mask_ = false;
   std::vector<Shape> build_shapes_;
   std::vector<Shape> output_shapes_;
   std::vector<OwnWeight> weights_;

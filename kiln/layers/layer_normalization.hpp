@@ -13,6 +13,7 @@ namespace kiln {
 /// (with scale) and "beta" (with center), in that order, as in Keras.
 class LayerNormalizationLayer : public Layer {
  public:
+  bool supports_masking() const override { return true; }  ///< passes the mask on, as Keras's does
   /// Arguments (Keras names and defaults): axis = -1 (an int or a list of any axes but the batch's),
   /// epsilon = 1e-3, center = true, scale = true, rms_scaling = false (only false), beta_initializer = zeros,
   /// gamma_initializer = ones, beta/gamma regularizers and constraints.

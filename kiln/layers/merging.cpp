@@ -1,9 +1,11 @@
 #include <kiln/layers/merging.hpp>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 
 #include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
 #include <kiln/ops/ops.hpp>
 
 namespace kiln {
@@ -48,6 +50,30 @@ void MergeLayer::check_shapes(const std::vector<Shape>& input_shapes) const {
 }
 
 void MergeLayer::build(const std::vector<Shape>& input_shapes) { check_shapes(input_shapes); }
+
+namespace {
+// Each input's mask, empty where it has none.
+std::vector<Tensor> masks_of(const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> masks;
+  for (const Tensor& input : inputs) masks.push_back(input.graph().mask_of(input));
+  return masks;
+}
+bool all_valid(const std::vector<Tensor>& masks) {
+  return std::all_of(masks.begin(), masks.end(), [](const Tensor& m) { return m.valid(); });
+}
+// Masks hold 1 and 0: their maximum is the logical or.
+Tensor any_of(const std::vector<Tensor>& masks) {
+  Tensor result = masks.front();
+  for (std::size_t i = 1; i < masks.size(); ++i) result = ops::maximum(result, masks[i]);
+  return result;
+}
+}  // namespace
+
+std::vector<Tensor> MergeLayer::compute_mask(const std::vector<Tensor>& inputs, const Tensor&) const {
+  const std::vector<Tensor> masks = masks_of(inputs);
+  if (!all_valid(masks)) return {};
+  return {any_of(masks)};
+}
 
 std::vector<Tensor> MergeLayer::call(const std::vector<Tensor>& inputs, const CallArgs&) {
   check_shapes(shapes_of(inputs));
@@ -114,6 +140,22 @@ void ConcatenateLayer::build(const std::vector<Shape>& input_shapes) { check_sha
 std::vector<Tensor> ConcatenateLayer::call(const std::vector<Tensor>& inputs, const CallArgs&) {
   check_shapes(shapes_of(inputs));
   return {ops::concat(inputs, static_cast<int>(axis_))};
+}
+
+std::vector<Tensor> ConcatenateLayer::compute_mask(const std::vector<Tensor>& inputs, const Tensor&) const {
+  std::vector<Tensor> masks = masks_of(inputs);
+  if (std::none_of(masks.begin(), masks.end(), [](const Tensor& m) { return m.valid(); })) return {};
+  const int rank = inputs.front().rank();
+  const int axis = static_cast<int>(axis_ < 0 ? axis_ + rank : axis_);
+  const Tensor& first_mask = *std::find_if(masks.begin(), masks.end(), [](const Tensor& m) { return m.valid(); });
+  if (axis < first_mask.rank()) {
+    // Joined along the masked axes (the steps): the masks join too, all ones for an input without one.
+    for (std::size_t i = 0; i < masks.size(); ++i)
+      if (!masks[i].valid()) masks[i] = ops::ones_like(ops::max(inputs[i], {-1}));
+    return {ops::concat(masks, axis)};
+  }
+  if (!all_valid(masks)) return {};  // an input without a mask keeps every step
+  return {any_of(masks)};
 }
 
 // ---- Dot ------------------------------------------------------------------------------------------------

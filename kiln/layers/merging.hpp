@@ -20,6 +20,10 @@ class MergeLayer : public Layer {
   /// No arguments besides the base ones; any other key throws ConfigError.
   MergeLayer(const Config& config, const std::string& class_name, Kind kind);
   Kind kind() const { return kind_; }  ///< how the inputs combine
+  /// Keras's: a step is kept where any input keeps it (the inputs' masks or-ed); no mask unless every input
+  /// has one.
+  bool supports_masking() const override { return true; }
+  std::vector<Tensor> compute_mask(const std::vector<Tensor>& inputs, const Tensor& mask) const override;
 
  protected:
   void build(const std::vector<Shape>& input_shapes) override;
@@ -81,6 +85,10 @@ class ConcatenateLayer : public Layer {
   explicit ConcatenateLayer(const Config& config);
   std::int64_t axis() const { return axis_; }  ///< as given: negative counts from the end
   Config get_config() const override;
+  /// Keras's: joined along the steps, the masks join too (an input without one counts as all kept); joined
+  /// along another axis, a step is kept where any input keeps it, and every one is where an input has no mask.
+  bool supports_masking() const override { return true; }
+  std::vector<Tensor> compute_mask(const std::vector<Tensor>& inputs, const Tensor& mask) const override;
 
  protected:
   void build(const std::vector<Shape>& input_shapes) override;
@@ -108,6 +116,9 @@ class DotLayer : public Layer {
   /// The contracted axis of each input, as given.
   const std::vector<std::int64_t>& axes() const { return axes_; }
   Config get_config() const override;
+  /// Keras's: the product has no mask (the steps are summed over or recombined).
+  bool supports_masking() const override { return true; }
+  std::vector<Tensor> compute_mask(const std::vector<Tensor>&, const Tensor&) const override { return {}; }
 
  protected:
   void build(const std::vector<Shape>& input_shapes) override;

@@ -98,6 +98,9 @@ class ModelBase : public Layer {
   /// for other models.
   virtual bool builds_from_data() const { return false; }
   LayerPtr get_layer(const std::string& name) const;  ///< ValueError naming the known layers
+  /// Masks flow through a model as through its layers: its outputs keep the masks its layers gave them.
+  bool supports_masking() const override { return true; }
+  std::vector<Tensor> compute_mask(const std::vector<Tensor>&, const Tensor&) const override { return {}; }
   /// The inputs' shapes, batch dimension first, in input order.
   std::vector<Shape> input_shapes() const;
   /// The inputs' dtypes, in input order: what predict converts its arrays to.

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
 #include <kiln/core/rng.hpp>
 #include <kiln/layers/detail/attention_math.hpp>
 #include <kiln/layers/detail/seed.hpp>
@@ -192,8 +193,43 @@ std::vector<Tensor> MultiHeadAttentionLayer::call(const std::vector<Tensor>& inp
   const Tensor q = project(query, query_, key_depth_) * (1.0 / std::sqrt(static_cast<double>(key_depth_)));
   const Tensor k = project(key, key_, key_depth_);
   const Tensor v = project(value, value_, value_depth_);
+  // Keras's _compute_attention_mask: the query's mask on the rows, the value's and the key's on the columns,
+  // and the attention_mask given, all together.
+  const Tensor* query_mask = args.find_tensor("query_mask");
+  const Tensor* value_mask = args.find_tensor("value_mask");
+  Tensor key_mask_holder = key_argument != nullptr ? key.graph().mask_of(key) : Tensor();
+  const Tensor* key_mask = args.find_tensor("key_mask");
+  if (key_mask == nullptr && key_mask_holder.valid()) key_mask = &key_mask_holder;
+  const std::int64_t queries = query.shape()[1], keys = key.shape()[1];
+  Tensor mask;
+  auto combine = [&](const Tensor& part) { mask = mask.valid() ? mask * part : part; };
+  auto check_padding = [&](const Tensor* given, const char* what, std::int64_t length) {
+    const Shape& shape = given->shape();
+    if (given->rank() != 2 || shape[1] != length ||
+        (shape[0] != query.shape()[0] && shape[0] != Shape::unknown && query.shape()[0] != Shape::unknown))
+      shape_error(std::string(what) + " must be (batch, " + (length == queries ? "query" : "key") + "_length)",
+                  {{what, shape}, {"query", query.shape()}, {"key", key.shape()}});
+  };
+  if (query_mask != nullptr) {
+    check_padding(query_mask, "query_mask", queries);
+    combine(ops::broadcast_to(ops::expand_dims(*query_mask, -1), Shape{Shape::unknown, queries, keys}));
+  }
+  for (const auto& [given, what] : {std::pair<const Tensor*, const char*>{value_mask, "value_mask"}, {key_mask, "key_mask"}})
+    if (given != nullptr) {
+      check_padding(given, what, keys);
+      combine(ops::broadcast_to(ops::expand_dims(*given, 1), Shape{Shape::unknown, queries, keys}));
+    }
+  const Tensor* attention_mask = args.find_tensor("attention_mask");
+  if (attention_mask != nullptr && mask.valid()) {
+    if (attention_mask->rank() != 3 && attention_mask->rank() != 2)
+      shape_error("attention_mask must be (batch, query_length, key_length) or (batch, key_length)",
+                  {{"attention_mask", attention_mask->shape()}, {"query", query.shape()}, {"key", key.shape()}});
+    combine(attention_mask->rank() == 2 ? ops::expand_dims(*attention_mask, 1) : *attention_mask);
+  } else if (attention_mask != nullptr) {
+    mask = *attention_mask;
+  }
   detail::AttentionOptions options;
-  options.mask = args.find_tensor("attention_mask");
+  options.mask = mask.valid() ? &mask : nullptr;
   options.causal = args.flag("use_causal_mask", false);
   options.return_weights = args.flag("return_attention_scores", false);
   options.dropout_rate = dropout_;

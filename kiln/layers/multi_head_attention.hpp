@@ -50,6 +50,8 @@ class MultiHeadAttentionLayer : public Layer {
   std::vector<std::string> keras_weight_paths() const override;
   /// Keras's attributes: _dropout_layer, _softmax and the four EinsumDense projections, with their names.
   std::vector<std::pair<std::string, std::string>> keras_sublayers() const override;
+  /// The output keeps the query's steps: the query's mask passes on, as in Keras.
+  bool supports_masking() const override { return true; }
 
  protected:
   /// Checks the shapes, resolves key_dim and value_dim and creates the weights. In the TF2 form the query's
@@ -61,12 +63,17 @@ class MultiHeadAttentionLayer : public Layer {
   /// Projects the query, key and value per head, attends (the queries scaled by 1/√key_dim), and projects
   /// the merged heads: [output (batch, T, Eout)], or [output, scores (batch, heads, T, S)] with
   /// return_attention_scores. From `args`: "key" (the key as a tensor, with two inputs only),
-  /// "attention_mask" (batch, T, S) or (batch, S), 0 where a key may not be attended; "use_causal_mask".
+  /// "attention_mask" (batch, T, S) or (batch, S), 0 where a key may not be attended; "query_mask" (batch, T),
+  /// "value_mask" and "key_mask" (batch, S), the inputs' masks when not given, 0 at padding (a padded
+  /// query's row attends nothing and is 0, as in Keras); "use_causal_mask".
   /// Feature sizes other than at build, or unknown lengths, throw ShapeError.
   std::vector<Tensor> call(const std::vector<Tensor>& inputs, const CallArgs& args) override;
   std::vector<std::string> call_argument_names() const override {
-    return {"key", "attention_mask", "use_causal_mask", "return_attention_scores"};
+    return {"key",           "query_mask",          "value_mask", "key_mask", "attention_mask", "use_causal_mask",
+            "return_attention_scores"};
   }
+  /// The query's, value's and key's masks fill query_mask, value_mask and key_mask, as in Keras.
+  std::vector<std::string> input_mask_arguments() const override { return {"query_mask", "value_mask", "key_mask"}; }
   std::pair<std::size_t, std::size_t> input_count() const override { return {2, 3}; }
 
  private:

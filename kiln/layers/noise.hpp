@@ -14,6 +14,7 @@ namespace kiln {
 /// The layer behind kiln::GaussianNoise and kiln::GaussianDropout (one class each, sharing this one).
 class NoiseLayer : public Layer {
  public:
+  bool supports_masking() const override { return true; }  ///< passes the mask on, as Keras's does
   /// The amount: GaussianNoise's stddev or GaussianDropout's rate.
   double amount() const { return amount_; }
   /// The seed of the draws, if the config gave one; without it they are keyed by the layer's name.

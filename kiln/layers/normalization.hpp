@@ -15,6 +15,7 @@ namespace kiln {
 /// updates), none of them trainable. Given a mean and variance, it has no weights.
 class NormalizationLayer : public Layer {
  public:
+  bool supports_masking() const override { return true; }  ///< passes the mask on, as Keras's does
   /// Arguments (Keras names and defaults): axis = -1 (an int, a list of ints, or null for one mean over
   /// everything: the axes that keep their own statistics), mean = null and variance = null (both or neither:
   /// a number or nested lists of the kept axes' trailing sizes), invert = false. ConfigError when only one

@@ -1,5 +1,7 @@
 #include <kiln/layers/pooling.hpp>
 
+#include <limits>
+
 #include <kiln/core/error.hpp>
 #include <kiln/core/names.hpp>
 #include <kiln/ops/ops.hpp>
@@ -102,12 +104,28 @@ void GlobalPoolingLayer::check_rank(const Shape& input_shape) const {
 
 void GlobalPoolingLayer::build(const Shape& input_shape) { check_rank(input_shape); }
 
-Tensor GlobalPoolingLayer::call(const Tensor& input, const CallArgs&) {
+Tensor GlobalPoolingLayer::call(const Tensor& input, const CallArgs& args) {
   check_rank(input.shape());
   const std::int64_t first = data_format_ == "channels_last" ? 1 : 2;
   ops::Axes axes;
   for (std::int64_t axis = first; axis < first + rank_; ++axis) axes.push_back(axis);
-  return max_ ? ops::max(input, axes, keepdims_) : ops::mean(input, axes, keepdims_);
+  const Tensor* given = args.find_tensor("mask");
+  if (given == nullptr) return max_ ? ops::max(input, axes, keepdims_) : ops::mean(input, axes, keepdims_);
+  const Shape& shape = input.shape();
+  const Shape& mask_shape = given->shape();
+  const std::int64_t steps = shape[static_cast<int>(first)];
+  auto differ = [](std::int64_t a, std::int64_t b) { return a != b && a != Shape::unknown && b != Shape::unknown; };
+  if (given->rank() != 2 || differ(mask_shape[0], shape[0]) || differ(mask_shape[1], steps))
+    shape_error("the mask must be (batch, steps)", {{"input", shape}, {"mask", mask_shape}});
+  // The mask (batch, steps) as a column along the features' side: (batch, steps, 1) or (batch, 1, steps).
+  const Tensor kept = ops::expand_dims(*given, data_format_ == "channels_last" ? 2 : 1);
+  if (!max_)  // Keras's: sum(x · mask) / sum(mask), which broadcasts over the features
+    return ops::sum(input * kept, axes, keepdims_) / ops::sum(kept, axes, keepdims_);
+  // The maximum over kept steps: the others count as -inf; a row without any gives 0.
+  const Tensor zero = ops::scalar_like(input, 0.0);
+  const Tensor is_kept = ops::scalar_like(kept, 1.0) - ops::equal(kept, zero);
+  const Tensor masked = ops::where(is_kept, input, ops::scalar_like(input, -std::numeric_limits<double>::infinity()));
+  return ops::where(ops::max(is_kept, axes, keepdims_), ops::max(masked, axes, keepdims_), zero);
 }
 
 GlobalAveragePooling1D::GlobalAveragePooling1D(const std::string& data_format, const Config& options)

@@ -117,12 +117,20 @@ class GlobalPoolingLayer : public Layer {
   const std::string& data_format() const { return data_format_; }
   bool keepdims() const { return keepdims_; }  ///< whether the output keeps the spatial axes, of size 1
   Config get_config() const override;
+  /// The 1-D layers take a mask (batch, steps) and pool over the kept steps only; their output has none.
+  bool supports_masking() const override { return rank_ == 1; }
+  std::vector<Tensor> compute_mask(const std::vector<Tensor>&, const Tensor&) const override { return {}; }
 
  protected:
   /// Checks that the input has rank 3 (1-D) or 4 (2-D), else ShapeError; there is nothing to create.
   void build(const Shape& input_shape) override;
-  /// The mean or maximum over the spatial axes: (batch, features), or with keepdims the input's rank.
+  /// The mean or maximum over the spatial axes: (batch, features), or with keepdims the input's rank. With a
+  /// mask (1-D only), over the kept steps: the mean as Keras's (the sum over kept steps over their number,
+  /// NaN for a row with none), the maximum over kept steps (0 for a row with none).
   Tensor call(const Tensor& input, const CallArgs& args) override;
+  std::vector<std::string> call_argument_names() const override {
+    return rank_ == 1 ? std::vector<std::string>{"mask"} : std::vector<std::string>{};
+  }
 
  private:
   void check_rank(const Shape& input_shape) const;

@@ -41,6 +41,12 @@ class RecurrentLayer : public Layer {
   std::vector<std::string> keras_weight_paths() const override;
   /// The cell ("lstm_cell", "gru_cell", "simple_rnn_cell"), which Keras's files name.
   std::vector<std::pair<std::string, std::string>> keras_sublayers() const override;
+  /// A recurrent layer takes its input's mask (masked steps keep the state) and passes it on with
+  /// return_sequences, as Keras's RNN does; the states carry none.
+  bool supports_masking() const override { return true; }
+  std::vector<Tensor> compute_mask(const std::vector<Tensor>& /*inputs*/, const Tensor& mask) const override {
+    return {return_sequences_ ? mask : Tensor()};
+  }
 
  protected:
   /// Reads the arguments every recurrent layer takes; `cell` is "simple_rnn", "lstm" or "gru".

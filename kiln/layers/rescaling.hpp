@@ -11,6 +11,7 @@ namespace kiln {
 /// The layer behind kiln::Rescaling: outputs = inputs · scale + offset.
 class RescalingLayer : public Layer {
  public:
+  bool supports_masking() const override { return true; }  ///< passes the mask on, as Keras's does
   /// Arguments (Keras's): scale (required), offset = 0.0, both numbers (Keras also takes per-channel
   /// arrays; kiln does not, and says so with ConfigError).
   explicit RescalingLayer(const Config& config);
@@ -29,6 +30,7 @@ class RescalingLayer : public Layer {
 /// The layer behind kiln::UnitNormalization: each vector along `axis` scaled to unit L2 norm.
 class UnitNormalizationLayer : public Layer {
  public:
+  bool supports_masking() const override { return true; }  ///< passes the mask on, as Keras's does
   /// Arguments (Keras's): axis = -1, an int or a list of ints. ConfigError for another type.
   explicit UnitNormalizationLayer(const Config& config);
   /// The axes normalized over, as given (negative from the end).

@@ -35,6 +35,11 @@ class BidirectionalLayer : public Layer {
   /// The two layers' weights under "forward_layer/" and "backward_layer/", as Keras's files hold them.
   std::vector<std::string> keras_weight_paths() const override;
   std::vector<std::pair<std::string, std::string>> keras_sublayers() const override;
+  /// As a recurrent layer: the input's mask goes to both directions, and on with return_sequences.
+  bool supports_masking() const override { return true; }
+  std::vector<Tensor> compute_mask(const std::vector<Tensor>& /*inputs*/, const Tensor& mask) const override {
+    return {forward_->return_sequences() ? mask : Tensor()};
+  }
 
  protected:
   void build(const std::vector<Shape>& input_shapes) override;
@@ -62,6 +67,9 @@ class TimeDistributedLayer : public Layer {
   /// The wrapped layer's weights under "layer/", as Keras's files hold them.
   std::vector<std::string> keras_weight_paths() const override;
   std::vector<std::pair<std::string, std::string>> keras_sublayers() const override;
+  /// The steps stay where they were: a mask on the input goes on to the output when the wrapped layer
+  /// passes masks on (Dense, Dropout, ...).
+  bool supports_masking() const override { return layer_->supports_masking(); }
 
  protected:
   /// Builds the wrapped layer for one step, (batch, ...) of an input (batch, steps, ...).

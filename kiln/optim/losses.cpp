@@ -8,6 +8,7 @@
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/op.hpp>
+#include <kiln/core/warnings.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/optim/detail/targets.hpp>
 
@@ -96,6 +97,65 @@ std::string plain_crossentropy(const Config& arguments) {
   return "";
 }
 
+// ---- per step, for masked predictions: the losses composed of ops, reduced over the last axis only ------------
+
+constexpr double keras_epsilon = 1e-7;
+
+Tensor clipped(const Tensor& p) {
+  return ops::minimum(ops::maximum(p, ops::scalar_like(p, keras_epsilon)), ops::scalar_like(p, 1.0 - keras_epsilon));
+}
+
+Tensor step_squared_error(const Tensor& y_true, const Tensor& y_pred, const Config&) {
+  return ops::mean(ops::square(y_pred - detail::match_rank(y_true, y_pred)), {-1});
+}
+
+Tensor step_absolute_error(const Tensor& y_true, const Tensor& y_pred, const Config&) {
+  return ops::mean(ops::abs(y_pred - detail::match_rank(y_true, y_pred)), {-1});
+}
+
+Tensor step_huber(const Tensor& y_true, const Tensor& y_pred, const Config& args) {
+  const double delta = args.get_double("delta");
+  const Tensor error = y_pred - detail::match_rank(y_true, y_pred);
+  const Tensor size = ops::abs(error);
+  const Tensor quadratic = ops::scale(ops::square(error), 0.5);
+  const Tensor linear = ops::add_scalar(ops::scale(size, delta), -0.5 * delta * delta);
+  return ops::mean(ops::where(ops::less_equal(size, ops::scalar_like(size, delta)), quadratic, linear), {-1});
+}
+
+Tensor step_binary_crossentropy(const Tensor& y_true, const Tensor& y_pred, const Config& args) {
+  const Tensor t = detail::match_rank(y_true, y_pred);
+  if (args.get_bool("from_logits")) return ops::mean(ops::softplus(y_pred) - y_pred * t, {-1});
+  const Tensor p = clipped(y_pred);
+  const Tensor one = ops::scalar_like(p, 1.0);
+  return ops::neg(ops::mean(t * ops::log(p) + (one - t) * ops::log(one - p), {-1}));
+}
+
+// −Σ t·log p over the classes; probabilities are normalized to sum to 1 and clipped first, as Keras does.
+Tensor step_crossentropy(const Tensor& one_hot, const Tensor& y_pred, bool from_logits) {
+  if (from_logits) return ops::neg(ops::sum(one_hot * ops::log_softmax(y_pred, -1), {-1}));
+  const Tensor p = clipped(y_pred / ops::sum(y_pred, {-1}, /*keepdims=*/true));
+  return ops::neg(ops::sum(one_hot * ops::log(p), {-1}));
+}
+
+Tensor step_categorical_crossentropy(const Tensor& y_true, const Tensor& y_pred, const Config& args) {
+  return step_crossentropy(y_true, y_pred, args.get_bool("from_logits"));
+}
+
+// The class indices as one-hot rows: each index compared with 0, 1, ..., classes − 1.
+Tensor step_sparse_categorical_crossentropy(const Tensor& y_true, const Tensor& y_pred, const Config& args) {
+  const std::int64_t classes = y_pred.shape().dim(-1);
+  Array indices(Shape{classes}, y_pred.dtype());
+  for (std::int64_t i = 0; i < classes; ++i) indices.set_flat(static_cast<std::size_t>(i), static_cast<double>(i));
+  const Tensor index = y_pred.graph().constant(indices, "class_index");
+  const Tensor t = y_true.rank() == y_pred.rank() ? y_true : ops::expand_dims(y_true, -1);
+  return step_crossentropy(ops::equal(t, index), y_pred, args.get_bool("from_logits"));
+}
+
+LossClass with_per_step(LossClass loss, LossClass::Compute per_step) {
+  loss.per_step = std::move(per_step);
+  return loss;
+}
+
 bool register_builtin_losses(Registry<LossClass>& registry) {
   auto elementwise = [](auto loss) {
     return [loss](const Tensor& y_true, const Tensor& y_pred, const Config&) {
@@ -104,50 +164,57 @@ bool register_builtin_losses(Registry<LossClass>& registry) {
   };
   const Config crossentropy = {{"from_logits", false}, {"label_smoothing", 0.0}, {"axis", -1}};
   registry.add("kiln>MeanSquaredError",
-               {"mean_squared_error",
-                Config::map(),
-                TargetForm::elementwise,
-                elementwise([](const Tensor& t, const Tensor& p) { return ops::mean_squared_error(t, p); }),
-                {}},
+               with_per_step({"mean_squared_error",
+                              Config::map(),
+                              TargetForm::elementwise,
+                              elementwise([](const Tensor& t, const Tensor& p) { return ops::mean_squared_error(t, p); }),
+                              {}},
+                             step_squared_error),
                {"mse", "MSE"});
   registry.add("kiln>MeanAbsoluteError",
-               {"mean_absolute_error",
-                Config::map(),
-                TargetForm::elementwise,
-                elementwise([](const Tensor& t, const Tensor& p) { return ops::mean_absolute_error(t, p); }),
-                {}},
+               with_per_step({"mean_absolute_error",
+                              Config::map(),
+                              TargetForm::elementwise,
+                              elementwise([](const Tensor& t, const Tensor& p) { return ops::mean_absolute_error(t, p); }),
+                              {}},
+                             step_absolute_error),
                {"mae", "MAE"});
   registry.add("kiln>Huber",
-               {"huber_loss",
-                {{"delta", 1.0}},
-                TargetForm::elementwise,
-                [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
-                  return ops::huber(detail::match_rank(y_true, y_pred), y_pred, args.get_double("delta"));
-                },
-                delta_positive},
+               with_per_step({"huber_loss",
+                              {{"delta", 1.0}},
+                              TargetForm::elementwise,
+                              [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
+                                return ops::huber(detail::match_rank(y_true, y_pred), y_pred, args.get_double("delta"));
+                              },
+                              delta_positive},
+                             step_huber),
                {"huber_loss"});
-  registry.add("kiln>BinaryCrossentropy", {"binary_crossentropy", crossentropy, TargetForm::elementwise,
-                                           [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
-                                             return ops::binary_crossentropy(detail::match_rank(y_true, y_pred), y_pred,
-                                                                             args.get_bool("from_logits"));
-                                           },
-                                           plain_crossentropy});
-  registry.add("kiln>CategoricalCrossentropy", {"categorical_crossentropy", crossentropy, TargetForm::one_hot,
-                                                [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
-                                                  return ops::categorical_crossentropy(y_true, y_pred,
-                                                                                       args.get_bool("from_logits"));
-                                                },
-                                                plain_crossentropy});
+  registry.add("kiln>BinaryCrossentropy",
+               with_per_step({"binary_crossentropy", crossentropy, TargetForm::elementwise,
+                              [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
+                                return ops::binary_crossentropy(detail::match_rank(y_true, y_pred), y_pred,
+                                                                args.get_bool("from_logits"));
+                              },
+                              plain_crossentropy},
+                             step_binary_crossentropy));
+  registry.add("kiln>CategoricalCrossentropy",
+               with_per_step({"categorical_crossentropy", crossentropy, TargetForm::one_hot,
+                              [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
+                                return ops::categorical_crossentropy(y_true, y_pred, args.get_bool("from_logits"));
+                              },
+                              plain_crossentropy},
+                             step_categorical_crossentropy));
   registry.add("kiln>SparseCategoricalCrossentropy",
-               {"sparse_categorical_crossentropy",
-                {{"from_logits", false}, {"ignore_class", Config()}},
-                TargetForm::class_indices,
-                [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
-                  return ops::sparse_categorical_crossentropy(y_true, y_pred, args.get_bool("from_logits"));
-                },
-                [](const Config& args) -> std::string {
-                  return args.at("ignore_class").is_null() ? "" : "ignore_class is not supported by kiln";
-                }});
+               with_per_step({"sparse_categorical_crossentropy",
+                              {{"from_logits", false}, {"ignore_class", Config()}},
+                              TargetForm::class_indices,
+                              [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
+                                return ops::sparse_categorical_crossentropy(y_true, y_pred, args.get_bool("from_logits"));
+                              },
+                              [](const Config& args) -> std::string {
+                                return args.at("ignore_class").is_null() ? "" : "ignore_class is not supported by kiln";
+                              }},
+                             step_sparse_categorical_crossentropy));
   return true;
 }
 
@@ -266,6 +333,18 @@ void Loss::check_values(const Array& y_true, const Shape& y_pred, const std::str
 
 Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred) const {
   check(y_true.shape(), y_pred.shape());
+  if (const Tensor mask = y_pred.graph().mask_of(y_pred); mask.valid()) {
+    if (!custom() && loss_class_->per_step) {
+      // Keras's masked mean: each kept step weighs 1 / (kept steps), padding 0.
+      const Tensor steps = loss_class_->per_step(y_true, y_pred, arguments_);
+      if (steps.shape().rank() != mask.rank())
+        throw ShapeError(describe(), "the predictions' mask does not match the loss of each step",
+                         {{"mask", mask.shape()}, {"loss per step", steps.shape()}});
+      return ops::sum(steps * mask) / ops::add_scalar(ops::sum(mask), keras_epsilon);
+    }
+    warn(describe() + " cannot leave out the masked steps of its predictions (it has no per-step form): it "
+                      "averages over every step");
+  }
   const Tensor value = custom() ? function_(y_true, y_pred) : loss_class_->compute(y_true, y_pred, arguments_);
   if (!value.valid() || value.rank() != 0)
     throw ShapeError(describe() + ": a loss function must return a scalar" +

@@ -46,6 +46,10 @@ struct LossClass {
   Compute compute;  ///< the batch mean of the per-sample loss, a () tensor; `arguments` holds every argument
   /// Checks of given arguments beyond their types: a message ("delta must be > 0, got -1") or "".
   std::function<std::string(const Config& arguments)> validate;
+  /// The loss of each sample and step, unreduced: y_pred's shape without its last axis. When set, a
+  /// prediction that carries a mask (Graph::mask_of) is averaged over its kept steps only, as Keras does;
+  /// without it, a masked prediction counts every step (with a warning).
+  Compute per_step = nullptr;
 };
 
 /// Every loss class by key ("kiln>MeanSquaredError"); "MeanSquaredError", "mean_squared_error" and the
@@ -74,7 +78,9 @@ class Loss {
   static Loss from_config(const Config& identifier);
   static std::vector<std::string> names();  ///< every registered key
 
-  /// The batch mean of the per-sample loss, as a () tensor. Throws ShapeError (see check) first.
+  /// The batch mean of the per-sample loss, as a () tensor. Throws ShapeError (see check) first. When
+  /// y_pred carries a mask (Embedding(mask_zero), Masking, ...), the mean is over the kept steps only:
+  /// sum(loss · mask) / (sum(mask) + 1e-7), Keras's formula.
   Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const;
   /// Throws ShapeError naming the loss and both shapes when targets of `y_true`'s shape cannot be compared
   /// with predictions of `y_pred`'s shape. Unknown (None) dimensions match anything.

@@ -83,7 +83,7 @@ TEST_CASE("Embedding: values are rows of the table", "[layers][embedding][values
 TEST_CASE("Embedding: bad arguments and indices fail with typed errors", "[layers][embedding][errors]") {
   CHECK_THROWS_AS(kiln::Embedding(0, 4), kiln::ConfigError);
   CHECK_THROWS_WITH(kiln::Embedding(10, -1), Catch::Contains("Embedding") && Catch::Contains("output_dim"));
-  CHECK_THROWS_WITH(kiln::Embedding(10, 4, {{"mask_zero", true}}), Catch::Contains("mask_zero"));
+  CHECK_THROWS_WITH(kiln::Embedding(10, 4, {{"mask_zero", "yes"}}), Catch::Contains("mask_zero"));
   CHECK_THROWS_WITH(kiln::Embedding(10, 4, {{"embeddings_regularizer", "l3"}}), Catch::Contains("l3"));
   CHECK_THROWS_WITH(kiln::Embedding(Config{{"input_dim", 10}}), Catch::Contains("'output_dim' is required"));
   kiln::Embedding embedding(4, 2, {{"name", "tokens"}});

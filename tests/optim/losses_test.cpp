@@ -151,3 +151,62 @@ TEST_CASE("a custom loss function is called and must return a scalar", "[optim][
   CHECK_THROWS_WITH(loss_value(broken, regression_true, regression_pred),
                     Catch::Contains("broken") && Catch::Contains("scalar"));
 }
+
+TEST_CASE("a masked prediction's loss is the loss over its kept steps only, with gradients", "[optim][losses][masking]") {
+  // Predictions (2, 4, 3) whose mask keeps 5 of the 8 steps; the reference is the same loss on those 5
+  // steps alone, as rows (5, 3).
+  const std::vector<std::vector<double>> keep = {{1, 1, 0, 1}, {1, 0, 1, 0}};
+  Rng rng(4);
+  struct Case {
+    std::string loss;
+    bool probabilities;  // y_pred in (0, 1) rows summing to 1, or free values
+    bool indices;        // y_true holds class indices
+  };
+  for (const Case& c : {Case{"mse", false, false}, Case{"mae", false, false}, Case{"huber", false, false},
+                        Case{"binary_crossentropy", true, false}, Case{"categorical_crossentropy", true, false},
+                        Case{"sparse_categorical_crossentropy", true, true}}) {
+    for (const bool logits : {false, true}) {
+      if (logits && !c.probabilities) continue;
+      INFO(c.loss << (logits ? " from logits" : ""));
+      Loss loss = Loss::from_config(
+          logits ? Config{{"class_name", c.loss}, {"config", Config{{"from_logits", true}}}} : Config(c.loss));
+      Array y_pred = testing::random_array({2, 4, 3}, rng, DType::float64, 0.05, 1.0);
+      if (c.probabilities && !logits)
+        for (std::size_t row = 0; row < 8; ++row) {
+          double total = 0;
+          for (std::size_t j = 0; j < 3; ++j) total += y_pred.flat(row * 3 + j);
+          for (std::size_t j = 0; j < 3; ++j) y_pred.set_flat(row * 3 + j, y_pred.flat(row * 3 + j) / total);
+        }
+      Array y_true = c.indices ? Array({2, 4}, DType::float64) : testing::random_array({2, 4, 3}, rng, DType::float64, 0.0, 1.0);
+      if (c.indices)
+        for (std::size_t i = 0; i < 8; ++i) y_true.set_flat(i, static_cast<double>(i % 3));
+      Array mask({2, 4}, DType::float64);
+      std::vector<std::size_t> kept;
+      for (std::size_t b = 0; b < 2; ++b)
+        for (std::size_t t = 0; t < 4; ++t) {
+          mask.set_flat(b * 4 + t, keep[b][t]);
+          if (keep[b][t] != 0) kept.push_back(b * 4 + t);
+        }
+      const auto n = static_cast<std::int64_t>(kept.size());
+      Array kept_pred({n, 3}, DType::float64), kept_true = c.indices ? Array({n}, DType::float64) : Array({n, 3}, DType::float64);
+      for (std::size_t i = 0; i < kept.size(); ++i) {
+        for (std::size_t j = 0; j < 3; ++j) kept_pred.set_flat(i * 3 + j, y_pred.flat(kept[i] * 3 + j));
+        if (c.indices)
+          kept_true.set_flat(i, y_true.flat(kept[i]));
+        else
+          for (std::size_t j = 0; j < 3; ++j) kept_true.set_flat(i * 3 + j, y_true.flat(kept[i] * 3 + j));
+      }
+      auto masked = [&](const std::vector<Tensor>& in) {
+        in[1].graph().set_mask(in[1], in[1].graph().constant(mask.copy(), "mask"));
+        return loss(in[0], in[1]);
+      };
+      const double expected = loss_value(loss, kept_true, kept_pred);
+      CHECK(testing::evaluate(masked, {y_true, y_pred}).flat(0) == Approx(expected).epsilon(1e-6));
+      testing::GradcheckOptions options;
+      options.wrt = {1};
+      const auto report = testing::gradcheck(masked, {y_true, y_pred}, options);
+      INFO(report.worst_entry());
+      CHECK(report.max_relative_error <= 1e-6);
+    }
+  }
+}

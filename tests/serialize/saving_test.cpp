@@ -191,6 +191,12 @@ std::vector<ModelCase> every_layer_type() {
          return Model(x, Add()({a, b}));
        },
        {{4, 6, 3}}},
+      {"kiln>Masking",
+       [] {
+         Tensor x = input({None, 6, 3});
+         return Model(x, LSTM(2)(Masking(0.5)(x)));
+       },
+       {{4, 6, 3}}},
       {"kiln>Bidirectional",
        [] {
          Tensor x = input({None, 6, 3});
