@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/warnings.hpp>
 #include <kiln/core/names.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/optim/detail/targets.hpp>
@@ -24,27 +26,46 @@ bool register_builtin_metrics(Registry<MetricClass>& registry) {
                                          const Tensor predicted = ops::greater(
                                              y_pred, ops::scalar_like(y_pred, args.get_double("threshold")));
                                          return ops::mean(ops::equal(detail::match_rank(y_true, y_pred), predicted));
+                                       },
+                                       [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
+                                         const Tensor predicted = ops::greater(
+                                             y_pred, ops::scalar_like(y_pred, args.get_double("threshold")));
+                                         return ops::mean(ops::equal(detail::match_rank(y_true, y_pred), predicted),
+                                                          {-1});
                                        }});
   registry.add("kiln>CategoricalAccuracy",
                {"categorical_accuracy", Config::map(), TargetForm::one_hot,
                 [](const Tensor& y_true, const Tensor& y_pred, const Config&) {
                   return ops::mean(ops::equal(detail::argmax_last(y_true), detail::argmax_last(y_pred)));
+                },
+                [](const Tensor& y_true, const Tensor& y_pred, const Config&) {
+                  return ops::equal(detail::argmax_last(y_true), detail::argmax_last(y_pred));
                 }});
   registry.add("kiln>SparseCategoricalAccuracy",
                {"sparse_categorical_accuracy", Config::map(), TargetForm::class_indices,
                 [](const Tensor& y_true, const Tensor& y_pred, const Config&) {
                   return ops::mean(ops::equal(detail::sparse_labels(y_true, y_pred), detail::argmax_last(y_pred)));
+                },
+                [](const Tensor& y_true, const Tensor& y_pred, const Config&) {
+                  return ops::equal(detail::sparse_labels(y_true, y_pred), detail::argmax_last(y_pred));
                 }});
   registry.add("kiln>MeanAbsoluteError",
                {"mean_absolute_error", Config::map(), TargetForm::elementwise,
                 [](const Tensor& y_true, const Tensor& y_pred, const Config&) {
                   return ops::mean_absolute_error(detail::match_rank(y_true, y_pred), y_pred);
+                },
+                [](const Tensor& y_true, const Tensor& y_pred, const Config&) {
+                  return ops::mean(ops::abs(detail::match_rank(y_true, y_pred) - y_pred), {-1});
                 }},
                {"mae", "MAE"});
   registry.add("kiln>MeanSquaredError",
                {"mean_squared_error", Config::map(), TargetForm::elementwise,
                 [](const Tensor& y_true, const Tensor& y_pred, const Config&) {
                   return ops::mean_squared_error(detail::match_rank(y_true, y_pred), y_pred);
+                },
+                [](const Tensor& y_true, const Tensor& y_pred, const Config&) {
+                  const Tensor error = detail::match_rank(y_true, y_pred) - y_pred;
+                  return ops::mean(error * error, {-1});
                 }},
                {"mse", "MSE"});
   return true;
@@ -55,7 +76,7 @@ bool register_builtin_metrics(Registry<MetricClass>& registry) {
 // The built-ins register with the registry's first use (a static Metric elsewhere may come first).
 Registry<MetricClass>& metric_registry() {
   static Registry<MetricClass> registry("metric", [](const std::string& key, const MetricClass& metric) -> std::string {
-    return metric.compute ? "" : "metric " + key + " has no function";
+    return metric.compute || metric.per_sample ? "" : "metric " + key + " has no function";
   });
   [[maybe_unused]] static const bool builtins = register_builtin_metrics(registry);
   return registry;
@@ -152,11 +173,30 @@ void Metric::check(const Shape& y_true, const Shape& y_pred) const {
 Tensor Metric::operator()(const Tensor& y_true, const Tensor& y_pred) const {
   if (!resolved()) return resolve(y_true.shape(), y_pred.shape())(y_true, y_pred);
   check(y_true.shape(), y_pred.shape());
-  const Tensor value = metric_class_->compute(y_true, y_pred, arguments_);
+  const Tensor value = metric_class_->compute ? metric_class_->compute(y_true, y_pred, arguments_)
+                                             : ops::mean(metric_class_->per_sample(y_true, y_pred, arguments_));
   if (!value.valid() || value.rank() != 0)
     throw ShapeError(describe() + ": a metric function must return a scalar" +
                      (value.valid() ? ", got shape " + value.shape().to_string() : std::string(", got nothing")));
   return value;
+}
+
+std::pair<Tensor, Tensor> Metric::accumulated(const Tensor& y_true, const Tensor& y_pred) const {
+  if (!resolved()) return resolve(y_true.shape(), y_pred.shape()).accumulated(y_true, y_pred);
+  const Tensor mask = y_pred.graph().mask_of(y_pred);
+  if (!mask.valid()) return {(*this)(y_true, y_pred), Tensor()};
+  if (!metric_class_->per_sample) {
+    warn(describe() + " cannot leave out the masked steps of its predictions (it has no per-sample form): it "
+                      "averages over every step");
+    return {(*this)(y_true, y_pred), Tensor()};
+  }
+  check(y_true.shape(), y_pred.shape());
+  const Tensor values = metric_class_->per_sample(y_true, y_pred, arguments_);
+  if (!values.valid() || values.shape().rank() != mask.rank())
+    throw ShapeError(describe(), "the predictions' mask does not match the metric of each sample",
+                     {{"mask", mask.shape()}, {"per sample", values.valid() ? values.shape() : Shape()}});
+  // Keras's Mean with the mask as sample weight: total += sum(values · mask), count += sum(mask).
+  return {ops::sum(values * mask), ops::sum(mask)};
 }
 
 }  // namespace kiln

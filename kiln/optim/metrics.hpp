@@ -15,6 +15,7 @@
 // ones. A row with a NaN prediction counts as wrong.
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <kiln/core/registry.hpp>
@@ -43,6 +44,10 @@ struct MetricClass {
   /// How y_true must meet y_pred: Metric::check enforces it, and so does every call.
   TargetForm targets = TargetForm::elementwise;
   Compute compute;  ///< the batch mean, a () tensor; `arguments` holds every argument
+  /// Optional: each sample's (and step's) value, y_pred's shape without its last axis, whose mean is
+  /// `compute`'s. With it, a masked prediction's padding steps do not count (Keras's MeanMetricWrapper with
+  /// the mask as sample weight); without it, the metric averages over every step and says so.
+  Compute per_sample;
 };
 
 /// Every metric class by key ("kiln>BinaryAccuracy"); "BinaryAccuracy", "binary_accuracy" and registered
@@ -70,6 +75,11 @@ class Metric {
   Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const;
   /// Throws ShapeError naming the metric and both shapes when they cannot be compared.
   void check(const Shape& y_true, const Shape& y_pred) const;
+  /// What fit and evaluate accumulate over batches: the metric's total and its count as () tensors, the
+  /// epoch's value being sum(totals) / sum(counts). For predictions that carry a mask (Graph::mask_of) and
+  /// a metric with a per-sample form, {sum(values · mask), sum(mask)}: padding steps do not count, as in
+  /// Keras. Otherwise {batch mean, invalid Tensor}, an invalid count meaning "the batch's rows".
+  std::pair<Tensor, Tensor> accumulated(const Tensor& y_true, const Tensor& y_pred) const;
 
   const std::string& name() const { return name_; }  ///< the log key: as given ("acc", "mae"), or the config's
   /// "BinaryAccuracy", ...; empty for "accuracy" until resolved.

@@ -26,7 +26,9 @@ struct Trainer::Compiled {
   Graph graph;
   std::vector<Tensor> inputs, targets;
   std::vector<std::string> names;  // "loss", then the metrics, as they appear in logs
-  std::vector<Tensor> values;      // () tensors, parallel to names
+  std::vector<Tensor> values;      // () tensors, parallel to names: batch means, or totals where counts are valid
+  std::vector<Tensor> counts;      // parallel to names: what a total divides by (a masked metric's kept steps);
+                                   // invalid for a batch mean, which counts the batch's rows
   std::vector<Shape> target_rows;  // the row shapes of y this graph was made for
   std::unique_ptr<detail::ProgramPool> programs;
   bool training = false;
@@ -131,7 +133,7 @@ std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>
     compiled->inputs.push_back(compiled->graph.placeholder(with_unknown_batch(row_shape(input)), input.dtype(), "x"));
   const std::vector<Tensor> outputs = model_.apply(compiled->inputs, training);
   Tensor total;
-  std::vector<std::pair<std::string, Tensor>> metric_values;
+  std::vector<std::pair<std::string, std::pair<Tensor, Tensor>>> metric_values;
   for (std::size_t k = 0; k < outputs.size(); ++k) {
     compiled->target_rows.push_back(row_shape(y[k]));
     const Tensor target = compiled->graph.placeholder(with_unknown_batch(row_shape(y[k])), outputs[k].dtype(), "y");
@@ -142,7 +144,7 @@ std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>
     const std::string prefix = outputs.size() > 1 ? "output_" + std::to_string(k) + "_" : "";
     for (const Metric& metric : metrics_) {
       const Metric resolved = metric.resolve(target.shape(), outputs[k].shape());
-      metric_values.emplace_back(prefix + metric.name(), resolved(target, outputs[k]));
+      metric_values.emplace_back(prefix + metric.name(), resolved.accumulated(target, outputs[k]));
     }
   }
   // Keras's model.losses join the loss minimized and reported: each trainable weight's regularizer, and the
@@ -155,10 +157,15 @@ std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>
   for (const Tensor& loss : compiled->graph.losses()) total = total + loss;
   compiled->names.push_back("loss");
   compiled->values.push_back(total);
+  compiled->counts.emplace_back();
   for (const auto& [name, value] : metric_values) {
     compiled->names.push_back(name);
-    compiled->values.push_back(value);
+    compiled->values.push_back(value.first);
+    compiled->counts.push_back(value.second);
   }
+  std::vector<Tensor> fetches = compiled->values;
+  for (const Tensor& count : compiled->counts)
+    if (count.valid()) fetches.push_back(count);
   std::vector<Update> updates;
   if (training) {
     std::vector<Tensor> weights;
@@ -185,7 +192,7 @@ std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>
     const std::vector<Update>& state = compiled->graph.state_updates();
     updates.insert(updates.end(), state.begin(), state.end());
   }
-  compiled->programs = std::make_unique<detail::ProgramPool>(compiled->graph, compiled->values, updates);
+  compiled->programs = std::make_unique<detail::ProgramPool>(compiled->graph, fetches, updates);
   return compiled;
 }
 
@@ -201,7 +208,7 @@ std::shared_ptr<Trainer::Compiled> Trainer::compiled_for(const std::vector<Array
 }
 
 void Trainer::run_batch(const Compiled& compiled, Program& program, const std::vector<Array>& x,
-                        const std::vector<Array>& y, std::vector<double>& sums) {
+                        const std::vector<Array>& y, Totals& totals) {
   for (std::size_t i = 0; i < x.size(); ++i) program.feed(compiled.inputs[i], x[i]);
   for (std::size_t k = 0; k < y.size(); ++k) program.feed(compiled.targets[k], y[k]);
   if (compiled.training) {
@@ -213,13 +220,24 @@ void Trainer::run_batch(const Compiled& compiled, Program& program, const std::v
   program.run();
   if (compiled.training) optimizer_->finish_step();
   const double rows = static_cast<double>(x[0].shape()[0]);
-  sums.resize(compiled.values.size(), 0.0);
-  for (std::size_t v = 0; v < compiled.values.size(); ++v) sums[v] += program.scalar(compiled.values[v]) * rows;
+  totals.sums.resize(compiled.values.size(), 0.0);
+  totals.counts.resize(compiled.values.size(), 0.0);
+  for (std::size_t v = 0; v < compiled.values.size(); ++v) {
+    if (compiled.counts[v].valid()) {
+      totals.sums[v] += program.scalar(compiled.values[v]);
+      totals.counts[v] += program.scalar(compiled.counts[v]);
+    } else {
+      totals.sums[v] += program.scalar(compiled.values[v]) * rows;
+      totals.counts[v] += rows;
+    }
+  }
 }
 
-Logs Trainer::means(const Compiled& compiled, const std::vector<double>& sums, std::int64_t rows) const {
+Logs Trainer::means(const Compiled& compiled, const Totals& totals) const {
   Logs logs;
-  for (std::size_t v = 0; v < compiled.names.size(); ++v) logs[compiled.names[v]] = sums[v] / static_cast<double>(rows);
+  // Keras's Mean: 0 when nothing counted (a batch of padding only).
+  for (std::size_t v = 0; v < compiled.names.size(); ++v)
+    logs[compiled.names[v]] = totals.counts[v] > 0 ? totals.sums[v] / totals.counts[v] : 0.0;
   return logs;
 }
 
@@ -232,11 +250,11 @@ Logs Trainer::test_on_batch(const std::vector<Array>& x, const std::vector<Array
 Logs Trainer::one_batch(const std::vector<Array>& x_given, const std::vector<Array>& y_given, bool training) {
   std::vector<Array> x = x_given, y = y_given;
   check_data(x, y, training ? "train_on_batch" : "test_on_batch");
-  std::vector<double> sums;
+  Totals totals;
   const std::shared_ptr<Compiled> compiled = compiled_for(x, y, training);
   const detail::ProgramPool::Lease program = compiled->programs->lease(num_rows(x));
-  run_batch(*compiled, *program, x, y, sums);
-  return means(*compiled, sums, num_rows(x));
+  run_batch(*compiled, *program, x, y, totals);
+  return means(*compiled, totals);
 }
 
 Logs Trainer::evaluate(const std::vector<Array>& x_given, const std::vector<Array>& y_given, std::int64_t batch_size) {
@@ -251,15 +269,15 @@ Logs Trainer::evaluate_checked(const std::vector<Array>& x, const std::vector<Ar
   const std::shared_ptr<Compiled> compiled = compiled_for(x, y, false);
   const std::int64_t rows = num_rows(x);
   const detail::ProgramPool::Lease program = compiled->programs->lease(std::min(batch_size, rows));
-  std::vector<double> sums;
+  Totals totals;
   std::vector<Array> batch_x(x.size()), batch_y(y.size());
   for (std::int64_t start = 0; start < rows; start += batch_size) {
     const std::int64_t count = std::min(batch_size, rows - start);
     for (std::size_t i = 0; i < x.size(); ++i) batch_x[i] = x[i].rows(start, count);
     for (std::size_t k = 0; k < y.size(); ++k) batch_y[k] = y[k].rows(start, count);
-    run_batch(*compiled, *program, batch_x, batch_y, sums);
+    run_batch(*compiled, *program, batch_x, batch_y, totals);
   }
-  return means(*compiled, sums, rows);
+  return means(*compiled, totals);
 }
 
 // ---- fit ------------------------------------------------------------------------------------------------------
@@ -353,8 +371,7 @@ class Trainer::Fit {
     bar_.epoch_begin(epoch, options_.epochs_);
     started_ = std::chrono::steady_clock::now();
     order_rows(epoch);
-    sums_.clear();
-    seen_ = 0;
+    totals_ = {};
     std::int64_t batches_run = 0;
     // As in Keras, stop_training is looked at after each batch: an epoch that starts runs at least one,
     // so its logs are its own even when a callback asked to stop in on_epoch_begin.
@@ -389,9 +406,8 @@ class Trainer::Fit {
     };
     gather(x_, buffers_x_, batch_x_);
     gather(y_, buffers_y_, batch_y_);
-    trainer_.run_batch(*compiled_, **program_, batch_x_, batch_y_, sums_);
-    seen_ += count;
-    logs_ = trainer_.means(*compiled_, sums_, seen_);
+    trainer_.run_batch(*compiled_, **program_, batch_x_, batch_y_, totals_);
+    logs_ = trainer_.means(*compiled_, totals_);
     bar_.update(batch + 1, steps_, logs_, seconds_since_start());
     warn_if_not_finite(epoch, batch);
     for (const CallbackPtr& callback : options_.callbacks_) callback->on_batch_end(state_, batch, logs_);
@@ -426,8 +442,7 @@ class Trainer::Fit {
   std::unique_ptr<detail::ProgramPool::Lease> program_;
   std::vector<Array> buffers_x_, buffers_y_, batch_x_, batch_y_;
   std::vector<std::int64_t> order_;
-  std::vector<double> sums_;
-  std::int64_t seen_ = 0;
+  Totals totals_;
   std::chrono::steady_clock::time_point started_;
   Logs logs_;
   bool warned_nan_ = false;

@@ -64,10 +64,15 @@ class Trainer : public CompiledState {
   std::shared_ptr<Compiled> compile_for(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
   /// Data checks before any batch runs: counts, equal rows, shapes that fit; converts dtypes.
   void check_data(std::vector<Array>& x, std::vector<Array>& y, const std::string& what) const;
-  /// One batch through a compiled graph's program; adds each value times the batch's rows into `sums`.
+  /// Each logged value's running total and what it divides by, over the batches of an epoch or evaluation.
+  struct Totals {
+    std::vector<double> sums, counts;
+  };
+  /// One batch through a compiled graph's program; adds each value into `totals` (a batch mean times the
+  /// batch's rows over those rows; a masked metric's total over its kept steps).
   void run_batch(const Compiled& compiled, Program& program, const std::vector<Array>& x, const std::vector<Array>& y,
-                 std::vector<double>& sums);
-  Logs means(const Compiled& compiled, const std::vector<double>& sums, std::int64_t rows) const;
+                 Totals& totals);
+  Logs means(const Compiled& compiled, const Totals& totals) const;
   Logs one_batch(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
   Logs evaluate_checked(const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size);
 

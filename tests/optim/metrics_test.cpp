@@ -1,11 +1,14 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include <kiln/core/array.hpp>
 #include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/rng.hpp>
 #include <kiln/optim/metrics.hpp>
 #include "support/gradcheck.hpp"
 
@@ -92,4 +95,61 @@ TEST_CASE("metric names and shapes are checked, naming the metric", "[optim][met
   CHECK_THROWS_AS(Metric("mae").check({None, 2}, {None, 3}), ShapeError);
   CHECK_THROWS_WITH(Metric("accuracy").check({None, 2}, {None, 3}),
                     Catch::Contains("CategoricalAccuracy metric 'accuracy'"));
+}
+
+TEST_CASE("a masked prediction's metric counts its kept steps only, as Keras's mean with the mask as weight",
+          "[optim][metrics][masking]") {
+  // Predictions (2, 4, 3) whose mask keeps 5 of the 8 steps; the reference is the metric of those 5 steps
+  // alone, as rows (5, 3).
+  const std::vector<double> keep = {1, 1, 0, 1, 1, 0, 1, 0};
+  Rng rng(8);
+  const Array y_pred = testing::random_array({2, 4, 3}, rng, DType::float64, 0.0, 1.0);
+  const Array y_dense = testing::random_array({2, 4, 3}, rng, DType::float64, 0.0, 1.0);
+  Array y_indices({2, 4}, DType::float64);
+  for (std::size_t i = 0; i < 8; ++i) y_indices.set_flat(i, static_cast<double>((i * 7) % 3));
+  const Array mask = doubles(keep, {2, 4});
+  auto kept_rows = [&](const Array& full, std::int64_t width) {
+    Array rows = width > 0 ? Array({5, width}, DType::float64) : Array({5}, DType::float64);
+    const std::size_t w = static_cast<std::size_t>(std::max<std::int64_t>(width, 1));
+    std::size_t out = 0;
+    for (std::size_t i = 0; i < 8; ++i) {
+      if (keep[i] == 0) continue;
+      for (std::size_t j = 0; j < w; ++j) rows.set_flat(out * w + j, full.flat(i * w + j));
+      ++out;
+    }
+    return rows;
+  };
+  for (const std::string name :
+       {"mae", "mse", "binary_accuracy", "categorical_accuracy", "sparse_categorical_accuracy"}) {
+    INFO(name);
+    const Metric metric(name);
+    const bool sparse = name == "sparse_categorical_accuracy";
+    const Array& y_true = sparse ? y_indices : y_dense;
+    auto part = [&](int which) {
+      return testing::evaluate(
+                 [&](const std::vector<Tensor>& in) {
+                   in[1].graph().set_mask(in[1], in[1].graph().constant(mask.copy(), "mask"));
+                   const std::pair<Tensor, Tensor> parts = metric.accumulated(in[0], in[1]);
+                   REQUIRE(parts.second.valid());
+                   return which == 0 ? parts.first : parts.second;
+                 },
+                 {y_true, y_pred})
+          .flat(0);
+    };
+    const double expected = metric_value(metric, kept_rows(y_true, sparse ? 0 : 3), kept_rows(y_pred, 3));
+    CHECK(part(1) == 5.0);
+    CHECK(part(0) / part(1) == Approx(expected).epsilon(1e-12));
+  }
+  // Without a mask: the batch mean, counted by rows.
+  const std::pair<Tensor, Tensor> plain = [&] {
+    std::pair<Tensor, Tensor> parts;
+    testing::evaluate(
+        [&](const std::vector<Tensor>& in) {
+          parts = Metric("mae").accumulated(in[0], in[1]);
+          return parts.first;
+        },
+        {y_dense, y_pred});
+    return parts;
+  }();
+  CHECK_FALSE(plain.second.valid());
 }

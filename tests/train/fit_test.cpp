@@ -10,6 +10,7 @@
 #include <kiln/core/rng.hpp>
 #include <kiln/layers/dense.hpp>
 #include <kiln/layers/dropout.hpp>
+#include <kiln/layers/embedding.hpp>
 #include <kiln/layers/merging.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/train/model.hpp>
@@ -343,4 +344,38 @@ TEST_CASE("fit: CSVLogger records ReduceLROnPlateau's learning_rate whichever co
     const std::string text = kiln::testing::read_bytes(dir.file("log.csv"));
     CHECK_THAT(text, Catch::StartsWith("epoch,learning_rate,loss\n0,0.05,"));
   }
+}
+
+TEST_CASE("evaluate: masked steps count neither in the loss nor in the metrics, over batches of any size",
+          "[train][fit][masking]") {
+  // Token ids (3 rows, 4 steps), 0 padding; per-step labels. Keras's loss: each batch's mean over its kept
+  // steps, averaged over batches by rows; its metrics: kept steps correct / kept steps, over all batches.
+  const Tensor tokens = kiln::Input({None, 4});
+  kiln::Model model(tokens, kiln::Dense(3, "softmax")(kiln::Embedding(6, 5, {{"mask_zero", true}})(tokens)));
+  model.compile("sgd", "sparse_categorical_crossentropy", {"accuracy"});
+  const Array x = Array::from_vector(std::vector<float>{1, 2, 0, 0, 3, 4, 5, 1, 2, 0, 0, 0}, {3, 4});
+  const Array y = Array::from_vector(std::vector<float>{0, 1, 2, 2, 1, 1, 0, 2, 0, 1, 1, 1}, {3, 4});
+  const Array probabilities = model.predict(x);
+  double correct = 0, kept = 0, loss_rows = 0;
+  for (std::size_t r = 0; r < 3; ++r) {
+    double row_loss = 0, row_kept = 0;
+    for (std::size_t t = 0; t < 4; ++t) {
+      if (x.flat(r * 4 + t) == 0) continue;
+      const std::size_t at = (r * 4 + t) * 3;
+      const auto label = static_cast<std::size_t>(y.flat(r * 4 + t));
+      std::size_t best = 0;
+      for (std::size_t c = 1; c < 3; ++c)
+        if (probabilities.flat(at + c) > probabilities.flat(at + best)) best = c;
+      correct += best == label ? 1 : 0;
+      row_loss -= std::log(probabilities.flat(at + label));
+      row_kept += 1;
+    }
+    kept += row_kept;
+    loss_rows += row_loss / row_kept;
+  }
+  const kiln::Logs logs = model.evaluate(x, y, 1);
+  CHECK(logs.at("accuracy") == Approx(correct / kept).epsilon(1e-12));
+  CHECK(logs.at("loss") == Approx(loss_rows / 3).epsilon(1e-5));
+  // One batch of all three: the accuracy is the same count, the loss the mean over all kept steps.
+  CHECK(model.evaluate(x, y, 3).at("accuracy") == Approx(correct / kept).epsilon(1e-12));
 }
