@@ -33,10 +33,12 @@
 #include <kiln/layers/normalization.hpp>
 #include <kiln/layers/padding.hpp>
 #include <kiln/layers/pooling.hpp>
+#include <kiln/layers/position_embedding.hpp>
 #include <kiln/layers/recurrent.hpp>
 #include <kiln/layers/regularizers.hpp>
 #include <kiln/layers/rescaling.hpp>
 #include <kiln/layers/reshaping.hpp>
+#include <kiln/layers/transformer.hpp>
 #include <kiln/layers/wrappers.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/optim/losses.hpp>

@@ -3,6 +3,8 @@
 // Indices come as a float tensor of whole numbers (kiln tensors are float32 or float64) of any shape;
 // the output has shape indices.shape + (output_dim,).
 #include <cstdint>
+#include <functional>
+#include <string>
 
 #include <kiln/layers/layer.hpp>
 
@@ -19,6 +21,8 @@ class EmbeddingLayer : public Layer {
   /// Keras 2's input_length is accepted and ignored, so old configs load. Throws ConfigError when a dimension
   /// is missing or not positive, when an unsupported argument is set, or on an unknown key.
   explicit EmbeddingLayer(const Config& config);
+  /// For layers that extend Embedding's arguments: `more` reads their own keys before the reader finishes.
+  EmbeddingLayer(const Config& config, const std::string& class_name, const std::function<void(ConfigReader&)>& more);
   std::int64_t input_dim() const { return input_dim_; }    ///< the vocabulary size: indices are 0 .. input_dim-1
   std::int64_t output_dim() const { return output_dim_; }  ///< the length of each embedding vector
   Config get_config() const override;
@@ -33,6 +37,9 @@ class EmbeddingLayer : public Layer {
   /// The rows of the embeddings that `input` indexes, shaped input.shape + (output_dim,). Running the graph
   /// throws ValueError on an index that is not a whole number in [0, input_dim).
   Tensor call(const Tensor& input, const CallArgs& args) override;
+
+  WeightId embeddings_id() const { return embeddings_; }  ///< for layers that extend it
+  const Initializer& embeddings_initializer() const { return embeddings_initializer_; }
 
  private:
   std::int64_t input_dim_ = 0;
@@ -55,6 +62,47 @@ class Embedding : public LayerHandle<EmbeddingLayer> {
   explicit Embedding(std::int64_t input_dim, std::int64_t output_dim, const Config& options = {});
   /// From a whole config, with the keys of EmbeddingLayer(const Config&).
   explicit Embedding(const Config& config) : LayerHandle(std::make_shared<EmbeddingLayer>(config)) {}
+};
+
+/// The layer behind kiln::ReversibleEmbedding: an Embedding that also maps vectors back to scores over the
+/// vocabulary (the call option "reverse": x · embeddingsᵀ), for a language model's output head tied to its
+/// input embedding. Untied (tie_weights = false), the reverse map is its own weight, "reverse_embeddings"
+/// (output_dim, input_dim).
+class ReversibleEmbeddingLayer : public EmbeddingLayer {
+ public:
+  /// Embedding's arguments, plus Keras's tie_weights = true, reverse_dtype = null (kiln computes in the
+  /// layer's dtype: only null is accepted) and logit_soft_cap = null (a positive c: scores become
+  /// c·tanh(scores / c)).
+  explicit ReversibleEmbeddingLayer(const Config& config);
+  bool tie_weights() const { return tie_weights_; }  ///< whether the reverse map is the embeddings transposed
+  Config get_config() const override;
+
+ protected:
+  void build(const Shape& input_shape) override;
+  /// Indices to vectors as Embedding does; with the option "reverse" = true, vectors (..., output_dim) to
+  /// scores (..., input_dim).
+  Tensor call(const Tensor& input, const CallArgs& args) override;
+  std::vector<std::string> call_argument_names() const override { return {"reverse"}; }
+
+ private:
+  bool tie_weights_ = true;
+  Config logit_soft_cap_;
+  WeightId reverse_embeddings_ = 0;
+};
+
+/// An embedding that can also run in reverse, from vectors to vocabulary scores: Keras's
+/// layers.ReversibleEmbedding (keras-hub's, for tied language-model heads).
+///
+///   kiln::ReversibleEmbedding embed(vocabulary, 128);
+///   kiln::Tensor h = embed(ids);                                                // (None, T, 128)
+///   kiln::Tensor logits = embed(h, kiln::CallArgs().option("reverse", true));   // (None, T, vocabulary)
+class ReversibleEmbedding : public LayerHandle<ReversibleEmbeddingLayer> {
+ public:
+  /// `input_dim` indices of `output_dim` values; further config keys in `options` (tie_weights, ...).
+  explicit ReversibleEmbedding(std::int64_t input_dim, std::int64_t output_dim, const Config& options = {});
+  /// From a whole config, with the keys of ReversibleEmbeddingLayer(const Config&).
+  explicit ReversibleEmbedding(const Config& config)
+      : LayerHandle(std::make_shared<ReversibleEmbeddingLayer>(config)) {}
 };
 
 }  // namespace kiln

@@ -158,6 +158,11 @@ class ModelBase : public Layer {
   /// Attaches what compile() made, replacing any earlier state.
   void set_compiled_state(std::shared_ptr<CompiledState> state) { compiled_state_ = std::move(state); }
 
+  /// ConfigError when the model calls a layer that also belongs to another of its layers (a sublayer
+  /// called on its own): a config lists each layer with its own sublayers, so a file could not say they
+  /// are one. Every writer of a model's config checks it first.
+  void check_members_are_separate() const;
+
  protected:
   /// Reads the base fields (name, trainable, dtype) from `config`; `class_name` is the Keras class name
   /// ("Functional", "Sequential"). The model records nothing until record().

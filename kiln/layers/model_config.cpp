@@ -1,5 +1,6 @@
 #include <kiln/layers/model.hpp>
 
+#include <functional>
 #include <map>
 
 #include <kiln/core/error.hpp>
@@ -17,7 +18,32 @@ Config history(const std::string& layer, int call, int output) {
 }
 }  // namespace
 
+void ModelBase::check_members_are_separate() const {
+  const ModelBase& model = *this;
+  const std::vector<Node>& nodes = nodes_;
+  std::map<const Layer*, const Layer*> owner;  // every sublayer of a member, with the member holding it
+  std::function<void(const Layer&, const Layer&)> claim = [&](const Layer& member, const Layer& layer) {
+    for (const LayerPtr& child : layer.layers()) {
+      owner.emplace(child.get(), &member);
+      claim(member, *child);
+    }
+  };
+  std::map<const Layer*, bool> members;
+  for (const ModelBase::Node& node : nodes)
+    if (members.emplace(node.layer.get(), true).second) claim(*node.layer, *node.layer);
+  for (const auto& [member, unused] : members) {
+    (void)unused;
+    if (const auto found = owner.find(member); found != owner.end() && found->second != member)
+      throw ConfigError(model.describe() + ": " + member->describe() + " is called by the model and also belongs to " +
+                        found->second->describe() +
+                        "; a saved config cannot say they are one layer. Call a standalone layer in both places "
+                        "instead (a kiln::ReversibleEmbedding and a kiln::PositionEmbedding, not the parts of a "
+                        "TokenAndPositionEmbedding)");
+  }
+}
+
 Config ModelBase::graph_config() const {
+  check_members_are_separate();
   std::map<const Layer*, int> calls_so_far;
   std::vector<int> call_index(nodes_.size());
   for (std::size_t i = 0; i < nodes_.size(); ++i) call_index[i] = calls_so_far[nodes_[i].layer.get()]++;

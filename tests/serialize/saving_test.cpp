@@ -164,6 +164,53 @@ std::vector<ModelCase> every_layer_type() {
        },
        {{4, 6}},
        true},
+      {"kiln>ReversibleEmbedding",
+       [] {
+         Tensor x = input({None, 6});
+         ReversibleEmbedding embed(10, 3, {{"tie_weights", false}});
+         return Model(x, embed(embed(x), kiln::CallArgs().option("reverse", true)));
+       },
+       {{4, 6}},
+       true},
+      {"keras_hub>TokenAndPositionEmbedding",
+       [] {
+         Tensor x = input({None, 6});
+         return Model(x, TokenAndPositionEmbedding(10, 8, 4, {{"mask_zero", true}})(x));
+       },
+       {{4, 6}},
+       true},
+      {"keras_hub>PositionEmbedding",
+       [] {
+         Tensor x = input({None, 6, 3});
+         return Model(x, PositionEmbedding(8)(x));
+       },
+       {{4, 6, 3}}},
+      {"keras_hub>SinePositionEncoding",
+       [] {
+         Tensor x = input({None, 6, 4});
+         return Model(x, Add()({x, SinePositionEncoding()(x)}));
+       },
+       {{4, 6, 4}}},
+      {"keras_hub>RotaryEmbedding",
+       [] {
+         Tensor x = input({None, 6, 4});
+         return Model(x, RotaryEmbedding(100.0)(Dense(4)(x)));
+       },
+       {{4, 6, 4}}},
+      {"keras_hub>TransformerEncoder",
+       [] {
+         Tensor x = input({None, 6, 4});
+         return Model(x, TransformerEncoder(8, 2, {{"normalize_first", true}, {"bias_initializer", "random_normal"}})(x));
+       },
+       {{4, 6, 4}}},
+      {"keras_hub>TransformerDecoder",
+       [] {
+         Tensor x = input({None, 6, 4});
+         Tensor memory = input({None, 3, 5});
+         const Tensor alone = TransformerDecoder(8, 2)(x);
+         return Model({x, memory}, {TransformerDecoder(8, 2, {{"activation", "gelu"}})({alone, memory})[0]});
+       },
+       {{4, 6, 4}, {4, 3, 5}}},
       {"kiln>GlobalAveragePooling1D",
        [] {
          Tensor x = input({None, 6, 3});

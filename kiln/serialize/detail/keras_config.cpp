@@ -201,12 +201,20 @@ const std::map<std::string, std::string>& keras_aliases() {
   return aliases;
 }
 
+// keras-hub still registers its layers under their keras-nlp names too: files from before the rename say
+// "keras_nlp>TransformerEncoder" for kiln's "keras_hub>TransformerEncoder".
+Config keras_hub_name(const Config& registered) {
+  const std::string old_package = "keras_nlp>";
+  if (registered.type() != Config::Type::string || registered.as_string().rfind(old_package, 0) != 0) return registered;
+  return Config("keras_hub>" + registered.as_string().substr(old_package.size()));
+}
+
 // A class kiln has no layer for: ConfigError naming the layer, its class and where it is, and listing the
 // Keras classes kiln reads.
 void check_layer_class(const Config& entry, const std::string& class_name, const std::string& here) {
   const Config* registered = entry.find("registered_name");
   const std::string key = registered != nullptr && !registered->is_null() && class_name != "Functional"
-                              ? registered->as_string()
+                              ? keras_hub_name(*registered).as_string()
                               : class_name;
   try {
     layer_registry().key_of(key);
@@ -253,7 +261,7 @@ Config import_layer(const Config& entry, const std::string& where) {
   }
   Config result = {{"class_name", class_name}, {"config", config}};
   if (const Config* registered = entry.find("registered_name"); registered != nullptr && !registered->is_null())
-    result.set("registered_name", class_name == "Functional" ? Config("Functional") : *registered);
+    result.set("registered_name", class_name == "Functional" ? Config("Functional") : keras_hub_name(*registered));
   if (const Config* build = entry.find("build_config")) {
     const Config imported = import_build_config(*build);
     if (!imported.is_null()) result.set("build_config", imported);

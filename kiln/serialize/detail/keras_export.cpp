@@ -37,6 +37,7 @@ const std::map<std::string, KerasLayerClass>& keras_layer_classes() {
                              "RMSNormalization",
                              "RepeatVector",
                              "Rescaling",
+                             "ReversibleEmbedding",
                              "SeparableConv1D",
                              "SeparableConv2D",
                              "SimpleRNN",
@@ -254,6 +255,7 @@ class FunctionalExport {
 };
 
 Config export_functional(const ModelBase& model) {
+  model.check_members_are_separate();
   const FunctionalExport graph(model);
   Config layers = Config::list();
   for (const LayerPtr& layer : keras_layer_order(model)) {
