@@ -55,6 +55,10 @@ inline const std::vector<WorkloadInfo>& workloads() {
       {"tcn", false, true, false, "(32,256,16) -> 3 x Conv1D(64,5,causal,dilation 1/2/4,relu) -> Dense(1); MSE + Adam"},
       {"norms", true, true, false, "(32,256,64) -> GroupNorm(8) -> RMSNorm -> GroupNorm(8) -> RMSNorm; MSE + Adam"},
       {"rnn", true, true, false, "(32,100,32) -> LSTM(128, return_sequences) -> GRU(64) -> Dense(1); MSE + Adam"},
+      {"lstm", true, true, false, "(64,100,32) -> LSTM(128) -> Dense(1); MSE + Adam"},
+      {"char_gpt", true, true, false,
+       "nanoGPT's CPU shakespeare_char: ids (12,64) -> token + position embedding (65 chars, 128) -> 4 x "
+       "TransformerDecoder(512, 4 heads, pre-norm, GELU) -> LayerNorm -> tied head (65); sparse CE (logits) + Adam"},
       {"noise", false, true, false,
        "(32,256,64) -> Dense(64) -> SpatialDropout1D(0.2) -> GaussianNoise(0.1) -> GaussianDropout(0.2); MSE + SGD"},
   };

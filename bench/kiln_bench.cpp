@@ -122,6 +122,33 @@ Workload make_workload(const std::string& name, int seq) {
     return {kiln::Model(x, kiln::Dense(1)(h), "rnn"), random_array({32, 100, 32}, 1), random_array({32, 1}, 2),
             "adam"};
   }
+  if (name == "lstm") {
+    const Tensor x = kiln::Input({None, 100, 32}, kiln::DType::float32, "x");
+    return {kiln::Model(x, kiln::Dense(1)(kiln::LSTM(128)(x)), "lstm"), random_array({64, 100, 32}, 1),
+            random_array({64, 1}, 2), "adam"};
+  }
+  if (name == "char_gpt") {
+    // nanoGPT's CPU run of shakespeare_char in keras-hub's blocks: 65 characters, context 64, 4 pre-norm
+    // decoder blocks of 4 heads over 128 features (GELU feed-forward 512), a final LayerNorm and the output
+    // head tied to the token embedding; batch 12.
+    const Tensor ids = kiln::Input({None, 64}, kiln::DType::float32, "ids");
+    kiln::ReversibleEmbedding tokens(65, 128);
+    Tensor h = tokens(ids);
+    h = kiln::Add()({h, kiln::PositionEmbedding(64)(h)});
+    for (int block = 0; block < 4; ++block)
+      h = kiln::TransformerDecoder(512, 4, {{"normalize_first", true}, {"activation", "gelu"}})(h);
+    h = kiln::LayerNormalization({{"epsilon", 1e-5}})(h);
+    Array x({12, 64}), y({12, 64});
+    kiln::Rng rng(3);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      x.set_flat(i, std::floor(rng.uniform(0.0, 65.0)));
+      y.set_flat(i, std::floor(rng.uniform(0.0, 65.0)));
+    }
+    Workload w{kiln::Model(ids, tokens(h, kiln::CallArgs().option("reverse", true)), "char_gpt"), x, y, "adam"};
+    w.loss = kiln::Loss::from_config(
+        Config{{"class_name", "SparseCategoricalCrossentropy"}, {"config", Config{{"from_logits", true}}}});
+    return w;
+  }
   // long_mha: Keras's form, self-attention mha(x, x), biases on.
   const Tensor x = kiln::Input({None, seq, 256}, kiln::DType::float32, "x");
   const Tensor out = kiln::MultiHeadAttention(/*num_heads=*/8, /*key_dim=*/32, {{"use_bias", true}})(x, x);
@@ -234,6 +261,19 @@ std::vector<Gemm> gemm_list(const std::string& name, bool training, int seq) {
     add_matmul(list, training, 1, 32 * 100, 3 * 64, 128, false, true, true);
     add_matmul(list, training, 100, 32, 3 * 64, 64, false, true, true);
     add_matmul(list, training, 1, 32, 1, 64, false, true, true);
+  } else if (name == "lstm") {
+    add_matmul(list, training, 1, 64 * 100, 4 * 128, 32, false, false, true);
+    add_matmul(list, training, 100, 64, 4 * 128, 128, false, true, true);
+    add_matmul(list, training, 1, 64, 1, 128, false, true, true);
+  } else if (name == "char_gpt") {
+    // Per block: Q, K, V, scores, context and output projection (attention(...)), then the feed-forward
+    // pair; finally the tied head.
+    for (int block = 0; block < 4; ++block) {
+      attention(12, 64, 128, 4, 32, 128);
+      add_matmul(list, training, 1, 12 * 64, 512, 128, false, true, true);
+      add_matmul(list, training, 1, 12 * 64, 128, 512, false, true, true);
+    }
+    add_matmul(list, training, 1, 12 * 64, 65, 128, false, true, true);
   } else if (name == "norms") {
     // No GEMMs: the %sgemm columns show "-".
   } else {

@@ -18,6 +18,11 @@
 //               MSE + Adam
 //   rnn         LSTM(32, 128) over (32, 100, 32) returning every step, GRU(128, 64) (torch's GRU is Keras's with
 //               reset_after) and Linear(64, 1) on its last step, batch first; MSE + Adam
+//   lstm        LSTM(32, 128) over (64, 100, 32), Linear(128, 1) on the last hidden state; MSE + Adam
+//   char_gpt    nanoGPT's CPU shakespeare_char model as kiln builds it from keras-hub's blocks: Embedding(65, 128) +
+//               Embedding(64, 128) positions, 4 pre-norm blocks (LayerNorm ε 1e-5, causal 4-head attention with
+//               biases, GELU feed-forward 512), a final LayerNorm and the head tied to the token embedding, on
+//               (12, 64) ids; cross-entropy on the logits + Adam
 //   noise       Linear(64, 64), then spatial dropout, additive and multiplicative Gaussian noise as Keras's
 //               SpatialDropout1D, GaussianNoise and GaussianDropout compute them; MSE + SGD
 // Losses and optimizers as kiln compiles them: mean squared error (cnn_small: cross-entropy); SGD(lr 0.01) (Keras's
@@ -236,6 +241,66 @@ struct RnnImpl : nn::Module {
 };
 TORCH_MODULE(Rnn);
 
+// lstm: torch's fused LSTM, then a Linear on the last hidden state.
+struct LstmImpl : nn::Module {
+  nn::LSTM lstm{nullptr};
+  nn::Linear head{nullptr};
+  LstmImpl() {
+    lstm = register_module("lstm", nn::LSTM(nn::LSTMOptions(32, 128).batch_first(true)));
+    head = register_module("head", nn::Linear(128, 1));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return head(std::get<0>(std::get<1>(lstm(x)))[0]); }
+};
+TORCH_MODULE(Lstm);
+
+// char_gpt: keras-hub's pre-norm TransformerDecoder as kiln runs it (biases on, LayerNorm ε 1e-5, exact GELU,
+// causal attention with queries scaled by 1/√32), four of them, a final LayerNorm and the head tied to the
+// token embedding. Logits come out as (batch·64, 65) rows for cross_entropy.
+struct GptBlockImpl : nn::Module {
+  nn::LayerNorm attention_norm{nullptr}, feed_norm{nullptr};
+  nn::Linear query{nullptr}, key{nullptr}, value{nullptr}, output{nullptr}, hidden{nullptr}, out{nullptr};
+  GptBlockImpl() {
+    attention_norm = register_module("attention_norm", nn::LayerNorm(nn::LayerNormOptions({128}).eps(1e-5)));
+    feed_norm = register_module("feed_norm", nn::LayerNorm(nn::LayerNormOptions({128}).eps(1e-5)));
+    query = register_module("query", nn::Linear(128, 128));
+    key = register_module("key", nn::Linear(128, 128));
+    value = register_module("value", nn::Linear(128, 128));
+    output = register_module("output", nn::Linear(128, 128));
+    hidden = register_module("hidden", nn::Linear(128, 512));
+    out = register_module("out", nn::Linear(512, 128));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    const std::int64_t batch = x.size(0), steps = x.size(1);
+    auto split = [&](const torch::Tensor& t) { return t.view({batch, steps, 4, 32}).transpose(1, 2); };
+    const torch::Tensor a = attention_norm(x);
+    const torch::Tensor q = split(query(a)) * (1.0 / std::sqrt(32.0)), k = split(key(a)), v = split(value(a));
+    const torch::Tensor causal = torch::ones({steps, steps}, torch::kBool).triu(1);
+    const torch::Tensor weights = torch::softmax(torch::matmul(q, k.transpose(-2, -1)).masked_fill(causal, -1e9), -1);
+    const torch::Tensor h = x + output(torch::matmul(weights, v).transpose(1, 2).reshape({batch, steps, 128}));
+    return h + out(torch::gelu(hidden(feed_norm(h))));
+  }
+};
+TORCH_MODULE(GptBlock);
+
+struct CharGptImpl : nn::Module {
+  nn::Embedding tokens{nullptr}, positions{nullptr};
+  nn::Sequential blocks;
+  nn::LayerNorm final_norm{nullptr};
+  CharGptImpl() {
+    tokens = register_module("tokens", nn::Embedding(65, 128));
+    positions = register_module("positions", nn::Embedding(64, 128));
+    for (int block = 0; block < 4; ++block) blocks->push_back(GptBlock());
+    register_module("blocks", blocks);
+    final_norm = register_module("final_norm", nn::LayerNorm(nn::LayerNormOptions({128}).eps(1e-5)));
+  }
+  torch::Tensor forward(const torch::Tensor& ids) {
+    const torch::Tensor steps = torch::arange(ids.size(1), torch::kLong);
+    const torch::Tensor h = final_norm(blocks->forward(tokens(ids) + positions(steps)));
+    return torch::matmul(h, tokens->weight.t()).reshape({-1, 65});
+  }
+};
+TORCH_MODULE(CharGpt);
+
 // ---- the workloads --------------------------------------------------------------------------------------
 
 struct Workload {
@@ -274,6 +339,13 @@ Workload make_workload(const std::string& name, int seq) {
   if (name == "norms") return wrap(Norms(), uniform({32, 64, 256}), uniform({32, 64, 256}), true);
   if (name == "noise") return wrap(Noise(), uniform({32, 256, 64}), uniform({32, 256, 64}), false);
   if (name == "rnn") return wrap(Rnn(), uniform({32, 100, 32}), uniform({32, 1}), true);
+  if (name == "lstm") return wrap(Lstm(), uniform({64, 100, 32}), uniform({64, 1}), true);
+  if (name == "char_gpt") {
+    Workload w = wrap(CharGpt(), torch::randint(0, 65, {12, 64}, torch::kLong),
+                      torch::randint(0, 65, {12 * 64}, torch::kLong), true);
+    w.classes = true;
+    return w;
+  }
   return wrap(MultiHeadSelfAttention(256, 8, 32, /*bias=*/true), uniform({4, seq, 256}), uniform({4, seq, 256}), false);
 }
 

@@ -61,6 +61,10 @@ norms train_step -
 noise train_step -
 rnn forward -
 rnn train_step -
+lstm forward -
+lstm train_step -
+char_gpt forward -
+char_gpt train_step -
 long_mha forward 512
 long_mha train_step 512"
   timing=(--warmup 3 --min-time 0.3 --max-time 1)
@@ -77,7 +81,11 @@ norms forward -
 norms train_step -
 noise train_step -
 rnn forward -
-rnn train_step -"
+rnn train_step -
+lstm forward -
+lstm train_step -
+char_gpt forward -
+char_gpt train_step -"
   for mode in forward train_step; do
     for seq in 256 512 1024 2048; do rows="$rows
 long_mha $mode $seq"; done

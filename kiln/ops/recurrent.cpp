@@ -562,11 +562,14 @@ struct Backward {
     const std::int64_t rows = s.batch * s.steps;
     product(rows, s.features, width, dprojected, width, false, q.kernel, width, true, dx, s.features, false);
     product(s.features, width, rows, q.x, s.features, true, dprojected, width, false, dkernel, width, false);
+    // Each worker owns a block of columns and walks the rows in order, adding each row's block at once:
+    // contiguous reads (a column at a time strode a whole row per element, 18 % of an LSTM's train step),
+    // and each column still sums its rows first to last.
     detail::parallel_for(width, detail::workers_for_elements(rows * width), [&](std::int64_t begin, std::int64_t end, int) {
-      for (std::int64_t j = begin; j < end; ++j) {
-        T sum = 0;
-        for (std::int64_t row = 0; row < rows; ++row) sum += dprojected[row * width + j];
-        dbias[j] = sum;
+      std::fill(dbias + begin, dbias + end, T(0));
+      for (std::int64_t row = 0; row < rows; ++row) {
+        const T* from = dprojected + row * width;
+        for (std::int64_t j = begin; j < end; ++j) dbias[j] += from[j];
       }
     });
     for (int which = 0; s.has_initial && which < s.states; ++which)
