@@ -4,6 +4,7 @@
 #include <thread>
 
 #include <kiln/core/error.hpp>
+#include <kiln/layers/detail/decoding.hpp>
 #include <kiln/layers/detail/model_state.hpp>
 
 namespace kiln {
@@ -57,7 +58,12 @@ std::vector<Tensor> ModelBase::apply(const std::vector<Tensor>& inputs, bool tra
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const Shape& expected = nodes_[static_cast<std::size_t>(input_nodes_[i])].output_shapes.at(0);
     const Shape& given = inputs[i].shape();
-    if (!expected.accepts(given))
+    // Decoding a token at a time (kiln::generate) feeds one step of a sequence the model reads whole.
+    bool one_step = detail::decoding() != nullptr && given.rank() == expected.rank() && given.rank() >= 2 &&
+                    given[1] == 1;
+    for (std::int64_t axis = 0; one_step && axis < given.rank(); ++axis)
+      one_step = axis == 1 || expected[axis] == Shape::unknown || expected[axis] == given[axis];
+    if (!one_step && !expected.accepts(given))
       shape_error("input " + std::to_string(i) + " does not fit the model's input '" +
                       nodes_[static_cast<std::size_t>(input_nodes_[i])].layer->name() + "'",
                   {{"expected", expected}, {"given", given}});

@@ -248,6 +248,31 @@ std::vector<Tensor> MultiHeadAttentionLayer::call(const std::vector<Tensor>& inp
   return {output};
 }
 
+MultiHeadAttentionLayer::CachedStep MultiHeadAttentionLayer::cached_self_attention(const Tensor& query,
+                                                                                  const Tensor& key_cache,
+                                                                                  const Tensor& value_cache,
+                                                                                  const Tensor& slot,
+                                                                                  const Tensor& visible) const {
+  if (!built()) throw LayerStateError(describe() + ": build it before decoding with a cache");
+  if (query.rank() != 3 || query.shape()[1] != 1 || query.shape()[2] != key_features_)
+    shape_error("decodes one step (batch, 1, features) at a time", {{"query", query.shape()}});
+  const Tensor q = project(query, query_, key_depth_) * (1.0 / std::sqrt(static_cast<double>(key_depth_)));
+  // Keep every slot but this step's, which takes the new key and value: (batch, slots, heads, depth).
+  const Tensor others = ops::scalar_like(slot, 1.0) - slot;
+  CachedStep step;
+  step.key_cache = key_cache * others + project(query, key_, key_depth_) * slot;
+  step.value_cache = value_cache * others + project(query, value_, value_depth_) * slot;
+  detail::AttentionOptions options;
+  options.mask = &visible;
+  options.heads_last = true;
+  const detail::Attended attended = detail::attend(describe(), q, step.key_cache, step.value_cache, 1.0, options);
+  const std::int64_t width = num_heads_ * value_depth_;
+  const Tensor kernel = variable(output_.kernel, query);
+  step.output = ops::matmul(ops::reshape(attended.output, {-1, 1, width}), ops::reshape(kernel, {width, kernel.shape()[2]}));
+  if (use_bias_) step.output = step.output + variable(output_.bias, query);
+  return step;
+}
+
 Outputs MultiHeadAttention::operator()(const std::vector<Tensor>& query_key_value, const CallArgs& args) const {
   if (query_key_value.size() == 3)
     return (*layer_)(std::vector<Tensor>{query_key_value[0], query_key_value[2], query_key_value[1]}, args);

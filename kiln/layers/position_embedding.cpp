@@ -4,6 +4,7 @@
 #include <vector>
 
 #include <kiln/core/error.hpp>
+#include <kiln/layers/detail/decoding.hpp>
 #include <kiln/ops/ops.hpp>
 
 namespace kiln {
@@ -62,6 +63,15 @@ Tensor PositionEmbeddingLayer::positions(const Tensor& input, std::int64_t start
   check_sequence(*this, input.shape());
   const std::int64_t steps = input.shape().dim(-2);
   const Tensor embeddings = variable(embeddings_, input);
+  // Decoding a token at a time: the row of the token's position, (batch, 1, features).
+  if (const detail::DecodingStep* step = detail::decoding()) {
+    if (steps != 1 || input.rank() != 3) shape_error("decodes one step at a time", {{"input", input.shape()}});
+    if (step->length > sequence_length_)
+      shape_error("has " + std::to_string(sequence_length_) + " positions, fewer than the " +
+                      std::to_string(step->length) + " decoded",
+                  {{"input", input.shape()}});
+    return ops::gather(embeddings, step->positions);
+  }
   if (input.shape().dim(-1) != embeddings.shape()[1])
     shape_error("was built for other features", {{"embeddings", embeddings.shape()}, {"input", input.shape()}});
   if (start + steps > sequence_length_)
@@ -159,8 +169,12 @@ Config SinePositionEncodingLayer::get_config() const {
 
 Tensor SinePositionEncodingLayer::call(const Tensor& input, const CallArgs& args) {
   check_sequence(*this, input.shape());
-  const std::int64_t start = start_index(args, *this);
-  const std::int64_t steps = input.shape().dim(-2), features = input.shape().dim(-1);
+  const detail::DecodingStep* step = detail::decoding();
+  if (step != nullptr && (input.shape().dim(-2) != 1 || input.rank() != 3))
+    shape_error("decodes one step at a time", {{"input", input.shape()}});
+  // Decoding: the table of every position decoded, whose row the step's position picks.
+  const std::int64_t start = step != nullptr ? 0 : start_index(args, *this);
+  const std::int64_t steps = step != nullptr ? step->length : input.shape().dim(-2), features = input.shape().dim(-1);
   // A constant of the graph: the encoding depends on the shape only. keras-hub's timescales, with the pair
   // (2i, 2i + 1) sharing one frequency: sin on the even feature, cos on the odd one.
   Array encoding(Shape{steps, features}, input.dtype());
@@ -172,7 +186,9 @@ Tensor SinePositionEncodingLayer::call(const Tensor& input, const CallArgs& args
       encoding.set_flat(static_cast<std::size_t>(p * features + j), j % 2 == 0 ? std::sin(angle) : std::cos(angle));
     }
   }
-  return in_shape_of(input, ops::constant(input.graph(), encoding, "sine_position_encoding"));
+  const Tensor table = ops::constant(input.graph(), encoding, "sine_position_encoding");
+  if (step != nullptr) return ops::gather(table, step->positions);
+  return in_shape_of(input, table);
 }
 
 SinePositionEncoding::SinePositionEncoding(double max_wavelength, const Config& options)
@@ -216,6 +232,8 @@ Config RotaryEmbeddingLayer::get_config() const {
 }
 
 Tensor RotaryEmbeddingLayer::call(const Tensor& input, const CallArgs& args) {
+  if (detail::decoding() != nullptr)
+    throw ValueError(describe() + ": decoding a token at a time is not supported with RotaryEmbedding yet");
   const Shape& shape = input.shape();
   const std::int64_t rank = shape.rank();
   const std::int64_t sequence_axis = sequence_axis_ < 0 ? sequence_axis_ + rank : sequence_axis_;

@@ -1,6 +1,8 @@
 #include <kiln/layers/transformer.hpp>
 
 #include <kiln/core/error.hpp>
+#include <kiln/layers/detail/decoding.hpp>
+#include <kiln/layers/multi_head_attention.hpp>
 #include <kiln/ops/ops.hpp>
 
 namespace kiln {
@@ -234,6 +236,7 @@ std::vector<Tensor> TransformerDecoderLayer::call(const std::vector<Tensor>& inp
   if (inputs.size() == 1 && has_cross_attention())
     throw ValueError(describe() + " was built with cross-attention: give it [decoder_sequence, encoder_sequence]");
   const CallArgs inner = CallArgs().training(args.training());
+  if (const detail::DecodingStep* step = detail::decoding()) return {decode_step(decoder, *step, inner)};
 
   CallArgs self_args = inner;
   self_args.option("use_causal_mask", args.flag("use_causal_mask", true));
@@ -259,6 +262,28 @@ std::vector<Tensor> TransformerDecoderLayer::call(const std::vector<Tensor>& inp
   }
   return {residual(x, feedforward_layer_norm_, feedforward_dropout_, inner,
                    [&](const Tensor& h) { return feed_forward(h, inner); })};
+}
+
+// One token through the block, its self-attention reading and writing the caches of the tokens before
+// (keras-hub's call with self_attention_cache and an update index); causal by construction.
+Tensor TransformerDecoderLayer::decode_step(const Tensor& decoder, const detail::DecodingStep& step,
+                                            const CallArgs& inner) {
+  if (has_cross_attention())
+    throw ValueError(describe() + ": decoding a token at a time is not supported with cross-attention yet");
+  if (decoder.shape()[1] != 1) shape_error("decodes one step at a time", {{"decoder", decoder.shape()}});
+  const auto& attention = static_cast<const MultiHeadAttentionLayer&>(*self_attention_);
+  const Shape cache_shape{decoder.shape()[0], step.length, attention.num_heads(), attention.key_dim()};
+  const Tensor keys = step.cache(describe() + "/key", cache_shape);
+  const Tensor values = step.cache(describe() + "/value", cache_shape);
+  const Tensor x = residual(decoder, self_attention_norm_, self_attention_dropout_, inner, [&](const Tensor& query) {
+    const MultiHeadAttentionLayer::CachedStep cached =
+        attention.cached_self_attention(query, keys, values, step.slot, step.visible);
+    step.update(keys, cached.key_cache);
+    step.update(values, cached.value_cache);
+    return cached.output;
+  });
+  return residual(x, feedforward_layer_norm_, feedforward_dropout_, inner,
+                  [&](const Tensor& h) { return feed_forward(h, inner); });
 }
 
 TransformerDecoder::TransformerDecoder(std::int64_t intermediate_dim, std::int64_t num_heads, const Config& options)

@@ -25,6 +25,10 @@
 
 namespace kiln {
 
+namespace detail {
+struct DecodingStep;
+}  // namespace detail
+
 /// What TransformerEncoder and TransformerDecoder share: keras-hub's arguments and the residual parts.
 class TransformerBlockLayer : public Layer {
  public:
@@ -124,6 +128,8 @@ class TransformerDecoderLayer : public TransformerBlockLayer {
   std::pair<std::size_t, std::size_t> input_count() const override { return {1, 2}; }
 
  private:
+  Tensor decode_step(const Tensor& decoder, const detail::DecodingStep& step, const CallArgs& inner);
+
   Config decoder_sequence_shape_, encoder_sequence_shape_;
   LayerPtr self_attention_, self_attention_norm_, self_attention_dropout_;
   LayerPtr cross_attention_, cross_attention_norm_, cross_attention_dropout_;

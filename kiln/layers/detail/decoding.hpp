@@ -1,0 +1,43 @@
+#pragma once
+// Incremental decoding: a causal language model run one token at a time, each attention layer keeping
+// the keys and values of the tokens before in a cache (kiln::generate builds the step graph). While a
+// DecodingScope is open on a thread, the layers replayed there build that step instead of a whole
+// sequence: positions come from `positions`, and self-attention writes slot `slot` of its caches and
+// attends the `visible` slots. Layers that cannot take part refuse with ValueError.
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <kiln/core/shape.hpp>
+#include <kiln/core/tensor.hpp>
+
+namespace kiln::detail {
+
+struct DecodingStep {
+  Tensor positions;         ///< (batch, 1): the position of the token decoded, as a float
+  Tensor slot;              ///< (1, length, 1, 1): 1 at the cache slot this step writes, 0 elsewhere
+  Tensor visible;           ///< (batch, length): 1 at the slots written so far, this step's included
+  std::int64_t length = 0;  ///< the cache's slots: the longest sequence decoded
+  /// A cache that lives across steps, zero at first: a variable of the step's graph. `name` is unique per
+  /// layer and part ("decoder 'transformer_decoder'/key").
+  std::function<Tensor(const std::string& name, const Shape& shape)> cache;
+  /// The value `cache` (one of cache()'s) takes after the step.
+  std::function<void(const Tensor& cache, const Tensor& next)> update;
+};
+
+/// The step being built on this thread, or nullptr outside a DecodingScope.
+const DecodingStep* decoding();
+
+/// Makes `step` the one decoding() returns on this thread until destroyed.
+class DecodingScope {
+ public:
+  explicit DecodingScope(const DecodingStep& step);
+  ~DecodingScope();
+  DecodingScope(const DecodingScope&) = delete;
+  DecodingScope& operator=(const DecodingScope&) = delete;
+
+ private:
+  const DecodingStep* previous_;
+};
+
+}  // namespace kiln::detail

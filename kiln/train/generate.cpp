@@ -1,0 +1,249 @@
+#include <kiln/train/generate.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <set>
+
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/program.hpp>
+#include <kiln/core/rng.hpp>
+#include <kiln/layers/detail/decoding.hpp>
+
+namespace kiln {
+
+namespace {
+
+// ---- choosing a token from a row of logits (keras-hub's samplers) ------------------------------------------
+
+class Sampler {
+ public:
+  explicit Sampler(const GenerateOptions& options) : options_(options), rng_(options.seed) {}
+
+  std::int64_t operator()(const std::vector<double>& logits) {
+    const std::string& kind = options_.sampler;
+    if (kind == "greedy")
+      return static_cast<std::int64_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    std::vector<double> probabilities = softmax(logits);
+    // The candidates, most likely first (ties by the lower id, as a stable sort leaves them).
+    std::vector<std::int64_t> order(logits.size());
+    std::iota(order.begin(), order.end(), std::int64_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+      return probabilities[static_cast<std::size_t>(a)] > probabilities[static_cast<std::size_t>(b)];
+    });
+    std::size_t kept = order.size();
+    if (kind == "top_k") kept = std::min<std::size_t>(kept, static_cast<std::size_t>(options_.k));
+    if (kind == "top_p") {
+      // keras-hub's TopPSampler: a token stays when the mass of the tokens before it is at most p, so the
+      // most likely always does.
+      double before = 0;
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        if (i > 0 && before > options_.p) {
+          kept = i;
+          break;
+        }
+        before += probabilities[static_cast<std::size_t>(order[i])];
+      }
+    }
+    double total = 0;
+    for (std::size_t i = 0; i < kept; ++i) total += probabilities[static_cast<std::size_t>(order[i])];
+    double draw = rng_.uniform() * total;
+    for (std::size_t i = 0; i < kept; ++i) {
+      draw -= probabilities[static_cast<std::size_t>(order[i])];
+      if (draw < 0) return order[i];
+    }
+    return order[kept - 1];
+  }
+
+ private:
+  std::vector<double> softmax(const std::vector<double>& logits) const {
+    const double largest = *std::max_element(logits.begin(), logits.end());
+    std::vector<double> result(logits.size());
+    double total = 0;
+    for (std::size_t i = 0; i < logits.size(); ++i) {
+      result[i] = std::exp((logits[i] - largest) / options_.temperature);
+      total += result[i];
+    }
+    for (double& value : result) value /= total;
+    return result;
+  }
+
+  const GenerateOptions& options_;
+  Rng rng_;
+};
+
+void check_options(const GenerateOptions& options) {
+  const std::set<std::string> samplers = {"greedy", "random", "top_k", "top_p"};
+  if (samplers.count(options.sampler) == 0)
+    throw ConfigError("generate: unknown sampler '" + options.sampler + "'; kiln has greedy, random, top_k and top_p");
+  if (options.max_new_tokens < 0)
+    throw ValueError("generate: max_new_tokens must not be negative, got " + std::to_string(options.max_new_tokens));
+  if (!(options.temperature > 0))
+    throw ValueError("generate: temperature must be positive, got " + std::to_string(options.temperature));
+  if (options.sampler == "top_k" && options.k < 1)
+    throw ValueError("generate: top_k needs k >= 1, got " + std::to_string(options.k));
+  if (options.sampler == "top_p" && !(options.p > 0 && options.p <= 1))
+    throw ValueError("generate: top_p needs p in (0, 1], got " + std::to_string(options.p));
+}
+
+// The layers a one-token step can replay: those that act on each position alone, the position layers
+// (which read the step's position) and TransformerDecoder (which keeps its caches).
+void check_decodable(const ModelBase& model) {
+  static const std::set<std::string> decodable = {
+      "InputLayer", "Dense", "LayerNormalization", "RMSNormalization", "UnitNormalization", "Activation", "ReLU",
+      "LeakyReLU", "ELU", "Softmax", "PReLU", "Dropout", "Rescaling", "Add", "Subtract", "Multiply", "Average",
+      "Maximum", "Minimum", "Embedding", "ReversibleEmbedding", "PositionEmbedding", "TokenAndPositionEmbedding",
+      "SinePositionEncoding", "TransformerDecoder"};
+  for (const ModelBase::Node& node : model.nodes()) {
+    if (const auto* nested = dynamic_cast<const ModelBase*>(node.layer.get())) {
+      check_decodable(*nested);
+      continue;
+    }
+    if (decodable.count(node.layer->class_name()) == 0)
+      throw ValueError("generate: " + node.layer->describe() +
+                       " cannot decode a token at a time with a cache; generate with use_cache = false");
+  }
+}
+
+// ---- the two ways to run the model -------------------------------------------------------------------------
+
+// The whole window (1, context) in one pass; the logits of the last real token. A causal model's output at
+// a position reads nothing after it, so the window's tail is padding that changes nothing.
+class WindowRunner {
+ public:
+  WindowRunner(ModelBase& model, std::int64_t context, DType dtype) : context_(context), window_(Shape{1, context}, dtype) {
+    input_ = graph_.placeholder(Shape{1, context}, dtype, "ids");
+    logits_ = model.apply({input_}, /*training=*/false).at(0);
+    program_ = std::make_unique<Program>(graph_, std::vector<Tensor>{logits_});
+  }
+
+  std::vector<double> next_logits(const std::vector<std::int64_t>& tokens) {
+    const std::size_t length = std::min(tokens.size(), static_cast<std::size_t>(context_));
+    const std::size_t first = tokens.size() - length;
+    for (std::size_t i = 0; i < static_cast<std::size_t>(context_); ++i)
+      window_.set_flat(i, i < length ? static_cast<double>(tokens[first + i]) : 0.0);
+    program_->feed(input_, window_);
+    program_->run();
+    const Array logits = program_->view(logits_);
+    const std::size_t vocabulary = static_cast<std::size_t>(logits.shape().dim(-1));
+    std::vector<double> row(vocabulary);
+    for (std::size_t j = 0; j < vocabulary; ++j) row[j] = logits.flat((length - 1) * vocabulary + j);
+    return row;
+  }
+
+ private:
+  std::int64_t context_;
+  Graph graph_;
+  Tensor input_, logits_;
+  Array window_;
+  std::unique_ptr<Program> program_;
+};
+
+// A token at a time (batch 1): the step graph the model's layers build under a DecodingScope, its
+// caches variables of this graph that every step updates.
+class StepRunner {
+ public:
+  StepRunner(ModelBase& model, std::int64_t context, DType dtype)
+      : context_(context),
+        token_(Shape{1, 1}, dtype),
+        position_(Shape{1, 1}, dtype),
+        slot_(Shape{1, context, 1, 1}, dtype),
+        visible_(Shape{1, context}, dtype) {
+    detail::DecodingStep step;
+    step.positions = position_input_ = graph_.placeholder(Shape{1, 1}, dtype, "position");
+    step.slot = slot_input_ = graph_.placeholder(Shape{1, context, 1, 1}, dtype, "slot");
+    step.visible = visible_input_ = graph_.placeholder(Shape{1, context}, dtype, "visible");
+    step.length = context;
+    step.cache = [&](const std::string& name, const Shape& shape) {
+      return graph_.variable(name, Array::full(shape, 0.0, dtype), /*trainable=*/false);
+    };
+    step.update = [&](const Tensor& cache, const Tensor& next) { updates_.push_back({cache, next}); };
+    token_input_ = graph_.placeholder(Shape{1, 1}, dtype, "ids");
+    {
+      const detail::DecodingScope scope(step);
+      logits_ = model.apply({token_input_}, /*training=*/false).at(0);
+    }
+    program_ = std::make_unique<Program>(graph_, std::vector<Tensor>{logits_}, updates_);
+  }
+
+  // Runs the token at `position` (< context) through the model; the logits of the next one. Slots after
+  // `position` hold stale entries that `visible` hides.
+  std::vector<double> step(std::int64_t token, std::int64_t position) {
+    token_.set_flat(0, static_cast<double>(token));
+    position_.set_flat(0, static_cast<double>(position));
+    for (std::int64_t s = 0; s < context_; ++s) {
+      slot_.set_flat(static_cast<std::size_t>(s), s == position ? 1.0 : 0.0);
+      visible_.set_flat(static_cast<std::size_t>(s), s <= position ? 1.0 : 0.0);
+    }
+    program_->feed(token_input_, token_);
+    program_->feed(position_input_, position_);
+    program_->feed(slot_input_, slot_);
+    program_->feed(visible_input_, visible_);
+    program_->run();
+    const Array logits = program_->view(logits_);
+    std::vector<double> row(logits.size());
+    for (std::size_t j = 0; j < row.size(); ++j) row[j] = logits.flat(j);
+    return row;
+  }
+
+ private:
+  std::int64_t context_;
+  Graph graph_;
+  Tensor token_input_, position_input_, slot_input_, visible_input_, logits_;
+  std::vector<Update> updates_;
+  Array token_, position_, slot_, visible_;
+  std::unique_ptr<Program> program_;
+};
+
+}  // namespace
+
+std::vector<std::int64_t> generate(const Model& handle, const std::vector<std::int64_t>& prompt,
+                                   const GenerateOptions& options) {
+  ModelBase& model = *handle.ptr();
+  check_options(options);
+  const std::vector<Shape> inputs = model.input_shapes(), outputs = model.model_output_shapes();
+  if (inputs.size() != 1 || outputs.size() != 1 || inputs[0].rank() != 2 || inputs[0][1] == Shape::unknown ||
+      outputs[0].rank() != 3 || outputs[0][1] != inputs[0][1] || outputs[0][2] == Shape::unknown)
+    throw ShapeError(model.describe() + ": generate needs a model of token ids (batch, context) to logits (batch, "
+                     "context, vocabulary), got " +
+                     (inputs.empty() ? std::string("no input") : inputs[0].to_string()) + " -> " +
+                     (outputs.empty() ? std::string("no output") : outputs[0].to_string()));
+  const std::int64_t context = inputs[0][1], vocabulary = outputs[0][2];
+  if (prompt.empty()) throw ValueError("generate: the prompt is empty; give at least one token");
+  for (std::size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || prompt[i] >= vocabulary)
+      throw ValueError("generate: prompt token " + std::to_string(i) + " is " + std::to_string(prompt[i]) +
+                       ", outside the vocabulary [0, " + std::to_string(vocabulary) + ") of " + model.describe());
+  const ModelBase::Use use = model.use_for_inference("generate");
+  const DType dtype = model.input_dtypes().at(0);
+  Sampler sample(options);
+  std::vector<std::int64_t> tokens = prompt;
+  if (options.max_new_tokens == 0) return tokens;
+
+  std::unique_ptr<WindowRunner> window;
+  auto window_logits = [&] {
+    if (!window) window = std::make_unique<WindowRunner>(model, context, dtype);
+    return window->next_logits(tokens);
+  };
+  std::vector<double> logits;
+  std::unique_ptr<StepRunner> steps;
+  // The cache serves while the whole sequence fits the context: positions are absolute.
+  if (options.use_cache && static_cast<std::int64_t>(prompt.size()) < context) {
+    check_decodable(model);
+    steps = std::make_unique<StepRunner>(model, context, dtype);
+    for (std::size_t i = 0; i < prompt.size(); ++i) logits = steps->step(prompt[i], static_cast<std::int64_t>(i));
+  } else {
+    logits = window_logits();
+  }
+  for (std::int64_t n = 0; n < options.max_new_tokens; ++n) {
+    tokens.push_back(sample(logits));
+    if (n + 1 == options.max_new_tokens) break;
+    const auto length = static_cast<std::int64_t>(tokens.size());
+    logits = steps && length <= context ? steps->step(tokens.back(), length - 1) : window_logits();
+  }
+  return tokens;
+}
+
+}  // namespace kiln
