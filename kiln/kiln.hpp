@@ -54,6 +54,7 @@
 #include <kiln/train/generate.hpp>
 #include <kiln/train/model.hpp>
 #include <kiln/train/progress.hpp>
+#include <kiln/train/tokenizer.hpp>
 
 /// A small, fast, Keras-like deep-learning framework: a static graph with reverse-mode autodiff, layers that
 /// build from their first input, Keras's training loop, and one checked file per model.

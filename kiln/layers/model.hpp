@@ -14,6 +14,7 @@
 // another model.
 #include <cstdint>
 #include <iosfwd>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -158,6 +159,16 @@ class ModelBase : public Layer {
   /// Attaches what compile() made, replacing any earlier state.
   void set_compiled_state(std::shared_ptr<CompiledState> state) { compiled_state_ = std::move(state); }
 
+  /// Named things that travel with the model but are not layers (a tokenizer's vocabulary): kiln files save
+  /// and load them; setting a name again replaces it.
+  void set_asset(const std::string& name, const Config& value) { assets_[name] = value; }
+  /// The asset `name`, or nullptr.
+  const Config* asset(const std::string& name) const {
+    const auto found = assets_.find(name);
+    return found == assets_.end() ? nullptr : &found->second;
+  }
+  const std::map<std::string, Config>& assets() const { return assets_; }
+
   /// ConfigError when the model calls a layer that also belongs to another of its layers (a sublayer
   /// called on its own): a config lists each layer with its own sublayers, so a file could not say they
   /// are one. Every writer of a model's config checks it first.
@@ -197,6 +208,7 @@ class ModelBase : public Layer {
   mutable std::mutex apply_mutex_;
   std::shared_ptr<Usage> usage_;
   std::shared_ptr<CompiledState> compiled_state_;
+  std::map<std::string, Config> assets_;
 };
 
 /// Model(inputs, outputs): the functional API.

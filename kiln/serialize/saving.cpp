@@ -65,11 +65,17 @@ std::string utc_now() {
 
 Config metadata_of(const ModelBase& model) {
   const Trainer* trainer = trainer_of(model);
-  return Config{{"kiln_version", KILN_VERSION_STRING},
-                {"format_version", static_cast<std::int64_t>(detail::kFormatVersion)},
-                {"config_version", static_cast<std::int64_t>(detail::kConfigVersion)},
-                {"date_saved", utc_now()},
-                {"epochs_trained", trainer ? trainer->epochs_trained() : 0}};
+  Config metadata{{"kiln_version", KILN_VERSION_STRING},
+                  {"format_version", static_cast<std::int64_t>(detail::kFormatVersion)},
+                  {"config_version", static_cast<std::int64_t>(detail::kConfigVersion)},
+                  {"date_saved", utc_now()},
+                  {"epochs_trained", trainer ? trainer->epochs_trained() : 0}};
+  if (!model.assets().empty()) {
+    Config assets = Config::map();
+    for (const auto& [name, value] : model.assets()) assets.set(name, value);
+    metadata.set("assets", assets);
+  }
+  return metadata;
 }
 
 std::vector<detail::Section> sections_of(const std::vector<std::pair<std::string, std::string>>& payloads) {
@@ -151,6 +157,12 @@ Model load_model(const std::string& path, const LoadOptions& options) {
   });
   const std::vector<NamedArray> arrays = detail::read_arrays(weights->payload, path + ": weights section");
   guarded(path + ": weights section", [&] { assign_weights(model->weights(), arrays, model->describe()); });
+  if (const Config* assets = metadata.is_map() ? metadata.find("assets") : nullptr; assets != nullptr) {
+    guarded(path + ": metadata section", [&] {
+      if (!assets->is_map()) throw ValueError("assets is " + assets->to_string() + ", not a map");
+      for (const auto& [name, value] : assets->items()) model->set_asset(name, value);
+    });
+  }
 
   const Config* compiled = config.find("compile_config");
   if (!options.compile || !compiled || compiled->is_null() || compiled->size() == 0) return Model(model);
