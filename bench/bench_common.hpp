@@ -40,6 +40,7 @@ struct WorkloadInfo {
   const char* name;
   bool forward, train_step, has_seq;
   const char* what;
+  bool generate = false;  // the mode "generate": one call generates 256 tokens from a 64-token prompt
 };
 
 inline const std::vector<WorkloadInfo>& workloads() {
@@ -59,6 +60,10 @@ inline const std::vector<WorkloadInfo>& workloads() {
       {"char_gpt", true, true, false,
        "nanoGPT's CPU shakespeare_char: ids (12,64) -> token + position embedding (65 chars, 128) -> 4 x "
        "TransformerDecoder(512, 4 heads, pre-norm, GELU) -> LayerNorm -> tied head (65); sparse CE (logits) + Adam"},
+      {"char_gpt_generate", false, false, false,
+       "char_gpt with a context of 320: 256 tokens from a 64-token prompt (top-k 200, temperature 0.8); kiln with "
+       "its key/value cache, libtorch re-reading the sequence each token as nanoGPT's generate",
+       true},
       {"noise", false, true, false,
        "(32,256,64) -> Dense(64) -> SpatialDropout1D(0.2) -> GaussianNoise(0.1) -> GaussianDropout(0.2); MSE + SGD"},
   };
@@ -166,8 +171,10 @@ inline Args parse_args(int argc, char** argv, bool is_torch) {
     const WorkloadInfo* w = find_workload(a.workload);
     if (w == nullptr) usage_error(program, "unknown workload '" + a.workload + "' (see --list)");
     if (a.mode.empty()) usage_error(program, "--mode forward|train_step is required with --workload");
-    if (a.mode != "forward" && a.mode != "train_step") usage_error(program, "--mode must be forward or train_step");
-    if ((a.mode == "forward" && !w->forward) || (a.mode == "train_step" && !w->train_step))
+    if (a.mode != "forward" && a.mode != "train_step" && a.mode != "generate")
+      usage_error(program, "--mode must be forward, train_step or generate");
+    if ((a.mode == "forward" && !w->forward) || (a.mode == "train_step" && !w->train_step) ||
+        (a.mode == "generate" && !w->generate))
       usage_error(program, a.workload + " has no " + a.mode + " mode (see --list)");
     if (a.seq_given && !w->has_seq) usage_error(program, "--seq applies to long_mha only");
   }
@@ -178,6 +185,7 @@ inline void print_list() {
   for (const WorkloadInfo& w : workloads()) {
     std::string modes = w.forward ? "forward" : "";
     if (w.train_step) modes += modes.empty() ? "train_step" : ",train_step";
+    if (w.generate) modes += modes.empty() ? "generate" : ",generate";
     std::printf("%-11s %-19s %s%s\n", w.name, modes.c_str(), w.what, w.has_seq ? " [--seq T, default 1024]" : "");
   }
 }
@@ -186,8 +194,9 @@ inline void print_list() {
 inline int run_all(const char* self_path, const Args& a) {
   int failures = 0;
   for (const WorkloadInfo& w : workloads()) {
-    for (const char* mode : {"forward", "train_step"}) {
-      if ((std::strcmp(mode, "forward") == 0 && !w.forward) || (std::strcmp(mode, "train_step") == 0 && !w.train_step))
+    for (const char* mode : {"forward", "train_step", "generate"}) {
+      if ((std::strcmp(mode, "forward") == 0 && !w.forward) || (std::strcmp(mode, "train_step") == 0 && !w.train_step) ||
+          (std::strcmp(mode, "generate") == 0 && !w.generate))
         continue;
       std::vector<std::string> args = {
           self_path, "--workload", w.name, "--mode", mode, "--threads", std::to_string(a.threads)};

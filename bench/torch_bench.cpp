@@ -23,6 +23,8 @@
 //               Embedding(64, 128) positions, 4 pre-norm blocks (LayerNorm ε 1e-5, causal 4-head attention with
 //               biases, GELU feed-forward 512), a final LayerNorm and the head tied to the token embedding, on
 //               (12, 64) ids; cross-entropy on the logits + Adam
+//   char_gpt_generate  char_gpt with 320 positions, generating 256 tokens from a 64-token prompt as nanoGPT's
+//               generate does: the whole sequence through the model for each token, top-k 200 at temperature 0.8
 //   noise       Linear(64, 64), then spatial dropout, additive and multiplicative Gaussian noise as Keras's
 //               SpatialDropout1D, GaussianNoise and GaussianDropout compute them; MSE + SGD
 // Losses and optimizers as kiln compiles them: mean squared error (cnn_small: cross-entropy); SGD(lr 0.01) (Keras's
@@ -36,6 +38,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -286,20 +289,35 @@ struct CharGptImpl : nn::Module {
   nn::Embedding tokens{nullptr}, positions{nullptr};
   nn::Sequential blocks;
   nn::LayerNorm final_norm{nullptr};
-  CharGptImpl() {
+  explicit CharGptImpl(std::int64_t context = 64) {
     tokens = register_module("tokens", nn::Embedding(65, 128));
-    positions = register_module("positions", nn::Embedding(64, 128));
+    positions = register_module("positions", nn::Embedding(context, 128));
     for (int block = 0; block < 4; ++block) blocks->push_back(GptBlock());
     register_module("blocks", blocks);
     final_norm = register_module("final_norm", nn::LayerNorm(nn::LayerNormOptions({128}).eps(1e-5)));
   }
-  torch::Tensor forward(const torch::Tensor& ids) {
+  torch::Tensor logits(const torch::Tensor& ids) {  // (batch, steps, 65)
     const torch::Tensor steps = torch::arange(ids.size(1), torch::kLong);
     const torch::Tensor h = final_norm(blocks->forward(tokens(ids) + positions(steps)));
-    return torch::matmul(h, tokens->weight.t()).reshape({-1, 65});
+    return torch::matmul(h, tokens->weight.t());
   }
+  torch::Tensor forward(const torch::Tensor& ids) { return logits(ids).reshape({-1, 65}); }
 };
 TORCH_MODULE(CharGpt);
+
+// nanoGPT's generate: each new token runs the model over the whole sequence so far (it fits the context of
+// 320), then top-k (200: every character) of the last logits / temperature 0.8, softmax, multinomial.
+torch::Tensor generate_tokens(CharGpt& model, torch::Tensor ids, std::int64_t new_tokens) {
+  torch::NoGradGuard no_grad;
+  for (std::int64_t n = 0; n < new_tokens; ++n) {
+    torch::Tensor last = model->logits(ids).select(1, ids.size(1) - 1) / 0.8;
+    const auto top = torch::topk(last, std::min<std::int64_t>(200, last.size(-1)));
+    last = last.masked_fill(last < std::get<0>(top).select(-1, std::get<0>(top).size(-1) - 1).unsqueeze(-1),
+                            -std::numeric_limits<float>::infinity());
+    ids = torch::cat({ids, torch::multinomial(torch::softmax(last, -1), 1)}, 1);
+  }
+  return ids;
+}
 
 // ---- the workloads --------------------------------------------------------------------------------------
 
@@ -340,7 +358,7 @@ Workload make_workload(const std::string& name, int seq) {
   if (name == "noise") return wrap(Noise(), uniform({32, 256, 64}), uniform({32, 256, 64}), false);
   if (name == "rnn") return wrap(Rnn(), uniform({32, 100, 32}), uniform({32, 1}), true);
   if (name == "lstm") return wrap(Lstm(), uniform({64, 100, 32}), uniform({64, 1}), true);
-  if (name == "char_gpt") {
+  if (name == "char_gpt" || name == "char_gpt_generate") {
     Workload w = wrap(CharGpt(), torch::randint(0, 65, {12, 64}, torch::kLong),
                       torch::randint(0, 65, {12 * 64}, torch::kLong), true);
     w.classes = true;
@@ -500,6 +518,11 @@ int main(int argc, char** argv) {
         (void)mine.forward(mine.x);
       });
       t = bench::time_steps(args, [&] { callers.step(); });
+    } else if (args.mode == "generate") {
+      CharGpt model(320);
+      model->eval();
+      const torch::Tensor prompt = (torch::arange(64, torch::kLong) * 7).remainder(65).unsqueeze(0);
+      t = bench::time_steps(args, [&] { (void)generate_tokens(model, prompt, 256); });
     } else if (args.mode == "forward") {
       w.module->eval();
       torch::NoGradGuard no_grad;

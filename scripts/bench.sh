@@ -65,6 +65,7 @@ lstm forward -
 lstm train_step -
 char_gpt forward -
 char_gpt train_step -
+char_gpt_generate generate -
 long_mha forward 512
 long_mha train_step 512"
   timing=(--warmup 3 --min-time 0.3 --max-time 1)
@@ -85,7 +86,8 @@ rnn train_step -
 lstm forward -
 lstm train_step -
 char_gpt forward -
-char_gpt train_step -"
+char_gpt train_step -
+char_gpt_generate generate -"
   for mode in forward train_step; do
     for seq in 256 512 1024 2048; do rows="$rows
 long_mha $mode $seq"; done
