@@ -117,6 +117,21 @@ Array take_rows(const Array& source, const std::vector<std::int64_t>& rows);
 /// Inputs and targets split with the same seed (and the same number of rows) stay paired.
 std::vector<Array> shuffled_split_rows(const Array& source, const std::vector<double>& fractions, std::uint64_t seed);
 
+/// Keras's keras.utils.pad_sequences: how token sequences of different lengths become one batch.
+struct PadOptions {
+  std::int64_t maxlen = -1;      ///< the batch's length; -1: its longest sequence's
+  std::string padding = "pre";   ///< "pre" (Keras's default: the padding before each sequence) or "post"
+  std::string truncating = "pre";  ///< a longer sequence loses its first ("pre") or last ("post") tokens
+  double value = 0.0;            ///< the padding's token: 0 is what Embedding(mask_zero) masks
+  DType dtype = DType::float32;
+};
+/// The sequences as rows of a (count, maxlen) array, padded and truncated as `options` say. ValueError for
+/// an unknown padding or truncating, or a negative maxlen other than -1.
+Array pad_sequences(const std::vector<std::vector<std::int64_t>>& sequences, const PadOptions& options = {});
+/// 1 where `padded` (as pad_sequences made it) holds a token, 0 where it holds `value`: the mask
+/// Embedding(mask_zero) computes, for layers that take a mask argument.
+Array padding_mask(const Array& padded, double value = 0.0);
+
 // ---- scaling -------------------------------------------------------------------------------------------
 
 /// (x - mean) / standard_deviation per feature (the last axis), with statistics over every other axis, so

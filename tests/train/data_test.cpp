@@ -536,3 +536,31 @@ TEST_CASE("log_returns: log of consecutive price ratios, checked on the EU stock
         "log_returns: the price at row 1, column 1 is 0.000000; prices must be positive and finite");
   CHECK_THROWS_AS(kiln::log_returns(counting(1, 2)), kiln::ValueError);
 }
+
+TEST_CASE("pad_sequences pads and truncates as Keras's, and padding_mask marks the tokens",
+          "[train][data][sequences]") {
+  const std::vector<std::vector<std::int64_t>> sequences = {{1, 2, 3}, {4}, {5, 6, 7, 8, 9}, {}};
+  auto rows = [](const kiln::Array& a) {
+    std::vector<double> values;
+    for (std::size_t i = 0; i < a.size(); ++i) values.push_back(a.flat(i));
+    return values;
+  };
+  // Keras: pre-padding to the longest, 5.
+  const kiln::Array pre = kiln::pad_sequences(sequences);
+  REQUIRE(pre.shape() == kiln::Shape{4, 5});
+  CHECK(rows(pre) == std::vector<double>{0, 0, 1, 2, 3, 0, 0, 0, 0, 4, 5, 6, 7, 8, 9, 0, 0, 0, 0, 0});
+  kiln::PadOptions options;
+  options.maxlen = 3;
+  options.padding = "post";
+  options.truncating = "post";
+  options.value = -1;
+  CHECK(rows(kiln::pad_sequences(sequences, options)) ==
+        std::vector<double>{1, 2, 3, 4, -1, -1, 5, 6, 7, -1, -1, -1});
+  options.truncating = "pre";
+  CHECK(rows(kiln::pad_sequences(sequences, options)) ==
+        std::vector<double>{1, 2, 3, 4, -1, -1, 7, 8, 9, -1, -1, -1});
+  CHECK(rows(kiln::padding_mask(pre)) ==
+        std::vector<double>{0, 0, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0});
+  options.padding = "middle";
+  CHECK_THROWS_WITH(kiln::pad_sequences(sequences, options), Catch::Contains("padding must be"));
+}
