@@ -251,17 +251,16 @@ std::vector<Tensor> MultiHeadAttentionLayer::call(const std::vector<Tensor>& inp
 MultiHeadAttentionLayer::CachedStep MultiHeadAttentionLayer::cached_self_attention(const Tensor& query,
                                                                                   const Tensor& key_cache,
                                                                                   const Tensor& value_cache,
-                                                                                  const Tensor& slot,
+                                                                                  const Tensor& start,
                                                                                   const Tensor& visible) const {
   if (!built()) throw LayerStateError(describe() + ": build it before decoding with a cache");
   if (query.rank() != 3 || query.shape()[1] != 1 || query.shape()[2] != key_features_)
     shape_error("decodes one step (batch, 1, features) at a time", {{"query", query.shape()}});
   const Tensor q = project(query, query_, key_depth_) * (1.0 / std::sqrt(static_cast<double>(key_depth_)));
-  // Keep every slot but this step's, which takes the new key and value: (batch, slots, heads, depth).
-  const Tensor others = ops::scalar_like(slot, 1.0) - slot;
+  // The new key and value go into slot `start` of the caches (batch, slots, heads, depth).
   CachedStep step;
-  step.key_cache = key_cache * others + project(query, key_, key_depth_) * slot;
-  step.value_cache = value_cache * others + project(query, value_, value_depth_) * slot;
+  step.key_cache = ops::write_steps(key_cache, project(query, key_, key_depth_), start);
+  step.value_cache = ops::write_steps(value_cache, project(query, value_, value_depth_), start);
   detail::AttentionOptions options;
   options.mask = &visible;
   options.heads_last = true;

@@ -55,15 +55,15 @@ class MultiHeadAttentionLayer : public Layer {
 
   /// One step of cached self-attention (keras-hub's CachedMultiHeadAttention with an update index), for
   /// decoding a token at a time: `query` (batch, 1, features) is projected; its key and value go into the
-  /// slot of `key_cache` and `value_cache` (batch, slots, heads, depth) where `slot` (1, slots, 1, 1) is 1;
-  /// the query attends the slots where `visible` (batch, slots) is 1. The layer must be built.
+  /// slot `start` (a one-element tensor) of `key_cache` and `value_cache` (batch, slots, heads, depth); the
+  /// query attends the slots where `visible` (batch, slots) is 1. The layer must be built.
   struct CachedStep {
     Tensor output;       ///< (batch, 1, output features)
     Tensor key_cache;    ///< the key cache after the step
     Tensor value_cache;  ///< the value cache after the step
   };
   CachedStep cached_self_attention(const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
-                                   const Tensor& slot, const Tensor& visible) const;
+                                   const Tensor& start, const Tensor& visible) const;
 
  protected:
   /// Checks the shapes, resolves key_dim and value_dim and creates the weights. In the TF2 form the query's

@@ -277,7 +277,7 @@ Tensor TransformerDecoderLayer::decode_step(const Tensor& decoder, const detail:
   const Tensor values = step.cache(describe() + "/value", cache_shape);
   const Tensor x = residual(decoder, self_attention_norm_, self_attention_dropout_, inner, [&](const Tensor& query) {
     const MultiHeadAttentionLayer::CachedStep cached =
-        attention.cached_self_attention(query, keys, values, step.slot, step.visible);
+        attention.cached_self_attention(query, keys, values, step.start, step.visible);
     step.update(keys, cached.key_cache);
     step.update(values, cached.value_cache);
     return cached.output;

@@ -258,6 +258,13 @@ std::vector<Tensor> split(const Tensor& x, int num_splits, int axis = -1);
 /// Consecutive parts of these sizes along `axis`, each a slice. The sizes must sum to the axis's extent,
 /// which must be known: ShapeError otherwise.
 std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes, int axis = -1);
+/// `buffer` (batch, S, ...) with its steps [start, start + T) replaced by `rows` (batch, T, ...), where
+/// `start` is a tensor of one element holding a whole number: data, not a shape (a decoder's position in
+/// its key/value cache). ShapeError when the shapes disagree or T > S; ValueError at run time for a start
+/// that is not whole or runs past S. Its gradient reaches buffer and rows, not start.
+Tensor write_steps(const Tensor& buffer, const Tensor& rows, const Tensor& start);
+/// Steps [start, start + steps) of `buffer` (batch, S, ...), start a one-element tensor as in write_steps.
+Tensor read_steps(const Tensor& buffer, const Tensor& start, std::int64_t steps);
 /// begin/size per axis; size -1 means "to the end".
 Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin, const std::vector<std::int64_t>& size);
 /// x with `before[a]` zeros before and `after[a]` zeros after it on each axis a (NumPy's pad with a constant

@@ -149,11 +149,9 @@ class StepRunner {
       : context_(context),
         token_(Shape{1, 1}, dtype),
         position_(Shape{1, 1}, dtype),
-        slot_(Shape{1, context, 1, 1}, dtype),
         visible_(Shape{1, context}, dtype) {
     detail::DecodingStep step;
-    step.positions = position_input_ = graph_.placeholder(Shape{1, 1}, dtype, "position");
-    step.slot = slot_input_ = graph_.placeholder(Shape{1, context, 1, 1}, dtype, "slot");
+    step.positions = step.start = position_input_ = graph_.placeholder(Shape{1, 1}, dtype, "position");
     step.visible = visible_input_ = graph_.placeholder(Shape{1, context}, dtype, "visible");
     step.length = context;
     step.cache = [&](const std::string& name, const Shape& shape) {
@@ -173,13 +171,9 @@ class StepRunner {
   std::vector<double> step(std::int64_t token, std::int64_t position) {
     token_.set_flat(0, static_cast<double>(token));
     position_.set_flat(0, static_cast<double>(position));
-    for (std::int64_t s = 0; s < context_; ++s) {
-      slot_.set_flat(static_cast<std::size_t>(s), s == position ? 1.0 : 0.0);
-      visible_.set_flat(static_cast<std::size_t>(s), s <= position ? 1.0 : 0.0);
-    }
+    for (std::int64_t s = 0; s < context_; ++s) visible_.set_flat(static_cast<std::size_t>(s), s <= position ? 1.0 : 0.0);
     program_->feed(token_input_, token_);
     program_->feed(position_input_, position_);
-    program_->feed(slot_input_, slot_);
     program_->feed(visible_input_, visible_);
     program_->run();
     const Array logits = program_->view(logits_);
@@ -191,9 +185,9 @@ class StepRunner {
  private:
   std::int64_t context_;
   Graph graph_;
-  Tensor token_input_, position_input_, slot_input_, visible_input_, logits_;
+  Tensor token_input_, position_input_, visible_input_, logits_;
   std::vector<Update> updates_;
-  Array token_, position_, slot_, visible_;
+  Array token_, position_, visible_;
   std::unique_ptr<Program> program_;
 };
 

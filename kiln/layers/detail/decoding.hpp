@@ -2,7 +2,7 @@
 // Incremental decoding: a causal language model run one token at a time, each attention layer keeping
 // the keys and values of the tokens before in a cache (kiln::generate builds the step graph). While a
 // DecodingScope is open on a thread, the layers replayed there build that step instead of a whole
-// sequence: positions come from `positions`, and self-attention writes slot `slot` of its caches and
+// sequence: positions come from `positions`, and self-attention writes slot `start` of its caches and
 // attends the `visible` slots. Layers that cannot take part refuse with ValueError.
 #include <cstdint>
 #include <functional>
@@ -15,7 +15,7 @@ namespace kiln::detail {
 
 struct DecodingStep {
   Tensor positions;         ///< (batch, 1): the position of the token decoded, as a float
-  Tensor slot;              ///< (1, length, 1, 1): 1 at the cache slot this step writes, 0 elsewhere
+  Tensor start;             ///< (1, 1): the cache slot this step writes, the position, as a float
   Tensor visible;           ///< (batch, length): 1 at the slots written so far, this step's included
   std::int64_t length = 0;  ///< the cache's slots: the longest sequence decoded
   /// A cache that lives across steps, zero at first: a variable of the step's graph. `name` is unique per
