@@ -39,6 +39,7 @@ class EmbeddingLayer : public Layer {
   Tensor call(const Tensor& input, const CallArgs& args) override;
 
   WeightId embeddings_id() const { return embeddings_; }  ///< for layers that extend it
+  /// The embeddings' initializer, which a ReversibleEmbedding's untied reverse map shares.
   const Initializer& embeddings_initializer() const { return embeddings_initializer_; }
 
  private:

@@ -167,6 +167,7 @@ class ModelBase : public Layer {
     const auto found = assets_.find(name);
     return found == assets_.end() ? nullptr : &found->second;
   }
+  /// Every asset by name.
   const std::map<std::string, Config>& assets() const { return assets_; }
 
   /// ConfigError when the model calls a layer that also belongs to another of its layers (a sublayer

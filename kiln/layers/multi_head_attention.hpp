@@ -62,6 +62,7 @@ class MultiHeadAttentionLayer : public Layer {
     Tensor key_cache;    ///< the key cache after the step
     Tensor value_cache;  ///< the value cache after the step
   };
+  /// One decoding step (see CachedStep).
   CachedStep cached_self_attention(const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
                                    const Tensor& start, const Tensor& visible) const;
 

@@ -64,9 +64,9 @@ class TokenAndPositionEmbeddingLayer : public Layer {
   /// padding, and the output carries the mask).
   explicit TokenAndPositionEmbeddingLayer(const Config& config);
   Config get_config() const override;
-  std::int64_t vocabulary_size() const { return vocabulary_size_; }
-  std::int64_t sequence_length() const { return sequence_length_; }
-  std::int64_t embedding_dim() const { return embedding_dim_; }
+  std::int64_t vocabulary_size() const { return vocabulary_size_; }  ///< token ids 0 .. vocabulary_size-1
+  std::int64_t sequence_length() const { return sequence_length_; }  ///< the positions
+  std::int64_t embedding_dim() const { return embedding_dim_; }      ///< each vector's size
   /// The token embedding, whose reverse call maps the model's last vectors to vocabulary scores (a tied
   /// output head).
   const LayerPtr& token_embedding() const { return token_embedding_; }
@@ -104,7 +104,7 @@ class SinePositionEncodingLayer : public Layer {
  public:
   /// keras-hub's argument: max_wavelength = 10000 (positive).
   explicit SinePositionEncodingLayer(const Config& config);
-  double max_wavelength() const { return max_wavelength_; }
+  double max_wavelength() const { return max_wavelength_; }  ///< the longest wavelength
   Config get_config() const override;
 
  protected:
@@ -120,6 +120,7 @@ class SinePositionEncodingLayer : public Layer {
 /// The sinusoidal position encoding of "Attention is all you need": keras-hub's layers.SinePositionEncoding.
 class SinePositionEncoding : public LayerHandle<SinePositionEncodingLayer> {
  public:
+  /// Wavelengths up to `max_wavelength`; further config keys in `options` (name, ...).
   explicit SinePositionEncoding(double max_wavelength = 10000.0, const Config& options = {});
   /// From a whole config, with the keys of SinePositionEncodingLayer(const Config&).
   explicit SinePositionEncoding(const Config& config)
@@ -157,6 +158,7 @@ class RotaryEmbeddingLayer : public Layer {
 ///   kiln::Tensor q_rotated = kiln::RotaryEmbedding()(q);   // q: (batch, steps, heads, depth)
 class RotaryEmbedding : public LayerHandle<RotaryEmbeddingLayer> {
  public:
+  /// Frequencies from `max_wavelength`; further config keys in `options` (scaling_factor, rope_type, axes).
   explicit RotaryEmbedding(double max_wavelength = 10000.0, const Config& options = {});
   /// From a whole config, with the keys of RotaryEmbeddingLayer(const Config&).
   explicit RotaryEmbedding(const Config& config) : LayerHandle(std::make_shared<RotaryEmbeddingLayer>(config)) {}

@@ -33,7 +33,7 @@ struct DecodingStep;
 class TransformerBlockLayer : public Layer {
  public:
   std::int64_t intermediate_dim() const { return intermediate_dim_; }  ///< the feed-forward network's width
-  std::int64_t num_heads() const { return num_heads_; }
+  std::int64_t num_heads() const { return num_heads_; }  ///< attention heads
   bool normalize_first() const { return normalize_first_; }  ///< pre-norm (true) or post-norm
   Config get_config() const override;
   bool supports_masking() const override { return true; }
@@ -50,9 +50,11 @@ class TransformerBlockLayer : public Layer {
                         const std::function<void(ConfigReader&)>& more = {});
   /// The head depth for `features`: features / num_heads, which must be at least 1.
   std::int64_t head_dim(std::int64_t features) const;
+  /// Tracks a MultiHeadAttention sublayer of the block's heads and head depth (value_dim too when asked).
   LayerPtr make_attention(const std::string& name, std::int64_t features, bool value_dim);
-  LayerPtr make_norm(const std::string& name);
-  LayerPtr make_dropout(const std::string& name);
+  LayerPtr make_norm(const std::string& name);     ///< tracks a LayerNormalization of layer_norm_epsilon
+  LayerPtr make_dropout(const std::string& name);  ///< tracks a Dropout of the block's rate
+  /// Tracks a Dense sublayer with the block's initializers.
   LayerPtr make_dense(const std::string& name, std::int64_t units, const std::string& activation);
   /// One residual part: r + dropout(part(x')), x' = norm(x) before (pre-norm), the sum normalized after
   /// (post-norm).
@@ -65,12 +67,18 @@ class TransformerBlockLayer : public Layer {
   /// or an empty Tensor.
   Tensor merged_mask(const Tensor* padding, const Tensor* attention, const Tensor& keys) const;
 
-  std::int64_t intermediate_dim_ = 0, num_heads_ = 0;
-  double dropout_ = 0.0, layer_norm_epsilon_ = 1e-5;
-  std::string activation_ = "relu";
-  Config kernel_initializer_, bias_initializer_;
-  bool normalize_first_ = false;
-  LayerPtr feedforward_intermediate_dense_, feedforward_output_dense_, feedforward_layer_norm_, feedforward_dropout_;
+  std::int64_t intermediate_dim_ = 0;  ///< the feed-forward width
+  std::int64_t num_heads_ = 0;         ///< attention heads
+  double dropout_ = 0.0;               ///< on the attention weights and after each part
+  double layer_norm_epsilon_ = 1e-5;   ///< every LayerNormalization's epsilon
+  std::string activation_ = "relu";    ///< the feed-forward activation
+  Config kernel_initializer_;          ///< every sublayer's kernels'
+  Config bias_initializer_;            ///< every sublayer's biases'
+  bool normalize_first_ = false;       ///< pre-norm
+  LayerPtr feedforward_intermediate_dense_;  ///< Dense(intermediate_dim, activation)
+  LayerPtr feedforward_output_dense_;        ///< Dense(features)
+  LayerPtr feedforward_layer_norm_;          ///< the feed-forward part's LayerNormalization
+  LayerPtr feedforward_dropout_;             ///< the feed-forward part's Dropout
 };
 
 /// The layer behind kiln::TransformerEncoder. Sublayers, in keras-hub's order: "self_attention_layer"
@@ -114,7 +122,7 @@ class TransformerDecoderLayer : public TransformerBlockLayer {
   /// shapes to build for at once, as keras-hub's config saves them).
   explicit TransformerDecoderLayer(const Config& config);
   Config get_config() const override;
-  bool has_cross_attention() const { return cross_attention_ != nullptr; }
+  bool has_cross_attention() const { return cross_attention_ != nullptr; }  ///< built with an encoder sequence
 
  protected:
   void build(const std::vector<Shape>& input_shapes) override;

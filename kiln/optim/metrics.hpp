@@ -47,7 +47,7 @@ struct MetricClass {
   /// Optional: each sample's (and step's) value, y_pred's shape without its last axis, whose mean is
   /// `compute`'s. With it, a masked prediction's padding steps do not count (Keras's MeanMetricWrapper with
   /// the mask as sample weight); without it, the metric averages over every step and says so.
-  Compute per_sample;
+  Compute per_sample = {};
 };
 
 /// Every metric class by key ("kiln>BinaryAccuracy"); "BinaryAccuracy", "binary_accuracy" and registered

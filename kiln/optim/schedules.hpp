@@ -71,11 +71,11 @@ class ExponentialDecay : public LearningRateSchedule {
   /// step / decay_steps, floored with staircase.
   double progress(std::int64_t step) const;
 
-  double initial_learning_rate_ = 0.0;
-  std::int64_t decay_steps_ = 1;
-  double decay_rate_ = 1.0;
-  bool staircase_ = false;
-  std::string name_;
+  double initial_learning_rate_ = 0.0;  ///< the rate at step 0
+  std::int64_t decay_steps_ = 1;        ///< the steps one decay takes
+  double decay_rate_ = 1.0;             ///< the factor of one decay
+  bool staircase_ = false;              ///< decay in whole steps of decay_steps
+  std::string name_;                    ///< kept for the config
 
  private:
   void validate() const;

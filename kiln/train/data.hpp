@@ -123,7 +123,7 @@ struct PadOptions {
   std::string padding = "pre";   ///< "pre" (Keras's default: the padding before each sequence) or "post"
   std::string truncating = "pre";  ///< a longer sequence loses its first ("pre") or last ("post") tokens
   double value = 0.0;            ///< the padding's token: 0 is what Embedding(mask_zero) masks
-  DType dtype = DType::float32;
+  DType dtype = DType::float32;  ///< the batch's dtype
 };
 /// The sequences as rows of a (count, maxlen) array, padded and truncated as `options` say. ValueError for
 /// an unknown padding or truncating, or a negative maxlen other than -1.

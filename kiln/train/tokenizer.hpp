@@ -16,6 +16,7 @@
 
 namespace kiln {
 
+/// Text to ids and back, one id per character of its vocabulary (see the file comment).
 class CharacterTokenizer {
  public:
   /// The characters of `vocabulary` (UTF-8), one per id in that order, each once. ValueError for an empty
@@ -33,6 +34,7 @@ class CharacterTokenizer {
   std::vector<std::int64_t> encode(const std::string& text) const;
   /// The text of `ids`; ValueError for an id outside [0, vocabulary_size()).
   std::string decode(const std::vector<std::int64_t>& ids) const;
+  /// The number of characters, so ids run 0 .. vocabulary_size()-1.
   std::int64_t vocabulary_size() const { return static_cast<std::int64_t>(characters_.size()); }
   /// {"vocabulary": the characters in id order, as one UTF-8 string}.
   Config get_config() const;
