@@ -46,31 +46,9 @@ have_peer=""
 read -r -a peer_env <<<"${BENCH_PEER_ENV-OMP_WAIT_POLICY=passive}"
 peer=(env "${peer_env[@]}" "$torch")
 
-# workload mode seq, one row a line.
-if [ -n "$quick" ]; then
-  rows="seed_dpa forward -
-seed_mha forward -
-seed_mha train_step -
-mql5_block forward -
-mql5_block train_step -
-cnn_small forward -
-cnn_small train_step -
-tcn train_step -
-norms forward -
-norms train_step -
-noise train_step -
-rnn forward -
-rnn train_step -
-lstm forward -
-lstm train_step -
-char_gpt forward -
-char_gpt train_step -
-char_gpt_generate generate -
-long_mha forward 512
-long_mha train_step 512"
-  timing=(--warmup 3 --min-time 0.3 --max-time 1)
-else
-  rows="seed_dpa forward -
+# workload mode seq, one row a line: every workload at its one size, then long_mha over sequence lengths
+# (only 512 when quick).
+rows="seed_dpa forward -
 seed_mha forward -
 seed_mha train_step -
 mql5_block forward -
@@ -88,6 +66,12 @@ lstm train_step -
 char_gpt forward -
 char_gpt train_step -
 char_gpt_generate generate -"
+if [ -n "$quick" ]; then
+  rows="$rows
+long_mha forward 512
+long_mha train_step 512"
+  timing=(--warmup 3 --min-time 0.3 --max-time 1)
+else
   for mode in forward train_step; do
     for seq in 256 512 1024 2048; do rows="$rows
 long_mha $mode $seq"; done

@@ -19,8 +19,6 @@ Config history(const std::string& layer, int call, int output) {
 }  // namespace
 
 void ModelBase::check_members_are_separate() const {
-  const ModelBase& model = *this;
-  const std::vector<Node>& nodes = nodes_;
   std::map<const Layer*, const Layer*> owner;  // every sublayer of a member, with the member holding it
   std::function<void(const Layer&, const Layer&)> claim = [&](const Layer& member, const Layer& layer) {
     for (const LayerPtr& child : layer.layers()) {
@@ -28,18 +26,15 @@ void ModelBase::check_members_are_separate() const {
       claim(member, *child);
     }
   };
-  std::map<const Layer*, bool> members;
-  for (const ModelBase::Node& node : nodes)
-    if (members.emplace(node.layer.get(), true).second) claim(*node.layer, *node.layer);
-  for (const auto& [member, unused] : members) {
-    (void)unused;
-    if (const auto found = owner.find(member); found != owner.end() && found->second != member)
-      throw ConfigError(model.describe() + ": " + member->describe() + " is called by the model and also belongs to " +
+  for (const Node& node : nodes_) claim(*node.layer, *node.layer);
+  // In call order, so the first offending call is the one named.
+  for (const Node& node : nodes_)
+    if (const auto found = owner.find(node.layer.get()); found != owner.end())
+      throw ConfigError(describe() + ": " + node.layer->describe() + " is called by the model and also belongs to " +
                         found->second->describe() +
                         "; a saved config cannot say they are one layer. Call a standalone layer in both places "
                         "instead (a kiln::ReversibleEmbedding and a kiln::PositionEmbedding, not the parts of a "
                         "TokenAndPositionEmbedding)");
-  }
 }
 
 Config ModelBase::graph_config() const {

@@ -174,6 +174,15 @@ Tensor MultiHeadAttentionLayer::project(const Tensor& x, const Projection& proje
   return ops::reshape(y, {-1, length, num_heads_, depth});
 }
 
+Tensor MultiHeadAttentionLayer::project_output(const Tensor& attended, const Tensor& query) const {
+  const std::int64_t width = num_heads_ * value_depth_;
+  const Tensor merged = ops::reshape(attended, {-1, query.shape()[1], width});
+  const Tensor kernel = variable(output_.kernel, query);
+  Tensor output = ops::matmul(merged, ops::reshape(kernel, {width, kernel.shape()[2]}));
+  if (use_bias_) output = output + variable(output_.bias, query);
+  return output;
+}
+
 std::vector<Tensor> MultiHeadAttentionLayer::call(const std::vector<Tensor>& inputs, const CallArgs& args) {
   const Tensor& query = inputs[0];
   const Tensor& value = inputs[1];
@@ -238,11 +247,7 @@ std::vector<Tensor> MultiHeadAttentionLayer::call(const std::vector<Tensor>& inp
   options.heads_last = true;
   const detail::Attended attended = detail::attend(describe(), q, k, v, 1.0, options);
 
-  const std::int64_t length = query.shape()[1], width = num_heads_ * value_depth_;
-  const Tensor merged = ops::reshape(attended.output, {-1, length, width});
-  const Tensor kernel = variable(output_.kernel, query);
-  Tensor output = ops::matmul(merged, ops::reshape(kernel, {width, kernel.shape()[2]}));
-  if (use_bias_) output = output + variable(output_.bias, query);
+  const Tensor output = project_output(attended.output, query);
   if (projection_activity_) add_activity_loss(projection_activity_, output);
   if (options.return_weights) return {output, attended.weights};
   return {output};
@@ -265,10 +270,7 @@ MultiHeadAttentionLayer::CachedStep MultiHeadAttentionLayer::cached_self_attenti
   options.mask = &visible;
   options.heads_last = true;
   const detail::Attended attended = detail::attend(describe(), q, step.key_cache, step.value_cache, 1.0, options);
-  const std::int64_t width = num_heads_ * value_depth_;
-  const Tensor kernel = variable(output_.kernel, query);
-  step.output = ops::matmul(ops::reshape(attended.output, {-1, 1, width}), ops::reshape(kernel, {width, kernel.shape()[2]}));
-  if (use_bias_) step.output = step.output + variable(output_.bias, query);
+  step.output = project_output(attended.output, query);
   return step;
 }
 

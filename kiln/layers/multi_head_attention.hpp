@@ -95,6 +95,8 @@ class MultiHeadAttentionLayer : public Layer {
   };
   Projection add_projection(const std::string& name, std::int64_t input_dim, std::int64_t depth);
   Tensor project(const Tensor& x, const Projection& projection, std::int64_t depth) const;
+  /// The heads of `attended` (batch, length, heads, value_dim) merged and projected to the output features.
+  Tensor project_output(const Tensor& attended, const Tensor& query) const;
   void check_inputs(const Shape& query, const Shape& key, const Shape& value) const;
 
   std::int64_t num_heads_ = 0;

@@ -31,6 +31,7 @@
 #include <kiln/core/graph.hpp>
 #include <kiln/core/op.hpp>
 #include <kiln/core/parallel.hpp>
+#include <kiln/ops/detail/flat_parts.hpp>
 #include <kiln/ops/detail/gemm.hpp>
 #include <kiln/ops/ops.hpp>
 
@@ -550,30 +551,6 @@ void fused_attention_grad_kernel(const KernelContext& context) {
       });
 }
 
-// ---- views and copies of the flat buffers -----------------------------------------------------------
-
-// The output is the head of the state (the planner aliases it; this copy is the fallback).
-template <class T>
-void output_kernel(const KernelContext& context) {
-  const T* state = context.in<T>(0);
-  T* out = context.out<T>();
-  if (state != out) std::memcpy(out, state, context.output_size() * sizeof(T));
-}
-
-// Inputs (gradients, q, k, v): part 0, 1 or 2 of [dq | dk | dv], each with its input's shape.
-template <class T>
-void grad_part_kernel(const KernelContext& context) {
-  const std::int64_t part = context.attributes().get_int("part");
-  std::int64_t offset = 0;
-  for (int i = 0; i < part; ++i) offset += context.input_shape(1 + i).num_elements();
-  const T* source = context.in<T>(0) + offset;
-  T* target = context.out<T>();
-  const auto size = static_cast<std::int64_t>(context.output_size());
-  detail::parallel_for(size, detail::workers_for_elements(size), [&](std::int64_t begin, std::int64_t end, int) {
-    std::memcpy(target + begin, source + begin, static_cast<std::size_t>(end - begin) * sizeof(T));
-  });
-}
-
 // ---- shape rules ---------------------------------------------------------------------------------------
 
 bool mask_dim_fits(std::int64_t mask, std::int64_t wanted) {
@@ -740,7 +717,7 @@ KILN_REGISTER_OP(OpDef("kiln>FusedAttentionOutput")
                      .inputs(4, 5)
                      .attributes({"scale", "causal", "heads_last"})
                      .infer_shape(output_shape)
-                     .forward(output_kernel<float>, output_kernel<double>)
+                     .forward(detail::head_kernel<float>, detail::head_kernel<double>)
                      .backward(fused_attention_backward)
                      .non_differentiable_inputs({OutputInputs::state, OutputInputs::mask},
                                                 "the state is recomputed from q, k and v; masks carry no gradient")
@@ -756,7 +733,7 @@ KILN_REGISTER_OP(OpDef("kiln>FusedAttentionGradPart")
                      .inputs(4)
                      .attributes({"part"})
                      .infer_shape(grad_part_shape)
-                     .forward(grad_part_kernel<float>, grad_part_kernel<double>)
+                     .forward(detail::flat_part_kernel<float>, detail::flat_part_kernel<double>)
                      .not_differentiable(second_order));
 
 namespace ops {

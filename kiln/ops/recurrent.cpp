@@ -40,6 +40,7 @@
 #include <kiln/core/graph.hpp>
 #include <kiln/core/op.hpp>
 #include <kiln/core/parallel.hpp>
+#include <kiln/ops/detail/flat_parts.hpp>
 #include <kiln/ops/detail/gemm.hpp>
 #include <kiln/ops/detail/kernel_util.hpp>
 #include <kiln/ops/ops.hpp>
@@ -753,29 +754,7 @@ void recurrent_grad_kernel(const KernelContext& context) {
   backward.run();
 }
 
-// ---- views of the flat buffers ------------------------------------------------------------------------------
-
-// The output is the head of the state (the planner aliases it; this copy is the fallback).
-template <class T>
-void output_kernel(const KernelContext& context) {
-  const T* state = context.in<T>(0);
-  T* out = context.out<T>();
-  if (state != out) std::memcpy(out, state, context.output_size() * sizeof(T));
-}
-
-// Inputs (gradients, x, kernel, recurrent_kernel, bias[, h0[, c0]]): one part of the flat gradient.
-template <class T>
-void grad_part_kernel(const KernelContext& context) {
-  const std::int64_t part = context.attributes().get_int("part");
-  std::int64_t offset = 0;
-  for (int i = 0; i < part; ++i) offset += context.input_shape(1 + i).num_elements();
-  const T* source = context.in<T>(0) + offset;
-  T* target = context.out<T>();
-  const auto size = static_cast<std::int64_t>(context.output_size());
-  detail::parallel_for(size, detail::workers_for_elements(size), [&](std::int64_t begin, std::int64_t end, int) {
-    std::memcpy(target + begin, source + begin, static_cast<std::size_t>(end - begin) * sizeof(T));
-  });
-}
+// ---- workspace ------------------------------------------------------------------------------------------------
 
 std::size_t forward_workspace(const std::vector<Shape>& inputs, const Shape&, const Attributes& attributes,
                               DType dtype) {
@@ -831,7 +810,7 @@ KILN_REGISTER_OP(OpDef("kiln>RecurrentOutput")
                      .inputs(5, 7)
                      .attributes(recurrent_attributes())
                      .infer_shape(output_shape)
-                     .forward(output_kernel<float>, output_kernel<double>)
+                     .forward(detail::head_kernel<float>, detail::head_kernel<double>)
                      .backward(recurrent_backward)
                      .non_differentiable_inputs({0}, "the state is recomputed from the inputs")
                      .sharing(Sharing::alias));
@@ -846,7 +825,7 @@ KILN_REGISTER_OP(OpDef("kiln>RecurrentGradPart")
                      .inputs(5, 7)
                      .attributes({"part"})
                      .infer_shape(grad_part_shape)
-                     .forward(grad_part_kernel<float>, grad_part_kernel<double>)
+                     .forward(detail::flat_part_kernel<float>, detail::flat_part_kernel<double>)
                      .not_differentiable(second_order));
 
 namespace ops {

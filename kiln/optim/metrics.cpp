@@ -16,36 +16,31 @@ namespace {
 // Not classes: Keras's compile resolves these strings from the shapes (compile_utils.get_metric).
 bool is_accuracy(const std::string& name) { return name == "accuracy" || name == "acc"; }
 
+// 1 where the prediction's class (strictly above the threshold, as Keras: a prediction exactly at the
+// threshold is class 0) is the target's.
+Tensor binary_hits(const Tensor& y_true, const Tensor& y_pred, const Config& args) {
+  const Tensor predicted = ops::greater(y_pred, ops::scalar_like(y_pred, args.get_double("threshold")));
+  return ops::equal(detail::match_rank(y_true, y_pred), predicted);
+}
+
 bool register_builtin_metrics(Registry<MetricClass>& registry) {
   registry.add("kiln>BinaryAccuracy", {"binary_accuracy",
                                        {{"threshold", 0.5}},
                                        TargetForm::elementwise,
                                        [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
-                                         // Strictly greater, as Keras: a prediction exactly at the threshold is class
-                                         // 0.
-                                         const Tensor predicted = ops::greater(
-                                             y_pred, ops::scalar_like(y_pred, args.get_double("threshold")));
-                                         return ops::mean(ops::equal(detail::match_rank(y_true, y_pred), predicted));
+                                         return ops::mean(binary_hits(y_true, y_pred, args));
                                        },
                                        [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
-                                         const Tensor predicted = ops::greater(
-                                             y_pred, ops::scalar_like(y_pred, args.get_double("threshold")));
-                                         return ops::mean(ops::equal(detail::match_rank(y_true, y_pred), predicted),
-                                                          {-1});
+                                         return ops::mean(binary_hits(y_true, y_pred, args), {-1});
                                        }});
+  // The batch mean of the accuracies below is the mean of their per-sample form (Metric::operator()).
   registry.add("kiln>CategoricalAccuracy",
-               {"categorical_accuracy", Config::map(), TargetForm::one_hot,
-                [](const Tensor& y_true, const Tensor& y_pred, const Config&) {
-                  return ops::mean(ops::equal(detail::argmax_last(y_true), detail::argmax_last(y_pred)));
-                },
+               {"categorical_accuracy", Config::map(), TargetForm::one_hot, MetricClass::Compute(),
                 [](const Tensor& y_true, const Tensor& y_pred, const Config&) {
                   return ops::equal(detail::argmax_last(y_true), detail::argmax_last(y_pred));
                 }});
   registry.add("kiln>SparseCategoricalAccuracy",
-               {"sparse_categorical_accuracy", Config::map(), TargetForm::class_indices,
-                [](const Tensor& y_true, const Tensor& y_pred, const Config&) {
-                  return ops::mean(ops::equal(detail::sparse_labels(y_true, y_pred), detail::argmax_last(y_pred)));
-                },
+               {"sparse_categorical_accuracy", Config::map(), TargetForm::class_indices, MetricClass::Compute(),
                 [](const Tensor& y_true, const Tensor& y_pred, const Config&) {
                   return ops::equal(detail::sparse_labels(y_true, y_pred), detail::argmax_last(y_pred));
                 }});

@@ -43,7 +43,9 @@ struct MetricClass {
   Config arguments;          ///< its own arguments (besides name and dtype) with their defaults: {"threshold": 0.5}
   /// How y_true must meet y_pred: Metric::check enforces it, and so does every call.
   TargetForm targets = TargetForm::elementwise;
-  Compute compute;  ///< the batch mean, a () tensor; `arguments` holds every argument
+  /// The batch mean, a () tensor; `arguments` holds every argument. May be empty when per_sample is given:
+  /// the batch mean is then per_sample's mean.
+  Compute compute;
   /// Optional: each sample's (and step's) value, y_pred's shape without its last axis, whose mean is
   /// `compute`'s. With it, a masked prediction's padding steps do not count (Keras's MeanMetricWrapper with
   /// the mask as sample weight); without it, the metric averages over every step and says so.

@@ -26,9 +26,12 @@ class Sampler {
     const std::string& kind = options_.sampler;
     if (kind == "greedy")
       return static_cast<std::int64_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    std::vector<double> probabilities = softmax(logits);
+    // Buffers kept from token to token: generating allocates once.
+    softmax(logits);
+    const std::vector<double>& probabilities = probabilities_;
     // The candidates, most likely first (ties by the lower id, as a stable sort leaves them).
-    std::vector<std::int64_t> order(logits.size());
+    std::vector<std::int64_t>& order = order_;
+    order.resize(logits.size());
     std::iota(order.begin(), order.end(), std::int64_t{0});
     std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
       return probabilities[static_cast<std::size_t>(a)] > probabilities[static_cast<std::size_t>(b)];
@@ -58,20 +61,23 @@ class Sampler {
   }
 
  private:
-  std::vector<double> softmax(const std::vector<double>& logits) const {
+  // softmax(logits / temperature) into probabilities_.
+  void softmax(const std::vector<double>& logits) {
     const double largest = *std::max_element(logits.begin(), logits.end());
-    std::vector<double> result(logits.size());
+    std::vector<double>& result = probabilities_;
+    result.resize(logits.size());
     double total = 0;
     for (std::size_t i = 0; i < logits.size(); ++i) {
       result[i] = std::exp((logits[i] - largest) / options_.temperature);
       total += result[i];
     }
     for (double& value : result) value /= total;
-    return result;
   }
 
   const GenerateOptions& options_;
   Rng rng_;
+  std::vector<double> probabilities_;
+  std::vector<std::int64_t> order_;
 };
 
 void check_options(const GenerateOptions& options) {
@@ -109,6 +115,13 @@ void check_decodable(const ModelBase& model) {
 
 // ---- the two ways to run the model -------------------------------------------------------------------------
 
+// Row `row` of logits (..., vocabulary) into `into`, whose storage is kept from token to token.
+void copy_row(const Array& logits, std::size_t row, std::vector<double>& into) {
+  const auto vocabulary = static_cast<std::size_t>(logits.shape().dim(-1));
+  into.resize(vocabulary);
+  for (std::size_t j = 0; j < vocabulary; ++j) into[j] = logits.flat(row * vocabulary + j);
+}
+
 // The whole window (1, context) in one pass; the logits of the last real token. A causal model's output at
 // a position reads nothing after it, so the window's tail is padding that changes nothing.
 class WindowRunner {
@@ -119,18 +132,14 @@ class WindowRunner {
     program_ = std::make_unique<Program>(graph_, std::vector<Tensor>{logits_});
   }
 
-  std::vector<double> next_logits(const std::vector<std::int64_t>& tokens) {
+  void next_logits(const std::vector<std::int64_t>& tokens, std::vector<double>& row) {
     const std::size_t length = std::min(tokens.size(), static_cast<std::size_t>(context_));
     const std::size_t first = tokens.size() - length;
     for (std::size_t i = 0; i < static_cast<std::size_t>(context_); ++i)
       window_.set_flat(i, i < length ? static_cast<double>(tokens[first + i]) : 0.0);
     program_->feed(input_, window_);
     program_->run();
-    const Array logits = program_->view(logits_);
-    const std::size_t vocabulary = static_cast<std::size_t>(logits.shape().dim(-1));
-    std::vector<double> row(vocabulary);
-    for (std::size_t j = 0; j < vocabulary; ++j) row[j] = logits.flat((length - 1) * vocabulary + j);
-    return row;
+    copy_row(program_->view(logits_), length - 1, row);
   }
 
  private:
@@ -168,7 +177,7 @@ class StepRunner {
 
   // Runs the token at `position` (< context) through the model; the logits of the next one. Slots after
   // `position` hold stale entries that `visible` hides.
-  std::vector<double> step(std::int64_t token, std::int64_t position) {
+  void step(std::int64_t token, std::int64_t position, std::vector<double>& row) {
     token_.set_flat(0, static_cast<double>(token));
     position_.set_flat(0, static_cast<double>(position));
     for (std::int64_t s = 0; s < context_; ++s) visible_.set_flat(static_cast<std::size_t>(s), s <= position ? 1.0 : 0.0);
@@ -176,10 +185,7 @@ class StepRunner {
     program_->feed(position_input_, position_);
     program_->feed(visible_input_, visible_);
     program_->run();
-    const Array logits = program_->view(logits_);
-    std::vector<double> row(logits.size());
-    for (std::size_t j = 0; j < row.size(); ++j) row[j] = logits.flat(j);
-    return row;
+    copy_row(program_->view(logits_), 0, row);
   }
 
  private:
@@ -215,27 +221,31 @@ std::vector<std::int64_t> generate(const Model& handle, const std::vector<std::i
   Sampler sample(options);
   std::vector<std::int64_t> tokens = prompt;
   if (options.max_new_tokens == 0) return tokens;
+  tokens.reserve(prompt.size() + static_cast<std::size_t>(options.max_new_tokens));
 
+  std::vector<double> logits;
   std::unique_ptr<WindowRunner> window;
   auto window_logits = [&] {
     if (!window) window = std::make_unique<WindowRunner>(model, context, dtype);
-    return window->next_logits(tokens);
+    window->next_logits(tokens, logits);
   };
-  std::vector<double> logits;
   std::unique_ptr<StepRunner> steps;
   // The cache serves while the whole sequence fits the context: positions are absolute.
   if (options.use_cache && static_cast<std::int64_t>(prompt.size()) < context) {
     check_decodable(model);
     steps = std::make_unique<StepRunner>(model, context, dtype);
-    for (std::size_t i = 0; i < prompt.size(); ++i) logits = steps->step(prompt[i], static_cast<std::int64_t>(i));
+    for (std::size_t i = 0; i < prompt.size(); ++i) steps->step(prompt[i], static_cast<std::int64_t>(i), logits);
   } else {
-    logits = window_logits();
+    window_logits();
   }
   for (std::int64_t n = 0; n < options.max_new_tokens; ++n) {
     tokens.push_back(sample(logits));
     if (n + 1 == options.max_new_tokens) break;
     const auto length = static_cast<std::int64_t>(tokens.size());
-    logits = steps && length <= context ? steps->step(tokens.back(), length - 1) : window_logits();
+    if (steps && length <= context)
+      steps->step(tokens.back(), length - 1, logits);
+    else
+      window_logits();
   }
   return tokens;
 }

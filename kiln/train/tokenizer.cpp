@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 
 #include <kiln/core/error.hpp>
 
@@ -60,11 +59,10 @@ std::string shown(std::uint32_t point) {
 }  // namespace
 
 CharacterTokenizer::CharacterTokenizer(const std::string& vocabulary) {
-  characters_ = code_points(vocabulary, "CharacterTokenizer vocabulary");
-  if (characters_.empty()) throw ValueError("CharacterTokenizer: the vocabulary is empty");
-  std::set<std::uint32_t> seen;
-  for (const std::uint32_t point : characters_) {
-    if (!seen.insert(point).second)
+  const std::vector<std::uint32_t> points = code_points(vocabulary, "CharacterTokenizer vocabulary");
+  if (points.empty()) throw ValueError("CharacterTokenizer: the vocabulary is empty");
+  for (const std::uint32_t point : points) {
+    if (!id_.emplace(point, static_cast<std::int64_t>(spelled_.size())).second)
       throw ValueError("CharacterTokenizer: the vocabulary holds " + shown(point) + " twice");
     spelled_.push_back(spell(point));
   }
@@ -96,16 +94,14 @@ CharacterTokenizer CharacterTokenizer::of(const Model& model) {
 }
 
 std::vector<std::int64_t> CharacterTokenizer::encode(const std::string& text) const {
-  std::map<std::uint32_t, std::int64_t> id_of;
-  for (std::size_t i = 0; i < characters_.size(); ++i) id_of[characters_[i]] = static_cast<std::int64_t>(i);
   const std::vector<std::uint32_t> points = code_points(text, "CharacterTokenizer::encode");
   std::vector<std::int64_t> ids;
   ids.reserve(points.size());
   for (std::size_t i = 0; i < points.size(); ++i) {
-    const auto found = id_of.find(points[i]);
-    if (found == id_of.end())
+    const auto found = id_.find(points[i]);
+    if (found == id_.end())
       throw ValueError("CharacterTokenizer::encode: character " + std::to_string(i) + ", " + shown(points[i]) +
-                       ", is not in the vocabulary of " + std::to_string(characters_.size()));
+                       ", is not in the vocabulary of " + std::to_string(spelled_.size()));
     ids.push_back(found->second);
   }
   return ids;

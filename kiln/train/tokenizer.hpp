@@ -8,6 +8,7 @@
 //   tokenizer.attach(model);  model.save("lm.kiln");
 //   kiln::CharacterTokenizer again = kiln::CharacterTokenizer::of(kiln::load_model("lm.kiln"));
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -35,15 +36,15 @@ class CharacterTokenizer {
   /// The text of `ids`; ValueError for an id outside [0, vocabulary_size()).
   std::string decode(const std::vector<std::int64_t>& ids) const;
   /// The number of characters, so ids run 0 .. vocabulary_size()-1.
-  std::int64_t vocabulary_size() const { return static_cast<std::int64_t>(characters_.size()); }
+  std::int64_t vocabulary_size() const { return static_cast<std::int64_t>(spelled_.size()); }
   /// {"vocabulary": the characters in id order, as one UTF-8 string}.
   Config get_config() const;
   /// Makes this tokenizer the model's "tokenizer" asset, saved with it.
   void attach(const Model& model) const;
 
  private:
-  std::vector<std::uint32_t> characters_;  ///< code points, by id
-  std::vector<std::string> spelled_;       ///< the same characters in UTF-8, by id
+  std::vector<std::string> spelled_;          ///< the characters in UTF-8, by id
+  std::map<std::uint32_t, std::int64_t> id_;  ///< each character's id, by code point
 };
 
 }  // namespace kiln

@@ -12,23 +12,11 @@ using kiln::Config;
 using kiln::Shape;
 using namespace kiln::testing;
 
-namespace {
-
-// Whole-number indices in [0, vocabulary), as float64, with repeats so the scatter-add gradient accumulates.
-Array indices(const Shape& shape, std::int64_t vocabulary) {
-  Array result(shape, kiln::DType::float64);
-  for (std::size_t i = 0; i < result.size(); ++i)
-    result.set_flat(i, static_cast<double>((i * 7 + 3) % static_cast<std::size_t>(vocabulary)));
-  return result;
-}
-
-}  // namespace
-
 TEST_CASE("Embedding: output shape is indices.shape + (output_dim,)", "[layers][embedding]") {
   kiln::Embedding embedding(10, 8);
-  CHECK(symbolic_output_shapes(*embedding, LayerCase{{indices({4, 6}, 10)}}) ==
+  CHECK(symbolic_output_shapes(*embedding, LayerCase{{token_ids({4, 6}, 10)}}) ==
         std::vector<Shape>{Shape{Shape::unknown, 6, 8}});
-  CHECK(symbolic_output_shapes(*embedding, LayerCase{{indices({4, 2, 3}, 10)}}) ==
+  CHECK(symbolic_output_shapes(*embedding, LayerCase{{token_ids({4, 2, 3}, 10)}}) ==
         std::vector<Shape>{Shape{Shape::unknown, 2, 3, 8}});
   const std::vector<kiln::Weight> weights = embedding.weights();
   REQUIRE(weights.size() == 1);
@@ -41,7 +29,7 @@ TEST_CASE("Embedding: gradients of the embeddings match central differences", "[
   kiln::Embedding embedding(5, 3);
   LayerGradcheckOptions options;
   options.check_inputs = false;  // indices have no gradient
-  const GradcheckReport report = gradcheck_layer(*embedding, LayerCase{{indices({3, 4}, 5)}}, options);
+  const GradcheckReport report = gradcheck_layer(*embedding, LayerCase{{token_ids({3, 4}, 5)}}, options);
   INFO(report.worst_entry());
   CHECK(report.num_checked == 15);  // every entry of the (5, 3) table, none of the indices
   CHECK(report.max_relative_error <= 1e-6);
@@ -49,7 +37,7 @@ TEST_CASE("Embedding: gradients of the embeddings match central differences", "[
 
 TEST_CASE("Embedding: config round trip with Keras's keys and uniform initializer", "[layers][embedding][config]") {
   kiln::Embedding embedding(7, 4, {{"name", "tokens"}});
-  check_config_round_trip(embedding, LayerCase{{indices({2, 5}, 7)}});
+  check_config_round_trip(embedding, LayerCase{{token_ids({2, 5}, 7)}});
   const Config config = embedding.get_config();
   CHECK(config.get_int("input_dim") == 7);
   CHECK(config.get_int("output_dim") == 4);
@@ -66,7 +54,7 @@ TEST_CASE("Embedding: config round trip with Keras's keys and uniform initialize
 
 TEST_CASE("Embedding: values are rows of the table", "[layers][embedding][values]") {
   kiln::Embedding embedding(6, 4);
-  const Array ids = indices({2, 3, 2}, 6);
+  const Array ids = token_ids({2, 3, 2}, 6);
   const Array y = run_layer(*embedding, LayerCase{{ids}})[0];
   const Array table = embedding.get_weights()[0];
   REQUIRE(y.shape() == Shape{2, 3, 2, 4});
@@ -87,7 +75,7 @@ TEST_CASE("Embedding: bad arguments and indices fail with typed errors", "[layer
   CHECK_THROWS_WITH(kiln::Embedding(10, 4, {{"embeddings_regularizer", "l3"}}), Catch::Contains("l3"));
   CHECK_THROWS_WITH(kiln::Embedding(Config{{"input_dim", 10}}), Catch::Contains("'output_dim' is required"));
   kiln::Embedding embedding(4, 2, {{"name", "tokens"}});
-  Array out_of_range = indices({2, 3}, 4);
+  Array out_of_range = token_ids({2, 3}, 4);
   out_of_range.set_flat(5, 4.0);
   CHECK_THROWS_AS(run_layer(*embedding, LayerCase{{out_of_range}}), kiln::ValueError);
   CHECK_THROWS_WITH(run_layer(*embedding, LayerCase{{out_of_range}}),
@@ -101,7 +89,7 @@ LayerSpec embedding_spec() {
   constexpr std::int64_t any = Shape::unknown;
   LayerSpec spec;
   spec.make = [] { return kiln::LayerPtr(kiln::Embedding(10, 4)); };
-  spec.call = LayerCase{{indices({3, 5}, 10)}};
+  spec.call = LayerCase{{token_ids({3, 5}, 10)}};
   spec.output_shapes = {Shape{any, 5, 4}};
   spec.gradients.check_inputs = false;
   spec.bad_inputs = {{"two inputs", {{any, 5}, {any, 5}}, "takes 1 inputs, got 2"}};

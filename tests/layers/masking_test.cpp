@@ -33,13 +33,6 @@ Array ids(const std::vector<std::vector<double>>& rows) {
   return array;
 }
 
-double max_difference(const Array& a, const Array& b) {
-  REQUIRE(a.shape() == b.shape());
-  double worst = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a.flat(i) - b.flat(i)));
-  return worst;
-}
-
 // Collects kiln's warnings while alive.
 struct Warnings {
   std::vector<std::string> messages;
@@ -70,7 +63,7 @@ TEST_CASE("a padded sequence through Embedding(mask_zero) gives what the unpadde
     kiln::Model padded = model_for(5), unpadded = model_for(3);
     const Array long_ids = ids({{3, 1, 7, 0, 0}, {2, 9, 5, 0, 0}});
     const Array short_ids = ids({{3, 1, 7}, {2, 9, 5}});
-    CHECK(max_difference(padded.predict(long_ids), unpadded.predict(short_ids)) <= 1e-6);
+    CHECK(max_abs_difference(padded.predict(long_ids), unpadded.predict(short_ids)) <= 1e-6);
   }
 }
 
@@ -120,7 +113,7 @@ TEST_CASE("Masking marks all-mask_value steps as padding and zeroes them, as Ker
   for (std::size_t i = 0; i < 4; ++i) kept.set_flat(i, std::vector<double>{1, 2, -1, 4}[i]);
   const Tensor all = kiln::Input({None, 3, 2}, kiln::DType::float64), some = kiln::Input({None, 2, 2}, kiln::DType::float64);
   kiln::Model masked_model(all, lstm(masking(all))), kept_model(some, lstm(some));
-  CHECK(max_difference(masked_model.predict(x), kept_model.predict(kept)) <= 1e-12);
+  CHECK(max_abs_difference(masked_model.predict(x), kept_model.predict(kept)) <= 1e-12);
 }
 
 TEST_CASE("1-D global pooling over the kept steps only", "[layers][masking]") {
@@ -187,7 +180,7 @@ TEST_CASE("a model with masks saves, reloads and predicts the same", "[layers][m
   kiln::Model again = kiln::load_model(folder.file("masked.kiln"));
   CHECK(again.predict(data).bitwise_equal(before));
   model.save(folder.file("masked.keras"));
-  CHECK(max_difference(kiln::load_model(folder.file("masked.keras")).predict(data), before) == 0.0);
+  CHECK(max_abs_difference(kiln::load_model(folder.file("masked.keras")).predict(data), before) == 0.0);
 }
 
 TEST_CASE("Graph::set_mask checks what it attaches", "[core][masking]") {

@@ -21,13 +21,6 @@ namespace {
 
 constexpr std::int64_t None = Shape::unknown;
 
-Array indices(const Shape& shape, std::int64_t vocabulary) {
-  Array result(shape, kiln::DType::float64);
-  for (std::size_t i = 0; i < result.size(); ++i)
-    result.set_flat(i, static_cast<double>((i * 7 + 3) % static_cast<std::size_t>(vocabulary)));
-  return result;
-}
-
 // One call of `layer` on float64 `input` with `args`, run.
 Array run(kiln::Layer& layer, const Array& input, const Config& options = Config()) {
   LayerCase c({input});
@@ -102,7 +95,7 @@ TEST_CASE("RotaryEmbedding rotates the halves of the features by position times 
 TEST_CASE("TokenAndPositionEmbedding adds a token's and its position's vectors and masks id 0",
           "[layers][position][masking]") {
   kiln::TokenAndPositionEmbedding layer(7, 5, 3, {{"mask_zero", true}, {"tie_weights", false}});
-  Array ids = indices({2, 4}, 7);
+  Array ids = token_ids({2, 4}, 7);
   ids.set_flat(3, 0.0);
   const Array y = run(*layer, ids);
   const std::vector<kiln::Weight> weights = layer->weights();
@@ -134,7 +127,7 @@ TEST_CASE("ReversibleEmbedding maps vectors back to vocabulary scores with its t
   for (const bool tied : {true, false}) {
     INFO("tie_weights " << tied);
     kiln::ReversibleEmbedding layer(5, 3, {{"tie_weights", tied}, {"logit_soft_cap", 2.0}});
-    run(*layer, indices({1, 2}, 5));  // builds
+    run(*layer, token_ids({1, 2}, 5));  // builds
     const Array h = random_input({2, 3}, 6);
     const Array scores = run(*layer, h, Config{{"reverse", true}});
     REQUIRE(scores.shape() == Shape{2, 5});
@@ -168,7 +161,7 @@ LayerSpec position_embedding_spec() {
 LayerSpec token_and_position_spec() {
   LayerSpec spec;
   spec.make = [] { return kiln::LayerPtr(kiln::TokenAndPositionEmbedding(9, 5, 3)); };
-  spec.call = LayerCase({indices({2, 4}, 9)});
+  spec.call = LayerCase({token_ids({2, 4}, 9)});
   spec.output_shapes = {Shape{None, 4, 3}};
   spec.gradients.check_inputs = false;
   spec.bad_inputs = {{"too long", {{None, 6}}, "run past"}};
@@ -197,7 +190,7 @@ LayerSpec rotary_spec() {
 LayerSpec reversible_spec() {
   LayerSpec spec;
   spec.make = [] { return kiln::LayerPtr(kiln::ReversibleEmbedding(9, 4, {{"mask_zero", true}})); };
-  spec.call = LayerCase({indices({3, 5}, 9)});
+  spec.call = LayerCase({token_ids({3, 5}, 9)});
   spec.output_shapes = {Shape{None, 5, 4}};
   spec.gradients.check_inputs = false;
   spec.bad_inputs = {{"two inputs", {{None, 5}, {None, 5}}, "takes 1 inputs, got 2"}};

@@ -24,13 +24,6 @@ namespace {
 
 constexpr std::int64_t None = Shape::unknown;
 
-double max_difference(const Array& a, const Array& b) {
-  REQUIRE(a.shape() == b.shape());
-  double worst = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a.flat(i) - b.flat(i)));
-  return worst;
-}
-
 // The pieces of a block, standalone, float64, with weights taken in order from `weights`.
 struct Pieces {
   std::vector<Array> weights;
@@ -96,7 +89,7 @@ TEST_CASE("TransformerEncoder is keras-hub's residual attention and feed-forward
     Tensor f = first ? (*feed_norm)(h) : h;
     f = add(h, (*output)((*hidden)(f)));
     if (!first) f = (*feed_norm)(f);
-    CHECK(max_difference(got, predict(r, f, {data})) < 1e-13);
+    CHECK(max_abs_difference(got, predict(r, f, {data})) < 1e-13);
   }
   kiln::TransformerEncoder encoder(12, 2);
   const Tensor x = kiln::Input({None, 5, 8});
@@ -133,7 +126,7 @@ TEST_CASE("TransformerDecoder attends causally, then to the encoder's sequence, 
   h = (*cross_norm)(add(h, (*cross_attention)(std::vector<Tensor>{h, s})[0]));
   h = (*feed_norm)(add(h, (*output)((*hidden)(h))));
   kiln::Model reference({t, s}, {h});
-  CHECK(max_difference(got, reference.predict({target_data, source_data}).at(0)) < 1e-13);
+  CHECK(max_abs_difference(got, reference.predict({target_data, source_data}).at(0)) < 1e-13);
 
   // A config rebuilds the cross-attention from the shapes it saved.
   const kiln::LayerPtr rebuilt = kiln::layer_from_config(kiln::serialize_layer(*decoder));
@@ -233,7 +226,7 @@ TEST_CASE("a small GPT with its head tied to its embedding trains, saves and rel
     INFO(file);
     gpt.save(dir.file(file));
     kiln::Model loaded = kiln::load_model(dir.file(file));
-    CHECK(max_difference(loaded.predict(x), expected) == 0.0);
+    CHECK(max_abs_difference(loaded.predict(x), expected) == 0.0);
     CHECK(loaded.count_params() == gpt.count_params());
   }
 

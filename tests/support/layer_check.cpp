@@ -53,6 +53,20 @@ Built build_call(Graph& graph, Layer& layer, const LayerCase& c, bool unknown_ba
 
 }  // namespace
 
+Array token_ids(const Shape& shape, std::int64_t vocabulary) {
+  Array result(shape, DType::float64);
+  for (std::size_t i = 0; i < result.size(); ++i)
+    result.set_flat(i, static_cast<double>((i * 7 + 3) % static_cast<std::size_t>(vocabulary)));
+  return result;
+}
+
+double max_abs_difference(const Array& a, const Array& b) {
+  REQUIRE(a.shape() == b.shape());
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a.flat(i) - b.flat(i)));
+  return worst;
+}
+
 Array random_input(const Shape& shape, std::uint64_t seed, double low, double high) {
   Rng rng(seed);
   return random_array(shape, rng, DType::float64, low, high);

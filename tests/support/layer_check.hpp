@@ -72,6 +72,13 @@ std::set<std::string>& harnessed_layers();
 // A float64 array of `shape` filled from `rng` in [low, high).
 Array random_input(const Shape& shape, std::uint64_t seed, double low = -1.0, double high = 1.0);
 
+// Whole-number token ids in [0, vocabulary), as float64, with repeats (so an embedding's scatter-add
+// gradient accumulates): entry i is (7i + 3) mod vocabulary.
+Array token_ids(const Shape& shape, std::int64_t vocabulary);
+
+// The largest |a - b| over two arrays of one shape (REQUIREs the shapes equal).
+double max_abs_difference(const Array& a, const Array& b);
+
 }  // namespace kiln::testing
 
 // The test case that runs a layer class through check_layer, noting the key as covered:
