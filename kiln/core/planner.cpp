@@ -33,11 +33,17 @@ struct Storage {
   std::size_t offset = 0;
 };
 
-Shape concrete_shape(const Graph& graph, const Node& node, const std::vector<Shape>& shapes, std::int64_t batch) {
-  if (node.kind != NodeKind::op) return batch >= 0 ? node.shape.with_batch(batch) : node.shape;
+// A placeholder's shape is the fed data's; variables and constants are fully known; an op's output comes
+// from its shape rule run on its inputs' concrete shapes.
+Shape concrete_shape(const Node& node, const std::vector<Shape>& shapes, const FedShapes& fed) {
+  if (node.kind == NodeKind::placeholder) {
+    for (std::size_t i = 0; i < fed.placeholders.size(); ++i)
+      if (fed.placeholders[i] == node.id) return fed.shapes[i];
+    return node.shape;  // not fed: Program::run refuses that before planning
+  }
+  if (node.kind != NodeKind::op) return node.shape;
   std::vector<Shape> input_shapes;
   for (NodeId input : node.inputs) input_shapes.push_back(shapes[static_cast<std::size_t>(input)]);
-  (void)graph;
   return node.op->shape_fn()(InferContext(*node.op, node.name, input_shapes, node.attributes));
 }
 
@@ -71,8 +77,8 @@ std::size_t place(std::vector<Storage>& storages) {
 
 class Planner {
  public:
-  Planner(const Graph& graph, const std::vector<NodeId>& needed, std::int64_t batch)
-      : graph_(graph), needed_(needed), batch_(batch) {}
+  Planner(const Graph& graph, const std::vector<NodeId>& needed, const FedShapes& fed)
+      : graph_(graph), needed_(needed), fed_(fed) {}
 
   std::unique_ptr<Plan> run(const std::vector<Tensor>& fetches, const std::vector<Update>& updates);
 
@@ -85,7 +91,7 @@ class Planner {
 
   const Graph& graph_;
   const std::vector<NodeId>& needed_;
-  std::int64_t batch_;
+  const FedShapes& fed_;
   std::vector<Shape> shapes_;
   std::vector<std::size_t> last_use_;         // by node id: the position of its last reader
   std::vector<int> storage_of_;               // by node id: index into storages_, -1 for graph-owned memory
@@ -99,7 +105,7 @@ void Planner::infer_shapes() {
   shapes_.assign(count, Shape());
   for (NodeId id : needed_) {
     const Node& node = graph_.node(id);
-    shapes_[static_cast<std::size_t>(id)] = concrete_shape(graph_, node, shapes_, batch_);
+    shapes_[static_cast<std::size_t>(id)] = concrete_shape(node, shapes_, fed_);
   }
 }
 
@@ -211,8 +217,9 @@ void Planner::build_launches(Plan& plan) {
 
 std::unique_ptr<Plan> Planner::run(const std::vector<Tensor>& fetches, const std::vector<Update>& updates) {
   auto plan = std::make_unique<Plan>();
-  plan->batch_size = batch_;
-  plan->stats.batch_size = batch_;
+  plan->batch_size = fed_.batch_size;
+  plan->key = fed_.key;
+  plan->stats.batch_size = fed_.batch_size;
   if (needed_.empty()) return plan;
   infer_shapes();
   find_last_uses(fetches, updates);
@@ -247,8 +254,8 @@ std::vector<NodeId> needed_nodes(const Graph& graph, const std::vector<NodeId>& 
 
 std::unique_ptr<Plan> make_plan(const Graph& graph, const std::vector<NodeId>& needed,
                                 const std::vector<Tensor>& fetches, const std::vector<Update>& updates,
-                                std::int64_t batch_size) {
-  return Planner(graph, needed, batch_size).run(fetches, updates);
+                                const FedShapes& fed) {
+  return Planner(graph, needed, fed).run(fetches, updates);
 }
 
 void execute(Plan& plan, Graph& graph, std::uint64_t run) {

@@ -1,5 +1,5 @@
 #pragma once
-// Internal: the plan a Program runs for one batch size, and the planner that makes it.
+// Internal: the plan a Program runs for one set of fed shapes, and the planner that makes it.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -36,8 +36,9 @@ struct KernelProfile {
 };
 
 struct Plan {
-  std::int64_t batch_size = -1;  // -1: the program has no unknown dimension
-  std::vector<Shape> shapes;     // by node id: concrete shapes for this batch size
+  std::int64_t batch_size = -1;    // the fed batch (axis 0's unknown size); -1 when no axis 0 is unknown
+  std::vector<std::int64_t> key;   // the fed sizes of every unknown placeholder dimension, in order
+  std::vector<Shape> shapes;       // by node id: concrete shapes for these fed shapes
   std::vector<void*> data;       // by node id: where each node's bytes are during a run
   std::unique_ptr<unsigned char, AlignedFree> arena;
   std::vector<Launch> launches;  // the kernels, in order
@@ -49,9 +50,18 @@ struct Plan {
 // The nodes `roots` depend on, in topological (id) order.
 std::vector<NodeId> needed_nodes(const Graph& graph, const std::vector<NodeId>& roots);
 
+// The fed data's shapes, by placeholder: what a plan is made for.
+struct FedShapes {
+  std::vector<NodeId> placeholders;
+  std::vector<Shape> shapes;          // parallel to placeholders
+  std::int64_t batch_size = -1;       // Plan::batch_size
+  std::vector<std::int64_t> key;      // Plan::key
+};
+
+// Every op's shape rule is run again on the fed shapes; a ShapeError says which op refuses them.
 std::unique_ptr<Plan> make_plan(const Graph& graph, const std::vector<NodeId>& needed,
                                 const std::vector<Tensor>& fetches, const std::vector<Update>& updates,
-                                std::int64_t batch_size);
+                                const FedShapes& fed);
 
 // Runs every launch once; placeholders' data must already be set in plan.data. `run` is the Program's
 // run count, which seeds per-run randomness (dropout).

@@ -49,6 +49,10 @@ Program::Program(Graph& graph, std::vector<Tensor> fetches, std::vector<Update> 
   for (NodeId id : needed_)
     if (graph.node(id).kind == NodeKind::placeholder) placeholders_.push_back(id);
   fed_.resize(placeholders_.size());
+  std::size_t unknown_dims = 0;
+  for (NodeId id : placeholders_)
+    for (std::int64_t dim : graph.node(id).shape.dims()) unknown_dims += dim == Shape::unknown;
+  key_.reserve(unknown_dims);
 }
 
 Program::~Program() = default;
@@ -69,7 +73,11 @@ void Program::feed(const Tensor& placeholder, const Array& value) {
     if (placeholders_[i] == node.id) fed_[i] = value;
 }
 
-std::int64_t Program::fed_batch_size() const {
+// The fed sizes of every unknown placeholder dimension, into key_ (its capacity was reserved, so this does
+// not allocate); returns the batch, the size of the unknown axes 0, which must agree. Other unknown axes
+// (a sequence's length) may differ between placeholders: the shape rules check them when planning.
+std::int64_t Program::read_fed_sizes() {
+  key_.clear();
   std::int64_t batch = -1;
   NodeId first = -1;
   for (std::size_t i = 0; i < placeholders_.size(); ++i) {
@@ -79,7 +87,10 @@ std::int64_t Program::fed_batch_size() const {
       if (node.shape[axis] != Shape::unknown) continue;
       const std::int64_t size = fed_[i].shape()[axis];
       if (size == 0)
-        throw ValueError("Program::run: " + node.describe() + " was fed an empty batch " + fed_[i].shape().to_string());
+        throw ValueError("Program::run: " + node.describe() + " was fed an empty " +
+                         (axis == 0 ? "batch " : "dimension ") + fed_[i].shape().to_string());
+      key_.push_back(size);
+      if (axis != 0) continue;
       if (batch >= 0 && size != batch)
         throw ValueError("Program::run: batch sizes disagree: " + graph_->node(first).describe() + " has " +
                          std::to_string(batch) + ", " + node.describe() + " has " + std::to_string(size));
@@ -91,8 +102,8 @@ std::int64_t Program::fed_batch_size() const {
 }
 
 namespace {
-// Plans kept per Program: predict with many row counts makes a plan per tail size, which would otherwise
-// pile up for as long as the program lives.
+// Plans kept per Program: predict with many row counts makes a plan per tail size, and batches of
+// sequences a plan per length, which would otherwise pile up for as long as the program lives.
 constexpr std::size_t kMaxPlans = 16;
 
 // Marks a Program as running for the length of one run.
@@ -117,15 +128,28 @@ bool Program::has_plan(std::int64_t batch_size) const {
   return std::any_of(plans_.begin(), plans_.end(), [&](const auto& plan) { return plan->batch_size == batch_size; });
 }
 
-// The plan for this batch size, moved to the back as the most recently used.
+// The plan for the fed shapes (key_), moved to the back as the most recently used.
 detail::Plan& Program::plan_for(std::int64_t batch_size) {
-  const auto found =
-      std::find_if(plans_.begin(), plans_.end(), [&](const auto& plan) { return plan->batch_size == batch_size; });
+  const auto found = std::find_if(plans_.begin(), plans_.end(), [&](const auto& plan) { return plan->key == key_; });
   if (found != plans_.end()) {
     std::rotate(found, found + 1, plans_.end());
     return *plans_.back();
   }
-  plans_.push_back(detail::make_plan(*graph_, needed_, fetches_, updates_, batch_size));
+  detail::FedShapes fed;
+  fed.placeholders = placeholders_;
+  for (const Array& value : fed_) fed.shapes.push_back(value.shape());
+  fed.batch_size = batch_size;
+  fed.key = key_;
+  try {
+    plans_.push_back(detail::make_plan(*graph_, needed_, fetches_, updates_, fed));
+  } catch (const ShapeError& error) {
+    // The graph accepted unknown dimensions; these sizes meet an op that refuses them (two sequences of
+    // different lengths added): say which data did it.
+    std::string fed_shapes;
+    for (std::size_t i = 0; i < placeholders_.size(); ++i)
+      fed_shapes += (i ? ", " : "") + graph_->node(placeholders_[i]).describe() + " " + fed.shapes[i].to_string();
+    throw ShapeError(std::string(error.what()) + " (planning for the fed shapes: " + fed_shapes + ")");
+  }
   if (plans_.size() > kMaxPlans) {
     if (plans_.front().get() == last_) last_ = nullptr;
     plans_.erase(plans_.begin());
@@ -135,7 +159,7 @@ detail::Plan& Program::plan_for(std::int64_t batch_size) {
 
 void Program::run() {
   const RunningFlag running(*running_);
-  detail::Plan& plan = plan_for(fed_batch_size());
+  detail::Plan& plan = plan_for(read_fed_sizes());
   for (std::size_t i = 0; i < placeholders_.size(); ++i)
     plan.data[static_cast<std::size_t>(placeholders_[i])] = const_cast<void*>(fed_[i].raw());
   detail::execute(plan, *graph_, run_count_);

@@ -1,6 +1,7 @@
 #pragma once
-// Program: the part of a graph needed for some fetches and variable updates, planned once per batch
-// size and then run again and again without touching the heap.
+// Program: the part of a graph needed for some fetches and variable updates, planned once per set of
+// fed shapes (batch size, and sequence length where that is unknown too) and then run again and again
+// without touching the heap.
 //
 // Planning (core/planner.cpp): keep the nodes the fetches and updates need, compute every buffer's
 // lifetime, let elementwise ops overwrite an input that nobody reads later, turn reshapes into
@@ -18,9 +19,9 @@
 
 namespace kiln {
 
-/// What planning one batch size made (Program::stats): how much the planner saved, for tests and tuning.
+/// What planning one set of fed shapes made (Program::stats): how much the planner saved, for tests and tuning.
 struct PlanStats {
-  std::int64_t batch_size = 0;      ///< the batch size planned for; -1 when the program has no unknown dimension
+  std::int64_t batch_size = 0;      ///< the batch size planned for; -1 when no placeholder's axis 0 is unknown
   std::size_t num_kernels = 0;      ///< kernels that run each time
   std::size_t num_aliases = 0;      ///< reshapes resolved to views
   std::size_t num_inplace = 0;      ///< outputs written over a dead input
@@ -32,9 +33,10 @@ namespace detail {
 struct Plan;
 }
 
-/// The part of a graph that some fetches and variable updates need, planned once per batch size and then
-/// run again and again without touching the heap: feed() the placeholders, run(), then fetch() or view()
-/// the results.
+/// The part of a graph that some fetches and variable updates need, planned once per set of fed shapes
+/// and then run again and again without touching the heap: feed() the placeholders, run(), then fetch()
+/// or view() the results. A placeholder's unknown axis 0 is the batch, the same in every placeholder;
+/// its other unknown axes (a sequence length) take any size the graph's ops accept for them.
 class Program {
  public:
   /// Keeps the nodes `fetches` and `updates` need; planning waits for the first run. `graph` must outlive
@@ -50,15 +52,19 @@ class Program {
   /// Binds data to a placeholder for the next run. The array is not copied: keep it alive and unchanged
   /// until run() returns. Throws ShapeError/DTypeError when it does not fit the placeholder.
   void feed(const Tensor& placeholder, const Array& value);
-  /// Runs the program once. The first run at a new batch size plans (and allocates); later ones do not. The plans
-  /// of the 16 batch sizes used last are kept. Throws ValueError if a needed placeholder was not fed or the
-  /// fed batch sizes disagree or are 0.
+  /// Runs the program once. The first run with new fed shapes plans (and allocates); later ones do not. The
+  /// plans of the 16 sets of shapes used last are kept (pad sequences to a few lengths, not to every one).
+  /// Throws ValueError if a needed placeholder was not fed, the fed batch sizes disagree, or an unknown
+  /// dimension is fed 0; ShapeError, naming the op and the fed shapes, when an op refuses them (two
+  /// sequences of different lengths added).
   ///
   /// One Program is one caller's: several Programs over one graph may run at once on several threads (the
   /// graph and its variables are only read, unless a program updates them), but one Program must not;
   /// a run that finds its Program already running throws LayerStateError.
   void run();
-  bool has_plan(std::int64_t batch_size) const;  ///< planned already: running it allocates nothing
+  /// Some plan for this batch size was made already (for one program without another unknown dimension:
+  /// running at that batch size allocates nothing).
+  bool has_plan(std::int64_t batch_size) const;
 
   /// The value a fetch had in the last run, copied out.
   Array fetch(const Tensor& tensor) const;
@@ -73,12 +79,13 @@ class Program {
   void set_run_count(std::uint64_t count) { run_count_ = count; }
 
   PlanStats stats() const;  ///< of the plan used by the last run
+  std::size_t num_plans() const { return plans_.size(); }  ///< the plans kept now
   /// The tensors fetch() and view() accept, as given to the constructor.
   const std::vector<Tensor>& fetches() const { return fetches_; }
 
  private:
   detail::Plan& plan_for(std::int64_t batch_size);
-  std::int64_t fed_batch_size() const;
+  std::int64_t read_fed_sizes();
   const detail::Plan& last_plan() const;
   std::size_t fetch_slot(const Tensor& tensor) const;
 
@@ -88,6 +95,7 @@ class Program {
   std::vector<NodeId> needed_;                        ///< in topological order
   std::vector<NodeId> placeholders_;                  ///< needed placeholders
   std::vector<Array> fed_;                            ///< parallel to placeholders_
+  std::vector<std::int64_t> key_;                     ///< the fed sizes of the unknown dimensions (Plan::key)
   std::vector<std::unique_ptr<detail::Plan>> plans_;  ///< least recently used first
   detail::Plan* last_ = nullptr;
   std::uint64_t run_count_ = 0;

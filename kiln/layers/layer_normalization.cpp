@@ -118,11 +118,9 @@ Tensor LayerNormalizationLayer::call(const Tensor& input, const CallArgs&) {
   const Tensor moved = trailing ? input : ops::transpose(input, perm);
   if (count == 1 && trailing)
     return ops::layer_norm(input, gamma_for(input, features), beta_for(input, features), epsilon_);
-  std::vector<std::int64_t> moved_dims = moved.shape().dims();
-  std::replace(moved_dims.begin(), moved_dims.end(), Shape::unknown, std::int64_t{-1});
   const Tensor flat = ops::reshape(moved, {-1, features});
   const Tensor normalized =
-      ops::reshape(ops::layer_norm(flat, gamma_for(input, features), beta_for(input, features), epsilon_), moved_dims);
+      ops::reshape_like(ops::layer_norm(flat, gamma_for(input, features), beta_for(input, features), epsilon_), moved);
   if (trailing) return normalized;
   std::vector<std::int64_t> inverse(perm.size());
   for (std::size_t i = 0; i < perm.size(); ++i)

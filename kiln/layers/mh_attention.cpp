@@ -81,11 +81,11 @@ void MHAttentionLayer::build(const Shape& input_shape) {
 
 // (batch, length, heads, key_size), the layout the fused attention reads in place (heads_last).
 Tensor MHAttentionLayer::split_heads(const Tensor& x) const {
-  return ops::reshape(x, {-1, x.shape()[1], heads_, key_size_});
+  return ops::reshape(x, {ops::keep_dim, ops::keep_dim, heads_, key_size_});
 }
 
 Tensor MHAttentionLayer::merge_heads(const Tensor& x) const {
-  return ops::reshape(x, {-1, x.shape()[1], heads_ * key_size_});
+  return ops::reshape(x, {ops::keep_dim, ops::keep_dim, heads_ * key_size_});
 }
 
 Tensor MHAttentionLayer::call(const Tensor& x, const CallArgs&) {
@@ -93,8 +93,6 @@ Tensor MHAttentionLayer::call(const Tensor& x, const CallArgs&) {
   if (shape.rank() != 3 || shape[2] != window_.as_int())
     shape_error("was built for a window of " + window_.to_string(),
                 {{"built for", build_shapes().at(0)}, {"input", shape}});
-  // Heads are split with a reshape that names the length; an unknown one waits for per-shape planning.
-  if (shape[1] == Shape::unknown) shape_error("needs a known sequence length at call time", {{"input", shape}});
 
   const Tensor q = split_heads((*query_)(x)), k = split_heads((*key_)(x)), v = split_heads((*value_)(x));
   const double scale = 1.0 / std::sqrt(static_cast<double>(key_size_));

@@ -203,7 +203,7 @@ class ModelBase : public Layer {
   struct Usage;
   std::shared_ptr<Inference> inference();  ///< the inference graph and its programs, made on first use
   std::vector<Array> predict_inputs(const std::vector<Array>& given, const std::vector<Tensor>& placeholders) const;
-  void check_stackable(const std::vector<Tensor>& outputs, std::int64_t rows, std::int64_t batch_size) const;
+  void check_stackable(const std::vector<Tensor>& outputs) const;
   std::shared_ptr<Inference> inference_;  ///< under inference_mutex_
   std::mutex inference_mutex_;
   mutable std::mutex apply_mutex_;

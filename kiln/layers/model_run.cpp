@@ -134,20 +134,13 @@ std::vector<Array> ModelBase::predict_inputs(const std::vector<Array>& given,
   return inputs;
 }
 
-// Batches are stacked along the first axis, so each output needs a batch dimension; another unknown
-// dimension follows the batch size (a Gram matrix), which only a single batch can stack.
-void ModelBase::check_stackable(const std::vector<Tensor>& outputs, std::int64_t rows, std::int64_t batch_size) const {
+// Batches are stacked along the first axis, so each output needs a batch dimension.
+void ModelBase::check_stackable(const std::vector<Tensor>& outputs) const {
   for (const Tensor& output : outputs) {
     const std::vector<std::int64_t>& dims = output.shape().dims();
     if (dims.empty() || dims[0] != Shape::unknown)
       throw ValueError(describe() + ": predict needs outputs with a batch dimension, output '" + output.name() +
                        "' has shape " + output.shape().to_string());
-    for (std::size_t axis = 1; axis < dims.size(); ++axis)
-      if (dims[axis] == Shape::unknown && rows > batch_size)
-        shape_error("predict: output '" + output.name() +
-                        "' has a dimension that follows the batch size, so its batches " +
-                        "cannot be stacked; predict with batch_size >= " + std::to_string(rows),
-                    {{"output", output.shape()}});
   }
 }
 
@@ -161,7 +154,7 @@ std::vector<Array> ModelBase::predict(const std::vector<Array>& given, std::int6
   const Inference& run = *inference_graph;
   const std::vector<Array> inputs = predict_inputs(given, run.inputs);
   const std::int64_t rows = inputs[0].shape()[0];
-  check_stackable(run.outputs, rows, batch_size);
+  check_stackable(run.outputs);
   const detail::ProgramPool::Lease program = run.programs->lease(std::min(batch_size, rows));
 
   std::vector<Array> results(run.outputs.size());
@@ -186,7 +179,15 @@ std::vector<Array> ModelBase::predict(const std::vector<Array>& given, std::int6
         shape_error("predict: output '" + run.outputs[o].name() + "' does not have one row per input row (" +
                         std::to_string(count) + " rows in, " + batch.shape().to_string() + " out)",
                     {{"output", run.outputs[o].shape()}});
-      results[o].set_rows(start, batch);  // ShapeError if a batch's rows are shaped differently
+      // Another unknown dimension may follow the sequence length, the same in every batch, or the batch
+      // size (a Gram matrix), which only a single batch can stack.
+      if (!std::equal(batch.shape().dims().begin() + 1, batch.shape().dims().end(),
+                      results[o].shape().dims().begin() + 1, results[o].shape().dims().end()))
+        shape_error("predict: output '" + run.outputs[o].name() + "' has a dimension that follows the batch size (" +
+                        batch.shape().to_string() + " after " + results[o].shape().to_string() +
+                        "), so its batches cannot be stacked; predict with batch_size >= " + std::to_string(rows),
+                    {{"output", run.outputs[o].shape()}});
+      results[o].set_rows(start, batch);
     }
   }
   return results;

@@ -165,18 +165,18 @@ void MultiHeadAttentionLayer::build(const std::vector<Shape>& shapes) {
 }
 
 Tensor MultiHeadAttentionLayer::project(const Tensor& x, const Projection& projection, std::int64_t depth) const {
-  const std::int64_t length = x.shape()[1], width = num_heads_ * depth;
+  const std::int64_t width = num_heads_ * depth;
   const Tensor kernel = ops::reshape(variable(projection.kernel, x), {x.shape()[2], width});
   Tensor y = ops::matmul(x, kernel);
   if (use_bias_) y = y + ops::reshape(variable(projection.bias, x), {width});
   if (projection_activity_) add_activity_loss(projection_activity_, y);
   // (batch, length, heads, depth): one attention per head, read in place by the fused attention.
-  return ops::reshape(y, {-1, length, num_heads_, depth});
+  return ops::reshape(y, {ops::keep_dim, ops::keep_dim, num_heads_, depth});
 }
 
 Tensor MultiHeadAttentionLayer::project_output(const Tensor& attended, const Tensor& query) const {
   const std::int64_t width = num_heads_ * value_depth_;
-  const Tensor merged = ops::reshape(attended, {-1, query.shape()[1], width});
+  const Tensor merged = ops::reshape(attended, {ops::keep_dim, ops::keep_dim, width});
   const Tensor kernel = variable(output_.kernel, query);
   Tensor output = ops::matmul(merged, ops::reshape(kernel, {width, kernel.shape()[2]}));
   if (use_bias_) output = output + variable(output_.bias, query);
@@ -195,8 +195,6 @@ std::vector<Tensor> MultiHeadAttentionLayer::call(const std::vector<Tensor>& inp
   if (query.shape()[2] != built[0][2] || key.shape()[2] != key_features_ || value.shape()[2] != built[1][2])
     shape_error("was built for other feature sizes",
                 {{"built query", built[0]}, {"query", query.shape()}, {"key", key.shape()}, {"value", value.shape()}});
-  if (query.shape()[1] == Shape::unknown || key.shape()[1] == Shape::unknown)
-    shape_error("needs known sequence lengths", {{"query", query.shape()}, {"key", key.shape()}});
 
   // Keras scales the queries, not the scores: T·d multiplications instead of T·S.
   const Tensor q = project(query, query_, key_depth_) * (1.0 / std::sqrt(static_cast<double>(key_depth_)));
@@ -212,21 +210,22 @@ std::vector<Tensor> MultiHeadAttentionLayer::call(const std::vector<Tensor>& inp
   const std::int64_t queries = query.shape()[1], keys = key.shape()[1];
   Tensor mask;
   auto combine = [&](const Tensor& part) { mask = mask.valid() ? mask * part : part; };
-  auto check_padding = [&](const Tensor* given, const char* what, std::int64_t length) {
+  // Sizes still unknown (the batch, a sequence length) are checked when a plan is made.
+  auto differ = [](std::int64_t a, std::int64_t b) { return a != b && a != Shape::unknown && b != Shape::unknown; };
+  auto check_padding = [&](const Tensor* given, const char* what, std::int64_t length, const char* axis) {
     const Shape& shape = given->shape();
-    if (given->rank() != 2 || shape[1] != length ||
-        (shape[0] != query.shape()[0] && shape[0] != Shape::unknown && query.shape()[0] != Shape::unknown))
-      shape_error(std::string(what) + " must be (batch, " + (length == queries ? "query" : "key") + "_length)",
+    if (given->rank() != 2 || differ(shape[1], length) || differ(shape[0], query.shape()[0]))
+      shape_error(std::string(what) + " must be (batch, " + axis + "_length)",
                   {{what, shape}, {"query", query.shape()}, {"key", key.shape()}});
   };
   if (query_mask != nullptr) {
-    check_padding(query_mask, "query_mask", queries);
-    combine(ops::broadcast_to(ops::expand_dims(*query_mask, -1), Shape{Shape::unknown, queries, keys}));
+    check_padding(query_mask, "query_mask", queries, "query");
+    combine(ops::expand_dims(*query_mask, -1));  // (batch, queries, 1): broadcast over the keys
   }
   for (const auto& [given, what] : {std::pair<const Tensor*, const char*>{value_mask, "value_mask"}, {key_mask, "key_mask"}})
     if (given != nullptr) {
-      check_padding(given, what, keys);
-      combine(ops::broadcast_to(ops::expand_dims(*given, 1), Shape{Shape::unknown, queries, keys}));
+      check_padding(given, what, keys, "key");
+      combine(ops::expand_dims(*given, 1));  // (batch, 1, keys): broadcast over the queries
     }
   const Tensor* attention_mask = args.find_tensor("attention_mask");
   if (attention_mask != nullptr && mask.valid()) {

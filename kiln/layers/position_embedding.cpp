@@ -19,11 +19,20 @@ std::int64_t start_index(const CallArgs& args, const Layer& layer) {
   return start;
 }
 
-// (..., steps, features) with both known: keras-hub's position layers read the sequence axis at -2.
+// (batch, ..., steps, features) with known features: keras-hub's position layers read the sequence axis at
+// -2, which may be unknown until a plan is made (sequences of any length) but is not the batch's.
 void check_sequence(const Layer& layer, const Shape& shape) {
-  if (shape.rank() < 2 || shape.dim(-1) == Shape::unknown || shape.dim(-2) == Shape::unknown)
-    throw ShapeError(layer.describe(), "takes inputs (..., steps, features) with known steps and features",
+  if (shape.rank() < 3 || shape.dim(-1) == Shape::unknown)
+    throw ShapeError(layer.describe(), "takes inputs (batch, ..., steps, features) with known features",
                      {{"input", shape}});
+}
+
+// start, start + 1, ... for each step of x's axis -2, as a column (steps, 1) of x's dtype: the positions of
+// a sequence whose length is known only when planned.
+Tensor position_column(const Tensor& x, std::int64_t start) {
+  Tensor positions = ops::positions(x, -2);
+  if (start != 0) positions = ops::add_scalar(positions, static_cast<double>(start));
+  return ops::expand_dims(positions, 1);
 }
 
 // `values` (steps, features) in the input's shape: x's batch may be unknown until run time, so the
@@ -74,6 +83,9 @@ Tensor PositionEmbeddingLayer::positions(const Tensor& input, std::int64_t start
   }
   if (input.shape().dim(-1) != embeddings.shape()[1])
     shape_error("was built for other features", {{"embeddings", embeddings.shape()}, {"input", input.shape()}});
+  // A length known only when planned: the rows at the positions, a run-time error past the last one.
+  if (steps == Shape::unknown)
+    return in_shape_of(input, ops::gather(embeddings, ops::squeeze(position_column(input, start), {1})));
   if (start + steps > sequence_length_)
     shape_error("has " + std::to_string(sequence_length_) + " positions; start_index " + std::to_string(start) +
                     " and " + std::to_string(steps) + " steps run past them",
@@ -132,10 +144,10 @@ void TokenAndPositionEmbeddingLayer::build(const Shape& input_shape) {
 
 Tensor TokenAndPositionEmbeddingLayer::call(const Tensor& input, const CallArgs& args) {
   const std::int64_t start = start_index(args, *this);
-  if (input.rank() < 1 || input.shape().dim(-1) == Shape::unknown ||
-      start + input.shape().dim(-1) > sequence_length_)
-    shape_error("takes ids (batch, steps) with known steps; its " + std::to_string(sequence_length_) +
-                    " positions and start_index " + std::to_string(start) + " leave too few: steps run past them",
+  const std::int64_t steps = input.rank() < 1 ? 0 : input.shape().dim(-1);
+  if (input.rank() < 1 || (steps != Shape::unknown && start + steps > sequence_length_))
+    shape_error("takes ids (batch, steps); its " + std::to_string(sequence_length_) + " positions and start_index " +
+                    std::to_string(start) + " leave too few: steps run past them",
                 {{"input", input.shape()}});
   const Tensor tokens = (*token_embedding_)(input, CallArgs().training(args.training()));
   return tokens + static_cast<const PositionEmbeddingLayer&>(*position_embedding_).positions(tokens, start);
@@ -175,14 +187,27 @@ Tensor SinePositionEncodingLayer::call(const Tensor& input, const CallArgs& args
   // Decoding: the table of every position decoded, whose row the step's position picks.
   const std::int64_t start = step != nullptr ? 0 : start_index(args, *this);
   const std::int64_t steps = step != nullptr ? step->length : input.shape().dim(-2), features = input.shape().dim(-1);
-  // A constant of the graph: the encoding depends on the shape only. keras-hub's timescales, with the pair
-  // (2i, 2i + 1) sharing one frequency: sin on the even feature, cos on the odd one.
+  // keras-hub's timescales, with the pair (2i, 2i + 1) sharing one frequency: sin on the even feature, cos
+  // on the odd one.
+  auto timescale = [&](std::int64_t j) {
+    return std::pow(1.0 / max_wavelength_, static_cast<double>(2 * (j / 2)) / static_cast<double>(features));
+  };
+  if (steps == Shape::unknown) {
+    // Computed when the length is: sin(p·timescale + phase), the phase π/2 on odd features making it a cos.
+    Array timescales(Shape{1, features}, input.dtype()), phases(Shape{1, features}, input.dtype());
+    for (std::int64_t j = 0; j < features; ++j) {
+      timescales.set_flat(static_cast<std::size_t>(j), timescale(j));
+      phases.set_flat(static_cast<std::size_t>(j), j % 2 == 0 ? 0.0 : std::acos(0.0));
+    }
+    Graph& graph = input.graph();
+    const Tensor angles = position_column(input, start) * ops::constant(graph, timescales, "sine_timescales");
+    return in_shape_of(input, ops::sin(angles + ops::constant(graph, phases, "sine_phases")));
+  }
+  // Known steps: a constant of the graph, as the encoding depends on the shape only.
   Array encoding(Shape{steps, features}, input.dtype());
   for (std::int64_t j = 0; j < features; ++j) {
-    const double timescale =
-        std::pow(1.0 / max_wavelength_, static_cast<double>(2 * (j / 2)) / static_cast<double>(features));
     for (std::int64_t p = 0; p < steps; ++p) {
-      const double angle = static_cast<double>(start + p) * timescale;
+      const double angle = static_cast<double>(start + p) * timescale(j);
       encoding.set_flat(static_cast<std::size_t>(p * features + j), j % 2 == 0 ? std::sin(angle) : std::cos(angle));
     }
   }
@@ -244,8 +269,8 @@ Tensor RotaryEmbeddingLayer::call(const Tensor& input, const CallArgs& args) {
                     std::to_string(feature_axis_) + " inside the input, neither the batch axis",
                 {{"input", shape}});
   const std::int64_t steps = shape[sequence_axis], features = shape[feature_axis];
-  if (steps == Shape::unknown || features == Shape::unknown || features % 2 != 0)
-    shape_error("needs known steps and an even, known number of features", {{"input", shape}});
+  if (features == Shape::unknown || features % 2 != 0)
+    shape_error("needs an even, known number of features", {{"input", shape}});
   const std::int64_t start = start_index(args, *this), half = features / 2;
   const double denominator = denominator_dim_.is_null() ? static_cast<double>(features) : denominator_dim_.as_double();
   // keras-hub's inverse frequencies; "linear" divides them by the scaling factor, "dynamic" by a power of it.
@@ -253,29 +278,50 @@ Tensor RotaryEmbeddingLayer::call(const Tensor& input, const CallArgs& args) {
   if (rope_type_ == "linear") divisor = scaling_factor_;
   if (rope_type_ == "dynamic")
     divisor = std::pow(scaling_factor_, static_cast<double>(features) / std::max<double>(1.0, features - 2.0));
+  auto theta = [&](std::int64_t i) {
+    return std::pow(max_wavelength_, -2.0 * static_cast<double>(i) / denominator) / divisor;
+  };
   // cos and sin of p·θ_i on feature i and i + D/2 (the rotate-half layout), shaped to broadcast: steps on the
   // sequence axis, features on the feature axis, 1 elsewhere.
-  std::vector<std::int64_t> table_dims(static_cast<std::size_t>(rank), 1);
-  table_dims[static_cast<std::size_t>(sequence_axis)] = steps;
-  table_dims[static_cast<std::size_t>(feature_axis)] = features;
-  Array cos_table(Shape(table_dims), input.dtype()), sin_table(Shape(table_dims), input.dtype());
-  const std::size_t feature_stride = sequence_axis < feature_axis ? 1 : static_cast<std::size_t>(steps);
-  const std::size_t step_stride = sequence_axis < feature_axis ? static_cast<std::size_t>(features) : 1;
-  for (std::int64_t i = 0; i < half; ++i) {
-    const double theta = std::pow(max_wavelength_, -2.0 * static_cast<double>(i) / denominator) / divisor;
-    for (std::int64_t p = 0; p < steps; ++p) {
-      const double angle = static_cast<double>(start + p) * theta;
-      for (const std::int64_t j : {i, i + half}) {
-        const std::size_t at = static_cast<std::size_t>(p) * step_stride + static_cast<std::size_t>(j) * feature_stride;
-        cos_table.set_flat(at, std::cos(angle));
-        sin_table.set_flat(at, std::sin(angle));
+  Graph& graph = input.graph();
+  Tensor cos_table, sin_table;
+  if (steps == Shape::unknown) {
+    // Computed when the length is known: angles (steps, features) from the positions, then laid out.
+    Array thetas(Shape{1, features}, input.dtype());
+    for (std::int64_t j = 0; j < features; ++j) thetas.set_flat(static_cast<std::size_t>(j), theta(j % half));
+    Tensor positions = ops::positions(input, static_cast<int>(sequence_axis));
+    if (start != 0) positions = ops::add_scalar(positions, static_cast<double>(start));
+    const Tensor angles = ops::expand_dims(positions, 1) * ops::constant(graph, thetas, "rotary_thetas");
+    const Tensor laid_out = sequence_axis < feature_axis ? angles : ops::transpose(angles, {1, 0});
+    std::vector<std::int64_t> dims(static_cast<std::size_t>(rank), 1);
+    dims[static_cast<std::size_t>(sequence_axis)] = -1;
+    dims[static_cast<std::size_t>(feature_axis)] = features;
+    const Tensor placed = ops::reshape(laid_out, dims);
+    cos_table = ops::cos(placed);
+    sin_table = ops::sin(placed);
+  } else {
+    std::vector<std::int64_t> table_dims(static_cast<std::size_t>(rank), 1);
+    table_dims[static_cast<std::size_t>(sequence_axis)] = steps;
+    table_dims[static_cast<std::size_t>(feature_axis)] = features;
+    Array cos_values(Shape(table_dims), input.dtype()), sin_values(Shape(table_dims), input.dtype());
+    const std::size_t feature_stride = sequence_axis < feature_axis ? 1 : static_cast<std::size_t>(steps);
+    const std::size_t step_stride = sequence_axis < feature_axis ? static_cast<std::size_t>(features) : 1;
+    for (std::int64_t i = 0; i < half; ++i) {
+      for (std::int64_t p = 0; p < steps; ++p) {
+        const double angle = static_cast<double>(start + p) * theta(i);
+        for (const std::int64_t j : {i, i + half}) {
+          const std::size_t at = static_cast<std::size_t>(p) * step_stride + static_cast<std::size_t>(j) * feature_stride;
+          cos_values.set_flat(at, std::cos(angle));
+          sin_values.set_flat(at, std::sin(angle));
+        }
       }
     }
+    cos_table = ops::constant(graph, cos_values, "rotary_cos");
+    sin_table = ops::constant(graph, sin_values, "rotary_sin");
   }
-  Graph& graph = input.graph();
   const std::vector<Tensor> halves = ops::split(input, 2, static_cast<int>(feature_axis));
   const Tensor rotated = ops::concat({ops::neg(halves[1]), halves[0]}, static_cast<int>(feature_axis));
-  return input * ops::constant(graph, cos_table, "rotary_cos") + rotated * ops::constant(graph, sin_table, "rotary_sin");
+  return input * cos_table + rotated * sin_table;
 }
 
 RotaryEmbedding::RotaryEmbedding(double max_wavelength, const Config& options)

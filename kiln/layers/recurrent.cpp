@@ -207,11 +207,8 @@ std::vector<Tensor> RecurrentLayer::call(const std::vector<Tensor>& inputs, cons
     output = ops::slice(all, {0, states, 0}, {-1, -1, -1});
   } else if (zero_output_for_mask_ && mask.valid()) {
     // The last output is zeros where the last step processed was masked, else the final h.
-    const std::int64_t steps = x.shape()[1];
-    if (steps == Shape::unknown)
-      shape_error("with zero_output_for_mask and a mask but no return_sequences, needs a known number of steps",
-                  {{"input", x.shape()}});
-    const Tensor last_step = ops::slice(mask, {0, go_backwards_ ? 0 : steps - 1}, {-1, 1});
+    // (Reversed when going forwards: the last step is then first, at a known index whatever the length.)
+    const Tensor last_step = ops::slice(go_backwards_ ? mask : ops::flip(mask, 1), {0, 0}, {-1, 1});
     output = states_out[0] * (ops::scalar_like(last_step, 1.0) - ops::equal(last_step, ops::scalar_like(last_step, 0.0)));
   } else {
     // Masked steps carry h and output it, so the last output is the final h.

@@ -110,7 +110,8 @@ Tensor TransformerBlockLayer::feed_forward(const Tensor& x, const CallArgs& inne
 
 // keras-hub's masks are 0/1 (cast to int32); both must hold for a key to be attended: their product.
 Tensor TransformerBlockLayer::merged_mask(const Tensor* padding, const Tensor* attention, const Tensor& keys) const {
-  if (padding != nullptr && (padding->rank() != 2 || padding->shape()[1] != keys.shape()[1]))
+  const auto differ = [](std::int64_t a, std::int64_t b) { return a != b && a != Shape::unknown && b != Shape::unknown; };
+  if (padding != nullptr && (padding->rank() != 2 || differ(padding->shape()[1], keys.shape()[1])))
     shape_error("takes a padding mask (batch, steps)", {{"padding mask", padding->shape()}, {"sequence", keys.shape()}});
   if (attention != nullptr && attention->rank() != 3)
     shape_error("takes an attention mask (batch, T, S)", {{"attention mask", attention->shape()}});

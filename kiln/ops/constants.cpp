@@ -3,6 +3,7 @@
 #include <string>
 
 #include <kiln/core/array.hpp>
+#include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/op.hpp>
 #include <kiln/ops/detail/kernel_util.hpp>
@@ -23,6 +24,20 @@ template <class T>
 void dim_size_kernel(const KernelContext& k) {
   const Shape& x = k.input_shape(0);
   *k.out<T>() = static_cast<T>(x[static_cast<int>(k.attributes().get_int("axis"))]);
+}
+
+// 0, 1, ..., n - 1 for the run-time size n of one axis.
+template <class T>
+void positions_kernel(const KernelContext& k) {
+  T* out = k.out<T>();
+  for (std::size_t i = 0; i < k.output_size(); ++i) out[i] = static_cast<T>(i);
+}
+
+Shape positions_shape(const InferContext& ctx) {
+  const std::int64_t axis = ctx.attributes().get_int("axis");
+  if (axis < 0 || axis >= ctx.input_shape(0).rank())
+    ctx.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(ctx.input_shape(0).rank()));
+  return Shape{ctx.input_shape(0)[static_cast<int>(axis)]};
 }
 
 Shape dim_size_shape(const InferContext& ctx) {
@@ -48,7 +63,27 @@ KILN_REGISTER_OP(OpDef("kiln>DimSize")
                      .forward(dim_size_kernel<float>, dim_size_kernel<double>)
                      .non_differentiable_inputs({0}, "only its shape is read"));
 
+// Positions along an axis whose size may be known only when a plan is made (a sequence's length).
+KILN_REGISTER_OP(OpDef("kiln>Positions")
+                     .inputs(1)
+                     .attributes({"axis"})
+                     .infer_shape(positions_shape)
+                     .forward(positions_kernel<float>, positions_kernel<double>)
+                     .non_differentiable_inputs({0}, "only its shape is read"));
+
 namespace ops {
+Tensor positions(const Tensor& x, int axis) {
+  const int resolved = axis < 0 ? axis + x.rank() : axis;
+  return x.graph().add_op("kiln>Positions", {x}, Attributes().set("axis", resolved), "positions");
+}
+Tensor causal_mask_like(const Tensor& scores) {
+  if (scores.rank() < 2) throw ShapeError("causal_mask_like: scores " + scores.shape().to_string() + " need two axes");
+  const std::int64_t queries = scores.shape().dim(-2), keys = scores.shape().dim(-1);
+  if (queries != Shape::unknown && keys != Shape::unknown)
+    return causal_mask(scores.graph(), queries, keys, scores.dtype());
+  // Key j is visible to query i when j <= i: the two position vectors compared across each other.
+  return greater_equal(expand_dims(positions(scores, -2), 1), expand_dims(positions(scores, -1), 0));
+}
 Tensor dim_size(const Tensor& x, int axis) {
   return x.graph().add_op("kiln>DimSize", {x}, Attributes().set("axis", axis < 0 ? axis + x.rank() : axis), "dim_size");
 }

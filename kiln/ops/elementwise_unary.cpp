@@ -104,6 +104,18 @@ void abs_kernel(const KernelContext& k) {
 }
 
 template <class T>
+void sin_kernel(const KernelContext& k) {
+  auto y = output_view<T>(k);
+  xt::noalias(y) = xt::sin(input_view<T>(k, 0));
+}
+
+template <class T>
+void cos_kernel(const KernelContext& k) {
+  auto y = output_view<T>(k);
+  xt::noalias(y) = xt::cos(input_view<T>(k, 0));
+}
+
+template <class T>
 void tanh_kernel(const KernelContext& k) {
   auto y = output_view<T>(k);
   xt::noalias(y) = xt::tanh(input_view<T>(k, 0));
@@ -346,6 +358,12 @@ std::vector<Tensor> abs_backward(const GradContext& g) {
   return {fused_grad("kiln>AbsGrad", g.input(0), g.output_grad())};
 }
 
+std::vector<Tensor> sin_backward(const GradContext& g) { return {ops::mul(g.output_grad(), ops::cos(g.input(0)))}; }
+
+std::vector<Tensor> cos_backward(const GradContext& g) {
+  return {ops::neg(ops::mul(g.output_grad(), ops::sin(g.input(0))))};
+}
+
 std::vector<Tensor> tanh_backward(const GradContext& g) {
   return {fused_grad("kiln>TanhGrad", g.output(), g.output_grad())};
 }
@@ -423,6 +441,8 @@ KILN_REGISTER_OP(unary_op("kiln>Sqrt", sqrt_kernel<float>, sqrt_kernel<double>, 
 KILN_REGISTER_OP(unary_op("kiln>Rsqrt", rsqrt_kernel<float>, rsqrt_kernel<double>, rsqrt_backward));
 KILN_REGISTER_OP(unary_op("kiln>Square", square_kernel<float>, square_kernel<double>, square_backward));
 KILN_REGISTER_OP(unary_op("kiln>Abs", abs_kernel<float>, abs_kernel<double>, abs_backward));
+KILN_REGISTER_OP(unary_op("kiln>Sin", sin_kernel<float>, sin_kernel<double>, sin_backward));
+KILN_REGISTER_OP(unary_op("kiln>Cos", cos_kernel<float>, cos_kernel<double>, cos_backward));
 KILN_REGISTER_OP(unary_op("kiln>Tanh", tanh_kernel<float>, tanh_kernel<double>, tanh_backward));
 KILN_REGISTER_OP(unary_op("kiln>Sigmoid", sigmoid_kernel<float>, sigmoid_kernel<double>, sigmoid_backward));
 KILN_REGISTER_OP(unary_op("kiln>Relu", relu_kernel<float>, relu_kernel<double>, relu_backward));
@@ -477,6 +497,8 @@ Tensor sqrt(const Tensor& x) { return unary(x, "kiln>Sqrt", "sqrt"); }
 Tensor rsqrt(const Tensor& x) { return unary(x, "kiln>Rsqrt", "rsqrt"); }
 Tensor square(const Tensor& x) { return unary(x, "kiln>Square", "square"); }
 Tensor abs(const Tensor& x) { return unary(x, "kiln>Abs", "abs"); }
+Tensor sin(const Tensor& x) { return unary(x, "kiln>Sin", "sin"); }
+Tensor cos(const Tensor& x) { return unary(x, "kiln>Cos", "cos"); }
 Tensor tanh(const Tensor& x) { return unary(x, "kiln>Tanh", "tanh"); }
 Tensor sigmoid(const Tensor& x) { return unary(x, "kiln>Sigmoid", "sigmoid"); }
 Tensor relu(const Tensor& x) { return unary(x, "kiln>Relu", "relu"); }

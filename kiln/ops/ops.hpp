@@ -23,6 +23,12 @@ Tensor scalar_like(const Tensor& like, double value);  ///< a () constant of lik
 /// A (query_length, key_length) constant: 1 where query i may attend key j, i.e. j <= i (Keras's
 /// top-left aligned causal mask), 0 elsewhere.
 Tensor causal_mask(Graph& graph, std::int64_t query_length, std::int64_t key_length, DType dtype);
+/// causal_mask for scores (..., T, S) whose lengths may be unknown until a plan is made: the constant when
+/// both are known, else computed from the planned lengths. ShapeError for scores of rank below 2.
+Tensor causal_mask_like(const Tensor& scores);
+/// 0, 1, ..., n - 1 in x's dtype, for the size n that x's `axis` (negative from the end) has at run time:
+/// the positions of a sequence whose length is unknown when the graph is built. No gradient flows into x.
+Tensor positions(const Tensor& x, int axis);
 Tensor zeros_like(const Tensor& like);  ///< computed from like's runtime shape
 /// 1 everywhere, of like's dtype; computed from like's runtime shape, as zeros_like.
 Tensor ones_like(const Tensor& like);
@@ -78,6 +84,10 @@ Tensor rsqrt(const Tensor& x);
 Tensor square(const Tensor& x);
 /// |x|. Its gradient is sign(x): 0 at 0.
 Tensor abs(const Tensor& x);
+/// The sine, of x in radians.
+Tensor sin(const Tensor& x);
+/// The cosine, of x in radians.
+Tensor cos(const Tensor& x);
 /// The hyperbolic tangent.
 Tensor tanh(const Tensor& x);
 /// 1 / (1 + e⁻ˣ): exactly 0, never NaN, for very negative x.
@@ -241,8 +251,16 @@ BatchNormTraining batch_norm_train(const Tensor& x, const Tensor& gamma, const T
                                    int axis = -1);
 
 // ---- shapes ----------------------------------------------------------------------------------------
-/// One dimension may be -1 (inferred). Keeps the batch dimension unknown when it is.
+/// In a reshape's target: this axis keeps the input's size at the same axis, known or not. Splitting the
+/// features of (None, None, 64) into heads is reshape(x, {keep_dim, keep_dim, 4, 16}), whatever the batch
+/// and the sequence length turn out to be.
+constexpr std::int64_t keep_dim = -2;
+/// x with the dimensions `shape`: one may be -1 (inferred from the element count), any may be keep_dim.
+/// Keeps the batch dimension unknown when it is. ShapeError when the counts cannot agree.
 Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape);
+/// x with like's shape, whatever its unknown dimensions turn out to be (no gradient flows into like).
+/// ShapeError when the element counts cannot agree.
+Tensor reshape_like(const Tensor& x, const Tensor& like);
 Tensor transpose(const Tensor& x, const std::vector<std::int64_t>& perm = {});  ///< default: reverse axes
 /// x with the order of `axis` reversed (negative from the end), as Keras's ops.flip; any axis, the batch's
 /// too. ShapeError for an axis x does not have.

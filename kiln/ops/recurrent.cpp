@@ -156,7 +156,9 @@ struct Setup {
   std::int64_t state_size() const { return head_size() + steps * record_size(); }
 };
 
-Setup setup_of(const Attributes& attributes, const std::vector<const Shape*>& shapes) {
+// From the attributes, x's shape and the recurrent kernel's (the op's inputs 0 and 2). Kernels call this each
+// run, so it must not allocate.
+Setup setup_of(const Attributes& attributes, const Shape& x, const Shape& recurrent_kernel) {
   Setup s;
   s.cell = cell_of(attributes.get_string("cell"), nullptr);
   s.act = act_of(attributes.get_string("activation"));
@@ -169,27 +171,23 @@ Setup setup_of(const Attributes& attributes, const std::vector<const Shape*>& sh
   s.has_recurrent_masks = attributes.get_bool("has_recurrent_masks");
   s.gates = s.cell == Cell::lstm ? 4 : s.cell == Cell::gru ? 3 : 1;
   s.states = s.cell == Cell::lstm ? 2 : 1;
-  const Shape& x = *shapes[0];
   if (x.rank() == 3) {
     s.batch = x[0];
     s.steps = x[1];
     s.features = x[2];
   }
-  if (shapes[2]->rank() >= 1) s.units = shapes[2]->dim(0);
+  if (recurrent_kernel.rank() >= 1) s.units = recurrent_kernel.dim(0);
   return s;
 }
 
 // The setup of a node whose inputs from `first` on are Recurrent's.
 Setup setup_of(const KernelContext& k, int first) {
-  std::vector<const Shape*> shapes;
-  for (int i = first; i < k.num_inputs; ++i) shapes.push_back(k.input_shapes[i]);
-  return setup_of(k.attributes(), shapes);
+  return setup_of(k.attributes(), *k.input_shapes[first], *k.input_shapes[first + 2]);
 }
 
 Setup setup_of(const std::vector<Shape>& inputs, int first, const Attributes& attributes) {
-  std::vector<const Shape*> shapes;
-  for (std::size_t i = static_cast<std::size_t>(first); i < inputs.size(); ++i) shapes.push_back(&inputs[i]);
-  return setup_of(attributes, shapes);
+  const auto at = static_cast<std::size_t>(first);
+  return setup_of(attributes, inputs[at], inputs[at + 2]);
 }
 
 // ---- shape rules ---------------------------------------------------------------------------------------------
@@ -218,7 +216,7 @@ Setup check_inputs(const InferContext& ctx, int first, bool with_masks) {
   if (shapes.size() < 4) ctx.fail("needs x, kernel, recurrent_kernel and bias");
   Setup s;
   try {
-    s = setup_of(ctx.attributes(), shapes);
+    s = setup_of(ctx.attributes(), ctx.input_shape(first), ctx.input_shape(first + 2));
   } catch (const ConfigError& error) {
     ctx.fail(error.what());
   }

@@ -138,15 +138,35 @@ std::int64_t inferred_dim(const InferContext& ctx, const DimCount& in, const Dim
   return in.known / target.known;
 }
 
+// keep_dim takes the input's size at its axis, -1 the element count's quotient; an unknown input size
+// kept on both sides cancels out of that quotient, so (None, None, 64) -> [keep, keep, 4, -1] is
+// (None, None, 4, 16).
 Shape reshape_shape(const InferContext& ctx) {
+  const Shape& input = ctx.input_shape(0);
   const Ints& target = ctx.attributes().get_ints("shape");
-  const std::string what = "cannot reshape to " + ints_to_string(target);
-  for (std::int64_t d : target)
-    if (d < -1) ctx.fail(what + ": negative dimension " + std::to_string(d));
-  const DimCount in = count_dims(ctx.input_shape(0).dims());
-  const DimCount wanted = count_dims(target);
-  if (wanted.num_unknown > 1) ctx.fail(what + ": only one dimension may be -1");
+  const std::string what = "cannot reshape " + input.to_string() + " to " + ints_to_string(target);
   Ints dims = target;
+  DimCount wanted;     // over the target's sizes; num_unknown counts the -1s
+  int kept_unknown = 0;  // unknown input sizes kept at their axis
+  for (std::size_t i = 0; i < target.size(); ++i) {
+    const std::int64_t d = target[i];
+    if (d == ops::keep_dim) {
+      if (static_cast<int>(i) >= input.rank()) ctx.fail(what + ": the input has no axis " + std::to_string(i) + " to keep");
+      dims[i] = input[static_cast<int>(i)];
+      if (dims[i] == Shape::unknown) ++kept_unknown;
+      else wanted.known *= dims[i];
+    } else if (d == -1) {
+      ++wanted.num_unknown;
+      wanted.unknown_at = static_cast<int>(i);
+    } else if (d < 0) {
+      ctx.fail(what + ": negative dimension " + std::to_string(d));
+    } else {
+      wanted.known *= d;
+    }
+  }
+  if (wanted.num_unknown > 1) ctx.fail(what + ": only one dimension may be -1");
+  DimCount in = count_dims(input.dims());
+  in.num_unknown -= kept_unknown;  // what is left unknown once the kept sizes cancel
   if (wanted.num_unknown == 1) {
     dims[static_cast<std::size_t>(wanted.unknown_at)] = inferred_dim(ctx, in, wanted, what);
   } else if (in.num_unknown == 0 && in.known != wanted.known) {
@@ -595,6 +615,8 @@ KILN_REGISTER_OP(OpDef("kiln>ExpandDims")
                      .sharing(Sharing::alias));
 
 namespace ops {
+
+Tensor reshape_like(const Tensor& x, const Tensor& like) { return reshape_as(x, like); }
 
 Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape) {
   return x.graph().add_op("kiln>Reshape", {x}, Attributes().set("shape", shape), "reshape");

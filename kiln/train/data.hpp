@@ -124,9 +124,12 @@ struct PadOptions {
   std::string truncating = "pre";  ///< a longer sequence loses its first ("pre") or last ("post") tokens
   double value = 0.0;            ///< the padding's token: 0 is what Embedding(mask_zero) masks
   DType dtype = DType::float32;  ///< the batch's dtype
+  /// With maxlen -1, the longest length rounded up to a multiple of this: batches of a model whose length is
+  /// unknown then come in a few lengths, each planned once (a Program keeps 16 plans). 1: no rounding.
+  std::int64_t pad_to_multiple_of = 1;
 };
 /// The sequences as rows of a (count, maxlen) array, padded and truncated as `options` say. ValueError for
-/// an unknown padding or truncating, or a negative maxlen other than -1.
+/// an unknown padding or truncating, a negative maxlen other than -1, or pad_to_multiple_of below 1.
 Array pad_sequences(const std::vector<std::vector<std::int64_t>>& sequences, const PadOptions& options = {});
 /// 1 where `padded` (as pad_sequences made it) holds a token, 0 where it holds `value`: the mask
 /// Embedding(mask_zero) computes, for layers that take a mask argument.

@@ -14,8 +14,13 @@ Array pad_sequences(const std::vector<std::vector<std::int64_t>>& sequences, con
   if (options.maxlen < -1)
     throw ValueError("pad_sequences: maxlen must be -1 (the longest sequence) or at least 0, got " +
                      std::to_string(options.maxlen));
+  if (options.pad_to_multiple_of < 1)
+    throw ValueError("pad_sequences: pad_to_multiple_of must be at least 1, got " +
+                     std::to_string(options.pad_to_multiple_of));
   std::size_t length = 0;
   for (const std::vector<std::int64_t>& sequence : sequences) length = std::max(length, sequence.size());
+  const auto multiple = static_cast<std::size_t>(options.pad_to_multiple_of);
+  length = (length + multiple - 1) / multiple * multiple;
   if (options.maxlen >= 0) length = static_cast<std::size_t>(options.maxlen);
   const auto rows = static_cast<std::int64_t>(sequences.size());
   Array padded = Array::full(Shape{rows, static_cast<std::int64_t>(length)}, options.value, options.dtype);

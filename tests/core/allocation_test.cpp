@@ -18,6 +18,7 @@
 #include <kiln/layers/model.hpp>
 #include <kiln/layers/multi_head_attention.hpp>
 #include <kiln/layers/pooling.hpp>
+#include <kiln/layers/recurrent.hpp>
 #include <kiln/layers/reshaping.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/optim/optimizer.hpp>
@@ -59,28 +60,33 @@ Array random(const Shape& shape, Rng& rng) {
   return array;
 }
 
-// Feeds `x` and `y` and runs `program` ten times; returns how many allocations those steady-state steps
-// made (the plan was made by an earlier run).
-long steady_state_allocations(Program& program, const Tensor& x, const Array& inputs, const Tensor& y,
-                              const Array& targets) {
+// Feeds `x` and `y` and runs `program` ten times, cycling through the batches; returns how many allocations
+// those steady-state steps made (every batch's shapes were planned by an earlier run).
+long steady_state_allocations(Program& program, const Tensor& x, const std::vector<Array>& inputs, const Tensor& y,
+                              const std::vector<Array>& targets) {
   const long before = allocations.load();
-  for (int step = 0; step < 10; ++step) {
-    program.feed(x, inputs);
-    program.feed(y, targets);
+  for (std::size_t step = 0; step < 10; ++step) {
+    program.feed(x, inputs[step % inputs.size()]);
+    program.feed(y, targets[step % targets.size()]);
     program.run();
   }
   return allocations.load() - before;
 }
 
+long steady_state_allocations(Program& program, const Tensor& x, const Array& inputs, const Tensor& y,
+                              const Array& targets) {
+  return steady_state_allocations(program, x, std::vector<Array>{inputs}, y, std::vector<Array>{targets});
+}
+
 // The graph fit() builds: `model`'s layer calls replayed on placeholders in training mode, an MSE loss
 // against two targets, SGD updates at `rate` and the layers' state updates (moving statistics). Checks
-// that steady-state steps on a batch of `batch_shape` allocate nothing and that the loss falls.
-void check_steady_state_steps(const Model& model, const Shape& batch_shape, double rate, std::uint64_t seed) {
+// that steady-state steps on batches of each of `batch_shapes` (sequences of several lengths, when the
+// model's input has an unknown length) allocate nothing and that the loss falls.
+void check_steady_state_steps(const Model& model, const std::vector<Shape>& batch_shapes, double rate,
+                              std::uint64_t seed) {
   constexpr std::int64_t None = Shape::unknown;
-  std::vector<std::int64_t> input_dims = batch_shape.dims();
-  input_dims[0] = None;
   Graph graph;
-  const Tensor x = graph.placeholder(Shape(input_dims), DType::float32, "x");
+  const Tensor x = graph.placeholder(model->input_shapes().at(0), DType::float32, "x");
   const Tensor y = graph.placeholder({None, 2}, DType::float32, "y");
   const Tensor loss = ops::mean_squared_error(y, model->apply({x}, /*training=*/true).at(0));
   const std::vector<Tensor> weights = graph.trainable_variables();
@@ -92,14 +98,28 @@ void check_steady_state_steps(const Model& model, const Shape& batch_shape, doub
   Program program(graph, {loss}, updates);
 
   Rng rng(seed);
-  const Array inputs = random(batch_shape, rng);
-  const Array targets = random({batch_shape[0], 2}, rng);
-  program.feed(x, inputs);
-  program.feed(y, targets);
-  program.run();  // plans: allocation allowed here
+  std::vector<Array> inputs, targets;
+  for (const Shape& shape : batch_shapes) {
+    inputs.push_back(random(shape, rng));
+    targets.push_back(random({shape[0], 2}, rng));
+    program.feed(x, inputs.back());
+    program.feed(y, targets.back());
+    program.run();  // plans: allocation allowed here
+  }
+  program.feed(x, inputs.front());
+  program.feed(y, targets.front());
+  program.run();
   const double first_loss = program.scalar(loss);
   CHECK(steady_state_allocations(program, x, inputs, y, targets) == 0);
+  CHECK(program.num_plans() == batch_shapes.size());
+  program.feed(x, inputs.front());
+  program.feed(y, targets.front());
+  program.run();
   CHECK(program.scalar(loss) < first_loss);
+}
+
+void check_steady_state_steps(const Model& model, const Shape& batch_shape, double rate, std::uint64_t seed) {
+  check_steady_state_steps(model, std::vector<Shape>{batch_shape}, rate, seed);
 }
 }  // namespace
 
@@ -151,6 +171,19 @@ TEST_CASE("steady-state training steps of a layer model allocate nothing", "[cor
   Model model(input, Dense(2, "tanh")(h));
 
   check_steady_state_steps(model, {4, 6, 8}, 0.05, 5);
+}
+
+TEST_CASE("steady-state training steps over sequences of several lengths allocate nothing",
+          "[core][program][allocation][layers]") {
+  // One plan per (batch, length) seen; once each is planned, moving between them allocates nothing.
+  constexpr std::int64_t None = Shape::unknown;
+  const Tensor input = Input({None, None, 8});
+  Tensor h = MHAttention(4, 2)(input);
+  h = MultiHeadAttention(2, 4)(h, h, CallArgs().option("use_causal_mask", true));
+  h = LSTM(6)(h);
+  Model model(input, Dense(2, "tanh")(h));
+
+  check_steady_state_steps(model, {{4, 5, 8}, {4, 9, 8}, {3, 5, 8}}, 0.05, 5);
 }
 
 TEST_CASE("steady-state training steps of a CNN allocate nothing", "[core][program][allocation][layers]") {

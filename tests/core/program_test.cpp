@@ -12,6 +12,7 @@
 #include "support/gradcheck.hpp"
 
 using namespace kiln;
+using Catch::Contains;
 
 TEST_CASE("the planner reuses dead buffers, runs elementwise ops in place and aliases reshapes", "[core][program]") {
   Graph graph;
@@ -111,6 +112,44 @@ TEST_CASE("the same seed gives bitwise identical training", "[core][program][det
   const Array second = train(5);
   CHECK(first.bitwise_equal(second));
   CHECK_FALSE(first.bitwise_equal(train(6)));
+}
+
+TEST_CASE("a program plans once per batch size and sequence length, and reuses each plan", "[core][program]") {
+  Graph graph;
+  constexpr std::int64_t None = Shape::unknown;
+  const Tensor x = graph.placeholder({None, None, 2}, DType::float64, "x");
+  const Tensor mask = graph.placeholder({None, None}, DType::float64, "mask");
+  const Tensor y = ops::sum(x * ops::expand_dims(mask, -1), {1});  // (None, 2): masked sums over the steps
+  Program program(graph, {y});
+  auto run = [&](std::int64_t batch, std::int64_t length) {
+    program.feed(x, Array::full({batch, length, 2}, 1.0, DType::float64));
+    program.feed(mask, Array::full({batch, length}, 1.0, DType::float64));
+    program.run();
+    CHECK(program.fetch(y).shape() == Shape{batch, 2});
+    CHECK(program.fetch(y).flat(0) == static_cast<double>(length));
+  };
+  run(2, 3);
+  run(2, 5);
+  run(4, 3);
+  CHECK(program.num_plans() == 3);
+  run(2, 3);
+  run(2, 5);
+  CHECK(program.num_plans() == 3);  // seen before: planned already
+  CHECK(program.stats().batch_size == 2);
+  CHECK(program.has_plan(4));
+
+  // Lengths that disagree reach an op that refuses them when planning; the message names the fed shapes.
+  program.feed(x, Array({2, 3, 2}, DType::float64));
+  program.feed(mask, Array({2, 4}, DType::float64));
+  CHECK_THROWS_AS(program.run(), ShapeError);
+  CHECK_THROWS_WITH(program.run(), Contains("planning for the fed shapes") && Contains("(2, 3, 2)") &&
+                                       Contains("(2, 4)"));
+  CHECK(program.num_plans() == 3);
+  // The batch is still one size everywhere, and no unknown dimension may be empty.
+  program.feed(mask, Array({3, 3}, DType::float64));
+  CHECK_THROWS_AS(program.run(), ValueError);
+  program.feed(x, Array({3, 0, 2}, DType::float64));
+  CHECK_THROWS_WITH(program.run(), Contains("empty dimension"));
 }
 
 TEST_CASE("a program keeps the plans of the 16 batch sizes used last", "[core][program]") {

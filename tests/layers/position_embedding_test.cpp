@@ -174,7 +174,7 @@ LayerSpec sine_spec() {
   spec.call = LayerCase({random_input({2, 4, 6}, 8)});
   spec.output_shapes = {Shape{None, 4, 6}};
   spec.differentiable = false;  // no weights, and the output reads only the input's shape
-  spec.bad_inputs = {{"no steps", {{None, 6}}, "steps"}};
+  spec.bad_inputs = {{"no steps", {{None, 6}}, "(batch, ..., steps, features)"}};
   return spec;
 }
 

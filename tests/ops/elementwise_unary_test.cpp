@@ -63,6 +63,10 @@ std::vector<UnaryCase> unary_cases() {
   add(
       "abs", [](const Tensor& x) { return ops::abs(x); }, [](double x) { return std::abs(x); }, -2.0, 2.0, at_zero);
   add(
+      "sin", [](const Tensor& x) { return ops::sin(x); }, [](double x) { return std::sin(x); }, -4.0, 4.0);
+  add(
+      "cos", [](const Tensor& x) { return ops::cos(x); }, [](double x) { return std::cos(x); }, -4.0, 4.0);
+  add(
       "tanh", [](const Tensor& x) { return ops::tanh(x); }, [](double x) { return std::tanh(x); });
   add(
       "sigmoid", [](const Tensor& x) { return ops::sigmoid(x); }, sigmoid_reference, -4.0, 4.0);

@@ -350,6 +350,37 @@ TEST_CASE("reshape keeps the batch dimension unknown", "[ops][shape]") {
   CHECK(ops::squeeze(ops::expand_dims(x, 1)).shape() == Shape{Shape::unknown, 160});
 }
 
+TEST_CASE("reshape's keep_dim keeps a size known only when planned: heads split and merged", "[ops][shape]") {
+  Graph graph;
+  constexpr std::int64_t None = Shape::unknown, keep = ops::keep_dim;
+  const Tensor x = graph.placeholder({None, None, 12}, DType::float32, "x");
+  const Tensor heads = ops::reshape(x, {keep, keep, 3, -1});
+  CHECK(heads.shape() == Shape{None, None, 3, 4});
+  const Tensor merged = ops::reshape(heads, {keep, keep, -1});
+  CHECK(merged.shape() == Shape{None, None, 12});
+  CHECK(ops::reshape(x, {-1, keep, 3, 4}).shape() == Shape{None, None, 3, 4});
+  Program program(graph, {heads, merged});
+  for (const std::int64_t length : {5, 2}) {
+    const Array data = iota({2, length, 12});
+    program.feed(x, data);
+    program.run();
+    CHECK(program.fetch(heads).shape() == Shape{2, length, 3, 4});
+    CHECK(program.fetch(merged).to_vector<float>() == data.to_vector<float>());
+  }
+  CHECK(program.stats().num_kernels == 0);  // aliases, as every reshape
+}
+
+TEST_CASE("reshape with keep_dim: gradient through a split and a merge", "[ops][shape][grad]") {
+  auto r = check_unknown_batch(
+      [](const std::vector<Tensor>& x) {
+        const Tensor heads = ops::reshape(x[0], {ops::keep_dim, ops::keep_dim, 2, 3});
+        return ops::reshape(ops::transpose(heads, {0, 1, 3, 2}), {ops::keep_dim, ops::keep_dim, 6});
+      },
+      {Shape{3, 4, 6}}, "reshape keep_dim");
+  INFO(r.worst_entry());
+  REQUIRE(r.max_relative_error <= 1e-6);
+}
+
 TEST_CASE("reshape can fold the batch into another axis and back", "[ops][shape]") {
   Graph graph;
   const Tensor x = graph.placeholder({Shape::unknown, 6, 8}, DType::float32, "x");
@@ -406,7 +437,9 @@ TEST_CASE("reshape rejects impossible targets", "[ops][shape][errors]") {
   CHECK_THROWS_WITH(ops::reshape(fixed, {4, -1}), Contains("reshape") && Contains("[4, -1]") && Contains("(2, 3)"));
   CHECK_THROWS_WITH(ops::reshape(fixed, {-1, -1}), Contains("only one dimension may be -1") && Contains("(2, 3)"));
   CHECK_THROWS_WITH(ops::reshape(fixed, {7}), Contains("6 elements do not fit 7") && Contains("(2, 3)"));
-  CHECK_THROWS_WITH(ops::reshape(fixed, {-2, 3}), Contains("negative dimension") && Contains("(2, 3)"));
+  CHECK_THROWS_WITH(ops::reshape(fixed, {-3, 3}), Contains("negative dimension") && Contains("(2, 3)"));
+  CHECK_THROWS_WITH(ops::reshape(fixed, {2, 3, ops::keep_dim}), Contains("no axis 2 to keep"));
+  CHECK_THROWS_WITH(ops::reshape(fixed, {ops::keep_dim, 4}), Contains("6 elements do not fit 8"));
 }
 
 TEST_CASE("transpose rejects a perm that is not a permutation of the axes", "[ops][shape][errors]") {

@@ -561,6 +561,16 @@ TEST_CASE("pad_sequences pads and truncates as Keras's, and padding_mask marks t
         std::vector<double>{1, 2, 3, 4, -1, -1, 7, 8, 9, -1, -1, -1});
   CHECK(rows(kiln::padding_mask(pre)) ==
         std::vector<double>{0, 0, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0});
+  // Rounded up to a multiple of 4: the longest, 5, becomes 8, so batches come in few lengths.
+  kiln::PadOptions rounded;
+  rounded.padding = "post";
+  rounded.pad_to_multiple_of = 4;
+  const kiln::Array eight = kiln::pad_sequences(sequences, rounded);
+  REQUIRE(eight.shape() == kiln::Shape{4, 8});
+  CHECK(rows(eight) == std::vector<double>{1, 2, 3, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0,
+                                           5, 6, 7, 8, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
+  rounded.pad_to_multiple_of = 0;
+  CHECK_THROWS_WITH(kiln::pad_sequences(sequences, rounded), Catch::Contains("pad_to_multiple_of"));
   options.padding = "middle";
   CHECK_THROWS_WITH(kiln::pad_sequences(sequences, options), Catch::Contains("padding must be"));
 }

@@ -32,11 +32,6 @@ Tensor broadcastable_mask(const std::string& who, const Tensor& mask, const Shap
   return result;
 }
 
-void check_causal_lengths(const std::string& who, const Shape& scores_shape) {
-  if (scores_shape.dim(-2) == Shape::unknown || scores_shape.dim(-1) == Shape::unknown)
-    throw ShapeError(who, "use_causal_mask needs known sequence lengths", {{"scores", scores_shape}});
-}
-
 // (batch, L, H, d) <-> (batch, H, L, d).
 Tensor swap_length_and_heads(const Tensor& x) { return ops::transpose(x, {0, 2, 1, 3}); }
 
@@ -54,9 +49,7 @@ Tensor combined_mask(const std::string& who, const Tensor* given, bool causal, c
   Tensor mask;
   if (given != nullptr) mask = broadcastable_mask(who, *given, scores.shape(), scores.dtype());
   if (!causal) return mask;
-  check_causal_lengths(who, scores.shape());
-  const std::int64_t queries = scores.shape().dim(-2), keys = scores.shape().dim(-1);
-  const Tensor causal_part = ops::causal_mask(scores.graph(), queries, keys, scores.dtype());
+  const Tensor causal_part = ops::causal_mask_like(scores);
   return mask.valid() ? mask * causal_part : causal_part;
 }
 
@@ -102,7 +95,6 @@ Attended attend(const std::string& who, const Tensor& q, const Tensor& k, const 
   const Shape scores_shape = scores_shape_of(q, k, options.heads_last);
   Tensor mask;
   if (options.mask != nullptr) mask = broadcastable_mask(who, *options.mask, scores_shape, q.dtype());
-  if (options.causal) check_causal_lengths(who, scores_shape);
   Attended result;
   result.output = ops::fused_attention(q, k, v, scale, mask, options.causal, options.heads_last);
   return result;
