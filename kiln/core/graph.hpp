@@ -100,9 +100,10 @@ class Graph {
   /// holds no value.
   void assign(const Tensor& variable, const Array& value);
   Array& mutable_value(const Tensor& tensor);  ///< for programs and optimizers; keep the shape
-  /// Records that each training step over this graph also assigns `value` to `variable`, as a
-  /// BatchNormalization's moving statistics are: the trainer runs state_updates() with the optimizer's
-  /// updates, after the step's gradients are computed. Error for a tensor of another graph or a `variable`
+  /// Records that each run over this graph also assigns `value` to `variable`, as a BatchNormalization's
+  /// moving statistics (recorded by training-mode calls only) and a stateful recurrent layer's states are:
+  /// training runs state_updates() with the optimizer's updates, after the step's gradients are computed,
+  /// and evaluation and predict run them too. Error for a tensor of another graph or a `variable`
   /// that is not one; ShapeError or DTypeError when `value` differs from it in shape or dtype.
   void add_state_update(const Tensor& variable, const Tensor& value);
   /// The updates add_state_update recorded, in order.

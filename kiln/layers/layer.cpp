@@ -284,6 +284,14 @@ bool Layer::holds_first_draw() const {
                      [](const LayerPtr& child) { return child->holds_first_draw(); });
 }
 
+bool Layer::carries_state() const {
+  return std::any_of(children_.begin(), children_.end(), [](const LayerPtr& child) { return child->carries_state(); });
+}
+
+void Layer::reset_state() {
+  for (const LayerPtr& child : children_) child->reset_state();
+}
+
 const Array& Layer::weight_value(WeightId weight) const { return weights_.at(weight).value; }
 
 Tensor Layer::variable(WeightId weight, const Tensor& like) const {

@@ -251,6 +251,15 @@ class Layer : public std::enable_shared_from_this<Layer> {
 
   const std::vector<LayerPtr>& layers() const { return children_; }  ///< children, in tracking order
 
+  /// Whether calling the layer changes what it carries from one batch to the next (a stateful recurrent
+  /// layer's states), here or in a child. predict and evaluate then take the model alone, as training does.
+  virtual bool carries_state() const;
+  /// Keras's reset_state: zeroes what stateful layers carry between batches, this layer's and its
+  /// children's (a whole model's, called on the model). Nothing for other layers.
+  virtual void reset_state();
+  /// Keras's compatibility alias of reset_state().
+  void reset_states() { reset_state(); }
+
   /// "Dense 'dense_1'": how messages name a layer.
   std::string describe() const;
 

@@ -115,7 +115,8 @@ class ModelBase : public Layer {
   void summary(std::ostream& out) const;
   void summary() const;  ///< to stdout
 
-  /// Runs the model in inference mode on concrete data, in batches. Arrays of another dtype are converted.
+  /// Runs the model in inference mode on concrete data, in batches (of the inputs' batch size when the
+  /// model fixes one: ValueError when the rows do not split into them). Arrays of another dtype are converted.
   /// Safe to call from several threads at once: each call runs a Program of its own over one shared
   /// inference graph (planned once per batch size and kept for the next caller), so calls run
   /// concurrently and give, bitwise, what a single-threaded call gives. While fit runs on another thread,
@@ -147,7 +148,8 @@ class ModelBase : public Layer {
     bool training_;
   };
   /// Claims the model for inference (predict, evaluate, test_on_batch) until the Use is destroyed. Throws
-  /// LayerStateError when another thread is training it.
+  /// LayerStateError when another thread is training it. A model that carries_state() is claimed as for
+  /// training: each call writes its states.
   Use use_for_inference(const std::string& what) const;
   /// Claims the model for training (fit, train_on_batch, compile) until the Use is destroyed. Throws
   /// LayerStateError when another thread is training it or running inference on it.
@@ -203,7 +205,7 @@ class ModelBase : public Layer {
   struct Usage;
   std::shared_ptr<Inference> inference();  ///< the inference graph and its programs, made on first use
   std::vector<Array> predict_inputs(const std::vector<Array>& given, const std::vector<Tensor>& placeholders) const;
-  void check_stackable(const std::vector<Tensor>& outputs) const;
+  void check_stackable(const std::vector<Tensor>& outputs, std::int64_t fixed_batch) const;
   std::shared_ptr<Inference> inference_;  ///< under inference_mutex_
   std::mutex inference_mutex_;
   mutable std::mutex apply_mutex_;

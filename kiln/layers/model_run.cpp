@@ -14,6 +14,8 @@ using detail::is_input_layer;
 // ---- ModelBase: running --------------------------------------------------------------------------------------
 
 ModelBase::Use ModelBase::use_for_inference(const std::string& what) const {
+  // A stateful layer's states are written by every call: such a model's inference is exclusive.
+  if (carries_state()) return use_for_training(what);
   std::lock_guard<std::mutex> lock(usage_->mutex);
   if (usage_->training > 0 && usage_->trainer != std::this_thread::get_id())
     throw LayerStateError(describe() + "." + what +
@@ -105,7 +107,10 @@ std::shared_ptr<ModelBase::Inference> ModelBase::inference() {
           inference->graph.placeholder(input_layer.batch_shape(), input_layer.dtype(), input_layer.name()));
     }
     inference->outputs = apply(inference->inputs, /*training=*/false);
-    inference->programs = std::make_unique<detail::ProgramPool>(inference->graph, inference->outputs);
+    // Inference records no training updates; what it does record is state every call carries on (a
+    // stateful recurrent layer's final states, the next batch's initial ones).
+    inference->programs = std::make_unique<detail::ProgramPool>(inference->graph, inference->outputs,
+                                                                inference->graph.state_updates());
     inference_ = inference;
   }
   return inference_;  // a caller's copy keeps it alive if the model is rebuilt meanwhile
@@ -134,11 +139,12 @@ std::vector<Array> ModelBase::predict_inputs(const std::vector<Array>& given,
   return inputs;
 }
 
-// Batches are stacked along the first axis, so each output needs a batch dimension.
-void ModelBase::check_stackable(const std::vector<Tensor>& outputs) const {
+// Batches are stacked along the first axis, so each output needs a batch dimension (unknown, or the fixed
+// batch of a model whose inputs fix it).
+void ModelBase::check_stackable(const std::vector<Tensor>& outputs, std::int64_t fixed_batch) const {
   for (const Tensor& output : outputs) {
     const std::vector<std::int64_t>& dims = output.shape().dims();
-    if (dims.empty() || dims[0] != Shape::unknown)
+    if (dims.empty() || (dims[0] != Shape::unknown && (fixed_batch < 0 || dims[0] != fixed_batch)))
       throw ValueError(describe() + ": predict needs outputs with a batch dimension, output '" + output.name() +
                        "' has shape " + output.shape().to_string());
   }
@@ -154,7 +160,15 @@ std::vector<Array> ModelBase::predict(const std::vector<Array>& given, std::int6
   const Inference& run = *inference_graph;
   const std::vector<Array> inputs = predict_inputs(given, run.inputs);
   const std::int64_t rows = inputs[0].shape()[0];
-  check_stackable(run.outputs);
+  // Inputs with a fixed batch size (a stateful model's) take batches of exactly that size.
+  const std::int64_t fixed_batch = run.inputs[0].shape()[0];
+  if (fixed_batch != Shape::unknown) {
+    if (rows % fixed_batch != 0)
+      throw ValueError(describe() + ": predict: the model's inputs take batches of " + std::to_string(fixed_batch) +
+                       " rows, and " + std::to_string(rows) + " rows do not split into them");
+    batch_size = fixed_batch;
+  }
+  check_stackable(run.outputs, fixed_batch);
   const detail::ProgramPool::Lease program = run.programs->lease(std::min(batch_size, rows));
 
   std::vector<Array> results(run.outputs.size());

@@ -1,6 +1,9 @@
 #include <kiln/layers/recurrent.hpp>
 
+#include <cstring>
+
 #include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
 #include <kiln/core/rng.hpp>
 #include <kiln/layers/detail/seed.hpp>
 #include <kiln/ops/ops.hpp>
@@ -71,7 +74,6 @@ RecurrentLayer::RecurrentLayer(const Config& config, const std::string& class_na
   zero_output_for_mask_ = args.boolean("zero_output_for_mask", false);
   args.finish();
   if (units_ <= 0) args.fail("units must be positive, got " + std::to_string(units_));
-  if (stateful_) args.fail("stateful = true is not supported yet: pass the states as inputs instead");
 }
 
 Config RecurrentLayer::get_config() const {
@@ -143,6 +145,30 @@ void RecurrentLayer::build(const std::vector<Shape>& input_shapes) {
                        [this](const Shape& shape, DType dtype, Rng& rng) { return bias_values(shape, dtype, rng); });
     regularize(bias_, bias_regularization_);
   }
+  if (stateful_) {
+    // Keras's rnn_state variables: zeros of the batch's size, not weights (never saved, never trained).
+    if (input[0] == Shape::unknown)
+      throw ValueError(describe() + ": when using stateful=True in a RNN, the batch size must be static. Found "
+                       "dynamic batch size: sequence.shape=" + input.to_string() +
+                       "; give the model's Input a batch size, as Input({32, steps, features})");
+    states_.clear();
+    for (int which = 0; which < num_states(); ++which) states_.emplace_back(Shape{input[0], units_}, dtype());
+  }
+}
+
+void RecurrentLayer::reset_state() {
+  for (Array& state : states_) std::memset(state.raw(), 0, state.nbytes());
+}
+
+// The graph variables of the carried states, made on first use in a graph (as weights' variables are).
+std::vector<Tensor> RecurrentLayer::state_variables(Graph& graph) const {
+  std::vector<Tensor> variables;
+  for (std::size_t which = 0; which < states_.size(); ++which) {
+    Tensor variable = graph.find_variable(states_[which]);
+    if (!variable.valid()) variable = graph.variable(name() + "/rnn_state_" + std::to_string(which), states_[which], false);
+    variables.push_back(variable);
+  }
+  return variables;
 }
 
 std::vector<Tensor> RecurrentLayer::call(const std::vector<Tensor>& inputs, const CallArgs& args) {
@@ -161,6 +187,15 @@ std::vector<Tensor> RecurrentLayer::call(const std::vector<Tensor>& inputs, cons
         (state.shape()[0] != x.shape()[0] && state.shape()[0] != Shape::unknown && x.shape()[0] != Shape::unknown))
       shape_error("an initial state must be (batch, units) with units = " + std::to_string(units_),
                   {{"input", x.shape()}, {"initial state", state.shape()}});
+  std::vector<Tensor> carried;
+  if (stateful_) {
+    if (x.shape()[0] != states_.at(0).shape()[0])
+      throw ValueError(describe() + ": if an RNN is stateful, the batch size of the input sequences must be the "
+                       "same as the batch size of the initial state: expected " +
+                       std::to_string(states_[0].shape()[0]) + ", got input " + x.shape().to_string());
+    carried = state_variables(x.graph());
+    if (initial.empty()) initial = carried;  // an initial state given explicitly wins, as in Keras
+  }
   Tensor mask;
   if (const Tensor* given = args.find_tensor("mask")) {
     const Shape& shape = given->shape();
@@ -214,6 +249,9 @@ std::vector<Tensor> RecurrentLayer::call(const std::vector<Tensor>& inputs, cons
     // Masked steps carry h and output it, so the last output is the final h.
     output = states_out[0];
   }
+  // A stateful layer's next call starts where this one ended.
+  for (std::size_t which = 0; which < carried.size(); ++which)
+    x.graph().add_state_update(carried[which], states_out[which]);
   std::vector<Tensor> outputs = {output};
   if (return_state_) outputs.insert(outputs.end(), states_out.begin(), states_out.end());
   return outputs;

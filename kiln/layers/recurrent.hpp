@@ -47,6 +47,14 @@ class RecurrentLayer : public Layer {
   std::vector<Tensor> compute_mask(const std::vector<Tensor>& /*inputs*/, const Tensor& mask) const override {
     return {return_sequences_ ? mask : Tensor()};
   }
+  /// With stateful = true, each call starts from the states the last one ended with (Keras's "rnn_state"
+  /// variables, (batch, units) each, zeros at first): every call in a model's fit, evaluate or predict
+  /// carries them on, and reset_state() zeroes them. The batch size must be fixed (Input({32, T, F})).
+  bool stateful() const { return stateful_; }
+  /// The carried states (h, and c for LSTM), empty unless stateful and built. Not weights: never saved.
+  const std::vector<Array>& states() const { return states_; }
+  bool carries_state() const override { return stateful_; }
+  void reset_state() override;  ///< zeroes the carried states (nothing when not stateful)
 
  protected:
   /// Reads the arguments every recurrent layer takes; `cell` is "simple_rnn", "lstm" or "gru".
@@ -64,6 +72,7 @@ class RecurrentLayer : public Layer {
 
  private:
   Array bias_values(const Shape& shape, DType dtype, Rng& rng) const;
+  std::vector<Tensor> state_variables(Graph& graph) const;
   std::int64_t gates() const { return cell_ == "lstm" ? 4 : cell_ == "gru" ? 3 : 1; }
 
   std::string cell_;
@@ -80,6 +89,7 @@ class RecurrentLayer : public Layer {
   bool return_sequences_ = false, return_state_ = false, go_backwards_ = false, stateful_ = false, unroll_ = false;
   bool zero_output_for_mask_ = false;
   WeightId kernel_ = 0, recurrent_kernel_ = 0, bias_ = 0;
+  std::vector<Array> states_;  // stateful: the carried states, shared with their graph variables
 };
 
 /// The layer behind kiln::SimpleRNN: h_t = activation(x_t · kernel + h_{t-1} · recurrent_kernel + bias).
@@ -89,7 +99,7 @@ class SimpleRNNLayer : public RecurrentLayer {
   /// kernel_initializer = glorot_uniform, recurrent_initializer = orthogonal, bias_initializer = zeros,
   /// kernel/recurrent/bias regularizers and constraints, dropout = 0, recurrent_dropout = 0, seed,
   /// return_sequences = false, return_state = false, go_backwards = false, unroll = false (accepted; the op
-  /// is fused either way), zero_output_for_mask = false. stateful = true is not supported yet.
+  /// is fused either way), zero_output_for_mask = false, stateful = false (see RecurrentLayer::stateful).
   explicit SimpleRNNLayer(const Config& config);
 };
 

@@ -29,7 +29,6 @@ struct Trainer::Compiled {
   std::vector<Tensor> values;      // () tensors, parallel to names: batch means, or totals where counts are valid
   std::vector<Tensor> counts;      // parallel to names: what a total divides by (a masked metric's kept steps);
                                    // invalid for a batch mean, which counts the batch's rows
-  std::vector<Shape> target_rows;  // the row shapes of y this graph was made for
   std::unique_ptr<detail::ProgramPool> programs;
   bool training = false;
 };
@@ -43,6 +42,16 @@ Shape row_shape(const Array& array) {
 Shape with_unknown_batch(const Shape& rows) {
   std::vector<std::int64_t> dims = {Shape::unknown};
   dims.insert(dims.end(), rows.dims().begin(), rows.dims().end());
+  return Shape(dims);
+}
+
+// A target placeholder's shape: y's rows, unknown where the output's matching axis is (a sequence's length),
+// so one graph takes batches of any length; the output's batch when the model fixes it.
+Shape target_shape(const Array& y, const Shape& output) {
+  std::vector<std::int64_t> dims = with_unknown_batch(row_shape(y)).dims();
+  if (output.rank() > 0) dims[0] = output[0];
+  for (int axis = 1; axis < static_cast<int>(dims.size()) && axis < output.rank(); ++axis)
+    if (output[axis] == Shape::unknown) dims[static_cast<std::size_t>(axis)] = Shape::unknown;
   return Shape(dims);
 }
 
@@ -129,14 +138,16 @@ std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>
                                                         bool training) {
   auto compiled = std::make_shared<Compiled>();
   compiled->training = training;
-  for (const Array& input : x)
-    compiled->inputs.push_back(compiled->graph.placeholder(with_unknown_batch(row_shape(input)), input.dtype(), "x"));
+  // The model's own input shapes: unknown batch and lengths stay unknown (a fixed batch, a stateful model's,
+  // stays fixed), so one graph, planned per fed shapes, takes every batch.
+  const std::vector<Shape> input_shapes = model_.input_shapes();
+  for (std::size_t i = 0; i < x.size(); ++i)
+    compiled->inputs.push_back(compiled->graph.placeholder(input_shapes.at(i), x[i].dtype(), "x"));
   const std::vector<Tensor> outputs = model_.apply(compiled->inputs, training);
   Tensor total;
   std::vector<std::pair<std::string, std::pair<Tensor, Tensor>>> metric_values;
   for (std::size_t k = 0; k < outputs.size(); ++k) {
-    compiled->target_rows.push_back(row_shape(y[k]));
-    const Tensor target = compiled->graph.placeholder(with_unknown_batch(row_shape(y[k])), outputs[k].dtype(), "y");
+    const Tensor target = compiled->graph.placeholder(target_shape(y[k], outputs[k].shape()), outputs[k].dtype(), "y");
     compiled->targets.push_back(target);
     const Loss& loss = losses_.size() == 1 ? losses_[0] : losses_[k];
     const Tensor value = loss(target, outputs[k]);
@@ -187,11 +198,12 @@ std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>
       for (std::size_t i = 0; i < weights.size(); ++i)
         if (update.variable.id() == weights[i].id() && sources[i]->constraint)
           update.value = sources[i]->constraint(update.value);
-    // What the layers' training-mode calls assign besides the weights (BatchNormalization's moving
-    // statistics): computed in the same run, assigned with the optimizer's updates.
-    const std::vector<Update>& state = compiled->graph.state_updates();
-    updates.insert(updates.end(), state.begin(), state.end());
   }
+  // What the layers' calls assign besides the weights: in training, BatchNormalization's moving statistics
+  // (computed in the same run, assigned with the optimizer's updates); in training and evaluation, a
+  // stateful recurrent layer's final states.
+  const std::vector<Update>& state = compiled->graph.state_updates();
+  updates.insert(updates.end(), state.begin(), state.end());
   compiled->programs = std::make_unique<detail::ProgramPool>(compiled->graph, fetches, updates);
   return compiled;
 }
@@ -201,7 +213,7 @@ std::shared_ptr<Trainer::Compiled> Trainer::compiled_for(const std::vector<Array
   std::lock_guard<std::mutex> lock(steps_mutex_);
   std::shared_ptr<Compiled>& compiled = training ? training_ : evaluation_;
   bool fits = compiled != nullptr;
-  for (std::size_t k = 0; fits && k < y.size(); ++k) fits = compiled->target_rows[k] == row_shape(y[k]);
+  for (std::size_t k = 0; fits && k < y.size(); ++k) fits = compiled->targets[k].shape().accepts(y[k].shape());
   for (std::size_t i = 0; fits && i < x.size(); ++i) fits = compiled->inputs[i].dtype() == x[i].dtype();
   if (!fits) compiled = compile_for(x, y, training);
   return compiled;

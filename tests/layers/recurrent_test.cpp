@@ -5,9 +5,14 @@
 #include <vector>
 
 #include <kiln/core/error.hpp>
+#include <kiln/layers/dense.hpp>
 #include <kiln/layers/model.hpp>
 #include <kiln/layers/recurrent.hpp>
+#include <kiln/layers/wrappers.hpp>
+#include <kiln/serialize/saving.hpp>
+#include <kiln/train/model.hpp>
 #include "support/layer_check.hpp"
+#include "support/temp_dir.hpp"
 
 using kiln::Array;
 using kiln::Config;
@@ -245,7 +250,9 @@ TEST_CASE("recurrent layers refuse what they cannot take, naming the layer", "[l
   CHECK_THROWS_WITH(kiln::LSTM(0), Catch::Contains("units must be positive"));
   CHECK_THROWS_WITH(kiln::LSTM(3, {{"activation", "gelu"}}), Catch::Contains("tanh, sigmoid, relu"));
   CHECK_THROWS_WITH(kiln::GRU(3, {{"recurrent_dropout", 1.0}}), Catch::Contains("recurrent_dropout must be in [0, 1)"));
-  CHECK_THROWS_WITH(kiln::SimpleRNN(3, {{"stateful", true}}), Catch::Contains("stateful"));
+  CHECK_THROWS_WITH(kiln::SimpleRNN(3, {{"stateful", true}})(kiln::Input({None, 4, 2})),
+                    Catch::Contains("SimpleRNN") && Catch::Contains("batch size must be static") &&
+                        Catch::Contains("(None, 4, 2)"));
   CHECK_THROWS_WITH(kiln::SimpleRNN(3, {{"recurrent_activation", "sigmoid"}}),
                     Catch::Contains("unknown argument 'recurrent_activation'"));
   CHECK_THROWS_WITH(kiln::LSTM(3, {{"unit_forget_bais", true}}), Catch::Contains("unit_forget_bias"));
@@ -288,3 +295,100 @@ LayerSpec gru_spec() { return recurrent_spec("gru", sequences_and_state); }
 KILN_LAYER_HARNESS("kiln>SimpleRNN", simple_rnn_spec)
 KILN_LAYER_HARNESS("kiln>LSTM", lstm_spec)
 KILN_LAYER_HARNESS("kiln>GRU", gru_spec)
+
+// ---- stateful -----------------------------------------------------------------------------------------------
+
+namespace {
+
+// Steps [from, from + count) of a (batch, steps, features) array.
+Array steps_of(const Array& x, std::int64_t from, std::int64_t count) {
+  const std::int64_t batch = x.shape()[0], steps = x.shape()[1], features = x.shape()[2];
+  Array part({batch, count, features}, x.dtype());
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t t = 0; t < count; ++t)
+      for (std::int64_t f = 0; f < features; ++f)
+        part.set_flat(static_cast<std::size_t>((b * count + t) * features + f),
+                      x.flat(static_cast<std::size_t>((b * steps + from + t) * features + f)));
+  return part;
+}
+
+kiln::LayerPtr recurrent(const std::string& cell, const Config& options) {
+  const Config config = options.with("units", 4).with("return_sequences", true).with("dtype", "float64");
+  if (cell == "lstm") return kiln::LSTM(config);
+  if (cell == "gru") return kiln::GRU(config);
+  return kiln::SimpleRNN(config);
+}
+
+}  // namespace
+
+TEST_CASE("a stateful recurrent layer carries its states from batch to batch, as one long sequence would",
+          "[layers][recurrent][stateful]") {
+  for (const std::string cell : {"lstm", "gru", "simple_rnn"}) {
+    INFO(cell);
+    const kiln::Tensor whole_input = kiln::Input({2, 6, 3}, kiln::DType::float64);
+    kiln::Model whole(whole_input, (*recurrent(cell, {}))(whole_input));
+    const kiln::Tensor half_input = kiln::Input({2, 3, 3}, kiln::DType::float64);
+    const kiln::LayerPtr stateful = recurrent(cell, {{"stateful", true}});
+    kiln::Model halves(half_input, (*stateful)(half_input));
+    halves->set_weights(whole->get_weights());
+    CHECK(halves->carries_state());
+    CHECK_FALSE(whole->carries_state());
+
+    const Array x = random_input({2, 6, 3}, 4);
+    const Array expected = whole.predict(x);
+    const Array first = halves.predict(steps_of(x, 0, 3));
+    const Array second = halves.predict(steps_of(x, 3, 3));
+    CHECK(max_abs_difference(first, steps_of(expected, 0, 3)) <= 1e-12);
+    CHECK(max_abs_difference(second, steps_of(expected, 3, 3)) <= 1e-12);
+
+    // reset_state zeroes the states: the first half again gives what it gave first.
+    const auto& layer = static_cast<const kiln::RecurrentLayer&>(*stateful);
+    REQUIRE(layer.states().size() == (cell == "lstm" ? 2u : 1u));
+    CHECK(layer.states()[0].shape() == Shape{2, 4});
+    CHECK(max_abs_difference(layer.states()[0], Array({2, 4}, kiln::DType::float64)) > 0.0);
+    halves->reset_states();
+    CHECK(max_abs_difference(layer.states()[0], Array({2, 4}, kiln::DType::float64)) == 0.0);
+    CHECK(halves.predict(steps_of(x, 0, 3)).bitwise_equal(first));
+  }
+}
+
+TEST_CASE("a stateful layer carries its states through training and evaluation, and saves without them",
+          "[layers][recurrent][stateful]") {
+  const kiln::Tensor input = kiln::Input({2, 3, 3}, kiln::DType::float64);
+  kiln::LSTM lstm(4, {{"stateful", true}, {"dtype", "float64"}});
+  kiln::Model model(input, kiln::Dense(1, "", {{"dtype", "float64"}})(lstm(input)));
+  model.compile(kiln::create_optimizer("sgd", {{"learning_rate", 0.01}}), "mse");
+  const Array x = random_input({2, 3, 3}, 5), y = random_input({2, 1}, 6);
+  const Array zeros({2, 4}, kiln::DType::float64);
+  model.train_on_batch(x, y);
+  const Array after_training = lstm->states()[0].copy();
+  CHECK(max_abs_difference(after_training, zeros) > 0.0);
+  model.test_on_batch(x, y);  // starts from the trained batch's states and moves them on
+  CHECK(max_abs_difference(lstm->states()[0], after_training) > 0.0);
+  model->reset_state();
+  CHECK(max_abs_difference(lstm->states()[1], zeros) == 0.0);
+
+  // The states are not weights: a saved model reloads with zeros and the same outputs from them.
+  const Array before = model.predict(x);
+  model->reset_state();
+  TempDir dir;
+  model.save(dir.file("stateful.kiln"));
+  kiln::Model loaded = kiln::load_model(dir.file("stateful.kiln"));
+  CHECK(loaded->carries_state());
+  CHECK(loaded->get_weights().size() == model->get_weights().size());
+  CHECK(loaded.predict(x).bitwise_equal(before));
+
+  // Bidirectional carries both directions' states, and resets them with the model.
+  const kiln::Tensor pair_input = kiln::Input({2, 3, 3}, kiln::DType::float64);
+  kiln::Model bidirectional(pair_input, kiln::Bidirectional(kiln::GRU(2, {{"stateful", true}, {"dtype", "float64"}}),
+                                                            "concat", {{"dtype", "float64"}})(pair_input));
+  CHECK(bidirectional->carries_state());
+  const Array once = bidirectional.predict(x);
+  CHECK_FALSE(bidirectional.predict(x).bitwise_equal(once));
+  bidirectional->reset_state();
+  CHECK(bidirectional.predict(x).bitwise_equal(once));
+
+  // A batch of another size cannot take the carried states.
+  CHECK_THROWS_WITH(lstm(kiln::Input({3, 3, 3}, kiln::DType::float64)),
+                    Catch::Contains("LSTM") && Catch::Contains("stateful") && Catch::Contains("(3, 3, 3)"));
+}

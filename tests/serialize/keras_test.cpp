@@ -295,7 +295,7 @@ TEST_CASE("what kiln cannot load from a Keras file is refused, naming the layer 
                                     "layer 'dense_relu' (EinsumDense)") &&
                         Catch::Contains("did you mean") && Catch::Contains("MultiHeadAttention, Multiply") &&
                         Catch::Contains("The Keras classes kiln reads: Activation"));
-  // A stateful recurrent layer, which kiln has not yet.
+  // A stateful recurrent layer with an unknown batch size, which Keras cannot build either.
   write_file(folder.file("stateful.keras"), with_config(fixtures("keras3") + "/gru.keras", [](std::string config) {
                return replaced(config, "\"stateful\": false", "\"stateful\": true");
              }));
