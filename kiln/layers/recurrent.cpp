@@ -227,6 +227,7 @@ std::vector<Tensor> RecurrentLayer::call(const std::vector<Tensor>& inputs, cons
   options.reset_after = reset_after_;
   options.go_backwards = go_backwards_;
   options.zero_output_for_mask = zero_output_for_mask_;
+  options.keep_records = args.training();  // inference keeps no per-step records (a gradient recomputes them)
   const std::int64_t width = gates() * units_;
   const Tensor bias = use_bias_ ? variable(bias_, x)
                                 : ops::constant(x.graph(), Array::full({width}, 0.0, x.dtype()), "no_bias");

@@ -162,6 +162,9 @@ struct RecurrentOptions {
   bool reset_after = true;  ///< GRU: r multiplies h·U_h + b_h (the bias is then (2, 3U)), else h before it
   bool go_backwards = false;  ///< read x from the last step to the first; outputs stay in that order
   bool zero_output_for_mask = false;  ///< a masked step outputs zeros instead of the previous h
+  /// Keep every step's gates for backward (training). false (inference) keeps two steps' at a time, so the
+  /// op's memory does not grow with the sequence; a gradient asked for anyway runs the forward pass again.
+  bool keep_records = true;
 };
 
 /// A whole sequence through a recurrent cell, as Keras 3's cells compute it: x (B, T, I), kernel (I, G·U),

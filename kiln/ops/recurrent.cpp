@@ -129,6 +129,7 @@ struct Setup {
   Act act = Act::tanh, recurrent_act = Act::sigmoid;
   bool reset_after = true, go_backwards = false, zero_output = false;
   bool has_initial = false, has_mask = false, has_recurrent_masks = false;
+  bool records = true;  // every step's records (for backward), or only the last two steps' (inference)
   std::int64_t batch = 0, steps = 0, features = 0, units = 0;
   int gates = 1, states = 1;
 
@@ -153,7 +154,9 @@ struct Setup {
   std::int64_t gate_plane() const { return (cell == Cell::lstm ? 2 : 1) * area(); }
   std::int64_t aux_plane() const { return gate_plane() + gates * area(); }
   std::int64_t record_size() const { return aux_plane() + (cell == Cell::simple_rnn ? 0 : area()); }
-  std::int64_t state_size() const { return head_size() + steps * record_size(); }
+  // Without records, two slots take turns: step k reads step k - 1's states from the other one.
+  std::int64_t record_slots() const { return records ? steps : std::min<std::int64_t>(steps, 2); }
+  std::int64_t state_size() const { return head_size() + record_slots() * record_size(); }
 };
 
 // From the attributes, x's shape and the recurrent kernel's (the op's inputs 0 and 2). Kernels call this each
@@ -169,6 +172,7 @@ Setup setup_of(const Attributes& attributes, const Shape& x, const Shape& recurr
   s.has_initial = attributes.get_bool("has_initial_state");
   s.has_mask = attributes.get_bool("has_mask");
   s.has_recurrent_masks = attributes.get_bool("has_recurrent_masks");
+  s.records = attributes.get_bool("records");
   s.gates = s.cell == Cell::lstm ? 4 : s.cell == Cell::gru ? 3 : 1;
   s.states = s.cell == Cell::lstm ? 2 : 1;
   if (x.rank() == 3) {
@@ -347,7 +351,7 @@ struct Records {
   T* head(std::int64_t b, std::int64_t position) const {
     return state + (b * (s.steps + s.states) + position) * s.units;
   }
-  T* record(std::int64_t k) const { return state + s.head_size() + k * s.record_size(); }
+  T* record(std::int64_t k) const { return state + s.head_size() + (k % s.record_slots()) * s.record_size(); }
   const T* previous(std::int64_t k, int which) const {  // h (0) or c (1) before step k
     return k == 0 ? initial[which] : record(k - 1) + (which == 0 ? s.h_plane() : s.c_plane());
   }
@@ -767,13 +771,20 @@ std::size_t backward_workspace(const std::vector<Shape>& inputs, const Shape&, c
 // ---- backward rule -------------------------------------------------------------------------------------
 
 // RecurrentOutput's inputs are (state, x, kernel, recurrent_kernel, bias[, h0[, c0]]); the gradient op also
-// reads the masks, which it finds among the Recurrent node's inputs.
+// reads the masks, which it finds among the Recurrent node's inputs. A state made without records (an
+// inference-mode call) is made again with them, from the same inputs, for the gradient alone.
 std::vector<Tensor> recurrent_backward(const GradContext& g) {
   Graph& graph = g.output().graph();
-  const Tensor state = g.input(0);
+  Tensor state = g.input(0);
+  std::vector<Tensor> recurrent_inputs;
+  for (NodeId id : state.node().inputs) recurrent_inputs.push_back(graph.tensor(id));
+  Attributes attributes = g.attributes();
+  attributes.set("records", true);
+  if (!g.attributes().get_bool("records"))
+    state = graph.add_op("kiln>Recurrent", recurrent_inputs, attributes, "recurrent_recomputed");
   std::vector<Tensor> inputs = {state, g.output_grad()};
-  for (NodeId id : state.node().inputs) inputs.push_back(graph.tensor(id));
-  const Tensor grads = graph.add_op("kiln>RecurrentGrad", inputs, g.attributes(), "recurrent_grad");
+  inputs.insert(inputs.end(), recurrent_inputs.begin(), recurrent_inputs.end());
+  const Tensor grads = graph.add_op("kiln>RecurrentGrad", inputs, attributes, "recurrent_grad");
   static const char* names[] = {"x_grad", "kernel_grad", "recurrent_kernel_grad", "bias_grad", "h0_grad", "c0_grad"};
   std::vector<Tensor> parts = {grads};
   for (int i = 1; i < g.num_inputs(); ++i) parts.push_back(g.input(i));
@@ -790,7 +801,8 @@ constexpr const char* second_order = "second-order gradients of recurrent are no
 const std::vector<std::string>& recurrent_attributes() {
   static const std::vector<std::string> names = {"cell",          "activation",        "recurrent_activation",
                                                  "reset_after",   "go_backwards",      "zero_output_for_mask",
-                                                 "has_initial_state", "has_mask",      "has_recurrent_masks"};
+                                                 "has_initial_state", "has_mask",      "has_recurrent_masks",
+                                                 "records"};
   return names;
 }
 
@@ -845,7 +857,8 @@ Tensor recurrent(const Tensor& x, const Tensor& kernel, const Tensor& recurrent_
                                   .set("zero_output_for_mask", options.zero_output_for_mask)
                                   .set("has_initial_state", !initial_states.empty())
                                   .set("has_mask", mask.valid())
-                                  .set("has_recurrent_masks", recurrent_masks.valid());
+                                  .set("has_recurrent_masks", recurrent_masks.valid())
+                                  .set("records", options.keep_records);
   Graph& graph = x.graph();
   const Tensor state = graph.add_op("kiln>Recurrent", inputs, settings, "recurrent");
   inputs.resize(parts);

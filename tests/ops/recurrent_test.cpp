@@ -33,6 +33,7 @@ std::string label_of(const Case& c) {
   if (c.initial_state) label += " initial_state";
   if (c.mask) label += c.options.zero_output_for_mask ? " mask(zero_output)" : " mask";
   if (c.recurrent_masks) label += " recurrent_masks";
+  if (!c.options.keep_records) label += " without records (gradient recomputed)";
   return label;
 }
 
@@ -167,7 +168,9 @@ std::vector<Case> cases() {
     all.push_back(with(cell, [](Case& c) { c.mask = true, c.initial_state = true; }));
     all.push_back(with(cell, [](Case& c) { c.mask = true, c.options.zero_output_for_mask = true, c.options.go_backwards = true; }));
     all.push_back(with(cell, [](Case& c) { c.recurrent_masks = true, c.initial_state = true, c.mask = true; }));
+    all.push_back(with(cell, [](Case& c) { c.options.keep_records = false, c.initial_state = true, c.mask = true; }));
   }
+  all.push_back(with("gru", [](Case& c) { c.options.keep_records = false, c.options.reset_after = false; }));
   all.push_back(with("simple_rnn", [](Case& c) { c.options.activation = "relu", c.initial_state = true; }));
   all.push_back(with("simple_rnn", [](Case& c) { c.options.activation = "linear"; }));
   all.push_back(with("lstm", [](Case& c) { c.options.recurrent_activation = "hard_sigmoid", c.options.activation = "relu"; }));
@@ -214,6 +217,34 @@ TEST_CASE("recurrent equals the same cell unrolled from primitive ops, outputs a
       INFO("result " << i << " (0 is the output, then the gradient of each input)");
       CHECK(testing::max_relative_difference(actual[i], expected[i]) <= 1e-12);
     }
+  }
+}
+
+TEST_CASE("recurrent without records gives the same outputs in a state that does not grow with the steps",
+          "[ops][recurrent]") {
+  for (const std::string cell : {"simple_rnn", "lstm", "gru"}) {
+    INFO(cell);
+    Case c;
+    c.options.cell = cell;
+    c.batch = 3, c.steps = 9, c.mask = true;
+    Rng rng(12);
+    const std::vector<Array> inputs = random_inputs(c, rng);
+    const Array mask = mask_of(c), masks = recurrent_masks_of(c, rng);
+    Case lean = c;
+    lean.options.keep_records = false;
+    const Array kept = testing::evaluate([&](const std::vector<Tensor>& x) { return fused(c, x, mask, masks); }, inputs);
+    const Array recomputed =
+        testing::evaluate([&](const std::vector<Tensor>& x) { return fused(lean, x, mask, masks); }, inputs);
+    CHECK(recomputed.bitwise_equal(kept));
+    // The op's state: the outputs and two steps' records, against every step's.
+    Graph graph;
+    std::vector<Tensor> x;
+    for (const Array& input : inputs) x.push_back(graph.constant(input));
+    const Tensor full = fused(c, x, mask, masks), lean_output = fused(lean, x, mask, masks);
+    const std::int64_t full_state = graph.node(full.node().inputs[0]).shape.num_elements();
+    const std::int64_t lean_state = graph.node(lean_output.node().inputs[0]).shape.num_elements();
+    const std::int64_t head = c.batch * (c.steps + states_of(c)) * c.units;
+    CHECK((full_state - head) == (lean_state - head) * c.steps / 2);
   }
 }
 
