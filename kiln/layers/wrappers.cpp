@@ -232,8 +232,6 @@ Tensor TimeDistributedLayer::call(const Tensor& input, const CallArgs& args) {
     shape_error("was built for steps of shape " +
                     Shape(std::vector<std::int64_t>(built_for.dims().begin() + 2, built_for.dims().end())).to_string(),
                 {{"built for", built_for}, {"input", shape}});
-  const std::int64_t steps = shape[1];
-  if (steps == Shape::unknown) shape_error("needs a known number of steps", {{"input", shape}});
   for (int axis = 2; axis < shape.rank(); ++axis)
     if (shape[axis] == Shape::unknown) shape_error("needs known dimensions after the steps", {{"input", shape}});
   // Every step at once: the steps folded into the batch, through the layer, unfolded again.
@@ -242,9 +240,13 @@ Tensor TimeDistributedLayer::call(const Tensor& input, const CallArgs& args) {
   CallArgs inner_args;
   inner_args.training(args.training());
   const Tensor output = (*layer_)(ops::reshape(input, folded), inner_args);
-  std::vector<std::int64_t> unfolded = {-1, steps};
-  unfolded.insert(unfolded.end(), output.shape().dims().begin() + 1, output.shape().dims().end());
-  return ops::reshape(output, unfolded);
+  // Unfolded with the input's batch and steps, which may be known only when planned.
+  for (int axis = 1; axis < output.rank(); ++axis)
+    if (output.shape()[axis] == Shape::unknown)
+      shape_error("needs the wrapped layer's output to have known dimensions after the batch",
+                  {{"input", shape}, {"output", output.shape()}});
+  return ops::reshape_like(output, input, 2,
+                           std::vector<std::int64_t>(output.shape().dims().begin() + 1, output.shape().dims().end()));
 }
 
 TimeDistributed::TimeDistributed(const LayerPtr& layer, const Config& options)

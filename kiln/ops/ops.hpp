@@ -264,6 +264,10 @@ Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape);
 /// x with like's shape, whatever its unknown dimensions turn out to be (no gradient flows into like).
 /// ShapeError when the element counts cannot agree.
 Tensor reshape_like(const Tensor& x, const Tensor& like);
+/// x with like's first `leading_axes` dimensions, known or not, then `trailing` (known): unfolding
+/// (batch·steps, units) into (batch, steps, units) is reshape_like(y, x, 2, {units}) for x (batch, steps, ...).
+/// ShapeError when the element counts cannot agree.
+Tensor reshape_like(const Tensor& x, const Tensor& like, int leading_axes, const std::vector<std::int64_t>& trailing);
 Tensor transpose(const Tensor& x, const std::vector<std::int64_t>& perm = {});  ///< default: reverse axes
 /// x with the order of `axis` reversed (negative from the end), as Keras's ops.flip; any axis, the batch's
 /// too. ShapeError for an axis x does not have.

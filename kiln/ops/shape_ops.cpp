@@ -179,12 +179,26 @@ Shape reshape_shape(const InferContext& ctx) {
 
 // The input's shape, whatever the batch size: how a gradient goes back through the reshape family
 // when a plain reshape cannot say it (several unknown dimensions, or a known output of an unknown input).
+// With "leading" and "trailing": like's first `leading` dimensions, then `trailing` (TimeDistributed's
+// unfolding of (batch·steps, ...) into (batch, steps, ...), whatever batch and steps turn out to be).
 Shape reshape_like_shape(const InferContext& ctx) {
   const Shape& in = ctx.input_shape(0);
   const Shape& like = ctx.input_shape(1);
-  if (in.is_fully_defined() && like.is_fully_defined() && in.num_elements() != like.num_elements())
-    ctx.fail("the element counts differ");
-  return like;
+  Shape target = like;
+  if (ctx.attributes().has("leading")) {
+    const std::int64_t leading = ctx.attributes().get_int("leading");
+    if (leading < 0 || leading > like.rank())
+      ctx.fail("cannot keep " + std::to_string(leading) + " leading dimensions of " + like.to_string());
+    Ints dims(like.dims().begin(), like.dims().begin() + leading);
+    for (std::int64_t d : ctx.attributes().get_ints("trailing")) {
+      if (d < 0) ctx.fail("the trailing dimensions must be known, got " + std::to_string(d));
+      dims.push_back(d);
+    }
+    target = Shape(std::move(dims));
+  }
+  if (in.is_fully_defined() && target.is_fully_defined() && in.num_elements() != target.num_elements())
+    ctx.fail("the element counts differ: " + in.to_string() + " into " + target.to_string());
+  return target;
 }
 
 // x with like's shape: a Reshape where that can express it (the common case: one node, aliased), else a ReshapeLike.
@@ -214,6 +228,7 @@ KILN_REGISTER_OP(OpDef("kiln>Reshape")
                      .sharing(Sharing::alias));
 KILN_REGISTER_OP(OpDef("kiln>ReshapeLike")
                      .inputs(2)
+                     .attributes({"leading", "trailing"})
                      .infer_shape(reshape_like_shape)
                      .forward(copy_kernel<float>, copy_kernel<double>)
                      .backward(reshape_like_backward)
@@ -617,6 +632,11 @@ KILN_REGISTER_OP(OpDef("kiln>ExpandDims")
 namespace ops {
 
 Tensor reshape_like(const Tensor& x, const Tensor& like) { return reshape_as(x, like); }
+
+Tensor reshape_like(const Tensor& x, const Tensor& like, int leading_axes, const std::vector<std::int64_t>& trailing) {
+  const Attributes attributes = Attributes().set("leading", leading_axes).set("trailing", trailing);
+  return x.graph().add_op("kiln>ReshapeLike", {x, like}, attributes, "reshape_like");
+}
 
 Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape) {
   return x.graph().add_op("kiln>Reshape", {x}, Attributes().set("shape", shape), "reshape");

@@ -381,6 +381,29 @@ TEST_CASE("reshape with keep_dim: gradient through a split and a merge", "[ops][
   REQUIRE(r.max_relative_error <= 1e-6);
 }
 
+TEST_CASE("reshape_like unfolds rows into like's leading dimensions, known only when planned", "[ops][shape][grad]") {
+  Graph graph;
+  constexpr std::int64_t None = Shape::unknown;
+  const Tensor x = graph.placeholder({None, None, 4}, DType::float32, "x");
+  const Tensor rows = ops::reshape(x, {-1, 4});
+  const Tensor unfolded = ops::reshape_like(ops::slice(rows, {0, 0}, {-1, 3}), x, 2, {3});
+  CHECK(unfolded.shape() == Shape{None, None, 3});
+  Program program(graph, {unfolded});
+  program.feed(x, iota({2, 5, 4}));
+  program.run();
+  const Array got = program.fetch(unfolded);
+  REQUIRE(got.shape() == Shape{2, 5, 3});
+  CHECK(got.flat(3) == 4.0);  // row 1's first element
+  CHECK_THROWS_WITH(ops::reshape_like(rows, x, 4, {}), Contains("leading dimensions"));
+  auto r = check_unknown_batch(
+      [](const std::vector<Tensor>& in) {
+        return ops::reshape_like(ops::reshape(in[0], {-1, 2}) * 2.0, in[0], 2, {2});
+      },
+      {Shape{3, 4, 2}}, "reshape_like leading");
+  INFO(r.worst_entry());
+  REQUIRE(r.max_relative_error <= 1e-6);
+}
+
 TEST_CASE("reshape can fold the batch into another axis and back", "[ops][shape]") {
   Graph graph;
   const Tensor x = graph.placeholder({Shape::unknown, 6, 8}, DType::float32, "x");
