@@ -257,8 +257,7 @@ Config RotaryEmbeddingLayer::get_config() const {
 }
 
 Tensor RotaryEmbeddingLayer::call(const Tensor& input, const CallArgs& args) {
-  if (detail::decoding() != nullptr)
-    throw ValueError(describe() + ": decoding a token at a time is not supported with RotaryEmbedding yet");
+  const detail::DecodingStep* step = detail::decoding();
   const Shape& shape = input.shape();
   const std::int64_t rank = shape.rank();
   const std::int64_t sequence_axis = sequence_axis_ < 0 ? sequence_axis_ + rank : sequence_axis_;
@@ -285,16 +284,19 @@ Tensor RotaryEmbeddingLayer::call(const Tensor& input, const CallArgs& args) {
   // sequence axis, features on the feature axis, 1 elsewhere.
   Graph& graph = input.graph();
   Tensor cos_table, sin_table;
-  if (steps == Shape::unknown) {
-    // Computed when the length is known: angles (steps, features) from the positions, then laid out.
+  if (steps == Shape::unknown || step != nullptr) {
+    // Computed when the positions are known: angles (rows, features), one row per position, laid out on
+    // the sequence axis; decoding a token at a time, one row per batch row, at the step's position.
     Array thetas(Shape{1, features}, input.dtype());
     for (std::int64_t j = 0; j < features; ++j) thetas.set_flat(static_cast<std::size_t>(j), theta(j % half));
-    Tensor positions = ops::positions(input, static_cast<int>(sequence_axis));
-    if (start != 0) positions = ops::add_scalar(positions, static_cast<double>(start));
-    const Tensor angles = ops::expand_dims(positions, 1) * ops::constant(graph, thetas, "rotary_thetas");
-    const Tensor laid_out = sequence_axis < feature_axis ? angles : ops::transpose(angles, {1, 0});
+    const int rows_axis = step != nullptr ? 0 : static_cast<int>(sequence_axis);
+    if (step != nullptr && steps != 1) shape_error("decodes one step at a time", {{"input", shape}});
+    Tensor positions = step != nullptr ? step->positions : ops::expand_dims(ops::positions(input, rows_axis), 1);
+    if (step == nullptr && start != 0) positions = ops::add_scalar(positions, static_cast<double>(start));
+    const Tensor angles = positions * ops::constant(graph, thetas, "rotary_thetas");
+    const Tensor laid_out = rows_axis < feature_axis ? angles : ops::transpose(angles, {1, 0});
     std::vector<std::int64_t> dims(static_cast<std::size_t>(rank), 1);
-    dims[static_cast<std::size_t>(sequence_axis)] = -1;
+    dims[static_cast<std::size_t>(rows_axis)] = -1;
     dims[static_cast<std::size_t>(feature_axis)] = features;
     const Tensor placed = ops::reshape(laid_out, dims);
     cos_table = ops::cos(placed);

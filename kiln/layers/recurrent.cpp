@@ -5,6 +5,7 @@
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/rng.hpp>
+#include <kiln/layers/detail/decoding.hpp>
 #include <kiln/layers/detail/seed.hpp>
 #include <kiln/ops/ops.hpp>
 
@@ -188,7 +189,18 @@ std::vector<Tensor> RecurrentLayer::call(const std::vector<Tensor>& inputs, cons
       shape_error("an initial state must be (batch, units) with units = " + std::to_string(units_),
                   {{"input", x.shape()}, {"initial state", state.shape()}});
   std::vector<Tensor> carried;
-  if (stateful_) {
+  // Decoding a token at a time (kiln::generate): the states live in the step's caches, so each one-step
+  // call starts where the last ended, as the whole sequence would.
+  const detail::DecodingStep* step = detail::decoding();
+  if (step != nullptr) {
+    if (go_backwards_) throw ValueError(describe() + ": with go_backwards it reads the sequence from its end, so it "
+                                                     "cannot decode a token at a time; generate with use_cache = false");
+    if (x.shape()[1] != 1 || x.shape()[0] == Shape::unknown)
+      shape_error("decodes one step of a known batch at a time", {{"input", x.shape()}});
+    for (int which = 0; which < num_states(); ++which)
+      carried.push_back(step->cache(describe() + "/" + (which == 0 ? "h" : "c"), Shape{x.shape()[0], units_}));
+    if (initial.empty()) initial = carried;
+  } else if (stateful_) {
     if (x.shape()[0] != states_.at(0).shape()[0])
       throw ValueError(describe() + ": if an RNN is stateful, the batch size of the input sequences must be the "
                        "same as the batch size of the initial state: expected " +
@@ -250,9 +262,13 @@ std::vector<Tensor> RecurrentLayer::call(const std::vector<Tensor>& inputs, cons
     // Masked steps carry h and output it, so the last output is the final h.
     output = states_out[0];
   }
-  // A stateful layer's next call starts where this one ended.
-  for (std::size_t which = 0; which < carried.size(); ++which)
-    x.graph().add_state_update(carried[which], states_out[which]);
+  // A stateful layer's next call, or the next decoded token, starts where this one ended.
+  for (std::size_t which = 0; which < carried.size(); ++which) {
+    if (step != nullptr)
+      step->update(carried[which], states_out[which]);
+    else
+      x.graph().add_state_update(carried[which], states_out[which]);
+  }
   std::vector<Tensor> outputs = {output};
   if (return_state_) outputs.insert(outputs.end(), states_out.begin(), states_out.end());
   return outputs;

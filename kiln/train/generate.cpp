@@ -95,13 +95,14 @@ void check_options(const GenerateOptions& options) {
 }
 
 // The layers a one-token step can replay: those that act on each position alone, the position layers
-// (which read the step's position) and TransformerDecoder (which keeps its caches).
+// (which read the step's position), TransformerDecoder (which keeps its key and value caches) and the
+// recurrent layers (which keep their states in caches).
 void check_decodable(const ModelBase& model) {
   static const std::set<std::string> decodable = {
       "InputLayer", "Dense", "LayerNormalization", "RMSNormalization", "UnitNormalization", "Activation", "ReLU",
       "LeakyReLU", "ELU", "Softmax", "PReLU", "Dropout", "Rescaling", "Add", "Subtract", "Multiply", "Average",
       "Maximum", "Minimum", "Embedding", "ReversibleEmbedding", "PositionEmbedding", "TokenAndPositionEmbedding",
-      "SinePositionEncoding", "TransformerDecoder"};
+      "SinePositionEncoding", "RotaryEmbedding", "TransformerDecoder", "SimpleRNN", "LSTM", "GRU"};
   for (const ModelBase::Node& node : model.nodes()) {
     if (const auto* nested = dynamic_cast<const ModelBase*>(node.layer.get())) {
       check_decodable(*nested);

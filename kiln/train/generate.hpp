@@ -8,8 +8,8 @@
 //   std::vector<std::int64_t> text = kiln::generate(model, prompt_ids, options);
 //
 // With use_cache (the default) the model runs a token at a time: each TransformerDecoder keeps the keys
-// and values of the tokens before it (keras-hub's cached decoding), so N new tokens cost N one-token
-// steps, not N passes over the whole window. Without it, every token re-reads the window, as nanoGPT's
+// and values of the tokens before it (keras-hub's cached decoding), and each recurrent layer its states,
+// so N new tokens cost N one-token steps, not N passes over the whole window. Without it, every token re-reads the window, as nanoGPT's
 // generate does. Both give the same tokens. A sequence longer than the context keeps its last `context`
 // tokens (nanoGPT's crop); positions then shift, so from there each token re-reads the window.
 #include <cstdint>
@@ -36,8 +36,9 @@ struct GenerateOptions {
 /// `prompt` followed by `options.max_new_tokens` tokens drawn from `model`. ValueError for an empty
 /// prompt, a token outside the vocabulary, or bad options (ConfigError for an unknown sampler); ShapeError
 /// for a model that does not map (batch, context) ids to (batch, context, vocabulary) logits. With the
-/// cache, a model holding a layer that cannot decode a token at a time (a recurrent layer, attention outside
-/// TransformerDecoder, RotaryEmbedding) throws ValueError naming it: generate with use_cache = false.
+/// cache, a model holding a layer that cannot decode a token at a time (Bidirectional, a recurrent layer
+/// with go_backwards, attention outside TransformerDecoder, a convolution) throws ValueError naming it:
+/// generate with use_cache = false.
 std::vector<std::int64_t> generate(const Model& model, const std::vector<std::int64_t>& prompt,
                                    const GenerateOptions& options = {});
 
