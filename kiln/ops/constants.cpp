@@ -33,17 +33,18 @@ void positions_kernel(const KernelContext& k) {
   for (std::size_t i = 0; i < k.output_size(); ++i) out[i] = static_cast<T>(i);
 }
 
-Shape positions_shape(const InferContext& ctx) {
+// The "axis" attribute of an op that reads one axis of its input's size, checked against the input.
+int read_axis(const InferContext& ctx) {
   const std::int64_t axis = ctx.attributes().get_int("axis");
   if (axis < 0 || axis >= ctx.input_shape(0).rank())
     ctx.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(ctx.input_shape(0).rank()));
-  return Shape{ctx.input_shape(0)[static_cast<int>(axis)]};
+  return static_cast<int>(axis);
 }
 
+Shape positions_shape(const InferContext& ctx) { return Shape{ctx.input_shape(0)[read_axis(ctx)]}; }
+
 Shape dim_size_shape(const InferContext& ctx) {
-  const std::int64_t axis = ctx.attributes().get_int("axis");
-  if (axis < 0 || axis >= ctx.input_shape(0).rank())
-    ctx.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(ctx.input_shape(0).rank()));
+  read_axis(ctx);
   return Shape{};
 }
 }  // namespace
