@@ -105,7 +105,8 @@ std::vector<std::string> split_fields(const CsvLine& line, char delimiter, const
 // line is what many writers leave and is not a row.
 class CsvLineReader {
  public:
-  explicit CsvLineReader(const std::string& path) : path_(path) {
+  CsvLineReader(const std::string& path, const CsvOptions& options)
+      : path_(path), skip_rows_(options.skip_rows), comment_(options.comment) {
     namespace fs = std::filesystem;
     std::error_code error;
     if (!fs::exists(path, error)) throw ValueError("read_csv: cannot open '" + path + "': no such file");
@@ -114,14 +115,19 @@ class CsvLineReader {
     if (!stream_) throw ValueError("read_csv: cannot open '" + path + "': " + std::strerror(errno));
   }
 
-  // The next non-blank line into `line` (its buffer is reused); false at the end of the file.
+  // The next line that is not blank, skipped (the first skip_rows) or a comment, into `line` (its buffer is
+  // reused); false at the end of the file. Line numbers count every line, so messages match an editor's.
   bool next(CsvLine& line) {
     while (std::getline(stream_, line.text)) {
       line.number = ++line_number_;
       std::string& text = line.text;
+      if (line_number_ <= skip_rows_) continue;
       if (!text.empty() && text.back() == '\r') text.pop_back();                      // files written on Windows
       if (line_number_ == 1 && text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);  // Excel's UTF-8 mark
-      if (text.find_first_not_of(" \t") != std::string::npos) return true;
+      const std::size_t first = text.find_first_not_of(" \t");
+      if (first == std::string::npos) continue;
+      if (comment_ != '\0' && text[first] == comment_) continue;
+      return true;
     }
     if (stream_.bad())
       throw ValueError("read_csv: reading '" + path_ + "' failed after line " + std::to_string(line_number_));
@@ -130,6 +136,8 @@ class CsvLineReader {
 
  private:
   std::string path_;
+  std::int64_t skip_rows_;
+  char comment_;
   std::ifstream stream_;
   std::int64_t line_number_ = 0;
 };
@@ -282,6 +290,11 @@ void check_options(const CsvOptions& options, const std::string& path) {
     throw ConfigError("read_csv('" + path + "'): the delimiter cannot be a quote or a line break");
   if (!options.column_names.empty() && !options.column_indices.empty())
     throw ConfigError("read_csv('" + path + "'): choose columns by name or by index, not both");
+  if (options.skip_rows < 0)
+    throw ConfigError("read_csv('" + path + "'): skip_rows must not be negative, got " + std::to_string(options.skip_rows));
+  if (options.comment != '\0' && (options.comment == options.delimiter || options.comment == '"' ||
+                                  options.comment == '\n' || options.comment == '\r'))
+    throw ConfigError("read_csv('" + path + "'): the comment character cannot be the delimiter, a quote or a line break");
 }
 
 // ---- values --------------------------------------------------------------------------------------------
@@ -402,7 +415,7 @@ class RowReader {
 // read_csv without the column names when `names` is null.
 Array read_values(const std::string& path, const CsvOptions& options, std::vector<std::string>* names) {
   check_options(options, path);
-  CsvLineReader reader(path);
+  CsvLineReader reader(path, options);
   CsvLine line;
   if (!reader.next(line)) throw ValueError(path + ": the file is empty");
   std::string scratch;

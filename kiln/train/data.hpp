@@ -49,6 +49,12 @@ struct CsvOptions {
   /// By default "nan", "inf" and empty fields are errors, since one of them in a training set turns every
   /// loss into NaN far from its cause. When allowed, "nan"/"inf" read as such and an empty field as NaN.
   bool allow_non_finite = false;
+  /// Lines to skip at the start of the file, before the header (pandas's skiprows as a count): a title or a
+  /// note some exporters write. Blank lines among them count. Negative: ConfigError.
+  std::int64_t skip_rows = 0;
+  /// Lines whose first non-blank character is this one are comments, skipped wherever they are ('#' for
+  /// most data files); '\0' (the default): none. Not the delimiter, a quote or a line break (ConfigError).
+  char comment = '\0';
 };
 
 /// What read_csv returns: the chosen columns' values and their names.
@@ -69,6 +75,13 @@ namespace detail {
 /// make as a million strings (kiln predict reads a whole sample per line).
 Array read_csv_values(const std::string& path, const CsvOptions& options = {});
 }  // namespace detail
+
+// ---- labels --------------------------------------------------------------------------------------------
+
+/// Keras's keras.utils.to_categorical: integer class ids (any shape; a last axis of 1 is dropped, as Keras
+/// drops it) to one-hot rows, shape + (num_classes,). num_classes -1: the largest id + 1. ValueError for an
+/// id that is negative, not an integer, or not below num_classes.
+Array to_categorical(const Array& labels, std::int64_t num_classes = -1, DType dtype = DType::float32);
 
 // ---- windows over a time series ------------------------------------------------------------------------
 
@@ -112,6 +125,14 @@ std::vector<std::int64_t> shuffled_row_order(std::int64_t num_rows, std::uint64_
 
 /// The given rows of `source`, gathered into a new array (rows may repeat).
 Array take_rows(const Array& source, const std::vector<std::int64_t>& rows);
+
+/// scikit-learn's train_test_split: each array's training rows, then its test rows, {x_train, x_test,
+/// y_train, y_test} for {x, y}. ceil(test_size · rows) rows test, drawn with `seed`; with `stratify` (one
+/// label per row, such as the class ids), each class gives the test part its share of them, within one row,
+/// so a rare class is in both parts. Copies. ValueError for test_size outside (0, 1), arrays of different
+/// row counts, or a split that leaves no training row; ShapeError for a stratify that is not (rows,).
+std::vector<Array> train_test_split(const std::vector<Array>& arrays, double test_size = 0.25,
+                                    std::uint64_t seed = 0, const Array& stratify = Array());
 
 /// split_rows after a seeded shuffle. The parts are copies, since shuffled rows are not contiguous.
 /// Inputs and targets split with the same seed (and the same number of rows) stay paired.

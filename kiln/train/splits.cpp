@@ -110,4 +110,91 @@ std::vector<Array> shuffled_split_rows(const Array& source, const std::vector<do
   return parts;
 }
 
+// ---- train_test_split --------------------------------------------------------------------------------
+
+namespace {
+
+// The test rows: scikit-learn's sizes (ceil(test_size · rows) test rows, the rest train), drawn at random or,
+// stratified, from each class in proportion (largest remainders first, so the counts sum exactly), then
+// shuffled so that neither part is ordered by class.
+std::vector<std::int64_t> test_rows(std::int64_t rows, double test_size, std::uint64_t seed, const Array& stratify) {
+  const std::string who = "train_test_split";
+  if (!(test_size > 0.0 && test_size < 1.0))
+    throw ValueError(who + ": test_size must be in (0, 1), got " + std::to_string(test_size));
+  const auto test_count = static_cast<std::int64_t>(std::ceil(test_size * static_cast<double>(rows)));
+  if (test_count >= rows)
+    throw ValueError(who + ": " + std::to_string(rows) + " rows leave no training rows at test_size " +
+                     std::to_string(test_size));
+  Rng rng(seed);
+  auto shuffle = [&](std::vector<std::int64_t>& order) {
+    for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+  };
+  std::vector<std::int64_t> chosen;
+  if (stratify.empty()) {
+    chosen.resize(static_cast<std::size_t>(rows));
+    std::iota(chosen.begin(), chosen.end(), std::int64_t{0});
+    shuffle(chosen);
+    chosen.resize(static_cast<std::size_t>(test_count));
+  } else {
+    if (stratify.shape().rank() != 1 || stratify.shape()[0] != rows)
+      throw ShapeError(who + ": stratify must hold one label per row, (" + std::to_string(rows) + ",), got " +
+                       stratify.shape().to_string());
+    std::vector<std::pair<double, std::vector<std::int64_t>>> classes;  // label and its rows, by first sight
+    for (std::int64_t row = 0; row < rows; ++row) {
+      const double label = stratify.flat(static_cast<std::size_t>(row));
+      if (std::isnan(label)) throw ValueError(who + ": stratify's label at row " + std::to_string(row) + " is NaN");
+      auto found = std::find_if(classes.begin(), classes.end(), [&](const auto& c) { return c.first == label; });
+      if (found == classes.end()) found = classes.insert(classes.end(), {label, {}});
+      found->second.push_back(row);
+    }
+    std::sort(classes.begin(), classes.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    // Each class's share of the test rows, floored; the rows still owed go to the largest remainders.
+    std::vector<std::int64_t> counts;
+    std::vector<std::pair<double, std::size_t>> remainders;
+    std::int64_t given = 0;
+    for (std::size_t c = 0; c < classes.size(); ++c) {
+      const double exact = static_cast<double>(test_count) * static_cast<double>(classes[c].second.size()) /
+                           static_cast<double>(rows);
+      counts.push_back(static_cast<std::int64_t>(std::floor(exact)));
+      given += counts.back();
+      remainders.emplace_back(exact - std::floor(exact), c);
+    }
+    std::stable_sort(remainders.begin(), remainders.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (std::size_t i = 0; given < test_count; ++i, ++given) ++counts[remainders[i % remainders.size()].second];
+    for (std::size_t c = 0; c < classes.size(); ++c) {
+      std::vector<std::int64_t>& members = classes[c].second;
+      shuffle(members);
+      chosen.insert(chosen.end(), members.begin(), members.begin() + counts[c]);
+    }
+    shuffle(chosen);
+  }
+  return chosen;
+}
+
+}  // namespace
+
+std::vector<Array> train_test_split(const std::vector<Array>& arrays, double test_size, std::uint64_t seed,
+                                    const Array& stratify) {
+  if (arrays.empty()) throw ValueError("train_test_split: give at least one array");
+  for (const Array& array : arrays) check_has_rows(array, "train_test_split");
+  const std::int64_t rows = arrays[0].shape()[0];
+  for (std::size_t i = 1; i < arrays.size(); ++i)
+    if (arrays[i].shape()[0] != rows)
+      throw ValueError("train_test_split: array " + std::to_string(i) + " has " + std::to_string(arrays[i].shape()[0]) +
+                       " rows, array 0 has " + std::to_string(rows));
+  const std::vector<std::int64_t> test = test_rows(rows, test_size, seed, stratify);
+  std::vector<char> in_test(static_cast<std::size_t>(rows), 0);
+  for (std::int64_t row : test) in_test[static_cast<std::size_t>(row)] = 1;
+  // The training rows in the order of one more seeded shuffle, as scikit-learn's are.
+  std::vector<std::int64_t> train;
+  for (std::int64_t row : shuffled_row_order(rows, seed ^ 0x747261696e5f7465ull))
+    if (!in_test[static_cast<std::size_t>(row)]) train.push_back(row);
+  std::vector<Array> parts;
+  for (const Array& array : arrays) {
+    parts.push_back(take_rows(array, train));
+    parts.push_back(take_rows(array, test));
+  }
+  return parts;
+}
+
 }  // namespace kiln

@@ -574,3 +574,84 @@ TEST_CASE("pad_sequences pads and truncates as Keras's, and padding_mask marks t
   options.padding = "middle";
   CHECK_THROWS_WITH(kiln::pad_sequences(sequences, options), Catch::Contains("padding must be"));
 }
+
+TEST_CASE("read_csv: skip_rows drops a preamble and comment lines are skipped anywhere", "[train][data][csv]") {
+  const TempDirectory dir("skip_rows");
+  const std::string path = dir.write("noted.csv",
+                                     "Exported by a logger, 2026-12-02\n"
+                                     "\n"
+                                     "temperature,humidity\n"
+                                     "# calibrated sensors\n"
+                                     "21.5,40\n"
+                                     "  # a pause\n"
+                                     "22.0,41\n");
+  CsvOptions options;
+  options.skip_rows = 2;
+  options.comment = '#';
+  const kiln::CsvTable table = kiln::read_csv(path, options);
+  CHECK(table.column_names == std::vector<std::string>{"temperature", "humidity"});
+  REQUIRE(table.values.shape() == Shape{2, 2});
+  CHECK(at(table.values, 1, 0) == 22.0f);
+  // Without them the preamble is read as the header and the comment as a row: an error naming its line.
+  options.skip_rows = 1;
+  options.comment = '\0';
+  CHECK_THAT(csv_error<kiln::ValueError>(path, options), Catch::Contains("noted.csv:4"));
+  options.skip_rows = -1;
+  CHECK_THROWS_AS(kiln::read_csv(path, options), kiln::ConfigError);
+  options.skip_rows = 0;
+  options.comment = ',';
+  CHECK_THROWS_WITH(kiln::read_csv(path, options), Catch::Contains("comment character"));
+}
+
+TEST_CASE("to_categorical makes one-hot rows as Keras's, dropping a last axis of 1", "[train][data][labels]") {
+  const kiln::Array ids = kiln::Array::from_vector(std::vector<double>{2, 0, 1, 2}, {4, 1});
+  const kiln::Array one_hot = kiln::to_categorical(ids);
+  REQUIRE(one_hot.shape() == Shape{4, 3});
+  CHECK(one_hot.to_vector<float>() == std::vector<float>{0, 0, 1, 1, 0, 0, 0, 1, 0, 0, 0, 1});
+  CHECK(kiln::to_categorical(ids, 5, kiln::DType::float64).shape() == Shape{4, 5});
+  const kiln::Array grid = kiln::Array::from_vector(std::vector<double>{1, 0, 0, 1}, {2, 2});
+  CHECK(kiln::to_categorical(grid).shape() == Shape{2, 2, 2});
+  CHECK_THROWS_WITH(kiln::to_categorical(ids, 2), Catch::Contains("not below num_classes = 2"));
+  CHECK_THROWS_WITH(kiln::to_categorical(kiln::Array::from_vector(std::vector<double>{0.5}, {1})),
+                    Catch::Contains("not a class id"));
+  CHECK_THROWS_AS(kiln::to_categorical(kiln::Array::from_vector(std::vector<double>{-1}, {1})), kiln::ValueError);
+}
+
+TEST_CASE("train_test_split: seeded, disjoint and covering; stratified keeps each class's share",
+          "[train][data][splits]") {
+  // 100 rows, classes 0, 1, 2 in 70 / 25 / 5; x holds the row number so the rows can be traced.
+  std::vector<double> rows, labels;
+  for (int i = 0; i < 100; ++i) {
+    rows.push_back(i);
+    labels.push_back(i < 70 ? 0 : i < 95 ? 1 : 2);
+  }
+  const kiln::Array x = kiln::Array::from_vector(rows, {100, 1});
+  const kiln::Array y = kiln::Array::from_vector(labels, {100});
+  const std::vector<kiln::Array> parts = kiln::train_test_split({x, y}, 0.2, 7, y);
+  REQUIRE(parts.size() == 4);
+  CHECK(parts[0].shape() == Shape{80, 1});
+  CHECK(parts[1].shape() == Shape{20, 1});
+  std::vector<int> seen(100, 0);
+  for (int part : {0, 1})
+    for (std::size_t i = 0; i < parts[part].size(); ++i) ++seen[static_cast<std::size_t>(parts[part].flat(i))];
+  CHECK(std::all_of(seen.begin(), seen.end(), [](int count) { return count == 1; }));
+  // Rows and labels stay paired, and the test part holds 14 / 5 / 1 of the classes.
+  std::vector<int> per_class(3, 0);
+  for (std::size_t i = 0; i < 20; ++i) {
+    const double row = parts[1].flat(i);
+    CHECK(parts[3].flat(i) == labels[static_cast<std::size_t>(row)]);
+    ++per_class[static_cast<std::size_t>(parts[3].flat(i))];
+  }
+  CHECK(per_class == std::vector<int>{14, 5, 1});
+  // The same seed splits the same way; another seed differently.
+  CHECK(kiln::train_test_split({x}, 0.2, 7, y)[1].bitwise_equal(parts[1]));
+  CHECK_FALSE(kiln::train_test_split({x}, 0.2, 8, y)[1].bitwise_equal(parts[1]));
+  // Unstratified: ceil(0.25 · 10) = 3 test rows.
+  const std::vector<kiln::Array> plain = kiln::train_test_split({kiln::Array({10, 2})}, 0.25, 1);
+  CHECK(plain[1].shape() == Shape{3, 2});
+  CHECK(plain[0].shape() == Shape{7, 2});
+
+  CHECK_THROWS_WITH(kiln::train_test_split({x}, 1.0), Catch::Contains("test_size"));
+  CHECK_THROWS_WITH(kiln::train_test_split({x, kiln::Array({99})}, 0.2), Catch::Contains("rows"));
+  CHECK_THROWS_AS(kiln::train_test_split({x}, 0.2, 0, kiln::Array({50})), kiln::ShapeError);
+}
