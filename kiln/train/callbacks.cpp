@@ -151,16 +151,46 @@ void EarlyStopping::on_train_end(TrainingState& state, const Logs&) {
   model_of(state).set_weights(best_weights_);
 }
 
-// ---- ReduceLROnPlateau --------------------------------------------------------------------------------------
+// ---- learning-rate callbacks ----------------------------------------------------------------------------------
 
 namespace {
 
-Optimizer& optimizer_of(const TrainingState& state) {
-  if (!state.optimizer) throw ValueError("ReduceLROnPlateau needs TrainingState::optimizer");
+Optimizer& optimizer_of(const TrainingState& state, const char* who = "ReduceLROnPlateau") {
+  if (!state.optimizer) throw ValueError(std::string(who) + " needs TrainingState::optimizer");
   return *state.optimizer;
 }
 
 }  // namespace
+
+LearningRateScheduler::LearningRateScheduler(Schedule schedule, int verbose)
+    : schedule_(std::move(schedule)), verbose_(verbose) {
+  if (!schedule_) throw ValueError("LearningRateScheduler: the schedule is an empty function");
+}
+
+void LearningRateScheduler::on_train_begin(TrainingState& state) {
+  const Optimizer& optimizer = optimizer_of(state, "LearningRateScheduler");
+  if (optimizer.schedule())
+    throw ValueError("LearningRateScheduler cannot set the learning rate of " + optimizer.describe() +
+                     ": a learning-rate schedule drives it");
+}
+
+void LearningRateScheduler::on_epoch_begin(TrainingState& state, int epoch) {
+  Optimizer& optimizer = optimizer_of(state, "LearningRateScheduler");
+  const double rate = schedule_(epoch, optimizer.current_learning_rate());
+  if (!std::isfinite(rate) || rate < 0.0)
+    throw ValueError("LearningRateScheduler: the schedule gave epoch " + std::to_string(epoch) + " the learning rate " +
+                     python_float(rate) + "; it must be a finite number >= 0");
+  optimizer.set_learning_rate(rate);
+  if (verbose_ > 0)
+    messages() << "\nEpoch " << epoch + 1 << ": LearningRateScheduler setting learning rate to " << python_float(rate)
+               << ".\n";
+}
+
+void LearningRateScheduler::on_epoch_logs(TrainingState& state, int, Logs& logs) {
+  logs["learning_rate"] = optimizer_of(state, "LearningRateScheduler").current_learning_rate();
+}
+
+// ---- ReduceLROnPlateau --------------------------------------------------------------------------------------
 
 ReduceLROnPlateau::ReduceLROnPlateau() : ReduceLROnPlateau(Options{}) {}
 

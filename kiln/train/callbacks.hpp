@@ -183,6 +183,32 @@ class EarlyStopping : public ReportingCallback {
   bool has_best_weights_ = false;
 };
 
+/// Keras's LearningRateScheduler: at the start of each epoch, sets the optimizer's learning rate to
+/// schedule(epoch, current rate), and writes the epoch's rate to logs["learning_rate"]. Holds a function,
+/// so it is not registered by name (as Keras's is not serializable). Needs state.optimizer with a constant
+/// learning rate (not a LearningRateSchedule, which sets the rate every step).
+///
+///   auto halve_after_10 = std::make_shared<kiln::LearningRateScheduler>(
+///       [](int epoch, double rate) { return epoch < 10 ? rate : rate * 0.5; });
+class LearningRateScheduler : public ReportingCallback {
+ public:
+  /// The new rate from the epoch (counted from 0) and the current rate.
+  using Schedule = std::function<double(int epoch, double learning_rate)>;
+  /// verbose 1 or more prints "Epoch N: LearningRateScheduler setting learning rate to R." each epoch.
+  /// ValueError for an empty schedule.
+  explicit LearningRateScheduler(Schedule schedule, int verbose = 0);
+
+  /// ValueError when state.optimizer is null or a learning-rate schedule drives it.
+  void on_train_begin(TrainingState& state) override;
+  /// Sets the rate; ValueError naming the epoch when the schedule returns a negative or non-finite rate.
+  void on_epoch_begin(TrainingState& state, int epoch) override;
+  void on_epoch_logs(TrainingState& state, int epoch, Logs& logs) override;
+
+ private:
+  Schedule schedule_;
+  int verbose_;
+};
+
 /// Multiplies the optimizer's learning rate by `factor` when `monitor` has not improved for `patience`
 /// epochs, never below min_lr, then waits `cooldown` epochs. Writes the epoch's learning rate (before any
 /// reduction) to logs["learning_rate"] in on_epoch_logs. Needs state.optimizer with a constant learning

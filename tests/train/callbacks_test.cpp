@@ -17,6 +17,7 @@
 #include <kiln/optim/optimizer.hpp>
 #include <kiln/optim/schedules.hpp>
 #include <kiln/train/callbacks.hpp>
+#include <kiln/train/model.hpp>
 
 namespace fs = std::filesystem;
 using kiln::Array;
@@ -310,6 +311,53 @@ TEST_CASE("mode auto on an unknown name, or an unknown mode, is a ConfigError", 
   kiln::ReduceLROnPlateau::Options reduce;
   reduce.monitor = "learning_rate";
   CHECK_THROWS_WITH(kiln::ReduceLROnPlateau(reduce), Catch::Contains("ReduceLROnPlateau received monitor="));
+}
+
+// ---- LearningRateScheduler ------------------------------------------------------------------------------------
+
+TEST_CASE("LearningRateScheduler sets schedule(epoch, rate) before each epoch and logs it", "[train][callbacks]") {
+  std::vector<std::pair<int, double>> calls;
+  kiln::LearningRateScheduler scheduler(
+      [&](int epoch, double rate) {
+        calls.emplace_back(epoch, rate);
+        return epoch < 2 ? rate : rate * 0.5;
+      },
+      1);
+  std::ostringstream messages, warnings;
+  scheduler.redirect(messages, warnings);
+  FakeFit fit;
+  fit.run(scheduler, "loss", {1.0, 1.0, 1.0, 1.0});
+  // Keras's: the schedule sees the epoch and the rate now; the logs carry the rate the epoch trained with.
+  CHECK(calls == std::vector<std::pair<int, double>>{{0, 1.0}, {1, 1.0}, {2, 1.0}, {3, 0.5}});
+  const std::vector<double> logged = {1.0, 1.0, 0.5, 0.25};
+  for (std::size_t epoch = 0; epoch < logged.size(); ++epoch) CHECK(fit.epoch_logs[epoch].at("learning_rate") == logged[epoch]);
+  CHECK(fit.optimizer->current_learning_rate() == 0.25);
+  CHECK(messages.str().find("\nEpoch 3: LearningRateScheduler setting learning rate to 0.5.\n") != std::string::npos);
+
+  // A real fit: the rate each epoch trained with is in the history.
+  kiln::Sequential model({kiln::Dense(1)});
+  model.build({kiln::Shape::unknown, 2});
+  model.compile(kiln::create_optimizer("sgd", kiln::Config{{"learning_rate", 0.1}}), "mse");
+  const kiln::Array x = kiln::Array::full({8, 2}, 0.5), y = kiln::Array::full({8, 1}, 0.25);
+  const kiln::History history = model.fit(x, y, kiln::FitOptions().epochs(3).batch_size(4).verbose(0).callback(
+                                                     std::make_shared<kiln::LearningRateScheduler>(
+                                                         [](int epoch, double) { return 0.1 / (1 + epoch); })));
+  REQUIRE(history["learning_rate"].size() == 3);
+  CHECK(history["learning_rate"][2] == Approx(0.1 / 3));
+}
+
+TEST_CASE("LearningRateScheduler refuses schedules that drive the optimizer and bad rates", "[train][callbacks]") {
+  CHECK_THROWS_AS(kiln::LearningRateScheduler(nullptr), kiln::ValueError);
+  kiln::LearningRateScheduler negative([](int epoch, double) { return epoch == 1 ? -0.1 : 0.1; });
+  FakeFit fit;
+  CHECK_THROWS_WITH(fit.run(negative, "loss", {1.0, 1.0}), Catch::Contains("epoch 1") && Catch::Contains("-0.1"));
+  kiln::LearningRateScheduler constant([](int, double) { return 0.1; });
+  const kiln::ExponentialDecay decay(0.1, 10, 0.5);
+  kiln::OptimizerPtr scheduled = kiln::create_optimizer("sgd", kiln::Config{{"learning_rate", decay.serialize()}});
+  fit.state.optimizer = scheduled.get();
+  CHECK_THROWS_WITH(constant.on_train_begin(fit.state), Catch::Contains("schedule drives it"));
+  TrainingState empty;
+  CHECK_THROWS_WITH(constant.on_train_begin(empty), Catch::Contains("LearningRateScheduler needs TrainingState::optimizer"));
 }
 
 // ---- ReduceLROnPlateau ----------------------------------------------------------------------------------------
