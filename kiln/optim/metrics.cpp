@@ -23,6 +23,28 @@ Tensor binary_hits(const Tensor& y_true, const Tensor& y_pred, const Config& arg
   return ops::equal(detail::match_rank(y_true, y_pred), predicted);
 }
 
+// 1 where the class `true_class` (y_pred's shape without its last axis) is among the k highest scores, as
+// Keras's in_top_k: its score is at least the k-th highest, i.e. fewer than k classes score above it (a tie
+// at the boundary counts as in).
+Tensor in_top_k(const Tensor& true_class, const Tensor& y_pred, std::int64_t k) {
+  const Tensor is_true = ops::equal(ops::expand_dims(true_class, -1), ops::positions(y_pred, -1));
+  const Tensor true_score = ops::sum(ops::masked_fill(y_pred, is_true, 0.0), {-1}, /*keepdims=*/true);
+  const Tensor above = ops::sum(ops::greater(y_pred, true_score), {-1});
+  return ops::less(above, ops::scalar_like(above, static_cast<double>(k)));
+}
+
+std::int64_t k_argument(const Config& args) {
+  const std::int64_t k = args.get_int("k");
+  if (k < 1) throw ConfigError("a top-k accuracy needs k >= 1, got " + std::to_string(k));
+  return k;
+}
+
+// Keras's l2_normalize along `axis`: x / sqrt(max(sum(x²), 1e-12)).
+Tensor l2_normalized(const Tensor& x, int axis) {
+  const Tensor squares = ops::sum(x * x, {axis}, /*keepdims=*/true);
+  return x * ops::rsqrt(ops::maximum(squares, ops::scalar_like(squares, 1e-12)));
+}
+
 bool register_builtin_metrics(Registry<MetricClass>& registry) {
   registry.add("kiln>BinaryAccuracy", {"binary_accuracy",
                                        {{"threshold", 0.5}},
@@ -63,6 +85,32 @@ bool register_builtin_metrics(Registry<MetricClass>& registry) {
                   return ops::mean(error * error, {-1});
                 }},
                {"mse", "MSE"});
+  // Keras's epsilon (1e-7) keeps a zero target from dividing by zero.
+  registry.add("kiln>MeanAbsolutePercentageError",
+               {"mean_absolute_percentage_error", Config::map(), TargetForm::elementwise, MetricClass::Compute(),
+                [](const Tensor& y_true, const Tensor& y_pred, const Config&) {
+                  const Tensor target = detail::match_rank(y_true, y_pred);
+                  const Tensor scale = ops::maximum(ops::abs(target), ops::scalar_like(target, 1e-7));
+                  return ops::mean(ops::abs((target - y_pred) / scale), {-1}) * 100.0;
+                }},
+               {"mape", "MAPE"});
+  registry.add("kiln>CosineSimilarity",
+               {"cosine_similarity", {{"axis", -1}}, TargetForm::elementwise, MetricClass::Compute(),
+                [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
+                  const int axis = static_cast<int>(args.get_int("axis"));
+                  return ops::sum(l2_normalized(detail::match_rank(y_true, y_pred), axis) * l2_normalized(y_pred, axis),
+                                  {axis});
+                }});
+  registry.add("kiln>TopKCategoricalAccuracy",
+               {"top_k_categorical_accuracy", {{"k", 5}}, TargetForm::one_hot, MetricClass::Compute(),
+                [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
+                  return in_top_k(detail::argmax_last(y_true), y_pred, k_argument(args));
+                }});
+  registry.add("kiln>SparseTopKCategoricalAccuracy",
+               {"sparse_top_k_categorical_accuracy", {{"k", 5}}, TargetForm::class_indices, MetricClass::Compute(),
+                [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
+                  return in_top_k(detail::sparse_labels(y_true, y_pred), y_pred, k_argument(args));
+                }});
   return true;
 }
 

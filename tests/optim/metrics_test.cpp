@@ -153,3 +153,73 @@ TEST_CASE("a masked prediction's metric counts its kept steps only, as Keras's m
   }();
   CHECK_FALSE(plain.second.valid());
 }
+
+// ---- top-k, percentage error, cosine similarity (values computed here, independently) ------------------------
+
+namespace {
+
+// How many of a row's scores are strictly above the true class's: below k means a hit (NumPy in_top_k).
+double top_k_hits(const std::vector<std::vector<double>>& scores, const std::vector<int>& truth, int k) {
+  double hits = 0;
+  for (std::size_t r = 0; r < scores.size(); ++r) {
+    const double target = scores[r][static_cast<std::size_t>(truth[r])];
+    const auto above = std::count_if(scores[r].begin(), scores[r].end(), [&](double s) { return s > target; });
+    hits += above < k ? 1 : 0;
+  }
+  return hits / static_cast<double>(scores.size());
+}
+
+}  // namespace
+
+TEST_CASE("top-k accuracies count the true class among the k highest scores, ties at the boundary in",
+          "[optim][metrics]") {
+  const std::vector<std::vector<double>> scores = {
+      {0.1, 0.4, 0.6, 0.9, 0.5}, {0.1, 0.7, 0.9, 0.8, 0.3}, {0.1, 0.6, 0.9, 0.9, 0.5}, {0.3, 0.2, 0.1, 0.0, 0.4}};
+  const std::vector<int> truth = {2, 0, 3, 4};  // Keras's docstring example, plus a top-1 hit
+  std::vector<double> flat, labels, hot(20, 0.0);
+  for (std::size_t r = 0; r < scores.size(); ++r) {
+    flat.insert(flat.end(), scores[r].begin(), scores[r].end());
+    labels.push_back(truth[r]);
+    hot[r * 5 + static_cast<std::size_t>(truth[r])] = 1.0;
+  }
+  const Array y_pred = doubles(flat, {4, 5});
+  for (const int k : {1, 2, 3, 5}) {
+    INFO("k = " << k);
+    const Metric sparse = Metric::from_config(
+        Config{{"class_name", "SparseTopKCategoricalAccuracy"}, {"config", Config{{"k", k}}}});
+    const Metric categorical =
+        Metric::from_config(Config{{"class_name", "TopKCategoricalAccuracy"}, {"config", Config{{"k", k}}}});
+    CHECK(metric_value(sparse, doubles(labels, {4}), y_pred) == Approx(top_k_hits(scores, truth, k)));
+    CHECK(metric_value(categorical, doubles(hot, {4, 5}), y_pred) == Approx(top_k_hits(scores, truth, k)));
+  }
+  // Keras's example: k = 3 gives [True, False, True] on its three rows.
+  CHECK(top_k_hits({scores[0], scores[1], scores[2]}, {2, 0, 3}, 3) == Approx(2.0 / 3.0));
+  CHECK(metric_value("sparse_top_k_categorical_accuracy", doubles(labels, {4}), y_pred) == 1.0);  // default k = 5
+  CHECK(Metric("top_k_categorical_accuracy").get_config().get_int("k") == 5);
+  CHECK_THROWS_AS(Metric::from_config(Config{{"class_name", "SparseTopKCategoricalAccuracy"},
+                                             {"config", Config{{"from_sorted_ids", true}}}}),
+                  ConfigError);
+}
+
+TEST_CASE("mean absolute percentage error and cosine similarity as Keras defines them", "[optim][metrics]") {
+  const std::vector<double> truth = {1, 2, 0, -4}, predicted = {1.5, 1, 0.5, -4};
+  double percentage = 0;
+  for (std::size_t i = 0; i < truth.size(); ++i)
+    percentage += std::abs(truth[i] - predicted[i]) / std::max(std::abs(truth[i]), 1e-7);
+  CHECK(metric_value("mape", doubles(truth, {2, 2}), doubles(predicted, {2, 2})) ==
+        Approx(100.0 * percentage / 4.0));
+
+  // Row by row: the cosine of the angle between the two vectors, then the mean over rows.
+  const std::vector<double> a = {1, 0, 1, 3, 4, 0}, b = {2, 0, 2, -3, 4, 1};
+  double cosines = 0;
+  for (int r = 0; r < 2; ++r) {
+    double dot = 0, na = 0, nb = 0;
+    for (int j = 0; j < 3; ++j) {
+      const double x = a[r * 3 + j], y = b[r * 3 + j];
+      dot += x * y, na += x * x, nb += y * y;
+    }
+    cosines += dot / std::sqrt(na * nb);
+  }
+  CHECK(metric_value("cosine_similarity", doubles(a, {2, 3}), doubles(b, {2, 3})) == Approx(cosines / 2.0));
+  CHECK(Metric("CosineSimilarity").get_config().get_int("axis") == -1);
+}
