@@ -169,6 +169,11 @@ std::vector<Array> ModelBase::predict(const std::vector<Array>& given, std::int6
     batch_size = fixed_batch;
   }
   check_stackable(run.outputs, fixed_batch);
+  // The sizes of the inputs' unknown dimensions besides the batch (sequence lengths), which outputs may share.
+  std::vector<std::int64_t> lengths;
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    for (int axis = 1; axis < run.inputs[i].rank(); ++axis)
+      if (run.inputs[i].shape()[axis] == Shape::unknown) lengths.push_back(inputs[i].shape()[axis]);
   const detail::ProgramPool::Lease program = run.programs->lease(std::min(batch_size, rows));
 
   std::vector<Array> results(run.outputs.size());
@@ -194,7 +199,14 @@ std::vector<Array> ModelBase::predict(const std::vector<Array>& given, std::int6
                         std::to_string(count) + " rows in, " + batch.shape().to_string() + " out)",
                     {{"output", run.outputs[o].shape()}});
       // Another unknown dimension may follow the sequence length, the same in every batch, or the batch
-      // size (a Gram matrix), which only a single batch can stack.
+      // size (a Gram matrix), which only a single batch can stack: one that equals the batch's rows and no
+      // length of the inputs is taken to follow the batch.
+      for (int axis = 1; rows > batch_size && axis < batch.shape().rank(); ++axis)
+        if (run.outputs[o].shape()[axis] == Shape::unknown && batch.shape()[axis] == count &&
+            std::find(lengths.begin(), lengths.end(), count) == lengths.end())
+          shape_error("predict: output '" + run.outputs[o].name() + "' has a dimension that follows the batch size, " +
+                          "so its batches cannot be stacked; predict with batch_size >= " + std::to_string(rows),
+                      {{"output", run.outputs[o].shape()}});
       if (!std::equal(batch.shape().dims().begin() + 1, batch.shape().dims().end(),
                       results[o].shape().dims().begin() + 1, results[o].shape().dims().end()))
         shape_error("predict: output '" + run.outputs[o].name() + "' has a dimension that follows the batch size (" +

@@ -220,7 +220,8 @@ std::vector<Tensor> MultiHeadAttentionLayer::call(const std::vector<Tensor>& inp
   };
   if (query_mask != nullptr) {
     check_padding(query_mask, "query_mask", queries, "query");
-    combine(ops::expand_dims(*query_mask, -1));  // (batch, queries, 1): broadcast over the keys
+    // (batch, queries, 1) times ones over the keys: (batch, queries, keys), whatever masks the keys get.
+    combine(ops::expand_dims(*query_mask, -1) * ops::ones_like(ops::positions(key, 1)));
   }
   for (const auto& [given, what] : {std::pair<const Tensor*, const char*>{value_mask, "value_mask"}, {key_mask, "key_mask"}})
     if (given != nullptr) {

@@ -197,9 +197,12 @@ std::vector<Tensor> RecurrentLayer::call(const std::vector<Tensor>& inputs, cons
                                                      "cannot decode a token at a time; generate with use_cache = false");
     if (x.shape()[1] != 1 || x.shape()[0] == Shape::unknown)
       shape_error("decodes one step of a known batch at a time", {{"input", x.shape()}});
+    if (!initial.empty())
+      throw ValueError(describe() + ": with initial states given as inputs it cannot decode a token at a time (each "
+                                    "step would start again from them); generate with use_cache = false");
     for (int which = 0; which < num_states(); ++which)
       carried.push_back(step->cache(describe() + "/" + (which == 0 ? "h" : "c"), Shape{x.shape()[0], units_}));
-    if (initial.empty()) initial = carried;
+    initial = carried;
   } else if (stateful_) {
     if (x.shape()[0] != states_.at(0).shape()[0])
       throw ValueError(describe() + ": if an RNN is stateful, the batch size of the input sequences must be the "

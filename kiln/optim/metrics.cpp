@@ -30,7 +30,11 @@ Tensor in_top_k(const Tensor& true_class, const Tensor& y_pred, std::int64_t k) 
   const Tensor is_true = ops::equal(ops::expand_dims(true_class, -1), ops::positions(y_pred, -1));
   const Tensor true_score = ops::sum(ops::masked_fill(y_pred, is_true, 0.0), {-1}, /*keepdims=*/true);
   const Tensor above = ops::sum(ops::greater(y_pred, true_score), {-1});
-  return ops::less(above, ops::scalar_like(above, static_cast<double>(k)));
+  const Tensor in_top = ops::less(above, ops::scalar_like(above, static_cast<double>(k)));
+  // A row holding a NaN, or a label that is no class, is a miss (as argmax_last makes it for the accuracies).
+  const Tensor row_is_number = ops::min(ops::equal(y_pred, y_pred), {-1});
+  const Tensor label_is_class = ops::max(is_true, {-1});
+  return in_top * row_is_number * label_is_class;
 }
 
 std::int64_t k_argument(const Config& args) {

@@ -17,7 +17,8 @@ Array to_categorical(const Array& labels, std::int64_t num_classes, DType dtype)
   std::int64_t largest = -1;
   for (std::size_t i = 0; i < labels.size(); ++i) {
     const double id = labels.flat(i);
-    if (!(id >= 0.0) || id != std::floor(id))
+    // (Beyond 2^53 a double no longer holds every integer: no class id is that large.)
+    if (!(id >= 0.0) || !std::isfinite(id) || id != std::floor(id) || id >= 9007199254740992.0)
       throw ValueError(who + ": label " + std::to_string(id) + " at position " + std::to_string(i) +
                        " is not a class id (a non-negative integer)");
     largest = std::max(largest, static_cast<std::int64_t>(id));

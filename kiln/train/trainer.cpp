@@ -213,7 +213,8 @@ std::shared_ptr<Trainer::Compiled> Trainer::compiled_for(const std::vector<Array
   std::lock_guard<std::mutex> lock(steps_mutex_);
   std::shared_ptr<Compiled>& compiled = training ? training_ : evaluation_;
   bool fits = compiled != nullptr;
-  for (std::size_t k = 0; fits && k < y.size(); ++k) fits = compiled->targets[k].shape().accepts(y[k].shape());
+  // From axis 1: the batch is checked per batch (a fixed one, a stateful model's, by the feed).
+  for (std::size_t k = 0; fits && k < y.size(); ++k) fits = compiled->targets[k].shape().accepts(y[k].shape(), 1);
   for (std::size_t i = 0; fits && i < x.size(); ++i) fits = compiled->inputs[i].dtype() == x[i].dtype();
   if (!fits) compiled = compile_for(x, y, training);
   return compiled;
@@ -275,11 +276,22 @@ Logs Trainer::evaluate(const std::vector<Array>& x_given, const std::vector<Arra
   return evaluate_checked(x, y, batch_size);
 }
 
+std::int64_t Trainer::batch_size_for(std::int64_t batch_size, std::int64_t rows, const std::string& what) const {
+  const std::vector<Shape> inputs = model_.input_shapes();
+  const std::int64_t fixed = inputs.empty() || inputs[0].rank() == 0 ? Shape::unknown : inputs[0][0];
+  if (fixed == Shape::unknown) return batch_size;
+  if (rows % fixed != 0)
+    throw ValueError(model_.describe() + ": " + what + ": the model's inputs take batches of " + std::to_string(fixed) +
+                     " rows, and " + std::to_string(rows) + " rows do not split into them");
+  return fixed;
+}
+
 Logs Trainer::evaluate_checked(const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size) {
   if (batch_size <= 0)
     throw ValueError(model_.describe() + ": batch_size must be positive, got " + std::to_string(batch_size));
-  const std::shared_ptr<Compiled> compiled = compiled_for(x, y, false);
   const std::int64_t rows = num_rows(x);
+  batch_size = batch_size_for(batch_size, rows, "evaluate");
+  const std::shared_ptr<Compiled> compiled = compiled_for(x, y, false);
   const detail::ProgramPool::Lease program = compiled->programs->lease(std::min(batch_size, rows));
   Totals totals;
   std::vector<Array> batch_x(x.size()), batch_y(y.size());
@@ -359,7 +371,7 @@ class Trainer::Fit {
   // training step allocates nothing.
   void prepare() {
     rows_ = num_rows(x_);
-    batch_size_ = std::min(options_.batch_size_, rows_);
+    batch_size_ = trainer_.batch_size_for(std::min(options_.batch_size_, rows_), rows_, "fit");
     steps_ = (rows_ + batch_size_ - 1) / batch_size_;
     state_.model = &trainer_.model_;
     state_.optimizer = trainer_.optimizer_.get();

@@ -73,6 +73,9 @@ class Trainer : public CompiledState {
   void run_batch(const Compiled& compiled, Program& program, const std::vector<Array>& x, const std::vector<Array>& y,
                  Totals& totals);
   Logs means(const Compiled& compiled, const Totals& totals) const;
+  /// `batch_size`, or the model's fixed batch size (a stateful model's Input({32, ...})) when it has one;
+  /// ValueError naming `what` when the rows do not split into batches of it.
+  std::int64_t batch_size_for(std::int64_t batch_size, std::int64_t rows, const std::string& what) const;
   Logs one_batch(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
   Logs evaluate_checked(const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size);
 

@@ -412,6 +412,8 @@ TEST_CASE("Model: predict refuses outputs whose rows are not the batch's rows", 
   CHECK(whole.shape() == Shape{5, 5});
   CHECK_THROWS_AS(gram.predict(data, 2), kiln::ShapeError);  // a (2, 2) then a (1, 1) batch cannot be stacked
   CHECK_THROWS_WITH(gram.predict(data, 2), Catch::Contains("Functional 'gram'"));
+  // Batches of equal size look stackable, but the Gram dimension follows the batch: still refused.
+  CHECK_THROWS_WITH(gram.predict(random_input({4, 4}, 2), 2), Catch::Contains("follows the batch size"));
 
   kiln::Model fold(x, kiln::LayerHandle<Fold>(Config())(x), "fold");
   CHECK_THROWS_AS(fold.predict(data, 2), kiln::ShapeError);  // 2 rows in, 4 rows out

@@ -388,6 +388,12 @@ TEST_CASE("a stateful layer carries its states through training and evaluation, 
   bidirectional->reset_state();
   CHECK(bidirectional.predict(x).bitwise_equal(once));
 
+  // fit and evaluate run batches of the fixed size, and refuse rows that do not split into them.
+  const Array x4 = random_input({4, 3, 3}, 7), y4 = random_input({4, 1}, 8);
+  CHECK(model.evaluate(x4, y4, 32).count("loss") == 1);
+  CHECK_THROWS_WITH(model.evaluate(random_input({3, 3, 3}, 7), random_input({3, 1}, 8)),
+                    Catch::Contains("batches of 2 rows"));
+
   // A batch of another size cannot take the carried states.
   CHECK_THROWS_WITH(lstm(kiln::Input({3, 3, 3}, kiln::DType::float64)),
                     Catch::Contains("LSTM") && Catch::Contains("stateful") && Catch::Contains("(3, 3, 3)"));

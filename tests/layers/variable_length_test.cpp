@@ -142,3 +142,16 @@ TEST_CASE("lengths that disagree are refused when the data arrives",
   CHECK_THROWS_WITH(added.predict({random_input({2, 3, 4}, 1), random_input({2, 5, 4}, 2)}),
                     Catch::Contains("planning for the fed shapes") && Catch::Contains("(2, 5, 4)"));
 }
+
+TEST_CASE("MultiHeadAttention takes a query mask alone: masked queries, unmasked keys of another length",
+          "[layers][sequences][masks]") {
+  // Cross-attention from masked decoder steps to an encoder sequence that carries no mask.
+  const Tensor ids = kiln::Input({None, None});
+  const Tensor queries = kiln::Embedding(6, 4, {{"mask_zero", true}, {"dtype", "float64"}})(ids);
+  const Tensor encoded = kiln::Input({None, None, 4}, kiln::DType::float64);
+  kiln::Model model({ids, encoded}, kiln::MultiHeadAttention(2, 2, float64)({queries, encoded}));
+  Array tokens = Array::from_vector(std::vector<double>{3, 1, 0, 2, 5, 4}, {2, 3});
+  const std::vector<Array> out = model.predict({tokens, random_input({2, 5, 4}, 3)});
+  REQUIRE(out[0].shape() == Shape{2, 3, 4});
+  for (int f = 0; f < 4; ++f) CHECK(out[0].flat(static_cast<std::size_t>(2 * 4 + f)) == 0.0);  // the masked query
+}

@@ -196,6 +196,10 @@ TEST_CASE("top-k accuracies count the true class among the k highest scores, tie
   CHECK(top_k_hits({scores[0], scores[1], scores[2]}, {2, 0, 3}, 3) == Approx(2.0 / 3.0));
   CHECK(metric_value("sparse_top_k_categorical_accuracy", doubles(labels, {4}), y_pred) == 1.0);  // default k = 5
   CHECK(Metric("top_k_categorical_accuracy").get_config().get_int("k") == 5);
+  // A row holding a NaN, or a label that is no class, is a miss.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  CHECK(metric_value("sparse_top_k_categorical_accuracy", doubles({0, 7}, {2}),
+                     doubles({nan, 0.1, 0.2, 0.3, 0.4, 0.1, 0.2, 0.3, 0.4, 0.5}, {2, 5})) == 0.0);
   CHECK_THROWS_AS(Metric::from_config(Config{{"class_name", "SparseTopKCategoricalAccuracy"},
                                              {"config", Config{{"from_sorted_ids", true}}}}),
                   ConfigError);

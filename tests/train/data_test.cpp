@@ -615,6 +615,9 @@ TEST_CASE("to_categorical makes one-hot rows as Keras's, dropping a last axis of
   CHECK_THROWS_WITH(kiln::to_categorical(kiln::Array::from_vector(std::vector<double>{0.5}, {1})),
                     Catch::Contains("not a class id"));
   CHECK_THROWS_AS(kiln::to_categorical(kiln::Array::from_vector(std::vector<double>{-1}, {1})), kiln::ValueError);
+  CHECK_THROWS_AS(kiln::to_categorical(kiln::Array::from_vector(std::vector<double>{INFINITY}, {1})),
+                  kiln::ValueError);
+  CHECK_THROWS_AS(kiln::to_categorical(kiln::Array::from_vector(std::vector<double>{1e30}, {1})), kiln::ValueError);
 }
 
 TEST_CASE("train_test_split: seeded, disjoint and covering; stratified keeps each class's share",

@@ -153,6 +153,18 @@ TEST_CASE("generate: bad prompts, options and models are refused before any step
                     Catch::Contains("Bidirectional") && Catch::Contains("use_cache = false"));
   greedy.use_cache = false;
   CHECK(kiln::generate(both_ways, {1, 2}, greedy).size() == 4);
+  // A recurrent layer given its initial states as inputs would start every step from them: refused.
+  {
+    const Tensor tokens = kiln::Input({None, 6});
+    const Tensor embedded = kiln::Embedding(5, 4)(tokens);
+    const kiln::LSTM states(4, {{"return_sequences", true}, {"return_state", true}});
+    const std::vector<Tensor> first = (*states)(std::vector<Tensor>{embedded}, kiln::CallArgs());
+    const Tensor second = kiln::LSTM(4, {{"return_sequences", true}})({first[0], first[1], first[2]});
+    const kiln::Model chained(tokens, kiln::Dense(5)(second));
+    CHECK_THROWS_WITH(kiln::generate(chained, {1, 2}), Catch::Contains("initial states") &&
+                                                          Catch::Contains("use_cache = false"));
+    CHECK(kiln::generate(chained, {1, 2}, greedy).size() == 4);
+  }
   // Not a language model: the shapes say so.
   const Tensor x = kiln::Input({None, 4});
   CHECK_THROWS_AS(kiln::generate(kiln::Model(x, kiln::Dense(3)(x)), {1}), kiln::ShapeError);
