@@ -146,7 +146,7 @@ TEST_CASE("lengths that disagree are refused when the data arrives",
 TEST_CASE("MultiHeadAttention takes a query mask alone: masked queries, unmasked keys of another length",
           "[layers][sequences][masks]") {
   // Cross-attention from masked decoder steps to an encoder sequence that carries no mask.
-  const Tensor ids = kiln::Input({None, None});
+  const Tensor ids = kiln::Input({None, None}, kiln::DType::float64);
   const Tensor queries = kiln::Embedding(6, 4, {{"mask_zero", true}, {"dtype", "float64"}})(ids);
   const Tensor encoded = kiln::Input({None, None, 4}, kiln::DType::float64);
   kiln::Model model({ids, encoded}, kiln::MultiHeadAttention(2, 2, float64)({queries, encoded}));
