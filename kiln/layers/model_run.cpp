@@ -169,11 +169,10 @@ std::vector<Array> ModelBase::predict(const std::vector<Array>& given, std::int6
     batch_size = fixed_batch;
   }
   check_stackable(run.outputs, fixed_batch);
-  // The sizes of the inputs' unknown dimensions besides the batch (sequence lengths), which outputs may share.
-  std::vector<std::int64_t> lengths;
-  for (std::size_t i = 0; i < inputs.size(); ++i)
-    for (int axis = 1; axis < run.inputs[i].rank(); ++axis)
-      if (run.inputs[i].shape()[axis] == Shape::unknown) lengths.push_back(inputs[i].shape()[axis]);
+  // Whether an input has an unknown dimension besides the batch (a sequence length).
+  bool has_lengths = false;
+  for (const Tensor& input : run.inputs)
+    for (int axis = 1; axis < input.rank(); ++axis) has_lengths |= input.shape()[axis] == Shape::unknown;
   const detail::ProgramPool::Lease program = run.programs->lease(std::min(batch_size, rows));
 
   std::vector<Array> results(run.outputs.size());
@@ -198,20 +197,17 @@ std::vector<Array> ModelBase::predict(const std::vector<Array>& given, std::int6
         shape_error("predict: output '" + run.outputs[o].name() + "' does not have one row per input row (" +
                         std::to_string(count) + " rows in, " + batch.shape().to_string() + " out)",
                     {{"output", run.outputs[o].shape()}});
-      // Another unknown dimension may follow the sequence length, the same in every batch, or the batch
-      // size (a Gram matrix), which only a single batch can stack: one that equals the batch's rows and no
-      // length of the inputs is taken to follow the batch.
-      for (int axis = 1; rows > batch_size && axis < batch.shape().rank(); ++axis)
-        if (run.outputs[o].shape()[axis] == Shape::unknown && batch.shape()[axis] == count &&
-            std::find(lengths.begin(), lengths.end(), count) == lengths.end())
-          shape_error("predict: output '" + run.outputs[o].name() + "' has a dimension that follows the batch size, " +
-                          "so its batches cannot be stacked; predict with batch_size >= " + std::to_string(rows),
-                      {{"output", run.outputs[o].shape()}});
-      if (!std::equal(batch.shape().dims().begin() + 1, batch.shape().dims().end(),
-                      results[o].shape().dims().begin() + 1, results[o].shape().dims().end()))
+      // Another unknown dimension follows the batch size (a Gram matrix), which only a single batch can
+      // stack, when the inputs have no other unknown dimension; else it may follow a sequence length, the
+      // same in every batch, and only a batch shaped unlike the first shows it follows the batch.
+      bool follows_batch = !std::equal(batch.shape().dims().begin() + 1, batch.shape().dims().end(),
+                                       results[o].shape().dims().begin() + 1, results[o].shape().dims().end());
+      for (int axis = 1; rows > batch_size && !has_lengths && axis < batch.shape().rank(); ++axis)
+        follows_batch |= run.outputs[o].shape()[axis] == Shape::unknown;
+      if (follows_batch)
         shape_error("predict: output '" + run.outputs[o].name() + "' has a dimension that follows the batch size (" +
-                        batch.shape().to_string() + " after " + results[o].shape().to_string() +
-                        "), so its batches cannot be stacked; predict with batch_size >= " + std::to_string(rows),
+                        batch.shape().to_string() + " in a batch of " + std::to_string(count) +
+                        " rows), so its batches cannot be stacked; predict with batch_size >= " + std::to_string(rows),
                     {{"output", run.outputs[o].shape()}});
       results[o].set_rows(start, batch);
     }

@@ -27,12 +27,11 @@ void check_sequence(const Layer& layer, const Shape& shape) {
                      {{"input", shape}});
 }
 
-// start, start + 1, ... for each step of x's axis -2, as a column (steps, 1) of x's dtype: the positions of
-// a sequence whose length is known only when planned.
-Tensor position_column(const Tensor& x, std::int64_t start) {
-  Tensor positions = ops::positions(x, -2);
-  if (start != 0) positions = ops::add_scalar(positions, static_cast<double>(start));
-  return ops::expand_dims(positions, 1);
+// start, start + 1, ... for each step of x's `axis`, in x's dtype: the positions of a sequence whose length
+// is known only when planned.
+Tensor positions_from(const Tensor& x, int axis, std::int64_t start) {
+  const Tensor positions = ops::positions(x, axis);
+  return start != 0 ? ops::add_scalar(positions, static_cast<double>(start)) : positions;
 }
 
 // `values` (steps, features) in the input's shape: x's batch may be unknown until run time, so the
@@ -85,7 +84,7 @@ Tensor PositionEmbeddingLayer::positions(const Tensor& input, std::int64_t start
     shape_error("was built for other features", {{"embeddings", embeddings.shape()}, {"input", input.shape()}});
   // A length known only when planned: the rows at the positions, a run-time error past the last one.
   if (steps == Shape::unknown)
-    return in_shape_of(input, ops::gather(embeddings, ops::squeeze(position_column(input, start), {1})));
+    return in_shape_of(input, ops::gather(embeddings, positions_from(input, -2, start)));
   if (start + steps > sequence_length_)
     shape_error("has " + std::to_string(sequence_length_) + " positions; start_index " + std::to_string(start) +
                     " and " + std::to_string(steps) + " steps run past them",
@@ -200,7 +199,8 @@ Tensor SinePositionEncodingLayer::call(const Tensor& input, const CallArgs& args
       phases.set_flat(static_cast<std::size_t>(j), j % 2 == 0 ? 0.0 : std::acos(0.0));
     }
     Graph& graph = input.graph();
-    const Tensor angles = position_column(input, start) * ops::constant(graph, timescales, "sine_timescales");
+    const Tensor angles =
+        ops::expand_dims(positions_from(input, -2, start), 1) * ops::constant(graph, timescales, "sine_timescales");
     return in_shape_of(input, ops::sin(angles + ops::constant(graph, phases, "sine_phases")));
   }
   // Known steps: a constant of the graph, as the encoding depends on the shape only.
@@ -291,8 +291,8 @@ Tensor RotaryEmbeddingLayer::call(const Tensor& input, const CallArgs& args) {
     for (std::int64_t j = 0; j < features; ++j) thetas.set_flat(static_cast<std::size_t>(j), theta(j % half));
     const int rows_axis = step != nullptr ? 0 : static_cast<int>(sequence_axis);
     if (step != nullptr && steps != 1) shape_error("decodes one step at a time", {{"input", shape}});
-    Tensor positions = step != nullptr ? step->positions : ops::expand_dims(ops::positions(input, rows_axis), 1);
-    if (step == nullptr && start != 0) positions = ops::add_scalar(positions, static_cast<double>(start));
+    const Tensor positions =
+        step != nullptr ? step->positions : ops::expand_dims(positions_from(input, rows_axis, start), 1);
     const Tensor angles = positions * ops::constant(graph, thetas, "rotary_thetas");
     const Tensor laid_out = rows_axis < feature_axis ? angles : ops::transpose(angles, {1, 0});
     std::vector<std::int64_t> dims(static_cast<std::size_t>(rank), 1);

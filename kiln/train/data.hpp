@@ -128,8 +128,8 @@ Array take_rows(const Array& source, const std::vector<std::int64_t>& rows);
 
 /// scikit-learn's train_test_split: each array's training rows, then its test rows, {x_train, x_test,
 /// y_train, y_test} for {x, y}. ceil(test_size · rows) rows test, drawn with `seed`; with `stratify` (one
-/// label per row, such as the class ids), each class gives the test part its share of them, within one row,
-/// so a rare class is in both parts. Copies. ValueError for test_size outside (0, 1), arrays of different
+/// label per row, such as the class ids), each class gives the test part its share of them, within one row
+/// (a class of a few rows may land wholly in one part). Copies. ValueError for test_size outside (0, 1), arrays of different
 /// row counts, or a split that leaves no training row; ShapeError for a stratify that is not (rows,).
 std::vector<Array> train_test_split(const std::vector<Array>& arrays, double test_size = 0.25,
                                     std::uint64_t seed = 0, const Array& stratify = Array());

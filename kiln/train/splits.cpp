@@ -27,6 +27,11 @@ using detail::with_leading_dims;
 
 namespace {
 
+// Fisher-Yates over Rng::below: the same order with every standard library.
+void shuffle(std::vector<std::int64_t>& order, Rng& rng) {
+  for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+}
+
 std::string fractions_text(const std::vector<double>& fractions) {
   std::ostringstream text;
   for (std::size_t i = 0; i < fractions.size(); ++i) text << (i > 0 ? ", " : "{") << fractions[i];
@@ -82,7 +87,7 @@ std::vector<std::int64_t> shuffled_row_order(std::int64_t num_rows, std::uint64_
   std::vector<std::int64_t> order(static_cast<std::size_t>(num_rows));
   std::iota(order.begin(), order.end(), std::int64_t{0});
   Rng rng(seed);
-  for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+  shuffle(order, rng);
   return order;
 }
 
@@ -126,14 +131,11 @@ std::vector<std::int64_t> test_rows(std::int64_t rows, double test_size, std::ui
     throw ValueError(who + ": " + std::to_string(rows) + " rows leave no training rows at test_size " +
                      std::to_string(test_size));
   Rng rng(seed);
-  auto shuffle = [&](std::vector<std::int64_t>& order) {
-    for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
-  };
   std::vector<std::int64_t> chosen;
   if (stratify.empty()) {
     chosen.resize(static_cast<std::size_t>(rows));
     std::iota(chosen.begin(), chosen.end(), std::int64_t{0});
-    shuffle(chosen);
+    shuffle(chosen, rng);
     chosen.resize(static_cast<std::size_t>(test_count));
   } else {
     if (stratify.shape().rank() != 1 || stratify.shape()[0] != rows)
@@ -163,10 +165,10 @@ std::vector<std::int64_t> test_rows(std::int64_t rows, double test_size, std::ui
     for (std::size_t i = 0; given < test_count; ++i, ++given) ++counts[remainders[i % remainders.size()].second];
     for (std::size_t c = 0; c < classes.size(); ++c) {
       std::vector<std::int64_t>& members = classes[c].second;
-      shuffle(members);
+      shuffle(members, rng);
       chosen.insert(chosen.end(), members.begin(), members.begin() + counts[c]);
     }
-    shuffle(chosen);
+    shuffle(chosen, rng);
   }
   return chosen;
 }
