@@ -7,6 +7,7 @@
 #include <kiln/core/warnings.hpp>
 #include <kiln/core/names.hpp>
 #include <kiln/ops/ops.hpp>
+#include <kiln/optim/detail/streaming_metrics.hpp>
 #include <kiln/optim/detail/targets.hpp>
 
 namespace kiln {
@@ -115,6 +116,7 @@ bool register_builtin_metrics(Registry<MetricClass>& registry) {
                 [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
                   return in_top_k(detail::sparse_labels(y_true, y_pred), y_pred, k_argument(args));
                 }});
+  detail::register_streaming_metrics(registry);
   return true;
 }
 
@@ -123,7 +125,8 @@ bool register_builtin_metrics(Registry<MetricClass>& registry) {
 // The built-ins register with the registry's first use (a static Metric elsewhere may come first).
 Registry<MetricClass>& metric_registry() {
   static Registry<MetricClass> registry("metric", [](const std::string& key, const MetricClass& metric) -> std::string {
-    return metric.compute || metric.per_sample ? "" : "metric " + key + " has no function";
+    if (metric.statistics && !metric.result) return "metric " + key + " has statistics but no result";
+    return metric.compute || metric.per_sample || metric.statistics ? "" : "metric " + key + " has no function";
   });
   [[maybe_unused]] static const bool builtins = register_builtin_metrics(registry);
   return registry;
@@ -168,12 +171,16 @@ Metric Metric::from_config(const Config& identifier) {
   ConfigReader args(found != nullptr ? *found : Config(), class_part(key));
   Metric metric(key, args.text("name", metric_class.default_name));
   args.value("dtype");  // kiln computes a metric in the predictions' dtype
+  // An argument given as null is null (R2Score's class_aggregation: one value per output), not the default.
   for (const Config::Entry& entry : metric_class.arguments.items())
     if (const Config& given = args.value(entry.first); !given.is_null())
       metric.arguments_.set(entry.first, entry.second.type() == Config::Type::number
                                              ? Config(given.as_double(args.who() + " argument '" + entry.first + "'"))
                                              : given);
+    else if (found != nullptr && found->contains(entry.first))
+      metric.arguments_.set(entry.first, Config());
   args.finish();
+  if (metric_class.check_arguments) metric_class.check_arguments(metric.arguments_);
   return metric;
 }
 
@@ -220,30 +227,98 @@ void Metric::check(const Shape& y_true, const Shape& y_pred) const {
 Tensor Metric::operator()(const Tensor& y_true, const Tensor& y_pred) const {
   if (!resolved()) return resolve(y_true.shape(), y_pred.shape())(y_true, y_pred);
   check(y_true.shape(), y_pred.shape());
-  const Tensor value = metric_class_->compute ? metric_class_->compute(y_true, y_pred, arguments_)
-                                             : ops::mean(metric_class_->per_sample(y_true, y_pred, arguments_));
-  if (!value.valid() || value.rank() != 0)
+  const MetricClass& metric = *metric_class_;
+  Tensor value;
+  if (metric.statistics) {
+    value = metric.result(metric.statistics(y_true, y_pred, Tensor(), arguments_), arguments_);
+  } else if (metric.per_sample && metric.result) {
+    value = metric.result(MetricSums::weighted_mean(metric.per_sample(y_true, y_pred, arguments_), Tensor()).statistics,
+                          arguments_);
+  } else {
+    value = metric.compute ? metric.compute(y_true, y_pred, arguments_)
+                           : ops::mean(metric.per_sample(y_true, y_pred, arguments_));
+  }
+  if (!value.valid() || value.rank() > (metric.statistics ? 1 : 0))
     throw ShapeError(describe() + ": a metric function must return a scalar" +
+                     (metric.statistics ? std::string(" or a vector") : std::string()) +
                      (value.valid() ? ", got shape " + value.shape().to_string() : std::string(", got nothing")));
   return value;
 }
 
-std::pair<Tensor, Tensor> Metric::accumulated(const Tensor& y_true, const Tensor& y_pred) const {
-  if (!resolved()) return resolve(y_true.shape(), y_pred.shape()).accumulated(y_true, y_pred);
-  const Tensor mask = y_pred.graph().mask_of(y_pred);
-  if (!mask.valid()) return {(*this)(y_true, y_pred), Tensor()};
-  if (!metric_class_->per_sample) {
-    warn(describe() + " cannot leave out the masked steps of its predictions (it has no per-sample form): it "
-                      "averages over every step");
-    return {(*this)(y_true, y_pred), Tensor()};
-  }
+namespace {
+
+// The weights a batch's values count with: the sample weights given, times the predictions' mask.
+Tensor combined_weights(const Tensor& sample_weight, const Tensor& mask) {
+  if (!sample_weight.valid()) return mask;
+  if (!mask.valid()) return sample_weight;
+  Tensor expanded = sample_weight;
+  while (expanded.rank() < mask.rank()) expanded = ops::expand_dims(expanded, -1);
+  return mask * expanded;
+}
+
+}  // namespace
+
+MetricSums Metric::accumulated(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) const {
+  if (!resolved()) return resolve(y_true.shape(), y_pred.shape()).accumulated(y_true, y_pred, sample_weight);
   check(y_true.shape(), y_pred.shape());
-  const Tensor values = metric_class_->per_sample(y_true, y_pred, arguments_);
-  if (!values.valid() || values.shape().rank() != mask.rank())
-    throw ShapeError(describe(), "the predictions' mask does not match the metric of each sample",
-                     {{"mask", mask.shape()}, {"per sample", values.valid() ? values.shape() : Shape()}});
-  // Keras's Mean with the mask as sample weight: total += sum(values · mask), count += sum(mask).
-  return {ops::sum(values * mask), ops::sum(mask)};
+  const MetricClass& metric = *metric_class_;
+  const Config arguments = arguments_;
+  const Tensor weights = combined_weights(sample_weight, y_pred.graph().mask_of(y_pred));
+  if (weights.valid() && weights.rank() >= y_pred.rank())
+    throw ShapeError(describe(), "sample weights need fewer axes than the predictions",
+                     {{"weights", weights.shape()}, {"y_pred", y_pred.shape()}});
+  MetricSums sums;
+  if (metric.statistics) {
+    sums.statistics = metric.statistics(y_true, y_pred, weights, arguments);
+    for (const Tensor& statistic : sums.statistics)
+      if (!statistic.valid() || !statistic.shape().is_fully_defined())
+        throw ShapeError(describe() + ": a statistic must have a shape known before the data" +
+                         (statistic.valid() ? ", got " + statistic.shape().to_string() : std::string()));
+    sums.result = [result = metric.result, arguments](const std::vector<Tensor>& totals) {
+      return result(totals, arguments);
+    };
+    return sums;
+  }
+  if (!metric.per_sample) {
+    if (weights.valid())
+      warn(describe() + " cannot weigh its samples or leave out masked steps (it has no per-sample form): it "
+                        "averages over every step");
+    return MetricSums::batch_mean((*this)(y_true, y_pred), ops::dim_size(y_pred, 0));
+  }
+  const Tensor values = metric.per_sample(y_true, y_pred, arguments);
+  if (!values.valid() || (weights.valid() && values.rank() < weights.rank()))
+    throw ShapeError(describe(), "the weights do not match the metric of each sample",
+                     {{"weights", weights.valid() ? weights.shape() : Shape()},
+                      {"per sample", values.valid() ? values.shape() : Shape()}});
+  sums = MetricSums::weighted_mean(values, weights);
+  if (metric.result)
+    sums.result = [result = metric.result, arguments](const std::vector<Tensor>& totals) {
+      return result(totals, arguments);
+    };
+  return sums;
+}
+
+Tensor divide_no_nan(const Tensor& a, const Tensor& b) {
+  const Tensor zero = ops::equal(b, ops::scalar_like(b, 0.0));
+  return ops::where(zero, ops::scalar_like(a, 0.0), a / ops::where(zero, ops::scalar_like(b, 1.0), b));
+}
+
+MetricSums MetricSums::batch_mean(const Tensor& mean, const Tensor& rows) {
+  return {{mean * rows, rows}, [](const std::vector<Tensor>& totals) { return divide_no_nan(totals[0], totals[1]); }};
+}
+
+MetricSums MetricSums::weighted_mean(const Tensor& values, const Tensor& weights) {
+  if (!weights.valid())
+    return batch_mean(ops::mean(values), values.rank() > 0 ? ops::dim_size(values, 0) : ops::scalar_like(values, 1.0));
+  Tensor reduced = values;
+  if (values.rank() > weights.rank()) {
+    ops::Axes extra;
+    for (int axis = weights.rank(); axis < values.rank(); ++axis) extra.push_back(axis);
+    reduced = ops::mean(values, extra);
+  }
+  const Tensor counted = reduced.shape() == weights.shape() ? weights : weights * ops::ones_like(reduced);
+  return {{ops::sum(reduced * weights), ops::sum(counted)},
+          [](const std::vector<Tensor>& totals) { return divide_no_nan(totals[0], totals[1]); }};
 }
 
 }  // namespace kiln

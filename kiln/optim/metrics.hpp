@@ -1,7 +1,8 @@
 #pragma once
 // Metric: a Keras metric by name, as a graph builder. Applied to symbolic targets and predictions it
-// returns the batch mean as a () tensor; fit() averages those over batches, weighted by batch size,
-// which gives Keras's epoch value (its metrics are means over samples).
+// returns the batch's value as a () tensor. For fit() it gives sums to add up over batches (accumulated):
+// a mean metric its weighted total and count, a streaming one (Precision, AUC, R2Score) its statistics,
+// and each a formula of the totals, which gives Keras's epoch value.
 //
 //   kiln::Metric accuracy = "accuracy";
 //   kiln::Tensor value = accuracy(y_true, y_pred);   // binary, categorical or sparse, from the shapes
@@ -45,12 +46,46 @@ struct MetricClass {
   TargetForm targets = TargetForm::elementwise;
   /// The batch mean, a () tensor; `arguments` holds every argument. May be empty when per_sample is given:
   /// the batch mean is then per_sample's mean.
-  Compute compute;
+  Compute compute = {};
   /// Optional: each sample's (and step's) value, y_pred's shape without its last axis, whose mean is
   /// `compute`'s. With it, a masked prediction's padding steps do not count (Keras's MeanMetricWrapper with
-  /// the mask as sample weight); without it, the metric averages over every step and says so.
+  /// the mask as sample weight), and sample weights weigh it; without it, the metric averages over every
+  /// step and says so.
   Compute per_sample = {};
+
+  /// A metric that is no mean over samples (Precision, AUC, R2Score) gives its batch's sums instead, each of
+  /// a shape that does not depend on the batch, and `result`, its value from their totals. `weights` is
+  /// invalid, or each sample's (and step's) weight: y_pred's shape without its last axis, or fewer axes.
+  using Statistics = std::function<std::vector<Tensor>(const Tensor& y_true, const Tensor& y_pred,
+                                                       const Tensor& weights, const Config& arguments)>;
+  /// The value from totals of the statistics (tensors of their shapes, float64 in fit): a () tensor, or one
+  /// value per class or threshold (n,), logged as name_0 ... name_<n-1>. For a per_sample metric it may be
+  /// given too, to finish the mean: it then gets {sum of values, sum of weights} (RootMeanSquaredError's
+  /// square root); otherwise the mean is the value.
+  using Result = std::function<Tensor(const std::vector<Tensor>& totals, const Config& arguments)>;
+  Statistics statistics = {};
+  Result result = {};
+  /// Optional: throws ConfigError naming what is wrong with `arguments` (a beta of 0) when the metric is made
+  /// from a config, before it meets any data; may also put them in their canonical form ("roc" as "ROC").
+  std::function<void(Config& arguments)> check_arguments = {};
 };
+
+/// What fit and evaluate accumulate over the batches of an epoch for one loss or metric: sums of fixed
+/// shapes, added up batch after batch, and the value as a function of their totals. The batch value and
+/// the epoch value are one definition: result(statistics) is the batch's own.
+struct MetricSums {
+  std::vector<Tensor> statistics;                                   ///< this batch's sums
+  std::function<Tensor(const std::vector<Tensor>& totals)> result;  ///< the value from totals of their shapes
+
+  /// A batch mean over `rows` samples ({mean · rows, rows}, a mean of the totals): how a loss is logged.
+  static MetricSums batch_mean(const Tensor& mean, const Tensor& rows);
+  /// The weighted mean of `values` ({sum(values · weights), sum(weights)}); `weights` of values' shape, or
+  /// of fewer axes (values are first averaged over the axes weights lack, as Keras does), or invalid.
+  static MetricSums weighted_mean(const Tensor& values, const Tensor& weights);
+};
+
+/// a / b, and 0 where b is 0: Keras's ops.divide_no_nan.
+Tensor divide_no_nan(const Tensor& a, const Tensor& b);
 
 /// Every metric class by key ("kiln>BinaryAccuracy"); "BinaryAccuracy", "binary_accuracy" and registered
 /// aliases ("mae") find it too. "accuracy" and "acc" are not classes: Metric resolves them from the shapes.
@@ -73,15 +108,17 @@ class Metric {
   /// The concrete metric for targets and predictions of these shapes ("accuracy" becomes one of the three
   /// accuracies; the others are returned unchanged).
   Metric resolve(const Shape& y_true, const Shape& y_pred) const;
-  /// The batch mean as a () tensor; resolves first. Throws ShapeError (see check).
+  /// The batch's value as a () tensor (a (n,) one for a metric of several values: a Precision of several
+  /// thresholds); resolves first. Throws ShapeError (see check).
   Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const;
   /// Throws ShapeError naming the metric and both shapes when they cannot be compared.
   void check(const Shape& y_true, const Shape& y_pred) const;
-  /// What fit and evaluate accumulate over batches: the metric's total and its count as () tensors, the
-  /// epoch's value being sum(totals) / sum(counts). For predictions that carry a mask (Graph::mask_of) and
-  /// a metric with a per-sample form, {sum(values · mask), sum(mask)}: padding steps do not count, as in
-  /// Keras. Otherwise {batch mean, invalid Tensor}, an invalid count meaning "the batch's rows".
-  std::pair<Tensor, Tensor> accumulated(const Tensor& y_true, const Tensor& y_pred) const;
+  /// What fit and evaluate accumulate over batches. `sample_weight` is invalid, or each sample's (or step's)
+  /// weight; predictions that carry a mask (Graph::mask_of) multiply it by the mask, so padding steps do
+  /// not count, as in Keras. A mean metric with a per-sample form gives its weighted mean; one with only a
+  /// batch mean gives {mean · rows, rows} (and ignores weights and masks, saying so once); a streaming
+  /// metric gives its statistics.
+  MetricSums accumulated(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight = Tensor()) const;
 
   const std::string& name() const { return name_; }  ///< the log key: as given ("acc", "mae"), or the config's
   /// "BinaryAccuracy", ...; empty for "accuracy" until resolved.

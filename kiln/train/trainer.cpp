@@ -25,12 +25,27 @@ namespace kiln {
 struct Trainer::Compiled {
   Graph graph;
   std::vector<Tensor> inputs, targets;
-  std::vector<std::string> names;  // "loss", then the metrics, as they appear in logs
-  std::vector<Tensor> values;      // () tensors, parallel to names: batch means, or totals where counts are valid
-  std::vector<Tensor> counts;      // parallel to names: what a total divides by (a masked metric's kept steps);
-                                   // invalid for a batch mean, which counts the batch's rows
+  /// The loss or a metric, as fit logs it: its batch's sums, and its value from their totals.
+  struct Logged {
+    std::string name;
+    std::vector<Tensor> statistics;  // fetched after each batch and added up on the host
+    std::vector<Tensor> totals;      // float64 placeholders of the statistics' shapes, fed the sums
+    Tensor result;                   // from the totals: () or (n,), logged as name_0 ... name_<n-1>
+  };
+  std::vector<Logged> logged;  // "loss", then the metrics, as they appear in logs
   std::unique_ptr<detail::ProgramPool> programs;
   bool training = false;
+};
+
+/// Each logged value's sums over the batches of an epoch or evaluation, and the program that turns them into
+/// the values (over the compiled graph's totals placeholders): one caller's, made at its first batch.
+struct Trainer::Totals {
+  std::vector<Array> sums;  // float64, one per statistic of each logged value in order
+  std::unique_ptr<Program> results;
+
+  void reset() {
+    for (Array& sum : sums) std::fill_n(static_cast<double*>(sum.raw()), sum.size(), 0.0);
+  }
 };
 
 namespace {
@@ -145,7 +160,7 @@ std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>
     compiled->inputs.push_back(compiled->graph.placeholder(input_shapes.at(i), x[i].dtype(), "x"));
   const std::vector<Tensor> outputs = model_.apply(compiled->inputs, training);
   Tensor total;
-  std::vector<std::pair<std::string, std::pair<Tensor, Tensor>>> metric_values;
+  std::vector<std::pair<std::string, MetricSums>> metric_sums;
   for (std::size_t k = 0; k < outputs.size(); ++k) {
     const Tensor target = compiled->graph.placeholder(target_shape(y[k], outputs[k].shape()), outputs[k].dtype(), "y");
     compiled->targets.push_back(target);
@@ -155,7 +170,7 @@ std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>
     const std::string prefix = outputs.size() > 1 ? "output_" + std::to_string(k) + "_" : "";
     for (const Metric& metric : metrics_) {
       const Metric resolved = metric.resolve(target.shape(), outputs[k].shape());
-      metric_values.emplace_back(prefix + metric.name(), resolved.accumulated(target, outputs[k]));
+      metric_sums.emplace_back(prefix + metric.name(), resolved.accumulated(target, outputs[k]));
     }
   }
   // Keras's model.losses join the loss minimized and reported: each trainable weight's regularizer, and the
@@ -166,17 +181,21 @@ std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>
       if (const Tensor variable = compiled->graph.find_variable(weight.value); variable.valid())
         total = total + weight.regularizer(variable);
   for (const Tensor& loss : compiled->graph.losses()) total = total + loss;
-  compiled->names.push_back("loss");
-  compiled->values.push_back(total);
-  compiled->counts.emplace_back();
-  for (const auto& [name, value] : metric_values) {
-    compiled->names.push_back(name);
-    compiled->values.push_back(value.first);
-    compiled->counts.push_back(value.second);
+  // The loss is logged as Keras's loss tracker does: batch means weighted by the batch's rows.
+  metric_sums.insert(metric_sums.begin(), {"loss", MetricSums::batch_mean(total, ops::dim_size(outputs[0], 0))});
+  std::vector<Tensor> fetches;
+  for (const auto& [name, sums] : metric_sums) {
+    Compiled::Logged logged{name, sums.statistics, {}, Tensor()};
+    for (const Tensor& statistic : sums.statistics) {
+      fetches.push_back(statistic);
+      logged.totals.push_back(compiled->graph.placeholder(statistic.shape(), DType::float64, "total"));
+    }
+    logged.result = sums.result(logged.totals);
+    if (logged.result.rank() > 1 || !logged.result.shape().is_fully_defined())
+      throw ShapeError(model_.describe() + ": metric '" + name + "' must give one value or a vector of known size, got " +
+                       logged.result.shape().to_string());
+    compiled->logged.push_back(std::move(logged));
   }
-  std::vector<Tensor> fetches = compiled->values;
-  for (const Tensor& count : compiled->counts)
-    if (count.valid()) fetches.push_back(count);
   std::vector<Update> updates;
   if (training) {
     std::vector<Tensor> weights;
@@ -232,25 +251,36 @@ void Trainer::run_batch(const Compiled& compiled, Program& program, const std::v
   }
   program.run();
   if (compiled.training) optimizer_->finish_step();
-  const double rows = static_cast<double>(x[0].shape()[0]);
-  totals.sums.resize(compiled.values.size(), 0.0);
-  totals.counts.resize(compiled.values.size(), 0.0);
-  for (std::size_t v = 0; v < compiled.values.size(); ++v) {
-    if (compiled.counts[v].valid()) {
-      totals.sums[v] += program.scalar(compiled.values[v]);
-      totals.counts[v] += program.scalar(compiled.counts[v]);
-    } else {
-      totals.sums[v] += program.scalar(compiled.values[v]) * rows;
-      totals.counts[v] += rows;
+  const bool first = totals.sums.empty();
+  std::size_t next = 0;
+  for (const Compiled::Logged& logged : compiled.logged)
+    for (const Tensor& statistic : logged.statistics) {
+      const Array value = program.view(statistic);
+      if (first) totals.sums.emplace_back(statistic.shape(), DType::float64);
+      Array& sum = totals.sums[next++];
+      auto* into = static_cast<double*>(sum.raw());
+      for (std::size_t i = 0; i < sum.size(); ++i) into[i] += value.flat(i);
     }
-  }
 }
 
-Logs Trainer::means(const Compiled& compiled, const Totals& totals) const {
+Logs Trainer::means(Compiled& compiled, Totals& totals) const {
+  if (!totals.results) {
+    std::vector<Tensor> results;
+    for (const Compiled::Logged& logged : compiled.logged) results.push_back(logged.result);
+    totals.results = std::make_unique<Program>(compiled.graph, results);
+  }
+  std::size_t next = 0;
+  for (const Compiled::Logged& logged : compiled.logged)
+    for (const Tensor& placeholder : logged.totals) totals.results->feed(placeholder, totals.sums.at(next++));
+  totals.results->run();
   Logs logs;
-  // Keras's Mean: 0 when nothing counted (a batch of padding only).
-  for (std::size_t v = 0; v < compiled.names.size(); ++v)
-    logs[compiled.names[v]] = totals.counts[v] > 0 ? totals.sums[v] / totals.counts[v] : 0.0;
+  for (const Compiled::Logged& logged : compiled.logged) {
+    const Array value = totals.results->view(logged.result);
+    if (logged.result.rank() == 0)
+      logs[logged.name] = value.flat(0);
+    else
+      for (std::size_t i = 0; i < value.size(); ++i) logs[logged.name + "_" + std::to_string(i)] = value.flat(i);
+  }
   return logs;
 }
 
@@ -395,7 +425,7 @@ class Trainer::Fit {
     bar_.epoch_begin(epoch, options_.epochs_);
     started_ = std::chrono::steady_clock::now();
     order_rows(epoch);
-    totals_ = {};
+    totals_.reset();
     std::int64_t batches_run = 0;
     // As in Keras, stop_training is looked at after each batch: an epoch that starts runs at least one,
     // so its logs are its own even when a callback asked to stop in on_epoch_begin.

@@ -64,15 +64,13 @@ class Trainer : public CompiledState {
   std::shared_ptr<Compiled> compile_for(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
   /// Data checks before any batch runs: counts, equal rows, shapes that fit; converts dtypes.
   void check_data(std::vector<Array>& x, std::vector<Array>& y, const std::string& what) const;
-  /// Each logged value's running total and what it divides by, over the batches of an epoch or evaluation.
-  struct Totals {
-    std::vector<double> sums, counts;
-  };
-  /// One batch through a compiled graph's program; adds each value into `totals` (a batch mean times the
-  /// batch's rows over those rows; a masked metric's total over its kept steps).
+  /// Each logged value's sums over the batches of an epoch or evaluation (trainer.cpp).
+  struct Totals;
+  /// One batch through a compiled graph's program; adds each logged value's statistics into `totals`.
   void run_batch(const Compiled& compiled, Program& program, const std::vector<Array>& x, const std::vector<Array>& y,
                  Totals& totals);
-  Logs means(const Compiled& compiled, const Totals& totals) const;
+  /// The logs of the batches added into `totals` so far.
+  Logs means(Compiled& compiled, Totals& totals) const;
   /// `batch_size`, or the model's fixed batch size (a stateful model's Input({32, ...})) when it has one;
   /// ValueError naming `what` when the rows do not split into batches of it.
   std::int64_t batch_size_for(std::int64_t batch_size, std::int64_t rows, const std::string& what) const;
