@@ -352,6 +352,38 @@ Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred) const {
   return value;
 }
 
+Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) const {
+  if (!sample_weight.valid()) return (*this)(y_true, y_pred);
+  check(y_true.shape(), y_pred.shape());
+  if (!weighable())
+    throw ValueError(describe() + " cannot weigh samples: it has no per-sample form (register a LossClass with "
+                                  "per_step)");
+  const Tensor steps = loss_class_->per_step(y_true, y_pred, arguments_);
+  Tensor weights = sample_weight;
+  if (weights.rank() > steps.rank() ||
+      (weights.rank() == steps.rank() && !detail::shapes_compatible(weights.shape(), steps.shape())))
+    throw ShapeError(describe(), "sample weights must have the shape of the loss of each sample (or fewer axes)",
+                     {{"sample_weight", weights.shape()}, {"loss per sample", steps.shape()}});
+  while (weights.rank() < steps.rank()) weights = ops::expand_dims(weights, -1);
+  const Tensor weighted = steps * weights;
+  if (const Tensor mask = y_pred.graph().mask_of(y_pred); mask.valid()) {
+    if (mask.rank() != steps.rank())
+      throw ShapeError(describe(), "the predictions' mask does not match the loss of each step",
+                       {{"mask", mask.shape()}, {"loss per step", steps.shape()}});
+    return ops::sum(weighted * mask) / ops::add_scalar(ops::sum(mask), keras_epsilon);
+  }
+  // Keras's sum_over_batch_size: the weights scale the losses, and the sum is over the losses' number.
+  return ops::mean(weighted);
+}
+
+bool Loss::classification() const {
+  if (custom()) return false;
+  if (loss_class_->targets == TargetForm::one_hot || loss_class_->targets == TargetForm::class_indices) return true;
+  for (const char* binary : {"BinaryCrossentropy", "BinaryFocalCrossentropy", "Hinge", "SquaredHinge"})
+    if (class_name_ == binary) return true;
+  return false;
+}
+
 namespace detail {
 
 void check_targets(const std::string& who, TargetForm form, const Shape& y_true, const Shape& y_pred) {

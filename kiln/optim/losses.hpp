@@ -82,6 +82,16 @@ class Loss {
   /// y_pred carries a mask (Embedding(mask_zero), Masking, ...), the mean is over the kept steps only:
   /// sum(loss · mask) / (sum(mask) + 1e-7), Keras's formula.
   Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const;
+  /// The loss with each sample (or step) weighed, as Keras's loss(y_true, y_pred, sample_weight):
+  /// sum(loss · weight) / (the number of losses), or, when y_pred carries a mask, sum(loss · weight · mask) /
+  /// (sum(mask) + 1e-7). `sample_weight` has the per-sample loss's shape (y_pred's without its last axis) or
+  /// fewer trailing axes; an invalid one gives operator()(y_true, y_pred). ValueError for a loss without a
+  /// per-sample form (a function of your own), ShapeError for weights that do not fit.
+  Tensor operator()(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) const;
+  /// The loss has a per-sample form, so sample weights can weigh it.
+  bool weighable() const { return !custom() && loss_class_->per_step; }
+  /// The loss compares classes (a crossentropy, a hinge), so class weights mean something to it.
+  bool classification() const;
   /// Throws ShapeError naming the loss and both shapes when targets of `y_true`'s shape cannot be compared
   /// with predictions of `y_pred`'s shape. Unknown (None) dimensions match anything.
   void check(const Shape& y_true, const Shape& y_pred) const;

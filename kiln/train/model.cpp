@@ -28,12 +28,13 @@ Optimizer& optimizer_of(ModelBase& model) { return trainer_of(model).optimizer()
 
 // compile replaces the trainer that evaluate calls on other threads would be using: it takes the model
 // alone, as fit does.
-void compile_model(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> losses, std::vector<Metric> metrics) {
+void compile_model(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> losses, std::vector<Metric> metrics,
+                   std::vector<Metric> weighted_metrics) {
   if (!model.built() && !model.builds_from_data())
     throw LayerStateError(model.describe() + " is not built; give it an Input or build it before compile");
   const ModelBase::Use use = model.use_for_training("compile");
-  model.set_compiled_state(
-      std::make_shared<Trainer>(model, std::move(optimizer), std::move(losses), std::move(metrics)));
+  model.set_compiled_state(std::make_shared<Trainer>(model, std::move(optimizer), std::move(losses), std::move(metrics),
+                                                     std::move(weighted_metrics)));
 }
 
 History fit_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y,
@@ -43,9 +44,9 @@ History fit_model(ModelBase& model, const std::vector<Array>& x, const std::vect
 }
 
 Logs evaluate_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y,
-                    std::int64_t batch_size) {
+                    const EvaluateOptions& options) {
   const ModelBase::Use use = model.use_for_inference("evaluate");
-  return trainer_of(model).evaluate(x, y, batch_size);
+  return trainer_of(model).evaluate(x, y, options);
 }
 
 Logs train_model_on_batch(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y) {

@@ -57,6 +57,34 @@ class FitOptions {
   FitOptions& validation_data(const Array& x, const Array& y) {
     return validation_data(std::vector<Array>{x}, std::vector<Array>{y});
   }
+  /// Validation data with each validation sample's weight (Keras's (x, y, sample_weight) tuple), one array
+  /// per output as sample_weight() takes them.
+  FitOptions& validation_data(std::vector<Array> x, std::vector<Array> y, std::vector<Array> sample_weight) {
+    validation_data(std::move(x), std::move(y));
+    validation_sample_weight_ = std::move(sample_weight);
+    return *this;
+  }
+  /// Each training sample's weight in the loss and in the weighted metrics (compile's weighted_metrics), as
+  /// Keras's: shape (samples,), or (samples, steps) for a sequence output to weigh each step. The loss is
+  /// sum(loss · weight) over the number of losses, Keras's sum_over_batch_size; a weighted metric is the
+  /// weighted mean. Weights must be finite and not negative. validation_split splits them with the data.
+  FitOptions& sample_weight(Array value) {
+    sample_weight_ = {std::move(value)};
+    return *this;
+  }
+  /// One weight array per output, for a model of several outputs.
+  FitOptions& sample_weight(std::vector<Array> values) {
+    sample_weight_ = std::move(values);
+    return *this;
+  }
+  /// Each class's weight (class index -> weight, a class left out weighing 1), made into sample weights from
+  /// the targets as Keras does (the class is the target's arg-max, or the rounded index or 0/1 label). For a
+  /// model of one output trained with a classification loss (a crossentropy or a hinge), and not with
+  /// sample_weight: ValueError otherwise, and for a class the output does not have.
+  FitOptions& class_weight(std::map<std::int64_t, double> value) {
+    class_weight_ = std::move(value);
+    return *this;
+  }
   /// Visit the training rows in a new random order each epoch (default true), seeded by seed() and the
   /// epoch, so a resumed run shuffles as the uninterrupted one would.
   FitOptions& shuffle(bool value) {
@@ -89,12 +117,39 @@ class FitOptions {
   std::int64_t batch_size_ = 32;
   int epochs_ = 1;
   double validation_split_ = 0.0;
-  std::vector<Array> validation_x_, validation_y_;
+  std::vector<Array> validation_x_, validation_y_, validation_sample_weight_;
+  std::vector<Array> sample_weight_;
+  std::map<std::int64_t, double> class_weight_;
   bool shuffle_ = true;
   std::uint64_t seed_ = 0;
   std::vector<CallbackPtr> callbacks_;
   int verbose_ = 1;
   int initial_epoch_ = 0;
+};
+
+/// evaluate()'s arguments, named as Keras's: kiln::EvaluateOptions().batch_size(64).sample_weight(w).
+class EvaluateOptions {
+ public:
+  /// Rows per batch (default 32); must be positive.
+  EvaluateOptions& batch_size(std::int64_t value) {
+    batch_size_ = value;
+    return *this;
+  }
+  /// Each sample's weight in the loss and the weighted metrics, as FitOptions::sample_weight.
+  EvaluateOptions& sample_weight(Array value) {
+    sample_weight_ = {std::move(value)};
+    return *this;
+  }
+  /// One weight array per output.
+  EvaluateOptions& sample_weight(std::vector<Array> values) {
+    sample_weight_ = std::move(values);
+    return *this;
+  }
+
+ private:
+  friend class Trainer;
+  std::int64_t batch_size_ = 32;
+  std::vector<Array> sample_weight_;
 };
 
 /// Every epoch's logs: history["loss"][e], history["val_mae"][e], ...
@@ -114,11 +169,12 @@ namespace detail {
 /// The trainer compile() attached to `model`; LayerStateError naming the model when it was not compiled.
 Trainer& trainer_of(ModelBase& model);
 Optimizer& optimizer_of(ModelBase& model);
-void compile_model(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> losses, std::vector<Metric> metrics);
+void compile_model(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> losses, std::vector<Metric> metrics,
+                   std::vector<Metric> weighted_metrics = {});
 History fit_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y,
                   const FitOptions& options);
 Logs evaluate_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y,
-                    std::int64_t batch_size);
+                    const EvaluateOptions& options);
 Logs train_model_on_batch(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y);
 Logs test_model_on_batch(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y);
 int epochs_trained(ModelBase& model);
@@ -140,19 +196,24 @@ class TrainableModel : public ModelHandle<M> {
   using ModelHandle<M>::ModelHandle;
 
   /// The optimizer by name ("adam") with its defaults, or an object (kiln::create_optimizer("adam", config)).
-  void compile(const std::string& optimizer, const Loss& loss, const std::vector<Metric>& metrics = {}) const {
-    detail::compile_model(*this->layer_, create_optimizer(optimizer), {loss}, metrics);
+  void compile(const std::string& optimizer, const Loss& loss, const std::vector<Metric>& metrics = {},
+               const std::vector<Metric>& weighted_metrics = {}) const {
+    detail::compile_model(*this->layer_, create_optimizer(optimizer), {loss}, metrics, weighted_metrics);
   }
   /// Attaches the optimizer, `loss` (applied to every output) and `metrics` (logged by name, prefixed
   /// `output_<k>_` when the model has several outputs) for training. Compiling again starts afresh: a new
   /// optimizer state and epochs_trained() 0. LayerStateError when the model is not built and cannot build
   /// from data; ValueError for a null optimizer.
-  void compile(OptimizerPtr optimizer, const Loss& loss, const std::vector<Metric>& metrics = {}) const {
-    detail::compile_model(*this->layer_, std::move(optimizer), {loss}, metrics);
+  void compile(OptimizerPtr optimizer, const Loss& loss, const std::vector<Metric>& metrics = {},
+               const std::vector<Metric>& weighted_metrics = {}) const {
+    detail::compile_model(*this->layer_, std::move(optimizer), {loss}, metrics, weighted_metrics);
   }
   /// One loss per output (or one for all); the logged "loss" is their sum. ValueError for another count.
-  void compile(OptimizerPtr optimizer, const std::vector<Loss>& losses, const std::vector<Metric>& metrics) const {
-    detail::compile_model(*this->layer_, std::move(optimizer), losses, metrics);
+  /// `weighted_metrics`, as Keras's, are weighed by fit's and evaluate's sample or class weights (the plain
+  /// metrics are not); each is logged under its name, or weighted_<name> when a plain metric has that name.
+  void compile(OptimizerPtr optimizer, const std::vector<Loss>& losses, const std::vector<Metric>& metrics,
+               const std::vector<Metric>& weighted_metrics = {}) const {
+    detail::compile_model(*this->layer_, std::move(optimizer), losses, metrics, weighted_metrics);
   }
   /// Trains on rows of `x` against `y` and returns every epoch's logs. Everything is checked before the first
   /// step: LayerStateError when not compiled, ValueError or ShapeError for data that does not fit the model
@@ -169,11 +230,19 @@ class TrainableModel : public ModelHandle<M> {
   /// `batch_size` (default 32; ValueError when not positive). Leaves the weights and the optimizer as they
   /// are; LayerStateError when not compiled. Several threads may evaluate at once.
   Logs evaluate(const Array& x, const Array& y, std::int64_t batch_size = 32) const {
-    return detail::evaluate_model(*this->layer_, {x}, {y}, batch_size);
+    return detail::evaluate_model(*this->layer_, {x}, {y}, EvaluateOptions().batch_size(batch_size));
   }
   /// For several inputs or outputs: one array per input in `x`, one per output in `y`.
   Logs evaluate(const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size = 32) const {
-    return detail::evaluate_model(*this->layer_, x, y, batch_size);
+    return detail::evaluate_model(*this->layer_, x, y, EvaluateOptions().batch_size(batch_size));
+  }
+  /// With Keras's other arguments: sample weights.
+  Logs evaluate(const Array& x, const Array& y, const EvaluateOptions& options) const {
+    return detail::evaluate_model(*this->layer_, {x}, {y}, options);
+  }
+  /// With Keras's other arguments, for several inputs or outputs.
+  Logs evaluate(const std::vector<Array>& x, const std::vector<Array>& y, const EvaluateOptions& options) const {
+    return detail::evaluate_model(*this->layer_, x, y, options);
   }
   /// One training step on all of `x` and `y` as a single batch; returns its loss and metrics, computed
   /// before the step's update. No callbacks run and epochs_trained() does not change.

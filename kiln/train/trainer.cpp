@@ -17,6 +17,7 @@
 #include <kiln/layers/model.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/train/data.hpp>
+#include <kiln/train/detail/sample_weights.hpp>
 #include <kiln/train/model.hpp>
 #include <kiln/train/progress.hpp>
 
@@ -25,6 +26,7 @@ namespace kiln {
 struct Trainer::Compiled {
   Graph graph;
   std::vector<Tensor> inputs, targets;
+  std::vector<Tensor> sample_weights;  // one per output, or none: a graph without weights
   /// The loss or a metric, as fit logs it: its batch's sums, and its value from their totals.
   struct Logged {
     std::string name;
@@ -94,8 +96,13 @@ Array batch_buffer(const Array& source, std::int64_t batch_size) {
 
 }  // namespace
 
-Trainer::Trainer(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> losses, std::vector<Metric> metrics)
-    : model_(model), optimizer_(std::move(optimizer)), losses_(std::move(losses)), metrics_(std::move(metrics)) {
+Trainer::Trainer(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> losses, std::vector<Metric> metrics,
+                 std::vector<Metric> weighted_metrics)
+    : model_(model),
+      optimizer_(std::move(optimizer)),
+      losses_(std::move(losses)),
+      metrics_(std::move(metrics)),
+      weighted_metrics_(std::move(weighted_metrics)) {
   if (!optimizer_) throw ValueError(model_.describe() + ": compile needs an optimizer");
   if (losses_.empty()) throw ValueError(model_.describe() + ": compile needs a loss");
   if (losses_.size() != 1 && losses_.size() != model_.num_outputs())
@@ -147,10 +154,16 @@ void Trainer::check_data(std::vector<Array>& x, std::vector<Array>& y, const std
   }
 }
 
+std::vector<Array> Trainer::check_weights(const std::vector<Array>& w, const std::vector<Array>& y,
+                                          const std::string& what) const {
+  return detail::checked_sample_weights(w, y, model_.model_output_shapes(), model_.input_dtypes().at(0),
+                                        model_.describe() + "." + what);
+}
+
 // ---- steps ------------------------------------------------------------------------------------------------------
 
 std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>& x, const std::vector<Array>& y,
-                                                        bool training) {
+                                                        const std::vector<Array>& w, bool training) {
   auto compiled = std::make_shared<Compiled>();
   compiled->training = training;
   // The model's own input shapes: unknown batch and lengths stay unknown (a fixed batch, a stateful model's,
@@ -164,13 +177,30 @@ std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>
   for (std::size_t k = 0; k < outputs.size(); ++k) {
     const Tensor target = compiled->graph.placeholder(target_shape(y[k], outputs[k].shape()), outputs[k].dtype(), "y");
     compiled->targets.push_back(target);
+    Tensor weights;
+    if (!w.empty()) {
+      weights = compiled->graph.placeholder(target_shape(w[k], outputs[k].shape()), outputs[k].dtype(), "sample_weight");
+      compiled->sample_weights.push_back(weights);
+    }
     const Loss& loss = losses_.size() == 1 ? losses_[0] : losses_[k];
-    const Tensor value = loss(target, outputs[k]);
+    const Tensor value = loss(target, outputs[k], weights);
     total = total.valid() ? total + value : value;
     const std::string prefix = outputs.size() > 1 ? "output_" + std::to_string(k) + "_" : "";
     for (const Metric& metric : metrics_) {
       const Metric resolved = metric.resolve(target.shape(), outputs[k].shape());
       metric_sums.emplace_back(prefix + metric.name(), resolved.accumulated(target, outputs[k]));
+    }
+  }
+  // Keras names a weighted metric as the metric, or weighted_<name> when a plain one has that name.
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    const std::string prefix = outputs.size() > 1 ? "output_" + std::to_string(k) + "_" : "";
+    for (const Metric& metric : weighted_metrics_) {
+      std::string name = prefix + metric.name();
+      for (const auto& taken : metric_sums)
+        if (taken.first == name) name = prefix + "weighted_" + metric.name();
+      const Metric resolved = metric.resolve(compiled->targets[k].shape(), outputs[k].shape());
+      metric_sums.emplace_back(name, resolved.accumulated(compiled->targets[k], outputs[k],
+                                                          w.empty() ? Tensor() : compiled->sample_weights[k]));
     }
   }
   // Keras's model.losses join the loss minimized and reported: each trainable weight's regularizer, and the
@@ -228,21 +258,24 @@ std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>
 }
 
 std::shared_ptr<Trainer::Compiled> Trainer::compiled_for(const std::vector<Array>& x, const std::vector<Array>& y,
-                                                         bool training) {
+                                                         const std::vector<Array>& w, bool training) {
   std::lock_guard<std::mutex> lock(steps_mutex_);
   std::shared_ptr<Compiled>& compiled = training ? training_ : evaluation_;
   bool fits = compiled != nullptr;
   // From axis 1: the batch is checked per batch (a fixed one, a stateful model's, by the feed).
   for (std::size_t k = 0; fits && k < y.size(); ++k) fits = compiled->targets[k].shape().accepts(y[k].shape(), 1);
   for (std::size_t i = 0; fits && i < x.size(); ++i) fits = compiled->inputs[i].dtype() == x[i].dtype();
-  if (!fits) compiled = compile_for(x, y, training);
+  fits = fits && compiled->sample_weights.size() == w.size();
+  for (std::size_t k = 0; fits && k < w.size(); ++k) fits = compiled->sample_weights[k].shape().accepts(w[k].shape(), 1);
+  if (!fits) compiled = compile_for(x, y, w, training);
   return compiled;
 }
 
 void Trainer::run_batch(const Compiled& compiled, Program& program, const std::vector<Array>& x,
-                        const std::vector<Array>& y, Totals& totals) {
+                        const std::vector<Array>& y, const std::vector<Array>& w, Totals& totals) {
   for (std::size_t i = 0; i < x.size(); ++i) program.feed(compiled.inputs[i], x[i]);
   for (std::size_t k = 0; k < y.size(); ++k) program.feed(compiled.targets[k], y[k]);
+  for (std::size_t k = 0; k < w.size(); ++k) program.feed(compiled.sample_weights[k], w[k]);
   if (compiled.training) {
     optimizer_->prepare_step();
     // Per-step randomness (dropout) is keyed by the optimizer's iteration count, which is saved with
@@ -294,16 +327,18 @@ Logs Trainer::one_batch(const std::vector<Array>& x_given, const std::vector<Arr
   std::vector<Array> x = x_given, y = y_given;
   check_data(x, y, training ? "train_on_batch" : "test_on_batch");
   Totals totals;
-  const std::shared_ptr<Compiled> compiled = compiled_for(x, y, training);
+  const std::shared_ptr<Compiled> compiled = compiled_for(x, y, {}, training);
   const detail::ProgramPool::Lease program = compiled->programs->lease(num_rows(x));
-  run_batch(*compiled, *program, x, y, totals);
+  run_batch(*compiled, *program, x, y, {}, totals);
   return means(*compiled, totals);
 }
 
-Logs Trainer::evaluate(const std::vector<Array>& x_given, const std::vector<Array>& y_given, std::int64_t batch_size) {
+Logs Trainer::evaluate(const std::vector<Array>& x_given, const std::vector<Array>& y_given,
+                       const EvaluateOptions& options) {
   std::vector<Array> x = x_given, y = y_given;
   check_data(x, y, "evaluate");
-  return evaluate_checked(x, y, batch_size);
+  const std::vector<Array> w = check_weights(options.sample_weight_, y, "evaluate");
+  return evaluate_checked(x, y, w, options.batch_size_);
 }
 
 std::int64_t Trainer::batch_size_for(std::int64_t batch_size, std::int64_t rows, const std::string& what) const {
@@ -316,20 +351,22 @@ std::int64_t Trainer::batch_size_for(std::int64_t batch_size, std::int64_t rows,
   return fixed;
 }
 
-Logs Trainer::evaluate_checked(const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size) {
+Logs Trainer::evaluate_checked(const std::vector<Array>& x, const std::vector<Array>& y, const std::vector<Array>& w,
+                              std::int64_t batch_size) {
   if (batch_size <= 0)
     throw ValueError(model_.describe() + ": batch_size must be positive, got " + std::to_string(batch_size));
   const std::int64_t rows = num_rows(x);
   batch_size = batch_size_for(batch_size, rows, "evaluate");
-  const std::shared_ptr<Compiled> compiled = compiled_for(x, y, false);
+  const std::shared_ptr<Compiled> compiled = compiled_for(x, y, w, false);
   const detail::ProgramPool::Lease program = compiled->programs->lease(std::min(batch_size, rows));
   Totals totals;
-  std::vector<Array> batch_x(x.size()), batch_y(y.size());
+  std::vector<Array> batch_x(x.size()), batch_y(y.size()), batch_w(w.size());
   for (std::int64_t start = 0; start < rows; start += batch_size) {
     const std::int64_t count = std::min(batch_size, rows - start);
     for (std::size_t i = 0; i < x.size(); ++i) batch_x[i] = x[i].rows(start, count);
     for (std::size_t k = 0; k < y.size(); ++k) batch_y[k] = y[k].rows(start, count);
-    run_batch(*compiled, *program, batch_x, batch_y, totals);
+    for (std::size_t k = 0; k < w.size(); ++k) batch_w[k] = w[k].rows(start, count);
+    run_batch(*compiled, *program, batch_x, batch_y, batch_w, totals);
   }
   return means(*compiled, totals);
 }
@@ -340,16 +377,18 @@ Logs Trainer::evaluate_checked(const std::vector<Array>& x, const std::vector<Ar
 // the callbacks' state and the history, stepped through epochs and batches.
 class Trainer::Fit {
  public:
-  Fit(Trainer& trainer, std::vector<Array> x, std::vector<Array> y, const FitOptions& options)
+  Fit(Trainer& trainer, std::vector<Array> x, std::vector<Array> y, std::vector<Array> w, const FitOptions& options)
       : trainer_(trainer),
         options_(options),
         x_(std::move(x)),
         y_(std::move(y)),
+        w_(std::move(w)),
         bar_(std::cout, options.verbose_, ProgressBar::stdout_is_terminal()) {}
 
   History run() {
     check_options();
     split_validation();
+    weigh_classes();
     prepare();
     for (const CallbackPtr& callback : options_.callbacks_) callback->on_train_begin(state_);
     for (int epoch = options_.initial_epoch_; epoch < options_.epochs_ && !state_.stop_training; ++epoch)
@@ -378,6 +417,7 @@ class Trainer::Fit {
     val_y_ = options_.validation_y_;
     if (!val_x_.empty() || !val_y_.empty()) {
       trainer_.check_data(val_x_, val_y_, "fit validation_data");
+      val_w_ = trainer_.check_weights(options_.validation_sample_weight_, val_y_, "fit validation_data");
       return;
     }
     if (options_.validation_split_ <= 0.0) return;
@@ -395,6 +435,18 @@ class Trainer::Fit {
     };
     split(x_, val_x_);
     split(y_, val_y_);
+    split(w_, val_w_);
+  }
+
+  // class_weight as sample weights of the training rows (Keras leaves validation rows unweighted by it).
+  void weigh_classes() {
+    if (options_.class_weight_.empty()) return;
+    if (!options_.sample_weight_.empty())
+      throw ValueError(who() + ": class_weight and sample_weight cannot be given together");
+    if (y_.size() != 1) throw ValueError(who() + ": class_weight is only supported for models with a single output");
+    const Loss& loss = trainer_.losses_[0];
+    w_ = {detail::class_sample_weights(options_.class_weight_, y_[0], trainer_.model_.model_output_shapes()[0], loss,
+                                       who())};
   }
 
   // The training graph's program and the buffers a shuffled batch is gathered into: made once, so a
@@ -408,13 +460,15 @@ class Trainer::Fit {
     state_.epochs = options_.epochs_;
     state_.steps_per_epoch = steps_;
     state_.verbose = options_.verbose_;
-    compiled_ = trainer_.compiled_for(x_, y_, true);
+    compiled_ = trainer_.compiled_for(x_, y_, w_, true);
     program_ = std::make_unique<detail::ProgramPool::Lease>(compiled_->programs->lease(batch_size_));
     for (const Array& array : x_) buffers_x_.push_back(batch_buffer(array, batch_size_));
     for (const Array& array : y_) buffers_y_.push_back(batch_buffer(array, batch_size_));
+    for (const Array& array : w_) buffers_w_.push_back(batch_buffer(array, batch_size_));
     order_.resize(static_cast<std::size_t>(rows_));
     batch_x_.resize(x_.size());
     batch_y_.resize(y_.size());
+    batch_w_.resize(w_.size());
     terminates_on_nan_ = std::any_of(options_.callbacks_.begin(), options_.callbacks_.end(), [](const CallbackPtr& c) {
       return dynamic_cast<const TerminateOnNaN*>(c.get()) != nullptr;
     });
@@ -460,7 +514,8 @@ class Trainer::Fit {
     };
     gather(x_, buffers_x_, batch_x_);
     gather(y_, buffers_y_, batch_y_);
-    trainer_.run_batch(*compiled_, **program_, batch_x_, batch_y_, totals_);
+    gather(w_, buffers_w_, batch_w_);
+    trainer_.run_batch(*compiled_, **program_, batch_x_, batch_y_, batch_w_, totals_);
     logs_ = trainer_.means(*compiled_, totals_);
     bar_.update(batch + 1, steps_, logs_, seconds_since_start());
     warn_if_not_finite(epoch, batch);
@@ -477,7 +532,7 @@ class Trainer::Fit {
 
   void add_validation() {
     if (val_x_.empty()) return;
-    const Logs validation = trainer_.evaluate_checked(val_x_, val_y_, options_.batch_size_);
+    const Logs validation = trainer_.evaluate_checked(val_x_, val_y_, val_w_, options_.batch_size_);
     for (const auto& [name, value] : validation) logs_["val_" + name] = value;
   }
 
@@ -487,14 +542,14 @@ class Trainer::Fit {
 
   Trainer& trainer_;
   const FitOptions& options_;
-  std::vector<Array> x_, y_, val_x_, val_y_;
+  std::vector<Array> x_, y_, w_, val_x_, val_y_, val_w_;
   std::int64_t rows_ = 0, batch_size_ = 0, steps_ = 0;
   TrainingState state_;
   ProgressBar bar_;
   History history_;
   std::shared_ptr<Compiled> compiled_;
   std::unique_ptr<detail::ProgramPool::Lease> program_;
-  std::vector<Array> buffers_x_, buffers_y_, batch_x_, batch_y_;
+  std::vector<Array> buffers_x_, buffers_y_, buffers_w_, batch_x_, batch_y_, batch_w_;
   std::vector<std::int64_t> order_;
   Totals totals_;
   std::chrono::steady_clock::time_point started_;
@@ -506,7 +561,8 @@ class Trainer::Fit {
 History Trainer::fit(const std::vector<Array>& x_given, const std::vector<Array>& y_given, const FitOptions& options) {
   std::vector<Array> x = x_given, y = y_given;
   check_data(x, y, "fit");
-  return Fit(*this, std::move(x), std::move(y), options).run();
+  std::vector<Array> w = check_weights(options.sample_weight_, y, "fit");
+  return Fit(*this, std::move(x), std::move(y), std::move(w), options).run();
 }
 
 }  // namespace kiln

@@ -17,6 +17,7 @@
 
 namespace kiln {
 
+class EvaluateOptions;
 class FitOptions;
 class Program;
 struct History;
@@ -28,13 +29,14 @@ class Trainer : public CompiledState {
  public:
   /// For `model`, which must outlive it (the model owns it). ValueError for a null optimizer, no loss, or a
   /// number of losses other than 1 or the model's number of outputs.
-  Trainer(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> losses, std::vector<Metric> metrics);
+  Trainer(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> losses, std::vector<Metric> metrics,
+          std::vector<Metric> weighted_metrics = {});
   ~Trainer() override;
 
   /// TrainableModel::fit without the thread check.
   History fit(const std::vector<Array>& x, const std::vector<Array>& y, const FitOptions& options);
   /// TrainableModel::evaluate without the thread check.
-  Logs evaluate(const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size);
+  Logs evaluate(const std::vector<Array>& x, const std::vector<Array>& y, const EvaluateOptions& options);
   /// TrainableModel::train_on_batch without the thread check.
   Logs train_on_batch(const std::vector<Array>& x, const std::vector<Array>& y);
   /// TrainableModel::test_on_batch without the thread check.
@@ -46,6 +48,8 @@ class Trainer : public CompiledState {
   const std::vector<Loss>& losses() const { return losses_; }
   /// The metrics compile() was given, computed for every output.
   const std::vector<Metric>& metrics() const { return metrics_; }
+  /// The metrics weighed by sample and class weights (compile's weighted_metrics).
+  const std::vector<Metric>& weighted_metrics() const { return weighted_metrics_; }
   /// Epochs finished by fit() (counted from initial_epoch), saved with the model so a reloaded run knows
   /// where to resume: fit(..., FitOptions().initial_epoch(model.epochs_trained())).
   int epochs_trained() const { return epochs_trained_; }
@@ -60,27 +64,34 @@ class Trainer : public CompiledState {
   /// The compiled graph for targets of these row shapes, made when none fits. Evaluation runs on several
   /// threads at once (each with a Program of its own from the graph's pool); a graph replaced for other
   /// shapes lives on for the callers that hold it.
-  std::shared_ptr<Compiled> compiled_for(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
-  std::shared_ptr<Compiled> compile_for(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
+  /// `w` holds the sample weights, one array per output, or nothing.
+  std::shared_ptr<Compiled> compiled_for(const std::vector<Array>& x, const std::vector<Array>& y,
+                                         const std::vector<Array>& w, bool training);
+  std::shared_ptr<Compiled> compile_for(const std::vector<Array>& x, const std::vector<Array>& y,
+                                        const std::vector<Array>& w, bool training);
   /// Data checks before any batch runs: counts, equal rows, shapes that fit; converts dtypes.
   void check_data(std::vector<Array>& x, std::vector<Array>& y, const std::string& what) const;
+  /// The sample weights checked against checked data and made the model's dtype (sample_weights.cpp).
+  std::vector<Array> check_weights(const std::vector<Array>& w, const std::vector<Array>& y,
+                                   const std::string& what) const;
   /// Each logged value's sums over the batches of an epoch or evaluation (trainer.cpp).
   struct Totals;
   /// One batch through a compiled graph's program; adds each logged value's statistics into `totals`.
   void run_batch(const Compiled& compiled, Program& program, const std::vector<Array>& x, const std::vector<Array>& y,
-                 Totals& totals);
+                 const std::vector<Array>& w, Totals& totals);
   /// The logs of the batches added into `totals` so far.
   Logs means(Compiled& compiled, Totals& totals) const;
   /// `batch_size`, or the model's fixed batch size (a stateful model's Input({32, ...})) when it has one;
   /// ValueError naming `what` when the rows do not split into batches of it.
   std::int64_t batch_size_for(std::int64_t batch_size, std::int64_t rows, const std::string& what) const;
   Logs one_batch(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
-  Logs evaluate_checked(const std::vector<Array>& x, const std::vector<Array>& y, std::int64_t batch_size);
+  Logs evaluate_checked(const std::vector<Array>& x, const std::vector<Array>& y, const std::vector<Array>& w,
+                        std::int64_t batch_size);
 
   ModelBase& model_;
   OptimizerPtr optimizer_;
   std::vector<Loss> losses_;
-  std::vector<Metric> metrics_;
+  std::vector<Metric> metrics_, weighted_metrics_;
   std::mutex steps_mutex_;
   std::shared_ptr<Compiled> training_, evaluation_;
   int epochs_trained_ = 0;

@@ -309,15 +309,16 @@ Config import_optimizer(const Config& optimizer, const std::string& where) {
 Config import_keras_compile_config(const Config& keras, const std::string& where) {
   const Config given = without_python_keys(keras);
   if (!given.is_map()) throw ConfigError(where + ": a compile config is a map, got " + given.to_string());
-  for (const char* unsupported : {"loss_weights", "weighted_metrics"})
-    if (const Config* value = given.find(unsupported); value != nullptr && !value->is_null())
-      throw ConfigError(where + ": " + unsupported + " " + value->to_string() + " is not supported by kiln");
+  if (const Config* value = given.find("loss_weights"); value != nullptr && !value->is_null())
+    throw ConfigError(where + ": loss_weights " + value->to_string() + " is not supported by kiln");
   const Config* optimizer = given.find("optimizer");
   if (optimizer == nullptr) optimizer = given.find("optimizer_config");
   if (optimizer == nullptr) throw ConfigError(where + ": the compile config names no optimizer");
   Config compiled = {{"optimizer", import_optimizer(*optimizer, where)}, {"loss", given.at("loss")}};
   if (const Config* metrics = given.find("metrics"); metrics != nullptr && !metrics->is_null())
     compiled.set("metrics", *metrics);
+  if (const Config* weighted = given.find("weighted_metrics"); weighted != nullptr && !weighted->is_null())
+    compiled.set("weighted_metrics", *weighted);
   return compiled;
 }
 

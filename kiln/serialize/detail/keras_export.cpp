@@ -381,9 +381,12 @@ std::vector<LayerPtr> keras_layer_order(const ModelBase& model) {
 }
 
 Config export_keras_compile_config(const Config& compile_config) {
-  Config metrics = Config::list();
-  if (const Config* given = compile_config.find("metrics"); given != nullptr && given->is_list())
-    for (const Config& metric : given->as_list()) metrics.push_back(keras_object(metric, "keras.metrics"));
+  auto metrics_of = [&](const std::string& key) {
+    Config metrics = Config::list();
+    if (const Config* given = compile_config.find(key); given != nullptr && given->is_list())
+      for (const Config& metric : given->as_list()) metrics.push_back(keras_object(metric, "keras.metrics"));
+    return metrics.size() > 0 ? metrics : Config();
+  };
   Config loss = compile_config.at("loss");
   if (loss.is_list()) {
     Config list = Config::list();
@@ -397,10 +400,14 @@ Config export_keras_compile_config(const Config& compile_config) {
     if (const Config* rate = optimizer.at("config").find("learning_rate"); rate != nullptr && rate->is_map())
       optimizer.set("config",
                     optimizer.at("config").with("learning_rate", keras_object(*rate, "keras.optimizers.schedules")));
-  return {{"optimizer", optimizer},       {"loss", loss},
-          {"loss_weights", Config()},     {"metrics", metrics.size() > 0 ? metrics : Config()},
-          {"weighted_metrics", Config()}, {"run_eagerly", false},
-          {"steps_per_execution", 1},     {"jit_compile", false}};
+  return {{"optimizer", optimizer},
+          {"loss", loss},
+          {"loss_weights", Config()},
+          {"metrics", metrics_of("metrics")},
+          {"weighted_metrics", metrics_of("weighted_metrics")},
+          {"run_eagerly", false},
+          {"steps_per_execution", 1},
+          {"jit_compile", false}};
 }
 
 }  // namespace kiln::detail

@@ -63,7 +63,11 @@ void compile_from(ModelBase& model, const Config& config) {
   std::vector<Metric> metrics;
   if (const Config* given = config.find("metrics"); given && !given->is_null())
     for (const Config& metric : given->as_list("key 'metrics'")) metrics.push_back(Metric::from_config(metric));
-  detail::compile_model(model, std::move(optimizer), std::move(losses), std::move(metrics));
+  std::vector<Metric> weighted_metrics;
+  if (const Config* given = config.find("weighted_metrics"); given && !given->is_null())
+    for (const Config& metric : given->as_list("key 'weighted_metrics'"))
+      weighted_metrics.push_back(Metric::from_config(metric));
+  detail::compile_model(model, std::move(optimizer), std::move(losses), std::move(metrics), std::move(weighted_metrics));
 }
 
 Config compile_config(const ModelBase& model) {
@@ -76,11 +80,17 @@ Config compile_config(const ModelBase& model) {
   }
   Config metrics = Config::list();
   for (const Metric& metric : trainer->metrics()) metrics.push_back(metric.serialize());
+  Config weighted_metrics;  // null when none, as Keras writes it
+  for (const Metric& metric : trainer->weighted_metrics()) {
+    if (weighted_metrics.is_null()) weighted_metrics = Config::list();
+    weighted_metrics.push_back(metric.serialize());
+  }
   Config loss = losses.size() == 1 ? losses.as_list().front() : losses;
   return Config{{"optimizer", trainer->optimizer().serialize()},
                 {"loss", loss},
                 {"loss_weights", Config()},
-                {"metrics", metrics}};
+                {"metrics", metrics},
+                {"weighted_metrics", weighted_metrics}};
 }
 
 }  // namespace kiln::detail
