@@ -76,4 +76,13 @@ class SerializationError : public Error {
   explicit SerializationError(const std::string& message) : Error(message) {}
 };
 
+/// A dataset's source failed while it was read: a generator threw, a file changed its column count, an
+/// element changed shape. The message names the element (the batch, in fit) and the cause; the original
+/// exception is nested (std::rethrow_if_nested reaches it).
+class DatasetError : public Error {
+ public:
+  /// An error whose what() is `message`.
+  explicit DatasetError(const std::string& message) : Error(message) {}
+};
+
 }  // namespace kiln

@@ -19,6 +19,7 @@
 #include <kiln/core/names.hpp>
 #include <kiln/core/rng.hpp>
 #include <kiln/core/shape.hpp>
+#include <kiln/train/detail/csv_stream.hpp>
 
 namespace kiln {
 
@@ -267,10 +268,40 @@ class ColumnChoice {
   std::vector<std::size_t> list_;
 };
 
+std::vector<std::size_t> label_columns(const FileColumns& columns, const CsvOptions& options, const std::string& path) {
+  if (!options.label_names.empty() && !columns.has_header())
+    throw ConfigError(path + ": labels are chosen by name, but the file has no header; use CsvOptions::label_indices");
+  std::vector<std::size_t> labels;
+  for (const std::string& name : options.label_names) labels.push_back(column_by_name(name, columns, path));
+  for (std::int64_t index : options.label_indices) labels.push_back(column_by_index(index, columns, path));
+  if (options.skip_index_column && std::find(labels.begin(), labels.end(), 0) != labels.end())
+    throw ConfigError(path + ": column 0 ('" + columns.name(0) + "') is a label, but skip_index_column says it is an index");
+  return labels;
+}
+
+// The feature columns, then the label columns (CsvTable splits them after reading).
 ColumnChoice chosen_columns(const FileColumns& columns, const CsvOptions& options, const std::string& path) {
   if (!options.column_names.empty() && !columns.has_header())
     throw ConfigError(path +
                       ": columns are chosen by name, but the file has no header; use CsvOptions::column_indices");
+  const std::vector<std::size_t> labels = label_columns(columns, options, path);
+  if (!labels.empty()) {
+    std::vector<std::size_t> chosen;
+    if (options.column_names.empty() && options.column_indices.empty()) {
+      for (std::size_t column = options.skip_index_column ? 1 : 0; column < columns.count(); ++column)
+        if (std::find(labels.begin(), labels.end(), column) == labels.end()) chosen.push_back(column);
+    } else {
+      chosen = chosen_columns(columns, [&] {
+                 CsvOptions features = options;
+                 features.label_names.clear();
+                 features.label_indices.clear();
+                 return features;
+               }(), path).list();
+    }
+    if (chosen.empty()) throw ValueError(path + ": no feature columns are left besides the labels");
+    chosen.insert(chosen.end(), labels.begin(), labels.end());
+    return ColumnChoice(std::move(chosen));
+  }
   if (options.column_names.empty() && options.column_indices.empty()) {
     const std::size_t first = options.skip_index_column ? 1 : 0;
     if (first >= columns.count()) throw ValueError(path + ": no columns left to read after skipping the index column");
@@ -290,6 +321,8 @@ void check_options(const CsvOptions& options, const std::string& path) {
     throw ConfigError("read_csv('" + path + "'): the delimiter cannot be a quote or a line break");
   if (!options.column_names.empty() && !options.column_indices.empty())
     throw ConfigError("read_csv('" + path + "'): choose columns by name or by index, not both");
+  if (!options.label_names.empty() && !options.label_indices.empty())
+    throw ConfigError("read_csv('" + path + "'): choose labels by name or by index, not both");
   if (options.skip_rows < 0)
     throw ConfigError("read_csv('" + path + "'): skip_rows must not be negative, got " + std::to_string(options.skip_rows));
   if (options.comment != '\0' && (options.comment == options.delimiter || options.comment == '"' ||
@@ -380,6 +413,13 @@ class RowReader {
   }
 
   void read(const CsvLine& line, ValueSink& values) {
+    const std::size_t base = values.grow(columns_.size());
+    read_into(line, [&](std::size_t slot, double value) { values.set(base + slot, value); });
+  }
+
+  // The row's chosen values, each given to set(slot, value).
+  template <class Set>
+  void read_into(const CsvLine& line, Set set) {
     const std::string where = location(parser_.path, line.number);
     const std::size_t fields = parser_.columns.count();
     // Counted before any field is parsed, so a ragged row is reported as such, not by its first odd field.
@@ -388,17 +428,16 @@ class RowReader {
     if (count != fields)
       throw ValueError(where + ": " + std::to_string(count) + " fields, but line " + std::to_string(first_line_) +
                        " has " + std::to_string(fields));
-    const std::size_t base = values.grow(columns_.size());
     std::size_t next = 0;  // into by_column_
     for_each_field(line.text, parser_.options.delimiter, where, scratch_,
                    [&](std::string_view field, std::size_t column) {
                      if (columns_.is_run()) {
                        if (column >= columns_.first() && column - columns_.first() < columns_.size())
-                         values.set(base + column - columns_.first(), parser_.parse(field, line.number, column));
+                         set(column - columns_.first(), parser_.parse(field, line.number, column));
                        return;
                      }
                      for (; next < by_column_.size() && by_column_[next].first == column; ++next)
-                       values.set(base + by_column_[next].second, parser_.parse(field, line.number, column));
+                       set(by_column_[next].second, parser_.parse(field, line.number, column));
                    });
   }
 
@@ -412,18 +451,34 @@ class RowReader {
   std::string scratch_;
 };
 
+// The first line of a file, read as a header or kept as the first row.
+struct FileStart {
+  CsvLine line;
+  bool has_header = false;
+  FileColumns columns{{}, 0};
+};
+
+FileStart read_start(CsvLineReader& reader, const std::string& path, const CsvOptions& options) {
+  FileStart start;
+  if (!reader.next(start.line)) throw ValueError(path + ": the file is empty");
+  std::string scratch;
+  const std::size_t fields = for_each_field(start.line.text, options.delimiter, location(path, start.line.number),
+                                            scratch, [](std::string_view, std::size_t) {});
+  start.has_header = first_line_is_header(start.line, fields, options, path);
+  start.columns =
+      FileColumns(start.has_header ? split_fields(start.line, options.delimiter, path) : std::vector<std::string>{},
+                  fields);
+  return start;
+}
+
 // read_csv without the column names when `names` is null.
 Array read_values(const std::string& path, const CsvOptions& options, std::vector<std::string>* names) {
   check_options(options, path);
   CsvLineReader reader(path, options);
-  CsvLine line;
-  if (!reader.next(line)) throw ValueError(path + ": the file is empty");
-  std::string scratch;
-  const std::size_t fields = for_each_field(line.text, options.delimiter, location(path, line.number), scratch,
-                                            [](std::string_view, std::size_t) {});
-  const bool has_header = first_line_is_header(line, fields, options, path);
-  const FileColumns columns(has_header ? split_fields(line, options.delimiter, path) : std::vector<std::string>{},
-                            fields);
+  FileStart start = read_start(reader, path, options);
+  CsvLine& line = start.line;
+  const bool has_header = start.has_header;
+  const FileColumns& columns = start.columns;
   const ValueParser parser{path, columns, options};
   RowReader rows(parser, chosen_columns(columns, options, path), line.number);
 
@@ -442,15 +497,75 @@ Array read_values(const std::string& path, const CsvOptions& options, std::vecto
   return values.to_array(count, static_cast<std::int64_t>(rows.columns().size()));
 }
 
+// Columns [first, first + count) of a (rows, columns) array.
+Array column_range(const Array& values, std::int64_t first, std::int64_t count) {
+  const std::int64_t rows = values.shape()[0], width = values.shape()[1];
+  Array part(Shape{rows, count}, values.dtype());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < count; ++c)
+      part.set_flat(static_cast<std::size_t>(r * count + c), values.flat(static_cast<std::size_t>(r * width + first + c)));
+  return part;
+}
+
 }  // namespace
 
 CsvTable read_csv(const std::string& path, const CsvOptions& options) {
   CsvTable table;
   table.values = read_values(path, options, &table.column_names);
+  const auto labels = static_cast<std::int64_t>(options.label_names.size() + options.label_indices.size());
+  if (labels == 0) return table;
+  const std::int64_t features = table.values.shape()[1] - labels;
+  table.labels = column_range(table.values, features, labels);
+  table.values = column_range(table.values, 0, features);
+  table.label_names.assign(table.column_names.begin() + features, table.column_names.end());
+  table.column_names.resize(static_cast<std::size_t>(features));
   return table;
 }
 
 namespace detail {
+
+struct CsvStream::State {
+  std::string path;
+  CsvOptions options;
+  CsvLineReader reader;
+  FileStart start;
+  ValueParser parser;
+  RowReader rows;
+  bool pending_first = false;  // a headerless file's first line is its first row
+  std::vector<std::string> names;
+  State(const std::string& file, const CsvOptions& given)
+      : path(file),
+        options(given),
+        reader(path, (check_options(given, file), given)),
+        start(read_start(reader, path, options)),
+        parser{path, start.columns, options},
+        rows(parser, chosen_columns(start.columns, options, path), start.line.number),
+        pending_first(!start.has_header) {
+    for (std::size_t slot = 0; slot < rows.columns().size(); ++slot)
+      names.push_back(start.columns.name(rows.columns().column(slot)));
+  }
+};
+
+CsvStream::CsvStream(const std::string& path, const CsvOptions& options)
+    : state_(std::make_unique<State>(path, options)) {}
+
+CsvStream::~CsvStream() = default;
+
+std::size_t CsvStream::width() const { return state_->rows.columns().size(); }
+
+const std::vector<std::string>& CsvStream::names() const { return state_->names; }
+
+bool CsvStream::next(double* values) {
+  CsvLine& line = state_->start.line;
+  if (state_->pending_first) {
+    state_->pending_first = false;
+  } else if (!state_->reader.next(line)) {
+    return false;
+  }
+  state_->rows.read_into(line, [values](std::size_t slot, double value) { values[slot] = value; });
+  return true;
+}
+
 Array read_csv_values(const std::string& path, const CsvOptions& options) {
   return read_values(path, options, nullptr);
 }

@@ -55,12 +55,20 @@ struct CsvOptions {
   /// Lines whose first non-blank character is this one are comments, skipped wherever they are ('#' for
   /// most data files); '\0' (the default): none. Not the delimiter, a quote or a line break (ConfigError).
   char comment = '\0';
+  /// The label column(s), by header name or by index (at most one of the two), read into CsvTable::labels
+  /// and left out of the values: read_csv("iris.csv", {.label_names = {"species"}}) gives the features and
+  /// the labels apart. Without column_names/column_indices the values are every other column.
+  std::vector<std::string> label_names;
+  /// The label column(s) by index into the file's columns (see label_names).
+  std::vector<std::int64_t> label_indices;
 };
 
 /// What read_csv returns: the chosen columns' values and their names.
 struct CsvTable {
   Array values;                           ///< (rows, chosen columns), in the file's row order
   std::vector<std::string> column_names;  ///< one per column of `values`
+  Array labels;                           ///< (rows, label columns) when labels were asked for, else empty
+  std::vector<std::string> label_names;   ///< one per column of `labels`
 };
 
 /// Throws ValueError for a file that cannot be read or holds bad data (missing, empty, ragged rows, text

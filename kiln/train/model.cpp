@@ -1,5 +1,7 @@
 #include <kiln/train/model.hpp>
 
+#include <cstring>
+
 #include <kiln/core/error.hpp>
 #include <kiln/train/trainer.hpp>
 
@@ -47,6 +49,49 @@ Logs evaluate_model(ModelBase& model, const std::vector<Array>& x, const std::ve
                     const EvaluateOptions& options) {
   const ModelBase::Use use = model.use_for_inference("evaluate");
   return trainer_of(model).evaluate(x, y, options);
+}
+
+History fit_dataset(ModelBase& model, const Dataset& data, const FitOptions& options) {
+  const ModelBase::Use use = model.use_for_training("fit");
+  return trainer_of(model).fit(data, options);
+}
+
+Logs evaluate_dataset(ModelBase& model, const Dataset& data, const EvaluateOptions& options) {
+  const ModelBase::Use use = model.use_for_inference("evaluate");
+  return trainer_of(model).evaluate(data, options);
+}
+
+std::vector<Array> predict_dataset(ModelBase& model, const Dataset& data, std::int64_t steps) {
+  // predict needs no compile: the model's own predict, batch by batch.
+  std::vector<std::vector<Array>> parts;
+  Dataset::Iterator batches = data.iterate();
+  Example batch;
+  if (!data.batched()) throw ValueError(model.describe() + ".predict: the dataset is not batched; call batch(n)");
+  for (std::int64_t step = 0; steps < 0 || step < steps; ++step) {
+    if (!batches.next(batch)) {
+      if (steps >= 0)
+        throw ValueError(model.describe() + ".predict: the dataset ran out after " + std::to_string(step) +
+                         " batches, fewer than steps " + std::to_string(steps));
+      break;
+    }
+    parts.push_back(model.predict(batch.x, batch.x.empty() ? 1 : batch.x[0].shape()[0]));
+  }
+  if (parts.empty()) throw ValueError(model.describe() + ".predict: the dataset is empty");
+  std::vector<Array> outputs;
+  for (std::size_t k = 0; k < parts[0].size(); ++k) {
+    std::int64_t rows = 0;
+    for (const std::vector<Array>& part : parts) rows += part[k].shape()[0];
+    std::vector<std::int64_t> dims = parts[0][k].shape().dims();
+    dims[0] = rows;
+    Array joined{Shape(dims), parts[0][k].dtype()};
+    std::size_t offset = 0;
+    for (const std::vector<Array>& part : parts) {
+      std::memcpy(static_cast<unsigned char*>(joined.raw()) + offset, part[k].raw(), part[k].nbytes());
+      offset += part[k].nbytes();
+    }
+    outputs.push_back(joined);
+  }
+  return outputs;
 }
 
 Logs train_model_on_batch(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y) {

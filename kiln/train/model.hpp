@@ -21,6 +21,7 @@
 #include <kiln/optim/metrics.hpp>
 #include <kiln/optim/optimizer.hpp>
 #include <kiln/train/callbacks.hpp>
+#include <kiln/train/dataset.hpp>
 
 namespace kiln {
 
@@ -85,6 +86,24 @@ class FitOptions {
     class_weight_ = std::move(value);
     return *this;
   }
+  /// With a Dataset: batches per epoch. By default an epoch is one pass over the dataset, iterated afresh
+  /// each epoch; with steps_per_epoch, epochs take that many batches from one pass that goes on across
+  /// epochs (a repeat()ed dataset), as Keras does. ValueError when a dataset of known length is shorter, or
+  /// when one of unknown length runs out.
+  FitOptions& steps_per_epoch(std::int64_t value) {
+    steps_per_epoch_ = value;
+    return *this;
+  }
+  /// A batched Dataset evaluated at each epoch's end, as validation_data(x, y).
+  FitOptions& validation_data(Dataset value) {
+    validation_dataset_ = std::make_shared<Dataset>(std::move(value));
+    return *this;
+  }
+  /// Batches of the validation dataset evaluated (default: all of it).
+  FitOptions& validation_steps(std::int64_t value) {
+    validation_steps_ = value;
+    return *this;
+  }
   /// Visit the training rows in a new random order each epoch (default true), seeded by seed() and the
   /// epoch, so a resumed run shuffles as the uninterrupted one would.
   FitOptions& shuffle(bool value) {
@@ -120,6 +139,8 @@ class FitOptions {
   std::vector<Array> validation_x_, validation_y_, validation_sample_weight_;
   std::vector<Array> sample_weight_;
   std::map<std::int64_t, double> class_weight_;
+  std::int64_t steps_per_epoch_ = -1, validation_steps_ = -1;
+  std::shared_ptr<Dataset> validation_dataset_;
   bool shuffle_ = true;
   std::uint64_t seed_ = 0;
   std::vector<CallbackPtr> callbacks_;
@@ -145,10 +166,15 @@ class EvaluateOptions {
     sample_weight_ = std::move(values);
     return *this;
   }
+  /// With a Dataset: the batches evaluated (default: all of it). ValueError when it runs out before.
+  EvaluateOptions& steps(std::int64_t value) {
+    steps_ = value;
+    return *this;
+  }
 
  private:
   friend class Trainer;
-  std::int64_t batch_size_ = 32;
+  std::int64_t batch_size_ = 32, steps_ = -1;
   std::vector<Array> sample_weight_;
 };
 
@@ -175,6 +201,9 @@ History fit_model(ModelBase& model, const std::vector<Array>& x, const std::vect
                   const FitOptions& options);
 Logs evaluate_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y,
                     const EvaluateOptions& options);
+History fit_dataset(ModelBase& model, const Dataset& data, const FitOptions& options);
+Logs evaluate_dataset(ModelBase& model, const Dataset& data, const EvaluateOptions& options);
+std::vector<Array> predict_dataset(ModelBase& model, const Dataset& data, std::int64_t steps);
 Logs train_model_on_batch(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y);
 Logs test_model_on_batch(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y);
 int epochs_trained(ModelBase& model);
@@ -226,6 +255,24 @@ class TrainableModel : public ModelHandle<M> {
   History fit(const std::vector<Array>& x, const std::vector<Array>& y, const FitOptions& options = {}) const {
     return detail::fit_model(*this->layer_, x, y, options);
   }
+  /// Trains on a batched Dataset (Dataset::batch): each element is a batch of x, y and, optionally, sample
+  /// weights. Keras's rules for datasets: the dataset shuffles itself (FitOptions::shuffle and batch_size are
+  /// not used), steps_per_epoch takes a fixed number of batches per epoch, validation_data(Dataset) and
+  /// validation_steps validate. The first batch is read and checked before any step; a later batch that does
+  /// not fit throws, naming it. The same seeds give the same weights, prefetch on or off.
+  History fit(const Dataset& data, const FitOptions& options = {}) const {
+    return detail::fit_dataset(*this->layer_, data, options);
+  }
+  /// The loss and metrics over the batches of a Dataset (all of them, or EvaluateOptions::steps).
+  Logs evaluate(const Dataset& data, const EvaluateOptions& options = {}) const {
+    return detail::evaluate_dataset(*this->layer_, data, options);
+  }
+  /// The outputs for the x of every batch of a Dataset (or of its first `steps`), one array per output,
+  /// rows in the dataset's order.
+  std::vector<Array> predict(const Dataset& data, std::int64_t steps = -1) const {
+    return detail::predict_dataset(*this->layer_, data, steps);
+  }
+  using ModelHandle<M>::predict;
   /// The loss and metrics in inference mode (dropout off), as means over every row, run in batches of
   /// `batch_size` (default 32; ValueError when not positive). Leaves the weights and the optimizer as they
   /// are; LayerStateError when not compiled. Several threads may evaluate at once.

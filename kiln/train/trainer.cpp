@@ -384,12 +384,21 @@ class Trainer::Fit {
         y_(std::move(y)),
         w_(std::move(w)),
         bar_(std::cout, options.verbose_, ProgressBar::stdout_is_terminal()) {}
+  Fit(Trainer& trainer, const Dataset& data, const FitOptions& options)
+      : trainer_(trainer),
+        options_(options),
+        data_(&data),
+        bar_(std::cout, options.verbose_, ProgressBar::stdout_is_terminal()) {}
 
   History run() {
     check_options();
-    split_validation();
-    weigh_classes();
-    prepare();
+    if (data_ != nullptr) {
+      prepare_dataset();
+    } else {
+      split_validation();
+      weigh_classes();
+      prepare();
+    }
     for (const CallbackPtr& callback : options_.callbacks_) callback->on_train_begin(state_);
     for (int epoch = options_.initial_epoch_; epoch < options_.epochs_ && !state_.stop_training; ++epoch)
       run_epoch(epoch);
@@ -455,11 +464,6 @@ class Trainer::Fit {
     rows_ = num_rows(x_);
     batch_size_ = trainer_.batch_size_for(std::min(options_.batch_size_, rows_), rows_, "fit");
     steps_ = (rows_ + batch_size_ - 1) / batch_size_;
-    state_.model = &trainer_.model_;
-    state_.optimizer = trainer_.optimizer_.get();
-    state_.epochs = options_.epochs_;
-    state_.steps_per_epoch = steps_;
-    state_.verbose = options_.verbose_;
     compiled_ = trainer_.compiled_for(x_, y_, w_, true);
     program_ = std::make_unique<detail::ProgramPool::Lease>(compiled_->programs->lease(batch_size_));
     for (const Array& array : x_) buffers_x_.push_back(batch_buffer(array, batch_size_));
@@ -469,25 +473,103 @@ class Trainer::Fit {
     batch_x_.resize(x_.size());
     batch_y_.resize(y_.size());
     batch_w_.resize(w_.size());
+    prepare_state();
+  }
+
+  void prepare_state() {
+    state_.model = &trainer_.model_;
+    state_.optimizer = trainer_.optimizer_.get();
+    state_.epochs = options_.epochs_;
+    state_.steps_per_epoch = steps_;
+    state_.verbose = options_.verbose_;
     terminates_on_nan_ = std::any_of(options_.callbacks_.begin(), options_.callbacks_.end(), [](const CallbackPtr& c) {
       return dynamic_cast<const TerminateOnNaN*>(c.get()) != nullptr;
     });
+  }
+
+  // A dataset's steps per epoch, checked against its length, and its first batch read and checked, all
+  // before any step: the graph is made from that batch's shapes.
+  void prepare_dataset() {
+    if (!data_->batched())
+      throw ValueError(who() + ": the dataset's elements are single samples; call batch(n) on it first");
+    const std::int64_t length = data_->cardinality();
+    const std::int64_t per_epoch = options_.steps_per_epoch_;
+    if (per_epoch == 0 || per_epoch < -1)
+      throw ValueError(who() + ": steps_per_epoch must be positive, got " + std::to_string(per_epoch));
+    if (per_epoch < 0 && length == Dataset::infinite)
+      throw ValueError(who() + ": the dataset repeats without end; give steps_per_epoch");
+    const std::int64_t epochs = std::max(0, options_.epochs_ - options_.initial_epoch_);
+    if (per_epoch > 0 && length >= 0 && per_epoch * epochs > length)
+      throw ValueError(who() + ": steps_per_epoch " + std::to_string(per_epoch) + " over " + std::to_string(epochs) +
+                       " epochs needs " + std::to_string(per_epoch * epochs) + " batches, but the dataset has " +
+                       std::to_string(length) + "; repeat() it");
+    steps_ = per_epoch > 0 ? per_epoch : std::max<std::int64_t>(length, 0);  // 0: unknown until the data ends
+    iterator_ = std::make_unique<Dataset::Iterator>(data_->iterate(static_cast<std::uint64_t>(options_.initial_epoch_)));
+    if (!iterator_->next(example_)) throw ValueError(who() + ": the dataset is empty");
+    x_ = example_.x;
+    y_ = example_.y;
+    trainer_.check_data(x_, y_, "fit");
+    w_ = trainer_.check_weights(example_.sample_weight, y_, "fit");
+    compiled_ = trainer_.compiled_for(x_, y_, w_, true);
+    program_ = std::make_unique<detail::ProgramPool::Lease>(compiled_->programs->lease(num_rows(x_)));
+    batch_x_ = x_;
+    batch_y_ = y_;
+    batch_w_ = w_;
+    pending_ = true;
+    opened_for_ = options_.initial_epoch_;
+    prepare_state();
+  }
+
+  // The next batch of the dataset into batch_x_, batch_y_ and batch_w_ (converted to the model's dtype);
+  // false at the end of the data.
+  bool next_dataset_batch(int epoch, std::int64_t batch) {
+    if (pending_) {
+      pending_ = false;
+      return true;
+    }
+    if (!iterator_->next(example_)) {
+      if (options_.steps_per_epoch_ > 0)
+        throw ValueError(who() + ": the dataset ran out at epoch " + std::to_string(epoch + 1) + ", batch " +
+                         std::to_string(batch + 1) + " of steps_per_epoch " +
+                         std::to_string(options_.steps_per_epoch_) + "; repeat() it");
+      return false;
+    }
+    const DType dtype = trainer_.model_.input_dtypes().at(0);
+    auto converted = [&](const std::vector<Array>& given, std::vector<Array>& into) {
+      into.resize(given.size());
+      for (std::size_t i = 0; i < given.size(); ++i) into[i] = given[i].dtype() == dtype ? given[i] : given[i].astype(dtype);
+    };
+    converted(example_.x, batch_x_);
+    converted(example_.y, batch_y_);
+    if (!example_.sample_weight.empty()) batch_w_ = trainer_.check_weights(example_.sample_weight, batch_y_, "fit");
+    if (batch_x_.size() != x_.size() || batch_y_.size() != y_.size() || batch_w_.size() != w_.size())
+      throw ValueError(who() + ": batch " + std::to_string(batch + 1) + " of epoch " + std::to_string(epoch + 1) +
+                       " has other arrays than the first batch");
+    return true;
   }
 
   void run_epoch(int epoch) {
     for (const CallbackPtr& callback : options_.callbacks_) callback->on_epoch_begin(state_, epoch);
     bar_.epoch_begin(epoch, options_.epochs_);
     started_ = std::chrono::steady_clock::now();
-    order_rows(epoch);
+    if (data_ == nullptr) {
+      order_rows(epoch);
+    } else if (options_.steps_per_epoch_ < 0 && opened_for_ != epoch) {
+      // Keras iterates a dataset afresh each epoch unless steps_per_epoch is given.
+      iterator_ = std::make_unique<Dataset::Iterator>(data_->iterate(static_cast<std::uint64_t>(epoch)));
+      opened_for_ = epoch;
+    }
     totals_.reset();
     std::int64_t batches_run = 0;
     // As in Keras, stop_training is looked at after each batch: an epoch that starts runs at least one,
     // so its logs are its own even when a callback asked to stop in on_epoch_begin.
-    for (std::int64_t batch = 0; batch < steps_; ++batch) {
+    for (std::int64_t batch = 0; steps_ == 0 || batch < steps_; ++batch) {
+      if (data_ != nullptr ? !next_dataset_batch(epoch, batch) : !gather_batch(batch)) break;
       train_batch(epoch, batch);
       ++batches_run;
       if (state_.stop_training) break;
     }
+    if (batches_run == 0) throw ValueError(who() + ": epoch " + std::to_string(epoch + 1) + " had no data");
     add_validation();
     trainer_.epochs_trained_ = epoch + 1;  // before the callbacks, so a checkpoint saved there records this epoch
     for (const CallbackPtr& callback : options_.callbacks_) callback->on_epoch_logs(state_, epoch, logs_);
@@ -505,7 +587,8 @@ class Trainer::Fit {
       std::iota(order_.begin(), order_.end(), std::int64_t{0});
   }
 
-  void train_batch(int epoch, std::int64_t batch) {
+  // Batch `batch` of the in-memory arrays, in this epoch's row order.
+  bool gather_batch(std::int64_t batch) {
     const std::int64_t start = batch * batch_size_, count = std::min(batch_size_, rows_ - start);
     auto gather = [&](const std::vector<Array>& arrays, std::vector<Array>& buffers, std::vector<Array>& batch_arrays) {
       for (std::size_t i = 0; i < arrays.size(); ++i)
@@ -515,6 +598,10 @@ class Trainer::Fit {
     gather(x_, buffers_x_, batch_x_);
     gather(y_, buffers_y_, batch_y_);
     gather(w_, buffers_w_, batch_w_);
+    return true;
+  }
+
+  void train_batch(int epoch, std::int64_t batch) {
     trainer_.run_batch(*compiled_, **program_, batch_x_, batch_y_, batch_w_, totals_);
     logs_ = trainer_.means(*compiled_, totals_);
     bar_.update(batch + 1, steps_, logs_, seconds_since_start());
@@ -531,8 +618,11 @@ class Trainer::Fit {
   }
 
   void add_validation() {
-    if (val_x_.empty()) return;
-    const Logs validation = trainer_.evaluate_checked(val_x_, val_y_, val_w_, options_.batch_size_);
+    if (val_x_.empty() && !options_.validation_dataset_) return;
+    const Logs validation =
+        options_.validation_dataset_
+            ? trainer_.evaluate_data(*options_.validation_dataset_, options_.validation_steps_, "fit validation_data")
+            : trainer_.evaluate_checked(val_x_, val_y_, val_w_, options_.batch_size_);
     for (const auto& [name, value] : validation) logs_["val_" + name] = value;
   }
 
@@ -542,6 +632,11 @@ class Trainer::Fit {
 
   Trainer& trainer_;
   const FitOptions& options_;
+  const Dataset* data_ = nullptr;
+  std::unique_ptr<Dataset::Iterator> iterator_;
+  Example example_;
+  bool pending_ = false;  // the dataset's first batch, read by prepare_dataset, is not trained on yet
+  int opened_for_ = -1;   // the epoch iterator_ was opened for
   std::vector<Array> x_, y_, w_, val_x_, val_y_, val_w_;
   std::int64_t rows_ = 0, batch_size_ = 0, steps_ = 0;
   TrainingState state_;
@@ -563,6 +658,47 @@ History Trainer::fit(const std::vector<Array>& x_given, const std::vector<Array>
   check_data(x, y, "fit");
   std::vector<Array> w = check_weights(options.sample_weight_, y, "fit");
   return Fit(*this, std::move(x), std::move(y), std::move(w), options).run();
+}
+
+History Trainer::fit(const Dataset& data, const FitOptions& options) { return Fit(*this, data, options).run(); }
+
+Logs Trainer::evaluate(const Dataset& data, const EvaluateOptions& options) {
+  return evaluate_data(data, options.steps_, "evaluate");
+}
+
+Logs Trainer::evaluate_data(const Dataset& data, std::int64_t steps, const std::string& what) {
+  const std::string who = model_.describe() + "." + what;
+  if (!data.batched()) throw ValueError(who + ": the dataset's elements are single samples; call batch(n) on it first");
+  if (steps == 0 || steps < -1) throw ValueError(who + ": steps must be positive, got " + std::to_string(steps));
+  if (steps < 0 && data.cardinality() == Dataset::infinite)
+    throw ValueError(who + ": the dataset repeats without end; give steps");
+  if (steps > 0 && data.cardinality() >= 0 && steps > data.cardinality())
+    throw ValueError(who + ": steps " + std::to_string(steps) + " but the dataset has " +
+                     std::to_string(data.cardinality()) + " batches");
+  Dataset::Iterator batches = data.iterate();
+  Example example;
+  if (!batches.next(example)) throw ValueError(who + ": the dataset is empty");
+  std::vector<Array> x = example.x, y = example.y;
+  check_data(x, y, what);
+  std::vector<Array> w = check_weights(example.sample_weight, y, what);
+  const std::shared_ptr<Compiled> compiled = compiled_for(x, y, w, false);
+  const detail::ProgramPool::Lease program = compiled->programs->lease(num_rows(x));
+  Totals totals;
+  for (std::int64_t step = 1;; ++step) {
+    run_batch(*compiled, *program, x, y, w, totals);
+    if (steps > 0 && step >= steps) break;
+    if (!batches.next(example)) {
+      if (steps > 0)
+        throw ValueError(who + ": the dataset ran out after " + std::to_string(step) + " batches, fewer than steps " +
+                         std::to_string(steps));
+      break;
+    }
+    x = example.x;
+    y = example.y;
+    check_data(x, y, what);
+    w = check_weights(example.sample_weight, y, what);
+  }
+  return means(*compiled, totals);
 }
 
 }  // namespace kiln

@@ -17,6 +17,7 @@
 
 namespace kiln {
 
+class Dataset;
 class EvaluateOptions;
 class FitOptions;
 class Program;
@@ -35,6 +36,10 @@ class Trainer : public CompiledState {
 
   /// TrainableModel::fit without the thread check.
   History fit(const std::vector<Array>& x, const std::vector<Array>& y, const FitOptions& options);
+  /// TrainableModel::fit of a Dataset without the thread check.
+  History fit(const Dataset& data, const FitOptions& options);
+  /// TrainableModel::evaluate of a Dataset without the thread check.
+  Logs evaluate(const Dataset& data, const EvaluateOptions& options);
   /// TrainableModel::evaluate without the thread check.
   Logs evaluate(const std::vector<Array>& x, const std::vector<Array>& y, const EvaluateOptions& options);
   /// TrainableModel::train_on_batch without the thread check.
@@ -84,6 +89,8 @@ class Trainer : public CompiledState {
   /// `batch_size`, or the model's fixed batch size (a stateful model's Input({32, ...})) when it has one;
   /// ValueError naming `what` when the rows do not split into batches of it.
   std::int64_t batch_size_for(std::int64_t batch_size, std::int64_t rows, const std::string& what) const;
+  /// The batches of a dataset (`steps` of them, or all: -1), as `what` ("evaluate") names the call.
+  Logs evaluate_data(const Dataset& data, std::int64_t steps, const std::string& what);
   Logs one_batch(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
   Logs evaluate_checked(const std::vector<Array>& x, const std::vector<Array>& y, const std::vector<Array>& w,
                         std::int64_t batch_size);

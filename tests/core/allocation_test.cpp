@@ -23,6 +23,7 @@
 #include <kiln/ops/ops.hpp>
 #include <kiln/optim/optimizer.hpp>
 #include <kiln/optim/schedules.hpp>
+#include <kiln/train/dataset.hpp>
 #include <kiln/train/model.hpp>
 
 // GCC 12 sees through the inlined replacement new (malloc) and flags std::free in delete as a
@@ -241,4 +242,34 @@ TEST_CASE("steady-state Adam steps with a schedule, clipping and weight decay al
   CHECK(allocations.load() - before == 0);
   CHECK(adam.iterations() == 12);
   CHECK(program.scalar(loss) < first_loss);
+}
+
+TEST_CASE("training steps fed by a shuffled, batched, prefetched dataset allocate nothing in steady state",
+          "[core][program][allocation][dataset]") {
+  // The data path of fit on a Dataset: the pipeline writes each batch into arrays it reuses (the prefetch
+  // thread's allocations count too), and the step runs on them.
+  constexpr std::int64_t None = Shape::unknown;
+  Rng rng(11);
+  const Array rows_x = random({2000, 8}, rng), rows_y = random({2000, 2}, rng);
+  Graph graph;
+  const Tensor x = graph.placeholder({None, 8}, DType::float32, "x");
+  const Tensor y = graph.placeholder({None, 2}, DType::float32, "y");
+  const Tensor w = graph.variable("w", random({8, 2}, rng));
+  const Tensor loss = ops::mean_squared_error(y, ops::tanh(ops::matmul(x, w)));
+  const std::vector<Tensor> grads = gradients(loss, {w});
+  Program program(graph, {loss}, {{w, w - grads[0] * 0.05}});
+
+  const Dataset data = Dataset::from_arrays(rows_x, rows_y).shuffle(64, 1).batch(16).prefetch(2);
+  Dataset::Iterator batches = data.iterate();
+  Example batch;
+  auto step = [&] {
+    REQUIRE(batches.next(batch));
+    program.feed(x, batch.x[0]);
+    program.feed(y, batch.y[0]);
+    program.run();
+  };
+  for (int i = 0; i < 12; ++i) step();  // fills the shuffle buffer and every slot; plans
+  const long before = allocations.load();
+  for (int i = 0; i < 80; ++i) step();
+  CHECK(allocations.load() - before == 0);
 }
