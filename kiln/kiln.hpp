@@ -51,6 +51,7 @@
 #include <kiln/serialize/saving.hpp>
 #include <kiln/train/callbacks.hpp>
 #include <kiln/train/data.hpp>
+#include <kiln/train/dataset.hpp>
 #include <kiln/train/generate.hpp>
 #include <kiln/train/model.hpp>
 #include <kiln/train/progress.hpp>

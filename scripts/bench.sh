@@ -221,6 +221,13 @@ END {
     printf "%-10s | %9s %9s %8s | %9s %6s\n", key, num(one, "%.2f"), num(two, "%.2f"), ratio(one, two), num(t, "%.2f"), ratio(one, t)
   }
 }' "$concurrent"
+# fit fed by a streamed CSV Dataset against in-memory arrays, alternating in one process (target ratio <= 1.1).
+if [ -x "$build/bench/dataset_bench" ]; then
+  echo
+  dataset_lines=$("$build/bench/dataset_bench" --rounds "$rounds" --dir "$build")
+  head -n 1 <<<"$dataset_lines" >>"$results"
+  tail -n 1 <<<"$dataset_lines"
+fi
 echo "took ${elapsed}s; load average at end: $(cut -d' ' -f1-3 /proc/loadavg); JSON lines: $results"
 if [ -z "$have_peer" ]; then
   echo "The libtorch peer is not built, so only kiln (and OpenBLAS) ran: install it with \`make install-peer\`"
