@@ -45,6 +45,7 @@
 #include <kiln/optim/metrics.hpp>
 #include <kiln/optim/optimizer.hpp>
 #include <kiln/optim/schedules.hpp>
+#include <kiln/serialize/backup.hpp>
 #include <kiln/serialize/checkpoint.hpp>
 #include <kiln/serialize/json.hpp>
 #include <kiln/serialize/keras.hpp>

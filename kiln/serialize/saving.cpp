@@ -1,4 +1,5 @@
 #include <kiln/serialize/saving.hpp>
+#include <kiln/serialize/detail/training_backup.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -118,9 +119,10 @@ bool has_extension(const std::string& path, const std::string& extension) {
 }
 }  // namespace
 
-void save_model(const ModelBase& model, const std::string& path) {
-  if (has_extension(path, ".keras")) return save_keras_model(model, path);
-  if (has_extension(path, ".h5")) return save_keras_h5(model, path);
+namespace {
+
+// save_model's kiln file, its metadata extended with `extra` entries (a backup's progress).
+void save_kiln_file(const ModelBase& model, const std::string& path, const Config& extra) {
   if (!model.built())
     throw LayerStateError(model.describe() + " is not built; build it (or give it an Input) before saving");
   // Everything is serialized in memory first: a failure here never touches the file.
@@ -134,9 +136,66 @@ void save_model(const ModelBase& model, const std::string& path) {
   };
   if (trainer)
     payloads.emplace_back("OPTM", detail::write_arrays(named(const_cast<Trainer*>(trainer)->optimizer().variables())));
-  payloads.emplace_back("META", to_json(metadata_of(model)));
+  Config metadata = metadata_of(model);
+  if (extra.is_map())
+    for (const auto& [key, value] : extra.items()) metadata.set(key, value);
+  payloads.emplace_back("META", to_json(metadata));
   detail::write_file_atomically(path, detail::write_container(sections_of(payloads)));
 }
+
+// The optimizer's slots and iteration count from a file's optimizer state section into `trainer`.
+void restore_optimizer(Trainer& trainer, const ModelBase& model, const detail::Section& state, const std::string& path) {
+  const std::vector<NamedArray> slots = detail::read_arrays(state.payload, path + ": optimizer state section");
+  guarded(path + ": optimizer state section", [&] {
+    std::vector<Weight> variables;
+    for (const NamedArray& slot : slots) variables.push_back({slot.name, slot.value, false});
+    // An optimizer that never stepped saved no slots: it builds them at its first step, as it would have.
+    const bool has_slots = std::any_of(variables.begin(), variables.end(),
+                                       [](const Weight& v) { return v.path.find('/') != std::string::npos; });
+    if (has_slots) trainer.optimizer().build(model.trainable_weights());
+    trainer.optimizer().set_variables(variables);
+  });
+}
+
+}  // namespace
+
+void save_model(const ModelBase& model, const std::string& path) {
+  if (has_extension(path, ".keras")) return save_keras_model(model, path);
+  if (has_extension(path, ".h5")) return save_keras_h5(model, path);
+  save_kiln_file(model, path, Config());
+}
+
+namespace detail {
+
+void save_training_backup(const ModelBase& model, const std::string& path, const Config& progress) {
+  if (kiln::trainer_of(model) == nullptr)
+    throw LayerStateError(model.describe() + " is not compiled: nothing to back up");
+  save_kiln_file(model, path, Config{{"backup", progress}});
+}
+
+Config restore_training_backup(ModelBase& model, const std::string& path) {
+  Trainer* trainer = kiln::trainer_of(model);
+  if (trainer == nullptr) throw LayerStateError(model.describe() + " is not compiled: cannot restore a backup into it");
+  const std::string bytes = read_whole_file(path);
+  const Container container = read_container(bytes, path);
+  const Section* weights = container.find("WGHT");
+  const Section* meta = container.find("META");
+  const Section* state = container.find("OPTM");
+  if (!weights || !meta || !state) throw SerializationError(path + ": is not a training backup (a section is missing)");
+  const Config metadata = parse_json(std::string(meta->payload), path + ": metadata section");
+  const Config* progress = metadata.is_map() ? metadata.find("backup") : nullptr;
+  if (progress == nullptr || !progress->is_map()) throw SerializationError(path + ": is not a training backup");
+  // Every check before anything is assigned: a backup of another model leaves this one as it was.
+  const std::vector<NamedArray> arrays = read_arrays(weights->payload, path + ": weights section");
+  const std::int64_t epochs = metadata.get_int("epochs_trained", 0);
+  if (epochs < 0 || epochs > 1'000'000'000) throw SerializationError(path + ": epochs_trained is " + std::to_string(epochs));
+  assign_weights(model.weights(), arrays, model.describe());
+  restore_optimizer(*trainer, model, *state, path);
+  trainer->set_epochs_trained(static_cast<int>(epochs));
+  return *progress;
+}
+
+}  // namespace detail
 
 Model load_model(const std::string& path, const LoadOptions& options) {
   const std::string bytes = detail::read_whole_file(path);
@@ -169,18 +228,7 @@ Model load_model(const std::string& path, const LoadOptions& options) {
   guarded(path + ": compile_config",
           [&] { compile_from(*model, detail::import_keras_compile_config(*compiled, "compile_config")); });
   Trainer& trainer = detail::trainer_of(*model);
-  if (const detail::Section* state = container.find("OPTM")) {
-    const std::vector<NamedArray> slots = detail::read_arrays(state->payload, path + ": optimizer state section");
-    guarded(path + ": optimizer state section", [&] {
-      std::vector<Weight> variables;
-      for (const NamedArray& slot : slots) variables.push_back({slot.name, slot.value, false});
-      // An optimizer that never stepped saved no slots: it builds them at its first step, as it would have.
-      const bool has_slots = std::any_of(variables.begin(), variables.end(),
-                                         [](const Weight& v) { return v.path.find('/') != std::string::npos; });
-      if (has_slots) trainer.optimizer().build(model->trainable_weights());
-      trainer.optimizer().set_variables(variables);
-    });
-  }
+  if (const detail::Section* state = container.find("OPTM")) restore_optimizer(trainer, *model, *state, path);
   if (meta) {
     guarded(path + ": metadata section", [&] {
       const std::int64_t epochs = metadata.is_map() ? metadata.get_int("epochs_trained", 0) : 0;

@@ -52,6 +52,11 @@ struct TrainingState {
   bool stop_training = false;  ///< set to end fit() after the current epoch (or batch)
   /// FitOptions::verbose: 0 silent, 1 a live bar, 2 one line per epoch.
   std::int64_t verbose = 1;
+  /// Set in on_train_begin to resume an interrupted run (BackupAndRestore does): the epoch to start at
+  /// instead of FitOptions::initial_epoch, and how many of its batches were trained already (fit skips
+  /// them, in the same order the interrupted run drew). -1: no resumption.
+  int resume_epoch = -1;
+  std::int64_t resume_batch = 0;  ///< batches of resume_epoch already trained
 };
 
 /// Code that fit() calls at the edges of training, epochs and batches; override the hooks you need, the

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <iostream>
 #include <numeric>
+#include <utility>
 
 #include <kiln/core/autodiff.hpp>
 #include <kiln/core/detail/program_pool.hpp>
@@ -400,8 +401,9 @@ class Trainer::Fit {
       prepare();
     }
     for (const CallbackPtr& callback : options_.callbacks_) callback->on_train_begin(state_);
-    for (int epoch = options_.initial_epoch_; epoch < options_.epochs_ && !state_.stop_training; ++epoch)
-      run_epoch(epoch);
+    int first_epoch = options_.initial_epoch_;
+    if (state_.resume_epoch >= 0) first_epoch = resume();
+    for (int epoch = first_epoch; epoch < options_.epochs_ && !state_.stop_training; ++epoch) run_epoch(epoch);
     for (const CallbackPtr& callback : options_.callbacks_) callback->on_train_end(state_, logs_);
     return history_;
   }
@@ -474,6 +476,34 @@ class Trainer::Fit {
     batch_y_.resize(y_.size());
     batch_w_.resize(w_.size());
     prepare_state();
+  }
+
+  // Where a callback said to resume (state_.resume_epoch, resume_batch): the batches already trained are
+  // skipped, drawn in the order the interrupted run drew them (rows are ordered by (seed, epoch); a dataset
+  // pass is opened as it was and read past them). Returns the epoch to start at.
+  int resume() {
+    const int epoch = state_.resume_epoch;
+    const std::int64_t batch = state_.resume_batch;
+    if (batch < 0 || (steps_ > 0 && batch > steps_))
+      throw ValueError(who() + ": cannot resume at batch " + std::to_string(batch) + " of an epoch of " +
+                       std::to_string(steps_));
+    skip_batches_ = batch;
+    if (data_ == nullptr) return epoch;
+    std::int64_t skipped = batch;
+    if (options_.steps_per_epoch_ > 0) {
+      // One pass runs on across epochs: the batches of the epochs before count too.
+      skipped += static_cast<std::int64_t>(epoch - options_.initial_epoch_) * options_.steps_per_epoch_;
+      iterator_ = std::make_unique<Dataset::Iterator>(data_->iterate(static_cast<std::uint64_t>(options_.initial_epoch_)));
+    } else {
+      iterator_ = std::make_unique<Dataset::Iterator>(data_->iterate(static_cast<std::uint64_t>(epoch)));
+      opened_for_ = epoch;
+    }
+    pending_ = false;
+    for (std::int64_t i = 0; i < skipped; ++i)
+      if (!iterator_->next(example_))
+        throw ValueError(who() + ": the dataset ran out while skipping the " + std::to_string(skipped) +
+                         " batches the interrupted run had trained");
+    return epoch;
   }
 
   void prepare_state() {
@@ -563,13 +593,15 @@ class Trainer::Fit {
     std::int64_t batches_run = 0;
     // As in Keras, stop_training is looked at after each batch: an epoch that starts runs at least one,
     // so its logs are its own even when a callback asked to stop in on_epoch_begin.
-    for (std::int64_t batch = 0; steps_ == 0 || batch < steps_; ++batch) {
+    const std::int64_t first_batch = std::exchange(skip_batches_, 0);
+    for (std::int64_t batch = first_batch; steps_ == 0 || batch < steps_; ++batch) {
       if (data_ != nullptr ? !next_dataset_batch(epoch, batch) : !gather_batch(batch)) break;
       train_batch(epoch, batch);
       ++batches_run;
       if (state_.stop_training) break;
     }
-    if (batches_run == 0) throw ValueError(who() + ": epoch " + std::to_string(epoch + 1) + " had no data");
+    if (batches_run == 0 && first_batch == 0)
+      throw ValueError(who() + ": epoch " + std::to_string(epoch + 1) + " had no data");
     add_validation();
     trainer_.epochs_trained_ = epoch + 1;  // before the callbacks, so a checkpoint saved there records this epoch
     for (const CallbackPtr& callback : options_.callbacks_) callback->on_epoch_logs(state_, epoch, logs_);
@@ -636,6 +668,7 @@ class Trainer::Fit {
   std::unique_ptr<Dataset::Iterator> iterator_;
   Example example_;
   bool pending_ = false;  // the dataset's first batch, read by prepare_dataset, is not trained on yet
+  std::int64_t skip_batches_ = 0;  // batches of the first epoch a resumed run has trained already
   int opened_for_ = -1;   // the epoch iterator_ was opened for
   std::vector<Array> x_, y_, w_, val_x_, val_y_, val_w_;
   std::int64_t rows_ = 0, batch_size_ = 0, steps_ = 0;
