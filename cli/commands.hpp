@@ -38,4 +38,17 @@ struct PredictOptions {
 // `kiln predict FILE INPUT.csv`: one CSV row of outputs per input row.
 void predict(const PredictOptions& options, std::ostream& out);
 
+struct PlotModelOptions {
+  std::string model_file;
+  std::string output;         // .svg, .png, .pdf or .dot
+  std::string rankdir = "TB";
+  bool show_dtype = false, show_activations = false, show_trainable = false;
+};
+
+// `kiln plot-model FILE OUT.svg`: the model's layer graph with names and shapes, through Graphviz.
+void plot_model(const PlotModelOptions& options, std::ostream& out);
+
+// `kiln plot-history HISTORY.csv OUT.svg`: every logged metric per epoch, from a CSVLogger file.
+void plot_history(const std::string& csv, const std::string& output, std::ostream& out);
+
 }  // namespace kiln::cli

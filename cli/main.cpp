@@ -38,6 +38,7 @@ struct Arguments {
   std::string file;
   std::string output;  // convert's
   kiln::cli::PredictOptions predict;
+  kiln::cli::PlotModelOptions plot;
 };
 
 constexpr const char* kModelFile = "a model file: kiln's (model.save), a Keras 3 .keras or a legacy Keras .h5";
@@ -84,6 +85,19 @@ void declare(CLI::App& app, Arguments& arguments) {
       "convert", "Write a model file in another format: .keras (Keras 3), .h5 (Keras's legacy HDF5) or kiln's own");
   convert->add_option("FILE", arguments.file, kModelFile)->required();
   convert->add_option("OUTPUT", arguments.output, "the file to write; its extension picks the format")->required();
+  CLI::App* plot = app.add_subcommand(
+      "plot-model", "Draw a model's layer graph with names and shapes (Graphviz: scripts/install-graphviz.sh)");
+  plot->add_option("FILE", arguments.plot.model_file, kModelFile)->required();
+  plot->add_option("OUTPUT", arguments.plot.output, "the picture: .svg, .png, .pdf, or .dot for Graphviz's text")
+      ->required();
+  plot->add_option("--rankdir", arguments.plot.rankdir, "TB (top to bottom, the default) or LR")
+      ->check(CLI::IsMember({"TB", "LR"}));
+  plot->add_flag("--dtype", arguments.plot.show_dtype, "show each layer's output dtype");
+  plot->add_flag("--activations", arguments.plot.show_activations, "show each layer's activation");
+  plot->add_flag("--trainable", arguments.plot.show_trainable, "show whether each layer with weights is trainable");
+  CLI::App* history = app.add_subcommand("plot-history", "Draw every logged metric per epoch from a CSVLogger file");
+  history->add_option("FILE", arguments.file, "a CSV file with an epoch column (kiln::CSVLogger's)")->required();
+  history->add_option("OUTPUT", arguments.output, "the SVG file to write")->required();
 }
 
 void run(const Arguments& arguments) {
@@ -92,6 +106,8 @@ void run(const Arguments& arguments) {
   if (arguments.command == "verify") return kiln::cli::verify(arguments.file, std::cout);
   if (arguments.command == "predict") return kiln::cli::predict(arguments.predict, std::cout);
   if (arguments.command == "convert") return kiln::cli::convert(arguments.file, arguments.output, std::cout);
+  if (arguments.command == "plot-model") return kiln::cli::plot_model(arguments.plot, std::cout);
+  if (arguments.command == "plot-history") return kiln::cli::plot_history(arguments.file, arguments.output, std::cout);
   throw std::logic_error("no command '" + arguments.command + "'");
 }
 

@@ -55,6 +55,7 @@
 #include <kiln/train/dataset.hpp>
 #include <kiln/train/generate.hpp>
 #include <kiln/train/model.hpp>
+#include <kiln/train/plot.hpp>
 #include <kiln/train/progress.hpp>
 #include <kiln/train/tokenizer.hpp>
 

@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 
@@ -134,46 +133,6 @@ std::string with_commas(std::uintmax_t number) {
   return digits;
 }
 
-// Training and validation loss per epoch as a self-contained SVG line chart.
-void write_svg(const kiln::History& history, const std::string& path) {
-  const std::vector<double>& loss = history["loss"];
-  const std::vector<double>& validation = history["val_loss"];
-  double top = 0.0;
-  for (double v : loss) top = std::max(top, v);
-  for (double v : validation) top = std::max(top, v);
-  const double width = 640, height = 400, left = 60, right = 20, upper = 30, lower = 50;
-  auto x_of = [&](std::size_t epoch) {
-    return left + (width - left - right) *
-                      (loss.size() > 1 ? static_cast<double>(epoch) / static_cast<double>(loss.size() - 1) : 0.0);
-  };
-  auto y_of = [&](double value) { return height - lower - (height - upper - lower) * value / top; };
-  auto polyline = [&](const std::vector<double>& values, const char* color) {
-    std::string points;
-    for (std::size_t e = 0; e < values.size(); ++e)
-      points += std::to_string(x_of(e)) + "," + std::to_string(y_of(values[e])) + " ";
-    return "<polyline fill=\"none\" stroke=\"" + std::string(color) + "\" stroke-width=\"2\" points=\"" + points +
-           "\"/>\n";
-  };
-  std::ofstream out(path);
-  out.precision(3);  // tick labels; coordinates are formatted with std::to_string
-  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
-      << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  out << "<text x=\"" << width / 2 << "\" y=\"18\" text-anchor=\"middle\">stock_attention: MSE per epoch</text>\n";
-  out << "<line x1=\"" << left << "\" y1=\"" << height - lower << "\" x2=\"" << width - right << "\" y2=\""
-      << height - lower << "\" stroke=\"black\"/>\n<line x1=\"" << left << "\" y1=\"" << upper << "\" x2=\"" << left
-      << "\" y2=\"" << height - lower << "\" stroke=\"black\"/>\n";
-  for (int tick = 0; tick <= 4; ++tick) {
-    const double value = top * tick / 4.0;
-    out << "<text x=\"" << left - 6 << "\" y=\"" << y_of(value) + 4 << "\" text-anchor=\"end\">" << value
-        << "</text>\n";
-  }
-  out << "<text x=\"" << width / 2 << "\" y=\"" << height - 15 << "\" text-anchor=\"middle\">epoch (1 to "
-      << loss.size() << ")</text>\n";
-  out << polyline(loss, "#1f77b4") << polyline(validation, "#ff7f0e");
-  out << "<text x=\"" << width - 150 << "\" y=\"45\" fill=\"#1f77b4\">training loss</text>\n";
-  out << "<text x=\"" << width - 150 << "\" y=\"62\" fill=\"#ff7f0e\">validation loss</text>\n</svg>\n";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -188,7 +147,7 @@ int main(int argc, char** argv) {
     model.summary();
     auto best_checkpoint = std::make_shared<kiln::ModelCheckpoint>("best.kiln", /*save_best_only=*/true);
     const kiln::History history = train(model, data, /*verbose=*/1, "history.csv", best_checkpoint);
-    write_svg(history, "training.svg");
+    kiln::plot_history(history, "training.svg");  // every logged metric per epoch
 
     kiln::Model baseline = dense_model();
     train(baseline, data, /*verbose=*/0, "");

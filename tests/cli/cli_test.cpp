@@ -495,3 +495,19 @@ TEST_CASE("kiln convert writes .keras, .h5 and kiln files that load to the same 
 }
 
 #endif  // KILN_CLI_PATH
+
+TEST_CASE("kiln plot-model and plot-history draw a saved model and a CSVLogger file", "[cli][plot]") {
+  TempDir dir;
+  small_model().save(dir / "m.kiln");
+  const Run dot = run_kiln(dir, "plot-model " + arg(dir / "m.kiln") + " " + arg(dir / "m.dot"));
+  check_success(dot);
+  const std::string text = read_text(dir / "m.dot");
+  CHECK(text.find("<b>hidden</b> (Dense)") != std::string::npos);
+  CHECK(text.find("Output shape: <b>(None, 2)</b>") != std::string::npos);
+  check_failure(run_kiln(dir, "plot-model " + arg(dir / "m.kiln") + " " + arg(dir / "m.bmp")));
+
+  write_text(dir / "history.csv", "epoch,loss,val_loss\n0,1.0,1.1\n1,0.5,0.6\n");
+  check_success(run_kiln(dir, "plot-history " + arg(dir / "history.csv") + " " + arg(dir / "history.svg")));
+  CHECK(read_text(dir / "history.svg").find("<polyline") != std::string::npos);
+  check_failure(run_kiln(dir, "plot-history " + arg(dir / "missing.csv") + " " + arg(dir / "x.svg")));
+}
