@@ -54,6 +54,7 @@
 #include <kiln/train/data.hpp>
 #include <kiln/train/dataset.hpp>
 #include <kiln/train/generate.hpp>
+#include <kiln/train/lookup.hpp>
 #include <kiln/train/model.hpp>
 #include <kiln/train/plot.hpp>
 #include <kiln/train/progress.hpp>

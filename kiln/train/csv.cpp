@@ -279,26 +279,48 @@ std::vector<std::size_t> label_columns(const FileColumns& columns, const CsvOpti
   return labels;
 }
 
-// The feature columns, then the label columns (CsvTable splits them after reading).
+std::vector<std::size_t> text_columns(const FileColumns& columns, const CsvOptions& options, const std::string& path) {
+  if (!options.text_names.empty() && !columns.has_header())
+    throw ConfigError(path + ": text columns are chosen by name, but the file has no header; use "
+                             "CsvOptions::text_indices");
+  std::vector<std::size_t> text;
+  for (const std::string& name : options.text_names) text.push_back(column_by_name(name, columns, path));
+  for (std::int64_t index : options.text_indices) text.push_back(column_by_index(index, columns, path));
+  return text;
+}
+
+// The feature columns, then the label columns (CsvTable splits them after reading); never a text column.
 ColumnChoice chosen_columns(const FileColumns& columns, const CsvOptions& options, const std::string& path) {
   if (!options.column_names.empty() && !columns.has_header())
     throw ConfigError(path +
                       ": columns are chosen by name, but the file has no header; use CsvOptions::column_indices");
   const std::vector<std::size_t> labels = label_columns(columns, options, path);
-  if (!labels.empty()) {
+  const std::vector<std::size_t> text = text_columns(columns, options, path);
+  auto is_text = [&](std::size_t column) { return std::find(text.begin(), text.end(), column) != text.end(); };
+  for (std::size_t label : labels)
+    if (is_text(label))
+      throw ConfigError(path + ": column '" + columns.name(label) +
+                        "' is both a label and a text column; read it as text and encode it with StringLookup");
+  if (!labels.empty() || !text.empty()) {
     std::vector<std::size_t> chosen;
     if (options.column_names.empty() && options.column_indices.empty()) {
       for (std::size_t column = options.skip_index_column ? 1 : 0; column < columns.count(); ++column)
-        if (std::find(labels.begin(), labels.end(), column) == labels.end()) chosen.push_back(column);
+        if (std::find(labels.begin(), labels.end(), column) == labels.end() && !is_text(column))
+          chosen.push_back(column);
     } else {
       chosen = chosen_columns(columns, [&] {
                  CsvOptions features = options;
                  features.label_names.clear();
                  features.label_indices.clear();
+                 features.text_names.clear();
+                 features.text_indices.clear();
                  return features;
                }(), path).list();
+      for (std::size_t column : chosen)
+        if (is_text(column))
+          throw ConfigError(path + ": column '" + columns.name(column) + "' is chosen as numbers and as text");
     }
-    if (chosen.empty()) throw ValueError(path + ": no feature columns are left besides the labels");
+    if (chosen.empty() && text.empty()) throw ValueError(path + ": no feature columns are left besides the labels");
     chosen.insert(chosen.end(), labels.begin(), labels.end());
     return ColumnChoice(std::move(chosen));
   }
@@ -323,6 +345,8 @@ void check_options(const CsvOptions& options, const std::string& path) {
     throw ConfigError("read_csv('" + path + "'): choose columns by name or by index, not both");
   if (!options.label_names.empty() && !options.label_indices.empty())
     throw ConfigError("read_csv('" + path + "'): choose labels by name or by index, not both");
+  if (!options.text_names.empty() && !options.text_indices.empty())
+    throw ConfigError("read_csv('" + path + "'): choose text columns by name or by index, not both");
   if (options.skip_rows < 0)
     throw ConfigError("read_csv('" + path + "'): skip_rows must not be negative, got " + std::to_string(options.skip_rows));
   if (options.comment != '\0' && (options.comment == options.delimiter || options.comment == '"' ||
@@ -471,8 +495,31 @@ FileStart read_start(CsvLineReader& reader, const std::string& path, const CsvOp
   return start;
 }
 
-// read_csv without the column names when `names` is null.
-Array read_values(const std::string& path, const CsvOptions& options, std::vector<std::string>* names) {
+// The text columns' fields of each row (a second pass over the line: text columns are few).
+class TextReader {
+ public:
+  TextReader(std::vector<std::size_t> columns, char delimiter, const std::string& path)
+      : columns_(std::move(columns)), delimiter_(delimiter), path_(path), values_(columns_.size()) {}
+  void read(const CsvLine& line) {
+    for_each_field(line.text, delimiter_, location(path_, line.number), scratch_,
+                   [&](std::string_view field, std::size_t column) {
+                     for (std::size_t slot = 0; slot < columns_.size(); ++slot)
+                       if (columns_[slot] == column) values_[slot].emplace_back(field);
+                   });
+  }
+  std::vector<std::vector<std::string>>& values() { return values_; }
+
+ private:
+  std::vector<std::size_t> columns_;
+  char delimiter_;
+  const std::string& path_;
+  std::vector<std::vector<std::string>> values_;
+  std::string scratch_;
+};
+
+// read_csv without the column names when `names` is null; the text columns into `text` when it is not.
+Array read_values(const std::string& path, const CsvOptions& options, std::vector<std::string>* names,
+                  CsvTable* text = nullptr) {
   check_options(options, path);
   CsvLineReader reader(path, options);
   FileStart start = read_start(reader, path, options);
@@ -484,12 +531,23 @@ Array read_values(const std::string& path, const CsvOptions& options, std::vecto
 
   const std::int64_t first_line = line.number;
   ValueSink values(options.dtype);
+  std::optional<TextReader> texts;
+  if (text != nullptr) {
+    const std::vector<std::size_t> text_list = text_columns(columns, options, path);
+    for (std::size_t column : text_list) text->text_names.push_back(columns.name(column));
+    if (!text_list.empty()) texts.emplace(text_list, options.delimiter, path);
+  }
   std::int64_t count = 0;
-  if (!has_header) {
+  auto read_row = [&] {
     rows.read(line, values);
+    if (texts) texts->read(line);
+  };
+  if (!has_header) {
+    read_row();
     ++count;
   }
-  for (; reader.next(line); ++count) rows.read(line, values);
+  for (; reader.next(line); ++count) read_row();
+  if (texts) text->text = std::move(texts->values());
   if (count == 0) throw ValueError(location(path, first_line) + ": a header but no data rows");
   if (names)
     for (std::size_t slot = 0; slot < rows.columns().size(); ++slot)
@@ -511,7 +569,7 @@ Array column_range(const Array& values, std::int64_t first, std::int64_t count) 
 
 CsvTable read_csv(const std::string& path, const CsvOptions& options) {
   CsvTable table;
-  table.values = read_values(path, options, &table.column_names);
+  table.values = read_values(path, options, &table.column_names, &table);
   const auto labels = static_cast<std::int64_t>(options.label_names.size() + options.label_indices.size());
   if (labels == 0) return table;
   const std::int64_t features = table.values.shape()[1] - labels;

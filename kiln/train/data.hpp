@@ -61,6 +61,12 @@ struct CsvOptions {
   std::vector<std::string> label_names;
   /// The label column(s) by index into the file's columns (see label_names).
   std::vector<std::int64_t> label_indices;
+  /// Columns of text (a class name, a category), by header name or by index (at most one of the two): read
+  /// as strings into CsvTable::text, not as numbers, and left out of the values. Encode them with
+  /// kiln::StringLookup.
+  std::vector<std::string> text_names;
+  /// Text columns by index into the file's columns (see text_names).
+  std::vector<std::int64_t> text_indices;
 };
 
 /// What read_csv returns: the chosen columns' values and their names.
@@ -69,6 +75,9 @@ struct CsvTable {
   std::vector<std::string> column_names;  ///< one per column of `values`
   Array labels;                           ///< (rows, label columns) when labels were asked for, else empty
   std::vector<std::string> label_names;   ///< one per column of `labels`
+  /// The text columns asked for (CsvOptions::text_names), each a column of strings in row order.
+  std::vector<std::vector<std::string>> text;
+  std::vector<std::string> text_names;  ///< one per column of `text`
 };
 
 /// Throws ValueError for a file that cannot be read or holds bad data (missing, empty, ragged rows, text

@@ -1,0 +1,111 @@
+// StringLookup (Keras's index assignment and adapt order) and read_csv's text columns.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <kiln/core/error.hpp>
+#include <kiln/layers/dense.hpp>
+#include <kiln/serialize/saving.hpp>
+#include <kiln/train/data.hpp>
+#include <kiln/train/lookup.hpp>
+#include "support/temp_dir.hpp"
+
+using namespace kiln;
+
+namespace {
+
+std::vector<double> values_of(const Array& array) {
+  std::vector<double> values;
+  for (std::size_t i = 0; i < array.size(); ++i) values.push_back(array.flat(i));
+  return values;
+}
+
+}  // namespace
+
+TEST_CASE("StringLookup learns Keras's vocabulary order and indices", "[train][lookup]") {
+  StringLookup lookup;
+  CHECK_THROWS_AS(lookup({"a"}), ValueError);  // nothing learned yet
+  lookup.adapt({"b", "a", "c", "a", "b", "a", "d", "c", "[UNK]"});
+  // a (3), then b and c (2 each: reverse lexicographic order, as NumPy's reversed lexsort), then d.
+  CHECK(lookup.get_vocabulary() == std::vector<std::string>{"[UNK]", "a", "c", "b", "d"});
+  CHECK(lookup.vocabulary_size() == 5);
+  CHECK(values_of(lookup({"a", "b", "zebra", "d"})) == std::vector<double>{1, 3, 0, 4});
+  CHECK(lookup.invert(lookup({"c", "zebra"})) == std::vector<std::string>{"c", "[UNK]"});
+  CHECK_THROWS_AS(lookup.invert(Array::from_vector(std::vector<double>{5}, {1})), ValueError);
+  CHECK_THROWS_AS(lookup.invert(Array::from_vector(std::vector<double>{1.5}, {1})), ValueError);
+
+  StringLookup::Options masked;
+  masked.mask_token = "";
+  StringLookup with_mask({"x", "y"}, masked);
+  CHECK(values_of(with_mask({"", "y", "q"})) == std::vector<double>{0, 3, 1});
+
+  StringLookup::Options strict;
+  strict.num_oov_indices = 0;
+  StringLookup closed({"x", "y"}, strict);
+  CHECK(values_of(closed({"y", "x"})) == std::vector<double>{1, 0});
+  CHECK_THROWS_WITH(closed({"x", "q"}), Catch::Contains("'q' (value 1)"));
+
+  StringLookup::Options small;
+  small.max_tokens = 3;
+  StringLookup capped(small);
+  capped.adapt({"a", "a", "b", "b", "b", "c"});
+  CHECK(capped.get_vocabulary() == std::vector<std::string>{"[UNK]", "b", "a"});
+
+  StringLookup::Options hashed;
+  hashed.num_oov_indices = 2;
+  CHECK_THROWS_AS(StringLookup(hashed), ConfigError);
+  CHECK_THROWS_AS(StringLookup({"a", "a"}, StringLookup::Options()), ValueError);
+}
+
+TEST_CASE("StringLookup configs are Keras's and travel with a saved model", "[train][lookup][saving]") {
+  StringLookup lookup({"setosa", "versicolor", "virginica"}, StringLookup::Options());
+  const Config config = lookup.get_config();
+  CHECK(config.get_int("num_oov_indices") == 1);
+  CHECK(config.get_string("output_mode") == "int");
+  CHECK(StringLookup::from_config(config).get_vocabulary() == lookup.get_vocabulary());
+  // A config as Keras writes it.
+  const Config keras = {{"name", "string_lookup"}, {"max_tokens", Config()}, {"num_oov_indices", 1},
+                        {"oov_token", "[UNK]"},    {"mask_token", Config()},  {"output_mode", "int"},
+                        {"invert", false},         {"vocabulary", Config::list({"cat", "dog"})}};
+  CHECK(StringLookup::from_config(keras).get_vocabulary() == std::vector<std::string>{"[UNK]", "cat", "dog"});
+  CHECK_THROWS_AS(StringLookup::from_config(keras.with("output_mode", "one_hot")), ConfigError);
+
+  testing::TempDir dir;
+  const Tensor x = Input({Shape::unknown, 4});
+  Model model(x, Dense(4, "softmax")(x));
+  lookup.attach(model, "species");
+  model.save(dir.file("iris.kiln"));
+  const StringLookup again = StringLookup::of(load_model(dir.file("iris.kiln")), "species");
+  CHECK(again.get_vocabulary() == lookup.get_vocabulary());
+  CHECK_THROWS_AS(StringLookup::of(model, "colour"), ValueError);
+}
+
+TEST_CASE("read_csv returns text columns as strings, apart from the numbers", "[train][lookup][csv]") {
+  testing::TempDir dir;
+  std::ofstream(dir.file("iris.csv")) << "sepal,petal,species,note\n5.1,1.4,setosa,\"small, pale\"\n"
+                                         "7.0,4.7,versicolor,x\n6.3,6.0,virginica,y\n";
+  CsvOptions options;
+  options.text_names = {"species", "note"};
+  const CsvTable table = read_csv(dir.file("iris.csv"), options);
+  CHECK(table.column_names == std::vector<std::string>{"sepal", "petal"});
+  CHECK(table.values.shape() == Shape({3, 2}));
+  CHECK(table.text_names == std::vector<std::string>{"species", "note"});
+  CHECK(table.text[0] == std::vector<std::string>{"setosa", "versicolor", "virginica"});
+  CHECK(table.text[1][0] == "small, pale");
+
+  StringLookup species;
+  species.adapt(table.text[0]);
+  CHECK(species(table.text[0]).shape() == Shape({3}));
+
+  // Without text_names the text is refused, naming the line and column.
+  CHECK_THROWS_WITH(read_csv(dir.file("iris.csv")), Catch::Contains("iris.csv:2") && Catch::Contains("species"));
+  CsvOptions both = options;
+  both.label_names = {"species"};
+  CHECK_THROWS_AS(read_csv(dir.file("iris.csv"), both), ConfigError);
+  CsvOptions chosen;
+  chosen.column_names = {"sepal", "species"};
+  chosen.text_names = {"species"};
+  CHECK_THROWS_AS(read_csv(dir.file("iris.csv"), chosen), ConfigError);
+}
