@@ -185,13 +185,33 @@ Config restore_training_backup(ModelBase& model, const std::string& path) {
   const Config metadata = parse_json(std::string(meta->payload), path + ": metadata section");
   const Config* progress = metadata.is_map() ? metadata.find("backup") : nullptr;
   if (progress == nullptr || !progress->is_map()) throw SerializationError(path + ": is not a training backup");
-  // Every check before anything is assigned: a backup of another model leaves this one as it was.
   const std::vector<NamedArray> arrays = read_arrays(weights->payload, path + ": weights section");
-  const std::int64_t epochs = metadata.get_int("epochs_trained", 0);
-  if (epochs < 0 || epochs > 1'000'000'000) throw SerializationError(path + ": epochs_trained is " + std::to_string(epochs));
-  assign_weights(model.weights(), arrays, model.describe());
-  restore_optimizer(*trainer, model, *state, path);
-  trainer->set_epochs_trained(static_cast<int>(epochs));
+  const std::int64_t epoch = progress->get_int("epoch", -1), batch = progress->get_int("batch", -1);
+  if (epoch < 0 || epoch > 1'000'000'000 || batch < 0)
+    throw SerializationError(path + ": the backup's progress is " + progress->to_string());
+  // The weights and the optimizer's state as they are, put back if either part of the backup does not fit
+  // (a backup of another model, or of another optimizer): a failed restore changes nothing.
+  std::vector<Array> old_weights;
+  for (const Weight& weight : model.weights()) old_weights.push_back(weight.value.copy());
+  std::vector<Weight> old_state = trainer->optimizer().variables();
+  for (Weight& variable : old_state) variable.value = variable.value.copy();
+  try {
+    assign_weights(model.weights(), arrays, model.describe());
+    restore_optimizer(*trainer, model, *state, path);
+  } catch (...) {
+    const std::vector<Weight> now = model.weights();
+    for (std::size_t i = 0; i < now.size() && i < old_weights.size(); ++i) {
+      Array target = now[i].value;
+      std::memcpy(target.raw(), old_weights[i].raw(), old_weights[i].nbytes());
+    }
+    try {
+      trainer->optimizer().set_variables(old_state);
+    } catch (...) {  // an optimizer built by the failed restore keeps its fresh slots
+    }
+    throw;
+  }
+  // The epochs finished are the backup's epoch: a backup after an epoch's last batch is the next one's start.
+  trainer->set_epochs_trained(static_cast<int>(epoch));
   return *progress;
 }
 

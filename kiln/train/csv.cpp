@@ -180,12 +180,23 @@ bool first_line_is_header(const CsvLine& first, std::size_t fields, const CsvOpt
                           const std::string& path) {
   if (options.header != CsvHeader::detect) return options.header == CsvHeader::present;
   const std::size_t start = options.skip_index_column ? 1 : 0;
-  std::size_t numbers = 0;
+  // Text columns given by index hold text in data rows too: they tell nothing and are left out.
+  auto is_text = [&](std::size_t index) {
+    return std::find(options.text_indices.begin(), options.text_indices.end(), static_cast<std::int64_t>(index)) !=
+           options.text_indices.end();
+  };
+  std::size_t numbers = 0, text = 0;
   std::string scratch;
   for_each_field(first.text, options.delimiter, location(path, first.number), scratch,
-                 [&](std::string_view field, std::size_t index) { numbers += index >= start && is_number(field); });
-  if (numbers == 0) return true;
-  if (numbers + start >= fields) return false;
+                 [&](std::string_view field, std::size_t index) {
+                   if (index < start) return;
+                   if (is_text(index))
+                     ++text;
+                   else
+                     numbers += is_number(field);
+                 });
+  if (numbers == 0) return text == 0 || fields > start + text;  // text columns alone cannot tell
+  if (numbers + start + text >= fields) return false;
   throw ValueError(location(path, first.number) +
                    ": cannot tell whether this line is a header (some fields are "
                    "numbers, some are not); set CsvOptions::header to CsvHeader::present or CsvHeader::absent");

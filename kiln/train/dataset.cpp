@@ -12,6 +12,7 @@
 #include <thread>
 #include <utility>
 
+#include <kiln/core/dtype.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/rng.hpp>
 #include <kiln/train/detail/csv_stream.hpp>
@@ -133,9 +134,13 @@ class CsvStage : public DatasetStage {
     while (!stream_ || !stream_->next(row_.data())) {
       if (file_ == paths_.size()) return false;
       stream_ = std::make_unique<detail::CsvStream>(paths_[file_], options_);
-      if (file_ > 0 && stream_->width() != row_.size())
-        throw ValueError(paths_[file_] + ": " + std::to_string(stream_->width()) + " columns are read, but " +
-                         std::to_string(row_.size()) + " from " + paths_[0]);
+      if (file_ > 0 && stream_->width() != row_.size()) {
+        const std::string message = paths_[file_] + ": " + std::to_string(stream_->width()) +
+                                    " columns are read, but " + std::to_string(row_.size()) + " from " + paths_[0];
+        stream_.reset();
+        file_ = paths_.size();  // the pass ends here: this file's rows would not fit the others'
+        throw ValueError(message);
+      }
       row_.resize(stream_->width());
       ++file_;
     }
@@ -184,10 +189,15 @@ class CsvNode : public DatasetNode {
 class GeneratorStage : public DatasetStage {
  public:
   explicit GeneratorStage(Dataset::Generator generator) : generator_(std::move(generator)) {}
-  bool next(Example& out) override { return generator_(out); }
+  bool next(Example& out) override {
+    if (ended_) return false;
+    ended_ = !generator_(out);
+    return !ended_;
+  }
 
  private:
   Dataset::Generator generator_;
+  bool ended_ = false;
 };
 
 class GeneratorNode : public DatasetNode {
@@ -255,7 +265,11 @@ class BatchStage : public DatasetStage {
   bool next(Example& out) override {
     std::int64_t count = 0;
     for (; count < size_; ++count) {
-      if (!upstream_->next(row_)) break;
+      // Once the upstream has ended it is not asked again (a generator is not called past its end).
+      if (exhausted_ || !upstream_->next(row_)) {
+        exhausted_ = true;
+        break;
+      }
       check_layout();
       if (count == 0) shape_batch(out);
       place(row_.x, out.x, count);
@@ -277,7 +291,11 @@ class BatchStage : public DatasetStage {
     if (first_.empty()) {
       for (const std::vector<Array>* arrays : parts) {
         first_.emplace_back();
-        for (const Array& array : *arrays) first_.back().push_back(array.shape());
+        first_dtypes_.emplace_back();
+        for (const Array& array : *arrays) {
+          first_.back().push_back(array.shape());
+          first_dtypes_.back().push_back(array.dtype());
+        }
       }
       return;
     }
@@ -288,12 +306,17 @@ class BatchStage : public DatasetStage {
       if (arrays.size() != expected.size())
         throw ShapeError("Dataset.batch: element " + std::to_string(element_) + " has " + std::to_string(arrays.size()) +
                          " " + names[p] + " arrays, but the first element has " + std::to_string(expected.size()));
-      for (std::size_t i = 0; i < arrays.size(); ++i)
+      for (std::size_t i = 0; i < arrays.size(); ++i) {
         if (arrays[i].shape() != expected[i])
           throw ShapeError("Dataset.batch: element " + std::to_string(element_) + " has " + names[p] + "[" +
                            std::to_string(i) + "] of shape " + arrays[i].shape().to_string() +
                            ", but the first element's is " + expected[i].to_string() +
                            " (elements of a batch must share their shapes)");
+        if (arrays[i].dtype() != first_dtypes_[p][i])
+          throw DTypeError("Dataset.batch: element " + std::to_string(element_) + " has " + names[p] + "[" +
+                           std::to_string(i) + "] of dtype " + dtype_name(arrays[i].dtype()) +
+                           ", but the first element's is " + dtype_name(first_dtypes_[p][i]));
+      }
     }
   }
 
@@ -324,7 +347,9 @@ class BatchStage : public DatasetStage {
   bool drop_remainder_;
   Example row_;
   std::vector<std::vector<Shape>> first_;  // the first element's shapes: x, y, sample_weight
+  std::vector<std::vector<DType>> first_dtypes_;
   std::int64_t element_ = 0;
+  bool exhausted_ = false;
 };
 
 class BatchNode : public StepNode {
@@ -429,8 +454,8 @@ class RepeatNode : public StepNode {
   std::int64_t cardinality() const override {
     const std::int64_t n = upstream_->cardinality();
     if (count_ == 0 || n == 0) return 0;
+    if (count_ < 0 || n == Dataset::infinite) return Dataset::infinite;  // tf.data's too, for an unknown length
     if (n == Dataset::unknown) return Dataset::unknown;
-    if (count_ < 0 || n == Dataset::infinite) return Dataset::infinite;
     return n * count_;
   }
 
@@ -629,7 +654,14 @@ Dataset::Iterator::Iterator(std::shared_ptr<const detail::DatasetNode> node, std
     : node_(std::move(node)), stage_(std::move(stage)) {}
 Dataset::Iterator::~Iterator() = default;
 Dataset::Iterator::Iterator(Iterator&&) noexcept = default;
-Dataset::Iterator& Dataset::Iterator::operator=(Iterator&&) noexcept = default;
+// The stages first: they read their nodes' data, and a prefetch thread may be running in them.
+Dataset::Iterator& Dataset::Iterator::operator=(Iterator&& other) noexcept {
+  stage_.reset();
+  node_ = std::move(other.node_);
+  stage_ = std::move(other.stage_);
+  position_ = other.position_;
+  return *this;
+}
 
 bool Dataset::Iterator::next(Example& out) {
   try {

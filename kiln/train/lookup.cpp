@@ -14,8 +14,8 @@ void check_options(const StringLookup::Options& options) {
   if (options.num_oov_indices < 0 || options.num_oov_indices > 1)
     throw ConfigError("StringLookup: num_oov_indices must be 0 or 1 in kiln (Keras hashes unknown strings into "
                       "several with a hash kiln does not have), got " + std::to_string(options.num_oov_indices));
-  if (options.max_tokens == 0 || options.max_tokens < -1)
-    throw ConfigError("StringLookup: max_tokens must be positive (or -1 for no limit), got " +
+  if (options.max_tokens == 0 || options.max_tokens == 1 || options.max_tokens < -1)
+    throw ConfigError("StringLookup: max_tokens must be greater than 1 (or -1 for no limit), got " +
                       std::to_string(options.max_tokens));
 }
 
@@ -24,6 +24,15 @@ void check_options(const StringLookup::Options& options) {
 StringLookup::StringLookup(Options options) : options_(std::move(options)) { check_options(options_); }
 
 StringLookup::StringLookup(std::vector<std::string> vocabulary, Options options) : StringLookup(std::move(options)) {
+  // As Keras's set_vocabulary: a vocabulary that starts with the special tokens (another lookup's
+  // get_vocabulary()) is taken without them.
+  std::size_t special = 0;
+  if (options_.mask_token && special < vocabulary.size() && vocabulary[special] == *options_.mask_token) ++special;
+  for (std::int64_t i = 0; i < options_.num_oov_indices && special < vocabulary.size() &&
+                           vocabulary[special] == options_.oov_token;
+       ++i)
+    ++special;
+  vocabulary.erase(vocabulary.begin(), vocabulary.begin() + static_cast<std::ptrdiff_t>(special));
   for (std::size_t i = 0; i < vocabulary.size(); ++i) {
     const std::string& token = vocabulary[i];
     if ((options_.mask_token && token == *options_.mask_token) || (options_.num_oov_indices > 0 && token == options_.oov_token))

@@ -63,10 +63,13 @@ Logs evaluate_dataset(ModelBase& model, const Dataset& data, const EvaluateOptio
 
 std::vector<Array> predict_dataset(ModelBase& model, const Dataset& data, std::int64_t steps) {
   // predict needs no compile: the model's own predict, batch by batch.
+  if (!data.batched()) throw ValueError(model.describe() + ".predict: the dataset is not batched; call batch(n)");
+  if (steps == 0 || steps < -1) throw ValueError(model.describe() + ".predict: steps must be positive, got " + std::to_string(steps));
+  if (steps < 0 && data.cardinality() == Dataset::infinite)
+    throw ValueError(model.describe() + ".predict: the dataset repeats without end; give steps");
   std::vector<std::vector<Array>> parts;
   Dataset::Iterator batches = data.iterate();
   Example batch;
-  if (!data.batched()) throw ValueError(model.describe() + ".predict: the dataset is not batched; call batch(n)");
   for (std::int64_t step = 0; steps < 0 || step < steps; ++step) {
     if (!batches.next(batch)) {
       if (steps >= 0)

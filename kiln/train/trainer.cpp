@@ -535,11 +535,24 @@ class Trainer::Fit {
                        std::to_string(length) + "; repeat() it");
     steps_ = per_epoch > 0 ? per_epoch : std::max<std::int64_t>(length, 0);  // 0: unknown until the data ends
     iterator_ = std::make_unique<Dataset::Iterator>(data_->iterate(static_cast<std::uint64_t>(options_.initial_epoch_)));
+    // Keras's rules for a dataset: the weights come in its elements, and validation_split cannot cut it.
+    if (!options_.sample_weight_.empty())
+      throw ValueError(who() + ": with a dataset, give sample weights in its elements (Example::sample_weight)");
+    if (options_.validation_split_ > 0.0)
+      throw ValueError(who() + ": validation_split cannot split a dataset; give validation_data");
+    if (!options_.class_weight_.empty() && trainer_.model_.num_outputs() != 1)
+      throw ValueError(who() + ": class_weight is only supported for models with a single output");
+    if (!options_.validation_x_.empty() || !options_.validation_y_.empty()) {
+      val_x_ = options_.validation_x_;
+      val_y_ = options_.validation_y_;
+      trainer_.check_data(val_x_, val_y_, "fit validation_data");
+      val_w_ = trainer_.check_weights(options_.validation_sample_weight_, val_y_, "fit validation_data");
+    }
     if (!iterator_->next(example_)) throw ValueError(who() + ": the dataset is empty");
     x_ = example_.x;
     y_ = example_.y;
     trainer_.check_data(x_, y_, "fit");
-    w_ = trainer_.check_weights(example_.sample_weight, y_, "fit");
+    w_ = dataset_weights(y_);
     compiled_ = trainer_.compiled_for(x_, y_, w_, true);
     program_ = std::make_unique<detail::ProgramPool::Lease>(compiled_->programs->lease(num_rows(x_)));
     batch_x_ = x_;
@@ -564,18 +577,29 @@ class Trainer::Fit {
                          std::to_string(options_.steps_per_epoch_) + "; repeat() it");
       return false;
     }
-    const DType dtype = trainer_.model_.input_dtypes().at(0);
-    auto converted = [&](const std::vector<Array>& given, std::vector<Array>& into) {
-      into.resize(given.size());
-      for (std::size_t i = 0; i < given.size(); ++i) into[i] = given[i].dtype() == dtype ? given[i] : given[i].astype(dtype);
-    };
-    converted(example_.x, batch_x_);
-    converted(example_.y, batch_y_);
-    if (!example_.sample_weight.empty()) batch_w_ = trainer_.check_weights(example_.sample_weight, batch_y_, "fit");
-    if (batch_x_.size() != x_.size() || batch_y_.size() != y_.size() || batch_w_.size() != w_.size())
+    if (example_.x.size() != x_.size() || example_.y.size() != y_.size() ||
+        example_.sample_weight.size() != (options_.class_weight_.empty() ? w_.size() : 0))
       throw ValueError(who() + ": batch " + std::to_string(batch + 1) + " of epoch " + std::to_string(epoch + 1) +
-                       " has other arrays than the first batch");
+                       " has other arrays than the first batch (inputs, targets or sample weights)");
+    // Each input in its own dtype, the targets in the model's (the first input's), as check_data does.
+    const std::vector<DType> dtypes = trainer_.model_.input_dtypes();
+    batch_x_.resize(example_.x.size());
+    for (std::size_t i = 0; i < example_.x.size(); ++i)
+      batch_x_[i] = example_.x[i].dtype() == dtypes[i] ? example_.x[i] : example_.x[i].astype(dtypes[i]);
+    batch_y_.resize(example_.y.size());
+    for (std::size_t k = 0; k < example_.y.size(); ++k)
+      batch_y_[k] = example_.y[k].dtype() == dtypes[0] ? example_.y[k] : example_.y[k].astype(dtypes[0]);
+    batch_w_ = dataset_weights(batch_y_);
     return true;
+  }
+
+  // A dataset batch's sample weights: its own, checked, or made from class_weight.
+  std::vector<Array> dataset_weights(const std::vector<Array>& y) const {
+    if (options_.class_weight_.empty()) return trainer_.check_weights(example_.sample_weight, y, "fit");
+    if (!example_.sample_weight.empty())
+      throw ValueError(who() + ": class_weight and the dataset's own sample weights cannot be given together");
+    return {detail::class_sample_weights(options_.class_weight_, y.at(0), trainer_.model_.model_output_shapes()[0],
+                                         trainer_.losses_[0], who())};
   }
 
   void run_epoch(int epoch) {
@@ -602,6 +626,11 @@ class Trainer::Fit {
     }
     if (batches_run == 0 && first_batch == 0)
       throw ValueError(who() + ": epoch " + std::to_string(epoch + 1) + " had no data");
+    if (batches_run == 0) {
+      // A resumed epoch whose batches were all trained before the interruption: nothing to log.
+      trainer_.epochs_trained_ = epoch + 1;
+      return;
+    }
     add_validation();
     trainer_.epochs_trained_ = epoch + 1;  // before the callbacks, so a checkpoint saved there records this epoch
     for (const CallbackPtr& callback : options_.callbacks_) callback->on_epoch_logs(state_, epoch, logs_);
@@ -726,6 +755,9 @@ Logs Trainer::evaluate_data(const Dataset& data, std::int64_t steps, const std::
                          std::to_string(steps));
       break;
     }
+    if (example.x.size() != x.size() || example.y.size() != y.size() || example.sample_weight.size() != w.size())
+      throw ValueError(who + ": batch " + std::to_string(step + 1) +
+                       " has other arrays than the first batch (inputs, targets or sample weights)");
     x = example.x;
     y = example.y;
     check_data(x, y, what);

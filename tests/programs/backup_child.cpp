@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   }
 
   if (setup_only) return 0;
-  kiln::FitOptions options = kiln::FitOptions().epochs(40).batch_size(10).seed(3).verbose(0);
+  kiln::FitOptions options = kiln::FitOptions().epochs(24).batch_size(10).seed(3).verbose(0);
   std::shared_ptr<kiln::BackupAndRestore> callback;
   if (backup) {
     kiln::BackupAndRestore::Options backup_options;

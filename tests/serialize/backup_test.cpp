@@ -123,8 +123,8 @@ TEST_CASE("BackupAndRestore checks its options and refuses a backup of another m
   constexpr std::int64_t None = Shape::unknown;
   const Array x = Array::full({8, 3}, 0.5), y = Array::full({8, 1}, 1.0);
   const Tensor a = Input({None, 3});
-  Model small(a, Dense(1)(a));
-  small.compile("sgd", "mse");
+  Model small(a, Dense(1, "", {{"name", "lin"}})(a));
+  small.compile("adam", "mse");
   BackupAndRestore::Options keep;
   keep.backup_dir = dir.file("run");
   keep.delete_checkpoint = false;
@@ -136,6 +136,18 @@ TEST_CASE("BackupAndRestore checks its options and refuses a backup of another m
   const History again = small.fit(x, y, FitOptions().epochs(2).batch_size(4).verbose(0).callback(backup));
   CHECK(backup->restored());
   CHECK(again.epochs.empty());
+
+  // The same layers with another optimizer cannot take the backup's (Adam's) state: the weights stay.
+  const Tensor c = Input({None, 3});
+  Model renamed(c, Dense(1, "", {{"name", "lin"}})(c));
+  renamed.compile("rmsprop", "mse");
+  renamed.fit(x, y, FitOptions().epochs(1).batch_size(4).verbose(0));  // RMSprop's slots exist
+  const std::vector<Array> rmsprop_before = renamed.get_weights();
+  BackupAndRestore::Options adam_backup = keep;
+  auto restore_into_rmsprop = std::make_shared<BackupAndRestore>(adam_backup);
+  CHECK_THROWS(renamed.fit(x, y, FitOptions().epochs(3).batch_size(4).verbose(0).callback(restore_into_rmsprop)));
+  for (std::size_t i = 0; i < rmsprop_before.size(); ++i)
+    CHECK(std::memcmp(rmsprop_before[i].raw(), renamed.get_weights()[i].raw(), rmsprop_before[i].nbytes()) == 0);
 
   const Tensor b = Input({None, 3});
   Model other(b, Dense(2)(b));

@@ -269,3 +269,73 @@ TEST_CASE("fit refuses a dataset it cannot train on before the first step", "[tr
   CHECK_THROWS_AS(model.evaluate(rows.batch(4), EvaluateOptions().steps(9)), ValueError);
   CHECK(bitwise_equal(model.get_weights(), before));
 }
+
+TEST_CASE("Dataset edge cases: dtype changes, ended generators, endless repeats, dataset options fit refuses",
+          "[train][dataset][errors]") {
+  // An element of another dtype cannot join a batch (its bytes would not fit).
+  const Dataset mixed = Dataset::from_generator([] {
+    auto count = std::make_shared<int>(0);
+    return [count](Example& next) {
+      ++*count;
+      next.x = {Array::full({2}, 1.0, *count == 2 ? DType::float64 : DType::float32)};
+      next.y = {Array::full({1}, 0.0)};
+      return *count <= 4;
+    };
+  });
+  Dataset::Iterator it = mixed.batch(4).iterate();
+  Example batch;
+  CHECK_THROWS_WITH(it.next(batch), Catch::Contains("dtype float64"));
+
+  // A generator is not called again once it has said it is done.
+  auto calls = std::make_shared<int>(0);
+  const Dataset counted = Dataset::from_generator([calls] {
+    auto count = std::make_shared<int>(0);
+    return [calls, count](Example& next) {
+      ++*calls;
+      next.x = {Array::full({1}, 1.0)};
+      next.y = {Array::full({1}, 1.0)};
+      return ++*count <= 5;
+    };
+  });
+  Dataset::Iterator five = counted.batch(2).iterate();
+  int batches = 0;
+  while (five.next(batch)) ++batches;
+  CHECK(batches == 3);
+  CHECK_FALSE(five.next(batch));
+  CHECK(*calls == 6);
+
+  // repeat() of a source of unknown length has no end: fit asks for steps_per_epoch.
+  CHECK(counted.repeat().cardinality() == Dataset::infinite);
+  CHECK(counted.repeat(2).cardinality() == Dataset::unknown);
+  Model model = small_model();
+  const Dataset rows = counting(12);
+  CHECK_THROWS_WITH(model.fit(counted.repeat().batch(2), FitOptions().verbose(0)), Catch::Contains("steps_per_epoch"));
+  CHECK_THROWS_WITH(model.predict(counted.repeat().batch(2)), Catch::Contains("give steps"));
+  CHECK_THROWS_WITH(model.fit(rows.batch(4), FitOptions().validation_split(0.2).verbose(0)),
+                    Catch::Contains("validation_split"));
+  CHECK_THROWS_WITH(model.fit(rows.batch(4), FitOptions().sample_weight(Array::full({12}, 1.0)).verbose(0)),
+                    Catch::Contains("in its elements"));
+}
+
+TEST_CASE("fit on a dataset applies class_weight to every batch, as on arrays", "[train][dataset][weights]") {
+  Array x({12, 2}, DType::float64), y({12, 1}, DType::float64);
+  for (std::size_t r = 0; r < 12; ++r) {
+    x.set_flat(2 * r, std::sin(static_cast<double>(r)));
+    x.set_flat(2 * r + 1, std::cos(static_cast<double>(r)));
+    y.set_flat(r, r % 3 == 0 ? 1.0 : 0.0);
+  }
+  auto classifier = [] {
+    const Tensor input = Input({None, 2}, DType::float64);
+    Model model(input, Dense(1, "sigmoid")(input));
+    std::vector<Array> weights = model.get_weights();
+    for (Array& weight : weights)
+      for (std::size_t i = 0; i < weight.size(); ++i) weight.set_flat(i, 0.1 * static_cast<double>(i + 1));
+    model.set_weights(weights);
+    model.compile(create_optimizer("sgd", {{"learning_rate", 0.1}}), "binary_crossentropy");
+    return model;
+  };
+  Model by_arrays = classifier(), by_dataset = classifier();
+  by_arrays.fit(x, y, FitOptions().epochs(2).batch_size(4).shuffle(false).class_weight({{1, 3.0}}).verbose(0));
+  by_dataset.fit(Dataset::from_arrays(x, y).batch(4), FitOptions().epochs(2).class_weight({{1, 3.0}}).verbose(0));
+  CHECK(bitwise_equal(by_arrays.get_weights(), by_dataset.get_weights()));
+}

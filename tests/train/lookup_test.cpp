@@ -53,6 +53,12 @@ TEST_CASE("StringLookup learns Keras's vocabulary order and indices", "[train][l
   capped.adapt({"a", "a", "b", "b", "b", "c"});
   CHECK(capped.get_vocabulary() == std::vector<std::string>{"[UNK]", "b", "a"});
 
+  // Another lookup's get_vocabulary(), special tokens first, is taken without them, as Keras does.
+  CHECK(StringLookup(lookup.get_vocabulary(), StringLookup::Options()).get_vocabulary() == lookup.get_vocabulary());
+  StringLookup::Options one;
+  one.max_tokens = 1;
+  CHECK_THROWS_AS(StringLookup(one), ConfigError);
+
   StringLookup::Options hashed;
   hashed.num_oov_indices = 2;
   CHECK_THROWS_AS(StringLookup(hashed), ConfigError);
@@ -98,6 +104,14 @@ TEST_CASE("read_csv returns text columns as strings, apart from the numbers", "[
   StringLookup species;
   species.adapt(table.text[0]);
   CHECK(species(table.text[0]).shape() == Shape({3}));
+
+  // A headerless file whose text column is given by index.
+  std::ofstream(dir.file("plain.csv")) << "5.1,1.4,setosa\n7.0,4.7,versicolor\n";
+  CsvOptions by_index;
+  by_index.text_indices = {2};
+  const CsvTable plain = read_csv(dir.file("plain.csv"), by_index);
+  CHECK(plain.values.shape() == Shape({2, 2}));
+  CHECK(plain.text[0] == std::vector<std::string>{"setosa", "versicolor"});
 
   // Without text_names the text is refused, naming the line and column.
   CHECK_THROWS_WITH(read_csv(dir.file("iris.csv")), Catch::Contains("iris.csv:2") && Catch::Contains("species"));
