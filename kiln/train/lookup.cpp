@@ -10,13 +10,50 @@ namespace kiln {
 
 namespace {
 
+// What both lookups allow of num_oov_indices and max_tokens.
+void check_counts(std::int64_t num_oov_indices, std::int64_t max_tokens, const std::string& who) {
+  if (num_oov_indices < 0 || num_oov_indices > 1)
+    throw ConfigError(who + ": num_oov_indices must be 0 or 1 in kiln (Keras hashes unknown values into "
+                            "several with a hash kiln does not have), got " + std::to_string(num_oov_indices));
+  if (max_tokens == 0 || max_tokens == 1 || max_tokens < -1)
+    throw ConfigError(who + ": max_tokens must be greater than 1 (or -1 for no limit), got " +
+                      std::to_string(max_tokens));
+}
+
 void check_options(const StringLookup::Options& options) {
-  if (options.num_oov_indices < 0 || options.num_oov_indices > 1)
-    throw ConfigError("StringLookup: num_oov_indices must be 0 or 1 in kiln (Keras hashes unknown strings into "
-                      "several with a hash kiln does not have), got " + std::to_string(options.num_oov_indices));
-  if (options.max_tokens == 0 || options.max_tokens == 1 || options.max_tokens < -1)
-    throw ConfigError("StringLookup: max_tokens must be greater than 1 (or -1 for no limit), got " +
-                      std::to_string(options.max_tokens));
+  check_counts(options.num_oov_indices, options.max_tokens, "StringLookup");
+}
+
+// Keras's adapt order: by count, most frequent first, ties by the larger token first (NumPy's
+// lexsort((tokens, counts)) reversed), at most `limit` of them (-1: all).
+template <class Token>
+std::vector<Token> by_count(const std::map<Token, std::int64_t>& counts, std::int64_t limit) {
+  std::vector<std::pair<Token, std::int64_t>> sorted(counts.begin(), counts.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first > b.first;
+  });
+  if (limit >= 0 && static_cast<std::size_t>(limit) < sorted.size()) sorted.resize(static_cast<std::size_t>(limit));
+  std::vector<Token> tokens;
+  for (const auto& entry : sorted) tokens.push_back(entry.first);
+  return tokens;
+}
+
+// As Keras's set_vocabulary: a vocabulary that starts with the special tokens (another lookup's
+// get_vocabulary()) is taken without them.
+template <class Token>
+void drop_special_prefix(std::vector<Token>& vocabulary, const std::optional<Token>& mask, std::int64_t num_oov,
+                         const Token& oov) {
+  std::size_t special = 0;
+  if (mask && special < vocabulary.size() && vocabulary[special] == *mask) ++special;
+  for (std::int64_t i = 0; i < num_oov && special < vocabulary.size() && vocabulary[special] == oov; ++i) ++special;
+  vocabulary.erase(vocabulary.begin(), vocabulary.begin() + static_cast<std::ptrdiff_t>(special));
+}
+
+// A whole number held in a float array, or ValueError.
+std::int64_t whole(double value, const std::string& who, std::size_t at) {
+  if (!(std::floor(value) == value && std::abs(value) < 9.0e15))
+    throw ValueError(who + ": value " + std::to_string(at) + " (" + std::to_string(value) + ") is not a whole number");
+  return static_cast<std::int64_t>(value);
 }
 
 }  // namespace
@@ -24,15 +61,7 @@ void check_options(const StringLookup::Options& options) {
 StringLookup::StringLookup(Options options) : options_(std::move(options)) { check_options(options_); }
 
 StringLookup::StringLookup(std::vector<std::string> vocabulary, Options options) : StringLookup(std::move(options)) {
-  // As Keras's set_vocabulary: a vocabulary that starts with the special tokens (another lookup's
-  // get_vocabulary()) is taken without them.
-  std::size_t special = 0;
-  if (options_.mask_token && special < vocabulary.size() && vocabulary[special] == *options_.mask_token) ++special;
-  for (std::int64_t i = 0; i < options_.num_oov_indices && special < vocabulary.size() &&
-                           vocabulary[special] == options_.oov_token;
-       ++i)
-    ++special;
-  vocabulary.erase(vocabulary.begin(), vocabulary.begin() + static_cast<std::ptrdiff_t>(special));
+  drop_special_prefix(vocabulary, options_.mask_token, options_.num_oov_indices, options_.oov_token);
   for (std::size_t i = 0; i < vocabulary.size(); ++i) {
     const std::string& token = vocabulary[i];
     if ((options_.mask_token && token == *options_.mask_token) || (options_.num_oov_indices > 0 && token == options_.oov_token))
@@ -52,17 +81,7 @@ void StringLookup::adapt(const std::vector<std::string>& data) {
     if ((options_.mask_token && value == *options_.mask_token) || value == options_.oov_token) continue;
     ++counts[value];
   }
-  std::vector<std::pair<std::string, std::int64_t>> sorted(counts.begin(), counts.end());
-  // Count descending, then the strings descending: NumPy's lexsort((tokens, counts)) reversed.
-  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
-    return a.second != b.second ? a.second > b.second : a.first > b.first;
-  });
-  if (options_.max_tokens > 0)
-    sorted.resize(static_cast<std::size_t>(
-        std::clamp<std::int64_t>(options_.max_tokens - first_index(), 0, static_cast<std::int64_t>(sorted.size()))));
-  std::vector<std::string> vocabulary;
-  for (const auto& [token, count] : sorted) vocabulary.push_back(token);
-  *this = StringLookup(std::move(vocabulary), options_);
+  *this = StringLookup(by_count(counts, options_.max_tokens > 0 ? options_.max_tokens - first_index() : -1), options_);
 }
 
 Array StringLookup::operator()(const std::vector<std::string>& values, DType dtype) const {
@@ -151,6 +170,124 @@ void StringLookup::attach(const Model& model, const std::string& name) const {
 StringLookup StringLookup::of(const Model& model, const std::string& name) {
   const Config* asset = model.ptr()->asset(name);
   if (asset == nullptr) throw ValueError(model.ptr()->describe() + " has no StringLookup asset '" + name + "'");
+  return from_config(*asset);
+}
+
+// ---- IntegerLookup ----------------------------------------------------------------------------------------
+
+IntegerLookup::IntegerLookup(Options options) : options_(options) {
+  check_counts(options_.num_oov_indices, options_.max_tokens, "IntegerLookup");
+}
+
+IntegerLookup::IntegerLookup(std::vector<std::int64_t> vocabulary, Options options) : IntegerLookup(options) {
+  drop_special_prefix(vocabulary, options_.mask_token, options_.num_oov_indices, options_.oov_token);
+  for (std::size_t i = 0; i < vocabulary.size(); ++i) {
+    const std::int64_t token = vocabulary[i];
+    if ((options_.mask_token && token == *options_.mask_token) || (options_.num_oov_indices > 0 && token == options_.oov_token))
+      throw ValueError("IntegerLookup: the vocabulary holds the special token " + std::to_string(token));
+    if (!index_.emplace(token, first_index() + static_cast<std::int64_t>(i)).second)
+      throw ValueError("IntegerLookup: " + std::to_string(token) + " is in the vocabulary twice");
+  }
+  vocabulary_ = std::move(vocabulary);
+  has_vocabulary_ = true;
+}
+
+std::int64_t IntegerLookup::first_index() const { return (options_.mask_token ? 1 : 0) + options_.num_oov_indices; }
+
+void IntegerLookup::adapt(const Array& data) {
+  std::map<std::int64_t, std::int64_t> counts;
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    const std::int64_t value = whole(data.flat(i), "IntegerLookup.adapt", i);
+    if ((options_.mask_token && value == *options_.mask_token) || value == options_.oov_token) continue;
+    ++counts[value];
+  }
+  *this = IntegerLookup(by_count(counts, options_.max_tokens > 0 ? options_.max_tokens - first_index() : -1), options_);
+}
+
+Array IntegerLookup::operator()(const Array& values) const {
+  if (!has_vocabulary_) throw ValueError("IntegerLookup: no vocabulary yet; adapt() it or give one");
+  Array indices(values.shape(), values.dtype());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const std::int64_t value = whole(values.flat(i), "IntegerLookup", i);
+    std::int64_t index = 0;
+    if (options_.mask_token && value == *options_.mask_token) {
+      index = 0;
+    } else if (const auto found = index_.find(value); found != index_.end()) {
+      index = found->second;
+    } else if (options_.num_oov_indices > 0) {
+      index = options_.mask_token ? 1 : 0;
+    } else {
+      throw ValueError("IntegerLookup: " + std::to_string(value) + " (value " + std::to_string(i) +
+                       ") is not in the vocabulary, and num_oov_indices is 0");
+    }
+    indices.set_flat(i, static_cast<double>(index));
+  }
+  return indices;
+}
+
+std::vector<std::int64_t> IntegerLookup::get_vocabulary() const {
+  std::vector<std::int64_t> all;
+  if (options_.mask_token) all.push_back(*options_.mask_token);
+  for (std::int64_t i = 0; i < options_.num_oov_indices; ++i) all.push_back(options_.oov_token);
+  all.insert(all.end(), vocabulary_.begin(), vocabulary_.end());
+  return all;
+}
+
+std::int64_t IntegerLookup::vocabulary_size() const {
+  return first_index() + static_cast<std::int64_t>(vocabulary_.size());
+}
+
+Array IntegerLookup::invert(const Array& indices) const {
+  const std::vector<std::int64_t> all = get_vocabulary();
+  Array values(indices.shape(), indices.dtype());
+  for (std::size_t i = 0; i < indices.size(); ++i) {
+    const double index = indices.flat(i);
+    if (!(index >= 0 && index < static_cast<double>(all.size()) && std::floor(index) == index))
+      throw ValueError("IntegerLookup.invert: index " + std::to_string(index) + " (value " + std::to_string(i) +
+                       ") is not one of 0 to " + std::to_string(all.size() - 1));
+    values.set_flat(i, static_cast<double>(all[static_cast<std::size_t>(index)]));
+  }
+  return values;
+}
+
+Config IntegerLookup::get_config() const {
+  Config vocabulary = Config::list();
+  for (std::int64_t token : vocabulary_) vocabulary.push_back(token);
+  return {{"name", "integer_lookup"},
+          {"max_tokens", options_.max_tokens > 0 ? Config(options_.max_tokens) : Config()},
+          {"num_oov_indices", options_.num_oov_indices},
+          {"oov_token", options_.oov_token},
+          {"mask_token", options_.mask_token ? Config(*options_.mask_token) : Config()},
+          {"output_mode", "int"},
+          {"invert", false},
+          {"vocabulary", has_vocabulary_ ? vocabulary : Config()},
+          {"vocabulary_size", vocabulary_size()}};
+}
+
+IntegerLookup IntegerLookup::from_config(const Config& config) {
+  if (!config.is_map()) throw ConfigError("IntegerLookup config must be a map, got " + config.to_string());
+  Options options;
+  if (const Config* max_tokens = config.find("max_tokens"); max_tokens && !max_tokens->is_null())
+    options.max_tokens = max_tokens->as_int("IntegerLookup max_tokens");
+  options.num_oov_indices = config.get_int("num_oov_indices", 1);
+  options.oov_token = config.get_int("oov_token", -1);
+  if (const Config* mask = config.find("mask_token"); mask && !mask->is_null())
+    options.mask_token = mask->as_int("IntegerLookup mask_token");
+  if (config.get_string("output_mode", "int") != "int")
+    throw ConfigError("IntegerLookup: kiln reads output_mode 'int' only, got '" + config.get_string("output_mode") + "'");
+  if (config.get_bool("invert", false)) throw ConfigError("IntegerLookup: an inverting lookup is invert(), not a config");
+  const Config* vocabulary = config.find("vocabulary");
+  if (vocabulary == nullptr || vocabulary->is_null()) return IntegerLookup(options);
+  return IntegerLookup(vocabulary->as_ints("IntegerLookup vocabulary"), options);
+}
+
+void IntegerLookup::attach(const Model& model, const std::string& name) const {
+  model.ptr()->set_asset(name, get_config());
+}
+
+IntegerLookup IntegerLookup::of(const Model& model, const std::string& name) {
+  const Config* asset = model.ptr()->asset(name);
+  if (asset == nullptr) throw ValueError(model.ptr()->describe() + " has no IntegerLookup asset '" + name + "'");
   return from_config(*asset);
 }
 

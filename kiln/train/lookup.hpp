@@ -1,7 +1,7 @@
 #pragma once
-// StringLookup: Keras's StringLookup preprocessing for labels and categories read as text (read_csv's text
-// columns): strings to integer indices and back, the vocabulary learned by adapt() or given, saved with a
-// model as one of its assets.
+// StringLookup and IntegerLookup: Keras's lookup preprocessing for labels and categories, strings (read_csv's
+// text columns) or integer codes (3, 17, 42) to consecutive indices and back, the vocabulary learned by
+// adapt() or given, saved with a model as one of its assets.
 //
 //   kiln::StringLookup species;                        // Keras's defaults: one OOV index (0), no mask
 //   species.adapt(table.text[0]);                      // most frequent first
@@ -73,6 +73,46 @@ class StringLookup {
   Options options_;
   std::vector<std::string> vocabulary_;
   std::map<std::string, std::int64_t> index_;
+  bool has_vocabulary_ = false;
+};
+
+/// Keras's IntegerLookup: integer codes (given as whole numbers in an Array of any shape) to indices, as
+/// StringLookup does for strings. adapt() orders by count, ties by the larger value first (Keras's reversed
+/// lexsort).
+class IntegerLookup {
+ public:
+  /// Keras's arguments, with its defaults.
+  struct Options {
+    std::int64_t max_tokens = -1;  ///< at most this many indices in all; -1: no limit
+    std::int64_t num_oov_indices = 1;  ///< 1, or 0 (unknown values are a ValueError); more: ConfigError
+    std::optional<std::int64_t> mask_token;  ///< when given, it is index 0
+    std::int64_t oov_token = -1;             ///< what invert() gives for an OOV index
+  };
+
+  explicit IntegerLookup(Options options);
+  IntegerLookup() : IntegerLookup(Options()) {}
+  /// A lookup of this vocabulary, in this order (special tokens first are dropped, as in Keras).
+  IntegerLookup(std::vector<std::int64_t> vocabulary, Options options);
+
+  /// Learns the vocabulary of `data` (whole numbers; ValueError otherwise), most frequent first.
+  void adapt(const Array& data);
+  /// Each value's index, in an array of `values`' shape and dtype.
+  Array operator()(const Array& values) const;
+  /// The value of each index, in an array of `indices`' shape and dtype.
+  Array invert(const Array& indices) const;
+  std::vector<std::int64_t> get_vocabulary() const;  ///< mask, OOV, then the vocabulary, by index
+  std::int64_t vocabulary_size() const;
+
+  Config get_config() const;  ///< Keras's keys, as StringLookup's
+  static IntegerLookup from_config(const Config& config);
+  void attach(const Model& model, const std::string& name = "integer_lookup") const;
+  static IntegerLookup of(const Model& model, const std::string& name = "integer_lookup");
+
+ private:
+  std::int64_t first_index() const;
+  Options options_;
+  std::vector<std::int64_t> vocabulary_;
+  std::map<std::int64_t, std::int64_t> index_;
   bool has_vocabulary_ = false;
 };
 

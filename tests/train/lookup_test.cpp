@@ -123,3 +123,32 @@ TEST_CASE("read_csv returns text columns as strings, apart from the numbers", "[
   chosen.text_names = {"species"};
   CHECK_THROWS_AS(read_csv(dir.file("iris.csv"), chosen), ConfigError);
 }
+
+TEST_CASE("IntegerLookup maps integer codes to consecutive indices, as Keras's", "[train][lookup]") {
+  IntegerLookup codes;
+  // 42 three times, 7 and 17 twice each (ties: the larger first), 3 once; -1 is the OOV token, left out.
+  codes.adapt(Array::from_vector(std::vector<double>{42, 7, 17, 42, 3, 7, 17, 42, -1}, {9}));
+  CHECK(codes.get_vocabulary() == std::vector<std::int64_t>{-1, 42, 17, 7, 3});
+  const Array labels = Array::from_vector(std::vector<double>{3, 42, 99, 7, 17, 42}, {2, 3});
+  const Array indices = codes(labels);
+  CHECK(indices.shape() == Shape({2, 3}));
+  CHECK(values_of(indices) == std::vector<double>{4, 1, 0, 3, 2, 1});
+  CHECK(values_of(codes.invert(indices)) == std::vector<double>{3, 42, -1, 7, 17, 42});
+  CHECK_THROWS_AS(codes(Array::from_vector(std::vector<double>{1.5}, {1})), ValueError);
+  CHECK(IntegerLookup::from_config(codes.get_config()).get_vocabulary() == codes.get_vocabulary());
+  CHECK(IntegerLookup(codes.get_vocabulary(), IntegerLookup::Options()).get_vocabulary() == codes.get_vocabulary());
+
+  IntegerLookup::Options masked;
+  masked.mask_token = 0;
+  masked.num_oov_indices = 0;
+  const IntegerLookup strict({5, 6}, masked);
+  CHECK(values_of(strict(Array::from_vector(std::vector<double>{0, 6, 5}, {3}))) == std::vector<double>{0, 2, 1});
+  CHECK_THROWS_WITH(strict(Array::from_vector(std::vector<double>{9}, {1})), Catch::Contains("9 (value 0)"));
+
+  testing::TempDir dir;
+  const Tensor x = Input({Shape::unknown, 2});
+  Model model(x, Dense(5, "softmax")(x));
+  codes.attach(model, "codes");
+  model.save(dir.file("codes.kiln"));
+  CHECK(IntegerLookup::of(load_model(dir.file("codes.kiln")), "codes").get_vocabulary() == codes.get_vocabulary());
+}
