@@ -256,6 +256,12 @@ Tensor combined_weights(const Tensor& sample_weight, const Tensor& mask) {
   return mask * expanded;
 }
 
+// A metric class's result with this metric's arguments bound, as MetricSums::result takes it.
+std::function<Tensor(const std::vector<Tensor>&)> with_arguments(const MetricClass::Result& result,
+                                                                 const Config& arguments) {
+  return [result, arguments](const std::vector<Tensor>& totals) { return result(totals, arguments); };
+}
+
 }  // namespace
 
 MetricSums Metric::accumulated(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) const {
@@ -274,9 +280,7 @@ MetricSums Metric::accumulated(const Tensor& y_true, const Tensor& y_pred, const
       if (!statistic.valid() || !statistic.shape().is_fully_defined())
         throw ShapeError(describe() + ": a statistic must have a shape known before the data" +
                          (statistic.valid() ? ", got " + statistic.shape().to_string() : std::string()));
-    sums.result = [result = metric.result, arguments](const std::vector<Tensor>& totals) {
-      return result(totals, arguments);
-    };
+    sums.result = with_arguments(metric.result, arguments);
     return sums;
   }
   if (!metric.per_sample) {
@@ -291,10 +295,7 @@ MetricSums Metric::accumulated(const Tensor& y_true, const Tensor& y_pred, const
                      {{"weights", weights.valid() ? weights.shape() : Shape()},
                       {"per sample", values.valid() ? values.shape() : Shape()}});
   sums = MetricSums::weighted_mean(values, weights);
-  if (metric.result)
-    sums.result = [result = metric.result, arguments](const std::vector<Tensor>& totals) {
-      return result(totals, arguments);
-    };
+  if (metric.result) sums.result = with_arguments(metric.result, arguments);
   return sums;
 }
 

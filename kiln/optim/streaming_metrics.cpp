@@ -186,6 +186,22 @@ void check_threshold_arguments(Config& arguments, const std::string& who) {
 // One value when there is one threshold, else one per threshold.
 Tensor per_threshold(const Tensor& values) { return values.shape().dim(0) == 1 ? ops::sum(values) : values; }
 
+// Precision, tp / (tp + fp), or Recall, tp / (tp + fn), at each threshold.
+MetricClass threshold_ratio(const std::string& name, const std::string& who, bool recall) {
+  MetricClass metric{name, {{"thresholds", Config()}, {"top_k", Config()}, {"class_id", Config()}},
+                     TargetForm::elementwise};
+  metric.statistics = [who, recall](const Tensor& y_true, const Tensor& y_pred, const Tensor& weights,
+                                    const Config& args) {
+    const Confusion counts = confusion(who, y_true, y_pred, weights, threshold_options(args, who));
+    return std::vector<Tensor>{counts.true_positives, recall ? counts.false_negatives : counts.false_positives};
+  };
+  metric.result = [](const std::vector<Tensor>& totals, const Config&) {
+    return per_threshold(divide_no_nan(totals[0], totals[0] + totals[1]));
+  };
+  metric.check_arguments = [who](Config& args) { check_threshold_arguments(args, who); };
+  return metric;
+}
+
 // ---- AUC --------------------------------------------------------------------------------------------------
 
 std::string curve_of(const Config& arguments) {
@@ -420,28 +436,8 @@ Tensor r2_result(const std::vector<Tensor>& totals, const Config& arguments) {
 }  // namespace
 
 void register_streaming_metrics(Registry<MetricClass>& registry) {
-  const Config threshold_arguments = {{"thresholds", Config()}, {"top_k", Config()}, {"class_id", Config()}};
-  MetricClass precision{"precision", threshold_arguments, TargetForm::elementwise};
-  precision.statistics = [](const Tensor& y_true, const Tensor& y_pred, const Tensor& weights, const Config& args) {
-    const Confusion counts = confusion("Precision", y_true, y_pred, weights, threshold_options(args, "Precision"));
-    return std::vector<Tensor>{counts.true_positives, counts.false_positives};
-  };
-  precision.result = [](const std::vector<Tensor>& totals, const Config&) {
-    return per_threshold(divide_no_nan(totals[0], totals[0] + totals[1]));
-  };
-  precision.check_arguments = [](Config& args) { check_threshold_arguments(args, "Precision"); };
-  registry.add("kiln>Precision", precision);
-
-  MetricClass recall{"recall", threshold_arguments, TargetForm::elementwise};
-  recall.statistics = [](const Tensor& y_true, const Tensor& y_pred, const Tensor& weights, const Config& args) {
-    const Confusion counts = confusion("Recall", y_true, y_pred, weights, threshold_options(args, "Recall"));
-    return std::vector<Tensor>{counts.true_positives, counts.false_negatives};
-  };
-  recall.result = [](const std::vector<Tensor>& totals, const Config&) {
-    return per_threshold(divide_no_nan(totals[0], totals[0] + totals[1]));
-  };
-  recall.check_arguments = [](Config& args) { check_threshold_arguments(args, "Recall"); };
-  registry.add("kiln>Recall", recall);
+  registry.add("kiln>Precision", threshold_ratio("precision", "Precision", /*recall=*/false));
+  registry.add("kiln>Recall", threshold_ratio("recall", "Recall", /*recall=*/true));
 
   MetricClass auc{"auc",
                   {{"num_thresholds", 200},

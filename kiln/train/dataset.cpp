@@ -51,23 +51,20 @@ std::size_t row_bytes(const Array& array) {
   return array.shape()[0] == 0 ? 0 : array.nbytes() / static_cast<std::size_t>(array.shape()[0]);
 }
 
-// `slot` has `source`'s shape without its first axis (a row of it), and its dtype.
-bool holds_row_of(const Array& slot, const Array& source) {
-  if (slot.size() == 0 && source.size() != 0) return false;
-  if (slot.dtype() != source.dtype() || slot.shape().rank() + 1 != source.shape().rank()) return false;
-  for (int axis = 0; axis < slot.shape().rank(); ++axis)
-    if (slot.shape()[axis] != source.shape()[axis + 1]) return false;
-  return slot.raw() != nullptr || slot.nbytes() == 0;
-}
-
-// `batch` has `rows` rows of `row`'s shape and dtype.
-bool holds_rows_of(const Array& batch, std::int64_t rows, const Array& row) {
-  if (batch.raw() == nullptr || batch.dtype() != row.dtype() || batch.shape().rank() != row.shape().rank() + 1 ||
-      batch.shape()[0] != rows)
+// `rows` is an array of `count` rows each of `row`'s shape, and of its dtype (compared without making a Shape,
+// which would allocate).
+bool is_rows_of(const Array& rows, std::int64_t count, const Array& row) {
+  if (rows.raw() == nullptr || rows.dtype() != row.dtype() || rows.shape().rank() != row.shape().rank() + 1 ||
+      rows.shape()[0] != count)
     return false;
   for (int axis = 0; axis < row.shape().rank(); ++axis)
-    if (batch.shape()[axis + 1] != row.shape()[axis]) return false;
+    if (rows.shape()[axis + 1] != row.shape()[axis]) return false;
   return true;
+}
+
+// `slot` holds one row of `source`: `source` is rows of slot's shape.
+bool holds_row_of(const Array& slot, const Array& source) {
+  return slot.raw() != nullptr && is_rows_of(source, source.shape()[0], slot);
 }
 
 Array row_slot_of(const Array& source) {
@@ -325,7 +322,7 @@ class BatchStage : public DatasetStage {
     auto shape = [&](const std::vector<Array>& rows, std::vector<Array>& batch) {
       batch.resize(rows.size());
       for (std::size_t i = 0; i < rows.size(); ++i)
-        if (!holds_rows_of(batch[i], size_, rows[i])) {
+        if (!is_rows_of(batch[i], size_, rows[i])) {
           std::vector<std::int64_t> dims = {size_};
           dims.insert(dims.end(), rows[i].shape().dims().begin(), rows[i].shape().dims().end());
           batch[i] = Array(Shape(dims), rows[i].dtype());

@@ -49,6 +49,66 @@ void drop_special_prefix(std::vector<Token>& vocabulary, const std::optional<Tok
   vocabulary.erase(vocabulary.begin(), vocabulary.begin() + static_cast<std::ptrdiff_t>(special));
 }
 
+// The special tokens of a lookup and the rules over them both lookups share: index 0 for the mask (when
+// given), then the OOV index (when there is one), then the vocabulary in order.
+template <class Token>
+struct Specials {
+  const std::optional<Token>& mask;
+  std::int64_t num_oov;
+  const Token& oov;
+
+  std::int64_t first_index() const { return (mask ? 1 : 0) + num_oov; }
+  bool is_special(const Token& token) const { return (mask && token == *mask) || (num_oov > 0 && token == oov); }
+};
+
+std::string shown(const std::string& token) { return "'" + token + "'"; }
+std::string shown(std::int64_t token) { return std::to_string(token); }
+
+// Each token's index; `vocabulary` loses a leading run of special tokens. ValueError for a special token
+// or a repeated one.
+template <class Token>
+std::map<Token, std::int64_t> index_vocabulary(std::vector<Token>& vocabulary, const Specials<Token>& specials,
+                                               const std::string& who) {
+  drop_special_prefix(vocabulary, specials.mask, specials.num_oov, specials.oov);
+  std::map<Token, std::int64_t> index;
+  for (std::size_t i = 0; i < vocabulary.size(); ++i) {
+    const Token& token = vocabulary[i];
+    if (specials.is_special(token)) throw ValueError(who + ": the vocabulary holds the special token " + shown(token));
+    if (!index.emplace(token, specials.first_index() + static_cast<std::int64_t>(i)).second)
+      throw ValueError(who + ": " + shown(token) + " is in the vocabulary twice");
+  }
+  return index;
+}
+
+// The index of `token` (value `position` of a call). ValueError for an unknown token without an OOV index.
+template <class Token>
+std::int64_t index_of(const Token& token, const std::map<Token, std::int64_t>& index, const Specials<Token>& specials,
+                      const std::string& who, std::size_t position) {
+  if (specials.mask && token == *specials.mask) return 0;
+  if (const auto found = index.find(token); found != index.end()) return found->second;
+  if (specials.num_oov > 0) return specials.mask ? 1 : 0;
+  throw ValueError(who + ": " + shown(token) + " (value " + std::to_string(position) +
+                   ") is not in the vocabulary, and num_oov_indices is 0");
+}
+
+// Keras's get_vocabulary(): the special tokens, then the vocabulary.
+template <class Token>
+std::vector<Token> with_specials(const std::vector<Token>& vocabulary, const Specials<Token>& specials) {
+  std::vector<Token> all;
+  if (specials.mask) all.push_back(*specials.mask);
+  for (std::int64_t i = 0; i < specials.num_oov; ++i) all.push_back(specials.oov);
+  all.insert(all.end(), vocabulary.begin(), vocabulary.end());
+  return all;
+}
+
+// An index given to invert(), checked: a whole number below `size`.
+std::size_t checked_index(double index, std::size_t size, const std::string& who, std::size_t position) {
+  if (!(index >= 0 && index < static_cast<double>(size) && std::floor(index) == index))
+    throw ValueError(who + ".invert: index " + std::to_string(index) + " (value " + std::to_string(position) +
+                     ") is not one of 0 to " + std::to_string(size - 1));
+  return static_cast<std::size_t>(index);
+}
+
 // A whole number held in a float array, or ValueError.
 std::int64_t whole(double value, const std::string& who, std::size_t at) {
   if (!(std::floor(value) == value && std::abs(value) < 9.0e15))
@@ -61,14 +121,9 @@ std::int64_t whole(double value, const std::string& who, std::size_t at) {
 StringLookup::StringLookup(Options options) : options_(std::move(options)) { check_options(options_); }
 
 StringLookup::StringLookup(std::vector<std::string> vocabulary, Options options) : StringLookup(std::move(options)) {
-  drop_special_prefix(vocabulary, options_.mask_token, options_.num_oov_indices, options_.oov_token);
-  for (std::size_t i = 0; i < vocabulary.size(); ++i) {
-    const std::string& token = vocabulary[i];
-    if ((options_.mask_token && token == *options_.mask_token) || (options_.num_oov_indices > 0 && token == options_.oov_token))
-      throw ValueError("StringLookup: the vocabulary holds the special token '" + token + "'");
-    if (!index_.emplace(token, first_index() + static_cast<std::int64_t>(i)).second)
-      throw ValueError("StringLookup: '" + token + "' is in the vocabulary twice");
-  }
+  index_ = index_vocabulary(vocabulary, Specials<std::string>{options_.mask_token, options_.num_oov_indices,
+                                                              options_.oov_token},
+                            "StringLookup");
   vocabulary_ = std::move(vocabulary);
   has_vocabulary_ = true;
 }
@@ -86,31 +141,15 @@ void StringLookup::adapt(const std::vector<std::string>& data) {
 
 Array StringLookup::operator()(const std::vector<std::string>& values, DType dtype) const {
   if (!has_vocabulary_) throw ValueError("StringLookup: no vocabulary yet; adapt() it or give one");
+  const Specials<std::string> specials{options_.mask_token, options_.num_oov_indices, options_.oov_token};
   Array indices(Shape{static_cast<std::int64_t>(values.size())}, dtype);
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    const std::string& value = values[i];
-    std::int64_t index = 0;
-    if (options_.mask_token && value == *options_.mask_token) {
-      index = 0;
-    } else if (const auto found = index_.find(value); found != index_.end()) {
-      index = found->second;
-    } else if (options_.num_oov_indices > 0) {
-      index = options_.mask_token ? 1 : 0;
-    } else {
-      throw ValueError("StringLookup: '" + value + "' (value " + std::to_string(i) +
-                       ") is not in the vocabulary, and num_oov_indices is 0");
-    }
-    indices.set_flat(i, static_cast<double>(index));
-  }
+  for (std::size_t i = 0; i < values.size(); ++i)
+    indices.set_flat(i, static_cast<double>(index_of(values[i], index_, specials, "StringLookup", i)));
   return indices;
 }
 
 std::vector<std::string> StringLookup::get_vocabulary() const {
-  std::vector<std::string> all;
-  if (options_.mask_token) all.push_back(*options_.mask_token);
-  for (std::int64_t i = 0; i < options_.num_oov_indices; ++i) all.push_back(options_.oov_token);
-  all.insert(all.end(), vocabulary_.begin(), vocabulary_.end());
-  return all;
+  return with_specials(vocabulary_, Specials<std::string>{options_.mask_token, options_.num_oov_indices, options_.oov_token});
 }
 
 std::int64_t StringLookup::vocabulary_size() const {
@@ -120,13 +159,8 @@ std::int64_t StringLookup::vocabulary_size() const {
 std::vector<std::string> StringLookup::invert(const Array& indices) const {
   const std::vector<std::string> all = get_vocabulary();
   std::vector<std::string> strings;
-  for (std::size_t i = 0; i < indices.size(); ++i) {
-    const double value = indices.flat(i);
-    if (!(value >= 0 && value < static_cast<double>(all.size()) && std::floor(value) == value))
-      throw ValueError("StringLookup.invert: index " + std::to_string(value) + " (value " + std::to_string(i) +
-                       ") is not one of 0 to " + std::to_string(all.size() - 1));
-    strings.push_back(all[static_cast<std::size_t>(value)]);
-  }
+  for (std::size_t i = 0; i < indices.size(); ++i)
+    strings.push_back(all[checked_index(indices.flat(i), all.size(), "StringLookup", i)]);
   return strings;
 }
 
@@ -180,14 +214,9 @@ IntegerLookup::IntegerLookup(Options options) : options_(options) {
 }
 
 IntegerLookup::IntegerLookup(std::vector<std::int64_t> vocabulary, Options options) : IntegerLookup(options) {
-  drop_special_prefix(vocabulary, options_.mask_token, options_.num_oov_indices, options_.oov_token);
-  for (std::size_t i = 0; i < vocabulary.size(); ++i) {
-    const std::int64_t token = vocabulary[i];
-    if ((options_.mask_token && token == *options_.mask_token) || (options_.num_oov_indices > 0 && token == options_.oov_token))
-      throw ValueError("IntegerLookup: the vocabulary holds the special token " + std::to_string(token));
-    if (!index_.emplace(token, first_index() + static_cast<std::int64_t>(i)).second)
-      throw ValueError("IntegerLookup: " + std::to_string(token) + " is in the vocabulary twice");
-  }
+  index_ = index_vocabulary(vocabulary, Specials<std::int64_t>{options_.mask_token, options_.num_oov_indices,
+                                                               options_.oov_token},
+                            "IntegerLookup");
   vocabulary_ = std::move(vocabulary);
   has_vocabulary_ = true;
 }
@@ -206,31 +235,17 @@ void IntegerLookup::adapt(const Array& data) {
 
 Array IntegerLookup::operator()(const Array& values) const {
   if (!has_vocabulary_) throw ValueError("IntegerLookup: no vocabulary yet; adapt() it or give one");
+  const Specials<std::int64_t> specials{options_.mask_token, options_.num_oov_indices, options_.oov_token};
   Array indices(values.shape(), values.dtype());
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    const std::int64_t value = whole(values.flat(i), "IntegerLookup", i);
-    std::int64_t index = 0;
-    if (options_.mask_token && value == *options_.mask_token) {
-      index = 0;
-    } else if (const auto found = index_.find(value); found != index_.end()) {
-      index = found->second;
-    } else if (options_.num_oov_indices > 0) {
-      index = options_.mask_token ? 1 : 0;
-    } else {
-      throw ValueError("IntegerLookup: " + std::to_string(value) + " (value " + std::to_string(i) +
-                       ") is not in the vocabulary, and num_oov_indices is 0");
-    }
-    indices.set_flat(i, static_cast<double>(index));
-  }
+  for (std::size_t i = 0; i < values.size(); ++i)
+    indices.set_flat(i, static_cast<double>(
+                            index_of(whole(values.flat(i), "IntegerLookup", i), index_, specials, "IntegerLookup", i)));
   return indices;
 }
 
 std::vector<std::int64_t> IntegerLookup::get_vocabulary() const {
-  std::vector<std::int64_t> all;
-  if (options_.mask_token) all.push_back(*options_.mask_token);
-  for (std::int64_t i = 0; i < options_.num_oov_indices; ++i) all.push_back(options_.oov_token);
-  all.insert(all.end(), vocabulary_.begin(), vocabulary_.end());
-  return all;
+  return with_specials(vocabulary_,
+                       Specials<std::int64_t>{options_.mask_token, options_.num_oov_indices, options_.oov_token});
 }
 
 std::int64_t IntegerLookup::vocabulary_size() const {
@@ -240,13 +255,8 @@ std::int64_t IntegerLookup::vocabulary_size() const {
 Array IntegerLookup::invert(const Array& indices) const {
   const std::vector<std::int64_t> all = get_vocabulary();
   Array values(indices.shape(), indices.dtype());
-  for (std::size_t i = 0; i < indices.size(); ++i) {
-    const double index = indices.flat(i);
-    if (!(index >= 0 && index < static_cast<double>(all.size()) && std::floor(index) == index))
-      throw ValueError("IntegerLookup.invert: index " + std::to_string(index) + " (value " + std::to_string(i) +
-                       ") is not one of 0 to " + std::to_string(all.size() - 1));
-    values.set_flat(i, static_cast<double>(all[static_cast<std::size_t>(index)]));
-  }
+  for (std::size_t i = 0; i < indices.size(); ++i)
+    values.set_flat(i, static_cast<double>(all[checked_index(indices.flat(i), all.size(), "IntegerLookup", i)]));
   return values;
 }
 

@@ -80,9 +80,8 @@ std::string cell(const std::string& text, const std::string& background = "white
 }
 
 // The label of one layer call: Keras's table of a black title row and white rows of details.
-std::string node_label(const ModelBase::Node& node, const std::vector<ModelBase::Node>& nodes, const PlotOptions& options,
-                       bool show_shapes, bool show_dtype, bool show_names, bool show_activations, bool show_trainable) {
-  (void)options;
+std::string node_label(const ModelBase::Node& node, const std::vector<ModelBase::Node>& nodes, bool show_shapes,
+                       bool show_dtype, bool show_names, bool show_activations, bool show_trainable) {
   const Layer& layer = *node.layer;
   std::vector<std::string> cells;
   if (show_shapes) {
@@ -133,7 +132,7 @@ std::string model_to_dot(const ModelBase& model, const PlotOptions& options) {
   const std::vector<ModelBase::Node>& nodes = model.nodes();
   for (std::size_t i = 0; i < nodes.size(); ++i)
     dot << "  node" << i << " [label="
-        << node_label(nodes[i], nodes, options, options.show_shapes_, options.show_dtype_, options.show_layer_names_,
+        << node_label(nodes[i], nodes, options.show_shapes_, options.show_dtype_, options.show_layer_names_,
                       options.show_layer_activations_, options.show_trainable_)
         << "];\n";
   for (std::size_t i = 0; i < nodes.size(); ++i) {

@@ -552,6 +552,7 @@ class Trainer::Fit {
     x_ = example_.x;
     y_ = example_.y;
     trainer_.check_data(x_, y_, "fit");
+    input_dtypes_ = trainer_.model_.input_dtypes();
     w_ = dataset_weights(y_);
     compiled_ = trainer_.compiled_for(x_, y_, w_, true);
     program_ = std::make_unique<detail::ProgramPool::Lease>(compiled_->programs->lease(num_rows(x_)));
@@ -582,7 +583,7 @@ class Trainer::Fit {
       throw ValueError(who() + ": batch " + std::to_string(batch + 1) + " of epoch " + std::to_string(epoch + 1) +
                        " has other arrays than the first batch (inputs, targets or sample weights)");
     // Each input in its own dtype, the targets in the model's (the first input's), as check_data does.
-    const std::vector<DType> dtypes = trainer_.model_.input_dtypes();
+    const std::vector<DType>& dtypes = input_dtypes_;
     batch_x_.resize(example_.x.size());
     for (std::size_t i = 0; i < example_.x.size(); ++i)
       batch_x_[i] = example_.x[i].dtype() == dtypes[i] ? example_.x[i] : example_.x[i].astype(dtypes[i]);
@@ -595,7 +596,9 @@ class Trainer::Fit {
 
   // A dataset batch's sample weights: its own, checked, or made from class_weight.
   std::vector<Array> dataset_weights(const std::vector<Array>& y) const {
-    if (options_.class_weight_.empty()) return trainer_.check_weights(example_.sample_weight, y, "fit");
+    if (options_.class_weight_.empty())
+      return example_.sample_weight.empty() ? std::vector<Array>{}
+                                            : trainer_.check_weights(example_.sample_weight, y, "fit");
     if (!example_.sample_weight.empty())
       throw ValueError(who() + ": class_weight and the dataset's own sample weights cannot be given together");
     return {detail::class_sample_weights(options_.class_weight_, y.at(0), trainer_.model_.model_output_shapes()[0],
@@ -698,6 +701,7 @@ class Trainer::Fit {
   Example example_;
   bool pending_ = false;  // the dataset's first batch, read by prepare_dataset, is not trained on yet
   std::int64_t skip_batches_ = 0;  // batches of the first epoch a resumed run has trained already
+  std::vector<DType> input_dtypes_;  // the model's, what a dataset's batches are converted to
   int opened_for_ = -1;   // the epoch iterator_ was opened for
   std::vector<Array> x_, y_, w_, val_x_, val_y_, val_w_;
   std::int64_t rows_ = 0, batch_size_ = 0, steps_ = 0;
