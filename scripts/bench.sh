@@ -228,6 +228,42 @@ if [ -x "$build/bench/dataset_bench" ]; then
   head -n 1 <<<"$dataset_lines" >>"$results"
   tail -n 1 <<<"$dataset_lines"
 fi
+# Data-parallel training over MPI (when kiln::distributed is built and mpirun is here): 1 and 2 ranks, 1
+# thread each, each rank on the workload's own batch; efficiency = samples/s at 2 ranks / (2 x at 1 rank).
+if [ -x "$build/bench/distributed_bench" ] && command -v mpirun >/dev/null; then
+  echo
+  distributed="$build/bench/distributed.jsonl"
+  : >"$distributed"
+  for workload in seed_mha mql5_block; do
+    steps=$([ "$workload" = seed_mha ] && echo 6 || echo 30)
+    for ranks in 1 2; do
+      results="$distributed" measure mpirun --allow-run-as-root -np "$ranks" "$build/bench/distributed_bench" \
+        --workload "$workload" --steps "$steps" --rounds "$rounds"
+    done
+  done
+  cat "$distributed" >>"$results"
+  awk "$awk_lib"'
+  {
+    key = field($0, "workload")
+    if (!(key in seen)) { seen[key] = 1; order[++count] = key }
+    r = field($0, "ranks"); rate[key, r] = field($0, "samples_per_second")
+    bytes[key] = field($0, "gradient_bytes"); buckets[key, r] = field($0, "buckets_per_step")
+    wait[key, r] = field($0, "wait_ms_per_step"); alone[key, r] = field($0, "sum_alone_ms")
+  }
+  END {
+    printf "data-parallel training over MPI (1 thread a rank, each rank the workload'"'"'s batch)\n"
+    printf "%-10s | %10s %10s %6s | %8s %7s | %11s %10s\n", "workload", "1 rank/s", "2 ranks/s", "eff", "grad MB", "buckets", "wait ms/st", "sum alone"
+    for (i = 1; i <= count; ++i) {
+      key = order[i]
+      one = rate[key, 1]; two = rate[key, 2]
+      printf "%-10s | %10s %10s %6s | %8.2f %7s | %11s %10s\n", key, num(one, "%.1f"), num(two, "%.1f"),
+             pct(two, 2 * one), bytes[key] / 1e6, num(buckets[key, 2], "%.0f"), num(wait[key, 2], "%.3f"),
+             num(alone[key, 2], "%.3f")
+    }
+  }' "$distributed"
+  echo "samples/s: median of $rounds timed fits; eff = 2-rank samples/s over twice the 1-rank's; wait: ms a step waited"
+  echo "for its gradient sums after backward; sum alone: ms the same bytes take summed with nothing to overlap."
+fi
 echo "took ${elapsed}s; load average at end: $(cut -d' ' -f1-3 /proc/loadavg); JSON lines: $results"
 if [ -z "$have_peer" ]; then
   echo "The libtorch peer is not built, so only kiln (and OpenBLAS) ran: install it with \`make install-peer\`"

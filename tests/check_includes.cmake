@@ -1,7 +1,7 @@
 # No include points up: a file in one of kiln's rooms includes only its own room and the rooms below it,
-#   core <- ops <- layers <- optim <- train <- serialize
+#   core <- ops <- layers <- optim <- train <- serialize <- distributed
 # (kiln/kiln.hpp, the umbrella header, may include them all). Run by CTest: cmake -DSOURCE_DIR=... -P this.
-set(rooms core ops layers optim train serialize)
+set(rooms core ops layers optim train serialize distributed)
 file(GLOB_RECURSE files RELATIVE ${SOURCE_DIR}/kiln ${SOURCE_DIR}/kiln/*.hpp ${SOURCE_DIR}/kiln/*.cpp)
 set(failures "")
 set(checked 0)
@@ -21,6 +21,10 @@ foreach(file ${files})
     # The file formats' libraries stay in serialize/ (design.md, "Rooms and the include rule").
     if(line MATCHES "<(cereal/|zlib\\.h|zip\\.h|hdf5)" AND NOT room STREQUAL "serialize")
       list(APPEND failures "kiln/${file} (room ${room}): ${line} belongs in serialize/")
+    endif()
+    # MPI stays in distributed/, behind kiln/train/communicator.hpp.
+    if(line MATCHES "<mpi\\.h>" AND NOT room STREQUAL "distributed")
+      list(APPEND failures "kiln/${file} (room ${room}): ${line} belongs in distributed/")
     endif()
     if(line MATCHES "<kiln/([a-z_]+)/")
       list(FIND rooms "${CMAKE_MATCH_1}" included)

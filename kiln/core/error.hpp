@@ -85,4 +85,12 @@ class DatasetError : public Error {
   explicit DatasetError(const std::string& message) : Error(message) {}
 };
 
+/// A distributed fit failed across its processes: another rank threw (the message names it and carries its
+/// message), a rank was lost, the ranks' models or data differ, or the transport (MPI) reported an error.
+class DistributedError : public Error {
+ public:
+  /// An error whose what() is `message`.
+  explicit DistributedError(const std::string& message) : Error(message) {}
+};
+
 }  // namespace kiln

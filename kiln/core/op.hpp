@@ -67,6 +67,11 @@ struct KernelContext {
   /// The size of `workspace` in bytes; 0 when the op asked for none.
   std::size_t workspace_bytes = 0;
   std::uint64_t run = 0;  ///< the Program's run count: seeds per-run randomness (dropout)
+  /// The plan's batch (axis 0's fed size), or -1 when no placeholder's axis 0 is unknown.
+  std::int64_t batch_rows = -1;
+  /// Where this run's rows start in a larger batch split across processes (a distributed fit's shard, see
+  /// Program::set_batch_offset); 0 otherwise. Random ops draw as those rows of the whole batch would.
+  std::int64_t batch_offset = 0;
 
   /// Input `index`'s data as T, which must be the node's dtype (not checked).
   template <class T>

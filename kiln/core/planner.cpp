@@ -258,27 +258,61 @@ std::unique_ptr<Plan> make_plan(const Graph& graph, const std::vector<NodeId>& n
   return Planner(graph, needed, fed).run(fetches, updates);
 }
 
-void execute(Plan& plan, Graph& graph, std::uint64_t run) {
+namespace {
+
+// Which launch finishes each hooked node: the last launch (kernel or alias) that writes it. A hooked node is
+// a fetch, so no later launch overwrites its buffer in place.
+void make_ready_schedule(Plan& plan, const ReadyHook& hook) {
+  plan.ready_after.clear();
+  for (std::size_t i = 0; i < hook.nodes.size(); ++i) {
+    std::size_t done = 0;  // before any launch
+    for (std::size_t index = 0; index < plan.launches.size(); ++index)
+      if (plan.launches[index].node == hook.nodes[i]) done = index + 1;
+    plan.ready_after.emplace_back(done, i);
+  }
+  std::stable_sort(plan.ready_after.begin(), plan.ready_after.end());
+  plan.ready_made = true;
+}
+
+}  // namespace
+
+void execute(Plan& plan, Graph& graph, std::uint64_t run, std::int64_t batch_offset, const ReadyHook* hook) {
   for (NodeId id : plan.external) plan.data[static_cast<std::size_t>(id)] = graph.mutable_value(graph.tensor(id)).raw();
+  if (hook != nullptr && !plan.ready_made) make_ready_schedule(plan, *hook);
+  std::size_t next_ready = 0;
+  // Reports every hooked node finished by the first `done` launches.
+  auto report = [&](std::size_t done) {
+    if (hook == nullptr) return;
+    for (; next_ready < plan.ready_after.size() && plan.ready_after[next_ready].first <= done; ++next_ready) {
+      const std::size_t i = plan.ready_after[next_ready].second;
+      hook->ready(i, plan.data[static_cast<std::size_t>(hook->nodes[i])]);
+    }
+  };
+  report(0);
   const bool timed = !plan.profile.labels.empty();
   for (std::size_t index = 0; index < plan.launches.size(); ++index) {
     Launch& launch = plan.launches[index];
     if (launch.alias) {
       plan.data[static_cast<std::size_t>(launch.node)] = plan.data[static_cast<std::size_t>(launch.inputs[0])];
+      report(index + 1);
       continue;
     }
     for (std::size_t i = 0; i < launch.inputs.size(); ++i)
       launch.input_data[i] = plan.data[static_cast<std::size_t>(launch.inputs[i])];
     launch.context.output = plan.data[static_cast<std::size_t>(launch.node)];
     launch.context.run = run;
+    launch.context.batch_rows = plan.batch_size;
+    launch.context.batch_offset = batch_offset;
     if (!timed) {
       launch.kernel(launch.context);
+      report(index + 1);
       continue;
     }
     const auto start = std::chrono::steady_clock::now();
     launch.kernel(launch.context);
     plan.profile.seconds[index] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++plan.profile.calls[index];
+    report(index + 1);
   }
 }
 

@@ -2,8 +2,10 @@
 // Internal: the plan a Program runs for one set of fed shapes, and the planner that makes it.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <kiln/core/op.hpp>
@@ -45,6 +47,9 @@ struct Plan {
   std::vector<NodeId> external;  // variables and constants, whose storage the graph owns
   PlanStats stats;
   KernelProfile profile;
+  // For a ReadyHook: (launches done, hook index) pairs in launch order, made at the plan's first hooked run.
+  std::vector<std::pair<std::size_t, std::size_t>> ready_after;
+  bool ready_made = false;
 };
 
 // The nodes `roots` depend on, in topological (id) order.
@@ -63,8 +68,16 @@ std::unique_ptr<Plan> make_plan(const Graph& graph, const std::vector<NodeId>& n
                                 const std::vector<Tensor>& fetches, const std::vector<Update>& updates,
                                 const FedShapes& fed);
 
+// What a run reports as it goes (Program::on_ready): after the launch that gives node `nodes[i]` its final
+// value, `ready(i, data)`. Nodes no launch computes (placeholders, variables) are reported before the first.
+struct ReadyHook {
+  std::vector<NodeId> nodes;
+  std::function<void(std::size_t, const void*)> ready;
+};
+
 // Runs every launch once; placeholders' data must already be set in plan.data. `run` is the Program's
-// run count, which seeds per-run randomness (dropout).
-void execute(Plan& plan, Graph& graph, std::uint64_t run);
+// run count, which seeds per-run randomness (dropout); `batch_offset` is Program::set_batch_offset's.
+void execute(Plan& plan, Graph& graph, std::uint64_t run, std::int64_t batch_offset = 0,
+             const ReadyHook* hook = nullptr);
 
 }  // namespace kiln::detail

@@ -162,7 +162,7 @@ void Program::run() {
   detail::Plan& plan = plan_for(read_fed_sizes());
   for (std::size_t i = 0; i < placeholders_.size(); ++i)
     plan.data[static_cast<std::size_t>(placeholders_[i])] = const_cast<void*>(fed_[i].raw());
-  detail::execute(plan, *graph_, run_count_);
+  detail::execute(plan, *graph_, run_count_, batch_offset_, hook_.get());
   for (const Update& update : updates_) {
     Array& target = graph_->mutable_value(update.variable);
     // memmove: the new value may be a view of the variable itself.
@@ -170,6 +170,24 @@ void Program::run() {
   }
   last_ = &plan;
   ++run_count_;
+}
+
+void Program::set_batch_offset(std::int64_t rows) {
+  if (rows < 0) throw ValueError("Program::set_batch_offset: the offset must not be negative, got " + std::to_string(rows));
+  batch_offset_ = rows;
+}
+
+void Program::on_ready(const std::vector<Tensor>& tensors, std::function<void(std::size_t, const void*)> ready) {
+  for (const Tensor& tensor : tensors) fetch_slot(tensor);
+  for (const auto& plan : plans_) plan->ready_made = false;
+  if (tensors.empty()) {
+    hook_.reset();
+    return;
+  }
+  auto hook = std::make_unique<detail::ReadyHook>();
+  for (const Tensor& tensor : tensors) hook->nodes.push_back(tensor.id());
+  hook->ready = std::move(ready);
+  hook_ = std::move(hook);
 }
 
 const detail::Plan& Program::last_plan() const {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -31,6 +32,7 @@ struct PlanStats {
 
 namespace detail {
 struct Plan;
+struct ReadyHook;
 }
 
 /// The part of a graph that some fetches and variable updates need, planned once per set of fed shapes
@@ -78,6 +80,19 @@ class Program {
   /// Sets run_count(), as resuming a training run does.
   void set_run_count(std::uint64_t count) { run_count_ = count; }
 
+  /// Where the fed rows start in a larger batch that several processes split (a distributed fit's shard,
+  /// default 0): random ops (dropout) then draw for each row what the whole batch's row would draw in one
+  /// process, so the shards of a batch together draw as the batch does. This holds for tensors whose
+  /// outermost axis is the batch, alone or merged with the axes after it ((batch·heads, ...)), as in
+  /// every built-in layer.
+  void set_batch_offset(std::int64_t rows);
+  /// Calls `ready(i, data)` during each run as soon as `tensors[i]` has its final value (before later kernels
+  /// run), with the bytes of its value (its planned shape, its dtype; valid until the run ends): a distributed
+  /// fit starts summing gradients across processes while backward still runs. Each tensor must be one of the
+  /// fetches (Error otherwise). Replaces an earlier hook; an empty list removes it. The callback runs on the
+  /// thread that calls run(); if it throws, the run stops there and run() throws it.
+  void on_ready(const std::vector<Tensor>& tensors, std::function<void(std::size_t, const void*)> ready);
+
   PlanStats stats() const;  ///< of the plan used by the last run
   std::size_t num_plans() const { return plans_.size(); }  ///< the plans kept now
   /// The tensors fetch() and view() accept, as given to the constructor.
@@ -99,6 +114,8 @@ class Program {
   std::vector<std::unique_ptr<detail::Plan>> plans_;  ///< least recently used first
   detail::Plan* last_ = nullptr;
   std::uint64_t run_count_ = 0;
+  std::int64_t batch_offset_ = 0;
+  std::unique_ptr<detail::ReadyHook> hook_;
   std::unique_ptr<std::atomic<bool>> running_;  ///< (behind a pointer: Program moves, atomics do not)
 };
 

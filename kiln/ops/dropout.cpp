@@ -46,6 +46,16 @@ std::uint64_t stream_of(const KernelContext& k) {
   return mix64(static_cast<std::uint64_t>(k.attributes().get_int("seed")) ^ mix64(k.run));
 }
 
+// The whole batch's index of this run's element 0 (KernelContext::batch_offset): a distributed fit's shard
+// draws what its rows would draw in one process's run of the whole batch. The batch is the outermost axis,
+// alone or merged with the axes after it ((batch·heads, ...)), so rows are runs of size / batch_rows
+// elements; a tensor without the batch in axis 0 (a mask shared along it) draws from 0.
+std::uint64_t first_draw(const KernelContext& k) {
+  const Shape& shape = *k.output_shape;
+  if (k.batch_offset == 0 || k.batch_rows <= 0 || shape.rank() == 0 || shape[0] % k.batch_rows != 0) return 0;
+  return static_cast<std::uint64_t>(k.batch_offset) * (k.output_size() / static_cast<std::uint64_t>(k.batch_rows));
+}
+
 // Each element's draw depends on its index only, so the ranges of parallel_for give the serial result.
 template <class Body>
 void for_elements(std::size_t n, std::int64_t cost, const Body& body) {
@@ -60,21 +70,25 @@ void for_elements(std::size_t n, std::int64_t cost, const Body& body) {
 template <class T>
 void dropout_kernel(const KernelContext& k) {
   const double rate = k.attributes().get_double("rate");
-  const std::uint64_t stream = stream_of(k);
+  const std::uint64_t stream = stream_of(k), first = first_draw(k);
   const T scale = static_cast<T>(1.0 / (1.0 - rate));
   const T* x = k.in<T>(0);
   T* out = k.out<T>();
   for_elements(k.output_size(), 4,
-               [&](std::size_t i) { out[i] = uniform_draw(stream, i) >= rate ? x[i] * scale : T(0); });
+               [&](std::size_t i) { out[i] = uniform_draw(stream, first + i) >= rate ? x[i] * scale : T(0); });
 }
 
 template <class T>
 void dropout_mask_kernel(const KernelContext& k) {
   const double rate = k.attributes().get_double("rate");
   const std::uint64_t stream = stream_of(k);
+  // A mask shared along the batch (axis 0 broadcast) is one draw for every row, of every shard too.
+  const std::vector<std::int64_t> shared = k.attributes().get_ints("broadcast_axes");
+  const std::uint64_t first = std::find(shared.begin(), shared.end(), 0) != shared.end() ? 0 : first_draw(k);
   const T scale = static_cast<T>(1.0 / (1.0 - rate));
   T* out = k.out<T>();
-  for_elements(k.output_size(), 4, [&](std::size_t i) { out[i] = uniform_draw(stream, i) >= rate ? scale : T(0); });
+  for_elements(k.output_size(), 4,
+               [&](std::size_t i) { out[i] = uniform_draw(stream, first + i) >= rate ? scale : T(0); });
 }
 
 template <class T>
@@ -85,21 +99,23 @@ auto flat(T* data, std::size_t size) {
 // Box–Muller on draws 2j and 2j + 1 (u in (0, 1], so the log is finite, and v): elements 2j and 2j + 1 are
 // r·cos(2πv) and r·sin(2πv) with r = sqrt(−2 ln u), two independent standard normals from one pair. The
 // logs, roots, cosines and sines run through xsimd on blocks of pairs, in double for both dtypes, so the
-// float32 draws are the float64 ones rounded.
+// float32 draws are the float64 ones rounded. Pairs are counted in the whole batch (first_draw), so a
+// shard that starts at an odd element takes the sine half of its first pair.
 template <class T>
 void random_normal_kernel(const KernelContext& k) {
   const std::uint64_t stream = stream_of(k);
   constexpr double two_pi = 6.283185307179586476925286766559;
   T* out = k.out<T>();
   const auto n = static_cast<std::int64_t>(k.output_size());
-  const std::int64_t pairs = (n + 1) / 2;
+  const auto first = static_cast<std::int64_t>(first_draw(k));
+  const std::int64_t first_pair = first / 2, pairs = (first + n + 1) / 2 - first_pair;
   detail::parallel_for(pairs, detail::workers_for_elements(n, 8), [&](std::int64_t begin, std::int64_t end, int) {
     constexpr std::int64_t kBlock = 256;
     std::array<double, kBlock> radius, angle, cosine, sine;
     for (std::int64_t start = begin; start < end; start += kBlock) {
       const auto count = static_cast<std::size_t>(std::min(kBlock, end - start));
       for (std::size_t j = 0; j < count; ++j) {
-        const auto pair = static_cast<std::uint64_t>(start) + j;
+        const auto pair = static_cast<std::uint64_t>(first_pair + start) + j;
         radius[j] = 1.0 - uniform_draw(stream, 2 * pair);
         angle[j] = two_pi * uniform_draw(stream, 2 * pair + 1);
       }
@@ -108,8 +124,9 @@ void random_normal_kernel(const KernelContext& k) {
       xt::noalias(flat(cosine.data(), count)) = r * xt::cos(a);
       xt::noalias(flat(sine.data(), count)) = r * xt::sin(a);
       for (std::size_t j = 0; j < count; ++j) {
-        const std::int64_t i = 2 * (start + static_cast<std::int64_t>(j));
-        out[i] = static_cast<T>(cosine[j]);
+        // This run's elements of the pair: 2·pair and 2·pair + 1 of the whole batch, less `first`.
+        const std::int64_t i = 2 * (first_pair + start + static_cast<std::int64_t>(j)) - first;
+        if (i >= 0) out[i] = static_cast<T>(cosine[j]);
         if (i + 1 < n) out[i + 1] = static_cast<T>(sine[j]);
       }
     }

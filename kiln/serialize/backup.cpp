@@ -81,14 +81,15 @@ void BackupAndRestore::on_epoch_end(TrainingState& state, int epoch, Logs&) {
   if (std::holds_alternative<std::string>(options_.save_freq)) back_up(state, epoch + 1, 0);
 }
 
-void BackupAndRestore::on_train_end(TrainingState&, const Logs&) {
-  if (!options_.delete_checkpoint) return;
+void BackupAndRestore::on_train_end(TrainingState& state, const Logs&) {
+  if (!options_.delete_checkpoint || !state.chief) return;
   std::error_code error;
   for (const char* name : {"backup.kiln", "backup.prev.kiln"}) fs::remove(fs::path(options_.backup_dir) / name, error);
   fs::remove(options_.backup_dir, error);  // only when nothing else is in it
 }
 
 void BackupAndRestore::back_up(TrainingState& state, int epoch, std::int64_t batches_done) {
+  if (!state.chief) return;  // rank 0 of a distributed fit writes the backup; every rank restores from it
   std::error_code error;
   fs::create_directories(options_.backup_dir, error);
   if (error)

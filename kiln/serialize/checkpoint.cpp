@@ -432,6 +432,7 @@ void ModelCheckpoint::save_point(TrainingState& state, int epoch, std::int64_t b
 }
 
 void ModelCheckpoint::write(TrainingState& state, const std::string& path) {
+  if (!state.chief) return;  // rank 0 of a distributed fit saves; every rank keeps the same best
   const std::filesystem::path folder = std::filesystem::path(path).parent_path();
   if (!folder.empty()) {
     std::error_code error;

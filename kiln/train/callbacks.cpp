@@ -77,7 +77,18 @@ const double& Logs::at(const std::string& key) const {
 
 double& Logs::at(const std::string& key) { return const_cast<double&>(static_cast<const Logs&>(*this).at(key)); }
 
-std::ostream& ReportingCallback::messages() const { return messages_ ? *messages_ : std::cout; }
+namespace {
+// Where a silenced callback's messages go: a stream without a buffer writes nothing.
+std::ostream& nowhere() {
+  static std::ostream stream(nullptr);
+  return stream;
+}
+}  // namespace
+
+std::ostream& ReportingCallback::messages() const {
+  if (silent_) return nowhere();
+  return messages_ ? *messages_ : std::cout;
+}
 std::ostream& ReportingCallback::warnings() const { return warnings_ ? *warnings_ : std::cerr; }
 
 // ---- EarlyStopping ----------------------------------------------------------------------------------------
@@ -269,7 +280,9 @@ CSVLogger::CSVLogger(std::string filename, Options options) : filename_(std::mov
 
 CSVLogger::~CSVLogger() = default;
 
-void CSVLogger::on_train_begin(TrainingState&) {
+void CSVLogger::on_train_begin(TrainingState& state) {
+  chief_ = state.chief;
+  if (!chief_) return;  // rank 0 of a distributed fit writes the file
   // Appending to a file that has content keeps its header: a resumed run continues the same table.
   write_header_ = true;
   if (options_.append) {
@@ -303,6 +316,7 @@ std::string CSVLogger::header_line() const {
 }
 
 void CSVLogger::on_epoch_end(TrainingState&, int epoch, Logs& logs) {
+  if (!chief_) return;
   if (!file_) throw ValueError("CSVLogger '" + filename_ + "': on_epoch_end before on_train_begin");
   std::string text;
   if (!keys_fixed_) {

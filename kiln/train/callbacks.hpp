@@ -57,6 +57,10 @@ struct TrainingState {
   /// them, in the same order the interrupted run drew). -1: no resumption.
   int resume_epoch = -1;
   std::int64_t resume_batch = 0;  ///< batches of resume_epoch already trained
+  /// This process writes the files and prints: true, but on the ranks other than 0 of a distributed fit
+  /// (FitOptions::distribute), whose callbacks still run and decide alike but do not write (CSVLogger,
+  /// ModelCheckpoint, BackupAndRestore check it).
+  bool chief = true;
 };
 
 /// Code that fit() calls at the edges of training, epochs and batches; override the hooks you need, the
@@ -114,6 +118,8 @@ class ReportingCallback : public Callback {
     messages_ = &messages;
     warnings_ = &warnings;
   }
+  /// Drops verbose messages from now on (a distributed fit's ranks other than 0 do this; rank 0 prints them).
+  void silence() { silent_ = true; }
 
  protected:
   /// Where verbose messages go: the stream given to redirect(), else std::cout.
@@ -124,6 +130,7 @@ class ReportingCallback : public Callback {
  private:
   std::ostream* messages_ = nullptr;
   std::ostream* warnings_ = nullptr;
+  bool silent_ = false;
 };
 
 /// Stops training when `monitor` has not improved for `patience` epochs (sets state.stop_training).
@@ -316,6 +323,7 @@ class CSVLogger : public Callback {
   std::unique_ptr<std::ofstream> file_;
   std::vector<std::string> keys_;
   bool keys_fixed_ = false;
+  bool chief_ = true;  // from on_train_begin: false on a distributed fit's ranks other than 0
   bool write_header_ = true;
 };
 

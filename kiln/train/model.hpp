@@ -21,6 +21,7 @@
 #include <kiln/optim/metrics.hpp>
 #include <kiln/optim/optimizer.hpp>
 #include <kiln/train/callbacks.hpp>
+#include <kiln/train/communicator.hpp>
 #include <kiln/train/dataset.hpp>
 
 namespace kiln {
@@ -130,6 +131,16 @@ class FitOptions {
     initial_epoch_ = value;
     return *this;
   }
+  /// Trains data-parallel across the processes of `communicator` (a kiln::distributed::Context, which must
+  /// outlive the fit): every process runs the same program with the same data and options; rank 0's weights
+  /// and optimizer state are copied to every rank; each rank computes the gradient of its shard of every
+  /// batch (batch_size is the global batch, split by rows) and the gradients are summed while backward
+  /// runs, so every rank applies the same update, the whole batch's. Logs, validation and the callbacks'
+  /// decisions are the same on every rank; only rank 0 prints and writes files. See docs/distributed.md.
+  FitOptions& distribute(Communicator& communicator) {
+    communicator_ = &communicator;
+    return *this;
+  }
 
  private:
   friend class Trainer;
@@ -146,6 +157,7 @@ class FitOptions {
   std::vector<CallbackPtr> callbacks_;
   int verbose_ = 1;
   int initial_epoch_ = 0;
+  Communicator* communicator_ = nullptr;
 };
 
 /// evaluate()'s arguments, named as Keras's: kiln::EvaluateOptions().batch_size(64).sample_weight(w).

@@ -18,6 +18,7 @@
 #include <kiln/layers/model.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/train/data.hpp>
+#include <kiln/train/detail/data_parallel.hpp>
 #include <kiln/train/detail/sample_weights.hpp>
 #include <kiln/train/model.hpp>
 #include <kiln/train/progress.hpp>
@@ -38,6 +39,12 @@ struct Trainer::Compiled {
   std::vector<Logged> logged;  // "loss", then the metrics, as they appear in logs
   std::unique_ptr<detail::ProgramPool> programs;
   bool training = false;
+  // A distributed training graph: `programs` fetch the gradients (after the logged statistics) and run no
+  // optimizer update; `apply` runs the updates from the `reduced` placeholders, fed the gradients summed
+  // across processes. Both lists are parallel to the trainable weights; empty for a weight without gradient.
+  bool distributed = false;
+  std::vector<Tensor> gradients, reduced;
+  std::unique_ptr<Program> apply;
 };
 
 /// Each logged value's sums over the batches of an epoch or evaluation, and the program that turns them into
@@ -164,9 +171,10 @@ std::vector<Array> Trainer::check_weights(const std::vector<Array>& w, const std
 // ---- steps ------------------------------------------------------------------------------------------------------
 
 std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>& x, const std::vector<Array>& y,
-                                                        const std::vector<Array>& w, bool training) {
+                                                        const std::vector<Array>& w, bool training, bool distributed) {
   auto compiled = std::make_shared<Compiled>();
   compiled->training = training;
+  compiled->distributed = training && distributed;
   // The model's own input shapes: unknown batch and lengths stay unknown (a fixed batch, a stateful model's,
   // stays fixed), so one graph, planned per fed shapes, takes every batch.
   const std::vector<Shape> input_shapes = model_.input_shapes();
@@ -241,7 +249,17 @@ std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>
     }
     GradientOptions options;
     options.allow_unused = true;
-    const std::vector<Tensor> grads = gradients(total, weights, options);
+    std::vector<Tensor> grads = gradients(total, weights, options);
+    if (compiled->distributed) {
+      // The updates read the gradients summed across processes, fed into placeholders of their shapes.
+      compiled->gradients = grads;
+      for (Tensor& grad : grads) {
+        if (grad.valid()) {
+          grad = compiled->graph.placeholder(grad.shape(), grad.dtype(), "reduced_gradient");
+        }
+        compiled->reduced.push_back(grad);
+      }
+    }
     updates = optimizer_->build_updates(compiled->graph, weights, grads, paths);
     // Constraints project each weight's new value, as Keras applies them after the optimizer's assignment.
     for (Update& update : updates)
@@ -253,22 +271,28 @@ std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>
   // (computed in the same run, assigned with the optimizer's updates); in training and evaluation, a
   // stateful recurrent layer's final states.
   const std::vector<Update>& state = compiled->graph.state_updates();
+  if (compiled->distributed) {
+    for (const Tensor& grad : compiled->gradients)
+      if (grad.valid()) fetches.push_back(grad);
+    compiled->apply = std::make_unique<Program>(compiled->graph, std::vector<Tensor>{}, updates);
+    updates.clear();
+  }
   updates.insert(updates.end(), state.begin(), state.end());
   compiled->programs = std::make_unique<detail::ProgramPool>(compiled->graph, fetches, updates);
   return compiled;
 }
 
 std::shared_ptr<Trainer::Compiled> Trainer::compiled_for(const std::vector<Array>& x, const std::vector<Array>& y,
-                                                         const std::vector<Array>& w, bool training) {
+                                                         const std::vector<Array>& w, bool training, bool distributed) {
   std::lock_guard<std::mutex> lock(steps_mutex_);
   std::shared_ptr<Compiled>& compiled = training ? training_ : evaluation_;
-  bool fits = compiled != nullptr;
+  bool fits = compiled != nullptr && compiled->distributed == (training && distributed);
   // From axis 1: the batch is checked per batch (a fixed one, a stateful model's, by the feed).
   for (std::size_t k = 0; fits && k < y.size(); ++k) fits = compiled->targets[k].shape().accepts(y[k].shape(), 1);
   for (std::size_t i = 0; fits && i < x.size(); ++i) fits = compiled->inputs[i].dtype() == x[i].dtype();
   fits = fits && compiled->sample_weights.size() == w.size();
   for (std::size_t k = 0; fits && k < w.size(); ++k) fits = compiled->sample_weights[k].shape().accepts(w[k].shape(), 1);
-  if (!fits) compiled = compile_for(x, y, w, training);
+  if (!fits) compiled = compile_for(x, y, w, training, distributed);
   return compiled;
 }
 
@@ -372,35 +396,109 @@ Logs Trainer::evaluate_checked(const std::vector<Array>& x, const std::vector<Ar
   return means(*compiled, totals);
 }
 
+void Trainer::zero_totals(const Compiled& compiled, Totals& totals) {
+  totals.sums.clear();
+  for (const Compiled::Logged& logged : compiled.logged)
+    for (const Tensor& statistic : logged.statistics) totals.sums.emplace_back(statistic.shape(), DType::float64);
+}
+
+std::shared_ptr<Trainer::Compiled> Trainer::evaluate_part(const std::vector<Array>& x, const std::vector<Array>& y,
+                                                          const std::vector<Array>& w, std::int64_t batch_size,
+                                                          const Dataset* data, std::int64_t steps, int rank, int ranks,
+                                                          Totals& totals) {
+  const std::string what = "fit validation_data";
+  std::vector<Array> part_x(x.size()), part_y(y.size()), part_w(w.size());
+  auto take = [&](const std::vector<Array>& from, std::vector<Array>& into, detail::Shard rows) {
+    into.resize(from.size());
+    for (std::size_t i = 0; i < from.size(); ++i) into[i] = from[i].rows(rows.start, rows.count);
+  };
+  if (data == nullptr) {
+    // This rank's rows of the validation arrays, in batches.
+    const detail::Shard mine = detail::shard_of(num_rows(x), rank, ranks);
+    const std::shared_ptr<Compiled> compiled = compiled_for(x, y, w, false);
+    zero_totals(*compiled, totals);
+    if (mine.count == 0) return compiled;
+    batch_size = batch_size_for(batch_size, num_rows(x), what);
+    const detail::ProgramPool::Lease program = compiled->programs->lease(std::min(batch_size, mine.count));
+    for (std::int64_t start = 0; start < mine.count; start += batch_size) {
+      const detail::Shard rows{mine.start + start, std::min(batch_size, mine.count - start)};
+      take(x, part_x, rows);
+      take(y, part_y, rows);
+      take(w, part_w, rows);
+      run_batch(*compiled, *program, part_x, part_y, part_w, totals);
+    }
+    return compiled;
+  }
+  // This rank's rows of each batch of the dataset, which every rank reads whole.
+  if (!data->batched()) throw ValueError(model_.describe() + "." + what + ": the dataset's elements are single samples; call batch(n) on it first");
+  Dataset::Iterator batches = data->iterate();
+  Example example;
+  std::shared_ptr<Compiled> compiled;
+  for (std::int64_t step = 0; steps < 0 || step < steps; ++step) {
+    if (!batches.next(example)) {
+      if (steps > 0)
+        throw ValueError(model_.describe() + "." + what + ": the dataset ran out after " + std::to_string(step) +
+                         " batches, fewer than validation_steps " + std::to_string(steps));
+      break;
+    }
+    std::vector<Array> bx = example.x, by = example.y;
+    check_data(bx, by, what);
+    const std::vector<Array> bw = check_weights(example.sample_weight, by, what);
+    if (!compiled) {
+      compiled = compiled_for(bx, by, bw, false);
+      zero_totals(*compiled, totals);
+    }
+    const detail::Shard rows = detail::shard_of(num_rows(bx), rank, ranks);
+    if (rows.count == 0) continue;
+    take(bx, part_x, rows);
+    take(by, part_y, rows);
+    take(bw, part_w, rows);
+    const detail::ProgramPool::Lease program = compiled->programs->lease(rows.count);
+    run_batch(*compiled, *program, part_x, part_y, part_w, totals);
+  }
+  if (!compiled) throw ValueError(model_.describe() + "." + what + ": the dataset is empty");
+  return compiled;
+}
+
 // ---- fit ------------------------------------------------------------------------------------------------------
 
 // One call of fit: the data and its validation part, the training graph's program, the batch buffers,
 // the callbacks' state and the history, stepped through epochs and batches.
 class Trainer::Fit {
  public:
-  Fit(Trainer& trainer, std::vector<Array> x, std::vector<Array> y, std::vector<Array> w, const FitOptions& options)
+  // The arrays are checked when the fit runs (check_arrays), where a distributed fit's ranks agree on failures.
+  Fit(Trainer& trainer, std::vector<Array> x, std::vector<Array> y, const FitOptions& options)
       : trainer_(trainer),
         options_(options),
         x_(std::move(x)),
         y_(std::move(y)),
-        w_(std::move(w)),
-        bar_(std::cout, options.verbose_, ProgressBar::stdout_is_terminal()) {}
+        bar_(std::cout, chief() ? options.verbose_ : 0, ProgressBar::stdout_is_terminal()) {}
   Fit(Trainer& trainer, const Dataset& data, const FitOptions& options)
       : trainer_(trainer),
         options_(options),
         data_(&data),
-        bar_(std::cout, options.verbose_, ProgressBar::stdout_is_terminal()) {}
+        bar_(std::cout, chief() ? options.verbose_ : 0, ProgressBar::stdout_is_terminal()) {}
 
   History run() {
-    check_options();
-    if (data_ != nullptr) {
-      prepare_dataset();
-    } else {
-      split_validation();
-      weigh_classes();
-      prepare();
-    }
-    for (const CallbackPtr& callback : options_.callbacks_) callback->on_train_begin(state_);
+    if (communicator_ != nullptr) agreement_ = std::make_unique<detail::Agreement>(*communicator_, who());
+    // In a distributed fit, a rank that fails while preparing tells the others before they wait on it.
+    guarded([&] {
+      check_options();
+      if (data_ != nullptr) {
+        prepare_dataset();
+      } else {
+        trainer_.check_data(x_, y_, "fit");
+        w_ = trainer_.check_weights(options_.sample_weight_, y_, "fit");
+        split_validation();
+        weigh_classes();
+        prepare();
+      }
+    });
+    if (communicator_ != nullptr) prepare_distributed();
+    guarded([&] {
+      for (const CallbackPtr& callback : options_.callbacks_) callback->on_train_begin(state_);
+    });
+    if (communicator_ != nullptr) start_distributed();
     int first_epoch = options_.initial_epoch_;
     if (state_.resume_epoch >= 0) first_epoch = resume();
     for (int epoch = first_epoch; epoch < options_.epochs_ && !state_.stop_training; ++epoch) run_epoch(epoch);
@@ -410,6 +508,180 @@ class Trainer::Fit {
 
  private:
   std::string who() const { return trainer_.model_.describe() + ".fit"; }
+
+  // ---- distributed fits ---------------------------------------------------------------------------------------
+  // Every rank runs this same code; each collective below is reached by every rank in the same order. A rank
+  // that throws keeps the exception (agreement_) until the next exchange, where every rank learns of it and
+  // stops. Rank 0 prints and writes files.
+
+  bool chief() const { return options_.communicator_ == nullptr || options_.communicator_->rank() == 0; }
+
+  // Runs `body`; in a distributed fit, an exception is kept for the next exchange rather than thrown now, and
+  // the exchange that ends this step is made here.
+  template <class Body>
+  void guarded(const Body& body, const char* where = "the start of training") {
+    if (agreement_ == nullptr) return body();
+    try {
+      body();
+    } catch (...) {
+      agreement_->fail(std::current_exception());
+    }
+    agreement_->agree(where);
+  }
+
+  // After the data and the graph are ready on every rank: the ranks must agree on the model and the run
+  // before any collective on weights; then the buckets and the gradient hook.
+  void prepare_distributed() {
+    Communicator& communicator = *communicator_;
+    std::string model = trainer_.model_.get_config().to_string() + trainer_.optimizer_->get_config().to_string();
+    for (const Weight& weight : trainer_.model_.weights())
+      model += "|" + weight.path + weight.value.shape().to_string() + dtype_name(weight.value.dtype());
+    std::string run = std::to_string(rows_) + "," + std::to_string(batch_size_) + "," + std::to_string(steps_) + "," +
+                      std::to_string(options_.epochs_) + "," + std::to_string(options_.initial_epoch_) + "," +
+                      std::to_string(options_.shuffle_) + "," + std::to_string(options_.seed_) + "," +
+                      std::to_string(val_x_.empty() ? 0 : num_rows(val_x_));
+    for (const std::vector<Array>* arrays : {&x_, &y_, &w_})
+      for (const Array& array : *arrays) run += "|" + array.shape().to_string() + dtype_name(array.dtype());
+    if (data_ != nullptr) run += "|dataset " + std::to_string(data_->cardinality());
+    detail::check_same_on_every_rank(communicator, detail::hash_text(model), detail::hash_text(run), who());
+    buckets_ = std::make_unique<detail::GradientBuckets>(communicator, compiled_->gradients);
+    std::vector<Tensor> hooked;
+    hooked_index_.clear();
+    for (std::size_t i = 0; i < compiled_->gradients.size(); ++i)
+      if (compiled_->gradients[i].valid()) {
+        hooked.push_back(compiled_->gradients[i]);
+        hooked_index_.push_back(i);
+      }
+    detail::GradientBuckets* buckets = buckets_.get();
+    const std::vector<std::size_t>* index = &hooked_index_;
+    (*program_)->on_ready(hooked, [buckets, index](std::size_t i, const void* data) { buckets->ready((*index)[i], data); });
+    for (std::size_t i = 0; i < compiled_->reduced.size(); ++i)
+      if (compiled_->reduced[i].valid()) compiled_->apply->feed(compiled_->reduced[i], buckets_->reduced(i));
+    state_.chief = chief();
+    if (!state_.chief)
+      for (const CallbackPtr& callback : options_.callbacks_)
+        if (auto* reporting = dynamic_cast<ReportingCallback*>(callback.get())) reporting->silence();
+  }
+
+  // After on_train_begin (which may have restored a backup): rank 0's weights, optimizer state and resume point
+  // on every rank.
+  void start_distributed() {
+    Communicator& communicator = *communicator_;
+    std::vector<Array> state;
+    for (const Weight& weight : trainer_.model_.weights()) state.push_back(weight.value);
+    for (const Weight& slot : trainer_.optimizer_->variables()) state.push_back(slot.value);
+    detail::broadcast_arrays(communicator, state);
+    std::int64_t resume[2] = {state_.resume_epoch, state_.resume_batch};
+    communicator.broadcast(resume, sizeof resume, 0);
+    state_.resume_epoch = static_cast<int>(resume[0]);
+    state_.resume_batch = resume[1];
+  }
+
+  // This rank's rows of the global batch in batch_x_, batch_y_ and batch_w_ (which hold the whole batch).
+  void take_shard() {
+    global_rows_ = num_rows(batch_x_);
+    shard_ = detail::shard_of(global_rows_, communicator_->rank(), communicator_->size());
+    for (std::vector<Array>* arrays : {&batch_x_, &batch_y_, &batch_w_})
+      for (Array& array : *arrays) array = array.rows(shard_.start, shard_.count);
+  }
+
+  // One distributed step: this rank's shard forward and backward, its gradients summed while backward runs,
+  // the step's statistics and status summed, then the same update on every rank. False at the end of the data.
+  bool distributed_batch(int epoch, std::int64_t batch) {
+    const std::string where = "epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(batch + 1);
+    bool have = false;
+    try {
+      have = data_ != nullptr ? next_dataset_batch(epoch, batch) : gather_batch(batch);
+      if (have && data_ != nullptr) take_shard();
+    } catch (...) {
+      agreement_->fail(std::current_exception());
+    }
+    const bool runs = have && !agreement_->failed() && shard_.count > 0;
+    buckets_->begin(runs ? static_cast<double>(shard_.count) / static_cast<double>(global_rows_) : 0.0);
+    Program& program = **program_;
+    if (runs) {
+      try {
+        const Compiled& compiled = *compiled_;
+        for (std::size_t i = 0; i < batch_x_.size(); ++i) program.feed(compiled.inputs[i], batch_x_[i]);
+        for (std::size_t k = 0; k < batch_y_.size(); ++k) program.feed(compiled.targets[k], batch_y_[k]);
+        for (std::size_t k = 0; k < batch_w_.size(); ++k) program.feed(compiled.sample_weights[k], batch_w_[k]);
+        program.set_run_count(static_cast<std::uint64_t>(trainer_.optimizer_->iterations()));
+        program.set_batch_offset(shard_.start);
+        program.run();
+      } catch (...) {
+        agreement_->fail(std::current_exception());
+      }
+    }
+    buckets_->finish();
+    // [ranks with a batch, then each logged statistic's values]: one sum for the status, the end of the data
+    // and the logs.
+    exchange_.assign(1, have ? 1.0 : 0.0);
+    for (const Compiled::Logged& logged : compiled_->logged)
+      for (const Tensor& statistic : logged.statistics) {
+        const auto count = static_cast<std::size_t>(statistic.shape().num_elements());
+        if (runs && !agreement_->failed()) {
+          const Array value = program.view(statistic);
+          for (std::size_t i = 0; i < count; ++i) exchange_.push_back(value.flat(i));
+        } else {
+          exchange_.insert(exchange_.end(), count, 0.0);
+        }
+      }
+    agreement_->exchange(exchange_, where);
+    const auto ranks = static_cast<double>(communicator_->size());
+    if (exchange_[0] == 0.0) return false;
+    if (exchange_[0] != ranks)
+      throw DistributedError(who() + ": the ranks' data ended at different batches (" +
+                             std::to_string(static_cast<int>(exchange_[0])) + " of " +
+                             std::to_string(communicator_->size()) + " ranks had " + where + ")");
+    if (totals_.sums.empty()) zero_totals_of_fit();
+    std::size_t next = 1;
+    for (Array& sum : totals_.sums) {
+      auto* into = static_cast<double*>(sum.raw());
+      for (std::size_t i = 0; i < sum.size(); ++i) into[i] += exchange_[next++];
+    }
+    trainer_.optimizer_->prepare_step();
+    compiled_->apply->run();
+    trainer_.optimizer_->finish_step();
+    logs_ = trainer_.means(*compiled_, totals_);
+    try {
+      bar_.update(batch + 1, steps_, logs_, seconds_since_start());
+      if (chief()) warn_if_not_finite(epoch, batch);
+      for (const CallbackPtr& callback : options_.callbacks_) callback->on_batch_end(state_, batch, logs_);
+    } catch (...) {
+      agreement_->fail(std::current_exception());  // told at the next exchange
+    }
+    return true;
+  }
+
+  // The most rows of a batch of `rows` that one rank trains on.
+  std::int64_t local_batch(std::int64_t rows) const {
+    return communicator_ == nullptr ? rows : std::max<std::int64_t>(1, detail::shard_of(rows, 0, communicator_->size()).count);
+  }
+
+  void zero_totals_of_fit() { Trainer::zero_totals(*compiled_, totals_); }
+
+  // Validation split over the ranks: each evaluates its part, then the statistics are summed.
+  void add_distributed_validation(int epoch) {
+    const std::string where = "the validation of epoch " + std::to_string(epoch + 1);
+    Totals totals;
+    std::shared_ptr<Compiled> compiled;
+    try {
+      compiled = trainer_.evaluate_part(val_x_, val_y_, val_w_, options_.batch_size_, options_.validation_dataset_.get(),
+                                        options_.validation_steps_, communicator_->rank(), communicator_->size(),
+                                        totals);
+    } catch (...) {
+      agreement_->fail(std::current_exception());
+    }
+    agreement_->agree(where);  // every rank has its sums, of the same sizes
+    std::vector<double> sums;
+    for (const Array& sum : totals.sums)
+      for (std::size_t i = 0; i < sum.size(); ++i) sums.push_back(sum.flat(i));
+    agreement_->exchange(sums, where);
+    std::size_t next = 0;
+    for (Array& sum : totals.sums)
+      for (std::size_t i = 0; i < sum.size(); ++i) sum.set_flat(i, sums[next++]);
+    for (const auto& [name, value] : trainer_.means(*compiled, totals)) logs_["val_" + name] = value;
+  }
 
   void check_options() const {
     if (options_.batch_size_ <= 0)
@@ -466,8 +738,8 @@ class Trainer::Fit {
     rows_ = num_rows(x_);
     batch_size_ = trainer_.batch_size_for(std::min(options_.batch_size_, rows_), rows_, "fit");
     steps_ = (rows_ + batch_size_ - 1) / batch_size_;
-    compiled_ = trainer_.compiled_for(x_, y_, w_, true);
-    program_ = std::make_unique<detail::ProgramPool::Lease>(compiled_->programs->lease(batch_size_));
+    compiled_ = trainer_.compiled_for(x_, y_, w_, true, communicator_ != nullptr);
+    program_ = std::make_unique<detail::ProgramPool::Lease>(compiled_->programs->lease(local_batch(batch_size_)));
     for (const Array& array : x_) buffers_x_.push_back(batch_buffer(array, batch_size_));
     for (const Array& array : y_) buffers_y_.push_back(batch_buffer(array, batch_size_));
     for (const Array& array : w_) buffers_w_.push_back(batch_buffer(array, batch_size_));
@@ -554,8 +826,8 @@ class Trainer::Fit {
     trainer_.check_data(x_, y_, "fit");
     input_dtypes_ = trainer_.model_.input_dtypes();
     w_ = dataset_weights(y_);
-    compiled_ = trainer_.compiled_for(x_, y_, w_, true);
-    program_ = std::make_unique<detail::ProgramPool::Lease>(compiled_->programs->lease(num_rows(x_)));
+    compiled_ = trainer_.compiled_for(x_, y_, w_, true, communicator_ != nullptr);
+    program_ = std::make_unique<detail::ProgramPool::Lease>(compiled_->programs->lease(local_batch(num_rows(x_))));
     batch_x_ = x_;
     batch_y_ = y_;
     batch_w_ = w_;
@@ -622,8 +894,12 @@ class Trainer::Fit {
     // so its logs are its own even when a callback asked to stop in on_epoch_begin.
     const std::int64_t first_batch = std::exchange(skip_batches_, 0);
     for (std::int64_t batch = first_batch; steps_ == 0 || batch < steps_; ++batch) {
-      if (data_ != nullptr ? !next_dataset_batch(epoch, batch) : !gather_batch(batch)) break;
-      train_batch(epoch, batch);
+      if (communicator_ != nullptr) {
+        if (!distributed_batch(epoch, batch)) break;
+      } else {
+        if (data_ != nullptr ? !next_dataset_batch(epoch, batch) : !gather_batch(batch)) break;
+        train_batch(epoch, batch);
+      }
       ++batches_run;
       if (state_.stop_training) break;
     }
@@ -634,10 +910,17 @@ class Trainer::Fit {
       trainer_.epochs_trained_ = epoch + 1;
       return;
     }
-    add_validation();
+    if (communicator_ != nullptr) {
+      agreement_->agree("the end of epoch " + std::to_string(epoch + 1));  // an on_batch_end that threw
+      if (!val_x_.empty() || options_.validation_dataset_) add_distributed_validation(epoch);
+    } else {
+      add_validation();
+    }
     trainer_.epochs_trained_ = epoch + 1;  // before the callbacks, so a checkpoint saved there records this epoch
-    for (const CallbackPtr& callback : options_.callbacks_) callback->on_epoch_logs(state_, epoch, logs_);
-    for (const CallbackPtr& callback : options_.callbacks_) callback->on_epoch_end(state_, epoch, logs_);
+    guarded([&] {
+      for (const CallbackPtr& callback : options_.callbacks_) callback->on_epoch_logs(state_, epoch, logs_);
+      for (const CallbackPtr& callback : options_.callbacks_) callback->on_epoch_end(state_, epoch, logs_);
+    }, "the end of an epoch");
     bar_.epoch_end(batches_run, logs_, seconds_since_start());
     history_.epochs.push_back(epoch);
     for (const auto& [name, value] : logs_) history_.history[name].push_back(value);
@@ -653,7 +936,14 @@ class Trainer::Fit {
 
   // Batch `batch` of the in-memory arrays, in this epoch's row order.
   bool gather_batch(std::int64_t batch) {
-    const std::int64_t start = batch * batch_size_, count = std::min(batch_size_, rows_ - start);
+    std::int64_t start = batch * batch_size_, count = std::min(batch_size_, rows_ - start);
+    if (communicator_ != nullptr) {
+      // This rank's rows of the global batch, in the order every rank drew.
+      global_rows_ = count;
+      shard_ = detail::shard_of(count, communicator_->rank(), communicator_->size());
+      start += shard_.start;
+      count = shard_.count;
+    }
     auto gather = [&](const std::vector<Array>& arrays, std::vector<Array>& buffers, std::vector<Array>& batch_arrays) {
       for (std::size_t i = 0; i < arrays.size(); ++i)
         batch_arrays[i] =
@@ -717,13 +1007,18 @@ class Trainer::Fit {
   Logs logs_;
   bool warned_nan_ = false;
   bool terminates_on_nan_ = false;
+  // A distributed fit's (options_.communicator_ set):
+  Communicator* communicator_ = options_.communicator_;
+  std::unique_ptr<detail::Agreement> agreement_;
+  std::unique_ptr<detail::GradientBuckets> buckets_;
+  std::vector<std::size_t> hooked_index_;  // the hooked gradients' weight indices
+  std::vector<double> exchange_;
+  detail::Shard shard_;            // this rank's rows of the current batch
+  std::int64_t global_rows_ = 0;   // the current batch's rows on all ranks
 };
 
-History Trainer::fit(const std::vector<Array>& x_given, const std::vector<Array>& y_given, const FitOptions& options) {
-  std::vector<Array> x = x_given, y = y_given;
-  check_data(x, y, "fit");
-  std::vector<Array> w = check_weights(options.sample_weight_, y, "fit");
-  return Fit(*this, std::move(x), std::move(y), std::move(w), options).run();
+History Trainer::fit(const std::vector<Array>& x, const std::vector<Array>& y, const FitOptions& options) {
+  return Fit(*this, x, y, options).run();
 }
 
 History Trainer::fit(const Dataset& data, const FitOptions& options) { return Fit(*this, data, options).run(); }

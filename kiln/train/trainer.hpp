@@ -70,10 +70,12 @@ class Trainer : public CompiledState {
   /// threads at once (each with a Program of its own from the graph's pool); a graph replaced for other
   /// shapes lives on for the callers that hold it.
   /// `w` holds the sample weights, one array per output, or nothing.
+  /// `distributed`: a training graph whose gradients are fetched and whose updates read them from
+  /// placeholders (Compiled::apply), so they can be summed across processes in between.
   std::shared_ptr<Compiled> compiled_for(const std::vector<Array>& x, const std::vector<Array>& y,
-                                         const std::vector<Array>& w, bool training);
+                                         const std::vector<Array>& w, bool training, bool distributed = false);
   std::shared_ptr<Compiled> compile_for(const std::vector<Array>& x, const std::vector<Array>& y,
-                                        const std::vector<Array>& w, bool training);
+                                        const std::vector<Array>& w, bool training, bool distributed);
   /// Data checks before any batch runs: counts, equal rows, shapes that fit; converts dtypes.
   void check_data(std::vector<Array>& x, std::vector<Array>& y, const std::string& what) const;
   /// The sample weights checked against checked data and made the model's dtype (sample_weights.cpp).
@@ -94,6 +96,13 @@ class Trainer : public CompiledState {
   Logs one_batch(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
   Logs evaluate_checked(const std::vector<Array>& x, const std::vector<Array>& y, const std::vector<Array>& w,
                         std::int64_t batch_size);
+  /// Zero sums of every logged statistic of `compiled` in `totals` (a rank without rows adds nothing).
+  static void zero_totals(const Compiled& compiled, Totals& totals);
+  /// Rank `rank` of `ranks`'s part of a distributed fit's validation, added into `totals`: its rows of the
+  /// arrays, or its rows of each batch of `data` (when not null). Returns the evaluation graph used.
+  std::shared_ptr<Compiled> evaluate_part(const std::vector<Array>& x, const std::vector<Array>& y,
+                                          const std::vector<Array>& w, std::int64_t batch_size, const Dataset* data,
+                                          std::int64_t steps, int rank, int ranks, Totals& totals);
 
   ModelBase& model_;
   OptimizerPtr optimizer_;

@@ -239,3 +239,34 @@ TEST_CASE("an update of the wrong dtype is a DTypeError, of the wrong shape a Sh
   CHECK_THROWS_AS(Program(graph, {}, {{w, single}}), DTypeError);
   CHECK_THROWS_AS(Program(graph, {}, {{w, wide}}), ShapeError);
 }
+
+TEST_CASE("on_ready reports each hooked fetch once per run, as soon as it is final", "[core][program]") {
+  Graph graph;
+  const Tensor x = graph.placeholder({Shape::unknown, 4}, DType::float64, "x");
+  const Tensor w1 = graph.variable("w1", Array::full({4, 4}, 0.3, DType::float64));
+  const Tensor w2 = graph.variable("w2", Array::full({4, 1}, -0.2, DType::float64));
+  const Tensor h = ops::tanh(ops::matmul(x, w1));
+  const Tensor loss = ops::mean(ops::square(ops::matmul(h, w2)));
+  const std::vector<Tensor> grads = gradients(loss, {w1, w2});
+  Program program(graph, {loss, grads[0], grads[1]});
+  std::vector<std::size_t> order;
+  std::vector<std::vector<double>> seen(2);
+  program.on_ready(grads, [&](std::size_t i, const void* data) {
+    order.push_back(i);
+    const auto* values = static_cast<const double*>(data);
+    seen[i].assign(values, values + grads[i].shape().num_elements());
+  });
+  program.feed(x, Array::full({3, 4}, 0.5, DType::float64));
+  for (int run = 0; run < 2; ++run) {
+    order.clear();
+    program.run();
+    // Backward reaches w2 (the last layer) before w1.
+    REQUIRE(order == std::vector<std::size_t>{1, 0});
+    for (std::size_t i = 0; i < 2; ++i) CHECK(seen[i] == program.fetch(grads[i]).to_vector<double>());
+  }
+  CHECK_THROWS_AS(program.on_ready({h}, [](std::size_t, const void*) {}), Error);  // not a fetch
+  program.on_ready({}, {});
+  order.clear();
+  program.run();
+  CHECK(order.empty());
+}

@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <kiln/core/array.hpp>
@@ -265,4 +267,53 @@ TEST_CASE("the random ops draw the same values on any number of threads", "[ops]
   };
   const std::vector<Array> serial = draw(1), parallel = draw(3);
   for (std::size_t i = 0; i < serial.size(); ++i) CHECK(serial[i].bitwise_equal(parallel[i]));
+}
+
+// A distributed fit's shards: rows [start, start + n) run with Program::set_batch_offset(start) draw what those
+// rows draw in a run of the whole batch, for a batch axis alone or merged with the next ((batch·heads, ...)),
+// at any offset (odd ones split RandomNormal's Box–Muller pairs), and a mask shared along the batch stays shared.
+TEST_CASE("random ops of a shard at a batch offset draw as those rows of the whole batch", "[ops][dropout]") {
+  constexpr std::int64_t rows = 7;
+  Rng rng(3);
+  Array input({rows, 3, 5}, DType::float64);
+  for (std::size_t i = 0; i < input.size(); ++i) input.set_flat(i, rng.uniform(0.5, 1.5));
+  using Build = Tensor (*)(const Tensor&);
+  const std::vector<std::pair<const char*, Build>> cases = {
+      {"dropout", [](const Tensor& x) { return ops::dropout(x, 0.4, 9); }},
+      {"dropout of (batch·3, 5)", [](const Tensor& x) { return ops::dropout(ops::reshape(x, {-1, 5}), 0.4, 9); }},
+      {"dropout_mask", [](const Tensor& x) { return ops::dropout_mask(x, 0.4, 9, {2}); }},
+      {"dropout_mask shared along the batch", [](const Tensor& x) { return ops::dropout_mask(x, 0.4, 9, {0}); }},
+      {"random_normal", [](const Tensor& x) { return ops::random_normal_like(x, 9); }},
+  };
+  for (const auto& [label, build] : cases) {
+    INFO(label);
+    Graph graph;
+    const Tensor x = graph.placeholder({Shape::unknown, 3, 5}, DType::float64, "x");
+    const Tensor y = build(x);
+    Program whole(graph, {y});
+    whole.set_run_count(4);
+    whole.feed(x, input);
+    whole.run();
+    const Array expected = whole.fetch(y);
+    const bool shared = std::string(label).find("shared") != std::string::npos;
+    for (const std::int64_t start : {std::int64_t{1}, std::int64_t{3}, std::int64_t{4}}) {
+      for (const std::int64_t count : {std::int64_t{1}, rows - start}) {
+        Program shard(graph, {y});
+        shard.set_run_count(4);
+        shard.set_batch_offset(start);
+        const Array part = input.rows(start, count);
+        shard.feed(x, part);
+        shard.run();
+        const Array got = shard.fetch(y);
+        const Array want = shared ? expected : expected.reshape(Shape({rows, static_cast<std::int64_t>(expected.size()) / rows})).rows(start, count);
+        INFO("rows " << start << " to " << start + count);
+        REQUIRE(got.size() == want.size());
+        for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(got.flat(i) == want.flat(i));
+      }
+    }
+  }
+  Graph graph;
+  const Tensor x = graph.placeholder({Shape::unknown, 3}, DType::float64, "x");
+  Program program(graph, {ops::dropout(x, 0.5, 1)});
+  CHECK_THROWS_AS(program.set_batch_offset(-1), ValueError);
 }

@@ -1,0 +1,212 @@
+#include <kiln/train/detail/data_parallel.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+#include <utility>
+
+#include <kiln/core/error.hpp>
+
+namespace kiln::detail {
+
+Shard shard_of(std::int64_t rows, int rank, int size) {
+  const std::int64_t each = rows / size, extra = rows % size;
+  return {rank * each + std::min<std::int64_t>(rank, extra), each + (rank < extra ? 1 : 0)};
+}
+
+// ---- gradient buckets ---------------------------------------------------------------------------------------
+
+GradientBuckets::GradientBuckets(Communicator& communicator, const std::vector<Tensor>& gradients)
+    : communicator_(communicator), slots_(gradients.size()), reduced_(gradients.size()) {
+  // Backward finishes the last layers' gradients first: packing from the last weight lets the first bucket
+  // start while the first layers' gradients are still being computed. A bucket holds one dtype.
+  const std::size_t capacity = communicator_.bucket_bytes();
+  struct Open {
+    DType dtype;
+    std::size_t count = 0;
+    std::vector<std::size_t> members;
+  };
+  std::vector<Open> packed;
+  std::vector<std::size_t> current(2, static_cast<std::size_t>(-1));  // the open bucket per dtype
+  for (std::size_t n = gradients.size(); n-- > 0;) {
+    const Tensor& gradient = gradients[n];
+    if (!gradient.valid()) continue;
+    const DType dtype = gradient.dtype();
+    const auto kind = static_cast<std::size_t>(dtype == DType::float64);
+    const auto count = static_cast<std::size_t>(gradient.shape().num_elements());
+    std::size_t& open = current[kind];
+    if (open == static_cast<std::size_t>(-1) ||
+        (packed[open].count > 0 && (packed[open].count + count) * dtype_size(dtype) > capacity)) {
+      open = packed.size();
+      packed.push_back({dtype, 0, {}});
+    }
+    slots_[n] = {open, packed[open].count, count, false};
+    packed[open].count += count;
+    packed[open].members.push_back(n);
+  }
+  for (const Open& open : packed) {
+    Bucket bucket;
+    bucket.data = Array(Shape({static_cast<std::int64_t>(open.count)}), open.dtype);
+    bucket.size = open.members.size();
+    buckets_.push_back(std::move(bucket));
+  }
+  for (std::size_t i = 0; i < gradients.size(); ++i) {
+    if (!gradients[i].valid()) continue;
+    Bucket& bucket = buckets_[slots_[i].bucket];
+    auto* base = static_cast<unsigned char*>(bucket.data.raw());
+    reduced_[i] = Array::view(base + slots_[i].offset * dtype_size(bucket.data.dtype()), gradients[i].shape(),
+                              bucket.data.dtype());
+  }
+}
+
+void GradientBuckets::begin(double scale) {
+  scale_ = scale;
+  finishing_ = false;
+  started_early_ = 0;
+  for (Bucket& bucket : buckets_) {
+    bucket.pending = bucket.size;
+    bucket.started = false;
+  }
+  for (Slot& slot : slots_) slot.filled = false;
+}
+
+namespace {
+template <class T>
+void scaled_copy(const void* from, void* to, std::size_t count, double scale) {
+  const T* source = static_cast<const T*>(from);
+  T* target = static_cast<T*>(to);
+  const T factor = static_cast<T>(scale);
+  if (scale == 1.0)
+    std::memcpy(target, source, count * sizeof(T));
+  else
+    for (std::size_t i = 0; i < count; ++i) target[i] = source[i] * factor;
+}
+}  // namespace
+
+void GradientBuckets::ready(std::size_t i, const void* data) {
+  Slot& slot = slots_.at(i);
+  if (slot.count == 0 || slot.filled) return;
+  Bucket& bucket = buckets_[slot.bucket];
+  auto* to = static_cast<unsigned char*>(bucket.data.raw()) + slot.offset * dtype_size(bucket.data.dtype());
+  if (data == nullptr)
+    std::memset(to, 0, slot.count * dtype_size(bucket.data.dtype()));
+  else if (bucket.data.dtype() == DType::float64)
+    scaled_copy<double>(data, to, slot.count, scale_);
+  else
+    scaled_copy<float>(data, to, slot.count, scale_);
+  slot.filled = true;
+  if (--bucket.pending == 0) {
+    start(bucket);
+    if (!finishing_) ++started_early_;
+  }
+  communicator_.progress();
+}
+
+void GradientBuckets::start(Bucket& bucket) {
+  bucket.started = true;
+  communicator_.start_sum(bucket.data.raw(), bucket.data.size(), bucket.data.dtype());
+}
+
+void GradientBuckets::finish() {
+  finishing_ = true;
+  // Every rank starts every bucket in the same order, whatever it computed: a bucket is started once all its
+  // gradients are in, and the ones still missing are zeros now, in gradient order.
+  for (std::size_t i = slots_.size(); i-- > 0;)
+    if (slots_[i].count > 0 && !slots_[i].filled) ready(i, nullptr);
+  communicator_.wait_all();
+}
+
+// ---- agreeing on failures -------------------------------------------------------------------------------------
+
+Agreement::Agreement(Communicator& communicator, std::string who)
+    : communicator_(communicator), who_(std::move(who)) {}
+
+void Agreement::fail(std::exception_ptr error) {
+  if (!error_) error_ = std::move(error);
+}
+
+namespace {
+std::string message_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& caught) {
+    return caught.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+}  // namespace
+
+void Agreement::exchange(std::vector<double>& values, const std::string& where) {
+  const auto ranks = static_cast<std::size_t>(communicator_.size());
+  buffer_.assign(ranks, 0.0);
+  buffer_.insert(buffer_.end(), values.begin(), values.end());
+  if (error_) buffer_[static_cast<std::size_t>(communicator_.rank())] = 1.0;
+  communicator_.sum(buffer_.data(), buffer_.size());
+  std::size_t failed = ranks;
+  for (std::size_t r = 0; r < ranks && failed == ranks; ++r)
+    if (buffer_[r] != 0.0) failed = r;
+  if (failed == ranks) {
+    std::copy(buffer_.begin() + static_cast<std::ptrdiff_t>(ranks), buffer_.end(), values.begin());
+    return;
+  }
+  // Every rank knows that rank `failed` failed; it tells the others why, and they all stop.
+  std::string message = error_ ? message_of(error_) : std::string();
+  std::uint64_t length = message.size();
+  communicator_.broadcast(&length, sizeof length, static_cast<int>(failed));
+  message.resize(length);
+  if (length > 0) communicator_.broadcast(message.data(), length, static_cast<int>(failed));
+  if (error_) std::rethrow_exception(error_);
+  std::size_t others = 0;
+  for (std::size_t r = failed + 1; r < ranks; ++r) others += buffer_[r] != 0.0;
+  throw DistributedError(who_ + ": rank " + std::to_string(failed) + " of " + std::to_string(ranks) + " failed at " +
+                         where + (others ? " (and " + std::to_string(others) + " more ranks)" : std::string()) +
+                         ": " + message);
+}
+
+void Agreement::agree(const std::string& where) {
+  std::vector<double> none;
+  exchange(none, where);
+}
+
+// ---- checks and copies ------------------------------------------------------------------------------------------
+
+std::uint64_t hash_text(const std::string& text) {
+  std::uint64_t hash = 14695981039346656037ULL;
+  for (const unsigned char c : text) {
+    hash ^= c;
+    hash *= 1099511628211ULL;
+  }
+  return hash;
+}
+
+namespace {
+std::string hex(std::uint64_t value) {
+  std::ostringstream text;
+  text << "0x" << std::hex << value;
+  return text.str();
+}
+}  // namespace
+
+void check_same_on_every_rank(Communicator& communicator, std::uint64_t model, std::uint64_t fit,
+                              const std::string& who) {
+  const std::vector<std::uint64_t> models = communicator.all_gather(model);
+  const std::vector<std::uint64_t> fits = communicator.all_gather(fit);
+  for (std::size_t r = 1; r < models.size(); ++r) {
+    if (models[r] != models[0])
+      throw DistributedError(who + ": rank " + std::to_string(r) + "'s model differs from rank 0's (config and weights "
+                             "hash " + hex(models[r]) + " against " + hex(models[0]) +
+                             "); every rank must build the same model");
+    if (fits[r] != fits[0])
+      throw DistributedError(who + ": rank " + std::to_string(r) + "'s data or fit options differ from rank 0's (hash " +
+                             hex(fits[r]) + " against " + hex(fits[0]) +
+                             "); every rank must pass the same rows, batch_size, epochs and steps");
+  }
+}
+
+void broadcast_arrays(Communicator& communicator, std::vector<Array>& arrays) {
+  for (Array& array : arrays)
+    if (array.nbytes() > 0) communicator.broadcast(array.raw(), array.nbytes(), 0);
+}
+
+}  // namespace kiln::detail
