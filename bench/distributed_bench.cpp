@@ -1,7 +1,7 @@
 // distributed_bench: data-parallel training throughput over MPI, kiln against kiln. Run under mpirun with
 // 1 and then 2 ranks (scripts/bench.sh does, when kiln::distributed is built), 1 kiln thread a rank:
 //
-//   mpirun -np R distributed_bench --workload seed_mha|mql5_block [--steps N] [--rounds N]
+//   mpirun -np R distributed_bench --workload seed_mha|mql5_block [--steps N] [--rounds N] [--bucket-kb N]
 //
 // Each rank trains on the workload's own batch (seed_mha 10 rows, mql5_block 64), so the global batch is R
 // times that (weak scaling, as data-parallel training is used); the models are kiln_bench's seed_mha and
@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--workload") == 0) name = argv[i + 1];
     if (std::strcmp(argv[i], "--steps") == 0) steps = std::stoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::stoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--bucket-kb") == 0) context.set_bucket_bytes(std::stoul(argv[i + 1]) << 10);
   }
   try {
     kiln::set_num_threads(1);

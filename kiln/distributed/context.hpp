@@ -34,7 +34,9 @@ class Context : public Communicator {
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
+  /// This process's rank in the job (MPI_Comm_rank).
   int rank() const override { return rank_; }
+  /// The number of processes in the job (MPI_Comm_size).
   int size() const override { return size_; }
   /// Rank 0: the process that prints and writes files in a distributed fit.
   bool is_chief() const { return rank_ == 0; }
@@ -43,20 +45,28 @@ class Context : public Communicator {
   /// What this rank's sums cost so far: how many were started, their bytes, and the seconds wait_all() spent
   /// waiting for them (the part of the communication that computing did not hide).
   struct Stats {
-    std::uint64_t sums = 0;
-    std::uint64_t bytes = 0;
-    double wait_seconds = 0;
+    std::uint64_t sums = 0;   ///< start_sum calls (gradient buckets)
+    std::uint64_t bytes = 0;  ///< their bytes
+    double wait_seconds = 0;  ///< time spent in wait_all
   };
+  /// This rank's Stats since the Context was made or reset_stats() was called.
   const Stats& stats() const { return stats_; }
+  /// Starts the Stats again from zero.
   void reset_stats() { stats_ = {}; }
   /// The MPI library's version string (MPI_Get_library_version), e.g. "Open MPI v4.1.4, ...".
   static std::string library_version();
 
+  /// MPI_Iallreduce (MPI_SUM, in place), in pieces of at most INT_MAX values.
   void start_sum(void* data, std::size_t count, DType dtype) override;
+  /// MPI_Testall on the started sums.
   void progress() override;
+  /// MPI_Waitall on the started sums.
   void wait_all() override;
+  /// MPI_Allreduce (MPI_SUM, in place).
   void sum(double* data, std::size_t count) override;
+  /// MPI_Bcast of bytes.
   void broadcast(void* data, std::size_t bytes, int root) override;
+  /// MPI_Allgather of one value a rank.
   std::vector<std::uint64_t> all_gather(std::uint64_t value) override;
 
  private:

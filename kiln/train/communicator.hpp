@@ -40,7 +40,8 @@ class Communicator {
   virtual std::vector<std::uint64_t> all_gather(std::uint64_t value) = 0;
 
   /// The size of the gradient buckets summed while backward runs (default 25 MB, as PyTorch's DDP): a bucket
-  /// starts summing as soon as its last gradient is computed.
+  /// starts summing as soon as its last gradient is computed. The first bucket, which holds the last layers'
+  /// gradients (backward's first), takes 1 MB at most, so its sum starts early, as in PyTorch's DDP.
   std::size_t bucket_bytes() const { return bucket_bytes_; }
   /// Sets bucket_bytes(); at least one gradient goes in each bucket, whatever its size.
   void set_bucket_bytes(std::size_t bytes) { bucket_bytes_ = bytes; }

@@ -16,6 +16,10 @@ Shard shard_of(std::int64_t rows, int rank, int size) {
 
 // ---- gradient buckets ---------------------------------------------------------------------------------------
 
+namespace {
+constexpr std::size_t kFirstBucketBytes = std::size_t{1} << 20;
+}
+
 GradientBuckets::GradientBuckets(Communicator& communicator, const std::vector<Tensor>& gradients)
     : communicator_(communicator), slots_(gradients.size()), reduced_(gradients.size()) {
   // Backward finishes the last layers' gradients first: packing from the last weight lets the first bucket
@@ -28,6 +32,7 @@ GradientBuckets::GradientBuckets(Communicator& communicator, const std::vector<T
   };
   std::vector<Open> packed;
   std::vector<std::size_t> current(2, static_cast<std::size_t>(-1));  // the open bucket per dtype
+  std::vector<std::size_t> first(2, static_cast<std::size_t>(-1));    // the first bucket per dtype
   for (std::size_t n = gradients.size(); n-- > 0;) {
     const Tensor& gradient = gradients[n];
     if (!gradient.valid()) continue;
@@ -35,8 +40,12 @@ GradientBuckets::GradientBuckets(Communicator& communicator, const std::vector<T
     const auto kind = static_cast<std::size_t>(dtype == DType::float64);
     const auto count = static_cast<std::size_t>(gradient.shape().num_elements());
     std::size_t& open = current[kind];
+    // The first bucket is small (1 MB at most, as PyTorch's DDP does): it holds the last layers' gradients,
+    // the first computed, so summing them starts early and runs beside the rest of backward.
+    const std::size_t limit = open == first[kind] ? std::min(capacity, kFirstBucketBytes) : capacity;
     if (open == static_cast<std::size_t>(-1) ||
-        (packed[open].count > 0 && (packed[open].count + count) * dtype_size(dtype) > capacity)) {
+        (packed[open].count > 0 && (packed[open].count + count) * dtype_size(dtype) > limit)) {
+      if (first[kind] == static_cast<std::size_t>(-1)) first[kind] = packed.size();
       open = packed.size();
       packed.push_back({dtype, 0, {}});
     }

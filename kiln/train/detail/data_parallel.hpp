@@ -22,8 +22,8 @@ struct Shard {
 };
 Shard shard_of(std::int64_t rows, int rank, int size);
 
-/// The gradients of one training graph, packed into buckets of about Communicator::bucket_bytes() in the
-/// reverse order of the weights (the order backward finishes them, roughly), the same on every rank. A
+/// The gradients of one training graph, packed into buckets of about Communicator::bucket_bytes() (the
+/// first of 1 MB at most) in the reverse order of the weights (the order backward finishes them, roughly), the same on every rank. A
 /// gradient is copied into its bucket, scaled by the rank's share of the batch, as soon as the program
 /// reports it (Program::on_ready); a bucket starts summing across ranks when its last gradient is in.
 class GradientBuckets {
