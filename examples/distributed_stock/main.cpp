@@ -51,8 +51,10 @@ int main(int argc, char** argv) {
     const double mse = model.evaluate(data.test_x, data.test_y).at("loss");
     if (context.is_chief()) std::printf("ranks %d, test MSE %.6f\n", context.size(), mse);
   } catch (const kiln::Error& error) {
+    // A failure inside fit reached every rank; one outside it (the data on one machine) did not, so the job
+    // is ended rather than leaving the other ranks waiting.
     std::fprintf(stderr, "distributed_stock rank %d: %s\n", context.rank(), error.what());
-    return 1;
+    context.abort(1);
   }
   return 0;
 }

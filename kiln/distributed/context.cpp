@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <string>
 
 #include <mpi.h>
@@ -44,6 +45,11 @@ void Context::start(int* argc, char*** argv) {
     int provided = 0;
     check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
     finalize_ = true;
+    if (provided < MPI_THREAD_FUNNELED) {
+      MPI_Finalize();
+      throw DistributedError("kiln::distributed: this MPI library does not support MPI_THREAD_FUNNELED (kiln's "
+                             "thread pool runs beside the thread that calls MPI)");
+    }
   }
   // kiln's own communicator: its collectives never pair with the program's, and its errors are returned.
   check(MPI_Comm_dup(MPI_COMM_WORLD, &mpi_->comm), "MPI_Comm_dup");
@@ -54,12 +60,18 @@ void Context::start(int* argc, char*** argv) {
 }
 
 Context::~Context() {
-  if (!mpi_->requests.empty())
-    MPI_Waitall(static_cast<int>(mpi_->requests.size()), mpi_->requests.data(), MPI_STATUSES_IGNORE);
-  if (mpi_->comm != MPI_COMM_NULL) MPI_Comm_free(&mpi_->comm);
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (finalize_ && !finalized) MPI_Finalize();
+  if (finalized) return;  // the program finalized MPI itself
+  // Sums still pending (a rank left in the middle of a step) would wait for ranks that may never come.
+  if (!mpi_->requests.empty()) abort(1);
+  if (mpi_->comm != MPI_COMM_NULL) MPI_Comm_free(&mpi_->comm);
+  if (finalize_) MPI_Finalize();
+}
+
+void Context::abort(int code) {
+  MPI_Abort(mpi_->comm != MPI_COMM_NULL ? mpi_->comm : MPI_COMM_WORLD, code);
+  std::abort();  // MPI_Abort returned: end this process at least
 }
 
 void Context::barrier() { check(MPI_Barrier(mpi_->comm), "MPI_Barrier"); }

@@ -21,9 +21,11 @@ namespace kiln::distributed {
 
 /// The processes of the MPI job this process belongs to (MPI_COMM_WORLD, duplicated for kiln), as the
 /// Communicator that FitOptions::distribute takes. One Context per process: it initializes MPI (with
-/// MPI_THREAD_FUNNELED: only the thread that calls fit talks to MPI) unless the program already did, and
-/// finalizes it at destruction if it initialized it. MPI errors are returned, not fatal, and thrown as
-/// DistributedError naming the call. A process started without mpirun is a job of one.
+/// MPI_THREAD_FUNNELED: only the thread that made the Context calls MPI, so call fit on that thread) unless
+/// the program already did, and finalizes it at destruction if it initialized it. MPI errors are returned,
+/// not fatal, and thrown as DistributedError naming the call. A process started without mpirun is a job of
+/// one. A failure inside fit reaches every rank (docs/distributed.md); a rank that fails outside fit, while
+/// others may wait in a collective, should end the job with abort().
 class Context : public Communicator {
  public:
   /// Initializes MPI with the program's arguments (MPI may take its own out of them).
@@ -42,6 +44,9 @@ class Context : public Communicator {
   bool is_chief() const { return rank_ == 0; }
   /// Waits until every rank has called it.
   void barrier();
+  /// Ends every process of the job (MPI_Abort) with exit code `code`: for a rank that fails outside fit,
+  /// where the other ranks cannot learn of it. Does not return.
+  [[noreturn]] void abort(int code);
   /// What this rank's sums cost so far: how many were started, their bytes, and the seconds wait_all() spent
   /// waiting for them (the part of the communication that computing did not hide).
   struct Stats {

@@ -37,6 +37,8 @@ void BackupAndRestore::on_train_begin(TrainingState& state) {
   if (state.model == nullptr) throw ValueError("BackupAndRestore needs the model fit() trains (state.model)");
   restored_ = false;
   batches_since_ = 0;
+  // In a distributed fit, rank 0 restores; the fit copies its weights, state and resume point to the others.
+  if (!state.chief) return;
   const std::string last = backup_path();
   const std::string previous = (fs::path(options_.backup_dir) / "backup.prev.kiln").string();
   Config progress;

@@ -118,8 +118,9 @@ class ReportingCallback : public Callback {
     messages_ = &messages;
     warnings_ = &warnings;
   }
-  /// Drops verbose messages from now on (a distributed fit's ranks other than 0 do this; rank 0 prints them).
-  void silence() { silent_ = true; }
+  /// Drops verbose messages (true) or prints them again (false): a distributed fit silences its callbacks on
+  /// the ranks other than 0 while it runs; rank 0 prints them.
+  void silence(bool silent) { silent_ = silent; }
 
  protected:
   /// Where verbose messages go: the stream given to redirect(), else std::cout.

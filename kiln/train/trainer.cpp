@@ -15,6 +15,7 @@
 #include <kiln/core/graph.hpp>
 #include <kiln/core/program.hpp>
 #include <kiln/core/rng.hpp>
+#include <kiln/core/warnings.hpp>
 #include <kiln/layers/model.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/train/data.hpp>
@@ -94,6 +95,17 @@ Array gather_rows(const Array& source, Array& buffer, const std::vector<std::int
     std::memcpy(to + static_cast<std::size_t>(j) * row_bytes,
                 from + static_cast<std::size_t>(order[static_cast<std::size_t>(start + j)]) * row_bytes, row_bytes);
   return buffer.rows(0, count);
+}
+
+// The checks before evaluating `steps` batches of a dataset (-1: all of it), named by `who`.
+void check_evaluation_steps(const Dataset& data, std::int64_t steps, const std::string& who) {
+  if (!data.batched()) throw ValueError(who + ": the dataset's elements are single samples; call batch(n) on it first");
+  if (steps == 0 || steps < -1) throw ValueError(who + ": steps must be positive, got " + std::to_string(steps));
+  if (steps < 0 && data.cardinality() == Dataset::infinite)
+    throw ValueError(who + ": the dataset repeats without end; give steps");
+  if (steps > 0 && data.cardinality() >= 0 && steps > data.cardinality())
+    throw ValueError(who + ": steps " + std::to_string(steps) + " but the dataset has " +
+                     std::to_string(data.cardinality()) + " batches");
 }
 
 Array batch_buffer(const Array& source, std::int64_t batch_size) {
@@ -430,14 +442,16 @@ std::shared_ptr<Trainer::Compiled> Trainer::evaluate_part(const std::vector<Arra
     return compiled;
   }
   // This rank's rows of each batch of the dataset, which every rank reads whole.
-  if (!data->batched()) throw ValueError(model_.describe() + "." + what + ": the dataset's elements are single samples; call batch(n) on it first");
+  const std::string who = model_.describe() + "." + what;
+  check_evaluation_steps(*data, steps, who);
   Dataset::Iterator batches = data->iterate();
   Example example;
   std::shared_ptr<Compiled> compiled;
+  std::size_t num_x = 0, num_y = 0, num_w = 0;
   for (std::int64_t step = 0; steps < 0 || step < steps; ++step) {
     if (!batches.next(example)) {
       if (steps > 0)
-        throw ValueError(model_.describe() + "." + what + ": the dataset ran out after " + std::to_string(step) +
+        throw ValueError(who + ": the dataset ran out after " + std::to_string(step) +
                          " batches, fewer than validation_steps " + std::to_string(steps));
       break;
     }
@@ -447,6 +461,12 @@ std::shared_ptr<Trainer::Compiled> Trainer::evaluate_part(const std::vector<Arra
     if (!compiled) {
       compiled = compiled_for(bx, by, bw, false);
       zero_totals(*compiled, totals);
+      num_x = bx.size();
+      num_y = by.size();
+      num_w = bw.size();
+    } else if (bx.size() != num_x || by.size() != num_y || bw.size() != num_w) {
+      throw ValueError(who + ": batch " + std::to_string(step + 1) +
+                       " has other arrays than the first batch (inputs, targets or sample weights)");
     }
     const detail::Shard rows = detail::shard_of(num_rows(bx), rank, ranks);
     if (rows.count == 0) continue;
@@ -456,7 +476,7 @@ std::shared_ptr<Trainer::Compiled> Trainer::evaluate_part(const std::vector<Arra
     const detail::ProgramPool::Lease program = compiled->programs->lease(rows.count);
     run_batch(*compiled, *program, part_x, part_y, part_w, totals);
   }
-  if (!compiled) throw ValueError(model_.describe() + "." + what + ": the dataset is empty");
+  if (!compiled) throw ValueError(who + ": the dataset is empty");
   return compiled;
 }
 
@@ -466,7 +486,7 @@ std::shared_ptr<Trainer::Compiled> Trainer::evaluate_part(const std::vector<Arra
 // the callbacks' state and the history, stepped through epochs and batches.
 class Trainer::Fit {
  public:
-  // The arrays are checked when the fit runs (check_arrays), where a distributed fit's ranks agree on failures.
+  // The arrays are checked when the fit runs, where a distributed fit's ranks agree on failures.
   Fit(Trainer& trainer, std::vector<Array> x, std::vector<Array> y, const FitOptions& options)
       : trainer_(trainer),
         options_(options),
@@ -483,12 +503,13 @@ class Trainer::Fit {
     if (communicator_ != nullptr) agreement_ = std::make_unique<detail::Agreement>(*communicator_, who());
     // In a distributed fit, a rank that fails while preparing tells the others before they wait on it.
     guarded([&] {
-      check_options();
       if (data_ != nullptr) {
+        check_options();
         prepare_dataset();
       } else {
         trainer_.check_data(x_, y_, "fit");
         w_ = trainer_.check_weights(options_.sample_weight_, y_, "fit");
+        check_options();
         split_validation();
         weigh_classes();
         prepare();
@@ -500,10 +521,18 @@ class Trainer::Fit {
     });
     if (communicator_ != nullptr) start_distributed();
     int first_epoch = options_.initial_epoch_;
-    if (state_.resume_epoch >= 0) first_epoch = resume();
+    if (state_.resume_epoch >= 0) guarded([&] { first_epoch = resume(); }, "resuming");
     for (int epoch = first_epoch; epoch < options_.epochs_ && !state_.stop_training; ++epoch) run_epoch(epoch);
-    for (const CallbackPtr& callback : options_.callbacks_) callback->on_train_end(state_, logs_);
+    guarded([&] {
+      for (const CallbackPtr& callback : options_.callbacks_) callback->on_train_end(state_, logs_);
+    }, "the end of training");
     return history_;
+  }
+
+  ~Fit() {
+    // The pooled program outlives this fit: it must not call into buckets that are gone.
+    if (buckets_ != nullptr && program_ != nullptr) (*program_)->on_ready({}, {});
+    for (ReportingCallback* silenced : silenced_) silenced->silence(false);
   }
 
  private:
@@ -516,8 +545,8 @@ class Trainer::Fit {
 
   bool chief() const { return options_.communicator_ == nullptr || options_.communicator_->rank() == 0; }
 
-  // Runs `body`; in a distributed fit, an exception is kept for the next exchange rather than thrown now, and
-  // the exchange that ends this step is made here.
+  // Runs `body`; in a distributed fit, an exception is kept rather than thrown now, and every rank agrees
+  // here: any rank's failure throws on every rank, and any rank's stop request stops every rank.
   template <class Body>
   void guarded(const Body& body, const char* where = "the start of training") {
     if (agreement_ == nullptr) return body();
@@ -526,7 +555,18 @@ class Trainer::Fit {
     } catch (...) {
       agreement_->fail(std::current_exception());
     }
-    agreement_->agree(where);
+    if (agreement_->agree(where, state_.stop_training)) state_.stop_training = true;
+  }
+
+  // Runs `body`; in a distributed fit, an exception is kept for the next agreement (the next step's).
+  template <class Body>
+  void deferred(const Body& body) {
+    if (agreement_ == nullptr) return body();
+    try {
+      body();
+    } catch (...) {
+      agreement_->fail(std::current_exception());
+    }
   }
 
   // After the data and the graph are ready on every rank: the ranks must agree on the model and the run
@@ -536,45 +576,85 @@ class Trainer::Fit {
     std::string model = trainer_.model_.get_config().to_string() + trainer_.optimizer_->get_config().to_string();
     for (const Weight& weight : trainer_.model_.weights())
       model += "|" + weight.path + weight.value.shape().to_string() + dtype_name(weight.value.dtype());
+    // What the collectives' sizes depend on: the losses, the logged statistics, the bucket size.
+    for (const Loss& loss : trainer_.losses_) model += "|loss " + loss.serialize().to_string();
+    for (const Compiled::Logged& logged : compiled_->logged) {
+      model += "|" + logged.name;
+      for (const Tensor& statistic : logged.statistics) model += statistic.shape().to_string();
+    }
+    model += "|buckets " + std::to_string(communicator.bucket_bytes());
     std::string run = std::to_string(rows_) + "," + std::to_string(batch_size_) + "," + std::to_string(steps_) + "," +
                       std::to_string(options_.epochs_) + "," + std::to_string(options_.initial_epoch_) + "," +
                       std::to_string(options_.shuffle_) + "," + std::to_string(options_.seed_) + "," +
-                      std::to_string(val_x_.empty() ? 0 : num_rows(val_x_));
+                      std::to_string(val_x_.empty() ? 0 : num_rows(val_x_)) + "," +
+                      std::to_string(options_.validation_steps_) + "," + std::to_string(options_.steps_per_epoch_);
     for (const std::vector<Array>* arrays : {&x_, &y_, &w_})
       for (const Array& array : *arrays) run += "|" + array.shape().to_string() + dtype_name(array.dtype());
+    for (const auto& [label, weight] : options_.class_weight_) run += "|class " + std::to_string(label) + ":" + std::to_string(weight);
     if (data_ != nullptr) run += "|dataset " + std::to_string(data_->cardinality());
     detail::check_same_on_every_rank(communicator, detail::hash_text(model), detail::hash_text(run), who());
-    buckets_ = std::make_unique<detail::GradientBuckets>(communicator, compiled_->gradients);
-    std::vector<Tensor> hooked;
-    hooked_index_.clear();
-    for (std::size_t i = 0; i < compiled_->gradients.size(); ++i)
-      if (compiled_->gradients[i].valid()) {
-        hooked.push_back(compiled_->gradients[i]);
-        hooked_index_.push_back(i);
-      }
-    detail::GradientBuckets* buckets = buckets_.get();
-    const std::vector<std::size_t>* index = &hooked_index_;
-    (*program_)->on_ready(hooked, [buckets, index](std::size_t i, const void* data) { buckets->ready((*index)[i], data); });
-    for (std::size_t i = 0; i < compiled_->reduced.size(); ++i)
-      if (compiled_->reduced[i].valid()) compiled_->apply->feed(compiled_->reduced[i], buckets_->reduced(i));
-    state_.chief = chief();
-    if (!state_.chief)
-      for (const CallbackPtr& callback : options_.callbacks_)
-        if (auto* reporting = dynamic_cast<ReportingCallback*>(callback.get())) reporting->silence();
+    guarded([&] {
+      buckets_ = std::make_unique<detail::GradientBuckets>(communicator, compiled_->gradients);
+      std::vector<Tensor> hooked;
+      hooked_index_.clear();
+      for (std::size_t i = 0; i < compiled_->gradients.size(); ++i)
+        if (compiled_->gradients[i].valid()) {
+          hooked.push_back(compiled_->gradients[i]);
+          hooked_index_.push_back(i);
+        }
+      detail::GradientBuckets* buckets = buckets_.get();
+      const std::vector<std::size_t>* index = &hooked_index_;
+      (*program_)->on_ready(hooked,
+                            [buckets, index](std::size_t i, const void* data) { buckets->ready((*index)[i], data); });
+      for (std::size_t i = 0; i < compiled_->reduced.size(); ++i)
+        if (compiled_->reduced[i].valid()) compiled_->apply->feed(compiled_->reduced[i], buckets_->reduced(i));
+      state_.chief = chief();
+      if (!state_.chief)
+        for (const CallbackPtr& callback : options_.callbacks_)
+          if (auto* reporting = dynamic_cast<ReportingCallback*>(callback.get())) {
+            reporting->silence(true);
+            silenced_.push_back(reporting);
+          }
+    }, "preparing the gradient buckets");
   }
 
-  // After on_train_begin (which may have restored a backup): rank 0's weights, optimizer state and resume point
-  // on every rank.
+  // After on_train_begin (which may have restored a backup, on rank 0): rank 0's weights, optimizer state and
+  // resume point on every rank, once the ranks agree the optimizer's variables are the same.
   void start_distributed() {
     Communicator& communicator = *communicator_;
     std::vector<Array> state;
+    std::string variables;
     for (const Weight& weight : trainer_.model_.weights()) state.push_back(weight.value);
-    for (const Weight& slot : trainer_.optimizer_->variables()) state.push_back(slot.value);
+    for (const Weight& slot : trainer_.optimizer_->variables()) {
+      state.push_back(slot.value);
+      variables += "|" + slot.path + slot.value.shape().to_string();
+    }
+    detail::check_same_on_every_rank(communicator, detail::hash_text(variables), 0, who());
     detail::broadcast_arrays(communicator, state);
     std::int64_t resume[2] = {state_.resume_epoch, state_.resume_batch};
     communicator.broadcast(resume, sizeof resume, 0);
     state_.resume_epoch = static_cast<int>(resume[0]);
     state_.resume_batch = resume[1];
+  }
+
+  // Every rank's weights, bit for bit: MPI's sums give every rank the same bits, but nothing promises it, so at
+  // each epoch's end the ranks compare a hash of their weights and, if they drifted, take rank 0's again.
+  void keep_replicas_equal(int epoch) {
+    std::uint64_t hash = 14695981039346656037ULL;
+    std::vector<Array> state;
+    for (const Weight& weight : trainer_.model_.weights()) state.push_back(weight.value);
+    for (const Weight& slot : trainer_.optimizer_->variables()) state.push_back(slot.value);
+    for (const Array& array : state) {
+      const auto* bytes = static_cast<const unsigned char*>(array.raw());
+      for (std::size_t i = 0; i < array.nbytes(); ++i) hash = (hash ^ bytes[i]) * 1099511628211ULL;
+    }
+    const std::vector<std::uint64_t> hashes = communicator_->all_gather(hash);
+    if (std::all_of(hashes.begin(), hashes.end(), [&](std::uint64_t h) { return h == hashes[0]; })) return;
+    if (chief() && !warned_drift_)
+      kiln::warn(who() + ": the ranks' weights differ by rounding after epoch " + std::to_string(epoch + 1) +
+                 " (their MPI sums were not bitwise the same); every rank takes rank 0's");
+    warned_drift_ = true;
+    detail::broadcast_arrays(*communicator_, state);
   }
 
   // This rank's rows of the global batch in batch_x_, batch_y_ and batch_w_ (which hold the whole batch).
@@ -589,12 +669,17 @@ class Trainer::Fit {
   // the step's statistics and status summed, then the same update on every rank. False at the end of the data.
   bool distributed_batch(int epoch, std::int64_t batch) {
     const std::string where = "epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(batch + 1);
+    // A stop asked for by the last batch's callbacks (TerminateOnNaN, or a callback of one rank's own) is
+    // agreed at this step's exchange; then no rank applies this step, as one process would not have run it.
+    const bool stop = std::exchange(stop_asked_, false);
     bool have = false;
-    try {
-      have = data_ != nullptr ? next_dataset_batch(epoch, batch) : gather_batch(batch);
-      if (have && data_ != nullptr) take_shard();
-    } catch (...) {
-      agreement_->fail(std::current_exception());
+    if (!stop && !agreement_->failed()) {
+      try {
+        have = data_ != nullptr ? next_dataset_batch(epoch, batch) : gather_batch(batch);
+        if (have && data_ != nullptr) take_shard();
+      } catch (...) {
+        agreement_->fail(std::current_exception());
+      }
     }
     const bool runs = have && !agreement_->failed() && shard_.count > 0;
     buckets_->begin(runs ? static_cast<double>(shard_.count) / static_cast<double>(global_rows_) : 0.0);
@@ -626,7 +711,10 @@ class Trainer::Fit {
           exchange_.insert(exchange_.end(), count, 0.0);
         }
       }
-    agreement_->exchange(exchange_, where);
+    if (agreement_->exchange(exchange_, where, stop)) {
+      state_.stop_training = true;
+      return false;
+    }
     const auto ranks = static_cast<double>(communicator_->size());
     if (exchange_[0] == 0.0) return false;
     if (exchange_[0] != ranks)
@@ -643,13 +731,12 @@ class Trainer::Fit {
     compiled_->apply->run();
     trainer_.optimizer_->finish_step();
     logs_ = trainer_.means(*compiled_, totals_);
-    try {
+    deferred([&] {  // a failure is told at the next exchange
       bar_.update(batch + 1, steps_, logs_, seconds_since_start());
       if (chief()) warn_if_not_finite(epoch, batch);
       for (const CallbackPtr& callback : options_.callbacks_) callback->on_batch_end(state_, batch, logs_);
-    } catch (...) {
-      agreement_->fail(std::current_exception());  // told at the next exchange
-    }
+    });
+    stop_asked_ = state_.stop_training;
     return true;
   }
 
@@ -878,16 +965,20 @@ class Trainer::Fit {
   }
 
   void run_epoch(int epoch) {
-    for (const CallbackPtr& callback : options_.callbacks_) callback->on_epoch_begin(state_, epoch);
-    bar_.epoch_begin(epoch, options_.epochs_);
-    started_ = std::chrono::steady_clock::now();
-    if (data_ == nullptr) {
-      order_rows(epoch);
-    } else if (options_.steps_per_epoch_ < 0 && opened_for_ != epoch) {
-      // Keras iterates a dataset afresh each epoch unless steps_per_epoch is given.
-      iterator_ = std::make_unique<Dataset::Iterator>(data_->iterate(static_cast<std::uint64_t>(epoch)));
-      opened_for_ = epoch;
-    }
+    // In a distributed fit a failure here is told at the epoch's first step.
+    deferred([&] {
+      for (const CallbackPtr& callback : options_.callbacks_) callback->on_epoch_begin(state_, epoch);
+      bar_.epoch_begin(epoch, options_.epochs_);
+      started_ = std::chrono::steady_clock::now();
+      if (data_ == nullptr) {
+        order_rows(epoch);
+      } else if (options_.steps_per_epoch_ < 0 && opened_for_ != epoch) {
+        // Keras iterates a dataset afresh each epoch unless steps_per_epoch is given.
+        iterator_ = std::make_unique<Dataset::Iterator>(data_->iterate(static_cast<std::uint64_t>(epoch)));
+        opened_for_ = epoch;
+      }
+    });
+    stop_asked_ = false;  // a stop asked for in on_epoch_begin counts after the epoch's first batch, as in Keras
     totals_.reset();
     std::int64_t batches_run = 0;
     // As in Keras, stop_training is looked at after each batch: an epoch that starts runs at least one,
@@ -901,7 +992,7 @@ class Trainer::Fit {
         train_batch(epoch, batch);
       }
       ++batches_run;
-      if (state_.stop_training) break;
+      if (communicator_ == nullptr && state_.stop_training) break;  // distributed: agreed at the next step
     }
     if (batches_run == 0 && first_batch == 0)
       throw ValueError(who() + ": epoch " + std::to_string(epoch + 1) + " had no data");
@@ -911,7 +1002,16 @@ class Trainer::Fit {
       return;
     }
     if (communicator_ != nullptr) {
-      agreement_->agree("the end of epoch " + std::to_string(epoch + 1));  // an on_batch_end that threw
+      // An on_batch_end that threw at the last batch, or asked to stop there.
+      if (agreement_->agree("the end of epoch " + std::to_string(epoch + 1), stop_asked_)) state_.stop_training = true;
+      stop_asked_ = false;
+      keep_replicas_equal(epoch);
+      // BatchNormalization's moving statistics follow each rank's shards: rank 0's are everyone's, so
+      // validation and the saved model see one model.
+      std::vector<Array> statistics;
+      for (const Weight& weight : trainer_.model_.weights())
+        if (!weight.trainable) statistics.push_back(weight.value);
+      detail::broadcast_arrays(*communicator_, statistics);
       if (!val_x_.empty() || options_.validation_dataset_) add_distributed_validation(epoch);
     } else {
       add_validation();
@@ -1015,6 +1115,9 @@ class Trainer::Fit {
   std::vector<double> exchange_;
   detail::Shard shard_;            // this rank's rows of the current batch
   std::int64_t global_rows_ = 0;   // the current batch's rows on all ranks
+  bool stop_asked_ = false;        // the last batch's callbacks set stop_training: agreed at the next exchange
+  bool warned_drift_ = false;
+  std::vector<ReportingCallback*> silenced_;  // given their messages back when the fit ends
 };
 
 History Trainer::fit(const std::vector<Array>& x, const std::vector<Array>& y, const FitOptions& options) {
@@ -1029,13 +1132,7 @@ Logs Trainer::evaluate(const Dataset& data, const EvaluateOptions& options) {
 
 Logs Trainer::evaluate_data(const Dataset& data, std::int64_t steps, const std::string& what) {
   const std::string who = model_.describe() + "." + what;
-  if (!data.batched()) throw ValueError(who + ": the dataset's elements are single samples; call batch(n) on it first");
-  if (steps == 0 || steps < -1) throw ValueError(who + ": steps must be positive, got " + std::to_string(steps));
-  if (steps < 0 && data.cardinality() == Dataset::infinite)
-    throw ValueError(who + ": the dataset repeats without end; give steps");
-  if (steps > 0 && data.cardinality() >= 0 && steps > data.cardinality())
-    throw ValueError(who + ": steps " + std::to_string(steps) + " but the dataset has " +
-                     std::to_string(data.cardinality()) + " batches");
+  check_evaluation_steps(data, steps, who);
   Dataset::Iterator batches = data.iterate();
   Example example;
   if (!batches.next(example)) throw ValueError(who + ": the dataset is empty");

@@ -89,8 +89,9 @@ std::vector<std::string> mpirun(int ranks) {
   return {KILN_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", std::to_string(ranks)};
 }
 
+// Each child is bounded (ctest's TIMEOUT, 900 s, is above the sum of one test's children's bounds).
 Finished child(const std::vector<std::string>& launcher, const std::string& mode, const std::string& out,
-               const std::string& dir = "", double timeout = 120) {
+               const std::string& dir = "", double timeout = 100) {
   std::vector<std::string> arguments = launcher;
   arguments.insert(arguments.end(), {KILN_DISTRIBUTED_CHILD_PATH, mode, out});
   if (!dir.empty()) arguments.push_back(dir);
@@ -228,7 +229,7 @@ TEST_CASE("the stock demo trained on 2 ranks reaches the 1-rank test MSE", "[dis
   auto test_mse = [&](int ranks) {
     std::vector<std::string> arguments = mpirun(ranks);
     arguments.insert(arguments.end(), {KILN_DISTRIBUTED_STOCK_PATH, "--epochs", "6"});
-    const Finished finished = run(arguments, dir.file("stock" + std::to_string(ranks) + ".log"), 240);
+    const Finished finished = run(arguments, dir.file("stock" + std::to_string(ranks) + ".log"), 200);
     INFO(finished.output);
     REQUIRE(finished.status == 0);
     const std::string marker = "ranks " + std::to_string(ranks) + ", test MSE ";

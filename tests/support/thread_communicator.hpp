@@ -21,9 +21,16 @@ class ThreadWorld {
 
   /// Waits until every rank's thread has called it (a generation barrier).
   void meet();
-  /// Every rank posts a pointer; after the meeting, all of them are readable.
-  void post(int rank, void* data) { posted_[static_cast<std::size_t>(rank)] = data; }
+  /// Every rank posts a pointer and what its collective is (its kind and size); after the meeting, all of them
+  /// are readable.
+  void post(int rank, void* data, std::uint64_t signature) {
+    posted_[static_cast<std::size_t>(rank)] = data;
+    signatures_[static_cast<std::size_t>(rank)] = signature;
+  }
   void* posted(int rank) const { return posted_[static_cast<std::size_t>(rank)]; }
+  /// After a meeting: throws DistributedError on every rank when the ranks' collectives differ (what MPI would
+  /// hang on or mix up), naming `what`.
+  void check_same(const char* what) const;
 
  private:
   int size_;
@@ -32,6 +39,7 @@ class ThreadWorld {
   int waiting_ = 0;
   std::uint64_t generation_ = 0;
   std::vector<void*> posted_;
+  std::vector<std::uint64_t> signatures_;
 };
 
 /// Rank `rank` of a ThreadWorld.

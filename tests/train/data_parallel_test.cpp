@@ -17,6 +17,7 @@
 #include <kiln/layers/dense.hpp>
 #include <kiln/layers/dropout.hpp>
 #include <kiln/layers/noise.hpp>
+#include <kiln/layers/recurrent.hpp>
 #include <kiln/train/callbacks.hpp>
 #include <kiln/train/detail/data_parallel.hpp>
 #include <kiln/train/model.hpp>
@@ -224,5 +225,96 @@ TEST_CASE("ranks with other models or other data are refused before any collecti
     REQUIRE(errors[1]);
     CHECK_THROWS_AS(std::rethrow_exception(errors[1]), ValueError);
     CHECK_THAT(message(errors[0]), Contains("rank 1 of 2 failed at the start of training"));
+  }
+}
+
+TEST_CASE("gradients that arrive out of bucket order (an LSTM's) are summed in bucket order on every rank",
+          "[train][distributed]") {
+  // An LSTM's gradients come kernel, recurrent kernel, bias: not the reverse weight order. With buckets of a
+  // gradient or two, and a last batch of 1 row (rank 1's shard empty: it starts its buckets without running),
+  // the ranks must still start the same sums in the same order.
+  auto make = [] {
+    const Tensor input = Input({Shape::unknown, 6, 3}, DType::float64, "seq");
+    const Tensor h = LSTM(5, {{"name", "lstm"}})(input);
+    Model model(input, Dense(1, "", {{"name", "out"}})(h), "recurrent");
+    std::vector<Array> weights = model.get_weights();
+    for (Array& weight : weights)
+      for (std::size_t i = 0; i < weight.size(); ++i) weight.set_flat(i, std::sin(static_cast<double>(i) * 0.7) * 0.3);
+    model.set_weights(weights);
+    model.compile(create_optimizer("sgd", {{"learning_rate", 0.1}}), "mse");
+    return model;
+  };
+  Rng rng(9);
+  Array x({25, 6, 3}, DType::float64), y({25, 1}, DType::float64);
+  for (std::size_t i = 0; i < x.size(); ++i) x.set_flat(i, rng.uniform(-1.0, 1.0));
+  for (std::size_t i = 0; i < y.size(); ++i) y.set_flat(i, rng.uniform(-1.0, 1.0));
+  const FitOptions base = FitOptions().epochs(2).batch_size(8).seed(1).verbose(0);  // the last batch: 1 row
+  Model reference = make();
+  reference.fit(x, y, base);
+  for (const std::size_t bucket_bytes : {std::size_t{1}, std::size_t{200}, std::size_t{25} << 20}) {
+    INFO("buckets of " << bucket_bytes << " bytes");
+    std::vector<Model> models = {make(), make()};
+    const auto errors = on_ranks(2, [&](int rank, testing::ThreadCommunicator& communicator) {
+      FitOptions options = base;
+      models[static_cast<std::size_t>(rank)].fit(x, y, options.distribute(communicator));
+    }, bucket_bytes);
+    for (const auto& error : errors) {
+      if (error) FAIL(message(error));
+    }
+    for (const Model& model : models) CHECK(largest_difference(model.get_weights(), reference.get_weights()) <= 1e-12);
+  }
+}
+
+TEST_CASE("a stop asked for by one rank's callback stops every rank after the same batch", "[train][distributed]") {
+  Array x, y;
+  make_data(x, y, 64);
+  std::vector<Model> models = {make_model(), make_model()};
+  std::vector<History> histories(2);
+  std::vector<std::int64_t> batches(2, 0);
+  const auto errors = on_ranks(2, [&](int rank, testing::ThreadCommunicator& communicator) {
+    FitOptions options = FitOptions().epochs(5).batch_size(8).verbose(0).distribute(communicator);
+    LambdaCallback::Options hooks;
+    hooks.on_batch_end = [rank, &batches](TrainingState& state, std::int64_t, const Logs&) {
+      ++batches[static_cast<std::size_t>(rank)];
+      if (rank == 1 && batches[1] == 11) state.stop_training = true;  // epoch 2, batch 3: rank 1's own reason
+    };
+    options.callback(std::make_shared<LambdaCallback>(hooks));
+    histories[static_cast<std::size_t>(rank)] = models[static_cast<std::size_t>(rank)].fit(x, y, options);
+  });
+  for (const auto& error : errors)
+    if (error) FAIL(message(error));
+  // Both ranks trained 11 batches and ended in epoch 2, with the same weights.
+  CHECK(batches[0] == 11);
+  CHECK(batches[1] == 11);
+  CHECK(histories[0].epochs.size() == 2);
+  CHECK(histories[1].epochs.size() == 2);
+  CHECK(largest_difference(models[0].get_weights(), models[1].get_weights()) == 0.0);
+}
+
+TEST_CASE("a rank that fails at an epoch's start, or at the end of training, stops every rank", "[train][distributed]") {
+  Array x, y;
+  make_data(x, y, 32);
+  for (const bool at_end : {false, true}) {
+    INFO((at_end ? "on_train_end" : "on_epoch_begin"));
+    std::vector<Model> models = {make_model(), make_model()};
+    const auto errors = on_ranks(2, [&](int rank, testing::ThreadCommunicator& communicator) {
+      FitOptions options = FitOptions().epochs(3).batch_size(8).verbose(0).distribute(communicator);
+      LambdaCallback::Options hooks;
+      if (at_end)
+        hooks.on_train_end = [rank](TrainingState&, const Logs&) {
+          if (rank == 1) throw std::runtime_error("cannot write the report");
+        };
+      else
+        hooks.on_epoch_begin = [rank](TrainingState&, int epoch) {
+          if (rank == 1 && epoch == 1) throw std::runtime_error("schedule failed");
+        };
+      options.callback(std::make_shared<LambdaCallback>(hooks));
+      models[static_cast<std::size_t>(rank)].fit(x, y, options);
+    });
+    REQUIRE(errors[0]);
+    REQUIRE(errors[1]);
+    CHECK_THROWS_AS(std::rethrow_exception(errors[0]), DistributedError);
+    CHECK_THAT(message(errors[0]), Contains(at_end ? "the end of training: cannot write the report"
+                                                   : "epoch 2, batch 1: schedule failed"));
   }
 }

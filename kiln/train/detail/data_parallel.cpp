@@ -22,49 +22,41 @@ constexpr std::size_t kFirstBucketBytes = std::size_t{1} << 20;
 
 GradientBuckets::GradientBuckets(Communicator& communicator, const std::vector<Tensor>& gradients)
     : communicator_(communicator), slots_(gradients.size()), reduced_(gradients.size()) {
-  // Backward finishes the last layers' gradients first: packing from the last weight lets the first bucket
-  // start while the first layers' gradients are still being computed. A bucket holds one dtype.
+  // Packed in the order backward computes them: a plan launches its kernels in node order, the same on every
+  // rank, and the last layers' gradients come first. So the first bucket fills while the earlier layers'
+  // gradients are still being computed. A bucket holds one dtype; a gradient without elements stays out.
+  for (std::size_t i = 0; i < gradients.size(); ++i)
+    if (gradients[i].valid() && gradients[i].shape().num_elements() > 0) order_.push_back(i);
+  std::sort(order_.begin(), order_.end(),
+            [&](std::size_t a, std::size_t b) { return gradients[a].id() < gradients[b].id(); });
   const std::size_t capacity = communicator_.bucket_bytes();
-  struct Open {
-    DType dtype;
-    std::size_t count = 0;
-    std::vector<std::size_t> members;
-  };
-  std::vector<Open> packed;
-  std::vector<std::size_t> current(2, static_cast<std::size_t>(-1));  // the open bucket per dtype
-  std::vector<std::size_t> first(2, static_cast<std::size_t>(-1));    // the first bucket per dtype
-  for (std::size_t n = gradients.size(); n-- > 0;) {
-    const Tensor& gradient = gradients[n];
-    if (!gradient.valid()) continue;
-    const DType dtype = gradient.dtype();
+  std::vector<std::size_t> counts;                                      // elements per bucket
+  std::vector<std::size_t> open(2, static_cast<std::size_t>(-1));       // the open bucket per dtype
+  std::vector<bool> first_closed(2, false);                             // past the first bucket, per dtype
+  for (const std::size_t i : order_) {
+    const DType dtype = gradients[i].dtype();
     const auto kind = static_cast<std::size_t>(dtype == DType::float64);
-    const auto count = static_cast<std::size_t>(gradient.shape().num_elements());
-    std::size_t& open = current[kind];
-    // The first bucket is small (1 MB at most, as PyTorch's DDP does): it holds the last layers' gradients,
-    // the first computed, so summing them starts early and runs beside the rest of backward.
-    const std::size_t limit = open == first[kind] ? std::min(capacity, kFirstBucketBytes) : capacity;
-    if (open == static_cast<std::size_t>(-1) ||
-        (packed[open].count > 0 && (packed[open].count + count) * dtype_size(dtype) > limit)) {
-      if (first[kind] == static_cast<std::size_t>(-1)) first[kind] = packed.size();
-      open = packed.size();
-      packed.push_back({dtype, 0, {}});
+    const auto count = static_cast<std::size_t>(gradients[i].shape().num_elements());
+    // The first bucket is small (1 MB at most, as PyTorch's DDP does), so its sum starts early.
+    const std::size_t limit = first_closed[kind] ? capacity : std::min(capacity, kFirstBucketBytes);
+    std::size_t& bucket = open[kind];
+    if (bucket == static_cast<std::size_t>(-1) || (counts[bucket] + count) * dtype_size(dtype) > limit) {
+      if (bucket != static_cast<std::size_t>(-1)) first_closed[kind] = true;
+      bucket = buckets_.size();
+      buckets_.emplace_back();
+      buckets_.back().dtype = dtype;
+      counts.push_back(0);
     }
-    slots_[n] = {open, packed[open].count, count, false};
-    packed[open].count += count;
-    packed[open].members.push_back(n);
+    slots_[i] = {bucket, counts[bucket], count, false};
+    counts[bucket] += count;
+    ++buckets_[bucket].size;
   }
-  for (const Open& open : packed) {
-    Bucket bucket;
-    bucket.data = Array(Shape({static_cast<std::int64_t>(open.count)}), open.dtype);
-    bucket.size = open.members.size();
-    buckets_.push_back(std::move(bucket));
-  }
-  for (std::size_t i = 0; i < gradients.size(); ++i) {
-    if (!gradients[i].valid()) continue;
+  for (std::size_t b = 0; b < buckets_.size(); ++b)
+    buckets_[b].data = Array(Shape({static_cast<std::int64_t>(counts[b])}), buckets_[b].dtype);
+  for (const std::size_t i : order_) {
     Bucket& bucket = buckets_[slots_[i].bucket];
     auto* base = static_cast<unsigned char*>(bucket.data.raw());
-    reduced_[i] = Array::view(base + slots_[i].offset * dtype_size(bucket.data.dtype()), gradients[i].shape(),
-                              bucket.data.dtype());
+    reduced_[i] = Array::view(base + slots_[i].offset * dtype_size(bucket.dtype), gradients[i].shape(), bucket.dtype);
   }
 }
 
@@ -72,10 +64,8 @@ void GradientBuckets::begin(double scale) {
   scale_ = scale;
   finishing_ = false;
   started_early_ = 0;
-  for (Bucket& bucket : buckets_) {
-    bucket.pending = bucket.size;
-    bucket.started = false;
-  }
+  next_start_ = 0;
+  for (Bucket& bucket : buckets_) bucket.pending = bucket.size;
   for (Slot& slot : slots_) slot.filled = false;
 }
 
@@ -96,32 +86,32 @@ void GradientBuckets::ready(std::size_t i, const void* data) {
   Slot& slot = slots_.at(i);
   if (slot.count == 0 || slot.filled) return;
   Bucket& bucket = buckets_[slot.bucket];
-  auto* to = static_cast<unsigned char*>(bucket.data.raw()) + slot.offset * dtype_size(bucket.data.dtype());
+  auto* to = static_cast<unsigned char*>(bucket.data.raw()) + slot.offset * dtype_size(bucket.dtype);
   if (data == nullptr)
-    std::memset(to, 0, slot.count * dtype_size(bucket.data.dtype()));
-  else if (bucket.data.dtype() == DType::float64)
+    std::memset(to, 0, slot.count * dtype_size(bucket.dtype));
+  else if (bucket.dtype == DType::float64)
     scaled_copy<double>(data, to, slot.count, scale_);
   else
     scaled_copy<float>(data, to, slot.count, scale_);
   slot.filled = true;
-  if (--bucket.pending == 0) {
-    start(bucket);
+  --bucket.pending;
+  // Buckets start in their order on every rank, whatever order their gradients came in (a recurrent layer's
+  // come first to last): a full bucket waits for the ones before it.
+  while (next_start_ < buckets_.size() && buckets_[next_start_].pending == 0) {
+    communicator_.start_sum(buckets_[next_start_].data.raw(), buckets_[next_start_].data.size(),
+                            buckets_[next_start_].dtype);
+    ++next_start_;
     if (!finishing_) ++started_early_;
   }
   communicator_.progress();
 }
 
-void GradientBuckets::start(Bucket& bucket) {
-  bucket.started = true;
-  communicator_.start_sum(bucket.data.raw(), bucket.data.size(), bucket.data.dtype());
-}
-
 void GradientBuckets::finish() {
   finishing_ = true;
-  // Every rank starts every bucket in the same order, whatever it computed: a bucket is started once all its
-  // gradients are in, and the ones still missing are zeros now, in gradient order.
-  for (std::size_t i = slots_.size(); i-- > 0;)
-    if (slots_[i].count > 0 && !slots_[i].filled) ready(i, nullptr);
+  // Every rank starts every bucket, whatever it computed: the gradients still missing (a rank without rows,
+  // or one that failed) are zeros now.
+  for (const std::size_t i : order_)
+    if (!slots_[i].filled) ready(i, nullptr);
   communicator_.wait_all();
 }
 
@@ -146,18 +136,20 @@ std::string message_of(const std::exception_ptr& error) {
 }
 }  // namespace
 
-void Agreement::exchange(std::vector<double>& values, const std::string& where) {
+bool Agreement::exchange(std::vector<double>& values, const std::string& where, bool stop) {
+  // [each rank's status][ranks asking to stop][the values]
   const auto ranks = static_cast<std::size_t>(communicator_.size());
-  buffer_.assign(ranks, 0.0);
+  buffer_.assign(ranks + 1, 0.0);
   buffer_.insert(buffer_.end(), values.begin(), values.end());
   if (error_) buffer_[static_cast<std::size_t>(communicator_.rank())] = 1.0;
+  buffer_[ranks] = stop ? 1.0 : 0.0;
   communicator_.sum(buffer_.data(), buffer_.size());
   std::size_t failed = ranks;
   for (std::size_t r = 0; r < ranks && failed == ranks; ++r)
     if (buffer_[r] != 0.0) failed = r;
   if (failed == ranks) {
-    std::copy(buffer_.begin() + static_cast<std::ptrdiff_t>(ranks), buffer_.end(), values.begin());
-    return;
+    std::copy(buffer_.begin() + static_cast<std::ptrdiff_t>(ranks + 1), buffer_.end(), values.begin());
+    return buffer_[ranks] != 0.0;
   }
   // Every rank knows that rank `failed` failed; it tells the others why, and they all stop.
   std::string message = error_ ? message_of(error_) : std::string();
@@ -165,7 +157,7 @@ void Agreement::exchange(std::vector<double>& values, const std::string& where) 
   communicator_.broadcast(&length, sizeof length, static_cast<int>(failed));
   message.resize(length);
   if (length > 0) communicator_.broadcast(message.data(), length, static_cast<int>(failed));
-  if (error_) std::rethrow_exception(error_);
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   std::size_t others = 0;
   for (std::size_t r = failed + 1; r < ranks; ++r) others += buffer_[r] != 0.0;
   throw DistributedError(who_ + ": rank " + std::to_string(failed) + " of " + std::to_string(ranks) + " failed at " +
@@ -173,9 +165,9 @@ void Agreement::exchange(std::vector<double>& values, const std::string& where) 
                          ": " + message);
 }
 
-void Agreement::agree(const std::string& where) {
+bool Agreement::agree(const std::string& where, bool stop) {
   std::vector<double> none;
-  exchange(none, where);
+  return exchange(none, where, stop);
 }
 
 // ---- checks and copies ------------------------------------------------------------------------------------------

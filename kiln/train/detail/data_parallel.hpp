@@ -23,18 +23,19 @@ struct Shard {
 Shard shard_of(std::int64_t rows, int rank, int size);
 
 /// The gradients of one training graph, packed into buckets of about Communicator::bucket_bytes() (the
-/// first of 1 MB at most) in the reverse order of the weights (the order backward finishes them, roughly), the same on every rank. A
-/// gradient is copied into its bucket, scaled by the rank's share of the batch, as soon as the program
-/// reports it (Program::on_ready); a bucket starts summing across ranks when its last gradient is in.
+/// first of 1 MB at most) in the order backward computes them (by node, the plan's launch order, the same
+/// on every rank). A gradient is copied into its bucket, scaled by the rank's share of the batch, as soon as
+/// the program reports it (Program::on_ready); buckets start summing across ranks in bucket order, each as
+/// soon as it and the ones before it are full, so every rank starts the same sums in the same order.
 class GradientBuckets {
  public:
-  /// `gradients[i]` empty: weight i gets no gradient (it stays out of the buckets).
+  /// `gradients[i]` empty or without elements: weight i gets no gradient (it stays out of the buckets).
   GradientBuckets(Communicator& communicator, const std::vector<Tensor>& gradients);
 
   /// A new step: every gradient is still to come; each is multiplied by `scale` (this rank's rows over the
   /// batch's, so the summed gradient is the whole batch's mean).
   void begin(double scale);
-  /// Gradient `i` has its value at `data` (from the program's hook).
+  /// Gradient `i` has its value at `data` (from the program's hook); nullptr: zeros.
   void ready(std::size_t i, const void* data);
   /// Zeros for every gradient not reported this step (a rank without rows, or one that failed), starts
   /// every bucket not started, and waits for all of them.
@@ -48,22 +49,23 @@ class GradientBuckets {
 
  private:
   struct Bucket {
-    Array data;                       // 1-D, of the gradients' dtype
+    DType dtype = DType::float32;
+    Array data;                         // 1-D
     std::size_t pending = 0, size = 0;  // gradients still to come this step, and in all
-    bool started = false;
   };
   struct Slot {
     std::size_t bucket = 0, offset = 0, count = 0;
     bool filled = false;
   };
-  void start(Bucket& bucket);
 
   Communicator& communicator_;
   std::vector<Bucket> buckets_;
-  std::vector<Slot> slots_;  // by gradient; count 0 for an empty one
+  std::vector<Slot> slots_;           // by gradient; count 0 for one outside the buckets
+  std::vector<std::size_t> order_;    // the gradients in the buckets, in packing order
   std::vector<Array> reduced_;
   double scale_ = 1.0;
   bool finishing_ = false;
+  std::size_t next_start_ = 0;        // the first bucket not started this step
   std::size_t started_early_ = 0;
 };
 
@@ -80,11 +82,12 @@ class Agreement {
   /// Keeps a failure (the exception being handled) to report at the next exchange.
   void fail(std::exception_ptr error);
   bool failed() const { return static_cast<bool>(error_); }
-  /// Sums `values` (in place) and every rank's status; throws as described when any rank failed. `where`
-  /// says what ran ("epoch 3, batch 7") in the others' message.
-  void exchange(std::vector<double>& values, const std::string& where);
-  /// An exchange of the status alone.
-  void agree(const std::string& where);
+  /// Sums `values` (in place), every rank's status and the ranks asking to stop (`stop`); throws as described
+  /// when any rank failed, else returns whether any rank asked to stop. `where` says what ran ("epoch 3,
+  /// batch 7") in the others' message.
+  bool exchange(std::vector<double>& values, const std::string& where, bool stop = false);
+  /// An exchange of the status and the stop requests alone.
+  bool agree(const std::string& where, bool stop = false);
 
  private:
   Communicator& communicator_;
