@@ -264,6 +264,11 @@ if [ -x "$build/bench/distributed_bench" ] && command -v mpirun >/dev/null; then
   echo "samples/s: median of $rounds timed fits; eff = 2-rank samples/s over twice the 1-rank's; wait: ms a step waited"
   echo "for its gradient sums after backward; sum alone: ms the same bytes take summed with nothing to overlap."
 fi
+# The GEMM libraries on kiln's small products (bench/gemm_bench; BLIS, libxsmm and oneDNN when installed).
+if [ -z "$quick" ] && [ -x "$build/bench/gemm_bench_openblas" ]; then
+  echo
+  GEMM_MIN_TIME=0.3 bash "$(dirname "$0")/gemm_bench.sh" "$build"
+fi
 echo "took ${elapsed}s; load average at end: $(cut -d' ' -f1-3 /proc/loadavg); JSON lines: $results"
 if [ -z "$have_peer" ]; then
   echo "The libtorch peer is not built, so only kiln (and OpenBLAS) ran: install it with \`make install-peer\`"

@@ -174,7 +174,7 @@ TEST_CASE("a program keeps the plans of the 16 batch sizes used last", "[core][p
   CHECK(program.fetch(y).shape() == Shape({21, 2}));
 }
 
-TEST_CASE("one Program run from two threads at once is refused; two Programs over one graph run together",
+TEST_CASE("one Program run from two threads at once is refused, two Programs over one graph run together",
           "[core][program][concurrency]") {
   Graph graph;
   const Tensor x = graph.placeholder({Shape::unknown, 256}, DType::float32, "x");

@@ -193,7 +193,7 @@ TEST_CASE("ranks whose models differ are refused before any collective on weight
   CHECK_FALSE(std::filesystem::exists(dir.file("out.kiln")));
 }
 
-TEST_CASE("a rank killed with SIGKILL ends the job within 10 s; a restart resumes from the last backup",
+TEST_CASE("a rank killed with SIGKILL ends the job within 10 s, a restart resumes from the last backup",
           "[distributed]") {
   testing::TempDir dir;
   const std::string backups = dir.file("backups"), out = dir.file("out.kiln");

@@ -214,7 +214,7 @@ TEST_CASE("Dropout with a noise_shape shares one draw along its 1 entries", "[la
                     Catch::Contains("has 2 entries for an input of rank 3"));
 }
 
-TEST_CASE("SpatialDropout1D and 2D drop whole channels; Keras's config keys", "[layers][dropout]") {
+TEST_CASE("SpatialDropout1D and 2D drop whole channels, Keras's config keys", "[layers][dropout]") {
   const Array ones = Array::full({6, 20, 8}, 1.0, kiln::DType::float64);
   const Array y = run_layer(*kiln::SpatialDropout1D(0.5), training_case(ones)).at(0);
   REQUIRE(count_zeros(y) > 0);

@@ -326,7 +326,7 @@ TEST_CASE("Initializers: a user's text and flag arguments are read back from a c
                     Catch::Contains("argument 'pattern'"));
 }
 
-TEST_CASE("VarianceScaling: Keras's scale, modes and distributions; fans from input_axes and output_axes",
+TEST_CASE("VarianceScaling: Keras's scale, modes and distributions, fans from input_axes and output_axes",
           "[layers][initializers]") {
   kiln::Rng rng(4);
   auto sample = [&](const Config& arguments, const Shape& shape) {

@@ -143,7 +143,7 @@ TEST_CASE("1-D global pooling over the kept steps only", "[layers][masking]") {
   }
 }
 
-TEST_CASE("attention leaves padded keys out; merges or their masks", "[layers][masking]") {
+TEST_CASE("attention leaves padded keys out, merges or their masks", "[layers][masking]") {
   // Self-attention on padded and unpadded sequences: the kept positions agree.
   kiln::Embedding embedding(10, 8, {{"mask_zero", true}});
   kiln::MultiHeadAttention attention(2, 4);

@@ -38,7 +38,7 @@ Array four_rows() { return Array::from_vector(std::vector<double>{1, 0, 2, 0, 3,
 
 KILN_LAYER_HARNESS("kiln>Normalization", normalization_spec)
 
-TEST_CASE("Normalization.adapt: per-feature mean and biased variance; then (x - mean) / std",
+TEST_CASE("Normalization.adapt: per-feature mean and biased variance, then (x - mean) / std",
           "[layers][normalization]") {
   kiln::Normalization norm;
   norm.adapt(four_rows());

@@ -215,7 +215,7 @@ TEST_CASE("activity_regularizer: the output's penalty over the batch size joins 
   CHECK_FALSE(config.contains("activity_regularizer"));
 }
 
-TEST_CASE("kernel_constraint projects each update; a frozen layer adds no penalty", "[layers][constraints][train]") {
+TEST_CASE("kernel_constraint projects each update, a frozen layer adds no penalty", "[layers][constraints][train]") {
   kiln::Rng rng(3);
   const Array x = random_input({32, 4}, 1), y = random_input({32, 3}, 2, -4, 4);
   const kiln::Tensor input = kiln::Input({any, 4}, kiln::DType::float64);

@@ -49,7 +49,7 @@ TEST_CASE("Rescaling: inputs · scale + offset, Keras's config", "[layers][resca
                     Contains("per-channel arrays are not supported"));
 }
 
-TEST_CASE("UnitNormalization: unit L2 norm along the axis; a zero vector stays zero", "[layers][unit_normalization]") {
+TEST_CASE("UnitNormalization: unit L2 norm along the axis, a zero vector stays zero", "[layers][unit_normalization]") {
   const kiln::Array x = kiln::Array::from_vector(std::vector<double>{3, 4, 0, 0}, {2, 2});
   const std::vector<double> y = run_layer(*kiln::UnitNormalization(), LayerCase{{x}}).at(0).to_vector<double>();
   CHECK(y[0] == Approx(0.6).epsilon(1e-15));

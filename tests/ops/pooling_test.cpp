@@ -140,7 +140,7 @@ TEST_CASE("pooling gradients match central differences", "[ops][pool][grad]") {
   }
 }
 
-TEST_CASE("avg_pool's gradient is differentiable again; max_pool's gradient with an unknown batch",
+TEST_CASE("avg_pool's gradient is differentiable again, max_pool's gradient with an unknown batch",
           "[ops][pool][grad]") {
   Rng rng(23);
   ops::PoolOptions o;

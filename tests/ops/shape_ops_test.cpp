@@ -535,7 +535,7 @@ TEST_CASE("squeeze and expand_dims reject bad axes", "[ops][shape][errors]") {
   CHECK(ops::expand_dims(x, -4).shape() == Shape{1, Shape::unknown, 1, 3});
 }
 
-TEST_CASE("pad puts zeros around x; its gradient is the middle, differentiable again", "[ops][shape][pad]") {
+TEST_CASE("pad puts zeros around x, its gradient is the middle, differentiable again", "[ops][shape][pad]") {
   Graph graph;
   const Tensor x = graph.constant(Array::from_vector(std::vector<double>{1, 2, 3, 4}, {2, 2}));
   const Tensor y = ops::pad(x, {1, 0}, {0, 2});

@@ -122,7 +122,7 @@ TEST_CASE("a load that races an atomic replace sees the old file or the new one,
   CHECK(temporaries(dir).empty());
 }
 
-TEST_CASE("a save killed mid-way leaves its temporary; the next save to that path removes it", "[serialize][files]") {
+TEST_CASE("a save killed mid-way leaves its temporary, the next save to that path removes it", "[serialize][files]") {
   TempDir dir;
   const std::string path = dir.file("model.kiln");
   small_model(1).save(path);

@@ -620,7 +620,7 @@ TEST_CASE("to_categorical makes one-hot rows as Keras's, dropping a last axis of
   CHECK_THROWS_AS(kiln::to_categorical(kiln::Array::from_vector(std::vector<double>{1e30}, {1})), kiln::ValueError);
 }
 
-TEST_CASE("train_test_split: seeded, disjoint and covering; stratified keeps each class's share",
+TEST_CASE("train_test_split: seeded, disjoint and covering, stratified keeps each class's share",
           "[train][data][splits]") {
   // 100 rows, classes 0, 1, 2 in 70 / 25 / 5; x holds the row number so the rows can be traced.
   std::vector<double> rows, labels;

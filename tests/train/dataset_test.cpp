@@ -128,7 +128,7 @@ TEST_CASE("Dataset.shuffle: a permutation, the same for a seed and iteration, an
   CHECK(first_column(rows.shuffle(10, 3).batch(7).prefetch(3)) == first_column(rows.shuffle(10, 3).batch(7)));
 }
 
-TEST_CASE("Dataset errors name the element and keep the cause; prefetch threads end cleanly",
+TEST_CASE("Dataset errors name the element and keep the cause, prefetch threads end cleanly",
           "[train][dataset][errors]") {
   // A generator that throws at its 13th sample: batches of 4 fail in batch 3 (counting from 0).
   auto failing = [] {

@@ -78,7 +78,7 @@ TEST_CASE("zip: names that could escape a folder are refused", "[serialize][zip]
   CHECK_NOTHROW(ZipReader(fine, "fine.keras"));
 }
 
-TEST_CASE("zip: a zip bomb stops at the limit; damaged archives are refused, never a crash", "[serialize][zip]") {
+TEST_CASE("zip: a zip bomb stops at the limit, damaged archives are refused, never a crash", "[serialize][zip]") {
   // 64 MiB of zeros deflate to about 64 KiB: read with a 1 MiB limit, at most 1 MiB (plus one piece) is made.
   const std::string bomb = make_archive({{"model.weights.h5", std::string(64u << 20, '\0')}}, true);
   CHECK(bomb.size() < (1u << 20));
