@@ -16,19 +16,14 @@
 
 #include <kiln/kiln.hpp>
 
+#include "../examples/stock_attention/stock_data.hpp"
+
 namespace {
 
-constexpr std::int64_t None = kiln::Shape::unknown;
-constexpr std::int64_t window = 40;
+using stock::window;
 
 kiln::Model stock_model() {
-  const kiln::Tensor input = kiln::Input({None, window * 4}, kiln::DType::float32, "returns");
-  kiln::Tensor h = kiln::Reshape({window, 4})(input);
-  h = kiln::MHAttention(/*key_size=*/16, /*heads=*/8)(h);
-  h = kiln::Flatten()(h);
-  h = kiln::Dense(40, "swish")(h);
-  h = kiln::Dense(40, "swish")(h);
-  kiln::Model model(input, kiln::Dense(2, "tanh")(h), "stock_attention");
+  kiln::Model model = stock::attention_model();
   model.compile("adam", "mse");
   return model;
 }
