@@ -2,7 +2,7 @@
 // What kiln_bench and its peer torch_bench share: the workload table, the command line, the timing loop,
 // peak-memory accounting and the one-line JSON report. Header-only, no kiln and no torch in here.
 //
-//   <bench> --workload NAME --mode forward|train_step --threads N [--seq T] [--iters N] [--warmup N]
+//   <bench> --workload NAME --mode forward|train_step|latency --threads N [--seq T] [--iters N] [--warmup N]
 //           [--min-time S] [--max-time S] [--min-iters N] [--max-iters N]
 //   <bench> --workload NAME --mode forward --threads N --callers C [--share one|each]
 //                             C threads predict at once, each step every caller runs one forward: on one
@@ -13,6 +13,8 @@
 // Timing: `warmup` untimed steps (the first one plans and allocates), then timed steps until
 // max-iters, or min-time seconds and min-iters steps, or max-time seconds and 3 steps, whichever comes
 // first; --iters N times exactly N steps. Reports the median and the minimum.
+// latency: the forward of one sample (the workload's first row), --calls (10,000) calls after 200 untimed
+// ones, each timed: "us_median" and "us_p99" (ms_median is us_median / 1000, for the main table).
 // Memory: "baseline_rss_mb" is VmRSS just before the workload is built (after the libraries, their
 // thread pools and BLAS buffers are up); "peak_rss_mb" is VmHWM at the end minus that baseline: what the
 // workload's weights, inputs, activations, gradients and optimizer state cost at their peak.
@@ -64,6 +66,9 @@ inline const std::vector<WorkloadInfo>& workloads() {
        "char_gpt with a context of 320: 256 tokens from a 64-token prompt (top-k 200, temperature 0.8); kiln with "
        "its key/value cache, libtorch re-reading the sequence each token as nanoGPT's generate",
        true},
+      {"stock_demo", true, false, false,
+       "the demo's model (examples/stock_attention): (B,160) -> Reshape(40,4) -> MHAttention(16, 8) -> Flatten -> "
+       "2 x Dense(40, swish) -> Dense(2, tanh); for latency"},
       {"noise", false, true, false,
        "(32,256,64) -> Dense(64) -> SpatialDropout1D(0.2) -> GaussianNoise(0.1) -> GaussianDropout(0.2); MSE + SGD"},
   };
@@ -78,6 +83,7 @@ inline const WorkloadInfo* find_workload(const std::string& name) {
 
 struct Args {
   std::string workload, mode;
+  int calls = 10000;  // latency mode
   int threads = 1;
   int seq = 1024;
   bool seq_given = false;
@@ -156,6 +162,8 @@ inline Args parse_args(int argc, char** argv, bool is_torch) {
       a.api = value(i), a.passthrough.insert(a.passthrough.end(), {flag, argv[i]});
     else if (flag == "--sgemm" && !is_torch)
       a.sgemm = true, a.passthrough.push_back(flag);
+    else if (flag == "--calls")
+      a.calls = integer(i, 1);
     else if (flag == "--callers")
       a.callers = integer(i, 1);
     else if (flag == "--share")
@@ -171,9 +179,9 @@ inline Args parse_args(int argc, char** argv, bool is_torch) {
     const WorkloadInfo* w = find_workload(a.workload);
     if (w == nullptr) usage_error(program, "unknown workload '" + a.workload + "' (see --list)");
     if (a.mode.empty()) usage_error(program, "--mode forward|train_step is required with --workload");
-    if (a.mode != "forward" && a.mode != "train_step" && a.mode != "generate")
-      usage_error(program, "--mode must be forward, train_step or generate");
-    if ((a.mode == "forward" && !w->forward) || (a.mode == "train_step" && !w->train_step) ||
+    if (a.mode != "forward" && a.mode != "train_step" && a.mode != "generate" && a.mode != "latency")
+      usage_error(program, "--mode must be forward, train_step, generate or latency");
+    if (((a.mode == "forward" || a.mode == "latency") && !w->forward) || (a.mode == "train_step" && !w->train_step) ||
         (a.mode == "generate" && !w->generate))
       usage_error(program, a.workload + " has no " + a.mode + " mode (see --list)");
     if (a.seq_given && !w->has_seq) usage_error(program, "--seq applies to long_mha only");
@@ -259,6 +267,43 @@ inline Timing time_steps(const Args& a, const std::function<void()>& step) {
   t.median_ms = n % 2 == 1 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
   t.min_ms = times.front();
   return t;
+}
+
+// latency mode: `call` (one sample's forward) 200 times untimed, then 10,000 times, each timed on its own.
+struct Latency {
+  double us_median = 0, us_p99 = 0;
+  int calls = 0;
+};
+
+inline Latency time_calls(const std::function<void()>& call, int calls = 10000) {
+  using Clock = std::chrono::steady_clock;
+  for (int i = 0; i < 200; ++i) call();
+  std::vector<double> times(static_cast<std::size_t>(calls));
+  for (double& time : times) {
+    const auto t0 = Clock::now();
+    call();
+    time = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  }
+  std::sort(times.begin(), times.end());
+  Latency l;
+  l.calls = calls;
+  l.us_median = times[times.size() / 2];
+  l.us_p99 = times[times.size() * 99 / 100];
+  return l;
+}
+
+// A latency result as a Timing (ms) for print_json, and its extra fields.
+inline Timing latency_timing(const Latency& l) {
+  Timing t;
+  t.median_ms = l.us_median / 1000.0;
+  t.min_ms = l.us_median / 1000.0;
+  t.iters = l.calls;
+  return t;
+}
+inline std::string latency_fields(const Latency& l) {
+  char text[96];
+  std::snprintf(text, sizeof text, ",\"us_median\":%.3f,\"us_p99\":%.3f", l.us_median, l.us_p99);
+  return text;
 }
 
 inline void print_json(const char* impl, const Args& a, const Timing& t, double baseline_mb, double peak_mb,

@@ -25,6 +25,7 @@
 
 #include <kiln/kiln.hpp>
 #include "bench_common.hpp"
+#include "../examples/stock_attention/stock_data.hpp"
 
 namespace {
 
@@ -78,6 +79,10 @@ Workload make_workload(const std::string& name, int seq) {
     h = kiln::Flatten()(h);
     const Tensor out = kiln::Dense(2, "tanh")(h);
     return {kiln::Model(x, out, "mql5_block"), random_array({64, 40, 12}, 1), random_array({64, 2}, 2), "adam"};
+  }
+  if (name == "stock_demo") {
+    kiln::Model model = stock::attention_model();
+    return {model, random_array({32, stock::window * 4}, 1), random_array({32, 2}, 2), "adam"};
   }
   if (name == "cnn_small") {
     const Tensor x = kiln::Input({None, 28, 28, 1}, kiln::DType::float32, "x");
@@ -276,7 +281,7 @@ std::vector<Gemm> gemm_list(const std::string& name, bool training, int seq) {
       add_matmul(list, training, 1, 12 * 64, 128, 512, false, true, true);
     }
     add_matmul(list, training, 1, 12 * 64, 65, 128, false, true, true);
-  } else if (name == "norms" || name == "char_gpt_generate") {
+  } else if (name == "norms" || name == "char_gpt_generate" || name == "stock_demo") {
     // No GEMMs (generation's are hundreds of tiny ones, not worth a column): the %sgemm columns show "-".
   } else {
     attention(4, seq, 256, 8, 32, 256);
@@ -381,6 +386,13 @@ int main(int argc, char** argv) {
       options.temperature = 0.8;
       options.max_new_tokens = 256;
       t = bench::time_steps(args, [&] { kiln::generate(w.model, prompt, options); });
+    } else if (args.mode == "latency") {
+      // One sample at a time, as a deployed model runs: predict on the first row.
+      const Array one = w.x.rows(0, 1);
+      const bench::Latency latency = bench::time_calls([&] { w.model.predict(one, 1); }, args.calls);
+      bench::print_json("kiln", args, bench::latency_timing(latency), baseline, bench::status_mb("VmHWM") - baseline,
+                        bench::latency_fields(latency));
+      return 0;
     } else if (training) {
       w.model.compile(w.optimizer, w.loss);
       t = bench::time_steps(args, [&] { w.model.train_on_batch(w.x, w.y); });

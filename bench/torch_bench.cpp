@@ -135,6 +135,25 @@ struct Mql5BlockImpl : nn::Module {
 };
 TORCH_MODULE(Mql5Block);
 
+// The demo's model (examples/stock_attention): 160 returns as 40 days of 4, the MHAttention block, then
+// Dense(40, swish) twice and Dense(2, tanh).
+struct StockDemoImpl : nn::Module {
+  MHAttention block{nullptr};
+  nn::Linear hidden1{nullptr}, hidden2{nullptr}, head{nullptr};
+
+  StockDemoImpl() {
+    block = register_module("mh_attention", MHAttention(4, 16, 8));
+    hidden1 = register_module("dense", nn::Linear(40 * 4, 40));
+    hidden2 = register_module("dense_1", nn::Linear(40, 40));
+    head = register_module("dense_2", nn::Linear(40, 2));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    const torch::Tensor h = block(x.view({x.size(0), 40, 4})).flatten(1);
+    return torch::tanh(head(torch::silu(hidden2(torch::silu(hidden1(h))))));
+  }
+};
+TORCH_MODULE(StockDemo);
+
 // cnn_small in NCHW, torch's native layout (kiln runs it channels_last): BatchNorm2d with Keras's
 // epsilon 1e-3 and momentum 0.01 (Keras's 0.99 for the old statistics).
 struct CnnSmallImpl : nn::Module {
@@ -348,6 +367,7 @@ Workload make_workload(const std::string& name, int seq) {
     return wrap(MultiHeadSelfAttention(512, 8, 64, /*bias=*/false), uniform({10, 150, 512}), uniform({10, 150, 512}),
                 false);
   if (name == "mql5_block") return wrap(Mql5Block(), uniform({64, 40, 12}), uniform({64, 2}), true);
+  if (name == "stock_demo") return wrap(StockDemo(), uniform({32, 160}), uniform({32, 2}), true);
   if (name == "cnn_small") {
     Workload w = wrap(CnnSmall(), uniform({64, 1, 28, 28}), torch::randint(0, 10, {64}, torch::kLong), true);
     w.classes = true;
@@ -527,6 +547,15 @@ int main(int argc, char** argv) {
       w.module->eval();
       torch::NoGradGuard no_grad;
       t = bench::time_steps(args, [&] { (void)w.forward(w.x); });
+    } else if (args.mode == "latency") {
+      // One sample at a time: the module called directly (no torch::jit), without autograd.
+      w.module->eval();
+      torch::NoGradGuard no_grad;
+      const torch::Tensor one = w.x.slice(0, 0, 1).contiguous();
+      const bench::Latency latency = bench::time_calls([&] { (void)w.forward(one); }, args.calls);
+      bench::print_json("libtorch", args, bench::latency_timing(latency), baseline,
+                        bench::status_mb("VmHWM") - baseline, bench::latency_fields(latency));
+      return 0;
     } else {
       w.module->train();
       std::unique_ptr<torch::optim::Optimizer> optimizer;

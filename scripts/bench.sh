@@ -65,7 +65,10 @@ lstm forward -
 lstm train_step -
 char_gpt forward -
 char_gpt train_step -
-char_gpt_generate generate -"
+char_gpt_generate generate -
+stock_demo latency -
+mql5_block latency -
+seed_mha latency -"
 if [ -n "$quick" ]; then
   rows="$rows
 long_mha forward 512
@@ -145,6 +148,8 @@ for threads in $threads_list; do
     seqargs=()
     [ "$seq" != - ] && seqargs=(--seq "$seq")
     read -r -a flags <<<"$(row_timing "$workload" "$mode" "$seq")"
+    # latency: one sample's predict, timed call by call (10,000 calls; 1,000 for seed_mha's 5 ms ones).
+    [ "$mode" = latency ] && flags=(--calls "$([ "$workload" = seed_mha ] && echo 1000 || echo 10000)")
     common=(--workload "$workload" --mode "$mode" --threads "$threads" "${seqargs[@]}" "${flags[@]}")
     row_rounds=$(row_rounds "$workload" "$mode" "$seq")
     for ((round = 1; round <= row_rounds; ++round)); do
@@ -156,7 +161,7 @@ for threads in $threads_list; do
         [ -n "$have_peer" ] && measure "${peer[@]}" "${common[@]}"
       fi
     done
-    measure "$kiln" "${common[@]}" --sgemm
+    [ "$mode" != latency ] && measure "$kiln" "${common[@]}" --sgemm
     printf "." >&2
   done <<<"$rows"
 done
@@ -203,6 +208,24 @@ END {
   }
 }' "$results"
 
+awk "$awk_lib"'
+$0 ~ /"mode":"latency"/ {
+  key = field($0, "workload") SUBSEP field($0, "threads")
+  if (!(key in seen)) { seen[key] = 1; order[++count] = key }
+  impl = field($0, "impl")
+  med[key, impl] = med[key, impl] " " field($0, "us_median"); p99[key, impl] = p99[key, impl] " " field($0, "us_p99")
+}
+END {
+  if (count == 0) exit
+  printf "\nlatency: predict on one sample, microseconds (median of rounds of each process'"'"'s median and 99th percentile)\n"
+  printf "%-10s %3s | %9s %9s %6s | %9s %9s %6s\n", "workload", "thr", "kiln med", "torch med", "k/t", "kiln p99", "torch p99", "k/t"
+  for (i = 1; i <= count; ++i) {
+    key = order[i]; split(key, part, SUBSEP)
+    km = median(med[key, "kiln"]); tm = median(med[key, "libtorch"]); kp = median(p99[key, "kiln"]); tp = median(p99[key, "libtorch"])
+    printf "%-10s %3s | %9s %9s %6s | %9s %9s %6s\n", part[1], part[2], num(km, "%.1f"), num(tm, "%.1f"), ratio(km, tm),
+           num(kp, "%.1f"), num(tp, "%.1f"), ratio(kp, tp)
+  }
+}' "$results"
 echo "times: median over rounds of each process's median step (ms); peak: VmHWM above the RSS before the"
 echo "workload was built (MB); k/t = kiln / libtorch; %sgemm = raw OpenBLAS time for the same GEMMs / impl time."
 echo
@@ -238,7 +261,7 @@ if [ -x "$build/bench/distributed_bench" ] && command -v mpirun >/dev/null; then
     steps=$([ "$workload" = seed_mha ] && echo 6 || echo 30)
     for ranks in 1 2; do
       results="$distributed" measure mpirun --allow-run-as-root -np "$ranks" "$build/bench/distributed_bench" \
-        --workload "$workload" --steps "$steps" --rounds "$rounds"
+        --workload "$workload" --steps "$steps" --rounds "$((rounds < 3 ? 3 : rounds))"
     done
   done
   cat "$distributed" >>"$results"
@@ -261,7 +284,7 @@ if [ -x "$build/bench/distributed_bench" ] && command -v mpirun >/dev/null; then
              num(alone[key, 2], "%.3f")
     }
   }' "$distributed"
-  echo "samples/s: median of $rounds timed fits; eff = 2-rank samples/s over twice the 1-rank's; wait: ms a step waited"
+  echo "samples/s: median of $((rounds < 3 ? 3 : rounds)) timed fits; eff = 2-rank samples/s over twice the 1-rank's; wait: ms a step waited"
   echo "for its gradient sums after backward; sum alone: ms the same bytes take summed with nothing to overlap."
 fi
 # The GEMM libraries on kiln's small products (bench/gemm_bench; BLIS, libxsmm and oneDNN when installed).
