@@ -640,14 +640,11 @@ class Trainer::Fit {
   // Every rank's weights, bit for bit: MPI's sums give every rank the same bits, but nothing promises it, so at
   // each epoch's end the ranks compare a hash of their weights and, if they drifted, take rank 0's again.
   void keep_replicas_equal(int epoch) {
-    std::uint64_t hash = 14695981039346656037ULL;
     std::vector<Array> state;
     for (const Weight& weight : trainer_.model_.weights()) state.push_back(weight.value);
     for (const Weight& slot : trainer_.optimizer_->variables()) state.push_back(slot.value);
-    for (const Array& array : state) {
-      const auto* bytes = static_cast<const unsigned char*>(array.raw());
-      for (std::size_t i = 0; i < array.nbytes(); ++i) hash = (hash ^ bytes[i]) * 1099511628211ULL;
-    }
+    std::uint64_t hash = detail::hash_bytes(nullptr, 0);
+    for (const Array& array : state) hash = detail::hash_bytes(array.raw(), array.nbytes(), hash);
     const std::vector<std::uint64_t> hashes = communicator_->all_gather(hash);
     if (std::all_of(hashes.begin(), hashes.end(), [&](std::uint64_t h) { return h == hashes[0]; })) return;
     if (chief() && !warned_drift_)
@@ -668,7 +665,6 @@ class Trainer::Fit {
   // One distributed step: this rank's shard forward and backward, its gradients summed while backward runs,
   // the step's statistics and status summed, then the same update on every rank. False at the end of the data.
   bool distributed_batch(int epoch, std::int64_t batch) {
-    const std::string where = "epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(batch + 1);
     // A stop asked for by the last batch's callbacks (TerminateOnNaN, or a callback of one rank's own) is
     // agreed at this step's exchange; then no rank applies this step, as one process would not have run it.
     const bool stop = std::exchange(stop_asked_, false);
@@ -711,7 +707,7 @@ class Trainer::Fit {
           exchange_.insert(exchange_.end(), count, 0.0);
         }
       }
-    if (agreement_->exchange(exchange_, where, stop)) {
+    if (agreement_->exchange_step(exchange_, epoch, batch, stop)) {
       state_.stop_training = true;
       return false;
     }
@@ -720,7 +716,8 @@ class Trainer::Fit {
     if (exchange_[0] != ranks)
       throw DistributedError(who() + ": the ranks' data ended at different batches (" +
                              std::to_string(static_cast<int>(exchange_[0])) + " of " +
-                             std::to_string(communicator_->size()) + " ranks had " + where + ")");
+                             std::to_string(communicator_->size()) + " ranks had epoch " + std::to_string(epoch + 1) +
+                             ", batch " + std::to_string(batch + 1) + ")");
     if (totals_.sums.empty()) zero_totals_of_fit();
     std::size_t next = 1;
     for (Array& sum : totals_.sums) {

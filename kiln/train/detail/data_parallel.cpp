@@ -137,6 +137,16 @@ std::string message_of(const std::exception_ptr& error) {
 }  // namespace
 
 bool Agreement::exchange(std::vector<double>& values, const std::string& where, bool stop) {
+  return exchange(values, [&] { return where; }, stop);
+}
+
+bool Agreement::exchange_step(std::vector<double>& values, int epoch, std::int64_t batch, bool stop) {
+  return exchange(
+      values, [epoch, batch] { return "epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(batch + 1); },
+      stop);
+}
+
+bool Agreement::exchange(std::vector<double>& values, const std::function<std::string()>& where, bool stop) {
   // [each rank's status][ranks asking to stop][the values]
   const auto ranks = static_cast<std::size_t>(communicator_.size());
   buffer_.assign(ranks + 1, 0.0);
@@ -161,7 +171,7 @@ bool Agreement::exchange(std::vector<double>& values, const std::string& where, 
   std::size_t others = 0;
   for (std::size_t r = failed + 1; r < ranks; ++r) others += buffer_[r] != 0.0;
   throw DistributedError(who_ + ": rank " + std::to_string(failed) + " of " + std::to_string(ranks) + " failed at " +
-                         where + (others ? " (and " + std::to_string(others) + " more ranks)" : std::string()) +
+                         where() + (others ? " (and " + std::to_string(others) + " more ranks)" : std::string()) +
                          ": " + message);
 }
 
@@ -172,12 +182,9 @@ bool Agreement::agree(const std::string& where, bool stop) {
 
 // ---- checks and copies ------------------------------------------------------------------------------------------
 
-std::uint64_t hash_text(const std::string& text) {
-  std::uint64_t hash = 14695981039346656037ULL;
-  for (const unsigned char c : text) {
-    hash ^= c;
-    hash *= 1099511628211ULL;
-  }
+std::uint64_t hash_bytes(const void* data, std::size_t size, std::uint64_t hash) {
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < size; ++i) hash = (hash ^ bytes[i]) * 1099511628211ULL;
   return hash;
 }
 

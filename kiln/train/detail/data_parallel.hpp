@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -86,18 +87,26 @@ class Agreement {
   /// when any rank failed, else returns whether any rank asked to stop. `where` says what ran ("epoch 3,
   /// batch 7") in the others' message.
   bool exchange(std::vector<double>& values, const std::string& where, bool stop = false);
+  /// The same for a training step, its "epoch E, batch B" written only when a rank failed: a step allocates
+  /// nothing here once the buffer has grown.
+  bool exchange_step(std::vector<double>& values, int epoch, std::int64_t batch, bool stop);
   /// An exchange of the status and the stop requests alone.
   bool agree(const std::string& where, bool stop = false);
 
  private:
+  bool exchange(std::vector<double>& values, const std::function<std::string()>& where, bool stop);
+
   Communicator& communicator_;
   std::string who_;
   std::exception_ptr error_;
   std::vector<double> buffer_;
 };
 
-/// A 64-bit FNV-1a hash of `text`, for comparing configs across ranks.
-std::uint64_t hash_text(const std::string& text);
+/// A 64-bit FNV-1a hash of `size` bytes, continuing from `hash` (start with the default), for comparing
+/// configs and weights across ranks.
+std::uint64_t hash_bytes(const void* data, std::size_t size, std::uint64_t hash = 14695981039346656037ULL);
+/// hash_bytes of a text.
+inline std::uint64_t hash_text(const std::string& text) { return hash_bytes(text.data(), text.size()); }
 
 /// Refuses a fit whose ranks differ: `model` hashes the model (config, weights' paths, shapes and dtypes)
 /// and `fit` the fit's plan (rows, batch size, epochs, steps, shapes). Compared before any collective on
