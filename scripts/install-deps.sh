@@ -6,4 +6,4 @@ source "$(dirname "$0")/apt-install.sh"
 
 apt_install install-deps \
   libxtensor-dev libxtensor-blas-dev libxsimd-dev libopenblas-dev \
-  catch2 libcereal-dev rapidjson-dev zlib1g-dev libzip-dev libhdf5-dev libcli11-dev cmake g++ make ccache
+  catch2 libcereal-dev rapidjson-dev zlib1g-dev libzip-dev libhdf5-dev libcli11-dev libxsmm-dev pkg-config cmake g++ make ccache
