@@ -1,7 +1,8 @@
 // gemm_bench: single-threaded GFLOP/s of the matrix products kiln's small models run, per GEMM library:
-// OpenBLAS (what kiln uses today), BLIS, libxsmm (JIT kernels for small products) and oneDNN's matmul. The
-// libraries export the same BLAS symbols, so this file is built once per library (GEMM_BENCH_<LIBRARY>), each
-// binary linking one: gemm_bench_openblas, gemm_bench_blis, gemm_bench_xsmm, gemm_bench_dnnl.
+// OpenBLAS, BLIS, libxsmm (JIT kernels for small products) and oneDNN's matmul, and kiln's own detail::gemm (the
+// library it picks per shape, with its per-call work). The libraries export the same BLAS symbols, so this file
+// is built once per library (GEMM_BENCH_<LIBRARY>), each binary linking one: gemm_bench_openblas,
+// gemm_bench_blis, gemm_bench_xsmm, gemm_bench_dnnl, gemm_bench_kiln.
 //
 //   gemm_bench_<library> [--min-time S]     one JSON line per shape
 //
@@ -30,8 +31,12 @@
 #elif defined(GEMM_BENCH_DNNL)
 #include <dnnl.hpp>
 #define GEMM_BENCH_LIBRARY "onednn"
+#elif defined(GEMM_BENCH_KILN)
+#include <kiln/core/threads.hpp>
+#include <kiln/ops/detail/gemm.hpp>
+#define GEMM_BENCH_LIBRARY "kiln"
 #else
-#error "build with one of GEMM_BENCH_OPENBLAS, GEMM_BENCH_BLIS, GEMM_BENCH_XSMM, GEMM_BENCH_DNNL"
+#error "build with one of GEMM_BENCH_OPENBLAS, GEMM_BENCH_BLIS, GEMM_BENCH_XSMM, GEMM_BENCH_DNNL, GEMM_BENCH_KILN"
 #endif
 
 namespace {
@@ -108,6 +113,8 @@ class Runner {
   int ldb() const { return s_.trans_b ? s_.k : s_.n; }
 #if defined(GEMM_BENCH_XSMM)
   libxsmm_smmfunction kernel_ = nullptr;
+#elif defined(GEMM_BENCH_KILN)
+  kiln::detail::GemmShape gemm_{};
 #elif defined(GEMM_BENCH_DNNL)
   dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream_{engine_};
@@ -146,6 +153,16 @@ void Runner::prepare() {
 void Runner::run() {
   for (int i = 0; i < s_.count; ++i)
     kernel_(o_.b.data() + i * o_.b_size, o_.a.data() + i * o_.a_size, o_.c.data() + i * o_.c_size);
+}
+#elif defined(GEMM_BENCH_KILN)
+void Runner::prepare() {
+  kiln::set_num_threads(1);
+  gemm_ = {s_.m, s_.n, s_.k, s_.trans_a, s_.trans_b, lda(), ldb(), s_.n};
+  kiln::detail::prepare_gemm(gemm_, kiln::DType::float32);  // as the planner does
+}
+void Runner::run() {
+  for (int i = 0; i < s_.count; ++i)
+    kiln::detail::gemm(gemm_, o_.a.data() + i * o_.a_size, o_.b.data() + i * o_.b_size, o_.c.data() + i * o_.c_size);
 }
 #elif defined(GEMM_BENCH_DNNL)
 void Runner::prepare() {

@@ -12,7 +12,7 @@ out="$build/bench/gemm.jsonl"
 : >"$out"
 pin=()
 command -v taskset >/dev/null && pin=(taskset -c 0)
-for library in openblas blis xsmm dnnl; do
+for library in openblas blis xsmm dnnl kiln; do
   binary="$build/bench/gemm_bench_$library"
   if [ ! -x "$binary" ]; then
     echo "gemm_bench: $binary is not built (scripts/install-peer.sh installs the library; configure again)" >&2
@@ -32,7 +32,7 @@ function field(line, key,    m) {
   rate[shape, lib] = field($0, "supported") == "false" ? "n/a" : sprintf("%.1f", field($0, "gflops"))
 }
 END {
-  n = split("openblas blis libxsmm onednn", names, " ")
+  n = split("openblas blis libxsmm onednn kiln", names, " ")
   printf "%-38s %-18s", "shape (where kiln runs it)", "m x n x k x count"
   for (i = 1; i <= n; ++i) if (names[i] in libs) printf " %9s", names[i]
   printf "\n"
@@ -43,5 +43,5 @@ END {
     for (i = 1; i <= n; ++i) if (names[i] in libs) printf " %9s", ((s, names[i]) in rate) ? rate[s, names[i]] : "-"
     printf "\n"
   }
-  printf "GFLOP/s, 1 thread on 1 core; n/a: the library has no kernel for that transpose\n"
+  printf "GFLOP/s, 1 thread on 1 core; n/a: the library has no kernel for that transpose; kiln: its detail::gemm\n"
 }' "$out"

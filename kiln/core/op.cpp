@@ -75,6 +75,11 @@ OpDef& OpDef::workspace(WorkspaceFn fn) {
   return *this;
 }
 
+OpDef& OpDef::prepare(PrepareFn fn) {
+  prepare_fn_ = fn;
+  return *this;
+}
+
 OpDef& OpDef::display_name(std::string name) {
   short_name_ = std::move(name);
   return *this;

@@ -139,6 +139,12 @@ using BackwardFn = std::vector<Tensor> (*)(const GradContext&);
 using WorkspaceFn = std::size_t (*)(const std::vector<Shape>& input_shapes, const Shape& output_shape,
                                     const Attributes& attributes, DType dtype);
 
+/// Work a kernel can do once per plan rather than in every run, from the concrete shapes: generating the
+/// small-GEMM kernels its products will call (see ops/detail/gemm.hpp). The planner calls it for each node once
+/// per planned batch size; a kernel must still work without it.
+using PrepareFn = void (*)(const std::vector<Shape>& input_shapes, const Shape& output_shape,
+                           const Attributes& attributes, DType dtype);
+
 /// How an op's output may share memory with its first input.
 enum class Sharing {
   none,     ///< the output gets its own buffer
@@ -175,6 +181,8 @@ class OpDef {
   OpDef& sharing(Sharing mode);
   /// Scratch memory for the kernel, placed in the Program's arena like any buffer (not for Sharing::alias).
   OpDef& workspace(WorkspaceFn fn);
+  /// Plan-time preparation for the kernels (see PrepareFn); none unless set.
+  OpDef& prepare(PrepareFn fn);
   /// How messages and default node names spell the op when snake_case of its name reads badly
   /// ("kiln>MatMul" is "matmul", not "mat_mul").
   OpDef& display_name(std::string name);
@@ -211,6 +219,8 @@ class OpDef {
   Sharing sharing() const { return sharing_; }
   /// The workspace size function, or nullptr for none.
   WorkspaceFn workspace_fn() const { return workspace_fn_; }
+  /// The plan-time preparation, or nullptr for none.
+  PrepareFn prepare_fn() const { return prepare_fn_; }
 
  private:
   std::string name_;
@@ -227,6 +237,7 @@ class OpDef {
   std::string non_differentiable_inputs_reason_;
   Sharing sharing_ = Sharing::none;
   WorkspaceFn workspace_fn_ = nullptr;
+  PrepareFn prepare_fn_ = nullptr;
 };
 
 /// Every op, by its name ("kiln>Softmax"): Graph::add_op looks them up here. check() also reports an op

@@ -88,6 +88,7 @@ class Planner {
   void assign_storage(Plan& plan);
   bool can_overwrite_input(const Node& node, std::size_t position) const;
   void build_launches(Plan& plan);
+  void prepare_kernels() const;
 
   const Graph& graph_;
   const std::vector<NodeId>& needed_;
@@ -174,6 +175,19 @@ void Planner::assign_storage(Plan& plan) {
   }
 }
 
+// Each op's plan-time work for its kernels (OpDef::prepare), such as making the GEMM kernels of these shapes,
+// so that the first run does no more than the next ones.
+void Planner::prepare_kernels() const {
+  std::vector<Shape> inputs;
+  for (NodeId id : needed_) {
+    const Node& node = graph_.node(id);
+    if (node.kind != NodeKind::op || node.op->prepare_fn() == nullptr) continue;
+    inputs.clear();
+    for (NodeId input : node.inputs) inputs.push_back(shapes_[static_cast<std::size_t>(input)]);
+    node.op->prepare_fn()(inputs, shapes_[static_cast<std::size_t>(id)], node.attributes, node.dtype);
+  }
+}
+
 void Planner::build_launches(Plan& plan) {
   auto address = [&](int storage) -> void* {
     return storage < 0 ? nullptr : plan.arena.get() + storages_[static_cast<std::size_t>(storage)].offset;
@@ -224,6 +238,7 @@ std::unique_ptr<Plan> Planner::run(const std::vector<Tensor>& fetches, const std
   infer_shapes();
   find_last_uses(fetches, updates);
   assign_storage(*plan);
+  prepare_kernels();
   const std::size_t arena_bytes = std::max<std::size_t>(place(storages_), alignment);
   plan->stats.arena_bytes = arena_bytes;
   void* memory = std::aligned_alloc(alignment, arena_bytes);

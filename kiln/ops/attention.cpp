@@ -258,18 +258,26 @@ void probabilities_row(T* x, const T* mask, std::int64_t allowed, std::int64_t n
 
 // ---- GEMM on blocks -------------------------------------------------------------------------------------
 
-struct Operand {
-  std::int64_t ld;
-  bool transpose;
+// The products of one (query block of `rows`, key block of `keys`) pair, as C = op(A)·op(B) on row-major
+// blocks. q, k, v and the output (and their gradients) are read in place, their rows dims.ld(...) apart; the
+// score blocks p, dP and dS are dense, `keys` wide. The kernels run them and prepare_products makes their GEMM
+// kernels at planning: one table for both.
+struct BlockProducts {
+  detail::GemmShape scores;       // p = q·kᵀ                                   (rows × keys, inner d)
+  detail::GemmShape output;       // out += p·v                                 (rows × dv, inner keys)
+  detail::GemmShape value_grad;   // dv += pᵀ·dO                                (keys × dv, inner rows)
+  detail::GemmShape scores_grad;  // dP = dO·vᵀ                                 (rows × keys, inner dv)
+  detail::GemmShape query_grad;   // dq += dS·k                                 (rows × d, inner keys)
+  detail::GemmShape key_grad;     // dk += dSᵀ·q                                (keys × d, inner rows)
 };
 
-// c (m×n, row stride ldc) = op(a)·op(b) with inner size k, or c += op(a)·op(b).
-template <class T>
-void block_product(const T* a, Operand a_layout, const T* b, Operand b_layout, T* c, std::int64_t m, std::int64_t n,
-                   std::int64_t k, std::int64_t ldc, bool accumulate = false) {
-  detail::gemm(
-      detail::GemmShape{m, n, k, a_layout.transpose, b_layout.transpose, a_layout.ld, b_layout.ld, ldc, accumulate}, a,
-      b, c);
+BlockProducts block_products(const Dims& dims, std::int64_t rows, std::int64_t keys) {
+  const std::int64_t d = dims.depth, dv = dims.value_depth;
+  const std::int64_t qk_ld = dims.ld(d), v_ld = dims.ld(dv);  // (the output and dO are laid out as v)
+  // {m, n, k, transpose_a, transpose_b, lda, ldb, ldc, accumulate}
+  return {{rows, keys, d, false, true, qk_ld, qk_ld, keys, false},   {rows, dv, keys, false, false, keys, v_ld, v_ld, true},
+          {keys, dv, rows, true, false, keys, v_ld, v_ld, true},     {rows, keys, dv, false, true, v_ld, v_ld, keys, false},
+          {rows, d, keys, false, false, keys, qk_ld, qk_ld, true},   {keys, d, rows, true, false, keys, qk_ld, qk_ld, true}};
 }
 
 // ---- the problem a kernel solves --------------------------------------------------------------------
@@ -373,9 +381,9 @@ template <class T>
 void forward_key_block(const Head<T>& h, const Dims& dims, std::int64_t first, std::int64_t rows,
                        std::int64_t first_key, T* out, const ForwardScratch<T>& s) {
   const std::int64_t keys = std::min(dims.keys - first_key, key_block);
-  const std::int64_t d = dims.depth, dv = dims.value_depth, out_ld = dims.ld(dv);
-  block_product(h.q + first * h.q_ld, {h.q_ld, false}, h.k + first_key * h.k_ld, {h.k_ld, true}, s.scores, rows, keys,
-                d, keys);
+  const std::int64_t dv = dims.value_depth, out_ld = dims.ld(dv);
+  const BlockProducts products = block_products(dims, rows, keys);
+  detail::gemm(products.scores, h.q + first * h.q_ld, h.k + first_key * h.k_ld, s.scores);
   for (std::int64_t r = 0; r < rows; ++r)
     s.rescale[r] = online_softmax_row(s.scores + r * keys, h.mask_row(first + r, first_key),
                                       h.allowed(first + r, first_key, keys), keys, h.scale, s.max[r], s.sum[r]);
@@ -385,7 +393,7 @@ void forward_key_block(const Head<T>& h, const Dims& dims, std::int64_t first, s
     T* row = out + r * out_ld;
     for (std::int64_t c = 0; c < dv; ++c) row[c] *= rescale;
   }
-  block_product(s.scores, {keys, false}, h.v + first_key * h.v_ld, {h.v_ld, false}, out, rows, dv, keys, out_ld, true);
+  detail::gemm(products.output, s.scores, h.v + first_key * h.v_ld, out);
 }
 
 // Query rows [first, first + rows) of one head: their outputs and log-sum-exps.
@@ -474,21 +482,21 @@ struct HeadGrad {
 template <class T>
 void backward_block(const Head<T>& h, const HeadGrad<T>& g, const Dims& dims, std::int64_t first, std::int64_t rows,
                     std::int64_t first_key, std::int64_t keys, const BackwardScratch<T>& s) {
-  const std::int64_t d = dims.depth, dv = dims.value_depth, out_ld = dims.ld(dv);
+  const std::int64_t out_ld = dims.ld(dims.value_depth);
+  const BlockProducts products = block_products(dims, rows, keys);
   T* p = s.probabilities;
   T* dp = s.scores_grad;
   const T* q = h.q + first * h.q_ld;
   const T* k = h.k + first_key * h.k_ld;
   const T* v = h.v + first_key * h.v_ld;
-  block_product(q, {h.q_ld, false}, k, {h.k_ld, true}, p, rows, keys, d, keys);
+  detail::gemm(products.scores, q, k, p);
   for (std::int64_t r = 0; r < rows; ++r)
     probabilities_row(p + r * keys, h.mask_row(first + r, first_key), h.allowed(first + r, first_key, keys), keys,
                       h.scale, g.lse[first + r]);
   const T* out_grad = g.out_grad + first * out_ld;
   // dV += pᵀ·dO, then dP = dO·vᵀ
-  block_product(p, {keys, true}, out_grad, {out_ld, false}, g.v_grad + first_key * h.v_ld, keys, dv, rows, h.v_ld,
-                true);
-  block_product(out_grad, {out_ld, false}, v, {h.v_ld, true}, dp, rows, keys, dv, keys);
+  detail::gemm(products.value_grad, p, out_grad, g.v_grad + first_key * h.v_ld);
+  detail::gemm(products.scores_grad, out_grad, v, dp);
   for (std::int64_t r = 0; r < rows; ++r) {  // dS = p ∘ (dP − rowsum(dO ∘ O)), with the scale folded in
     const T dot = s.row_dots[first + r];
     T* grad = dp + r * keys;
@@ -496,8 +504,8 @@ void backward_block(const Head<T>& h, const HeadGrad<T>& g, const Dims& dims, st
     for (std::int64_t c = 0; c < keys; ++c) grad[c] = h.scale * prob[c] * (grad[c] - dot);
   }
   // dQ += dS·k, dK += dSᵀ·q
-  block_product(dp, {keys, false}, k, {h.k_ld, false}, g.q_grad + first * h.q_ld, rows, d, keys, h.q_ld, true);
-  block_product(dp, {keys, true}, q, {h.q_ld, false}, g.k_grad + first_key * h.k_ld, keys, d, rows, h.k_ld, true);
+  detail::gemm(products.query_grad, dp, k, g.q_grad + first * h.q_ld);
+  detail::gemm(products.key_grad, dp, q, g.k_grad + first_key * h.k_ld);
 }
 
 template <class T>
@@ -674,6 +682,36 @@ std::size_t backward_workspace(const std::vector<Shape>& inputs, const Shape&, c
   return static_cast<std::size_t>(backward_workspace_elements(dims) * workers) * dtype_size(dtype);
 }
 
+// ---- plan-time preparation -----------------------------------------------------------------------------
+
+// Makes the GEMM kernels of every block pair's products: full and ragged query blocks, full and ragged key blocks.
+void prepare_products(const Dims& dims, DType dtype, bool backward) {
+  const std::int64_t last_rows = dims.queries - (query_blocks(dims) - 1) * dims.query_block;
+  const std::int64_t last_keys = dims.keys - (dims.keys - 1) / key_block * key_block;
+  for (const std::int64_t rows : {std::min(dims.queries, dims.query_block), last_rows})
+    for (const std::int64_t keys : {std::min(dims.keys, key_block), last_keys}) {
+      const BlockProducts products = block_products(dims, rows, keys);
+      if (backward) {
+        for (const detail::GemmShape& product : {products.scores, products.value_grad, products.scores_grad,
+                                                 products.query_grad, products.key_grad})
+          detail::prepare_gemm(product, dtype);
+      } else {
+        detail::prepare_gemm(products.scores, dtype);
+        detail::prepare_gemm(products.output, dtype);
+      }
+    }
+}
+
+void forward_prepare(const std::vector<Shape>& inputs, const Shape&, const Attributes& attributes, DType dtype) {
+  const Dims dims = dims_of(inputs[ForwardInputs::q], inputs[ForwardInputs::v], heads_last(attributes));
+  if (dims.queries > 0 && dims.keys > 0) prepare_products(dims, dtype, false);
+}
+
+void backward_prepare(const std::vector<Shape>& inputs, const Shape&, const Attributes& attributes, DType dtype) {
+  const Dims dims = dims_of(inputs[GradInputs::q], inputs[GradInputs::v], heads_last(attributes));
+  if (dims.queries > 0 && dims.keys > 0) prepare_products(dims, dtype, true);
+}
+
 // ---- backward rule -------------------------------------------------------------------------------------
 
 Attributes settings_of(const Attributes& attributes) {
@@ -711,6 +749,7 @@ KILN_REGISTER_OP(OpDef("kiln>FusedAttention")
                      .infer_shape(fused_attention_shape)
                      .forward(fused_attention_kernel<float>, fused_attention_kernel<double>)
                      .workspace(forward_workspace)
+                     .prepare(forward_prepare)
                      .not_differentiable("the internal state of fused_attention: gradients flow through "
                                          "kiln>FusedAttentionOutput"));
 KILN_REGISTER_OP(OpDef("kiln>FusedAttentionOutput")
@@ -728,6 +767,7 @@ KILN_REGISTER_OP(OpDef("kiln>FusedAttentionGrad")
                      .infer_shape(grad_shape)
                      .forward(fused_attention_grad_kernel<float>, fused_attention_grad_kernel<double>)
                      .workspace(backward_workspace)
+                     .prepare(backward_prepare)
                      .not_differentiable(second_order));
 KILN_REGISTER_OP(OpDef("kiln>FusedAttentionGradPart")
                      .inputs(4)

@@ -1,4 +1,4 @@
-// matmul and batched matmul with transpose flags, straight to cblas (no transposed copies).
+// matmul and batched matmul with transpose flags, straight to detail::gemm (no transposed copies).
 #include <algorithm>
 
 #include <kiln/core/error.hpp>
@@ -69,31 +69,45 @@ std::int64_t batch_offset(std::int64_t index, const Shape& out, const Shape& ope
   return offset;
 }
 
+// Shared weights (a Dense layer): every row of every batch of `a` in one GEMM.
+bool shared_weights(const Shape& b, bool transpose_a) { return b.rank() == 2 && !transpose_a; }
+
+// The product each GEMM call computes: one per batch, or one for all when the weights are shared.
+detail::GemmShape gemm_of(const Shape& a, const Shape& b, const Attributes& attributes) {
+  const bool transpose_a = attributes.get_bool("transpose_a");
+  const bool transpose_b = attributes.get_bool("transpose_b");
+  const MatrixDims left = used_dims(a, transpose_a);
+  const MatrixDims right = used_dims(b, transpose_b);
+  detail::GemmShape gemm{left.rows,   right.cols,      left.cols,       transpose_a,
+                         transpose_b, a[a.rank() - 1], b[b.rank() - 1], right.cols};
+  if (shared_weights(b, transpose_a)) {
+    gemm.m = 1;
+    for (int axis = 0; axis + 1 < a.rank(); ++axis) gemm.m *= a[axis];
+  }
+  return gemm;
+}
+
+void matmul_prepare(const std::vector<Shape>& inputs, const Shape&, const Attributes& attributes, DType dtype) {
+  detail::prepare_gemm(gemm_of(inputs[0], inputs[1], attributes), dtype);
+}
+
 template <class T>
 void matmul_kernel(const KernelContext& k) {
   const Shape& a = k.input_shape(0);
   const Shape& b = k.input_shape(1);
   const Shape& out = *k.output_shape;
-  const bool transpose_a = k.attributes().get_bool("transpose_a");
-  const bool transpose_b = k.attributes().get_bool("transpose_b");
-  const MatrixDims left = used_dims(a, transpose_a);
-  const MatrixDims right = used_dims(b, transpose_b);
-  detail::GemmShape gemm{left.rows,   right.cols,      left.cols,       transpose_a,
-                         transpose_b, a[a.rank() - 1], b[b.rank() - 1], right.cols};
+  const detail::GemmShape gemm = gemm_of(a, b, k.attributes());
   const T* pa = k.in<T>(0);
   const T* pb = k.in<T>(1);
   T* pc = k.out<T>();
-  if (b.rank() == 2 && !transpose_a) {
-    // Shared weights (a Dense layer): every row of every batch in one GEMM.
-    gemm.m = 1;
-    for (int axis = 0; axis + 1 < a.rank(); ++axis) gemm.m *= a[axis];
+  if (shared_weights(b, gemm.transpose_a)) {
     detail::gemm(gemm, pa, pb, pc);
     return;
   }
   const int batch_rank = out.rank() - 2;
   std::int64_t batches = 1;
   for (int axis = 0; axis < batch_rank; ++axis) batches *= out[axis];
-  const std::int64_t out_matrix = left.rows * right.cols;
+  const std::int64_t out_matrix = gemm.m * gemm.n;
   // Batches on kiln's threads when each product is too small to split (see detail::gemm), else one by one.
   const std::int64_t work = gemm.m * gemm.n * gemm.k;
   const int max_workers =
@@ -145,6 +159,7 @@ KILN_REGISTER_OP(OpDef("kiln>MatMul")
                      .attributes({"transpose_a", "transpose_b"})
                      .infer_shape(matmul_shape)
                      .forward(matmul_kernel<float>, matmul_kernel<double>)
+                     .prepare(matmul_prepare)
                      .backward(matmul_backward));
 
 namespace ops {

@@ -1,12 +1,14 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <cstring>
 #include <thread>
 #include <vector>
 
 #include <kiln/core/autodiff.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
+#include <kiln/core/op.hpp>
 #include <kiln/core/program.hpp>
 #include <kiln/ops/ops.hpp>
 #include "support/gradcheck.hpp"
@@ -32,6 +34,41 @@ TEST_CASE("the planner reuses dead buffers, runs elementwise ops in place and al
   CHECK(stats.unplanned_bytes == 8 * 32 * 64 * 4);
   CHECK(stats.arena_bytes == 2 * 32 * 64 * 4);
   CHECK(program.view(out).shape() == Shape({32, 8, 8}));
+}
+
+namespace {
+// An identity op whose plan-time hook records what the planner gave it.
+std::vector<Shape> prepared_shapes;
+Shape same_shape(const InferContext& context) { return context.input_shape(0); }
+void copy_kernel(const KernelContext& context) {
+  std::memcpy(context.output, context.inputs[0], context.output_size() * dtype_size(context.node->dtype));
+}
+void record_prepare(const std::vector<Shape>& inputs, const Shape& output, const Attributes&, DType dtype) {
+  CHECK(inputs.size() == 1);
+  CHECK(output == inputs[0]);
+  CHECK(dtype == DType::float32);
+  prepared_shapes.push_back(inputs[0]);
+}
+KILN_REGISTER_OP(OpDef("test>Prepared")
+                     .infer_shape(same_shape)
+                     .forward(copy_kernel, copy_kernel)
+                     .prepare(record_prepare)
+                     .not_differentiable("a test of the prepare hook"));
+}  // namespace
+
+TEST_CASE("the planner runs each op's prepare hook once per planned batch size, on concrete shapes",
+          "[core][program]") {
+  Graph graph;
+  const Tensor x = graph.placeholder({Shape::unknown, 4}, DType::float32, "x");
+  const Tensor y = graph.add_op("test>Prepared", {x}, Attributes(), "prepared");
+  Program program(graph, {y});
+  prepared_shapes.clear();
+  for (std::int64_t rows : {3, 3, 5, 3}) {
+    program.feed(x, Array::full({rows, 4}, 1.5));
+    program.run();
+    CHECK(program.view(y).bitwise_equal(Array::full({rows, 4}, 1.5)));
+  }
+  CHECK(prepared_shapes == std::vector<Shape>{Shape{3, 4}, Shape{5, 4}});
 }
 
 TEST_CASE("a program plans once per batch size and gives the same values for each", "[core][program]") {

@@ -1,8 +1,12 @@
 #include <kiln/ops/detail/gemm.hpp>
 
 #include <algorithm>
+#include <array>
+#include <cstddef>
+#include <memory>
 
 #include <cblas.h>
+#include <libxsmm.h>
 
 #include <kiln/core/parallel.hpp>
 
@@ -12,7 +16,7 @@ namespace {
 CBLAS_TRANSPOSE transpose_flag(bool transpose) { return transpose ? CblasTrans : CblasNoTrans; }
 int to_int(std::int64_t value) { return static_cast<int>(value); }
 
-// C = A·B runs as C = 0; C += A·B. OpenBLAS 0.3.21 zeroes C for beta = 0 with a scalar loop
+// C = A·B runs as C = 0; C += A·B on OpenBLAS. OpenBLAS 0.3.21 zeroes C for beta = 0 with a scalar loop
 // (sgemm_beta_ZEN), which took 12 % of a train step of small attention heads; a memset is several times
 // faster, and beta = 1 skips that loop.
 template <class T>
@@ -24,62 +28,222 @@ void zero_output(const GemmShape& s, T* c) {
     for (std::int64_t row = 0; row < s.m; ++row) std::fill(c + row * s.ldc, c + row * s.ldc + s.n, T(0));
 }
 
-// Empty operands: BLAS rejects leading dimensions of 0, and C = A·B with an inner size of 0 is zeros.
-template <class T>
-bool degenerate(const GemmShape& s, T* c) {
-  if (s.m > 0 && s.n > 0 && s.k > 0) return false;
-  zero_output(s, c);
-  return true;
-}
-
 void call_blas(const GemmShape& s, const float* a, const float* b, float* c) {
+  zero_output(s, c);
   cblas_sgemm(CblasRowMajor, transpose_flag(s.transpose_a), transpose_flag(s.transpose_b), to_int(s.m), to_int(s.n),
               to_int(s.k), 1.0f, a, to_int(s.lda), b, to_int(s.ldb), 1.0f, c, to_int(s.ldc));
 }
 
 void call_blas(const GemmShape& s, const double* a, const double* b, double* c) {
+  zero_output(s, c);
   cblas_dgemm(CblasRowMajor, transpose_flag(s.transpose_a), transpose_flag(s.transpose_b), to_int(s.m), to_int(s.n),
               to_int(s.k), 1.0, a, to_int(s.lda), b, to_int(s.ldb), 1.0, c, to_int(s.ldc));
 }
 
-// kiln's pool runs the threads, and OpenBLAS one thread in each (see core/threads.cpp): a product worth
+// ---- libxsmm ------------------------------------------------------------------------------------------
+// libxsmm's kernels are column-major. Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: B is
+// libxsmm's first operand, A its second, and m and n swap. So kiln's transposed A is libxsmm's TRANS_B, which
+// 1.17 has kernels for; kiln's transposed B would be TRANS_A, which it has none for (dispatch returns null).
+//
+// Measured on this machine's small products (bench/RESULTS.md, the GEMM-library table): libxsmm runs them at
+// 2.3-2.9× OpenBLAS's GFLOP/s, whose fixed cost of 1.3-1.7 µs a call dominates a 40×40×16 head.
+
+// Products of more multiply-adds than this stay on OpenBLAS, whose packing pays off once the operands
+// outgrow the caches (see xsmm_max_work's measurement in bench/RESULTS.md).
+constexpr std::int64_t xsmm_max_work = std::int64_t{1} << 24;
+// libxsmm's kernels run along C's rows (its columns, column-major) in vectors of 8 floats: a C narrower than this
+// wastes most of each (a 64×2 product with k = 480 ran at a fifth of OpenBLAS's rate), so it stays on OpenBLAS.
+constexpr std::int64_t xsmm_min_columns = 12;
+// op(B) is copied, transposed, into a per-thread buffer of this many floats (128 KB, made on a thread's first
+// such product) when it fits; larger transposed Bs stay on OpenBLAS. So do products of fewer rows than
+// transposed_b_min_rows, whose copy would cost about as much as the product.
+constexpr std::int64_t transposed_b_capacity = std::int64_t{1} << 15;
+constexpr std::int64_t transposed_b_min_rows = 16;
+
+struct XsmmProduct {
+  libxsmm_blasint m, n, k, lda, ldb, ldc;
+  int flags;
+  bool accumulate;
+
+  explicit XsmmProduct(const GemmShape& s)
+      : m(s.n), n(s.m), k(s.k), lda(s.ldb), ldb(s.lda), ldc(s.ldc), flags(s.transpose_a ? LIBXSMM_GEMM_FLAG_TRANS_B : 0),
+        accumulate(s.accumulate) {
+    if (s.transpose_b) lda = s.n;  // B's transposed copy: k rows of n
+  }
+  bool operator==(const XsmmProduct& other) const {
+    return m == other.m && n == other.n && k == other.k && lda == other.lda && ldb == other.ldb && ldc == other.ldc &&
+           flags == other.flags && accumulate == other.accumulate;
+  }
+  std::size_t hash() const {
+    std::size_t h = 0;
+    for (const libxsmm_blasint value : {m, n, k, lda, ldb, ldc})
+      h = (h ^ static_cast<std::size_t>(value)) * 0x100000001b3ull;
+    return h ^ static_cast<std::size_t>(flags * 2 + (accumulate ? 1 : 0));
+  }
+  // libxsmm's registry keeps every kernel it makes; dispatching one made before is a lookup there.
+  libxsmm_smmfunction dispatch() const {
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    return libxsmm_smmdispatch(m, n, k, &lda, &ldb, &ldc, &alpha, &beta, &flags, nullptr);
+  }
+};
+
+// The kernels this thread ran last, by shape: a step's few dozen shapes find theirs here in a few
+// nanoseconds, where libxsmm's own lookup (a descriptor, a hash and a compare) took 5-10 % of a small product.
+class KernelCache {
+ public:
+  libxsmm_smmfunction find(const XsmmProduct& product) {
+    Entry& entry = entries_[product.hash() % entries_.size()];
+    if (!entry.filled || !(entry.product == product)) entry = {product, product.dispatch(), true};
+    return entry.kernel;
+  }
+
+ private:
+  struct Entry {
+    XsmmProduct product{GemmShape{}};
+    libxsmm_smmfunction kernel = nullptr;
+    bool filled = false;
+  };
+  std::array<Entry, 64> entries_{};
+};
+
+libxsmm_smmfunction kernel_for(const GemmShape& s) {
+  thread_local KernelCache cache;
+  return cache.find(XsmmProduct(s));
+}
+
+float* transposed_b_buffer() {
+  thread_local std::unique_ptr<float[]> buffer;
+  if (!buffer) buffer = std::make_unique<float[]>(static_cast<std::size_t>(transposed_b_capacity));
+  return buffer.get();
+}
+
+// op(B) (k × n) into `out`, row-major with n columns, from B stored transposed (n rows of k, ldb apart): in
+// libxsmm's column-major terms, the transpose of a k × n matrix. Its transposition kernels ran 2× as fast as a
+// tiled loop on attention's 40 × 16 keys.
+void transpose_b(const GemmShape& s, const float* b, float* out) {
+  libxsmm_otrans(out, b, sizeof(float), s.k, s.n, s.ldb, s.n);
+}
+
+// Runs a float32 product on the backend gemm_backend chose. Should libxsmm make no kernel for a shape (it has
+// limits of its own on sizes and leading dimensions), that shape runs on OpenBLAS, every time.
+void run_product(const GemmShape& s, const float* a, const float* b, float* c) {
+  switch (gemm_backend(s, DType::float32)) {
+    case GemmBackend::none:
+      zero_output(s, c);
+      return;
+    case GemmBackend::openblas:
+      break;
+    case GemmBackend::xsmm:
+      if (const libxsmm_smmfunction kernel = kernel_for(s)) {
+        kernel(b, a, c);
+        return;
+      }
+      break;
+    case GemmBackend::xsmm_transposed_b:
+      if (const libxsmm_smmfunction kernel = kernel_for(s)) {
+        float* copy = transposed_b_buffer();
+        transpose_b(s, b, copy);
+        kernel(copy, a, c);
+        return;
+      }
+      break;
+  }
+  call_blas(s, a, b, c);
+}
+
+void run_product(const GemmShape& s, const double* a, const double* b, double* c) {
+  if (gemm_backend(s, DType::float64) == GemmBackend::none)
+    zero_output(s, c);
+  else
+    call_blas(s, a, b, c);
+}
+
+// ---- splitting over threads -------------------------------------------------------------------------------
+// kiln's pool runs the threads, and each library one thread in each (see core/threads.cpp): a product worth
 // splitting is cut into row ranges of C (or column ranges when C is wide and short), one per worker.
 // Each worker gets at least gemm_split_work multiply-adds (about 10 µs), and 8 rows or columns.
 constexpr std::int64_t min_slice = 8;
 
+struct Split {
+  bool by_rows;
+  std::int64_t extent;
+  int max_workers;
+};
+
+Split split_of(const GemmShape& s) {
+  const std::int64_t work = s.m * s.n * s.k;
+  Split split;
+  split.by_rows = s.m >= s.n;
+  split.extent = split.by_rows ? s.m : s.n;
+  split.max_workers =
+      std::max(1, static_cast<int>(std::min<std::int64_t>({work / gemm_split_work, split.extent / min_slice, 1 << 16})));
+  return split;
+}
+
+// Rows or columns [begin, end) of C: the slice's shape, and where its operands and output start.
+template <class T>
+GemmShape slice_of(const GemmShape& s, const Split& split, std::int64_t begin, std::int64_t end, const T*& a,
+                   const T*& b, T*& c) {
+  GemmShape slice = s;
+  if (split.by_rows) {
+    slice.m = end - begin;
+    a += s.transpose_a ? begin : begin * s.lda;
+    c += begin * s.ldc;
+  } else {
+    slice.n = end - begin;
+    b += s.transpose_b ? begin * s.ldb : begin;
+    c += begin;
+  }
+  return slice;
+}
+
 template <class T>
 void split_gemm(const GemmShape& s, const T* a, const T* b, T* c) {
-  const std::int64_t work = s.m * s.n * s.k;
-  const bool by_rows = s.m >= s.n;
-  const std::int64_t extent = by_rows ? s.m : s.n;
-  const auto max_workers =
-      static_cast<int>(std::min<std::int64_t>({work / gemm_split_work, extent / min_slice, 1 << 16}));
-  parallel_for(extent, std::max(1, max_workers), [&](std::int64_t begin, std::int64_t end, int) {
-    GemmShape slice = s;
+  const Split split = split_of(s);
+  parallel_for(split.extent, split.max_workers, [&](std::int64_t begin, std::int64_t end, int) {
     const T* slice_a = a;
     const T* slice_b = b;
     T* slice_c = c;
-    if (by_rows) {
-      slice.m = end - begin;
-      slice_a += s.transpose_a ? begin : begin * s.lda;
-      slice_c += begin * s.ldc;
-    } else {
-      slice.n = end - begin;
-      slice_b += s.transpose_b ? begin * s.ldb : begin;
-      slice_c += begin;
-    }
-    zero_output(slice, slice_c);
-    call_blas(slice, slice_a, slice_b, slice_c);
+    const GemmShape slice = slice_of(s, split, begin, end, slice_a, slice_b, slice_c);
+    run_product(slice, slice_a, slice_b, slice_c);
   });
+}
+
+void prepare_product(const GemmShape& s) {
+  const GemmBackend backend = gemm_backend(s, DType::float32);
+  if (backend == GemmBackend::xsmm || backend == GemmBackend::xsmm_transposed_b) {
+    XsmmProduct(s).dispatch();
+    if (backend == GemmBackend::xsmm_transposed_b) transposed_b_buffer();
+  }
 }
 }  // namespace
 
-void gemm(const GemmShape& s, const float* a, const float* b, float* c) {
-  if (!degenerate(s, c)) split_gemm(s, a, b, c);
+GemmBackend gemm_backend(const GemmShape& s, DType dtype) {
+  if (s.m <= 0 || s.n <= 0 || s.k <= 0) return GemmBackend::none;
+  if (dtype == DType::float64 || s.m * s.n * s.k > xsmm_max_work || s.n < xsmm_min_columns)
+    return GemmBackend::openblas;
+  if (!s.transpose_b) return GemmBackend::xsmm;
+  return s.n * s.k <= transposed_b_capacity && s.m >= transposed_b_min_rows ? GemmBackend::xsmm_transposed_b
+                                                                            : GemmBackend::openblas;
 }
 
-void gemm(const GemmShape& s, const double* a, const double* b, double* c) {
-  if (!degenerate(s, c)) split_gemm(s, a, b, c);
+void prepare_gemm(const GemmShape& s, DType dtype) {
+  if (dtype != DType::float32 || gemm_backend(s, dtype) == GemmBackend::none) return;
+  // The whole product (as it runs inside another kernel's parallel_for) and each slice split_gemm would cut
+  // at today's thread count: the two shapes of the ranges [extent·w/W, extent·(w+1)/W).
+  prepare_product(s);
+  const Split split = split_of(s);
+  const auto workers = static_cast<std::int64_t>(parallel_workers(split.extent, split.max_workers));
+  if (workers <= 1) return;
+  for (const std::int64_t size : {split.extent / workers, (split.extent + workers - 1) / workers}) {
+    GemmShape slice = s;
+    (split.by_rows ? slice.m : slice.n) = size;
+    prepare_product(slice);
+  }
 }
+
+void gemm(const GemmShape& s, const float* a, const float* b, float* c) { split_gemm(s, a, b, c); }
+
+void gemm(const GemmShape& s, const double* a, const double* b, double* c) { split_gemm(s, a, b, c); }
 
 }  // namespace kiln::detail

@@ -1,9 +1,17 @@
 #pragma once
-// Row-major GEMM straight to OpenBLAS: C = op(A)·op(B), or C += op(A)·op(B), with no copies. A large
-// product is split over kiln's threads (OpenBLAS runs one thread in each); inside a parallel_for it runs
-// on the calling thread.
+// Row-major GEMM, the one place kiln's ops multiply matrices: C = op(A)·op(B), or C += op(A)·op(B), with no
+// copies. Which library runs a product is a pure function of its shape and dtype (gemm_backend), so a plan's
+// shapes fix it and a run is deterministic for a given thread count:
+// - float32 runs on libxsmm's JIT kernels, made once per shape and kept for the process (prepare_gemm makes them
+//   at planning). libxsmm has no kernel for a transposed B in kiln's row-major terms: B is first copied,
+//   transposed, into a per-thread buffer when it fits (xsmm_transposed_b), else the product goes to OpenBLAS.
+// - float64 runs on OpenBLAS, whose sums the float64 gradient checks and the PyTorch comparisons were made with.
+// A large product is split over kiln's threads (each library runs one thread in each); inside a parallel_for
+// it runs on the calling thread.
 // In its own file because OpenBLAS's <cblas.h> clashes with xtensor-blas's declarations.
 #include <cstdint>
+
+#include <kiln/core/dtype.hpp>
 
 namespace kiln::detail {
 
@@ -16,6 +24,19 @@ struct GemmShape {
 
 // Multiply-adds per thread below which gemm runs a product on one thread.
 constexpr std::int64_t gemm_split_work = std::int64_t{1} << 19;
+
+enum class GemmBackend {
+  none,               // an empty product: C is zeroed (or left, when accumulating)
+  openblas,           // cblas_sgemm / cblas_dgemm
+  xsmm,               // a libxsmm kernel on the operands as they are
+  xsmm_transposed_b,  // a libxsmm kernel after copying op(B) into a per-thread buffer
+};
+
+// The library that runs products of this shape and dtype (for each thread's slice of a split product too).
+GemmBackend gemm_backend(const GemmShape& shape, DType dtype);
+// Makes the kernels gemm will run for this shape and dtype, so the first run does not: ops call it from their
+// plan-time hook (OpDef::prepare). Cheap when they exist already.
+void prepare_gemm(const GemmShape& shape, DType dtype);
 
 void gemm(const GemmShape& shape, const float* a, const float* b, float* c);
 void gemm(const GemmShape& shape, const double* a, const double* b, double* c);

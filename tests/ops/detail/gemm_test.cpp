@@ -2,12 +2,16 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include <kiln/core/rng.hpp>
 #include <kiln/core/threads.hpp>
 #include <kiln/ops/detail/gemm.hpp>
 
+using kiln::DType;
+using kiln::detail::GemmBackend;
 using kiln::detail::GemmShape;
 
 namespace {
@@ -31,16 +35,18 @@ std::vector<T> random_vector(std::size_t size, std::uint64_t seed) {
   return values;
 }
 
-// Every transpose, a padded C (ldc > n, whose padding must stay untouched), C = and C +=.
+// Every transpose, a padded C (ldc > n, whose padding must stay untouched), C = and C +=; with operand_pad,
+// A and B are rows of a wider matrix too (lda, ldb beyond their widths), as attention's heads are.
 template <class T>
-void check_gemm(double tolerance, std::int64_t m = 7, std::int64_t n = 5, std::int64_t k = 9) {
+void check_gemm(double tolerance, std::int64_t m = 7, std::int64_t n = 5, std::int64_t k = 9,
+                std::int64_t operand_pad = 0) {
   const std::int64_t pad = 3;
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       for (bool accumulate : {false, true}) {
-        GemmShape s{m, n, k, ta, tb, ta ? m : k, tb ? k : n, n + pad, accumulate};
-        const auto a = random_vector<T>(static_cast<std::size_t>(m * k), 1);
-        const auto b = random_vector<T>(static_cast<std::size_t>(k * n), 2);
+        GemmShape s{m, n, k, ta, tb, (ta ? m : k) + operand_pad, (tb ? k : n) + operand_pad, n + pad, accumulate};
+        const auto a = random_vector<T>(static_cast<std::size_t>((ta ? k : m) * s.lda), 1);
+        const auto b = random_vector<T>(static_cast<std::size_t>((tb ? n : k) * s.ldb), 2);
         const auto before = random_vector<T>(static_cast<std::size_t>(m * s.ldc), 3);
         std::vector<T> c = before;
         kiln::detail::gemm(s, a.data(), b.data(), c.data());
@@ -83,4 +89,50 @@ TEST_CASE("gemm: large products split over threads by rows or by columns give th
     check_gemm<double>(1e-10, 200, 30, 300);
   }
   kiln::set_num_threads(saved);
+}
+
+TEST_CASE("gemm: float32 runs on libxsmm's kernels, float64 and large products on OpenBLAS", "[gemm]") {
+  const GemmShape head{40, 16, 40, false, false, 40, 16, 16};      // attention's p·v
+  const GemmShape scores{40, 40, 16, false, true, 16, 16, 40};     // q·kᵀ: B transposed
+  const GemmShape weights{128, 12, 2560, true, false, 128, 12, 12};  // a Dense layer's weight gradient
+  CHECK(kiln::detail::gemm_backend(head, DType::float32) == GemmBackend::xsmm);
+  CHECK(kiln::detail::gemm_backend(weights, DType::float32) == GemmBackend::xsmm);
+  CHECK(kiln::detail::gemm_backend(scores, DType::float32) == GemmBackend::xsmm_transposed_b);
+  CHECK(kiln::detail::gemm_backend(head, DType::float64) == GemmBackend::openblas);
+  CHECK(kiln::detail::gemm_backend(GemmShape{2048, 2048, 2048, false, false, 2048, 2048, 2048}, DType::float32) ==
+        GemmBackend::openblas);
+  // A transposed B too large for the per-thread copy stays on OpenBLAS.
+  CHECK(kiln::detail::gemm_backend(GemmShape{8, 256, 256, false, true, 256, 256, 256}, DType::float32) ==
+        GemmBackend::openblas);
+  CHECK(kiln::detail::gemm_backend(GemmShape{2, 3, 0, false, false, 1, 3, 3}, DType::float32) == GemmBackend::none);
+}
+
+TEST_CASE("gemm: every backend against a double-precision reference, operands inside wider rows", "[gemm]") {
+  check_gemm<float>(1e-5, 7, 5, 9, 4);
+  check_gemm<float>(2e-5, 40, 40, 16, 32);     // attention heads interleaved (heads_last)
+  check_gemm<float>(1e-4, 200, 256, 256, 0);   // the transposed B does not fit the copy: OpenBLAS
+  check_gemm<float>(1e-4, 1, 12, 128, 0);      // one sample through a Dense layer
+  check_gemm<double>(1e-12, 40, 40, 16, 32);
+}
+
+TEST_CASE("gemm: C = A·B overwrites whatever C held, NaN included", "[gemm]") {
+  for (bool tb : {false, true}) {
+    const GemmShape s{6, 5, 4, false, tb, 4, tb ? 4 : 5, 5};
+    const auto a = random_vector<float>(24, 4);
+    const auto b = random_vector<float>(20, 5);
+    std::vector<float> c(30, std::numeric_limits<float>::quiet_NaN());
+    kiln::detail::gemm(s, a.data(), b.data(), c.data());
+    for (float value : c) REQUIRE(std::isfinite(value));
+  }
+}
+
+TEST_CASE("gemm: the same product gives the same bits, prepared at planning or not", "[gemm]") {
+  const GemmShape s{40, 40, 16, false, true, 16, 16, 40};
+  const auto a = random_vector<float>(640, 6);
+  const auto b = random_vector<float>(640, 7);
+  std::vector<float> first(1600), second(1600);
+  kiln::detail::gemm(s, a.data(), b.data(), first.data());
+  kiln::detail::prepare_gemm(s, DType::float32);
+  kiln::detail::gemm(s, a.data(), b.data(), second.data());
+  REQUIRE(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)) == 0);
 }
