@@ -211,6 +211,20 @@ Array Program::view(const Tensor& tensor) const {
 
 Array Program::fetch(const Tensor& tensor) const { return view(tensor).copy(); }
 
+void Program::fetch_into(const Tensor& tensor, Array& out) const {
+  fetch_slot(tensor);
+  const detail::Plan& plan = last_plan();
+  const auto id = static_cast<std::size_t>(tensor.id());
+  const Shape& shape = plan.shapes[id];
+  if (out.dtype() != tensor.dtype())
+    throw DTypeError("Program::fetch_into: " + tensor.node().describe() + " is " + dtype_name(tensor.dtype()) +
+                     ", the array " + dtype_name(out.dtype()));
+  if (out.shape() != shape || out.empty())
+    throw ShapeError("Program::fetch_into: " + tensor.node().describe() + " has shape " + shape.to_string() +
+                     ", the array " + out.shape().to_string());
+  if (out.nbytes() > 0) std::memmove(out.raw(), plan.data[id], out.nbytes());
+}
+
 double Program::scalar(const Tensor& tensor) const {
   const Array value = view(tensor);
   if (value.size() != 1)

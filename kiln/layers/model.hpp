@@ -125,6 +125,18 @@ class ModelBase : public Layer {
   /// The same for a model of one input and one output; a model with several outputs throws ValueError.
   Array predict(const Array& input, std::int64_t batch_size = 32);
 
+  /// Keras's predict_on_batch: the model in inference mode on the rows of `inputs` as one batch (of the inputs'
+  /// batch size when the model fixes one). Arrays of another dtype are converted. Thread-safe as predict is.
+  std::vector<Array> predict_on_batch(const std::vector<Array>& inputs);
+  /// The same for a model of one input and one output; a model with several outputs throws ValueError.
+  Array predict_on_batch(const Array& input);
+  /// The same, written into the caller's arrays, one per output, each of that output's shape for these rows and
+  /// of its dtype (ShapeError, DTypeError otherwise): a deployed model's call. Once the batch size has been
+  /// planned (by the first call), a call with inputs of the model's dtypes allocates nothing.
+  void predict_on_batch(const std::vector<Array>& inputs, std::vector<Array>& outputs);
+  /// The same for a model of one input and one output.
+  void predict_on_batch(const Array& input, Array& output);
+
   /// Replays the model's calls in the graph of `inputs` (which may differ from the one it was made in).
   /// Replays on several threads take turns.
   std::vector<Tensor> apply(const std::vector<Tensor>& inputs, bool training) const;
@@ -205,6 +217,8 @@ class ModelBase : public Layer {
   struct Usage;
   std::shared_ptr<Inference> inference();  ///< the inference graph and its programs, made on first use
   std::vector<Array> predict_inputs(const std::vector<Array>& given, const std::vector<Tensor>& placeholders) const;
+  void check_batch_inputs(const Array* given, std::size_t count, const std::vector<Tensor>& placeholders) const;
+  void predict_batch_into(const Array* given, std::size_t count, Array* outputs, std::size_t output_count);
   void check_stackable(const std::vector<Tensor>& outputs, std::int64_t fixed_batch) const;
   std::shared_ptr<Inference> inference_;  ///< under inference_mutex_
   std::mutex inference_mutex_;
@@ -282,6 +296,19 @@ class ModelHandle : public LayerHandle<M> {
   /// The same for a model of several inputs or outputs: one array per input, one per output.
   std::vector<Array> predict(const std::vector<Array>& inputs, std::int64_t batch_size = 32) const {
     return this->layer_->predict(inputs, batch_size);
+  }
+  /// Keras's predict_on_batch: the rows of `input` as one batch (ModelBase::predict_on_batch).
+  Array predict_on_batch(const Array& input) const { return this->layer_->predict_on_batch(input); }
+  /// The same with several inputs or outputs.
+  std::vector<Array> predict_on_batch(const std::vector<Array>& inputs) const {
+    return this->layer_->predict_on_batch(inputs);
+  }
+  /// The same, written into `output` (the output's shape for these rows, and its dtype): once the batch size is
+  /// planned, a call allocates nothing. A deployed model's call.
+  void predict_on_batch(const Array& input, Array& output) const { this->layer_->predict_on_batch(input, output); }
+  /// The same with several inputs or outputs.
+  void predict_on_batch(const std::vector<Array>& inputs, std::vector<Array>& outputs) const {
+    this->layer_->predict_on_batch(inputs, outputs);
   }
   /// The member layer named `name`; ValueError naming the known layers when there is none.
   LayerPtr get_layer(const std::string& name) const { return this->layer_->get_layer(name); }

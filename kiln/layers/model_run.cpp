@@ -223,4 +223,76 @@ Array ModelBase::predict(const Array& input, std::int64_t batch_size) {
   return outputs[0];
 }
 
+// predict_on_batch's inputs: one per model input, each fitting it batch dimension included, all with as many rows.
+void ModelBase::check_batch_inputs(const Array* given, std::size_t count,
+                                   const std::vector<Tensor>& placeholders) const {
+  if (count != placeholders.size())
+    throw ValueError(describe() + ".predict_on_batch takes " + std::to_string(placeholders.size()) + " arrays, got " +
+                     std::to_string(count));
+  for (std::size_t i = 0; i < count; ++i) {
+    const Shape& expected = placeholders[i].shape();
+    const Shape& shape = given[i].shape();
+    if (shape.rank() == 0 || !expected.accepts(shape))
+      shape_error("predict_on_batch: array " + std::to_string(i) + " does not fit the input",
+                  {{"input", expected}, {"array", shape}});
+    if (shape[0] != given[0].shape()[0])
+      shape_error("predict_on_batch: the arrays have different numbers of rows",
+                  {{"array 0", given[0].shape()}, {"array " + std::to_string(i), shape}});
+  }
+}
+
+// Nothing here allocates once the batch size is planned and the inputs have the model's dtypes: the claim, the
+// inference graph and a leased Program are found under locks, the inputs are fed by pointer, and the outputs
+// copied into the caller's arrays.
+void ModelBase::predict_batch_into(const Array* given, std::size_t count, Array* outputs, std::size_t output_count) {
+  if (!built() && !build_from_data(std::vector<Array>(given, given + count)))
+    throw LayerStateError(describe() + " is not built; call it on a tensor, give it an Input, or build it first");
+  if (input_nodes_.empty())
+    throw LayerStateError(describe() + " is not built; call it on a tensor, give it an Input, or build it first");
+  const Use use = use_for_inference("predict");
+  const std::shared_ptr<Inference> inference_graph = inference();
+  const Inference& run = *inference_graph;
+  check_batch_inputs(given, count, run.inputs);
+  if (output_count != run.outputs.size())
+    throw ValueError(describe() + ".predict_on_batch writes " + std::to_string(run.outputs.size()) +
+                     " outputs, given " + std::to_string(output_count) + " arrays");
+  bool converts = false;
+  for (std::size_t i = 0; i < count; ++i) converts |= given[i].dtype() != run.inputs[i].dtype();
+  const std::vector<Array> converted =
+      converts ? predict_inputs(std::vector<Array>(given, given + count), run.inputs) : std::vector<Array>();
+  const Array* inputs = converts ? converted.data() : given;
+  const detail::ProgramPool::Lease program = run.programs->lease(inputs[0].shape()[0]);
+  for (std::size_t i = 0; i < count; ++i) program->feed(run.inputs[i], inputs[i]);
+  program->run();
+  for (std::size_t o = 0; o < output_count; ++o) {
+    try {
+      program->fetch_into(run.outputs[o], outputs[o]);
+    } catch (const ShapeError& error) {
+      throw ShapeError(describe() + ".predict_on_batch: output " + std::to_string(o) + ": " + error.what());
+    } catch (const DTypeError& error) {
+      throw DTypeError(describe() + ".predict_on_batch: output " + std::to_string(o) + ": " + error.what());
+    }
+  }
+}
+
+void ModelBase::predict_on_batch(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+  predict_batch_into(inputs.data(), inputs.size(), outputs.data(), outputs.size());
+}
+
+void ModelBase::predict_on_batch(const Array& input, Array& output) { predict_batch_into(&input, 1, &output, 1); }
+
+std::vector<Array> ModelBase::predict_on_batch(const std::vector<Array>& inputs) {
+  // The batch as predict runs it: predict's checks and messages, and outputs of the planned shapes.
+  std::int64_t rows = inputs.empty() || inputs[0].shape().rank() == 0 ? 1 : inputs[0].shape()[0];
+  return predict(inputs, std::max<std::int64_t>(rows, 1));
+}
+
+Array ModelBase::predict_on_batch(const Array& input) {
+  std::vector<Array> outputs = predict_on_batch(std::vector<Array>{input});
+  if (outputs.size() != 1)
+    throw ValueError(describe() + " has " + std::to_string(outputs.size()) +
+                     " outputs; use predict_on_batch with a list of arrays");
+  return outputs[0];
+}
+
 }  // namespace kiln

@@ -174,6 +174,25 @@ TEST_CASE("steady-state training steps of a layer model allocate nothing", "[cor
   check_steady_state_steps(model, {4, 6, 8}, 0.05, 5);
 }
 
+TEST_CASE("predict_on_batch into the caller's array allocates nothing once planned",
+          "[core][program][allocation][layers][predict]") {
+  // A deployed attention model called one sample at a time: claim, lookup, lease, feed, run and copy-out only.
+  constexpr std::int64_t None = Shape::unknown;
+  const Tensor input = Input({None, 6, 8});
+  Tensor h = MHAttention(4, 2)(input);
+  h = GlobalAveragePooling1D()(h);
+  Model model(input, Dense(2, "tanh")(h));
+  Rng rng(3);
+  const Array sample = random({1, 6, 8}, rng);
+  Array output(Shape{1, 2});
+  model.predict_on_batch(sample, output);  // plans: allocation allowed here
+  const Array first = output.copy();
+  const long before = allocations.load();
+  for (int call = 0; call < 10; ++call) model.predict_on_batch(sample, output);
+  CHECK(allocations.load() - before == 0);
+  CHECK(output.bitwise_equal(first));
+}
+
 TEST_CASE("steady-state training steps over sequences of several lengths allocate nothing",
           "[core][program][allocation][layers]") {
   // One plan per (batch, length) seen; once each is planned, moving between them allocates nothing.

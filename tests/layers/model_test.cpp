@@ -423,6 +423,56 @@ TEST_CASE("Model: predict refuses outputs whose rows are not the batch's rows", 
   CHECK_THROWS_WITH(total.predict(data), Catch::Contains("batch dimension"));
 }
 
+TEST_CASE("Model: predict_on_batch runs one batch, into new arrays or the caller's", "[layers][model][predict]") {
+  const Tensor a = kiln::Input({None, 3}, kiln::DType::float64, "a");
+  const Tensor b = kiln::Input({None, 2}, kiln::DType::float64, "b");
+  kiln::Dense da(4, "tanh"), db(1);
+  kiln::Model model({a, b}, {da(a), db(b)}, "pair");
+  const std::vector<Array> data = {random_input({5, 3}, 1), random_input({5, 2}, 2)};
+  const std::vector<Array> expected = model.predict(data, 5);
+  const std::vector<Array> returned = model.predict_on_batch(data);
+  REQUIRE(returned.size() == 2);
+  CHECK(returned[0].bitwise_equal(expected[0]));
+  CHECK(returned[1].bitwise_equal(expected[1]));
+
+  std::vector<Array> outputs = {Array(Shape{5, 4}, kiln::DType::float64), Array(Shape{5, 1}, kiln::DType::float64)};
+  const std::vector<Array> caller = outputs;  // the same storage: written in place
+  model.predict_on_batch(data, outputs);
+  CHECK(caller[0].bitwise_equal(expected[0]));
+  CHECK(caller[1].bitwise_equal(expected[1]));
+
+  // One input and one output, one row: a deployed model's call.
+  const Tensor x = kiln::Input({None, 3});
+  kiln::Model single(x, kiln::Dense(2)(x), "single");
+  const Array row = random_input({1, 3}, 3).astype(kiln::DType::float32);
+  Array out(Shape{1, 2});
+  single.predict_on_batch(row, out);
+  CHECK(out.bitwise_equal(single.predict(row)));
+  CHECK(single.predict_on_batch(row).bitwise_equal(out));
+  single.predict_on_batch(random_input({1, 3}, 3), out);  // float64 data is converted, as predict converts it
+  CHECK(out.bitwise_equal(single.predict(row)));
+}
+
+TEST_CASE("Model: predict_on_batch refuses arrays that do not fit, naming the model",
+          "[layers][model][predict][errors]") {
+  const Tensor x = kiln::Input({None, 3}, kiln::DType::float64);
+  kiln::Model model(x, kiln::Dense(2)(x), "deployed");
+  const Array row = random_input({1, 3}, 1);
+  Array wrong_rows(Shape{2, 2}, kiln::DType::float64);
+  CHECK_THROWS_AS(model.predict_on_batch(row, wrong_rows), kiln::ShapeError);
+  CHECK_THROWS_WITH(model.predict_on_batch(row, wrong_rows),
+                    Catch::Contains("Functional 'deployed'") && Catch::Contains("(1, 2)") && Catch::Contains("(2, 2)"));
+  Array wrong_dtype(Shape{1, 2}, kiln::DType::float32);
+  CHECK_THROWS_AS(model.predict_on_batch(row, wrong_dtype), kiln::DTypeError);
+  Array right(Shape{1, 2}, kiln::DType::float64);
+  CHECK_THROWS_AS(model.predict_on_batch(random_input({1, 4}, 1), right), kiln::ShapeError);
+  std::vector<Array> none;
+  CHECK_THROWS_WITH(model.predict_on_batch({row}, none), Catch::Contains("writes 1 outputs"));
+  CHECK_THROWS_WITH(model.predict_on_batch(std::vector<Array>{}), Catch::Contains("takes 1 arrays"));
+  model.predict_on_batch(row, right);  // still usable
+  CHECK(right.bitwise_equal(model.predict(row)));
+}
+
 TEST_CASE("Model: a non-linear summary shows connections and the input layers", "[layers][model][summary]") {
   kiln::Model model = multi_model();
   const std::string summary = model.summary_string();
