@@ -242,7 +242,7 @@ T online_softmax_row(T* x, const T* mask, std::int64_t allowed, std::int64_t n, 
     std::fill(x, x + n, T(0));
     return T(1);
   }
-  const T rescale = std::exp(max - new_max);
+  const T rescale = max == minus_infinity<T> ? T(0) : std::exp(max - new_max);  // (the first block: nothing to rescale)
   sum = sum * rescale + exp_and_sum(x, n, new_max);
   max = new_max;
   return rescale;
@@ -260,8 +260,8 @@ void probabilities_row(T* x, const T* mask, std::int64_t allowed, std::int64_t n
 
 // The products of one (query block of `rows`, key block of `keys`) pair, as C = op(A)·op(B) on row-major
 // blocks. q, k, v and the output (and their gradients) are read in place, their rows dims.ld(...) apart; the
-// score blocks p, dP and dS are dense, `keys` wide. The kernels run them and prepare_products makes their GEMM
-// kernels at planning: one table for both.
+// score blocks p, dP and dS have rows score_width(keys) apart. The kernels run them and prepare_products makes
+// their GEMM kernels at planning: one table for both.
 struct BlockProducts {
   detail::GemmShape scores;       // p = q·kᵀ                                   (rows × keys, inner d)
   detail::GemmShape output;       // out += p·v                                 (rows × dv, inner keys)
@@ -271,13 +271,27 @@ struct BlockProducts {
   detail::GemmShape key_grad;     // dk += dSᵀ·q                                (keys × d, inner rows)
 };
 
+// Score rows are padded to a multiple of 16 elements (whole SIMD vectors of either dtype): the softmax's exp
+// then runs on whole vectors, its padding −∞ and its exp 0, with no partial vector to gather at each row's end
+// (that took a third of the exp's time on 40-key rows). The GEMMs never read or write the padding.
+std::int64_t score_width(std::int64_t keys) { return padded(keys); }
+
 BlockProducts block_products(const Dims& dims, std::int64_t rows, std::int64_t keys) {
-  const std::int64_t d = dims.depth, dv = dims.value_depth;
+  const std::int64_t d = dims.depth, dv = dims.value_depth, width = score_width(keys);
   const std::int64_t qk_ld = dims.ld(d), v_ld = dims.ld(dv);  // (the output and dO are laid out as v)
   // {m, n, k, transpose_a, transpose_b, lda, ldb, ldc, accumulate}
-  return {{rows, keys, d, false, true, qk_ld, qk_ld, keys, false},   {rows, dv, keys, false, false, keys, v_ld, v_ld, true},
-          {keys, dv, rows, true, false, keys, v_ld, v_ld, true},     {rows, keys, dv, false, true, v_ld, v_ld, keys, false},
-          {rows, d, keys, false, false, keys, qk_ld, qk_ld, true},   {keys, d, rows, true, false, keys, qk_ld, qk_ld, true}};
+  return {{rows, keys, d, false, true, qk_ld, qk_ld, width, false},
+          {rows, dv, keys, false, false, width, v_ld, v_ld, true},
+          {keys, dv, rows, true, false, width, v_ld, v_ld, true},
+          {rows, keys, dv, false, true, v_ld, v_ld, width, false},
+          {rows, d, keys, false, false, width, qk_ld, qk_ld, true},
+          {keys, d, rows, true, false, width, qk_ld, qk_ld, true}};
+}
+
+// An accumulating product as C = op(A)·op(B): for the first contribution to C, which then needs no zeroing.
+detail::GemmShape assigning(detail::GemmShape product) {
+  product.accumulate = false;
+  return product;
 }
 
 // ---- the problem a kernel solves --------------------------------------------------------------------
@@ -362,7 +376,7 @@ struct ForwardScratch {
 
 std::int64_t forward_workspace_elements(const Dims& dims) {
   const Blocks blocks = blocks_of(dims);
-  return padded(blocks.queries * blocks.keys) + 3 * padded(blocks.queries);
+  return padded(blocks.queries * score_width(blocks.keys)) + 3 * padded(blocks.queries);
 }
 
 template <class T>
@@ -370,23 +384,28 @@ ForwardScratch<T> forward_scratch(T* workspace, const Dims& dims) {
   const Blocks blocks = blocks_of(dims);
   ForwardScratch<T> scratch;
   scratch.scores = workspace;
-  scratch.max = scratch.scores + padded(blocks.queries * blocks.keys);
+  scratch.max = scratch.scores + padded(blocks.queries * score_width(blocks.keys));
   scratch.sum = scratch.max + padded(blocks.queries);
   scratch.rescale = scratch.sum + padded(blocks.queries);
   return scratch;
 }
 
-// One key block's contribution to `rows` query rows starting at `first`: out ← rescale·out + p·v.
+// One key block's contribution to `rows` query rows starting at `first`: out ← rescale·out + p·v. The first
+// block writes out ← p·v (there is nothing yet to rescale), so out needs no zeroing before.
 template <class T>
 void forward_key_block(const Head<T>& h, const Dims& dims, std::int64_t first, std::int64_t rows,
                        std::int64_t first_key, T* out, const ForwardScratch<T>& s) {
-  const std::int64_t keys = std::min(dims.keys - first_key, key_block);
+  const std::int64_t keys = std::min(dims.keys - first_key, key_block), width = score_width(keys);
   const std::int64_t dv = dims.value_depth, out_ld = dims.ld(dv);
   const BlockProducts products = block_products(dims, rows, keys);
   detail::gemm(products.scores, h.q + first * h.q_ld, h.k + first_key * h.k_ld, s.scores);
   for (std::int64_t r = 0; r < rows; ++r)
-    s.rescale[r] = online_softmax_row(s.scores + r * keys, h.mask_row(first + r, first_key),
-                                      h.allowed(first + r, first_key, keys), keys, h.scale, s.max[r], s.sum[r]);
+    s.rescale[r] = online_softmax_row(s.scores + r * width, h.mask_row(first + r, first_key),
+                                      h.allowed(first + r, first_key, keys), width, h.scale, s.max[r], s.sum[r]);
+  if (first_key == 0) {
+    detail::gemm(assigning(products.output), s.scores, h.v, out);
+    return;
+  }
   for (std::int64_t r = 0; r < rows; ++r) {
     const T rescale = s.rescale[r];
     if (rescale == T(1)) continue;
@@ -401,7 +420,8 @@ template <class T>
 void forward_query_block(const Head<T>& h, const Dims& dims, std::int64_t first, std::int64_t rows, T* out, T* lse,
                          const ForwardScratch<T>& s) {
   const std::int64_t dv = dims.value_depth, out_ld = dims.ld(dv);
-  for (std::int64_t r = 0; r < rows; ++r) std::fill(out + r * out_ld, out + r * out_ld + dv, T(0));
+  if (dims.keys == 0)  // no key block runs: rows that attend nothing, zeros as below
+    for (std::int64_t r = 0; r < rows; ++r) std::fill(out + r * out_ld, out + r * out_ld + dv, T(0));
   std::fill(s.max, s.max + rows, minus_infinity<T>);
   std::fill(s.sum, s.sum + rows, T(0));
   for (std::int64_t first_key = 0; first_key < dims.keys && h.sees(first, rows, first_key); first_key += key_block)
@@ -454,7 +474,7 @@ struct BackwardScratch {
 
 std::int64_t backward_workspace_elements(const Dims& dims) {
   const Blocks blocks = blocks_of(dims);
-  return 2 * padded(blocks.queries * blocks.keys) + padded(dims.queries);
+  return 2 * padded(blocks.queries * score_width(blocks.keys)) + padded(dims.queries);
 }
 
 template <class T>
@@ -462,8 +482,8 @@ BackwardScratch<T> backward_scratch(T* workspace, const Dims& dims) {
   const Blocks blocks = blocks_of(dims);
   BackwardScratch<T> scratch;
   scratch.probabilities = workspace;
-  scratch.scores_grad = scratch.probabilities + padded(blocks.queries * blocks.keys);
-  scratch.row_dots = scratch.scores_grad + padded(blocks.queries * blocks.keys);
+  scratch.scores_grad = scratch.probabilities + padded(blocks.queries * score_width(blocks.keys));
+  scratch.row_dots = scratch.scores_grad + padded(blocks.queries * score_width(blocks.keys));
   return scratch;
 }
 
@@ -479,9 +499,11 @@ struct HeadGrad {
 };
 
 // The contributions of one (query block, key block) pair to dq, dk and dv.
+// With `only` (the head's one pair of blocks, a short sequence's) the products write dq, dk and dv rather than add
+// to them, and the caller zeroes nothing.
 template <class T>
 void backward_block(const Head<T>& h, const HeadGrad<T>& g, const Dims& dims, std::int64_t first, std::int64_t rows,
-                    std::int64_t first_key, std::int64_t keys, const BackwardScratch<T>& s) {
+                    std::int64_t first_key, std::int64_t keys, bool only, const BackwardScratch<T>& s) {
   const std::int64_t out_ld = dims.ld(dims.value_depth);
   const BlockProducts products = block_products(dims, rows, keys);
   T* p = s.probabilities;
@@ -490,22 +512,23 @@ void backward_block(const Head<T>& h, const HeadGrad<T>& g, const Dims& dims, st
   const T* k = h.k + first_key * h.k_ld;
   const T* v = h.v + first_key * h.v_ld;
   detail::gemm(products.scores, q, k, p);
+  const std::int64_t width = score_width(keys);
   for (std::int64_t r = 0; r < rows; ++r)
-    probabilities_row(p + r * keys, h.mask_row(first + r, first_key), h.allowed(first + r, first_key, keys), keys,
+    probabilities_row(p + r * width, h.mask_row(first + r, first_key), h.allowed(first + r, first_key, keys), width,
                       h.scale, g.lse[first + r]);
   const T* out_grad = g.out_grad + first * out_ld;
   // dV += pᵀ·dO, then dP = dO·vᵀ
-  detail::gemm(products.value_grad, p, out_grad, g.v_grad + first_key * h.v_ld);
+  detail::gemm(only ? assigning(products.value_grad) : products.value_grad, p, out_grad, g.v_grad + first_key * h.v_ld);
   detail::gemm(products.scores_grad, out_grad, v, dp);
   for (std::int64_t r = 0; r < rows; ++r) {  // dS = p ∘ (dP − rowsum(dO ∘ O)), with the scale folded in
     const T dot = s.row_dots[first + r];
-    T* grad = dp + r * keys;
-    const T* prob = p + r * keys;
+    T* grad = dp + r * width;
+    const T* prob = p + r * width;
     for (std::int64_t c = 0; c < keys; ++c) grad[c] = h.scale * prob[c] * (grad[c] - dot);
   }
   // dQ += dS·k, dK += dSᵀ·q
-  detail::gemm(products.query_grad, dp, k, g.q_grad + first * h.q_ld);
-  detail::gemm(products.key_grad, dp, q, g.k_grad + first_key * h.k_ld);
+  detail::gemm(only ? assigning(products.query_grad) : products.query_grad, dp, k, g.q_grad + first * h.q_ld);
+  detail::gemm(only ? assigning(products.key_grad) : products.key_grad, dp, q, g.k_grad + first_key * h.k_ld);
 }
 
 template <class T>
@@ -519,14 +542,17 @@ void backward_head(const Head<T>& h, const HeadGrad<T>& g, const Dims& dims, con
   auto zero_rows = [](T* rows, std::int64_t count, std::int64_t width, std::int64_t ld) {
     for (std::int64_t r = 0; r < count; ++r) std::fill(rows + r * ld, rows + r * ld + width, T(0));
   };
-  zero_rows(g.q_grad, dims.queries, dims.depth, h.q_ld);
-  zero_rows(g.k_grad, dims.keys, dims.depth, h.k_ld);
-  zero_rows(g.v_grad, dims.keys, dv, h.v_ld);
+  const bool only_pair = dims.keys > 0 && dims.keys <= key_block && query_blocks(dims) == 1;
+  if (!only_pair) {
+    zero_rows(g.q_grad, dims.queries, dims.depth, h.q_ld);
+    zero_rows(g.k_grad, dims.keys, dims.depth, h.k_ld);
+    zero_rows(g.v_grad, dims.keys, dv, h.v_ld);
+  }
   for (std::int64_t first_key = 0; first_key < dims.keys; first_key += key_block) {
     const std::int64_t keys = std::min(dims.keys - first_key, key_block);
     for (std::int64_t first = 0; first < dims.queries; first += dims.query_block) {
       const std::int64_t rows = std::min(dims.queries - first, dims.query_block);
-      if (h.sees(first, rows, first_key)) backward_block(h, g, dims, first, rows, first_key, keys, s);
+      if (h.sees(first, rows, first_key)) backward_block(h, g, dims, first, rows, first_key, keys, only_pair, s);
     }
   }
 }
@@ -695,9 +721,12 @@ void prepare_products(const Dims& dims, DType dtype, bool backward) {
         for (const detail::GemmShape& product : {products.scores, products.value_grad, products.scores_grad,
                                                  products.query_grad, products.key_grad})
           detail::prepare_gemm(product, dtype);
+        for (const detail::GemmShape& product : {products.value_grad, products.query_grad, products.key_grad})
+          detail::prepare_gemm(assigning(product), dtype);
       } else {
         detail::prepare_gemm(products.scores, dtype);
         detail::prepare_gemm(products.output, dtype);
+        detail::prepare_gemm(assigning(products.output), dtype);
       }
     }
 }
