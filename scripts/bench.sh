@@ -287,7 +287,8 @@ if [ -x "$build/bench/distributed_bench" ] && command -v mpirun >/dev/null; then
   echo "samples/s: median of $((rounds < 3 ? 3 : rounds)) timed fits; eff = 2-rank samples/s over twice the 1-rank's; wait: ms a step waited"
   echo "for its gradient sums after backward; sum alone: ms the same bytes take summed with nothing to overlap."
 fi
-# The GEMM libraries on kiln's small products (bench/gemm_bench; BLIS, libxsmm and oneDNN when installed).
+# The GEMM libraries on kiln's small products (bench/gemm_bench: OpenBLAS, libxsmm, kiln's own choice; BLIS and
+# oneDNN when installed).
 if [ -z "$quick" ] && [ -x "$build/bench/gemm_bench_openblas" ]; then
   echo
   GEMM_MIN_TIME=0.3 bash "$(dirname "$0")/gemm_bench.sh" "$build"

@@ -141,7 +141,7 @@ using WorkspaceFn = std::size_t (*)(const std::vector<Shape>& input_shapes, cons
 
 /// Work a kernel can do once per plan rather than in every run, from the concrete shapes: generating the
 /// small-GEMM kernels its products will call (see ops/detail/gemm.hpp). The planner calls it for each node once
-/// per planned batch size; a kernel must still work without it.
+/// per plan (each set of fed shapes: batch size, sequence length); a kernel must still work without it.
 using PrepareFn = void (*)(const std::vector<Shape>& input_shapes, const Shape& output_shape,
                            const Attributes& attributes, DType dtype);
 

@@ -211,6 +211,11 @@ Array Program::view(const Tensor& tensor) const {
 
 Array Program::fetch(const Tensor& tensor) const { return view(tensor).copy(); }
 
+const Shape& Program::planned_shape(const Tensor& tensor) const {
+  fetch_slot(tensor);
+  return last_plan().shapes[static_cast<std::size_t>(tensor.id())];
+}
+
 void Program::fetch_into(const Tensor& tensor, Array& out) const {
   fetch_slot(tensor);
   const detail::Plan& plan = last_plan();

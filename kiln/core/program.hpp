@@ -72,6 +72,8 @@ class Program {
   Array fetch(const Tensor& tensor) const;
   /// The same without a copy: valid until the next run.
   Array view(const Tensor& tensor) const;
+  /// The shape a fetch had in the last run.
+  const Shape& planned_shape(const Tensor& tensor) const;
   /// Copies the value a fetch had in the last run into `out`, which must have its shape and dtype (ShapeError,
   /// DTypeError otherwise). Allocates nothing: predict_on_batch writes a caller's buffers with it.
   void fetch_into(const Tensor& tensor, Array& out) const;

@@ -162,10 +162,10 @@ class ModelBase : public Layer {
   /// Claims the model for inference (predict, evaluate, test_on_batch) until the Use is destroyed. Throws
   /// LayerStateError when another thread is training it. A model that carries_state() is claimed as for
   /// training: each call writes its states.
-  Use use_for_inference(const std::string& what) const;
+  Use use_for_inference(const char* what) const;
   /// Claims the model for training (fit, train_on_batch, compile) until the Use is destroyed. Throws
   /// LayerStateError when another thread is training it or running inference on it.
-  Use use_for_training(const std::string& what) const;
+  Use use_for_training(const char* what) const;
 
   /// What compile() made (train/'s Trainer: optimizer, losses, training graphs), kept on the model so every
   /// handle to it sees it; null until compiled. layers/ never looks inside.
@@ -218,7 +218,7 @@ class ModelBase : public Layer {
   std::shared_ptr<Inference> inference();  ///< the inference graph and its programs, made on first use
   std::vector<Array> predict_inputs(const std::vector<Array>& given, const std::vector<Tensor>& placeholders) const;
   void check_batch_inputs(const Array* given, std::size_t count, const std::vector<Tensor>& placeholders) const;
-  void predict_batch_into(const Array* given, std::size_t count, Array* outputs, std::size_t output_count);
+  void predict_batch(const Array* given, std::size_t count, Array* outputs, std::size_t output_count, bool into);
   void check_stackable(const std::vector<Tensor>& outputs, std::int64_t fixed_batch) const;
   std::shared_ptr<Inference> inference_;  ///< under inference_mutex_
   std::mutex inference_mutex_;

@@ -13,7 +13,7 @@ using detail::is_input_layer;
 
 // ---- ModelBase: running --------------------------------------------------------------------------------------
 
-ModelBase::Use ModelBase::use_for_inference(const std::string& what) const {
+ModelBase::Use ModelBase::use_for_inference(const char* what) const {
   // A stateful layer's states are written by every call: such a model's inference is exclusive.
   if (carries_state()) return use_for_training(what);
   std::lock_guard<std::mutex> lock(usage_->mutex);
@@ -25,7 +25,7 @@ ModelBase::Use ModelBase::use_for_inference(const std::string& what) const {
   return Use(this, false);
 }
 
-ModelBase::Use ModelBase::use_for_training(const std::string& what) const {
+ModelBase::Use ModelBase::use_for_training(const char* what) const {
   std::lock_guard<std::mutex> lock(usage_->mutex);
   const bool trainer_here = usage_->training > 0 && usage_->trainer == std::this_thread::get_id();
   if (usage_->training > 0 && !trainer_here)
@@ -241,58 +241,81 @@ void ModelBase::check_batch_inputs(const Array* given, std::size_t count,
   }
 }
 
-// Nothing here allocates once the batch size is planned and the inputs have the model's dtypes: the claim, the
-// inference graph and a leased Program are found under locks, the inputs are fed by pointer, and the outputs
-// copied into the caller's arrays.
-void ModelBase::predict_batch_into(const Array* given, std::size_t count, Array* outputs, std::size_t output_count) {
+// One batch through the inference graph. With `into`, each output is copied into the caller's array, checked as
+// far as it can be before the model runs (dtype, rank, the dimensions the model fixes: a stateful model's batch
+// among them), and every array before any is written; else each output is fetched into a new array. Nothing here allocates with
+// `into` once the batch size is planned and the inputs have the model's dtypes: the claim, the inference graph
+// and a leased Program are found under locks, the inputs are fed by pointer, and the outputs copied out.
+void ModelBase::predict_batch(const Array* given, std::size_t count, Array* outputs, std::size_t output_count,
+                              bool into) {
   if (!built() && !build_from_data(std::vector<Array>(given, given + count)))
     throw LayerStateError(describe() + " is not built; call it on a tensor, give it an Input, or build it first");
   if (input_nodes_.empty())
     throw LayerStateError(describe() + " is not built; call it on a tensor, give it an Input, or build it first");
-  const Use use = use_for_inference("predict");
+  const Use use = use_for_inference("predict_on_batch");
   const std::shared_ptr<Inference> inference_graph = inference();
   const Inference& run = *inference_graph;
   check_batch_inputs(given, count, run.inputs);
   if (output_count != run.outputs.size())
     throw ValueError(describe() + ".predict_on_batch writes " + std::to_string(run.outputs.size()) +
                      " outputs, given " + std::to_string(output_count) + " arrays");
+  const std::int64_t rows = given[0].shape()[0];
+  if (rows == 0) throw ValueError(describe() + ".predict_on_batch: the batch has no rows");
+  for (std::size_t o = 0; into && o < output_count; ++o) {
+    const Tensor& output = run.outputs[o];
+    if (outputs[o].dtype() != output.dtype())
+      throw DTypeError(describe() + ".predict_on_batch: output " + std::to_string(o) + " ('" + output.name() +
+                       "') is " + dtype_name(output.dtype()) + ", the array " + dtype_name(outputs[o].dtype()));
+    const Shape& expected = output.shape();
+    const Shape& shape = outputs[o].shape();
+    bool fits = !outputs[o].empty() && shape.rank() == expected.rank();
+    for (int axis = 0; fits && axis < shape.rank(); ++axis)
+      fits = expected[axis] == Shape::unknown || shape[axis] == expected[axis];
+    if (!fits)
+      shape_error("predict_on_batch: output " + std::to_string(o) + " ('" + output.name() + "') does not fit the array",
+                  {{"output", expected}, {"array", shape}});
+  }
   bool converts = false;
   for (std::size_t i = 0; i < count; ++i) converts |= given[i].dtype() != run.inputs[i].dtype();
   const std::vector<Array> converted =
       converts ? predict_inputs(std::vector<Array>(given, given + count), run.inputs) : std::vector<Array>();
   const Array* inputs = converts ? converted.data() : given;
-  const detail::ProgramPool::Lease program = run.programs->lease(inputs[0].shape()[0]);
+  const detail::ProgramPool::Lease program = run.programs->lease(rows);
   for (std::size_t i = 0; i < count; ++i) program->feed(run.inputs[i], inputs[i]);
   program->run();
-  for (std::size_t o = 0; o < output_count; ++o) {
-    try {
-      program->fetch_into(run.outputs[o], outputs[o]);
-    } catch (const ShapeError& error) {
-      throw ShapeError(describe() + ".predict_on_batch: output " + std::to_string(o) + ": " + error.what());
-    } catch (const DTypeError& error) {
-      throw DTypeError(describe() + ".predict_on_batch: output " + std::to_string(o) + ": " + error.what());
-    }
+  if (!into) {
+    for (std::size_t o = 0; o < output_count; ++o) outputs[o] = program->fetch(run.outputs[o]);
+    return;
   }
+  for (std::size_t o = 0; o < output_count; ++o)  // a dimension only the plan knew (a sequence's length)
+    if (program->planned_shape(run.outputs[o]) != outputs[o].shape())
+      shape_error("predict_on_batch: output " + std::to_string(o) + " ('" + run.outputs[o].name() +
+                      "') has shape " + program->planned_shape(run.outputs[o]).to_string() + " for these inputs",
+                  {{"output", run.outputs[o].shape()}, {"array", outputs[o].shape()}});
+  for (std::size_t o = 0; o < output_count; ++o) program->fetch_into(run.outputs[o], outputs[o]);
 }
 
 void ModelBase::predict_on_batch(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
-  predict_batch_into(inputs.data(), inputs.size(), outputs.data(), outputs.size());
+  predict_batch(inputs.data(), inputs.size(), outputs.data(), outputs.size(), true);
 }
 
-void ModelBase::predict_on_batch(const Array& input, Array& output) { predict_batch_into(&input, 1, &output, 1); }
+void ModelBase::predict_on_batch(const Array& input, Array& output) { predict_batch(&input, 1, &output, 1, true); }
 
 std::vector<Array> ModelBase::predict_on_batch(const std::vector<Array>& inputs) {
-  // The batch as predict runs it: predict's checks and messages, and outputs of the planned shapes.
-  std::int64_t rows = inputs.empty() || inputs[0].shape().rank() == 0 ? 1 : inputs[0].shape()[0];
-  return predict(inputs, std::max<std::int64_t>(rows, 1));
+  if (!built()) build_from_data(inputs);  // (an unbuilt Sequential: its outputs are known once built)
+  std::vector<Array> outputs(num_outputs());
+  predict_batch(inputs.data(), inputs.size(), outputs.data(), outputs.size(), false);
+  return outputs;
 }
 
 Array ModelBase::predict_on_batch(const Array& input) {
-  std::vector<Array> outputs = predict_on_batch(std::vector<Array>{input});
-  if (outputs.size() != 1)
-    throw ValueError(describe() + " has " + std::to_string(outputs.size()) +
+  if (!built()) build_from_data({input});
+  if (built() && num_outputs() != 1)
+    throw ValueError(describe() + " has " + std::to_string(num_outputs()) +
                      " outputs; use predict_on_batch with a list of arrays");
-  return outputs[0];
+  Array output;
+  predict_batch(&input, 1, &output, 1, false);
+  return output;
 }
 
 }  // namespace kiln

@@ -440,6 +440,10 @@ TEST_CASE("Model: predict_on_batch runs one batch, into new arrays or the caller
   model.predict_on_batch(data, outputs);
   CHECK(caller[0].bitwise_equal(expected[0]));
   CHECK(caller[1].bitwise_equal(expected[1]));
+  // A wrong array is refused before any array is written.
+  std::vector<Array> one_wrong = {Array(Shape{5, 4}, kiln::DType::float64), Array(Shape{5, 3}, kiln::DType::float64)};
+  CHECK_THROWS_AS(model.predict_on_batch(data, one_wrong), kiln::ShapeError);
+  CHECK(one_wrong[0].bitwise_equal(Array(Shape{5, 4}, kiln::DType::float64)));
 
   // One input and one output, one row: a deployed model's call.
   const Tensor x = kiln::Input({None, 3});

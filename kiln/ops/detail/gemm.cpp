@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
-#include <memory>
 
 #include <cblas.h>
+#if KILN_HAS_XSMM
 #include <libxsmm.h>
+#endif
 
 #include <kiln/core/parallel.hpp>
 
@@ -45,20 +46,24 @@ void call_blas(const GemmShape& s, const double* a, const double* b, double* c) 
 // libxsmm's first operand, A its second, and m and n swap. So kiln's transposed A is libxsmm's TRANS_B, which
 // 1.17 has kernels for; kiln's transposed B would be TRANS_A, which it has none for (dispatch returns null).
 //
-// Measured on this machine's small products (bench/RESULTS.md, the GEMM-library table): libxsmm runs them at
-// 2.3-2.9× OpenBLAS's GFLOP/s, whose fixed cost of 1.3-1.7 µs a call dominates a 40×40×16 head.
+// The limits below come from bench/RESULTS.md (the GEMM-library table, and the sizes around them), on two
+// machines: an AVX2 EPYC, where libxsmm ran kiln's small products at 2.3-2.9× OpenBLAS's rate, and an AVX-512
+// one, where OpenBLAS's own small-matrix kernels are faster and libxsmm's lead is 1.05-1.8×.
 
-// Products of more multiply-adds than this stay on OpenBLAS, whose packing pays off once the operands
-// outgrow the caches (see xsmm_max_work's measurement in bench/RESULTS.md).
+// Products (each thread's slice of one) of more multiply-adds than this stay on OpenBLAS: on the AVX-512
+// machine libxsmm's lead fell from 1.15× at 256³ to 1.07× at 512³ and below 1 at 1024³ and 750×512×512.
 constexpr std::int64_t xsmm_max_work = std::int64_t{1} << 24;
-// libxsmm's kernels run along C's rows (its columns, column-major) in vectors of 8 floats: a C narrower than this
-// wastes most of each (a 64×2 product with k = 480 ran at a fifth of OpenBLAS's rate), so it stays on OpenBLAS.
+// libxsmm's kernels run along C's rows (its columns, column-major) in whole vectors: a C narrower than this
+// wastes most of each. On the AVX-512 machine a 64×2 product with k = 480 ran at a fifth of OpenBLAS's rate,
+// 64×8 at 0.6 of it; 12 columns (mql5_block's model width) at 1.6× it.
 constexpr std::int64_t xsmm_min_columns = 12;
-// op(B) is copied, transposed, into a per-thread buffer of this many floats (128 KB, made on a thread's first
-// such product) when it fits; larger transposed Bs stay on OpenBLAS. So do products of fewer rows than
-// transposed_b_min_rows, whose copy would cost about as much as the product.
+// op(B) is copied, transposed, into a per-thread buffer of this many floats when it fits; larger transposed Bs
+// stay on OpenBLAS. So do products of fewer rows than transposed_b_min_rows, whose copy would cost about as
+// much as the product (1×12×128 ran at a tenth of OpenBLAS's rate).
 constexpr std::int64_t transposed_b_capacity = std::int64_t{1} << 15;
 constexpr std::int64_t transposed_b_min_rows = 16;
+
+#if KILN_HAS_XSMM
 
 struct XsmmProduct {
   libxsmm_blasint m, n, k, lda, ldb, ldc;
@@ -80,10 +85,12 @@ struct XsmmProduct {
       h = (h ^ static_cast<std::size_t>(value)) * 0x100000001b3ull;
     return h ^ static_cast<std::size_t>(flags * 2 + (accumulate ? 1 : 0));
   }
-  // libxsmm's registry keeps every kernel it makes; dispatching one made before is a lookup there.
+  // libxsmm's registry keeps every kernel it makes; dispatching one made before is a lookup there. No prefetch:
+  // kernels that prefetch take three more arguments, and nullptr would let LIBXSMM_GEMM_PREFETCH decide.
   libxsmm_smmfunction dispatch() const {
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    return libxsmm_smmdispatch(m, n, k, &lda, &ldb, &ldc, &alpha, &beta, &flags, nullptr);
+    const int prefetch = LIBXSMM_GEMM_PREFETCH_NONE;
+    return libxsmm_smmdispatch(m, n, k, &lda, &ldb, &ldc, &alpha, &beta, &flags, &prefetch);
   }
 };
 
@@ -111,10 +118,11 @@ libxsmm_smmfunction kernel_for(const GemmShape& s) {
   return cache.find(XsmmProduct(s));
 }
 
+// The copy of a transposed B: in thread-local storage (128 KB a thread, made with the thread), so no product
+// ever allocates, on any thread.
 float* transposed_b_buffer() {
-  thread_local std::unique_ptr<float[]> buffer;
-  if (!buffer) buffer = std::make_unique<float[]>(static_cast<std::size_t>(transposed_b_capacity));
-  return buffer.get();
+  alignas(64) thread_local float buffer[transposed_b_capacity];
+  return buffer;
 }
 
 // op(B) (k × n) into `out`, row-major with n columns, from B stored transposed (n rows of k, ldb apart): in
@@ -123,6 +131,8 @@ float* transposed_b_buffer() {
 void transpose_b(const GemmShape& s, const float* b, float* out) {
   libxsmm_otrans(out, b, sizeof(float), s.k, s.n, s.ldb, s.n);
 }
+
+#endif  // KILN_HAS_XSMM
 
 // Runs a float32 product on the backend gemm_backend chose. Should libxsmm make no kernel for a shape (it has
 // limits of its own on sizes and leading dimensions), that shape runs on OpenBLAS, every time.
@@ -133,6 +143,7 @@ void run_product(const GemmShape& s, const float* a, const float* b, float* c) {
       return;
     case GemmBackend::openblas:
       break;
+#if KILN_HAS_XSMM
     case GemmBackend::xsmm:
       if (const libxsmm_smmfunction kernel = kernel_for(s)) {
         kernel(b, a, c);
@@ -147,6 +158,11 @@ void run_product(const GemmShape& s, const float* a, const float* b, float* c) {
         return;
       }
       break;
+#else
+    case GemmBackend::xsmm:
+    case GemmBackend::xsmm_transposed_b:
+      break;
+#endif
   }
   call_blas(s, a, b, c);
 }
@@ -210,17 +226,20 @@ void split_gemm(const GemmShape& s, const T* a, const T* b, T* c) {
 }
 
 void prepare_product(const GemmShape& s) {
+#if KILN_HAS_XSMM
   const GemmBackend backend = gemm_backend(s, DType::float32);
-  if (backend == GemmBackend::xsmm || backend == GemmBackend::xsmm_transposed_b) {
-    XsmmProduct(s).dispatch();
-    if (backend == GemmBackend::xsmm_transposed_b) transposed_b_buffer();
-  }
+  if (backend == GemmBackend::xsmm || backend == GemmBackend::xsmm_transposed_b) XsmmProduct(s).dispatch();
+#else
+  (void)s;
+#endif
 }
 }  // namespace
 
+bool gemm_has_xsmm() { return KILN_HAS_XSMM != 0; }
+
 GemmBackend gemm_backend(const GemmShape& s, DType dtype) {
   if (s.m <= 0 || s.n <= 0 || s.k <= 0) return GemmBackend::none;
-  if (dtype == DType::float64 || s.m * s.n * s.k > xsmm_max_work || s.n < xsmm_min_columns)
+  if (!gemm_has_xsmm() || dtype == DType::float64 || s.m * s.n * s.k > xsmm_max_work || s.n < xsmm_min_columns)
     return GemmBackend::openblas;
   if (!s.transpose_b) return GemmBackend::xsmm;
   return s.n * s.k <= transposed_b_capacity && s.m >= transposed_b_min_rows ? GemmBackend::xsmm_transposed_b

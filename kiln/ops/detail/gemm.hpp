@@ -3,8 +3,10 @@
 // copies. Which library runs a product is a pure function of its shape and dtype (gemm_backend), so a plan's
 // shapes fix it and a run is deterministic for a given thread count:
 // - float32 runs on libxsmm's JIT kernels, made once per shape and kept for the process (prepare_gemm makes them
-//   at planning). libxsmm has no kernel for a transposed B in kiln's row-major terms: B is first copied,
-//   transposed, into a per-thread buffer when it fits (xsmm_transposed_b), else the product goes to OpenBLAS.
+//   at planning; a product whose op has no prepare hook makes its kernel in its first run). libxsmm has no
+//   kernel for a transposed B in kiln's row-major terms: B is first copied, transposed, into a per-thread
+//   buffer when it fits (xsmm_transposed_b), else the product goes to OpenBLAS. Products too large, too narrow
+//   or (with a transposed B) too short for libxsmm to win go to OpenBLAS too.
 // - float64 runs on OpenBLAS, whose sums the float64 gradient checks and the PyTorch comparisons were made with.
 // A large product is split over kiln's threads (each library runs one thread in each); inside a parallel_for
 // it runs on the calling thread.
@@ -32,8 +34,12 @@ enum class GemmBackend {
   xsmm_transposed_b,  // a libxsmm kernel after copying op(B) into a per-thread buffer
 };
 
-// The library that runs products of this shape and dtype (for each thread's slice of a split product too).
+// The library that runs products of this shape and dtype. A product split over threads is cut into slices
+// first, and each slice's shape decides for it.
 GemmBackend gemm_backend(const GemmShape& shape, DType dtype);
+// Whether kiln was built with libxsmm (Debian ships it for amd64 only): without it every product runs on
+// OpenBLAS.
+bool gemm_has_xsmm();
 // Makes the kernels gemm will run for this shape and dtype, so the first run does not: ops call it from their
 // plan-time hook (OpDef::prepare). Cheap when they exist already.
 void prepare_gemm(const GemmShape& shape, DType dtype);

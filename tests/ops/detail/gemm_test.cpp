@@ -92,6 +92,11 @@ TEST_CASE("gemm: large products split over threads by rows or by columns give th
 }
 
 TEST_CASE("gemm: float32 runs on libxsmm's kernels, float64 and large products on OpenBLAS", "[gemm]") {
+  if (!kiln::detail::gemm_has_xsmm()) {  // built without libxsmm: everything on OpenBLAS
+    CHECK(kiln::detail::gemm_backend(GemmShape{40, 16, 40, false, false, 40, 16, 16}, DType::float32) ==
+          GemmBackend::openblas);
+    return;
+  }
   const GemmShape head{40, 16, 40, false, false, 40, 16, 16};      // attention's p·v
   const GemmShape scores{40, 40, 16, false, true, 16, 16, 40};     // q·kᵀ: B transposed
   const GemmShape weights{128, 12, 2560, true, false, 128, 12, 12};  // a Dense layer's weight gradient
@@ -101,38 +106,52 @@ TEST_CASE("gemm: float32 runs on libxsmm's kernels, float64 and large products o
   CHECK(kiln::detail::gemm_backend(head, DType::float64) == GemmBackend::openblas);
   CHECK(kiln::detail::gemm_backend(GemmShape{2048, 2048, 2048, false, false, 2048, 2048, 2048}, DType::float32) ==
         GemmBackend::openblas);
-  // A transposed B too large for the per-thread copy stays on OpenBLAS.
-  CHECK(kiln::detail::gemm_backend(GemmShape{8, 256, 256, false, true, 256, 256, 256}, DType::float32) ==
+  // A transposed B too large for the per-thread copy, or too short a product for the copy to pay, a C too
+  // narrow for libxsmm's vectors: OpenBLAS.
+  CHECK(kiln::detail::gemm_backend(GemmShape{64, 256, 256, false, true, 256, 256, 256}, DType::float32) ==
+        GemmBackend::openblas);
+  CHECK(kiln::detail::gemm_backend(GemmShape{1, 12, 128, false, true, 128, 128, 12}, DType::float32) ==
+        GemmBackend::openblas);
+  CHECK(kiln::detail::gemm_backend(GemmShape{64, 2, 480, false, false, 480, 2, 2}, DType::float32) ==
         GemmBackend::openblas);
   CHECK(kiln::detail::gemm_backend(GemmShape{2, 3, 0, false, false, 1, 3, 3}, DType::float32) == GemmBackend::none);
 }
 
 TEST_CASE("gemm: every backend against a double-precision reference, operands inside wider rows", "[gemm]") {
-  check_gemm<float>(1e-5, 7, 5, 9, 4);
-  check_gemm<float>(2e-5, 40, 40, 16, 32);     // attention heads interleaved (heads_last)
+  check_gemm<float>(1e-5, 7, 5, 9, 4);         // narrow: OpenBLAS
+  check_gemm<float>(2e-5, 40, 40, 16, 32);     // attention heads interleaved (heads_last): libxsmm, B copied
+  check_gemm<float>(2e-5, 24, 13, 40, 3);      // libxsmm with a ragged vector of columns
   check_gemm<float>(1e-4, 200, 256, 256, 0);   // the transposed B does not fit the copy: OpenBLAS
   check_gemm<float>(1e-4, 1, 12, 128, 0);      // one sample through a Dense layer
   check_gemm<double>(1e-12, 40, 40, 16, 32);
 }
 
 TEST_CASE("gemm: C = A·B overwrites whatever C held, NaN included", "[gemm]") {
-  for (bool tb : {false, true}) {
-    const GemmShape s{6, 5, 4, false, tb, 4, tb ? 4 : 5, 5};
-    const auto a = random_vector<float>(24, 4);
-    const auto b = random_vector<float>(20, 5);
-    std::vector<float> c(30, std::numeric_limits<float>::quiet_NaN());
-    kiln::detail::gemm(s, a.data(), b.data(), c.data());
-    for (float value : c) REQUIRE(std::isfinite(value));
-  }
+  // 6×5 on OpenBLAS (C zeroed first); 24×16 on libxsmm (beta = 0, C never read), as is and with B copied.
+  for (const std::int64_t m : {6, 24})
+    for (bool tb : {false, true}) {
+      const std::int64_t n = m == 6 ? 5 : 16, k = 4;
+      const GemmShape s{m, n, k, false, tb, k, tb ? k : n, n};
+      const auto a = random_vector<float>(static_cast<std::size_t>(m * k), 4);
+      const auto b = random_vector<float>(static_cast<std::size_t>(k * n), 5);
+      std::vector<float> c(static_cast<std::size_t>(m * n), std::numeric_limits<float>::quiet_NaN());
+      kiln::detail::gemm(s, a.data(), b.data(), c.data());
+      for (float value : c) REQUIRE(std::isfinite(value));
+    }
 }
 
-TEST_CASE("gemm: the same product gives the same bits, prepared at planning or not", "[gemm]") {
-  const GemmShape s{40, 40, 16, false, true, 16, 16, 40};
-  const auto a = random_vector<float>(640, 6);
-  const auto b = random_vector<float>(640, 7);
-  std::vector<float> first(1600), second(1600);
-  kiln::detail::gemm(s, a.data(), b.data(), first.data());
-  kiln::detail::prepare_gemm(s, DType::float32);
-  kiln::detail::gemm(s, a.data(), b.data(), second.data());
-  REQUIRE(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)) == 0);
+TEST_CASE("gemm: a product gives the same bits every time, for a given thread count", "[gemm][threads]") {
+  const int saved = kiln::get_num_threads();
+  const GemmShape s{600, 40, 256, false, true, 256, 256, 40};  // split over 3 threads: libxsmm slices, B copied
+  const auto a = random_vector<float>(600 * 256, 6);
+  const auto b = random_vector<float>(40 * 256, 7);
+  for (int threads : {1, 3}) {
+    kiln::set_num_threads(threads);
+    kiln::detail::prepare_gemm(s, DType::float32);
+    std::vector<float> first(600 * 40), second(600 * 40);
+    kiln::detail::gemm(s, a.data(), b.data(), first.data());
+    kiln::detail::gemm(s, a.data(), b.data(), second.data());
+    REQUIRE(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)) == 0);
+  }
+  kiln::set_num_threads(saved);
 }
