@@ -131,8 +131,10 @@ class ModelBase : public Layer {
   /// The same for a model of one input and one output; a model with several outputs throws ValueError.
   Array predict_on_batch(const Array& input);
   /// The same, written into the caller's arrays, one per output, each of that output's shape for these rows and
-  /// of its dtype (ShapeError, DTypeError otherwise): a deployed model's call. Once the batch size has been
-  /// planned (by the first call), a call with inputs of the model's dtypes allocates nothing.
+  /// of its dtype (ShapeError, DTypeError otherwise, before the model runs where the model fixes the dimension,
+  /// and before any array is written): a deployed model's call. Once these input shapes have been planned (by
+  /// an earlier call; with N threads calling at once, by N such calls at once), a call with inputs of the
+  /// model's dtypes allocates nothing.
   void predict_on_batch(const std::vector<Array>& inputs, std::vector<Array>& outputs);
   /// The same for a model of one input and one output.
   void predict_on_batch(const Array& input, Array& output);
@@ -303,8 +305,8 @@ class ModelHandle : public LayerHandle<M> {
   std::vector<Array> predict_on_batch(const std::vector<Array>& inputs) const {
     return this->layer_->predict_on_batch(inputs);
   }
-  /// The same, written into `output` (the output's shape for these rows, and its dtype): once the batch size is
-  /// planned, a call allocates nothing. A deployed model's call.
+  /// The same, written into `output` (the output's shape for these rows, and its dtype): once these input
+  /// shapes are planned (by an earlier call), a call allocates nothing. A deployed model's call.
   void predict_on_batch(const Array& input, Array& output) const { this->layer_->predict_on_batch(input, output); }
   /// The same with several inputs or outputs.
   void predict_on_batch(const std::vector<Array>& inputs, std::vector<Array>& outputs) const {
