@@ -494,8 +494,6 @@ TEST_CASE("kiln convert writes .keras, .h5 and kiln files that load to the same 
   CHECK_FALSE(fs::exists(dir / "out.keras"));
 }
 
-#endif  // KILN_CLI_PATH
-
 TEST_CASE("kiln plot-model and plot-history draw a saved model and a CSVLogger file", "[cli][plot]") {
   TempDir dir;
   small_model().save(dir / "m.kiln");
@@ -511,3 +509,5 @@ TEST_CASE("kiln plot-model and plot-history draw a saved model and a CSVLogger f
   CHECK(read_text(dir / "history.svg").find("<polyline") != std::string::npos);
   check_failure(run_kiln(dir, "plot-history " + arg(dir / "missing.csv") + " " + arg(dir / "x.svg")));
 }
+
+#endif  // KILN_CLI_PATH
