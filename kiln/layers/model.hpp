@@ -218,8 +218,10 @@ class ModelBase : public Layer {
   struct Inference;
   struct Usage;
   std::shared_ptr<Inference> inference();  ///< the inference graph and its programs, made on first use
-  std::vector<Array> predict_inputs(const std::vector<Array>& given, const std::vector<Tensor>& placeholders) const;
-  void check_batch_inputs(const Array* given, std::size_t count, const std::vector<Tensor>& placeholders) const;
+  void check_inputs(const Array* given, std::size_t count, const std::vector<Tensor>& placeholders, const char* what,
+                    bool rows_free) const;
+  std::vector<Array> converted_inputs(const Array* given, std::size_t count,
+                                      const std::vector<Tensor>& placeholders) const;
   void predict_batch(const Array* given, std::size_t count, Array* outputs, std::size_t output_count, bool into);
   void check_stackable(const std::vector<Tensor>& outputs, std::int64_t fixed_batch) const;
   std::shared_ptr<Inference> inference_;  ///< under inference_mutex_

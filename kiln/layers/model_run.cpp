@@ -116,26 +116,31 @@ std::shared_ptr<ModelBase::Inference> ModelBase::inference() {
   return inference_;  // a caller's copy keeps it alive if the model is rebuilt meanwhile
 }
 
-// The arrays predict was given, checked against the inputs (same rows, fitting shapes) and converted
-// to the inputs' dtypes.
-std::vector<Array> ModelBase::predict_inputs(const std::vector<Array>& given,
-                                             const std::vector<Tensor>& placeholders) const {
-  if (given.size() != placeholders.size())
-    throw ValueError(describe() + ".predict takes " + std::to_string(placeholders.size()) + " arrays, got " +
-                     std::to_string(given.size()));
-  std::vector<Array> inputs;
-  for (std::size_t i = 0; i < given.size(); ++i) {
+// The arrays predict (`what`) was given, checked against the inputs: one per input, each fitting it (its row
+// count free when `rows_free`: predict feeds rows in batches), all with as many rows.
+void ModelBase::check_inputs(const Array* given, std::size_t count, const std::vector<Tensor>& placeholders,
+                             const char* what, bool rows_free) const {
+  if (count != placeholders.size())
+    throw ValueError(describe() + "." + what + " takes " + std::to_string(placeholders.size()) + " arrays, got " +
+                     std::to_string(count));
+  for (std::size_t i = 0; i < count; ++i) {
     const Shape& expected = placeholders[i].shape();
     const Shape& shape = given[i].shape();
-    // Rows are fed in batches, so the row count is free even where the input fixes a batch size.
-    if (shape.rank() == 0 || !expected.accepts(shape, 1))
-      shape_error("predict: array " + std::to_string(i) + " does not fit the input",
+    if (shape.rank() == 0 || !(rows_free ? expected.accepts(shape, 1) : expected.accepts(shape)))
+      shape_error(std::string(what) + ": array " + std::to_string(i) + " does not fit the input",
                   {{"input", expected}, {"array", shape}});
     if (shape[0] != given[0].shape()[0])
-      shape_error("predict: the arrays have different numbers of rows",
+      shape_error(std::string(what) + ": the arrays have different numbers of rows",
                   {{"array 0", given[0].shape()}, {"array " + std::to_string(i), shape}});
-    inputs.push_back(given[i].dtype() == placeholders[i].dtype() ? given[i] : given[i].astype(placeholders[i].dtype()));
   }
+}
+
+// Checked arrays converted to the inputs' dtypes (those of the right dtype shared, not copied).
+std::vector<Array> ModelBase::converted_inputs(const Array* given, std::size_t count,
+                                               const std::vector<Tensor>& placeholders) const {
+  std::vector<Array> inputs;
+  for (std::size_t i = 0; i < count; ++i)
+    inputs.push_back(given[i].dtype() == placeholders[i].dtype() ? given[i] : given[i].astype(placeholders[i].dtype()));
   return inputs;
 }
 
@@ -158,7 +163,8 @@ std::vector<Array> ModelBase::predict(const std::vector<Array>& given, std::int6
   const Use use = use_for_inference("predict");
   const std::shared_ptr<Inference> inference_graph = inference();
   const Inference& run = *inference_graph;
-  const std::vector<Array> inputs = predict_inputs(given, run.inputs);
+  check_inputs(given.data(), given.size(), run.inputs, "predict", true);
+  const std::vector<Array> inputs = converted_inputs(given.data(), given.size(), run.inputs);
   const std::int64_t rows = inputs[0].shape()[0];
   // Inputs with a fixed batch size (a stateful model's) take batches of exactly that size.
   const std::int64_t fixed_batch = run.inputs[0].shape()[0];
@@ -223,39 +229,20 @@ Array ModelBase::predict(const Array& input, std::int64_t batch_size) {
   return outputs[0];
 }
 
-// predict_on_batch's inputs: one per model input, each fitting it batch dimension included, all with as many rows.
-void ModelBase::check_batch_inputs(const Array* given, std::size_t count,
-                                   const std::vector<Tensor>& placeholders) const {
-  if (count != placeholders.size())
-    throw ValueError(describe() + ".predict_on_batch takes " + std::to_string(placeholders.size()) + " arrays, got " +
-                     std::to_string(count));
-  for (std::size_t i = 0; i < count; ++i) {
-    const Shape& expected = placeholders[i].shape();
-    const Shape& shape = given[i].shape();
-    if (shape.rank() == 0 || !expected.accepts(shape))
-      shape_error("predict_on_batch: array " + std::to_string(i) + " does not fit the input",
-                  {{"input", expected}, {"array", shape}});
-    if (shape[0] != given[0].shape()[0])
-      shape_error("predict_on_batch: the arrays have different numbers of rows",
-                  {{"array 0", given[0].shape()}, {"array " + std::to_string(i), shape}});
-  }
-}
-
 // One batch through the inference graph. With `into`, each output is copied into the caller's array, checked as
 // far as it can be before the model runs (dtype, rank, the dimensions the model fixes: a stateful model's batch
-// among them), and every array before any is written; else each output is fetched into a new array. Nothing here allocates with
-// `into` once the batch size is planned and the inputs have the model's dtypes: the claim, the inference graph
-// and a leased Program are found under locks, the inputs are fed by pointer, and the outputs copied out.
+// among them), and every array before any is written; else each output is fetched into a new array. Nothing
+// here allocates with `into` once the batch size is planned and the inputs have the model's dtypes: the claim,
+// the inference graph and a leased Program are found under locks, the inputs are fed by pointer, and the
+// outputs copied out.
 void ModelBase::predict_batch(const Array* given, std::size_t count, Array* outputs, std::size_t output_count,
                               bool into) {
-  if (!built() && !build_from_data(std::vector<Array>(given, given + count)))
-    throw LayerStateError(describe() + " is not built; call it on a tensor, give it an Input, or build it first");
-  if (input_nodes_.empty())
+  if ((!built() && !build_from_data(std::vector<Array>(given, given + count))) || input_nodes_.empty())
     throw LayerStateError(describe() + " is not built; call it on a tensor, give it an Input, or build it first");
   const Use use = use_for_inference("predict_on_batch");
   const std::shared_ptr<Inference> inference_graph = inference();
   const Inference& run = *inference_graph;
-  check_batch_inputs(given, count, run.inputs);
+  check_inputs(given, count, run.inputs, "predict_on_batch", false);
   if (output_count != run.outputs.size())
     throw ValueError(describe() + ".predict_on_batch writes " + std::to_string(run.outputs.size()) +
                      " outputs, given " + std::to_string(output_count) + " arrays");
@@ -277,8 +264,7 @@ void ModelBase::predict_batch(const Array* given, std::size_t count, Array* outp
   }
   bool converts = false;
   for (std::size_t i = 0; i < count; ++i) converts |= given[i].dtype() != run.inputs[i].dtype();
-  const std::vector<Array> converted =
-      converts ? predict_inputs(std::vector<Array>(given, given + count), run.inputs) : std::vector<Array>();
+  const std::vector<Array> converted = converts ? converted_inputs(given, count, run.inputs) : std::vector<Array>();
   const Array* inputs = converts ? converted.data() : given;
   const detail::ProgramPool::Lease program = run.programs->lease(rows);
   for (std::size_t i = 0; i < count; ++i) program->feed(run.inputs[i], inputs[i]);

@@ -145,16 +145,15 @@ void run_product(const GemmShape& s, const float* a, const float* b, float* c) {
       break;
 #if KILN_HAS_XSMM
     case GemmBackend::xsmm:
-      if (const libxsmm_smmfunction kernel = kernel_for(s)) {
-        kernel(b, a, c);
-        return;
-      }
-      break;
     case GemmBackend::xsmm_transposed_b:
       if (const libxsmm_smmfunction kernel = kernel_for(s)) {
-        float* copy = transposed_b_buffer();
-        transpose_b(s, b, copy);
-        kernel(copy, a, c);
+        const float* left = b;  // (libxsmm's first operand is kiln's B)
+        if (s.transpose_b) {
+          float* copy = transposed_b_buffer();
+          transpose_b(s, b, copy);
+          left = copy;
+        }
+        kernel(left, a, c);
         return;
       }
       break;
