@@ -1,11 +1,15 @@
-// Fused scaled dot-product attention: softmax(scale·q·kᵀ, masked)·v without ever holding the T×S
-// scores. The forward streams over key blocks with an online softmax (a running max and sum per query
-// row) and keeps only each row's log-sum-exp; the backward recomputes the probabilities block by block
-// from q, k and that log-sum-exp (FlashAttention-2's loop order: key blocks outside, query blocks inside).
+// Fused scaled dot-product attention: softmax(scale·q·kᵀ, masked)·v.
+// - A long sequence never holds its T×S scores. The forward streams over key blocks with an online softmax (a
+//   running max and sum per query row) and keeps only each row's log-sum-exp; the backward recomputes the
+//   probabilities block by block from q, k and that log-sum-exp (FlashAttention-2's loop order: key blocks
+//   outside, query blocks inside).
+// - A short one, one block pair per head (T ≤ 256 and S ≤ 256), keeps its probabilities: T×S per head, what the
+//   unfused composition holds too. Its backward then skips the recompute, one of its five products and all of
+//   its exps (mql5_block, 40 steps: the backward 1.6× faster), and its forward needs no online rescaling.
 //
 // Nodes are single-output, so the forward is two nodes. kiln>FusedAttention computes a flat "state"
-// buffer laid out as [output (..., T, dv) | log-sum-exp (..., T)]; kiln>FusedAttentionOutput is an
-// alias of its head with the output's shape, and carries the backward rule. The backward is likewise
+// buffer laid out as [output (..., T, dv) | log-sum-exp (..., T) | kept probabilities (..., T, S padded)];
+// kiln>FusedAttentionOutput is an alias of its head with the output's shape, and carries the backward rule. The backward is likewise
 // one kernel writing [dq | dk | dv] and three small copies out of it (O((T + S)·d) per head, against
 // the O(T·S·d) products).
 #include <algorithm>
@@ -16,6 +20,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 // xsimd's AVX-512 intrinsics trip g++ 12's (maybe-)uninitialized warnings once inlined; they point into
@@ -119,6 +124,13 @@ struct Blocks {
   std::int64_t queries, keys;
 };
 
+// A sequence that is one block pair per head (T ≤ max_query_block, S ≤ key_block) keeps its probabilities in the
+// state (see the top of the file): T × score_width(S) per head, as many as the unfused composition holds.
+bool keeps_probabilities(std::int64_t queries, std::int64_t keys) {
+  return queries > 0 && keys > 0 && queries <= max_query_block && keys <= key_block;
+}
+bool keeps_probabilities(const Dims& dims) { return keeps_probabilities(dims.queries, dims.keys); }
+
 Blocks blocks_of(const Dims& dims) {
   return {std::min(dims.queries, dims.query_block), std::min(dims.keys, key_block)};
 }
@@ -178,15 +190,47 @@ MaskLayout mask_layout(const Shape& q, const Shape& mask, bool heads_last) {
 template <class T>
 constexpr T minus_infinity = -std::numeric_limits<T>::infinity();
 
+// The largest lane: a shuffle tree on AVX-512 and AVX (the score rows' max runs once per row, and a store
+// and scalar scan of the lanes took a fifth of a 40-key row's softmax).
 template <class T>
 T horizontal_max(const xsimd::batch<T>& values) {
+  constexpr std::size_t bytes = sizeof(xsimd::batch<T>);
+#if XSIMD_WITH_AVX512F
+  if constexpr (bytes == 64) {
+    if constexpr (std::is_same_v<T, float>) return _mm512_reduce_max_ps(values);
+    if constexpr (std::is_same_v<T, double>) return _mm512_reduce_max_pd(values);
+  }
+#endif
+#if XSIMD_WITH_AVX
+  if constexpr (bytes == 32 && std::is_same_v<T, float>) {
+    const __m256 v = values;
+    __m256 m = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
+    m = _mm256_max_ps(m, _mm256_permute_ps(m, 0x4E));
+    return _mm256_cvtss_f32(_mm256_max_ps(m, _mm256_permute_ps(m, 0xB1)));
+  }
+  if constexpr (bytes == 32 && std::is_same_v<T, double>) {
+    const __m256d v = values;
+    const __m256d m = _mm256_max_pd(v, _mm256_permute2f128_pd(v, v, 1));
+    return _mm256_cvtsd_f64(_mm256_max_pd(m, _mm256_permute_pd(m, 5)));
+  }
+#endif
   alignas(64) T lanes[xsimd::batch<T>::size];
   values.store_aligned(lanes);
   return *std::max_element(lanes, lanes + xsimd::batch<T>::size);
 }
 
+// 0, 1, 2, ... in the lanes.
+template <class T>
+xsimd::batch<T> lane_indices() {
+  alignas(64) T lanes[xsimd::batch<T>::size];
+  for (std::size_t i = 0; i < xsimd::batch<T>::size; ++i) lanes[i] = static_cast<T>(i);
+  return xsimd::batch<T>::load_aligned(lanes);
+}
+
 // x ← scale·x where the key may be attended (the first `allowed` columns, and a nonzero mask), −∞
-// elsewhere. Returns the row's max (−∞ when nothing may be attended).
+// elsewhere. Returns the row's max (−∞ when nothing may be attended). n is the padded row (score_width):
+// without a mask the partial vector at `allowed` is one vector with its lanes past `allowed` excluded, so a
+// 40-key row is three vector steps and no scalar ones.
 template <class T>
 T scale_mask_max(T* x, const T* mask, std::int64_t allowed, std::int64_t n, T scale) {
   using Batch = xsimd::batch<T>;
@@ -200,12 +244,19 @@ T scale_mask_max(T* x, const T* mask, std::int64_t allowed, std::int64_t n, T sc
     value.store_unaligned(x + c);
     running = xsimd::max(running, value);
   }
+  if (mask == nullptr && c < allowed && c + width <= n) {
+    const auto kept = lane_indices<T>() < Batch(static_cast<T>(allowed - c));
+    const Batch value = xsimd::select(kept, Batch::load_unaligned(x + c) * factor, excluded);
+    value.store_unaligned(x + c);
+    running = xsimd::max(running, value);
+    c += width;
+  }
   T max = horizontal_max(running);
   for (; c < allowed; ++c) {
     x[c] = (mask != nullptr && mask[c] == T(0)) ? minus_infinity<T> : x[c] * scale;
     max = std::max(max, x[c]);
   }
-  std::fill(x + allowed, x + n, minus_infinity<T>);
+  if (c < n) std::fill(x + c, x + n, minus_infinity<T>);
   return max;
 }
 
@@ -254,6 +305,73 @@ template <class T>
 void probabilities_row(T* x, const T* mask, std::int64_t allowed, std::int64_t n, T scale, T lse) {
   scale_mask_max(x, mask, allowed, n, scale);
   exp_and_sum(x, n, lse);
+}
+
+// One score row of a sequence that is one key block (the kept-probabilities path) into its probabilities:
+// softmax(scale·x) over the keys it may attend, 0 elsewhere. Also its max and its sum relative to that max, for
+// its log-sum-exp. A row that may attend nothing is all 0 (sum 0, max −∞), as unfused.
+template <class T>
+void softmax_row(T* x, const T* mask, std::int64_t allowed, std::int64_t n, T scale, T& max, T& sum) {
+  using Batch = xsimd::batch<T>;
+  constexpr auto width = static_cast<std::int64_t>(Batch::size);
+  max = scale_mask_max(x, mask, allowed, n, scale);
+  if (max == minus_infinity<T>) {
+    std::fill(x, x + n, T(0));
+    sum = T(0);
+    return;
+  }
+  sum = exp_and_sum(x, n, max);
+  const T inverse = T(1) / sum;
+  std::int64_t c = 0;
+  for (; c + width <= n; c += width) (Batch::load_unaligned(x + c) * Batch(inverse)).store_unaligned(x + c);
+  for (; c < n; ++c) x[c] *= inverse;
+}
+
+// lse ← max + log(sum) for `rows` rows, +∞ for a row that attends nothing (max −∞). max and sum are padded
+// to whole vectors (scratch rows), lse is not. A vector of logs at a time: a scalar log per row took 8 % of a
+// 40-query head's forward.
+template <class T>
+void log_sum_exps(const T* max, const T* sum, std::int64_t rows, T* lse) {
+  using Batch = xsimd::batch<T>;
+  constexpr auto width = static_cast<std::int64_t>(Batch::size);
+  const Batch excluded(minus_infinity<T>), nothing(std::numeric_limits<T>::infinity());
+  for (std::int64_t r = 0; r < rows; r += width) {
+    const Batch row_max = Batch::load_unaligned(max + r);
+    const Batch value = xsimd::select(row_max == excluded, nothing, row_max + xsimd::log(Batch::load_unaligned(sum + r)));
+    if (r + width <= rows) {
+      value.store_unaligned(lse + r);
+    } else {
+      alignas(64) T lanes[width];
+      value.store_aligned(lanes);
+      std::copy(lanes, lanes + (rows - r), lse + r);
+    }
+  }
+}
+
+// Σ a·b over n entries.
+template <class T>
+T dot(const T* a, const T* b, std::int64_t n) {
+  using Batch = xsimd::batch<T>;
+  constexpr auto width = static_cast<std::int64_t>(Batch::size);
+  Batch sums(T(0));
+  std::int64_t c = 0;
+  for (; c + width <= n; c += width) sums = xsimd::fma(Batch::load_unaligned(a + c), Batch::load_unaligned(b + c), sums);
+  T sum = xsimd::hadd(sums);
+  for (; c < n; ++c) sum += a[c] * b[c];
+  return sum;
+}
+
+// One row of the scores' gradient: grad ← scale·p ∘ (grad − dot), over the padded row (n, whole vectors; the
+// padding's values are never read).
+template <class T>
+void scores_grad_row(T* grad, const T* p, std::int64_t n, T dot, T scale) {
+  using Batch = xsimd::batch<T>;
+  constexpr auto width = static_cast<std::int64_t>(Batch::size);
+  const Batch shift(dot), factor(scale);
+  std::int64_t c = 0;
+  for (; c + width <= n; c += width)
+    (factor * Batch::load_unaligned(p + c) * (Batch::load_unaligned(grad + c) - shift)).store_unaligned(grad + c);
+  for (; c < n; ++c) grad[c] = scale * p[c] * (grad[c] - dot);
 }
 
 // ---- GEMM on blocks -------------------------------------------------------------------------------------
@@ -430,13 +548,26 @@ void forward_query_block(const Head<T>& h, const Dims& dims, std::int64_t first,
     T* row = out + r * out_ld;
     if (s.max[r] == minus_infinity<T>) {  // a row that may attend nothing is all zeros, as unfused
       std::fill(row, row + dv, T(0));
-      lse[r] = std::numeric_limits<T>::infinity();
     } else {  // (a NaN score makes the row NaN, as unfused)
       const T inverse = T(1) / s.sum[r];
       for (std::int64_t c = 0; c < dv; ++c) row[c] *= inverse;
-      lse[r] = s.max[r] + std::log(s.sum[r]);
     }
   }
+  log_sum_exps(s.max, s.sum, rows, lse);
+}
+
+// A head whose probabilities are kept (keeps_probabilities): p ← softmax(scale·q·kᵀ) written into the state,
+// then out ← p·v. One key block, so no online rescaling; the rows are normalized before the product, so the
+// output needs no pass of its own.
+template <class T>
+void forward_kept_head(const Head<T>& h, const Dims& dims, T* out, T* lse, T* p, const ForwardScratch<T>& s) {
+  const std::int64_t rows = dims.queries, keys = dims.keys, width = score_width(keys);
+  const BlockProducts products = block_products(dims, rows, keys);
+  detail::gemm(products.scores, h.q, h.k, p);
+  for (std::int64_t r = 0; r < rows; ++r)
+    softmax_row(p + r * width, h.mask_row(r, 0), h.allowed(r, 0, keys), width, h.scale, s.max[r], s.sum[r]);
+  detail::gemm(assigning(products.output), p, h.v, out);
+  log_sum_exps(s.max, s.sum, rows, lse);
 }
 
 template <class T>
@@ -445,6 +576,7 @@ void fused_attention_kernel(const KernelContext& context) {
   const Dims& dims = p.dims;
   T* out = context.out<T>();
   T* lse = out + dims.heads * dims.queries * dims.value_depth;
+  T* kept = keeps_probabilities(dims) ? lse + dims.heads * dims.queries : nullptr;
   const std::int64_t blocks = query_blocks(dims);
   const std::int64_t scratch_elements = forward_workspace_elements(dims);
   // (head, query block) pairs are independent: each worker takes a contiguous range, with its own scratch.
@@ -454,6 +586,11 @@ void fused_attention_kernel(const KernelContext& context) {
         const ForwardScratch<T> scratch = forward_scratch(context.scratch<T>() + worker * scratch_elements, dims);
         for (std::int64_t item = begin; item < end; ++item) {
           const std::int64_t n = item / blocks;
+          if (kept != nullptr) {  // (one query block)
+            forward_kept_head(p.head(n), dims, out + dims.offset(n, dims.queries, dims.value_depth),
+                              lse + n * dims.queries, kept + n * dims.queries * score_width(dims.keys), scratch);
+            continue;
+          }
           const std::int64_t first = item % blocks * dims.query_block;
           const std::int64_t rows = std::min(dims.queries - first, dims.query_block);
           forward_query_block(p.head(n), dims, first, rows,
@@ -492,6 +629,7 @@ template <class T>
 struct HeadGrad {
   const T* out;  // the forward output O
   const T* lse;
+  const T* probabilities;  // the kept probabilities (keeps_probabilities), else null: recomputed from q, k and lse
   const T* out_grad;  // dO
   T* q_grad;
   T* k_grad;
@@ -506,26 +644,25 @@ void backward_block(const Head<T>& h, const HeadGrad<T>& g, const Dims& dims, st
                     std::int64_t first_key, std::int64_t keys, bool only, const BackwardScratch<T>& s) {
   const std::int64_t out_ld = dims.ld(dims.value_depth);
   const BlockProducts products = block_products(dims, rows, keys);
-  T* p = s.probabilities;
   T* dp = s.scores_grad;
   const T* q = h.q + first * h.q_ld;
   const T* k = h.k + first_key * h.k_ld;
   const T* v = h.v + first_key * h.v_ld;
-  detail::gemm(products.scores, q, k, p);
   const std::int64_t width = score_width(keys);
-  for (std::int64_t r = 0; r < rows; ++r)
-    probabilities_row(p + r * width, h.mask_row(first + r, first_key), h.allowed(first + r, first_key, keys), width,
-                      h.scale, g.lse[first + r]);
+  const T* p = g.probabilities;  // (kept only for a head of one block pair)
+  if (p == nullptr) {
+    detail::gemm(products.scores, q, k, s.probabilities);
+    for (std::int64_t r = 0; r < rows; ++r)
+      probabilities_row(s.probabilities + r * width, h.mask_row(first + r, first_key),
+                        h.allowed(first + r, first_key, keys), width, h.scale, g.lse[first + r]);
+    p = s.probabilities;
+  }
   const T* out_grad = g.out_grad + first * out_ld;
   // dV += pᵀ·dO, then dP = dO·vᵀ
   detail::gemm(only ? assigning(products.value_grad) : products.value_grad, p, out_grad, g.v_grad + first_key * h.v_ld);
   detail::gemm(products.scores_grad, out_grad, v, dp);
-  for (std::int64_t r = 0; r < rows; ++r) {  // dS = p ∘ (dP − rowsum(dO ∘ O)), with the scale folded in
-    const T dot = s.row_dots[first + r];
-    T* grad = dp + r * width;
-    const T* prob = p + r * width;
-    for (std::int64_t c = 0; c < keys; ++c) grad[c] = h.scale * prob[c] * (grad[c] - dot);
-  }
+  for (std::int64_t r = 0; r < rows; ++r)  // dS = p ∘ (dP − rowsum(dO ∘ O)), with the scale folded in
+    scores_grad_row(dp + r * width, p + r * width, width, s.row_dots[first + r], h.scale);
   // dQ += dS·k, dK += dSᵀ·q
   detail::gemm(only ? assigning(products.query_grad) : products.query_grad, dp, k, g.q_grad + first * h.q_ld);
   detail::gemm(only ? assigning(products.key_grad) : products.key_grad, dp, q, g.k_grad + first_key * h.k_ld);
@@ -534,11 +671,7 @@ void backward_block(const Head<T>& h, const HeadGrad<T>& g, const Dims& dims, st
 template <class T>
 void backward_head(const Head<T>& h, const HeadGrad<T>& g, const Dims& dims, const BackwardScratch<T>& s) {
   const std::int64_t dv = dims.value_depth, out_ld = dims.ld(dv);
-  for (std::int64_t i = 0; i < dims.queries; ++i) {
-    T dot = 0;
-    for (std::int64_t c = 0; c < dv; ++c) dot += g.out_grad[i * out_ld + c] * g.out[i * out_ld + c];
-    s.row_dots[i] = dot;
-  }
+  for (std::int64_t i = 0; i < dims.queries; ++i) s.row_dots[i] = dot(g.out_grad + i * out_ld, g.out + i * out_ld, dv);
   auto zero_rows = [](T* rows, std::int64_t count, std::int64_t width, std::int64_t ld) {
     for (std::int64_t r = 0; r < count; ++r) std::fill(rows + r * ld, rows + r * ld + width, T(0));
   };
@@ -563,6 +696,7 @@ void fused_attention_grad_kernel(const KernelContext& context) {
   const Dims& dims = p.dims;
   const T* out = context.in<T>(GradInputs::state);
   const T* lse = out + dims.heads * dims.queries * dims.value_depth;
+  const T* kept = keeps_probabilities(dims) ? lse + dims.heads * dims.queries : nullptr;
   const T* out_grad = context.in<T>(GradInputs::output_grad);
   T* q_grad = context.out<T>();
   T* k_grad = q_grad + dims.heads * dims.queries * dims.depth;
@@ -576,6 +710,7 @@ void fused_attention_grad_kernel(const KernelContext& context) {
           const std::int64_t out_offset = dims.offset(n, dims.queries, dims.value_depth);
           const HeadGrad<T> g{out + out_offset,
                               lse + n * dims.queries,
+                              kept == nullptr ? nullptr : kept + n * dims.queries * score_width(dims.keys),
                               out_grad + out_offset,
                               q_grad + dims.offset(n, dims.queries, dims.depth),
                               k_grad + dims.offset(n, dims.keys, dims.depth),
@@ -660,9 +795,15 @@ std::int64_t leading_product(const Shape& q) {
 
 Shape fused_attention_shape(const InferContext& ctx) {
   check_attention(ctx, ForwardInputs::q, ForwardInputs::mask);
-  const Shape q = heads_first(ctx.input_shape(ForwardInputs::q), heads_last(ctx.attributes()));
-  const std::int64_t heads = leading_product(q);
-  return flat_shape({{heads, q.dim(-2), ctx.input_shape(ForwardInputs::v).dim(-1)}, {heads, q.dim(-2)}});
+  const bool interleaved = heads_last(ctx.attributes());
+  const Shape q = heads_first(ctx.input_shape(ForwardInputs::q), interleaved);
+  const std::int64_t heads = leading_product(q), queries = q.dim(-2);
+  const std::int64_t keys = heads_first(ctx.input_shape(ForwardInputs::k), interleaved).dim(-2);
+  if (keys == Shape::unknown) return Shape{Shape::unknown};  // (whether the probabilities are kept depends on it)
+  std::vector<std::vector<std::int64_t>> parts = {{heads, queries, ctx.input_shape(ForwardInputs::v).dim(-1)},
+                                                  {heads, queries}};
+  if (queries != Shape::unknown && keeps_probabilities(queries, keys)) parts.push_back({heads, queries, score_width(keys)});
+  return flat_shape(parts);
 }
 
 Shape output_shape(const InferContext& ctx) {

@@ -246,6 +246,8 @@ TEST_CASE("fused_attention: matches the unfused composition in float32 and float
       {{2, 2}, 150, 150, 16, 24, MaskKind::per_query, false}, {{2, 2}, 150, 150, 16, 24, MaskKind::per_head, true},
       {{2, 2}, 150, 150, 16, 16, MaskKind::none, true},       {{3}, 70, 530, 32, 8, MaskKind::padding, true},
       {{3}, 530, 70, 8, 32, MaskKind::per_query, true},       {{}, 257, 129, 7, 5, MaskKind::none, false},
+      // The longest sequence that keeps its probabilities (one block pair: T and S up to 256), and one key more.
+      {{2}, 256, 256, 8, 8, MaskKind::per_query, true},       {{2}, 256, 257, 8, 8, MaskKind::padding, false},
   };
   for (const Case& c : cases) {
     require_agreement(c, DType::float32, 1e-5);
