@@ -80,6 +80,11 @@ OpDef& OpDef::prepare(PrepareFn fn) {
   return *this;
 }
 
+OpDef& OpDef::alias_offset(AliasOffsetFn fn) {
+  alias_offset_fn_ = fn;
+  return *this;
+}
+
 OpDef& OpDef::display_name(std::string name) {
   short_name_ = std::move(name);
   return *this;

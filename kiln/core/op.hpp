@@ -145,11 +145,15 @@ using WorkspaceFn = std::size_t (*)(const std::vector<Shape>& input_shapes, cons
 using PrepareFn = void (*)(const std::vector<Shape>& input_shapes, const Shape& output_shape,
                            const Attributes& attributes, DType dtype);
 
+/// Where an alias's output starts in input 0, in elements (OpDef::alias_offset), from the concrete input shapes.
+using AliasOffsetFn = std::int64_t (*)(const std::vector<Shape>& input_shapes, const Attributes& attributes);
+
 /// How an op's output may share memory with its first input.
 enum class Sharing {
   none,     ///< the output gets its own buffer
   inplace,  ///< elementwise: may overwrite input 0 when that buffer has no later reader and the sizes match
-  alias,    ///< the output *is* input 0's bytes with another shape (reshape family): no kernel runs
+  alias,    ///< the output *is* input 0's bytes with another shape (reshape family; a part, with alias_offset):
+            ///< no kernel runs
 };
 
 /// One op: its input count, accepted attributes, shape rule, forward kernels, backward rule and memory
@@ -183,6 +187,10 @@ class OpDef {
   OpDef& workspace(WorkspaceFn fn);
   /// Plan-time preparation for the kernels (see PrepareFn); none unless set.
   OpDef& prepare(PrepareFn fn);
+  /// For Sharing::alias: the output is input 0's bytes from this element on, not from its start. An op that
+  /// computes one flat buffer for several results hands out its parts this way, with no copy (fused attention's
+  /// [dq | dk | dv]). The planner refuses an offset that puts the output outside input 0.
+  OpDef& alias_offset(AliasOffsetFn fn);
   /// How messages and default node names spell the op when snake_case of its name reads badly
   /// ("kiln>MatMul" is "matmul", not "mat_mul").
   OpDef& display_name(std::string name);
@@ -221,6 +229,8 @@ class OpDef {
   WorkspaceFn workspace_fn() const { return workspace_fn_; }
   /// The plan-time preparation, or nullptr for none.
   PrepareFn prepare_fn() const { return prepare_fn_; }
+  /// Where an alias's output starts in input 0, or nullptr for its start.
+  AliasOffsetFn alias_offset_fn() const { return alias_offset_fn_; }
 
  private:
   std::string name_;
@@ -238,6 +248,7 @@ class OpDef {
   Sharing sharing_ = Sharing::none;
   WorkspaceFn workspace_fn_ = nullptr;
   PrepareFn prepare_fn_ = nullptr;
+  AliasOffsetFn alias_offset_fn_ = nullptr;
 };
 
 /// Every op, by its name ("kiln>Softmax"): Graph::add_op looks them up here. check() also reports an op

@@ -87,6 +87,7 @@ class Planner {
   void find_last_uses(const std::vector<Tensor>& fetches, const std::vector<Update>& updates);
   void assign_storage(Plan& plan);
   bool can_overwrite_input(const Node& node, std::size_t position) const;
+  std::size_t alias_offset(const Node& node) const;
   void build_launches(Plan& plan);
   void prepare_kernels() const;
 
@@ -96,6 +97,8 @@ class Planner {
   std::vector<Shape> shapes_;
   std::vector<std::size_t> last_use_;         // by node id: the position of its last reader
   std::vector<int> storage_of_;               // by node id: index into storages_, -1 for graph-owned memory
+  std::vector<std::size_t> offset_of_;        // by node id: where in its storage it starts (a part's alias)
+  std::vector<std::size_t> alias_offset_;     // by node id: an alias's offset in bytes into input 0
   std::vector<int> workspace_of_;             // by node id: scratch storage or -1
   std::vector<std::size_t> workspace_bytes_;  // by node id: the bytes its workspace function asked for
   std::vector<Storage> storages_;
@@ -136,8 +139,24 @@ bool Planner::can_overwrite_input(const Node& node, std::size_t position) const 
   return true;
 }
 
+// Where an alias's output starts in input 0, in bytes (OpDef::alias_offset); refused when it would reach past
+// input 0's end.
+std::size_t Planner::alias_offset(const Node& node) const {
+  if (node.op->alias_offset_fn() == nullptr) return 0;
+  std::vector<Shape> inputs;
+  for (NodeId input : node.inputs) inputs.push_back(shapes_[static_cast<std::size_t>(input)]);
+  const std::int64_t offset = node.op->alias_offset_fn()(inputs, node.attributes);
+  const Shape& output = shapes_[static_cast<std::size_t>(node.id)];
+  if (offset < 0 || offset + output.num_elements() > inputs[0].num_elements())
+    throw Error(node.op->name() + " '" + node.name + "': its output " + output.to_string() + " at element " +
+                std::to_string(offset) + " of input 0 " + inputs[0].to_string() + " would reach outside it");
+  return static_cast<std::size_t>(offset) * dtype_size(node.dtype);
+}
+
 void Planner::assign_storage(Plan& plan) {
   storage_of_.assign(shapes_.size(), -1);
+  offset_of_.assign(shapes_.size(), 0);
+  alias_offset_.assign(shapes_.size(), 0);
   workspace_of_.assign(shapes_.size(), -1);
   workspace_bytes_.assign(shapes_.size(), 0);
   for (std::size_t position = 0; position < needed_.size(); ++position) {
@@ -145,11 +164,15 @@ void Planner::assign_storage(Plan& plan) {
     const auto id = static_cast<std::size_t>(node.id);
     if (node.kind != NodeKind::op) continue;
     int storage = -1;
+    const auto first = static_cast<std::size_t>(node.inputs.empty() ? node.id : node.inputs[0]);
     if (node.op->sharing() == Sharing::alias) {
-      storage = storage_of_[static_cast<std::size_t>(node.inputs[0])];
+      storage = storage_of_[first];
+      alias_offset_[id] = alias_offset(node);
+      offset_of_[id] = offset_of_[first] + alias_offset_[id];
       ++plan.stats.num_aliases;
     } else if (can_overwrite_input(node, position)) {
-      storage = storage_of_[static_cast<std::size_t>(node.inputs[0])];
+      storage = storage_of_[first];
+      offset_of_[id] = offset_of_[first];
       ++plan.stats.num_inplace;
     } else {
       storage = static_cast<int>(storages_.size());
@@ -189,7 +212,7 @@ void Planner::prepare_kernels() const {
 }
 
 void Planner::build_launches(Plan& plan) {
-  auto address = [&](int storage) -> void* {
+  auto address = [&](int storage) -> unsigned char* {
     return storage < 0 ? nullptr : plan.arena.get() + storages_[static_cast<std::size_t>(storage)].offset;
   };
   plan.data.assign(plan.shapes.size(), nullptr);
@@ -205,7 +228,10 @@ void Planner::build_launches(Plan& plan) {
     launch.inputs = node.inputs;
     launch.input_data.assign(node.inputs.size(), nullptr);
     for (NodeId input : node.inputs) launch.input_shapes.push_back(&plan.shapes[static_cast<std::size_t>(input)]);
-    if (!launch.alias) plan.data[index] = address(storage_of_[index]);
+    if (launch.alias)
+      launch.alias_offset = alias_offset_[index];
+    else if (storage_of_[index] >= 0)
+      plan.data[index] = address(storage_of_[index]) + offset_of_[index];
     launch.context.node = &node;
     launch.context.num_inputs = static_cast<int>(node.inputs.size());
     launch.context.output_shape = &plan.shapes[index];
@@ -308,7 +334,8 @@ void execute(Plan& plan, Graph& graph, std::uint64_t run, std::int64_t batch_off
   for (std::size_t index = 0; index < plan.launches.size(); ++index) {
     Launch& launch = plan.launches[index];
     if (launch.alias) {
-      plan.data[static_cast<std::size_t>(launch.node)] = plan.data[static_cast<std::size_t>(launch.inputs[0])];
+      plan.data[static_cast<std::size_t>(launch.node)] =
+          static_cast<unsigned char*>(plan.data[static_cast<std::size_t>(launch.inputs[0])]) + launch.alias_offset;
       report(index + 1);
       continue;
     }

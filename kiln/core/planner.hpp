@@ -15,7 +15,8 @@ namespace kiln::detail {
 
 struct Launch {
   NodeId node = -1;
-  bool alias = false;  // no kernel: the output is input 0's bytes
+  bool alias = false;  // no kernel: the output is input 0's bytes, from alias_offset on
+  std::size_t alias_offset = 0;
   KernelFn kernel = nullptr;
   std::vector<NodeId> inputs;
   std::vector<const void*> input_data;     // refreshed before each run of the kernel

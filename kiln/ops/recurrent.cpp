@@ -836,6 +836,8 @@ KILN_REGISTER_OP(OpDef("kiln>RecurrentGradPart")
                      .attributes({"part"})
                      .infer_shape(grad_part_shape)
                      .forward(detail::flat_part_kernel<float>, detail::flat_part_kernel<double>)
+                     .sharing(Sharing::alias)
+                     .alias_offset(detail::flat_part_offset)
                      .not_differentiable(second_order));
 
 namespace ops {

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -55,6 +56,54 @@ KILN_REGISTER_OP(OpDef("test>Prepared")
                      .prepare(record_prepare)
                      .not_differentiable("a test of the prepare hook"));
 }  // namespace
+
+namespace {
+// Elements [start, start + count) of a flat input, as a view (Sharing::alias at an offset): how an op's parts of
+// one flat buffer are handed out.
+Shape part_shape(const InferContext& context) { return Shape{context.attributes().get_int("count")}; }
+std::int64_t part_start(const std::vector<Shape>&, const Attributes& attributes) { return attributes.get_int("start"); }
+void part_copy(const KernelContext& context) {
+  const std::size_t size = dtype_size(context.node->dtype);
+  std::memcpy(context.output,
+              static_cast<const unsigned char*>(context.inputs[0]) +
+                  static_cast<std::size_t>(context.attributes().get_int("start")) * size,
+              context.output_size() * size);
+}
+KILN_REGISTER_OP(OpDef("test>Part")
+                     .attributes({"start", "count"})
+                     .infer_shape(part_shape)
+                     .forward(part_copy, part_copy)
+                     .sharing(Sharing::alias)
+                     .alias_offset(part_start)
+                     .not_differentiable("a test of alias offsets"));
+
+Tensor part(const Tensor& x, std::int64_t start, std::int64_t count) {
+  return x.graph().add_op("test>Part", {x}, Attributes().set("start", start).set("count", count), "part");
+}
+}  // namespace
+
+TEST_CASE("the planner aliases a part of a buffer at its offset and runs ops in place on it there", "[core][program]") {
+  Graph graph;
+  const Tensor x = graph.placeholder({6}, DType::float64, "x");
+  const Tensor h = ops::tanh(x);
+  const Tensor head = ops::square(part(h, 0, 2));  // a reader of the head: h still has readers after it
+  const Tensor tail = ops::exp(ops::neg(part(h, 2, 4)));  // h's last readers: in place, at element 2 of h
+  Program program(graph, {head, tail});
+  const std::vector<double> values = {-1.5, -0.5, 0.25, 0.75, 1.25, 2.0};
+  program.feed(x, Array::from_vector(values, {6}));
+  program.run();
+  const PlanStats stats = program.stats();
+  CHECK(stats.num_aliases == 2);
+  CHECK(stats.num_inplace == 2);  // neg and exp
+  for (std::size_t i = 0; i < 2; ++i) CHECK(program.view(head).flat(i) == std::tanh(values[i]) * std::tanh(values[i]));
+  for (std::size_t i = 0; i < 4; ++i) CHECK(program.view(tail).flat(i) == std::exp(-std::tanh(values[i + 2])));
+
+  const Tensor outside = part(h, 3, 4);  // elements 3 to 6 of 6
+  Program bad(graph, {outside});
+  bad.feed(x, Array::from_vector(values, {6}));
+  REQUIRE_THROWS_WITH(bad.run(), Contains("test>Part") && Contains("(4,)") && Contains("element 3") &&
+                                     Contains("(6,)") && Contains("outside"));
+}
 
 TEST_CASE("the planner runs each op's prepare hook once per planned batch size, on concrete shapes",
           "[core][program]") {

@@ -1,8 +1,10 @@
 #pragma once
 // Kernels for the ops whose forward or backward computes one flat buffer and hands out its parts (fused
-// attention, the recurrent op): the parts are views the planner aliases, and these copies are the fallback.
+// attention, the recurrent op): the parts are views the planner aliases (Sharing::alias, at flat_part_offset),
+// and these copies are the fallback.
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include <kiln/core/op.hpp>
 #include <kiln/core/parallel.hpp>
@@ -18,7 +20,14 @@ void head_kernel(const KernelContext& context) {
 }
 
 // Inputs (flat buffer, then one input per part, shaped as its part): part `part` of the flat buffer, the
-// parts laid out one after another in input order.
+// parts laid out one after another in input order. Where it starts, in elements (the op's alias_offset):
+inline std::int64_t flat_part_offset(const std::vector<Shape>& inputs, const Attributes& attributes) {
+  const std::int64_t part = attributes.get_int("part");
+  std::int64_t offset = 0;
+  for (std::int64_t i = 0; i < part; ++i) offset += inputs[static_cast<std::size_t>(1 + i)].num_elements();
+  return offset;
+}
+
 template <class T>
 void flat_part_kernel(const KernelContext& context) {
   const std::int64_t part = context.attributes().get_int("part");
