@@ -143,9 +143,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool t
 /// softmax(scale·q·kᵀ)·v over the last two axes of q (..., T, d), k (..., S, d) and v (..., S, dv), whose
 /// leading axes (batch, heads, ...) are equal: output (..., T, dv). Where `mask` (broadcastable to
 /// (..., T, S), keys on its last axis) is 0, and where key j > query i when `causal` (top-left aligned, as
-/// ops::causal_mask), the weight is exactly 0; a query that may attend nothing gets zeros. Fused: streams
-/// over key blocks with an online softmax and recomputes the weights in backward, so neither pass holds a
-/// T×S buffer. Differentiable in q, k and v.
+/// ops::causal_mask), the weight is exactly 0; a query that may attend nothing gets zeros. Fused: a long
+/// sequence (T or S above 256) streams over key blocks with an online softmax and recomputes the weights in
+/// backward, so neither pass holds a T×S buffer; a shorter one keeps its weights for the backward (T×S per
+/// head, as the unfused composition). Differentiable in q, k and v.
 /// heads_last: q (..., T, H, d), k (..., S, H, d), v (..., S, H, dv) and the output (..., T, H, dv), the
 /// layout a head-split reshape of (..., T, H·d) gives, read in place with strides: no transposed copies.
 /// The mask still broadcasts to (..., H, T, S).

@@ -48,7 +48,7 @@ struct AttentionOptions {
 
 // softmax(scale·q·kᵀ, masked)·v for q (batch, ..., T, d), k (batch, ..., S, d), v (batch, ..., S, dv), or
 // the rank-4 heads_last layout.
-// Fused (ops::fused_attention: no T×S buffer, weights never materialized, `weights` left empty) unless
+// Fused (ops::fused_attention: no T×S buffer beyond 256 steps, weights never an output, `weights` left empty) unless
 // the weights are wanted or dropped out; then the composition above. Both check the mask the same way.
 Attended attend(const std::string& who, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                 const AttentionOptions& options);
