@@ -5,13 +5,13 @@
 //   outside, query blocks inside).
 // - A short one, one block pair per head (T ≤ 256 and S ≤ 256), keeps its probabilities: T×S per head, what the
 //   unfused composition holds too. Its backward then skips the recompute, one of its five products and all of
-//   its exps (mql5_block, 40 steps: the backward 1.6× faster), and its forward needs no online rescaling.
+//   its exps, and its forward needs no online rescaling (mql5_block, 40 steps: the backward 1.3× faster).
 //
-// Nodes are single-output, so the forward is two nodes. kiln>FusedAttention computes a flat "state"
-// buffer laid out as [output (..., T, dv) | log-sum-exp (..., T) | kept probabilities (..., T, S padded)];
-// kiln>FusedAttentionOutput is an alias of its head with the output's shape, and carries the backward rule. The backward is likewise
-// one kernel writing [dq | dk | dv] and three small copies out of it (O((T + S)·d) per head, against
-// the O(T·S·d) products).
+// Nodes are single-output, so the forward is two nodes. kiln>FusedAttention computes a flat "state" buffer laid
+// out as [output (..., T, dv) | log-sum-exp (..., T) | the kept probabilities (..., T, S padded), if kept];
+// kiln>FusedAttentionOutput is an alias of its head with the output's shape, and carries the backward rule. The
+// backward is likewise one kernel writing [dq | dk | dv], and three views of it (FusedAttentionGradPart, aliases
+// at an offset).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -124,8 +124,8 @@ struct Blocks {
   std::int64_t queries, keys;
 };
 
-// A sequence that is one block pair per head (T ≤ max_query_block, S ≤ key_block) keeps its probabilities in the
-// state (see the top of the file): T × score_width(S) per head, as many as the unfused composition holds.
+// A sequence that is one block pair per head (T ≤ max_query_block, S ≤ key_block) keeps its probabilities in
+// the state (see the top of the file): T × score_width(S) per head, as many as the unfused composition holds.
 bool keeps_probabilities(std::int64_t queries, std::int64_t keys) {
   return queries > 0 && keys > 0 && queries <= max_query_block && keys <= key_block;
 }
@@ -191,7 +191,7 @@ template <class T>
 constexpr T minus_infinity = -std::numeric_limits<T>::infinity();
 
 // The largest lane: a shuffle tree on AVX-512 and AVX (the score rows' max runs once per row, and a store
-// and scalar scan of the lanes took a fifth of a 40-key row's softmax).
+// and scalar scan of the lanes took an eighth of a 40-key row's softmax).
 template <class T>
 T horizontal_max(const xsimd::batch<T>& values) {
   constexpr std::size_t bytes = sizeof(xsimd::batch<T>);
@@ -328,8 +328,8 @@ void softmax_row(T* x, const T* mask, std::int64_t allowed, std::int64_t n, T sc
 }
 
 // lse ← max + log(sum) for `rows` rows, +∞ for a row that attends nothing (max −∞). max and sum are padded
-// to whole vectors (scratch rows), lse is not. A vector of logs at a time: a scalar log per row took 8 % of a
-// 40-query head's forward.
+// to whole vectors (scratch rows), lse is not. A vector of logs at a time: a scalar log per row took 3-4 % of
+// a 40-query head's forward.
 template <class T>
 void log_sum_exps(const T* max, const T* sum, std::int64_t rows, T* lse) {
   using Batch = xsimd::batch<T>;
@@ -337,7 +337,8 @@ void log_sum_exps(const T* max, const T* sum, std::int64_t rows, T* lse) {
   const Batch excluded(minus_infinity<T>), nothing(std::numeric_limits<T>::infinity());
   for (std::int64_t r = 0; r < rows; r += width) {
     const Batch row_max = Batch::load_unaligned(max + r);
-    const Batch value = xsimd::select(row_max == excluded, nothing, row_max + xsimd::log(Batch::load_unaligned(sum + r)));
+    const Batch value =
+        xsimd::select(row_max == excluded, nothing, row_max + xsimd::log(Batch::load_unaligned(sum + r)));
     if (r + width <= rows) {
       value.store_unaligned(lse + r);
     } else {
@@ -355,7 +356,8 @@ T dot(const T* a, const T* b, std::int64_t n) {
   constexpr auto width = static_cast<std::int64_t>(Batch::size);
   Batch sums(T(0));
   std::int64_t c = 0;
-  for (; c + width <= n; c += width) sums = xsimd::fma(Batch::load_unaligned(a + c), Batch::load_unaligned(b + c), sums);
+  for (; c + width <= n; c += width)
+    sums = xsimd::fma(Batch::load_unaligned(a + c), Batch::load_unaligned(b + c), sums);
   T sum = xsimd::hadd(sums);
   for (; c < n; ++c) sum += a[c] * b[c];
   return sum;
@@ -630,7 +632,7 @@ struct HeadGrad {
   const T* out;  // the forward output O
   const T* lse;
   const T* probabilities;  // the kept probabilities (keeps_probabilities), else null: recomputed from q, k and lse
-  const T* out_grad;  // dO
+  const T* out_grad;       // dO
   T* q_grad;
   T* k_grad;
   T* v_grad;
@@ -802,7 +804,8 @@ Shape fused_attention_shape(const InferContext& ctx) {
   if (keys == Shape::unknown) return Shape{Shape::unknown};  // (whether the probabilities are kept depends on it)
   std::vector<std::vector<std::int64_t>> parts = {{heads, queries, ctx.input_shape(ForwardInputs::v).dim(-1)},
                                                   {heads, queries}};
-  if (queries != Shape::unknown && keeps_probabilities(queries, keys)) parts.push_back({heads, queries, score_width(keys)});
+  if (queries != Shape::unknown && keeps_probabilities(queries, keys))
+    parts.push_back({heads, queries, score_width(keys)});
   return flat_shape(parts);
 }
 

@@ -86,7 +86,7 @@ TEST_CASE("the planner aliases a part of a buffer at its offset and runs ops in 
   Graph graph;
   const Tensor x = graph.placeholder({6}, DType::float64, "x");
   const Tensor h = ops::tanh(x);
-  const Tensor head = ops::square(part(h, 0, 2));  // a reader of the head: h still has readers after it
+  const Tensor head = ops::square(part(h, 0, 2));         // a reader of the head: h still has readers after it
   const Tensor tail = ops::exp(ops::neg(part(h, 2, 4)));  // h's last readers: in place, at element 2 of h
   Program program(graph, {head, tail});
   const std::vector<double> values = {-1.5, -0.5, 0.25, 0.75, 1.25, 2.0};
