@@ -4,8 +4,8 @@
 // without touching the heap.
 //
 // Planning (core/planner.cpp): keep the nodes the fetches and updates need, compute every buffer's
-// lifetime, let elementwise ops overwrite an input that nobody reads later, turn reshapes into
-// aliases, and place every buffer at an offset of one arena (a freed range is reused).
+// lifetime, let elementwise ops overwrite an input that nobody reads later, turn reshapes (and parts of
+// an op's flat buffer) into aliases, and place every buffer at an offset of one arena (a freed range is reused).
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -24,7 +24,7 @@ namespace kiln {
 struct PlanStats {
   std::int64_t batch_size = 0;      ///< the batch size planned for; -1 when no placeholder's axis 0 is unknown
   std::size_t num_kernels = 0;      ///< kernels that run each time
-  std::size_t num_aliases = 0;      ///< reshapes resolved to views
+  std::size_t num_aliases = 0;      ///< reshapes and parts of flat buffers resolved to views
   std::size_t num_inplace = 0;      ///< outputs written over a dead input
   std::size_t arena_bytes = 0;      ///< one allocation for every intermediate buffer
   std::size_t unplanned_bytes = 0;  ///< what the same buffers would take without reuse
