@@ -63,8 +63,8 @@ struct MetricClass {
   /// given too, to finish the mean: it then gets {sum of values, sum of weights} (RootMeanSquaredError's
   /// square root); otherwise the mean is the value.
   using Result = std::function<Tensor(const std::vector<Tensor>& totals, const Config& arguments)>;
-  Statistics statistics = {};
-  Result result = {};
+  Statistics statistics = {};  ///< the batch's sums, for a metric that is no mean over samples; else empty
+  Result result = {};          ///< the value from the totals of `statistics` (or of a mean's sums); may be empty
   /// Optional: throws ConfigError naming what is wrong with `arguments` (a beta of 0) when the metric is made
   /// from a config, before it meets any data; may also put them in their canonical form ("roc" as "ROC").
   std::function<void(Config& arguments)> check_arguments = {};

@@ -20,6 +20,8 @@
 
 namespace kiln {
 
+/// Keras 3's BackupAndRestore callback: backs up a fit in backup_dir and resumes it from there when the same fit
+/// runs again (see the top of this header).
 class BackupAndRestore : public ReportingCallback {
  public:
   /// "epoch", or a number of batches: back up after every that many batches, counted across epochs.
@@ -28,7 +30,7 @@ class BackupAndRestore : public ReportingCallback {
   /// Keras's arguments, by its names and with its defaults.
   struct Options {
     std::string backup_dir;  ///< where the backup lives; created when missing
-    SaveFreq save_freq = std::string("epoch");
+    SaveFreq save_freq = std::string("epoch");  ///< "epoch", or back up after every that many batches
     /// Keep the backup before the last one too (backup.prev.kiln), and restore it when the last cannot
     /// be read.
     bool double_checkpoint = false;
@@ -39,6 +41,7 @@ class BackupAndRestore : public ReportingCallback {
 
   /// ConfigError for an empty backup_dir, or a save_freq other than "epoch" or a positive integer.
   explicit BackupAndRestore(Options options);
+  /// Keras's defaults, backing up in `backup_dir`.
   explicit BackupAndRestore(std::string backup_dir);
 
   /// Restores the backup when there is one (state.model must be compiled; ValueError otherwise), and tells
@@ -53,6 +56,7 @@ class BackupAndRestore : public ReportingCallback {
   /// With delete_checkpoint: removes the backup files.
   void on_train_end(TrainingState& state, const Logs& logs) override;
 
+  /// The options it was made with.
   const Options& options() const { return options_; }
   /// The file the backup is written to: backup_dir/backup.kiln.
   std::string backup_path() const;

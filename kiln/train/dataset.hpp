@@ -27,7 +27,9 @@ namespace kiln {
 /// One element of a dataset: one array per model input (x), per output (y), and the sample weights (none,
 /// or one per output). Before batch() each array is one sample, without a batch axis; after it, a batch.
 struct Example {
-  std::vector<Array> x, y, sample_weight;
+  std::vector<Array> x;              ///< one array per model input
+  std::vector<Array> y;              ///< one array per model output (none for predict)
+  std::vector<Array> sample_weight;  ///< none, or one array per output
 };
 
 namespace detail {
@@ -89,7 +91,9 @@ class Dataset {
   class Iterator {
    public:
     ~Iterator();
+    /// Takes over the other's pass (and its prefetch threads).
     Iterator(Iterator&&) noexcept;
+    /// Stops this pass's prefetch threads, then takes over the other's pass.
     Iterator& operator=(Iterator&&) noexcept;
     /// Writes the next element into `out` (reusing its arrays' storage when they fit) and returns true, or
     /// returns false at the end. Whatever the source throws is rethrown as a DatasetError naming the element

@@ -24,6 +24,7 @@
 
 namespace kiln {
 
+/// Keras's StringLookup: strings to consecutive indices and back (see the top of this header).
 class StringLookup {
  public:
   /// Keras's arguments, with its defaults.
@@ -36,7 +37,9 @@ class StringLookup {
     std::string oov_token = "[UNK]";        ///< what invert() gives for an OOV index
   };
 
+  /// An empty lookup, for adapt(); ConfigError for a num_oov_indices other than 0 or 1, or a bad max_tokens.
   explicit StringLookup(Options options);
+  /// An empty lookup with Keras's defaults.
   StringLookup() : StringLookup(Options()) {}
   /// A lookup of this vocabulary, in this order: ValueError for a repeated string, or one that is the mask
   /// or OOV token.
@@ -89,7 +92,9 @@ class IntegerLookup {
     std::int64_t oov_token = -1;             ///< what invert() gives for an OOV index
   };
 
+  /// An empty lookup, for adapt(); ConfigError for a num_oov_indices other than 0 or 1, or a bad max_tokens.
   explicit IntegerLookup(Options options);
+  /// An empty lookup with Keras's defaults.
   IntegerLookup() : IntegerLookup(Options()) {}
   /// A lookup of this vocabulary, in this order (special tokens first are dropped, as in Keras).
   IntegerLookup(std::vector<std::int64_t> vocabulary, Options options);
@@ -101,11 +106,15 @@ class IntegerLookup {
   /// The value of each index, in an array of `indices`' shape and dtype.
   Array invert(const Array& indices) const;
   std::vector<std::int64_t> get_vocabulary() const;  ///< mask, OOV, then the vocabulary, by index
+  /// How many indices there are: the mask, the OOV indices and the vocabulary.
   std::int64_t vocabulary_size() const;
 
   Config get_config() const;  ///< Keras's keys, as StringLookup's
+  /// The lookup get_config() describes, vocabulary included; ConfigError for a bad config.
   static IntegerLookup from_config(const Config& config);
+  /// Saves this lookup with `model`, under `name`, as StringLookup::attach does.
   void attach(const Model& model, const std::string& name = "integer_lookup") const;
+  /// The lookup attached to `model` as `name`; ValueError when it has none.
   static IntegerLookup of(const Model& model, const std::string& name = "integer_lookup");
 
  private:
