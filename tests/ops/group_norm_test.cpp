@@ -74,9 +74,10 @@ struct Case {
   std::int64_t groups;
 };
 // channels_last images, channels_first images, sequences, plain features, one group (layer norm over
-// everything) and one channel per group (instance norm).
-const std::vector<Case> cases{{{2, 3, 4, 6}, 3, 3}, {{2, 6, 3, 2}, 1, 2}, {{3, 5, 4}, 2, 2},
-                              {{4, 6}, 1, 3},       {{2, 3, 4}, 2, 1},    {{2, 3, 4}, 2, 4}};
+// everything), one channel per group (instance norm), and a group of 130 channels (the kernels sum a
+// channels_last group in lanes of 64 channels: two whole and one of 2).
+const std::vector<Case> cases{{{2, 3, 4, 6}, 3, 3}, {{2, 6, 3, 2}, 1, 2}, {{3, 5, 4}, 2, 2},  {{4, 6}, 1, 3},
+                              {{2, 3, 4}, 2, 1},    {{2, 3, 4}, 2, 4},    {{2, 2, 130}, 2, 1}};
 
 }  // namespace
 
