@@ -558,6 +558,77 @@ void forward_query_block(const Head<T>& h, const Dims& dims, std::int64_t first,
   log_sum_exps(s.max, s.sum, rows, lse);
 }
 
+// softmax_row for every row of a kept head without a mask, when a row is at most four vectors (score widths up
+// to 64 floats on AVX-512), in three passes over the head's rows: scale and max, exp and sum, normalize. Row by
+// row, each row was one chain of dependent steps (max, exps, sum, division) as long as its work, and 40-key
+// rows spent as long on calls, constants and reductions as on the exps; in passes the rows of a pass are
+// independent and the core overlaps them. The same operations per element as softmax_row, so the same
+// results; also writes the log-sum-exps (lse), and leaves 1/sum (0 for a row that attends nothing) in row_sum.
+template <class T, int Vectors>
+void softmax_rows_in_passes(T* p, std::int64_t rows, std::int64_t width, const Head<T>& h, std::int64_t keys,
+                            T* row_max, T* row_sum, T* lse) {
+  using Batch = xsimd::batch<T>;
+  constexpr auto lanes = static_cast<std::int64_t>(Batch::size);
+  const Batch factor(h.scale), excluded(minus_infinity<T>), zero(T(0)), indices = lane_indices<T>();
+  for (std::int64_t r = 0; r < rows; ++r) {  // x ← scale·x where attended, −∞ elsewhere; the row's max
+    T* x = p + r * width;
+    const Batch allowed(static_cast<T>(h.allowed(r, 0, keys)));
+    Batch running = excluded;
+    for (int c = 0; c < Vectors; ++c) {  // (columns past `allowed` hold whatever the product left: not read)
+      const Batch value = xsimd::select(indices + Batch(static_cast<T>(c * lanes)) < allowed,
+                                        Batch::load_unaligned(x + c * lanes) * factor, excluded);
+      value.store_unaligned(x + c * lanes);
+      running = xsimd::max(running, value);
+    }
+    row_max[r] = horizontal_max(running);
+  }
+  for (std::int64_t r = 0; r < rows; ++r) {  // x ← exp(x − max); a row that attends nothing comes out all 0
+    T* x = p + r * width;
+    const Batch shift(row_max[r] == minus_infinity<T> ? T(0) : row_max[r]);
+    Batch sums = zero;
+    for (int c = 0; c < Vectors; ++c) {
+      const Batch value = xsimd::exp(Batch::load_unaligned(x + c * lanes) - shift);
+      value.store_unaligned(x + c * lanes);
+      sums += value;
+    }
+    row_sum[r] = xsimd::hadd(sums);
+  }
+  log_sum_exps(row_max, row_sum, rows, lse);
+  for (std::int64_t r = 0; r < rows; r += lanes) {  // row_sum ← 1/sum (scratch rows are padded to whole vectors)
+    const Batch sum = Batch::load_unaligned(row_sum + r);
+    xsimd::select(sum == zero, zero, Batch(T(1)) / sum).store_unaligned(row_sum + r);
+  }
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* x = p + r * width;
+    const Batch inverse(row_sum[r]);
+    for (int c = 0; c < Vectors; ++c) (Batch::load_unaligned(x + c * lanes) * inverse).store_unaligned(x + c * lanes);
+  }
+}
+
+// A kept head's rows into probabilities (softmax_row) and their log-sum-exps, in passes where the rows allow it.
+template <class T>
+void softmax_rows(T* p, std::int64_t rows, std::int64_t width, const Head<T>& h, std::int64_t keys, T* row_max,
+                  T* row_sum, T* lse) {
+  constexpr auto lanes = static_cast<std::int64_t>(xsimd::batch<T>::size);
+  if (h.mask == nullptr && width % lanes == 0) {
+    switch (width / lanes) {
+      case 1:
+        return softmax_rows_in_passes<T, 1>(p, rows, width, h, keys, row_max, row_sum, lse);
+      case 2:
+        return softmax_rows_in_passes<T, 2>(p, rows, width, h, keys, row_max, row_sum, lse);
+      case 3:
+        return softmax_rows_in_passes<T, 3>(p, rows, width, h, keys, row_max, row_sum, lse);
+      case 4:
+        return softmax_rows_in_passes<T, 4>(p, rows, width, h, keys, row_max, row_sum, lse);
+      default:
+        break;
+    }
+  }
+  for (std::int64_t r = 0; r < rows; ++r)
+    softmax_row(p + r * width, h.mask_row(r, 0), h.allowed(r, 0, keys), width, h.scale, row_max[r], row_sum[r]);
+  log_sum_exps(row_max, row_sum, rows, lse);
+}
+
 // A head whose probabilities are kept (keeps_probabilities): p ← softmax(scale·q·kᵀ) written into the state,
 // then out ← p·v. One key block, so no online rescaling; the rows are normalized before the product, so the
 // output needs no pass of its own.
@@ -566,10 +637,8 @@ void forward_kept_head(const Head<T>& h, const Dims& dims, T* out, T* lse, T* p,
   const std::int64_t rows = dims.queries, keys = dims.keys, width = score_width(keys);
   const BlockProducts products = block_products(dims, rows, keys);
   detail::gemm(products.scores, h.q, h.k, p);
-  for (std::int64_t r = 0; r < rows; ++r)
-    softmax_row(p + r * width, h.mask_row(r, 0), h.allowed(r, 0, keys), width, h.scale, s.max[r], s.sum[r]);
+  softmax_rows(p, rows, width, h, keys, s.max, s.sum, lse);
   detail::gemm(assigning(products.output), p, h.v, out);
-  log_sum_exps(s.max, s.sum, rows, lse);
 }
 
 template <class T>
@@ -862,8 +931,8 @@ void prepare_products(const Dims& dims, DType dtype, bool backward) {
     for (const std::int64_t keys : {std::min(dims.keys, key_block), last_keys}) {
       const BlockProducts products = block_products(dims, rows, keys);
       if (backward) {
-        for (const detail::GemmShape& product : {products.scores, products.value_grad, products.scores_grad,
-                                                 products.query_grad, products.key_grad})
+        for (const detail::GemmShape& product :
+             {products.scores, products.value_grad, products.scores_grad, products.query_grad, products.key_grad})
           detail::prepare_gemm(product, dtype);
         for (const detail::GemmShape& product : {products.value_grad, products.query_grad, products.key_grad})
           detail::prepare_gemm(assigning(product), dtype);

@@ -242,12 +242,23 @@ TEST_CASE("fused_attention: a query that may attend nothing gets zeros, and grad
 
 TEST_CASE("fused_attention: matches the unfused composition in float32 and float64", "[ops][attention]") {
   const std::vector<Case> cases = {
-      {{2, 3}, 150, 150, 64, 64, MaskKind::none, false},      {{2, 3}, 150, 150, 64, 64, MaskKind::padding, false},
-      {{2, 2}, 150, 150, 16, 24, MaskKind::per_query, false}, {{2, 2}, 150, 150, 16, 24, MaskKind::per_head, true},
-      {{2, 2}, 150, 150, 16, 16, MaskKind::none, true},       {{3}, 70, 530, 32, 8, MaskKind::padding, true},
-      {{3}, 530, 70, 8, 32, MaskKind::per_query, true},       {{}, 257, 129, 7, 5, MaskKind::none, false},
+      {{2, 3}, 150, 150, 64, 64, MaskKind::none, false},
+      {{2, 3}, 150, 150, 64, 64, MaskKind::padding, false},
+      {{2, 2}, 150, 150, 16, 24, MaskKind::per_query, false},
+      {{2, 2}, 150, 150, 16, 24, MaskKind::per_head, true},
+      {{2, 2}, 150, 150, 16, 16, MaskKind::none, true},
+      {{3}, 70, 530, 32, 8, MaskKind::padding, true},
+      {{3}, 530, 70, 8, 32, MaskKind::per_query, true},
+      {{}, 257, 129, 7, 5, MaskKind::none, false},
       // The longest sequence that keeps its probabilities (one block pair: T and S up to 256), and one key more.
-      {{2}, 256, 256, 8, 8, MaskKind::per_query, true},       {{2}, 256, 257, 8, 8, MaskKind::padding, false},
+      {{2}, 256, 256, 8, 8, MaskKind::per_query, true},
+      {{2}, 256, 257, 8, 8, MaskKind::padding, false},
+      // Kept rows without a mask of one to four vectors (in passes), causal and not, T ≠ S; and five vectors.
+      {{2, 3}, 40, 40, 16, 16, MaskKind::none, false},
+      {{2}, 33, 60, 8, 4, MaskKind::none, true},
+      {{2}, 50, 12, 5, 3, MaskKind::none, true},
+      {{3}, 20, 30, 4, 4, MaskKind::none, false},
+      {{2}, 9, 70, 6, 6, MaskKind::none, false},
   };
   for (const Case& c : cases) {
     require_agreement(c, DType::float32, 1e-5);
