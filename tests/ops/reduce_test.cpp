@@ -156,6 +156,33 @@ TEST_CASE("sum, max and min over every subset of axes match a plain reference", 
   }
 }
 
+TEST_CASE("sum and sum_to over leading rows in float32 and float64", "[ops][reduce]") {
+  // 35 rows of 13 (a bias gradient's reduction), with an axis of 1 between.
+  const Shape shape({7, 5, 1, 13});
+  std::vector<double> values(static_cast<std::size_t>(shape.num_elements()));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = std::cos(static_cast<double>(i) * 0.9) * 3.0 + 0.25;
+  std::vector<double> expected(13, 0.0);
+  for (std::size_t i = 0; i < values.size(); ++i) expected[i % 13] += values[i];
+  for (DType dtype : {DType::float32, DType::float64}) {
+    const Array x = Array::from_vector(values, shape).astype(dtype);
+    const auto sum = testing::evaluate(
+                         [](const std::vector<Tensor>& in) {
+                           return ops::sum(in[0], {0, 1, 2}, false);
+                         },
+                         {x})
+                         .to_vector<double>();
+    const auto sum_to = testing::evaluate([](const std::vector<Tensor>& in) { return ops::sum_to(in[0], {13}); }, {x})
+                            .to_vector<double>();
+    REQUIRE(sum.size() == 13);
+    REQUIRE(sum_to.size() == 13);
+    for (std::size_t j = 0; j < 13; ++j) {
+      const double tolerance = dtype == DType::float32 ? 1e-5 : 1e-12;
+      REQUIRE(sum[j] == Approx(expected[j]).margin(tolerance));
+      REQUIRE(sum_to[j] == Approx(expected[j]).margin(tolerance));
+    }
+  }
+}
+
 TEST_CASE("max and min over runs and across them keep a NaN wherever it is", "[ops][reduce][nan]") {
   // NaN first, in the middle and last of the reduced axis, along the inner axis (one run) and the outer one.
   const float nan = std::numeric_limits<float>::quiet_NaN();
