@@ -72,6 +72,11 @@ struct KernelContext {
   /// Where this run's rows start in a larger batch split across processes (a distributed fit's shard, see
   /// Program::set_batch_offset); 0 otherwise. Random ops draw as those rows of the whole batch would.
   std::int64_t batch_offset = 0;
+  /// How many leading elements of the output anything reads after this kernel (later kernels, a fetch, an
+  /// update): the whole output, unless its only readers are parts of it (OpDef::alias_offset) that end sooner,
+  /// such as fused attention's output in a plan without its backward. The kernel may leave the elements past it
+  /// unwritten. -1 (the whole output) where no planner says otherwise.
+  std::int64_t read_output_elements = -1;
 
   /// Input `index`'s data as T, which must be the node's dtype (not checked).
   template <class T>

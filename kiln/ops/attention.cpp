@@ -5,7 +5,8 @@
 //   outside, query blocks inside).
 // - A short one, one block pair per head (T ≤ 256 and S ≤ 256), keeps its probabilities: T×S per head, what the
 //   unfused composition holds too. Its backward then skips the recompute, one of its five products and all of
-//   its exps, and its forward needs no online rescaling (mql5_block, 40 steps: the backward 1.3× faster).
+//   its exps, and its forward needs no online rescaling (mql5_block, 40 steps: the backward 1.3× faster). In a
+//   plan without the backward nobody reads them (KernelContext::read_output_elements), and they stay in scratch.
 //
 // Nodes are single-output, so the forward is two nodes. kiln>FusedAttention computes a flat "state" buffer laid
 // out as [output (..., T, dv) | log-sum-exp (..., T) | the kept probabilities (..., T, S padded), if kept];
@@ -648,6 +649,10 @@ void fused_attention_kernel(const KernelContext& context) {
   T* out = context.out<T>();
   T* lse = out + dims.heads * dims.queries * dims.value_depth;
   T* kept = keeps_probabilities(dims) ? lse + dims.heads * dims.queries : nullptr;
+  // Without a backward in the plan nothing reads the kept probabilities: each head's go to its scratch (the same
+  // size: one block pair), which stays in cache, rather than out to the state.
+  const bool kept_read =
+      kept != nullptr && (context.read_output_elements < 0 || context.read_output_elements > kept - out);
   const std::int64_t blocks = query_blocks(dims);
   const std::int64_t scratch_elements = forward_workspace_elements(dims);
   // (head, query block) pairs are independent: each worker takes a contiguous range, with its own scratch.
@@ -659,7 +664,8 @@ void fused_attention_kernel(const KernelContext& context) {
           const std::int64_t n = item / blocks;
           if (kept != nullptr) {  // (one query block)
             forward_kept_head(p.head(n), dims, out + dims.offset(n, dims.queries, dims.value_depth),
-                              lse + n * dims.queries, kept + n * dims.queries * score_width(dims.keys), scratch);
+                              lse + n * dims.queries,
+                              kept_read ? kept + n * dims.queries * score_width(dims.keys) : scratch.scores, scratch);
             continue;
           }
           const std::int64_t first = item % blocks * dims.query_block;

@@ -146,7 +146,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool t
 /// ops::causal_mask), the weight is exactly 0; a query that may attend nothing gets zeros. Fused: a long
 /// sequence (T or S above 256) streams over key blocks with an online softmax and recomputes the weights in
 /// backward, so neither pass holds a T×S buffer; a shorter one keeps its weights for the backward (T×S per
-/// head, as the unfused composition). Differentiable in q, k and v.
+/// head, as the unfused composition), when the plan has a backward. Differentiable in q, k and v.
 /// heads_last: q (..., T, H, d), k (..., S, H, d), v (..., S, H, dv) and the output (..., T, H, dv), the
 /// layout a head-split reshape of (..., T, H·d) gives, read in place with strides: no transposed copies.
 /// The mask still broadcasts to (..., H, T, S).

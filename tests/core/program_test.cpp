@@ -105,6 +105,43 @@ TEST_CASE("the planner aliases a part of a buffer at its offset and runs ops in 
                                      Contains("(6,)") && Contains("outside"));
 }
 
+namespace {
+// A copy that records how much of its output the planner says is read (KernelContext::read_output_elements).
+std::vector<std::int64_t> read_extents;
+void recording_copy(const KernelContext& context) {
+  read_extents.push_back(context.read_output_elements);
+  copy_kernel(context);
+}
+KILN_REGISTER_OP(OpDef("test>RecordsReads")
+                     .infer_shape(same_shape)
+                     .forward(recording_copy, recording_copy)
+                     .not_differentiable("a test of read extents"));
+}  // namespace
+
+TEST_CASE("the planner tells a kernel how much of its output parts and other readers read", "[core][program]") {
+  Graph graph;
+  const Tensor x = graph.placeholder({6}, DType::float64, "x");
+  const Tensor r = graph.add_op("test>RecordsReads", {x}, Attributes(), "recorded");
+  const Tensor first_two = ops::square(part(r, 0, 2));
+  const Tensor middle = ops::neg(part(part(r, 1, 4), 1, 2));  // a part of a part: elements 2 and 3
+  const Tensor everything = ops::exp(r);
+  const std::vector<double> values = {-1.5, -0.5, 0.25, 0.75, 1.25, 2.0};
+  auto read_by = [&](const std::vector<Tensor>& fetches) {
+    read_extents.clear();
+    Program program(graph, fetches);
+    program.feed(x, Array::from_vector(values, {6}));
+    program.run();
+    REQUIRE(read_extents.size() == 1);
+    return read_extents[0];
+  };
+  CHECK(read_by({first_two}) == 2);
+  CHECK(read_by({middle}) == 4);
+  CHECK(read_by({first_two, middle}) == 4);
+  CHECK(read_by({middle, everything}) == 6);  // exp reads all of it
+  CHECK(read_by({r}) == 6);                   // and so does a fetch
+  CHECK(read_by({part(r, 0, 1), part(r, 5, 1)}) == 6);
+}
+
 TEST_CASE("the planner runs each op's prepare hook once per planned batch size, on concrete shapes",
           "[core][program]") {
   Graph graph;
@@ -228,8 +265,8 @@ TEST_CASE("a program plans once per batch size and sequence length, and reuses e
   program.feed(x, Array({2, 3, 2}, DType::float64));
   program.feed(mask, Array({2, 4}, DType::float64));
   CHECK_THROWS_AS(program.run(), ShapeError);
-  CHECK_THROWS_WITH(program.run(), Contains("planning for the fed shapes") && Contains("(2, 3, 2)") &&
-                                       Contains("(2, 4)"));
+  CHECK_THROWS_WITH(program.run(),
+                    Contains("planning for the fed shapes") && Contains("(2, 3, 2)") && Contains("(2, 4)"));
   CHECK(program.num_plans() == 3);
   // The batch is still one size everywhere, and no unknown dimension may be empty.
   program.feed(mask, Array({3, 3}, DType::float64));

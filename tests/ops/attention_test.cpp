@@ -266,6 +266,30 @@ TEST_CASE("fused_attention: matches the unfused composition in float32 and float
   }
 }
 
+TEST_CASE("fused_attention: a plan without the backward gives the same output bit for bit", "[ops][attention]") {
+  // Without a backward nothing reads the kept probabilities, so the kernel keeps them in its scratch instead of the
+  // state (KernelContext::read_output_elements): the output must not change by a bit. Kept heads with and
+  // without a mask, and a sequence on the online path.
+  for (const Case& c :
+       {Case{{2, 3}, 40, 40, 16, 16, MaskKind::none, false}, Case{{2}, 33, 60, 8, 4, MaskKind::padding, true},
+        Case{{2}, 20, 300, 4, 4, MaskKind::none, true}}) {
+    for (DType dtype : {DType::float32, DType::float64}) {
+      Rng rng(31);
+      const std::vector<Array> inputs = random_inputs(c, rng, dtype);
+      const Evaluated trained = evaluate(fused, c, inputs);
+      Graph graph;
+      std::vector<Tensor> x;
+      for (const Array& input : inputs) x.push_back(graph.placeholder(input.shape(), input.dtype(), "x"));
+      const Tensor output = fused(x[0], x[1], x[2], scale_of(c), x.size() > 3 ? x[3] : Tensor(), c.causal);
+      Program program(graph, {output});
+      for (std::size_t i = 0; i < inputs.size(); ++i) program.feed(x[i], inputs[i]);
+      program.run();
+      INFO(label_of(c) << " " << dtype_name(dtype));
+      CHECK(program.fetch(output).bitwise_equal(trained.output));
+    }
+  }
+}
+
 TEST_CASE("fused_attention: heads_last reads (..., T, H, d) in place, with the same results",
           "[ops][attention][grad]") {
   // Gradients in float64 through the strided kernels (the transposes around them are exact), then
