@@ -47,6 +47,18 @@ int wait_child(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
 }
 
+// Waits until the child creates `path`: true, or false when the child ended first (it is then reaped).
+bool wait_for_file(pid_t pid, const std::string& path) {
+  for (;;) {
+    if (std::filesystem::exists(path)) return true;
+    int status = 0;
+    const pid_t ended = waitpid(pid, &status, WNOHANG);
+    REQUIRE(ended >= 0);
+    if (ended == pid) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
 std::string contents(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   std::ostringstream bytes;
@@ -64,18 +76,21 @@ TEST_CASE("BackupAndRestore: a run killed with SIGKILL 20 times ends bitwise equ
   const std::string reference = dir.file("reference.bin"), resumed = dir.file("resumed.bin");
   REQUIRE(wait_child(spawn_child({child, dir.file("unused"), reference, "--no-backup"})) == 0);
 
-  // How long the child takes to start and how long a whole run with backups takes here (builds under
-  // sanitizers are slower): each kill comes after the start-up plus a random 1/100 to 1/40 of the training,
-  // so 20 of them land before the run is done, most of them after a backup.
-  auto seconds_of = [&](const std::vector<std::string>& arguments) {
+  // How long the training takes here (builds under sanitizers are slower), timed from the moment the child
+  // says it has started training (it creates OUT.started once set up and restored). Each kill comes a random
+  // 1/100 to 1/40 of the training after that moment, so 20 of them land before the run is done, most of them
+  // after a backup, however long the start-up takes on a loaded machine.
+  const std::string started = resumed + ".started";
+  double training = 0;
+  {
+    const std::string timing = dir.file("timing.bin");
+    const pid_t pid = spawn_child({child, dir.file("timing"), timing});
+    REQUIRE(wait_for_file(pid, timing + ".started"));
     const auto start = std::chrono::steady_clock::now();
-    REQUIRE(wait_child(spawn_child(arguments)) == 0);
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
-  const double setup = seconds_of({child, dir.file("unused"), dir.file("unused.bin"), "--setup-only"});
-  const double whole = seconds_of({child, dir.file("timing"), dir.file("timing.bin")});
-  REQUIRE(contents(dir.file("timing.bin")) == contents(reference));  // uninterrupted, with backups: the same
-  const double training = std::max(whole - setup, 0.01);
+    REQUIRE(wait_child(pid) == 0);
+    training = std::max(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.01);
+    REQUIRE(contents(timing) == contents(reference));  // uninterrupted, with backups: the same
+  }
 
   Rng rng(42);
   int kills = 0, attempts = 0;
@@ -83,18 +98,22 @@ TEST_CASE("BackupAndRestore: a run killed with SIGKILL 20 times ends bitwise equ
     const std::string log = contents(resumed + ".resumed");
     return std::count(log.begin(), log.end(), '\n');
   };
-  // At least 20 kills, and until at least 5 starts resumed from a backup (a loaded machine may start the
-  // child more slowly than timed, so that early kills come before any training).
+  // At least 20 kills, and until at least 5 starts resumed from a backup.
   while ((kills < 20 || resumes() < 5) && attempts < 400) {
     ++attempts;
+    std::filesystem::remove(started);
     const pid_t pid = spawn_child({child, dir.file("backup"), resumed});
-    std::this_thread::sleep_for(std::chrono::duration<double>(setup + training * rng.uniform(1.0 / 100, 1.0 / 40)));
-    if (kill(pid, SIGKILL) == 0 && wait_child(pid) == -SIGKILL) {
-      ++kills;
-      continue;
+    if (wait_for_file(pid, started)) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(training * rng.uniform(1.0 / 100, 1.0 / 40)));
+      if (kill(pid, SIGKILL) == 0 && wait_child(pid) == -SIGKILL) {
+        ++kills;
+        continue;
+      }
     }
-    // It finished before it was killed 20 times (the machine ran it faster than timed): start over.
+    // It finished before it was killed 20 times (the machine ran it faster than timed): start over, a little
+    // sooner after each start from now on.
     kills = 0;
+    training *= 0.8;
     std::filesystem::remove_all(dir.file("backup"));
     std::filesystem::remove(resumed);
     std::filesystem::remove(resumed + ".resumed");
