@@ -24,14 +24,6 @@
 #include <type_traits>
 #include <vector>
 
-// xsimd's AVX-512 intrinsics trip g++ 12's (maybe-)uninitialized warnings once inlined; they point into
-// the compiler's own headers, so they are silenced for this include only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <xsimd/xsimd.hpp>
-#pragma GCC diagnostic pop
-
 #include <kiln/core/attributes.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
@@ -39,10 +31,14 @@
 #include <kiln/core/parallel.hpp>
 #include <kiln/ops/detail/flat_parts.hpp>
 #include <kiln/ops/detail/gemm.hpp>
+#include <kiln/ops/detail/row_sums.hpp>
 #include <kiln/ops/ops.hpp>
 
 namespace kiln {
 namespace {
+
+using detail::lane_sums;
+using detail::row_dots;
 
 // Block sizes (rows of q × rows of k). A 256×256 score block is 256 KB in float, so a block pair's
 // scores and their gradient stay in L2 (1 MB a core here). Measured (float32, 1 thread): at d = 32 and 64,
@@ -220,55 +216,6 @@ T horizontal_max(const xsimd::batch<T>& values) {
   return *std::max_element(lanes, lanes + xsimd::batch<T>::size);
 }
 
-// out[i] ← the sum of sums[i]'s lanes, for one batch of rows' partial sums (as many as a vector has lanes): on
-// AVX-512 and AVX a transposing tree of shuffles and adds, a few instructions a row, where a horizontal sum per
-// row is a chain of dependent shuffles. (xsimd 8.1's haddp would do this, but its AVX-512 float version returns
-// the sums in a permuted order.)
-template <class T>
-void lane_sums(const std::array<xsimd::batch<T>, xsimd::batch<T>::size>& sums, T* out) {
-  constexpr std::size_t bytes = sizeof(xsimd::batch<T>);
-#if XSIMD_WITH_AVX512F
-  if constexpr (bytes == 64 && std::is_same_v<T, float>) {
-    // Within 128-bit lanes: pairs of rows, then quads; each 128-bit lane holds 4 rows' sums over its 4 columns.
-    __m512 pairs[8];
-    for (std::size_t i = 0; i < 8; ++i) {
-      const __m512 a = sums[2 * i], b = sums[2 * i + 1];
-      pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-    }
-    __m512 quads[4];
-    for (std::size_t i = 0; i < 4; ++i)
-      quads[i] = _mm512_add_ps(_mm512_shuffle_ps(pairs[2 * i], pairs[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                               _mm512_shuffle_ps(pairs[2 * i], pairs[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    // Across 128-bit lanes: quad g's four partial sums into 128-bit lane g.
-    const __m512 x01 = _mm512_add_ps(_mm512_shuffle_f32x4(quads[0], quads[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                     _mm512_shuffle_f32x4(quads[0], quads[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m512 x23 = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2], quads[3], _MM_SHUFFLE(2, 0, 2, 0)),
-                                     _mm512_shuffle_f32x4(quads[2], quads[3], _MM_SHUFFLE(3, 1, 3, 1)));
-    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_shuffle_f32x4(x01, x23, _MM_SHUFFLE(2, 0, 2, 0)),
-                                        _mm512_shuffle_f32x4(x01, x23, _MM_SHUFFLE(3, 1, 3, 1))));
-    return;
-  }
-#endif
-#if XSIMD_WITH_AVX
-  if constexpr (bytes == 32 && std::is_same_v<T, float>) {
-    __m256 pairs[4];
-    for (std::size_t i = 0; i < 4; ++i) {
-      const __m256 a = sums[2 * i], b = sums[2 * i + 1];
-      pairs[i] = _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
-    }
-    __m256 quads[2];
-    for (std::size_t i = 0; i < 2; ++i)
-      quads[i] = _mm256_add_ps(_mm256_shuffle_ps(pairs[2 * i], pairs[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                               _mm256_shuffle_ps(pairs[2 * i], pairs[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(quads[0], quads[1], 0x20),
-                                        _mm256_permute2f128_ps(quads[0], quads[1], 0x31)));
-    return;
-  }
-#endif
-  (void)bytes;
-  for (std::size_t i = 0; i < sums.size(); ++i) out[i] = xsimd::hadd(sums[i]);
-}
-
 // 0, 1, 2, ... in the lanes.
 template <class T>
 xsimd::batch<T> lane_indices() {
@@ -396,31 +343,6 @@ void log_sum_exps(const T* max, const T* sum, std::int64_t rows, T* lse) {
       value.store_aligned(lanes);
       std::copy(lanes, lanes + (rows - r), lse + r);
     }
-  }
-}
-
-// out[r] ← a_r · b_r for `rows` rows of n, ld apart: a batch of rows at a time, their lanes summed by one
-// transposing reduction (lane_sums) rather than a horizontal sum per row. out is padded to whole vectors (its lanes
-// past `rows` get 0).
-template <class T>
-void row_dots(const T* a, const T* b, std::int64_t ld, std::int64_t rows, std::int64_t n, T* out) {
-  using Batch = xsimd::batch<T>;
-  constexpr auto lanes = static_cast<std::int64_t>(Batch::size);
-  const std::int64_t whole = n / lanes * lanes;
-  for (std::int64_t first = 0; first < rows; first += lanes) {
-    std::array<Batch, lanes> sums;
-    for (std::int64_t r = 0; r < lanes; ++r) {
-      sums[r] = Batch(T(0));
-      if (first + r >= rows) continue;
-      const T* x = a + (first + r) * ld;
-      const T* y = b + (first + r) * ld;
-      for (std::int64_t c = 0; c < whole; c += lanes)
-        sums[r] = xsimd::fma(Batch::load_unaligned(x + c), Batch::load_unaligned(y + c), sums[r]);
-    }
-    lane_sums(sums, out + first);
-    if (whole == n) continue;
-    for (std::int64_t r = first; r < std::min(rows, first + lanes); ++r)
-      for (std::int64_t c = whole; c < n; ++c) out[r] += a[r * ld + c] * b[r * ld + c];
   }
 }
 

@@ -9,6 +9,7 @@
 #include <kiln/core/graph.hpp>
 #include <kiln/core/program.hpp>
 #include <kiln/core/rng.hpp>
+#include <kiln/core/threads.hpp>
 #include <kiln/ops/ops.hpp>
 #include "support/gradcheck.hpp"
 
@@ -133,7 +134,10 @@ struct RmsCase {
   Shape x;
   int trailing;
 };
-const std::vector<RmsCase> rms_cases{{{4, 6}, 1}, {{2, 3, 5}, 1}, {{2, 3, 4}, 2}, {{7}, 1}};
+// Rows shorter than a vector, whole vectors, whole vectors and a tail; fewer rows than a block of the kernels
+// (a vector's lanes), and more with a partial block last.
+const std::vector<RmsCase> rms_cases{{{4, 6}, 1},   {{2, 3, 5}, 1},  {{2, 3, 4}, 2}, {{7}, 1},
+                                     {{37, 16}, 1}, {{3, 7, 20}, 1}, {{5, 3, 11}, 2}};
 
 Shape row_shape(const RmsCase& c) {
   return Shape(std::vector<std::int64_t>(c.x.dims().end() - c.trailing, c.x.dims().end()));
@@ -179,6 +183,32 @@ TEST_CASE("rms_norm gradients match central differences", "[ops][rms_norm][grad]
       {testing::random_array({3, 2, 4}, rng)}, o, /*unknown_batch=*/true);
   INFO(r.worst_entry());
   REQUIRE(r.max_relative_error <= 1e-6);
+}
+
+TEST_CASE("rms_norm in float32 agrees with float64, bitwise the same on any thread count", "[ops][rms_norm][threads]") {
+  // The kernels sum a block of rows' squares in vector lanes; each row's sums depend only on the row, so how the
+  // blocks are split among threads changes nothing.
+  Rng rng(47);
+  const Shape shape{40, 9, 72};  // rows of 72: four vectors of 16 floats and a tail of 8; 360 rows
+  const Array x64 = testing::random_array(shape, rng, DType::float64, -2, 3);
+  const Array scale64 = testing::random_array({72}, rng);
+  const Array weights64 = testing::random_array(shape, rng);
+  const auto rms = [](const std::vector<Tensor>& t) { return ops::rms_norm(t[0], t[1], 1e-6); };
+  const std::vector<Array> reference = testing::evaluate_with_gradients(rms, {x64, scale64}, weights64);
+  const std::vector<Array> inputs{x64.astype(DType::float32), scale64.astype(DType::float32)};
+  const Array weights = weights64.astype(DType::float32);
+  const int saved = kiln::get_num_threads();
+  kiln::set_num_threads(1);
+  const std::vector<Array> one = testing::evaluate_with_gradients(rms, inputs, weights);
+  kiln::set_num_threads(2);
+  const std::vector<Array> two = testing::evaluate_with_gradients(rms, inputs, weights);
+  kiln::set_num_threads(saved);
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    INFO("result " << i);
+    CHECK(one[i].to_vector<float>() == two[i].to_vector<float>());
+    // (the scale's gradient sums 360 rows: relative to its largest entry)
+    CHECK(testing::max_relative_difference(one[i].astype(DType::float64), reference[i]) < 2e-5);
+  }
 }
 
 TEST_CASE("rms_norm refuses bad shapes and arguments", "[ops][rms_norm][errors]") {

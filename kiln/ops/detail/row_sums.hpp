@@ -1,0 +1,105 @@
+#pragma once
+// Sums along rows with SIMD vectors (internal to ops/: not installed). A reduction along a short row is a chain of
+// dependent adds, and a horizontal sum per row a chain of dependent shuffles; these keep a batch of rows' partial
+// sums in vectors and sum their lanes by one transposing reduction, so the rows' chains overlap. A row's sum
+// depends only on the row (not on which batch it falls in), so results do not change with the thread count.
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+// xsimd's AVX-512 intrinsics trip g++ 12's (maybe-)uninitialized warnings once inlined; they point into
+// the compiler's own headers, so they are silenced for this include only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <xsimd/xsimd.hpp>
+#pragma GCC diagnostic pop
+
+namespace kiln::detail {
+
+// out[i] ← the sum of sums[i]'s lanes, for one batch of rows' partial sums (as many as a vector has lanes): on
+// AVX-512 and AVX a transposing tree of shuffles and adds, a few instructions a row, where a horizontal sum per
+// row is a chain of dependent shuffles. (xsimd 8.1's haddp would do this, but its AVX-512 float version returns
+// the sums in a permuted order.)
+template <class T>
+void lane_sums(const std::array<xsimd::batch<T>, xsimd::batch<T>::size>& sums, T* out) {
+  constexpr std::size_t bytes = sizeof(xsimd::batch<T>);
+#if XSIMD_WITH_AVX512F
+  if constexpr (bytes == 64 && std::is_same_v<T, float>) {
+    // Within 128-bit lanes: pairs of rows, then quads; each 128-bit lane holds 4 rows' sums over its 4 columns.
+    __m512 pairs[8];
+    for (std::size_t i = 0; i < 8; ++i) {
+      const __m512 a = sums[2 * i], b = sums[2 * i + 1];
+      pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    }
+    __m512 quads[4];
+    for (std::size_t i = 0; i < 4; ++i)
+      quads[i] = _mm512_add_ps(_mm512_shuffle_ps(pairs[2 * i], pairs[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm512_shuffle_ps(pairs[2 * i], pairs[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    // Across 128-bit lanes: quad g's four partial sums into 128-bit lane g.
+    const __m512 x01 = _mm512_add_ps(_mm512_shuffle_f32x4(quads[0], quads[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_f32x4(quads[0], quads[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512 x23 = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2], quads[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_f32x4(quads[2], quads[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_shuffle_f32x4(x01, x23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                        _mm512_shuffle_f32x4(x01, x23, _MM_SHUFFLE(3, 1, 3, 1))));
+    return;
+  }
+#endif
+#if XSIMD_WITH_AVX
+  if constexpr (bytes == 32 && std::is_same_v<T, float>) {
+    __m256 pairs[4];
+    for (std::size_t i = 0; i < 4; ++i) {
+      const __m256 a = sums[2 * i], b = sums[2 * i + 1];
+      pairs[i] = _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
+    }
+    __m256 quads[2];
+    for (std::size_t i = 0; i < 2; ++i)
+      quads[i] = _mm256_add_ps(_mm256_shuffle_ps(pairs[2 * i], pairs[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm256_shuffle_ps(pairs[2 * i], pairs[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(quads[0], quads[1], 0x20),
+                                        _mm256_permute2f128_ps(quads[0], quads[1], 0x31)));
+    return;
+  }
+#endif
+  (void)bytes;
+  for (std::size_t i = 0; i < sums.size(); ++i) out[i] = xsimd::hadd(sums[i]);
+}
+
+// out[i] ← the sum over a row of n of row first + i's terms, for rows [first, first + count), count ≤ the vector's
+// lanes; out has room for a whole vector (its lanes past count get 0). accumulate(row, column, sum) returns sum plus
+// the terms of the vector of columns [column, column + lanes); tail(row, column) is one term past the whole vectors.
+template <class T, class Accumulate, class Tail>
+void row_sums(std::int64_t first, std::int64_t count, std::int64_t n, T* out, const Accumulate& accumulate,
+              const Tail& tail) {
+  using Batch = xsimd::batch<T>;
+  constexpr auto lanes = static_cast<std::int64_t>(Batch::size);
+  const std::int64_t whole = n / lanes * lanes;
+  std::array<Batch, lanes> sums;
+  for (std::int64_t i = 0; i < lanes; ++i) {
+    sums[i] = Batch(T(0));
+    if (i >= count) continue;
+    for (std::int64_t c = 0; c < whole; c += lanes) sums[i] = accumulate(first + i, c, sums[i]);
+  }
+  lane_sums(sums, out);
+  for (std::int64_t i = 0; i < count && whole < n; ++i)
+    for (std::int64_t c = whole; c < n; ++c) out[i] += tail(first + i, c);
+}
+
+// out[r] ← a_r · b_r for `rows` rows of n, ld apart. out is padded to whole vectors (its lanes past `rows` get 0).
+template <class T>
+void row_dots(const T* a, const T* b, std::int64_t ld, std::int64_t rows, std::int64_t n, T* out) {
+  using Batch = xsimd::batch<T>;
+  constexpr auto lanes = static_cast<std::int64_t>(Batch::size);
+  for (std::int64_t first = 0; first < rows; first += lanes)
+    row_sums<T>(
+        first, std::min(lanes, rows - first), n, out + first,
+        [&](std::int64_t r, std::int64_t c, const Batch& sum) {
+          return xsimd::fma(Batch::load_unaligned(a + r * ld + c), Batch::load_unaligned(b + r * ld + c), sum);
+        },
+        [&](std::int64_t r, std::int64_t c) { return a[r * ld + c] * b[r * ld + c]; });
+}
+
+}  // namespace kiln::detail
