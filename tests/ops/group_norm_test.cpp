@@ -9,6 +9,7 @@
 #include <kiln/core/graph.hpp>
 #include <kiln/core/program.hpp>
 #include <kiln/core/rng.hpp>
+#include <kiln/core/threads.hpp>
 #include <kiln/ops/ops.hpp>
 #include "support/gradcheck.hpp"
 
@@ -74,10 +75,12 @@ struct Case {
   std::int64_t groups;
 };
 // channels_last images, channels_first images, sequences, plain features, one group (layer norm over
-// everything), one channel per group (instance norm), and a group of 130 channels (the kernels sum a
-// channels_last group in lanes of 64 channels: two whole and one of 2).
-const std::vector<Case> cases{{{2, 3, 4, 6}, 3, 3}, {{2, 6, 3, 2}, 1, 2}, {{3, 5, 4}, 2, 2},  {{4, 6}, 1, 3},
-                              {{2, 3, 4}, 2, 1},    {{2, 3, 4}, 2, 4},    {{2, 2, 130}, 2, 1}};
+// everything), one channel per group (instance norm), a group of 130 channels (the kernels sum a
+// channels_last group in lanes of 64 channels: two whole and one of 2), and blocks of several groups (as many
+// as fit in 64 lanes: 21 groups of 3 channels and a last block of 11; 4 groups of 16 and a last one of 1).
+const std::vector<Case> cases{{{2, 3, 4, 6}, 3, 3}, {{2, 6, 3, 2}, 1, 2}, {{3, 5, 4}, 2, 2},
+                              {{4, 6}, 1, 3},       {{2, 3, 4}, 2, 1},    {{2, 3, 4}, 2, 4},
+                              {{2, 2, 130}, 2, 1},  {{2, 5, 96}, 2, 32},  {{3, 4, 80}, 2, 5}};
 
 }  // namespace
 
@@ -152,6 +155,34 @@ TEST_CASE("group_norm with an unknown batch dimension", "[ops][group_norm][grad]
       {testing::random_array({3, 5, 4}, rng)}, o, /*unknown_batch=*/true);
   INFO(r.worst_entry());
   REQUIRE(r.max_relative_error <= 1e-6);
+}
+
+TEST_CASE("group_norm in float32: bitwise the same on any thread count", "[ops][group_norm][threads]") {
+  // Samples' blocks of groups are split among threads, and the gamma/beta sums among blocks of channels; a
+  // channel's sums and a group's order of channels are the same whichever thread runs them.
+  // (Each case is large enough for kiln to split it among two threads.)
+  Rng rng(44);
+  for (const Case& c : {Case{{6, 64, 96}, 2, 32}, Case{{16, 40, 64}, 2, 8}, Case{{4, 6, 35, 37}, 1, 3}}) {
+    INFO(c.x.to_string() << " axis " << c.axis << " groups " << c.groups);
+    const Shape channels{c.x[c.axis]};
+    const std::vector<Array> inputs{testing::random_array(c.x, rng, DType::float32),
+                                    testing::random_array(channels, rng, DType::float32),
+                                    testing::random_array(channels, rng, DType::float32)};
+    const Array weights = testing::random_array(c.x, rng, DType::float32);
+    const auto norm = [&](const std::vector<Tensor>& t) {
+      return ops::group_norm(t[0], t[1], t[2], c.groups, c.axis, 1e-3);
+    };
+    const int saved = kiln::get_num_threads();
+    kiln::set_num_threads(1);
+    const std::vector<Array> one = testing::evaluate_with_gradients(norm, inputs, weights);
+    kiln::set_num_threads(2);
+    const std::vector<Array> two = testing::evaluate_with_gradients(norm, inputs, weights);
+    kiln::set_num_threads(saved);
+    for (std::size_t i = 0; i < one.size(); ++i) {
+      INFO("result " << i);
+      CHECK(one[i].to_vector<float>() == two[i].to_vector<float>());
+    }
+  }
 }
 
 TEST_CASE("group_norm refuses bad shapes and arguments", "[ops][group_norm][errors]") {
