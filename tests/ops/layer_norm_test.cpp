@@ -41,8 +41,9 @@ std::vector<double> reference_layer_norm(const Array& x, const Array& gamma, con
 }  // namespace
 
 TEST_CASE("layer_norm gradient matches central differences", "[ops][layer_norm][grad]") {
-  // 39 rows of {3, 13, 4}: two whole blocks of the kernels' 16 rows and a partial one.
-  for (const Shape& shape : {Shape{3, 5}, Shape{2, 3, 4}, Shape{6}, Shape{3, 13, 4}}) {
+  // 39 rows of {3, 13, 4}: whole blocks of the kernels' rows (a vector's lanes: 8 in float64) and a partial one;
+  // rows of a whole vector, and of two and a partial one.
+  for (const Shape& shape : {Shape{3, 5}, Shape{2, 3, 4}, Shape{6}, Shape{3, 13, 4}, Shape{5, 8}, Shape{9, 20}}) {
     kiln::Rng rng(7);
     testing::GradcheckOptions o;
     o.label = "layer_norm " + shape.to_string();
@@ -73,13 +74,43 @@ TEST_CASE("layer_norm gradient with an unknown batch dimension", "[ops][layer_no
 
 TEST_CASE("layer_norm matches the textbook formula in float32", "[ops][layer_norm]") {
   kiln::Rng rng(11);
-  const Array x = testing::random_array({37, 7}, rng, DType::float32, -3.0, 3.0);  // (blocks of 16 rows, and 5)
-  const Array gamma = testing::random_array({7}, rng, DType::float32);
-  const Array beta = testing::random_array({7}, rng, DType::float32);
-  const Array y = testing::evaluate(layer_norm_of, {x, gamma, beta});
-  const std::vector<double> expected = reference_layer_norm(x, gamma, beta, 1e-3);
-  REQUIRE(y.shape() == x.shape());
-  for (std::size_t i = 0; i < y.size(); ++i) CHECK(y.flat(i) == Approx(expected[i]).margin(1e-5));
+  // Rows shorter than a vector of 16 floats (one masked load each), one vector, one and a part, two and a part; 37
+  // rows: blocks of 16 rows and one of 5.
+  for (const std::int64_t features : {7, 12, 16, 20, 35}) {
+    INFO(features << " features");
+    const Array x = testing::random_array({37, features}, rng, DType::float32, -3.0, 3.0);
+    const Array gamma = testing::random_array({features}, rng, DType::float32);
+    const Array beta = testing::random_array({features}, rng, DType::float32);
+    const Array y = testing::evaluate(layer_norm_of, {x, gamma, beta});
+    const std::vector<double> expected = reference_layer_norm(x, gamma, beta, 1e-3);
+    REQUIRE(y.shape() == x.shape());
+    for (std::size_t i = 0; i < y.size(); ++i) CHECK(y.flat(i) == Approx(expected[i]).margin(1e-5));
+  }
+}
+
+TEST_CASE("layer_norm in float32: gradients agree with float64, bitwise the same on any thread count",
+          "[ops][layer_norm][threads]") {
+  Rng rng(12);
+  const Shape shape{1000, 20};  // (large enough for kiln to split among two threads)
+  const Array x64 = testing::random_array(shape, rng, DType::float64, -2, 3);
+  const Array gamma64 = testing::random_array({20}, rng), beta64 = testing::random_array({20}, rng);
+  const Array weights64 = testing::random_array(shape, rng);
+  const std::vector<Array> reference =
+      testing::evaluate_with_gradients(layer_norm_of, {x64, gamma64, beta64}, weights64);
+  const std::vector<Array> inputs{x64.astype(DType::float32), gamma64.astype(DType::float32),
+                                  beta64.astype(DType::float32)};
+  const Array weights = weights64.astype(DType::float32);
+  const int saved = kiln::get_num_threads();
+  kiln::set_num_threads(1);
+  const std::vector<Array> one = testing::evaluate_with_gradients(layer_norm_of, inputs, weights);
+  kiln::set_num_threads(2);
+  const std::vector<Array> two = testing::evaluate_with_gradients(layer_norm_of, inputs, weights);
+  kiln::set_num_threads(saved);
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    INFO("result " << i);
+    CHECK(one[i].to_vector<float>() == two[i].to_vector<float>());
+    CHECK(testing::max_relative_difference(one[i].astype(DType::float64), reference[i]) < 5e-5);
+  }
 }
 
 TEST_CASE("layer_norm stays accurate when the mean is large next to the spread", "[ops][layer_norm]") {
