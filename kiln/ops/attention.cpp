@@ -822,29 +822,30 @@ void fused_attention_grad_kernel(const KernelContext& context) {
   T* q_grad = context.out<T>();
   T* k_grad = q_grad + dims.heads * dims.queries * dims.depth;
   T* v_grad = k_grad + dims.heads * dims.keys * dims.depth;
+  auto head_grad = [&](std::int64_t n) {
+    const std::int64_t out_offset = dims.offset(n, dims.queries, dims.value_depth);
+    return HeadGrad<T>{out + out_offset,
+                       lse + n * dims.queries,
+                       kept == nullptr ? nullptr : kept + n * dims.queries * score_width(dims.keys),
+                       out_grad + out_offset,
+                       q_grad + dims.offset(n, dims.queries, dims.depth),
+                       k_grad + dims.offset(n, dims.keys, dims.depth),
+                       v_grad + dims.offset(n, dims.keys, dims.value_depth)};
+  };
   const std::int64_t scratch_elements = backward_workspace_elements(dims);
   // Heads are independent (each writes its own dq, dk, dv): each worker takes a contiguous range of them.
   detail::parallel_for(
       dims.heads, slots(context, scratch_elements * sizeof(T)), [&](std::int64_t begin, std::int64_t end, int worker) {
         const BackwardScratch<T> scratch = backward_scratch(context.scratch<T>() + worker * scratch_elements, dims);
         for (std::int64_t n = begin; n < end; ++n) {
-          const std::int64_t out_offset = dims.offset(n, dims.queries, dims.value_depth);
-          const HeadGrad<T> g{out + out_offset,
-                              lse + n * dims.queries,
-                              kept == nullptr ? nullptr : kept + n * dims.queries * score_width(dims.keys),
-                              out_grad + out_offset,
-                              q_grad + dims.offset(n, dims.queries, dims.depth),
-                              k_grad + dims.offset(n, dims.keys, dims.depth),
-                              v_grad + dims.offset(n, dims.keys, dims.value_depth)};
           if (kept != nullptr && n + 1 < end) {  // (a short sequence's heads: prefetch_rows)
-            const std::int64_t next = n + 1, next_out = dims.offset(next, dims.queries, dims.value_depth);
-            const std::int64_t width = score_width(dims.keys), out_ld = dims.ld(dims.value_depth);
-            prefetch_operands(p.head(next), dims);
-            prefetch_rows(kept + next * dims.queries * width, 1, dims.queries * width, 0);
-            prefetch_rows(out + next_out, dims.queries, dims.value_depth, out_ld);
-            prefetch_rows(out_grad + next_out, dims.queries, dims.value_depth, out_ld);
+            const HeadGrad<T> next = head_grad(n + 1);
+            prefetch_operands(p.head(n + 1), dims);
+            prefetch_rows(next.probabilities, 1, dims.queries * score_width(dims.keys), 0);
+            prefetch_rows(next.out, dims.queries, dims.value_depth, dims.ld(dims.value_depth));
+            prefetch_rows(next.out_grad, dims.queries, dims.value_depth, dims.ld(dims.value_depth));
           }
-          backward_head(p.head(n), g, dims, scratch);
+          backward_head(p.head(n), head_grad(n), dims, scratch);
         }
       });
 }

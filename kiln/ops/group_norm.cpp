@@ -130,8 +130,7 @@ struct PerChannel {
   bool lanes = false;
   T values[group_lanes];
 
-  void set(const GroupLayout& l, const GroupBlock& b, const double* per_group) {
-    first = b.g0 * l.group_channels();
+  PerChannel(const GroupLayout& l, const GroupBlock& b, const double* per_group) : first(b.g0 * l.group_channels()) {
     const std::int64_t width = (b.g1 - b.g0) * l.group_channels();
     lanes = l.post == 1 && width <= group_lanes;
     if (!lanes) {
@@ -153,8 +152,7 @@ void block_stats(const GroupLayout& l, const T* x, const GroupBlock& b, double e
   const std::int64_t groups = b.g1 - b.g0;
   block_sums(l, b, s.mean, [&](std::int64_t, std::int64_t at) { return static_cast<double>(x[at]); });
   for (std::int64_t g = 0; g < groups; ++g) s.mean[g] = count > 0 ? s.mean[g] / count : 0.0;
-  PerChannel<double> mean;
-  mean.set(l, b, s.mean);
+  const PerChannel<double> mean(l, b, s.mean);
   block_sums(l, b, s.rstd, [&](std::int64_t c, std::int64_t at) {
     const double d = static_cast<double>(x[at]) - mean(c);
     return d * d;
@@ -189,9 +187,7 @@ void group_norm_kernel(const KernelContext& k) {
   for_blocks(l, 3, [&](const GroupBlock& b) {
     BlockStats s;
     block_stats(l, x, b, epsilon, s);
-    PerChannel<T> mean, rstd;
-    mean.set(l, b, s.mean);
-    rstd.set(l, b, s.rstd);
+    const PerChannel<T> mean(l, b, s.mean), rstd(l, b, s.rstd);
     each_in_block(l, b,
                   [&](std::int64_t c, std::int64_t at) { y[at] = (x[at] - mean(c)) * rstd(c) * gamma[c] + beta[c]; });
   });
@@ -209,9 +205,7 @@ void group_norm_grad_kernel(const KernelContext& k) {
   for_blocks(l, 4, [&](const GroupBlock& b) {
     BlockStats s;
     block_stats(l, x, b, epsilon, s);
-    PerChannel<double> mean64, rstd64;
-    mean64.set(l, b, s.mean);
-    rstd64.set(l, b, s.rstd);
+    const PerChannel<double> mean64(l, b, s.mean), rstd64(l, b, s.rstd);
     double sum_g[group_lanes], sum_g_xhat[group_lanes];
     block_sums(l, b, sum_g, [&](std::int64_t c, std::int64_t at) {
       return static_cast<double>(dy[at]) * static_cast<double>(gamma[c]);
@@ -224,11 +218,7 @@ void group_norm_grad_kernel(const KernelContext& k) {
       sum_g[g] /= count;
       sum_g_xhat[g] /= count;
     }
-    PerChannel<T> mean, rstd, mean_g, mean_g_xhat;
-    mean.set(l, b, s.mean);
-    rstd.set(l, b, s.rstd);
-    mean_g.set(l, b, sum_g);
-    mean_g_xhat.set(l, b, sum_g_xhat);
+    const PerChannel<T> mean(l, b, s.mean), rstd(l, b, s.rstd), mean_g(l, b, sum_g), mean_g_xhat(l, b, sum_g_xhat);
     each_in_block(l, b, [&](std::int64_t c, std::int64_t at) {
       const T xhat = (x[at] - mean(c)) * rstd(c);
       dx[at] = rstd(c) * (dy[at] * gamma[c] - mean_g(c) - xhat * mean_g_xhat(c));
@@ -261,9 +251,7 @@ void group_norm_param_grad_kernel(const KernelContext& k) {
                              const GroupBlock b{n, first, std::min(l.groups, first + per_block)};
                              BlockStats s;
                              block_stats(l, x, b, epsilon, s);
-                             PerChannel<double> mean, rstd;
-                             mean.set(l, b, s.mean);
-                             rstd.set(l, b, s.rstd);
+                             const PerChannel<double> mean(l, b, s.mean), rstd(l, b, s.rstd);
                              each_in_block(l, b, [&](std::int64_t c, std::int64_t at) {
                                const auto grad = static_cast<double>(dy[at]);
                                sums[c] += grad * (static_cast<double>(x[at]) - mean(c)) * rstd(c);

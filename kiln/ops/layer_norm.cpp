@@ -61,15 +61,15 @@ Rows rows_of(const KernelContext& k) { return rows_of(k.input_shape(0)); }
 // call against those chains' 58 (in its train step: LayerNorm 45 → 35 µs, LayerNormGrad 73 → 60, the gamma
 // gradient 45 → 38).
 template <class T>
-constexpr std::int64_t stats_block = static_cast<std::int64_t>(xsimd::batch<T>::size);
+constexpr std::int64_t row_block = static_cast<std::int64_t>(xsimd::batch<T>::size);
 
 template <class T>
 struct BlockStats {
-  alignas(64) T mean[stats_block<T>];
-  alignas(64) T rstd[stats_block<T>];
+  alignas(64) T mean[row_block<T>];
+  alignas(64) T rstd[row_block<T>];
 };
 
-// Rows [first, first + count) of x, count ≤ stats_block<T>.
+// Rows [first, first + count) of x, count ≤ row_block<T>.
 template <class T>
 void block_stats(const T* x, std::int64_t first, std::int64_t count, std::int64_t size, double epsilon,
                  BlockStats<T>& stats) {
@@ -90,25 +90,35 @@ void block_stats(const T* x, std::int64_t first, std::int64_t count, std::int64_
   detail::reciprocal_roots(stats.rstd, 1.0, epsilon);
 }
 
-template <class T>
-std::int64_t stats_blocks(const Rows& rows) {
-  return (rows.count + stats_block<T> - 1) / stats_block<T>;
-}
-
-// Runs body(first row, rows, stats) for each block of rows, the blocks split over the threads (the same result
-// for any thread count). A row costs about 8 times a memory-bound copy.
-template <class T, class Body>
-void for_row_blocks(const T* x, const Rows& rows, double epsilon, const Body& body) {
-  detail::parallel_for(stats_blocks<T>(rows), detail::workers_for_elements(rows.count * rows.size, 8),
+// Runs compute(first, count, stats) then body(first, count, stats) for each block of rows [first, first + count), on
+// up to `workers` threads (1: in row order, for a sum over rows that must not depend on the thread count). A row's
+// statistics depend only on the row, so how the blocks are split changes nothing.
+template <class Stats, class T, class Compute, class Body>
+void for_row_blocks(const Rows& rows, int workers, const Compute& compute, const Body& body) {
+  detail::parallel_for((rows.count + row_block<T> - 1) / row_block<T>, workers,
                        [&](std::int64_t begin, std::int64_t end, int) {
-                         BlockStats<T> stats;
+                         Stats stats;
                          for (std::int64_t block = begin; block < end; ++block) {
-                           const std::int64_t first = block * stats_block<T>;
-                           const std::int64_t count = std::min(stats_block<T>, rows.count - first);
-                           block_stats(x, first, count, rows.size, epsilon, stats);
+                           const std::int64_t first = block * row_block<T>;
+                           const std::int64_t count = std::min(row_block<T>, rows.count - first);
+                           compute(first, count, stats);
                            body(first, count, stats);
                          }
                        });
+}
+
+// Threads for rows that each cost about `cost` times a memory-bound copy.
+int workers_for(const Rows& rows, int cost) { return detail::workers_for_elements(rows.count * rows.size, cost); }
+
+// for_row_blocks with each block's mean and 1/σ.
+template <class T, class Body>
+void for_stats_blocks(const T* x, const Rows& rows, double epsilon, int workers, const Body& body) {
+  for_row_blocks<BlockStats<T>, T>(
+      rows, workers,
+      [&](std::int64_t first, std::int64_t count, BlockStats<T>& stats) {
+        block_stats(x, first, count, rows.size, epsilon, stats);
+      },
+      body);
 }
 
 template <class T>
@@ -120,21 +130,21 @@ void layer_norm_kernel(const KernelContext& k) {
   const T* beta = k.in<T>(2);
   T* out = k.out<T>();
   const Rows rows = rows_of(k);
-  for_row_blocks(x, rows, k.attributes().get_double("epsilon"),
-                 [&](std::int64_t first, std::int64_t count, const BlockStats<T>& stats) {
-                   for (std::int64_t i = 0; i < count; ++i) {
-                     const T* row = x + (first + i) * rows.size;
-                     T* target = out + (first + i) * rows.size;
-                     const Batch mean(stats.mean[i]), rstd(stats.rstd[i]);
-                     for (std::int64_t j = 0; j < rows.size; j += lanes) {  // (a row's last vector masked)
-                       const std::int64_t width = std::min(lanes, rows.size - j);
-                       const Batch value = (detail::load_run(row + j, width, T(0)) - mean) * rstd *
-                                               detail::load_run(gamma + j, width, T(0)) +
-                                           detail::load_run(beta + j, width, T(0));
-                       detail::store_run(target + j, width, value);
+  for_stats_blocks(x, rows, k.attributes().get_double("epsilon"), workers_for(rows, 8),
+                   [&](std::int64_t first, std::int64_t count, const BlockStats<T>& stats) {
+                     for (std::int64_t i = 0; i < count; ++i) {
+                       const T* row = x + (first + i) * rows.size;
+                       T* target = out + (first + i) * rows.size;
+                       const Batch mean(stats.mean[i]), rstd(stats.rstd[i]);
+                       for (std::int64_t j = 0; j < rows.size; j += lanes) {  // (a row's last vector masked)
+                         const std::int64_t width = std::min(lanes, rows.size - j);
+                         const Batch value = (detail::load_run(row + j, width, T(0)) - mean) * rstd *
+                                                 detail::load_run(gamma + j, width, T(0)) +
+                                             detail::load_run(beta + j, width, T(0));
+                         detail::store_run(target + j, width, value);
+                       }
                      }
-                   }
-                 });
+                   });
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma, per row.
@@ -148,11 +158,11 @@ void layer_norm_grad_kernel(const KernelContext& k) {
   T* dx = k.out<T>();
   const Rows rows = rows_of(k);
   const auto n = static_cast<T>(rows.size);
-  for_row_blocks(
-      x, rows, k.attributes().get_double("epsilon"),
+  for_stats_blocks(
+      x, rows, k.attributes().get_double("epsilon"), workers_for(rows, 8),
       [&](std::int64_t first, std::int64_t count, const BlockStats<T>& stats) {
         const std::int64_t size = rows.size;
-        alignas(64) T sum_g[stats_block<T>], sum_g_xhat[stats_block<T>];
+        alignas(64) T sum_g[row_block<T>], sum_g_xhat[row_block<T>];
         detail::row_sums<T>(first, count, size, sum_g,
                             [&](std::int64_t r, std::int64_t c, std::int64_t width, const Batch& sum) {
                               return xsimd::fma(detail::load_run(dy + r * size + c, width, T(0)),
@@ -191,16 +201,13 @@ void layer_norm_param_grad_kernel(const KernelContext& k) {
   T* dgamma = k.out<T>();
   const Rows rows = rows_of(k);
   for (std::int64_t j = 0; j < rows.size; ++j) dgamma[j] = T(0);
-  BlockStats<T> stats;
-  for (std::int64_t first = 0; first < rows.count; first += stats_block<T>) {
-    const std::int64_t count = std::min(stats_block<T>, rows.count - first);
-    block_stats(x, first, count, rows.size, epsilon, stats);
+  for_stats_blocks(x, rows, epsilon, 1, [&](std::int64_t first, std::int64_t count, const BlockStats<T>& stats) {
     for (std::int64_t i = 0; i < count; ++i) {
       const std::int64_t offset = (first + i) * rows.size;
       const T mean = stats.mean[i], rstd = stats.rstd[i];
       for (std::int64_t j = 0; j < rows.size; ++j) dgamma[j] += dy[offset + j] * (x[offset + j] - mean) * rstd;
     }
-  }
+  });
 }
 
 Attributes epsilon_of(const GradContext& g) {
@@ -266,16 +273,13 @@ Shape rms_norm_scale_grad_shape(const InferContext& ctx) {
   return trailing_shape(ctx, ctx.input_shape(0));
 }
 
-// Each row's r = 1/sqrt(mean(x²) + ε), for a block of rows [first, first + count), count ≤ rms_block<T>: the sums
+// Each row's r = 1/sqrt(mean(x²) + ε), for a block of rows [first, first + count), count ≤ row_block<T>: the sums
 // of squares in vector lanes, a block's rows reduced together (detail::row_sums). Row by row, a row of 64 features
 // (the norms benchmark's) was a chain of 64 dependent adds: the forward took 0.6 ms and the input gradient 1 ms on
 // (32, 256, 64).
 template <class T>
-constexpr std::int64_t rms_block = static_cast<std::int64_t>(xsimd::batch<T>::size);
-
-template <class T>
 struct BlockRrms {
-  alignas(64) T rrms[rms_block<T>];
+  alignas(64) T rrms[row_block<T>];
 };
 
 template <class T>
@@ -286,21 +290,15 @@ void block_rrms(const T* x, std::int64_t first, std::int64_t count, std::int64_t
   detail::reciprocal_roots(block.rrms, static_cast<double>(size), epsilon);
 }
 
-// Runs body(first row, rows, r) for each block of rows, the blocks split over the threads (the same result for
-// any thread count: a row's r depends only on the row). A row costs about `cost` times a memory-bound copy.
+// for_row_blocks with each block's r.
 template <class T, class Body>
-void for_rms_blocks(const T* x, const Rows& rows, double epsilon, int cost, const Body& body) {
-  const std::int64_t blocks = (rows.count + rms_block<T> - 1) / rms_block<T>;
-  detail::parallel_for(blocks, detail::workers_for_elements(rows.count * rows.size, cost),
-                       [&](std::int64_t begin, std::int64_t end, int) {
-                         BlockRrms<T> block;
-                         for (std::int64_t b = begin; b < end; ++b) {
-                           const std::int64_t first = b * rms_block<T>;
-                           const std::int64_t count = std::min(rms_block<T>, rows.count - first);
-                           block_rrms(x, first, count, rows.size, epsilon, block);
-                           body(first, count, block);
-                         }
-                       });
+void for_rms_blocks(const T* x, const Rows& rows, double epsilon, int workers, const Body& body) {
+  for_row_blocks<BlockRrms<T>, T>(
+      rows, workers,
+      [&](std::int64_t first, std::int64_t count, BlockRrms<T>& block) {
+        block_rrms(x, first, count, rows.size, epsilon, block);
+      },
+      body);
 }
 
 template <class T>
@@ -309,7 +307,7 @@ void rms_norm_kernel(const KernelContext& k) {
   const T* scale = k.in<T>(1);
   T* out = k.out<T>();
   const Rows rows = rows_of(k.input_shape(0), trailing_of(k.attributes()));
-  for_rms_blocks(x, rows, k.attributes().get_double("epsilon"), 4,
+  for_rms_blocks(x, rows, k.attributes().get_double("epsilon"), workers_for(rows, 4),
                  [&](std::int64_t first, std::int64_t count, const BlockRrms<T>& block) {
                    for (std::int64_t i = 0; i < count; ++i) {
                      const T* row = x + (first + i) * rows.size;
@@ -330,9 +328,9 @@ void rms_norm_grad_kernel(const KernelContext& k) {
   T* dx = k.out<T>();
   const Rows rows = rows_of(k.input_shape(0), trailing_of(k.attributes()));
   const std::int64_t n = rows.size;
-  for_rms_blocks(x, rows, k.attributes().get_double("epsilon"), 6,
+  for_rms_blocks(x, rows, k.attributes().get_double("epsilon"), workers_for(rows, 6),
                  [&](std::int64_t first, std::int64_t count, const BlockRrms<T>& block) {
-                   alignas(64) T sum_gx[rms_block<T>];
+                   alignas(64) T sum_gx[row_block<T>];
                    detail::row_sums<T>(first, count, n, sum_gx,
                                        [&](std::int64_t r, std::int64_t c, std::int64_t width, const Batch& sum) {
                                          const Batch g = detail::load_run(dy + r * n + c, width, T(0)) *
@@ -359,16 +357,13 @@ void rms_norm_scale_grad_kernel(const KernelContext& k) {
   T* dscale = k.out<T>();
   const Rows rows = rows_of(k.input_shape(0), trailing_of(k.attributes()));
   std::fill(dscale, dscale + rows.size, T(0));
-  BlockRrms<T> block;
-  for (std::int64_t first = 0; first < rows.count; first += rms_block<T>) {
-    const std::int64_t count = std::min(rms_block<T>, rows.count - first);
-    block_rrms(x, first, count, rows.size, epsilon, block);
+  for_rms_blocks(x, rows, epsilon, 1, [&](std::int64_t first, std::int64_t count, const BlockRrms<T>& block) {
     for (std::int64_t i = 0; i < count; ++i) {
       const std::int64_t offset = (first + i) * rows.size;
       const T rrms = block.rrms[i];
       for (std::int64_t j = 0; j < rows.size; ++j) dscale[j] += dy[offset + j] * x[offset + j] * rrms;
     }
-  }
+  });
 }
 
 Attributes rms_attributes_of(const GradContext& g) {

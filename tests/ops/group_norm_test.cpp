@@ -9,7 +9,6 @@
 #include <kiln/core/graph.hpp>
 #include <kiln/core/program.hpp>
 #include <kiln/core/rng.hpp>
-#include <kiln/core/threads.hpp>
 #include <kiln/ops/ops.hpp>
 #include "support/gradcheck.hpp"
 
@@ -172,12 +171,8 @@ TEST_CASE("group_norm in float32: bitwise the same on any thread count", "[ops][
     const auto norm = [&](const std::vector<Tensor>& t) {
       return ops::group_norm(t[0], t[1], t[2], c.groups, c.axis, 1e-3);
     };
-    const int saved = kiln::get_num_threads();
-    kiln::set_num_threads(1);
-    const std::vector<Array> one = testing::evaluate_with_gradients(norm, inputs, weights);
-    kiln::set_num_threads(2);
-    const std::vector<Array> two = testing::evaluate_with_gradients(norm, inputs, weights);
-    kiln::set_num_threads(saved);
+    const std::vector<Array> one = testing::evaluate_with_gradients_on(1, norm, inputs, weights);
+    const std::vector<Array> two = testing::evaluate_with_gradients_on(2, norm, inputs, weights);
     for (std::size_t i = 0; i < one.size(); ++i) {
       INFO("result " << i);
       CHECK(one[i].to_vector<float>() == two[i].to_vector<float>());

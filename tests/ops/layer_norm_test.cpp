@@ -9,7 +9,6 @@
 #include <kiln/core/graph.hpp>
 #include <kiln/core/program.hpp>
 #include <kiln/core/rng.hpp>
-#include <kiln/core/threads.hpp>
 #include <kiln/ops/ops.hpp>
 #include "support/gradcheck.hpp"
 
@@ -100,12 +99,8 @@ TEST_CASE("layer_norm in float32: gradients agree with float64, bitwise the same
   const std::vector<Array> inputs{x64.astype(DType::float32), gamma64.astype(DType::float32),
                                   beta64.astype(DType::float32)};
   const Array weights = weights64.astype(DType::float32);
-  const int saved = kiln::get_num_threads();
-  kiln::set_num_threads(1);
-  const std::vector<Array> one = testing::evaluate_with_gradients(layer_norm_of, inputs, weights);
-  kiln::set_num_threads(2);
-  const std::vector<Array> two = testing::evaluate_with_gradients(layer_norm_of, inputs, weights);
-  kiln::set_num_threads(saved);
+  const std::vector<Array> one = testing::evaluate_with_gradients_on(1, layer_norm_of, inputs, weights);
+  const std::vector<Array> two = testing::evaluate_with_gradients_on(2, layer_norm_of, inputs, weights);
   for (std::size_t i = 0; i < one.size(); ++i) {
     INFO("result " << i);
     CHECK(one[i].to_vector<float>() == two[i].to_vector<float>());
@@ -228,12 +223,8 @@ TEST_CASE("rms_norm in float32 agrees with float64, bitwise the same on any thre
   const std::vector<Array> reference = testing::evaluate_with_gradients(rms, {x64, scale64}, weights64);
   const std::vector<Array> inputs{x64.astype(DType::float32), scale64.astype(DType::float32)};
   const Array weights = weights64.astype(DType::float32);
-  const int saved = kiln::get_num_threads();
-  kiln::set_num_threads(1);
-  const std::vector<Array> one = testing::evaluate_with_gradients(rms, inputs, weights);
-  kiln::set_num_threads(2);
-  const std::vector<Array> two = testing::evaluate_with_gradients(rms, inputs, weights);
-  kiln::set_num_threads(saved);
+  const std::vector<Array> one = testing::evaluate_with_gradients_on(1, rms, inputs, weights);
+  const std::vector<Array> two = testing::evaluate_with_gradients_on(2, rms, inputs, weights);
   for (std::size_t i = 0; i < one.size(); ++i) {
     INFO("result " << i);
     CHECK(one[i].to_vector<float>() == two[i].to_vector<float>());

@@ -10,6 +10,7 @@
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/program.hpp>
+#include <kiln/core/threads.hpp>
 #include <kiln/ops/ops.hpp>
 
 namespace kiln::testing {
@@ -92,6 +93,16 @@ std::vector<Array> evaluate_with_gradients(const GraphFunction& f, const std::ve
   std::vector<Array> results;
   for (const Tensor& fetch : fetches) results.push_back(program.fetch(fetch));
   return results;
+}
+
+std::vector<Array> evaluate_with_gradients_on(int threads, const GraphFunction& f, const std::vector<Array>& inputs,
+                                              const Array& weights) {
+  struct Restore {
+    int saved = get_num_threads();
+    ~Restore() { set_num_threads(saved); }
+  } restore;
+  set_num_threads(threads);
+  return evaluate_with_gradients(f, inputs, weights);
 }
 
 GradcheckReport gradcheck(const GraphFunction& f, const std::vector<Array>& inputs, const GradcheckOptions& options,

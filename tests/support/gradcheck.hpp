@@ -45,6 +45,9 @@ Array evaluate(const GraphFunction& f, const std::vector<Array>& inputs);
 // what a fused op is compared on against the composition of primitive ops it replaces.
 std::vector<Array> evaluate_with_gradients(const GraphFunction& f, const std::vector<Array>& inputs,
                                            const Array& weights);
+// evaluate_with_gradients on `threads` of kiln's threads (the count before is restored after).
+std::vector<Array> evaluate_with_gradients_on(int threads, const GraphFunction& f, const std::vector<Array>& inputs,
+                                              const Array& weights);
 
 Array random_array(const Shape& shape, Rng& rng, DType dtype = DType::float64, double low = -1.0, double high = 1.0);
 // Values in [low, high) whose magnitude is at least `gap` away from each of `kinks` (relu at 0, ...).

@@ -69,6 +69,20 @@ void lane_sums(const std::array<xsimd::batch<T>, xsimd::batch<T>::size>& sums, T
   for (std::size_t i = 0; i < sums.size(); ++i) out[i] = xsimd::hadd(sums[i]);
 }
 
+// Masks of a vector's first `count` lanes (0 < count < the vector's lanes), for masked loads and stores.
+#if XSIMD_WITH_AVX512F
+inline __mmask16 first_lanes(std::int64_t count) { return static_cast<__mmask16>((1u << count) - 1); }
+#endif
+#if XSIMD_WITH_AVX2
+template <class T>
+__m256i first_lanes_avx2(std::int64_t count) {
+  if constexpr (sizeof(T) == 4)
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  else
+    return _mm256_cmpgt_epi64(_mm256_set1_epi64x(count), _mm256_setr_epi64x(0, 1, 2, 3));
+}
+#endif
+
 // The `count` elements at p (0 < count ≤ the vector's lanes) in a vector's first lanes, `fill` in the others. A
 // partial vector is a masked load on AVX-512 and AVX2, which reads nothing past p + count: a row's last partial
 // vector needs no scalar loop, and a row shorter than a vector (LayerNorm over 12 features) is one load.
@@ -79,18 +93,17 @@ xsimd::batch<T> load_run(const T* p, std::int64_t count, T fill) {
   if (count == lanes) return Batch::load_unaligned(p);
 #if XSIMD_WITH_AVX512F
   if constexpr (sizeof(Batch) == 64 && std::is_same_v<T, float>)
-    return _mm512_mask_loadu_ps(_mm512_set1_ps(fill), static_cast<__mmask16>((1u << count) - 1), p);
+    return _mm512_mask_loadu_ps(_mm512_set1_ps(fill), first_lanes(count), p);
   if constexpr (sizeof(Batch) == 64 && std::is_same_v<T, double>)
-    return _mm512_mask_loadu_pd(_mm512_set1_pd(fill), static_cast<__mmask8>((1u << count) - 1), p);
+    return _mm512_mask_loadu_pd(_mm512_set1_pd(fill), static_cast<__mmask8>(first_lanes(count)), p);
 #endif
 #if XSIMD_WITH_AVX2
   if constexpr (sizeof(Batch) == 32 && std::is_same_v<T, float>) {
-    const __m256i mask =
-        _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i mask = first_lanes_avx2<T>(count);
     return _mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps(p, mask), _mm256_castsi256_ps(mask));
   }
   if constexpr (sizeof(Batch) == 32 && std::is_same_v<T, double>) {
-    const __m256i mask = _mm256_cmpgt_epi64(_mm256_set1_epi64x(count), _mm256_setr_epi64x(0, 1, 2, 3));
+    const __m256i mask = first_lanes_avx2<T>(count);
     return _mm256_blendv_pd(_mm256_set1_pd(fill), _mm256_maskload_pd(p, mask), _mm256_castsi256_pd(mask));
   }
 #endif
@@ -107,17 +120,15 @@ void store_run(T* p, std::int64_t count, const xsimd::batch<T>& value) {
   if (count == lanes) return value.store_unaligned(p);
 #if XSIMD_WITH_AVX512F
   if constexpr (sizeof(Batch) == 64 && std::is_same_v<T, float>)
-    return _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << count) - 1), value);
+    return _mm512_mask_storeu_ps(p, first_lanes(count), value);
   if constexpr (sizeof(Batch) == 64 && std::is_same_v<T, double>)
-    return _mm512_mask_storeu_pd(p, static_cast<__mmask8>((1u << count) - 1), value);
+    return _mm512_mask_storeu_pd(p, static_cast<__mmask8>(first_lanes(count)), value);
 #endif
 #if XSIMD_WITH_AVX2
   if constexpr (sizeof(Batch) == 32 && std::is_same_v<T, float>)
-    return _mm256_maskstore_ps(
-        p, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
-        value);
+    return _mm256_maskstore_ps(p, first_lanes_avx2<T>(count), value);
   if constexpr (sizeof(Batch) == 32 && std::is_same_v<T, double>)
-    return _mm256_maskstore_pd(p, _mm256_cmpgt_epi64(_mm256_set1_epi64x(count), _mm256_setr_epi64x(0, 1, 2, 3)), value);
+    return _mm256_maskstore_pd(p, first_lanes_avx2<T>(count), value);
 #endif
   alignas(64) T values[lanes];
   value.store_aligned(values);
