@@ -200,12 +200,21 @@ void layer_norm_param_grad_kernel(const KernelContext& k) {
   const T* dy = k.in<T>(1);
   T* dgamma = k.out<T>();
   const Rows rows = rows_of(k);
+  using Batch = xsimd::batch<T>;
+  constexpr auto lanes = static_cast<std::int64_t>(Batch::size);
   for (std::int64_t j = 0; j < rows.size; ++j) dgamma[j] = T(0);
+  // A vector of columns at a time, over a block's rows in order, in a register: each column's sum runs in row order
+  // as before. One scalar column at a time, a row at a time, took 35 µs a call on mql5_block's (64, 40, 12).
   for_stats_blocks(x, rows, epsilon, 1, [&](std::int64_t first, std::int64_t count, const BlockStats<T>& stats) {
-    for (std::int64_t i = 0; i < count; ++i) {
-      const std::int64_t offset = (first + i) * rows.size;
-      const T mean = stats.mean[i], rstd = stats.rstd[i];
-      for (std::int64_t j = 0; j < rows.size; ++j) dgamma[j] += dy[offset + j] * (x[offset + j] - mean) * rstd;
+    for (std::int64_t j = 0; j < rows.size; j += lanes) {
+      const std::int64_t width = std::min(lanes, rows.size - j);
+      Batch sum = detail::load_run(dgamma + j, width, T(0));
+      for (std::int64_t i = 0; i < count; ++i) {
+        const std::int64_t offset = (first + i) * rows.size + j;
+        const Batch deviation = detail::load_run(x + offset, width, T(0)) - Batch(stats.mean[i]);
+        sum += detail::load_run(dy + offset, width, T(0)) * deviation * Batch(stats.rstd[i]);
+      }
+      detail::store_run(dgamma + j, width, sum);
     }
   });
 }
