@@ -97,8 +97,8 @@ TEST_CASE("gemm: float32 runs on libxsmm's kernels, float64 and large products o
           GemmBackend::openblas);
     return;
   }
-  const GemmShape head{40, 16, 40, false, false, 40, 16, 16};      // attention's p·v
-  const GemmShape scores{40, 40, 16, false, true, 16, 16, 40};     // q·kᵀ: B transposed
+  const GemmShape head{40, 16, 40, false, false, 40, 16, 16};        // attention's p·v
+  const GemmShape scores{40, 40, 16, false, true, 16, 16, 40};       // q·kᵀ: B transposed
   const GemmShape weights{128, 12, 2560, true, false, 128, 12, 12};  // a Dense layer's weight gradient
   CHECK(kiln::detail::gemm_backend(head, DType::float32) == GemmBackend::xsmm);
   CHECK(kiln::detail::gemm_backend(weights, DType::float32) == GemmBackend::xsmm);
@@ -118,11 +118,11 @@ TEST_CASE("gemm: float32 runs on libxsmm's kernels, float64 and large products o
 }
 
 TEST_CASE("gemm: every backend against a double-precision reference, operands inside wider rows", "[gemm]") {
-  check_gemm<float>(1e-5, 7, 5, 9, 4);         // narrow: OpenBLAS
-  check_gemm<float>(2e-5, 40, 40, 16, 32);     // attention heads interleaved (heads_last): libxsmm, B copied
-  check_gemm<float>(2e-5, 24, 13, 40, 3);      // libxsmm with a ragged vector of columns
-  check_gemm<float>(1e-4, 200, 256, 256, 0);   // the transposed B does not fit the copy: OpenBLAS
-  check_gemm<float>(1e-4, 1, 12, 128, 0);      // one sample through a Dense layer
+  check_gemm<float>(1e-5, 7, 5, 9, 4);        // narrow: OpenBLAS
+  check_gemm<float>(2e-5, 40, 40, 16, 32);    // attention heads interleaved (heads_last): libxsmm, B copied
+  check_gemm<float>(2e-5, 24, 13, 40, 3);     // libxsmm with a ragged vector of columns
+  check_gemm<float>(1e-4, 200, 256, 256, 0);  // the transposed B does not fit the copy: OpenBLAS
+  check_gemm<float>(1e-4, 1, 12, 128, 0);     // one sample through a Dense layer
   check_gemm<double>(1e-12, 40, 40, 16, 32);
 }
 
@@ -154,4 +154,34 @@ TEST_CASE("gemm: a product gives the same bits every time, for a given thread co
     REQUIRE(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)) == 0);
   }
   kiln::set_num_threads(saved);
+}
+
+TEST_CASE("gemm: a transposed B gives the bits of the same product with B transposed beforehand", "[gemm]") {
+  // The copy of a transposed B is made in 16 × 16 blocks (with AVX-512): whole blocks, ragged rows and columns, and
+  // B inside wider rows (attention's interleaved heads). It must be exactly the transpose, so the product must be
+  // exactly the one on a B laid out as op(B) by hand, which runs the same libxsmm kernel.
+  struct Case {
+    std::int64_t m, n, k, pad;
+  };
+  for (const Case c :
+       {Case{16, 16, 16, 0}, Case{40, 40, 16, 112}, Case{20, 37, 21, 5}, Case{33, 50, 40, 0}, Case{17, 12, 100, 3}}) {
+    INFO("m " << c.m << " n " << c.n << " k " << c.k << " pad " << c.pad);
+    const std::int64_t ldb = c.k + c.pad;
+    const auto a = random_vector<float>(static_cast<std::size_t>(c.m * c.k), 8);
+    const auto b = random_vector<float>(static_cast<std::size_t>(c.n * ldb), 9);
+    std::vector<float> op_b(static_cast<std::size_t>(c.k * c.n));
+    for (std::int64_t p = 0; p < c.k; ++p)
+      for (std::int64_t j = 0; j < c.n; ++j)
+        op_b[static_cast<std::size_t>(p * c.n + j)] = b[static_cast<std::size_t>(j * ldb + p)];
+    const GemmShape transposed{c.m, c.n, c.k, false, true, c.k, ldb, c.n};
+    const GemmShape laid_out{c.m, c.n, c.k, false, false, c.k, c.n, c.n};
+    if (kiln::detail::gemm_has_xsmm()) {
+      REQUIRE(kiln::detail::gemm_backend(transposed, DType::float32) == GemmBackend::xsmm_transposed_b);
+      REQUIRE(kiln::detail::gemm_backend(laid_out, DType::float32) == GemmBackend::xsmm);
+    }
+    std::vector<float> expected(static_cast<std::size_t>(c.m * c.n)), actual(expected.size());
+    kiln::detail::gemm(laid_out, a.data(), op_b.data(), expected.data());
+    kiln::detail::gemm(transposed, a.data(), b.data(), actual.data());
+    REQUIRE(std::memcmp(expected.data(), actual.data(), expected.size() * sizeof(float)) == 0);
+  }
 }
