@@ -32,6 +32,7 @@
 #include <kiln/ops/detail/flat_parts.hpp>
 #include <kiln/ops/detail/gemm.hpp>
 #include <kiln/ops/detail/row_sums.hpp>
+#include <kiln/ops/detail/softmax_exp.hpp>
 #include <kiln/ops/ops.hpp>
 
 namespace kiln {
@@ -266,14 +267,14 @@ T exp_and_sum(T* x, std::int64_t n, T shift) {
   Batch sums(T(0));
   std::int64_t c = 0;
   for (; c + width <= n; c += width) {
-    const Batch value = xsimd::exp(Batch::load_unaligned(x + c) - offset);
+    const Batch value = detail::softmax_exp(Batch::load_unaligned(x + c) - offset);
     value.store_unaligned(x + c);
     sums += value;
   }
   if (c < n) {  // the last, partial vector, padded with −∞ (whose exp is 0): scalar exps cost 5-10× more
     alignas(64) T lanes[width];
     std::fill(std::copy(x + c, x + n, lanes), lanes + width, minus_infinity<T>);
-    const Batch value = xsimd::exp(Batch::load_aligned(lanes) - offset);
+    const Batch value = detail::softmax_exp(Batch::load_aligned(lanes) - offset);
     value.store_aligned(lanes);
     sums += value;
     std::copy(lanes, lanes + (n - c), x + c);
@@ -596,7 +597,7 @@ void softmax_rows_in_passes(T* p, std::int64_t rows, std::int64_t width, const H
       T* x = p + r * width;
       const Batch shift(row_max[r] == minus_infinity<T> ? T(0) : row_max[r]);
       for (int c = 0; c < Vectors; ++c) {
-        const Batch value = xsimd::exp(Batch::load_unaligned(x + c * lanes) - shift);
+        const Batch value = detail::softmax_exp(Batch::load_unaligned(x + c * lanes) - shift);
         value.store_unaligned(x + c * lanes);
         sums[i] += value;
       }
