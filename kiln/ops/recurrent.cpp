@@ -28,14 +28,6 @@
 #include <string>
 #include <vector>
 
-// xsimd's AVX-512 intrinsics trip g++ 12's (maybe-)uninitialized warnings once inlined; they point into
-// the compiler's own headers, so they are silenced for this include only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <xsimd/xsimd.hpp>
-#pragma GCC diagnostic pop
-
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/op.hpp>
@@ -43,6 +35,7 @@
 #include <kiln/ops/detail/flat_parts.hpp>
 #include <kiln/ops/detail/gemm.hpp>
 #include <kiln/ops/detail/kernel_util.hpp>
+#include <kiln/ops/detail/simd.hpp>
 #include <kiln/ops/ops.hpp>
 
 namespace kiln {
