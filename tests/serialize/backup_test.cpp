@@ -81,14 +81,29 @@ TEST_CASE("BackupAndRestore: a run killed with SIGKILL 20 times ends bitwise equ
   // 1/100 to 1/40 of the training after that moment, so 20 of them land before the run is done, most of them
   // after a backup, however long the start-up takes on a loaded machine.
   const std::string started = resumed + ".started";
-  double training = 0;
+  // Each kill also waits as long as the first backup took to appear: a kill any sooner would find no backup to
+  // resume from, and delays shortened after early finishes (below) once fell under that, so that no start resumed.
+  double training = 0, first_backup = 0;
   {
-    const std::string timing = dir.file("timing.bin");
+    const std::string timing = dir.file("timing.bin"), backup_file = dir.file("timing") + "/backup.kiln";
     const pid_t pid = spawn_child({child, dir.file("timing"), timing});
     REQUIRE(wait_for_file(pid, timing + ".started"));
     const auto start = std::chrono::steady_clock::now();
-    REQUIRE(wait_child(pid) == 0);
-    training = std::max(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.01);
+    const auto elapsed = [&] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    for (;;) {
+      if (first_backup == 0 && std::filesystem::exists(backup_file)) first_backup = elapsed();
+      int status = 0;
+      const pid_t ended = waitpid(pid, &status, WNOHANG);
+      REQUIRE(ended >= 0);
+      if (ended == pid) {
+        REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    training = std::max(elapsed(), 0.01);
     REQUIRE(contents(timing) == contents(reference));  // uninterrupted, with backups: the same
   }
 
@@ -104,7 +119,8 @@ TEST_CASE("BackupAndRestore: a run killed with SIGKILL 20 times ends bitwise equ
     std::filesystem::remove(started);
     const pid_t pid = spawn_child({child, dir.file("backup"), resumed});
     if (wait_for_file(pid, started)) {
-      std::this_thread::sleep_for(std::chrono::duration<double>(training * rng.uniform(1.0 / 100, 1.0 / 40)));
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>(first_backup + training * rng.uniform(1.0 / 100, 1.0 / 40)));
       if (kill(pid, SIGKILL) == 0 && wait_child(pid) == -SIGKILL) {
         ++kills;
         continue;
