@@ -92,17 +92,9 @@ TEST_CASE("BackupAndRestore: a run killed with SIGKILL 20 times ends bitwise equ
     const auto elapsed = [&] {
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     };
-    for (;;) {
-      if (first_backup == 0 && std::filesystem::exists(backup_file)) first_backup = elapsed();
-      int status = 0;
-      const pid_t ended = waitpid(pid, &status, WNOHANG);
-      REQUIRE(ended >= 0);
-      if (ended == pid) {
-        REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
+    REQUIRE(wait_for_file(pid, backup_file));
+    first_backup = elapsed();
+    REQUIRE(wait_child(pid) == 0);
     training = std::max(elapsed(), 0.01);
     REQUIRE(contents(timing) == contents(reference));  // uninterrupted, with backups: the same
   }

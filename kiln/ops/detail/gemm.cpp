@@ -5,14 +5,12 @@
 #include <cstddef>
 
 #include <cblas.h>
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 #if KILN_HAS_XSMM
 #include <libxsmm.h>
 #endif
 
 #include <kiln/core/parallel.hpp>
+#include <kiln/ops/detail/row_sums.hpp>
 
 namespace kiln::detail {
 
@@ -134,7 +132,7 @@ float* transposed_b_buffer() {
   return buffer;
 }
 
-#if defined(__AVX512F__)
+#if XSIMD_WITH_AVX512F
 // (g++ 12's (maybe-)uninitialized warnings point into its own AVX-512 headers once their intrinsics are inlined.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -144,12 +142,9 @@ float* transposed_b_buffer() {
 // read and write nothing outside the block.
 void transpose_block(const float* in, std::int64_t rows, std::int64_t columns, std::int64_t ld, float* out,
                      std::int64_t out_ld) {
-  const auto lanes = [](std::int64_t count) {
-    return static_cast<__mmask16>(count >= 16 ? 0xffff : (1u << count) - 1);
-  };
   __m512 r[16], t[16];
   for (int i = 0; i < 16; ++i)
-    r[i] = i < rows ? _mm512_maskz_loadu_ps(lanes(columns), in + i * ld) : _mm512_setzero_ps();
+    r[i] = i < rows ? _mm512_maskz_loadu_ps(first_lanes(columns), in + i * ld) : _mm512_setzero_ps();
   for (int i = 0; i < 8; ++i) {  // pairs of rows interleaved
     t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
     t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
@@ -170,7 +165,7 @@ void transpose_block(const float* in, std::int64_t rows, std::int64_t columns, s
     r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
     r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
   }
-  for (int i = 0; i < columns && i < 16; ++i) _mm512_mask_storeu_ps(out + i * out_ld, lanes(rows), r[i]);
+  for (int i = 0; i < columns && i < 16; ++i) _mm512_mask_storeu_ps(out + i * out_ld, first_lanes(rows), r[i]);
 }
 #pragma GCC diagnostic pop
 #endif
@@ -180,7 +175,7 @@ void transpose_block(const float* in, std::int64_t rows, std::int64_t columns, s
 // mql5_block's 512 heads of 40 × 16 keys (rows 512 bytes apart) took 31 µs, against 43-66 µs with libxsmm's
 // transposition kernels (themselves 2× a tiled loop). Otherwise, libxsmm's.
 void transpose_b(const GemmShape& s, const float* b, float* out) {
-#if defined(__AVX512F__)
+#if XSIMD_WITH_AVX512F
   for (std::int64_t row = 0; row < s.n; row += 16)
     for (std::int64_t column = 0; column < s.k; column += 16)
       transpose_block(b + row * s.ldb + column, std::min<std::int64_t>(16, s.n - row),

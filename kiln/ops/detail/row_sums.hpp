@@ -63,7 +63,7 @@ void lane_sums(const std::array<xsimd::batch<T>, xsimd::batch<T>::size>& sums, T
   for (std::size_t i = 0; i < sums.size(); ++i) out[i] = xsimd::hadd(sums[i]);
 }
 
-// Masks of a vector's first `count` lanes (0 < count < the vector's lanes), for masked loads and stores.
+// Masks of a vector's first `count` lanes (0 < count ≤ the vector's lanes), for masked loads and stores.
 #if XSIMD_WITH_AVX512F
 inline __mmask16 first_lanes(std::int64_t count) { return static_cast<__mmask16>((1u << count) - 1); }
 #endif

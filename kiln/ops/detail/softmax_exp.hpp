@@ -34,9 +34,6 @@ inline xsimd::batch<T> softmax_exp(const xsimd::batch<T>& x) {
   return xsimd::exp(x);
 }
 
-}  // namespace kiln::detail
-
-namespace kiln::detail {
 // out[i] ← softmax_exp(in[i]) for n values, a vector at a time (the last one padded): softmax_exp as the library
 // was compiled (its ISA), for tests.
 void softmax_exps(const float* in, float* out, std::int64_t n);
