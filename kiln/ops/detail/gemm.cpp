@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstddef>
+#include <string>
 
 #include <cblas.h>
 #if KILN_HAS_XSMM
@@ -63,6 +65,24 @@ constexpr std::int64_t xsmm_min_columns = 12;
 // much as the product (1×12×128 ran at a tenth of OpenBLAS's rate).
 constexpr std::int64_t transposed_b_capacity = std::int64_t{1} << 15;
 constexpr std::int64_t transposed_b_min_rows = 16;
+// Where OpenBLAS runs kernels narrower than the CPU's (openblas_below_cpu), larger products go to libxsmm too,
+// up to a B of this many floats: libxsmm's kernels do not pack B, and on the Zen 5 below a 64×4096×4096 product
+// (a 64 MB B) ran at 60 GFLOP/s on libxsmm against 92 on OpenBLAS's AVX2 kernels, where a 4 MB B
+// (1500×512×2048) still ran at 145 against 106.
+constexpr std::int64_t xsmm_large_b_max = std::int64_t{1} << 20;
+// There a transposed B too large for the copy is copied and multiplied a slice of C's columns at a time, as many
+// as fit the copy, up to 64: 1500×512×512 ran at 204 GFLOP/s in slices of 64 columns and 192 in slices of 32,
+// against 106 on OpenBLAS, but at 122 in slices of 16 and at 44 with k = 2048 (16 columns fit), so slices
+// narrower than 32 stay on OpenBLAS.
+constexpr std::int64_t transposed_b_max_slice = 64;
+constexpr std::int64_t transposed_b_min_slice = 32;
+
+// The columns of C each copy of a transposed B serves: all of them when op(B) fits the copy, else a multiple
+// of 16 (whole vectors of C's rows) as above.
+std::int64_t transposed_b_slice(const GemmShape& s) {
+  if (s.n * s.k <= transposed_b_capacity) return s.n;
+  return std::min(transposed_b_max_slice, transposed_b_capacity / s.k / 16 * 16);
+}
 
 #if KILN_HAS_XSMM
 
@@ -198,18 +218,28 @@ void run_product(const GemmShape& s, const float* a, const float* b, float* c) {
       break;
 #if KILN_HAS_XSMM
     case GemmBackend::xsmm:
-    case GemmBackend::xsmm_transposed_b:
       if (const libxsmm_smmfunction kernel = kernel_for(s)) {
-        const float* left = b;  // (libxsmm's first operand is kiln's B)
-        if (s.transpose_b) {
-          float* copy = transposed_b_buffer();
-          transpose_b(s, b, copy);
-          left = copy;
-        }
-        kernel(left, a, c);
+        kernel(b, a, c);  // (libxsmm's first operand is kiln's B)
         return;
       }
       break;
+    case GemmBackend::xsmm_transposed_b: {
+      // C's columns [first, first + slice) from rows [first, first + slice) of the stored B, copied transposed.
+      const std::int64_t slice = transposed_b_slice(s);
+      for (std::int64_t first = 0; first < s.n; first += slice) {
+        GemmShape part = s;
+        part.n = std::min(slice, s.n - first);
+        const float* part_b = b + first * s.ldb;
+        if (const libxsmm_smmfunction kernel = kernel_for(part)) {
+          float* copy = transposed_b_buffer();
+          transpose_b(part, part_b, copy);
+          kernel(copy, a, c + first);
+        } else {
+          call_blas(part, a, part_b, c + first);
+        }
+      }
+      return;
+    }
 #else
     case GemmBackend::xsmm:
     case GemmBackend::xsmm_transposed_b:
@@ -280,7 +310,15 @@ void split_gemm(const GemmShape& s, const T* a, const T* b, T* c) {
 void prepare_product(const GemmShape& s) {
 #if KILN_HAS_XSMM
   const GemmBackend backend = gemm_backend(s, DType::float32);
-  if (backend == GemmBackend::xsmm || backend == GemmBackend::xsmm_transposed_b) XsmmProduct(s).dispatch();
+  if (backend == GemmBackend::xsmm) XsmmProduct(s).dispatch();
+  if (backend == GemmBackend::xsmm_transposed_b) {  // the slices' kernels: a whole slice and the last one
+    const std::int64_t slice = transposed_b_slice(s);
+    for (const std::int64_t columns : {slice, s.n % slice}) {
+      GemmShape part = s;
+      part.n = columns;
+      if (columns > 0) XsmmProduct(part).dispatch();
+    }
+  }
 #else
   (void)s;
 #endif
@@ -289,13 +327,36 @@ void prepare_product(const GemmShape& s) {
 
 bool gemm_has_xsmm() { return KILN_HAS_XSMM != 0; }
 
+// OpenBLAS 0.3.21 (Debian 12's) chooses its kernels by CPU model, and on an x86 model newer than it knows it falls
+// back by features no further than AVX2: on an AMD EPYC Zen 5 (family 0x1a, with AVX-512) it runs its Haswell
+// kernels, at 93-108 GFLOP/s on one core for products from 150×150×512 to 1024³, where libxsmm's JIT kernels
+// (made for the features the CPU reports) ran at 145-227 and OpenBLAS's own AVX-512 ones (forced with
+// OPENBLAS_CORETYPE=SkylakeX) at 170-210. Its AVX-512 kernel sets are SkylakeX, Cooperlake and SapphireRapids.
+bool openblas_below_cpu() {
+  static const bool below = [] {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (!__builtin_cpu_supports("avx512f")) return false;
+    std::string core = openblas_get_corename();
+    std::transform(core.begin(), core.end(), core.begin(), [](unsigned char c) { return std::tolower(c); });
+    return core != "skylakex" && core != "cooperlake" && core != "sapphirerapids";
+#else
+    return false;
+#endif
+  }();
+  return below;
+}
+
 GemmBackend gemm_backend(const GemmShape& s, DType dtype) {
   if (s.m <= 0 || s.n <= 0 || s.k <= 0) return GemmBackend::none;
-  if (!gemm_has_xsmm() || dtype == DType::float64 || s.m * s.n * s.k > xsmm_max_work || s.n < xsmm_min_columns)
+  if (!gemm_has_xsmm() || dtype == DType::float64 || s.n < xsmm_min_columns) return GemmBackend::openblas;
+  if (s.m * s.n * s.k > xsmm_max_work &&
+      !(openblas_below_cpu() && (s.transpose_b || s.k * s.n <= xsmm_large_b_max)))
     return GemmBackend::openblas;
   if (!s.transpose_b) return GemmBackend::xsmm;
-  return s.n * s.k <= transposed_b_capacity && s.m >= transposed_b_min_rows ? GemmBackend::xsmm_transposed_b
-                                                                            : GemmBackend::openblas;
+  if (s.m < transposed_b_min_rows) return GemmBackend::openblas;
+  if (s.n * s.k <= transposed_b_capacity) return GemmBackend::xsmm_transposed_b;
+  return openblas_below_cpu() && transposed_b_slice(s) >= transposed_b_min_slice ? GemmBackend::xsmm_transposed_b
+                                                                                 : GemmBackend::openblas;
 }
 
 void prepare_gemm(const GemmShape& s, DType dtype) {

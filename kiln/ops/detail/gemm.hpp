@@ -6,7 +6,8 @@
 //   at planning; a product whose op has no prepare hook makes its kernel in its first run). libxsmm has no
 //   kernel for a transposed B in kiln's row-major terms: B is first copied, transposed, into a per-thread
 //   buffer when it fits (xsmm_transposed_b), else the product goes to OpenBLAS. Products too large, too narrow
-//   or (with a transposed B) too short for libxsmm to win go to OpenBLAS too.
+//   or (with a transposed B) too short for libxsmm to win go to OpenBLAS too; "too large" only where OpenBLAS
+//   runs kernels as wide as the CPU's vectors (openblas_below_cpu).
 // - float64 runs on OpenBLAS, whose sums the float64 gradient checks and the PyTorch comparisons were made with.
 // A large product is split over kiln's threads (each library runs one thread in each); inside a parallel_for
 // it runs on the calling thread.
@@ -37,6 +38,10 @@ enum class GemmBackend {
 // The library that runs products of this shape and dtype. A product split over threads is cut into slices
 // first, and each slice's shape decides for it.
 GemmBackend gemm_backend(const GemmShape& shape, DType dtype);
+// Whether the OpenBLAS kiln runs on chose kernels narrower than the CPU's vectors: an AVX-512 CPU newer than that
+// OpenBLAS knows (Debian 12's runs its AVX2 kernels on a Zen 5, at half libxsmm's rate). Then large float32
+// products run on libxsmm as well, except those with a transposed B or a B over 4 MB.
+bool openblas_below_cpu();
 // Whether kiln was built with libxsmm (Debian ships it for amd64 only): without it every product runs on
 // OpenBLAS.
 bool gemm_has_xsmm();

@@ -106,10 +106,11 @@ TEST_CASE("gemm: float32 runs on libxsmm's kernels, float64 and large products o
   CHECK(kiln::detail::gemm_backend(head, DType::float64) == GemmBackend::openblas);
   CHECK(kiln::detail::gemm_backend(GemmShape{2048, 2048, 2048, false, false, 2048, 2048, 2048}, DType::float32) ==
         GemmBackend::openblas);
-  // A transposed B too large for the per-thread copy, or too short a product for the copy to pay, a C too
-  // narrow for libxsmm's vectors: OpenBLAS.
+  // A transposed B too large for the per-thread copy (unless openblas_below_cpu: then copied a slice of
+  // columns at a time), or too short a product for the copy to pay, a C too narrow for libxsmm's vectors:
+  // OpenBLAS.
   CHECK(kiln::detail::gemm_backend(GemmShape{64, 256, 256, false, true, 256, 256, 256}, DType::float32) ==
-        GemmBackend::openblas);
+        (kiln::detail::openblas_below_cpu() ? GemmBackend::xsmm_transposed_b : GemmBackend::openblas));
   CHECK(kiln::detail::gemm_backend(GemmShape{1, 12, 128, false, true, 128, 128, 12}, DType::float32) ==
         GemmBackend::openblas);
   CHECK(kiln::detail::gemm_backend(GemmShape{64, 2, 480, false, false, 480, 2, 2}, DType::float32) ==
@@ -117,12 +118,34 @@ TEST_CASE("gemm: float32 runs on libxsmm's kernels, float64 and large products o
   CHECK(kiln::detail::gemm_backend(GemmShape{2, 3, 0, false, false, 1, 3, 3}, DType::float32) == GemmBackend::none);
 }
 
+TEST_CASE("gemm: large products go to libxsmm only where OpenBLAS runs kernels narrower than the CPU's", "[gemm]") {
+  if (!kiln::detail::gemm_has_xsmm()) return;
+  const bool below = kiln::detail::openblas_below_cpu();
+  INFO("openblas_below_cpu " << below);
+  const GemmShape projection{1500, 512, 512, false, false, 512, 512, 512};      // seed_mha's q = x·w
+  const GemmShape weight_grad{512, 512, 1500, true, false, 512, 512, 512};      // its dW = xᵀ·dy
+  const GemmShape input_grad{1500, 512, 512, false, true, 512, 512, 512};       // dx = dy·wᵀ: B transposed
+  const GemmShape long_rows{1500, 512, 2048, false, true, 2048, 2048, 512};     // only 16 columns' copy fits
+  const GemmShape huge_b{64, 4096, 4096, false, false, 4096, 4096, 4096};       // B of 64 MB
+  CHECK(kiln::detail::gemm_backend(projection, DType::float32) ==
+        (below ? GemmBackend::xsmm : GemmBackend::openblas));
+  CHECK(kiln::detail::gemm_backend(weight_grad, DType::float32) ==
+        (below ? GemmBackend::xsmm : GemmBackend::openblas));
+  CHECK(kiln::detail::gemm_backend(input_grad, DType::float32) ==
+        (below ? GemmBackend::xsmm_transposed_b : GemmBackend::openblas));
+  CHECK(kiln::detail::gemm_backend(long_rows, DType::float32) == GemmBackend::openblas);
+  CHECK(kiln::detail::gemm_backend(huge_b, DType::float32) == GemmBackend::openblas);
+  CHECK(kiln::detail::gemm_backend(projection, DType::float64) == GemmBackend::openblas);
+}
+
 TEST_CASE("gemm: every backend against a double-precision reference, operands inside wider rows", "[gemm]") {
   check_gemm<float>(1e-5, 7, 5, 9, 4);        // narrow: OpenBLAS
   check_gemm<float>(2e-5, 40, 40, 16, 32);    // attention heads interleaved (heads_last): libxsmm, B copied
   check_gemm<float>(2e-5, 24, 13, 40, 3);     // libxsmm with a ragged vector of columns
-  check_gemm<float>(1e-4, 200, 256, 256, 0);  // the transposed B does not fit the copy: OpenBLAS
+  check_gemm<float>(1e-4, 200, 256, 256, 0);  // the transposed B does not fit the copy: OpenBLAS, or slices
+  check_gemm<float>(2e-4, 40, 200, 600, 3);   // slices of 48 columns and a ragged one of 8 (openblas_below_cpu)
   check_gemm<float>(1e-4, 1, 12, 128, 0);     // one sample through a Dense layer
+  check_gemm<float>(2e-4, 300, 256, 256, 5);  // above libxsmm's small-product limit (openblas_below_cpu decides)
   check_gemm<double>(1e-12, 40, 40, 16, 32);
 }
 
