@@ -349,8 +349,7 @@ bool openblas_below_cpu() {
 GemmBackend gemm_backend(const GemmShape& s, DType dtype) {
   if (s.m <= 0 || s.n <= 0 || s.k <= 0) return GemmBackend::none;
   if (!gemm_has_xsmm() || dtype == DType::float64 || s.n < xsmm_min_columns) return GemmBackend::openblas;
-  if (s.m * s.n * s.k > xsmm_max_work &&
-      !(openblas_below_cpu() && (s.transpose_b || s.k * s.n <= xsmm_large_b_max)))
+  if (s.m * s.n * s.k > xsmm_max_work && !(openblas_below_cpu() && (s.transpose_b || s.k * s.n <= xsmm_large_b_max)))
     return GemmBackend::openblas;
   if (!s.transpose_b) return GemmBackend::xsmm;
   if (s.m < transposed_b_min_rows) return GemmBackend::openblas;

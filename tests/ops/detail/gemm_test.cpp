@@ -122,15 +122,13 @@ TEST_CASE("gemm: large products go to libxsmm only where OpenBLAS runs kernels n
   if (!kiln::detail::gemm_has_xsmm()) return;
   const bool below = kiln::detail::openblas_below_cpu();
   INFO("openblas_below_cpu " << below);
-  const GemmShape projection{1500, 512, 512, false, false, 512, 512, 512};      // seed_mha's q = x·w
-  const GemmShape weight_grad{512, 512, 1500, true, false, 512, 512, 512};      // its dW = xᵀ·dy
-  const GemmShape input_grad{1500, 512, 512, false, true, 512, 512, 512};       // dx = dy·wᵀ: B transposed
-  const GemmShape long_rows{1500, 512, 2048, false, true, 2048, 2048, 512};     // only 16 columns' copy fits
-  const GemmShape huge_b{64, 4096, 4096, false, false, 4096, 4096, 4096};       // B of 64 MB
-  CHECK(kiln::detail::gemm_backend(projection, DType::float32) ==
-        (below ? GemmBackend::xsmm : GemmBackend::openblas));
-  CHECK(kiln::detail::gemm_backend(weight_grad, DType::float32) ==
-        (below ? GemmBackend::xsmm : GemmBackend::openblas));
+  const GemmShape projection{1500, 512, 512, false, false, 512, 512, 512};   // seed_mha's q = x·w
+  const GemmShape weight_grad{512, 512, 1500, true, false, 512, 512, 512};   // its dW = xᵀ·dy
+  const GemmShape input_grad{1500, 512, 512, false, true, 512, 512, 512};    // dx = dy·wᵀ: B transposed
+  const GemmShape long_rows{1500, 512, 2048, false, true, 2048, 2048, 512};  // only 16 columns' copy fits
+  const GemmShape huge_b{64, 4096, 4096, false, false, 4096, 4096, 4096};    // B of 64 MB
+  CHECK(kiln::detail::gemm_backend(projection, DType::float32) == (below ? GemmBackend::xsmm : GemmBackend::openblas));
+  CHECK(kiln::detail::gemm_backend(weight_grad, DType::float32) == (below ? GemmBackend::xsmm : GemmBackend::openblas));
   CHECK(kiln::detail::gemm_backend(input_grad, DType::float32) ==
         (below ? GemmBackend::xsmm_transposed_b : GemmBackend::openblas));
   CHECK(kiln::detail::gemm_backend(long_rows, DType::float32) == GemmBackend::openblas);
