@@ -45,6 +45,27 @@ TEST_CASE("regression losses are batch means of Keras's per-element losses", "[o
   CHECK(loss_value(wide, regression_true, regression_pred) == Approx((0.125 + 0.5 + 0 + 2) / 4).epsilon(1e-14));
 }
 
+TEST_CASE("a batch mean over many elements and a ragged tail is the plain sum's mean", "[optim][losses]") {
+  // 32 × 31 + 7 elements: whole blocks of the kernel's running partial sums and a partial one.
+  const std::int64_t rows = 31, columns = 32;
+  std::vector<double> truth, prediction;
+  for (std::int64_t i = 0; i < rows * columns + 7; ++i) {
+    truth.push_back(std::sin(0.37 * static_cast<double>(i)));
+    prediction.push_back(std::cos(0.11 * static_cast<double>(i)) * 2.0);
+  }
+  double squared = 0.0, absolute = 0.0;
+  for (std::size_t i = 0; i < truth.size(); ++i) {
+    squared += (prediction[i] - truth[i]) * (prediction[i] - truth[i]);
+    absolute += std::abs(prediction[i] - truth[i]);
+  }
+  const auto size = static_cast<std::int64_t>(truth.size());
+  const double count = static_cast<double>(size);
+  CHECK(loss_value("mse", doubles(truth, {size}), doubles(prediction, {size})) ==
+        Approx(squared / count).epsilon(1e-13));
+  CHECK(loss_value("mae", doubles(truth, {size}), doubles(prediction, {size})) ==
+        Approx(absolute / count).epsilon(1e-13));
+}
+
 TEST_CASE("targets one axis short of a (batch, 1) prediction are compared elementwise", "[optim][losses]") {
   const Array flat_true = doubles({1, 0, 1}, {3});
   const Array column_pred = doubles({0.5, 0.25, 2}, {3, 1});
