@@ -205,8 +205,17 @@ void expand_like_kernel(const KernelContext& k) {
   T factor = T(1);
   if (k.attributes().get_bool("average") && big.num_elements() > 0)
     factor = static_cast<T>(static_cast<double>(small.num_elements()) / static_cast<double>(big.num_elements()));
-  detail::BroadcastWalk(big, shapes, 1).for_each([&](std::int64_t i, std::int64_t o, std::int64_t, std::int64_t) {
-    out[i] = in[o] * factor;
+  // Row by row of the last axis (per element, the walk's index updates took 0.9 ns an element: 435 µs for
+  // cnn_small's pooling gradient (64, 11, 11, 64)).
+  const detail::BroadcastWalk walk(big, shapes, 1);
+  const std::int64_t step = walk.inner_stride(0);
+  walk.for_each_row([&](std::int64_t i, std::int64_t o, std::int64_t, std::int64_t, std::int64_t run) {
+    T* row = out + i;
+    if (step == 0) {
+      std::fill(row, row + run, in[o] * factor);
+    } else {
+      for (std::int64_t j = 0; j < run; ++j) row[j] = in[o + j * step] * factor;
+    }
   });
 }
 

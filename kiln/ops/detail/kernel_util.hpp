@@ -71,6 +71,37 @@ struct BroadcastWalk {
       }
     }
   }
+
+  // Calls f(output_index, offset_0, offset_1, offset_2, run) for each row of the last axis, in order: `run`
+  // consecutive output elements from output_index on, whose input i steps by inner_stride(i) from offset_i.
+  // A kernel's inner loop then runs over a row, not through the walk per element.
+  template <class F>
+  void for_each_row(F&& f) const {
+    if (rank == 0) {
+      f(0, 0, 0, 0, 1);
+      return;
+    }
+    const auto last = static_cast<std::size_t>(rank - 1);
+    const std::int64_t run = dims[last];
+    std::int64_t rows = 1;
+    for (std::size_t axis = 0; axis < last; ++axis) rows *= dims[axis];
+    if (rows == 0 || run == 0) return;
+    std::array<std::int64_t, Shape::max_rank> index{};
+    std::array<std::int64_t, 3> offset{};
+    for (std::int64_t row = 0; row < rows; ++row) {
+      f(row * run, offset[0], offset[1], offset[2], run);
+      for (int axis = rank - 2; axis >= 0; --axis) {
+        const auto a = static_cast<std::size_t>(axis);
+        for (std::size_t i = 0; i < 3; ++i) offset[i] += strides[i][a];
+        if (++index[a] < dims[a]) break;
+        for (std::size_t i = 0; i < 3; ++i) offset[i] -= strides[i][a] * dims[a];
+        index[a] = 0;
+      }
+    }
+  }
+  std::int64_t inner_stride(int input) const {
+    return rank == 0 ? 0 : strides[static_cast<std::size_t>(input)][static_cast<std::size_t>(rank - 1)];
+  }
 };
 
 // Normalized, sorted, unique axes of `shape` for a reduction; empty `axes` means all.
