@@ -40,7 +40,7 @@ enum class GemmBackend {
 GemmBackend gemm_backend(const GemmShape& shape, DType dtype);
 // Whether the OpenBLAS kiln runs on chose kernels narrower than the CPU's vectors: an AVX-512 CPU newer than that
 // OpenBLAS knows (Debian 12's runs its AVX2 kernels on a Zen 5, at half libxsmm's rate). Then large float32
-// products run on libxsmm as well, except those with a transposed B or a B over 4 MB.
+// products run on libxsmm as well (a B of at most 4 MB; a transposed B copied a slice of columns at a time).
 bool openblas_below_cpu();
 // Whether kiln was built with libxsmm (Debian ships it for amd64 only): without it every product runs on
 // OpenBLAS.

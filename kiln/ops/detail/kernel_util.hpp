@@ -62,13 +62,7 @@ struct BroadcastWalk {
     std::array<std::int64_t, 3> offset{};
     for (std::int64_t flat = 0; flat < total; ++flat) {
       f(flat, offset[0], offset[1], offset[2]);
-      for (int axis = rank - 1; axis >= 0; --axis) {
-        const auto a = static_cast<std::size_t>(axis);
-        for (std::size_t i = 0; i < 3; ++i) offset[i] += strides[i][a];
-        if (++index[a] < dims[a]) break;
-        for (std::size_t i = 0; i < 3; ++i) offset[i] -= strides[i][a] * dims[a];
-        index[a] = 0;
-      }
+      advance(index, offset, rank - 1);
     }
   }
 
@@ -90,17 +84,23 @@ struct BroadcastWalk {
     std::array<std::int64_t, 3> offset{};
     for (std::int64_t row = 0; row < rows; ++row) {
       f(row * run, offset[0], offset[1], offset[2], run);
-      for (int axis = rank - 2; axis >= 0; --axis) {
-        const auto a = static_cast<std::size_t>(axis);
-        for (std::size_t i = 0; i < 3; ++i) offset[i] += strides[i][a];
-        if (++index[a] < dims[a]) break;
-        for (std::size_t i = 0; i < 3; ++i) offset[i] -= strides[i][a] * dims[a];
-        index[a] = 0;
-      }
+      advance(index, offset, rank - 2);
     }
   }
   std::int64_t inner_stride(int input) const {
     return rank == 0 ? 0 : strides[static_cast<std::size_t>(input)][static_cast<std::size_t>(rank - 1)];
+  }
+
+ private:
+  // The next position in row-major order over axes [0, last] (an odometer), with every input's offset.
+  void advance(std::array<std::int64_t, Shape::max_rank>& index, std::array<std::int64_t, 3>& offset, int last) const {
+    for (int axis = last; axis >= 0; --axis) {
+      const auto a = static_cast<std::size_t>(axis);
+      for (std::size_t i = 0; i < 3; ++i) offset[i] += strides[i][a];
+      if (++index[a] < dims[a]) return;
+      for (std::size_t i = 0; i < 3; ++i) offset[i] -= strides[i][a] * dims[a];
+      index[a] = 0;
+    }
   }
 };
 
