@@ -31,6 +31,7 @@
 #include <kiln/layers/multi_head_attention.hpp>
 #include <kiln/layers/noise.hpp>
 #include <kiln/layers/normalization.hpp>
+#include <kiln/layers/operation.hpp>
 #include <kiln/layers/padding.hpp>
 #include <kiln/layers/pooling.hpp>
 #include <kiln/layers/position_embedding.hpp>

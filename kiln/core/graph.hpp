@@ -133,6 +133,17 @@ class Graph {
    private:
     Graph& graph_;
   };
+  /// Whether a name scope is open: a layer's call is adding its ops.
+  bool in_name_scope() const { return !scopes_.empty(); }
+
+  /// Marks this graph as one a model is written in (kiln::Input makes them): an op that has a Keras
+  /// operation (ops::add, ops::slice, ops::get_item, ...) called on its tensors outside any layer's call is
+  /// recorded as a call of an operation layer, as Keras records keras.ops calls in a functional model, so
+  /// Model(x, ops::add(a, b)) needs no wrapper layer.
+  void set_writes_model(bool value) { writes_model_ = value; }
+  /// Whether set_writes_model(true) was called.
+  bool writes_model() const { return writes_model_; }
+
   /// Reserves and returns `base`, or `base_1`, `base_2`, ... when it is taken. The current scope is not
   /// applied. Layers take their names ("dense", "dense_1") from it too.
   std::string unique_name(const std::string& base);
@@ -164,6 +175,7 @@ class Graph {
   std::vector<Update> state_updates_;
   std::vector<Tensor> losses_;
   std::map<NodeId, NodeId> masks_;
+  bool writes_model_ = false;
 };
 
 }  // namespace kiln

@@ -71,6 +71,7 @@ Tensor InputLayer::placeholder_in(Graph& graph) {
 
 Tensor InputLayer::make_input() {
   graphs_.push_back(std::make_shared<Graph>());
+  graphs_.back()->set_writes_model(true);
   return placeholder_in(*graphs_.back());
 }
 

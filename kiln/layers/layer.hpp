@@ -180,7 +180,8 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// new name, weights that were set or trained are kept. A name the user gave is never changed: that
   /// clash is a ConfigError.
   void rename_automatic(const std::string& name);
-  std::string registered_name() const;  ///< "kiln>Dense", or "" for a layer nobody registered
+  /// "kiln>Dense", or "" for a layer nobody registered (found by the layer's C++ type).
+  virtual std::string registered_name() const;
   /// Every constructor argument, plus the base fields name, trainable and dtype: from_config(get_config())
   /// rebuilds an equal layer. Subclasses extend base_config().
   virtual Config get_config() const { return base_config(); }
@@ -374,7 +375,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
   void collect_weights(const std::string& prefix, bool frozen_by_parent, std::vector<Weight>& out) const;
   void initialize_own_weights(std::uint64_t seed);
   Array draw(const OwnWeight& weight, Rng& rng) const;  ///< the weight's values from its initializer or fill
-  bool holds_first_draw() const;  ///< every weight, children's too, equals its draw for seed 0
+  bool holds_first_draw() const;                        ///< every weight, children's too, equals its draw for seed 0
   void adopt(Layer& child) const;
   void check_call(const std::vector<Tensor>& inputs, const CallArgs& args) const;
   void check_input_count(std::size_t count) const;
@@ -445,6 +446,19 @@ class LayerHandle {
   std::int64_t count_params() const { return layer_->count_params(); }
   /// The layer's weights, sharing storage (Layer::weights()).
   std::vector<Weight> weights() const { return layer_->weights(); }
+  /// The weights that train (Layer::trainable_weights()).
+  std::vector<Weight> trainable_weights() const { return layer_->trainable_weights(); }
+  /// The weights that do not train (Layer::non_trainable_weights()).
+  std::vector<Weight> non_trainable_weights() const { return layer_->non_trainable_weights(); }
+  /// Draws every weight again from its initializer, keyed by `seed` (Layer::initialize_weights()).
+  void initialize_weights(std::uint64_t seed) const { layer_->initialize_weights(seed); }
+  /// Whether the layer trains (Layer::trainable()).
+  bool trainable() const { return layer_->trainable(); }
+  /// Freezes (false) or unfreezes the layer and everything it holds, as Keras's `layer.trainable = False`
+  /// (Layer::set_trainable()); compile a model again for fit() to see the change.
+  void set_trainable(bool trainable) const { layer_->set_trainable(trainable); }
+  /// Zeroes what stateful layers carry between batches (Layer::reset_state()).
+  void reset_state() const { layer_->reset_state(); }
 
  protected:
   std::shared_ptr<L> layer_;  ///< the layer, shared by every copy of the handle

@@ -90,8 +90,9 @@ class ModelBase : public Layer {
   /// Member layers in call order (input layers first), each once.
   std::vector<LayerPtr> member_layers() const;
   /// The model's layers as Keras's model.layers lists them: a functional model's in call order (its input
-  /// layers first), a Sequential's stack in order (no input layer), built or not.
-  virtual std::vector<LayerPtr> ordered_layers() const { return member_layers(); }
+  /// layers first; its keras.ops calls, OperationLayers, left out as Keras leaves them out), a Sequential's
+  /// stack in order (no input layer), built or not.
+  virtual std::vector<LayerPtr> ordered_layers() const;
   /// A model that can build from the first data it sees (an unbuilt Sequential, as in Keras): builds for
   /// those arrays (batch unknown) and returns true. Others return built().
   virtual bool build_from_data(const std::vector<Array>& inputs);

@@ -5,6 +5,7 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/layers/detail/model_state.hpp>
+#include <kiln/layers/operation.hpp>
 
 namespace kiln {
 
@@ -57,6 +58,13 @@ Config ModelBase::graph_config() const {
       found = entry_of.emplace(node.layer.get(), entries.size() - 1).first;
     }
     if (node.inputs.empty() && is_input_layer(node.layer)) continue;
+    if (const auto* operation = dynamic_cast<const OperationLayer*>(node.layer.get())) {
+      // A keras.ops call: its arguments as Keras writes them, each tensor a reference.
+      Config call = operation->arguments_with([&](std::size_t k) { return ref_config(node.inputs.at(k)); });
+      if (!call.contains("kwargs")) call.set("kwargs", Config::map());
+      inbound[found->second].push_back(call);
+      continue;
+    }
     Config args = Config::list();
     for (const TensorRef& ref : node.inputs) args.push_back(ref_config(ref));
     Config kwargs = Config::map();
@@ -145,7 +153,46 @@ class GraphRestorer {
     std::size_t next = 0;
   };
 
+  // A keras.ops call: its tensors, wherever they stand in its args and kwargs, become the layer's inputs, and
+  // the arguments keep a marker in their place.
+  bool try_operation_call(Pending& p, OperationLayer& operation) {
+    const Config& call = p.calls[p.next];
+    std::vector<Tensor> inputs;
+    bool ready = true;
+    std::function<Config(const Config&)> mark = [&](const Config& value) -> Config {
+      if (keras_history(value) != nullptr) {
+        Tensor t;
+        if (!resolve(value, t)) ready = false;
+        inputs.push_back(t);
+        return {{"__tensor__", static_cast<std::int64_t>(inputs.size() - 1)}};
+      }
+      if (value.is_list()) {
+        Config list = Config::list();
+        for (const Config& item : value.as_list()) list.push_back(mark(item));
+        return list;
+      }
+      if (value.is_map()) {
+        Config map = Config::map();
+        for (const auto& [key, item] : value.items()) map.set(key, mark(item));
+        return map;
+      }
+      return value;
+    };
+    const Config* given_args = call.find("args");
+    const Config* given_kwargs = call.find("kwargs");
+    Config arguments = {
+        {"args", given_args != nullptr ? mark(*given_args) : Config::list()},
+        {"kwargs", given_kwargs != nullptr && given_kwargs->is_map() ? mark(*given_kwargs) : Config::map()}};
+    if (!ready) return false;
+    if (inputs.empty()) throw ConfigError(who_ + ": operation '" + p.name + "' is called on no tensor");
+    operation.set_arguments(arguments);
+    outputs_of_[p.name].push_back((*p.layer)(inputs));
+    ++p.next;
+    return true;
+  }
+
   bool try_call(Pending& p) {
+    if (auto* operation = dynamic_cast<OperationLayer*>(p.layer.get())) return try_operation_call(p, *operation);
     const Config& call = p.calls[p.next];
     std::vector<Tensor> inputs;
     CallArgs args;

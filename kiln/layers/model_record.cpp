@@ -7,6 +7,7 @@
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/layers/detail/model_state.hpp>
+#include <kiln/layers/operation.hpp>
 
 namespace kiln {
 
@@ -163,6 +164,13 @@ std::vector<LayerPtr> ModelBase::member_layers() const {
   std::vector<LayerPtr> result;
   for (const Node& node : nodes_)
     if (std::find(result.begin(), result.end(), node.layer) == result.end()) result.push_back(node.layer);
+  return result;
+}
+
+std::vector<LayerPtr> ModelBase::ordered_layers() const {
+  std::vector<LayerPtr> result;
+  for (const LayerPtr& layer : member_layers())
+    if (!is_operation(*layer)) result.push_back(layer);
   return result;
 }
 

@@ -61,8 +61,8 @@ std::vector<Tensor> ModelBase::apply(const std::vector<Tensor>& inputs, bool tra
     const Shape& expected = nodes_[static_cast<std::size_t>(input_nodes_[i])].output_shapes.at(0);
     const Shape& given = inputs[i].shape();
     // Decoding a token at a time (kiln::generate) feeds one step of a sequence the model reads whole.
-    bool one_step = detail::decoding() != nullptr && given.rank() == expected.rank() && given.rank() >= 2 &&
-                    given[1] == 1;
+    bool one_step =
+        detail::decoding() != nullptr && given.rank() == expected.rank() && given.rank() >= 2 && given[1] == 1;
     for (std::int64_t axis = 0; one_step && axis < given.rank(); ++axis)
       one_step = axis == 1 || expected[axis] == Shape::unknown || expected[axis] == given[axis];
     if (!one_step && !expected.accepts(given))
@@ -109,8 +109,8 @@ std::shared_ptr<ModelBase::Inference> ModelBase::inference() {
     inference->outputs = apply(inference->inputs, /*training=*/false);
     // Inference records no training updates; what it does record is state every call carries on (a
     // stateful recurrent layer's final states, the next batch's initial ones).
-    inference->programs = std::make_unique<detail::ProgramPool>(inference->graph, inference->outputs,
-                                                                inference->graph.state_updates());
+    inference->programs =
+        std::make_unique<detail::ProgramPool>(inference->graph, inference->outputs, inference->graph.state_updates());
     inference_ = inference;
   }
   return inference_;  // a caller's copy keeps it alive if the model is rebuilt meanwhile
@@ -144,12 +144,13 @@ std::vector<Array> ModelBase::converted_inputs(const Array* given, std::size_t c
   return inputs;
 }
 
-// Batches are stacked along the first axis, so each output needs a batch dimension (unknown, or the fixed
-// batch of a model whose inputs fix it).
+// Batches are stacked along the first axis, so each output needs a first axis: unknown (the batch), the fixed
+// batch of a model whose inputs fix it, or a size an op fixed (Keras's ops.slice writes the whole shape, batch
+// included), which each batch run must then give (checked per batch: one row per input row).
 void ModelBase::check_stackable(const std::vector<Tensor>& outputs, std::int64_t fixed_batch) const {
   for (const Tensor& output : outputs) {
     const std::vector<std::int64_t>& dims = output.shape().dims();
-    if (dims.empty() || (dims[0] != Shape::unknown && (fixed_batch < 0 || dims[0] != fixed_batch)))
+    if (dims.empty() || (dims[0] != Shape::unknown && fixed_batch >= 0 && dims[0] != fixed_batch))
       throw ValueError(describe() + ": predict needs outputs with a batch dimension, output '" + output.name() +
                        "' has shape " + output.shape().to_string());
   }
@@ -275,8 +276,8 @@ void ModelBase::predict_batch(const Array* given, std::size_t count, Array* outp
   }
   for (std::size_t o = 0; o < output_count; ++o)  // a dimension only the plan knew (a sequence's length)
     if (program->planned_shape(run.outputs[o]) != outputs[o].shape())
-      shape_error("predict_on_batch: output " + std::to_string(o) + " ('" + run.outputs[o].name() +
-                      "') has shape " + program->planned_shape(run.outputs[o]).to_string() + " for these inputs",
+      shape_error("predict_on_batch: output " + std::to_string(o) + " ('" + run.outputs[o].name() + "') has shape " +
+                      program->planned_shape(run.outputs[o]).to_string() + " for these inputs",
                   {{"output", run.outputs[o].shape()}, {"array", outputs[o].shape()}});
   for (std::size_t o = 0; o < output_count; ++o) program->fetch_into(run.outputs[o], outputs[o]);
 }

@@ -2,6 +2,7 @@
 #include <array>
 #include <cmath>
 
+#include <kiln/core/detail/op_recording.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/op.hpp>
@@ -199,6 +200,8 @@ namespace ops {
 
 namespace {
 Tensor binary_node(const char* op, const Tensor& a, const Tensor& b, const char* name) {
+  if (detail::records_op({a, b}))
+    if (Tensor recorded = detail::record_op(op, {a, b})) return recorded;
   return a.graph().add_op(op, {a, b}, {}, name);
 }
 }  // namespace

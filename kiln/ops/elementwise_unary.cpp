@@ -20,6 +20,7 @@
 #pragma GCC diagnostic pop
 
 #include <kiln/core/attributes.hpp>
+#include <kiln/core/detail/op_recording.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/op.hpp>
@@ -483,6 +484,8 @@ KILN_REGISTER_OP(grad_op("kiln>PowScalarGrad", pow_scalar_grad_kernel<float>, po
 // ---- activation by name --------------------------------------------------------------------------------
 
 Tensor unary(const Tensor& x, const char* op_name, const char* node_name, Attributes attributes = {}) {
+  if (detail::records_op({x}))
+    if (Tensor recorded = detail::record_op(op_name, {x}, attributes)) return recorded;
   return x.graph().add_op(op_name, {x}, std::move(attributes), node_name);
 }
 

@@ -2,9 +2,11 @@
 // Graph builders for every op: each call adds a node to its inputs' graph and returns its Tensor.
 // Shapes are checked here, when the node is created; kernels and backward rules live in ops/*.cpp.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include <kiln/core/attributes.hpp>
 #include <kiln/core/tensor.hpp>
 
 namespace kiln {
@@ -160,8 +162,8 @@ struct RecurrentOptions {
   /// The cell's activations: linear, tanh, sigmoid, relu or hard_sigmoid (Keras 3's, relu6(x + 3) / 6).
   std::string activation = "tanh";
   std::string recurrent_activation = "sigmoid";  ///< the gates' (LSTM and GRU)
-  bool reset_after = true;  ///< GRU: r multiplies h·U_h + b_h (the bias is then (2, 3U)), else h before it
-  bool go_backwards = false;  ///< read x from the last step to the first; outputs stay in that order
+  bool reset_after = true;            ///< GRU: r multiplies h·U_h + b_h (the bias is then (2, 3U)), else h before it
+  bool go_backwards = false;          ///< read x from the last step to the first; outputs stay in that order
   bool zero_output_for_mask = false;  ///< a masked step outputs zeros instead of the previous h
   /// Keep every step's gates for backward (training). false (inference) keeps two steps' at a time, so the
   /// op's memory does not grow with the sequence; a gradient asked for anyway runs the forward pass again.
@@ -293,6 +295,44 @@ Tensor write_steps(const Tensor& buffer, const Tensor& rows, const Tensor& start
 Tensor read_steps(const Tensor& buffer, const Tensor& start, std::int64_t steps);
 /// begin/size per axis; size -1 means "to the end".
 Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin, const std::vector<std::int64_t>& size);
+/// Python's slice(start, stop, step) in an index: a missing bound is std::nullopt (Slice{} is `:`, Slice{1, 8, 2}
+/// is `1:8:2`, Slice{std::nullopt, std::nullopt, -1} is `::-1`); negative bounds count from the end.
+struct Slice {
+  std::optional<std::int64_t> start;  ///< the first position (default: the start, or the end for a negative step)
+  std::optional<std::int64_t> stop;   ///< the position the slice stops before (default: past the end)
+  std::optional<std::int64_t> step;   ///< between positions, not 0 (default 1)
+};
+/// One entry of a NumPy basic index, as Python writes x[...]: a position (negative from the end; the axis is
+/// dropped), a Slice, a new axis of size 1 (Python's None) or an ellipsis (every axis not otherwise named).
+class Index {
+ public:
+  /// What an entry is.
+  enum class Kind { integer = 0, slice = 1, new_axis = 2, ellipsis = 3 };
+  Index(std::int64_t position) : kind_(Kind::integer), position_(position) {}  ///< NOLINT: x[-1]
+  Index(int position) : Index(static_cast<std::int64_t>(position)) {}          ///< NOLINT
+  Index(Slice slice) : kind_(Kind::slice), slice_(slice) {}                    ///< NOLINT: x[1:8:2]
+  static Index new_axis();                                                     ///< x[None]
+  static Index ellipsis();                                                     ///< x[...]
+  Kind kind() const { return kind_; }
+  std::int64_t position() const { return position_; }  ///< for Kind::integer
+  const Slice& slice() const { return slice_; }        ///< for Kind::slice
+ private:
+  Kind kind_;
+  std::int64_t position_ = 0;
+  Slice slice_;
+};
+/// x[index] with NumPy's basic indexing, as Keras's GetItem (x[:, -1] on a symbolic tensor): each position
+/// drops its axis, each Slice keeps it (steps may be negative), new axes add one of size 1, and an ellipsis
+/// (one at most; else implied at the end) stands for the axes not named. get_item(x, {Slice{}, -1}) is the
+/// last step of (batch, steps, features); an unknown axis is resolved when a plan knows its size. ShapeError
+/// for too many indices, two ellipses, a step of 0, or a position out of range (when the plan knows the size).
+/// Differentiable in x.
+Tensor get_item(const Tensor& x, const std::vector<Index>& index);
+/// An index as an op's attributes (kinds, starts, stops, steps; a missing bound is INT64_MIN): how a model
+/// records a get_item call. index_from_attributes reads it back (ValueError for malformed attributes).
+Attributes index_attributes(const std::vector<Index>& index);
+/// The index index_attributes wrote.
+std::vector<Index> index_from_attributes(const Attributes& attributes);
 /// x with `before[a]` zeros before and `after[a]` zeros after it on each axis a (NumPy's pad with a constant
 /// 0). ShapeError for a count per axis that is missing or negative, or padding on an unknown axis.
 Tensor pad(const Tensor& x, const std::vector<std::int64_t>& before, const std::vector<std::int64_t>& after);

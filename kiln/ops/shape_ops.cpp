@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include <kiln/core/detail/op_recording.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/op.hpp>
@@ -146,15 +148,18 @@ Shape reshape_shape(const InferContext& ctx) {
   const Ints& target = ctx.attributes().get_ints("shape");
   const std::string what = "cannot reshape " + input.to_string() + " to " + ints_to_string(target);
   Ints dims = target;
-  DimCount wanted;     // over the target's sizes; num_unknown counts the -1s
+  DimCount wanted;       // over the target's sizes; num_unknown counts the -1s
   int kept_unknown = 0;  // unknown input sizes kept at their axis
   for (std::size_t i = 0; i < target.size(); ++i) {
     const std::int64_t d = target[i];
     if (d == ops::keep_dim) {
-      if (static_cast<int>(i) >= input.rank()) ctx.fail(what + ": the input has no axis " + std::to_string(i) + " to keep");
+      if (static_cast<int>(i) >= input.rank())
+        ctx.fail(what + ": the input has no axis " + std::to_string(i) + " to keep");
       dims[i] = input[static_cast<int>(i)];
-      if (dims[i] == Shape::unknown) ++kept_unknown;
-      else wanted.known *= dims[i];
+      if (dims[i] == Shape::unknown)
+        ++kept_unknown;
+      else
+        wanted.known *= dims[i];
     } else if (d == -1) {
       ++wanted.num_unknown;
       wanted.unknown_at = static_cast<int>(i);
@@ -513,6 +518,155 @@ std::vector<Tensor> pad_backward(const GradContext& g) {
   return {ops::slice(g.output_grad(), g.attributes().get_ints("before"), full_extent(g.input(0).shape()))};
 }
 
+// ---- strided slice: NumPy's basic indexing ------------------------------------------------------------
+
+// Per input axis, Python's slice(begin, end, step) (kNoBound for a missing bound) or, where `shrink` is 1, the
+// one position `begin` (negative from the end), the axis then dropped: x[:, -1, 1:8:2] on (None, T, 16) is
+// begin [kNoBound, -1, 1], end [kNoBound, kNoBound, 8], strides [1, 1, 2], shrink [0, 1, 0], output (None, 4).
+constexpr std::int64_t kNoBound = std::numeric_limits<std::int64_t>::min();
+
+struct AxisRange {
+  std::int64_t start = 0;   // the first position read
+  std::int64_t step = 1;    // between positions read
+  std::int64_t length = 0;  // positions read
+};
+
+// Python's slice.indices(n) and the length of range(start, stop, step), without overflow for any bounds.
+AxisRange resolve_range(std::int64_t n, std::int64_t begin, std::int64_t end, std::int64_t step) {
+  const std::int64_t lower = step > 0 ? 0 : -1, upper = step > 0 ? n : n - 1;
+  auto bound = [&](std::int64_t given, std::int64_t missing) {
+    if (given == kNoBound) return missing;
+    if (given < 0) return given < -n ? lower : std::max(given + n, lower);
+    return std::min(given, upper);
+  };
+  AxisRange range;
+  range.step = step;
+  range.start = bound(begin, step > 0 ? lower : upper);
+  const std::int64_t stop = bound(end, step > 0 ? upper : lower);
+  if (step > 0)
+    range.length = range.start < stop ? (stop - range.start - 1) / step + 1 : 0;
+  else
+    range.length = stop < range.start ? (range.start - stop - 1) / -step + 1 : 0;
+  return range;
+}
+
+struct StridedSliceArgs {
+  const Ints& begin;
+  const Ints& end;
+  const Ints& strides;
+  const Ints& shrink;
+};
+
+StridedSliceArgs strided_slice_args(const Attributes& attributes) {
+  return {attributes.get_ints("begin"), attributes.get_ints("end"), attributes.get_ints("strides"),
+          attributes.get_ints("shrink")};
+}
+
+// Each axis's range in `in` (concrete where known); ShapeError through `fail` for a bad index.
+template <class Fail>
+std::vector<AxisRange> strided_ranges(const Shape& in, const StridedSliceArgs& args, const Fail& fail) {
+  const auto rank = static_cast<std::size_t>(in.rank());
+  if (args.begin.size() != rank || args.end.size() != rank || args.strides.size() != rank || args.shrink.size() != rank)
+    fail("begin, end, strides and shrink need one entry per axis");
+  std::vector<AxisRange> ranges(rank);
+  for (std::size_t a = 0; a < rank; ++a) {
+    const std::int64_t n = in[static_cast<int>(a)];
+    const std::string where = "axis " + std::to_string(a) + ": ";
+    if (args.shrink[a] != 0) {
+      if (args.begin[a] == kNoBound) fail(where + "an index needs a position");
+      if (n == Shape::unknown) {
+        ranges[a] = {args.begin[a], 1, 1};
+        continue;
+      }
+      const std::int64_t index = args.begin[a] < 0 && args.begin[a] >= -n ? args.begin[a] + n : args.begin[a];
+      if (index < 0 || index >= n)
+        fail(where + "index " + std::to_string(args.begin[a]) + " is out of range for size " + std::to_string(n));
+      ranges[a] = {index, 1, 1};
+      continue;
+    }
+    if (args.strides[a] == 0) fail(where + "the step is 0");
+    if (args.strides[a] == kNoBound) fail(where + "the step is out of range");
+    ranges[a] = n == Shape::unknown ? AxisRange{0, args.strides[a], Shape::unknown}
+                                    : resolve_range(n, args.begin[a], args.end[a], args.strides[a]);
+  }
+  return ranges;
+}
+
+Shape strided_slice_shape(const InferContext& ctx) {
+  const Shape& in = ctx.input_shape(0);
+  const StridedSliceArgs args = strided_slice_args(ctx.attributes());
+  const std::vector<AxisRange> ranges = strided_ranges(in, args, [&](const std::string& what) { ctx.fail(what); });
+  Ints dims;
+  for (std::size_t a = 0; a < ranges.size(); ++a)
+    if (args.shrink[a] == 0) dims.push_back(ranges[a].length);
+  return Shape(std::move(dims));
+}
+
+// The copy between the positions a strided slice reads in `whole` and a dense array of the kept axes.
+StridedCopy strided_copy(const Shape& whole, const Attributes& attributes, std::int64_t* whole_offset,
+                         bool into_whole) {
+  const StridedSliceArgs args = strided_slice_args(attributes);
+  const std::vector<AxisRange> ranges =
+      strided_ranges(whole, args, [](const std::string& what) { throw ShapeError("strided_slice: " + what); });
+  const Dims whole_strides = detail::strides_of(whole);
+  StridedCopy copy;
+  *whole_offset = 0;
+  Ints kept;
+  for (std::size_t a = 0; a < ranges.size(); ++a) {
+    *whole_offset += ranges[a].start * whole_strides[a];
+    if (args.shrink[a] != 0) continue;
+    const auto k = static_cast<std::size_t>(copy.rank++);
+    copy.dims[k] = ranges[a].length;
+    (into_whole ? copy.target_strides : copy.source_strides)[k] = whole_strides[a] * ranges[a].step;
+    kept.push_back(ranges[a].length);
+  }
+  const Dims dense = detail::strides_of(Shape(kept));
+  for (int k = 0; k < copy.rank; ++k)
+    (into_whole ? copy.source_strides : copy.target_strides)[static_cast<std::size_t>(k)] =
+        dense[static_cast<std::size_t>(k)];
+  return copy;
+}
+
+template <class T>
+void strided_slice_kernel(const KernelContext& k) {
+  if (k.output_size() == 0) return;
+  std::int64_t offset = 0;
+  const StridedCopy copy = strided_copy(k.input_shape(0), k.attributes(), &offset, false);
+  copy.run(k.in<T>(0) + offset, k.out<T>());
+}
+
+// The gradient of a strided slice: dy at the positions read, zeros elsewhere (positions are read once).
+template <class T>
+void strided_slice_grad_kernel(const KernelContext& k) {
+  T* out = k.out<T>();
+  std::fill(out, out + k.output_size(), T(0));
+  if (k.input_shape(0).num_elements() == 0) return;
+  std::int64_t offset = 0;
+  const StridedCopy copy = strided_copy(*k.output_shape, k.attributes(), &offset, true);
+  copy.run(k.in<T>(0), out + offset);
+}
+
+Shape strided_slice_grad_shape(const InferContext& ctx) { return ctx.input_shape(1); }
+
+Attributes strided_slice_attributes(const Attributes& attributes) {
+  return Attributes()
+      .set("begin", attributes.get_ints("begin"))
+      .set("end", attributes.get_ints("end"))
+      .set("strides", attributes.get_ints("strides"))
+      .set("shrink", attributes.get_ints("shrink"));
+}
+
+std::vector<Tensor> strided_slice_backward(const GradContext& g) {
+  return {g.output_grad().graph().add_op("kiln>StridedSliceGrad", {g.output_grad(), g.input(0)},
+                                         strided_slice_attributes(g.attributes()), "strided_slice_grad")};
+}
+
+std::vector<Tensor> strided_slice_grad_backward(const GradContext& g) {
+  return {g.output_grad().graph().add_op("kiln>StridedSlice", {g.output_grad()},
+                                         strided_slice_attributes(g.attributes()), "strided_slice"),
+          Tensor{}};
+}
+
 }  // namespace
 
 KILN_REGISTER_OP(OpDef("kiln>Slice")
@@ -527,6 +681,19 @@ KILN_REGISTER_OP(OpDef("kiln>Pad")
                      .infer_shape(pad_shape)
                      .forward(pad_kernel<float>, pad_kernel<double>)
                      .backward(pad_backward));
+KILN_REGISTER_OP(OpDef("kiln>StridedSlice")
+                     .inputs(1)
+                     .attributes({"begin", "end", "strides", "shrink"})
+                     .infer_shape(strided_slice_shape)
+                     .forward(strided_slice_kernel<float>, strided_slice_kernel<double>)
+                     .backward(strided_slice_backward));
+KILN_REGISTER_OP(OpDef("kiln>StridedSliceGrad")
+                     .inputs(2)
+                     .attributes({"begin", "end", "strides", "shrink"})
+                     .infer_shape(strided_slice_grad_shape)
+                     .forward(strided_slice_grad_kernel<float>, strided_slice_grad_kernel<double>)
+                     .backward(strided_slice_grad_backward)
+                     .non_differentiable_inputs({1}, "only its shape is read"));
 KILN_REGISTER_OP(OpDef("kiln>SliceGrad")
                      .inputs(2)
                      .attributes({"begin"})
@@ -702,7 +869,135 @@ Tensor pad(const Tensor& x, const std::vector<std::int64_t>& before, const std::
 }
 
 Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin, const std::vector<std::int64_t>& size) {
-  return x.graph().add_op("kiln>Slice", {x}, Attributes().set("begin", begin).set("size", size), "slice");
+  const Attributes attributes = Attributes().set("begin", begin).set("size", size);
+  if (detail::records_op({x}))
+    if (Tensor recorded = detail::record_op("kiln>Slice", {x}, attributes)) return recorded;
+  return x.graph().add_op("kiln>Slice", {x}, attributes, "slice");
+}
+
+Index Index::new_axis() {
+  Index index(0);
+  index.kind_ = Kind::new_axis;
+  return index;
+}
+
+Index Index::ellipsis() {
+  Index index(0);
+  index.kind_ = Kind::ellipsis;
+  return index;
+}
+
+namespace {
+std::int64_t bound_of(const std::optional<std::int64_t>& value) { return value ? *value : kNoBound; }
+}  // namespace
+
+Attributes index_attributes(const std::vector<Index>& index) {
+  Ints kinds, starts, stops, steps;
+  for (const Index& entry : index) {
+    kinds.push_back(static_cast<std::int64_t>(entry.kind()));
+    starts.push_back(entry.kind() == Index::Kind::integer ? entry.position() : bound_of(entry.slice().start));
+    stops.push_back(bound_of(entry.slice().stop));
+    steps.push_back(bound_of(entry.slice().step));
+  }
+  return Attributes().set("kinds", kinds).set("starts", starts).set("stops", stops).set("steps", steps);
+}
+
+std::vector<Index> index_from_attributes(const Attributes& attributes) {
+  const Ints& kinds = attributes.get_ints("kinds");
+  const Ints& starts = attributes.get_ints("starts");
+  const Ints& stops = attributes.get_ints("stops");
+  const Ints& steps = attributes.get_ints("steps");
+  if (starts.size() != kinds.size() || stops.size() != kinds.size() || steps.size() != kinds.size())
+    throw ValueError("get_item: kinds, starts, stops and steps differ in length");
+  auto optional = [](std::int64_t value) { return value == kNoBound ? std::nullopt : std::optional(value); };
+  std::vector<Index> index;
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    switch (kinds[i]) {
+      case static_cast<std::int64_t>(Index::Kind::integer):
+        index.emplace_back(starts[i]);
+        break;
+      case static_cast<std::int64_t>(Index::Kind::slice):
+        index.emplace_back(Slice{optional(starts[i]), optional(stops[i]), optional(steps[i])});
+        break;
+      case static_cast<std::int64_t>(Index::Kind::new_axis):
+        index.push_back(Index::new_axis());
+        break;
+      case static_cast<std::int64_t>(Index::Kind::ellipsis):
+        index.push_back(Index::ellipsis());
+        break;
+      default:
+        throw ValueError("get_item: unknown index kind " + std::to_string(kinds[i]));
+    }
+  }
+  return index;
+}
+
+Tensor get_item(const Tensor& x, const std::vector<Index>& index) {
+  if (detail::records_op({x}))
+    if (Tensor recorded = detail::record_op("get_item", {x}, index_attributes(index))) return recorded;
+  const std::string who = "get_item '" + x.name() + "'";
+  std::vector<Index> entries = index;
+  const auto ellipses =
+      std::count_if(entries.begin(), entries.end(), [](const Index& e) { return e.kind() == Index::Kind::ellipsis; });
+  if (ellipses > 1)
+    throw ShapeError(who, "an index may hold one ellipsis, this one holds " + std::to_string(ellipses),
+                     {{"x", x.shape()}});
+  if (ellipses == 0) entries.push_back(Index::ellipsis());
+  const auto consuming = std::count_if(entries.begin(), entries.end(), [](const Index& e) {
+    return e.kind() == Index::Kind::integer || e.kind() == Index::Kind::slice;
+  });
+  if (consuming > x.rank())
+    throw ShapeError(who,
+                     "too many indices: " + std::to_string(consuming) + " for " + std::to_string(x.rank()) + " axes",
+                     {{"x", x.shape()}});
+  Ints begin, end, strides, shrink, new_axes;  // new_axes: positions in the output
+  std::int64_t output_axis = 0;
+  bool identity = true;
+  auto keep_axes = [&](std::int64_t count) {
+    for (std::int64_t a = 0; a < count; ++a) {
+      begin.push_back(kNoBound);
+      end.push_back(kNoBound);
+      strides.push_back(1);
+      shrink.push_back(0);
+      ++output_axis;
+    }
+  };
+  for (const Index& entry : entries) {
+    switch (entry.kind()) {
+      case Index::Kind::ellipsis:
+        keep_axes(x.rank() - consuming);
+        break;
+      case Index::Kind::new_axis:
+        new_axes.push_back(output_axis++);
+        break;
+      case Index::Kind::integer:
+        begin.push_back(entry.position());
+        end.push_back(kNoBound);
+        strides.push_back(1);
+        shrink.push_back(1);
+        identity = false;
+        break;
+      case Index::Kind::slice: {
+        const Slice& range = entry.slice();
+        const std::int64_t step = range.step ? *range.step : 1;
+        if (step == 0) throw ShapeError(who, "a slice's step is 0", {{"x", x.shape()}});
+        begin.push_back(bound_of(range.start));
+        end.push_back(bound_of(range.stop));
+        strides.push_back(step);
+        shrink.push_back(0);
+        identity = identity && !range.start && !range.stop && step == 1;
+        ++output_axis;
+        break;
+      }
+    }
+  }
+  Tensor y = x;
+  if (!identity)
+    y = x.graph().add_op("kiln>StridedSlice", {x},
+                         Attributes().set("begin", begin).set("end", end).set("strides", strides).set("shrink", shrink),
+                         "get_item");
+  for (const std::int64_t axis : new_axes) y = expand_dims(y, static_cast<int>(axis));
+  return y;
 }
 
 Tensor broadcast_to(const Tensor& x, const Shape& shape) {

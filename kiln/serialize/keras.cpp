@@ -13,6 +13,7 @@
 #include <kiln/core/detail/files.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/names.hpp>
+#include <kiln/layers/operation.hpp>
 #include <kiln/optim/optimizer.hpp>
 #include <kiln/serialize/detail/arrays.hpp>
 #include <kiln/serialize/detail/container.hpp>
@@ -82,8 +83,9 @@ class Keras3WeightReader {
     for (const Config& entry : config.at("config").get_list("layers")) {
       const std::string class_name = entry.get_string("class_name");
       if (sequential && class_name == "InputLayer") continue;  // Keras's Sequential.layers leaves it out
-      const std::string keras_name = names.next(class_name);
       const LayerPtr layer = model.get_layer(entry.at("config").get_string("name"));
+      if (is_operation(*layer)) continue;  // keras.ops calls are not among Keras's model.layers
+      const std::string keras_name = names.next(class_name);
       if (!visited_.insert(layer.get()).second) continue;  // a shared layer is saved where it is met first
       const std::string kiln_prefix = prefix + layer->name() + "/";
       if (layer->weights().empty()) continue;
@@ -200,6 +202,7 @@ class KerasWalk {
     visit_(model, group, prefix);
     KerasNames names;
     for (const LayerPtr& layer : detail::keras_layer_order(model)) {
+      if (is_operation(*layer)) continue;  // keras.ops calls are not among Keras's model.layers
       const std::string path = group + "layers/" + names.next(layer->class_name()) + "/";
       if (!visited_.insert(layer.get()).second) continue;
       if (const auto* nested = dynamic_cast<const ModelBase*>(layer.get())) {
@@ -438,7 +441,9 @@ std::string legacy_h5_file(const ModelBase& model) {
   // model_weights: layer_names in Keras's order of model.layers (Keras matches the layers that have weights
   // by that order), then a group a layer, holding its weights in Keras 2's order under their names.
   file.group("model_weights");
-  const std::vector<LayerPtr> layers = detail::keras_layer_order(model);
+  std::vector<LayerPtr> layers;
+  for (const LayerPtr& layer : detail::keras_layer_order(model))
+    if (!is_operation(*layer)) layers.push_back(layer);  // Keras's model.layers leaves keras.ops calls out
   std::vector<std::string> layer_names;
   for (const LayerPtr& layer : layers) layer_names.push_back(layer->name());
   file.strings_attribute("model_weights", "layer_names", layer_names);

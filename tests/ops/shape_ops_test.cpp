@@ -568,3 +568,114 @@ TEST_CASE("pad puts zeros around x, its gradient is the middle, differentiable a
   CHECK_THROWS_WITH(ops::pad(batch, {0, -1}, {0, 0}), Contains("is negative"));
   CHECK_THROWS_WITH(ops::pad(batch, {0}, {0}), Contains("need one entry per axis"));
 }
+
+// ---- get_item: NumPy's basic indexing (strided slices) ---------------------------------------------------------
+
+namespace {
+// x[index] by NumPy's rules, computed by hand on a (4, 5, 3) iota for the cases below.
+std::vector<float> values_of(const Array& y) { return y.to_vector<float>(); }
+}  // namespace
+
+TEST_CASE("get_item follows NumPy: positions drop axes, slices keep them, steps and negatives",
+          "[ops][shape][get_item]") {
+  using ops::Index;
+  using ops::Slice;
+  const Array x = iota({4, 5, 3});
+  auto item = [&](const std::vector<Index>& index) {
+    return testing::evaluate([&](const std::vector<Tensor>& t) { return ops::get_item(t[0], index); }, {x});
+  };
+  auto at = [&](int i, int j, int k) { return static_cast<float>(i * 15 + j * 3 + k); };
+  // x[:, -1]: the last step of every row.
+  const Array last = item({Slice{}, -1});
+  REQUIRE(last.shape() == Shape{4, 3});
+  for (int i = 0; i < 4; ++i)
+    for (int k = 0; k < 3; ++k) CHECK(last.flat(static_cast<std::size_t>(i * 3 + k)) == at(i, 4, k));
+  // x[1:4:2, ::-2, 2]: a step, a negative step, a position.
+  const Array strided = item({Slice{1, 4, 2}, Slice{std::nullopt, std::nullopt, -2}, 2});
+  REQUIRE(strided.shape() == Shape{2, 3});
+  CHECK(values_of(strided) ==
+        std::vector<float>{at(1, 4, 2), at(1, 2, 2), at(1, 0, 2), at(3, 4, 2), at(3, 2, 2), at(3, 0, 2)});
+  // x[..., None, 1:]: an ellipsis and a new axis.
+  const Array expanded = item({Index::ellipsis(), Index::new_axis(), Slice{1}});
+  REQUIRE(expanded.shape() == Shape{4, 5, 1, 2});
+  CHECK(expanded.flat(0) == at(0, 0, 1));
+  CHECK(expanded.flat(expanded.size() - 1) == at(3, 4, 2));
+  // Out-of-range slice bounds clamp, as in Python; an empty slice has size 0.
+  CHECK(item({Slice{-100, 100}}).shape() == Shape{4, 5, 3});
+  CHECK(item({Slice{3, 1}}).shape() == Shape{0, 5, 3});
+  // x[-1, -1, -1] is a scalar.
+  const Array corner = item({-1, -1, -1});
+  REQUIRE(corner.shape() == Shape{});
+  CHECK(corner.flat(0) == at(3, 4, 2));
+  // The same as ops::slice where both apply.
+  const Array sliced = testing::evaluate(
+      [](const std::vector<Tensor>& t) {
+        return ops::slice(t[0], {1, 2, 0}, {2, -1, 2});
+      },
+      {x});
+  CHECK(item({Slice{1, 3}, Slice{2}, Slice{0, 2}}).bitwise_equal(sliced));
+}
+
+TEST_CASE("get_item gradient matches central differences, steps negative or not", "[ops][shape][get_item][grad]") {
+  using ops::Slice;
+  auto r = check(
+      [](const std::vector<Tensor>& x) {
+        return ops::get_item(x[0], {Slice{1, std::nullopt, 2}, -2, Slice{std::nullopt, std::nullopt, -1}});
+      },
+      {Shape{5, 4, 3}}, "get_item");
+  INFO(r.worst_entry());
+  REQUIRE(r.max_relative_error <= 1e-6);
+  // The gradient op's own gradient (second order), on an unknown batch with a negative position.
+  auto second = check_unknown_batch(
+      [](const std::vector<Tensor>& x) {
+        const Tensor y = ops::get_item(x[0], {Slice{}, -1});
+        const std::vector<Tensor> dx = gradients(ops::sum(ops::mul(y, y)), {x[0]});
+        return ops::mul(dx[0], x[0]);
+      },
+      {Shape{3, 4}}, "get_item second order");
+  INFO(second.worst_entry());
+  REQUIRE(second.max_relative_error <= 1e-6);
+}
+
+TEST_CASE("get_item on an unknown axis resolves negative positions when a plan knows the size",
+          "[ops][shape][get_item]") {
+  Graph graph;
+  const Tensor x = graph.placeholder({Shape::unknown, Shape::unknown, 2}, DType::float32, "x");
+  const Tensor last = ops::get_item(x, {ops::Slice{}, -1});
+  CHECK(last.shape() == Shape{Shape::unknown, 2});
+  Program program(graph, {last});
+  program.feed(x, iota({2, 3, 2}));
+  program.run();
+  CHECK(program.fetch(last).to_vector<float>() == std::vector<float>{4, 5, 10, 11});
+  program.feed(x, iota({1, 4, 2}));  // another length, another plan
+  program.run();
+  CHECK(program.fetch(last).to_vector<float>() == std::vector<float>{6, 7});
+  const Tensor fifth = ops::get_item(x, {ops::Slice{}, 4});
+  Program short_sequence(graph, {fifth});
+  short_sequence.feed(x, iota({2, 3, 2}));
+  CHECK_THROWS_WITH(short_sequence.run(), Contains("index 4 is out of range for size 3"));
+}
+
+TEST_CASE("get_item rejects what NumPy rejects", "[ops][shape][get_item][errors]") {
+  using ops::Index;
+  using ops::Slice;
+  Graph graph;
+  const Tensor x = graph.placeholder({Shape::unknown, 5}, DType::float32, "x");
+  CHECK_THROWS_AS(ops::get_item(x, {0, 1, 2}), ShapeError);
+  CHECK_THROWS_WITH(ops::get_item(x, {0, 1, 2}), Contains("too many indices") && Contains("(None, 5)"));
+  CHECK_THROWS_WITH(ops::get_item(x, {Index::ellipsis(), Index::ellipsis()}), Contains("one ellipsis"));
+  CHECK_THROWS_WITH(ops::get_item(x, {Slice{}, Slice{0, 5, 0}}), Contains("step is 0"));
+  CHECK_THROWS_WITH(ops::get_item(x, {Slice{}, 5}), Contains("index 5 is out of range for size 5"));
+  CHECK_THROWS_WITH(ops::get_item(x, {Slice{}, -6}), Contains("index -6 is out of range for size 5"));
+  // index_attributes and index_from_attributes are each other's inverse.
+  const std::vector<Index> index = {Slice{1, std::nullopt, -1}, Index::new_axis(), -3, Index::ellipsis()};
+  const std::vector<Index> back = ops::index_from_attributes(ops::index_attributes(index));
+  REQUIRE(back.size() == index.size());
+  for (std::size_t i = 0; i < index.size(); ++i) {
+    CHECK(back[i].kind() == index[i].kind());
+    CHECK(back[i].position() == index[i].position());
+    CHECK(back[i].slice().start == index[i].slice().start);
+    CHECK(back[i].slice().stop == index[i].slice().stop);
+    CHECK(back[i].slice().step == index[i].slice().step);
+  }
+}

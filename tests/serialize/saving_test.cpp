@@ -76,6 +76,43 @@ struct ModelCase {
 
 Tensor input(std::initializer_list<std::int64_t> dims) { return kiln::Input(Shape(dims)); }
 
+// Dense(3) on an input of 3 features, then the keras.ops class `operation` with `config` called on the Dense
+// output and `argument`, as Keras's functional config writes such a node.
+Model operation_model(const std::string& operation, Config config, const Config& argument) {
+  auto tensor = [](const char* layer, int dims) {
+    return Config{{"class_name", "__keras_tensor__"},
+                  {"config",
+                   {{"shape", Config::list({Config(), dims})},
+                    {"dtype", "float32"},
+                    {"keras_history", Config::list({Config(layer), 0, 0})}}}};
+  };
+  config.set("name", "op");
+  const Config layers = Config::list(
+      {{{"module", "keras.layers"},
+        {"class_name", "InputLayer"},
+        {"config", {{"batch_shape", Config::list({Config(), 3})}, {"dtype", "float32"}, {"name", "x"}}},
+        {"name", "x"},
+        {"inbound_nodes", Config::list()}},
+       {{"module", "keras.layers"},
+        {"class_name", "Dense"},
+        {"config", {{"name", "dense"}, {"units", 3}}},
+        {"name", "dense"},
+        {"inbound_nodes", Config::list({{{"args", Config::list({tensor("x", 3)})}, {"kwargs", Config::map()}}})}},
+       {{"module", "keras.src.ops.numpy"},
+        {"class_name", operation},
+        {"config", config},
+        {"name", "op"},
+        {"inbound_nodes",
+         Config::list({{{"args", Config::list({tensor("dense", 3), argument})}, {"kwargs", Config::map()}}})}}});
+  return kiln::model_from_config({{"module", "keras.src.models.functional"},
+                                  {"class_name", "Functional"},
+                                  {"config",
+                                   {{"name", "m"},
+                                    {"layers", layers},
+                                    {"input_layers", Config::list({"x", 0, 0})},
+                                    {"output_layers", Config::list({"op", 0, 0})}}}});
+}
+
 std::vector<ModelCase> every_layer_type() {
   using namespace kiln;
   return {
@@ -200,7 +237,8 @@ std::vector<ModelCase> every_layer_type() {
       {"keras_hub>TransformerEncoder",
        [] {
          Tensor x = input({None, 6, 4});
-         return Model(x, TransformerEncoder(8, 2, {{"normalize_first", true}, {"bias_initializer", "random_normal"}})(x));
+         return Model(x,
+                      TransformerEncoder(8, 2, {{"normalize_first", true}, {"bias_initializer", "random_normal"}})(x));
        },
        {{4, 6, 4}}},
       {"keras_hub>TransformerDecoder",
@@ -548,6 +586,64 @@ std::vector<ModelCase> every_layer_type() {
          return Model(x, LayerHandle<Shift>(Config())(x));
        },
        {{4, 3}}},
+      // keras.ops calls between layers (OperationLayer), as C++ records them.
+      {"keras.ops>Add",
+       [] {
+         Tensor x = input({None, 3});
+         Tensor h = Dense(3)(x);
+         return Model(x, h + x + 1.5);
+       },
+       {{4, 3}}},
+      {"keras.ops>Subtract",
+       [] {
+         Tensor x = input({None, 3});
+         return Model(x, Dense(3)(x) - x - 0.5);
+       },
+       {{4, 3}}},
+      {"keras.ops>Multiply",
+       [] {
+         Tensor x = input({None, 3});
+         return Model(x, Dense(3)(x) * x * 2.0);
+       },
+       {{4, 3}}},
+      {"keras.ops>Divide",
+       [] {
+         Tensor x = input({None, 3});
+         return Model(x, Dense(3)(x) / (x * x + 1.0));
+       },
+       {{4, 3}}},
+      {"keras.ops>Maximum",
+       [] {
+         Tensor x = input({None, 3});
+         return Model(x, ops::maximum(Dense(3)(x), x));
+       },
+       {{4, 3}}},
+      {"keras.ops>Minimum",
+       [] {
+         Tensor x = input({None, 3});
+         return Model(x, ops::minimum(Dense(3)(x), x));
+       },
+       {{4, 3}}},
+      {"keras.ops>Negative",
+       [] {
+         Tensor x = input({None, 3});
+         return Model(x, -Dense(3)(x));
+       },
+       {{4, 3}}},
+      {"keras.ops>GetItem",
+       [] {
+         Tensor x = input({None, 5, 3});
+         return Model(x, ops::get_item(Dense(4)(x), {ops::Slice{}, ops::Slice{std::nullopt, std::nullopt, -2}, -1}));
+       },
+       {{4, 5, 3}}},
+      // keras.ops.slice and ops.true_divide, which kiln's own ops record otherwise (as GetItem and Divide),
+      // from Keras's node form.
+      {"keras.ops>Slice",
+       [] {
+         return operation_model("Slice", {{"shape", {-1, 2}}}, Config::list({0, 1}));
+       },
+       {{4, 3}}},
+      {"keras.ops>TrueDivide", [] { return operation_model("TrueDivide", Config::map(), Config(4.0)); }, {{4, 3}}},
   };
 }
 

@@ -6,16 +6,36 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/layers/layer.hpp>
+#include <kiln/layers/operation.hpp>
 #include <kiln/serialize/detail/keras_export.hpp>
 
 namespace kiln::detail {
 
 namespace {
 
+// keras.ops calls recorded in a functional model: module keras.src.ops.numpy (core, nn, math, ...).
+bool is_operation_module(const Config& module) {
+  if (module.type() != Config::Type::string) return false;
+  const std::string& name = module.as_string();
+  return name.rfind("keras.src.ops", 0) == 0 || name.rfind("keras.ops", 0) == 0;
+}
+
+// A keras.ops call in a model's layer list: its module says so (Keras 3's config.json), or, in Keras 3's
+// legacy HDF5 files, which drop the module, an operation's class with an operation's config (its name and
+// none of a layer's base keys: a merge layer Add has trainable and dtype, the operation Add has neither).
+bool is_operation_entry(const Config& entry) {
+  if (!entry.is_map()) return false;
+  if (const Config* module = entry.find("module")) return is_operation_module(*module);
+  const Config* config = entry.find("config");
+  return entry.get_string("class_name", "") != "" && has_keras_operation(entry.get_string("class_name")) &&
+         config != nullptr && config->is_map() && !config->contains("trainable") && !config->contains("dtype");
+}
+
 // Keys only Python needs: where to import a class from, and the object ids Keras's serialization uses
 // to share one DTypePolicy between layers.
 bool python_only(const std::string& key, const Config& value) {
-  return key == "module" || key == "shared_object_id" || (key == "registered_name" && value.is_null());
+  return (key == "module" && !is_operation_module(value)) || key == "shared_object_id" ||
+         (key == "registered_name" && value.is_null());
 }
 
 Config without_python_keys(const Config& value) {
@@ -136,9 +156,12 @@ Config import_functional(Config config, const std::string& where) {
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const Config& layer = layers[i];
     Config entry = import_layer(layer, where + ": layers[" + std::to_string(i) + "]");
+    const bool operation = is_operation_entry(layer);
     if (const Config* nodes = layer.find("inbound_nodes")) {
       Config calls = Config::list();
-      for (const Config& node : nodes->as_list(where + ": inbound_nodes")) calls.push_back(import_node(node, where));
+      // An operation's call keeps its arguments as they are: tensors and constants (an index, a number) mixed.
+      for (const Config& node : nodes->as_list(where + ": inbound_nodes"))
+        calls.push_back(operation ? node : import_node(node, where));
       entry.set("inbound_nodes", calls);
     }
     imported.push_back(entry);
@@ -159,8 +182,9 @@ Config import_functional(Config config, const std::string& where) {
 Config import_recurrent(Config config, const std::string& class_name, const std::string& here) {
   if (const Config* time_major = config.find("time_major")) {
     if (!time_major->is_null() && time_major->as_bool(here + ": time_major"))
-      throw ConfigError(here + ": time_major = true (sequences as (steps, batch, features)) is not supported; "
-                               "kiln's recurrent layers take (batch, steps, features), as Keras 3's");
+      throw ConfigError(here +
+                        ": time_major = true (sequences as (steps, batch, features)) is not supported; "
+                        "kiln's recurrent layers take (batch, steps, features), as Keras 3's");
     config.erase("time_major");
   }
   if (class_name == "GRU" && !config.contains("reset_after")) config.set("reset_after", false);
@@ -234,6 +258,17 @@ Config import_layer(const Config& entry, const std::string& where) {
                                ? entry.at("config").get_string("name", entry.get_string("name", ""))
                                : entry.get_string("name", "");
   const std::string here = where + ": layer '" + name + "' (" + class_name + ")";
+  if (is_operation_entry(entry)) {
+    // A keras.ops call (GetItem, Add, ...): kiln's OperationLayer of that class.
+    if (!has_keras_operation(class_name))
+      throw ConfigError(where + ": operation '" + name + "' is keras.ops's " + class_name + " (" +
+                        entry.at("module").as_string() + "), which kiln does not implement");
+    Config result = {{"class_name", class_name},
+                     {"config", entry.contains("config") ? entry.at("config") : Config::map()},
+                     {"registered_name", std::string(kOperationPackage) + ">" + class_name}};
+    if (entry.contains("name")) result.set("name", entry.at("name"));
+    return result;
+  }
   if (class_name == "Lambda" || class_name == "TFOpLambda" || class_name == "SlicingOpLambda")
     throw ConfigError(here +
                       ": a Lambda layer holds Python code, which kiln cannot run; Keras's safe_mode "

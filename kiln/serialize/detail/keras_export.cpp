@@ -7,6 +7,7 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/names.hpp>
+#include <kiln/layers/operation.hpp>
 
 namespace kiln::detail {
 
@@ -75,8 +76,8 @@ const std::map<std::string, KerasLayerClass>& keras_layer_classes() {
                              "SpatialDropout2D",
                              "UnitNormalization"})
       table[name].built_at_init = true;
-    for (const char* name : {"BatchNormalization", "Bidirectional", "GRU", "GlobalAveragePooling1D", "LSTM", "SimpleRNN",
-                             "Softmax", "TimeDistributed"})
+    for (const char* name : {"BatchNormalization", "Bidirectional", "GRU", "GlobalAveragePooling1D", "LSTM",
+                             "SimpleRNN", "Softmax", "TimeDistributed"})
       table[name].mask_argument = true;
     table["MultiHeadAttention"].build_arguments = {"query_shape", "value_shape", "key_shape"};
     return table;
@@ -158,6 +159,11 @@ Config export_model(const ModelBase& model, const Config& compile_config);
 // One layer as Keras serializes it (without the "name" and "inbound_nodes" of a functional model's entry).
 Config export_layer(const Layer& layer) {
   if (const auto* model = dynamic_cast<const ModelBase*>(&layer)) return export_model(*model, Config());
+  if (const auto* operation = dynamic_cast<const OperationLayer*>(&layer))
+    return {{"module", operation->keras_module()},
+            {"class_name", operation->class_name()},
+            {"config", operation->get_config()},
+            {"registered_name", operation->class_name()}};
   const Config serialized = serialize_layer(layer);
   const std::string& class_name = layer.class_name();
   const std::string registered = serialized.get_string("registered_name", "");
@@ -230,6 +236,12 @@ class FunctionalExport {
     Config calls = Config::list();
     for (const ModelBase::Node& node : model_.nodes()) {
       if (node.layer.get() != &layer || (node.inputs.empty() && layer.class_name() == "InputLayer")) continue;
+      if (const auto* operation = dynamic_cast<const OperationLayer*>(&layer)) {
+        Config call = operation->arguments_with([&](std::size_t k) { return keras_tensor(node.inputs.at(k)); });
+        if (!call.contains("kwargs")) call.set("kwargs", Config::map());
+        calls.push_back(call);
+        continue;
+      }
       Config inputs = Config::list();
       for (const ModelBase::TensorRef& ref : node.inputs) inputs.push_back(keras_tensor(ref));
       Config kwargs = Config::map();
@@ -319,7 +331,11 @@ Config legacy_entry(const Config& entry) {
     for (const Config& layer : config.get_list("layers")) layers.push_back(legacy_entry(layer));
     config.set("layers", layers);
   }
+  const Config* module = entry.find("module");
+  const bool operation =
+      module != nullptr && module->type() == Config::Type::string && module->as_string().rfind("keras.src.ops", 0) == 0;
   Config legacy = {{"class_name", custom ? registered : entry.at("class_name")}, {"config", config}};
+  if (operation) legacy = {{"module", *module}, {"class_name", entry.at("class_name")}, {"config", config}};
   for (const char* key : {"name", "inbound_nodes"})
     if (const Config* value = entry.find(key)) legacy.set(key, *value);
   return legacy;
