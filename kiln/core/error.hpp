@@ -76,6 +76,16 @@ class SerializationError : public Error {
   explicit SerializationError(const std::string& message) : Error(message) {}
 };
 
+/// A path that names no file: a model, a weights file, a CSV file or any other file kiln was asked to read.
+/// One type wherever a file is read, so `catch (const kiln::FileNotFoundError&)` tells a wrong path from a
+/// damaged file; it is a SerializationError, so every failure to read a file is caught as one. The message
+/// names the path.
+class FileNotFoundError : public SerializationError {
+ public:
+  /// An error whose what() is `message`.
+  explicit FileNotFoundError(const std::string& message) : SerializationError(message) {}
+};
+
 /// A dataset's source failed while it was read: a generator threw, a file changed its column count, an
 /// element changed shape. The message names the element (the batch, in fit) and the cause; the original
 /// exception is nested (std::rethrow_if_nested reaches it).

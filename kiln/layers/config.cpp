@@ -428,6 +428,27 @@ void ConfigReader::finish() const {
   std::string message = "unknown argument";
   message += unknown.size() > 1 ? "s" : "";
   for (std::size_t i = 0; i < unknown.size(); ++i) message += (i ? ", '" : " '") + unknown[i] + "'";
+  // Arguments Keras 1 and 2 named otherwise: name the one to use rather than the nearest spelling.
+  static const std::vector<std::pair<std::string, std::string>> renamed = {
+      {"lr", "learning_rate"},
+      {"init", "kernel_initializer"},
+      {"output_dim", "units"},
+      {"nb_filter", "filters"},
+      {"W_regularizer", "kernel_regularizer"},
+      {"b_regularizer", "bias_regularizer"},
+      {"W_constraint", "kernel_constraint"},
+      {"b_constraint", "bias_constraint"},
+      {"bias", "use_bias"},
+      {"subsample", "strides"},
+      {"border_mode", "padding"},
+      {"dim_ordering", "data_format"},
+      {"dropout_W", "dropout"},
+      {"dropout_U", "recurrent_dropout"},
+      {"inner_activation", "recurrent_activation"}};
+  for (const auto& [old_name, new_name] : renamed)
+    if (unknown.front() == old_name && std::find(read_.begin(), read_.end(), new_name) != read_.end()) {
+      fail(message + "; Keras 3 names it '" + new_name + "' (Keras 2's '" + old_name + "')");
+    }
   message += did_you_mean(nearest_names(unknown.front(), read_));
   fail(message);
 }

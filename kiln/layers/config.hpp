@@ -45,6 +45,29 @@ class Config {
   Config(std::string value) : type_(Type::string), string_(std::move(value)) {}
   /// A map: {{"units", 64}, {"activation", "relu"}}. An empty brace list {} is null, not an empty map.
   Config(std::initializer_list<Entry> entries);
+  /// A list of numbers (or bools) from a brace list, as a Keras config writes a pair or a shape:
+  /// {{"cropping", {23, 0}}, {"kernel_size", {3, 5}}}. A list of strings is a std::vector<std::string> (a brace
+  /// list of two strings would read as a map's entry) or Config::list.
+  template <class T, std::enable_if_t<std::is_arithmetic_v<T>, int> = 0>
+  Config(std::initializer_list<T> items) : type_(Type::list) {
+    list_.reserve(items.size());
+    for (const T& item : items) list_.emplace_back(item);
+  }
+  /// A list of lists of numbers: {{"padding", {{1, 2}, {3, 4}}}} (Keras's ((top, bottom), (left, right))).
+  template <class T, std::enable_if_t<std::is_arithmetic_v<T>, int> = 0>
+  Config(std::initializer_list<std::initializer_list<T>> rows) : type_(Type::list) {
+    list_.reserve(rows.size());
+    for (const std::initializer_list<T>& row : rows) list_.emplace_back(row);
+  }
+  /// A list of numbers, strings or Configs: std::vector<std::int64_t>{3, -1} -> [3, -1],
+  /// std::vector<std::string>{"mae", "mse"} -> ["mae", "mse"].
+  template <class T, std::enable_if_t<std::is_constructible_v<Config, const T&> && !std::is_same_v<T, Config>, int> = 0>
+  Config(const std::vector<T>& items) : type_(Type::list) {
+    list_.reserve(items.size());
+    for (const T& item : items) list_.emplace_back(item);
+  }
+  /// A list of Configs.
+  Config(std::vector<Config> items) : type_(Type::list), list_(std::move(items)) {}
 
   /// A map of these entries, in their order (linear time). ConfigError on a repeated key.
   static Config map(std::vector<Entry> entries = {});

@@ -114,6 +114,22 @@ Cropping1D::Cropping1D(std::int64_t cropping, const Config& options)
 Cropping2D::Cropping2D(std::int64_t cropping, const Config& options)
     : LayerHandle(std::make_shared<Cropping2DLayer>(options.with("cropping", cropping))) {}
 
+ZeroPadding1D::ZeroPadding1D(std::int64_t before, std::int64_t after, const Config& options)
+    : LayerHandle(std::make_shared<ZeroPadding1DLayer>(options.with("padding", {before, after}))) {}
+ZeroPadding2D::ZeroPadding2D(std::int64_t height, std::int64_t width, const Config& options)
+    : LayerHandle(std::make_shared<ZeroPadding2DLayer>(options.with("padding", {height, width}))) {}
+ZeroPadding2D::ZeroPadding2D(std::array<std::int64_t, 2> height, std::array<std::int64_t, 2> width,
+                             const Config& options)
+    : LayerHandle(std::make_shared<ZeroPadding2DLayer>(
+          options.with("padding", Config::list({{height[0], height[1]}, {width[0], width[1]}})))) {}
+Cropping1D::Cropping1D(std::int64_t start, std::int64_t end, const Config& options)
+    : LayerHandle(std::make_shared<Cropping1DLayer>(options.with("cropping", {start, end}))) {}
+Cropping2D::Cropping2D(std::int64_t height, std::int64_t width, const Config& options)
+    : LayerHandle(std::make_shared<Cropping2DLayer>(options.with("cropping", {height, width}))) {}
+Cropping2D::Cropping2D(std::array<std::int64_t, 2> height, std::array<std::int64_t, 2> width, const Config& options)
+    : LayerHandle(std::make_shared<Cropping2DLayer>(
+          options.with("cropping", Config::list({{height[0], height[1]}, {width[0], width[1]}})))) {}
+
 // ---- UpSampling ---------------------------------------------------------------------------------------
 
 UpSamplingLayer::UpSamplingLayer(const Config& config, const std::string& class_name, int rank)
@@ -229,6 +245,8 @@ UpSampling1D::UpSampling1D(std::int64_t size, const Config& options)
     : LayerHandle(std::make_shared<UpSampling1DLayer>(options.with("size", size))) {}
 UpSampling2D::UpSampling2D(std::int64_t size, const Config& options)
     : LayerHandle(std::make_shared<UpSampling2DLayer>(options.with("size", size))) {}
+UpSampling2D::UpSampling2D(std::int64_t height, std::int64_t width, const Config& options)
+    : LayerHandle(std::make_shared<UpSampling2DLayer>(options.with("size", {height, width}))) {}
 
 KILN_REGISTER_LAYER("kiln>ZeroPadding1D", ZeroPadding1DLayer);
 KILN_REGISTER_LAYER("kiln>ZeroPadding2D", ZeroPadding2DLayer);

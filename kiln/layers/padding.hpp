@@ -119,6 +119,8 @@ class ZeroPadding1D : public LayerHandle<ZeroPadding1DLayer> {
  public:
   /// `padding` zeros on each side; further keys (data_format, name) in `options`.
   explicit ZeroPadding1D(std::int64_t padding = 1, const Config& options = {});
+  /// `before` zeros before the steps and `after` after them (Keras's padding=(before, after)).
+  ZeroPadding1D(std::int64_t before, std::int64_t after, const Config& options = {});
   /// From a whole config: padding may be (before, after).
   explicit ZeroPadding1D(const Config& config) : LayerHandle(std::make_shared<ZeroPadding1DLayer>(config)) {}
 };
@@ -127,6 +129,10 @@ class ZeroPadding2D : public LayerHandle<ZeroPadding2DLayer> {
  public:
   /// `padding` zeros on every side; further keys in `options`.
   explicit ZeroPadding2D(std::int64_t padding = 1, const Config& options = {});
+  /// `height` rows above and below, `width` columns left and right (Keras's padding=(height, width)).
+  ZeroPadding2D(std::int64_t height, std::int64_t width, const Config& options = {});
+  /// {top, bottom} rows and {left, right} columns (Keras's padding=((top, bottom), (left, right))).
+  ZeroPadding2D(std::array<std::int64_t, 2> height, std::array<std::int64_t, 2> width, const Config& options = {});
   /// From a whole config: padding may be (height, width) or ((top, bottom), (left, right)).
   explicit ZeroPadding2D(const Config& config) : LayerHandle(std::make_shared<ZeroPadding2DLayer>(config)) {}
 };
@@ -135,6 +141,8 @@ class Cropping1D : public LayerHandle<Cropping1DLayer> {
  public:
   /// `cropping` steps off each end; further keys in `options`.
   explicit Cropping1D(std::int64_t cropping = 1, const Config& options = {});
+  /// `start` steps off the start and `end` off the end (Keras's cropping=(start, end)): Cropping1D(23, 0).
+  Cropping1D(std::int64_t start, std::int64_t end, const Config& options = {});
   /// From a whole config: cropping may be (start, end).
   explicit Cropping1D(const Config& config) : LayerHandle(std::make_shared<Cropping1DLayer>(config)) {}
 };
@@ -143,6 +151,10 @@ class Cropping2D : public LayerHandle<Cropping2DLayer> {
  public:
   /// `cropping` off every side; further keys in `options`.
   explicit Cropping2D(std::int64_t cropping = 0, const Config& options = {});
+  /// `height` rows off the top and the bottom, `width` columns off each side (Keras's cropping=(height, width)).
+  Cropping2D(std::int64_t height, std::int64_t width, const Config& options = {});
+  /// {top, bottom} rows and {left, right} columns off (Keras's cropping=((top, bottom), (left, right))).
+  Cropping2D(std::array<std::int64_t, 2> height, std::array<std::int64_t, 2> width, const Config& options = {});
   /// From a whole config: cropping may be (height, width) or ((top, bottom), (left, right)).
   explicit Cropping2D(const Config& config) : LayerHandle(std::make_shared<Cropping2DLayer>(config)) {}
 };
@@ -162,6 +174,8 @@ class UpSampling2D : public LayerHandle<UpSampling2DLayer> {
  public:
   /// `size` times the height and width; further keys (data_format, interpolation) in `options`.
   explicit UpSampling2D(std::int64_t size = 2, const Config& options = {});
+  /// `height` times the rows and `width` times the columns (Keras's size=(height, width)).
+  UpSampling2D(std::int64_t height, std::int64_t width, const Config& options = {});
   /// From a whole config, with the keys of UpSamplingLayer(const Config&).
   explicit UpSampling2D(const Config& config) : LayerHandle(std::make_shared<UpSampling2DLayer>(config)) {}
 };

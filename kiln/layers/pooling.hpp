@@ -2,6 +2,7 @@
 // Pooling layers, Keras's of the same names: windowed (MaxPooling1D/2D, AveragePooling1D/2D) and global
 // (GlobalAveragePooling1D/2D, GlobalMaxPooling1D/2D: the mean or maximum over every spatial position).
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,9 @@ class MaxPooling2D : public LayerHandle<MaxPooling2DLayer> {
   explicit MaxPooling2D(std::int64_t pool_size = 2, const Config& options = {});
   /// (height, width) windows; further keys in `options`.
   explicit MaxPooling2D(const std::vector<std::int64_t>& pool_size, const Config& options = {});
+  /// (height, width) windows from a brace list: MaxPooling2D({2, 3}).
+  explicit MaxPooling2D(std::initializer_list<std::int64_t> pool_size, const Config& options = {})
+      : MaxPooling2D(std::vector<std::int64_t>(pool_size), options) {}
   /// From a whole config, with the keys of PoolingLayer(const Config&).
   explicit MaxPooling2D(const Config& config) : LayerHandle(std::make_shared<MaxPooling2DLayer>(config)) {}
 };
@@ -102,6 +106,9 @@ class AveragePooling2D : public LayerHandle<AveragePooling2DLayer> {
   explicit AveragePooling2D(std::int64_t pool_size = 2, const Config& options = {});
   /// (height, width) windows; further keys in `options`.
   explicit AveragePooling2D(const std::vector<std::int64_t>& pool_size, const Config& options = {});
+  /// (height, width) windows from a brace list: AveragePooling2D({2, 3}).
+  explicit AveragePooling2D(std::initializer_list<std::int64_t> pool_size, const Config& options = {})
+      : AveragePooling2D(std::vector<std::int64_t>(pool_size), options) {}
   /// From a whole config, with the keys of PoolingLayer(const Config&).
   explicit AveragePooling2D(const Config& config) : LayerHandle(std::make_shared<AveragePooling2DLayer>(config)) {}
 };

@@ -163,22 +163,24 @@ bool register_builtin_losses(Registry<LossClass>& registry) {
     };
   };
   const Config crossentropy = {{"from_logits", false}, {"label_smoothing", 0.0}, {"axis", -1}};
-  registry.add("kiln>MeanSquaredError",
-               with_per_step({"mean_squared_error",
-                              Config::map(),
-                              TargetForm::elementwise,
-                              elementwise([](const Tensor& t, const Tensor& p) { return ops::mean_squared_error(t, p); }),
-                              {}},
-                             step_squared_error),
-               {"mse", "MSE"});
-  registry.add("kiln>MeanAbsoluteError",
-               with_per_step({"mean_absolute_error",
-                              Config::map(),
-                              TargetForm::elementwise,
-                              elementwise([](const Tensor& t, const Tensor& p) { return ops::mean_absolute_error(t, p); }),
-                              {}},
-                             step_absolute_error),
-               {"mae", "MAE"});
+  registry.add(
+      "kiln>MeanSquaredError",
+      with_per_step({"mean_squared_error",
+                     Config::map(),
+                     TargetForm::elementwise,
+                     elementwise([](const Tensor& t, const Tensor& p) { return ops::mean_squared_error(t, p); }),
+                     {}},
+                    step_squared_error),
+      {"mse", "MSE"});
+  registry.add(
+      "kiln>MeanAbsoluteError",
+      with_per_step({"mean_absolute_error",
+                     Config::map(),
+                     TargetForm::elementwise,
+                     elementwise([](const Tensor& t, const Tensor& p) { return ops::mean_absolute_error(t, p); }),
+                     {}},
+                    step_absolute_error),
+      {"mae", "MAE"});
   registry.add("kiln>Huber",
                with_per_step({"huber_loss",
                               {{"delta", 1.0}},
@@ -209,7 +211,8 @@ bool register_builtin_losses(Registry<LossClass>& registry) {
                               {{"from_logits", false}, {"ignore_class", Config()}},
                               TargetForm::class_indices,
                               [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
-                                return ops::sparse_categorical_crossentropy(y_true, y_pred, args.get_bool("from_logits"));
+                                return ops::sparse_categorical_crossentropy(y_true, y_pred,
+                                                                            args.get_bool("from_logits"));
                               },
                               [](const Config& args) -> std::string {
                                 return args.at("ignore_class").is_null() ? "" : "ignore_class is not supported by kiln";
@@ -325,9 +328,12 @@ void Loss::check_values(const Array& y_true, const Shape& y_pred, const std::str
   const std::int64_t classes = y_pred.dim(-1);
   for (std::size_t j = 0; j < y_true.size(); ++j) {
     const double label = y_true.flat(j);
-    if (!(label >= 0 && label < static_cast<double>(classes) && std::floor(label) == label))
-      throw ValueError(where + ": sparse label " + detail::python_float(label) + " at index " + std::to_string(j) +
-                       " is not a class in [0, " + std::to_string(classes) + ") (" + describe() + ")");
+    if (label >= 0 && label < static_cast<double>(classes) && std::floor(label) == label) continue;
+    const std::string what = std::isfinite(label) && std::floor(label) != label
+                                 ? "is not an integer; sparse labels are class ids, integers in [0, "
+                                 : "is not a class in [0, ";
+    throw ValueError(where + ": sparse label " + detail::python_float(label) + " at index " + std::to_string(j) + " " +
+                     what + std::to_string(classes) + ") (" + describe() + ")");
   }
 }
 
@@ -342,8 +348,9 @@ Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred) const {
                          {{"mask", mask.shape()}, {"loss per step", steps.shape()}});
       return ops::sum(steps * mask) / ops::add_scalar(ops::sum(mask), keras_epsilon);
     }
-    warn(describe() + " cannot leave out the masked steps of its predictions (it has no per-step form): it "
-                      "averages over every step");
+    warn(describe() +
+         " cannot leave out the masked steps of its predictions (it has no per-step form): it "
+         "averages over every step");
   }
   const Tensor value = custom() ? function_(y_true, y_pred) : loss_class_->compute(y_true, y_pred, arguments_);
   if (!value.valid() || value.rank() != 0)
@@ -356,8 +363,9 @@ Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred, const Tensor
   if (!sample_weight.valid()) return (*this)(y_true, y_pred);
   check(y_true.shape(), y_pred.shape());
   if (!weighable())
-    throw ValueError(describe() + " cannot weigh samples: it has no per-sample form (register a LossClass with "
-                                  "per_step)");
+    throw ValueError(describe() +
+                     " cannot weigh samples: it has no per-sample form (register a LossClass with "
+                     "per_step)");
   const Tensor steps = loss_class_->per_step(y_true, y_pred, arguments_);
   Tensor weights = sample_weight;
   if (weights.rank() > steps.rank() ||

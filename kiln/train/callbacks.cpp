@@ -349,10 +349,12 @@ TerminateOnNaN::TerminateOnNaN() : TerminateOnNaN(Options{}) {}
 void TerminateOnNaN::on_batch_end(TrainingState& state, std::int64_t batch, const Logs& logs) {
   const auto loss = logs.find("loss");
   if (loss == logs.end() || std::isfinite(loss->second)) return;
+  // Counted from 1, as the progress bar ("Epoch 1/3", "12/47") and fit's own warning count them.
+  const std::string where = "epoch " + std::to_string(epoch_ + 1) + ", batch " + std::to_string(batch + 1);
   if (options_.raise_error)
-    throw ValueError("NaN or Inf loss encountered at batch " + std::to_string(batch) +
-                     ". Loss value: " + python_float(loss->second) + ". Terminating training immediately.");
-  warnings() << "Batch " << batch << ": Invalid loss, terminating training\n";
+    throw ValueError("NaN or Inf loss encountered at " + where + ". Loss value: " + python_float(loss->second) +
+                     ". Terminating training immediately.");
+  warnings() << "Epoch " << epoch_ + 1 << ", batch " << batch + 1 << ": Invalid loss, terminating training\n";
   state.stop_training = true;
 }
 

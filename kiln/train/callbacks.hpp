@@ -328,8 +328,9 @@ class CSVLogger : public Callback {
   bool write_header_ = true;
 };
 
-/// Stops training when a batch's "loss" is NaN or infinite, printing `Batch N: Invalid loss, terminating
-/// training` (to std::cerr unless redirected). With raise_error it throws ValueError instead, so that no
+/// Stops training when a batch's "loss" is NaN or infinite, printing `Epoch E, batch B: Invalid loss,
+/// terminating training` (to std::cerr unless redirected), E and B counted from 1 as the progress bar and fit's
+/// own warning count them. With raise_error it throws ValueError instead, so that no
 /// other callback's on_train_end runs (e.g. one that would save the broken model).
 class TerminateOnNaN : public ReportingCallback {
  public:
@@ -343,11 +344,14 @@ class TerminateOnNaN : public ReportingCallback {
   /// Stops training, or throws with options.raise_error.
   explicit TerminateOnNaN(Options options) : options_(options) {}
 
+  /// Notes the epoch, for the message.
+  void on_epoch_begin(TrainingState&, int epoch) override { epoch_ = epoch; }
   /// Checks logs["loss"], the epoch's running mean; logs without a "loss" pass.
   void on_batch_end(TrainingState& state, std::int64_t batch, const Logs& logs) override;
 
  private:
   Options options_;
+  int epoch_ = 0;
 };
 
 /// A callback made of functions, for code that does not want a subclass; unset hooks do nothing.

@@ -110,7 +110,7 @@ class CsvLineReader {
       : path_(path), skip_rows_(options.skip_rows), comment_(options.comment) {
     namespace fs = std::filesystem;
     std::error_code error;
-    if (!fs::exists(path, error)) throw ValueError("read_csv: cannot open '" + path + "': no such file");
+    if (!fs::exists(path, error)) throw FileNotFoundError("read_csv: " + path + ": no such file");
     if (fs::is_directory(path, error)) throw ValueError("read_csv: cannot open '" + path + "': it is a directory");
     stream_.open(path, std::ios::binary);
     if (!stream_) throw ValueError("read_csv: cannot open '" + path + "': " + std::strerror(errno));
@@ -182,8 +182,10 @@ bool first_line_is_header(const CsvLine& first, std::size_t fields, const CsvOpt
   const std::size_t start = options.skip_index_column ? 1 : 0;
   // Text columns given by index hold text in data rows too: they tell nothing and are left out.
   auto is_text = [&](std::size_t index) {
-    return std::find(options.text_indices.begin(), options.text_indices.end(), static_cast<std::int64_t>(index)) !=
-           options.text_indices.end();
+    return std::any_of(options.text_indices.begin(), options.text_indices.end(), [&](std::int64_t given) {
+      return given == static_cast<std::int64_t>(index) ||
+             given + static_cast<std::int64_t>(fields) == static_cast<std::int64_t>(index);
+    });
   };
   std::size_t numbers = 0, text = 0;
   std::string scratch;
@@ -199,7 +201,9 @@ bool first_line_is_header(const CsvLine& first, std::size_t fields, const CsvOpt
   if (numbers + start + text >= fields) return false;
   throw ValueError(location(path, first.number) +
                    ": cannot tell whether this line is a header (some fields are "
-                   "numbers, some are not); set CsvOptions::header to CsvHeader::present or CsvHeader::absent");
+                   "numbers, some are not); set CsvOptions::header to CsvHeader::present or CsvHeader::absent, or, "
+                   "when the file starts with a line that is neither a header nor data (scikit-learn's "
+                   "'150,4,setosa,versicolor,virginica'), skip it with CsvOptions::skip_rows = 1");
 }
 
 // The file's columns: the header's names, or "column_<i>" made when one is asked for, so a headerless line
@@ -255,11 +259,15 @@ std::size_t column_by_name(const std::string& wanted, const FileColumns& columns
   return static_cast<std::size_t>(found - names.begin());
 }
 
+// A negative index counts from the end, as in Python: -1 is the last column.
 std::size_t column_by_index(std::int64_t wanted, const FileColumns& columns, const std::string& path) {
-  if (wanted < 0 || wanted >= static_cast<std::int64_t>(columns.count()))
+  const auto count = static_cast<std::int64_t>(columns.count());
+  const std::int64_t index = wanted < 0 ? wanted + count : wanted;
+  if (index < 0 || index >= count)
     throw ConfigError(path + ": column index " + std::to_string(wanted) + " is out of range; the file has " +
-                      std::to_string(columns.count()) + " columns (" + columns.listed() + ")");
-  return static_cast<std::size_t>(wanted);
+                      std::to_string(columns.count()) + " columns (" + columns.listed() + "), indices " +
+                      std::to_string(-count) + " to " + std::to_string(count - 1));
+  return static_cast<std::size_t>(index);
 }
 
 // The columns read, in the order they were chosen. Every column (or every one but the index) is a run
@@ -286,14 +294,16 @@ std::vector<std::size_t> label_columns(const FileColumns& columns, const CsvOpti
   for (const std::string& name : options.label_names) labels.push_back(column_by_name(name, columns, path));
   for (std::int64_t index : options.label_indices) labels.push_back(column_by_index(index, columns, path));
   if (options.skip_index_column && std::find(labels.begin(), labels.end(), 0) != labels.end())
-    throw ConfigError(path + ": column 0 ('" + columns.name(0) + "') is a label, but skip_index_column says it is an index");
+    throw ConfigError(path + ": column 0 ('" + columns.name(0) +
+                      "') is a label, but skip_index_column says it is an index");
   return labels;
 }
 
 std::vector<std::size_t> text_columns(const FileColumns& columns, const CsvOptions& options, const std::string& path) {
   if (!options.text_names.empty() && !columns.has_header())
-    throw ConfigError(path + ": text columns are chosen by name, but the file has no header; use "
-                             "CsvOptions::text_indices");
+    throw ConfigError(path +
+                      ": text columns are chosen by name, but the file has no header; use "
+                      "CsvOptions::text_indices");
   std::vector<std::size_t> text;
   for (const std::string& name : options.text_names) text.push_back(column_by_name(name, columns, path));
   for (std::int64_t index : options.text_indices) text.push_back(column_by_index(index, columns, path));
@@ -319,14 +329,18 @@ ColumnChoice chosen_columns(const FileColumns& columns, const CsvOptions& option
         if (std::find(labels.begin(), labels.end(), column) == labels.end() && !is_text(column))
           chosen.push_back(column);
     } else {
-      chosen = chosen_columns(columns, [&] {
-                 CsvOptions features = options;
-                 features.label_names.clear();
-                 features.label_indices.clear();
-                 features.text_names.clear();
-                 features.text_indices.clear();
-                 return features;
-               }(), path).list();
+      chosen = chosen_columns(
+                   columns,
+                   [&] {
+                     CsvOptions features = options;
+                     features.label_names.clear();
+                     features.label_indices.clear();
+                     features.text_names.clear();
+                     features.text_indices.clear();
+                     return features;
+                   }(),
+                   path)
+                   .list();
       for (std::size_t column : chosen)
         if (is_text(column))
           throw ConfigError(path + ": column '" + columns.name(column) + "' is chosen as numbers and as text");
@@ -359,10 +373,12 @@ void check_options(const CsvOptions& options, const std::string& path) {
   if (!options.text_names.empty() && !options.text_indices.empty())
     throw ConfigError("read_csv('" + path + "'): choose text columns by name or by index, not both");
   if (options.skip_rows < 0)
-    throw ConfigError("read_csv('" + path + "'): skip_rows must not be negative, got " + std::to_string(options.skip_rows));
+    throw ConfigError("read_csv('" + path + "'): skip_rows must not be negative, got " +
+                      std::to_string(options.skip_rows));
   if (options.comment != '\0' && (options.comment == options.delimiter || options.comment == '"' ||
                                   options.comment == '\n' || options.comment == '\r'))
-    throw ConfigError("read_csv('" + path + "'): the comment character cannot be the delimiter, a quote or a line break");
+    throw ConfigError("read_csv('" + path +
+                      "'): the comment character cannot be the delimiter, a quote or a line break");
 }
 
 // ---- values --------------------------------------------------------------------------------------------
@@ -500,9 +516,8 @@ FileStart read_start(CsvLineReader& reader, const std::string& path, const CsvOp
   const std::size_t fields = for_each_field(start.line.text, options.delimiter, location(path, start.line.number),
                                             scratch, [](std::string_view, std::size_t) {});
   start.has_header = first_line_is_header(start.line, fields, options, path);
-  start.columns =
-      FileColumns(start.has_header ? split_fields(start.line, options.delimiter, path) : std::vector<std::string>{},
-                  fields);
+  start.columns = FileColumns(
+      start.has_header ? split_fields(start.line, options.delimiter, path) : std::vector<std::string>{}, fields);
   return start;
 }
 
@@ -572,7 +587,8 @@ Array column_range(const Array& values, std::int64_t first, std::int64_t count) 
   Array part(Shape{rows, count}, values.dtype());
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t c = 0; c < count; ++c)
-      part.set_flat(static_cast<std::size_t>(r * count + c), values.flat(static_cast<std::size_t>(r * width + first + c)));
+      part.set_flat(static_cast<std::size_t>(r * count + c),
+                    values.flat(static_cast<std::size_t>(r * width + first + c)));
   return part;
 }
 

@@ -34,7 +34,8 @@ struct CsvOptions {
   /// Between fields (default ','); not a quote or a line break (ConfigError). Fields may be quoted as in
   /// RFC 4180, and spaces and tabs around a field are dropped unless the delimiter is one of them.
   char delimiter = ',';
-  /// Columns to read, by header name or by index into the file's columns (0 is the file's first column).
+  /// Columns to read, by header name or by index into the file's columns (0 is the file's first column; a
+  /// negative index counts from the end, -1 the last column, here and in label_indices and text_indices).
   /// Give at most one of the two; both empty reads every column. Columns not chosen may hold text.
   std::vector<std::string> column_names;
   /// Columns to read by index (see column_names). Chosen columns come out in the order given; one given
@@ -100,6 +101,22 @@ Array read_csv_values(const std::string& path, const CsvOptions& options = {});
 /// id that is negative, not an integer, or not below num_classes.
 Array to_categorical(const Array& labels, std::int64_t num_classes = -1, DType dtype = DType::float32);
 
+/// NumPy's argmax: the position of the largest value along `axis` (negative from the end; -1, the last, is a
+/// classifier's class axis), so argmax(model.predict(x)) is each row's predicted class. The first position wins
+/// a tie, and a NaN counts as the largest, as in NumPy. The result has the input's shape without `axis` and
+/// its dtype (positions are exact: below 2^24 in float32). ShapeError for an axis the array does not have or
+/// of size 0.
+Array argmax(const Array& values, int axis = -1);
+
+/// scikit-learn's confusion_matrix (and tf.math.confusion_matrix): counts[i][j] is how many samples of class i
+/// were predicted as class j, rows the true classes, columns the predicted ones, so the diagonal counts the
+/// right answers. `labels` and `predictions` each hold one class per sample: class ids, (samples,) or
+/// (samples, 1), or rows of scores (samples, classes) such as predict()'s probabilities or one-hot labels,
+/// whose argmax is the class. num_classes -1: the largest class seen + 1. Returns (num_classes, num_classes)
+/// counts, float64. ValueError for sample counts that differ, or a class id that is negative, not an integer,
+/// or not below num_classes.
+Array confusion_matrix(const Array& labels, const Array& predictions, std::int64_t num_classes = -1);
+
 // ---- windows over a time series ------------------------------------------------------------------------
 
 /// How many windows of `window` steps, starting every `stride` steps, fit in `time_steps` (0 if none).
@@ -146,10 +163,11 @@ Array take_rows(const Array& source, const std::vector<std::int64_t>& rows);
 /// scikit-learn's train_test_split: each array's training rows, then its test rows, {x_train, x_test,
 /// y_train, y_test} for {x, y}. ceil(test_size · rows) rows test, drawn with `seed`; with `stratify` (one
 /// label per row, such as the class ids), each class gives the test part its share of them, within one row
-/// (a class of a few rows may land wholly in one part). Copies. ValueError for test_size outside (0, 1), arrays of different
-/// row counts, or a split that leaves no training row; ShapeError for a stratify that is not (rows,).
-std::vector<Array> train_test_split(const std::vector<Array>& arrays, double test_size = 0.25,
-                                    std::uint64_t seed = 0, const Array& stratify = Array());
+/// (a class of a few rows may land wholly in one part). Copies. ValueError for test_size outside (0, 1), arrays of
+/// different row counts, or a split that leaves no training row; ShapeError for a stratify that is not (rows,) or
+/// (rows, 1).
+std::vector<Array> train_test_split(const std::vector<Array>& arrays, double test_size = 0.25, std::uint64_t seed = 0,
+                                    const Array& stratify = Array());
 
 /// split_rows after a seeded shuffle. The parts are copies, since shuffled rows are not contiguous.
 /// Inputs and targets split with the same seed (and the same number of rows) stay paired.
@@ -157,11 +175,11 @@ std::vector<Array> shuffled_split_rows(const Array& source, const std::vector<do
 
 /// Keras's keras.utils.pad_sequences: how token sequences of different lengths become one batch.
 struct PadOptions {
-  std::int64_t maxlen = -1;      ///< the batch's length; -1: its longest sequence's
-  std::string padding = "pre";   ///< "pre" (Keras's default: the padding before each sequence) or "post"
+  std::int64_t maxlen = -1;        ///< the batch's length; -1: its longest sequence's
+  std::string padding = "pre";     ///< "pre" (Keras's default: the padding before each sequence) or "post"
   std::string truncating = "pre";  ///< a longer sequence loses its first ("pre") or last ("post") tokens
-  double value = 0.0;            ///< the padding's token: 0 is what Embedding(mask_zero) masks
-  DType dtype = DType::float32;  ///< the batch's dtype
+  double value = 0.0;              ///< the padding's token: 0 is what Embedding(mask_zero) masks
+  DType dtype = DType::float32;    ///< the batch's dtype
   /// With maxlen -1, the longest length rounded up to a multiple of this: batches of a model whose length is
   /// unknown then come in a few lengths, each planned once (a Program keeps 16 plans). 1: no rounding.
   std::int64_t pad_to_multiple_of = 1;

@@ -138,9 +138,12 @@ std::vector<std::int64_t> test_rows(std::int64_t rows, double test_size, std::ui
     shuffle(chosen, rng);
     chosen.resize(static_cast<std::size_t>(test_count));
   } else {
-    if (stratify.shape().rank() != 1 || stratify.shape()[0] != rows)
-      throw ShapeError(who + ": stratify must hold one label per row, (" + std::to_string(rows) + ",), got " +
-                       stratify.shape().to_string());
+    // One label per row: (rows,), or (rows, 1) as read_csv returns a label column (fit takes both too).
+    const Shape& shape = stratify.shape();
+    const bool one_per_row = (shape.rank() == 1 || (shape.rank() == 2 && shape[1] == 1)) && shape[0] == rows;
+    if (!one_per_row)
+      throw ShapeError(who + ": stratify must hold one label per row, (" + std::to_string(rows) + ",) or (" +
+                       std::to_string(rows) + ", 1), got " + shape.to_string());
     std::vector<std::pair<double, std::vector<std::int64_t>>> classes;  // label and its rows, by first sight
     for (std::int64_t row = 0; row < rows; ++row) {
       const double label = stratify.flat(static_cast<std::size_t>(row));
@@ -155,13 +158,14 @@ std::vector<std::int64_t> test_rows(std::int64_t rows, double test_size, std::ui
     std::vector<std::pair<double, std::size_t>> remainders;
     std::int64_t given = 0;
     for (std::size_t c = 0; c < classes.size(); ++c) {
-      const double exact = static_cast<double>(test_count) * static_cast<double>(classes[c].second.size()) /
-                           static_cast<double>(rows);
+      const double exact =
+          static_cast<double>(test_count) * static_cast<double>(classes[c].second.size()) / static_cast<double>(rows);
       counts.push_back(static_cast<std::int64_t>(std::floor(exact)));
       given += counts.back();
       remainders.emplace_back(exact - std::floor(exact), c);
     }
-    std::stable_sort(remainders.begin(), remainders.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::stable_sort(remainders.begin(), remainders.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
     for (std::size_t i = 0; given < test_count; ++i, ++given) ++counts[remainders[i % remainders.size()].second];
     for (std::size_t c = 0; c < classes.size(); ++c) {
       std::vector<std::int64_t>& members = classes[c].second;

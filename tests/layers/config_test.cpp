@@ -327,3 +327,38 @@ TEST_CASE("ConfigReader: reads a temporary config safely", "[layers][config]") {
   CHECK_NOTHROW(reader.finish());
   CHECK(padding.size() == 1000);
 }
+
+TEST_CASE("Config: brace lists and vectors of numbers and strings, nested, as a Keras config is written",
+          "[layers][config]") {
+  // A pair, a shape, a list of lists: what Keras's arguments look like.
+  const Config crop = {{"cropping", {23, 0}}, {"name", "crop"}};
+  CHECK(crop.at("cropping") == Config::list({23, 0}));
+  CHECK(crop.get_string("name") == "crop");
+  const Config pad = {{"padding", {{1, 2}, {3, 4}}}};
+  CHECK(pad.at("padding") == Config::list({Config::list({1, 2}), Config::list({3, 4})}));
+  const Config rates = {{"rates", {0.5, 0.25}}, {"flags", {true, false}}};
+  CHECK(rates.at("rates").as_list().at(1).as_double() == 0.25);
+  CHECK(rates.at("flags").as_list().at(0).as_bool());
+  // Vectors of numbers, strings and Configs.
+  const std::vector<std::int64_t> dims = {None, 8};
+  CHECK(Config{{"shape", dims}}.at("shape").as_ints() == dims);
+  const std::vector<std::string> metrics = {"mae", "mse"};
+  const Config compiled = {{"metrics", metrics}};
+  CHECK(compiled.at("metrics").as_list().at(1).as_string() == "mse");
+  CHECK(Config(std::vector<double>{1.5, 2.0}).as_list().at(0).as_double() == 1.5);
+  CHECK(Config(std::vector<Config>{Config("a"), Config(1)}).size() == 2);
+  // A single-entry map with a string value stays a map (not a list of two strings).
+  const Config named = {{"name", "joined"}};
+  CHECK(named.is_map());
+  CHECK(named.get_string("name") == "joined");
+}
+
+TEST_CASE("ConfigReader: Keras 2's renamed arguments name the Keras 3 one", "[layers][config][errors]") {
+  const Config config = {{"lr", 0.01}};
+  ConfigReader reader(config, "Adam 'adam'");
+  reader.number("learning_rate", 1e-3);
+  reader.number("beta_1", 0.9);
+  reader.boolean("amsgrad", false);
+  CHECK_THROWS_WITH(reader.finish(),
+                    "Adam 'adam': unknown argument 'lr'; Keras 3 names it 'learning_rate' (Keras 2's 'lr')");
+}

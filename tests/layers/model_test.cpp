@@ -754,3 +754,20 @@ TEST_CASE("Sequential: unbuilt, it lists its layers, summarizes as unbuilt, and 
   CHECK(trained.built());
   CHECK(trained.count_params() == 3 * 2 + 2);
 }
+
+TEST_CASE("Model: what the README shows on a model exists on the handle", "[layers][model]") {
+  const Tensor x = kiln::Input({None, 3});
+  kiln::Model model(x, kiln::Dense(2)(kiln::Dense(4, "relu")(x)));
+  const std::vector<kiln::Array> first = model.get_weights();
+  model.initialize_weights(11);  // another draw
+  CHECK_FALSE(model.get_weights()[0].bitwise_equal(first[0]));
+  model.initialize_weights(0);  // the draw a model starts with
+  CHECK(model.get_weights()[0].bitwise_equal(first[0]));
+  model.set_trainable(false);
+  CHECK_FALSE(model.trainable());
+  CHECK(model.trainable_weights().empty());
+  CHECK(model.non_trainable_weights().size() == 4);
+  model.set_trainable(true);
+  CHECK(model.trainable_weights().size() == 4);
+  model.reset_state();  // nothing to reset, and no error
+}

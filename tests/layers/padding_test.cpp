@@ -122,3 +122,30 @@ TEST_CASE("UpSampling: nearest repeats, bilinear interpolates with half-pixel ce
   CHECK_THROWS_WITH(kiln::UpSampling2D(2, {{"interpolation", "lanczos5"}}), Contains("'nearest' or 'bilinear'"));
   CHECK_THROWS_WITH(kiln::UpSampling1D(0), Contains("size must be positive"));
 }
+
+TEST_CASE("pair arguments: constructors and brace lists as Keras writes (23, 0)", "[layers][padding]") {
+  // The way a new user first writes it, and the shorter way.
+  const kiln::Cropping1D from_config(kiln::Config{{"cropping", {23, 0}}});
+  const kiln::Cropping1D from_pair(23, 0);
+  CHECK(from_config.get_config().at("cropping") == Config::list({23, 0}));
+  CHECK(from_pair.get_config().at("cropping") == Config::list({23, 0}));
+  const Array x = random_input({2, 24, 3}, 9);
+  kiln::Layer& crop = *from_pair.ptr();
+  const Array last = run_layer(crop, LayerCase{{x}}).at(0);
+  REQUIRE(last.shape() == Shape{2, 1, 3});
+  for (int b = 0; b < 2; ++b)
+    for (int c = 0; c < 3; ++c)
+      CHECK(last.flat(static_cast<std::size_t>(b * 3 + c)) == x.flat(static_cast<std::size_t>(b * 72 + 69 + c)));
+  CHECK(kiln::ZeroPadding1D(1, 2).get_config().at("padding") == Config::list({1, 2}));
+  CHECK(kiln::ZeroPadding1D(3, {{"name", "pad"}}).name() == "pad");
+  CHECK(kiln::ZeroPadding2D(1, 2).get_config().at("padding") ==
+        Config::list({Config::list({1, 1}), Config::list({2, 2})}));
+  CHECK(kiln::ZeroPadding2D({1, 0}, {0, 2}).get_config().at("padding") ==
+        Config::list({Config::list({1, 0}), Config::list({0, 2})}));
+  CHECK(kiln::Cropping2D({1, 2}, {3, 4}).get_config().at("cropping") ==
+        Config::list({Config::list({1, 2}), Config::list({3, 4})}));
+  CHECK(kiln::Cropping2D(1, 2).get_config().at("cropping") ==
+        Config::list({Config::list({1, 1}), Config::list({2, 2})}));
+  CHECK(kiln::UpSampling2D(2, 3).get_config().at("size") == Config::list({2, 3}));
+  CHECK(kiln::Cropping1D({{"cropping", {1, 2}}, {"name", "c"}}).get_config().at("cropping") == Config::list({1, 2}));
+}

@@ -330,7 +330,8 @@ TEST_CASE("LearningRateScheduler sets schedule(epoch, rate) before each epoch an
   // Keras's: the schedule sees the epoch and the rate now; the logs carry the rate the epoch trained with.
   CHECK(calls == std::vector<std::pair<int, double>>{{0, 1.0}, {1, 1.0}, {2, 1.0}, {3, 0.5}});
   const std::vector<double> logged = {1.0, 1.0, 0.5, 0.25};
-  for (std::size_t epoch = 0; epoch < logged.size(); ++epoch) CHECK(fit.epoch_logs[epoch].at("learning_rate") == logged[epoch]);
+  for (std::size_t epoch = 0; epoch < logged.size(); ++epoch)
+    CHECK(fit.epoch_logs[epoch].at("learning_rate") == logged[epoch]);
   CHECK(fit.optimizer->current_learning_rate() == 0.25);
   CHECK(messages.str().find("\nEpoch 3: LearningRateScheduler setting learning rate to 0.5.\n") != std::string::npos);
 
@@ -339,9 +340,10 @@ TEST_CASE("LearningRateScheduler sets schedule(epoch, rate) before each epoch an
   model.build({kiln::Shape::unknown, 2});
   model.compile(kiln::create_optimizer("sgd", kiln::Config{{"learning_rate", 0.1}}), "mse");
   const kiln::Array x = kiln::Array::full({8, 2}, 0.5), y = kiln::Array::full({8, 1}, 0.25);
-  const kiln::History history = model.fit(x, y, kiln::FitOptions().epochs(3).batch_size(4).verbose(0).callback(
-                                                     std::make_shared<kiln::LearningRateScheduler>(
-                                                         [](int epoch, double) { return 0.1 / (1 + epoch); })));
+  const kiln::History history = model.fit(
+      x, y,
+      kiln::FitOptions().epochs(3).batch_size(4).verbose(0).callback(
+          std::make_shared<kiln::LearningRateScheduler>([](int epoch, double) { return 0.1 / (1 + epoch); })));
   REQUIRE(history["learning_rate"].size() == 3);
   CHECK(history["learning_rate"][2] == Approx(0.1 / 3));
 }
@@ -357,7 +359,8 @@ TEST_CASE("LearningRateScheduler refuses schedules that drive the optimizer and 
   fit.state.optimizer = scheduled.get();
   CHECK_THROWS_WITH(constant.on_train_begin(fit.state), Catch::Contains("schedule drives it"));
   TrainingState empty;
-  CHECK_THROWS_WITH(constant.on_train_begin(empty), Catch::Contains("LearningRateScheduler needs TrainingState::optimizer"));
+  CHECK_THROWS_WITH(constant.on_train_begin(empty),
+                    Catch::Contains("LearningRateScheduler needs TrainingState::optimizer"));
 }
 
 // ---- ReduceLROnPlateau ----------------------------------------------------------------------------------------
@@ -523,15 +526,16 @@ TEST_CASE("TerminateOnNaN stops on a NaN or infinite batch loss", "[train][callb
     CHECK_FALSE(state.stop_training);
     terminate.on_batch_end(state, 3, Logs{{"loss", bad}});
     CHECK(state.stop_training);
-    CHECK(warnings.str() == "Batch 3: Invalid loss, terminating training\n");
+    CHECK(warnings.str() == "Epoch 1, batch 4: Invalid loss, terminating training\n");
     CHECK(messages.str().empty());
   }
   kiln::TerminateOnNaN::Options options;
   options.raise_error = true;
   kiln::TerminateOnNaN strict(options);
   TrainingState state;
+  strict.on_epoch_begin(state, 2);
   CHECK_THROWS_WITH(strict.on_batch_end(state, 7, Logs{{"loss", not_a_number}}),
-                    Catch::Contains("NaN or Inf loss encountered at batch 7"));
+                    Catch::Contains("NaN or Inf loss encountered at epoch 3, batch 8"));
 }
 
 TEST_CASE("LambdaCallback forwards to the hooks that are set", "[train][callbacks]") {

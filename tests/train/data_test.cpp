@@ -244,7 +244,7 @@ TEST_CASE("read_csv errors: ragged rows, unclosed quotes and text after a quote"
 TEST_CASE("read_csv errors: missing, empty and header-only files", "[train][data][csv][errors]") {
   const TempDirectory directory("empty");
   const std::string missing = directory.path("missing.csv");
-  CHECK(csv_error<kiln::ValueError>(missing) == "read_csv: cannot open '" + missing + "': no such file");
+  CHECK(csv_error<kiln::FileNotFoundError>(missing) == "read_csv: " + missing + ": no such file");
   const std::string empty = directory.write("empty.csv", "");
   CHECK(csv_error<kiln::ValueError>(empty) == empty + ": the file is empty");
   const std::string blank = directory.write("blank.csv", "\n  \n\r\n");
@@ -271,7 +271,9 @@ TEST_CASE("read_csv errors: unknown names suggest the nearest, bad indices list 
   options = {};
   options.column_indices = {5};
   CHECK(csv_error<kiln::ConfigError>(path, options) ==
-        path + ": column index 5 is out of range; the file has 5 columns (day, DAX, SMI, CAC, FTSE)");
+        path + ": column index 5 is out of range; the file has 5 columns (day, DAX, SMI, CAC, FTSE), indices -5 to 4");
+  options.column_indices = {-6};
+  CHECK(csv_error<kiln::ConfigError>(path, options).find("column index -6 is out of range") != std::string::npos);
   options.column_indices = {0};
   options.skip_index_column = true;
   CHECK(csv_error<kiln::ConfigError>(path, options) ==
@@ -294,7 +296,9 @@ TEST_CASE("read_csv errors: a first line that is half numbers is not guessed", "
   CHECK(csv_error<kiln::ValueError>(dated) ==
         dated +
             ":1: cannot tell whether this line is a header (some fields are numbers, some are not); set "
-            "CsvOptions::header to CsvHeader::present or CsvHeader::absent");
+            "CsvOptions::header to CsvHeader::present or CsvHeader::absent, or, when the file starts with a line "
+            "that is neither a header nor data (scikit-learn's '150,4,setosa,versicolor,virginica'), skip it with "
+            "CsvOptions::skip_rows = 1");
   CsvOptions options;
   options.skip_index_column = true;  // the date column is ignored, so detection sees only numbers
   const kiln::CsvTable table = kiln::read_csv(dated, options);
@@ -554,11 +558,9 @@ TEST_CASE("pad_sequences pads and truncates as Keras's, and padding_mask marks t
   options.padding = "post";
   options.truncating = "post";
   options.value = -1;
-  CHECK(rows(kiln::pad_sequences(sequences, options)) ==
-        std::vector<double>{1, 2, 3, 4, -1, -1, 5, 6, 7, -1, -1, -1});
+  CHECK(rows(kiln::pad_sequences(sequences, options)) == std::vector<double>{1, 2, 3, 4, -1, -1, 5, 6, 7, -1, -1, -1});
   options.truncating = "pre";
-  CHECK(rows(kiln::pad_sequences(sequences, options)) ==
-        std::vector<double>{1, 2, 3, 4, -1, -1, 7, 8, 9, -1, -1, -1});
+  CHECK(rows(kiln::pad_sequences(sequences, options)) == std::vector<double>{1, 2, 3, 4, -1, -1, 7, 8, 9, -1, -1, -1});
   CHECK(rows(kiln::padding_mask(pre)) ==
         std::vector<double>{0, 0, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0});
   // Rounded up to a multiple of 4: the longest, 5, becomes 8, so batches come in few lengths.
@@ -615,8 +617,7 @@ TEST_CASE("to_categorical makes one-hot rows as Keras's, dropping a last axis of
   CHECK_THROWS_WITH(kiln::to_categorical(kiln::Array::from_vector(std::vector<double>{0.5}, {1})),
                     Catch::Contains("not a class id"));
   CHECK_THROWS_AS(kiln::to_categorical(kiln::Array::from_vector(std::vector<double>{-1}, {1})), kiln::ValueError);
-  CHECK_THROWS_AS(kiln::to_categorical(kiln::Array::from_vector(std::vector<double>{INFINITY}, {1})),
-                  kiln::ValueError);
+  CHECK_THROWS_AS(kiln::to_categorical(kiln::Array::from_vector(std::vector<double>{INFINITY}, {1})), kiln::ValueError);
   CHECK_THROWS_AS(kiln::to_categorical(kiln::Array::from_vector(std::vector<double>{1e30}, {1})), kiln::ValueError);
 }
 
@@ -657,4 +658,69 @@ TEST_CASE("train_test_split: seeded, disjoint and covering, stratified keeps eac
   CHECK_THROWS_WITH(kiln::train_test_split({x}, 1.0), Catch::Contains("test_size"));
   CHECK_THROWS_WITH(kiln::train_test_split({x, kiln::Array({99})}, 0.2), Catch::Contains("rows"));
   CHECK_THROWS_AS(kiln::train_test_split({x}, 0.2, 0, kiln::Array({50})), kiln::ShapeError);
+  // read_csv's labels are (rows, 1): stratify takes them as they are, as fit takes them.
+  const std::vector<kiln::Array> column = kiln::train_test_split({x, y}, 0.2, 7, y.reshape({100, 1}));
+  CHECK(column[1].bitwise_equal(parts[1]));
+  CHECK_THROWS_AS(kiln::train_test_split({x}, 0.2, 0, kiln::Array({100, 2})), kiln::ShapeError);
+}
+
+TEST_CASE("negative column indices count from the end, for values, labels and text", "[train][data][csv]") {
+  const TempDirectory directory("negative");
+  // scikit-learn's iris.csv starts with a line that is neither a header nor data.
+  const std::string iris = directory.write("iris.csv",
+                                           "3,4,setosa,versicolor,virginica\n"
+                                           "5.1,3.5,1.4,0.2,0\n"
+                                           "7.0,3.2,4.7,1.4,1\n"
+                                           "6.3,3.3,6.0,2.5,2\n");
+  CHECK(csv_error<kiln::ValueError>(iris).find("skip_rows = 1") != std::string::npos);
+  CsvOptions options;
+  options.skip_rows = 1;
+  options.label_indices = {-1};
+  const kiln::CsvTable table = kiln::read_csv(iris, options);
+  CHECK(table.values.shape() == Shape{3, 4});
+  CHECK(table.labels.shape() == Shape{3, 1});
+  CHECK(table.labels.to_vector<float>() == std::vector<float>{0, 1, 2});
+  options = {};
+  options.skip_rows = 1;
+  options.column_indices = {-5, -2};
+  CHECK(kiln::read_csv(iris, options).values.to_vector<float>() ==
+        std::vector<float>{5.1f, 0.2f, 7.0f, 1.4f, 6.3f, 2.5f});
+  const std::string named = directory.write("named.csv", "x,kind\n1,a\n2,b\n");
+  options = {};
+  options.text_indices = {-1};
+  const kiln::CsvTable text = kiln::read_csv(named, options);
+  CHECK(text.text.at(0) == std::vector<std::string>{"a", "b"});
+  CHECK(text.values.to_vector<float>() == std::vector<float>{1, 2});
+}
+
+TEST_CASE("argmax and confusion_matrix: a classifier's predicted classes and its mistakes", "[train][data][labels]") {
+  const kiln::Array scores = kiln::Array::from_vector(std::vector<float>{0.1f, 0.7f, 0.2f,  // 1
+                                                                         0.5f, 0.5f, 0.0f,  // 0: the first wins ties
+                                                                         0.0f, 0.1f, 0.9f,  // 2
+                                                                         0.3f, NAN, 0.9f},  // 1: NaN is the largest
+                                                      {4, 3});
+  const kiln::Array classes = kiln::argmax(scores);
+  CHECK(classes.shape() == Shape{4});
+  CHECK(classes.to_vector<float>() == std::vector<float>{1, 0, 2, 1});
+  CHECK(kiln::argmax(scores, 0).to_vector<float>() == std::vector<float>{1, 3, 2});
+  const kiln::Array cube = kiln::Array::from_vector(std::vector<double>{1, 5, 3, 2, 0, 9, 4, 4}, {2, 2, 2});
+  CHECK(kiln::argmax(cube, 1).shape() == Shape{2, 2});
+  CHECK(kiln::argmax(cube, 1).to_vector<double>() == std::vector<double>{1, 0, 1, 0});
+  CHECK(kiln::argmax(cube, 1).dtype() == kiln::DType::float64);
+  CHECK_THROWS_AS(kiln::argmax(scores, 2), kiln::ShapeError);
+  CHECK_THROWS_AS(kiln::argmax(kiln::Array({3, 0})), kiln::ShapeError);
+
+  // Rows: the true class; columns: the predicted one. Labels as (n,), (n, 1) or one-hot rows all work.
+  const kiln::Array truth = kiln::Array::from_vector(std::vector<float>{1, 0, 2, 2}, {4});
+  const kiln::Array counts = kiln::confusion_matrix(truth, scores);
+  CHECK(counts.shape() == Shape{3, 3});
+  CHECK(counts.dtype() == kiln::DType::float64);
+  CHECK(counts.to_vector<double>() == std::vector<double>{1, 0, 0, 0, 1, 0, 0, 1, 1});
+  CHECK(kiln::confusion_matrix(truth.reshape({4, 1}), classes).bitwise_equal(counts));
+  CHECK(kiln::confusion_matrix(kiln::to_categorical(truth), classes).bitwise_equal(counts));
+  CHECK(kiln::confusion_matrix(truth, classes, 5).shape() == Shape{5, 5});
+  CHECK_THROWS_WITH(kiln::confusion_matrix(truth, classes, 2), Catch::Contains("class 2 is not below num_classes = 2"));
+  CHECK_THROWS_WITH(kiln::confusion_matrix(truth, kiln::Array({3})), Catch::Contains("4 labels but 3 predictions"));
+  CHECK_THROWS_WITH(kiln::confusion_matrix(kiln::Array::from_vector(std::vector<float>{1.5f}, {1}), kiln::Array({1})),
+                    Catch::Contains("is 1.5") && Catch::Contains("not a class id"));
 }

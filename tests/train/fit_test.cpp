@@ -189,6 +189,9 @@ TEST_CASE("fit: bad data is refused before any step, naming what is wrong", "[tr
   labels.set_flat(4, 3.0);
   CHECK_THROWS_WITH(classifier.fit(x, labels, kiln::FitOptions().verbose(0)),
                     Catch::Contains("sparse label 3") && Catch::Contains("[0, 3)"));
+  labels.set_flat(4, 1.5);
+  CHECK_THROWS_WITH(classifier.fit(x, labels, kiln::FitOptions().verbose(0)),
+                    Catch::Contains("sparse label 1.5 at index 4 is not an integer"));
   CHECK_THROWS_AS(model.fit(x, y, kiln::FitOptions().batch_size(0)), kiln::ValueError);
   CHECK_THROWS_AS(model.fit(x, y, kiln::FitOptions().validation_split(1.5)), kiln::ValueError);
 
@@ -287,7 +290,9 @@ TEST_CASE("fit: a NaN in the inputs makes the loss NaN through every activation,
     std::cerr.rdbuf(cerr);
     CHECK(std::isnan(history["loss"].at(0)));
     CHECK(batches->batches == std::vector<std::int64_t>{0});
-    CHECK_THAT(warnings.str(), Catch::Contains("Batch 0: Invalid loss, terminating training"));
+    // One numbering: fit's warning and the callback's both say epoch 1, batch 1.
+    CHECK_THAT(warnings.str(), Catch::Contains("the loss is nan at epoch 1, batch 1"));
+    CHECK_THAT(warnings.str(), Catch::Contains("Epoch 1, batch 1: Invalid loss, terminating training"));
   }
 }
 

@@ -86,7 +86,10 @@ void check_file_size_limit(const std::string& path, std::uint64_t bytes) {
 std::string read_whole_file(const std::string& path) {
   // O_NONBLOCK: opening a FIFO for reading would wait for a writer; it is refused below instead.
   Descriptor file(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-  if (file.get() < 0) throw SerializationError(path + ": cannot open (" + errno_text() + ")");
+  if (file.get() < 0) {
+    if (errno == ENOENT || errno == ENOTDIR) throw FileNotFoundError(path + ": no such file");
+    throw SerializationError(path + ": cannot open (" + errno_text() + ")");
+  }
   struct stat status {};
   if (::fstat(file.get(), &status) != 0) throw SerializationError(path + ": cannot read (" + errno_text() + ")");
   if (S_ISDIR(status.st_mode)) throw SerializationError(path + ": is a folder, not a kiln file");

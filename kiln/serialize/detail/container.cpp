@@ -114,14 +114,20 @@ const Section* Container::find(const std::string& tag) const {
   return nullptr;
 }
 
+namespace {
+const char* const kNotAModelFile =
+    "not a model file kiln reads (its first bytes are neither kiln's, a zip archive's nor HDF5's): kiln reads "
+    "its own .kiln files, Keras 3's .keras archives and Keras's HDF5 files (.h5, .weights.h5)";
+}  // namespace
+
 Container read_container(std::string_view bytes, const std::string& source) {
   if (bytes.size() < kHeaderSize) {
     if (bytes.size() >= sizeof kMagic && std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
-      corrupt(source, "not a kiln file (wrong magic bytes)");
+      corrupt(source, kNotAModelFile);
     corrupt(source, "truncated: " + std::to_string(bytes.size()) + " bytes, shorter than kiln's " +
                         std::to_string(kHeaderSize) + "-byte header");
   }
-  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) corrupt(source, "not a kiln file (wrong magic bytes)");
+  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) corrupt(source, kNotAModelFile);
   if (crc_of(bytes.substr(0, 16)) != get_le(bytes, 16, 4))
     corrupt(source, "damaged header (checksum mismatch at byte 16)");
 
