@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 namespace kiln {
 class Model;
@@ -32,15 +33,20 @@ struct PredictOptions {
   std::string model_file;
   std::string input_csv;
   std::int64_t batch_size = 32;
-  bool header = false;  // the CSV's first line names the columns
+  bool header = false;               // the CSV's first line names the columns
+  std::int64_t skip_rows = 0;        // lines skipped before the header or the first row
+  std::vector<std::string> columns;  // the sample's columns, by index (negative from the end) or name; all when empty
+  bool classes_only = false;         // print each row's class (named by an attached StringLookup) instead
 };
 
-// `kiln predict FILE INPUT.csv`: one CSV row of outputs per input row.
+// `kiln predict FILE INPUT.csv`: one CSV row of outputs per input row; a model with a StringLookup attached
+// (StringLookup::attach) whose vocabulary has one name per output also gets a `class` column, the name of the
+// largest output.
 void predict(const PredictOptions& options, std::ostream& out);
 
 struct PlotModelOptions {
   std::string model_file;
-  std::string output;         // .svg, .png, .pdf or .dot
+  std::string output;  // .svg, .png, .pdf or .dot
   std::string rankdir = "TB";
   bool show_dtype = false, show_activations = false, show_trainable = false;
 };

@@ -9,6 +9,7 @@
 //
 // Exit status: 0 on success; 1 when the command failed on its files or data (one `kiln: error: ...` line on
 // stderr); 2 on a usage error: an unknown command or option, a missing argument, a bad option value.
+#include <algorithm>
 #include <charconv>
 #include <csignal>
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -70,6 +72,72 @@ void add_predict_command(CLI::App& app, kiln::cli::PredictOptions& options) {
           "samples run at once (default " + std::to_string(options.batch_size) + ")")
       ->type_name("INT");
   command->add_flag("--header", options.header, "the CSV's first line names the columns (it is skipped)");
+  command
+      ->add_option_function<std::string>(
+          "--skip-rows",
+          [&options](const std::string& text) {
+            options.skip_rows = text == "0" ? 0 : positive_integer("--skip-rows", text);
+          },
+          "lines to skip at the start of the file, before any header (a title, scikit-learn's first line)")
+      ->type_name("INT");
+  command
+      ->add_option_function<std::string>(
+          "--columns",
+          [&options](const std::string& text) {
+            options.columns.clear();
+            std::string item;
+            for (std::size_t i = 0; i <= text.size(); ++i) {
+              if (i < text.size() && text[i] != ',') {
+                item += text[i];
+                continue;
+              }
+              if (item.empty()) throw CLI::ValidationError("--columns has an empty entry: '" + text + "'");
+              options.columns.push_back(item);
+              item.clear();
+            }
+          },
+          "the columns that hold the sample, comma-separated: indices (0 the first, -1 the last) or, with "
+          "--header, names; by default every column")
+      ->type_name("LIST");
+  command->add_flag("--classes", options.classes_only,
+                    "print each row's class (the largest output's index), named by the model's attached "
+                    "StringLookup when it has one");
+}
+
+// The formats `kiln convert` writes, by the output's extension.
+std::string check_output_format(const std::string& output) {
+  for (const char* extension : {".kiln", ".keras", ".h5"}) {
+    const std::string tail = extension;
+    if (output.size() > tail.size() && output.compare(output.size() - tail.size(), tail.size(), tail) == 0) return "";
+  }
+  return "OUTPUT '" + output +
+         "' has no extension kiln writes: .kiln (kiln's own file), .keras (Keras 3) or .h5 (Keras's legacy HDF5)";
+}
+
+// The subcommand nearest an unknown word: "predcit" -> "predict".
+std::string nearest_command(const CLI::App& app, const std::string& word) {
+  std::string best;
+  std::size_t best_distance = 0;
+  for (const CLI::App* command : app.get_subcommands({})) {
+    const std::string& name = command->get_name();
+    std::size_t previous_row = 0;  // Levenshtein distance, two rows
+    std::vector<std::size_t> row(name.size() + 1);
+    for (std::size_t j = 0; j <= name.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= word.size(); ++i) {
+      previous_row = row[0];
+      row[0] = i;
+      for (std::size_t j = 1; j <= name.size(); ++j) {
+        const std::size_t replaced = previous_row + (word[i - 1] == name[j - 1] ? 0 : 1);
+        previous_row = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, replaced});
+      }
+    }
+    if (best.empty() || row[name.size()] < best_distance) {
+      best = name;
+      best_distance = row[name.size()];
+    }
+  }
+  return best_distance <= std::max<std::size_t>(2, word.size() / 3) ? best : "";
 }
 
 void declare(CLI::App& app, Arguments& arguments) {
@@ -84,7 +152,11 @@ void declare(CLI::App& app, Arguments& arguments) {
   CLI::App* convert = app.add_subcommand(
       "convert", "Write a model file in another format: .keras (Keras 3), .h5 (Keras's legacy HDF5) or kiln's own");
   convert->add_option("FILE", arguments.file, kModelFile)->required();
-  convert->add_option("OUTPUT", arguments.output, "the file to write; its extension picks the format")->required();
+  convert
+      ->add_option("OUTPUT", arguments.output,
+                   "the file to write; its extension (.kiln, .keras or .h5) picks the format")
+      ->required()
+      ->check(CLI::Validator(check_output_format, "FILE.kiln|.keras|.h5"));
   CLI::App* plot = app.add_subcommand(
       "plot-model", "Draw a model's layer graph with names and shapes (Graphviz: scripts/install-graphviz.sh)");
   plot->add_option("FILE", arguments.plot.model_file, kModelFile)->required();
@@ -161,6 +233,19 @@ int main(int argc, char** argv) {
     CLI::App app{"Inspect, convert and run model files: kiln's, Keras 3 .keras and legacy Keras .h5.", "kiln"};
     Arguments arguments;
     declare(app, arguments);
+    // An unknown first word that is near a command is most likely a typo of it.
+    if (argc > 1 && argv[1][0] != '-') {
+      const std::string word = argv[1];
+      bool known = false;
+      for (const CLI::App* command : app.get_subcommands({})) known = known || command->get_name() == word;
+      if (!known) {
+        const std::string nearest = nearest_command(app, word);
+        std::cerr << "kiln: '" << word << "' is not a command"
+                  << (nearest.empty() ? "" : "; did you mean '" + nearest + "'?")
+                  << "\nRun with --help for more information.\n";
+        return kUsage;
+      }
+    }
     try {
       app.parse(argc, argv);
       if (app.get_subcommands().empty())

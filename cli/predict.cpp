@@ -1,5 +1,6 @@
 // `kiln predict FILE INPUT.csv`: each CSV row is one sample, flattened; each output row is one sample's
 // outputs, flattened, printed so that they read back as the same floats.
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <kiln/core/error.hpp>
 #include <kiln/serialize/saving.hpp>
 #include <kiln/train/data.hpp>
+#include <kiln/train/lookup.hpp>
 #include "commands.hpp"
 
 namespace kiln::cli {
@@ -34,9 +36,9 @@ Shape sample_shape(const Shape& input) {
   return sample;
 }
 
-// The number of the file's line holding the first data row, counting as read_csv does: blank lines do
-// not count as rows, and a header is the first non-blank line.
-std::int64_t first_data_line(const std::string& path, bool header) {
+// The number of the file's line holding the first data row, counting as read_csv does: the skipped lines
+// first, then blank lines do not count as rows, and a header is the first non-blank line.
+std::int64_t first_data_line(const std::string& path, bool header, std::int64_t skip_rows) {
   std::ifstream in(path);
   std::string text;
   std::int64_t number = 0;
@@ -44,9 +46,30 @@ std::int64_t first_data_line(const std::string& path, bool header) {
   while (std::getline(in, text)) {
     ++number;
     if (number == 1 && text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
+    if (number <= skip_rows) continue;
     if (text.find_first_not_of(" \t\r") != std::string::npos && --wanted == 0) return number;
   }
   return number;
+}
+
+// --columns: each entry an index (negative from the end) or, with a header, a name.
+void choose_columns(const PredictOptions& options, CsvOptions& csv) {
+  bool names = false, indices = false;
+  for (const std::string& column : options.columns) {
+    std::int64_t index = 0;
+    const char* end = column.data() + column.size();
+    const auto [stop, error] = std::from_chars(column.data(), end, index);
+    if (error == std::errc() && stop == end) {
+      csv.column_indices.push_back(index);
+      indices = true;
+    } else {
+      if (!options.header)
+        throw ValueError("--columns: '" + column + "' is not a column index, and names need --header");
+      csv.column_names.push_back(column);
+      names = true;
+    }
+  }
+  if (names && indices) throw ValueError("--columns: give columns by index or by name, not both");
 }
 
 // The CSV's rows as a batch of samples of the model's input shape.
@@ -54,12 +77,15 @@ Array read_samples(const PredictOptions& options, const Shape& input, DType dtyp
   CsvOptions csv;
   csv.header = options.header ? CsvHeader::present : CsvHeader::absent;
   csv.dtype = dtype;
+  csv.skip_rows = options.skip_rows;
+  choose_columns(options, csv);
   const Shape sample = sample_shape(input);
   const Array values = detail::read_csv_values(options.input_csv, csv);
   const std::int64_t expected = sample.num_elements();
   const std::int64_t given = values.shape()[1];
   if (given != expected)
-    throw ValueError(options.input_csv + ":" + std::to_string(first_data_line(options.input_csv, options.header)) +
+    throw ValueError(options.input_csv + ":" +
+                     std::to_string(first_data_line(options.input_csv, options.header, options.skip_rows)) +
                      ": a row of " + std::to_string(given) + " values, but the model's input " + input.to_string() +
                      " takes " + std::to_string(expected) + " values per sample");
   std::vector<std::int64_t> dims{values.shape()[0]};
@@ -95,8 +121,51 @@ void append_value(std::string& line, double value, DType dtype) {
   line += text;
 }
 
-void write_predictions(const std::vector<Array>& outputs, std::int64_t rows, std::ostream& out) {
-  out << header_line(outputs);
+// The names of a model's classes: the vocabulary of its one attached StringLookup (model assets that read as
+// one) when that has an entry per output; empty otherwise.
+std::vector<std::string> class_names(const Model& model, std::int64_t classes) {
+  std::vector<std::string> found;
+  int lookups = 0;
+  for (const auto& [name, asset] : model->assets()) {
+    try {
+      const std::vector<std::string> vocabulary = StringLookup::from_config(asset).get_vocabulary();
+      ++lookups;
+      if (static_cast<std::int64_t>(vocabulary.size()) == classes) found = vocabulary;
+    } catch (const Error&) {  // another kind of asset
+    }
+  }
+  return lookups == 1 ? found : std::vector<std::string>{};
+}
+
+// A field of CSV: quoted when it holds a comma, a quote or a line break (RFC 4180).
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+
+// Each row's class: its largest output's name, or its index when there are no names.
+std::vector<std::string> classes_of(const Array& output, const std::vector<std::string>& names) {
+  const Array ids = argmax(output.reshape(Shape({output.shape()[0], row_width(output)})), -1);
+  std::vector<std::string> classes;
+  for (std::size_t row = 0; row < ids.size(); ++row) {
+    const auto id = static_cast<std::size_t>(ids.flat(row));
+    classes.push_back(names.empty() ? std::to_string(id) : csv_field(names.at(id)));
+  }
+  return classes;
+}
+
+void write_predictions(const std::vector<Array>& outputs, std::int64_t rows, const std::vector<std::string>& classes,
+                       bool classes_only, std::ostream& out) {
+  if (classes_only) {
+    out << "class\n";
+    for (const std::string& name : classes) out << name << '\n';
+    return;
+  }
+  std::string header = header_line(outputs);
+  if (!classes.empty()) header.insert(header.size() - 1, ",class");
+  out << header;
   std::string line;
   for (std::int64_t row = 0; row < rows; ++row) {
     line.clear();
@@ -107,6 +176,7 @@ void write_predictions(const std::vector<Array>& outputs, std::int64_t rows, std
         append_value(line, output.flat(static_cast<std::size_t>(row * width + j)), output.dtype());
       }
     }
+    if (!classes.empty()) line += "," + classes[static_cast<std::size_t>(row)];
     out << line << '\n';
   }
 }
@@ -122,7 +192,16 @@ void predict(const PredictOptions& options, std::ostream& out) {
     if (output.shape().rank() < 1 || output.shape()[0] != samples.shape()[0])
       throw ValueError("the model gave an output of shape " + output.shape().to_string() + " for " +
                        std::to_string(samples.shape()[0]) + " samples");
-  write_predictions(outputs, samples.shape()[0], out);
+  // A classifier's class column: named by an attached StringLookup, or (with --classes) by index.
+  std::vector<std::string> classes;
+  if (outputs.size() == 1 && samples.shape()[0] > 0) {
+    const std::vector<std::string> names = class_names(model, row_width(outputs[0]));
+    if (!names.empty() || options.classes_only) classes = classes_of(outputs[0], names);
+  } else if (options.classes_only) {
+    throw ValueError("--classes takes a model with one output; " + model->describe() + " has " +
+                     std::to_string(outputs.size()));
+  }
+  write_predictions(outputs, samples.shape()[0], classes, options.classes_only, out);
 }
 
 }  // namespace kiln::cli

@@ -17,12 +17,15 @@
 #include <vector>
 
 #include <kiln/core/array.hpp>
+#include <kiln/core/error.hpp>
 #include <kiln/layers/config.hpp>
 #include <kiln/layers/dense.hpp>
 #include <kiln/layers/merging.hpp>
 #include <kiln/layers/model.hpp>
 #include <kiln/serialize/json.hpp>
 #include <kiln/serialize/saving.hpp>
+#include <kiln/train/data.hpp>
+#include <kiln/train/lookup.hpp>
 #include <kiln/train/model.hpp>
 
 namespace fs = std::filesystem;
@@ -508,6 +511,88 @@ TEST_CASE("kiln plot-model and plot-history draw a saved model and a CSVLogger f
   check_success(run_kiln(dir, "plot-history " + arg(dir / "history.csv") + " " + arg(dir / "history.svg")));
   CHECK(read_text(dir / "history.svg").find("<polyline") != std::string::npos);
   check_failure(run_kiln(dir, "plot-history " + arg(dir / "missing.csv") + " " + arg(dir / "x.svg")));
+}
+
+TEST_CASE("kiln predict skips rows, picks columns, and names classes by an attached StringLookup", "[cli][predict]") {
+  TempDir dir;
+  kiln::Model model = small_model();
+  const kiln::StringLookup species(std::vector<std::string>{"setosa"}, kiln::StringLookup::Options{});
+  species.attach(model, "species");  // [UNK], setosa: one name per output
+  model.save(dir / "m.kiln");
+  const kiln::Array x = inputs_3x4();
+  const kiln::Array expected = model.predict(x);
+  // A title line, then an id column and the four features, then a label column.
+  std::string text = "a title line, not data\n";
+  for (int row = 0; row < 3; ++row) {
+    text += std::to_string(100 + row);
+    for (int j = 0; j < 4; ++j) {
+      std::ostringstream value;
+      value.precision(9);
+      value << x.flat(static_cast<std::size_t>(row * 4 + j));
+      text += "," + value.str();
+    }
+    text += ",label\n";
+  }
+  write_text(dir / "rows.csv", text);
+  Run run =
+      run_kiln(dir, "predict --skip-rows 1 --columns 1,2,3,-2 " + arg(dir / "m.kiln") + " " + arg(dir / "rows.csv"));
+  check_success(run);
+  std::vector<std::string> lines = lines_of(run.out);
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0] == "output_0,output_1,class");
+  for (int row = 0; row < 3; ++row) {
+    const std::string name =
+        expected.flat(static_cast<std::size_t>(2 * row)) >= expected.flat(static_cast<std::size_t>(2 * row + 1))
+            ? "[UNK]"
+            : "setosa";
+    CHECK(lines[static_cast<std::size_t>(row + 1)].substr(lines[static_cast<std::size_t>(row + 1)].rfind(',') + 1) ==
+          name);
+  }
+  run = run_kiln(
+      dir, "predict --classes --skip-rows 1 --columns 1,2,3,4 " + arg(dir / "m.kiln") + " " + arg(dir / "rows.csv"));
+  check_success(run);
+  lines = lines_of(run.out);
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0] == "class");
+  // Without a lookup, --classes prints the index of the largest output.
+  small_model().save(dir / "plain.kiln");
+  write_text(dir / "plain.csv", csv_of(x));
+  run = run_kiln(dir, "predict --classes " + arg(dir / "plain.kiln") + " " + arg(dir / "plain.csv"));
+  check_success(run);
+  lines = lines_of(run.out);
+  REQUIRE(lines.size() == 4);
+  CHECK((lines[1] == "0" || lines[1] == "1"));
+  // Columns by name need --header.
+  check_failure(run_kiln(dir, "predict --columns a,b " + arg(dir / "plain.kiln") + " " + arg(dir / "plain.csv")));
+}
+
+TEST_CASE("kiln: a typo of a command suggests the command, an unknown extension is a usage error", "[cli]") {
+  TempDir dir;
+  Run run = run_kiln(dir, "predcit x");
+  CHECK(run.status == 2);
+  CHECK_THAT(run.err, Catch::Contains("'predcit' is not a command; did you mean 'predict'?"));
+  run = run_kiln(dir, "frobnicate");
+  CHECK(run.status == 2);
+  CHECK_THAT(run.err, Catch::Contains("'frobnicate' is not a command"));
+  CHECK_THAT(run.err, !Catch::Contains("did you mean"));
+  small_model().save(dir / "m.kiln");
+  run = run_kiln(dir, "convert " + arg(dir / "m.kiln") + " " + arg(dir / "m.txt"));
+  CHECK(run.status == 2);
+  CHECK_THAT(run.err, Catch::Contains(".kiln") && Catch::Contains(".keras") && Catch::Contains(".h5"));
+  CHECK_FALSE(fs::exists(dir / "m.txt"));
+}
+
+TEST_CASE("kiln: a CSV file given as a model names the formats kiln reads", "[cli]") {
+  TempDir dir;
+  write_text(dir / "data.csv", "1,2,3,4\n5,6,7,8\n");
+  const Run run = run_kiln(dir, "summary " + arg(dir / "data.csv"));
+  check_failure(run);
+  CHECK_THAT(run.err, Catch::Contains(".kiln") && Catch::Contains(".keras") && Catch::Contains(".h5"));
+  CHECK_THROWS_AS(kiln::load_model(dir / "data.csv"), kiln::SerializationError);
+  // A missing model and a missing data file: one type, naming the path.
+  CHECK_THROWS_AS(kiln::load_model(dir / "absent.kiln"), kiln::FileNotFoundError);
+  CHECK_THROWS_WITH(kiln::load_model(dir / "absent.kiln"), Catch::Contains("absent.kiln: no such file"));
+  CHECK_THROWS_AS(kiln::read_csv(dir / "absent.csv"), kiln::FileNotFoundError);
 }
 
 #endif  // KILN_CLI_PATH
