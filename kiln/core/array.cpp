@@ -1,5 +1,7 @@
 #include <kiln/core/array.hpp>
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -14,8 +16,19 @@ constexpr std::size_t alignment = 64;
 
 thread_local detail::AllocationLimit* current_limit = nullptr;
 
+// From this size up, arrays are anonymous mappings: the kernel hands out zero pages as they are first
+// written, so an array costs memory only where it holds data (a model built to be filled from a file costs
+// its weights once, as the file's values arrive), and no memset touches every page twice.
+constexpr std::size_t kMappedBytes = std::size_t{1} << 20;
+
 std::shared_ptr<unsigned char> allocate_zeroed(std::size_t bytes) {
   if (current_limit) current_limit->charge(bytes);
+  if (bytes >= kMappedBytes) {
+    void* memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) throw std::bad_alloc();
+    return std::shared_ptr<unsigned char>(static_cast<unsigned char*>(memory),
+                                          [bytes](unsigned char* p) { ::munmap(p, bytes); });
+  }
   const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + alignment - 1) / alignment * alignment;
   void* memory = std::aligned_alloc(alignment, rounded);
   if (memory == nullptr) throw std::bad_alloc();

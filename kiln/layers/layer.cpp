@@ -7,6 +7,7 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
+#include <kiln/layers/detail/loading.hpp>
 #include <kiln/core/op.hpp>
 #include <kiln/core/rng.hpp>
 #include <kiln/core/warnings.hpp>
@@ -154,7 +155,7 @@ void Layer::build_for(const std::vector<Shape>& input_shapes) {
   building_ = false;
   build_shapes_ = input_shapes;
   built_ = true;
-  initialize_own_weights(0);
+  if (!detail::skipping_initial_draws()) initialize_own_weights(0);
 }
 
 void Layer::build(const std::vector<Shape>& input_shapes) { build(input_shapes.at(0)); }
@@ -551,6 +552,15 @@ void Layer::initialize_weights(std::uint64_t seed) {
   initialize_own_weights(seed);
   for (const LayerPtr& child : children_) child->initialize_weights(seed);
 }
+
+namespace detail {
+namespace {
+thread_local bool skip_initial_draws = false;
+}  // namespace
+SkipInitialDraws::SkipInitialDraws() : outer_(skip_initial_draws) { skip_initial_draws = true; }
+SkipInitialDraws::~SkipInitialDraws() { skip_initial_draws = outer_; }
+bool skipping_initial_draws() { return skip_initial_draws; }
+}  // namespace detail
 
 // ---- registry ---------------------------------------------------------------------------------------------
 

@@ -288,7 +288,7 @@ Model load_keras3(const std::string& bytes, const std::string& path, const LoadO
   std::shared_ptr<ModelBase> model = detail::guarded(
       path + ": config.json",
       [&] {
-        detail::AllocationLimit limit(2 * weights_bytes.size() + (16u << 20), "building the model");
+        detail::BuildFromFile scope(weights_bytes.size());
         return detail::model_from(config);
       },
       true);
@@ -396,7 +396,7 @@ Model load_legacy_h5(const std::string& bytes, const std::string& path, const Lo
   std::shared_ptr<ModelBase> model = detail::guarded(
       path + ": model_config",
       [&] {
-        detail::AllocationLimit limit(2 * bytes.size() + (16u << 20), "building the model");
+        detail::BuildFromFile scope(bytes.size());
         return detail::model_from(config);
       },
       true);
@@ -507,6 +507,20 @@ Model load_keras_bytes(const std::string& bytes, const std::string& path, const 
   throw SerializationError(path + ": neither a Keras 3 .keras archive (a zip) nor a legacy Keras .h5 file (HDF5)");
 }
 
+bool is_keras_source(const ReadOnlyFile& file) {
+  std::string start(static_cast<std::size_t>(std::min<std::uint64_t>(file.size(), 8)), '\0');
+  file.read(0, start.data(), start.size(), "the first bytes");
+  return is_keras_bytes(start);
+}
+
+Model load_keras_file(const ReadOnlyFile& file, const LoadOptions& options) {
+  return load_keras_bytes(file.read_string(0, static_cast<std::size_t>(file.size()), "the file"), file.path(), options);
+}
+
+Config read_keras_config(const ReadOnlyFile& file) {
+  return read_keras_config(file.read_string(0, static_cast<std::size_t>(file.size()), "the file"), file.path());
+}
+
 }  // namespace detail
 
 // The date as Keras's metadata.json writes it: "2026-12-01@14:57:29", local time.
@@ -586,7 +600,7 @@ KerasFileInfo verify_keras_file(const std::string& path) {
   return info;
 }
 
-bool is_keras_file(const std::string& path) { return detail::is_keras_bytes(detail::read_whole_file(path)); }
+bool is_keras_file(const std::string& path) { return detail::is_keras_source(detail::ReadOnlyFile(path)); }
 
 Model load_keras_model(const std::string& path, const LoadOptions& options) {
   return detail::load_keras_bytes(detail::read_whole_file(path), path, options);

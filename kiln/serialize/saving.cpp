@@ -30,7 +30,13 @@ using detail::compile_config;
 using detail::compile_from;
 using detail::guarded;
 using detail::model_from;
+using detail::ContainerIndex;
 using detail::NamedArray;
+using detail::read_section;
+using detail::ReadOnlyFile;
+using detail::SectionIndex;
+using detail::stored_arrays;
+using detail::StoredArray;
 
 // The config section is small (kilobytes for real models). Parsed, a config takes up to ~60 times its
 // text (104 bytes per value): the cap bounds that.
@@ -79,19 +85,8 @@ Config metadata_of(const ModelBase& model) {
   return metadata;
 }
 
-std::vector<detail::Section> sections_of(const std::vector<std::pair<std::string, std::string>>& payloads) {
-  std::vector<detail::Section> sections;
-  for (const auto& [tag, payload] : payloads) sections.push_back({tag, payload});
-  return sections;
-}
-
-Config parse_config_section(const detail::Container& container, const std::string& path) {
-  const detail::Section* section = container.find("CONF");
-  if (!section) throw SerializationError(path + ": has no config section (a weights-only file? use load_weights)");
-  if (section->payload.size() > kMaxConfigBytes)
-    throw SerializationError(path + ": the config section is " + std::to_string(section->payload.size()) +
-                             " bytes, more than kiln's limit of " + std::to_string(kMaxConfigBytes));
-  Config config = parse_json(std::string(section->payload), path + ": config section");
+Config parse_config_text(const std::string& text, const std::string& path) {
+  Config config = parse_json(text, path + ": config section");
   if (!config.is_map()) throw SerializationError(path + ": config section: not a JSON object");
   return config;
 }
@@ -121,39 +116,49 @@ bool has_extension(const std::string& path, const std::string& extension) {
 
 namespace {
 
-// save_model's kiln file, its metadata extended with `extra` entries (a backup's progress).
+// save_model's kiln file, its metadata extended with `extra` entries (a backup's progress). The weights and
+// the optimizer's slots stream from their own storage into the file: a save takes no second copy of them.
 void save_kiln_file(const ModelBase& model, const std::string& path, const Config& extra) {
   if (!model.built())
     throw LayerStateError(model.describe() + " is not built; build it (or give it an Input) before saving");
-  // Everything is serialized in memory first: a failure here never touches the file.
   // The config is Keras's config.json for the same model; older kiln files held kiln's own form of it,
   // which load_model reads too.
-  const Config config = detail::export_keras_model_config(model, compile_config(model));
+  const std::string config = to_json(detail::export_keras_model_config(model, compile_config(model)));
   const Trainer* trainer = trainer_of(model);
-  std::vector<std::pair<std::string, std::string>> payloads = {
-      {"CONF", to_json(config)},
-      {"WGHT", detail::write_arrays(named_weights(model))},
-  };
-  if (trainer)
-    payloads.emplace_back("OPTM", detail::write_arrays(named(const_cast<Trainer*>(trainer)->optimizer().variables())));
+  const std::vector<NamedArray> weights = named_weights(model);
+  const std::vector<NamedArray> state =
+      trainer ? named(const_cast<Trainer*>(trainer)->optimizer().variables()) : std::vector<NamedArray>{};
   Config metadata = metadata_of(model);
   if (extra.is_map())
     for (const auto& [key, value] : extra.items()) metadata.set(key, value);
-  payloads.emplace_back("META", to_json(metadata));
-  detail::write_file_atomically(path, detail::write_container(sections_of(payloads)));
+  const std::string meta = to_json(metadata);
+  auto text = [](const std::string& bytes) { return [&bytes](detail::ByteSink& sink) { sink.write(bytes); }; };
+  auto arrays = [](const std::vector<NamedArray>& list) {
+    return [&list](detail::ByteSink& sink) { detail::write_arrays(list, sink); };
+  };
+  std::vector<detail::SectionWriter> sections = {{"CONF", config.size(), text(config)},
+                                                 {"WGHT", detail::arrays_size(weights), arrays(weights)}};
+  if (trainer) sections.push_back({"OPTM", detail::arrays_size(state), arrays(state)});
+  sections.push_back({"META", meta.size(), text(meta)});
+  detail::write_container_file(path, sections);
 }
 
-// The optimizer's slots and iteration count from a file's optimizer state section into `trainer`.
-void restore_optimizer(Trainer& trainer, const ModelBase& model, const detail::Section& state, const std::string& path) {
-  const std::vector<NamedArray> slots = detail::read_arrays(state.payload, path + ": optimizer state section");
-  guarded(path + ": optimizer state section", [&] {
-    std::vector<Weight> variables;
-    for (const NamedArray& slot : slots) variables.push_back({slot.name, slot.value, false});
+// The optimizer's slots and iteration count from a file's optimizer state section into `trainer`, read
+// straight into the slots.
+void restore_optimizer(Trainer& trainer, const ModelBase& model, const detail::ReadOnlyFile& file,
+                       const detail::SectionIndex& state) {
+  const std::string where = file.path() + ": optimizer state section";
+  const std::vector<detail::StoredArray> slots = detail::stored_arrays(file, state, where);
+  guarded(where, [&] {
+    Optimizer& optimizer = trainer.optimizer();
     // An optimizer that never stepped saved no slots: it builds them at its first step, as it would have.
-    const bool has_slots = std::any_of(variables.begin(), variables.end(),
-                                       [](const Weight& v) { return v.path.find('/') != std::string::npos; });
-    if (has_slots) trainer.optimizer().build(model.trainable_weights());
-    trainer.optimizer().set_variables(variables);
+    const bool has_slots = std::any_of(slots.begin(), slots.end(), [](const detail::StoredArray& slot) {
+      return slot.name.find('/') != std::string::npos;
+    });
+    if (has_slots) optimizer.build(model.trainable_weights());
+    assign_weights(optimizer.variables(), slots, optimizer.describe());
+    // The counters pass the optimizer's own checks (a whole, non-negative step count).
+    optimizer.set_iterations(static_cast<std::int64_t>(optimizer.variables().front().value.flat(0)));
   });
 }
 
@@ -176,16 +181,16 @@ void save_training_backup(const ModelBase& model, const std::string& path, const
 Config restore_training_backup(ModelBase& model, const std::string& path) {
   Trainer* trainer = kiln::trainer_of(model);
   if (trainer == nullptr) throw LayerStateError(model.describe() + " is not compiled: cannot restore a backup into it");
-  const std::string bytes = read_whole_file(path);
-  const Container container = read_container(bytes, path);
-  const Section* weights = container.find("WGHT");
-  const Section* meta = container.find("META");
-  const Section* state = container.find("OPTM");
+  const ReadOnlyFile file(path);
+  const ContainerIndex container = index_container(file);
+  const SectionIndex* weights = container.find("WGHT");
+  const SectionIndex* meta = container.find("META");
+  const SectionIndex* state = container.find("OPTM");
   if (!weights || !meta || !state) throw SerializationError(path + ": is not a training backup (a section is missing)");
-  const Config metadata = parse_json(std::string(meta->payload), path + ": metadata section");
+  const Config metadata = parse_json(read_section(file, *meta, kMaxConfigBytes), path + ": metadata section");
   const Config* progress = metadata.is_map() ? metadata.find("backup") : nullptr;
   if (progress == nullptr || !progress->is_map()) throw SerializationError(path + ": is not a training backup");
-  const std::vector<NamedArray> arrays = read_arrays(weights->payload, path + ": weights section");
+  const std::vector<StoredArray> arrays = stored_arrays(file, *weights, path + ": weights section");
   const std::int64_t epoch = progress->get_int("epoch", -1), batch = progress->get_int("batch", -1);
   if (epoch < 0 || epoch > 1'000'000'000 || batch < 0)
     throw SerializationError(path + ": the backup's progress is " + progress->to_string());
@@ -197,7 +202,7 @@ Config restore_training_backup(ModelBase& model, const std::string& path) {
   for (Weight& variable : old_state) variable.value = variable.value.copy();
   try {
     assign_weights(model.weights(), arrays, model.describe());
-    restore_optimizer(*trainer, model, *state, path);
+    restore_optimizer(*trainer, model, file, *state);
   } catch (...) {
     const std::vector<Weight> now = model.weights();
     for (std::size_t i = 0; i < now.size() && i < old_weights.size(); ++i) {
@@ -218,23 +223,28 @@ Config restore_training_backup(ModelBase& model, const std::string& path) {
 }  // namespace detail
 
 Model load_model(const std::string& path, const LoadOptions& options) {
-  const std::string bytes = detail::read_whole_file(path);
-  if (!detail::is_kiln_container(bytes) && detail::is_keras_bytes(bytes))
-    return detail::load_keras_bytes(bytes, path, options);
-  const detail::Container container = detail::read_container(bytes, path);
-  const Config config = parse_config_section(container, path);
-  const detail::Section* weights = container.find("WGHT");
+  const ReadOnlyFile file(path);
+  if (detail::is_keras_source(file)) return detail::load_keras_file(file, options);
+  // The frame and every checksum first, a chunk at a time; then the small sections, then the weights, read
+  // straight into the model's own arrays.
+  const ContainerIndex container = index_container(file);
+  const SectionIndex* conf = container.find("CONF");
+  if (!conf) throw SerializationError(path + ": has no config section (a weights-only file? use load_weights)");
+  const Config config = parse_config_text(read_section(file, *conf, kMaxConfigBytes), path);
+  const SectionIndex* weights = container.find("WGHT");
   if (!weights) throw SerializationError(path + ": has no weights section");
-  const detail::Section* meta = container.find("META");
-  const Config metadata = meta ? parse_json(std::string(meta->payload), path + ": metadata section") : Config();
+  const SectionIndex* meta = container.find("META");
+  const Config metadata =
+      meta ? parse_json(read_section(file, *meta, kMaxConfigBytes), path + ": metadata section") : Config();
 
-  // The model's weights are what the weights section holds: building it may not take much more.
+  // The model's weights are what the weights section holds: building it may not take more (its weights are
+  // left zero for the file to fill, not drawn).
   std::shared_ptr<ModelBase> model = guarded(path + ": config section", [&] {
-    detail::AllocationLimit limit(2 * weights->payload.size() + (16u << 20), "building the model");
+    detail::BuildFromFile scope(weights->length);
     detail::ConfigVersionScope version(static_cast<int>(metadata.is_map() ? metadata.get_int("config_version", 1) : 1));
     return model_from(detail::import_keras_model_config(config, "config"));
   });
-  const std::vector<NamedArray> arrays = detail::read_arrays(weights->payload, path + ": weights section");
+  const std::vector<StoredArray> arrays = stored_arrays(file, *weights, path + ": weights section");
   guarded(path + ": weights section", [&] { assign_weights(model->weights(), arrays, model->describe()); });
   if (const Config* assets = metadata.is_map() ? metadata.find("assets") : nullptr; assets != nullptr) {
     guarded(path + ": metadata section", [&] {
@@ -248,7 +258,7 @@ Model load_model(const std::string& path, const LoadOptions& options) {
   guarded(path + ": compile_config",
           [&] { compile_from(*model, detail::import_keras_compile_config(*compiled, "compile_config")); });
   Trainer& trainer = detail::trainer_of(*model);
-  if (const detail::Section* state = container.find("OPTM")) restore_optimizer(trainer, *model, *state, path);
+  if (const SectionIndex* state = container.find("OPTM")) restore_optimizer(trainer, *model, file, *state);
   if (meta) {
     guarded(path + ": metadata section", [&] {
       const std::int64_t epochs = metadata.is_map() ? metadata.get_int("epochs_trained", 0) : 0;
@@ -263,21 +273,21 @@ Model load_model(const std::string& path, const LoadOptions& options) {
 
 void save_weights(const ModelBase& model, const std::string& path) {
   if (!model.built()) throw LayerStateError(model.describe() + " is not built; it has no weights to save yet");
-  std::vector<std::pair<std::string, std::string>> payloads = {
-      {"WGHT", detail::write_arrays(named_weights(model))},
-      {"META", to_json(metadata_of(model))},
-  };
-  detail::write_file_atomically(path, detail::write_container(sections_of(payloads)));
+  const std::vector<NamedArray> weights = named_weights(model);
+  const std::string meta = to_json(metadata_of(model));
+  detail::write_container_file(
+      path, {{"WGHT", detail::arrays_size(weights), [&](detail::ByteSink& sink) { detail::write_arrays(weights, sink); }},
+             {"META", meta.size(), [&](detail::ByteSink& sink) { sink.write(meta); }}});
 }
 
 void load_weights(ModelBase& model, const std::string& path) {
   if (!model.built())
     throw LayerStateError(model.describe() + " is not built; build it before loading weights into it");
-  const std::string bytes = detail::read_whole_file(path);
-  const detail::Container container = detail::read_container(bytes, path);
-  const detail::Section* weights = container.find("WGHT");
+  const detail::ReadOnlyFile file(path);
+  const detail::ContainerIndex container = detail::index_container(file);
+  const detail::SectionIndex* weights = container.find("WGHT");
   if (!weights) throw SerializationError(path + ": has no weights section");
-  const std::vector<NamedArray> arrays = detail::read_arrays(weights->payload, path + ": weights section");
+  const std::vector<detail::StoredArray> arrays = detail::stored_arrays(file, *weights, path + ": weights section");
   // A file that does not fit the model is the caller's mistake, not damage: ValueError or ShapeError.
   assign_weights(model.weights(), arrays, model.describe());
 }
@@ -285,33 +295,36 @@ void load_weights(ModelBase& model, const std::string& path) {
 // ---- inspection ------------------------------------------------------------------------------------------
 
 FileInfo verify_file(const std::string& path) {
-  const std::string bytes = detail::read_whole_file(path);
-  const detail::Container container = detail::read_container(bytes, path);
+  const detail::ReadOnlyFile file(path);
+  const detail::ContainerIndex container = detail::index_container(file);
   FileInfo info;
-  info.size = bytes.size();
+  info.size = file.size();
   info.format_version = container.format_version;
-  for (const detail::Section& section : container.sections)
-    info.sections.push_back(
-        {section.tag, detail::section_name(section.tag), section.offset, section.payload.size(), section.crc32});
-  if (container.find("CONF")) parse_config_section(container, path);
-  if (const detail::Section* weights = container.find("WGHT")) {
-    for (const NamedArray& array : detail::read_arrays(weights->payload, path + ": weights section"))
-      info.weights.push_back(array.name + " " + array.value.shape().to_string() + " " +
-                             dtype_name(array.value.dtype()));
+  for (const detail::SectionIndex& section : container.sections)
+    info.sections.push_back({section.tag, detail::section_name(section.tag), section.offset, section.length, section.crc32});
+  if (const detail::SectionIndex* conf = container.find("CONF"))
+    parse_config_text(detail::read_section(file, *conf, kMaxConfigBytes), path);
+  if (const detail::SectionIndex* weights = container.find("WGHT")) {
+    for (const detail::ArrayEntry& array :
+         detail::list_arrays(file, weights->offset, weights->length, path + ": weights section"))
+      info.weights.push_back(array.name + " " + array.shape.to_string() + " " + dtype_name(array.dtype));
   } else {
     throw SerializationError(path + ": has no weights section");
   }
-  if (const detail::Section* state = container.find("OPTM"))
-    detail::read_arrays(state->payload, path + ": optimizer state section");
-  if (const detail::Section* meta = container.find("META"))
-    info.metadata = parse_json(std::string(meta->payload), path + ": metadata section");
+  if (const detail::SectionIndex* state = container.find("OPTM"))
+    detail::list_arrays(file, state->offset, state->length, path + ": optimizer state section");
+  if (const detail::SectionIndex* meta = container.find("META"))
+    info.metadata = parse_json(detail::read_section(file, *meta, kMaxConfigBytes), path + ": metadata section");
   return info;
 }
 
 Config read_model_config(const std::string& path) {
-  const std::string bytes = detail::read_whole_file(path);
-  if (!detail::is_kiln_container(bytes) && detail::is_keras_bytes(bytes)) return detail::read_keras_config(bytes, path);
-  return parse_config_section(detail::read_container(bytes, path), path);
+  const detail::ReadOnlyFile file(path);
+  if (detail::is_keras_source(file)) return detail::read_keras_config(file);
+  const detail::ContainerIndex container = detail::index_container(file);
+  const detail::SectionIndex* conf = container.find("CONF");
+  if (!conf) throw SerializationError(path + ": has no config section (a weights-only file? use load_weights)");
+  return parse_config_text(detail::read_section(file, *conf, kMaxConfigBytes), path);
 }
 
 // ---- the members of kiln::Model and kiln::Sequential ---------------------------------------------------

@@ -317,7 +317,7 @@ TEST_CASE("kiln fails with one error line on a text file and on a directory", "[
     check_failure(run_kiln(dir, std::string(command) + " " + arg(dir / "notes.txt")));
     const Run run = run_kiln(dir, std::string(command) + " " + arg(dir / ""));
     check_failure(run);
-    CHECK_THAT(run.err, Catch::Contains("is a folder, not a kiln file"));
+    CHECK_THAT(run.err, Catch::Contains("is a folder, not a file kiln reads"));
   }
 }
 

@@ -263,6 +263,6 @@ TEST_CASE("loading a FIFO, a device or a folder is refused without blocking", "[
   for (const std::string& path : {dir.file("fifo"), std::string("/dev/null"), dir.path()}) {
     INFO(path);
     CHECK_THROWS_AS(kiln::load_model(path), SerializationError);
-    CHECK_THROWS_WITH(kiln::load_model(path), Catch::Contains("not a kiln file"));
+    CHECK_THROWS_WITH(kiln::load_model(path), Catch::Contains("not a file kiln reads"));
   }
 }

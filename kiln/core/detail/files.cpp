@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -38,6 +39,12 @@ class Descriptor {
   Descriptor(const Descriptor&) = delete;
   Descriptor& operator=(const Descriptor&) = delete;
   int get() const { return fd_; }
+  // Gives the descriptor up: it is no longer closed here.
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
 
  private:
   int fd_;
@@ -92,9 +99,9 @@ std::string read_whole_file(const std::string& path) {
   }
   struct stat status {};
   if (::fstat(file.get(), &status) != 0) throw SerializationError(path + ": cannot read (" + errno_text() + ")");
-  if (S_ISDIR(status.st_mode)) throw SerializationError(path + ": is a folder, not a kiln file");
+  if (S_ISDIR(status.st_mode)) throw SerializationError(path + ": is a folder, not a file kiln reads");
   if (!S_ISREG(status.st_mode))
-    throw SerializationError(path + ": is " + std::string(kind_of(status.st_mode)) + ", not a kiln file");
+    throw SerializationError(path + ": is " + std::string(kind_of(status.st_mode)) + ", not a file kiln reads");
   if (static_cast<std::uint64_t>(status.st_size) > std::numeric_limits<std::size_t>::max() / 2)
     throw SerializationError(path + ": is too large to read (" + std::to_string(status.st_size) + " bytes)");
   std::string bytes(static_cast<std::size_t>(status.st_size), '\0');
@@ -109,6 +116,55 @@ std::string read_whole_file(const std::string& path) {
   // Read what the descriptor holds; a file truncated in place is then refused by the frame's checks.
   bytes.resize(done);
   return bytes;
+}
+
+ReadOnlyFile::ReadOnlyFile(const std::string& path) : path_(path) {
+  // O_NONBLOCK: opening a FIFO for reading would wait for a writer; it is refused below instead.
+  Descriptor file(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (file.get() < 0) {
+    if (errno == ENOENT || errno == ENOTDIR) throw FileNotFoundError(path + ": no such file");
+    throw SerializationError(path + ": cannot open (" + errno_text() + ")");
+  }
+  struct stat status {};
+  if (::fstat(file.get(), &status) != 0) throw SerializationError(path + ": cannot read (" + errno_text() + ")");
+  if (S_ISDIR(status.st_mode)) throw SerializationError(path + ": is a folder, not a file kiln reads");
+  if (!S_ISREG(status.st_mode))
+    throw SerializationError(path + ": is " + std::string(kind_of(status.st_mode)) + ", not a file kiln reads");
+  size_ = static_cast<std::uint64_t>(status.st_size);
+  // Reads may block from here on: a regular file never makes them wait long.
+  const int flags = ::fcntl(file.get(), F_GETFL);
+  if (flags >= 0) ::fcntl(file.get(), F_SETFL, flags & ~O_NONBLOCK);
+  fd_ = file.release();
+}
+
+ReadOnlyFile::~ReadOnlyFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ReadOnlyFile::read(std::uint64_t offset, void* out, std::size_t bytes, const char* what) const {
+  if (offset > size_ || bytes > size_ - offset)
+    throw SerializationError(path_ + ": " + what + " of " + std::to_string(bytes) + " bytes at byte " +
+                             std::to_string(offset) + " runs past the end of the file (" + std::to_string(size_) +
+                             " bytes)");
+  auto* target = static_cast<char*>(out);
+  std::size_t done = 0;
+  while (done < bytes) {
+    const std::size_t chunk = std::min<std::size_t>(bytes - done, std::size_t{1} << 30);
+    const ssize_t got = ::pread(fd_, target + done, chunk, static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw SerializationError(path_ + ": read failed (" + errno_text() + ")");
+    if (got == 0)
+      throw SerializationError(path_ + ": ended at byte " + std::to_string(offset + done) + " while reading " + what +
+                               " (the file was truncated while it was read)");
+    done += static_cast<std::size_t>(got);
+  }
+}
+
+std::string ReadOnlyFile::read_string(std::uint64_t offset, std::size_t bytes, const char* what) const {
+  if (offset > size_ || bytes > size_ - offset) read(offset, nullptr, bytes, what);  // throws, naming it
+  std::string text(bytes, '\0');
+  read(offset, text.data(), bytes, what);
+  return text;
 }
 
 }  // namespace kiln::detail

@@ -24,4 +24,32 @@ std::string folder_of(const std::string& path);
 // is a folder or is not a regular file (a FIFO is refused without blocking).
 std::string read_whole_file(const std::string& path);
 
+// A file opened once for reading at offsets (pread), for readers that must not hold a whole file in memory:
+// a model of 150M parameters is read into its weights as they are, not through a second copy. Opening checks
+// what read_whole_file checks (FileNotFoundError for a missing file; SerializationError for a folder, a FIFO,
+// a device). The size is taken when it opens; a file renamed over `path` meanwhile (an atomic save) leaves
+// this one reading the old file, whole, and a file truncated in place is a SerializationError at the first
+// read past its new end, never a crash.
+class ReadOnlyFile {
+ public:
+  explicit ReadOnlyFile(const std::string& path);
+  ~ReadOnlyFile();
+  ReadOnlyFile(const ReadOnlyFile&) = delete;
+  ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::uint64_t size() const { return size_; }
+  int descriptor() const { return fd_; }
+  // `bytes` bytes at `offset` into `out`. SerializationError naming the path (and `what`) when they are not
+  // all inside the file.
+  void read(std::uint64_t offset, void* out, std::size_t bytes, const char* what = "data") const;
+  // The same, into a new string.
+  std::string read_string(std::uint64_t offset, std::size_t bytes, const char* what = "data") const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::uint64_t size_ = 0;
+};
+
 }  // namespace kiln::detail

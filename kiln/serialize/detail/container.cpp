@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 
 #include <kiln/core/detail/files.hpp>
@@ -120,53 +121,105 @@ const char* const kNotAModelFile =
     "its own .kiln files, Keras 3's .keras archives and Keras's HDF5 files (.h5, .weights.h5)";
 }  // namespace
 
-Container read_container(std::string_view bytes, const std::string& source) {
-  if (bytes.size() < kHeaderSize) {
-    if (bytes.size() >= sizeof kMagic && std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
-      corrupt(source, kNotAModelFile);
-    corrupt(source, "truncated: " + std::to_string(bytes.size()) + " bytes, shorter than kiln's " +
+namespace {
+
+// The frame's checks over any source of bytes: `fetch(offset, out, count)` reads from a string or a file,
+// `size` is the source's length. Each section's checksum is computed a chunk at a time, so a file of any
+// size is checked in bounded memory.
+ContainerIndex index_with(const std::function<void(std::uint64_t, void*, std::size_t)>& fetch, std::uint64_t size,
+                          const std::string& source) {
+  char header[kHeaderSize];
+  if (size < kHeaderSize) {
+    fetch(0, header, static_cast<std::size_t>(size));
+    if (size >= sizeof kMagic && std::memcmp(header, kMagic, sizeof kMagic) != 0) corrupt(source, kNotAModelFile);
+    corrupt(source, "truncated: " + std::to_string(size) + " bytes, shorter than kiln's " +
                         std::to_string(kHeaderSize) + "-byte header");
   }
-  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) corrupt(source, kNotAModelFile);
-  if (crc_of(bytes.substr(0, 16)) != get_le(bytes, 16, 4))
-    corrupt(source, "damaged header (checksum mismatch at byte 16)");
+  fetch(0, header, kHeaderSize);
+  const std::string_view head(header, kHeaderSize);
+  if (std::memcmp(header, kMagic, sizeof kMagic) != 0) corrupt(source, kNotAModelFile);
+  if (crc_of(head.substr(0, 16)) != get_le(head, 16, 4)) corrupt(source, "damaged header (checksum mismatch at byte 16)");
 
-  Container container;
-  container.format_version = static_cast<std::uint32_t>(get_le(bytes, 8, 4));
-  if (container.format_version > kFormatVersion)
-    corrupt(source, "written by a newer kiln (file format " + std::to_string(container.format_version) +
+  ContainerIndex index;
+  index.format_version = static_cast<std::uint32_t>(get_le(head, 8, 4));
+  if (index.format_version > kFormatVersion)
+    corrupt(source, "written by a newer kiln (file format " + std::to_string(index.format_version) +
                         "; this kiln reads formats up to " + std::to_string(kFormatVersion) +
                         "): upgrade kiln to load it");
-  if (container.format_version == 0) corrupt(source, "damaged header (file format 0)");
-  const std::uint64_t count = get_le(bytes, 12, 4);
+  if (index.format_version == 0) corrupt(source, "damaged header (file format 0)");
+  const std::uint64_t count = get_le(head, 12, 4);
   if (count > kMaxSections) corrupt(source, "damaged header: " + std::to_string(count) + " sections");
 
-  std::size_t offset = kHeaderSize;
-  for (std::uint64_t index = 0; index < count; ++index) {
-    const std::size_t remaining = bytes.size() - offset;
-    const std::string where = "section " + std::to_string(index + 1) + " of " + std::to_string(count) + " (byte " +
+  std::vector<char> chunk;
+  std::uint64_t offset = kHeaderSize;
+  for (std::uint64_t number = 0; number < count; ++number) {
+    const std::uint64_t remaining = size - offset;
+    const std::string where = "section " + std::to_string(number + 1) + " of " + std::to_string(count) + " (byte " +
                               std::to_string(offset) + ")";
     if (remaining < kSectionHeaderSize) corrupt(source, "truncated at " + where);
-    Section section;
-    section.tag = std::string(bytes.substr(offset, 4));
-    const std::uint64_t length = get_le(bytes, offset + 4, 8);
-    section.crc32 = static_cast<std::uint32_t>(get_le(bytes, offset + 12, 4));
-    if (length > remaining - kSectionHeaderSize)
-      corrupt(source, where + " claims " + std::to_string(length) + " bytes but only " +
+    char frame[kSectionHeaderSize];
+    fetch(offset, frame, kSectionHeaderSize);
+    const std::string_view framed(frame, kSectionHeaderSize);
+    SectionIndex section;
+    section.tag = std::string(framed.substr(0, 4));
+    section.length = get_le(framed, 4, 8);
+    section.crc32 = static_cast<std::uint32_t>(get_le(framed, 12, 4));
+    if (section.length > remaining - kSectionHeaderSize)
+      corrupt(source, where + " claims " + std::to_string(section.length) + " bytes but only " +
                           std::to_string(remaining - kSectionHeaderSize) + " remain (truncated or damaged)");
     section.offset = offset + kSectionHeaderSize;
-    section.payload = bytes.substr(section.offset, static_cast<std::size_t>(length));
-    const std::uint32_t crc = crc_of(section.payload, crc_of(bytes.substr(offset, 12)));
+    std::uint32_t crc = crc_of(framed.substr(0, 12));
+    chunk.resize(static_cast<std::size_t>(std::min<std::uint64_t>(section.length, 1u << 20)));
+    for (std::uint64_t done = 0; done < section.length;) {
+      const std::size_t piece = static_cast<std::size_t>(std::min<std::uint64_t>(section.length - done, chunk.size()));
+      fetch(section.offset + done, chunk.data(), piece);
+      crc = crc_of(std::string_view(chunk.data(), piece), crc);
+      done += piece;
+    }
     if (crc != section.crc32 || !printable_tag(section.tag))
       corrupt(source, where + " is damaged (checksum mismatch" +
                           (printable_tag(section.tag) ? " in the " + section_name(section.tag) + " section)" : ")"));
-    if (container.find(section.tag)) corrupt(source, where + " repeats the " + section_name(section.tag) + " section");
-    container.sections.push_back(section);
-    offset = section.offset + section.payload.size();
+    if (index.find(section.tag)) corrupt(source, where + " repeats the " + section_name(section.tag) + " section");
+    index.sections.push_back(section);
+    offset = section.offset + section.length;
   }
-  if (offset != bytes.size())
-    corrupt(source, std::to_string(bytes.size() - offset) + " unexpected bytes after the last section (byte " +
+  if (offset != size)
+    corrupt(source, std::to_string(size - offset) + " unexpected bytes after the last section (byte " +
                         std::to_string(offset) + ")");
+  return index;
+}
+
+}  // namespace
+
+const SectionIndex* ContainerIndex::find(const std::string& tag) const {
+  for (const SectionIndex& section : sections)
+    if (section.tag == tag) return &section;
+  return nullptr;
+}
+
+ContainerIndex index_container(const ReadOnlyFile& file) {
+  return index_with([&](std::uint64_t offset, void* out, std::size_t count) { file.read(offset, out, count, "the frame"); },
+                    file.size(), file.path());
+}
+
+std::string read_section(const ReadOnlyFile& file, const SectionIndex& section, std::uint64_t max_bytes) {
+  if (section.length > max_bytes)
+    throw SerializationError(file.path() + ": the " + section_name(section.tag) + " section is " +
+                             std::to_string(section.length) + " bytes, more than kiln's limit of " +
+                             std::to_string(max_bytes));
+  return file.read_string(section.offset, static_cast<std::size_t>(section.length), "a section");
+}
+
+Container read_container(std::string_view bytes, const std::string& source) {
+  const ContainerIndex index = index_with(
+      [bytes](std::uint64_t offset, void* out, std::size_t count) { std::memcpy(out, bytes.data() + offset, count); },
+      bytes.size(), source);
+  Container container;
+  container.format_version = index.format_version;
+  for (const SectionIndex& section : index.sections)
+    container.sections.push_back(
+        {section.tag, bytes.substr(static_cast<std::size_t>(section.offset), static_cast<std::size_t>(section.length)),
+         section.offset, section.crc32});
   return container;
 }
 
@@ -288,12 +341,61 @@ class TemporaryFile {
 
 }  // namespace
 
-void write_file_atomically(const std::string& path, std::string_view bytes) {
+namespace {
+
+// The bytes written to it, counted and checksummed.
+class CrcSink : public ByteSink {
+ public:
+  void write(std::string_view bytes) override {
+    crc = crc_of(bytes, crc);
+    count += bytes.size();
+  }
+  std::uint32_t crc = 0;
+  std::uint64_t count = 0;
+};
+
+// The bytes go to the temporary file, through a buffer so that small headers do not each make a write.
+class TemporarySink : public ByteSink {
+ public:
+  TemporarySink(TemporaryFile& file, const std::string& path) : file_(file), path_(path) {}
+  ~TemporarySink() override = default;
+  void write(std::string_view bytes) override {
+    count += bytes.size();
+    if (bytes.size() >= kBuffer) {
+      flush();
+      file_.write_all(bytes, path_);
+      return;
+    }
+    if (buffer_.size() + bytes.size() > kBuffer) flush();
+    buffer_.append(bytes.data(), bytes.size());
+  }
+  void flush() {
+    file_.write_all(buffer_, path_);
+    buffer_.clear();
+  }
+  std::uint64_t count = 0;
+
+ private:
+  static constexpr std::size_t kBuffer = std::size_t{1} << 20;
+  TemporaryFile& file_;
+  const std::string& path_;
+  std::string buffer_;
+};
+
+// Creates the temporary file, lets `write` fill it through a sink, and renames it over the target.
+void write_atomically(const std::string& path, std::uint64_t size, const std::function<void(ByteSink&)>& write) {
   const std::string target = write_target(path);
-  check_file_size_limit(path, bytes.size());
+  check_file_size_limit(path, size);
   remove_stale_temporaries(target);
   TemporaryFile temporary(target);
-  temporary.write_all(bytes, path);
+  {
+    TemporarySink sink(temporary, path);
+    write(sink);
+    sink.flush();
+    if (sink.count != size)
+      throw Error(path + ": the save wrote " + std::to_string(sink.count) + " bytes where it declared " +
+                  std::to_string(size));
+  }
   temporary.commit(target, path);
   // The rename is durable once the folder's entry is on disk too. A folder that cannot be synced (some
   // network and FUSE file systems) still holds the new file; only its survival of a power cut is unsure.
@@ -302,6 +404,44 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
     ::fsync(folder);
     ::close(folder);
   }
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, std::string_view bytes) {
+  write_atomically(path, bytes.size(), [&](ByteSink& sink) { sink.write(bytes); });
+}
+
+void write_container_file(const std::string& path, const std::vector<SectionWriter>& sections) {
+  std::string header;
+  header.append(kMagic, sizeof kMagic);
+  put_u32(header, kFormatVersion);
+  put_u32(header, static_cast<std::uint32_t>(sections.size()));
+  put_u32(header, crc_of(header));
+  std::uint64_t total = header.size();
+  std::vector<std::string> frames;
+  for (const SectionWriter& section : sections) {
+    if (section.tag.size() != 4 || !printable_tag(section.tag))
+      throw ValueError("section tags are four capital letters, not '" + section.tag + "'");
+    std::string frame = section.tag;
+    put_u64(frame, section.length);
+    CrcSink payload;
+    payload.crc = crc_of(frame);
+    section.write(payload);
+    if (payload.count != section.length)
+      throw Error(path + ": the " + section_name(section.tag) + " section wrote " + std::to_string(payload.count) +
+                  " bytes where it declared " + std::to_string(section.length));
+    put_u32(frame, payload.crc);
+    total += frame.size() + section.length;
+    frames.push_back(std::move(frame));
+  }
+  write_atomically(path, total, [&](ByteSink& sink) {
+    sink.write(header);
+    for (std::size_t i = 0; i < sections.size(); ++i) {
+      sink.write(frames[i]);
+      sections[i].write(sink);
+    }
+  });
 }
 
 }  // namespace kiln::detail

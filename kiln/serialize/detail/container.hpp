@@ -15,9 +15,12 @@
 //                   …  payload
 // Nothing may follow the last section.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <kiln/core/detail/files.hpp>
 
 namespace kiln::detail {
 
@@ -45,6 +48,43 @@ struct Container {
 };
 // Checks the frame and every checksum. SerializationError naming `source`, the section and the byte offset.
 Container read_container(std::string_view bytes, const std::string& source);
+
+// A section of a file, located but not read.
+struct SectionIndex {
+  std::string tag;
+  std::uint64_t offset = 0;  // of the payload in the file
+  std::uint64_t length = 0;  // of the payload
+  std::uint32_t crc32 = 0;
+};
+struct ContainerIndex {
+  std::uint32_t format_version = 0;
+  std::vector<SectionIndex> sections;
+  const SectionIndex* find(const std::string& tag) const;  // nullptr when absent
+};
+// read_container's checks (the frame, every section's checksum) on a file, read a chunk at a time: memory
+// bounded whatever the file's size. Nothing a section holds is parsed.
+ContainerIndex index_container(const ReadOnlyFile& file);
+// A section's payload, read into memory; SerializationError when it is longer than `max_bytes`.
+std::string read_section(const ReadOnlyFile& file, const SectionIndex& section, std::uint64_t max_bytes);
+
+// Where written bytes go: a file being saved, a checksum, a string.
+class ByteSink {
+ public:
+  virtual ~ByteSink() = default;
+  virtual void write(std::string_view bytes) = 0;
+};
+
+// A section of a kiln file being written: its tag, its payload's length, and what writes exactly that many
+// bytes of payload to a sink. It is called twice: once for the checksum, once for the file.
+struct SectionWriter {
+  std::string tag;
+  std::uint64_t length = 0;
+  std::function<void(ByteSink&)> write;
+};
+// A kiln file of these sections at `path`, written atomically as write_file_atomically writes, streamed: the
+// payloads are not copied into one buffer first, so a save of a model of any size takes no second copy of
+// its weights. Error (a bug) when a section writes another length than it declared.
+void write_container_file(const std::string& path, const std::vector<SectionWriter>& sections);
 
 // Writes `bytes` to a temporary file in the target's folder, fsyncs it, renames it over the target and
 // fsyncs the folder: if anything fails, the old file is still there, whole. The target is `path`, or the

@@ -3,6 +3,7 @@
 #include <string>
 #include <string_view>
 
+#include <kiln/core/detail/files.hpp>
 #include <kiln/layers/config.hpp>
 #include <kiln/serialize/saving.hpp>
 
@@ -15,5 +16,12 @@ bool is_keras_bytes(std::string_view bytes);
 Config read_keras_config(const std::string& bytes, const std::string& path);
 // load_keras_model on bytes already read from `path`.
 Model load_keras_bytes(const std::string& bytes, const std::string& path, const LoadOptions& options);
+
+// True when the file starts like a Keras file (a zip archive or an HDF5 file); only its first bytes are read.
+bool is_keras_source(const ReadOnlyFile& file);
+// load_keras_model on a file already open.
+Model load_keras_file(const ReadOnlyFile& file, const LoadOptions& options);
+// read_keras_config on a file already open.
+Config read_keras_config(const ReadOnlyFile& file);
 
 }  // namespace kiln::detail

@@ -1,6 +1,7 @@
 #include <kiln/serialize/detail/model_io.hpp>
 
 #include <cstring>
+#include <limits>
 #include <map>
 #include <set>
 #include <utility>
@@ -22,33 +23,69 @@ std::shared_ptr<ModelBase> model_from(const Config& serialized) {
   return model;
 }
 
-// Copies every array into the weight of the same path, after checking them all: on any mismatch the
-// model is unchanged. ValueError/ShapeError naming the weight.
-void assign_weights(const std::vector<Weight>& weights, const std::vector<NamedArray>& arrays,
+namespace {
+constexpr std::uint64_t kBuildSlack = std::uint64_t{64} << 20;
+
+std::size_t build_limit(std::uint64_t weight_bytes) {
+  const std::uint64_t limit = weight_bytes > std::numeric_limits<std::size_t>::max() - kBuildSlack
+                                  ? std::numeric_limits<std::size_t>::max()
+                                  : weight_bytes + kBuildSlack;
+  return static_cast<std::size_t>(limit);
+}
+}  // namespace
+
+BuildFromFile::BuildFromFile(std::uint64_t weight_bytes)
+    : limit_(build_limit(weight_bytes), "building the model, whose arrays may take the " +
+                                            std::to_string(weight_bytes) +
+                                            " bytes of weight data the file holds and 64 MiB more") {}
+
+void assign_weights(const std::vector<Weight>& weights, const std::vector<StoredArray>& arrays,
                     const std::string& owner) {
-  std::map<std::string, const Array*> by_name;
-  for (const NamedArray& array : arrays)
-    if (!by_name.emplace(array.name, &array.value).second)
-      throw ValueError("the file has two weights named '" + array.name + "'");
+  std::map<std::string, const StoredArray*> by_name;
+  for (const StoredArray& array : arrays)
+    if (!by_name.emplace(array.name, &array).second) throw ValueError("the file has two weights named '" + array.name + "'");
   for (const Weight& weight : weights) {
     auto found = by_name.find(weight.path);
     if (found == by_name.end()) throw ValueError("weight '" + weight.path + "' of " + owner + " is not in the file");
-    if (found->second->shape() != weight.value.shape())
+    if (found->second->shape != weight.value.shape())
       throw ShapeError("weight '" + weight.path + "' of " + owner + " has shape " + weight.value.shape().to_string() +
-                       ", but the file's has shape " + found->second->shape().to_string());
+                       ", but the file's has shape " + found->second->shape.to_string());
   }
   if (by_name.size() != weights.size()) {
     std::set<std::string> known;
     for (const Weight& weight : weights) known.insert(weight.path);
-    for (const NamedArray& array : arrays)
+    for (const StoredArray& array : arrays)
       if (!known.count(array.name))
         throw ValueError("the file has a weight '" + array.name + "' that " + owner + " does not have");
   }
+  // Each weight is read once: a weight two layers share appears once in a model's weights.
   for (const Weight& weight : weights) {
-    Array source = by_name.at(weight.path)->astype(weight.value.dtype());
     Array target = weight.value;
-    std::memcpy(target.raw(), source.raw(), target.nbytes());
+    by_name.at(weight.path)->read(target);
   }
+}
+
+void assign_weights(const std::vector<Weight>& weights, const std::vector<NamedArray>& arrays,
+                    const std::string& owner) {
+  std::vector<StoredArray> stored;
+  for (const NamedArray& array : arrays)
+    stored.push_back({array.name, array.value.shape(), [value = array.value](Array& into) {
+                        const Array source = value.astype(into.dtype());
+                        std::memcpy(into.raw(), source.raw(), into.nbytes());
+                      }});
+  assign_weights(weights, stored, owner);
+}
+
+std::vector<StoredArray> stored_arrays(const ReadOnlyFile& file, const SectionIndex& section, const std::string& where) {
+  std::vector<StoredArray> stored;
+  for (ArrayEntry& entry : list_arrays(file, section.offset, section.length, where)) {
+    const Shape shape = entry.shape;
+    std::string name = entry.name;
+    stored.push_back({std::move(name), shape, [&file, offset = section.offset, entry = std::move(entry)](Array& into) {
+                        read_array(file, offset, entry, into);
+                      }});
+  }
+  return stored;
 }
 
 void compile_from(ModelBase& model, const Config& config) {

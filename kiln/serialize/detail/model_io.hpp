@@ -2,6 +2,8 @@
 // What the readers of kiln files and of Keras files share: the boundary that turns any failure into a
 // SerializationError saying where, building a model from its config, assigning weights by path, and
 // compiling from a compile_config.
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <new>
 #include <stdexcept>
@@ -10,8 +12,10 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/layers/config.hpp>
+#include <kiln/layers/detail/loading.hpp>
 #include <kiln/layers/model.hpp>
 #include <kiln/serialize/detail/arrays.hpp>
+#include <kiln/serialize/detail/container.hpp>
 
 namespace kiln::detail {
 
@@ -40,10 +44,40 @@ auto guarded(const std::string& where, Body&& body, bool keep_config_errors = fa
 // The model a serialized config describes (its compile_config ignored); ConfigError when it is a layer.
 std::shared_ptr<ModelBase> model_from(const Config& serialized);
 
-// Copies every array into the weight of the same path, after checking them all: on any mismatch the
-// model is unchanged. ValueError/ShapeError naming the weight and `owner`.
+// While alive, the model being built on this thread is one a file will fill: its layers skip their
+// initializers' draws (layers/detail/loading.hpp), and its arrays may take at most the `weight_bytes` of
+// weight data the file holds, plus 64 MiB for what layers make besides weights. A config that declares more
+// weight than that is refused (ValueError, which the readers report as a SerializationError), whatever the
+// model's size, before the memory is taken.
+class BuildFromFile {
+ public:
+  explicit BuildFromFile(std::uint64_t weight_bytes);
+
+ private:
+  SkipInitialDraws skip_;
+  AllocationLimit limit_;
+};
+
+// An array a file holds, read when asked. kiln's and Keras's readers list their arrays this way, so every
+// weight is checked by name and shape before any is read, and then read straight into the weight's own
+// storage: no second copy of a model's weights is made.
+struct StoredArray {
+  std::string name;
+  Shape shape;
+  std::function<void(Array& into)> read;  // `into` has `shape`, and any dtype: the values are converted
+};
+
+// Reads every array into the weight of the same path, after checking them all (every weight has one, of its
+// shape, and the file has no other): on any mismatch the model is unchanged. ValueError/ShapeError naming the
+// weight and `owner`; what `read` throws passes.
+void assign_weights(const std::vector<Weight>& weights, const std::vector<StoredArray>& arrays,
+                    const std::string& owner);
+// The same for arrays in memory.
 void assign_weights(const std::vector<Weight>& weights, const std::vector<NamedArray>& arrays,
                     const std::string& owner);
+// The arrays of a kiln file's section (its weights or its optimizer state), each read from the file when
+// assigned.
+std::vector<StoredArray> stored_arrays(const ReadOnlyFile& file, const SectionIndex& section, const std::string& where);
 
 // Compiles `model` as Keras's compile_config says: {"optimizer", "loss", "metrics", ...}.
 void compile_from(ModelBase& model, const Config& config);
