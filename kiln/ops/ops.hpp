@@ -298,6 +298,10 @@ Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin, const std:
 /// Python's slice(start, stop, step) in an index: a missing bound is std::nullopt (Slice{} is `:`, Slice{1, 8, 2}
 /// is `1:8:2`, Slice{std::nullopt, std::nullopt, -1} is `::-1`); negative bounds count from the end.
 struct Slice {
+  /// Python's slice(start, stop, step); Slice() is `:`.
+  Slice(std::optional<std::int64_t> start_at = std::nullopt, std::optional<std::int64_t> stop_before = std::nullopt,
+        std::optional<std::int64_t> every = std::nullopt)
+      : start(start_at), stop(stop_before), step(every) {}
   std::optional<std::int64_t> start;  ///< the first position (default: the start, or the end for a negative step)
   std::optional<std::int64_t> stop;   ///< the position the slice stops before (default: past the end)
   std::optional<std::int64_t> step;   ///< between positions, not 0 (default 1)

@@ -13,6 +13,7 @@
 #include <kiln/core/detail/files.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/names.hpp>
+#include <kiln/core/warnings.hpp>
 #include <kiln/layers/operation.hpp>
 #include <kiln/optim/optimizer.hpp>
 #include <kiln/serialize/detail/arrays.hpp>
@@ -101,7 +102,7 @@ class Keras3WeightReader {
     }
   }
 
-  const std::vector<NamedArray>& arrays() const { return arrays_; }
+  const std::vector<detail::StoredArray>& arrays() const { return arrays_; }
 
  private:
   void read_layer(const Layer& layer, const hdf5::Object& group, const std::string& prefix) {
@@ -120,7 +121,7 @@ class Keras3WeightReader {
         throw SerializationError(where_ + ": weight '" + weights[i].path + "' of " + layer.describe() + " has shape " +
                                  weights[i].value.shape().to_string() + ", but " + dataset->path() + " has shape " +
                                  shape.to_string());
-      arrays_.push_back({prefix + weights[i].path, dataset->read(weights[i].value.dtype())});
+      arrays_.push_back({prefix + weights[i].path, shape, [dataset = *dataset](Array& into) { dataset.read_into(into); }});
     }
     for (const auto& [vars, count] : expected) {
       const std::size_t held = group.at(vars).member_names().size();
@@ -133,7 +134,7 @@ class Keras3WeightReader {
 
   std::string where_;
   std::set<const Layer*> visited_;
-  std::vector<NamedArray> arrays_;
+  std::vector<detail::StoredArray> arrays_;
 };
 
 // Keras 3's optimizer/vars/<i>: iterations, the learning rate (unless a schedule drives it), then each
@@ -165,29 +166,45 @@ std::vector<Weight> trainable_in_order(const ModelBase& model, const std::vector
   return trainable;
 }
 
-void read_keras3_optimizer(ModelBase& model, const std::vector<NamedArray>& model_arrays, const hdf5::Object& root,
-                           const std::string& where) {
+// Keras reads an optimizer state that does not fit the model (an optimizer that never stepped saved 2
+// variables; another optimizer's) with a warning, and the optimizer starts from fresh slots: kiln does the same.
+void skip_optimizer_state(const Optimizer& optimizer, const std::string& where, const std::string& why) {
+  warn(where + ": the optimizer's state is skipped (" + why + "); " + optimizer.describe() +
+       " starts with fresh slots, as Keras does");
+}
+
+// The optimizer's variables (kiln's, in Keras's order) from the file's `datasets`, one each, read straight into
+// the optimizer's storage; skipped with a warning, as Keras skips them, when they do not fit.
+void read_optimizer_state(Optimizer& optimizer, const std::vector<Weight>& ordered,
+                          const std::vector<hdf5::Object>& datasets, const std::string& where) {
+  if (datasets.size() != ordered.size())
+    return skip_optimizer_state(optimizer, where, "the file holds " + std::to_string(datasets.size()) +
+                                                       " variables, " + optimizer.describe() + " on this model has " +
+                                                       std::to_string(ordered.size()));
+  for (std::size_t i = 0; i < ordered.size(); ++i)
+    if (datasets[i].dataset_shape().num_elements() != ordered[i].value.shape().num_elements())
+      return skip_optimizer_state(optimizer, where, datasets[i].path().substr(1) + " has shape " +
+                                                         datasets[i].dataset_shape().to_string() + ", but " +
+                                                         ordered[i].path + " has shape " +
+                                                         ordered[i].value.shape().to_string());
+  for (std::size_t i = 0; i < ordered.size(); ++i) {
+    Array into = ordered[i].value.reshape(datasets[i].dataset_shape());
+    datasets[i].read_into(into);
+  }
+  optimizer.set_iterations(static_cast<std::int64_t>(optimizer.variables().front().value.flat(0)));
+}
+
+void read_keras3_optimizer(ModelBase& model, const std::vector<detail::StoredArray>& model_arrays,
+                           const hdf5::Object& root, const std::string& where) {
   const std::optional<hdf5::Object> vars = root.find_path("optimizer/vars");
   if (!vars) return;
   Optimizer& optimizer = detail::trainer_of(model).optimizer();
   std::vector<std::string> paths;
-  for (const NamedArray& array : model_arrays) paths.push_back(array.name);
+  for (const detail::StoredArray& array : model_arrays) paths.push_back(array.name);
   const std::vector<Weight> ordered = keras_optimizer_variables(optimizer, trainable_in_order(model, paths));
-  const std::size_t held = vars->member_names().size();
-  if (held != ordered.size())
-    throw SerializationError(where + ": the optimizer's state holds " + std::to_string(held) + " variables, but " +
-                             optimizer.describe() + " on this model has " + std::to_string(ordered.size()));
-  std::vector<Weight> variables;
-  for (std::size_t i = 0; i < ordered.size(); ++i) {
-    const hdf5::Object dataset = vars->at(std::to_string(i));
-    if (dataset.dataset_shape().num_elements() != ordered[i].value.shape().num_elements())
-      throw SerializationError(where + ": optimizer/vars/" + std::to_string(i) + " has shape " +
-                               dataset.dataset_shape().to_string() + ", but " + ordered[i].path + " has shape " +
-                               ordered[i].value.shape().to_string());
-    variables.push_back(
-        {ordered[i].path, dataset.read(ordered[i].value.dtype()).reshape(ordered[i].value.shape()), false});
-  }
-  optimizer.set_variables(variables);
+  std::vector<hdf5::Object> datasets;
+  for (std::size_t i = 0; i < vars->member_names().size(); ++i) datasets.push_back(vars->at(std::to_string(i)));
+  read_optimizer_state(optimizer, ordered, datasets, where);
 }
 
 // Keras's saving_lib walk over a model, for writing: for each model (the top one first) and each of its
@@ -233,8 +250,8 @@ Optimizer* optimizer_of(const ModelBase& model) {
   return trainer != nullptr ? &trainer->optimizer() : nullptr;
 }
 
-std::string keras3_weights_file(const ModelBase& model) {
-  detail::Hdf5Builder file;
+// Keras 3's model.weights.h5 of `model`, into `file`.
+void write_keras3_weights(const ModelBase& model, detail::Hdf5Builder& file) {
   auto named_group = [&](const std::string& path, const std::string& name) {
     file.group(path);
     file.string_attribute(path, "name", name);
@@ -263,11 +280,10 @@ std::string keras3_weights_file(const ModelBase& model) {
         file.dataset(path, variables[i].value);
     }
   }
-  return file.bytes();
+
 }
 
-Model load_keras3(const std::string& bytes, const std::string& path, const LoadOptions& options) {
-  const detail::ZipReader archive(bytes, path);
+Model load_keras3(const detail::ZipReader& archive, const std::string& path, const LoadOptions& options) {
   const std::string config_text = archive.read("config.json", max_json_bytes);
   if (archive.contains("metadata.json"))
     parse_json_object(archive.read("metadata.json", 1 << 20), path + ": metadata.json");
@@ -281,18 +297,19 @@ Model load_keras3(const std::string& bytes, const std::string& path, const LoadO
                                "run code from the file). Save it again with Keras's default weights format (h5)");
     throw SerializationError(path + ": the archive has no model.weights.h5");
   }
-  const std::string weights_bytes = archive.read("model.weights.h5", kMaxWeightsBytes);
+  // The weights file is read where it is (a stored entry), a structure or a dataset at a time.
+  const std::shared_ptr<const detail::ByteSource> weights_source = archive.source("model.weights.h5", kMaxWeightsBytes);
   const Config keras = parse_json_object(config_text, path + ": config.json");
   const Config config = detail::guarded(
       path, [&] { return detail::import_keras_model_config(keras, "config.json"); }, true);
   std::shared_ptr<ModelBase> model = detail::guarded(
       path + ": config.json",
       [&] {
-        detail::BuildFromFile scope(weights_bytes.size());
+        detail::BuildFromFile scope(weights_source->size());
         return detail::model_from(config);
       },
       true);
-  const hdf5::File weights(weights_bytes, path + ": model.weights.h5");
+  const hdf5::File weights(weights_source, path + ": model.weights.h5");
   Keras3WeightReader reader(path + ": model.weights.h5");
   detail::guarded(path + ": model.weights.h5", [&] {
     reader.read_model(*model, config, weights.root(), "");
@@ -331,8 +348,8 @@ std::vector<Weight> legacy_order(const Layer& layer) {
 
 // model_weights/ (or the root of a weights-only file): the attribute layer_names lists the layers; each
 // layer's group lists its datasets in weight_names, in the layer's weight order.
-std::vector<NamedArray> read_legacy_weights(const ModelBase& model, const hdf5::Object& group) {
-  std::vector<NamedArray> arrays;
+std::vector<detail::StoredArray> read_legacy_weights(const ModelBase& model, const hdf5::Object& group) {
+  std::vector<detail::StoredArray> arrays;
   for (const std::string& layer_name : chunked_strings(group, "layer_names")) {
     const hdf5::Object layer_group = group.at(layer_name);
     const std::vector<std::string> weight_names = chunked_strings(layer_group, "weight_names");
@@ -348,7 +365,8 @@ std::vector<NamedArray> read_legacy_weights(const ModelBase& model, const hdf5::
         throw ShapeError("weight '" + weights[i].path + "' of " + layer->describe() + " has shape " +
                          weights[i].value.shape().to_string() + ", but " + dataset.path() + " has shape " +
                          dataset.dataset_shape().to_string());
-      arrays.push_back({layer->name() + "/" + weights[i].path, dataset.read(weights[i].value.dtype())});
+      arrays.push_back({layer->name() + "/" + weights[i].path, dataset.dataset_shape(),
+                        [dataset](Array& into) { dataset.read_into(into); }});
     }
   }
   return arrays;
@@ -360,28 +378,16 @@ void read_legacy_optimizer(ModelBase& model, const hdf5::Object& root, const std
   const std::optional<hdf5::Object> group = root.find("optimizer_weights");
   const std::string version = root.has_attribute("keras_version") ? root.attribute_strings("keras_version").at(0) : "";
   if (!group || version.rfind("3.", 0) != 0) return;
-  const std::vector<std::string> names = chunked_strings(*group, "weight_names");
   Optimizer& optimizer = detail::trainer_of(model).optimizer();
   const std::vector<Weight> ordered =
       keras_optimizer_variables(optimizer, trainable_in_order(model, keras_weight_order(model)));
-  if (names.size() != ordered.size())
-    throw SerializationError(where + ": the optimizer's state holds " + std::to_string(names.size()) +
-                             " variables, but " + optimizer.describe() + " on this model has " +
-                             std::to_string(ordered.size()));
-  std::vector<Weight> variables;
-  for (std::size_t i = 0; i < ordered.size(); ++i) {
-    const hdf5::Object dataset = group->at(names[i]);
-    if (dataset.dataset_shape().num_elements() != ordered[i].value.shape().num_elements())
-      throw SerializationError(where + ": optimizer_weights/" + names[i] + " has shape " +
-                               dataset.dataset_shape().to_string() + ", but " + ordered[i].path + " has shape " +
-                               ordered[i].value.shape().to_string());
-    variables.push_back(
-        {ordered[i].path, dataset.read(ordered[i].value.dtype()).reshape(ordered[i].value.shape()), false});
-  }
-  optimizer.set_variables(variables);
+  std::vector<hdf5::Object> datasets;
+  for (const std::string& name : chunked_strings(*group, "weight_names")) datasets.push_back(group->at(name));
+  read_optimizer_state(optimizer, ordered, datasets, where);
 }
 
-Model load_legacy_h5(const std::string& bytes, const std::string& path, const LoadOptions& options) {
+Model load_legacy_h5(const std::shared_ptr<const detail::ByteSource>& bytes, const std::string& path,
+                     const LoadOptions& options) {
   const hdf5::File file(bytes, path);
   const hdf5::Object root = file.root();
   if (!root.has_attribute("model_config"))
@@ -396,13 +402,13 @@ Model load_legacy_h5(const std::string& bytes, const std::string& path, const Lo
   std::shared_ptr<ModelBase> model = detail::guarded(
       path + ": model_config",
       [&] {
-        detail::BuildFromFile scope(bytes.size());
+        detail::BuildFromFile scope(bytes->size());
         return detail::model_from(config);
       },
       true);
   detail::guarded(path + ": model_weights", [&] {
     const std::optional<hdf5::Object> weights = root.find("model_weights");
-    const std::vector<NamedArray> arrays = read_legacy_weights(*model, weights ? *weights : root);
+    const std::vector<detail::StoredArray> arrays = read_legacy_weights(*model, weights ? *weights : root);
     detail::assign_weights(model->weights(), arrays, model->describe());
   });
   if (!options.compile || !root.has_attribute("training_config")) return Model(model);
@@ -430,8 +436,8 @@ Config legacy_training_config(const Config& compiled) {
   return training;
 }
 
-std::string legacy_h5_file(const ModelBase& model) {
-  detail::Hdf5Builder file;
+// Keras's legacy HDF5 file of `model`, into `file`.
+void write_legacy_h5(const ModelBase& model, detail::Hdf5Builder& file) {
   file.string_attribute("", "keras_version", kKerasFormatVersion);
   file.string_attribute("", "backend", "kiln");
   file.string_attribute("", "model_config", to_json(detail::export_keras_legacy_model_config(model), 0));
@@ -477,7 +483,7 @@ std::string legacy_h5_file(const ModelBase& model) {
     }
     file.strings_attribute("optimizer_weights", "weight_names", names);
   }
-  return file.bytes();
+
 }
 
 }  // namespace
@@ -486,12 +492,9 @@ namespace detail {
 
 bool is_keras_bytes(std::string_view bytes) { return is_zip(bytes) || hdf5::looks_like_hdf5(bytes); }
 
-Config read_keras_config(const std::string& bytes, const std::string& path) {
-  if (is_zip(bytes)) {
-    const detail::ZipReader archive(bytes, path);
-    return parse_json_object(archive.read("config.json", max_json_bytes), path + ": config.json");
-  }
-  const hdf5::File file(bytes, path);
+namespace {
+// The config of a legacy file: its model_config, with its training_config under "training_config".
+Config legacy_config(const hdf5::File& file, const std::string& path) {
   const hdf5::Object root = file.root();
   if (!root.has_attribute("model_config")) throw SerializationError(path + ": an HDF5 file without a model_config");
   Config config = parse_json_object(root.attribute_strings("model_config").at(0), path + ": model_config");
@@ -501,24 +504,49 @@ Config read_keras_config(const std::string& bytes, const std::string& path) {
   return config;
 }
 
-Model load_keras_bytes(const std::string& bytes, const std::string& path, const LoadOptions& options) {
-  if (is_zip(bytes)) return load_keras3(bytes, path, options);
-  if (hdf5::looks_like_hdf5(bytes)) return load_legacy_h5(bytes, path, options);
+[[noreturn]] void not_keras(const std::string& path) {
   throw SerializationError(path + ": neither a Keras 3 .keras archive (a zip) nor a legacy Keras .h5 file (HDF5)");
 }
+}  // namespace
 
-bool is_keras_source(const ReadOnlyFile& file) {
-  std::string start(static_cast<std::size_t>(std::min<std::uint64_t>(file.size(), 8)), '\0');
-  file.read(0, start.data(), start.size(), "the first bytes");
-  return is_keras_bytes(start);
+Config read_keras_config(const std::string& bytes, const std::string& path) {
+  if (is_zip(bytes)) {
+    const detail::ZipReader archive(bytes, path);
+    return parse_json_object(archive.read("config.json", max_json_bytes), path + ": config.json");
+  }
+  return legacy_config(hdf5::File(bytes, path), path);
 }
 
+Model load_keras_bytes(const std::string& bytes, const std::string& path, const LoadOptions& options) {
+  if (is_zip(bytes)) return load_keras3(detail::ZipReader(bytes, path), path, options);
+  if (hdf5::looks_like_hdf5(bytes)) return load_legacy_h5(memory_source(bytes), path, options);
+  not_keras(path);
+}
+
+namespace {
+std::string first_bytes(const ReadOnlyFile& file) {
+  std::string start(static_cast<std::size_t>(std::min<std::uint64_t>(file.size(), 8)), '\0');
+  file.read(0, start.data(), start.size(), "the first bytes");
+  return start;
+}
+}  // namespace
+
+bool is_keras_source(const ReadOnlyFile& file) { return is_keras_bytes(first_bytes(file)); }
+
 Model load_keras_file(const ReadOnlyFile& file, const LoadOptions& options) {
-  return load_keras_bytes(file.read_string(0, static_cast<std::size_t>(file.size()), "the file"), file.path(), options);
+  const std::string start = first_bytes(file);
+  if (is_zip(start)) return load_keras3(detail::ZipReader(file), file.path(), options);
+  if (hdf5::looks_like_hdf5(start)) return load_legacy_h5(file_source(file, 0, file.size()), file.path(), options);
+  not_keras(file.path());
 }
 
 Config read_keras_config(const ReadOnlyFile& file) {
-  return read_keras_config(file.read_string(0, static_cast<std::size_t>(file.size()), "the file"), file.path());
+  const std::string start = first_bytes(file);
+  if (is_zip(start)) {
+    const detail::ZipReader archive(file);
+    return parse_json_object(archive.read("config.json", max_json_bytes), file.path() + ": config.json");
+  }
+  return legacy_config(hdf5::File(file_source(file, 0, file.size()), file.path()), file.path());
 }
 
 }  // namespace detail
@@ -533,23 +561,48 @@ std::string keras_date() {
   return text;
 }
 
+namespace {
+// About the size of a model's files: its weights and optimizer state, and a megabyte for the rest. Checked
+// against the process's file-size limit before anything is written.
+std::uint64_t expected_size(const ModelBase& model) {
+  std::uint64_t bytes = std::uint64_t{1} << 20;
+  for (const Weight& weight : model.weights()) bytes += weight.value.nbytes();
+  if (const Optimizer* optimizer = optimizer_of(model))
+    for (const Weight& variable : optimizer->variables()) bytes += variable.value.nbytes();
+  return bytes;
+}
+}  // namespace
+
 void save_keras_model(const ModelBase& model, const std::string& path) {
   if (!model.built())
     throw LayerStateError(model.describe() + " is not built; build it (or give it an Input) before saving");
-  // Everything is made in memory first: a failure here never touches the file.
   const Config config = detail::export_keras_model_config(model, detail::compile_config(model));
-  const std::string weights = keras3_weights_file(model);
+  const std::string config_text = to_json(config, 0);
   const std::string metadata = to_json(
       {{"keras_version", kKerasFormatVersion}, {"date_saved", keras_date()}, {"kiln_version", KILN_VERSION_STRING}}, 0);
-  const std::string archive = detail::write_zip(
-      {{"metadata.json", metadata}, {"config.json", to_json(config, 0)}, {"model.weights.h5", weights}});
-  detail::write_file_atomically(path, archive);
+  // The weights go to a scratch file beside the target as libhdf5 writes them, then libzip streams it into the
+  // archive: no copy of the weights is held in memory. A failure leaves the old file as it was.
+  const detail::ScratchFile weights(path);
+  {
+    detail::Hdf5Builder file(weights.path());
+    write_keras3_weights(model, file);
+    file.close();
+  }
+  detail::write_file_atomically_at(path, expected_size(model), [&](const std::string& temporary) {
+    detail::write_zip_file(temporary, {{"metadata.json", metadata, ""},
+                                       {"config.json", config_text, ""},
+                                       {"model.weights.h5", {}, weights.path()}});
+  });
 }
 
 void save_keras_h5(const ModelBase& model, const std::string& path) {
   if (!model.built())
     throw LayerStateError(model.describe() + " is not built; build it (or give it an Input) before saving");
-  detail::write_file_atomically(path, legacy_h5_file(model));
+  detail::write_file_atomically_at(path, expected_size(model), [&](const std::string& temporary) {
+    detail::Hdf5Builder file(temporary);
+    write_legacy_h5(model, file);
+    file.close();
+  });
 }
 
 namespace {
@@ -559,7 +612,7 @@ void list_datasets(const hdf5::Object& object, std::set<std::uint64_t>& seen, in
                    std::vector<std::string>& out) {
   if (depth > 64 || !seen.insert(object.address()).second) return;
   if (object.is_dataset()) {
-    object.read(DType::float64);  // every value read, so damage to the data shows
+    object.check_data();  // every value read, so damage to the data shows
     out.push_back(object.path().substr(1) + " " + object.dataset_shape().to_string());
     return;
   }
@@ -570,54 +623,56 @@ void list_datasets(const hdf5::Object& object, std::set<std::uint64_t>& seen, in
 }  // namespace
 
 KerasFileInfo verify_keras_file(const std::string& path) {
-  const std::string bytes = detail::read_whole_file(path);
+  const detail::ReadOnlyFile file(path);
+  const std::string start = detail::first_bytes(file);
   KerasFileInfo info;
-  info.size = bytes.size();
+  info.size = file.size();
   std::set<std::uint64_t> seen;
-  if (is_zip(bytes)) {
+  if (is_zip(start)) {
     info.format = "Keras 3 .keras archive";
-    const detail::ZipReader archive(bytes, path);
+    const detail::ZipReader archive(file);
     for (const std::string& name : archive.names())
-      info.entries.push_back(name + " (" + std::to_string(archive.read(name, kMaxWeightsBytes).size()) + " bytes)");
+      info.entries.push_back(name + " (" + std::to_string(archive.check(name, kMaxWeightsBytes)) + " bytes)");
     if (archive.contains("metadata.json")) {
       const Config metadata = parse_json_object(archive.read("metadata.json", 1 << 20), path + ": metadata.json");
       info.keras_version = metadata.get_string("keras_version", "");
     }
-    const hdf5::File weights(archive.read("model.weights.h5", kMaxWeightsBytes), path + ": model.weights.h5");
+    const hdf5::File weights(archive.source("model.weights.h5", kMaxWeightsBytes), path + ": model.weights.h5");
     list_datasets(weights.root(), seen, 0, info.weights);
-  } else if (hdf5::looks_like_hdf5(bytes)) {
+  } else if (hdf5::looks_like_hdf5(start)) {
     info.format = "legacy Keras HDF5";
-    const hdf5::File file(bytes, path);
-    if (file.root().has_attribute("keras_version"))
-      info.keras_version = file.root().attribute_strings("keras_version").at(0);
-    list_datasets(file.root(), seen, 0, info.weights);
+    const hdf5::File h5(detail::file_source(file, 0, file.size()), path);
+    if (h5.root().has_attribute("keras_version")) info.keras_version = h5.root().attribute_strings("keras_version").at(0);
+    list_datasets(h5.root(), seen, 0, info.weights);
   } else {
-    throw SerializationError(path + ": neither a Keras 3 .keras archive (a zip) nor a legacy Keras .h5 file (HDF5)");
+    detail::not_keras(path);
   }
   LoadOptions options;
   options.compile = false;
-  detail::load_keras_bytes(bytes, path, options);
+  detail::load_keras_file(file, options);
   return info;
 }
 
 bool is_keras_file(const std::string& path) { return detail::is_keras_source(detail::ReadOnlyFile(path)); }
 
 Model load_keras_model(const std::string& path, const LoadOptions& options) {
-  return detail::load_keras_bytes(detail::read_whole_file(path), path, options);
+  return detail::load_keras_file(detail::ReadOnlyFile(path), options);
 }
 
 void load_keras_weights(ModelBase& model, const std::string& path) {
   if (!model.built())
     throw LayerStateError(model.describe() + " is not built; build it before loading weights into it");
-  const std::string bytes = detail::read_whole_file(path);
-  std::string weights_bytes = bytes;
+  const detail::ReadOnlyFile file(path);
+  std::shared_ptr<const detail::ByteSource> weights_source;
   std::string where = path;
-  if (is_zip(bytes)) {
-    weights_bytes = detail::ZipReader(bytes, path).read("model.weights.h5", kMaxWeightsBytes);
+  if (is_zip(detail::first_bytes(file))) {
+    weights_source = detail::ZipReader(file).source("model.weights.h5", kMaxWeightsBytes);
     where = path + ": model.weights.h5";
+  } else {
+    weights_source = detail::file_source(file, 0, file.size());
   }
-  const hdf5::File file(weights_bytes, where);
-  const hdf5::Object root = file.root();
+  const hdf5::File weights(weights_source, where);
+  const hdf5::Object root = weights.root();
   if (root.find("layers")) {
     // The model's layers in Keras's order, as Keras's own config of it would list them.
     const Config config = detail::import_keras_model_config(detail::export_keras_model_config(model), where);
@@ -627,7 +682,7 @@ void load_keras_weights(ModelBase& model, const std::string& path) {
     return;
   }
   const std::optional<hdf5::Object> group = root.find("model_weights");
-  const std::vector<NamedArray> arrays =
+  const std::vector<detail::StoredArray> arrays =
       detail::guarded(where, [&] { return read_legacy_weights(model, group ? *group : root); });
   detail::assign_weights(model.weights(), arrays, model.describe());
 }

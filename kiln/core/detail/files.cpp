@@ -137,6 +137,18 @@ ReadOnlyFile::ReadOnlyFile(const std::string& path) : path_(path) {
   fd_ = file.release();
 }
 
+std::unique_ptr<ReadOnlyFile> ReadOnlyFile::adopt(int fd, const std::string& name) {
+  Descriptor owned(fd);
+  struct stat status {};
+  if (fd < 0 || ::fstat(fd, &status) != 0 || !S_ISREG(status.st_mode))
+    throw SerializationError(name + ": cannot read it back (" + errno_text() + ")");
+  std::unique_ptr<ReadOnlyFile> file(new ReadOnlyFile());
+  file->path_ = name;
+  file->size_ = static_cast<std::uint64_t>(status.st_size);
+  file->fd_ = owned.release();
+  return file;
+}
+
 ReadOnlyFile::~ReadOnlyFile() {
   if (fd_ >= 0) ::close(fd_);
 }

@@ -2,6 +2,7 @@
 // Internal: what every writer of a user's file checks first (model saves, weights, checkpoints,
 // CSVLogger), and how readers open a file once. Errors are SerializationError naming the path.
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace kiln::detail {
@@ -33,6 +34,8 @@ std::string read_whole_file(const std::string& path);
 class ReadOnlyFile {
  public:
   explicit ReadOnlyFile(const std::string& path);
+  // Takes over `fd`, a descriptor of a regular file open for reading, named `name` in messages.
+  static std::unique_ptr<ReadOnlyFile> adopt(int fd, const std::string& name);
   ~ReadOnlyFile();
   ReadOnlyFile(const ReadOnlyFile&) = delete;
   ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;
@@ -47,6 +50,7 @@ class ReadOnlyFile {
   std::string read_string(std::uint64_t offset, std::size_t bytes, const char* what = "data") const;
 
  private:
+  ReadOnlyFile() = default;
   std::string path_;
   int fd_ = -1;
   std::uint64_t size_ = 0;

@@ -317,6 +317,21 @@ class TemporaryFile {
       bytes.remove_prefix(static_cast<std::size_t>(written));
     }
   }
+  const std::string& path() const { return path_; }
+  // Lets go of the descriptor: a library writes the file at path() itself.
+  void close_descriptor() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  // commit() for a file a library wrote at path() (perhaps replacing the one made here): synced through a
+  // descriptor of its own, then renamed.
+  void commit_written(const std::string& target, const std::string& path) {
+    close_descriptor();
+    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) fail(path, "open");
+    ::fchmod(fd_, mode_for(target));
+    commit(target, path);
+  }
   // `target` is where the file goes (a link's target); `path` what the caller named, for messages.
   void commit(const std::string& target, const std::string& path) {
     if (::fsync(fd_) != 0) fail(path, "fsync");
@@ -329,11 +344,15 @@ class TemporaryFile {
     renamed_ = true;
   }
 
+  // The file stays when this goes (a ScratchFile removes it itself).
+  void keep() { renamed_ = true; }
+
  private:
   [[noreturn]] void fail(const std::string& target, const char* step) {
     throw SerializationError(target + ": saving failed at " + step + " (" + errno_text() +
                              "); the previous file, if any, is unchanged");
   }
+
   std::string path_;
   int fd_ = -1;
   bool renamed_ = false;
@@ -382,6 +401,16 @@ class TemporarySink : public ByteSink {
   std::string buffer_;
 };
 
+// The rename is durable once the folder's entry is on disk too. A folder that cannot be synced (some network
+// and FUSE file systems) still holds the new file; only its survival of a power cut is unsure.
+void sync_folder(const std::string& target) {
+  const int folder = ::open(folder_of(target).c_str(), O_RDONLY | O_DIRECTORY);
+  if (folder >= 0) {
+    ::fsync(folder);
+    ::close(folder);
+  }
+}
+
 // Creates the temporary file, lets `write` fill it through a sink, and renames it over the target.
 void write_atomically(const std::string& path, std::uint64_t size, const std::function<void(ByteSink&)>& write) {
   const std::string target = write_target(path);
@@ -397,13 +426,7 @@ void write_atomically(const std::string& path, std::uint64_t size, const std::fu
                   std::to_string(size));
   }
   temporary.commit(target, path);
-  // The rename is durable once the folder's entry is on disk too. A folder that cannot be synced (some
-  // network and FUSE file systems) still holds the new file; only its survival of a power cut is unsure.
-  const int folder = ::open(folder_of(target).c_str(), O_RDONLY | O_DIRECTORY);
-  if (folder >= 0) {
-    ::fsync(folder);
-    ::close(folder);
-  }
+  sync_folder(target);
 }
 
 }  // namespace
@@ -411,6 +434,28 @@ void write_atomically(const std::string& path, std::uint64_t size, const std::fu
 void write_file_atomically(const std::string& path, std::string_view bytes) {
   write_atomically(path, bytes.size(), [&](ByteSink& sink) { sink.write(bytes); });
 }
+
+void write_file_atomically_at(const std::string& path, std::uint64_t size,
+                              const std::function<void(const std::string& temporary)>& make) {
+  const std::string target = write_target(path);
+  check_file_size_limit(path, size);
+  remove_stale_temporaries(target);
+  TemporaryFile temporary(target);
+  temporary.close_descriptor();
+  make(temporary.path());
+  temporary.commit_written(target, path);
+  sync_folder(target);
+}
+
+ScratchFile::ScratchFile(const std::string& path) {
+  const std::string target = write_target(path);
+  TemporaryFile file(target);
+  path_ = file.path();
+  file.close_descriptor();
+  file.keep();
+}
+
+ScratchFile::~ScratchFile() { ::unlink(path_.c_str()); }
 
 void write_container_file(const std::string& path, const std::vector<SectionWriter>& sections) {
   std::string header;

@@ -93,6 +93,27 @@ void write_container_file(const std::string& path, const std::vector<SectionWrit
 // killed mid-way left for this target are removed first. SerializationError naming the path.
 void write_file_atomically(const std::string& path, std::string_view bytes);
 
+// The same, for a file a library writes itself at a path (libzip, libhdf5): `make(temporary)` writes the whole
+// file at `temporary`, a path in the target's folder, which is then synced and renamed over the target as
+// above. `size` is about the file's size, checked against the process's file-size limit first.
+void write_file_atomically_at(const std::string& path, std::uint64_t size,
+                              const std::function<void(const std::string& temporary)>& make);
+
+// A file of scratch data next to `path`'s target, named as kiln's temporary files are: removed when this goes,
+// or by a later save to the same target when its writer died (a .keras archive's weights file before it is
+// zipped).
+class ScratchFile {
+ public:
+  explicit ScratchFile(const std::string& path);
+  ~ScratchFile();
+  ScratchFile(const ScratchFile&) = delete;
+  ScratchFile& operator=(const ScratchFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 // For tests: the next atomic write fails after writing this many bytes of its temporary file, as a full
 // disk would. Negative (the default) disables it.
 void fail_next_write_after_for_testing(std::int64_t bytes);

@@ -69,7 +69,8 @@ struct ObjectHeader {
 };
 
 struct FileState {
-  std::string bytes;
+  std::shared_ptr<const ByteSource> data;  // the file's bytes, in memory or read as needed
+  std::uint64_t size = 0;
   std::string source;
   std::uint64_t base = 0;  // addresses are relative to it
   int offset_size = 8, length_size = 8;
@@ -86,7 +87,7 @@ struct FileState {
   // The absolute position of `address`, checked to leave room for `size` bytes.
   std::uint64_t locate(std::uint64_t address, std::uint64_t size, const char* what) const {
     if (address == kUndefined) fail(std::string(what) + " has an undefined address");
-    const std::uint64_t total = bytes.size();
+    const std::uint64_t total = this->size;
     if (address > total || base > total - address) fail(std::string(what) + " lies outside the file", address);
     const std::uint64_t position = base + address;
     if (size > total - position)
@@ -95,6 +96,34 @@ struct FileState {
   }
   const ObjectHeader& header(std::uint64_t address, const std::string& path);
   std::string_view global_object(std::uint64_t collection, std::uint32_t index);
+
+  // `count` bytes at `position`, which the caller checked lie in the file, valid while the file lives. In
+  // memory they are the source's own; read from a file, they come a block at a time (metadata sits in
+  // small structures), or as one piece when they straddle blocks, and stay for later views.
+  std::string_view view(std::uint64_t position, std::uint64_t count) const {
+    if (count == 0) return {};
+    if (const char* bytes = data->bytes()) return {bytes + position, static_cast<std::size_t>(count)};
+    std::lock_guard<std::mutex> lock(view_mutex);
+    const std::uint64_t block = position / kBlock;
+    if ((position + count - 1) / kBlock == block) {
+      std::string& cached = blocks[block];
+      if (cached.empty()) {
+        cached.resize(static_cast<std::size_t>(std::min<std::uint64_t>(kBlock, size - block * kBlock)));
+        data->read(block * kBlock, cached.data(), cached.size());
+      }
+      return {cached.data() + (position - block * kBlock), static_cast<std::size_t>(count)};
+    }
+    std::string& piece = pieces[{position, count}];
+    if (piece.empty()) {
+      piece.resize(static_cast<std::size_t>(count));
+      data->read(position, piece.data(), piece.size());
+    }
+    return piece;
+  }
+  static constexpr std::uint64_t kBlock = 1 << 16;
+  mutable std::mutex view_mutex;  // guards the views' cache
+  mutable std::map<std::uint64_t, std::string> blocks;
+  mutable std::map<std::pair<std::uint64_t, std::uint64_t>, std::string> pieces;
 };
 
 namespace {
@@ -114,8 +143,8 @@ class Cursor {
   std::uint64_t unsigned_int(int size) {
     need(static_cast<std::uint64_t>(size));
     std::uint64_t value = 0;
-    for (int i = 0; i < size; ++i)
-      value |= static_cast<std::uint64_t>(static_cast<unsigned char>(file_.bytes[position_ + i])) << (8 * i);
+    const std::string_view bytes = file_.view(position_, static_cast<std::uint64_t>(size));
+    for (int i = 0; i < size; ++i) value |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
     position_ += static_cast<std::uint64_t>(size);
     return value;
   }
@@ -132,7 +161,7 @@ class Cursor {
   std::uint64_t length() { return unsigned_int(file_.length_size); }
   std::string_view bytes(std::uint64_t size) {
     need(size);
-    const std::string_view view(file_.bytes.data() + position_, static_cast<std::size_t>(size));
+    const std::string_view view = file_.view(position_, size);
     position_ += size;
     return view;
   }
@@ -191,7 +220,7 @@ std::uint32_t lookup3(std::string_view data) {
 }
 
 void check_checksum(const FileState& file, std::uint64_t start, std::uint64_t end, const char* what) {
-  const std::string_view covered(file.bytes.data() + start, static_cast<std::size_t>(end - start));
+  const std::string_view covered = file.view(start, end - start);
   Cursor stored(file, end, end + 4);
   if (lookup3(covered) != stored.u32()) file.fail(std::string(what) + " fails its checksum", start);
 }
@@ -452,7 +481,7 @@ void parse_header_v1(FileState& file, std::uint64_t position, ObjectHeader& head
 // Version 2 object header (section IV.A.1.b): "OHDR", flags, optional times and attribute limits, the
 // first chunk's size, messages, a checksum; continuation blocks start "OCHK".
 void parse_header_v2(FileState& file, std::uint64_t position, ObjectHeader& header) {
-  Cursor cursor(file, position, file.bytes.size());
+  Cursor cursor(file, position, file.size);
   cursor.expect_signature("OHDR", "an object header");
   if (cursor.u8() != 2) cursor.fail("object header version");
   const std::uint8_t flags = cursor.u8();
@@ -470,7 +499,7 @@ void parse_header_v2(FileState& file, std::uint64_t position, ObjectHeader& head
   for (std::size_t b = 0; b < blocks.size(); ++b) {
     if (b >= kMaxHeaderBlocks) file.fail("an object header with too many continuation blocks", position);
     const V2Block block = blocks[b];
-    if (block.length > file.bytes.size() || block.messages > file.bytes.size() - block.length - 4)
+    if (block.length > file.size || block.messages > file.size - block.length - 4)
       file.fail("an object header block runs past the end of the file", block.messages);
     check_checksum(file, block.start, block.messages + block.length, "an object header");
     if (b > 0) Cursor(file, block.start, block.messages).expect_signature("OCHK", "an object header continuation");
@@ -517,12 +546,13 @@ const ObjectHeader& FileState::header(std::uint64_t address, const std::string& 
   const std::uint64_t position = locate(address, 4, "an object header");
   auto parsed = std::make_unique<ObjectHeader>();
   try {
-    if (std::string_view(bytes.data() + position, 4) == "OHDR") {
+    const std::string_view start = view(position, 4);
+    if (start == "OHDR") {
       parse_header_v2(*this, position, *parsed);
-    } else if (bytes[position] == 1) {
+    } else if (start[0] == 1) {
       parse_header_v1(*this, position, *parsed);
     } else {
-      fail("object header version " + std::to_string(static_cast<unsigned char>(bytes[position])), position);
+      fail("object header version " + std::to_string(static_cast<unsigned char>(start[0])), position);
     }
   } catch (const SerializationError& error) {
     throw SerializationError(std::string(error.what()) + " in the object '" + path + "'");
@@ -566,16 +596,18 @@ std::string_view FileState::global_object(std::uint64_t collection, std::uint32_
 
 bool looks_like_hdf5(std::string_view bytes) { return bytes.substr(0, 8) == std::string_view(kSignature, 8); }
 
-File::File(std::string bytes, std::string source) : state_(std::make_shared<FileState>()) {
+File::File(std::string bytes, std::string source) : File(memory_source(std::move(bytes)), std::move(source)) {}
+
+File::File(std::shared_ptr<const ByteSource> data, std::string source) : state_(std::make_shared<FileState>()) {
   FileState& file = *state_;
-  file.bytes = std::move(bytes);
+  file.data = std::move(data);
+  file.size = file.data->size();
   file.source = std::move(source);
   // The superblock sits at 0, 512, 1024, 2048, ... (after a user block).
   std::uint64_t at = 0;
-  while (at + 8 <= file.bytes.size() && std::string_view(file.bytes.data() + at, 8) != std::string_view(kSignature, 8))
-    at = at == 0 ? 512 : at * 2;
-  if (at + 8 > file.bytes.size()) file.fail("no HDF5 signature");
-  Cursor cursor(file, at + 8, file.bytes.size());
+  while (at + 8 <= file.size && file.view(at, 8) != std::string_view(kSignature, 8)) at = at == 0 ? 512 : at * 2;
+  if (at + 8 > file.size) file.fail("no HDF5 signature");
+  Cursor cursor(file, at + 8, file.size);
   const std::uint8_t version = cursor.u8();
   if (version <= 1) {
     cursor.skip(4);  // free-space, root group and shared-header versions, reserved
@@ -596,7 +628,7 @@ File::File(std::string bytes, std::string source) : state_(std::make_shared<File
     file.fail("offsets of " + std::to_string(file.offset_size) + " bytes and lengths of " +
               std::to_string(file.length_size));
   const std::uint64_t base = cursor.address();
-  if (base == kUndefined || base > file.bytes.size()) file.fail("a base address outside the file");
+  if (base == kUndefined || base > file.size) file.fail("a base address outside the file");
   file.base = base;
   if (version <= 1) {
     cursor.address();  // free-space info
@@ -640,22 +672,21 @@ class SymbolTableWalk {
   SymbolTableWalk(const FileState& file, std::uint64_t heap, std::vector<std::pair<std::string, std::uint64_t>>& out)
       : file_(file), out_(out) {
     const std::uint64_t position = file.locate(heap, 8 + 2 * 8 + 8, "a local heap");
-    Cursor cursor(file, position, file.bytes.size());
+    Cursor cursor(file, position, file.size);
     cursor.expect_signature("HEAP", "a local heap");
     if (cursor.u8() != 0) cursor.fail("local heap version");
     cursor.skip(3);
     const std::uint64_t size = cursor.length();
     cursor.length();  // free list
     const std::uint64_t data = cursor.address();
-    heap_ = std::string_view(file.bytes.data() + file.locate(data, size, "a local heap's data"),
-                             static_cast<std::size_t>(size));
+    heap_ = file.view(file.locate(data, size, "a local heap's data"), size);
   }
 
   void node(std::uint64_t address, int depth) {
     if (depth > kMaxDepth) file_.fail("a group B-tree deeper than " + std::to_string(kMaxDepth));
     const std::uint64_t position = file_.locate(address, 8, "a group B-tree node");
     if (!visited_.insert(position).second) file_.fail("a group B-tree that refers to itself", position);
-    Cursor cursor(file_, position, file_.bytes.size());
+    Cursor cursor(file_, position, file_.size);
     cursor.expect_signature("TREE", "a group B-tree node");
     if (cursor.u8() != 0) cursor.fail("a B-tree node that is not a group's");
     const std::uint8_t level = cursor.u8();
@@ -678,7 +709,7 @@ class SymbolTableWalk {
   void symbols(std::uint64_t address) {
     const std::uint64_t position = file_.locate(address, 8, "a symbol table node");
     if (!visited_.insert(position).second) file_.fail("a symbol table node listed twice", position);
-    Cursor cursor(file_, position, file_.bytes.size());
+    Cursor cursor(file_, position, file_.size);
     cursor.expect_signature("SNOD", "a symbol table node");
     if (cursor.u8() != 1) cursor.fail("symbol table node version");
     cursor.skip(1);
@@ -827,19 +858,51 @@ bool numeric(const Datatype& type) {
   return type.type_class == Datatype::fixed_point || type.type_class == Datatype::floating_point;
 }
 
-// The dataset's bytes, checked to hold every element.
-std::string_view dataset_bytes(const FileState& file, const ObjectHeader& h, const std::string& path,
-                               std::uint64_t& count) {
+// Where a dataset's elements are: in its header (compact) or at a position of the file, checked to hold every
+// element.
+struct DataLocation {
+  std::uint64_t count = 0;     // elements
+  std::string_view compact;    // the bytes, for compact storage
+  std::uint64_t position = 0;  // in the file, for contiguous storage
+};
+
+DataLocation locate_data(const FileState& file, const ObjectHeader& h, const std::string& path) {
   if (!h.refused.empty()) file.fail("the dataset '" + path + "' uses " + h.refused + ", which kiln does not read");
   if (!h.has_layout) file.fail("the dataset '" + path + "' has no data layout");
   if (!numeric(h.type)) file.fail("the dataset '" + path + "' is not numeric");
-  const std::uint64_t declared = h.data_size == kUndefined ? file.bytes.size() : h.data_size;
-  count = checked_elements(file, h.space, h.type.size, declared, "the dataset '" + path + "'");
-  const std::uint64_t size = count * h.type.size;
-  if (h.compact) return h.compact_data.substr(0, static_cast<std::size_t>(size));
-  if (size == 0) return {};
-  const std::uint64_t position = file.locate(h.data_address, size, ("the data of '" + path + "'").c_str());
-  return std::string_view(file.bytes.data() + position, static_cast<std::size_t>(size));
+  const std::uint64_t declared = h.data_size == kUndefined ? file.size : h.data_size;
+  DataLocation location;
+  location.count = checked_elements(file, h.space, h.type.size, declared, "the dataset '" + path + "'");
+  const std::uint64_t size = location.count * h.type.size;
+  if (h.compact) {
+    if (size > h.compact_data.size()) file.fail("the dataset '" + path + "' declares more data than it holds");
+    location.compact = h.compact_data.substr(0, static_cast<std::size_t>(size));
+  } else if (size > 0) {
+    location.position = file.locate(h.data_address, size, ("the data of '" + path + "'").c_str());
+  }
+  return location;
+}
+
+// Hands the dataset's elements to `consume(bytes, first, count)` a chunk at a time: a dataset of any size is
+// read through a buffer of a megabyte.
+template <class Consume>
+void for_each_chunk(const FileState& file, const ObjectHeader& h, const DataLocation& location, Consume&& consume) {
+  const std::uint64_t item = h.type.size;
+  if (!location.compact.empty() || location.count == 0) {
+    consume(reinterpret_cast<const unsigned char*>(location.compact.data()), 0, location.count);
+    return;
+  }
+  if (const char* bytes = file.data->bytes()) {
+    consume(reinterpret_cast<const unsigned char*>(bytes + location.position), 0, location.count);
+    return;
+  }
+  const std::uint64_t per_chunk = std::max<std::uint64_t>(1, (std::uint64_t{1} << 20) / item);
+  std::vector<unsigned char> chunk(static_cast<std::size_t>(std::min(location.count, per_chunk) * item));
+  for (std::uint64_t first = 0; first < location.count; first += per_chunk) {
+    const std::uint64_t n = std::min(per_chunk, location.count - first);
+    file.data->read(location.position + first * item, chunk.data(), static_cast<std::size_t>(n * item));
+    consume(chunk.data(), first, n);
+  }
 }
 
 }  // namespace
@@ -912,30 +975,49 @@ bool Object::dataset_is_float() const {
 
 Array Object::read(DType dtype) const {
   const Shape shape = dataset_shape();
-  const ObjectHeader& h = header();
-  std::uint64_t count = 0;
-  const std::string_view bytes = dataset_bytes(*file_, h, path_, count);
+  locate_data(*file_, header(), path_);  // the file holds every element before any is allocated
   Array array(shape, dtype);
-  const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
-  const bool native_float32 = dtype == DType::float32 && h.type.type_class == Datatype::floating_point &&
-                              h.type.size == 4 && !h.type.big_endian;
-  if (native_float32) {
-    if (count > 0) std::memcpy(array.raw(), data, static_cast<std::size_t>(count) * 4);
-    return array;
-  }
-  for (std::uint64_t i = 0; i < count; ++i)
-    array.set_flat(static_cast<std::size_t>(i), number_at(h.type, data + i * h.type.size));
+  read_into(array);
   return array;
+}
+
+void Object::read_into(Array& into) const {
+  const Shape shape = dataset_shape();
+  if (into.shape() != shape)
+    file_->fail("the dataset '" + path_ + "' has shape " + shape.to_string() + ", not " + into.shape().to_string());
+  const ObjectHeader& h = header();
+  const DataLocation location = locate_data(*file_, h, path_);
+  const bool native = h.type.type_class == Datatype::floating_point && !h.type.big_endian &&
+                      ((into.dtype() == DType::float32 && h.type.size == 4) ||
+                       (into.dtype() == DType::float64 && h.type.size == 8));
+  // The bytes as they are, straight into the array's storage, when they are its dtype.
+  if (native && location.compact.empty() && location.count > 0 && file_->data->bytes() == nullptr) {
+    file_->data->read(location.position, into.raw(), static_cast<std::size_t>(location.count * h.type.size));
+    return;
+  }
+  for_each_chunk(*file_, h, location, [&](const unsigned char* data, std::uint64_t first, std::uint64_t count) {
+    if (native) {
+      std::memcpy(static_cast<char*>(into.raw()) + first * h.type.size, data, static_cast<std::size_t>(count * h.type.size));
+      return;
+    }
+    for (std::uint64_t i = 0; i < count; ++i)
+      into.set_flat(static_cast<std::size_t>(first + i), number_at(h.type, data + i * h.type.size));
+  });
+}
+
+void Object::check_data() const {
+  if (!is_dataset()) file_->fail("'" + path_ + "' is not a dataset");
+  const ObjectHeader& h = header();
+  for_each_chunk(*file_, h, locate_data(*file_, h, path_), [](const unsigned char*, std::uint64_t, std::uint64_t) {});
 }
 
 std::vector<double> Object::read_numbers() const {
   const ObjectHeader& h = header();
   if (!is_dataset()) file_->fail("'" + path_ + "' is not a dataset");
-  std::uint64_t count = 0;
-  const std::string_view bytes = dataset_bytes(*file_, h, path_, count);
   std::vector<double> values;
-  const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
-  for (std::uint64_t i = 0; i < count; ++i) values.push_back(number_at(h.type, data + i * h.type.size));
+  for_each_chunk(*file_, h, locate_data(*file_, h, path_), [&](const unsigned char* data, std::uint64_t, std::uint64_t count) {
+    for (std::uint64_t i = 0; i < count; ++i) values.push_back(number_at(h.type, data + i * h.type.size));
+  });
   return values;
 }
 

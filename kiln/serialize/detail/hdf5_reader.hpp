@@ -23,9 +23,12 @@
 #include <vector>
 
 #include <kiln/core/array.hpp>
+#include <kiln/serialize/detail/byte_source.hpp>
 #include <kiln/core/shape.hpp>
 
 namespace kiln::detail::hdf5 {
+
+using detail::ByteSource;
 
 struct FileState;
 struct ObjectHeader;
@@ -62,6 +65,11 @@ class Object {
   // The dataset's values converted to `dtype` (float32 or float64). Checks that the data lies inside the
   // file before allocating anything.
   Array read(DType dtype) const;
+  // The dataset's values into `into`, which has the dataset's shape (SerializationError otherwise): straight
+  // into its storage when the dtypes match, else a chunk at a time, converted.
+  void read_into(Array& into) const;
+  // Reads every value, a chunk at a time, keeping none: what verifying a file does.
+  void check_data() const;
   // The dataset's values as doubles (for counters such as an optimizer's iterations).
   std::vector<double> read_numbers() const;
 
@@ -74,12 +82,14 @@ class Object {
   std::string path_;
 };
 
-// An HDF5 file held in memory (the bytes are copied in). The constructor checks the signature and the
+// An HDF5 file, in memory or read from a file as needed. The constructor checks the signature and the
 // superblock; everything else is read when it is asked for, and each object header is parsed once.
 class File {
  public:
   // `source` names the file in messages ("m.keras: model.weights.h5").
   File(std::string bytes, std::string source);
+  // A file whose bytes `data` gives.
+  File(std::shared_ptr<const ByteSource> data, std::string source);
   Object root() const;
 
  private:

@@ -65,18 +65,23 @@ struct Hdf5Builder::State {
   void* saved_data = nullptr;
   hid_t file = -1;
 
-  State() {
+  // In memory when `path` is empty, else the file at `path` (replaced).
+  explicit State(const std::string& path) {
     // libhdf5 prints its error stack to stderr by default; kiln reports errors itself.
     H5Eget_auto2(H5E_DEFAULT, &saved_handler, &saved_data);
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-    const Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "a file access list");
-    check(H5Pset_fapl_core(access.get(), 1 << 16, /*backing_store=*/0), "the in-memory driver");
-    static std::atomic<std::uint64_t> counter{0};
-    const std::string name = "kiln-in-memory-" + std::to_string(counter++) + ".h5";
-    file = H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get());
+    if (path.empty()) {
+      const Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "a file access list");
+      check(H5Pset_fapl_core(access.get(), 1 << 16, /*backing_store=*/0), "the in-memory driver");
+      static std::atomic<std::uint64_t> counter{0};
+      const std::string name = "kiln-in-memory-" + std::to_string(counter++) + ".h5";
+      file = H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get());
+    } else {
+      file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    }
     if (file < 0) {
       H5Eset_auto2(H5E_DEFAULT, saved_handler, saved_data);
-      fail("creating the file in memory");
+      fail(path.empty() ? "creating the file in memory" : "creating " + path);
     }
   }
   ~State() {
@@ -112,7 +117,15 @@ struct Hdf5Builder::State {
   }
 };
 
-Hdf5Builder::Hdf5Builder() : state_(std::make_unique<State>()) {}
+Hdf5Builder::Hdf5Builder() : state_(std::make_unique<State>("")) {}
+
+Hdf5Builder::Hdf5Builder(const std::string& path) : state_(std::make_unique<State>(path)) {}
+
+void Hdf5Builder::close() {
+  const hid_t file = state_->file;
+  state_->file = -1;
+  check(H5Fclose(file), "closing the file");
+}
 
 Hdf5Builder::~Hdf5Builder() = default;
 

@@ -17,7 +17,10 @@ namespace kiln::detail {
 
 class Hdf5Builder {
  public:
-  Hdf5Builder();
+  Hdf5Builder();  ///< in memory: bytes() gives the file
+  /// Writes the file at `path` (replacing any there) as it is built, so no copy of its datasets is kept;
+  /// close() finishes it.
+  explicit Hdf5Builder(const std::string& path);
   ~Hdf5Builder();
   Hdf5Builder(const Hdf5Builder&) = delete;
   Hdf5Builder& operator=(const Hdf5Builder&) = delete;
@@ -33,8 +36,10 @@ class Hdf5Builder {
   void dataset(const std::string& path, const Array& value);
   // A scalar int64 dataset (Keras's optimizer iteration count).
   void int64_dataset(const std::string& path, std::int64_t value);
-  // The file's bytes. SerializationError when libhdf5 fails.
+  // The file's bytes (of a builder in memory). SerializationError when libhdf5 fails.
   std::string bytes();
+  // Flushes and closes the file of a builder writing at a path. SerializationError when libhdf5 fails.
+  void close();
 
  private:
   struct State;
