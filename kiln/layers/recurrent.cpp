@@ -15,7 +15,8 @@ namespace {
 
 // The activations the fused cell computes (its backward reads each derivative from the activated value).
 bool cell_activation(const std::string& name) {
-  return name == "linear" || name == "tanh" || name == "sigmoid" || name == "relu" || name == "hard_sigmoid";
+  return name == "linear" || name == "tanh" || name == "sigmoid" || name == "relu" || name == "hard_sigmoid" ||
+         name == "hard_sigmoid_keras2";
 }
 
 // An activation argument: absent means Keras's default, null (Python's None) and "" mean linear.
@@ -25,8 +26,8 @@ std::string activation_argument(const Config& config, ConfigReader& args, const 
   std::string name = given == nullptr ? fallback : args.text(key, "linear");
   if (name.empty()) name = "linear";
   if (!cell_activation(name))
-    args.fail(key + " must be linear, tanh, sigmoid, relu or hard_sigmoid (the activations kiln's fused cell "
-                    "computes), got '" +
+    args.fail(key + " must be linear, tanh, sigmoid, relu, hard_sigmoid or hard_sigmoid_keras2 (the activations "
+                    "kiln's fused cell computes), got '" +
               name + "'");
   return name;
 }

@@ -105,8 +105,41 @@ Tensor swish(const Tensor& x);                          ///< x * sigmoid(x), a.k
 inline Tensor silu(const Tensor& x) { return swish(x); }
 /// log(1 + eˣ), computed so that it neither overflows for large x nor loses the tail for very negative x.
 Tensor softplus(const Tensor& x);
-/// By Keras name: "linear"/"" (identity), "relu", "sigmoid", "tanh", "softmax", "swish"/"silu", "gelu",
-/// "elu", "softplus", "leaky_relu", "exponential", "log_softmax". Throws ConfigError on others.
+// Keras 3's other activations (keras.activations), with Keras's formulas and defaults. Each keeps a NaN.
+Tensor relu6(const Tensor& x);                        ///< min(max(x, 0), 6)
+Tensor selu(const Tensor& x);                         ///< scale · elu(x, alpha), Keras's two constants
+Tensor celu(const Tensor& x, double alpha = 1.0);     ///< max(x, 0) + alpha · expm1(min(x, 0) / alpha)
+Tensor softsign(const Tensor& x);                     ///< x / (1 + |x|)
+Tensor mish(const Tensor& x);                         ///< x · tanh(softplus(x))
+Tensor log_sigmoid(const Tensor& x);                  ///< −softplus(−x), stable in both tails
+/// Keras 3's hard_sigmoid: relu6(x + 3) / 6 (slope 1/6, 0 below −3, 1 above 3).
+Tensor hard_sigmoid(const Tensor& x);
+/// Keras 2's and tf.keras's hard_sigmoid: clip(0.2 x + 0.5, 0, 1). Files Keras 2 wrote mean this one
+/// ("hard_sigmoid_keras2" by name); Keras 3 has no name for it.
+Tensor hard_sigmoid_keras2(const Tensor& x);
+Tensor hard_silu(const Tensor& x);                    ///< x · hard_sigmoid(x), a.k.a. hard_swish
+Tensor hard_tanh(const Tensor& x);                    ///< clip(x, −1, 1)
+Tensor tanh_shrink(const Tensor& x);                  ///< x − tanh(x)
+Tensor soft_shrink(const Tensor& x, double threshold = 0.5);  ///< x ∓ threshold outside ±threshold, else 0
+Tensor hard_shrink(const Tensor& x, double threshold = 0.5);  ///< x outside ±threshold, else 0
+/// (x + √(x² + b)) / 2; ValueError for b < 0.
+Tensor squareplus(const Tensor& x, double b = 4.0);
+Tensor sparse_plus(const Tensor& x);                  ///< 0 to −1, (x + 1)² / 4 between, x from 1
+Tensor sparse_sigmoid(const Tensor& x);               ///< clip((x + 1) / 2, 0, 1)
+/// Sparsemax over the last axis (Martins & Astudillo 2016): the Euclidean projection onto the simplex, so
+/// each row sums to 1 with exact zeros. Keras 3.16's differs whenever two or more entries are nonzero
+/// (keras-team/keras#23425, fixed after 3.16); kiln computes the definition.
+Tensor sparsemax(const Tensor& x);
+/// The gated linear unit: the first half of `axis` times the sigmoid of the second; ShapeError for an odd
+/// or unknown size.
+Tensor glu(const Tensor& x, int axis = -1);
+/// By Keras name, every name keras.activations.get takes: "linear"/"" (identity), "relu", "relu6",
+/// "sigmoid", "tanh", "softmax", "log_softmax", "silu"/"swish", "gelu" (the exact erf form, as
+/// keras.activations.gelu), "elu", "selu", "celu", "softplus", "softsign", "leaky_relu" (slope 0.2),
+/// "exponential", "mish", "log_sigmoid", "hard_sigmoid", "hard_silu"/"hard_swish", "hard_tanh",
+/// "tanh_shrink", "soft_shrink", "hard_shrink", "squareplus", "sparse_plus", "sparse_sigmoid", "sparsemax",
+/// "glu", and "hard_sigmoid_keras2" (Keras 2's). "threshold" has no defaults in Keras and is refused by
+/// name. Throws ConfigError on others, naming the nearest.
 Tensor activation(const Tensor& x, const std::string& name);
 /// The names activation() takes, in a fixed order ("" is taken too, as "linear").
 const std::vector<std::string>& activation_names();

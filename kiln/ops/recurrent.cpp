@@ -44,7 +44,7 @@ namespace {
 
 enum class Cell { simple_rnn, lstm, gru };
 // The activations the cells take; each derivative is read from the activated value.
-enum class Act { linear, tanh, sigmoid, relu, hard_sigmoid };
+enum class Act { linear, tanh, sigmoid, relu, hard_sigmoid, hard_sigmoid_keras2 };
 
 Cell cell_of(const std::string& name, const InferContext* ctx) {
   if (name == "simple_rnn") return Cell::simple_rnn;
@@ -60,8 +60,10 @@ Act act_of(const std::string& name) {
   if (name == "sigmoid") return Act::sigmoid;
   if (name == "relu") return Act::relu;
   if (name == "hard_sigmoid") return Act::hard_sigmoid;
-  throw ConfigError("recurrent cells take the activations linear, tanh, sigmoid, relu and hard_sigmoid, got '" +
-                    name + "'");
+  if (name == "hard_sigmoid_keras2") return Act::hard_sigmoid_keras2;
+  throw ConfigError(
+      "recurrent cells take the activations linear, tanh, sigmoid, relu, hard_sigmoid and hard_sigmoid_keras2, got '" +
+      name + "'");
 }
 
 template <class T>
@@ -72,6 +74,7 @@ T apply(Act act, T x) {
     case Act::sigmoid: return T(1) / (T(1) + std::exp(-x));
     case Act::relu: return x > T(0) ? x : (x != x ? x : T(0));
     case Act::hard_sigmoid: return std::clamp(x / T(6) + T(0.5), T(0), T(1));  // Keras 3's: relu6(x + 3) / 6
+    case Act::hard_sigmoid_keras2: return std::clamp(T(0.2) * x + T(0.5), T(0), T(1));  // Keras 2's
   }
   return x;
 }
@@ -97,6 +100,7 @@ void activate(Act act, const T* in, T* out, std::int64_t n) {
       break;
     case Act::relu:
     case Act::hard_sigmoid:
+    case Act::hard_sigmoid_keras2:
       break;  // cheap: the scalar loop below (which keeps a NaN, as relu does)
   }
   for (; j < n; ++j) out[j] = apply(act, in[j]);
@@ -111,6 +115,7 @@ T derivative(Act act, T y) {
     case Act::sigmoid: return y * (T(1) - y);
     case Act::relu: return y > T(0) ? T(1) : T(0);
     case Act::hard_sigmoid: return y > T(0) && y < T(1) ? T(1) / T(6) : T(0);
+    case Act::hard_sigmoid_keras2: return y > T(0) && y < T(1) ? T(0.2) : T(0);
   }
   return T(1);
 }

@@ -285,8 +285,10 @@ void write_keras3_weights(const ModelBase& model, detail::Hdf5Builder& file) {
 
 Model load_keras3(const detail::ZipReader& archive, const std::string& path, const LoadOptions& options) {
   const std::string config_text = archive.read("config.json", max_json_bytes);
+  std::string keras_version;
   if (archive.contains("metadata.json"))
-    parse_json_object(archive.read("metadata.json", 1 << 20), path + ": metadata.json");
+    keras_version =
+        parse_json_object(archive.read("metadata.json", 1 << 20), path + ": metadata.json").get_string("keras_version", "");
   if (!archive.contains("model.weights.h5")) {
     // Keras's npz store saves each layer's variables as a Python dict, which np.savez pickles: reading it
     // means unpickling, which runs code from the file.
@@ -299,7 +301,8 @@ Model load_keras3(const detail::ZipReader& archive, const std::string& path, con
   }
   // The weights file is read where it is (a stored entry), a structure or a dataset at a time.
   const std::shared_ptr<const detail::ByteSource> weights_source = archive.source("model.weights.h5", kMaxWeightsBytes);
-  const Config keras = parse_json_object(config_text, path + ": config.json");
+  Config keras = parse_json_object(config_text, path + ": config.json");
+  if (detail::written_by_keras2(keras_version)) keras = detail::with_keras2_activations(keras);
   const Config config = detail::guarded(
       path, [&] { return detail::import_keras_model_config(keras, "config.json"); }, true);
   std::shared_ptr<ModelBase> model = detail::guarded(
@@ -396,7 +399,9 @@ Model load_legacy_h5(const std::shared_ptr<const detail::ByteSource>& bytes, con
                              "use load_keras_weights");
   const std::vector<std::string> texts = root.attribute_strings("model_config");
   if (texts.size() != 1) throw SerializationError(path + ": model_config is not one string");
-  const Config keras = parse_json_object(texts[0], path + ": model_config");
+  Config keras = parse_json_object(texts[0], path + ": model_config");
+  const std::string version = root.has_attribute("keras_version") ? root.attribute_strings("keras_version").at(0) : "";
+  if (detail::written_by_keras2(version)) keras = detail::with_keras2_activations(keras);
   const Config config = detail::guarded(
       path, [&] { return detail::import_keras_model_config(keras, "model_config"); }, true);
   std::shared_ptr<ModelBase> model = detail::guarded(
@@ -425,6 +430,26 @@ Model load_legacy_h5(const std::shared_ptr<const detail::ByteSource>& bytes, con
 
 // ---- writing legacy HDF5, as Keras 3's legacy format does ----------------------------------------------------
 
+// A model config Keras 3 reads as kiln means it. Keras 2's hard_sigmoid (read from a Keras 2 file) has no
+// Keras 3 name: written as "hard_sigmoid", Keras 3 would compute another function. ConfigError naming the layer.
+const Config& keras3_meaning(const Config& config, const std::string& layer = "the model") {
+  if (config.is_list())
+    for (const Config& item : config.as_list()) keras3_meaning(item, layer);
+  if (!config.is_map()) return config;
+  std::string name = layer;
+  if (const Config* given = config.find("name"); given != nullptr && given->type() == Config::Type::string)
+    name = given->as_string();
+  for (const auto& [key, value] : config.items()) {
+    if ((key == "activation" || key == "recurrent_activation") && value.type() == Config::Type::string &&
+        value.as_string() == "hard_sigmoid_keras2")
+      throw ConfigError(name + ": its " + key +
+                        " is Keras 2's hard_sigmoid (clip(0.2 x + 0.5, 0, 1), read from a Keras 2 file), which "
+                        "Keras 3 does not have (its hard_sigmoid is relu6(x + 3) / 6); save the model as .kiln");
+    keras3_meaning(value, name);
+  }
+  return config;
+}
+
 // Keras 3's legacy training_config: the compile config with the optimizer as {"class_name", "config"}.
 Config legacy_training_config(const Config& compiled) {
   const Config keras = detail::export_keras_compile_config(compiled);
@@ -440,7 +465,7 @@ Config legacy_training_config(const Config& compiled) {
 void write_legacy_h5(const ModelBase& model, detail::Hdf5Builder& file) {
   file.string_attribute("", "keras_version", kKerasFormatVersion);
   file.string_attribute("", "backend", "kiln");
-  file.string_attribute("", "model_config", to_json(detail::export_keras_legacy_model_config(model), 0));
+  file.string_attribute("", "model_config", to_json(keras3_meaning(detail::export_keras_legacy_model_config(model)), 0));
   const Config compiled = detail::compile_config(model);
   if (!compiled.is_null()) file.string_attribute("", "training_config", to_json(legacy_training_config(compiled), 0));
 
@@ -577,6 +602,7 @@ void save_keras_model(const ModelBase& model, const std::string& path) {
   if (!model.built())
     throw LayerStateError(model.describe() + " is not built; build it (or give it an Input) before saving");
   const Config config = detail::export_keras_model_config(model, detail::compile_config(model));
+  keras3_meaning(config);
   const std::string config_text = to_json(config, 0);
   const std::string metadata = to_json(
       {{"keras_version", kKerasFormatVersion}, {"date_saved", keras_date()}, {"kiln_version", KILN_VERSION_STRING}}, 0);

@@ -100,6 +100,10 @@ Config model_config(const ModelBase& model) { return detail::export_keras_model_
 std::string model_to_json(const ModelBase& model, int indent) { return to_json(model_config(model), indent); }
 
 Model model_from_config(const Config& config) {
+  // Keras's model.to_json() names the Keras version that wrote it; Keras 2's meanings are read as Keras 2's.
+  const Config* version = config.is_map() ? config.find("keras_version") : nullptr;
+  if (version != nullptr && version->type() == Config::Type::string && detail::written_by_keras2(version->as_string()))
+    return Model(model_from(detail::import_keras_model_config(detail::with_keras2_activations(config), "model config")));
   return Model(model_from(detail::import_keras_model_config(config, "model config")));
 }
 

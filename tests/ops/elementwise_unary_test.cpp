@@ -116,6 +116,62 @@ std::vector<UnaryCase> unary_cases() {
       "pow_scalar exponent=1", [](const Tensor& x) { return ops::pow_scalar(x, 1.0); }, [](double x) { return x; });
   add(
       "pow_scalar exponent=0", [](const Tensor& x) { return ops::pow_scalar(x, 0.0); }, [](double) { return 1.0; });
+  // Keras 3's other activations (keras/src/activations/activations.py), from their definitions.
+  add(
+      "relu6", [](const Tensor& x) { return ops::relu6(x); }, [](double x) { return std::min(std::max(x, 0.0), 6.0); },
+      -2.0, 8.0, {0.0, 6.0});
+  add(
+      "selu", [](const Tensor& x) { return ops::selu(x); },
+      [](double x) { return 1.0507009873554805 * (x > 0 ? x : 1.6732632423543772 * std::expm1(x)); }, -3.0, 2.0,
+      at_zero);
+  add(
+      "celu alpha=1", [](const Tensor& x) { return ops::celu(x); }, [](double x) { return x > 0 ? x : std::expm1(x); },
+      -3.0, 2.0, at_zero);
+  add(
+      "celu alpha=0.5", [](const Tensor& x) { return ops::celu(x, 0.5); },
+      [](double x) { return x > 0 ? x : 0.5 * std::expm1(x / 0.5); }, -3.0, 2.0, at_zero);
+  add(
+      "softsign", [](const Tensor& x) { return ops::softsign(x); }, [](double x) { return x / (1.0 + std::abs(x)); },
+      -4.0, 4.0);
+  add(
+      "mish", [](const Tensor& x) { return ops::mish(x); },
+      [](double x) { return x * std::tanh(softplus_reference(x)); }, -5.0, 5.0);
+  add(
+      "log_sigmoid", [](const Tensor& x) { return ops::log_sigmoid(x); },
+      [](double x) { return std::log(sigmoid_reference(x)); }, -6.0, 6.0);
+  add(
+      "hard_sigmoid", [](const Tensor& x) { return ops::hard_sigmoid(x); },
+      [](double x) { return std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0; }, -5.0, 5.0, {-3.0, 3.0});
+  add(
+      "hard_sigmoid_keras2", [](const Tensor& x) { return ops::hard_sigmoid_keras2(x); },
+      [](double x) { return std::min(std::max(0.2 * x + 0.5, 0.0), 1.0); }, -4.0, 4.0, {-2.5, 2.5});
+  add(
+      "hard_silu", [](const Tensor& x) { return ops::hard_silu(x); },
+      [](double x) { return x * std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0; }, -5.0, 5.0, {-3.0, 3.0});
+  add(
+      "hard_tanh", [](const Tensor& x) { return ops::hard_tanh(x); },
+      [](double x) { return std::min(std::max(x, -1.0), 1.0); }, -2.0, 2.0, {-1.0, 1.0});
+  add(
+      "tanh_shrink", [](const Tensor& x) { return ops::tanh_shrink(x); }, [](double x) { return x - std::tanh(x); });
+  add(
+      "soft_shrink threshold=0.5", [](const Tensor& x) { return ops::soft_shrink(x); },
+      [](double x) { return x > 0.5 ? x - 0.5 : (x < -0.5 ? x + 0.5 : 0.0); }, -2.0, 2.0, {-0.5, 0.5});
+  add(
+      "hard_shrink threshold=0.3", [](const Tensor& x) { return ops::hard_shrink(x, 0.3); },
+      [](double x) { return std::abs(x) > 0.3 ? x : 0.0; }, -2.0, 2.0, {-0.3, 0.3});
+  add(
+      "squareplus b=4", [](const Tensor& x) { return ops::squareplus(x); },
+      [](double x) { return (x + std::sqrt(x * x + 4.0)) / 2.0; }, -4.0, 4.0);
+  add(
+      "squareplus b=0.5", [](const Tensor& x) { return ops::squareplus(x, 0.5); },
+      [](double x) { return (x + std::sqrt(x * x + 0.5)) / 2.0; }, -4.0, 4.0);
+  add(
+      "sparse_plus", [](const Tensor& x) { return ops::sparse_plus(x); },
+      [](double x) { return x <= -1.0 ? 0.0 : (x >= 1.0 ? x : (x + 1.0) * (x + 1.0) / 4.0); }, -3.0, 3.0,
+      {-1.0, 1.0});
+  add(
+      "sparse_sigmoid", [](const Tensor& x) { return ops::sparse_sigmoid(x); },
+      [](double x) { return std::min(std::max((x + 1.0) / 2.0, 0.0), 1.0); }, -3.0, 3.0, {-1.0, 1.0});
   return cases;
 }
 
@@ -268,11 +324,109 @@ TEST_CASE("activation: Keras names dispatch to the matching op", "[ops][elementw
   CHECK(by_name("softplus").bitwise_equal(direct([](const Tensor& x) { return ops::softplus(x); })));
   CHECK(by_name("leaky_relu").bitwise_equal(direct([](const Tensor& x) { return ops::leaky_relu(x, 0.2); })));
   CHECK(by_name("exponential").bitwise_equal(direct([](const Tensor& x) { return ops::exp(x); })));
+  CHECK(by_name("hard_swish").bitwise_equal(direct([](const Tensor& x) { return ops::hard_silu(x); })));
+  CHECK(by_name("celu").bitwise_equal(direct([](const Tensor& x) { return ops::celu(x, 1.0); })));
+  CHECK(by_name("soft_shrink").bitwise_equal(direct([](const Tensor& x) { return ops::soft_shrink(x, 0.5); })));
+  CHECK(by_name("hard_shrink").bitwise_equal(direct([](const Tensor& x) { return ops::hard_shrink(x, 0.5); })));
+  CHECK(by_name("squareplus").bitwise_equal(direct([](const Tensor& x) { return ops::squareplus(x, 4.0); })));
+  CHECK(by_name("sparsemax").bitwise_equal(direct([](const Tensor& x) { return ops::sparsemax(x); })));
+}
+
+TEST_CASE("activation: Keras 3.16's values at -2, -0.5, 0, 0.5 and 2", "[ops][elementwise_unary][keras]") {
+  // keras.activations.<name>(np.float32([-2, -0.5, 0, 0.5, 2])) printed by Keras 3.16 (numpy backend).
+  const std::vector<std::pair<std::string, std::vector<double>>> keras = {
+      {"celu", {-0.8646647334098816, -0.39346933364868164, 0.0, 0.5, 2.0}},
+      {"hard_shrink", {-2.0, 0.0, 0.0, 0.0, 2.0}},
+      {"hard_sigmoid", {0.1666666567325592, 0.4166666567325592, 0.5, 0.5833333134651184, 0.8333333730697632}},
+      {"hard_silu", {-0.3333333134651184, -0.2083333283662796, 0.0, 0.2916666567325592, 1.6666667461395264}},
+      {"hard_swish", {-0.3333333134651184, -0.2083333283662796, 0.0, 0.2916666567325592, 1.6666667461395264}},
+      {"hard_tanh", {-1.0, -0.5, 0.0, 0.5, 1.0}},
+      {"log_sigmoid",
+       {-2.1269280910491943, -0.9740769863128662, -0.6931471824645996, -0.4740769863128662, -0.12692800164222717}},
+      {"mish", {-0.2525014579296112, -0.22074377536773682, 0.0, 0.37524518370628357, 1.9439588785171509}},
+      {"relu6", {0.0, 0.0, 0.0, 0.5, 2.0}},
+      {"selu", {-1.5201665163040161, -0.6917582154273987, 0.0, 0.5253505110740662, 2.1014020442962646}},
+      {"soft_shrink", {-1.5, 0.0, 0.0, 0.0, 1.5}},
+      {"softsign", {-0.6666666865348816, -0.3333333432674408, 0.0, 0.3333333432674408, 0.6666666865348816}},
+      {"sparse_plus", {0.0, 0.0625, 0.25, 0.5625, 2.0}},
+      {"sparse_sigmoid", {0.0, 0.25, 0.5, 0.75, 1.0}},
+      {"squareplus", {0.41421353816986084, 0.7807763814926147, 1.0, 1.2807763814926147, 2.4142136573791504}},
+      {"tanh_shrink", {-1.0359723567962646, -0.03788280487060547, 0.0, 0.03788280487060547, 1.0359723567962646}},
+      {"sparsemax", {0.0, 0.0, 0.0, 0.0, 1.0}},  // one nonzero: where Keras 3.16's sparsemax is right
+      // Keras 2's hard_sigmoid, as Keras 2.3 (keras/backend/tensorflow_backend.py) defines it.
+      {"hard_sigmoid_keras2", {0.1, 0.4, 0.5, 0.6, 0.9}},
+  };
+  const Array input = Array::from_vector(std::vector<float>{-2.0f, -0.5f, 0.0f, 0.5f, 2.0f}, {1, 5});
+  for (const auto& [name, expected] : keras) {
+    INFO(name);
+    const std::string activation = name;
+    const Array output =
+        testing::evaluate([&](const std::vector<Tensor>& x) { return ops::activation(x[0], activation); }, {input});
+    for (std::size_t i = 0; i < expected.size(); ++i) CHECK(output.flat(i) == Approx(expected[i]).epsilon(1e-6).margin(1e-7));
+  }
+}
+
+TEST_CASE("sparsemax: the projection onto the simplex, row by row, and its gradient", "[ops][elementwise_unary]") {
+  // Martins & Astudillo (2016); Keras 3.16 gives [0.0667, 0, 0] for the first row and zeros for the second
+  // (keras-team/keras#23425).
+  const Array input = Array::from_vector(std::vector<double>{0.5, 0.4, 0.0, -3.0, 0.1, 0.2, 0.3, 0.4, 0.0, 0.0,
+                                                             0.0, 0.0, -1.0, 0.0, 1.0, 5.0},
+                                         {4, 4});
+  const Array output = testing::evaluate([](const std::vector<Tensor>& x) { return ops::sparsemax(x[0]); }, {input});
+  const std::vector<double> expected = {0.5 + 1.0 / 30, 0.4 + 1.0 / 30, 1.0 / 30, 0.0, 0.1, 0.2, 0.3, 0.4,
+                                        0.25,           0.25,           0.25,     0.25, 0.0, 0.0, 0.0, 1.0};
+  for (std::size_t i = 0; i < expected.size(); ++i) CHECK(output.flat(i) == Approx(expected[i]).margin(1e-12));
+  // float32 gives the same within rounding.
+  const Array single = testing::evaluate([](const std::vector<Tensor>& x) { return ops::sparsemax(x[0]); },
+                                         {input.astype(DType::float32)});
+  for (std::size_t i = 0; i < expected.size(); ++i) CHECK(single.flat(i) == Approx(expected[i]).margin(1e-6));
+  // Away from the threshold, the gradient matches central differences (rows with 3, 4 and 1 nonzeros, and a
+  // batch of unknown size).
+  const Array away = Array::from_vector(std::vector<double>{0.5, 0.4, 0.05, -3.0, 0.1, 0.2, 0.3, 0.4, -2.0, 0.3,
+                                                            1.7, 0.2, 0.7, -0.4, 0.35, 0.1},
+                                        {4, 4});
+  for (const bool unknown_batch : {false, true}) {
+    testing::GradcheckOptions options;
+    options.label = "sparsemax";
+    const auto report = testing::gradcheck([](const std::vector<Tensor>& x) { return ops::sparsemax(x[0]); }, {away},
+                                           options, unknown_batch);
+    INFO(report.worst_entry());
+    REQUIRE(report.max_relative_error <= 1e-6);
+  }
+}
+
+TEST_CASE("glu: the first half times the sigmoid of the second, on any axis", "[ops][elementwise_unary]") {
+  Rng rng(3);
+  const Array input = testing::random_away_from({2, 6, 4}, rng, {}, 1e-2, DType::float64, -2.0, 2.0);
+  for (const int axis : {-1, 1}) {
+    INFO("axis " << axis);
+    const Array output =
+        testing::evaluate([&](const std::vector<Tensor>& x) { return ops::glu(x[0], axis); }, {input});
+    const std::int64_t rows = 2, middle = 6, last = 4;
+    const Shape expected_shape = axis == -1 ? Shape{rows, middle, last / 2} : Shape{rows, middle / 2, last};
+    REQUIRE(output.shape() == expected_shape);
+    for (std::int64_t a = 0; a < expected_shape.dim(0); ++a)
+      for (std::int64_t b = 0; b < expected_shape.dim(1); ++b)
+        for (std::int64_t c = 0; c < expected_shape.dim(2); ++c) {
+          auto at = [&](std::int64_t i, std::int64_t j, std::int64_t k) { return input.flat((i * middle + j) * last + k); };
+          const double gate = axis == -1 ? at(a, b, c + last / 2) : at(a, b + middle / 2, c);
+          const double value = at(a, b, c) * sigmoid_reference(gate);
+          CHECK(output.flat((a * expected_shape.dim(1) + b) * expected_shape.dim(2) + c) == Approx(value).epsilon(1e-12));
+        }
+    testing::GradcheckOptions options;
+    options.label = "glu";
+    const auto report =
+        testing::gradcheck([&](const std::vector<Tensor>& x) { return ops::glu(x[0], axis); }, {input}, options, true);
+    INFO(report.worst_entry());
+    REQUIRE(report.max_relative_error <= 1e-6);
+  }
+  Graph graph;
+  REQUIRE_THROWS_AS(ops::glu(graph.placeholder({2, 5}), -1), ShapeError);
+  REQUIRE_THROWS_WITH(ops::glu(graph.placeholder({2, 5}), -1), Catch::Contains("5"));
 }
 
 TEST_CASE("activation: gradients flow through the named ops", "[ops][elementwise_unary][grad]") {
-  for (const char* name : {"relu", "sigmoid", "tanh", "softmax", "swish", "gelu", "elu", "softplus", "leaky_relu",
-                           "exponential", "log_softmax", "linear"}) {
+  for (const std::string& name : ops::activation_names()) {
     SECTION(name) {
       Rng rng(7);
       testing::GradcheckOptions options;
@@ -280,7 +434,7 @@ TEST_CASE("activation: gradients flow through the named ops", "[ops][elementwise
       const std::string activation = name;
       const auto report = testing::gradcheck(
           [&](const std::vector<Tensor>& x) { return ops::activation(ops::scale(x[0], 1.0), activation); },
-          {testing::random_away_from({3, 4}, rng, {0.0})}, options, true);
+          {testing::random_away_from({3, 4}, rng, {0.0, -0.5, 0.5, -1.0, 1.0}, 2e-2)}, options, true);
       INFO(report.worst_entry());
       REQUIRE(report.max_relative_error <= 1e-6);
     }
@@ -296,6 +450,8 @@ TEST_CASE("activation: an unknown name is a ConfigError listing the valid names"
                           Catch::Contains("leaky_relu") && Catch::Contains("log_softmax") &&
                           Catch::Contains("exponential"));
   REQUIRE_THROWS_AS(ops::activation(x, "Relu"), ConfigError);
+  // Keras resolves "threshold" by name but cannot call it (it has no defaults): kiln says so when it is named.
+  REQUIRE_THROWS_WITH(ops::activation(x, "threshold"), Catch::Contains("threshold") && Catch::Contains("no defaults"));
 }
 
 TEST_CASE("unary ops and activations propagate NaN, as NumPy does", "[ops][elementwise_unary][nan]") {
@@ -316,9 +472,18 @@ TEST_CASE("unary ops and activations propagate NaN, as NumPy does", "[ops][eleme
       check_nan_at_1_and_4(c.label, testing::evaluate([&](const std::vector<Tensor>& x) { return op(x[0]); }, {input}));
     }
     for (const std::string& name : ops::activation_names()) {
+      if (name == "glu") continue;  // it halves the last axis, of odd size here: below
       const Array output =
           testing::evaluate([&](const std::vector<Tensor>& x) { return ops::activation(x[0], name); }, {input});
       check_nan_at_1_and_4("activation " + name, output);
     }
+    const Array even = Array::from_vector(std::vector<float>{-1.5f, nan, 0.5f, 2.0f, 1.0f, -0.25f, nan, 3.0f}, {2, 4})
+                           .astype(dtype);
+    const Array glu =
+        testing::evaluate([](const std::vector<Tensor>& x) { return ops::activation(x[0], "glu"); }, {even});
+    INFO("glu in " << dtype_name(dtype));
+    CHECK(std::isnan(glu.flat(1)));  // the NaN in the value half
+    CHECK(std::isnan(glu.flat(2)));  // the gate of (1, 0)
+    CHECK(std::isfinite(glu.flat(0)));
   }
 }

@@ -357,6 +357,26 @@ Config import_keras_compile_config(const Config& keras, const std::string& where
   return compiled;
 }
 
+bool written_by_keras2(const std::string& keras_version) {
+  return !keras_version.empty() && keras_version.rfind("3.", 0) != 0;
+}
+
+Config with_keras2_activations(const Config& keras) {
+  if (keras.is_list()) {
+    Config list = Config::list();
+    for (const Config& item : keras.as_list()) list.push_back(with_keras2_activations(item));
+    return list;
+  }
+  if (!keras.is_map()) return keras;
+  Config map = Config::map();
+  for (const auto& [key, item] : keras.items()) {
+    const bool keras2_hard_sigmoid = (key == "activation" || key == "recurrent_activation") && item.type() == Config::Type::string &&
+                                     item.as_string() == "hard_sigmoid";
+    map.set(key, keras2_hard_sigmoid ? Config("hard_sigmoid_keras2") : with_keras2_activations(item));
+  }
+  return map;
+}
+
 Config import_keras_model_config(const Config& keras, const std::string& where) {
   if (!keras.is_map() || !keras.contains("class_name"))
     throw ConfigError(where + ": a model config is a map with a class_name, got " +

@@ -20,6 +20,15 @@ namespace kiln::detail {
 // naming `where` for what cannot be read; a Lambda layer is refused here, as Keras's safe_mode refuses it.
 Config import_keras_model_config(const Config& keras, const std::string& where);
 
+// True for a file Keras 2 or tf.keras wrote: its keras_version ("2.15.0") is not Keras 3's. An empty version
+// (a file that names none) counts as Keras 3's.
+bool written_by_keras2(const std::string& keras_version);
+
+// A Keras 2 model config with Keras 2's meanings: its "hard_sigmoid" (clip(0.2 x + 0.5, 0, 1)) is not Keras 3's
+// (relu6(x + 3) / 6), so every activation and recurrent_activation named "hard_sigmoid" becomes
+// "hard_sigmoid_keras2".
+Config with_keras2_activations(const Config& keras);
+
 // A compile config kiln's compile_from reads ({"optimizer", "loss", "metrics"}), from Keras 3's
 // compile_config or from the training_config of a legacy `.h5` ({"optimizer_config", "loss", "metrics", ...}),
 // where Keras 2's optimizers say "lr" for learning_rate and "decay" for an InverseTimeDecay schedule with
