@@ -12,6 +12,7 @@
 #include <kiln/core/threads.hpp>
 #include <kiln/layers/activation.hpp>
 #include <kiln/layers/activity_regularization.hpp>
+#include <kiln/layers/application_layers.hpp>
 #include <kiln/layers/attention.hpp>
 #include <kiln/layers/batch_normalization.hpp>
 #include <kiln/layers/config.hpp>

@@ -423,6 +423,24 @@ std::vector<ModelCase> every_layer_type() {
          return Model(x, RepeatVector(3)(Dense(2)(x)));
        },
        {{4, 5}}},
+      {"kiln>LayerScale",
+       [] {
+         Tensor x = input({None, 3, 4});
+         return Model(x, LayerScale(0.3, 4)(Dense(4)(x)));
+       },
+       {{2, 3, 4}}},
+      {"kiln>StochasticDepth",
+       [] {
+         Tensor x = input({None, 5});
+         return Model(x, StochasticDepth(0.2)(Dense(3)(x)));
+       },
+       {{4, 5}}},
+      {"kiln>CustomScaleLayer",
+       [] {
+         Tensor a = input({None, 4}), b = input({None, 4});
+         return Model({a, b}, {CustomScaleLayer(0.17)({Dense(3)(a), Dense(3)(b)})});
+       },
+       {{4, 4}, {4, 4}}},
       {"kiln>Rescaling",
        [] {
          Tensor x = input({None, 5});

@@ -80,6 +80,14 @@ const std::map<std::string, KerasLayerClass>& keras_layer_classes() {
                              "SimpleRNN", "Softmax", "TimeDistributed"})
       table[name].mask_argument = true;
     table["MultiHeadAttention"].build_arguments = {"query_shape", "value_shape", "key_shape"};
+    // keras.applications' own layers. CustomScaleLayer and StochasticDepth have no build(), so Keras builds
+    // them at init.
+    table["LayerScale"].module = "keras.src.applications.convnext";
+    table["StochasticDepth"].module = "keras.src.applications.convnext";
+    table["StochasticDepth"].built_at_init = true;
+    table["CustomScaleLayer"].module = "keras.src.applications.inception_resnet_v2";
+    table["CustomScaleLayer"].list_input = true;
+    table["CustomScaleLayer"].built_at_init = true;
     return table;
   }();
   return classes;
@@ -188,10 +196,11 @@ Config export_layer(const Layer& layer) {
     for (const LayerPtr& child : layer.layers())
       if (child->name() == wrapped_name) arguments.set(key, export_layer(*child));
   }
-  Config entry = {{"module", keras ? Config("keras.layers") : Config(package_part(registered))},
+  const bool keras_layers = keras && found->second.module == "keras.layers";
+  Config entry = {{"module", keras ? Config(found->second.module) : Config(package_part(registered))},
                   {"class_name", class_name},
                   {"config", arguments},
-                  {"registered_name", keras ? Config() : Config(registered)}};
+                  {"registered_name", keras_layers ? Config() : Config(keras ? class_name : registered)}};
   if (!keras || !found->second.built_at_init) {
     const Config build = keras_build_config(layer, keras ? &found->second : nullptr);
     if (!build.is_null()) entry.set("build_config", build);

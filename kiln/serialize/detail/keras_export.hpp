@@ -24,6 +24,9 @@ struct KerasLayerClass {
   std::vector<std::string> build_arguments;  // build()'s shape arguments when more than input_shape
   bool built_at_init = false;                // built in __init__ (no weights): Keras writes no build_config
   bool mask_argument = false;                // call() takes `mask`, which Keras records in each node as null
+  // The Python module Keras writes for the class: keras.layers for its layers; a keras.applications family's
+  // own layers are written with their module and their class name as registered_name.
+  std::string module = "keras.layers";
 };
 // Every Keras layer class kiln implements, by Keras class name (the docs' mapping table is checked against it).
 const std::map<std::string, KerasLayerClass>& keras_layer_classes();
