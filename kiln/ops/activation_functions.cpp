@@ -87,7 +87,7 @@ struct Mish {  // x · tanh(softplus(x))
 
 struct LogSigmoid {  // −softplus(−x), stable in both tails
   template <class T>
-  static T value(T x, T) { return (x < T(0) ? x : T(0)) - std::log1p(std::exp(-std::abs(x))); }
+  static T value(T x, T) { return -softplus_of(-x); }
   template <class T>
   static T derivative(T x, T) { return sigmoid_of(-x); }
 };

@@ -377,9 +377,9 @@ std::vector<detail::StoredArray> read_legacy_weights(const ModelBase& model, con
 
 // Keras 3's legacy files hold the optimizer's variables in Keras 3's order, which kiln shares; Keras 2's
 // and tf.keras's are in their optimizers' own orders, and are not read (the model trains on from fresh slots).
-void read_legacy_optimizer(ModelBase& model, const hdf5::Object& root, const std::string& where) {
+void read_legacy_optimizer(ModelBase& model, const hdf5::Object& root, const std::string& version,
+                           const std::string& where) {
   const std::optional<hdf5::Object> group = root.find("optimizer_weights");
-  const std::string version = root.has_attribute("keras_version") ? root.attribute_strings("keras_version").at(0) : "";
   if (!group || version.rfind("3.", 0) != 0) return;
   Optimizer& optimizer = detail::trainer_of(model).optimizer();
   const std::vector<Weight> ordered =
@@ -424,7 +424,7 @@ Model load_legacy_h5(const std::shared_ptr<const detail::ByteSource>& bytes, con
       path + ": training_config",
       [&] { detail::compile_from(*model, detail::import_keras_compile_config(keras_compiled, "training_config")); },
       true);
-  detail::guarded(path + ": optimizer_weights", [&] { read_legacy_optimizer(*model, root, path); });
+  detail::guarded(path + ": optimizer_weights", [&] { read_legacy_optimizer(*model, root, version, path); });
   return Model(model);
 }
 
@@ -432,10 +432,10 @@ Model load_legacy_h5(const std::shared_ptr<const detail::ByteSource>& bytes, con
 
 // A model config Keras 3 reads as kiln means it. Keras 2's hard_sigmoid (read from a Keras 2 file) has no
 // Keras 3 name: written as "hard_sigmoid", Keras 3 would compute another function. ConfigError naming the layer.
-const Config& keras3_meaning(const Config& config, const std::string& layer = "the model") {
+void check_keras3_meaning(const Config& config, const std::string& layer = "the model") {
   if (config.is_list())
-    for (const Config& item : config.as_list()) keras3_meaning(item, layer);
-  if (!config.is_map()) return config;
+    for (const Config& item : config.as_list()) check_keras3_meaning(item, layer);
+  if (!config.is_map()) return;
   std::string name = layer;
   if (const Config* given = config.find("name"); given != nullptr && given->type() == Config::Type::string)
     name = given->as_string();
@@ -445,9 +445,8 @@ const Config& keras3_meaning(const Config& config, const std::string& layer = "t
       throw ConfigError(name + ": its " + key +
                         " is Keras 2's hard_sigmoid (clip(0.2 x + 0.5, 0, 1), read from a Keras 2 file), which "
                         "Keras 3 does not have (its hard_sigmoid is relu6(x + 3) / 6); save the model as .kiln");
-    keras3_meaning(value, name);
+    check_keras3_meaning(value, name);
   }
-  return config;
 }
 
 // Keras 3's legacy training_config: the compile config with the optimizer as {"class_name", "config"}.
@@ -465,7 +464,9 @@ Config legacy_training_config(const Config& compiled) {
 void write_legacy_h5(const ModelBase& model, detail::Hdf5Builder& file) {
   file.string_attribute("", "keras_version", kKerasFormatVersion);
   file.string_attribute("", "backend", "kiln");
-  file.string_attribute("", "model_config", to_json(keras3_meaning(detail::export_keras_legacy_model_config(model)), 0));
+  const Config config = detail::export_keras_legacy_model_config(model);
+  check_keras3_meaning(config);
+  file.string_attribute("", "model_config", to_json(config, 0));
   const Config compiled = detail::compile_config(model);
   if (!compiled.is_null()) file.string_attribute("", "training_config", to_json(legacy_training_config(compiled), 0));
 
@@ -602,7 +603,7 @@ void save_keras_model(const ModelBase& model, const std::string& path) {
   if (!model.built())
     throw LayerStateError(model.describe() + " is not built; build it (or give it an Input) before saving");
   const Config config = detail::export_keras_model_config(model, detail::compile_config(model));
-  keras3_meaning(config);
+  check_keras3_meaning(config);
   const std::string config_text = to_json(config, 0);
   const std::string metadata = to_json(
       {{"keras_version", kKerasFormatVersion}, {"date_saved", keras_date()}, {"kiln_version", KILN_VERSION_STRING}}, 0);
