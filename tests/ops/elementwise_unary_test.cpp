@@ -366,6 +366,16 @@ TEST_CASE("activation: Keras 3.16's values at -2, -0.5, 0, 0.5 and 2", "[ops][el
   }
 }
 
+TEST_CASE("celu and squareplus refuse arguments their formulas cannot take", "[ops][elementwise_unary]") {
+  Graph graph;
+  const Tensor x = graph.placeholder({2, 3});
+  REQUIRE_THROWS_AS(ops::celu(x, 0.0), ValueError);
+  REQUIRE_THROWS_WITH(ops::celu(x, 0.0), Catch::Contains("celu") && Catch::Contains("alpha"));
+  REQUIRE_THROWS_AS(ops::celu(x, std::numeric_limits<double>::infinity()), ValueError);
+  REQUIRE_THROWS_AS(ops::squareplus(x, -1.0), ValueError);
+  REQUIRE_THROWS_WITH(ops::squareplus(x, -1.0), Catch::Contains("squareplus") && Catch::Contains("b must be >= 0"));
+}
+
 TEST_CASE("sparsemax: the projection onto the simplex, row by row, and its gradient", "[ops][elementwise_unary]") {
   // Martins & Astudillo (2016); Keras 3.16 gives [0.0667, 0, 0] for the first row and zeros for the second
   // (keras-team/keras#23425).
