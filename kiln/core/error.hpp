@@ -35,7 +35,7 @@ class DTypeError : public Error {
 };
 
 /// An unknown op, attribute, registry key or config entry, or a config value of the wrong type.
-class ConfigError : public Error {
+class ConfigError : public virtual Error {
  public:
   /// An error whose what() is `message`.
   explicit ConfigError(const std::string& message) : Error(message) {}
@@ -70,10 +70,20 @@ class LayerStateError : public Error {
 };
 
 /// A file that cannot be written or read back whole.
-class SerializationError : public Error {
+class SerializationError : public virtual Error {
  public:
   /// An error whose what() is `message`.
   explicit SerializationError(const std::string& message) : Error(message) {}
+};
+/// A whole, undamaged file that describes what kiln does not support or what cannot be: an unknown layer
+/// class, an argument kiln does not take, a value out of its range. It is both a SerializationError (every
+/// failure to read a file is caught as one) and a ConfigError (the same mistake in code is one). The message
+/// names the file and the place in it.
+class FileConfigError : public SerializationError, public ConfigError {
+ public:
+  /// An error whose what() is `message`.
+  explicit FileConfigError(const std::string& message)
+      : Error(message), SerializationError(message), ConfigError(message) {}
 };
 
 /// A path that names no file: a model, a weights file, a CSV file or any other file kiln was asked to read.
@@ -83,7 +93,7 @@ class SerializationError : public Error {
 class FileNotFoundError : public SerializationError {
  public:
   /// An error whose what() is `message`.
-  explicit FileNotFoundError(const std::string& message) : SerializationError(message) {}
+  explicit FileNotFoundError(const std::string& message) : Error(message), SerializationError(message) {}
 };
 
 /// A dataset's source failed while it was read: a generator threw, a file changed its column count, an

@@ -304,14 +304,13 @@ Model load_keras3(const detail::ZipReader& archive, const std::string& path, con
   Config keras = parse_json_object(config_text, path + ": config.json");
   if (detail::written_by_keras2(keras_version)) keras = detail::with_keras2_activations(keras);
   const Config config = detail::guarded(
-      path, [&] { return detail::import_keras_model_config(keras, "config.json"); }, true);
+      path, [&] { return detail::import_keras_model_config(keras, "config.json"); });
   std::shared_ptr<ModelBase> model = detail::guarded(
       path + ": config.json",
       [&] {
         detail::BuildFromFile scope(weights_source->size());
         return detail::model_from(config);
-      },
-      true);
+      });
   const hdf5::File weights(weights_source, path + ": model.weights.h5");
   Keras3WeightReader reader(path + ": model.weights.h5");
   detail::guarded(path + ": model.weights.h5", [&] {
@@ -320,9 +319,7 @@ Model load_keras3(const detail::ZipReader& archive, const std::string& path, con
   });
   const Config* compiled = config.find("compile_config");
   if (!options.compile || compiled == nullptr) return Model(model);
-  detail::guarded(
-      path + ": compile_config",
-      [&] { detail::compile_from(*model, detail::import_keras_compile_config(*compiled, "compile_config")); }, true);
+  if (!detail::compile_from_keras(*model, *compiled, path + ": compile_config")) return Model(model);
   detail::guarded(path + ": model.weights.h5: optimizer",
                   [&] { read_keras3_optimizer(*model, reader.arrays(), weights.root(), path); });
   return Model(model);
@@ -403,14 +400,13 @@ Model load_legacy_h5(const std::shared_ptr<const detail::ByteSource>& bytes, con
   const std::string version = root.has_attribute("keras_version") ? root.attribute_strings("keras_version").at(0) : "";
   if (detail::written_by_keras2(version)) keras = detail::with_keras2_activations(keras);
   const Config config = detail::guarded(
-      path, [&] { return detail::import_keras_model_config(keras, "model_config"); }, true);
+      path, [&] { return detail::import_keras_model_config(keras, "model_config"); });
   std::shared_ptr<ModelBase> model = detail::guarded(
       path + ": model_config",
       [&] {
         detail::BuildFromFile scope(bytes->size());
         return detail::model_from(config);
-      },
-      true);
+      });
   detail::guarded(path + ": model_weights", [&] {
     const std::optional<hdf5::Object> weights = root.find("model_weights");
     const std::vector<detail::StoredArray> arrays = read_legacy_weights(*model, weights ? *weights : root);
@@ -420,10 +416,7 @@ Model load_legacy_h5(const std::shared_ptr<const detail::ByteSource>& bytes, con
   const std::vector<std::string> training = root.attribute_strings("training_config");
   if (training.size() != 1) throw SerializationError(path + ": training_config is not one string");
   const Config keras_compiled = parse_json_object(training[0], path + ": training_config");
-  detail::guarded(
-      path + ": training_config",
-      [&] { detail::compile_from(*model, detail::import_keras_compile_config(keras_compiled, "training_config")); },
-      true);
+  if (!detail::compile_from_keras(*model, keras_compiled, path + ": training_config")) return Model(model);
   detail::guarded(path + ": optimizer_weights", [&] { read_legacy_optimizer(*model, root, version, path); });
   return Model(model);
 }
@@ -650,68 +643,74 @@ void list_datasets(const hdf5::Object& object, std::set<std::uint64_t>& seen, in
 }  // namespace
 
 KerasFileInfo verify_keras_file(const std::string& path) {
-  const detail::ReadOnlyFile file(path);
-  const std::string start = detail::first_bytes(file);
-  KerasFileInfo info;
-  info.size = file.size();
-  std::set<std::uint64_t> seen;
-  if (is_zip(start)) {
-    info.format = "Keras 3 .keras archive";
-    const detail::ZipReader archive(file);
-    for (const std::string& name : archive.names())
-      info.entries.push_back(name + " (" + std::to_string(archive.check(name, kMaxWeightsBytes)) + " bytes)");
-    if (archive.contains("metadata.json")) {
-      const Config metadata = parse_json_object(archive.read("metadata.json", 1 << 20), path + ": metadata.json");
-      info.keras_version = metadata.get_string("keras_version", "");
+  return detail::reading_file(path, [&] {
+    const detail::ReadOnlyFile file(path);
+    const std::string start = detail::first_bytes(file);
+    KerasFileInfo info;
+    info.size = file.size();
+    std::set<std::uint64_t> seen;
+    if (is_zip(start)) {
+      info.format = "Keras 3 .keras archive";
+      const detail::ZipReader archive(file);
+      for (const std::string& name : archive.names())
+        info.entries.push_back(name + " (" + std::to_string(archive.check(name, kMaxWeightsBytes)) + " bytes)");
+      if (archive.contains("metadata.json")) {
+        const Config metadata = parse_json_object(archive.read("metadata.json", 1 << 20), path + ": metadata.json");
+        info.keras_version = metadata.get_string("keras_version", "");
+      }
+      const hdf5::File weights(archive.source("model.weights.h5", kMaxWeightsBytes), path + ": model.weights.h5");
+      list_datasets(weights.root(), seen, 0, info.weights);
+    } else if (hdf5::looks_like_hdf5(start)) {
+      info.format = "legacy Keras HDF5";
+      const hdf5::File h5(detail::file_source(file, 0, file.size()), path);
+      if (h5.root().has_attribute("keras_version")) info.keras_version = h5.root().attribute_strings("keras_version").at(0);
+      list_datasets(h5.root(), seen, 0, info.weights);
+    } else {
+      detail::not_keras(path);
     }
-    const hdf5::File weights(archive.source("model.weights.h5", kMaxWeightsBytes), path + ": model.weights.h5");
-    list_datasets(weights.root(), seen, 0, info.weights);
-  } else if (hdf5::looks_like_hdf5(start)) {
-    info.format = "legacy Keras HDF5";
-    const hdf5::File h5(detail::file_source(file, 0, file.size()), path);
-    if (h5.root().has_attribute("keras_version")) info.keras_version = h5.root().attribute_strings("keras_version").at(0);
-    list_datasets(h5.root(), seen, 0, info.weights);
-  } else {
-    detail::not_keras(path);
-  }
-  LoadOptions options;
-  options.compile = false;
-  detail::load_keras_file(file, options);
-  return info;
+    LoadOptions options;
+    options.compile = false;
+    detail::load_keras_file(file, options);
+    return info;
+  });
 }
 
 bool is_keras_file(const std::string& path) { return detail::is_keras_source(detail::ReadOnlyFile(path)); }
 
 Model load_keras_model(const std::string& path, const LoadOptions& options) {
-  return detail::load_keras_file(detail::ReadOnlyFile(path), options);
+  return detail::reading_file(path, [&] {
+    return detail::load_keras_file(detail::ReadOnlyFile(path), options);
+  });
 }
 
 void load_keras_weights(ModelBase& model, const std::string& path) {
   if (!model.built())
     throw LayerStateError(model.describe() + " is not built; build it before loading weights into it");
-  const detail::ReadOnlyFile file(path);
-  std::shared_ptr<const detail::ByteSource> weights_source;
-  std::string where = path;
-  if (is_zip(detail::first_bytes(file))) {
-    weights_source = detail::ZipReader(file).source("model.weights.h5", kMaxWeightsBytes);
-    where = path + ": model.weights.h5";
-  } else {
-    weights_source = detail::file_source(file, 0, file.size());
-  }
-  const hdf5::File weights(weights_source, where);
-  const hdf5::Object root = weights.root();
-  if (root.find("layers")) {
-    // The model's layers in Keras's order, as Keras's own config of it would list them.
-    const Config config = detail::import_keras_model_config(detail::export_keras_model_config(model), where);
-    Keras3WeightReader reader(where);
-    detail::guarded(where, [&] { reader.read_model(model, config, root, ""); });
-    detail::assign_weights(model.weights(), reader.arrays(), model.describe());
-    return;
-  }
-  const std::optional<hdf5::Object> group = root.find("model_weights");
-  const std::vector<detail::StoredArray> arrays =
-      detail::guarded(where, [&] { return read_legacy_weights(model, group ? *group : root); });
-  detail::assign_weights(model.weights(), arrays, model.describe());
+  detail::reading_file(path, [&] {
+    const detail::ReadOnlyFile file(path);
+    std::shared_ptr<const detail::ByteSource> weights_source;
+    std::string where = path;
+    if (is_zip(detail::first_bytes(file))) {
+      weights_source = detail::ZipReader(file).source("model.weights.h5", kMaxWeightsBytes);
+      where = path + ": model.weights.h5";
+    } else {
+      weights_source = detail::file_source(file, 0, file.size());
+    }
+    const hdf5::File weights(weights_source, where);
+    const hdf5::Object root = weights.root();
+    if (root.find("layers")) {
+      // The model's layers in Keras's order, as Keras's own config of it would list them.
+      const Config config = detail::import_keras_model_config(detail::export_keras_model_config(model), where);
+      Keras3WeightReader reader(where);
+      detail::guarded(where, [&] { reader.read_model(model, config, root, ""); });
+      detail::assign_weights(model.weights(), reader.arrays(), model.describe());
+      return;
+    }
+    const std::optional<hdf5::Object> group = root.find("model_weights");
+    const std::vector<detail::StoredArray> arrays =
+        detail::guarded(where, [&] { return read_legacy_weights(model, group ? *group : root); });
+    detail::assign_weights(model.weights(), arrays, model.describe());
+  });
 }
 
 }  // namespace kiln

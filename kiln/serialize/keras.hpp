@@ -26,9 +26,10 @@ namespace kiln {
 /// tf.keras or Keras 3 (the format is told by the bytes, not the name). The model has the file's
 /// architecture and weights; with options.compile and a compile config in the file (Keras 3's
 /// compile_config, legacy training_config), it comes back compiled with Keras's optimizer, loss and metrics.
-/// A layer, argument or feature kiln does not support is refused with ConfigError (inside a
-/// SerializationError naming the file) that names the layer, its class and where it is; a Lambda layer is
-/// refused as Keras's safe_mode refuses it. A damaged or hostile file is refused with SerializationError.
+/// Every failure is a SerializationError naming the file. A layer, argument or feature kiln does not support
+/// is a FileConfigError (a SerializationError that is a ConfigError too) naming the layer, its class and where
+/// it is; a Lambda layer is refused as Keras's safe_mode refuses it. A compile config without an optimizer
+/// compiles with Keras's default (RMSprop); one without a loss leaves the model uncompiled, with a warning.
 Model load_keras_model(const std::string& path, const LoadOptions& options = {});
 
 /// Assigns the weights of a Keras weights file to a built model whose architecture matches the one that

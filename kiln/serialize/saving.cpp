@@ -6,6 +6,7 @@
 #include <ctime>
 #include <map>
 #include <new>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <utility>
@@ -185,92 +186,95 @@ void save_training_backup(const ModelBase& model, const std::string& path, const
 Config restore_training_backup(ModelBase& model, const std::string& path) {
   Trainer* trainer = kiln::trainer_of(model);
   if (trainer == nullptr) throw LayerStateError(model.describe() + " is not compiled: cannot restore a backup into it");
-  const ReadOnlyFile file(path);
-  const ContainerIndex container = index_container(file);
-  const SectionIndex* weights = container.find("WGHT");
-  const SectionIndex* meta = container.find("META");
-  const SectionIndex* state = container.find("OPTM");
-  if (!weights || !meta || !state) throw SerializationError(path + ": is not a training backup (a section is missing)");
-  const Config metadata = parse_json(read_section(file, *meta, kMaxConfigBytes), path + ": metadata section");
-  const Config* progress = metadata.is_map() ? metadata.find("backup") : nullptr;
-  if (progress == nullptr || !progress->is_map()) throw SerializationError(path + ": is not a training backup");
-  const std::vector<StoredArray> arrays = stored_arrays(file, *weights, path + ": weights section");
-  const std::int64_t epoch = progress->get_int("epoch", -1), batch = progress->get_int("batch", -1);
-  if (epoch < 0 || epoch > 1'000'000'000 || batch < 0)
-    throw SerializationError(path + ": the backup's progress is " + progress->to_string());
-  // The weights and the optimizer's state as they are, put back if either part of the backup does not fit
-  // (a backup of another model, or of another optimizer): a failed restore changes nothing.
-  std::vector<Array> old_weights;
-  for (const Weight& weight : model.weights()) old_weights.push_back(weight.value.copy());
-  std::vector<Weight> old_state = trainer->optimizer().variables();
-  for (Weight& variable : old_state) variable.value = variable.value.copy();
-  try {
-    assign_weights(model.weights(), arrays, model.describe());
-    restore_optimizer(*trainer, model, file, *state);
-  } catch (...) {
-    const std::vector<Weight> now = model.weights();
-    for (std::size_t i = 0; i < now.size() && i < old_weights.size(); ++i) {
-      Array target = now[i].value;
-      std::memcpy(target.raw(), old_weights[i].raw(), old_weights[i].nbytes());
-    }
+  return detail::reading_file(path, [&] {
+    const ReadOnlyFile file(path);
+    const ContainerIndex container = index_container(file);
+    const SectionIndex* weights = container.find("WGHT");
+    const SectionIndex* meta = container.find("META");
+    const SectionIndex* state = container.find("OPTM");
+    if (!weights || !meta || !state) throw SerializationError(path + ": is not a training backup (a section is missing)");
+    const Config metadata = parse_json(read_section(file, *meta, kMaxConfigBytes), path + ": metadata section");
+    const Config* progress = metadata.is_map() ? metadata.find("backup") : nullptr;
+    if (progress == nullptr || !progress->is_map()) throw SerializationError(path + ": is not a training backup");
+    const std::vector<StoredArray> arrays = stored_arrays(file, *weights, path + ": weights section");
+    const std::int64_t epoch = progress->get_int("epoch", -1), batch = progress->get_int("batch", -1);
+    if (epoch < 0 || epoch > 1'000'000'000 || batch < 0)
+      throw SerializationError(path + ": the backup's progress is " + progress->to_string());
+    // The weights and the optimizer's state as they are, put back if either part of the backup does not fit
+    // (a backup of another model, or of another optimizer): a failed restore changes nothing.
+    std::vector<Array> old_weights;
+    for (const Weight& weight : model.weights()) old_weights.push_back(weight.value.copy());
+    std::vector<Weight> old_state = trainer->optimizer().variables();
+    for (Weight& variable : old_state) variable.value = variable.value.copy();
     try {
-      trainer->optimizer().set_variables(old_state);
-    } catch (...) {  // an optimizer built by the failed restore keeps its fresh slots
+      assign_weights(model.weights(), arrays, model.describe());
+      restore_optimizer(*trainer, model, file, *state);
+    } catch (...) {
+      const std::vector<Weight> now = model.weights();
+      for (std::size_t i = 0; i < now.size() && i < old_weights.size(); ++i) {
+        Array target = now[i].value;
+        std::memcpy(target.raw(), old_weights[i].raw(), old_weights[i].nbytes());
+      }
+      try {
+        trainer->optimizer().set_variables(old_state);
+      } catch (...) {  // an optimizer built by the failed restore keeps its fresh slots
+      }
+      throw;
     }
-    throw;
-  }
-  // The epochs finished are the backup's epoch: a backup after an epoch's last batch is the next one's start.
-  trainer->set_epochs_trained(static_cast<int>(epoch));
-  return *progress;
+    // The epochs finished are the backup's epoch: a backup after an epoch's last batch is the next one's start.
+    trainer->set_epochs_trained(static_cast<int>(epoch));
+    return *progress;
+  });
 }
 
 }  // namespace detail
 
 Model load_model(const std::string& path, const LoadOptions& options) {
-  const ReadOnlyFile file(path);
-  if (detail::is_keras_source(file)) return detail::load_keras_file(file, options);
-  // The frame and every checksum first, a chunk at a time; then the small sections, then the weights, read
-  // straight into the model's own arrays.
-  const ContainerIndex container = index_container(file);
-  const SectionIndex* conf = container.find("CONF");
-  if (!conf) throw SerializationError(path + ": has no config section (a weights-only file? use load_weights)");
-  const Config config = parse_config_text(read_section(file, *conf, kMaxConfigBytes), path);
-  const SectionIndex* weights = container.find("WGHT");
-  if (!weights) throw SerializationError(path + ": has no weights section");
-  const SectionIndex* meta = container.find("META");
-  const Config metadata =
-      meta ? parse_json(read_section(file, *meta, kMaxConfigBytes), path + ": metadata section") : Config();
+  return detail::reading_file(path, [&] {
+    const ReadOnlyFile file(path);
+    if (detail::is_keras_source(file)) return detail::load_keras_file(file, options);
+    // The frame and every checksum first, a chunk at a time; then the small sections, then the weights, read
+    // straight into the model's own arrays.
+    const ContainerIndex container = index_container(file);
+    const SectionIndex* conf = container.find("CONF");
+    if (!conf) throw SerializationError(path + ": has no config section (a weights-only file? use load_weights)");
+    const Config config = parse_config_text(read_section(file, *conf, kMaxConfigBytes), path);
+    const SectionIndex* weights = container.find("WGHT");
+    if (!weights) throw SerializationError(path + ": has no weights section");
+    const SectionIndex* meta = container.find("META");
+    const Config metadata =
+        meta ? parse_json(read_section(file, *meta, kMaxConfigBytes), path + ": metadata section") : Config();
 
-  // The model's weights are what the weights section holds: building it may not take more (its weights are
-  // left zero for the file to fill, not drawn).
-  std::shared_ptr<ModelBase> model = guarded(path + ": config section", [&] {
-    detail::BuildFromFile scope(weights->length);
-    detail::ConfigVersionScope version(static_cast<int>(metadata.is_map() ? metadata.get_int("config_version", 1) : 1));
-    return model_from(detail::import_keras_model_config(config, "config"));
+    // The model's weights are what the weights section holds: building it may not take more (its weights are
+    // left zero for the file to fill, not drawn).
+    std::shared_ptr<ModelBase> model = guarded(path + ": config section", [&] {
+      detail::BuildFromFile scope(weights->length);
+      detail::ConfigVersionScope version(static_cast<int>(metadata.is_map() ? metadata.get_int("config_version", 1) : 1));
+      return model_from(detail::import_keras_model_config(config, "config"));
+    });
+    const std::vector<StoredArray> arrays = stored_arrays(file, *weights, path + ": weights section");
+    guarded(path + ": weights section", [&] { assign_weights(model->weights(), arrays, model->describe()); });
+    if (const Config* assets = metadata.is_map() ? metadata.find("assets") : nullptr; assets != nullptr) {
+      guarded(path + ": metadata section", [&] {
+        if (!assets->is_map()) throw ValueError("assets is " + assets->to_string() + ", not a map");
+        for (const auto& [name, value] : assets->items()) model->set_asset(name, value);
+      });
+    }
+
+    const Config* compiled = config.find("compile_config");
+    if (!options.compile || !compiled || compiled->is_null() || compiled->size() == 0) return Model(model);
+    if (!detail::compile_from_keras(*model, *compiled, path + ": compile_config")) return Model(model);
+    Trainer& trainer = detail::trainer_of(*model);
+    if (const SectionIndex* state = container.find("OPTM")) restore_optimizer(trainer, *model, file, *state);
+    if (meta) {
+      guarded(path + ": metadata section", [&] {
+        const std::int64_t epochs = metadata.is_map() ? metadata.get_int("epochs_trained", 0) : 0;
+        if (epochs < 0 || epochs > 1'000'000'000) throw ValueError("epochs_trained is " + std::to_string(epochs));
+        trainer.set_epochs_trained(static_cast<int>(epochs));
+      });
+    }
+    return Model(model);
   });
-  const std::vector<StoredArray> arrays = stored_arrays(file, *weights, path + ": weights section");
-  guarded(path + ": weights section", [&] { assign_weights(model->weights(), arrays, model->describe()); });
-  if (const Config* assets = metadata.is_map() ? metadata.find("assets") : nullptr; assets != nullptr) {
-    guarded(path + ": metadata section", [&] {
-      if (!assets->is_map()) throw ValueError("assets is " + assets->to_string() + ", not a map");
-      for (const auto& [name, value] : assets->items()) model->set_asset(name, value);
-    });
-  }
-
-  const Config* compiled = config.find("compile_config");
-  if (!options.compile || !compiled || compiled->is_null() || compiled->size() == 0) return Model(model);
-  guarded(path + ": compile_config",
-          [&] { compile_from(*model, detail::import_keras_compile_config(*compiled, "compile_config")); });
-  Trainer& trainer = detail::trainer_of(*model);
-  if (const SectionIndex* state = container.find("OPTM")) restore_optimizer(trainer, *model, file, *state);
-  if (meta) {
-    guarded(path + ": metadata section", [&] {
-      const std::int64_t epochs = metadata.is_map() ? metadata.get_int("epochs_trained", 0) : 0;
-      if (epochs < 0 || epochs > 1'000'000'000) throw ValueError("epochs_trained is " + std::to_string(epochs));
-      trainer.set_epochs_trained(static_cast<int>(epochs));
-    });
-  }
-  return Model(model);
 }
 
 // ---- weights only ----------------------------------------------------------------------------------------
@@ -287,48 +291,57 @@ void save_weights(const ModelBase& model, const std::string& path) {
 void load_weights(ModelBase& model, const std::string& path) {
   if (!model.built())
     throw LayerStateError(model.describe() + " is not built; build it before loading weights into it");
-  const detail::ReadOnlyFile file(path);
-  const detail::ContainerIndex container = detail::index_container(file);
-  const detail::SectionIndex* weights = container.find("WGHT");
-  if (!weights) throw SerializationError(path + ": has no weights section");
-  const std::vector<detail::StoredArray> arrays = detail::stored_arrays(file, *weights, path + ": weights section");
-  // A file that does not fit the model is the caller's mistake, not damage: ValueError or ShapeError.
+  // The stored arrays read from `file` when they are assigned: it outlives them.
+  std::optional<detail::ReadOnlyFile> file;
+  const std::vector<detail::StoredArray> arrays = detail::reading_file(path, [&] {
+    file.emplace(path);
+    const detail::ContainerIndex container = detail::index_container(*file);
+    const detail::SectionIndex* weights = container.find("WGHT");
+    if (!weights) throw SerializationError(path + ": has no weights section");
+    return detail::stored_arrays(*file, *weights, path + ": weights section");
+  });
+  // A file that does not fit the model is the caller's mistake, not damage: ValueError or ShapeError, as
+  // Keras's load_weights raises ValueError.
   assign_weights(model.weights(), arrays, model.describe());
 }
 
 // ---- inspection ------------------------------------------------------------------------------------------
 
 FileInfo verify_file(const std::string& path) {
-  const detail::ReadOnlyFile file(path);
-  const detail::ContainerIndex container = detail::index_container(file);
-  FileInfo info;
-  info.size = file.size();
-  info.format_version = container.format_version;
-  for (const detail::SectionIndex& section : container.sections)
-    info.sections.push_back({section.tag, detail::section_name(section.tag), section.offset, section.length, section.crc32});
-  if (const detail::SectionIndex* conf = container.find("CONF"))
-    parse_config_text(detail::read_section(file, *conf, kMaxConfigBytes), path);
-  if (const detail::SectionIndex* weights = container.find("WGHT")) {
-    for (const detail::ArrayEntry& array :
-         detail::list_arrays(file, weights->offset, weights->length, path + ": weights section"))
-      info.weights.push_back(array.name + " " + array.shape.to_string() + " " + dtype_name(array.dtype));
-  } else {
-    throw SerializationError(path + ": has no weights section");
-  }
-  if (const detail::SectionIndex* state = container.find("OPTM"))
-    detail::list_arrays(file, state->offset, state->length, path + ": optimizer state section");
-  if (const detail::SectionIndex* meta = container.find("META"))
-    info.metadata = parse_json(detail::read_section(file, *meta, kMaxConfigBytes), path + ": metadata section");
-  return info;
+  return detail::reading_file(path, [&] {
+    const detail::ReadOnlyFile file(path);
+    const detail::ContainerIndex container = detail::index_container(file);
+    FileInfo info;
+    info.size = file.size();
+    info.format_version = container.format_version;
+    for (const detail::SectionIndex& section : container.sections)
+      info.sections.push_back({section.tag, detail::section_name(section.tag), section.offset, section.length, section.crc32});
+    if (const detail::SectionIndex* conf = container.find("CONF"))
+      parse_config_text(detail::read_section(file, *conf, kMaxConfigBytes), path);
+    if (const detail::SectionIndex* weights = container.find("WGHT")) {
+      for (const detail::ArrayEntry& array :
+           detail::list_arrays(file, weights->offset, weights->length, path + ": weights section"))
+        info.weights.push_back(array.name + " " + array.shape.to_string() + " " + dtype_name(array.dtype));
+    } else {
+      throw SerializationError(path + ": has no weights section");
+    }
+    if (const detail::SectionIndex* state = container.find("OPTM"))
+      detail::list_arrays(file, state->offset, state->length, path + ": optimizer state section");
+    if (const detail::SectionIndex* meta = container.find("META"))
+      info.metadata = parse_json(detail::read_section(file, *meta, kMaxConfigBytes), path + ": metadata section");
+    return info;
+  });
 }
 
 Config read_model_config(const std::string& path) {
-  const detail::ReadOnlyFile file(path);
-  if (detail::is_keras_source(file)) return detail::read_keras_config(file);
-  const detail::ContainerIndex container = detail::index_container(file);
-  const detail::SectionIndex* conf = container.find("CONF");
-  if (!conf) throw SerializationError(path + ": has no config section (a weights-only file? use load_weights)");
-  return parse_config_text(detail::read_section(file, *conf, kMaxConfigBytes), path);
+  return detail::reading_file(path, [&] {
+    const detail::ReadOnlyFile file(path);
+    if (detail::is_keras_source(file)) return detail::read_keras_config(file);
+    const detail::ContainerIndex container = detail::index_container(file);
+    const detail::SectionIndex* conf = container.find("CONF");
+    if (!conf) throw SerializationError(path + ": has no config section (a weights-only file? use load_weights)");
+    return parse_config_text(detail::read_section(file, *conf, kMaxConfigBytes), path);
+  });
 }
 
 // ---- the members of kiln::Model and kiln::Sequential ---------------------------------------------------

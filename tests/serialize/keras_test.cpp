@@ -15,6 +15,7 @@
 #include <kiln/core/detail/files.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/rng.hpp>
+#include <kiln/kiln.hpp>
 #include <kiln/layers/model.hpp>
 #include <kiln/serialize/detail/hdf5_reader.hpp>
 #include <kiln/serialize/detail/hdf5_writer.hpp>
@@ -351,7 +352,13 @@ TEST_CASE("what kiln cannot load from a Keras file is refused, naming the layer 
   write_file(folder.file("unknown.keras"), with_config(mlp, [](std::string config) {
                return replaced(config, "\"class_name\": \"Dense\"", "\"class_name\": \"EinsumDense\"");
              }));
+  // Unsupported, not damaged: one catch clause takes both (FileConfigError is a SerializationError and a
+  // ConfigError).
+  CHECK_THROWS_AS(kiln::load_keras_model(folder.file("unknown.keras")), kiln::FileConfigError);
   CHECK_THROWS_AS(kiln::load_keras_model(folder.file("unknown.keras")), kiln::ConfigError);
+  CHECK_THROWS_AS(kiln::load_keras_model(folder.file("unknown.keras")), kiln::SerializationError);
+  CHECK_THROWS_AS(kiln::load_model(folder.file("unknown.keras")), kiln::SerializationError);
+  CHECK_THROWS_AS(kiln::verify_keras_file(folder.file("unknown.keras")), kiln::SerializationError);
   CHECK_THROWS_WITH(kiln::load_keras_model(folder.file("unknown.keras")),
                     Catch::Contains("unknown.keras: config.json: layer 'seq_dense_mlp' (Sequential): layers[1]: "
                                     "layer 'dense_relu' (EinsumDense)") &&
@@ -418,12 +425,12 @@ TEST_CASE("damaged .keras and .h5 files are refused with SerializationError, nev
       try {
         kiln::load_keras_model(folder.file("damaged"));
         ++loaded;
-      } catch (const kiln::SerializationError&) {
-        ++refused;
-      } catch (const kiln::ConfigError&) {
+      } catch (const kiln::FileConfigError&) {
         // A legacy .h5 has no checksums: damage in its model_config can read as a class or an argument
         // kiln does not have. A .keras archive's CRCs catch it.
         CHECK(file.find(".legacy.h5") != std::string::npos);
+        ++refused;
+      } catch (const kiln::SerializationError&) {
         ++refused;
       }
     }
@@ -550,6 +557,43 @@ TEST_CASE("a Keras model fine-tuned in kiln is saved to .keras with its optimize
   const std::vector<Array> a = model.get_weights(), b = resumed.get_weights();
   REQUIRE(a.size() == b.size());
   for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].bitwise_equal(b[i]));
+}
+
+TEST_CASE("a compile_config without an optimizer compiles with Keras's default, one without a loss not at all",
+          "[serialize][keras][train]") {
+  kiln::testing::TempDir folder;
+  kiln::Tensor x = kiln::Input({Shape::unknown, 3});
+  Model model(x, kiln::Dense(2)(x));
+  model.compile("adam", "mse");
+  model.save(folder.file("compiled.keras"));
+  const Array zeros(Shape({1, 3}));
+  const auto edited = [&](const std::string& name, const std::function<void(Config&)>& edit) {
+    write_file(folder.file(name), with_config(folder.file("compiled.keras"), [&](const std::string& text) {
+                 Config config = kiln::parse_json(text);
+                 Config compiled = config.at("compile_config");
+                 edit(compiled);
+                 config.set("compile_config", compiled);
+                 return kiln::to_json(config);
+               }));
+    return folder.file(name);
+  };
+  // Keras's compile() defaults to "rmsprop": the Adam state in the file does not fit it, and is skipped.
+  Model rmsprop = kiln::load_keras_model(edited("no_optimizer.keras", [](Config& c) { c.erase("optimizer"); }));
+  CHECK(rmsprop.optimizer().class_name() == "RMSprop");
+  Model nulled = kiln::load_keras_model(edited("null_optimizer.keras", [](Config& c) { c.set("optimizer", Config()); }));
+  CHECK(nulled.optimizer().class_name() == "RMSprop");
+  // No loss: Keras compiles without one (fit then fails); kiln loads the model uncompiled, with a warning.
+  Model uncompiled = kiln::load_keras_model(edited("no_loss.keras", [](Config& c) { c.erase("loss"); }));
+  CHECK_FALSE(uncompiled.ptr()->compiled_state());
+  CHECK(uncompiled.predict(zeros).shape() == kiln::Shape({1, 2}));
+  // Each prefix once: "<file>: compile_config: loss_weights ...", never "compile_config: compile_config".
+  const std::string weighted =
+      edited("loss_weights.keras", [](Config& c) { c.set("loss_weights", Config::list({Config(2.0)})); });
+  CHECK_THROWS_AS(kiln::load_keras_model(weighted), kiln::FileConfigError);
+  CHECK_THROWS_WITH(kiln::load_keras_model(weighted), Catch::Contains("loss_weights.keras: compile_config: loss_weights") &&
+                                                          !Catch::Contains("compile_config: compile_config"));
+  CHECK(kiln::load_keras_model(weighted, kiln::LoadOptions{false}).predict(zeros).shape() ==
+        kiln::Shape({1, 2}));
 }
 
 TEST_CASE("docs/keras.md's table of Keras classes is the one kiln's Keras reader and writer use",

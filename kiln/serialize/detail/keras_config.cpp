@@ -312,7 +312,7 @@ Config import_layer(const Config& entry, const std::string& where) {
 namespace {
 
 // Keras 2's optimizer arguments as Keras 3 names them.
-Config import_optimizer(const Config& optimizer, const std::string& where) {
+Config import_optimizer(const Config& optimizer) {
   if (!optimizer.is_map() || !optimizer.contains("config")) return optimizer;
   Config arguments = optimizer.at("config");
   if (!arguments.is_map()) return optimizer;
@@ -321,11 +321,11 @@ Config import_optimizer(const Config& optimizer, const std::string& where) {
   }
   arguments.erase("lr");
   if (const Config* decay = arguments.find("decay")) {
-    const double rate = decay->is_null() ? 0.0 : decay->as_double(where + ": the optimizer's decay");
+    const double rate = decay->is_null() ? 0.0 : decay->as_double("the optimizer's decay");
     if (rate != 0.0) {
       const Config& learning_rate = arguments.at("learning_rate");
       if (learning_rate.is_map())
-        throw ConfigError(where + ": the optimizer has both a learning-rate schedule and Keras 2's decay");
+        throw ConfigError("the optimizer has both a learning-rate schedule and Keras 2's decay");
       arguments.set("learning_rate", {{"class_name", "InverseTimeDecay"},
                                       {"config",
                                        {{"initial_learning_rate", learning_rate},
@@ -341,15 +341,19 @@ Config import_optimizer(const Config& optimizer, const std::string& where) {
 
 }  // namespace
 
-Config import_keras_compile_config(const Config& keras, const std::string& where) {
+Config import_keras_compile_config(const Config& keras) {
   const Config given = without_python_keys(keras);
-  if (!given.is_map()) throw ConfigError(where + ": a compile config is a map, got " + given.to_string());
+  if (!given.is_map()) throw ConfigError("a compile config is a map, got " + given.to_string());
   if (const Config* value = given.find("loss_weights"); value != nullptr && !value->is_null())
-    throw ConfigError(where + ": loss_weights " + value->to_string() + " is not supported by kiln");
+    throw ConfigError("loss_weights " + value->to_string() + " is not supported by kiln");
   const Config* optimizer = given.find("optimizer");
-  if (optimizer == nullptr) optimizer = given.find("optimizer_config");
-  if (optimizer == nullptr) throw ConfigError(where + ": the compile config names no optimizer");
-  Config compiled = {{"optimizer", import_optimizer(*optimizer, where)}, {"loss", given.at("loss")}};
+  if (optimizer == nullptr || optimizer->is_null()) optimizer = given.find("optimizer_config");
+  const Config* loss = given.find("loss");
+  if (loss == nullptr || loss->is_null()) return Config();
+  // Keras compiles a config without an optimizer with compile()'s default, "rmsprop".
+  const Config keras_default("rmsprop");
+  if (optimizer == nullptr || optimizer->is_null()) optimizer = &keras_default;
+  Config compiled = {{"optimizer", import_optimizer(*optimizer)}, {"loss", *loss}};
   if (const Config* metrics = given.find("metrics"); metrics != nullptr && !metrics->is_null())
     compiled.set("metrics", *metrics);
   if (const Config* weighted = given.find("weighted_metrics"); weighted != nullptr && !weighted->is_null())

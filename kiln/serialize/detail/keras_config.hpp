@@ -32,7 +32,8 @@ Config with_keras2_activations(const Config& keras);
 // A compile config kiln's compile_from reads ({"optimizer", "loss", "metrics"}), from Keras 3's
 // compile_config or from the training_config of a legacy `.h5` ({"optimizer_config", "loss", "metrics", ...}),
 // where Keras 2's optimizers say "lr" for learning_rate and "decay" for an InverseTimeDecay schedule with
-// decay_steps 1. ConfigError naming `where` for what kiln cannot honour (loss_weights, weighted_metrics).
-Config import_keras_compile_config(const Config& keras, const std::string& where);
+// decay_steps 1; without an optimizer, Keras's default ("rmsprop"). Null when it names no loss (Keras compiles
+// such a model without one; kiln leaves it uncompiled). ConfigError for what kiln cannot honour (loss_weights).
+Config import_keras_compile_config(const Config& keras);
 
 }  // namespace kiln::detail

@@ -6,10 +6,12 @@
 #include <set>
 #include <utility>
 
+#include <kiln/core/warnings.hpp>
 #include <kiln/optim/losses.hpp>
 #include <kiln/optim/metrics.hpp>
 #include <kiln/optim/optimizer.hpp>
 #include <kiln/train/model.hpp>
+#include <kiln/serialize/detail/keras_config.hpp>
 #include <kiln/train/trainer.hpp>
 
 namespace kiln::detail {
@@ -105,6 +107,16 @@ void compile_from(ModelBase& model, const Config& config) {
     for (const Config& metric : given->as_list("key 'weighted_metrics'"))
       weighted_metrics.push_back(Metric::from_config(metric));
   detail::compile_model(model, std::move(optimizer), std::move(losses), std::move(metrics), std::move(weighted_metrics));
+}
+
+bool compile_from_keras(ModelBase& model, const Config& keras, const std::string& where) {
+  const Config compiled = guarded(where, [&] { return import_keras_compile_config(keras); });
+  if (compiled.is_null()) {
+    warn(where + ": names no loss; " + model.describe() + " is loaded uncompiled (compile it to train it)");
+    return false;
+  }
+  guarded(where, [&] { compile_from(model, compiled); });
+  return true;
 }
 
 Config compile_config(const ModelBase& model) {

@@ -20,24 +20,48 @@
 namespace kiln::detail {
 
 // Runs `body`, turning any failure into a SerializationError that says where: "m.kiln: weights section: ...".
-// A SerializationError passes unchanged: the readers that throw it name the file and the place already. With
-// `keep_config_errors`, a ConfigError stays one (prefixed with `where`): a whole file that describes a class or
-// an argument kiln does not support, as the Keras readers report it.
+// A SerializationError passes unchanged: the readers that throw it name the file and the place already. A
+// ConfigError (a whole file that describes a class or an argument kiln does not support) becomes a
+// FileConfigError, which is both.
 template <class Body>
-auto guarded(const std::string& where, Body&& body, bool keep_config_errors = false) -> decltype(body()) {
+auto guarded(const std::string& where, Body&& body) -> decltype(body()) {
   try {
     return body();
   } catch (const SerializationError&) {
     throw;
   } catch (const ConfigError& error) {
-    if (keep_config_errors) throw ConfigError(where + ": " + error.what());
-    throw SerializationError(where + ": " + error.what());
+    throw FileConfigError(where + ": " + error.what());
   } catch (const Error& error) {
     throw SerializationError(where + ": " + error.what());
   } catch (const std::bad_alloc&) {
     throw SerializationError(where + ": needs more memory than the file can justify (damaged?)");
   } catch (const std::length_error& error) {
     throw SerializationError(where + ": impossible size (" + std::string(error.what()) + ")");
+  }
+}
+
+// The boundary of every public function that reads a file (load_model, load_keras_model, verify_file, ...):
+// whatever fails is a SerializationError naming `path` once, so one catch clause takes every failure to read a
+// file; a ConfigError (the file describes what kiln does not support) becomes a FileConfigError, still a
+// ConfigError too.
+template <class Body>
+auto reading_file(const std::string& path, Body&& body) -> decltype(body()) {
+  const auto named = [&](const char* message) {
+    const std::string text = message;
+    return text.compare(0, path.size(), path) == 0 ? text : path + ": " + text;
+  };
+  try {
+    return body();
+  } catch (const SerializationError&) {
+    throw;
+  } catch (const ConfigError& error) {
+    throw FileConfigError(named(error.what()));
+  } catch (const Error& error) {
+    throw SerializationError(named(error.what()));
+  } catch (const std::bad_alloc&) {
+    throw SerializationError(path + ": needs more memory than the file can justify (damaged?)");
+  } catch (const std::length_error& error) {
+    throw SerializationError(path + ": impossible size (" + std::string(error.what()) + ")");
   }
 }
 
@@ -81,6 +105,10 @@ std::vector<StoredArray> stored_arrays(const ReadOnlyFile& file, const SectionIn
 
 // Compiles `model` as Keras's compile_config says: {"optimizer", "loss", "metrics", ...}.
 void compile_from(ModelBase& model, const Config& config);
+
+// Compiles `model` as a Keras compile_config (or a legacy training_config) says, failures named
+// "<where>: ..."; false, with a warning, when the config names no loss (the model stays uncompiled).
+bool compile_from_keras(ModelBase& model, const Config& keras, const std::string& where);
 
 // What compile() was given, as {"optimizer", "loss", "loss_weights", "metrics"}: null when the model is not
 // compiled, or its loss was made from a C++ function and cannot be rebuilt.
