@@ -7,6 +7,7 @@
 
 #include <kiln/core/array.hpp>
 #include <kiln/core/error.hpp>
+#include <kiln/layers/detail/nested_numbers.hpp>
 #include <kiln/ops/ops.hpp>
 
 namespace kiln {
@@ -16,33 +17,9 @@ namespace {
 // Keras's backend.epsilon(): the smallest standard deviation divided by.
 constexpr double epsilon = 1e-7;
 
-// A number or nested lists of numbers, as a shape and its values in row-major order; `ok` turns false for
-// ragged lists.
-struct Statistic {
-  std::vector<std::int64_t> dims;
-  std::vector<double> values;
-  bool ok = true;
-};
-
-void read_nested(const Config& value, std::size_t depth, Statistic& s) {
-  if (!value.is_list()) {
-    if (depth != s.dims.size()) s.ok = false;
-    s.values.push_back(value.as_double("a Normalization mean or variance entry"));
-    return;
-  }
-  const std::vector<Config>& items = value.as_list();
-  if (depth == s.dims.size() && s.values.empty()) s.dims.push_back(static_cast<std::int64_t>(items.size()));
-  if (depth >= s.dims.size() || s.dims[depth] != static_cast<std::int64_t>(items.size())) {
-    s.ok = false;
-    return;
-  }
-  for (const Config& item : items) read_nested(item, depth + 1, s);
-}
-
-Statistic read_statistic(const Config& value) {
-  Statistic s;
-  read_nested(value, 0, s);
-  return s;
+// A given mean or variance, checked by the constructor.
+detail::NestedNumbers read_statistic(const Config& value) {
+  return detail::read_nested_numbers(value, "a Normalization mean or variance");
 }
 
 }  // namespace
@@ -63,10 +40,14 @@ NormalizationLayer::NormalizationLayer(const Config& config) : Layer(config, "No
   if (mean_config_.is_null() != variance_config_.is_null())
     args.fail("mean and variance must be given together, or neither (then adapt() computes them)");
   if (!mean_config_.is_null()) {
-    const Statistic mean = read_statistic(mean_config_), variance = read_statistic(variance_config_);
-    if (!mean.ok || !variance.ok)
+    detail::NestedNumbers mean, variance;
+    try {
+      mean = read_statistic(mean_config_);
+      variance = read_statistic(variance_config_);
+    } catch (const ConfigError&) {
       args.fail("mean and variance must be numbers or nested lists of one shape, got " + mean_config_.to_string() +
                 " and " + variance_config_.to_string());
+    }
     if (mean.dims != variance.dims)
       args.fail("mean and variance must have the same shape, got " + mean_config_.to_string() + " and " +
                 variance_config_.to_string());
@@ -117,7 +98,7 @@ void NormalizationLayer::build(const Shape& input_shape) {
 // A given mean or variance, broadcast to the kept axes' shape as Keras does: its dimensions align with the
 // last kept axes.
 Array NormalizationLayer::given_statistic(const Config& value, const Shape& kept) const {
-  const Statistic s = read_statistic(value);  // checked by the constructor
+  const detail::NestedNumbers s = read_statistic(value);  // checked by the constructor
   const std::size_t offset = static_cast<std::size_t>(kept.rank()) - s.dims.size();
   for (std::size_t i = 0; i < s.dims.size(); ++i)
     if (s.dims[i] != kept[static_cast<int>(offset + i)] && s.dims[i] != 1)

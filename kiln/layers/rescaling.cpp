@@ -1,6 +1,7 @@
 #include <kiln/layers/rescaling.hpp>
 
 #include <kiln/core/error.hpp>
+#include <kiln/layers/detail/nested_numbers.hpp>
 #include <kiln/ops/ops.hpp>
 
 namespace kiln {
@@ -10,13 +11,15 @@ namespace kiln {
 RescalingLayer::RescalingLayer(const Config& config) : Layer(config, "Rescaling") {
   ConfigReader args = config_reader(config);
   if (!args.has("scale")) args.fail("argument 'scale' is required");
-  for (const char* key : {"scale", "offset"})
-    if (args.value(key).is_list() || args.value(key).is_map())
-      args.fail(std::string(key) + " must be a number (per-channel arrays are not supported), got " +
-                args.value(key).to_string());
-  scale_ = args.number("scale", 1.0);
-  offset_ = args.number("offset", 0.0);
+  scale_ = args.value("scale");
+  offset_ = args.has("offset") ? args.value("offset") : Config(0.0);
   args.finish();
+  try {
+    scale_numbers_ = detail::read_nested_numbers(scale_, "scale");
+    offset_numbers_ = detail::read_nested_numbers(offset_, "offset");
+  } catch (const ConfigError& error) {
+    args.fail(error.what());
+  }
 }
 
 Config RescalingLayer::get_config() const {
@@ -26,13 +29,43 @@ Config RescalingLayer::get_config() const {
   return config;
 }
 
+void RescalingLayer::check_broadcast(const detail::NestedNumbers& numbers, const char* name, const Shape& input) const {
+  const Shape given(numbers.dims);
+  bool fits = given.rank() <= input.rank();
+  for (int i = 1; fits && i <= given.rank(); ++i) {
+    const std::int64_t size = given[given.rank() - i], against = input[input.rank() - i];
+    fits = size == 1 || against == Shape::unknown || size == against;
+  }
+  if (!fits)
+    shape_error(std::string(name) + " of shape " + given.to_string() +
+                    " does not broadcast over the input's last axes without changing its shape",
+                {{"input", input}});
+}
+
+void RescalingLayer::build(const Shape& input_shape) {
+  check_broadcast(scale_numbers_, "scale", input_shape);
+  check_broadcast(offset_numbers_, "offset", input_shape);
+}
+
 Tensor RescalingLayer::call(const Tensor& input, const CallArgs&) {
-  Tensor output = input * scale_;
-  return offset_ == 0.0 ? output : output + offset_;
+  build(input.shape());
+  // inputs · scale + offset, NumPy broadcasting over the last axes (per channel in channels_last images).
+  const auto factor = [&](const detail::NestedNumbers& numbers, const char* name) {
+    return ops::constant(input.graph(), detail::nested_array(numbers, input.dtype()), name);
+  };
+  const bool one_scale = scale_numbers_.dims.empty(), one_offset = offset_numbers_.dims.empty();
+  Tensor output = one_scale ? input * scale_numbers_.values[0] : input * factor(scale_numbers_, "scale");
+  if (one_offset) return offset_numbers_.values[0] == 0.0 ? output : output + offset_numbers_.values[0];
+  return output + factor(offset_numbers_, "offset");
 }
 
 Rescaling::Rescaling(double scale, double offset, const Config& options)
     : LayerHandle(std::make_shared<RescalingLayer>(options.with("scale", scale).with("offset", offset))) {}
+
+Rescaling::Rescaling(const std::vector<double>& scale, const std::vector<double>& offset, const Config& options)
+    : LayerHandle(std::make_shared<RescalingLayer>(
+          options.with("scale", Config(scale))
+              .with("offset", offset.size() == 1 ? Config(offset[0]) : Config(offset)))) {}
 
 // ---- UnitNormalization ------------------------------------------------------------------------------
 

@@ -559,6 +559,17 @@ TEST_CASE("a Keras model fine-tuned in kiln is saved to .keras with its optimize
   for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].bitwise_equal(b[i]));
 }
 
+TEST_CASE("per-channel Rescaling (EfficientNet's ImageNet preprocessing) predicts what Keras predicts",
+          "[serialize][keras][fixtures]") {
+  // Scale as a list and as a serialized array ("__tensor__" on Keras's numpy backend), offset as a list.
+  const std::string path = fixtures("oracle") + "/rescaling_per_channel.keras";
+  Model model = kiln::load_keras_model(path);
+  CHECK(check_against_stored(model, fixtures("oracle") + "/rescaling_per_channel.io.h5") <= 1e-5);
+  kiln::testing::TempDir folder;
+  kiln::save_keras_model(*model.ptr(), folder.file("copy.keras"));
+  CHECK(config_json(folder.file("copy.keras")) == config_json(path));
+}
+
 TEST_CASE("a compile_config without an optimizer compiles with Keras's default, one without a loss not at all",
           "[serialize][keras][train]") {
   kiln::testing::TempDir folder;
