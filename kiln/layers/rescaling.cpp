@@ -1,5 +1,7 @@
 #include <kiln/layers/rescaling.hpp>
 
+#include <utility>
+
 #include <kiln/core/error.hpp>
 #include <kiln/layers/detail/nested_numbers.hpp>
 #include <kiln/ops/ops.hpp>
@@ -8,6 +10,14 @@ namespace kiln {
 
 // ---- Rescaling --------------------------------------------------------------------------------------
 
+namespace {
+
+detail::NestedNumbers numbers_of(const Config& value, const char* name) {
+  return detail::read_nested_numbers(value, name);
+}
+
+}  // namespace
+
 RescalingLayer::RescalingLayer(const Config& config) : Layer(config, "Rescaling") {
   ConfigReader args = config_reader(config);
   if (!args.has("scale")) args.fail("argument 'scale' is required");
@@ -15,8 +25,8 @@ RescalingLayer::RescalingLayer(const Config& config) : Layer(config, "Rescaling"
   offset_ = args.has("offset") ? args.value("offset") : Config(0.0);
   args.finish();
   try {
-    scale_numbers_ = detail::read_nested_numbers(scale_, "scale");
-    offset_numbers_ = detail::read_nested_numbers(offset_, "offset");
+    numbers_of(scale_, "scale");
+    numbers_of(offset_, "offset");
   } catch (const ConfigError& error) {
     args.fail(error.what());
   }
@@ -29,34 +39,31 @@ Config RescalingLayer::get_config() const {
   return config;
 }
 
-void RescalingLayer::check_broadcast(const detail::NestedNumbers& numbers, const char* name, const Shape& input) const {
-  const Shape given(numbers.dims);
-  bool fits = given.rank() <= input.rank();
-  for (int i = 1; fits && i <= given.rank(); ++i) {
-    const std::int64_t size = given[given.rank() - i], against = input[input.rank() - i];
-    fits = size == 1 || against == Shape::unknown || size == against;
-  }
-  if (!fits)
-    shape_error(std::string(name) + " of shape " + given.to_string() +
-                    " does not broadcast over the input's last axes without changing its shape",
-                {{"input", input}});
-}
-
 void RescalingLayer::build(const Shape& input_shape) {
-  check_broadcast(scale_numbers_, "scale", input_shape);
-  check_broadcast(offset_numbers_, "offset", input_shape);
+  for (const auto& [value, name] : {std::pair{&scale_, "scale"}, std::pair{&offset_, "offset"}}) {
+    const Shape given(numbers_of(*value, name).dims);
+    bool fits = given.rank() <= input_shape.rank();
+    for (int i = 1; fits && i <= given.rank(); ++i) {
+      const std::int64_t size = given[given.rank() - i], against = input_shape[input_shape.rank() - i];
+      fits = size == 1 || against == Shape::unknown || size == against;
+    }
+    if (!fits)
+      shape_error(std::string(name) + " of shape " + given.to_string() +
+                      " does not broadcast over the input's last axes without changing its shape",
+                  {{"input", input_shape}});
+  }
 }
 
 Tensor RescalingLayer::call(const Tensor& input, const CallArgs&) {
   build(input.shape());
   // inputs · scale + offset, NumPy broadcasting over the last axes (per channel in channels_last images).
-  const auto factor = [&](const detail::NestedNumbers& numbers, const char* name) {
+  const detail::NestedNumbers scale = numbers_of(scale_, "scale"), offset = numbers_of(offset_, "offset");
+  const auto constant = [&](const detail::NestedNumbers& numbers, const char* name) {
     return ops::constant(input.graph(), detail::nested_array(numbers, input.dtype()), name);
   };
-  const bool one_scale = scale_numbers_.dims.empty(), one_offset = offset_numbers_.dims.empty();
-  Tensor output = one_scale ? input * scale_numbers_.values[0] : input * factor(scale_numbers_, "scale");
-  if (one_offset) return offset_numbers_.values[0] == 0.0 ? output : output + offset_numbers_.values[0];
-  return output + factor(offset_numbers_, "offset");
+  Tensor output = scale.dims.empty() ? input * scale.values[0] : input * constant(scale, "scale");
+  if (offset.dims.empty()) return offset.values[0] == 0.0 ? output : output + offset.values[0];
+  return output + constant(offset, "offset");
 }
 
 Rescaling::Rescaling(double scale, double offset, const Config& options)

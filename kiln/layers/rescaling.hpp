@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <vector>
 
-#include <kiln/layers/detail/nested_numbers.hpp>
 #include <kiln/layers/layer.hpp>
 
 namespace kiln {
@@ -28,10 +27,7 @@ class RescalingLayer : public Layer {
   Tensor call(const Tensor& input, const CallArgs& args) override;
 
  private:
-  void check_broadcast(const detail::NestedNumbers& numbers, const char* name, const Shape& input) const;
-
-  Config scale_, offset_;
-  detail::NestedNumbers scale_numbers_, offset_numbers_;
+  Config scale_, offset_;  ///< as given, checked by the constructor
 };
 
 /// The layer behind kiln::UnitNormalization: each vector along `axis` scaled to unit L2 norm.
