@@ -122,11 +122,29 @@ std::vector<std::int64_t> ConvLayer::transposed_length(const Shape& input_shape)
   for (int axis = 0; axis < rank_; ++axis) {
     const auto a = static_cast<std::size_t>(axis);
     const std::int64_t in = input_shape[first + axis];
-    const std::int64_t span = dilation_rate_[a] * (kernel_size_[a] - 1) + 1, stride = strides_[a];
-    if (output_padding_.empty())
-      lengths.push_back(padding_ == "valid" ? in * stride + std::max<std::int64_t>(span - stride, 0) : in * stride);
-    else
-      lengths.push_back((in - 1) * stride + span - 2 * (padding_ == "same" ? span / 2 : 0) + output_padding_[a]);
+    if (in == Shape::unknown) {
+      lengths.push_back(Shape::unknown);
+      continue;
+    }
+    // Every step overflow-checked: the sizes, strides and dilations may come from a file.
+    std::int64_t span = 0, length = 0;
+    const std::int64_t stride = strides_[a];
+    bool overflow = __builtin_mul_overflow(dilation_rate_[a], kernel_size_[a] - 1, &span) ||
+                    __builtin_add_overflow(span, 1, &span);
+    if (!overflow && output_padding_.empty()) {
+      overflow = __builtin_mul_overflow(in, stride, &length) ||
+                 (padding_ == "valid" && __builtin_add_overflow(length, std::max<std::int64_t>(span - stride, 0), &length));
+    } else if (!overflow) {
+      overflow = __builtin_mul_overflow(in - 1, stride, &length) || __builtin_add_overflow(length, span, &length) ||
+                 __builtin_add_overflow(length, output_padding_[a], &length);
+      length -= 2 * (padding_ == "same" ? span / 2 : 0);
+    }
+    if (overflow)
+      shape_error("the transposed output's length overflows 64 bits (kernel_size " +
+                      std::to_string(kernel_size_[a]) + ", strides " + std::to_string(stride) + ", dilation_rate " +
+                      std::to_string(dilation_rate_[a]) + ")",
+                  {{"input", input_shape}});
+    lengths.push_back(length);
   }
   return lengths;
 }

@@ -397,6 +397,9 @@ Shape checked_output(const InferContext& ctx, const Shape& x, const std::vector<
   const std::vector<std::int64_t>& strides = ctx.attributes().get_ints("strides");
   const std::vector<std::int64_t>& dilation = ctx.attributes().get_ints("dilation_rate");
   for (std::size_t axis = 0; axis < spatial.size(); ++axis) {
+    if (const std::string why = detail::window_overflow(spatial[axis], kernel_spatial[axis], strides[axis], dilation[axis]);
+        !why.empty())
+      ctx.fail("the kernel " + ints_text(kernel_spatial) + " with dilation_rate " + ints_text(dilation) + ": " + why);
     const detail::WindowAxis w =
         detail::window_axis(spatial[axis], kernel_spatial[axis], strides[axis], dilation[axis], window.padding);
     if (w.out != Shape::unknown && w.out < 1)

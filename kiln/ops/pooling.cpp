@@ -46,22 +46,17 @@ PoolGeometry pool_geometry(const Shape& x, const Attributes& a) {
   return pool_geometry(detail::image_layout(x, a.get_string("data_format") != "channels_first"), a);
 }
 
+using detail::TapRange;
 // The in-bounds taps of one window along one axis: [first, last).
-struct TapRange {
-  std::int64_t first, last;
-};
-TapRange taps(const detail::WindowAxis& axis, std::int64_t o) {
-  TapRange r{0, axis.size};
-  while (r.first < r.last && axis.input_at(o, r.first) < 0) ++r.first;
-  while (r.last > r.first && axis.input_at(o, r.last - 1) >= axis.in) --r.last;
-  return r;
-}
+TapRange taps(const detail::WindowAxis& axis, std::int64_t o) { return detail::input_taps(axis, o); }
 
 // Runs body(n, oh, ow, rows, cols) for every output position, output rows spread over kiln's threads.
 template <class Body>
 void for_each_window(const PoolGeometry& g, const Body& body) {
   const std::int64_t tasks = g.output.batch * g.output.height;
-  const std::int64_t per_task = g.output.width * g.output.channels * g.rows.size * g.cols.size;
+  // The taps that read the input: at most min(size, input length) per axis.
+  const std::int64_t per_task = g.output.width * g.output.channels * std::min(g.rows.size, g.rows.in) *
+                                std::min(g.cols.size, g.cols.in);
   detail::parallel_for(tasks, detail::workers_for_elements(tasks * per_task),
                        [&](std::int64_t begin, std::int64_t end, int) {
                          for (std::int64_t task = begin; task < end; ++task) {
@@ -222,8 +217,10 @@ Shape pooled_shape(const InferContext& ctx, const Shape& x) {
   const std::vector<std::int64_t> spatial = detail::spatial_dims(x, window.channels_last);
   std::vector<std::int64_t> out;
   for (std::size_t axis = 0; axis < spatial.size(); ++axis) {
-    const detail::WindowAxis w =
-        detail::window_axis(spatial[axis], pool[axis], ctx.attributes().get_ints("strides")[axis], 1, window.padding);
+    const std::int64_t stride = ctx.attributes().get_ints("strides")[axis];
+    if (const std::string why = detail::window_overflow(spatial[axis], pool[axis], stride, 1); !why.empty())
+      ctx.fail("pool_size " + ints_text(pool) + ": " + why);
+    const detail::WindowAxis w = detail::window_axis(spatial[axis], pool[axis], stride, 1, window.padding);
     if (w.out != Shape::unknown && w.out < 1)
       ctx.fail("the pool " + ints_text(pool) + " is larger than the input's " + ints_text(spatial) +
                " with padding 'valid'");

@@ -97,6 +97,31 @@ TEST_CASE("Conv1D: causal, dilated output equals the formula written out", "[lay
   CHECK(max_relative_difference(y, causal_reference(c.inputs[0], weights[0], weights[1], 3)) < 1e-12);
 }
 
+TEST_CASE("Conv: dilations and strides from a file cannot overflow the window's arithmetic", "[layers][conv][errors]") {
+  constexpr std::int64_t huge = std::int64_t{1} << 62;
+  // A span of 2·2^62 + 1 does not fit in 64 bits: refused, naming the layer, not wrapped to a short window.
+  kiln::Conv1D valid(2, 3, "", {{"dilation_rate", huge}, {"name", "c"}});
+  CHECK_THROWS_AS(valid(kiln::Input({any, 12, 1})), kiln::ShapeError);
+  CHECK_THROWS_WITH(kiln::Conv1D(2, 3, "", {{"dilation_rate", huge}, {"name", "c"}})(kiln::Input({any, 12, 1})),
+                    Contains("Conv1D 'c'") && Contains("overflows 64 bits"));
+  // A span of 2^62 + 1 fits, and is longer than the input: refused with 'valid' padding.
+  CHECK_THROWS_WITH(kiln::Conv1D(2, 3, "", {{"dilation_rate", huge / 2}})(kiln::Input({any, 12, 1})),
+                    Contains("spans more than the input"));
+  // With 'causal' padding only the last tap reads the input, and only the present: never the future.
+  kiln::Conv1D causal(2, 3, "", {{"padding", "causal"}, {"dilation_rate", huge / 2}, {"bias_initializer", "ones"}});
+  const LayerCase c{{random_input({2, 12, 3}, 4)}};
+  const kiln::Array y = run_layer(*causal, c).at(0);
+  REQUIRE(y.shape() == Shape{2, 12, 2});
+  const std::vector<kiln::Array> weights = causal.get_weights();
+  CHECK(max_relative_difference(y, causal_reference(c.inputs[0], weights[0], weights[1], huge / 2)) < 1e-12);
+  // A stride near 2^63 with 'same' padding: ceil(length / stride) would overflow.
+  CHECK_THROWS_WITH(kiln::Conv1D(2, 3, "", {{"strides", INT64_MAX}, {"padding", "same"}})(kiln::Input({any, 12, 1})),
+                    Contains("overflows 64 bits"));
+  // A transposed convolution's output length, length · stride, likewise.
+  CHECK_THROWS_WITH(kiln::Conv1DTranspose(2, 3, "", {{"strides", huge}})(kiln::Input({any, 12, 1})),
+                    Contains("Conv1DTranspose") && Contains("overflows 64 bits"));
+}
+
 TEST_CASE("Conv1D and Conv2D: Keras's weights, config keys and defaults", "[layers][conv][config]") {
   kiln::Conv2D conv(8, 3, "relu", {{"name", "c"}});
   conv->build_for(Shape{any, 10, 12, 5});

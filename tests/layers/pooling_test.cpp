@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include <kiln/core/error.hpp>
@@ -215,6 +217,35 @@ TEST_CASE("Pooling layers: values are the windows' maxima and means", "[layers][
   CHECK(run_layer(*mean, LayerCase{{x}}).at(0).to_vector<double>() == std::vector<double>{3, 5, 3});
   kiln::GlobalMaxPooling1D global;
   CHECK(run_layer(*global, LayerCase{{x}}).at(0).to_vector<double>() == std::vector<double>{8});
+}
+
+TEST_CASE("Pooling layers: a window of 2^31 with 'same' padding costs what the input holds", "[layers][pooling]") {
+  // Every window covers the whole input: each output is the global mean (or maximum), computed from the
+  // taps that read the input, not by walking 2^31 padded ones (which took minutes, or never ended).
+  constexpr std::int64_t huge = std::int64_t{1} << 31;
+  const kiln::Array x = random_input({2, 10, 3}, 6);
+  kiln::AveragePooling1D mean(huge, {{"strides", 1}, {"padding", "same"}});
+  const kiln::Array y = run_layer(*mean, LayerCase{{x}}).at(0);
+  REQUIRE(y.shape() == Shape{2, 10, 3});
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t c = 0; c < 3; ++c) {
+      double total = 0;
+      for (std::int64_t t = 0; t < 10; ++t) total += x.flat(static_cast<std::size_t>((b * 10 + t) * 3 + c));
+      for (std::int64_t t = 0; t < 10; ++t)
+        CHECK(y.flat(static_cast<std::size_t>((b * 10 + t) * 3 + c)) == Approx(total / 10).epsilon(1e-12));
+    }
+  const kiln::Array image = random_input({1, 4, 4, 2}, 7);
+  kiln::MaxPooling2D max(std::vector<std::int64_t>{huge, huge}, {{"strides", 1}, {"padding", "same"}});
+  const kiln::Array z = run_layer(*max, LayerCase{{image}}).at(0);
+  REQUIRE(z.shape() == Shape{1, 4, 4, 2});
+  for (std::size_t i = 0; i < z.size(); ++i) {
+    double largest = -1e300;
+    for (std::size_t j = i % 2; j < image.size(); j += 2) largest = std::max(largest, image.flat(j));
+    CHECK(z.flat(i) == largest);
+  }
+  // A pool whose span would overflow 64 bits with the input's length is refused.
+  CHECK_THROWS_WITH(kiln::MaxPooling1D(INT64_MAX, {{"strides", 1}, {"padding", "same"}})(kiln::Input({1, 10, 3})),
+                    Catch::Contains("overflows 64 bits"));
 }
 
 TEST_CASE("Pooling layers: bad arguments fail early, naming the layer", "[layers][pooling][errors]") {

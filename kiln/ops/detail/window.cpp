@@ -39,6 +39,30 @@ WindowAxis window_axis(std::int64_t in, std::int64_t size, std::int64_t stride, 
   return axis;
 }
 
+std::string window_overflow(std::int64_t in, std::int64_t size, std::int64_t stride, std::int64_t dilation) {
+  constexpr std::int64_t longest_unknown = std::int64_t{1} << 48;
+  const std::int64_t length = in == Shape::unknown ? longest_unknown : in;
+  std::int64_t reach = 0, span = 0, end = 0;
+  if (__builtin_mul_overflow(dilation, size - 1, &reach) || __builtin_add_overflow(reach, 1, &span))
+    return "the window's span, dilation_rate " + std::to_string(dilation) + " x (size " + std::to_string(size) +
+           " - 1) + 1, overflows 64 bits";
+  // "same": (out - 1) * stride + span with out <= length; "causal": span - 1 zeros before the input.
+  if (__builtin_add_overflow(length, stride, &end) || __builtin_add_overflow(end, span, &end))
+    return "the window (span " + std::to_string(span) + ", stride " + std::to_string(stride) +
+           ") on an input of length " + std::to_string(length) + " overflows 64 bits";
+  return "";
+}
+
+TapRange input_taps(const WindowAxis& axis, std::int64_t o) {
+  // Tap t reads position start + t * dilation, inside the input when 0 <= it < in.
+  const std::int64_t start = o * axis.stride - axis.pad_before;
+  std::int64_t first = start >= 0 ? 0 : (-start + axis.dilation - 1) / axis.dilation;
+  std::int64_t last = start >= axis.in ? 0 : (axis.in - 1 - start) / axis.dilation + 1;
+  first = std::min(first, axis.size);
+  last = std::max(first, std::min(last, axis.size));
+  return {first, last};
+}
+
 Padding parse_padding(const std::string& name, bool& ok) {
   ok = true;
   if (name == "valid") return Padding::valid;

@@ -25,6 +25,17 @@ struct WindowAxis {
   std::int64_t input_at(std::int64_t o, std::int64_t tap) const { return o * stride - pad_before + tap * dilation; }
 };
 WindowAxis window_axis(std::int64_t in, std::int64_t size, std::int64_t stride, std::int64_t dilation, Padding padding);
+// For shape rules, before window_axis: "" when the window's arithmetic (its span, the padding, the input
+// positions it reads) fits in 64 bits for an input of length `in` (or of any length up to 2^48 when unknown),
+// else why not. Sizes, strides and dilations come from files and users: a dilation of 2^63 must be refused,
+// not wrap around.
+std::string window_overflow(std::int64_t in, std::int64_t size, std::int64_t stride, std::int64_t dilation);
+// The taps of one window along `axis` that read the input rather than padding, [first, last), in O(1): work
+// bounded by the input and the output, whatever the window's size.
+struct TapRange {
+  std::int64_t first, last;
+};
+TapRange input_taps(const WindowAxis& axis, std::int64_t o);
 
 // Up to two ints, one per spatial axis (a 1-D or 2-D window's sizes, strides, lengths), held without the
 // heap: kernels rebuild their geometry at every launch, and a step allocates nothing. A 1-D list is the
