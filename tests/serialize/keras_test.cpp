@@ -559,6 +559,120 @@ TEST_CASE("a Keras model fine-tuned in kiln is saved to .keras with its optimize
   for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].bitwise_equal(b[i]));
 }
 
+namespace {
+
+void put_le(std::string& out, std::uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xFF));
+}
+
+std::uint32_t crc32_of(const std::string& bytes) {
+  std::uint32_t crc = 0xFFFFFFFFu;
+  for (const char byte : bytes) {
+    crc ^= static_cast<unsigned char>(byte);
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+// A zip archive of stored entries with every zip64 record a writer uses past 4 GiB, forced: the 32-bit
+// sizes and offsets are 0xFFFFFFFF and the real ones are in zip64 extra fields (local and central), and the
+// end of the central directory is found through the zip64 end record and its locator.
+std::string zip64_archive(const std::vector<std::pair<std::string, std::string>>& entries) {
+  constexpr std::uint64_t all_ones = 0xFFFFFFFFu;
+  std::string archive, central;
+  for (const auto& [name, bytes] : entries) {
+    const std::uint64_t offset = archive.size();
+    const std::uint32_t crc = crc32_of(bytes);
+    put_le(archive, 0x04034b50, 4);
+    put_le(archive, 45, 2);  // version needed: zip64
+    put_le(archive, 0, 2);   // flags
+    put_le(archive, 0, 2);   // stored
+    put_le(archive, 0, 2);   // time
+    put_le(archive, 0x21, 2);  // 1980-01-01
+    put_le(archive, crc, 4);
+    put_le(archive, all_ones, 4);
+    put_le(archive, all_ones, 4);
+    put_le(archive, name.size(), 2);
+    put_le(archive, 20, 2);
+    archive += name;
+    put_le(archive, 0x0001, 2);
+    put_le(archive, 16, 2);
+    put_le(archive, bytes.size(), 8);
+    put_le(archive, bytes.size(), 8);
+    archive += bytes;
+
+    put_le(central, 0x02014b50, 4);
+    put_le(central, 45, 2);  // made by
+    put_le(central, 45, 2);  // needed
+    put_le(central, 0, 2);
+    put_le(central, 0, 2);
+    put_le(central, 0, 2);
+    put_le(central, 0x21, 2);
+    put_le(central, crc, 4);
+    put_le(central, all_ones, 4);
+    put_le(central, all_ones, 4);
+    put_le(central, name.size(), 2);
+    put_le(central, 28, 2);  // extra
+    put_le(central, 0, 2);   // comment
+    put_le(central, 0, 2);   // disk
+    put_le(central, 0, 2);   // internal attributes
+    put_le(central, 0, 4);   // external attributes
+    put_le(central, all_ones, 4);
+    central += name;
+    put_le(central, 0x0001, 2);
+    put_le(central, 24, 2);
+    put_le(central, bytes.size(), 8);
+    put_le(central, bytes.size(), 8);
+    put_le(central, offset, 8);
+  }
+  const std::uint64_t central_offset = archive.size(), zip64_end = central_offset + central.size();
+  archive += central;
+  put_le(archive, 0x06064b50, 4);
+  put_le(archive, 44, 8);
+  put_le(archive, 45, 2);
+  put_le(archive, 45, 2);
+  put_le(archive, 0, 4);
+  put_le(archive, 0, 4);
+  put_le(archive, entries.size(), 8);
+  put_le(archive, entries.size(), 8);
+  put_le(archive, central.size(), 8);
+  put_le(archive, central_offset, 8);
+  put_le(archive, 0x07064b50, 4);
+  put_le(archive, 0, 4);
+  put_le(archive, zip64_end, 8);
+  put_le(archive, 1, 4);
+  put_le(archive, 0x06054b50, 4);
+  put_le(archive, 0, 2);
+  put_le(archive, 0, 2);
+  put_le(archive, 0xFFFF, 2);
+  put_le(archive, 0xFFFF, 2);
+  put_le(archive, all_ones, 4);
+  put_le(archive, all_ones, 4);
+  put_le(archive, 0, 2);
+  return archive;
+}
+
+}  // namespace
+
+TEST_CASE("a .keras archive written with zip64 records (as past 4 GiB) loads and predicts the same",
+          "[serialize][keras][zip]") {
+  kiln::testing::TempDir folder;
+  const std::string path = fixtures("keras3") + "/seq_dense_mlp.keras";
+  const std::string bytes = kiln::detail::read_whole_file(path);
+  const kiln::detail::ZipReader archive(bytes, path);
+  std::vector<std::pair<std::string, std::string>> entries;
+  for (const std::string& name : archive.names()) entries.emplace_back(name, archive.read(name, 1 << 26));
+  write_file(folder.file("zip64.keras"), zip64_archive(entries));
+  Model model = kiln::load_keras_model(folder.file("zip64.keras"));
+  CHECK(check_against_stored(model, fixtures("keras3") + "/seq_dense_mlp.io.h5") <= 1e-5);
+  CHECK(kiln::verify_keras_file(folder.file("zip64.keras")).weights.size() == model.get_weights().size());
+  // A zip64 record that points past the file is damage, refused.
+  std::string damaged = zip64_archive(entries);
+  damaged[damaged.size() - 22 - 20 + 8 + 6] = '\x7F';  // the locator's offset of the zip64 end record
+  write_file(folder.file("damaged.keras"), damaged);
+  CHECK_THROWS_AS(kiln::load_keras_model(folder.file("damaged.keras")), kiln::SerializationError);
+}
+
 TEST_CASE("per-channel Rescaling (EfficientNet's ImageNet preprocessing) predicts what Keras predicts",
           "[serialize][keras][fixtures]") {
   // Scale as a list and as a serialized array ("__tensor__" on Keras's numpy backend), offset as a list.
