@@ -20,6 +20,7 @@
 #include <kiln/serialize/detail/container.hpp>
 #include <kiln/serialize/detail/hdf5_reader.hpp>
 #include <kiln/serialize/detail/hdf5_writer.hpp>
+#include <kiln/serialize/detail/keras_assets.hpp>
 #include <kiln/serialize/detail/keras_config.hpp>
 #include <kiln/serialize/detail/keras_export.hpp>
 #include <kiln/serialize/detail/keras_file.hpp>
@@ -285,10 +286,10 @@ void write_keras3_weights(const ModelBase& model, detail::Hdf5Builder& file) {
 
 Model load_keras3(const detail::ZipReader& archive, const std::string& path, const LoadOptions& options) {
   const std::string config_text = archive.read("config.json", max_json_bytes);
-  std::string keras_version;
+  Config metadata;
   if (archive.contains("metadata.json"))
-    keras_version =
-        parse_json_object(archive.read("metadata.json", 1 << 20), path + ": metadata.json").get_string("keras_version", "");
+    metadata = parse_json_object(archive.read("metadata.json", max_json_bytes), path + ": metadata.json");
+  const std::string keras_version = metadata.is_map() ? metadata.get_string("keras_version", "") : "";
   if (!archive.contains("model.weights.h5")) {
     // Keras's npz store saves each layer's variables as a Python dict, which np.savez pickles: reading it
     // means unpickling, which runs code from the file.
@@ -317,6 +318,7 @@ Model load_keras3(const detail::ZipReader& archive, const std::string& path, con
     reader.read_model(*model, config, weights.root(), "");
     detail::assign_weights(model->weights(), reader.arrays(), model->describe());
   });
+  detail::import_keras_assets(*model, metadata, archive, path + ": metadata.json");
   const Config* compiled = config.find("compile_config");
   if (!options.compile || compiled == nullptr) return Model(model);
   if (!detail::compile_from_keras(*model, *compiled, path + ": compile_config")) return Model(model);
@@ -598,8 +600,11 @@ void save_keras_model(const ModelBase& model, const std::string& path) {
   const Config config = detail::export_keras_model_config(model, detail::compile_config(model));
   check_keras3_meaning(config);
   const std::string config_text = to_json(config, 0);
-  const std::string metadata = to_json(
-      {{"keras_version", kKerasFormatVersion}, {"date_saved", keras_date()}, {"kiln_version", KILN_VERSION_STRING}}, 0);
+  const detail::KerasAssets assets = detail::export_keras_assets(model);
+  Config metadata_config = {
+      {"keras_version", kKerasFormatVersion}, {"date_saved", keras_date()}, {"kiln_version", KILN_VERSION_STRING}};
+  if (!assets.metadata.is_null()) metadata_config.set("kiln_assets", assets.metadata);
+  const std::string metadata = to_json(metadata_config, 0);
   // The weights go to a scratch file beside the target as libhdf5 writes them, then libzip streams it into the
   // archive: no copy of the weights is held in memory. A failure leaves the old file as it was.
   const detail::ScratchFile weights(path);
@@ -609,15 +614,23 @@ void save_keras_model(const ModelBase& model, const std::string& path) {
     file.close();
   }
   detail::write_file_atomically_at(path, expected_size(model), [&](const std::string& temporary) {
-    detail::write_zip_file(temporary, {{"metadata.json", metadata, ""},
-                                       {"config.json", config_text, ""},
-                                       {"model.weights.h5", {}, weights.path()}});
+    std::vector<detail::ZipEntry> entries{{"metadata.json", metadata, ""},
+                                          {"config.json", config_text, ""},
+                                          {"model.weights.h5", {}, weights.path()}};
+    for (const auto& [name, text] : assets.files) entries.push_back({name, text, ""});
+    detail::write_zip_file(temporary, entries);
   });
 }
 
 void save_keras_h5(const ModelBase& model, const std::string& path) {
   if (!model.built())
     throw LayerStateError(model.describe() + " is not built; build it (or give it an Input) before saving");
+  if (!model.assets().empty()) {
+    std::string names;
+    for (const auto& [name, asset] : model.assets()) names += (names.empty() ? "'" : ", '") + name + "'";
+    warn(path + ": Keras's legacy .h5 format has no place for " + model.describe() + "'s attached assets (" + names +
+         "); they are not written. Save as .keras or .kiln to keep them");
+  }
   detail::write_file_atomically_at(path, expected_size(model), [&](const std::string& temporary) {
     detail::Hdf5Builder file(temporary);
     write_legacy_h5(model, file);

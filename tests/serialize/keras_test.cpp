@@ -15,6 +15,7 @@
 #include <kiln/core/detail/files.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/rng.hpp>
+#include <kiln/core/warnings.hpp>
 #include <kiln/kiln.hpp>
 #include <kiln/layers/model.hpp>
 #include <kiln/serialize/detail/hdf5_reader.hpp>
@@ -671,6 +672,50 @@ TEST_CASE("a .keras archive written with zip64 records (as past 4 GiB) loads and
   damaged[damaged.size() - 22 - 20 + 8 + 6] = '\x7F';  // the locator's offset of the zip64 end record
   write_file(folder.file("damaged.keras"), damaged);
   CHECK_THROWS_AS(kiln::load_keras_model(folder.file("damaged.keras")), kiln::SerializationError);
+}
+
+TEST_CASE("a model's attached lookups go into the .keras archive as Keras stores a vocabulary, and come back",
+          "[serialize][keras]") {
+  kiln::testing::TempDir folder;
+  kiln::Tensor x = kiln::Input({Shape::unknown, 3});
+  Model model(x, kiln::Dense(3)(x));
+  kiln::StringLookup::Options with_mask;
+  with_mask.mask_token = "[PAD]";
+  kiln::StringLookup species({"setosa", "versicolor", "virginica"}, with_mask);
+  species.attach(model, "species");
+  kiln::IntegerLookup codes(std::vector<std::int64_t>{42, 7, 3}, kiln::IntegerLookup::Options());
+  codes.attach(model, "codes");
+  model.save(folder.file("lookups.kiln"));
+  // kiln convert lookups.kiln lookups.keras: the vocabulary is a file in the archive, special tokens first.
+  kiln::save_model(*kiln::load_model(folder.file("lookups.kiln")).ptr(), folder.file("lookups.keras"));
+  const std::string bytes = kiln::detail::read_whole_file(folder.file("lookups.keras"));
+  const kiln::detail::ZipReader archive(bytes, "lookups.keras");
+  CHECK(archive.read("assets/kiln_assets/species/vocabulary.txt", 1 << 20) == "[PAD]\n[UNK]\nsetosa\nversicolor\nvirginica");
+  CHECK(archive.read("assets/kiln_assets/codes/vocabulary.txt", 1 << 20) == "-1\n42\n7\n3");
+  // Read back (and on to .kiln again), the lookups are the ones attached.
+  Model again = kiln::load_keras_model(folder.file("lookups.keras"));
+  CHECK(kiln::StringLookup::of(again, "species").get_vocabulary() == species.get_vocabulary());
+  CHECK(kiln::IntegerLookup::of(again, "codes").get_vocabulary() == codes.get_vocabulary());
+  again.save(folder.file("again.kiln"));
+  CHECK(kiln::StringLookup::of(kiln::load_model(folder.file("again.kiln")), "species").get_config() ==
+        species.get_config());
+  // A vocabulary file that does not start with the declared special tokens is refused, naming it.
+  write_file(folder.file("bad.keras"),
+             kiln::detail::write_zip({{"metadata.json", archive.read("metadata.json", 1 << 20)},
+                                      {"config.json", archive.read("config.json", 1 << 20)},
+                                      {"model.weights.h5", archive.read("model.weights.h5", 1 << 20)},
+                                      {"assets/kiln_assets/species/vocabulary.txt", "setosa\nversicolor"},
+                                      {"assets/kiln_assets/codes/vocabulary.txt", "-1\n42"}}));
+  CHECK_THROWS_WITH(kiln::load_keras_model(folder.file("bad.keras")),
+                    Catch::Contains("species/vocabulary.txt does not start with the special tokens"));
+  // Keras's legacy .h5 has no place for them: written without, with a warning that says so.
+  std::vector<std::string> warnings;
+  const kiln::WarningHandler previous =
+      kiln::set_warning_handler([&](const std::string& message) { warnings.push_back(message); });
+  model.save(folder.file("lookups.h5"));
+  kiln::set_warning_handler(previous);
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Catch::Contains("'codes', 'species'") && Catch::Contains("not written"));
 }
 
 TEST_CASE("per-channel Rescaling (EfficientNet's ImageNet preprocessing) predicts what Keras predicts",
