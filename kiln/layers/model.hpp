@@ -143,6 +143,11 @@ class ModelBase : public Layer {
   /// Replays the model's calls in the graph of `inputs` (which may differ from the one it was made in).
   /// Replays on several threads take turns.
   std::vector<Tensor> apply(const std::vector<Tensor>& inputs, bool training) const;
+  /// Keras's keras.Model(model.inputs, model.get_layer(name).output): a functional model from this model's
+  /// inputs to the outputs of the (last) call of its layer `layer_name`, sharing this model's layers and
+  /// weights; a loaded keras.applications model without its top is model.up_to("avg_pool"). ValueError
+  /// naming the known layers when there is no such layer.
+  std::shared_ptr<ModelBase> up_to(const std::string& layer_name) const;
 
   /// Who uses the model now. Any number of inference calls (predict, evaluate, test_on_batch) may run at
   /// once on any threads; a training call (fit, train_on_batch, compile) takes the model alone, though its
@@ -228,6 +233,8 @@ class ModelBase : public Layer {
   std::shared_ptr<Inference> inference_;  ///< under inference_mutex_
   std::mutex inference_mutex_;
   mutable std::mutex apply_mutex_;
+  // Replays nodes_[0..last] on `inputs` (apply_mutex_ held), every node's outputs by node.
+  std::vector<std::vector<Tensor>> replay(const std::vector<Tensor>& inputs, bool training, std::size_t last) const;
   std::shared_ptr<Usage> usage_;
   std::shared_ptr<CompiledState> compiled_state_;
   std::map<std::string, Config> assets_;

@@ -1,6 +1,7 @@
 #include <kiln/layers/model.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 
 #include <kiln/core/error.hpp>
@@ -49,10 +50,8 @@ ModelBase::Use::~Use() {
     --usage.inferring;
 }
 
-std::vector<Tensor> ModelBase::apply(const std::vector<Tensor>& inputs, bool training) const {
-  // Layers name themselves and count their calls as they are called: two replays at once (the first
-  // predict and the first evaluate on two threads) take turns.
-  std::lock_guard<std::mutex> lock(apply_mutex_);
+std::vector<std::vector<Tensor>> ModelBase::replay(const std::vector<Tensor>& inputs, bool training,
+                                                   std::size_t last) const {
   if (inputs.size() != input_nodes_.size())
     throw ValueError(describe() + " takes " + std::to_string(input_nodes_.size()) + " inputs, got " +
                      std::to_string(inputs.size()));
@@ -74,7 +73,7 @@ std::vector<Tensor> ModelBase::apply(const std::vector<Tensor>& inputs, bool tra
   auto value_of = [&](const TensorRef& ref) {
     return values.at(static_cast<std::size_t>(ref.node)).at(static_cast<std::size_t>(ref.output));
   };
-  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+  for (std::size_t i = 0; i <= last && i < nodes_.size(); ++i) {
     const Node& node = nodes_[i];
     if (node.inputs.empty() && is_input_layer(node.layer)) continue;
     std::vector<Tensor> node_inputs;
@@ -86,9 +85,36 @@ std::vector<Tensor> ModelBase::apply(const std::vector<Tensor>& inputs, bool tra
     args.training(training);
     values[i] = (*node.layer)(node_inputs, args);
   }
+  return values;
+}
+
+std::vector<Tensor> ModelBase::apply(const std::vector<Tensor>& inputs, bool training) const {
+  // Layers name themselves and count their calls as they are called: two replays at once (the first
+  // predict and the first evaluate on two threads) take turns.
+  std::lock_guard<std::mutex> lock(apply_mutex_);
+  const std::vector<std::vector<Tensor>> values = replay(inputs, training, nodes_.size());
   std::vector<Tensor> outputs;
-  for (const TensorRef& ref : outputs_) outputs.push_back(value_of(ref));
+  for (const TensorRef& ref : outputs_)
+    outputs.push_back(values.at(static_cast<std::size_t>(ref.node)).at(static_cast<std::size_t>(ref.output)));
   return outputs;
+}
+
+std::shared_ptr<ModelBase> ModelBase::up_to(const std::string& layer_name) const {
+  std::optional<std::size_t> target;
+  for (std::size_t i = 0; i < nodes_.size(); ++i)
+    if (nodes_[i].layer->name() == layer_name) target = i;
+  if (!target) get_layer(layer_name);  // ValueError naming the layers there are
+  if (!target) throw ValueError(describe() + " never calls its layer '" + layer_name + "'");
+  // Fresh placeholders of the model's own input layers, as keras.Model(model.inputs, ...) shares them.
+  std::vector<Tensor> inputs;
+  for (const int index : input_nodes_)
+    inputs.push_back(static_cast<InputLayer&>(*nodes_[static_cast<std::size_t>(index)].layer).make_input());
+  std::vector<Tensor> outputs;
+  {
+    std::lock_guard<std::mutex> lock(apply_mutex_);
+    outputs = replay(inputs, false, *target)[*target];
+  }
+  return std::make_shared<FunctionalModel>(inputs, outputs, name() + "_up_to_" + layer_name);
 }
 
 bool ModelBase::build_from_data(const std::vector<Array>&) { return built(); }

@@ -674,6 +674,48 @@ TEST_CASE("a .keras archive written with zip64 records (as past 4 GiB) loads and
   CHECK_THROWS_AS(kiln::load_keras_model(folder.file("damaged.keras")), kiln::SerializationError);
 }
 
+TEST_CASE("a frozen keras.applications base keeps its weights and moving statistics bitwise under a new head",
+          "[serialize][keras][apps][train]") {
+  // examples/transfer_learning's steps on random images: the ResNet fixture without its classifier, frozen.
+  Model resnet = kiln::load_keras_model(fixtures("apps") + "/app_resnet.keras");
+  CHECK_THROWS_WITH(resnet->up_to("avg_poll"), Catch::Contains("avg_pool"));
+  Model base(resnet->up_to("avg_pool"));
+  CHECK(base.predict(Array(Shape({1, 40, 40, 3}))).shape() == Shape({1, 64}));
+  base.set_trainable(false);
+  kiln::Tensor image = kiln::Input({Shape::unknown, 40, 40, 3});
+  Model model(image, kiln::Dense(10, "softmax")(base(image)));
+  model.compile("adam", "sparse_categorical_crossentropy");
+  CHECK(model.trainable_weights().size() == 2);
+  const Array x = kiln::testing::random_input({48, 40, 40, 3}, 11);
+  Array y(Shape({48}));
+  for (std::size_t i = 0; i < y.size(); ++i) y.set_flat(i, static_cast<double>(i % 10));
+  const std::vector<Array> before = base.get_weights(), head_before = model.get_weights();
+  model.fit(x, y, kiln::FitOptions().epochs(2).batch_size(16).verbose(0));
+  // Every weight of the base (kernels, BatchNormalization's gamma, beta, moving mean and variance) is the
+  // file's, bit for bit: frozen BatchNormalization runs in inference mode, as in Keras. The head trained.
+  const std::vector<Array> after = base.get_weights();
+  REQUIRE(after.size() == before.size());
+  for (std::size_t i = 0; i < after.size(); ++i) CHECK(after[i].bitwise_equal(before[i]));
+  CHECK_FALSE(model.get_weights().back().bitwise_equal(head_before.back()));
+  // Unfrozen, the top block's convolutions train; the batch normalization layers stay frozen and unchanged.
+  base.set_trainable(true);
+  for (const kiln::LayerPtr& layer : base.layers())
+    if (layer->name().rfind("conv3_block2", 0) != 0 || layer->class_name() == "BatchNormalization")
+      layer->set_trainable(false);
+  model.compile(kiln::create_optimizer("adam", {{"learning_rate", 1e-4}}), "sparse_categorical_crossentropy");
+  model.fit(x, y, kiln::FitOptions().epochs(1).batch_size(16).verbose(0));
+  std::size_t changed = 0;
+  const std::vector<kiln::Weight> weights = base->weights();
+  const std::vector<Array> tuned = base.get_weights();
+  for (std::size_t i = 0; i < tuned.size(); ++i) {
+    INFO(weights[i].path);
+    const bool top_conv = weights[i].path.rfind("conv3_block2", 0) == 0 && weights[i].path.find("_bn/") == std::string::npos;
+    CHECK(tuned[i].bitwise_equal(before[i]) != top_conv);
+    changed += top_conv;
+  }
+  CHECK(changed == 6);  // three convolutions' kernels and biases
+}
+
 TEST_CASE("a model's attached lookups go into the .keras archive as Keras stores a vocabulary, and come back",
           "[serialize][keras]") {
   kiln::testing::TempDir folder;
