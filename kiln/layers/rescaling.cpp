@@ -10,14 +10,6 @@ namespace kiln {
 
 // ---- Rescaling --------------------------------------------------------------------------------------
 
-namespace {
-
-detail::NestedNumbers numbers_of(const Config& value, const char* name) {
-  return detail::read_nested_numbers(value, name);
-}
-
-}  // namespace
-
 RescalingLayer::RescalingLayer(const Config& config) : Layer(config, "Rescaling") {
   ConfigReader args = config_reader(config);
   if (!args.has("scale")) args.fail("argument 'scale' is required");
@@ -25,8 +17,8 @@ RescalingLayer::RescalingLayer(const Config& config) : Layer(config, "Rescaling"
   offset_ = args.has("offset") ? args.value("offset") : Config(0.0);
   args.finish();
   try {
-    numbers_of(scale_, "scale");
-    numbers_of(offset_, "offset");
+    detail::read_nested_numbers(scale_, "scale");
+    detail::read_nested_numbers(offset_, "offset");
   } catch (const ConfigError& error) {
     args.fail(error.what());
   }
@@ -41,7 +33,7 @@ Config RescalingLayer::get_config() const {
 
 void RescalingLayer::build(const Shape& input_shape) {
   for (const auto& [value, name] : {std::pair{&scale_, "scale"}, std::pair{&offset_, "offset"}}) {
-    const Shape given(numbers_of(*value, name).dims);
+    const Shape given(detail::read_nested_numbers(*value, name).dims);
     bool fits = given.rank() <= input_shape.rank();
     for (int i = 1; fits && i <= given.rank(); ++i) {
       const std::int64_t size = given[given.rank() - i], against = input_shape[input_shape.rank() - i];
@@ -57,7 +49,8 @@ void RescalingLayer::build(const Shape& input_shape) {
 Tensor RescalingLayer::call(const Tensor& input, const CallArgs&) {
   build(input.shape());
   // inputs · scale + offset, NumPy broadcasting over the last axes (per channel in channels_last images).
-  const detail::NestedNumbers scale = numbers_of(scale_, "scale"), offset = numbers_of(offset_, "offset");
+  const detail::NestedNumbers scale = detail::read_nested_numbers(scale_, "scale");
+  const detail::NestedNumbers offset = detail::read_nested_numbers(offset_, "offset");
   const auto constant = [&](const detail::NestedNumbers& numbers, const char* name) {
     return ops::constant(input.graph(), detail::nested_array(numbers, input.dtype()), name);
   };

@@ -46,23 +46,23 @@ PoolGeometry pool_geometry(const Shape& x, const Attributes& a) {
   return pool_geometry(detail::image_layout(x, a.get_string("data_format") != "channels_first"), a);
 }
 
+using detail::input_taps;
 using detail::TapRange;
-// The in-bounds taps of one window along one axis: [first, last).
-TapRange taps(const detail::WindowAxis& axis, std::int64_t o) { return detail::input_taps(axis, o); }
 
 // Runs body(n, oh, ow, rows, cols) for every output position, output rows spread over kiln's threads.
 template <class Body>
 void for_each_window(const PoolGeometry& g, const Body& body) {
   const std::int64_t tasks = g.output.batch * g.output.height;
   // The taps that read the input: at most min(size, input length) per axis.
-  const std::int64_t per_task = g.output.width * g.output.channels * std::min(g.rows.size, g.rows.in) *
-                                std::min(g.cols.size, g.cols.in);
+  const std::int64_t per_task =
+      g.output.width * g.output.channels * std::min(g.rows.size, g.rows.in) * std::min(g.cols.size, g.cols.in);
   detail::parallel_for(tasks, detail::workers_for_elements(tasks * per_task),
                        [&](std::int64_t begin, std::int64_t end, int) {
                          for (std::int64_t task = begin; task < end; ++task) {
                            const std::int64_t n = task / g.output.height, oh = task % g.output.height;
-                           const TapRange rows = taps(g.rows, oh);
-                           for (std::int64_t ow = 0; ow < g.output.width; ++ow) body(n, oh, ow, rows, taps(g.cols, ow));
+                           const TapRange rows = input_taps(g.rows, oh);
+                           for (std::int64_t ow = 0; ow < g.output.width; ++ow)
+                             body(n, oh, ow, rows, input_taps(g.cols, ow));
                          }
                        });
 }
@@ -113,9 +113,9 @@ void max_pool_grad_kernel(const KernelContext& k) {
                          std::int64_t where[block];
                          for (std::int64_t n = begin; n < end; ++n)
                            for (std::int64_t oh = 0; oh < g.output.height; ++oh) {
-                             const TapRange rows = taps(g.rows, oh);
+                             const TapRange rows = input_taps(g.rows, oh);
                              for (std::int64_t ow = 0; ow < g.output.width; ++ow) {
-                               const TapRange cols = taps(g.cols, ow);
+                               const TapRange cols = input_taps(g.cols, ow);
                                const T* grad = dy + output_offset(g, n, oh, ow);
                                for (std::int64_t c0 = 0; c0 < g.input.channels; c0 += block) {
                                  const std::int64_t width = std::min(block, g.input.channels - c0);
@@ -181,9 +181,9 @@ void avg_pool_grad_kernel(const KernelContext& k) {
                        [&](std::int64_t begin, std::int64_t end, int) {
                          for (std::int64_t n = begin; n < end; ++n)
                            for (std::int64_t oh = 0; oh < g.output.height; ++oh) {
-                             const TapRange rows = taps(g.rows, oh);
+                             const TapRange rows = input_taps(g.rows, oh);
                              for (std::int64_t ow = 0; ow < g.output.width; ++ow) {
-                               const TapRange cols = taps(g.cols, ow);
+                               const TapRange cols = input_taps(g.cols, ow);
                                const T* grad = dy + output_offset(g, n, oh, ow);
                                const T inverse =
                                    T(1) / static_cast<T>((rows.last - rows.first) * (cols.last - cols.first));

@@ -562,8 +562,10 @@ TEST_CASE("a Keras model fine-tuned in kiln is saved to .keras with its optimize
 
 namespace {
 
-void put_le(std::string& out, std::uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xFF));
+// Appends each (value, width in bytes) little-endian: one zip record, field by field.
+void put_le(std::string& out, std::initializer_list<std::pair<std::uint64_t, int>> fields) {
+  for (const auto& [value, bytes] : fields)
+    for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xFF));
 }
 
 std::uint32_t crc32_of(const std::string& bytes) {
@@ -577,79 +579,65 @@ std::uint32_t crc32_of(const std::string& bytes) {
 
 // A zip archive of stored entries with every zip64 record a writer uses past 4 GiB, forced: the 32-bit
 // sizes and offsets are 0xFFFFFFFF and the real ones are in zip64 extra fields (local and central), and the
-// end of the central directory is found through the zip64 end record and its locator.
+// end of the central directory is found through the zip64 end record and its locator. Version 45 (zip64),
+// stored, dated 1980-01-01.
 std::string zip64_archive(const std::vector<std::pair<std::string, std::string>>& entries) {
   constexpr std::uint64_t all_ones = 0xFFFFFFFFu;
   std::string archive, central;
   for (const auto& [name, bytes] : entries) {
-    const std::uint64_t offset = archive.size();
+    const std::uint64_t offset = archive.size(), size = bytes.size();
     const std::uint32_t crc = crc32_of(bytes);
-    put_le(archive, 0x04034b50, 4);
-    put_le(archive, 45, 2);  // version needed: zip64
-    put_le(archive, 0, 2);   // flags
-    put_le(archive, 0, 2);   // stored
-    put_le(archive, 0, 2);   // time
-    put_le(archive, 0x21, 2);  // 1980-01-01
-    put_le(archive, crc, 4);
-    put_le(archive, all_ones, 4);
-    put_le(archive, all_ones, 4);
-    put_le(archive, name.size(), 2);
-    put_le(archive, 20, 2);
+    // Local header: signature, version, flags, method, time, date, crc, sizes, name and extra lengths.
+    put_le(archive, {{0x04034b50, 4},
+                     {45, 2},
+                     {0, 2},
+                     {0, 2},
+                     {0, 2},
+                     {0x21, 2},
+                     {crc, 4},
+                     {all_ones, 4},
+                     {all_ones, 4},
+                     {name.size(), 2},
+                     {20, 2}});
     archive += name;
-    put_le(archive, 0x0001, 2);
-    put_le(archive, 16, 2);
-    put_le(archive, bytes.size(), 8);
-    put_le(archive, bytes.size(), 8);
+    put_le(archive, {{0x0001, 2}, {16, 2}, {size, 8}, {size, 8}});  // zip64 extra: both sizes
     archive += bytes;
-
-    put_le(central, 0x02014b50, 4);
-    put_le(central, 45, 2);  // made by
-    put_le(central, 45, 2);  // needed
-    put_le(central, 0, 2);
-    put_le(central, 0, 2);
-    put_le(central, 0, 2);
-    put_le(central, 0x21, 2);
-    put_le(central, crc, 4);
-    put_le(central, all_ones, 4);
-    put_le(central, all_ones, 4);
-    put_le(central, name.size(), 2);
-    put_le(central, 28, 2);  // extra
-    put_le(central, 0, 2);   // comment
-    put_le(central, 0, 2);   // disk
-    put_le(central, 0, 2);   // internal attributes
-    put_le(central, 0, 4);   // external attributes
-    put_le(central, all_ones, 4);
+    // Central header: as local, plus made-by, comment, disk, attributes and the local header's offset.
+    put_le(central, {{0x02014b50, 4},
+                     {45, 2},
+                     {45, 2},
+                     {0, 2},
+                     {0, 2},
+                     {0, 2},
+                     {0x21, 2},
+                     {crc, 4},
+                     {all_ones, 4},
+                     {all_ones, 4},
+                     {name.size(), 2},
+                     {28, 2},
+                     {0, 2},
+                     {0, 2},
+                     {0, 2},
+                     {0, 4},
+                     {all_ones, 4}});
     central += name;
-    put_le(central, 0x0001, 2);
-    put_le(central, 24, 2);
-    put_le(central, bytes.size(), 8);
-    put_le(central, bytes.size(), 8);
-    put_le(central, offset, 8);
+    put_le(central, {{0x0001, 2}, {24, 2}, {size, 8}, {size, 8}, {offset, 8}});  // zip64 extra with the offset
   }
   const std::uint64_t central_offset = archive.size(), zip64_end = central_offset + central.size();
   archive += central;
-  put_le(archive, 0x06064b50, 4);
-  put_le(archive, 44, 8);
-  put_le(archive, 45, 2);
-  put_le(archive, 45, 2);
-  put_le(archive, 0, 4);
-  put_le(archive, 0, 4);
-  put_le(archive, entries.size(), 8);
-  put_le(archive, entries.size(), 8);
-  put_le(archive, central.size(), 8);
-  put_le(archive, central_offset, 8);
-  put_le(archive, 0x07064b50, 4);
-  put_le(archive, 0, 4);
-  put_le(archive, zip64_end, 8);
-  put_le(archive, 1, 4);
-  put_le(archive, 0x06054b50, 4);
-  put_le(archive, 0, 2);
-  put_le(archive, 0, 2);
-  put_le(archive, 0xFFFF, 2);
-  put_le(archive, 0xFFFF, 2);
-  put_le(archive, all_ones, 4);
-  put_le(archive, all_ones, 4);
-  put_le(archive, 0, 2);
+  // Zip64 end record, its locator, then the classic end record with every field saturated.
+  put_le(archive, {{0x06064b50, 4},
+                   {44, 8},
+                   {45, 2},
+                   {45, 2},
+                   {0, 4},
+                   {0, 4},
+                   {entries.size(), 8},
+                   {entries.size(), 8},
+                   {central.size(), 8},
+                   {central_offset, 8}});
+  put_le(archive, {{0x07064b50, 4}, {0, 4}, {zip64_end, 8}, {1, 4}});
+  put_le(archive, {{0x06054b50, 4}, {0, 2}, {0, 2}, {0xFFFF, 2}, {0xFFFF, 2}, {all_ones, 4}, {all_ones, 4}, {0, 2}});
   return archive;
 }
 
@@ -709,7 +697,8 @@ TEST_CASE("a frozen keras.applications base keeps its weights and moving statist
   const std::vector<Array> tuned = base.get_weights();
   for (std::size_t i = 0; i < tuned.size(); ++i) {
     INFO(weights[i].path);
-    const bool top_conv = weights[i].path.rfind("conv3_block2", 0) == 0 && weights[i].path.find("_bn/") == std::string::npos;
+    const bool top_conv =
+        weights[i].path.rfind("conv3_block2", 0) == 0 && weights[i].path.find("_bn/") == std::string::npos;
     CHECK(tuned[i].bitwise_equal(before[i]) != top_conv);
     changed += top_conv;
   }
@@ -732,7 +721,8 @@ TEST_CASE("a model's attached lookups go into the .keras archive as Keras stores
   kiln::save_model(*kiln::load_model(folder.file("lookups.kiln")).ptr(), folder.file("lookups.keras"));
   const std::string bytes = kiln::detail::read_whole_file(folder.file("lookups.keras"));
   const kiln::detail::ZipReader archive(bytes, "lookups.keras");
-  CHECK(archive.read("assets/kiln_assets/species/vocabulary.txt", 1 << 20) == "[PAD]\n[UNK]\nsetosa\nversicolor\nvirginica");
+  CHECK(archive.read("assets/kiln_assets/species/vocabulary.txt", 1 << 20) ==
+        "[PAD]\n[UNK]\nsetosa\nversicolor\nvirginica");
   CHECK(archive.read("assets/kiln_assets/codes/vocabulary.txt", 1 << 20) == "-1\n42\n7\n3");
   // Read back (and on to .kiln again), the lookups are the ones attached.
   Model again = kiln::load_keras_model(folder.file("lookups.keras"));
@@ -792,7 +782,8 @@ TEST_CASE("a compile_config without an optimizer compiles with Keras's default, 
   // Keras's compile() defaults to "rmsprop": the Adam state in the file does not fit it, and is skipped.
   Model rmsprop = kiln::load_keras_model(edited("no_optimizer.keras", [](Config& c) { c.erase("optimizer"); }));
   CHECK(rmsprop.optimizer().class_name() == "RMSprop");
-  Model nulled = kiln::load_keras_model(edited("null_optimizer.keras", [](Config& c) { c.set("optimizer", Config()); }));
+  Model nulled =
+      kiln::load_keras_model(edited("null_optimizer.keras", [](Config& c) { c.set("optimizer", Config()); }));
   CHECK(nulled.optimizer().class_name() == "RMSprop");
   // No loss: Keras compiles without one (fit then fails); kiln loads the model uncompiled, with a warning.
   Model uncompiled = kiln::load_keras_model(edited("no_loss.keras", [](Config& c) { c.erase("loss"); }));
@@ -802,10 +793,10 @@ TEST_CASE("a compile_config without an optimizer compiles with Keras's default, 
   const std::string weighted =
       edited("loss_weights.keras", [](Config& c) { c.set("loss_weights", Config::list({Config(2.0)})); });
   CHECK_THROWS_AS(kiln::load_keras_model(weighted), kiln::FileConfigError);
-  CHECK_THROWS_WITH(kiln::load_keras_model(weighted), Catch::Contains("loss_weights.keras: compile_config: loss_weights") &&
-                                                          !Catch::Contains("compile_config: compile_config"));
-  CHECK(kiln::load_keras_model(weighted, kiln::LoadOptions{false}).predict(zeros).shape() ==
-        kiln::Shape({1, 2}));
+  CHECK_THROWS_WITH(kiln::load_keras_model(weighted),
+                    Catch::Contains("loss_weights.keras: compile_config: loss_weights") &&
+                        !Catch::Contains("compile_config: compile_config"));
+  CHECK(kiln::load_keras_model(weighted, kiln::LoadOptions{false}).predict(zeros).shape() == kiln::Shape({1, 2}));
 }
 
 TEST_CASE("docs/keras.md's table of Keras classes is the one kiln's Keras reader and writer use",

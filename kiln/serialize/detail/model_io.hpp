@@ -8,6 +8,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <kiln/core/error.hpp>
@@ -19,36 +20,15 @@
 
 namespace kiln::detail {
 
-// Runs `body`, turning any failure into a SerializationError that says where: "m.kiln: weights section: ...".
-// A SerializationError passes unchanged: the readers that throw it name the file and the place already. A
-// ConfigError (a whole file that describes a class or an argument kiln does not support) becomes a
-// FileConfigError, which is both.
+// Runs `body`, turning any failure into a SerializationError that says where: "m.kiln: weights section: ...",
+// once (a message that starts with `where` already keeps it as it is). A SerializationError passes unchanged:
+// the readers that throw it name the file and the place already. A ConfigError (a whole file that describes a
+// class or an argument kiln does not support) becomes a FileConfigError, which is both.
 template <class Body>
 auto guarded(const std::string& where, Body&& body) -> decltype(body()) {
-  try {
-    return body();
-  } catch (const SerializationError&) {
-    throw;
-  } catch (const ConfigError& error) {
-    throw FileConfigError(where + ": " + error.what());
-  } catch (const Error& error) {
-    throw SerializationError(where + ": " + error.what());
-  } catch (const std::bad_alloc&) {
-    throw SerializationError(where + ": needs more memory than the file can justify (damaged?)");
-  } catch (const std::length_error& error) {
-    throw SerializationError(where + ": impossible size (" + std::string(error.what()) + ")");
-  }
-}
-
-// The boundary of every public function that reads a file (load_model, load_keras_model, verify_file, ...):
-// whatever fails is a SerializationError naming `path` once, so one catch clause takes every failure to read a
-// file; a ConfigError (the file describes what kiln does not support) becomes a FileConfigError, still a
-// ConfigError too.
-template <class Body>
-auto reading_file(const std::string& path, Body&& body) -> decltype(body()) {
   const auto named = [&](const char* message) {
     const std::string text = message;
-    return text.compare(0, path.size(), path) == 0 ? text : path + ": " + text;
+    return text.compare(0, where.size(), where) == 0 ? text : where + ": " + text;
   };
   try {
     return body();
@@ -59,10 +39,17 @@ auto reading_file(const std::string& path, Body&& body) -> decltype(body()) {
   } catch (const Error& error) {
     throw SerializationError(named(error.what()));
   } catch (const std::bad_alloc&) {
-    throw SerializationError(path + ": needs more memory than the file can justify (damaged?)");
+    throw SerializationError(where + ": needs more memory than the file can justify (damaged?)");
   } catch (const std::length_error& error) {
-    throw SerializationError(path + ": impossible size (" + std::string(error.what()) + ")");
+    throw SerializationError(where + ": impossible size (" + std::string(error.what()) + ")");
   }
+}
+
+// The boundary of every public function that reads a file (load_model, load_keras_model, verify_file, ...):
+// guarded by the path, so one catch clause (SerializationError) takes every failure to read a file.
+template <class Body>
+auto reading_file(const std::string& path, Body&& body) -> decltype(body()) {
+  return guarded(path, std::forward<Body>(body));
 }
 
 // The model a serialized config describes (its compile_config ignored); ConfigError when it is a layer.
