@@ -10,7 +10,9 @@
 // input channel of a group, so that row · kernel[:, filters of the group] is one output. Buffers hold a
 // chunk of samples at a time (about 2^19 elements), never the whole batch, and the backward ops reuse the
 // same one buffer (a gradient im2col, scattered back by col2im). A 1×1 kernel with stride 1 and no padding
-// on channels_last data is already in im2col layout: those run as one GEMM on the input itself.
+// on channels_last data is already in im2col layout: those run as one GEMM on the input itself. A depthwise
+// convolution (one channel a group) on channels_last data, where the GEMMs would be one per channel with a
+// column or two each, runs direct kernels over pixels and taps instead (ops/detail/depthwise).
 // 1-D inputs are 2-D images of height 1 (ops/detail/window).
 #include <algorithm>
 #include <cstddef>
@@ -23,6 +25,7 @@
 #include <kiln/core/graph.hpp>
 #include <kiln/core/op.hpp>
 #include <kiln/core/parallel.hpp>
+#include <kiln/ops/detail/depthwise.hpp>
 #include <kiln/ops/detail/gemm.hpp>
 #include <kiln/ops/detail/kernel_util.hpp>
 #include <kiln/ops/detail/window.hpp>
@@ -48,6 +51,9 @@ struct ConvGeometry {
     return channels_last && rows.size == 1 && cols.size == 1 && rows.stride == 1 && cols.stride == 1 &&
            rows.pad_before == 0 && cols.pad_before == 0 && rows.out == rows.in && cols.out == cols.in;
   }
+  // Every input channel its own group on channels_last data: the direct kernels of ops/detail/depthwise.
+  bool depthwise() const { return channels_last && groups > 1 && group_channels == 1; }
+  detail::DepthwiseShape depthwise_shape() const { return {input.batch, input.channels, group_filters, rows, cols}; }
   // Samples per im2col chunk: about 2^19 buffer elements, at least one sample.
   std::int64_t chunk_samples() const {
     const std::int64_t per_sample = std::max<std::int64_t>(1, positions() * patch());
@@ -120,12 +126,18 @@ ConvGeometry geometry_of(const KernelContext& k) {
   return Geometry(k.input_shape(0), k.input_shape(1), k.attributes());
 }
 
-// One im2col buffer of a chunk, or none for pointwise convolutions.
+// One im2col buffer of a chunk, or none for pointwise and depthwise convolutions (but the depthwise kernel
+// gradient's per-worker sums).
 template <GeometryFn Geometry>
 std::size_t im2col_workspace(const std::vector<Shape>& input_shapes, const Shape&, const Attributes& attributes,
                              DType dtype) {
   const ConvGeometry g = Geometry(input_shapes[0], input_shapes[1], attributes);
-  if (g.pointwise()) return 0;
+  if (g.depthwise() && Geometry == backprop_kernel_geometry) {
+    const detail::DepthwiseShape s = g.depthwise_shape();
+    return static_cast<std::size_t>(detail::depthwise_kernel_partial_elements(s) * detail::depthwise_kernel_workers(s)) *
+           dtype_size(dtype);
+  }
+  if (g.pointwise() || g.depthwise()) return 0;
   return static_cast<std::size_t>(g.chunk_samples() * g.positions() * g.patch()) * dtype_size(dtype);
 }
 
@@ -262,6 +274,7 @@ void conv_kernel(const KernelContext& k) {
   const T* kernel = k.in<T>(1);
   T* y = k.out<T>();
   const std::int64_t F = g.filters(), Fg = g.group_filters, P = g.positions(), patch = g.patch();
+  if (g.depthwise()) return detail::depthwise_forward(g.depthwise_shape(), x, kernel, y);
   if (g.pointwise()) {
     for (std::int64_t group = 0; group < g.groups; ++group)
       gemm<T>(g.input.batch * P, Fg, patch, false, x + group * g.group_channels, g.input.channels, false,
@@ -295,6 +308,7 @@ void conv_backprop_input_kernel(const KernelContext& k) {
   const T* kernel = k.in<T>(1);
   T* dx = k.out<T>();
   const std::int64_t F = g.filters(), Fg = g.group_filters, P = g.positions(), patch = g.patch();
+  if (g.depthwise()) return detail::depthwise_backprop_input(g.depthwise_shape(), dy, kernel, dx);
   if (g.pointwise()) {  // dx[:, group channels] = dy[:, group filters] · weightsᵀ
     for (std::int64_t group = 0; group < g.groups; ++group)
       gemm<T>(g.input.batch * P, g.group_channels, Fg, false, dy + group * Fg, F, true, kernel + group * Fg, F,
@@ -331,6 +345,12 @@ void conv_backprop_kernel_kernel(const KernelContext& k) {
   if (g.input.batch == 0 || P == 0) {
     std::fill(dkernel, dkernel + patch * F, T(0));
     return;
+  }
+  if (g.depthwise()) {
+    const detail::DepthwiseShape s = g.depthwise_shape();
+    const auto slots = static_cast<std::int64_t>(k.workspace_bytes / sizeof(T)) /
+                       std::max<std::int64_t>(1, detail::depthwise_kernel_partial_elements(s));
+    return detail::depthwise_backprop_kernel(s, x, dy, dkernel, k.scratch<T>(), slots);
   }
   if (g.pointwise()) {  // dkernel[:, group filters] = x[:, group channels]ᵀ · dy[:, group filters]
     for (std::int64_t group = 0; group < g.groups; ++group)

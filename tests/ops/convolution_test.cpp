@@ -250,6 +250,75 @@ TEST_CASE("the backprop ops are each other's adjoints and have their own gradien
   }
 }
 
+// Depthwise convolutions (every channel its own group) on channels_last data run direct kernels
+// (ops/detail/depthwise), not im2col and GEMMs: the same reference, gradients, and the GEMM path.
+std::vector<ConvCase> depthwise_grid() {
+  std::vector<ConvCase> cases;
+  for (const bool two_d : {false, true})
+    for (const std::int64_t size : {1, 2, 3})
+      for (const std::int64_t stride : {1, 2})
+        for (const std::int64_t dilation : {1, 2})
+          for (const std::int64_t multiplier : {1, 2})
+            for (const char* padding : {"valid", "same", "causal"}) {
+              if (two_d && std::string(padding) == "causal") continue;
+              ConvCase c;
+              c.x = image(two_d, true, 2, 3, 5, 7);
+              c.kernel = two_d ? Shape{size, size == 1 ? 1 : size - 1, 1, 3 * multiplier} : Shape{size, 1, 3 * multiplier};
+              c.options.padding = padding;
+              c.options.strides = two_d ? std::vector<std::int64_t>{stride, 1} : std::vector<std::int64_t>{stride};
+              c.options.dilation_rate =
+                  two_d ? std::vector<std::int64_t>{1, dilation} : std::vector<std::int64_t>{dilation};
+              cases.push_back(c);
+            }
+  return cases;
+}
+
+TEST_CASE("depthwise conv matches the reference and central differences", "[ops][conv][grad]") {
+  Rng rng(21);
+  const std::vector<ConvCase> cases = depthwise_grid();
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const ConvCase& c = cases[i];
+    INFO(c.label());
+    const Array x = testing::random_array(c.x, rng);
+    const Array kernel = testing::random_array(c.kernel, rng);
+    const auto f = [&c](const std::vector<Tensor>& t) { return conv_of(c, t); };
+    CHECK(testing::max_relative_difference(testing::evaluate(f, {x, kernel}), reference_conv(x, kernel, c.options)) <
+          1e-12);
+    if (i % 3 != 0) continue;
+    testing::GradcheckOptions o;
+    o.label = "depthwise conv " + c.label();
+    const auto r = testing::gradcheck(f, {x, kernel}, o);
+    INFO(r.worst_entry());
+    CHECK(r.max_relative_error <= 1e-6);
+  }
+}
+
+TEST_CASE("depthwise conv's direct kernels agree with the GEMM path on any number of threads", "[ops][conv]") {
+  // channels_first runs the same convolution as im2col and one GEMM per channel; the direct kernels of
+  // channels_last must give its output and gradients, with the kernel gradient summed over 1 or 3 workers.
+  Rng rng(22);
+  for (const std::int64_t multiplier : {1, 2}) {
+    ops::ConvOptions last;
+    last.padding = "same";
+    last.strides = {2, 1};
+    ops::ConvOptions first = last;
+    first.data_format = "channels_first";
+    const Array x = testing::random_array({4, 19, 17, 24}, rng);
+    const Array kernel = testing::random_array({3, 3, 1, 24 * multiplier}, rng);
+    const auto direct = [&](const std::vector<Tensor>& t) { return ops::conv(t[0], t[1], last); };
+    const auto gemm = [&](const std::vector<Tensor>& t) {
+      return ops::transpose(ops::conv(ops::transpose(t[0], {0, 3, 1, 2}), t[1], first), {0, 2, 3, 1});
+    };
+    const Array weights = testing::random_array(testing::evaluate(direct, {x, kernel}).shape(), rng);
+    const std::vector<Array> expected = testing::evaluate_with_gradients_on(1, gemm, {x, kernel}, weights);
+    for (const int threads : {1, 3}) {
+      INFO("multiplier " << multiplier << ", " << threads << " threads");
+      const std::vector<Array> actual = testing::evaluate_with_gradients_on(threads, direct, {x, kernel}, weights);
+      for (std::size_t i = 0; i < expected.size(); ++i) CHECK(testing::max_relative_difference(actual[i], expected[i]) < 1e-12);
+    }
+  }
+}
+
 TEST_CASE("conv refuses bad shapes and options with the shapes in the message", "[ops][conv][errors]") {
   Graph g;
   const Tensor x1 = g.placeholder({Shape::unknown, 10, 4}, DType::float32, "x1");
