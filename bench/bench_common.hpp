@@ -69,6 +69,12 @@ inline const std::vector<WorkloadInfo>& workloads() {
       {"stock_demo", true, false, false,
        "the demo's model (examples/stock_attention): (B,160) -> Reshape(40,4) -> MHAttention(16, 8) -> Flatten -> "
        "2 x Dense(40, swish) -> Dense(2, tanh); for latency"},
+      {"resnet50", true, true, false,
+       "torchvision's ResNet-50 (v1.5, convolutions without bias + BatchNorm) on (8,224,224,3) -> 1000 logits; "
+       "sparse CE (logits) + SGD"},
+      {"mobilenet_v2", true, false, false,
+       "torchvision's MobileNetV2 (width 1.0, ReLU6, depthwise 3x3) on (32,224,224,3) -> 1000 logits; forward "
+       "and latency"},
       {"noise", false, true, false,
        "(32,256,64) -> Dense(64) -> SpatialDropout1D(0.2) -> GaussianNoise(0.1) -> GaussianDropout(0.2); MSE + SGD"},
   };

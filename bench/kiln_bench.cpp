@@ -25,6 +25,7 @@
 
 #include <kiln/kiln.hpp>
 #include "bench_common.hpp"
+#include "vision_models.hpp"
 #include "../examples/stock_attention/stock_data.hpp"
 
 namespace {
@@ -91,6 +92,15 @@ Workload make_workload(const std::string& name, int seq) {
     h = kiln::GlobalAveragePooling2D()(kiln::Conv2D(64, 3, "relu")(h));
     Workload w{kiln::Model(x, kiln::Dense(10)(h), "cnn_small"), random_array({64, 28, 28, 1}, 1),
                random_labels(64, 10, 2), "adam"};
+    w.loss = kiln::Loss::from_config(
+        Config{{"class_name", "SparseCategoricalCrossentropy"}, {"config", Config{{"from_logits", true}}}});
+    return w;
+  }
+  if (name == "resnet50" || name == "mobilenet_v2") {
+    // Batch 8 (ResNet-50) and 32 (MobileNetV2); latency rows take the first image.
+    const std::int64_t batch = name == "resnet50" ? 8 : 32;
+    Workload w{name == "resnet50" ? bench::resnet50() : bench::mobilenet_v2(), random_array({batch, 224, 224, 3}, 1),
+               random_labels(batch, 1000, 2), "sgd"};
     w.loss = kiln::Loss::from_config(
         Config{{"class_name", "SparseCategoricalCrossentropy"}, {"config", Config{{"from_logits", true}}}});
     return w;
@@ -281,6 +291,47 @@ std::vector<Gemm> gemm_list(const std::string& name, bool training, int seq) {
       add_matmul(list, training, 1, 12 * 64, 128, 512, false, true, true);
     }
     add_matmul(list, training, 1, 12 * 64, 65, 128, false, true, true);
+  } else if (name == "resnet50") {
+    // Each convolution is one GEMM: output positions × filters × (taps · channels); the stem's input needs
+    // no gradient. The pooling, normalizations and additions are not GEMMs.
+    const std::int64_t batch = 8;
+    auto conv = [&](std::int64_t size, std::int64_t channels, std::int64_t filters, std::int64_t out, bool grad_a) {
+      add_matmul(list, training, 1, batch * out * out, filters, size * size * channels, false, grad_a, true);
+    };
+    conv(7, 3, 64, 112, false);
+    std::int64_t channels = 64, spatial = 56;
+    const std::int64_t blocks[] = {3, 4, 6, 3};
+    for (int stage = 0; stage < 4; ++stage)
+      for (std::int64_t block = 0; block < blocks[stage]; ++block) {
+        const std::int64_t filters = 64 << stage, out = block == 0 && stage > 0 ? spatial / 2 : spatial;
+        if (block == 0) conv(1, channels, 4 * filters, out, true);
+        conv(1, channels, filters, spatial, true);
+        conv(3, filters, filters, out, true);
+        conv(1, filters, 4 * filters, out, true);
+        channels = 4 * filters;
+        spatial = out;
+      }
+    add_matmul(list, training, 1, batch, 1000, 2048, false, true, true);
+  } else if (name == "mobilenet_v2") {
+    // The stem and the pointwise convolutions (the depthwise ones are not GEMMs), then the classifier.
+    const std::int64_t batch = 32;
+    auto conv = [&](std::int64_t size, std::int64_t channels, std::int64_t filters, std::int64_t out) {
+      add_matmul(list, training, 1, batch * out * out, filters, size * size * channels, false, true, true);
+    };
+    conv(3, 3, 32, 112);
+    std::int64_t channels = 32, spatial = 112;
+    const std::int64_t settings[][4] = {{1, 16, 1, 1},  {6, 24, 2, 2},  {6, 32, 3, 2}, {6, 64, 4, 2},
+                                        {6, 96, 3, 1},  {6, 160, 3, 2}, {6, 320, 1, 1}};
+    for (const auto& [t, c, n, s] : settings)
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t out = i == 0 ? spatial / s : spatial;
+        if (t != 1) conv(1, channels, channels * t, spatial);
+        conv(1, channels * t, c, out);
+        channels = c;
+        spatial = out;
+      }
+    conv(1, 320, 1280, 7);
+    add_matmul(list, training, 1, batch, 1000, 1280, false, true, true);
   } else if (name == "norms" || name == "char_gpt_generate" || name == "stock_demo") {
     // No GEMMs (generation's are hundreds of tiny ones, not worth a column): the %sgemm columns show "-".
   } else {

@@ -25,6 +25,10 @@
 //               (12, 64) ids; cross-entropy on the logits + Adam
 //   char_gpt_generate  char_gpt with 320 positions, generating 256 tokens from a 64-token prompt as nanoGPT's
 //               generate does: the whole sequence through the model for each token, top-k 200 at temperature 0.8
+//   resnet50    torchvision's resnet50 (Bottleneck v1.5, BatchNorm2d defaults), NCHW, on (8, 3, 224, 224);
+//               cross-entropy on the 1000 logits + SGD
+//   mobilenet_v2  torchvision's mobilenet_v2 (width 1.0, ReLU6, depthwise Conv2d with groups = channels), NCHW;
+//               forward on (32, 3, 224, 224) and one-image latency
 //   noise       Linear(64, 64), then spatial dropout, additive and multiplicative Gaussian noise as Keras's
 //               SpatialDropout1D, GaussianNoise and GaussianDropout compute them; MSE + SGD
 // Losses and optimizers as kiln compiles them: mean squared error (cnn_small: cross-entropy); SGD(lr 0.01) (Keras's
@@ -44,6 +48,7 @@
 
 #include <kiln/kiln.hpp>
 #include "bench_common.hpp"
+#include "vision_models.hpp"
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
@@ -338,6 +343,114 @@ torch::Tensor generate_tokens(CharGpt& model, torch::Tensor ids, std::int64_t ne
   return ids;
 }
 
+// ---- torchvision's ResNet-50 and MobileNetV2 -------------------------------------------------------------
+// torchvision/models/resnet.py (Bottleneck, v1.5: the stride on conv2) and mobilenetv2.py (InvertedResidual),
+// written out in libtorch's modules, NCHW as torchvision runs them, with torchvision's BatchNorm2d defaults.
+
+nn::Conv2d conv2d(std::int64_t in, std::int64_t out, std::int64_t size, std::int64_t stride, std::int64_t groups = 1) {
+  return nn::Conv2d(
+      nn::Conv2dOptions(in, out, size).stride(stride).padding((size - 1) / 2).groups(groups).bias(false));
+}
+
+struct BottleneckImpl : nn::Module {
+  nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr}, down{nullptr};
+  nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr}, down_bn{nullptr};
+
+  BottleneckImpl(std::int64_t in, std::int64_t width, std::int64_t stride, bool project) {
+    conv1 = register_module("conv1", conv2d(in, width, 1, 1));
+    bn1 = register_module("bn1", nn::BatchNorm2d(width));
+    conv2 = register_module("conv2", conv2d(width, width, 3, stride));
+    bn2 = register_module("bn2", nn::BatchNorm2d(width));
+    conv3 = register_module("conv3", conv2d(width, 4 * width, 1, 1));
+    bn3 = register_module("bn3", nn::BatchNorm2d(4 * width));
+    if (project) {
+      down = register_module("down", conv2d(in, 4 * width, 1, stride));
+      down_bn = register_module("down_bn", nn::BatchNorm2d(4 * width));
+    }
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor h = torch::relu(bn1(conv1(x)));
+    h = torch::relu(bn2(conv2(h)));
+    h = bn3(conv3(h));
+    return torch::relu(h + (down ? down_bn(down(x)) : x));
+  }
+};
+TORCH_MODULE(Bottleneck);
+
+struct ResNet50Impl : nn::Module {
+  nn::Conv2d stem{nullptr};
+  nn::BatchNorm2d stem_bn{nullptr};
+  nn::Sequential blocks;
+  nn::Linear fc{nullptr};
+
+  ResNet50Impl() {
+    stem = register_module("stem", nn::Conv2d(nn::Conv2dOptions(3, 64, 7).stride(2).padding(3).bias(false)));
+    stem_bn = register_module("stem_bn", nn::BatchNorm2d(64));
+    std::int64_t in = 64;
+    const std::int64_t counts[] = {3, 4, 6, 3};
+    for (int stage = 0; stage < 4; ++stage)
+      for (std::int64_t block = 0; block < counts[stage]; ++block) {
+        const std::int64_t width = 64 << stage;
+        blocks->push_back(Bottleneck(in, width, block == 0 && stage > 0 ? 2 : 1, block == 0));
+        in = 4 * width;
+      }
+    register_module("blocks", blocks);
+    fc = register_module("fc", nn::Linear(2048, 1000));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor h = torch::max_pool2d(torch::relu(stem_bn(stem(x))), 3, 2, 1);
+    return fc(blocks->forward(h).mean({2, 3}));
+  }
+};
+TORCH_MODULE(ResNet50);
+
+struct MobileNetV2Impl : nn::Module {
+  nn::Sequential stem, head;
+  std::vector<nn::Sequential> blocks;
+  std::vector<bool> residual;  // each inverted residual block: whether it adds its input
+  nn::Linear classifier{nullptr};
+
+  // Conv2d, BatchNorm2d and (optionally) ReLU6, as torchvision's Conv2dNormActivation.
+  static void conv_bn(std::int64_t in, std::int64_t out, std::int64_t size, std::int64_t stride, std::int64_t groups,
+                      bool relu6, nn::Sequential& into) {
+    into->push_back(conv2d(in, out, size, stride, groups));
+    into->push_back(nn::BatchNorm2d(out));
+    if (relu6) into->push_back(nn::ReLU6());
+  }
+
+  MobileNetV2Impl() {
+    conv_bn(3, 32, 3, 2, 1, true, stem);
+    register_module("stem", stem);
+    std::int64_t in = 32;
+    const std::int64_t settings[][4] = {{1, 16, 1, 1}, {6, 24, 2, 2},  {6, 32, 3, 2}, {6, 64, 4, 2},
+                                        {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1}};
+    for (const auto& [t, c, n, s] : settings)
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t stride = i == 0 ? s : 1, hidden = in * t;
+        nn::Sequential block;
+        if (t != 1) conv_bn(in, hidden, 1, 1, 1, true, block);
+        conv_bn(hidden, hidden, 3, stride, hidden, true, block);
+        conv_bn(hidden, c, 1, 1, 1, false, block);
+        blocks.push_back(register_module("block" + std::to_string(blocks.size()), block));
+        residual.push_back(stride == 1 && in == c);
+        in = c;
+      }
+    conv_bn(320, 1280, 1, 1, 1, true, head);
+    register_module("head", head);
+    classifier = register_module("classifier", nn::Linear(1280, 1000));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor h = stem->forward(x);
+    for (std::size_t b = 0; b < blocks.size(); ++b) {
+      const torch::Tensor out = blocks[b]->forward(h);
+      h = residual[b] ? h + out : out;
+    }
+    h = torch::dropout(head->forward(h).mean({2, 3}), 0.2, is_training());
+    return classifier(h);
+  }
+};
+TORCH_MODULE(MobileNetV2);
+
 // ---- the workloads --------------------------------------------------------------------------------------
 
 struct Workload {
@@ -378,6 +491,13 @@ Workload make_workload(const std::string& name, int seq) {
   if (name == "noise") return wrap(Noise(), uniform({32, 256, 64}), uniform({32, 256, 64}), false);
   if (name == "rnn") return wrap(Rnn(), uniform({32, 100, 32}), uniform({32, 1}), true);
   if (name == "lstm") return wrap(Lstm(), uniform({64, 100, 32}), uniform({64, 1}), true);
+  if (name == "resnet50" || name == "mobilenet_v2") {
+    const std::int64_t batch = name == "resnet50" ? 8 : 32;
+    Workload w = name == "resnet50" ? wrap(ResNet50(), uniform({batch, 3, 224, 224}), torch::randint(0, 1000, {batch}, torch::kLong), false)
+                                    : wrap(MobileNetV2(), uniform({batch, 3, 224, 224}), torch::randint(0, 1000, {batch}, torch::kLong), false);
+    w.classes = true;
+    return w;
+  }
   if (name == "char_gpt" || name == "char_gpt_generate") {
     Workload w = wrap(CharGpt(), torch::randint(0, 65, {12, 64}, torch::kLong),
                       torch::randint(0, 65, {12 * 64}, torch::kLong), true);
@@ -398,6 +518,8 @@ double relative_difference(const torch::Tensor& reference, const torch::Tensor& 
   const double scale = reference.abs().max().item<double>();
   return (reference - other).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
 }
+
+double check_vision(const std::string& name);
 
 int check() {
   // kiln's model, with every weight (biases, LayerNorm's gamma and beta included) made random, so a
@@ -487,7 +609,78 @@ int check() {
       "{\"check\":\"mql5_block\",\"params\":%zu,\"block_rel_diff\":%.3g,\"output_rel_diff\":%.3g,\"tolerance\":1e-5,"
       "\"agree\":%s}\n",
       kiln_params, block_difference, output_difference, ok ? "true" : "false");
-  return ok ? 0 : 1;
+  if (!ok) return 1;
+  for (const char* name : {"resnet50", "mobilenet_v2"}) {
+    const double difference = check_vision(name);
+    std::printf("{\"check\":\"%s\",\"output_rel_diff\":%.3g,\"tolerance\":1e-4,\"agree\":%s}\n", name, difference,
+                difference <= 1e-4 ? "true" : "false");
+    if (difference > 1e-4) return 1;
+  }
+  return 0;
+}
+
+// resnet50 and mobilenet_v2: kiln's (bench/vision_models.hpp) and torch's, with every weight and moving statistic
+// of kiln's model drawn at random and copied into torch's modules in their order (Conv2d: kiln's (kh, kw, in,
+// out) kernel as (out, in, kh, kw); BatchNorm2d: gamma, beta, moving mean and variance; Linear: the transposed
+// kernel and the bias), then both forwards in inference mode on two images. The row's two sides are then the
+// same network, weight for weight.
+double check_vision(const std::string& name) {
+  kiln::Model model = name == "resnet50" ? bench::resnet50() : bench::mobilenet_v2();
+  kiln::Rng rng(11);
+  std::vector<kiln::Array> values;
+  for (const kiln::Weight& weight : model.weights()) {
+    kiln::Array value = weight.value;
+    float* data = value.data<float>();
+    const bool variance = weight.path.find("moving_variance") != std::string::npos;
+    const bool gamma = weight.path.find("gamma") != std::string::npos;
+    for (std::size_t i = 0; i < value.size(); ++i)
+      data[i] = variance ? static_cast<float>(rng.uniform(0.5, 1.5))
+                         : gamma ? static_cast<float>(rng.uniform(0.5, 1.5)) : data[i] + static_cast<float>(rng.uniform(-0.05, 0.05));
+    values.push_back(value);
+  }
+  std::shared_ptr<nn::Module> peer;
+  if (name == "resnet50")
+    peer = ResNet50().ptr();
+  else
+    peer = MobileNetV2().ptr();
+  std::size_t next = 0;
+  auto take = [&](const torch::Tensor& target, std::vector<std::int64_t> permutation) {
+    if (next >= values.size()) throw std::runtime_error(name + ": kiln has fewer weights than the peer");
+    torch::Tensor value = to_torch(values[next++]);
+    if (!permutation.empty()) value = value.permute(permutation).contiguous();
+    if (value.sizes() != target.sizes())
+      throw std::runtime_error(name + ": weight " + std::to_string(next - 1) + " has another shape than the peer's");
+    target.copy_(value);
+  };
+  {
+    torch::NoGradGuard no_grad;
+    for (const std::shared_ptr<nn::Module>& module : peer->modules(/*include_self=*/false)) {
+      if (auto* conv = module->as<nn::Conv2d>()) {
+        // (kh, kw, in, out) -> (out, in, kh, kw); a depthwise kernel (kh, kw, channels, 1) -> (channels, 1, kh, kw).
+        take(conv->weight, conv->options.groups() > 1 ? std::vector<std::int64_t>{2, 3, 0, 1}
+                                                      : std::vector<std::int64_t>{3, 2, 0, 1});
+      } else if (auto* norm = module->as<nn::BatchNorm2d>()) {
+        take(norm->weight, {});
+        take(norm->bias, {});
+        take(norm->running_mean, {});
+        take(norm->running_var, {});
+      } else if (auto* linear = module->as<nn::Linear>()) {
+        take(linear->weight, {1, 0});
+        take(linear->bias, {});
+      }
+    }
+  }
+  if (next != values.size()) throw std::runtime_error(name + ": kiln has more weights than the peer");
+  kiln::Array x({2, 224, 224, 3});
+  for (std::size_t i = 0; i < x.size(); ++i) x.data<float>()[i] = static_cast<float>(rng.uniform(-1.0, 1.0));
+  const torch::Tensor kiln_output = to_torch(model.predict(x, 2));
+  peer->eval();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor input = to_torch(x).permute({0, 3, 1, 2}).contiguous();
+  const torch::Tensor torch_output =
+      name == "resnet50" ? std::dynamic_pointer_cast<ResNet50Impl>(peer)->forward(input)
+                         : std::dynamic_pointer_cast<MobileNetV2Impl>(peer)->forward(input);
+  return relative_difference(kiln_output, torch_output);
 }
 
 // Starts torch's and OpenBLAS's threads, buffers and lazily initialized kernels (and the autograd

@@ -66,9 +66,13 @@ lstm train_step -
 char_gpt forward -
 char_gpt train_step -
 char_gpt_generate generate -
+resnet50 forward -
+resnet50 train_step -
+mobilenet_v2 forward -
 stock_demo latency -
 mql5_block latency -
-seed_mha latency -"
+seed_mha latency -
+mobilenet_v2 latency -"
 if [ -n "$quick" ]; then
   rows="$rows
 long_mha forward 512
@@ -93,7 +97,7 @@ results="$build/bench/results.jsonl"
 # Timing flags for one row: a step of the largest rows takes seconds, so they warm up once (the first
 # step plans and allocates; later ones do not), time 3 steps, and run 2 rounds at most (keeps make bench
 # under about 10 minutes on 2 busy cores).
-big_row() { [ "$1" = long_mha ] && [ "$3" != - ] && [ "$3" -ge 2048 ]; }
+big_row() { { [ "$1" = long_mha ] && [ "$3" != - ] && [ "$3" -ge 2048 ]; } || [ "$1" = resnet50 ] || [ "$1" = mobilenet_v2 ]; }
 row_timing() {
   if big_row "$@"; then echo "--warmup 1 --min-time 1 --max-time 1"; else echo "${timing[*]}"; fi
 }
@@ -148,8 +152,8 @@ for threads in $threads_list; do
     seqargs=()
     [ "$seq" != - ] && seqargs=(--seq "$seq")
     read -r -a flags <<<"$(row_timing "$workload" "$mode" "$seq")"
-    # latency: one sample's predict, timed call by call (10,000 calls; 1,000 for seed_mha's 5 ms ones).
-    [ "$mode" = latency ] && flags=(--calls "$([ "$workload" = seed_mha ] && echo 1000 || echo 10000)")
+    # latency: one sample's predict, timed call by call (10,000 calls; 1,000 for seed_mha's and mobilenet_v2's ms ones).
+    [ "$mode" = latency ] && flags=(--calls "$(case $workload in seed_mha | mobilenet_v2) echo 1000 ;; *) echo 10000 ;; esac)")
     common=(--workload "$workload" --mode "$mode" --threads "$threads" "${seqargs[@]}" "${flags[@]}")
     row_rounds=$(row_rounds "$workload" "$mode" "$seq")
     for ((round = 1; round <= row_rounds; ++round)); do
