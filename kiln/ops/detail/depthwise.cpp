@@ -48,6 +48,24 @@ std::int64_t output_reading(const WindowAxis& axis, std::int64_t i, std::int64_t
   return o < axis.out ? o : -1;
 }
 
+// For each output position ow of output row r (sample r / rows.out): start(ow), then visit(ow, tap,
+// input_offset) for each of its in-bounds taps, with the tap's index in the kernel and where its input pixel
+// starts in x.
+template <class Start, class Visit>
+void for_each_tap(const DepthwiseShape& s, std::int64_t r, const Start& start, const Visit& visit) {
+  const std::int64_t n = r / s.rows.out, oh = r - n * s.rows.out;
+  const TapRange taps_h = input_taps(s.rows, oh);
+  for (std::int64_t ow = 0; ow < s.cols.out; ++ow) {
+    start(ow);
+    const TapRange taps_w = input_taps(s.cols, ow);
+    for (std::int64_t kh = taps_h.first; kh < taps_h.last; ++kh) {
+      const std::int64_t row_offset = (n * s.rows.in + s.rows.input_at(oh, kh)) * s.cols.in;
+      for (std::int64_t kw = taps_w.first; kw < taps_w.last; ++kw)
+        visit(ow, kh * s.cols.size + kw, (row_offset + s.cols.input_at(ow, kw)) * s.channels);
+    }
+  }
+}
+
 // Work per output row: its positions, filters and taps.
 int row_workers(const DepthwiseShape& s, std::int64_t rows) {
   return workers_for_elements(rows * s.cols.out * s.filters(), s.taps());
@@ -57,23 +75,15 @@ int row_workers(const DepthwiseShape& s, std::int64_t rows) {
 
 template <class T>
 void depthwise_forward(const DepthwiseShape& s, const T* x, const T* kernel, T* y) {
-  const std::int64_t C = s.channels, F = s.filters(), W = s.cols.in, OH = s.rows.out, OW = s.cols.out;
-  const std::int64_t image = s.rows.in * W * C, rows = s.batch * OH;
+  const std::int64_t F = s.filters(), OW = s.cols.out, rows = s.batch * s.rows.out;
   parallel_for(rows, row_workers(s, rows), [&](std::int64_t begin, std::int64_t end, int) {
     for (std::int64_t r = begin; r < end; ++r) {
-      const std::int64_t n = r / OH, oh = r - n * OH;
-      const TapRange taps_h = input_taps(s.rows, oh);
-      for (std::int64_t ow = 0; ow < OW; ++ow) {
-        T* out = y + (r * OW + ow) * F;
-        std::fill(out, out + F, T(0));
-        const TapRange taps_w = input_taps(s.cols, ow);
-        for (std::int64_t kh = taps_h.first; kh < taps_h.last; ++kh) {
-          const T* in_row = x + n * image + s.rows.input_at(oh, kh) * W * C;
-          for (std::int64_t kw = taps_w.first; kw < taps_w.last; ++kw)
-            multiply_add(out, in_row + s.cols.input_at(ow, kw) * C, kernel + (kh * s.cols.size + kw) * F, C,
-                         s.multiplier);
-        }
-      }
+      T* out_row = y + r * OW * F;
+      for_each_tap(
+          s, r, [&](std::int64_t ow) { std::fill(out_row + ow * F, out_row + (ow + 1) * F, T(0)); },
+          [&](std::int64_t ow, std::int64_t tap, std::int64_t input) {
+            multiply_add(out_row + ow * F, x + input, kernel + tap * F, s.channels, s.multiplier);
+          });
     }
   });
 }
@@ -113,8 +123,8 @@ int depthwise_kernel_workers(const DepthwiseShape& s) {
 template <class T>
 void depthwise_backprop_kernel(const DepthwiseShape& s, const T* x, const T* dy, T* dkernel, T* partials,
                                std::int64_t slots) {
-  const std::int64_t C = s.channels, F = s.filters(), W = s.cols.in, OH = s.rows.out, OW = s.cols.out;
-  const std::int64_t image = s.rows.in * W * C, rows = s.batch * OH, part = depthwise_kernel_partial_elements(s);
+  const std::int64_t F = s.filters(), OW = s.cols.out, rows = s.batch * s.rows.out;
+  const std::int64_t part = depthwise_kernel_partial_elements(s);
   const int max_workers = static_cast<int>(std::clamp<std::int64_t>(slots, 1, row_workers(s, rows)));
   const int workers = rows > 0 && slots > 0 ? parallel_workers(rows, max_workers) : 0;
   std::fill(dkernel, dkernel + part, T(0));
@@ -122,20 +132,12 @@ void depthwise_backprop_kernel(const DepthwiseShape& s, const T* x, const T* dy,
   parallel_for(rows, max_workers, [&](std::int64_t begin, std::int64_t end, int worker) {
     T* sums = partials + worker * part;
     std::fill(sums, sums + part, T(0));
-    for (std::int64_t r = begin; r < end; ++r) {
-      const std::int64_t n = r / OH, oh = r - n * OH;
-      const TapRange taps_h = input_taps(s.rows, oh);
-      for (std::int64_t ow = 0; ow < OW; ++ow) {
-        const T* grad = dy + (r * OW + ow) * F;
-        const TapRange taps_w = input_taps(s.cols, ow);
-        for (std::int64_t kh = taps_h.first; kh < taps_h.last; ++kh) {
-          const T* in_row = x + n * image + s.rows.input_at(oh, kh) * W * C;
-          for (std::int64_t kw = taps_w.first; kw < taps_w.last; ++kw)
-            multiply_add(sums + (kh * s.cols.size + kw) * F, in_row + s.cols.input_at(ow, kw) * C, grad, C,
-                         s.multiplier);
-        }
-      }
-    }
+    for (std::int64_t r = begin; r < end; ++r)
+      for_each_tap(
+          s, r, [](std::int64_t) {},
+          [&](std::int64_t ow, std::int64_t tap, std::int64_t input) {
+            multiply_add(sums + tap * F, x + input, dy + (r * OW + ow) * F, s.channels, s.multiplier);
+          });
   });
   for (int worker = 0; worker < workers; ++worker) {
     const T* sums = partials + worker * part;
