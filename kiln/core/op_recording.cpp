@@ -1,6 +1,7 @@
 #include <kiln/core/detail/op_recording.hpp>
 
 #include <atomic>
+#include <utility>
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
@@ -30,6 +31,14 @@ Tensor record_op(const std::string& op, const std::vector<Tensor>& inputs, const
   const OpRecorder installed = recorder().load();
   if (installed == nullptr) throw Error("ops::" + op + ": no operation recorder is installed");
   return installed(op, inputs, attributes);
+}
+
+Tensor add_or_record_op(const std::string& op, const std::vector<Tensor>& inputs, Attributes attributes,
+                        const std::string& node_name) {
+  if (inputs.empty()) throw Error("ops: " + node_name + " takes at least one tensor");
+  if (records_op(inputs))
+    if (Tensor recorded = record_op(op, inputs, attributes)) return recorded;
+  return inputs.front().graph().add_op(op, inputs, std::move(attributes), node_name);
 }
 
 }  // namespace kiln::detail

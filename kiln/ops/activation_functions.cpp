@@ -358,10 +358,7 @@ KILN_REGISTER_OP(sparsemax_op());
 KILN_REGISTER_OP(sparsemax_grad_op());
 
 Tensor apply_function(const Tensor& x, const char* op_name, const char* node_name, double parameter = 0.0) {
-  Attributes attributes = Attributes().set("parameter", parameter);
-  if (detail::records_op({x}))
-    if (Tensor recorded = detail::record_op(op_name, {x}, attributes)) return recorded;
-  return x.graph().add_op(op_name, {x}, std::move(attributes), node_name);
+  return detail::add_or_record_op(op_name, {x}, Attributes().set("parameter", parameter), node_name);
 }
 
 }  // namespace
@@ -398,7 +395,7 @@ Tensor squareplus(const Tensor& x, double b) {
 Tensor sparse_plus(const Tensor& x) { return apply_function(x, "kiln>SparsePlus", "sparse_plus"); }
 Tensor sparse_sigmoid(const Tensor& x) { return apply_function(x, "kiln>SparseSigmoid", "sparse_sigmoid"); }
 
-Tensor sparsemax(const Tensor& x) { return x.graph().add_op("kiln>Sparsemax", {x}, {}, "sparsemax"); }
+Tensor sparsemax(const Tensor& x) { return detail::add_or_record_op("kiln>Sparsemax", {x}, {}, "sparsemax"); }
 
 Tensor glu(const Tensor& x, int axis) {
   const std::int64_t rank = x.rank();
@@ -413,6 +410,9 @@ Tensor glu(const Tensor& x, int axis) {
   if (size < 0)
     throw ShapeError("glu: axis " + std::to_string(axis) + " of an input of shape " + x.shape().to_string() +
                      " has an unknown size; glu splits it in two halves");
+  if (detail::records_op({x}))
+    if (Tensor recorded = detail::record_op("glu", {x}, Attributes().set("axis", static_cast<std::int64_t>(axis))))
+      return recorded;
   std::vector<std::int64_t> begin(static_cast<std::size_t>(rank), 0), extent(static_cast<std::size_t>(rank), -1);
   extent[static_cast<std::size_t>(a)] = size / 2;
   const Tensor first = slice(x, begin, extent);

@@ -200,9 +200,7 @@ namespace ops {
 
 namespace {
 Tensor binary_node(const char* op, const Tensor& a, const Tensor& b, const char* name) {
-  if (detail::records_op({a, b}))
-    if (Tensor recorded = detail::record_op(op, {a, b})) return recorded;
-  return a.graph().add_op(op, {a, b}, {}, name);
+  return detail::add_or_record_op(op, {a, b}, {}, name);
 }
 }  // namespace
 

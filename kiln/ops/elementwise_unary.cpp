@@ -484,9 +484,7 @@ KILN_REGISTER_OP(grad_op("kiln>PowScalarGrad", pow_scalar_grad_kernel<float>, po
 // ---- activation by name --------------------------------------------------------------------------------
 
 Tensor unary(const Tensor& x, const char* op_name, const char* node_name, Attributes attributes = {}) {
-  if (detail::records_op({x}))
-    if (Tensor recorded = detail::record_op(op_name, {x}, attributes)) return recorded;
-  return x.graph().add_op(op_name, {x}, std::move(attributes), node_name);
+  return detail::add_or_record_op(op_name, {x}, std::move(attributes), node_name);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // matmul and batched matmul with transpose flags, straight to detail::gemm (no transposed copies).
 #include <algorithm>
 
+#include <kiln/core/detail/op_recording.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/op.hpp>
@@ -164,7 +165,17 @@ KILN_REGISTER_OP(OpDef("kiln>MatMul")
 
 namespace ops {
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
-  return a.graph().add_op("kiln>MatMul", {a, b},
+  // Keras's Matmul has no transposed forms: a model being written records the transposes as their own calls.
+  if ((transpose_a || transpose_b) && detail::records_op({a, b})) {
+    auto swap_last = [](const Tensor& x) {
+      std::vector<std::int64_t> perm;
+      for (int axis = 0; axis < x.rank(); ++axis) perm.push_back(axis);
+      if (x.rank() >= 2) std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+      return transpose(x, perm);
+    };
+    return matmul(transpose_a ? swap_last(a) : a, transpose_b ? swap_last(b) : b);
+  }
+  return detail::add_or_record_op("kiln>MatMul", {a, b},
                           Attributes().set("transpose_a", transpose_a).set("transpose_b", transpose_b), "matmul");
 }
 }  // namespace ops

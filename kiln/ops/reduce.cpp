@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include <kiln/core/detail/op_recording.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/op.hpp>
@@ -313,7 +314,7 @@ namespace ops {
 
 namespace {
 Tensor reduce_node(const char* op, const Tensor& x, const Axes& axes, bool keepdims, const char* name) {
-  return x.graph().add_op(op, {x}, Attributes().set("axes", axes).set("keepdims", keepdims), name);
+  return detail::add_or_record_op(op, {x}, Attributes().set("axes", axes).set("keepdims", keepdims), name);
 }
 }  // namespace
 

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include <kiln/core/detail/op_recording.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/op.hpp>
@@ -92,7 +93,7 @@ KILN_REGISTER_OP(OpDef("kiln>MaskedFill")
 namespace ops {
 
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
-  return condition.graph().add_op("kiln>Where", {condition, a, b}, {}, "where");
+  return detail::add_or_record_op("kiln>Where", {condition, a, b}, {}, "where");
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {

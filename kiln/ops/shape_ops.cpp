@@ -806,23 +806,23 @@ Tensor reshape_like(const Tensor& x, const Tensor& like, int leading_axes, const
 }
 
 Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape) {
-  return x.graph().add_op("kiln>Reshape", {x}, Attributes().set("shape", shape), "reshape");
+  return detail::add_or_record_op("kiln>Reshape", {x}, Attributes().set("shape", shape), "reshape");
 }
 
 Tensor transpose(const Tensor& x, const std::vector<std::int64_t>& perm) {
   Ints resolved = perm;
   if (resolved.empty())
     for (int axis = x.rank() - 1; axis >= 0; --axis) resolved.push_back(axis);
-  return x.graph().add_op("kiln>Transpose", {x}, Attributes().set("perm", resolved), "transpose");
+  return detail::add_or_record_op("kiln>Transpose", {x}, Attributes().set("perm", resolved), "transpose");
 }
 
 Tensor flip(const Tensor& x, int axis) {
-  return x.graph().add_op("kiln>Flip", {x}, Attributes().set("axis", static_cast<std::int64_t>(axis)), "flip");
+  return detail::add_or_record_op("kiln>Flip", {x}, Attributes().set("axis", static_cast<std::int64_t>(axis)), "flip");
 }
 
 Tensor concat(const std::vector<Tensor>& xs, int axis) {
   if (xs.empty()) throw ValueError("concat: no tensors to concatenate");
-  return xs.front().graph().add_op("kiln>Concat", xs, Attributes().set("axis", axis), "concat");
+  return detail::add_or_record_op("kiln>Concat", xs, Attributes().set("axis", axis), "concat");
 }
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes, int axis) {
@@ -865,7 +865,7 @@ std::vector<Tensor> split(const Tensor& x, int num_splits, int axis) {
 }
 
 Tensor pad(const Tensor& x, const std::vector<std::int64_t>& before, const std::vector<std::int64_t>& after) {
-  return x.graph().add_op("kiln>Pad", {x}, Attributes().set("before", before).set("after", after), "pad");
+  return detail::add_or_record_op("kiln>Pad", {x}, Attributes().set("before", before).set("after", after), "pad");
 }
 
 Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin, const std::vector<std::int64_t>& size) {
@@ -1001,7 +1001,7 @@ Tensor get_item(const Tensor& x, const std::vector<Index>& index) {
 }
 
 Tensor broadcast_to(const Tensor& x, const Shape& shape) {
-  return x.graph().add_op("kiln>BroadcastTo", {x}, Attributes().set("shape", shape.dims()), "broadcast_to");
+  return detail::add_or_record_op("kiln>BroadcastTo", {x}, Attributes().set("shape", shape.dims()), "broadcast_to");
 }
 
 Tensor squeeze(const Tensor& x, const Axes& axes) {
@@ -1009,11 +1009,11 @@ Tensor squeeze(const Tensor& x, const Axes& axes) {
   if (resolved.empty())
     for (int axis = 0; axis < x.rank(); ++axis)
       if (x.shape()[axis] == 1) resolved.push_back(axis);
-  return x.graph().add_op("kiln>Squeeze", {x}, Attributes().set("axes", resolved), "squeeze");
+  return detail::add_or_record_op("kiln>Squeeze", {x}, Attributes().set("axes", resolved), "squeeze");
 }
 
 Tensor expand_dims(const Tensor& x, int axis) {
-  return x.graph().add_op("kiln>ExpandDims", {x}, Attributes().set("axis", axis), "expand_dims");
+  return detail::add_or_record_op("kiln>ExpandDims", {x}, Attributes().set("axis", axis), "expand_dims");
 }
 
 }  // namespace ops

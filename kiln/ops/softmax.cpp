@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <kiln/core/attributes.hpp>
+#include <kiln/core/detail/op_recording.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/op.hpp>
 #include <kiln/ops/detail/kernel_util.hpp>
@@ -218,11 +219,11 @@ KILN_REGISTER_OP(OpDef("kiln>LogSoftmaxGrad")
 namespace ops {
 
 Tensor softmax(const Tensor& x, int axis) {
-  return x.graph().add_op("kiln>Softmax", {x}, Attributes().set("axis", axis), "softmax");
+  return detail::add_or_record_op("kiln>Softmax", {x}, Attributes().set("axis", axis), "softmax");
 }
 
 Tensor log_softmax(const Tensor& x, int axis) {
-  return x.graph().add_op("kiln>LogSoftmax", {x}, Attributes().set("axis", axis), "log_softmax");
+  return detail::add_or_record_op("kiln>LogSoftmax", {x}, Attributes().set("axis", axis), "log_softmax");
 }
 
 }  // namespace ops

@@ -6,6 +6,7 @@
 #include <functional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <zlib.h>
@@ -78,7 +79,17 @@ Tensor input(std::initializer_list<std::int64_t> dims) { return kiln::Input(Shap
 
 // Dense(3) on an input of 3 features, then the keras.ops class `operation` with `config` called on the Dense
 // output and `argument`, as Keras's functional config writes such a node.
-Model operation_model(const std::string& operation, Config config, const Config& argument) {
+// "T" anywhere in `value` becomes `tensor`.
+Config with_tensor(const Config& value, const Config& tensor) {
+  if (value.type() == Config::Type::string && value.as_string() == "T") return tensor;
+  if (!value.is_list()) return value;
+  Config list = Config::list();
+  for (const Config& item : value.as_list()) list.push_back(with_tensor(item, tensor));
+  return list;
+}
+
+Model operation_model(const std::string& operation, Config config, const Config& argument,
+                      const Config& arguments = Config()) {
   auto tensor = [](const char* layer, int dims) {
     return Config{{"class_name", "__keras_tensor__"},
                   {"config",
@@ -103,7 +114,9 @@ Model operation_model(const std::string& operation, Config config, const Config&
         {"config", config},
         {"name", "op"},
         {"inbound_nodes",
-         Config::list({{{"args", Config::list({tensor("dense", 3), argument})}, {"kwargs", Config::map()}}})}}});
+         Config::list({{{"args", arguments.is_null() ? Config::list({tensor("dense", 3), argument})
+                                                       : with_tensor(arguments, tensor("dense", 3))},
+                        {"kwargs", Config::map()}}})}}});
   return kiln::model_from_config({{"module", "keras.src.models.functional"},
                                   {"class_name", "Functional"},
                                   {"config",
@@ -115,7 +128,7 @@ Model operation_model(const std::string& operation, Config config, const Config&
 
 std::vector<ModelCase> every_layer_type() {
   using namespace kiln;
-  return {
+  std::vector<ModelCase> cases = {
       {"kiln>Dense",
        [] {
          Tensor x = input({None, 5});
@@ -662,7 +675,66 @@ std::vector<ModelCase> every_layer_type() {
        },
        {{4, 3}}},
       {"keras.ops>TrueDivide", [] { return operation_model("TrueDivide", Config::map(), Config(4.0)); }, {{4, 3}}},
+      {"keras.ops>Matmul",
+       [] {
+         Tensor x = input({None, 3, 3});
+         return Model(x, ops::matmul(Dense(3)(x), x, false, true));
+       },
+       {{4, 3, 3}}},
+      {"keras.ops>Glu",
+       [] {
+         Tensor x = input({None, 3});
+         return Model(x, ops::glu(Dense(4)(x), -1));
+       },
+       {{4, 3}}},
+      {"keras.ops>Concatenate",
+       [] {
+         Tensor x = input({None, 3});
+         return Model(x, ops::concat({Dense(2)(x), x}, 1));
+       },
+       {{4, 3}}},
   };
+  // Every other keras.ops class from Keras's node form, on a Dense's (None, 3) output ("T" in the call's
+  // arguments): its config and its call.
+  const Config T("T");
+  const std::vector<std::tuple<std::string, Config, Config>> operations = {
+      {"Exp", Config::map(), {T}}, {"Log", Config::map(), {T}}, {"Sqrt", Config::map(), {T}},
+      {"Rsqrt", Config::map(), {T}}, {"Square", Config::map(), {T}}, {"Absolute", Config::map(), {T}},
+      {"Sin", Config::map(), {T}}, {"Cos", Config::map(), {T}}, {"Tanh", Config::map(), {T}},
+      {"Reciprocal", Config::map(), {T}}, {"Relu", Config::map(), {T}}, {"Relu6", Config::map(), {T}},
+      {"Sigmoid", Config::map(), {T}}, {"Softplus", Config::map(), {T}}, {"Softsign", Config::map(), {T}},
+      {"Silu", Config::map(), {T}}, {"LogSigmoid", Config::map(), {T}}, {"HardSigmoid", Config::map(), {T}},
+      {"HardSilu", Config::map(), {T}}, {"HardTanh", Config::map(), {T}}, {"TanhShrink", Config::map(), {T}},
+      {"SparsePlus", Config::map(), {T}}, {"SparseSigmoid", Config::map(), {T}}, {"Selu", Config::map(), {T}},
+      {"LeakyRelu", {{"negative_slope", 0.1}}, {T}}, {"Elu", {{"alpha", 0.5}}, {T}}, {"Celu", {{"alpha", 0.7}}, {T}},
+      {"Gelu", {{"approximate", false}}, {T}}, {"SoftShrink", {{"threshold", 0.3}}, {T}},
+      {"HardShrink", {{"threshold", 0.2}}, {T}}, {"Squareplus", {{"b", 3.0}}, {T}},
+      {"Threshold", {{"threshold", 0.1}, {"default_value", -1.0}}, {T}},
+      {"Softmax", {{"axis", -1}}, {T}}, {"LogSoftmax", {{"axis", 1}}, {T}}, {"Sparsemax", {{"axis", -1}}, {T}},
+      {"Normalize", {{"axis", -1}, {"order", 2}, {"epsilon", Config()}}, {T}},
+      {"Power", Config::map(), Config::list({T, 2.0})}, {"Greater", Config::map(), Config::list({T, 0.0})},
+      {"GreaterEqual", Config::map(), Config::list({0.1, T})}, {"Less", Config::map(), Config::list({T, T})},
+      {"LessEqual", Config::map(), Config::list({T, 0.2})}, {"Equal", Config::map(), Config::list({T, T})},
+      {"Where", Config::map(), Config::list({T, 1.0, T})}, {"Clip", {{"x_min", -0.5}, {"x_max", 0.5}}, {T}},
+      {"Mean", {{"axis", 1}, {"keepdims", true}}, {T}}, {"Sum", {{"axis", -1}, {"keepdims", false}}, {T}},
+      {"Max", {{"axis", -1}, {"keepdims", false}, {"initial", Config()}}, {T}},
+      {"Min", {{"axis", Config::list({1})}, {"keepdims", true}, {"initial", Config()}}, {T}},
+      {"Var", {{"axis", 1}, {"keepdims", false}}, {T}}, {"Std", {{"axis", -1}, {"keepdims", true}}, {T}},
+      {"Stack", {{"axis", 1}}, Config::list({Config::list({T, T})})}, {"ExpandDims", {{"axis", 1}}, {T}},
+      {"Squeeze", {{"axis", Config()}}, {T}}, {"Reshape", {{"newshape", Config::list({-1, 3, 1})}}, {T}},
+{"Transpose", {{"axes", Config::list({0, 1})}}, {T}},
+      {"Swapaxes", {{"axis1", 0}, {"axis2", 0}}, {T}}, {"Moveaxis", {{"source", 1}, {"destination", 1}}, {T}},
+      {"Flip", {{"axis", 1}}, {T}}, {"Pad", {{"pad_width", Config::list({Config::list({0, 0}), Config::list({1, 2})})}, {"mode", "constant"}}, {T}},
+      {"BroadcastTo", {{"shape", Config::list({Config(), 3})}}, {T}}, {"ZerosLike", {{"dtype", Config()}}, {T}},
+      {"OnesLike", {{"dtype", Config()}}, {T}},
+  };
+  for (const auto& [operation, config, arguments] : operations)
+    cases.push_back({"keras.ops>" + operation,
+                     [operation = operation, config = config, arguments = arguments] {
+                       return operation_model(operation, config, Config(), arguments);
+                     },
+                     {{4, 3}}});
+  return cases;
 }
 
 std::vector<Array> inputs_for(const ModelCase& c) {

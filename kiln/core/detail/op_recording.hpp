@@ -27,7 +27,13 @@ bool set_op_recorder(OpRecorder recorder);
 /// writes_model() and no layer's call is open in it, and a recorder is installed.
 bool records_op(const std::vector<Tensor>& inputs);
 
-/// The recorder's output for `op` on `inputs`; call it only when records_op(inputs).
+/// The recorder's output for `op` on `inputs`; call it only when records_op(inputs). An invalid Tensor when
+/// the op has no recorded form.
 Tensor record_op(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attributes = {});
+
+/// What most ops do: the recorded call when records_op(inputs) and the op has a recorded form, else
+/// inputs.front().graph().add_op(op, inputs, attributes, node_name).
+Tensor add_or_record_op(const std::string& op, const std::vector<Tensor>& inputs, Attributes attributes,
+                        const std::string& node_name);
 
 }  // namespace kiln::detail
