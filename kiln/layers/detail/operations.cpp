@@ -115,34 +115,15 @@ void null_key(const OperationCall& c, const std::string& key) {
 
 // ---- the classes' calls -----------------------------------------------------------------------------------------
 
-// Keras's binary operations: two tensors, or a tensor and a Python number on either side.
-enum class Binary { add, subtract, multiply, divide, maximum, minimum, power };
+// Keras's binary operations and comparisons: two tensors, or a tensor and a Python number on either side.
+// kiln's comparisons are 1 or 0 in the operands' dtype (Keras's bool).
+using BinaryOp = Tensor (*)(const Tensor&, const Tensor&);
 
-Tensor two_tensors(Binary kind, const Tensor& a, const Tensor& b) {
-  switch (kind) {
-    case Binary::add:
-      return ops::add(a, b);
-    case Binary::subtract:
-      return ops::sub(a, b);
-    case Binary::multiply:
-      return ops::mul(a, b);
-    case Binary::divide:
-      return ops::div(a, b);
-    case Binary::maximum:
-      return ops::maximum(a, b);
-    case Binary::minimum:
-      return ops::minimum(a, b);
-    case Binary::power:
-      return ops::pow(a, b);
-  }
-  return Tensor();
-}
-
-Tensor binary_call(const OperationCall& c, Binary kind) {
+Tensor binary_call(const OperationCall& c, BinaryOp f) {
   c.no_kwargs();
   c.takes(2);
   const bool a_tensor = is_tensor_marker(c.args[0]), b_tensor = is_tensor_marker(c.args[1]);
-  if (a_tensor && b_tensor) return two_tensors(kind, c.tensor(c.args[0], "x1"), c.tensor(c.args[1], "x2"));
+  if (a_tensor && b_tensor) return f(c.tensor(c.args[0], "x1"), c.tensor(c.args[1], "x2"));
   if (!a_tensor && !b_tensor)
     c.fail("takes at least one tensor, got " + c.args[0].to_string() + " and " + c.args[1].to_string());
   const Tensor x = c.tensor(c.args[a_tensor ? 0 : 1], a_tensor ? "x1" : "x2");
@@ -151,22 +132,13 @@ Tensor binary_call(const OperationCall& c, Binary kind) {
     c.fail("takes a tensor and a number, got " + number.to_string());
   const double value = number.as_double();
   // The one-node forms where they compute the same bits: x + v, x - v = x + (-v), v - x = (-x) + v, x · v, x ** v.
-  if (kind == Binary::add) return ops::add_scalar(x, value);
-  if (kind == Binary::subtract) return a_tensor ? ops::add_scalar(x, -value) : ops::add_scalar(ops::neg(x), value);
-  if (kind == Binary::multiply) return ops::scale(x, value);
-  if (kind == Binary::power && a_tensor) return ops::pow_scalar(x, value);
+  static const BinaryOp add = ops::add, sub = ops::sub, mul = ops::mul, pow = ops::pow;
+  if (f == add) return ops::add_scalar(x, value);
+  if (f == sub) return a_tensor ? ops::add_scalar(x, -value) : ops::add_scalar(ops::neg(x), value);
+  if (f == mul) return ops::scale(x, value);
+  if (f == pow && a_tensor) return ops::pow_scalar(x, value);
   const Tensor constant = x.graph().scalar(value, x.dtype());
-  return a_tensor ? two_tensors(kind, x, constant) : two_tensors(kind, constant, x);
-}
-
-// Comparisons: a tensor or a number on either side. kiln's are 1 or 0 in the operands' dtype (Keras's bool).
-Tensor comparison_call(const OperationCall& c, Tensor (*compare)(const Tensor&, const Tensor&)) {
-  c.no_kwargs();
-  c.takes(2);
-  const bool a_tensor = is_tensor_marker(c.args[0]);
-  if (!a_tensor && !is_tensor_marker(c.args[1])) c.fail("takes at least one tensor");
-  const Tensor like = c.tensor(c.args[a_tensor ? 0 : 1], a_tensor ? "x1" : "x2");
-  return compare(c.operand(0, "x1", like), c.operand(1, "x2", like));
+  return a_tensor ? f(x, constant) : f(constant, x);
 }
 
 // GetItem's key: Keras serializes slices as {"class_name": "__slice__", ...}, None as null.
@@ -367,25 +339,21 @@ struct Table {
 };
 
 void numpy_classes(Table& t) {
-  const auto binary = [&](const char* name, Binary kind) {
-    t.add(name, "numpy", {}, [kind](const OperationCall& c) { return binary_call(c, kind); });
-  };
-  binary("Add", Binary::add);
-  binary("Subtract", Binary::subtract);
-  binary("Multiply", Binary::multiply);
-  binary("Divide", Binary::divide);
-  binary("TrueDivide", Binary::divide);
-  binary("Maximum", Binary::maximum);
-  binary("Minimum", Binary::minimum);
-  binary("Power", Binary::power);
-  const auto compare = [&](const char* name, Tensor (*f)(const Tensor&, const Tensor&)) {
-    t.add(name, "numpy", {}, [f](const OperationCall& c) { return comparison_call(c, f); });
-  };
-  compare("Greater", ops::greater);
-  compare("GreaterEqual", ops::greater_equal);
-  compare("Less", ops::less);
-  compare("LessEqual", ops::less_equal);
-  compare("Equal", ops::equal);
+  for (const auto& [name, f] : std::vector<std::pair<const char*, BinaryOp>>{
+           {"Add", ops::add},
+           {"Subtract", ops::sub},
+           {"Multiply", ops::mul},
+           {"Divide", ops::div},
+           {"TrueDivide", ops::div},
+           {"Power", ops::pow},
+           {"Maximum", ops::maximum},
+           {"Minimum", ops::minimum},
+           {"Greater", ops::greater},
+           {"GreaterEqual", ops::greater_equal},
+           {"Less", ops::less},
+           {"LessEqual", ops::less_equal},
+           {"Equal", ops::equal}})
+    t.add(name, "numpy", {}, [f = f](const OperationCall& c) { return binary_call(c, f); });
   t.unary("Negative", "numpy", ops::neg);
   t.unary("Exp", "numpy", ops::exp);
   t.unary("Log", "numpy", ops::log);
