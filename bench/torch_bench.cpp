@@ -94,7 +94,7 @@ struct DotProductAttentionImpl : nn::Module {
 };
 TORCH_MODULE(DotProductAttention);
 
-// kiln's MHAttention block (layers/mh_attention.hpp).
+// kiln's MHAttention block (layers/attention/mh_attention.hpp).
 struct MHAttentionImpl : nn::Module {
   std::int64_t heads, key_size;
   nn::Linear query{nullptr}, key{nullptr}, value{nullptr}, w0{nullptr}, ff_hidden{nullptr}, ff_output{nullptr};

@@ -10,8 +10,8 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/serialize/saving.hpp>
-#include <kiln/train/data.hpp>
-#include <kiln/train/lookup.hpp>
+#include <kiln/data/data.hpp>
+#include <kiln/data/lookup.hpp>
 #include "commands.hpp"
 
 namespace kiln::cli {

@@ -22,7 +22,7 @@
 #include <kiln/optim/optimizer.hpp>
 #include <kiln/train/callbacks.hpp>
 #include <kiln/train/communicator.hpp>
-#include <kiln/train/dataset.hpp>
+#include <kiln/data/dataset.hpp>
 
 namespace kiln {
 

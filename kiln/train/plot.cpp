@@ -20,7 +20,7 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/dtype.hpp>
-#include <kiln/train/data.hpp>
+#include <kiln/data/data.hpp>
 
 extern char** environ;
 

@@ -18,7 +18,7 @@
 #include <kiln/core/warnings.hpp>
 #include <kiln/layers/model.hpp>
 #include <kiln/ops/ops.hpp>
-#include <kiln/train/data.hpp>
+#include <kiln/data/data.hpp>
 #include <kiln/train/detail/data_parallel.hpp>
 #include <kiln/train/detail/sample_weights.hpp>
 #include <kiln/train/model.hpp>

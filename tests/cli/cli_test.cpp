@@ -19,13 +19,13 @@
 #include <kiln/core/array.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/layers/config.hpp>
-#include <kiln/layers/dense.hpp>
-#include <kiln/layers/merging.hpp>
+#include <kiln/layers/core/dense.hpp>
+#include <kiln/layers/merging/merging.hpp>
 #include <kiln/layers/model.hpp>
 #include <kiln/serialize/json.hpp>
 #include <kiln/serialize/saving.hpp>
-#include <kiln/train/data.hpp>
-#include <kiln/train/lookup.hpp>
+#include <kiln/data/data.hpp>
+#include <kiln/data/lookup.hpp>
 #include <kiln/train/model.hpp>
 
 namespace fs = std::filesystem;

@@ -16,20 +16,20 @@
 #include <kiln/core/program.hpp>
 #include <kiln/core/rng.hpp>
 #include <kiln/core/threads.hpp>
-#include <kiln/layers/batch_normalization.hpp>
-#include <kiln/layers/convolution.hpp>
-#include <kiln/layers/dense.hpp>
-#include <kiln/layers/dropout.hpp>
-#include <kiln/layers/mh_attention.hpp>
+#include <kiln/layers/normalization/batch_normalization.hpp>
+#include <kiln/layers/convolutional/convolution.hpp>
+#include <kiln/layers/core/dense.hpp>
+#include <kiln/layers/regularization/dropout.hpp>
+#include <kiln/layers/attention/mh_attention.hpp>
 #include <kiln/layers/model.hpp>
-#include <kiln/layers/multi_head_attention.hpp>
-#include <kiln/layers/pooling.hpp>
-#include <kiln/layers/recurrent.hpp>
-#include <kiln/layers/reshaping.hpp>
+#include <kiln/layers/attention/multi_head_attention.hpp>
+#include <kiln/layers/pooling/pooling.hpp>
+#include <kiln/layers/rnn/recurrent.hpp>
+#include <kiln/layers/reshaping/reshaping.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/optim/optimizer.hpp>
 #include <kiln/optim/schedules.hpp>
-#include <kiln/train/dataset.hpp>
+#include <kiln/data/dataset.hpp>
 #include <kiln/train/model.hpp>
 
 // GCC 12 sees through the inlined replacement new (malloc) and flags std::free in delete as a

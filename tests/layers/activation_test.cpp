@@ -5,7 +5,7 @@
 #include <vector>
 
 #include <kiln/core/error.hpp>
-#include <kiln/layers/activation.hpp>
+#include <kiln/layers/activations/activation.hpp>
 #include <kiln/layers/model.hpp>
 #include "support/layer_check.hpp"
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include <kiln/core/error.hpp>
-#include <kiln/layers/application_layers.hpp>
+#include <kiln/layers/applications/application_layers.hpp>
 #include <kiln/layers/model.hpp>
 #include "support/layer_check.hpp"
 

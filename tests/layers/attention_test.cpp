@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include <kiln/core/error.hpp>
-#include <kiln/layers/attention.hpp>
+#include <kiln/layers/attention/attention.hpp>
 #include <kiln/layers/model.hpp>
 #include "support/attention_reference.hpp"
 #include "support/layer_check.hpp"

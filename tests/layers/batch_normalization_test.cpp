@@ -4,8 +4,8 @@
 #include <vector>
 
 #include <kiln/core/error.hpp>
-#include <kiln/layers/batch_normalization.hpp>
-#include <kiln/layers/dense.hpp>
+#include <kiln/layers/normalization/batch_normalization.hpp>
+#include <kiln/layers/core/dense.hpp>
 #include <kiln/layers/model.hpp>
 #include <kiln/optim/optimizer.hpp>
 #include <kiln/train/model.hpp>

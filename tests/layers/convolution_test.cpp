@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include <kiln/core/error.hpp>
-#include <kiln/layers/convolution.hpp>
+#include <kiln/layers/convolutional/convolution.hpp>
 #include <kiln/layers/model.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/train/model.hpp>

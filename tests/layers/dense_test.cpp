@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <kiln/core/error.hpp>
-#include <kiln/layers/dense.hpp>
+#include <kiln/layers/core/dense.hpp>
 #include <kiln/layers/model.hpp>
 #include "support/layer_check.hpp"
 

@@ -6,7 +6,7 @@
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/program.hpp>
-#include <kiln/layers/dropout.hpp>
+#include <kiln/layers/regularization/dropout.hpp>
 #include <kiln/layers/model.hpp>
 #include <kiln/ops/ops.hpp>
 #include "support/layer_check.hpp"

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include <kiln/core/error.hpp>
-#include <kiln/layers/embedding.hpp>
+#include <kiln/layers/core/embedding.hpp>
 #include <kiln/layers/model.hpp>
 #include "support/layer_check.hpp"
 

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include <kiln/core/error.hpp>
-#include <kiln/layers/group_normalization.hpp>
+#include <kiln/layers/normalization/group_normalization.hpp>
 #include <kiln/layers/model.hpp>
 #include <kiln/train/model.hpp>
 #include "support/layer_check.hpp"

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include <kiln/core/error.hpp>
-#include <kiln/layers/layer_normalization.hpp>
+#include <kiln/layers/normalization/layer_normalization.hpp>
 #include <kiln/layers/model.hpp>
 #include "support/layer_check.hpp"
 

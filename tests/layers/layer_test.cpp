@@ -6,7 +6,7 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
-#include <kiln/layers/dense.hpp>
+#include <kiln/layers/core/dense.hpp>
 #include <kiln/layers/layer.hpp>
 #include <kiln/layers/model.hpp>
 #include <kiln/ops/ops.hpp>

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include <kiln/core/error.hpp>
-#include <kiln/layers/merging.hpp>
+#include <kiln/layers/merging/merging.hpp>
 #include <kiln/layers/model.hpp>
 #include "support/layer_check.hpp"
 

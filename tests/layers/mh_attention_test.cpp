@@ -5,7 +5,7 @@
 #include <map>
 
 #include <kiln/core/error.hpp>
-#include <kiln/layers/mh_attention.hpp>
+#include <kiln/layers/attention/mh_attention.hpp>
 #include <kiln/layers/model.hpp>
 #include "support/attention_reference.hpp"
 #include "support/layer_check.hpp"

@@ -5,9 +5,9 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
-#include <kiln/layers/dense.hpp>
-#include <kiln/layers/dropout.hpp>
-#include <kiln/layers/merging.hpp>
+#include <kiln/layers/core/dense.hpp>
+#include <kiln/layers/regularization/dropout.hpp>
+#include <kiln/layers/merging/merging.hpp>
 #include <kiln/layers/model.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/train/model.hpp>

@@ -4,7 +4,7 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/layers/model.hpp>
-#include <kiln/layers/multi_head_attention.hpp>
+#include <kiln/layers/attention/multi_head_attention.hpp>
 #include "support/attention_reference.hpp"
 #include "support/layer_check.hpp"
 

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include <kiln/core/error.hpp>
-#include <kiln/layers/noise.hpp>
+#include <kiln/layers/regularization/noise.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

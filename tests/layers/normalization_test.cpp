@@ -4,8 +4,8 @@
 #include <vector>
 
 #include <kiln/core/error.hpp>
-#include <kiln/layers/dense.hpp>
-#include <kiln/layers/normalization.hpp>
+#include <kiln/layers/core/dense.hpp>
+#include <kiln/layers/preprocessing/normalization.hpp>
 #include <kiln/train/model.hpp>
 #include "support/layer_check.hpp"
 

@@ -5,7 +5,7 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/layers/model.hpp>
-#include <kiln/layers/padding.hpp>
+#include <kiln/layers/reshaping/padding.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

@@ -5,10 +5,10 @@
 #include <vector>
 
 #include <kiln/core/error.hpp>
-#include <kiln/layers/dense.hpp>
-#include <kiln/layers/embedding.hpp>
+#include <kiln/layers/core/dense.hpp>
+#include <kiln/layers/core/embedding.hpp>
 #include <kiln/layers/model.hpp>
-#include <kiln/layers/pooling.hpp>
+#include <kiln/layers/pooling/pooling.hpp>
 #include <kiln/train/model.hpp>
 #include "support/layer_check.hpp"
 

@@ -5,10 +5,10 @@
 #include <vector>
 
 #include <kiln/core/error.hpp>
-#include <kiln/layers/dense.hpp>
+#include <kiln/layers/core/dense.hpp>
 #include <kiln/layers/model.hpp>
-#include <kiln/layers/recurrent.hpp>
-#include <kiln/layers/wrappers.hpp>
+#include <kiln/layers/rnn/recurrent.hpp>
+#include <kiln/layers/rnn/wrappers.hpp>
 #include <kiln/serialize/saving.hpp>
 #include <kiln/train/model.hpp>
 #include "support/layer_check.hpp"

@@ -10,10 +10,10 @@
 #include <kiln/core/graph.hpp>
 #include <kiln/core/program.hpp>
 #include <kiln/core/rng.hpp>
-#include <kiln/layers/activity_regularization.hpp>
+#include <kiln/layers/regularization/activity_regularization.hpp>
 #include <kiln/layers/constraints.hpp>
-#include <kiln/layers/dense.hpp>
-#include <kiln/layers/merging.hpp>
+#include <kiln/layers/core/dense.hpp>
+#include <kiln/layers/merging/merging.hpp>
 #include <kiln/layers/regularizers.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/optim/optimizer.hpp>

@@ -5,7 +5,8 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/layers/model.hpp>
-#include <kiln/layers/rescaling.hpp>
+#include <kiln/layers/normalization/unit_normalization.hpp>
+#include <kiln/layers/preprocessing/rescaling.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Config;

@@ -4,9 +4,9 @@
 #include <vector>
 
 #include <kiln/core/error.hpp>
-#include <kiln/layers/dense.hpp>
+#include <kiln/layers/core/dense.hpp>
 #include <kiln/layers/model.hpp>
-#include <kiln/layers/wrappers.hpp>
+#include <kiln/layers/rnn/wrappers.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

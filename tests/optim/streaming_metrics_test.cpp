@@ -11,7 +11,7 @@
 #include <kiln/core/array.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/rng.hpp>
-#include <kiln/layers/activation.hpp>
+#include <kiln/layers/activations/activation.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/optim/metrics.hpp>
 #include <kiln/train/model.hpp>

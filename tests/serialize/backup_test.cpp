@@ -20,7 +20,7 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/rng.hpp>
-#include <kiln/layers/dense.hpp>
+#include <kiln/layers/core/dense.hpp>
 #include <kiln/serialize/backup.hpp>
 #include <kiln/train/model.hpp>
 #include "support/temp_dir.hpp"

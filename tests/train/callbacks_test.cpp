@@ -12,7 +12,7 @@
 
 #include <kiln/core/array.hpp>
 #include <kiln/core/error.hpp>
-#include <kiln/layers/dense.hpp>
+#include <kiln/layers/core/dense.hpp>
 #include <kiln/layers/model.hpp>
 #include <kiln/optim/optimizer.hpp>
 #include <kiln/optim/schedules.hpp>

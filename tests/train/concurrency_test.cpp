@@ -12,9 +12,9 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/threads.hpp>
-#include <kiln/layers/dense.hpp>
-#include <kiln/layers/mh_attention.hpp>
-#include <kiln/layers/pooling.hpp>
+#include <kiln/layers/core/dense.hpp>
+#include <kiln/layers/attention/mh_attention.hpp>
+#include <kiln/layers/pooling/pooling.hpp>
 #include <kiln/train/model.hpp>
 #include "support/layer_check.hpp"
 

@@ -14,10 +14,10 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/rng.hpp>
-#include <kiln/layers/dense.hpp>
-#include <kiln/layers/dropout.hpp>
-#include <kiln/layers/noise.hpp>
-#include <kiln/layers/recurrent.hpp>
+#include <kiln/layers/core/dense.hpp>
+#include <kiln/layers/regularization/dropout.hpp>
+#include <kiln/layers/regularization/noise.hpp>
+#include <kiln/layers/rnn/recurrent.hpp>
 #include <kiln/train/callbacks.hpp>
 #include <kiln/train/detail/data_parallel.hpp>
 #include <kiln/train/model.hpp>

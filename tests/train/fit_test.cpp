@@ -8,10 +8,10 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/rng.hpp>
-#include <kiln/layers/dense.hpp>
-#include <kiln/layers/dropout.hpp>
-#include <kiln/layers/embedding.hpp>
-#include <kiln/layers/merging.hpp>
+#include <kiln/layers/core/dense.hpp>
+#include <kiln/layers/regularization/dropout.hpp>
+#include <kiln/layers/core/embedding.hpp>
+#include <kiln/layers/merging/merging.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/train/model.hpp>
 #include "support/temp_dir.hpp"

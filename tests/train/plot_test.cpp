@@ -8,8 +8,8 @@
 #include <string>
 
 #include <kiln/core/error.hpp>
-#include <kiln/layers/dense.hpp>
-#include <kiln/layers/merging.hpp>
+#include <kiln/layers/core/dense.hpp>
+#include <kiln/layers/merging/merging.hpp>
 #include <kiln/train/plot.hpp>
 #include "support/temp_dir.hpp"
 

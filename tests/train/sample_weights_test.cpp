@@ -11,8 +11,8 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/rng.hpp>
-#include <kiln/layers/dense.hpp>
-#include <kiln/layers/embedding.hpp>
+#include <kiln/layers/core/dense.hpp>
+#include <kiln/layers/core/embedding.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/optim/losses.hpp>
 #include <kiln/serialize/saving.hpp>

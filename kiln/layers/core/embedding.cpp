@@ -1,0 +1,62 @@
+#include <kiln/layers/core/embedding.hpp>
+
+#include <string>
+
+#include <kiln/ops/ops.hpp>
+
+namespace kiln {
+
+EmbeddingLayer::EmbeddingLayer(const Config& config) : EmbeddingLayer(config, "Embedding", {}) {}
+
+EmbeddingLayer::EmbeddingLayer(const Config& config, const std::string& class_name,
+                               const std::function<void(ConfigReader&)>& more)
+    : Layer(config, class_name) {
+  ConfigReader args = config_reader(config);
+  input_dim_ = args.integer("input_dim");
+  output_dim_ = args.integer("output_dim");
+  embeddings_initializer_ = Initializer::from_argument(args, "embeddings_initializer", "uniform");
+  mask_zero_ = args.boolean("mask_zero", false);
+  embeddings_regularization_ = WeightRegularization::from_arguments(args, "embeddings");
+  for (const char* key : {"weights", "lora_rank", "lora_alpha", "quantization_config"}) args.unsupported(key);
+  // Keras 3 still accepts the Keras 2 argument input_length and ignores it; so do we, to load old configs.
+  args.value("input_length");
+  if (more) more(args);
+  args.finish();
+  if (input_dim_ <= 0) args.fail("input_dim must be positive, got " + std::to_string(input_dim_));
+  if (output_dim_ <= 0) args.fail("output_dim must be positive, got " + std::to_string(output_dim_));
+}
+
+Config EmbeddingLayer::get_config() const {
+  Config config = base_config();
+  config.set("input_dim", input_dim_);
+  config.set("output_dim", output_dim_);
+  config.set("embeddings_initializer", embeddings_initializer_.get_config());
+  embeddings_regularization_.write(config, "embeddings");
+  config = with_activity_regularizer(config);
+  config.set("mask_zero", mask_zero_);
+  config.set("quantization_config", Config());
+  return config;
+}
+
+void EmbeddingLayer::build(const Shape&) {
+  embeddings_ = add_weight("embeddings", {input_dim_, output_dim_}, embeddings_initializer_);
+  regularize(embeddings_, embeddings_regularization_);
+}
+
+Tensor EmbeddingLayer::call(const Tensor& input, const CallArgs&) {
+  return ops::gather(variable(embeddings_, input), input);
+}
+
+// Keras's: the steps whose index is 0 are padding.
+std::vector<Tensor> EmbeddingLayer::compute_mask(const std::vector<Tensor>& inputs, const Tensor&) const {
+  const Tensor& ids = inputs.at(0);
+  return {ops::scalar_like(ids, 1.0) - ops::equal(ids, ops::scalar_like(ids, 0.0))};
+}
+
+Embedding::Embedding(std::int64_t input_dim, std::int64_t output_dim, const Config& options)
+    : LayerHandle(
+          std::make_shared<EmbeddingLayer>(options.with("input_dim", input_dim).with("output_dim", output_dim))) {}
+
+KILN_REGISTER_LAYER("kiln>Embedding", EmbeddingLayer);
+
+}  // namespace kiln

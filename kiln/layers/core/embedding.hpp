@@ -1,0 +1,68 @@
+#pragma once
+// Embedding: maps each index to a learned vector, a row of `embeddings` (Keras's layers.Embedding).
+// Indices come as a float tensor of whole numbers (kiln tensors are float32 or float64) of any shape;
+// the output has shape indices.shape + (output_dim,).
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <kiln/layers/layer.hpp>
+
+namespace kiln {
+
+/// The layer behind kiln::Embedding: one weight, "embeddings" (input_dim, output_dim), whose row i is the
+/// vector of index i.
+class EmbeddingLayer : public Layer {
+ public:
+  /// Arguments (Keras names and defaults): input_dim (required; the vocabulary size), output_dim (required),
+  /// embeddings_initializer = uniform (RandomUniform(-0.05, 0.05)), mask_zero = false (true: index 0 is
+  /// padding, and the output carries a mask, 0 where the index is 0, to the layers after it).
+  /// Regularizers, constraints and LoRA are not supported.
+  /// Keras 2's input_length is accepted and ignored, so old configs load. Throws ConfigError when a dimension
+  /// is missing or not positive, when an unsupported argument is set, or on an unknown key.
+  explicit EmbeddingLayer(const Config& config);
+  /// For layers that extend Embedding's arguments: `more` reads their own keys before the reader finishes.
+  EmbeddingLayer(const Config& config, const std::string& class_name, const std::function<void(ConfigReader&)>& more);
+  std::int64_t input_dim() const { return input_dim_; }    ///< the vocabulary size: indices are 0 .. input_dim-1
+  std::int64_t output_dim() const { return output_dim_; }  ///< the length of each embedding vector
+  Config get_config() const override;
+  bool mask_zero() const { return mask_zero_; }  ///< whether index 0 is padding, masked downstream
+  bool supports_masking() const override { return mask_zero_; }
+  /// With mask_zero, the input's nonzero indices as a mask (1 kept, 0 padding).
+  std::vector<Tensor> compute_mask(const std::vector<Tensor>& inputs, const Tensor& mask) const override;
+
+ protected:
+  /// Creates the embeddings matrix; its shape does not depend on the input's.
+  void build(const Shape& input_shape) override;
+  /// The rows of the embeddings that `input` indexes, shaped input.shape + (output_dim,). Running the graph
+  /// throws ValueError on an index that is not a whole number in [0, input_dim).
+  Tensor call(const Tensor& input, const CallArgs& args) override;
+
+  WeightId embeddings_id() const { return embeddings_; }  ///< for layers that extend it
+  /// The embeddings' initializer, which a ReversibleEmbedding's untied reverse map shares.
+  const Initializer& embeddings_initializer() const { return embeddings_initializer_; }
+
+ private:
+  std::int64_t input_dim_ = 0;
+  std::int64_t output_dim_ = 0;
+  bool mask_zero_ = false;
+  Initializer embeddings_initializer_;
+  WeightRegularization embeddings_regularization_;
+  WeightId embeddings_ = 0;
+};
+
+/// Turns indices (token ids, as whole numbers in a float tensor) into learned dense vectors: Keras's
+/// layers.Embedding.
+///
+///   kiln::Tensor ids = kiln::Input({kiln::Shape::unknown, 10});
+///   kiln::Tensor vectors = kiln::Embedding(1000, 64)(ids);  // (None, 10, 64)
+class Embedding : public LayerHandle<EmbeddingLayer> {
+ public:
+  /// A vocabulary of `input_dim` indices, each mapped to a vector of `output_dim` values. `options` holds
+  /// further config keys: embeddings_initializer, name, trainable, dtype.
+  explicit Embedding(std::int64_t input_dim, std::int64_t output_dim, const Config& options = {});
+  /// From a whole config, with the keys of EmbeddingLayer(const Config&).
+  explicit Embedding(const Config& config) : LayerHandle(std::make_shared<EmbeddingLayer>(config)) {}
+};
+
+}  // namespace kiln
