@@ -8,6 +8,7 @@
 #include <kiln/serialize/json.hpp>
 #include <kiln/serialize/keras.hpp>
 #include <kiln/serialize/saving.hpp>
+#include <kiln/models/loading.hpp>
 #include "commands.hpp"
 
 namespace kiln::cli {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <kiln/core/error.hpp>
+#include <kiln/models/loading.hpp>
 #include <kiln/serialize/saving.hpp>
 #include <kiln/data/data.hpp>
 #include <kiln/data/lookup.hpp>

@@ -1,7 +1,8 @@
-# No include points up: a file in one of kiln's rooms includes only its own room and the rooms below it,
-#   core <- ops <- layers <- optim <- data <- train <- serialize <- distributed
+# No include points up, and no type does: a file in one of kiln's rooms includes only its own room and the
+# rooms below it, and names no type a room above defines,
+#   core <- ops <- layers <- optim <- data <- train <- serialize <- models <- distributed
 # (kiln/kiln.hpp, the umbrella header, may include them all). Run by CTest: cmake -DSOURCE_DIR=... -P this.
-set(rooms core ops layers optim data train serialize distributed)
+set(rooms core ops layers optim data train serialize models distributed)
 file(GLOB_RECURSE files RELATIVE ${SOURCE_DIR}/kiln ${SOURCE_DIR}/kiln/*.hpp ${SOURCE_DIR}/kiln/*.cpp)
 set(failures "")
 set(checked 0)
@@ -36,8 +37,49 @@ foreach(file ${files})
     endif()
   endforeach()
 endforeach()
+
+# Nor does a lower room name a higher room's type, which no include shows: a forward declaration, a member,
+# a cast (class Trainer; in layers/, static_cast<Trainer*> in train/'s lower neighbours). Every type a room
+# defines at namespace level (a line starting with `class X`, `struct X` or `enum class X` that is not a
+# forward declaration) belongs to it; comments and string literals do not count as naming one.
+foreach(file ${files})
+  string(REGEX MATCH "^[a-z_]+" room "${file}")
+  list(FIND rooms "${room}" level)
+  if(level LESS 0 OR NOT file MATCHES "\\.hpp$")
+    continue()
+  endif()
+  file(STRINGS ${SOURCE_DIR}/kiln/${file} definitions REGEX "^(class|struct|enum class) [A-Za-z_][A-Za-z0-9_]*[^;]*$")
+  foreach(line ${definitions})
+    string(REGEX REPLACE "^(class|struct|enum class) ([A-Za-z_][A-Za-z0-9_]*).*" "\\2" type "${line}")
+    set(type_level_${type} ${level})
+    set(type_file_${type} ${file})
+  endforeach()
+endforeach()
+set(named 0)
+foreach(file ${files})
+  string(REGEX MATCH "^[a-z_]+" room "${file}")
+  list(FIND rooms "${room}" level)
+  if(level LESS 0)
+    continue()
+  endif()
+  file(READ ${SOURCE_DIR}/kiln/${file} text)
+  string(REGEX REPLACE "//[^\n]*" "" text "${text}")
+  string(REGEX REPLACE "\"([^\"\\\\\n]|\\\\.)*\"" "\"\"" text "${text}")
+  string(REGEX MATCHALL "[A-Za-z_][A-Za-z0-9_]*" identifiers "${text}")
+  list(REMOVE_DUPLICATES identifiers)
+  foreach(identifier ${identifiers})
+    if(DEFINED type_level_${identifier} AND type_level_${identifier} GREATER level)
+      list(GET rooms ${type_level_${identifier}} owner)
+      list(APPEND failures "kiln/${file} (room ${room}) names ${identifier}, a type of ${owner}/ "
+                           "(kiln/${type_file_${identifier}})")
+    endif()
+  endforeach()
+  math(EXPR named "${named} + 1")
+endforeach()
+
 if(failures)
   string(REPLACE ";" "\n" failures "${failures}")
   message(FATAL_ERROR "include rule broken:\n${failures}")
 endif()
-message(STATUS "${checked} files in kiln/ include only their own room and the rooms below")
+message(STATUS "${checked} files in kiln/ include only their own room and the rooms below, and ${named} name no "
+               "type of a room above")

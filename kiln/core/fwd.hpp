@@ -12,7 +12,7 @@ class Rng;
 class Shape;
 class Tensor;
 struct Node;
-struct LayerCall;  // defined in layers/layer.hpp: which layer call produced a tensor
+struct TensorHistory;
 /// A node's index in its Graph, in creation order; -1 for none.
 using NodeId = std::int32_t;
 }  // namespace kiln

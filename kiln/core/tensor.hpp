@@ -9,6 +9,12 @@
 
 namespace kiln {
 
+/// What a room above records as a tensor's origin (layers/: the layer call that made it). Core keeps it
+/// with the tensor and never looks inside.
+struct TensorHistory {
+  virtual ~TensorHistory() = default;
+};
+
 /// A symbolic handle to one node of a Graph: cheap to copy, it holds no data (a Program run computes the
 /// values). A default-constructed Tensor is an empty handle: graph(), node() and the node's properties
 /// throw Error on it.
@@ -37,13 +43,14 @@ class Tensor {
   /// The rank of shape().
   int rank() const;
 
-  /// The layer call that produced this tensor, if a layer did (Keras's "keras history"): functional
-  /// models follow it back from their outputs to their inputs. Ops return tensors without one.
-  const std::shared_ptr<const LayerCall>& producer() const { return producer_; }
+  /// What produced this tensor, when a room above recorded it (Keras's "keras history": layers/' LayerCall,
+  /// read back with layers/layer.hpp's layer_call_of): functional models follow it back from their outputs
+  /// to their inputs. Ops return tensors without one.
+  const std::shared_ptr<const TensorHistory>& producer() const { return producer_; }
   /// Which output of producer() this tensor is (0 when there is no producer).
   int producer_output() const { return producer_output_; }
   /// The same node, with output `output_index` of `call` as its history: a layer marks its outputs so.
-  Tensor with_producer(std::shared_ptr<const LayerCall> call, int output_index) const {
+  Tensor with_producer(std::shared_ptr<const TensorHistory> call, int output_index) const {
     Tensor result(graph_, id_);
     result.producer_ = std::move(call);
     result.producer_output_ = output_index;
@@ -58,7 +65,7 @@ class Tensor {
  private:
   Graph* graph_ = nullptr;
   NodeId id_ = -1;
-  std::shared_ptr<const LayerCall> producer_;
+  std::shared_ptr<const TensorHistory> producer_;
   int producer_output_ = 0;
 };
 

@@ -20,7 +20,7 @@
 
 #include <kiln/core/array.hpp>
 #include <kiln/layers/config.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 
 namespace kiln {
 

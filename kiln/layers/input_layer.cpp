@@ -1,4 +1,4 @@
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>

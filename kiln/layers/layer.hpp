@@ -106,12 +106,16 @@ class CallArgs {
 
 /// One call of a layer: what a functional model walks back through. Outputs are plain handles (no
 /// history) so records never form a cycle.
-struct LayerCall {
+struct LayerCall : TensorHistory {
   LayerPtr layer;               ///< the layer called
   std::vector<Tensor> inputs;   ///< its positional inputs, in the graph the call ran in
   CallArgs args;                ///< its tensor arguments and options
   std::vector<Tensor> outputs;  ///< its outputs, as plain handles
 };
+/// The layer call that produced `tensor` (its Tensor::producer()), or null when no layer did.
+inline std::shared_ptr<const LayerCall> layer_call_of(const Tensor& tensor) {
+  return std::dynamic_pointer_cast<const LayerCall>(tensor.producer());
+}
 
 /// A weight as models, optimizers and files see it. `path` is stable and hierarchical ("query/kernel"
 /// inside its layer), so loading matches weights by name, never by creation order.

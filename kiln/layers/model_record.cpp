@@ -1,4 +1,4 @@
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 
 #include <algorithm>
 #include <map>
@@ -58,7 +58,7 @@ struct Recorder {
   }
 
   ModelBase::TensorRef visit(const Tensor& tensor) {
-    const std::shared_ptr<const LayerCall>& call = tensor.producer();
+    const std::shared_ptr<const LayerCall>& call = layer_call_of(tensor);
     if (call && is_input_layer(call->layer)) {
       const auto found = input_by_layer.find(call->layer.get());
       if (found == input_by_layer.end())
@@ -110,7 +110,7 @@ void ModelBase::record(const std::vector<Tensor>& inputs, const std::vector<Tens
     const Tensor& input = inputs[i];
     if (!input.valid()) throw ValueError(describe() + ": input " + std::to_string(i) + " is an empty Tensor");
     Node node;
-    const std::shared_ptr<const LayerCall>& call = input.producer();
+    const std::shared_ptr<const LayerCall>& call = layer_call_of(input);
     if (call && is_input_layer(call->layer)) {
       node.layer = call->layer;
       recorder.input_by_layer[call->layer.get()] = static_cast<int>(nodes_.size());

@@ -1,4 +1,4 @@
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 
 #include <algorithm>
 
@@ -43,7 +43,7 @@ void SequentialModel::add(const LayerPtr& layer) {
 }
 
 void SequentialModel::add_input(const Tensor& input) {
-  const std::shared_ptr<const LayerCall>& call = input.valid() ? input.producer() : nullptr;
+  const std::shared_ptr<const LayerCall>& call = input.valid() ? layer_call_of(input) : nullptr;
   if (!call || !is_input_layer(call->layer))
     config_error("a Sequential starts from a kiln::Input (or an input shape), and this tensor is not one");
   add(call->layer);

@@ -87,9 +87,9 @@ struct BinaryCrossentropyLogits {
   double d_true(double, double z) const { return -z; }
 };
 
-template <class T, class Loss>
+template <class T, class PerRow>
 void mean_loss_kernel(const KernelContext& k) {
-  const Loss loss(k);
+  const PerRow loss(k);
   const T* y_true = k.in<T>(0);
   const T* y_pred = k.in<T>(1);
   const std::size_t size = detail::num_elements(k.input_shape(1));
@@ -109,9 +109,9 @@ void mean_loss_kernel(const KernelContext& k) {
 }
 
 // Inputs (y_true, y_pred, output gradient); "wrt" picks the input differentiated: 0 y_true, 1 y_pred.
-template <class T, class Loss>
+template <class T, class PerRow>
 void mean_loss_grad_kernel(const KernelContext& k) {
-  const Loss loss(k);
+  const PerRow loss(k);
   const T* y_true = k.in<T>(0);
   const T* y_pred = k.in<T>(1);
   T* grad = k.out<T>();
@@ -292,16 +292,16 @@ struct SparseLogits : SparseLabels {
   }
 };
 
-template <class Loss>
+template <class PerRow>
 std::int64_t true_stride(std::int64_t classes) {
-  return Loss::one_hot ? classes : 1;
+  return PerRow::one_hot ? classes : 1;
 }
 
-template <class T, class Loss>
+template <class T, class PerRow>
 void row_loss_kernel(const KernelContext& k) {
-  const Loss loss(k);
+  const PerRow loss(k);
   const Rows rows = rows_of(k.input_shape(1));
-  const std::int64_t stride = true_stride<Loss>(rows.classes);
+  const std::int64_t stride = true_stride<PerRow>(rows.classes);
   const T* y_true = k.in<T>(0);
   const T* y_pred = k.in<T>(1);
   double total = 0.0;
@@ -310,21 +310,21 @@ void row_loss_kernel(const KernelContext& k) {
   *k.out<T>() = static_cast<T>(total / static_cast<double>(rows.count));
 }
 
-template <class T, class Loss>
+template <class T, class PerRow>
 void row_loss_grad_kernel(const KernelContext& k) {
-  const Loss loss(k);
+  const PerRow loss(k);
   const Rows rows = rows_of(k.input_shape(1));
-  const std::int64_t stride = true_stride<Loss>(rows.classes);
+  const std::int64_t stride = true_stride<PerRow>(rows.classes);
   const T* y_true = k.in<T>(0);
   const T* y_pred = k.in<T>(1);
   const double scale = static_cast<double>(*k.in<T>(2)) / static_cast<double>(rows.count);
   bool wrt_true = false;
-  if constexpr (Loss::one_hot) wrt_true = k.attributes().get_int("wrt") == 0;
+  if constexpr (PerRow::one_hot) wrt_true = k.attributes().get_int("wrt") == 0;
   for (std::int64_t r = 0; r < rows.count; ++r) {
     const T* t = y_true + r * stride;
     const T* p = y_pred + r * rows.classes;
     T* grad = k.out<T>() + r * rows.classes;
-    if constexpr (Loss::one_hot) {
+    if constexpr (PerRow::one_hot) {
       if (wrt_true) {
         loss.d_true(t, p, rows.classes, scale, grad);
         continue;

@@ -12,7 +12,7 @@
 
 #include <kiln/core/detail/python_float.hpp>
 #include <kiln/core/error.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/serialize/saving.hpp>
 
 namespace kiln {

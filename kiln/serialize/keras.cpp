@@ -199,7 +199,7 @@ void read_keras3_optimizer(ModelBase& model, const std::vector<detail::StoredArr
                            const hdf5::Object& root, const std::string& where) {
   const std::optional<hdf5::Object> vars = root.find_path("optimizer/vars");
   if (!vars) return;
-  Optimizer& optimizer = detail::trainer_of(model).optimizer();
+  Optimizer& optimizer = compiled_trainer(model).optimizer();
   std::vector<std::string> paths;
   for (const detail::StoredArray& array : model_arrays) paths.push_back(array.name);
   const std::vector<Weight> ordered = keras_optimizer_variables(optimizer, trainable_in_order(model, paths));
@@ -246,8 +246,9 @@ std::vector<std::string> keras_weight_order(const ModelBase& model) {
   return order;
 }
 
-Optimizer* optimizer_of(const ModelBase& model) {
-  auto* trainer = static_cast<Trainer*>(model.compiled_state().get());
+// The compiled model's optimizer, or nullptr.
+Optimizer* compiled_optimizer(const ModelBase& model) {
+  Trainer* trainer = trainer_of(model);
   return trainer != nullptr ? &trainer->optimizer() : nullptr;
 }
 
@@ -265,7 +266,7 @@ void write_keras3_weights(const ModelBase& model, detail::Hdf5Builder& file) {
     const std::vector<std::string> paths = layer.keras_weight_paths();
     for (std::size_t i = 0; i < weights.size(); ++i) file.dataset(group + paths.at(i), weights[i].value);
   }).model(model);
-  if (Optimizer* compiled = optimizer_of(model)) {
+  if (Optimizer* compiled = compiled_optimizer(model)) {
     Optimizer& optimizer = *compiled;
     const std::vector<Weight> variables =
         keras_optimizer_variables(optimizer, trainable_in_order(model, keras_weight_order(model)));
@@ -284,7 +285,7 @@ void write_keras3_weights(const ModelBase& model, detail::Hdf5Builder& file) {
 
 }
 
-Model load_keras3(const detail::ZipReader& archive, const std::string& path, const LoadOptions& options) {
+std::shared_ptr<ModelBase> load_keras3(const detail::ZipReader& archive, const std::string& path, const LoadOptions& options) {
   const std::string config_text = archive.read("config.json", max_json_bytes);
   Config metadata;
   if (archive.contains("metadata.json"))
@@ -320,11 +321,11 @@ Model load_keras3(const detail::ZipReader& archive, const std::string& path, con
   });
   detail::import_keras_assets(*model, metadata, archive, path + ": metadata.json");
   const Config* compiled = config.find("compile_config");
-  if (!options.compile || compiled == nullptr) return Model(model);
-  if (!detail::compile_from_keras(*model, *compiled, path + ": compile_config")) return Model(model);
+  if (!options.compile || compiled == nullptr) return model;
+  if (!detail::compile_from_keras(*model, *compiled, path + ": compile_config")) return model;
   detail::guarded(path + ": model.weights.h5: optimizer",
                   [&] { read_keras3_optimizer(*model, reader.arrays(), weights.root(), path); });
-  return Model(model);
+  return model;
 }
 
 // ---- legacy HDF5: Keras 2, tf.keras and Keras 3's legacy format --------------------------------------------
@@ -380,7 +381,7 @@ void read_legacy_optimizer(ModelBase& model, const hdf5::Object& root, const std
                            const std::string& where) {
   const std::optional<hdf5::Object> group = root.find("optimizer_weights");
   if (!group || version.rfind("3.", 0) != 0) return;
-  Optimizer& optimizer = detail::trainer_of(model).optimizer();
+  Optimizer& optimizer = compiled_trainer(model).optimizer();
   const std::vector<Weight> ordered =
       keras_optimizer_variables(optimizer, trainable_in_order(model, keras_weight_order(model)));
   std::vector<hdf5::Object> datasets;
@@ -388,7 +389,7 @@ void read_legacy_optimizer(ModelBase& model, const hdf5::Object& root, const std
   read_optimizer_state(optimizer, ordered, datasets, where);
 }
 
-Model load_legacy_h5(const std::shared_ptr<const detail::ByteSource>& bytes, const std::string& path,
+std::shared_ptr<ModelBase> load_legacy_h5(const std::shared_ptr<const detail::ByteSource>& bytes, const std::string& path,
                      const LoadOptions& options) {
   const hdf5::File file(bytes, path);
   const hdf5::Object root = file.root();
@@ -414,13 +415,13 @@ Model load_legacy_h5(const std::shared_ptr<const detail::ByteSource>& bytes, con
     const std::vector<detail::StoredArray> arrays = read_legacy_weights(*model, weights ? *weights : root);
     detail::assign_weights(model->weights(), arrays, model->describe());
   });
-  if (!options.compile || !root.has_attribute("training_config")) return Model(model);
+  if (!options.compile || !root.has_attribute("training_config")) return model;
   const std::vector<std::string> training = root.attribute_strings("training_config");
   if (training.size() != 1) throw SerializationError(path + ": training_config is not one string");
   const Config keras_compiled = parse_json_object(training[0], path + ": training_config");
-  if (!detail::compile_from_keras(*model, keras_compiled, path + ": training_config")) return Model(model);
+  if (!detail::compile_from_keras(*model, keras_compiled, path + ": training_config")) return model;
   detail::guarded(path + ": optimizer_weights", [&] { read_legacy_optimizer(*model, root, version, path); });
-  return Model(model);
+  return model;
 }
 
 // ---- writing legacy HDF5, as Keras 3's legacy format does ----------------------------------------------------
@@ -490,7 +491,7 @@ void write_legacy_h5(const ModelBase& model, detail::Hdf5Builder& file) {
   file.strings_attribute("model_weights/top_level_model_weights", "weight_names", {});
 
   // optimizer_weights: Keras 3's optimizer.variables in order, by name.
-  if (Optimizer* optimizer = optimizer_of(model)) {
+  if (Optimizer* optimizer = compiled_optimizer(model)) {
     const std::vector<Weight> variables =
         keras_optimizer_variables(*optimizer, trainable_in_order(model, keras_weight_order(model)));
     file.group("optimizer_weights");
@@ -538,7 +539,7 @@ Config read_keras_config(const std::string& bytes, const std::string& path) {
   return legacy_config(hdf5::File(bytes, path), path);
 }
 
-Model load_keras_bytes(const std::string& bytes, const std::string& path, const LoadOptions& options) {
+std::shared_ptr<ModelBase> load_keras_bytes(const std::string& bytes, const std::string& path, const LoadOptions& options) {
   if (is_zip(bytes)) return load_keras3(detail::ZipReader(bytes, path), path, options);
   if (hdf5::looks_like_hdf5(bytes)) return load_legacy_h5(memory_source(bytes), path, options);
   not_keras(path);
@@ -554,7 +555,7 @@ std::string first_bytes(const ReadOnlyFile& file) {
 
 bool is_keras_source(const ReadOnlyFile& file) { return is_keras_bytes(first_bytes(file)); }
 
-Model load_keras_file(const ReadOnlyFile& file, const LoadOptions& options) {
+std::shared_ptr<ModelBase> load_keras_file(const ReadOnlyFile& file, const LoadOptions& options) {
   const std::string start = first_bytes(file);
   if (is_zip(start)) return load_keras3(detail::ZipReader(file), file.path(), options);
   if (hdf5::looks_like_hdf5(start)) return load_legacy_h5(file_source(file, 0, file.size()), file.path(), options);
@@ -588,7 +589,7 @@ namespace {
 std::uint64_t expected_size(const ModelBase& model) {
   std::uint64_t bytes = std::uint64_t{1} << 20;
   for (const Weight& weight : model.weights()) bytes += weight.value.nbytes();
-  if (const Optimizer* optimizer = optimizer_of(model))
+  if (const Optimizer* optimizer = compiled_optimizer(model))
     for (const Weight& variable : optimizer->variables()) bytes += variable.value.nbytes();
   return bytes;
 }
@@ -690,7 +691,7 @@ KerasFileInfo verify_keras_file(const std::string& path) {
 
 bool is_keras_file(const std::string& path) { return detail::is_keras_source(detail::ReadOnlyFile(path)); }
 
-Model load_keras_model(const std::string& path, const LoadOptions& options) {
+std::shared_ptr<ModelBase> load_keras_model_base(const std::string& path, const LoadOptions& options) {
   return detail::reading_file(path, [&] {
     return detail::load_keras_file(detail::ReadOnlyFile(path), options);
   });

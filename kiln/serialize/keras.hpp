@@ -13,12 +13,12 @@
 // model_weights/, the optimizer's under optimizer_weights/. Both are read by kiln's own readers, which
 // trust nothing in the file: docs/keras.md lists what they accept and refuse.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/serialize/saving.hpp>
-#include <kiln/train/model.hpp>
 
 namespace kiln {
 
@@ -30,7 +30,8 @@ namespace kiln {
 /// is a FileConfigError (a SerializationError that is a ConfigError too) naming the layer, its class and where
 /// it is; a Lambda layer is refused as Keras's safe_mode refuses it. A compile config without an optimizer
 /// compiles with Keras's default (RMSprop); one without a loss leaves the model uncompiled, with a warning.
-Model load_keras_model(const std::string& path, const LoadOptions& options = {});
+/// Users call kiln::load_keras_model (models/loading.hpp), which gives this model in a kiln::Model handle.
+std::shared_ptr<ModelBase> load_keras_model_base(const std::string& path, const LoadOptions& options = {});
 
 /// Assigns the weights of a Keras weights file to a built model whose architecture matches the one that
 /// saved them: a Keras 3 `.weights.h5` (model.save_weights), a `.keras` archive, or a legacy `.h5` (full

@@ -43,8 +43,6 @@ using detail::StoredArray;
 // text (104 bytes per value): the cap bounds that.
 constexpr std::size_t kMaxConfigBytes = 4u << 20;
 
-Trainer* trainer_of(const ModelBase& model) { return static_cast<Trainer*>(model.compiled_state().get()); }
-
 std::vector<NamedArray> named_weights(const ModelBase& model) {
   std::vector<NamedArray> arrays;
   std::set<std::string> seen;
@@ -100,15 +98,17 @@ Config model_config(const ModelBase& model) { return detail::export_keras_model_
 
 std::string model_to_json(const ModelBase& model, int indent) { return to_json(model_config(model), indent); }
 
-Model model_from_config(const Config& config) {
+std::shared_ptr<ModelBase> model_base_from_config(const Config& config) {
   // Keras's model.to_json() names the Keras version that wrote it; Keras 2's meanings are read as Keras 2's.
   const Config* version = config.is_map() ? config.find("keras_version") : nullptr;
   if (version != nullptr && version->type() == Config::Type::string && detail::written_by_keras2(version->as_string()))
-    return Model(model_from(detail::import_keras_model_config(detail::with_keras2_activations(config), "model config")));
-  return Model(model_from(detail::import_keras_model_config(config, "model config")));
+    return model_from(detail::import_keras_model_config(detail::with_keras2_activations(config), "model config"));
+  return model_from(detail::import_keras_model_config(config, "model config"));
 }
 
-Model model_from_json(const std::string& json) { return model_from_config(parse_json(json, "model JSON")); }
+std::shared_ptr<ModelBase> model_base_from_json(const std::string& json) {
+  return model_base_from_config(parse_json(json, "model JSON"));
+}
 
 // ---- whole models ------------------------------------------------------------------------------------------
 
@@ -178,13 +178,13 @@ void save_model(const ModelBase& model, const std::string& path) {
 namespace detail {
 
 void save_training_backup(const ModelBase& model, const std::string& path, const Config& progress) {
-  if (kiln::trainer_of(model) == nullptr)
+  if (trainer_of(model) == nullptr)
     throw LayerStateError(model.describe() + " is not compiled: nothing to back up");
   save_kiln_file(model, path, Config{{"backup", progress}});
 }
 
 Config restore_training_backup(ModelBase& model, const std::string& path) {
-  Trainer* trainer = kiln::trainer_of(model);
+  Trainer* trainer = trainer_of(model);
   if (trainer == nullptr) throw LayerStateError(model.describe() + " is not compiled: cannot restore a backup into it");
   return detail::reading_file(path, [&] {
     const ReadOnlyFile file(path);
@@ -229,7 +229,7 @@ Config restore_training_backup(ModelBase& model, const std::string& path) {
 
 }  // namespace detail
 
-Model load_model(const std::string& path, const LoadOptions& options) {
+std::shared_ptr<ModelBase> load_model_base(const std::string& path, const LoadOptions& options) {
   return detail::reading_file(path, [&] {
     const ReadOnlyFile file(path);
     if (detail::is_keras_source(file)) return detail::load_keras_file(file, options);
@@ -262,9 +262,9 @@ Model load_model(const std::string& path, const LoadOptions& options) {
     }
 
     const Config* compiled = config.find("compile_config");
-    if (!options.compile || !compiled || compiled->is_null() || compiled->size() == 0) return Model(model);
-    if (!detail::compile_from_keras(*model, *compiled, path + ": compile_config")) return Model(model);
-    Trainer& trainer = detail::trainer_of(*model);
+    if (!options.compile || !compiled || compiled->is_null() || compiled->size() == 0) return model;
+    if (!detail::compile_from_keras(*model, *compiled, path + ": compile_config")) return model;
+    Trainer& trainer = compiled_trainer(*model);
     if (const SectionIndex* state = container.find("OPTM")) restore_optimizer(trainer, *model, file, *state);
     if (meta) {
       guarded(path + ": metadata section", [&] {
@@ -273,7 +273,7 @@ Model load_model(const std::string& path, const LoadOptions& options) {
         trainer.set_epochs_trained(static_cast<int>(epochs));
       });
     }
-    return Model(model);
+    return model;
   });
 }
 
@@ -343,14 +343,5 @@ Config read_model_config(const std::string& path) {
     return parse_config_text(detail::read_section(file, *conf, kMaxConfigBytes), path);
   });
 }
-
-// ---- the members of kiln::Model and kiln::Sequential ---------------------------------------------------
-
-namespace detail {
-void save_model_file(const ModelBase& model, const std::string& path) { kiln::save_model(model, path); }
-void save_weights_file(const ModelBase& model, const std::string& path) { kiln::save_weights(model, path); }
-void load_weights_file(ModelBase& model, const std::string& path) { kiln::load_weights(model, path); }
-std::string model_json(const ModelBase& model, int indent) { return kiln::model_to_json(model, indent); }
-}  // namespace detail
 
 }  // namespace kiln

@@ -16,12 +16,12 @@
 // A damaged, truncated or foreign file is refused with kiln::SerializationError naming the file, the
 // section and what is wrong; nothing in it is trusted before its checksum matches.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <kiln/layers/config.hpp>
-#include <kiln/layers/model.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/layers/model_base.hpp>
 
 namespace kiln {
 
@@ -42,8 +42,9 @@ void save_model(const ModelBase& model, const std::string& path);
 /// Rebuilds a model that save_model wrote, with its weights; compiled, with the optimizer's state and the
 /// epochs trained, when the file says how and options.compile is set, so that fit() resumes where it
 /// stopped. SerializationError naming the file and the section for anything wrong with the file: damage,
-/// truncation, a foreign format, a config that is no model, weights that do not fit it.
-Model load_model(const std::string& path, const LoadOptions& options = {});
+/// truncation, a foreign format, a config that is no model, weights that do not fit it. Users call
+/// kiln::load_model (models/loading.hpp), which gives this model in a kiln::Model handle.
+std::shared_ptr<ModelBase> load_model_base(const std::string& path, const LoadOptions& options = {});
 
 /// Weights only. Loading matches them by path ("dense/kernel") and checks every shape before assigning
 /// any, so on a mismatch (ShapeError naming the weight and both shapes) the model is left unchanged.
@@ -61,9 +62,10 @@ Config model_config(const ModelBase& model);
 std::string model_to_json(const ModelBase& model, int indent = 2);
 /// A new model from model_to_json's text (or a Config of that shape): every layer built at once from its
 /// build_config, with fresh weights. ConfigError naming an unknown class and the registered names nearest it.
-Model model_from_config(const Config& config);
-/// model_from_config of JSON text; SerializationError for malformed JSON.
-Model model_from_json(const std::string& json);
+/// kiln::model_from_config (models/loading.hpp) gives it in a kiln::Model handle.
+std::shared_ptr<ModelBase> model_base_from_config(const Config& config);
+/// model_base_from_config of JSON text; SerializationError for malformed JSON.
+std::shared_ptr<ModelBase> model_base_from_json(const std::string& json);
 
 /// What `kiln verify` reports: the frame of a kiln file, every checksum checked.
 struct FileSection {

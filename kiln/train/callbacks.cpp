@@ -13,7 +13,7 @@
 #include <kiln/core/detail/files.hpp>
 #include <kiln/core/detail/python_float.hpp>
 #include <kiln/core/error.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/optim/optimizer.hpp>
 
 namespace kiln {

@@ -200,9 +200,8 @@ class StepRunner {
 
 }  // namespace
 
-std::vector<std::int64_t> generate(const Model& handle, const std::vector<std::int64_t>& prompt,
+std::vector<std::int64_t> generate(ModelBase& model, const std::vector<std::int64_t>& prompt,
                                    const GenerateOptions& options) {
-  ModelBase& model = *handle.ptr();
   check_options(options);
   const std::vector<Shape> inputs = model.input_shapes(), outputs = model.model_output_shapes();
   if (inputs.size() != 1 || outputs.size() != 1 || inputs[0].rank() != 2 || inputs[0][1] == Shape::unknown ||

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include <kiln/train/model.hpp>
+#include <kiln/layers/model_base.hpp>
 
 namespace kiln {
 
@@ -39,7 +39,13 @@ struct GenerateOptions {
 /// cache, a model holding a layer that cannot decode a token at a time (Bidirectional, a recurrent layer
 /// with go_backwards, attention outside TransformerDecoder, a convolution) throws ValueError naming it:
 /// generate with use_cache = false.
-std::vector<std::int64_t> generate(const Model& model, const std::vector<std::int64_t>& prompt,
+std::vector<std::int64_t> generate(ModelBase& model, const std::vector<std::int64_t>& prompt,
                                    const GenerateOptions& options = {});
+/// generate() for a model handle (kiln::Model, kiln::Sequential).
+template <class M>
+std::vector<std::int64_t> generate(const ModelHandle<M>& model, const std::vector<std::int64_t>& prompt,
+                                   const GenerateOptions& options = {}) {
+  return generate(*model.ptr(), prompt, options);
+}
 
 }  // namespace kiln

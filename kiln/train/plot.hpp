@@ -8,8 +8,8 @@
 // it with scripts/install-graphviz.sh (Debian's graphviz). plot_history needs nothing: it writes the SVG.
 #include <string>
 
-#include <kiln/layers/model.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/layers/model_base.hpp>
+#include <kiln/train/fit_options.hpp>
 
 namespace kiln {
 
@@ -64,8 +64,9 @@ class PlotOptions {
 /// The model's layer graph as Graphviz DOT text: one box per layer call (its class, and as asked its name,
 /// shapes, dtype, activation, trainability), an edge for each tensor passed.
 std::string model_to_dot(const ModelBase& model, const PlotOptions& options = {});
-/// model_to_dot for a model handle (a kiln::Sequential converts to one).
-inline std::string model_to_dot(const Model& model, const PlotOptions& options = {}) {
+/// model_to_dot for a model handle (kiln::Model, kiln::Sequential).
+template <class M>
+std::string model_to_dot(const ModelHandle<M>& model, const PlotOptions& options = {}) {
   return model_to_dot(*model.ptr(), options);
 }
 
@@ -74,8 +75,9 @@ inline std::string model_to_dot(const Model& model, const PlotOptions& options =
 /// scripts/install-graphviz.sh when `dot` is not installed, or with dot's message when it fails. The file is
 /// written whole or not at all.
 void plot_model(const ModelBase& model, const std::string& to_file = "model.png", const PlotOptions& options = {});
-/// plot_model for a model handle (a kiln::Sequential converts to one).
-inline void plot_model(const Model& model, const std::string& to_file = "model.png", const PlotOptions& options = {}) {
+/// plot_model for a model handle (kiln::Model, kiln::Sequential).
+template <class M>
+void plot_model(const ModelHandle<M>& model, const std::string& to_file = "model.png", const PlotOptions& options = {}) {
   plot_model(*model.ptr(), to_file, options);
 }
 

@@ -16,12 +16,12 @@
 #include <kiln/core/program.hpp>
 #include <kiln/core/rng.hpp>
 #include <kiln/core/warnings.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/data/data.hpp>
 #include <kiln/train/detail/data_parallel.hpp>
 #include <kiln/train/detail/sample_weights.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/train/fit_options.hpp>
 #include <kiln/train/progress.hpp>
 
 namespace kiln {

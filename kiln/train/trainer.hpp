@@ -9,7 +9,7 @@
 #include <vector>
 
 #include <kiln/core/array.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/optim/losses.hpp>
 #include <kiln/optim/metrics.hpp>
 #include <kiln/optim/optimizer.hpp>
@@ -23,16 +23,16 @@ class FitOptions;
 class Program;
 struct History;
 
-/// What compile() attaches to a model (ModelBase::compiled_state): the optimizer, losses and metrics, and the
+/// What compile() attaches to a model (ModelBase::attach): the optimizer, losses and metrics, and the
 /// graphs they train and evaluate with. Users reach it through kiln::Model and kiln::Sequential, whose calls
 /// also take the model's thread checks (ModelBase::Use); the calls here do not.
-class Trainer : public CompiledState {
+class Trainer {
  public:
   /// For `model`, which must outlive it (the model owns it). ValueError for a null optimizer, no loss, or a
   /// number of losses other than 1 or the model's number of outputs.
   Trainer(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> losses, std::vector<Metric> metrics,
           std::vector<Metric> weighted_metrics = {});
-  ~Trainer() override;
+  ~Trainer();
 
   /// TrainableModel::fit without the thread check.
   History fit(const std::vector<Array>& x, const std::vector<Array>& y, const FitOptions& options);
@@ -49,6 +49,7 @@ class Trainer : public CompiledState {
 
   /// The optimizer compile() was given.
   Optimizer& optimizer() { return *optimizer_; }
+  const Optimizer& optimizer() const { return *optimizer_; }  ///< the same, to read
   /// The losses compile() was given: a single one for every output, or one per output.
   const std::vector<Loss>& losses() const { return losses_; }
   /// The metrics compile() was given, computed for every output.
@@ -112,5 +113,11 @@ class Trainer : public CompiledState {
   std::shared_ptr<Compiled> training_, evaluation_;
   int epochs_trained_ = 0;
 };
+
+/// The Trainer compile() attached to `model`, or nullptr when it is not compiled: the one way to reach it.
+Trainer* trainer_of(const ModelBase& model);
+/// The same for a model that must be compiled: LayerStateError naming the model, and saying to call
+/// compile, when it is not.
+Trainer& compiled_trainer(const ModelBase& model);
 
 }  // namespace kiln

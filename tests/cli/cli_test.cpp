@@ -21,12 +21,13 @@
 #include <kiln/layers/config.hpp>
 #include <kiln/layers/core/dense.hpp>
 #include <kiln/layers/merging/merging.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/serialize/json.hpp>
 #include <kiln/serialize/saving.hpp>
 #include <kiln/data/data.hpp>
 #include <kiln/data/lookup.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/models/loading.hpp>
+#include <kiln/models/model.hpp>
 
 namespace fs = std::filesystem;
 

@@ -21,7 +21,7 @@
 #include <kiln/layers/core/dense.hpp>
 #include <kiln/layers/regularization/dropout.hpp>
 #include <kiln/layers/attention/mh_attention.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/layers/attention/multi_head_attention.hpp>
 #include <kiln/layers/pooling/pooling.hpp>
 #include <kiln/layers/rnn/recurrent.hpp>
@@ -30,7 +30,7 @@
 #include <kiln/optim/optimizer.hpp>
 #include <kiln/optim/schedules.hpp>
 #include <kiln/data/dataset.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/models/model.hpp>
 
 // GCC 12 sees through the inlined replacement new (malloc) and flags std::free in delete as a
 // mismatch; here new *is* malloc, so the pairing is right.

@@ -15,7 +15,7 @@
 #include <kiln/core/rng.hpp>
 #include <kiln/layers/core/dense.hpp>
 #include <kiln/data/dataset.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/models/model.hpp>
 #include "support/temp_dir.hpp"
 
 using namespace kiln;

@@ -10,6 +10,7 @@
 #include <kiln/serialize/saving.hpp>
 #include <kiln/data/data.hpp>
 #include <kiln/data/lookup.hpp>
+#include <kiln/models/loading.hpp>
 #include "support/temp_dir.hpp"
 
 using namespace kiln;

@@ -24,7 +24,8 @@
 #include <vector>
 
 #include <kiln/serialize/saving.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/models/loading.hpp>
+#include <kiln/models/model.hpp>
 #include "support/temp_dir.hpp"
 
 extern char** environ;

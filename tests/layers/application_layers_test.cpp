@@ -7,7 +7,7 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/layers/applications/application_layers.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

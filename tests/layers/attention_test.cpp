@@ -4,7 +4,7 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/layers/attention/attention.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include "support/attention_reference.hpp"
 #include "support/layer_check.hpp"
 

@@ -6,9 +6,9 @@
 #include <kiln/core/error.hpp>
 #include <kiln/layers/normalization/batch_normalization.hpp>
 #include <kiln/layers/core/dense.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/optim/optimizer.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/models/model.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

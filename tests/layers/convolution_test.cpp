@@ -4,9 +4,9 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/layers/convolutional/convolution.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/ops/ops.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/models/model.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Config;

@@ -2,7 +2,7 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/layers/core/dense.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Config;

@@ -7,7 +7,7 @@
 #include <kiln/core/graph.hpp>
 #include <kiln/core/program.hpp>
 #include <kiln/layers/regularization/dropout.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/ops/ops.hpp>
 #include "support/layer_check.hpp"
 

@@ -4,7 +4,7 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/layers/core/embedding.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

@@ -5,8 +5,8 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/layers/normalization/group_normalization.hpp>
-#include <kiln/layers/model.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/layers/model_base.hpp>
+#include <kiln/models/model.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

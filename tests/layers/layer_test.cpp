@@ -8,9 +8,9 @@
 #include <kiln/core/graph.hpp>
 #include <kiln/layers/core/dense.hpp>
 #include <kiln/layers/layer.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/ops/ops.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/models/model.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

@@ -6,7 +6,7 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/layers/attention/mh_attention.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include "support/attention_reference.hpp"
 #include "support/layer_check.hpp"
 

@@ -8,9 +8,9 @@
 #include <kiln/layers/core/dense.hpp>
 #include <kiln/layers/regularization/dropout.hpp>
 #include <kiln/layers/merging/merging.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/ops/ops.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/models/model.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;
@@ -663,7 +663,7 @@ TEST_CASE("InputLayer: shapes, batch sizes and errors", "[layers][model][input]"
   const Tensor named = kiln::Input({None, 2, 5}, kiln::DType::float64, "tokens");
   CHECK(named.shape() == Shape{None, 2, 5});
   CHECK(named.dtype() == kiln::DType::float64);
-  CHECK(named.producer()->layer->name() == "tokens");
+  CHECK(kiln::layer_call_of(named)->layer->name() == "tokens");
 }
 
 TEST_CASE("Model: a layer called twice on the same tensor is two calls", "[layers][model]") {

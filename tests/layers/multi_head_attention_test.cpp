@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include <kiln/core/error.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/layers/attention/multi_head_attention.hpp>
 #include "support/attention_reference.hpp"
 #include "support/layer_check.hpp"

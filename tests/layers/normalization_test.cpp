@@ -6,7 +6,7 @@
 #include <kiln/core/error.hpp>
 #include <kiln/layers/core/dense.hpp>
 #include <kiln/layers/preprocessing/normalization.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/models/model.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

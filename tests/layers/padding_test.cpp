@@ -4,7 +4,7 @@
 #include <vector>
 
 #include <kiln/core/error.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/layers/reshaping/padding.hpp>
 #include "support/layer_check.hpp"
 

@@ -7,9 +7,9 @@
 #include <kiln/core/error.hpp>
 #include <kiln/layers/core/dense.hpp>
 #include <kiln/layers/core/embedding.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/layers/pooling/pooling.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/models/model.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

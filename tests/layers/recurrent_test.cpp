@@ -6,11 +6,12 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/layers/core/dense.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/layers/rnn/recurrent.hpp>
 #include <kiln/layers/rnn/wrappers.hpp>
 #include <kiln/serialize/saving.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/models/loading.hpp>
+#include <kiln/models/model.hpp>
 #include "support/layer_check.hpp"
 #include "support/temp_dir.hpp"
 

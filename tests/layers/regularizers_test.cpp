@@ -18,7 +18,8 @@
 #include <kiln/ops/ops.hpp>
 #include <kiln/optim/optimizer.hpp>
 #include <kiln/serialize/saving.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/models/loading.hpp>
+#include <kiln/models/model.hpp>
 #include "support/gradcheck.hpp"
 #include "support/layer_check.hpp"
 #include "support/temp_dir.hpp"

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include <kiln/core/error.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/layers/normalization/unit_normalization.hpp>
 #include <kiln/layers/preprocessing/rescaling.hpp>
 #include "support/layer_check.hpp"

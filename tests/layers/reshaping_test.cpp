@@ -3,7 +3,7 @@
 #include <vector>
 
 #include <kiln/core/error.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/layers/reshaping/reshaping.hpp>
 #include "support/layer_check.hpp"
 

@@ -5,7 +5,7 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/layers/core/dense.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/layers/rnn/wrappers.hpp>
 #include "support/layer_check.hpp"
 

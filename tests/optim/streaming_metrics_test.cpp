@@ -14,7 +14,7 @@
 #include <kiln/layers/activations/activation.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/optim/metrics.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/models/model.hpp>
 #include "support/gradcheck.hpp"
 
 using namespace kiln;

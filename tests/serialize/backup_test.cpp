@@ -22,7 +22,7 @@
 #include <kiln/core/rng.hpp>
 #include <kiln/layers/core/dense.hpp>
 #include <kiln/serialize/backup.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/models/model.hpp>
 #include "support/temp_dir.hpp"
 
 extern char** environ;

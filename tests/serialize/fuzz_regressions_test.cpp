@@ -13,6 +13,7 @@
 #include <kiln/core/error.hpp>
 #include <kiln/serialize/detail/hdf5_reader.hpp>
 #include <kiln/serialize/keras.hpp>
+#include <kiln/models/loading.hpp>
 
 namespace fs = std::filesystem;
 namespace hdf5 = kiln::detail::hdf5;

@@ -17,7 +17,7 @@
 #include <kiln/core/rng.hpp>
 #include <kiln/core/warnings.hpp>
 #include <kiln/kiln.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/serialize/detail/hdf5_reader.hpp>
 #include <kiln/serialize/detail/hdf5_writer.hpp>
 #include <kiln/serialize/detail/keras_export.hpp>
@@ -552,7 +552,7 @@ TEST_CASE("a Keras model fine-tuned in kiln is saved to .keras with its optimize
 
   // Reloaded, it is compiled with Adam at step 2, and two more epochs match two more epochs of the original.
   Model resumed = kiln::load_model(folder.file("tuned.keras"));
-  REQUIRE(resumed.ptr()->compiled_state());
+  REQUIRE(kiln::trainer_of(*resumed.ptr()));
   fine_tune(model, 2);
   fine_tune(resumed, 2);
   const std::vector<Array> a = model.get_weights(), b = resumed.get_weights();
@@ -787,7 +787,7 @@ TEST_CASE("a compile_config without an optimizer compiles with Keras's default, 
   CHECK(nulled.optimizer().class_name() == "RMSprop");
   // No loss: Keras compiles without one (fit then fails); kiln loads the model uncompiled, with a warning.
   Model uncompiled = kiln::load_keras_model(edited("no_loss.keras", [](Config& c) { c.erase("loss"); }));
-  CHECK_FALSE(uncompiled.ptr()->compiled_state());
+  CHECK_FALSE(kiln::trainer_of(*uncompiled.ptr()));
   CHECK(uncompiled.predict(zeros).shape() == kiln::Shape({1, 2}));
   // Each prefix once: "<file>: compile_config: loss_weights ...", never "compile_config: compile_config".
   const std::string weighted =

@@ -1112,7 +1112,7 @@ TEST_CASE("configs and files written by earlier kiln versions, in kiln's own con
                                      {"META", to_json(Config{{"config_version", 2}, {"epochs_trained", 0}})}});
   testing::write_bytes(dir.file("old.kiln"), file);
   Model loaded = load_model(dir.file("old.kiln"));
-  REQUIRE(loaded.ptr()->compiled_state());
+  REQUIRE(kiln::trainer_of(*loaded.ptr()));
   const Array input = random_input({3, 6, 4}, 4).astype(DType::float32);
   CHECK(loaded.predict(input).bitwise_equal(model.predict(input)));
 }

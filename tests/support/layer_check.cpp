@@ -13,7 +13,8 @@
 #include <kiln/core/rng.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/serialize/saving.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/models/loading.hpp>
+#include <kiln/models/model.hpp>
 #include "support/temp_dir.hpp"
 
 namespace kiln::testing {

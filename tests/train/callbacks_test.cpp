@@ -13,11 +13,11 @@
 #include <kiln/core/array.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/layers/core/dense.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/optim/optimizer.hpp>
 #include <kiln/optim/schedules.hpp>
 #include <kiln/train/callbacks.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/models/model.hpp>
 
 namespace fs = std::filesystem;
 using kiln::Array;

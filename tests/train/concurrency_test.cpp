@@ -15,7 +15,7 @@
 #include <kiln/layers/core/dense.hpp>
 #include <kiln/layers/attention/mh_attention.hpp>
 #include <kiln/layers/pooling/pooling.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/models/model.hpp>
 #include "support/layer_check.hpp"
 
 using kiln::Array;

@@ -20,7 +20,7 @@
 #include <kiln/layers/rnn/recurrent.hpp>
 #include <kiln/train/callbacks.hpp>
 #include <kiln/train/detail/data_parallel.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/models/model.hpp>
 #include "support/thread_communicator.hpp"
 
 using namespace kiln;

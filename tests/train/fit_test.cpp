@@ -13,7 +13,7 @@
 #include <kiln/layers/core/embedding.hpp>
 #include <kiln/layers/merging/merging.hpp>
 #include <kiln/ops/ops.hpp>
-#include <kiln/train/model.hpp>
+#include <kiln/models/model.hpp>
 #include "support/temp_dir.hpp"
 
 using kiln::Array;
@@ -78,7 +78,7 @@ TEST_CASE("fit: a last batch smaller than batch_size is trained on, not dropped"
   auto counter = std::make_shared<CountBatches>();
   model.fit(x, y, kiln::FitOptions().epochs(2).batch_size(4).verbose(0).callback(counter));
   CHECK(counter->batches == std::vector<std::int64_t>{0, 1, 2, 0, 1, 2});
-  CHECK(model->compiled_state() != nullptr);
+  CHECK(kiln::trainer_of(*model) != nullptr);
 }
 
 TEST_CASE("fit: the same seeds give bitwise-identical training, with shuffling and dropout",

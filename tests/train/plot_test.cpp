@@ -10,6 +10,7 @@
 #include <kiln/core/error.hpp>
 #include <kiln/layers/core/dense.hpp>
 #include <kiln/layers/merging/merging.hpp>
+#include <kiln/models/model.hpp>
 #include <kiln/train/plot.hpp>
 #include "support/temp_dir.hpp"
 

@@ -7,7 +7,7 @@
 
 #include <kiln/core/detail/program_pool.hpp>
 #include <kiln/core/graph.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 
 namespace kiln {
 

@@ -5,7 +5,7 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 
 namespace kiln {
 
@@ -16,7 +16,7 @@ namespace {
 
 Tensor import_with(const Tensor& tensor, Graph& graph, std::map<const LayerCall*, std::vector<Tensor>>& memo) {
   if (&tensor.graph() == &graph) return tensor;
-  const std::shared_ptr<const LayerCall>& call = tensor.producer();
+  const std::shared_ptr<const LayerCall>& call = layer_call_of(tensor);
   if (!call)
     throw ValueError(
         "tensor '" + tensor.name() +

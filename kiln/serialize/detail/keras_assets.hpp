@@ -10,7 +10,7 @@
 #include <vector>
 
 #include <kiln/layers/config.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/serialize/detail/zip_archive.hpp>
 
 namespace kiln::detail {

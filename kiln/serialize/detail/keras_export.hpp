@@ -14,7 +14,7 @@
 #include <vector>
 
 #include <kiln/layers/config.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 
 namespace kiln::detail {
 

@@ -1,5 +1,6 @@
 #pragma once
 // What load_model needs from the Keras readers (serialize/keras.cpp): the file's bytes are read once.
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -15,12 +16,12 @@ bool is_keras_bytes(std::string_view bytes);
 // model_config (with its training_config under "training_config").
 Config read_keras_config(const std::string& bytes, const std::string& path);
 // load_keras_model on bytes already read from `path`.
-Model load_keras_bytes(const std::string& bytes, const std::string& path, const LoadOptions& options);
+std::shared_ptr<ModelBase> load_keras_bytes(const std::string& bytes, const std::string& path, const LoadOptions& options);
 
 // True when the file starts like a Keras file (a zip archive or an HDF5 file); only its first bytes are read.
 bool is_keras_source(const ReadOnlyFile& file);
 // load_keras_model on a file already open.
-Model load_keras_file(const ReadOnlyFile& file, const LoadOptions& options);
+std::shared_ptr<ModelBase> load_keras_file(const ReadOnlyFile& file, const LoadOptions& options);
 // read_keras_config on a file already open.
 Config read_keras_config(const ReadOnlyFile& file);
 

@@ -10,9 +10,9 @@
 #include <kiln/optim/losses.hpp>
 #include <kiln/optim/metrics.hpp>
 #include <kiln/optim/optimizer.hpp>
-#include <kiln/train/model.hpp>
 #include <kiln/serialize/detail/keras_config.hpp>
 #include <kiln/train/trainer.hpp>
+#include <kiln/train/training.hpp>
 
 namespace kiln::detail {
 
@@ -106,7 +106,7 @@ void compile_from(ModelBase& model, const Config& config) {
   if (const Config* given = config.find("weighted_metrics"); given && !given->is_null())
     for (const Config& metric : given->as_list("key 'weighted_metrics'"))
       weighted_metrics.push_back(Metric::from_config(metric));
-  detail::compile_model(model, std::move(optimizer), std::move(losses), std::move(metrics), std::move(weighted_metrics));
+  compile_model(model, std::move(optimizer), std::move(losses), std::move(metrics), std::move(weighted_metrics));
 }
 
 bool compile_from_keras(ModelBase& model, const Config& keras, const std::string& where) {
@@ -120,7 +120,7 @@ bool compile_from_keras(ModelBase& model, const Config& keras, const std::string
 }
 
 Config compile_config(const ModelBase& model) {
-  auto* trainer = static_cast<Trainer*>(model.compiled_state().get());
+  const Trainer* trainer = trainer_of(model);
   if (trainer == nullptr) return Config();
   Config losses = Config::list();
   for (const Loss& loss : trainer->losses()) {

@@ -14,7 +14,7 @@
 #include <kiln/core/error.hpp>
 #include <kiln/layers/config.hpp>
 #include <kiln/layers/detail/loading.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 #include <kiln/serialize/detail/arrays.hpp>
 #include <kiln/serialize/detail/container.hpp>
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include <kiln/layers/config.hpp>
-#include <kiln/layers/model.hpp>
+#include <kiln/layers/model_base.hpp>
 
 namespace kiln::detail {
 

@@ -1,7 +1,7 @@
 #pragma once
 // Models as layers: Input, the functional model and the sequential one. A model is a layer: it can be
 // called on tensors, nested in another model, and saved by config. The handles users hold,
-// kiln::Model and kiln::Sequential, add compile() and fit() in train/model.hpp.
+// kiln::Model and kiln::Sequential, add compile(), fit() and saving in models/model.hpp.
 //
 //   kiln::Tensor x = kiln::Input({kiln::Shape::unknown, 8});
 //   kiln::Tensor h = kiln::Dense(16, "relu")(x);
@@ -18,6 +18,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <typeindex>
+#include <typeinfo>
 #include <vector>
 
 #include <kiln/core/array.hpp>
@@ -54,12 +56,6 @@ class InputLayer final : public Layer {
 /// Input(shape=(8,)). Each call makes a fresh graph; layers called on inputs of different graphs bring
 /// them together, so several inputs just work.
 Tensor Input(const Shape& shape, DType dtype = DType::float32, const std::string& name = "");
-
-/// The room above (train/) attaches what compile() makes to a model as one of these.
-class CompiledState {
- public:
-  virtual ~CompiledState() = default;
-};
 
 /// What every model shares: the recorded calls, summary, predict.
 class ModelBase : public Layer {
@@ -175,11 +171,20 @@ class ModelBase : public Layer {
   /// LayerStateError when another thread is training it or running inference on it.
   Use use_for_training(const char* what) const;
 
-  /// What compile() made (train/'s Trainer: optimizer, losses, training graphs), kept on the model so every
-  /// handle to it sees it; null until compiled. layers/ never looks inside.
-  const std::shared_ptr<CompiledState>& compiled_state() const { return compiled_state_; }
-  /// Attaches what compile() made, replacing any earlier state.
-  void set_compiled_state(std::shared_ptr<CompiledState> state) { compiled_state_ = std::move(state); }
+  /// What a room above keeps on the model, one object of each type, so every handle to the model sees it:
+  /// train/'s Trainer, what compile() made (reached as train/trainer.hpp's trainer_of). Null when none is
+  /// attached. The type T is only ever named by the room that defines it: layers/ never looks inside.
+  template <class T>
+  std::shared_ptr<T> attachment() const {
+    const auto found = attachments_.find(std::type_index(typeid(T)));
+    return found == attachments_.end() ? nullptr : std::static_pointer_cast<T>(found->second);
+  }
+  /// Attaches `value` as the model's T, replacing any earlier one; null removes it.
+  template <class T>
+  void attach(std::shared_ptr<T> value) {
+    if (value) attachments_[std::type_index(typeid(T))] = std::move(value);
+    else attachments_.erase(std::type_index(typeid(T)));
+  }
 
   /// Named things that travel with the model but are not layers (a tokenizer's vocabulary): kiln files save
   /// and load them; setting a name again replaces it.
@@ -236,7 +241,7 @@ class ModelBase : public Layer {
   // Replays nodes_[0..last] on `inputs` (apply_mutex_ held), every node's outputs by node.
   std::vector<std::vector<Tensor>> replay(const std::vector<Tensor>& inputs, bool training, std::size_t last) const;
   std::shared_ptr<Usage> usage_;
-  std::shared_ptr<CompiledState> compiled_state_;
+  std::map<std::type_index, std::shared_ptr<void>> attachments_;  ///< by the attached object's type
   std::map<std::string, Config> assets_;
 };
 
@@ -329,6 +334,6 @@ class ModelHandle : public LayerHandle<M> {
   std::vector<LayerPtr> layers() const { return this->layer_->ordered_layers(); }
 };
 
-// kiln::Model and kiln::Sequential, the handles with compile() and fit(), are in train/model.hpp.
+// kiln::Model and kiln::Sequential, the handles with compile(), fit() and saving, are in models/model.hpp.
 
 }  // namespace kiln

@@ -1,4 +1,4 @@
-#include <kiln/train/model.hpp>
+#include <kiln/train/training.hpp>
 
 #include <cstring>
 
@@ -17,16 +17,14 @@ const std::vector<double>& History::operator[](const std::string& key) const {
   return found->second;
 }
 
-namespace detail {
+Trainer* trainer_of(const ModelBase& model) { return model.attachment<Trainer>().get(); }
 
-Trainer& trainer_of(ModelBase& model) {
-  auto* trainer = static_cast<Trainer*>(model.compiled_state().get());
+Trainer& compiled_trainer(const ModelBase& model) {
+  Trainer* trainer = trainer_of(model);
   if (!trainer)
     throw LayerStateError(model.describe() + " is not compiled; call compile(optimizer, loss) before training");
   return *trainer;
 }
-
-Optimizer& optimizer_of(ModelBase& model) { return trainer_of(model).optimizer(); }
 
 // compile replaces the trainer that evaluate calls on other threads would be using: it takes the model
 // alone, as fit does.
@@ -35,30 +33,30 @@ void compile_model(ModelBase& model, OptimizerPtr optimizer, std::vector<Loss> l
   if (!model.built() && !model.builds_from_data())
     throw LayerStateError(model.describe() + " is not built; give it an Input or build it before compile");
   const ModelBase::Use use = model.use_for_training("compile");
-  model.set_compiled_state(std::make_shared<Trainer>(model, std::move(optimizer), std::move(losses), std::move(metrics),
+  model.attach(std::make_shared<Trainer>(model, std::move(optimizer), std::move(losses), std::move(metrics),
                                                      std::move(weighted_metrics)));
 }
 
 History fit_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y,
                   const FitOptions& options) {
   const ModelBase::Use use = model.use_for_training("fit");
-  return trainer_of(model).fit(x, y, options);
+  return compiled_trainer(model).fit(x, y, options);
 }
 
 Logs evaluate_model(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y,
                     const EvaluateOptions& options) {
   const ModelBase::Use use = model.use_for_inference("evaluate");
-  return trainer_of(model).evaluate(x, y, options);
+  return compiled_trainer(model).evaluate(x, y, options);
 }
 
 History fit_dataset(ModelBase& model, const Dataset& data, const FitOptions& options) {
   const ModelBase::Use use = model.use_for_training("fit");
-  return trainer_of(model).fit(data, options);
+  return compiled_trainer(model).fit(data, options);
 }
 
 Logs evaluate_dataset(ModelBase& model, const Dataset& data, const EvaluateOptions& options) {
   const ModelBase::Use use = model.use_for_inference("evaluate");
-  return trainer_of(model).evaluate(data, options);
+  return compiled_trainer(model).evaluate(data, options);
 }
 
 std::vector<Array> predict_dataset(ModelBase& model, const Dataset& data, std::int64_t steps) {
@@ -99,38 +97,17 @@ std::vector<Array> predict_dataset(ModelBase& model, const Dataset& data, std::i
 
 Logs train_model_on_batch(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y) {
   const ModelBase::Use use = model.use_for_training("train_on_batch");
-  return trainer_of(model).train_on_batch(x, y);
+  return compiled_trainer(model).train_on_batch(x, y);
 }
 
 Logs test_model_on_batch(ModelBase& model, const std::vector<Array>& x, const std::vector<Array>& y) {
   const ModelBase::Use use = model.use_for_inference("test_on_batch");
-  return trainer_of(model).test_on_batch(x, y);
+  return compiled_trainer(model).test_on_batch(x, y);
 }
 
-int epochs_trained(ModelBase& model) {
-  const auto* trainer = static_cast<const Trainer*>(model.compiled_state().get());
+int epochs_trained(const ModelBase& model) {
+  const Trainer* trainer = trainer_of(model);
   return trainer ? trainer->epochs_trained() : 0;
-}
-
-}  // namespace detail
-
-Model::Model(const Tensor& input, const Tensor& output, const std::string& name)
-    : Model(std::vector<Tensor>{input}, std::vector<Tensor>{output}, name) {}
-
-Model::Model(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, const std::string& name)
-    : TrainableModel(std::static_pointer_cast<ModelBase>(std::make_shared<FunctionalModel>(inputs, outputs, name))) {}
-
-Sequential::Sequential(const std::string& name)
-    : TrainableModel(std::make_shared<SequentialModel>(name.empty() ? Config() : Config{{"name", name}})) {}
-
-void SequentialItem::add_to(SequentialModel& model) const {
-  if (is_input_) return model.add_input(input_);
-  if (is_shape_) return model.add_input(shape_);
-  model.add(layer_);
-}
-
-Sequential::Sequential(const std::vector<SequentialItem>& items, const std::string& name) : Sequential(name) {
-  for (const SequentialItem& item : items) item.add_to(*layer_);
 }
 
 }  // namespace kiln
