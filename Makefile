@@ -7,7 +7,7 @@ BENCH_QUICK  ?=
 JOBS         ?= 2
 CMAKE_FLAGS  ?=
 
-.PHONY: all deps build demo test sanitize fuzz bench install-peer docs clean
+.PHONY: all deps build demo test ops-table sanitize fuzz bench install-peer docs clean
 
 all: build
 
@@ -27,6 +27,12 @@ demo: build
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS)
+
+# docs/ops.md, the table of gradients (every op's backward rule, the ops it makes, its float64 gradient check),
+# made again from the code and the gradient checks; the test ops_table_is_current says when it is due.
+ops-table: build
+	cmake -DTESTS=$(BUILD_DIR)/tests/kiln_tests -DCLI=$(BUILD_DIR)/cli/kiln -DSOURCE_DIR=$(CURDIR) \
+	      -DWORK_DIR=$(BUILD_DIR)/tests/ops-table -DWRITE=ON -P tests/check_ops_table.cmake
 
 # Debug + AddressSanitizer + UBSan build of the library and tests, run under CTest.
 sanitize: deps

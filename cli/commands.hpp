@@ -57,4 +57,9 @@ void plot_model(const PlotModelOptions& options, std::ostream& out);
 // `kiln plot-history HISTORY.csv OUT.svg`: every logged metric per epoch, from a CSVLogger file.
 void plot_history(const std::string& csv, const std::string& output, std::ostream& out);
 
+// `kiln ops [--gradchecks LOG]`: every registered op with its backward rule or why it has none, as a Markdown
+// table (docs/ops.md); with a KILN_OPS_LOG file of the gradient checks, also the ops each backward rule makes and a
+// test that checks it in float64.
+void ops_table(const std::string& gradcheck_log, std::ostream& out);
+
 }  // namespace kiln::cli

@@ -41,6 +41,7 @@ struct Arguments {
   std::string output;  // convert's
   kiln::cli::PredictOptions predict;
   kiln::cli::PlotModelOptions plot;
+  std::string gradchecks;  // ops's
 };
 
 constexpr const char* kModelFile = "a model file: kiln's (model.save), a Keras 3 .keras or a legacy Keras .h5";
@@ -170,6 +171,11 @@ void declare(CLI::App& app, Arguments& arguments) {
   CLI::App* history = app.add_subcommand("plot-history", "Draw every logged metric per epoch from a CSVLogger file");
   history->add_option("FILE", arguments.file, "a CSV file with an epoch column (kiln::CSVLogger's)")->required();
   history->add_option("OUTPUT", arguments.output, "the SVG file to write")->required();
+  CLI::App* ops = app.add_subcommand(
+      "ops", "List every registered op with its backward rule or why it has none, as docs/ops.md's table");
+  ops->add_option("--gradchecks", arguments.gradchecks,
+                  "a KILN_OPS_LOG file the float64 gradient checks wrote (make ops-table): adds the ops each "
+                  "backward rule makes and the test that checks it");
 }
 
 void run(const Arguments& arguments) {
@@ -180,6 +186,7 @@ void run(const Arguments& arguments) {
   if (arguments.command == "convert") return kiln::cli::convert(arguments.file, arguments.output, std::cout);
   if (arguments.command == "plot-model") return kiln::cli::plot_model(arguments.plot, std::cout);
   if (arguments.command == "plot-history") return kiln::cli::plot_history(arguments.file, arguments.output, std::cout);
+  if (arguments.command == "ops") return kiln::cli::ops_table(arguments.gradchecks, std::cout);
   throw std::logic_error("no command '" + arguments.command + "'");
 }
 

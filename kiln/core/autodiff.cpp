@@ -1,4 +1,5 @@
 #include <kiln/core/autodiff.hpp>
+#include <kiln/core/detail/backward_trace.hpp>
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
@@ -100,7 +101,15 @@ void check_arguments(const Tensor& loss, const std::vector<Tensor>& wrt, const T
   }
 }
 
+thread_local detail::BackwardObserver* backward_observer = nullptr;
+
 }  // namespace
+
+detail::BackwardObserver* detail::set_backward_observer(BackwardObserver* observer) {
+  BackwardObserver* before = backward_observer;
+  backward_observer = observer;
+  return before;
+}
 
 std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& wrt, const GradientOptions& options,
                               const Tensor& output_grad) {
@@ -140,7 +149,10 @@ std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& wrt
       throw NotDifferentiable("gradient of " + graph.node(last).describe() + " needed through " + node.describe() +
                               ", which has no gradient" + (reason.empty() ? std::string() : " (" + reason + ")"));
     }
+    const auto first_new = static_cast<NodeId>(graph.num_nodes());
     const std::vector<Tensor> grads = node.op->backward_fn()(GradContext(graph, id, terms.front(), needs));
+    if (backward_observer != nullptr)
+      backward_observer->backward_ran(graph, id, first_new, static_cast<NodeId>(graph.num_nodes()));
     if (grads.size() != node.inputs.size())
       throw Error("internal: the backward rule of " + node.describe() + " returned " + std::to_string(grads.size()) +
                   " gradients for " + std::to_string(node.inputs.size()) + " inputs");

@@ -514,6 +514,29 @@ TEST_CASE("kiln plot-model and plot-history draw a saved model and a CSVLogger f
   check_failure(run_kiln(dir, "plot-history " + arg(dir / "missing.csv") + " " + arg(dir / "x.svg")));
 }
 
+TEST_CASE("kiln ops lists every op with its backward rule, and with a gradient check log the test that runs it",
+          "[cli][ops]") {
+  TempDir dir;
+  const Run plain = run_kiln(dir, "ops");
+  check_success(plain);
+  CHECK(plain.out.find("| `kiln>Softmax` | 1 | rule |  | — |") != std::string::npos);
+  CHECK(plain.out.find("| `kiln>SoftmaxGrad` | 2 | not differentiable: ") != std::string::npos);
+  CHECK(plain.out.find("none, and no reason given") == std::string::npos);
+
+  write_text(dir / "ops.log", "kiln>Softmax\tkiln>SoftmaxGrad\tsoftmax checked\t1\n"
+                              "kiln>Softmax\tkiln>SoftmaxGrad\tsoftmax in a bigger check\t3\n");
+  const Run logged = run_kiln(dir, "ops --gradchecks " + arg(dir / "ops.log"));
+  check_success(logged);
+  CHECK(logged.out.find("| `kiln>Softmax` | 1 | rule | `kiln>SoftmaxGrad` | softmax checked (+1 more) |") !=
+        std::string::npos);
+
+  write_text(dir / "bad.log", "kiln>Softmax only\n");
+  check_failure(run_kiln(dir, "ops --gradchecks " + arg(dir / "bad.log")));
+  write_text(dir / "unknown.log", "kiln>NoSuchOp\t\tsome test\t1\n");
+  check_failure(run_kiln(dir, "ops --gradchecks " + arg(dir / "unknown.log")));
+  check_failure(run_kiln(dir, "ops --gradchecks " + arg(dir / "missing.log")));
+}
+
 TEST_CASE("kiln predict skips rows, picks columns, and names classes by an attached StringLookup", "[cli][predict]") {
   TempDir dir;
   kiln::Model model = small_model();

@@ -4,11 +4,18 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <set>
 #include <sstream>
+#include <string>
+
+#include <catch2/catch.hpp>
 
 #include <kiln/core/autodiff.hpp>
+#include <kiln/core/detail/backward_trace.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
+#include <kiln/core/op.hpp>
 #include <kiln/core/program.hpp>
 #include <kiln/core/threads.hpp>
 #include <kiln/ops/ops.hpp>
@@ -31,6 +38,44 @@ void log_result(const GradcheckOptions& options, const GradcheckReport& report) 
     std::fclose(file);
   }
 }
+
+// With KILN_OPS_LOG=file: which ops of the checked function had their backward rule run (and so their
+// gradient checked in float64), and the ops each rule made: one line per op,
+// "op<TAB>made,...<TAB>test name<TAB>how many of the function's rules the check ran".
+// tests/check_ops_table.cmake makes docs/ops.md's table of gradients from these lines.
+class BackwardLog final : public detail::BackwardObserver {
+ public:
+  BackwardLog(NodeId first, NodeId end) : first_(first), end_(end), before_(detail::set_backward_observer(this)) {}
+  ~BackwardLog() override { detail::set_backward_observer(before_); }
+  BackwardLog(const BackwardLog&) = delete;
+  BackwardLog& operator=(const BackwardLog&) = delete;
+
+  void backward_ran(const Graph& graph, NodeId node, NodeId first_new, NodeId end) override {
+    if (node < first_ || node >= end_) return;  // the harness's own projection and sum
+    std::set<std::string>& made = made_[graph.node(node).op->name()];
+    for (NodeId id = first_new; id < end; ++id)
+      if (graph.node(id).kind == NodeKind::op) made.insert(graph.node(id).op->name());
+  }
+
+  void write() const {
+    const char* path = std::getenv("KILN_OPS_LOG");
+    if (path == nullptr) return;
+    if (FILE* file = std::fopen(path, "a")) {
+      const std::string test = Catch::getResultCapture().getCurrentTestName();
+      for (const auto& [op, made] : made_) {
+        std::string list;
+        for (const std::string& name : made) list += (list.empty() ? "" : ",") + name;
+        std::fprintf(file, "%s\t%s\t%s\t%zu\n", op.c_str(), list.c_str(), test.c_str(), made_.size());
+      }
+      std::fclose(file);
+    }
+  }
+
+ private:
+  NodeId first_, end_;
+  detail::BackwardObserver* before_;
+  std::map<std::string, std::set<std::string>> made_;
+};
 
 }  // namespace
 
@@ -115,7 +160,9 @@ GradcheckReport gradcheck(const GraphFunction& f, const std::vector<Array>& inpu
     const bool batched = unknown_batch && placeholders.empty();
     placeholders.push_back(graph.placeholder(declared_shape(input.shape(), batched), DType::float64, "x"));
   }
+  const auto first_checked = static_cast<NodeId>(graph.num_nodes());
   const Tensor output = f(placeholders);
+  const auto end_checked = static_cast<NodeId>(graph.num_nodes());
   const Array probe = evaluate(f, values);
   Rng projection_rng(12345);
   const Array projection = random_array(probe.shape(), projection_rng, DType::float64, -1.0, 1.0);
@@ -127,6 +174,7 @@ GradcheckReport gradcheck(const GraphFunction& f, const std::vector<Array>& inpu
     for (int i = 0; i < static_cast<int>(inputs.size()); ++i) wrt.push_back(i);
   std::vector<Tensor> targets;
   for (int i : wrt) targets.push_back(placeholders[static_cast<std::size_t>(i)]);
+  BackwardLog backward_log(first_checked, end_checked);
   const std::vector<Tensor> grads = gradients(loss, targets);
 
   std::vector<Tensor> fetches = grads;
@@ -173,6 +221,7 @@ GradcheckReport gradcheck(const GraphFunction& f, const std::vector<Array>& inpu
     }
   }
   log_result(options, report);
+  backward_log.write();
   return report;
 }
 
