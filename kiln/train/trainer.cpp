@@ -21,65 +21,13 @@
 #include <kiln/data/data.hpp>
 #include <kiln/train/detail/data_parallel.hpp>
 #include <kiln/train/detail/sample_weights.hpp>
+#include <kiln/train/detail/step_graph.hpp>
 #include <kiln/train/fit_options.hpp>
 #include <kiln/train/progress.hpp>
 
 namespace kiln {
 
-struct Trainer::Compiled {
-  Graph graph;
-  std::vector<Tensor> inputs, targets;
-  std::vector<Tensor> sample_weights;  // one per output, or none: a graph without weights
-  /// The loss or a metric, as fit logs it: its batch's sums, and its value from their totals.
-  struct Logged {
-    std::string name;
-    std::vector<Tensor> statistics;  // fetched after each batch and added up on the host
-    std::vector<Tensor> totals;      // float64 placeholders of the statistics' shapes, fed the sums
-    Tensor result;                   // from the totals: () or (n,), logged as name_0 ... name_<n-1>
-  };
-  std::vector<Logged> logged;  // "loss", then the metrics, as they appear in logs
-  std::unique_ptr<detail::ProgramPool> programs;
-  bool training = false;
-  // A distributed training graph: `programs` fetch the gradients (after the logged statistics) and run no
-  // optimizer update; `apply` runs the updates from the `reduced` placeholders, fed the gradients summed
-  // across processes. Both lists are parallel to the trainable weights; empty for a weight without gradient.
-  bool distributed = false;
-  std::vector<Tensor> gradients, reduced;
-  std::unique_ptr<Program> apply;
-};
-
-/// Each logged value's sums over the batches of an epoch or evaluation, and the program that turns them into
-/// the values (over the compiled graph's totals placeholders): one caller's, made at its first batch.
-struct Trainer::Totals {
-  std::vector<Array> sums;  // float64, one per statistic of each logged value in order
-  std::unique_ptr<Program> results;
-
-  void reset() {
-    for (Array& sum : sums) std::fill_n(static_cast<double*>(sum.raw()), sum.size(), 0.0);
-  }
-};
-
 namespace {
-
-Shape row_shape(const Array& array) {
-  return Shape(std::vector<std::int64_t>(array.shape().dims().begin() + 1, array.shape().dims().end()));
-}
-
-Shape with_unknown_batch(const Shape& rows) {
-  std::vector<std::int64_t> dims = {Shape::unknown};
-  dims.insert(dims.end(), rows.dims().begin(), rows.dims().end());
-  return Shape(dims);
-}
-
-// A target placeholder's shape: y's rows, unknown where the output's matching axis is (a sequence's length),
-// so one graph takes batches of any length; the output's batch when the model fixes it.
-Shape target_shape(const Array& y, const Shape& output) {
-  std::vector<std::int64_t> dims = with_unknown_batch(row_shape(y)).dims();
-  if (output.rank() > 0) dims[0] = output[0];
-  for (int axis = 1; axis < static_cast<int>(dims.size()) && axis < output.rank(); ++axis)
-    if (output[axis] == Shape::unknown) dims[static_cast<std::size_t>(axis)] = Shape::unknown;
-  return Shape(dims);
-}
 
 std::int64_t num_rows(const std::vector<Array>& arrays) { return arrays.empty() ? 0 : arrays[0].shape()[0]; }
 
@@ -169,7 +117,7 @@ void Trainer::check_data(std::vector<Array>& x, std::vector<Array>& y, const std
     // Targets take the model's dtype (its first input's): a float32 model fed float64 labels still trains.
     if (y[k].dtype() != input_dtypes[0]) y[k] = y[k].astype(input_dtypes[0]);
     const Loss& loss = losses_.size() == 1 ? losses_[0] : losses_[k];
-    loss.check(with_unknown_batch(row_shape(y[k])), output_shapes[k]);
+    loss.check(detail::with_unknown_batch(y[k]), output_shapes[k]);
     loss.check_values(y[k], output_shapes[k], who + ": y[" + std::to_string(k) + "]");
   }
 }
@@ -182,148 +130,38 @@ std::vector<Array> Trainer::check_weights(const std::vector<Array>& w, const std
 
 // ---- steps ------------------------------------------------------------------------------------------------------
 
-std::shared_ptr<Trainer::Compiled> Trainer::compile_for(const std::vector<Array>& x, const std::vector<Array>& y,
-                                                        const std::vector<Array>& w, bool training, bool distributed) {
-  auto compiled = std::make_shared<Compiled>();
-  compiled->training = training;
-  compiled->distributed = training && distributed;
-  // The model's own input shapes: unknown batch and lengths stay unknown (a fixed batch, a stateful model's,
-  // stays fixed), so one graph, planned per fed shapes, takes every batch.
-  const std::vector<Shape> input_shapes = model_.input_shapes();
-  for (std::size_t i = 0; i < x.size(); ++i)
-    compiled->inputs.push_back(compiled->graph.placeholder(input_shapes.at(i), x[i].dtype(), "x"));
-  const std::vector<Tensor> outputs = model_.apply(compiled->inputs, training);
-  Tensor total;
-  std::vector<std::pair<std::string, MetricSums>> metric_sums;
-  for (std::size_t k = 0; k < outputs.size(); ++k) {
-    const Tensor target = compiled->graph.placeholder(target_shape(y[k], outputs[k].shape()), outputs[k].dtype(), "y");
-    compiled->targets.push_back(target);
-    Tensor weights;
-    if (!w.empty()) {
-      weights = compiled->graph.placeholder(target_shape(w[k], outputs[k].shape()), outputs[k].dtype(), "sample_weight");
-      compiled->sample_weights.push_back(weights);
-    }
-    const Loss& loss = losses_.size() == 1 ? losses_[0] : losses_[k];
-    const Tensor value = loss(target, outputs[k], weights);
-    total = total.valid() ? total + value : value;
-    const std::string prefix = outputs.size() > 1 ? "output_" + std::to_string(k) + "_" : "";
-    for (const Metric& metric : metrics_) {
-      const Metric resolved = metric.resolve(target.shape(), outputs[k].shape());
-      metric_sums.emplace_back(prefix + metric.name(), resolved.accumulated(target, outputs[k]));
-    }
-  }
-  // Keras names a weighted metric as the metric, or weighted_<name> when a plain one has that name.
-  for (std::size_t k = 0; k < outputs.size(); ++k) {
-    const std::string prefix = outputs.size() > 1 ? "output_" + std::to_string(k) + "_" : "";
-    for (const Metric& metric : weighted_metrics_) {
-      std::string name = prefix + metric.name();
-      for (const auto& taken : metric_sums)
-        if (taken.first == name) name = prefix + "weighted_" + metric.name();
-      const Metric resolved = metric.resolve(compiled->targets[k].shape(), outputs[k].shape());
-      metric_sums.emplace_back(name, resolved.accumulated(compiled->targets[k], outputs[k],
-                                                          w.empty() ? Tensor() : compiled->sample_weights[k]));
-    }
-  }
-  // Keras's model.losses join the loss minimized and reported: each trainable weight's regularizer, and the
-  // activity penalties the layers' calls recorded in this graph.
-  const std::vector<Weight> trainable = model_.trainable_weights();
-  for (const Weight& weight : trainable)
-    if (weight.regularizer)
-      if (const Tensor variable = compiled->graph.find_variable(weight.value); variable.valid())
-        total = total + weight.regularizer(variable);
-  for (const Tensor& loss : compiled->graph.losses()) total = total + loss;
-  // The loss is logged as Keras's loss tracker does: batch means weighted by the batch's rows.
-  metric_sums.insert(metric_sums.begin(), {"loss", MetricSums::batch_mean(total, ops::dim_size(outputs[0], 0))});
-  std::vector<Tensor> fetches;
-  for (const auto& [name, sums] : metric_sums) {
-    Compiled::Logged logged{name, sums.statistics, {}, Tensor()};
-    for (const Tensor& statistic : sums.statistics) {
-      fetches.push_back(statistic);
-      logged.totals.push_back(compiled->graph.placeholder(statistic.shape(), DType::float64, "total"));
-    }
-    logged.result = sums.result(logged.totals);
-    if (logged.result.rank() > 1 || !logged.result.shape().is_fully_defined())
-      throw ShapeError(model_.describe() + ": metric '" + name + "' must give one value or a vector of known size, got " +
-                       logged.result.shape().to_string());
-    compiled->logged.push_back(std::move(logged));
-  }
-  std::vector<Update> updates;
-  if (training) {
-    std::vector<Tensor> weights;
-    std::vector<std::string> paths;
-    std::vector<const Weight*> sources;
-    for (const Weight& weight : trainable) {
-      const Tensor variable = compiled->graph.find_variable(weight.value);
-      if (!variable.valid()) continue;  // a weight this model's outputs never read
-      weights.push_back(variable);
-      paths.push_back(weight.path);
-      sources.push_back(&weight);
-    }
-    GradientOptions options;
-    options.allow_unused = true;
-    std::vector<Tensor> grads = gradients(total, weights, options);
-    if (compiled->distributed) {
-      // The updates read the gradients summed across processes, fed into placeholders of their shapes.
-      compiled->gradients = grads;
-      for (Tensor& grad : grads) {
-        if (grad.valid()) {
-          grad = compiled->graph.placeholder(grad.shape(), grad.dtype(), "reduced_gradient");
-        }
-        compiled->reduced.push_back(grad);
-      }
-    }
-    updates = optimizer_->build_updates(compiled->graph, weights, grads, paths);
-    // Constraints project each weight's new value, as Keras applies them after the optimizer's assignment.
-    for (Update& update : updates)
-      for (std::size_t i = 0; i < weights.size(); ++i)
-        if (update.variable.id() == weights[i].id() && sources[i]->constraint)
-          update.value = sources[i]->constraint(update.value);
-  }
-  // What the layers' calls assign besides the weights: in training, BatchNormalization's moving statistics
-  // (computed in the same run, assigned with the optimizer's updates); in training and evaluation, a
-  // stateful recurrent layer's final states.
-  const std::vector<Update>& state = compiled->graph.state_updates();
-  if (compiled->distributed) {
-    for (const Tensor& grad : compiled->gradients)
-      if (grad.valid()) fetches.push_back(grad);
-    compiled->apply = std::make_unique<Program>(compiled->graph, std::vector<Tensor>{}, updates);
-    updates.clear();
-  }
-  updates.insert(updates.end(), state.begin(), state.end());
-  compiled->programs = std::make_unique<detail::ProgramPool>(compiled->graph, fetches, updates);
-  return compiled;
-}
-
-std::shared_ptr<Trainer::Compiled> Trainer::compiled_for(const std::vector<Array>& x, const std::vector<Array>& y,
+std::shared_ptr<detail::StepGraph> Trainer::step_graph_for(const std::vector<Array>& x, const std::vector<Array>& y,
                                                          const std::vector<Array>& w, bool training, bool distributed) {
   std::lock_guard<std::mutex> lock(steps_mutex_);
-  std::shared_ptr<Compiled>& compiled = training ? training_ : evaluation_;
-  bool fits = compiled != nullptr && compiled->distributed == (training && distributed);
+  std::shared_ptr<detail::StepGraph>& step_graph = training ? training_ : evaluation_;
+  bool fits = step_graph != nullptr && step_graph->distributed == (training && distributed);
   // From axis 1: the batch is checked per batch (a fixed one, a stateful model's, by the feed).
-  for (std::size_t k = 0; fits && k < y.size(); ++k) fits = compiled->targets[k].shape().accepts(y[k].shape(), 1);
-  for (std::size_t i = 0; fits && i < x.size(); ++i) fits = compiled->inputs[i].dtype() == x[i].dtype();
-  fits = fits && compiled->sample_weights.size() == w.size();
-  for (std::size_t k = 0; fits && k < w.size(); ++k) fits = compiled->sample_weights[k].shape().accepts(w[k].shape(), 1);
-  if (!fits) compiled = compile_for(x, y, w, training, distributed);
-  return compiled;
+  for (std::size_t k = 0; fits && k < y.size(); ++k) fits = step_graph->targets[k].shape().accepts(y[k].shape(), 1);
+  for (std::size_t i = 0; fits && i < x.size(); ++i) fits = step_graph->inputs[i].dtype() == x[i].dtype();
+  fits = fits && step_graph->sample_weights.size() == w.size();
+  for (std::size_t k = 0; fits && k < w.size(); ++k) fits = step_graph->sample_weights[k].shape().accepts(w[k].shape(), 1);
+  if (!fits)
+    step_graph = detail::build_step_graph({model_, *optimizer_, losses_, metrics_, weighted_metrics_}, x, y, w, training,
+                                        distributed);
+  return step_graph;
 }
 
-void Trainer::run_batch(const Compiled& compiled, Program& program, const std::vector<Array>& x,
-                        const std::vector<Array>& y, const std::vector<Array>& w, Totals& totals) {
-  for (std::size_t i = 0; i < x.size(); ++i) program.feed(compiled.inputs[i], x[i]);
-  for (std::size_t k = 0; k < y.size(); ++k) program.feed(compiled.targets[k], y[k]);
-  for (std::size_t k = 0; k < w.size(); ++k) program.feed(compiled.sample_weights[k], w[k]);
-  if (compiled.training) {
+void Trainer::run_batch(const detail::StepGraph& step_graph, Program& program, const std::vector<Array>& x,
+                        const std::vector<Array>& y, const std::vector<Array>& w, detail::StepTotals& totals) {
+  for (std::size_t i = 0; i < x.size(); ++i) program.feed(step_graph.inputs[i], x[i]);
+  for (std::size_t k = 0; k < y.size(); ++k) program.feed(step_graph.targets[k], y[k]);
+  for (std::size_t k = 0; k < w.size(); ++k) program.feed(step_graph.sample_weights[k], w[k]);
+  if (step_graph.training) {
     optimizer_->prepare_step();
     // Per-step randomness (dropout) is keyed by the optimizer's iteration count, which is saved with
     // the optimizer, so a resumed run draws the masks the uninterrupted run would have drawn.
     program.set_run_count(static_cast<std::uint64_t>(optimizer_->iterations()));
   }
   program.run();
-  if (compiled.training) optimizer_->finish_step();
+  if (step_graph.training) optimizer_->finish_step();
   const bool first = totals.sums.empty();
   std::size_t next = 0;
-  for (const Compiled::Logged& logged : compiled.logged)
+  for (const detail::StepGraph::Logged& logged : step_graph.logged)
     for (const Tensor& statistic : logged.statistics) {
       const Array value = program.view(statistic);
       if (first) totals.sums.emplace_back(statistic.shape(), DType::float64);
@@ -333,18 +171,18 @@ void Trainer::run_batch(const Compiled& compiled, Program& program, const std::v
     }
 }
 
-Logs Trainer::means(Compiled& compiled, Totals& totals) const {
+Logs Trainer::means(detail::StepGraph& step_graph, detail::StepTotals& totals) const {
   if (!totals.results) {
     std::vector<Tensor> results;
-    for (const Compiled::Logged& logged : compiled.logged) results.push_back(logged.result);
-    totals.results = std::make_unique<Program>(compiled.graph, results);
+    for (const detail::StepGraph::Logged& logged : step_graph.logged) results.push_back(logged.result);
+    totals.results = std::make_unique<Program>(step_graph.graph, results);
   }
   std::size_t next = 0;
-  for (const Compiled::Logged& logged : compiled.logged)
+  for (const detail::StepGraph::Logged& logged : step_graph.logged)
     for (const Tensor& placeholder : logged.totals) totals.results->feed(placeholder, totals.sums.at(next++));
   totals.results->run();
   Logs logs;
-  for (const Compiled::Logged& logged : compiled.logged) {
+  for (const detail::StepGraph::Logged& logged : step_graph.logged) {
     const Array value = totals.results->view(logged.result);
     if (logged.result.rank() == 0)
       logs[logged.name] = value.flat(0);
@@ -363,11 +201,11 @@ Logs Trainer::test_on_batch(const std::vector<Array>& x, const std::vector<Array
 Logs Trainer::one_batch(const std::vector<Array>& x_given, const std::vector<Array>& y_given, bool training) {
   std::vector<Array> x = x_given, y = y_given;
   check_data(x, y, training ? "train_on_batch" : "test_on_batch");
-  Totals totals;
-  const std::shared_ptr<Compiled> compiled = compiled_for(x, y, {}, training);
-  const detail::ProgramPool::Lease program = compiled->programs->lease(num_rows(x));
-  run_batch(*compiled, *program, x, y, {}, totals);
-  return means(*compiled, totals);
+  detail::StepTotals totals;
+  const std::shared_ptr<detail::StepGraph> step_graph = step_graph_for(x, y, {}, training);
+  const detail::ProgramPool::Lease program = step_graph->programs->lease(num_rows(x));
+  run_batch(*step_graph, *program, x, y, {}, totals);
+  return means(*step_graph, totals);
 }
 
 Logs Trainer::evaluate(const std::vector<Array>& x_given, const std::vector<Array>& y_given,
@@ -394,30 +232,30 @@ Logs Trainer::evaluate_checked(const std::vector<Array>& x, const std::vector<Ar
     throw ValueError(model_.describe() + ": batch_size must be positive, got " + std::to_string(batch_size));
   const std::int64_t rows = num_rows(x);
   batch_size = batch_size_for(batch_size, rows, "evaluate");
-  const std::shared_ptr<Compiled> compiled = compiled_for(x, y, w, false);
-  const detail::ProgramPool::Lease program = compiled->programs->lease(std::min(batch_size, rows));
-  Totals totals;
+  const std::shared_ptr<detail::StepGraph> step_graph = step_graph_for(x, y, w, false);
+  const detail::ProgramPool::Lease program = step_graph->programs->lease(std::min(batch_size, rows));
+  detail::StepTotals totals;
   std::vector<Array> batch_x(x.size()), batch_y(y.size()), batch_w(w.size());
   for (std::int64_t start = 0; start < rows; start += batch_size) {
     const std::int64_t count = std::min(batch_size, rows - start);
     for (std::size_t i = 0; i < x.size(); ++i) batch_x[i] = x[i].rows(start, count);
     for (std::size_t k = 0; k < y.size(); ++k) batch_y[k] = y[k].rows(start, count);
     for (std::size_t k = 0; k < w.size(); ++k) batch_w[k] = w[k].rows(start, count);
-    run_batch(*compiled, *program, batch_x, batch_y, batch_w, totals);
+    run_batch(*step_graph, *program, batch_x, batch_y, batch_w, totals);
   }
-  return means(*compiled, totals);
+  return means(*step_graph, totals);
 }
 
-void Trainer::zero_totals(const Compiled& compiled, Totals& totals) {
+void Trainer::zero_totals(const detail::StepGraph& step_graph, detail::StepTotals& totals) {
   totals.sums.clear();
-  for (const Compiled::Logged& logged : compiled.logged)
+  for (const detail::StepGraph::Logged& logged : step_graph.logged)
     for (const Tensor& statistic : logged.statistics) totals.sums.emplace_back(statistic.shape(), DType::float64);
 }
 
-std::shared_ptr<Trainer::Compiled> Trainer::evaluate_part(const std::vector<Array>& x, const std::vector<Array>& y,
+std::shared_ptr<detail::StepGraph> Trainer::evaluate_part(const std::vector<Array>& x, const std::vector<Array>& y,
                                                           const std::vector<Array>& w, std::int64_t batch_size,
                                                           const Dataset* data, std::int64_t steps, int rank, int ranks,
-                                                          Totals& totals) {
+                                                          detail::StepTotals& totals) {
   const std::string what = "fit validation_data";
   std::vector<Array> part_x(x.size()), part_y(y.size()), part_w(w.size());
   auto take = [&](const std::vector<Array>& from, std::vector<Array>& into, detail::Shard rows) {
@@ -427,26 +265,26 @@ std::shared_ptr<Trainer::Compiled> Trainer::evaluate_part(const std::vector<Arra
   if (data == nullptr) {
     // This rank's rows of the validation arrays, in batches.
     const detail::Shard mine = detail::shard_of(num_rows(x), rank, ranks);
-    const std::shared_ptr<Compiled> compiled = compiled_for(x, y, w, false);
-    zero_totals(*compiled, totals);
-    if (mine.count == 0) return compiled;
+    const std::shared_ptr<detail::StepGraph> step_graph = step_graph_for(x, y, w, false);
+    zero_totals(*step_graph, totals);
+    if (mine.count == 0) return step_graph;
     batch_size = batch_size_for(batch_size, num_rows(x), what);
-    const detail::ProgramPool::Lease program = compiled->programs->lease(std::min(batch_size, mine.count));
+    const detail::ProgramPool::Lease program = step_graph->programs->lease(std::min(batch_size, mine.count));
     for (std::int64_t start = 0; start < mine.count; start += batch_size) {
       const detail::Shard rows{mine.start + start, std::min(batch_size, mine.count - start)};
       take(x, part_x, rows);
       take(y, part_y, rows);
       take(w, part_w, rows);
-      run_batch(*compiled, *program, part_x, part_y, part_w, totals);
+      run_batch(*step_graph, *program, part_x, part_y, part_w, totals);
     }
-    return compiled;
+    return step_graph;
   }
   // This rank's rows of each batch of the dataset, which every rank reads whole.
   const std::string who = model_.describe() + "." + what;
   check_evaluation_steps(*data, steps, who);
   Dataset::Iterator batches = data->iterate();
   Example example;
-  std::shared_ptr<Compiled> compiled;
+  std::shared_ptr<detail::StepGraph> step_graph;
   std::size_t num_x = 0, num_y = 0, num_w = 0;
   for (std::int64_t step = 0; steps < 0 || step < steps; ++step) {
     if (!batches.next(example)) {
@@ -458,9 +296,9 @@ std::shared_ptr<Trainer::Compiled> Trainer::evaluate_part(const std::vector<Arra
     std::vector<Array> bx = example.x, by = example.y;
     check_data(bx, by, what);
     const std::vector<Array> bw = check_weights(example.sample_weight, by, what);
-    if (!compiled) {
-      compiled = compiled_for(bx, by, bw, false);
-      zero_totals(*compiled, totals);
+    if (!step_graph) {
+      step_graph = step_graph_for(bx, by, bw, false);
+      zero_totals(*step_graph, totals);
       num_x = bx.size();
       num_y = by.size();
       num_w = bw.size();
@@ -473,11 +311,11 @@ std::shared_ptr<Trainer::Compiled> Trainer::evaluate_part(const std::vector<Arra
     take(bx, part_x, rows);
     take(by, part_y, rows);
     take(bw, part_w, rows);
-    const detail::ProgramPool::Lease program = compiled->programs->lease(rows.count);
-    run_batch(*compiled, *program, part_x, part_y, part_w, totals);
+    const detail::ProgramPool::Lease program = step_graph->programs->lease(rows.count);
+    run_batch(*step_graph, *program, part_x, part_y, part_w, totals);
   }
-  if (!compiled) throw ValueError(who + ": the dataset is empty");
-  return compiled;
+  if (!step_graph) throw ValueError(who + ": the dataset is empty");
+  return step_graph;
 }
 
 // ---- fit ------------------------------------------------------------------------------------------------------
@@ -578,7 +416,7 @@ class Trainer::Fit {
       model += "|" + weight.path + weight.value.shape().to_string() + dtype_name(weight.value.dtype());
     // What the collectives' sizes depend on: the losses, the logged statistics, the bucket size.
     for (const Loss& loss : trainer_.losses_) model += "|loss " + loss.serialize().to_string();
-    for (const Compiled::Logged& logged : compiled_->logged) {
+    for (const detail::StepGraph::Logged& logged : step_graph_->logged) {
       model += "|" + logged.name;
       for (const Tensor& statistic : logged.statistics) model += statistic.shape().to_string();
     }
@@ -594,20 +432,20 @@ class Trainer::Fit {
     if (data_ != nullptr) run += "|dataset " + std::to_string(data_->cardinality());
     detail::check_same_on_every_rank(communicator, detail::hash_text(model), detail::hash_text(run), who());
     guarded([&] {
-      buckets_ = std::make_unique<detail::GradientBuckets>(communicator, compiled_->gradients);
+      buckets_ = std::make_unique<detail::GradientBuckets>(communicator, step_graph_->gradients);
       std::vector<Tensor> hooked;
       hooked_index_.clear();
-      for (std::size_t i = 0; i < compiled_->gradients.size(); ++i)
-        if (compiled_->gradients[i].valid()) {
-          hooked.push_back(compiled_->gradients[i]);
+      for (std::size_t i = 0; i < step_graph_->gradients.size(); ++i)
+        if (step_graph_->gradients[i].valid()) {
+          hooked.push_back(step_graph_->gradients[i]);
           hooked_index_.push_back(i);
         }
       detail::GradientBuckets* buckets = buckets_.get();
       const std::vector<std::size_t>* index = &hooked_index_;
       (*program_)->on_ready(hooked,
                             [buckets, index](std::size_t i, const void* data) { buckets->ready((*index)[i], data); });
-      for (std::size_t i = 0; i < compiled_->reduced.size(); ++i)
-        if (compiled_->reduced[i].valid()) compiled_->apply->feed(compiled_->reduced[i], buckets_->reduced(i));
+      for (std::size_t i = 0; i < step_graph_->reduced.size(); ++i)
+        if (step_graph_->reduced[i].valid()) step_graph_->apply->feed(step_graph_->reduced[i], buckets_->reduced(i));
       state_.chief = chief();
       if (!state_.chief)
         for (const CallbackPtr& callback : options_.callbacks_)
@@ -682,10 +520,10 @@ class Trainer::Fit {
     Program& program = **program_;
     if (runs) {
       try {
-        const Compiled& compiled = *compiled_;
-        for (std::size_t i = 0; i < batch_x_.size(); ++i) program.feed(compiled.inputs[i], batch_x_[i]);
-        for (std::size_t k = 0; k < batch_y_.size(); ++k) program.feed(compiled.targets[k], batch_y_[k]);
-        for (std::size_t k = 0; k < batch_w_.size(); ++k) program.feed(compiled.sample_weights[k], batch_w_[k]);
+        const detail::StepGraph& step_graph = *step_graph_;
+        for (std::size_t i = 0; i < batch_x_.size(); ++i) program.feed(step_graph.inputs[i], batch_x_[i]);
+        for (std::size_t k = 0; k < batch_y_.size(); ++k) program.feed(step_graph.targets[k], batch_y_[k]);
+        for (std::size_t k = 0; k < batch_w_.size(); ++k) program.feed(step_graph.sample_weights[k], batch_w_[k]);
         program.set_run_count(static_cast<std::uint64_t>(trainer_.optimizer_->iterations()));
         program.set_batch_offset(shard_.start);
         program.run();
@@ -697,7 +535,7 @@ class Trainer::Fit {
     // [ranks with a batch, then each logged statistic's values]: one sum for the status, the end of the data
     // and the logs.
     exchange_.assign(1, have ? 1.0 : 0.0);
-    for (const Compiled::Logged& logged : compiled_->logged)
+    for (const detail::StepGraph::Logged& logged : step_graph_->logged)
       for (const Tensor& statistic : logged.statistics) {
         const auto count = static_cast<std::size_t>(statistic.shape().num_elements());
         if (runs && !agreement_->failed()) {
@@ -725,9 +563,9 @@ class Trainer::Fit {
       for (std::size_t i = 0; i < sum.size(); ++i) into[i] += exchange_[next++];
     }
     trainer_.optimizer_->prepare_step();
-    compiled_->apply->run();
+    step_graph_->apply->run();
     trainer_.optimizer_->finish_step();
-    logs_ = trainer_.means(*compiled_, totals_);
+    logs_ = trainer_.means(*step_graph_, totals_);
     deferred([&] {  // a failure is told at the next exchange
       bar_.update(batch + 1, steps_, logs_, seconds_since_start());
       if (chief()) warn_if_not_finite(epoch, batch);
@@ -742,15 +580,15 @@ class Trainer::Fit {
     return communicator_ == nullptr ? rows : std::max<std::int64_t>(1, detail::shard_of(rows, 0, communicator_->size()).count);
   }
 
-  void zero_totals_of_fit() { Trainer::zero_totals(*compiled_, totals_); }
+  void zero_totals_of_fit() { Trainer::zero_totals(*step_graph_, totals_); }
 
   // Validation split over the ranks: each evaluates its part, then the statistics are summed.
   void add_distributed_validation(int epoch) {
     const std::string where = "the validation of epoch " + std::to_string(epoch + 1);
-    Totals totals;
-    std::shared_ptr<Compiled> compiled;
+    detail::StepTotals totals;
+    std::shared_ptr<detail::StepGraph> step_graph;
     try {
-      compiled = trainer_.evaluate_part(val_x_, val_y_, val_w_, options_.batch_size_, options_.validation_dataset_.get(),
+      step_graph = trainer_.evaluate_part(val_x_, val_y_, val_w_, options_.batch_size_, options_.validation_dataset_.get(),
                                         options_.validation_steps_, communicator_->rank(), communicator_->size(),
                                         totals);
     } catch (...) {
@@ -764,7 +602,7 @@ class Trainer::Fit {
     std::size_t next = 0;
     for (Array& sum : totals.sums)
       for (std::size_t i = 0; i < sum.size(); ++i) sum.set_flat(i, sums[next++]);
-    for (const auto& [name, value] : trainer_.means(*compiled, totals)) logs_["val_" + name] = value;
+    for (const auto& [name, value] : trainer_.means(*step_graph, totals)) logs_["val_" + name] = value;
   }
 
   void check_options() const {
@@ -822,8 +660,8 @@ class Trainer::Fit {
     rows_ = num_rows(x_);
     batch_size_ = trainer_.batch_size_for(std::min(options_.batch_size_, rows_), rows_, "fit");
     steps_ = (rows_ + batch_size_ - 1) / batch_size_;
-    compiled_ = trainer_.compiled_for(x_, y_, w_, true, communicator_ != nullptr);
-    program_ = std::make_unique<detail::ProgramPool::Lease>(compiled_->programs->lease(local_batch(batch_size_)));
+    step_graph_ = trainer_.step_graph_for(x_, y_, w_, true, communicator_ != nullptr);
+    program_ = std::make_unique<detail::ProgramPool::Lease>(step_graph_->programs->lease(local_batch(batch_size_)));
     for (const Array& array : x_) buffers_x_.push_back(batch_buffer(array, batch_size_));
     for (const Array& array : y_) buffers_y_.push_back(batch_buffer(array, batch_size_));
     for (const Array& array : w_) buffers_w_.push_back(batch_buffer(array, batch_size_));
@@ -910,8 +748,8 @@ class Trainer::Fit {
     trainer_.check_data(x_, y_, "fit");
     input_dtypes_ = trainer_.model_.input_dtypes();
     w_ = dataset_weights(y_);
-    compiled_ = trainer_.compiled_for(x_, y_, w_, true, communicator_ != nullptr);
-    program_ = std::make_unique<detail::ProgramPool::Lease>(compiled_->programs->lease(local_batch(num_rows(x_))));
+    step_graph_ = trainer_.step_graph_for(x_, y_, w_, true, communicator_ != nullptr);
+    program_ = std::make_unique<detail::ProgramPool::Lease>(step_graph_->programs->lease(local_batch(num_rows(x_))));
     batch_x_ = x_;
     batch_y_ = y_;
     batch_w_ = w_;
@@ -1053,8 +891,8 @@ class Trainer::Fit {
   }
 
   void train_batch(int epoch, std::int64_t batch) {
-    trainer_.run_batch(*compiled_, **program_, batch_x_, batch_y_, batch_w_, totals_);
-    logs_ = trainer_.means(*compiled_, totals_);
+    trainer_.run_batch(*step_graph_, **program_, batch_x_, batch_y_, batch_w_, totals_);
+    logs_ = trainer_.means(*step_graph_, totals_);
     bar_.update(batch + 1, steps_, logs_, seconds_since_start());
     warn_if_not_finite(epoch, batch);
     for (const CallbackPtr& callback : options_.callbacks_) callback->on_batch_end(state_, batch, logs_);
@@ -1095,11 +933,11 @@ class Trainer::Fit {
   TrainingState state_;
   ProgressBar bar_;
   History history_;
-  std::shared_ptr<Compiled> compiled_;
+  std::shared_ptr<detail::StepGraph> step_graph_;
   std::unique_ptr<detail::ProgramPool::Lease> program_;
   std::vector<Array> buffers_x_, buffers_y_, buffers_w_, batch_x_, batch_y_, batch_w_;
   std::vector<std::int64_t> order_;
-  Totals totals_;
+  detail::StepTotals totals_;
   std::chrono::steady_clock::time_point started_;
   Logs logs_;
   bool warned_nan_ = false;
@@ -1136,11 +974,11 @@ Logs Trainer::evaluate_data(const Dataset& data, std::int64_t steps, const std::
   std::vector<Array> x = example.x, y = example.y;
   check_data(x, y, what);
   std::vector<Array> w = check_weights(example.sample_weight, y, what);
-  const std::shared_ptr<Compiled> compiled = compiled_for(x, y, w, false);
-  const detail::ProgramPool::Lease program = compiled->programs->lease(num_rows(x));
-  Totals totals;
+  const std::shared_ptr<detail::StepGraph> step_graph = step_graph_for(x, y, w, false);
+  const detail::ProgramPool::Lease program = step_graph->programs->lease(num_rows(x));
+  detail::StepTotals totals;
   for (std::int64_t step = 1;; ++step) {
-    run_batch(*compiled, *program, x, y, w, totals);
+    run_batch(*step_graph, *program, x, y, w, totals);
     if (steps > 0 && step >= steps) break;
     if (!batches.next(example)) {
       if (steps > 0)
@@ -1156,7 +994,7 @@ Logs Trainer::evaluate_data(const Dataset& data, std::int64_t steps, const std::
     check_data(x, y, what);
     w = check_weights(example.sample_weight, y, what);
   }
-  return means(*compiled, totals);
+  return means(*step_graph, totals);
 }
 
 }  // namespace kiln

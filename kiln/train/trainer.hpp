@@ -19,6 +19,10 @@ namespace kiln {
 
 class Dataset;
 class EvaluateOptions;
+namespace detail {
+struct StepGraph;
+struct StepTotals;
+}  // namespace detail
 class FitOptions;
 class Program;
 struct History;
@@ -63,32 +67,25 @@ class Trainer {
   void set_epochs_trained(int epochs) { epochs_trained_ = epochs; }
 
  private:
-  /// What compile() makes of the model for one kind of batch: the training graph (forward, losses,
-  /// gradients, the optimizer's updates) or the evaluation graph, with their programs.
-  struct Compiled;
   class Fit;  ///< one call of fit()
-  /// The compiled graph for targets of these row shapes, made when none fits. Evaluation runs on several
-  /// threads at once (each with a Program of its own from the graph's pool); a graph replaced for other
-  /// shapes lives on for the callers that hold it.
-  /// `w` holds the sample weights, one array per output, or nothing.
-  /// `distributed`: a training graph whose gradients are fetched and whose updates read them from
-  /// placeholders (Compiled::apply), so they can be summed across processes in between.
-  std::shared_ptr<Compiled> compiled_for(const std::vector<Array>& x, const std::vector<Array>& y,
-                                         const std::vector<Array>& w, bool training, bool distributed = false);
-  std::shared_ptr<Compiled> compile_for(const std::vector<Array>& x, const std::vector<Array>& y,
-                                        const std::vector<Array>& w, bool training, bool distributed);
+  /// The step graph (train/detail/step_graph.hpp) for targets of these row shapes, made when none fits.
+  /// Evaluation runs on several threads at once (each with a Program of its own from the graph's pool); a
+  /// graph replaced for other shapes lives on for the callers that hold it. `w` holds the sample weights, one
+  /// array per output, or nothing. `distributed`: a training graph whose gradients are fetched and whose
+  /// updates read them from placeholders (StepGraph::apply), so they can be summed across processes.
+  std::shared_ptr<detail::StepGraph> step_graph_for(const std::vector<Array>& x, const std::vector<Array>& y,
+                                                    const std::vector<Array>& w, bool training,
+                                                    bool distributed = false);
   /// Data checks before any batch runs: counts, equal rows, shapes that fit; converts dtypes.
   void check_data(std::vector<Array>& x, std::vector<Array>& y, const std::string& what) const;
   /// The sample weights checked against checked data and made the model's dtype (sample_weights.cpp).
   std::vector<Array> check_weights(const std::vector<Array>& w, const std::vector<Array>& y,
                                    const std::string& what) const;
-  /// Each logged value's sums over the batches of an epoch or evaluation (trainer.cpp).
-  struct Totals;
-  /// One batch through a compiled graph's program; adds each logged value's statistics into `totals`.
-  void run_batch(const Compiled& compiled, Program& program, const std::vector<Array>& x, const std::vector<Array>& y,
-                 const std::vector<Array>& w, Totals& totals);
+  /// One batch through a step_graph graph's program; adds each logged value's statistics into `totals`.
+  void run_batch(const detail::StepGraph& step_graph, Program& program, const std::vector<Array>& x, const std::vector<Array>& y,
+                 const std::vector<Array>& w, detail::StepTotals& totals);
   /// The logs of the batches added into `totals` so far.
-  Logs means(Compiled& compiled, Totals& totals) const;
+  Logs means(detail::StepGraph& step_graph, detail::StepTotals& totals) const;
   /// `batch_size`, or the model's fixed batch size (a stateful model's Input({32, ...})) when it has one;
   /// ValueError naming `what` when the rows do not split into batches of it.
   std::int64_t batch_size_for(std::int64_t batch_size, std::int64_t rows, const std::string& what) const;
@@ -97,26 +94,26 @@ class Trainer {
   Logs one_batch(const std::vector<Array>& x, const std::vector<Array>& y, bool training);
   Logs evaluate_checked(const std::vector<Array>& x, const std::vector<Array>& y, const std::vector<Array>& w,
                         std::int64_t batch_size);
-  /// Zero sums of every logged statistic of `compiled` in `totals` (a rank without rows adds nothing).
-  static void zero_totals(const Compiled& compiled, Totals& totals);
+  /// Zero sums of every logged statistic of `step_graph` in `totals` (a rank without rows adds nothing).
+  static void zero_totals(const detail::StepGraph& step_graph, detail::StepTotals& totals);
   /// Rank `rank` of `ranks`'s part of a distributed fit's validation, added into `totals`: its rows of the
   /// arrays, or its rows of each batch of `data` (when not null). Returns the evaluation graph used.
-  std::shared_ptr<Compiled> evaluate_part(const std::vector<Array>& x, const std::vector<Array>& y,
+  std::shared_ptr<detail::StepGraph> evaluate_part(const std::vector<Array>& x, const std::vector<Array>& y,
                                           const std::vector<Array>& w, std::int64_t batch_size, const Dataset* data,
-                                          std::int64_t steps, int rank, int ranks, Totals& totals);
+                                          std::int64_t steps, int rank, int ranks, detail::StepTotals& totals);
 
   ModelBase& model_;
   OptimizerPtr optimizer_;
   std::vector<Loss> losses_;
   std::vector<Metric> metrics_, weighted_metrics_;
   std::mutex steps_mutex_;
-  std::shared_ptr<Compiled> training_, evaluation_;
+  std::shared_ptr<detail::StepGraph> training_, evaluation_;
   int epochs_trained_ = 0;
 };
 
-/// The Trainer compile() attached to `model`, or nullptr when it is not compiled: the one way to reach it.
+/// The Trainer compile() attached to `model`, or nullptr when it is not step_graph: the one way to reach it.
 Trainer* trainer_of(const ModelBase& model);
-/// The same for a model that must be compiled: LayerStateError naming the model, and saying to call
+/// The same for a model that must be step_graph: LayerStateError naming the model, and saying to call
 /// compile, when it is not.
 Trainer& compiled_trainer(const ModelBase& model);
 
