@@ -67,7 +67,7 @@ class Trainer {
   void set_epochs_trained(int epochs) { epochs_trained_ = epochs; }
 
  private:
-  class Fit;  ///< one call of fit()
+  class Fit;  ///< one call of fit(), in parts: train/detail/fit.hpp
   /// The step graph (train/detail/step_graph.hpp) for targets of these row shapes, made when none fits.
   /// Evaluation runs on several threads at once (each with a Program of its own from the graph's pool); a
   /// graph replaced for other shapes lives on for the callers that hold it. `w` holds the sample weights, one

@@ -62,6 +62,9 @@ struct StepRecipe {
   const std::vector<Metric>& weighted_metrics;
 };
 
+/// The rows of a batch of arrays: the first array's first dimension (0 for none).
+inline std::int64_t num_rows(const std::vector<Array>& arrays) { return arrays.empty() ? 0 : arrays[0].shape()[0]; }
+
 /// `array`'s shape with its batch (first) dimension unknown: what a placeholder for its batches is.
 Shape with_unknown_batch(const Array& array);
 
