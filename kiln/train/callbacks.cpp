@@ -166,7 +166,8 @@ void EarlyStopping::on_train_end(TrainingState& state, const Logs&) {
 
 namespace {
 
-Optimizer& optimizer_of(const TrainingState& state, const char* who = "ReduceLROnPlateau") {
+// The optimizer of the fit `state` belongs to; ValueError naming the callback `who` when it has none.
+Optimizer& training_optimizer(const TrainingState& state, const char* who = "ReduceLROnPlateau") {
   if (!state.optimizer) throw ValueError(std::string(who) + " needs TrainingState::optimizer");
   return *state.optimizer;
 }
@@ -179,14 +180,14 @@ LearningRateScheduler::LearningRateScheduler(Schedule schedule, int verbose)
 }
 
 void LearningRateScheduler::on_train_begin(TrainingState& state) {
-  const Optimizer& optimizer = optimizer_of(state, "LearningRateScheduler");
+  const Optimizer& optimizer = training_optimizer(state, "LearningRateScheduler");
   if (optimizer.schedule())
     throw ValueError("LearningRateScheduler cannot set the learning rate of " + optimizer.describe() +
                      ": a learning-rate schedule drives it");
 }
 
 void LearningRateScheduler::on_epoch_begin(TrainingState& state, int epoch) {
-  Optimizer& optimizer = optimizer_of(state, "LearningRateScheduler");
+  Optimizer& optimizer = training_optimizer(state, "LearningRateScheduler");
   const double rate = schedule_(epoch, optimizer.current_learning_rate());
   if (!std::isfinite(rate) || rate < 0.0)
     throw ValueError("LearningRateScheduler: the schedule gave epoch " + std::to_string(epoch) + " the learning rate " +
@@ -198,7 +199,7 @@ void LearningRateScheduler::on_epoch_begin(TrainingState& state, int epoch) {
 }
 
 void LearningRateScheduler::on_epoch_logs(TrainingState& state, int, Logs& logs) {
-  logs["learning_rate"] = optimizer_of(state, "LearningRateScheduler").current_learning_rate();
+  logs["learning_rate"] = training_optimizer(state, "LearningRateScheduler").current_learning_rate();
 }
 
 // ---- ReduceLROnPlateau --------------------------------------------------------------------------------------
@@ -222,7 +223,7 @@ void ReduceLROnPlateau::reset() {
 
 void ReduceLROnPlateau::on_train_begin(TrainingState& state) {
   // Fail before the first epoch rather than at the first plateau, possibly hours in.
-  const Optimizer& optimizer = optimizer_of(state);
+  const Optimizer& optimizer = training_optimizer(state);
   if (optimizer.schedule())
     throw ValueError("ReduceLROnPlateau cannot change the learning rate of " + optimizer.describe() +
                      ": a learning-rate schedule drives it");
@@ -234,7 +235,7 @@ bool ReduceLROnPlateau::is_improvement(double value) const {
 }
 
 void ReduceLROnPlateau::on_epoch_logs(TrainingState& state, int, Logs& logs) {
-  logs["learning_rate"] = optimizer_of(state).current_learning_rate();
+  logs["learning_rate"] = training_optimizer(state).current_learning_rate();
 }
 
 void ReduceLROnPlateau::on_epoch_end(TrainingState& state, int epoch, Logs& logs) {
@@ -259,7 +260,7 @@ void ReduceLROnPlateau::on_epoch_end(TrainingState& state, int epoch, Logs& logs
 }
 
 void ReduceLROnPlateau::reduce(TrainingState& state, int epoch) {
-  Optimizer& optimizer = optimizer_of(state);
+  Optimizer& optimizer = training_optimizer(state);
   const double old_lr = optimizer.current_learning_rate();
   // At min_lr already: keep waiting (and counting) without touching the rate, as Keras does.
   if (!(old_lr > options_.min_lr)) return;
