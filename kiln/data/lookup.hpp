@@ -67,18 +67,8 @@ class StringLookup {
   /// invert true, more than one OOV index).
   static StringLookup from_config(const Config& config);
   /// Makes this lookup the model's asset `name`, saved with it in kiln files.
-  template <class M>
-  void attach(const ModelHandle<M>& model, const std::string& name = "string_lookup") const {
-    attach(*model.ptr(), name);
-  }
-  /// The same for the model itself.
   void attach(ModelBase& model, const std::string& name = "string_lookup") const;
   /// The lookup attached to `model` as `name`; ValueError when it has none.
-  template <class M>
-  static StringLookup of(const ModelHandle<M>& model, const std::string& name = "string_lookup") {
-    return of(*model.ptr(), name);
-  }
-  /// The same for the model itself.
   static StringLookup of(const ModelBase& model, const std::string& name = "string_lookup");
 
  private:
@@ -123,18 +113,8 @@ class IntegerLookup {
   /// The lookup get_config() describes, vocabulary included; ConfigError for a bad config.
   static IntegerLookup from_config(const Config& config);
   /// Saves this lookup with `model`, under `name`, as StringLookup::attach does.
-  template <class M>
-  void attach(const ModelHandle<M>& model, const std::string& name = "integer_lookup") const {
-    attach(*model.ptr(), name);
-  }
-  /// The same for the model itself.
   void attach(ModelBase& model, const std::string& name = "integer_lookup") const;
   /// The lookup attached to `model` as `name`; ValueError when it has none.
-  template <class M>
-  static IntegerLookup of(const ModelHandle<M>& model, const std::string& name = "integer_lookup") {
-    return of(*model.ptr(), name);
-  }
-  /// The same for the model itself.
   static IntegerLookup of(const ModelBase& model, const std::string& name = "integer_lookup");
 
  private:

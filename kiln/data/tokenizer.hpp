@@ -28,11 +28,6 @@ class CharacterTokenizer {
   /// {"vocabulary": "..."}, as get_config() writes it; ConfigError otherwise.
   static CharacterTokenizer from_config(const Config& config);
   /// The tokenizer attached to `model` (its "tokenizer" asset); ValueError when it has none.
-  template <class M>
-  static CharacterTokenizer of(const ModelHandle<M>& model) {
-    return of(*model.ptr());
-  }
-  /// The same for the model itself.
   static CharacterTokenizer of(const ModelBase& model);
 
   /// The id of each character of `text`; ValueError naming the first character (and its place) that is not
@@ -45,11 +40,6 @@ class CharacterTokenizer {
   /// {"vocabulary": the characters in id order, as one UTF-8 string}.
   Config get_config() const;
   /// Makes this tokenizer the model's "tokenizer" asset, saved with it.
-  template <class M>
-  void attach(const ModelHandle<M>& model) const {
-    attach(*model.ptr());
-  }
-  /// The same for the model itself.
   void attach(ModelBase& model) const;
 
  private:

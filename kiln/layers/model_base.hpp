@@ -302,6 +302,9 @@ template <class M>
 class ModelHandle : public LayerHandle<M> {
  public:
   using LayerHandle<M>::LayerHandle;
+  /// The model itself, so a handle goes wherever a model is taken (kiln::generate, kiln::plot_model, a
+  /// lookup's or tokenizer's attach and of, save_model).
+  operator M&() const { return *this->layer_; }  // NOLINT: implicit, the handle stands for its model
   void summary() const { this->layer_->summary(); }                      ///< prints the summary table to stdout
   void summary(std::ostream& out) const { this->layer_->summary(out); }  ///< writes the summary table to `out`
   /// The Keras-style summary table: each layer (type), output shape, params, then the totals.

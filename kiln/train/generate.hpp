@@ -41,11 +41,5 @@ struct GenerateOptions {
 /// generate with use_cache = false.
 std::vector<std::int64_t> generate(ModelBase& model, const std::vector<std::int64_t>& prompt,
                                    const GenerateOptions& options = {});
-/// generate() for a model handle (kiln::Model, kiln::Sequential).
-template <class M>
-std::vector<std::int64_t> generate(const ModelHandle<M>& model, const std::vector<std::int64_t>& prompt,
-                                   const GenerateOptions& options = {}) {
-  return generate(*model.ptr(), prompt, options);
-}
 
 }  // namespace kiln

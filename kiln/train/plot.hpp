@@ -64,23 +64,11 @@ class PlotOptions {
 /// The model's layer graph as Graphviz DOT text: one box per layer call (its class, and as asked its name,
 /// shapes, dtype, activation, trainability), an edge for each tensor passed.
 std::string model_to_dot(const ModelBase& model, const PlotOptions& options = {});
-/// model_to_dot for a model handle (kiln::Model, kiln::Sequential).
-template <class M>
-std::string model_to_dot(const ModelHandle<M>& model, const PlotOptions& options = {}) {
-  return model_to_dot(*model.ptr(), options);
-}
-
 /// Draws the model into `to_file`, in the format its extension names: .svg, .png, .pdf (rendered by
 /// Graphviz's `dot`), or .dot (the text itself). ValueError for another extension; Error naming
 /// scripts/install-graphviz.sh when `dot` is not installed, or with dot's message when it fails. The file is
 /// written whole or not at all.
 void plot_model(const ModelBase& model, const std::string& to_file = "model.png", const PlotOptions& options = {});
-/// plot_model for a model handle (kiln::Model, kiln::Sequential).
-template <class M>
-void plot_model(const ModelHandle<M>& model, const std::string& to_file = "model.png", const PlotOptions& options = {}) {
-  plot_model(*model.ptr(), to_file, options);
-}
-
 /// Every logged value per epoch as an SVG chart of line plots, one panel per metric: the training value,
 /// and the validation one (val_<name>) in the same panel. ValueError for an empty history.
 void plot_history(const History& history, const std::string& svg_path);

@@ -67,8 +67,8 @@ Tensor add_losses_and_metrics(StepGraph& step, const StepRecipe& recipe, const s
 
 // 3. The penalties: Keras's model.losses join the loss minimized and reported: each trainable weight's
 // regularizer, and the activity penalties the layers' calls recorded in this graph.
-Tensor add_penalties(StepGraph& step, const ModelBase& model, Tensor total) {
-  for (const Weight& weight : model.trainable_weights())
+Tensor add_penalties(StepGraph& step, const std::vector<Weight>& trainable, Tensor total) {
+  for (const Weight& weight : trainable)
     if (weight.regularizer)
       if (const Tensor variable = step.graph.find_variable(weight.value); variable.valid())
         total = total + weight.regularizer(variable);
@@ -101,11 +101,11 @@ std::vector<Tensor> add_logged(StepGraph& step, const ModelBase& model, const Te
 // 5. The updates of a training step: the gradients of the total loss, the optimizer's assignments from them
 // (in a distributed step, from placeholders fed the gradients summed across processes) and the weights'
 // constraints, which project each new value as Keras applies them after the optimizer's assignment.
-std::vector<Update> add_updates(StepGraph& step, const StepRecipe& recipe, const Tensor& total) {
+std::vector<Update> add_updates(StepGraph& step, const StepRecipe& recipe, const std::vector<Weight>& trainable,
+                                const Tensor& total) {
   std::vector<Tensor> weights;
   std::vector<std::string> paths;
   std::vector<const Weight*> sources;
-  const std::vector<Weight> trainable = recipe.model.trainable_weights();
   for (const Weight& weight : trainable) {
     const Tensor variable = step.graph.find_variable(weight.value);
     if (!variable.valid()) continue;  // a weight this model's outputs never read
@@ -164,10 +164,11 @@ std::shared_ptr<StepGraph> build_step_graph(const StepRecipe& recipe, const std:
   const std::vector<Tensor> outputs = add_model(*step, recipe.model, x);
   NamedSums sums;
   Tensor total = add_losses_and_metrics(*step, recipe, outputs, y, w, sums);
-  total = add_penalties(*step, recipe.model, total);
+  const std::vector<Weight> trainable = recipe.model.trainable_weights();
+  total = add_penalties(*step, trainable, total);
   const std::vector<Tensor> fetches = add_logged(*step, recipe.model, total, outputs[0], sums);
   std::vector<Update> updates;
-  if (training) updates = add_updates(*step, recipe, total);
+  if (training) updates = add_updates(*step, recipe, trainable, total);
   plan_programs(*step, fetches, std::move(updates));
   return step;
 }
