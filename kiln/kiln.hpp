@@ -14,6 +14,7 @@
 #include <kiln/data/dataset.hpp>
 #include <kiln/data/lookup.hpp>
 #include <kiln/data/tokenizer.hpp>
+#include <kiln/hub/backbone.hpp>
 #include <kiln/layers/activations/activation.hpp>
 #include <kiln/layers/applications/application_layers.hpp>
 #include <kiln/layers/attention/attention.hpp>

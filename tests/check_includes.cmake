@@ -2,7 +2,7 @@
 # rooms below it, and names no type a room above defines,
 #   core <- ops <- layers <- optim <- data <- train <- serialize <- models <- distributed
 # (kiln/kiln.hpp, the umbrella header, may include them all). Run by CTest: cmake -DSOURCE_DIR=... -P this.
-set(rooms core ops layers optim data train serialize models distributed)
+set(rooms core ops layers optim data train serialize models hub distributed)
 file(GLOB_RECURSE files RELATIVE ${SOURCE_DIR}/kiln ${SOURCE_DIR}/kiln/*.hpp ${SOURCE_DIR}/kiln/*.cpp)
 set(failures "")
 set(checked 0)

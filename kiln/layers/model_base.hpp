@@ -83,6 +83,9 @@ class ModelBase : public Layer {
   const std::vector<int>& input_nodes() const { return input_nodes_; }
   /// The model's outputs, in output order.
   const std::vector<TensorRef>& output_refs() const { return outputs_; }
+  /// keras-hub's models are saved by their constructor's arguments, not as a graph: their Python module
+  /// ("keras_hub.src.models.gpt2.gpt2_backbone"). "" for a model saved as its graph (Functional, Sequential).
+  virtual std::string keras_module() const { return ""; }
   /// Member layers in call order (input layers first), each once.
   std::vector<LayerPtr> member_layers() const;
   /// The model's layers as Keras's model.layers lists them: a functional model's in call order (its input

@@ -15,7 +15,7 @@ const std::vector<std::string>& activation_names() {
       "gelu",        "elu",         "softplus",    "leaky_relu",     "exponential",  "log_softmax",  "relu6",
       "selu",        "celu",        "softsign",    "mish",           "log_sigmoid",  "hard_sigmoid", "hard_silu",
       "hard_swish",  "hard_tanh",   "tanh_shrink", "soft_shrink",    "hard_shrink",  "squareplus",   "sparse_plus",
-      "sparse_sigmoid", "sparsemax", "glu",        "hard_sigmoid_keras2"};
+      "sparse_sigmoid", "sparsemax", "glu",        "hard_sigmoid_keras2", "gelu_approximate"};
   return names;
 }
 
@@ -44,6 +44,7 @@ Tensor activation(const Tensor& x, const std::string& name) {
   if (name == "log_softmax") return log_softmax(x, -1);
   if (name == "swish" || name == "silu") return swish(x);
   if (name == "gelu") return gelu(x, /*approximate=*/false);
+  if (name == "gelu_approximate") return gelu(x, /*approximate=*/true);  // keras-hub's (GPT-2, BERT, Gemma)
   if (name == "elu") return elu(x, 1.0);
   if (name == "softplus") return softplus(x);
   if (name == "leaky_relu") return leaky_relu(x, 0.2);

@@ -81,11 +81,20 @@ class Keras3WeightReader {
   void read_model(const ModelBase& model, const Config& config, const hdf5::Object& group, const std::string& prefix) {
     const bool sequential = config.get_string("class_name") == "Sequential";
     const std::optional<hdf5::Object> layers = group.find("layers");
+    // A functional or sequential config lists the layers; a keras-hub model's holds its arguments, and its
+    // layers are the ones its constructor made, in the order Keras's Functional keeps them.
+    std::vector<std::pair<LayerPtr, Config>> members;
+    if (!model.keras_module().empty()) {
+      for (const LayerPtr& layer : detail::keras_layer_order(model)) members.emplace_back(layer, Config());
+    } else {
+      for (const Config& entry : config.at("config").get_list("layers")) {
+        if (sequential && entry.get_string("class_name") == "InputLayer") continue;  // not in Sequential.layers
+        members.emplace_back(model.get_layer(entry.at("config").get_string("name")), entry);
+      }
+    }
     KerasNames names;
-    for (const Config& entry : config.at("config").get_list("layers")) {
-      const std::string class_name = entry.get_string("class_name");
-      if (sequential && class_name == "InputLayer") continue;  // Keras's Sequential.layers leaves it out
-      const LayerPtr layer = model.get_layer(entry.at("config").get_string("name"));
+    for (const auto& [layer, entry] : members) {
+      const std::string class_name = entry.is_null() ? layer->class_name() : entry.get_string("class_name");
       if (is_operation(*layer)) continue;  // keras.ops calls are not among Keras's model.layers
       const std::string keras_name = names.next(class_name);
       if (!visited_.insert(layer.get()).second) continue;  // a shared layer is saved where it is met first
@@ -96,7 +105,7 @@ class Keras3WeightReader {
       if (!layer_group)
         throw SerializationError(where_ + ": no weights for " + layer->describe() + " (the file has no " + path + ")");
       if (const auto* nested = dynamic_cast<const ModelBase*>(layer.get())) {
-        read_model(*nested, entry, *layer_group, kiln_prefix);
+        read_model(*nested, entry.is_null() ? serialize_layer(*nested) : entry, *layer_group, kiln_prefix);
       } else {
         read_layer(*layer, *layer_group, kiln_prefix);
       }
@@ -285,6 +294,23 @@ void write_keras3_weights(const ModelBase& model, detail::Hdf5Builder& file) {
 
 }
 
+// keras-hub's LlamaBackbone (and Llama3Backbone) takes tie_word_embeddings but leaves it out of its config, so the
+// file of a tied model (Llama 3.2's) says untied, and keras-hub cannot read it back. Its weights tell: a token
+// embedding saved without its reverse half is tied.
+Config with_llama_tying(Config keras, const hdf5::Object& root) {
+  const Config* registered = keras.find("registered_name");
+  const bool llama = registered != nullptr && registered->type() == Config::Type::string &&
+                     (registered->as_string() == "keras_hub>LlamaBackbone" ||
+                      registered->as_string() == "keras_hub>Llama3Backbone");
+  if (!llama || !keras.contains("config") || !keras.at("config").is_map() ||
+      keras.at("config").contains("tie_word_embeddings"))
+    return keras;
+  const std::optional<hdf5::Object> embedding = root.find_path("layers/reversible_embedding/vars");
+  if (!embedding || embedding->member_names().size() != 1) return keras;
+  keras.set("config", keras.at("config").with("tie_word_embeddings", true));
+  return keras;
+}
+
 std::shared_ptr<ModelBase> load_keras3(const detail::ZipReader& archive, const std::string& path, const LoadOptions& options) {
   const std::string config_text = archive.read("config.json", max_json_bytes);
   Config metadata;
@@ -305,6 +331,8 @@ std::shared_ptr<ModelBase> load_keras3(const detail::ZipReader& archive, const s
   const std::shared_ptr<const detail::ByteSource> weights_source = archive.source("model.weights.h5", kMaxWeightsBytes);
   Config keras = parse_json_object(config_text, path + ": config.json");
   if (detail::written_by_keras2(keras_version)) keras = detail::with_keras2_activations(keras);
+  const hdf5::File weights(weights_source, path + ": model.weights.h5");
+  keras = detail::guarded(path + ": model.weights.h5", [&] { return with_llama_tying(keras, weights.root()); });
   const Config config = detail::guarded(
       path, [&] { return detail::import_keras_model_config(keras, "config.json"); });
   std::shared_ptr<ModelBase> model = detail::guarded(
@@ -313,7 +341,6 @@ std::shared_ptr<ModelBase> load_keras3(const detail::ZipReader& archive, const s
         detail::BuildFromFile scope(weights_source->size());
         return detail::model_from(config);
       });
-  const hdf5::File weights(weights_source, path + ": model.weights.h5");
   Keras3WeightReader reader(path + ": model.weights.h5");
   detail::guarded(path + ": model.weights.h5", [&] {
     reader.read_model(*model, config, weights.root(), "");

@@ -734,6 +734,53 @@ std::vector<ModelCase> every_layer_type() {
                        return operation_model(operation, config, Config(), arguments);
                      },
                      {{4, 3}}});
+  // keras-hub's decoder blocks and norms (kiln/hub/layers), and its backbones, made from their arguments. Token
+  // ids and masks are integers in [0, 10).
+  const std::vector<std::pair<std::string, Config>> hub_layers = {
+      {"keras_hub>LlamaTransformerDecoder",
+       {{"intermediate_dim", 8}, {"num_query_heads", 2}, {"num_key_value_heads", 1}, {"rope_frequency_adjustment_factor", 8.0},
+        {"rope_low_freq_factor", 1.0}, {"rope_high_freq_factor", 4.0}, {"rope_pretraining_sequence_length", 64}}},
+      {"keras_hub>MistralTransformerDecoder",
+       {{"intermediate_dim", 8}, {"num_query_heads", 4}, {"num_key_value_heads", 2}, {"sliding_window", 2}, {"head_dim", 2}}},
+      {"keras_hub>QwenTransformerDecoder",
+       {{"intermediate_dim", 8}, {"num_query_heads", 2}, {"num_key_value_heads", 2}, {"use_sliding_window_attention", true},
+        {"sliding_window_size", 3}}},
+      {"keras_hub>GemmaDecoderBlock",
+       {{"hidden_dim", 4}, {"intermediate_dim", 8}, {"head_dim", 2}, {"num_query_heads", 2}, {"num_key_value_heads", 1},
+        {"logit_soft_cap", 2.0}, {"use_post_ffw_norm", true}, {"use_post_attention_norm", true},
+        {"use_sliding_window_attention", true}, {"sliding_window_size", 2}}},
+      {"keras_hub>LlamaLayerNorm", {{"epsilon", 1e-5}}},
+      {"keras_hub>MistralLayerNormalization", Config::map()},
+      {"keras_hub>QwenLayerNorm", Config::map()},
+      {"keras_hub>RMSNormalization", {{"epsilon", 1e-3}}},
+  };
+  for (const auto& [key, config] : hub_layers)
+    cases.push_back({key,
+                     [key = key, config = config] {
+                       Tensor x = input({None, 6, 4});
+                       return Model(x, (*kiln::create_layer(key, config))(Dense(4)(x)));
+                     },
+                     {{4, 6, 4}}});
+  const Config decoder = {{"vocabulary_size", 12}, {"num_layers", 2},      {"num_query_heads", 2},
+                          {"num_key_value_heads", 1}, {"hidden_dim", 8}, {"intermediate_dim", 8}};
+  const Config encoder = {{"vocabulary_size", 12}, {"num_layers", 2},       {"num_heads", 2},
+                          {"hidden_dim", 8},       {"intermediate_dim", 8}, {"max_sequence_length", 8}};
+  const std::vector<std::pair<std::string, Config>> backbones = {
+      {"GPT2Backbone", encoder},
+      {"BertBackbone", encoder.with("num_segments", 10)},
+      {"RobertaBackbone", encoder},
+      {"DistilBertBackbone", encoder},
+      {"LlamaBackbone", decoder.with("tie_word_embeddings", true)},
+      {"Llama3Backbone", decoder},
+      {"MistralBackbone", decoder.with("sliding_window", 3)},
+      {"QwenBackbone", decoder.with("tie_word_embeddings", false)},
+      {"GemmaBackbone", decoder.with("head_dim", 4).with("attention_logit_soft_cap", 5.0)},
+  };
+  for (const auto& [name, arguments] : backbones)
+    cases.push_back({"keras_hub>" + name,
+                     [name = name, arguments = arguments] { return Model(kiln::hub::Backbone(name, arguments)); },
+                     std::vector<Shape>(name == "BertBackbone" ? 3 : 2, Shape{2, 5}),
+                     true});
   return cases;
 }
 

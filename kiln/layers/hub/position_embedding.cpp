@@ -271,15 +271,7 @@ Tensor RotaryEmbeddingLayer::call(const Tensor& input, const CallArgs& args) {
   if (features == Shape::unknown || features % 2 != 0)
     shape_error("needs an even, known number of features", {{"input", shape}});
   const std::int64_t start = start_index(args, *this), half = features / 2;
-  const double denominator = denominator_dim_.is_null() ? static_cast<double>(features) : denominator_dim_.as_double();
-  // keras-hub's inverse frequencies; "linear" divides them by the scaling factor, "dynamic" by a power of it.
-  double divisor = 1.0;
-  if (rope_type_ == "linear") divisor = scaling_factor_;
-  if (rope_type_ == "dynamic")
-    divisor = std::pow(scaling_factor_, static_cast<double>(features) / std::max<double>(1.0, features - 2.0));
-  auto theta = [&](std::int64_t i) {
-    return std::pow(max_wavelength_, -2.0 * static_cast<double>(i) / denominator) / divisor;
-  };
+  auto theta = [&](std::int64_t i) { return inverse_frequency(i, features); };
   // cos and sin of p·θ_i on feature i and i + D/2 (the rotate-half layout), shaped to broadcast: steps on the
   // sequence axis, features on the feature axis, 1 elsewhere.
   Graph& graph = input.graph();
@@ -324,6 +316,20 @@ Tensor RotaryEmbeddingLayer::call(const Tensor& input, const CallArgs& args) {
   const std::vector<Tensor> halves = ops::split(input, 2, static_cast<int>(feature_axis));
   const Tensor rotated = ops::concat({ops::neg(halves[1]), halves[0]}, static_cast<int>(feature_axis));
   return input * cos_table + rotated * sin_table;
+}
+
+double RotaryEmbeddingLayer::base_inverse_frequency(std::int64_t i, std::int64_t features) const {
+  const double denominator = denominator_dim_.is_null() ? static_cast<double>(features) : denominator_dim_.as_double();
+  return std::pow(max_wavelength_, -2.0 * static_cast<double>(i) / denominator);
+}
+
+// keras-hub's inverse frequencies; "linear" divides them by the scaling factor, "dynamic" by a power of it.
+double RotaryEmbeddingLayer::inverse_frequency(std::int64_t i, std::int64_t features) const {
+  double divisor = 1.0;
+  if (rope_type_ == "linear") divisor = scaling_factor_;
+  if (rope_type_ == "dynamic")
+    divisor = std::pow(scaling_factor_, static_cast<double>(features) / std::max<double>(1.0, features - 2.0));
+  return base_inverse_frequency(i, features) / divisor;
 }
 
 RotaryEmbedding::RotaryEmbedding(double max_wavelength, const Config& options)

@@ -144,6 +144,12 @@ class RotaryEmbeddingLayer : public Layer {
   /// be even and the steps known.
   Tensor call(const Tensor& input, const CallArgs& args) override;
   std::vector<std::string> call_argument_names() const override { return {"start_index"}; }
+  /// θ_i for the pair i of `features` rotated features: max_wavelength^(-2i/denominator_dim) divided by the
+  /// scaling ("linear": scaling_factor; "dynamic": scaling_factor^(D/(D-2))). keras-hub's model families that
+  /// compute it otherwise (Llama 3's frequency adjustment) override it.
+  virtual double inverse_frequency(std::int64_t i, std::int64_t features) const;
+  /// max_wavelength^(-2i/denominator_dim), unscaled.
+  double base_inverse_frequency(std::int64_t i, std::int64_t features) const;
 
  private:
   double max_wavelength_ = 10000.0, scaling_factor_ = 1.0, beta_fast_ = 32.0, beta_slow_ = 1.0;

@@ -45,17 +45,27 @@ Config TransformerBlockLayer::get_config() const {
   return config;
 }
 
+namespace {
+// keras-hub's attribute for a block's sublayer: "_" and its name, except the decoder's attention layers, named
+// "self_attention" and "cross_attention" but kept as _self_attention_layer and _cross_attention_layer.
+std::string attribute_of(const Layer& child) {
+  const std::string& name = child.name();
+  const bool attention = name == "self_attention" || name == "cross_attention";
+  return "_" + name + (attention ? "_layer" : "");
+}
+}  // namespace
+
 std::vector<std::string> TransformerBlockLayer::keras_weight_paths() const {
   std::vector<std::string> paths;
   for (const LayerPtr& child : layers())
-    for (const std::string& path : child->keras_weight_paths()) paths.push_back("_" + child->name() + "/" + path);
+    for (const std::string& path : child->keras_weight_paths()) paths.push_back(attribute_of(*child) + "/" + path);
   return paths;
 }
 
 std::vector<std::pair<std::string, std::string>> TransformerBlockLayer::keras_sublayers() const {
   std::vector<std::pair<std::string, std::string>> sublayers;
   for (const LayerPtr& child : layers()) {
-    const std::string attribute = "_" + child->name();
+    const std::string attribute = attribute_of(*child);
     sublayers.emplace_back(attribute, child->name());
     for (const auto& [path, name] : child->keras_sublayers()) sublayers.emplace_back(attribute + "/" + path, name);
   }

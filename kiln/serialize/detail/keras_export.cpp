@@ -307,7 +307,20 @@ Config export_sequential(const ModelBase& model) {
   return config;
 }
 
+// A keras-hub model (a backbone) as keras-hub saves it: its constructor's arguments, built at init.
+Config export_arguments_model(const ModelBase& model, const Config& compile_config) {
+  const Config serialized = serialize_layer(model);
+  Config entry = {{"module", model.keras_module()},
+                  {"class_name", model.class_name()},
+                  {"config", keras_arguments(serialized.at("config"), false)},
+                  {"registered_name", serialized.at("registered_name")}};
+  entry.set("build_config", {{"input_shape", Config()}});
+  entry.set("compile_config", compile_config.is_null() ? Config::map() : export_keras_compile_config(compile_config));
+  return entry;
+}
+
 Config export_model(const ModelBase& model, const Config& compile_config) {
+  if (!model.keras_module().empty()) return export_arguments_model(model, compile_config);
   const bool sequential = model.class_name() == "Sequential";
   Config entry = {{"module", sequential ? "keras" : "keras.src.models.functional"},
                   {"class_name", sequential ? "Sequential" : "Functional"},
@@ -323,8 +336,8 @@ Config export_model(const ModelBase& model, const Config& compile_config) {
 }  // namespace
 
 Config export_keras_model_config(const ModelBase& model, const Config& compile_config) {
-  if (!model_classes().count(model.class_name()))
-    throw ConfigError(model.describe() + ": only Sequential and Functional models are written as Keras files");
+  if (!model_classes().count(model.class_name()) && model.keras_module().empty())
+    throw ConfigError(model.describe() + ": only Sequential, Functional and keras-hub models are written as Keras files");
   return export_model(model, compile_config);
 }
 
@@ -353,6 +366,9 @@ Config legacy_entry(const Config& entry) {
 }  // namespace
 
 Config export_keras_legacy_model_config(const ModelBase& model) {
+  if (!model.keras_module().empty())
+    throw ConfigError(model.describe() + ": keras-hub models are written as .keras files (save_keras_model), as "
+                      "keras-hub saves them; Keras's legacy .h5 format does not hold them");
   return legacy_entry(export_keras_model_config(model));
 }
 

@@ -1,0 +1,74 @@
+#!/usr/bin/python3
+"""keras-hub backbones with the options the default fixtures (../hub/) leave at rest, saved by the real Keras 3
+and keras-hub with Keras's outputs, in the fixture IO format of ../hub/:
+
+- llama3_scaled: Llama3Backbone with Llama 3.1's rope frequency adjustment (factors chosen so that, at head
+  depth 8, one frequency is kept, one blended and two divided), 4 query heads over 2 key/value heads, tied.
+- mistral_window: MistralBackbone with a sliding window of 3 and head_dim 4 (not hidden / heads).
+- qwen_window: QwenBackbone with use_sliding_window_attention and a window of 3, untied.
+- gemma2: GemmaBackbone with Gemma 2's options: attention logit soft cap 0.5, post-attention and post-ffw
+  norms, sliding window 3 in every other block, head_dim 4, 3 layers.
+
+    shared/tools/keras-oracle/kpython make_hub_variants.py OUTDIR
+"""
+import json, os, sys
+import numpy as np
+os.environ.setdefault("KERAS_BACKEND", "numpy")
+sys.path.insert(0, os.environ.get("KERAS_ORACLE_HOME", ""))
+import keras
+import keras_hub
+import make_fixtures as mf
+
+H = keras_hub.models
+V, D, SEQ = 61, 16, 7
+
+
+def variants():
+    return {
+        "llama3_scaled": lambda: H.Llama3Backbone(
+            vocabulary_size=V, num_layers=2, num_query_heads=2, num_key_value_heads=1, hidden_dim=D,
+            intermediate_dim=2 * D, rope_frequency_adjustment_factor=8.0, rope_low_freq_factor=1.0,
+            rope_high_freq_factor=4.0, rope_pretraining_sequence_length=64, tie_word_embeddings=True),
+        "mistral_window": lambda: H.MistralBackbone(
+            vocabulary_size=V, num_layers=2, num_query_heads=4, num_key_value_heads=2, hidden_dim=D,
+            intermediate_dim=2 * D, sliding_window=3, head_dim=4),
+        "qwen_window": lambda: H.QwenBackbone(
+            vocabulary_size=V, num_layers=2, num_query_heads=2, num_key_value_heads=1, hidden_dim=D,
+            intermediate_dim=2 * D, use_sliding_window_attention=True, sliding_window_size=3,
+            tie_word_embeddings=False),
+        "gemma2": lambda: H.GemmaBackbone(
+            vocabulary_size=V, num_layers=3, num_query_heads=2, num_key_value_heads=1, hidden_dim=D,
+            intermediate_dim=2 * D, head_dim=4, attention_logit_soft_cap=0.5, final_logit_soft_cap=30.0,
+            use_post_ffw_norm=True, use_post_attention_norm=True, use_sliding_window_attention=True,
+            sliding_window_size=3, query_head_dim_normalize=False),
+    }
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    index = {}
+    for name, make in variants().items():
+        keras.utils.set_random_seed(mf.seed_of(name))
+        model = make()
+        rng = np.random.default_rng(mf.seed_of(name))
+        mf.perturb_weights(model, rng)
+        feeds = {}
+        for inp in model.inputs:
+            n = inp.name.split(":")[0]
+            if "mask" in n:
+                m = np.ones((2, SEQ), np.int32); m[1, SEQ - 2:] = 0; feeds[n] = m
+            else:
+                feeds[n] = rng.integers(1, V, (2, SEQ)).astype(np.int32)
+        xs = [feeds[i.name.split(":")[0]] for i in model.inputs]
+        y = model.predict(feeds, verbose=0)
+        model.save(os.path.join(out, name + ".keras"))
+        mf.write_io(os.path.join(out, name + ".io.h5"), model, xs, [y])
+        index[name] = {"class": type(model).__name__, "params": int(model.count_params())}
+        print(name, index[name], flush=True)
+    json.dump({"keras_version": keras.__version__, "fixtures": index}, open(os.path.join(out, "INDEX.json"), "w"),
+              indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+#include <kiln/hub/backbone.hpp>
+
+#include <kiln/core/error.hpp>
+#include <kiln/core/names.hpp>
+
+namespace kiln::hub {
+
+namespace {
+
+Config base_fields(const Config& config, const std::string& class_name) {
+  Config base = {{"name", to_snake_case(class_name)}};
+  if (!config.is_map()) return base;
+  for (const char* key : {"name", "trainable", "dtype"})
+    if (const Config* value = config.find(key); value != nullptr && !value->is_null()) base.set(key, *value);
+  return base;
+}
+
+}  // namespace
+
+BackboneModel::BackboneModel(const Config& config, const std::string& class_name, std::string module,
+                             const std::vector<BackboneArgument>& arguments)
+    : ModelBase(base_fields(config, class_name), class_name), module_(std::move(module)) {
+  ConfigReader args = config_reader(config);
+  arguments_ = Config::map();
+  for (const BackboneArgument& argument : arguments) {
+    if (args.has(argument.key) || (config.is_map() && config.contains(argument.key) && argument.fallback)) {
+      arguments_.set(argument.key, args.value(argument.key));
+    } else if (argument.fallback) {
+      arguments_.set(argument.key, *argument.fallback);
+    } else {
+      args.fail("needs the argument " + argument.key);
+    }
+  }
+  args.finish();
+}
+
+Config BackboneModel::get_config() const {
+  Config config = base_config();
+  for (const auto& [key, value] : arguments_.items()) config.set(key, value);
+  return config;
+}
+
+std::int64_t BackboneModel::integer(const std::string& key) const {
+  const std::int64_t value = arguments_.at(key).as_int(class_name() + " argument '" + key + "'");
+  if (value <= 0) throw ConfigError(class_name() + ": " + key + " must be positive, got " + std::to_string(value));
+  return value;
+}
+
+double BackboneModel::number(const std::string& key) const {
+  return arguments_.at(key).as_double(class_name() + " argument '" + key + "'");
+}
+
+bool BackboneModel::flag(const std::string& key) const {
+  return arguments_.at(key).as_bool(class_name() + " argument '" + key + "'");
+}
+
+Config BackboneModel::random_normal(double stddev) {
+  return {{"class_name", "RandomNormal"}, {"config", {{"mean", 0.0}, {"stddev", stddev}, {"seed", Config()}}}};
+}
+
+Config BackboneModel::truncated_normal(double stddev) {
+  return {{"class_name", "TruncatedNormal"}, {"config", {{"mean", 0.0}, {"stddev", stddev}, {"seed", Config()}}}};
+}
+
+Tensor BackboneModel::token_input(const std::string& name) {
+  return std::make_shared<InputLayer>(
+             Config{{"batch_shape", Config::list({Config(), Config()})}, {"dtype", "int32"}, {"name", name}})
+      ->make_input();
+}
+
+void BackboneModel::finish(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
+  record(inputs, outputs);
+  build_for(input_shapes());
+}
+
+Backbone::Backbone(const std::string& class_name, const Config& arguments)
+    : TrainableModel([&] {
+        const LayerPtr layer = create_layer("keras_hub>" + class_name, arguments);
+        auto backbone = std::dynamic_pointer_cast<BackboneModel>(layer);
+        if (!backbone) throw ConfigError("'" + class_name + "' is not a keras-hub backbone");
+        return backbone;
+      }()) {}
+
+Backbone Backbone::of(const Model& model) {
+  auto backbone = std::dynamic_pointer_cast<BackboneModel>(model.ptr());
+  if (!backbone) throw ValueError(model->describe() + " is not a keras-hub backbone");
+  return Backbone(backbone);
+}
+
+std::vector<std::string> backbone_classes() {
+  return {"BertBackbone",  "DistilBertBackbone", "GPT2Backbone", "GemmaBackbone", "Llama3Backbone",
+          "LlamaBackbone", "MistralBackbone",    "QwenBackbone", "RobertaBackbone"};
+}
+
+}  // namespace kiln::hub

@@ -1,0 +1,107 @@
+#pragma once
+// keras-hub's decoder blocks of the grouped-query families, with keras-hub's config keys, sublayer names and
+// weight paths, registered as "keras_hub>LlamaTransformerDecoder", "keras_hub>MistralTransformerDecoder",
+// "keras_hub>QwenTransformerDecoder" and "keras_hub>GemmaDecoderBlock".
+//
+// Llama, Mistral and Qwen: x + attention(norm(x)), then h + down(activation(gate(norm(h))) · up(norm(h)))
+// (SwiGLU with activation = silu), RMS norms, no biases but Qwen's query/key/value; Mistral attends within a
+// sliding window, Qwen within one when use_sliding_window_attention. Gemma: the same shape with GeGLU
+// (gelu_approximate(gating(x)) · gating_2(x)), norms scaled by 1 + scale, optional norms after the attention
+// and the feed-forward part (Gemma 2), soft-capped scores and a sliding window.
+//
+// Called on (batch, steps, hidden) with the tensor argument "decoder_padding_mask" ("padding_mask" for
+// Gemma), (batch, steps), 1 at the tokens that count; always causal.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <kiln/layers/layer.hpp>
+
+namespace kiln::hub {
+
+/// LlamaTransformerDecoder, MistralTransformerDecoder and QwenTransformerDecoder.
+class GatedTransformerDecoderLayer : public Layer {
+ public:
+  enum class Family { llama, mistral, qwen };
+  Family family() const { return family_; }
+  Config get_config() const override;
+  bool supports_masking() const override { return true; }
+  /// keras-hub's attributes: "_self_attention_layer/_query_dense/vars/0", "_feedforward_gate_dense/vars/0", ...
+  std::vector<std::string> keras_weight_paths() const override;
+  std::vector<std::pair<std::string, std::string>> keras_sublayers() const override;
+
+ protected:
+  /// keras-hub's arguments for `family`: intermediate_dim, num_query_heads, num_key_value_heads (required),
+  /// rope_max_wavelength = 10000, activation = silu, layer_norm_epsilon = 1e-5, kernel_initializer =
+  /// glorot_uniform, dropout = 0; Llama's rope_position_scaling_factor = 1 and Llama 3's
+  /// rope_frequency_adjustment_factor, rope_low_freq_factor, rope_high_freq_factor and
+  /// rope_pretraining_sequence_length (null); Mistral's and Qwen's rope_scaling_factor = 1; Mistral's
+  /// sliding_window = 512 (null: none) and head_dim = null; Qwen's use_sliding_window_attention = false and
+  /// sliding_window_size = 4096.
+  GatedTransformerDecoderLayer(const Config& config, const std::string& class_name, Family family);
+  void build(const Shape& input_shape) override;
+  Tensor call(const Tensor& input, const CallArgs& args) override;
+  std::vector<std::string> call_argument_names() const override { return {"decoder_padding_mask"}; }
+
+ private:
+  Family family_;
+  std::int64_t intermediate_dim_ = 0, num_query_heads_ = 0, num_key_value_heads_ = 0;
+  double rope_max_wavelength_ = 10000.0, rope_scaling_factor_ = 1.0, layer_norm_epsilon_ = 1e-5, dropout_ = 0.0;
+  Config rope_frequency_adjustment_factor_, rope_low_freq_factor_, rope_high_freq_factor_,
+      rope_pretraining_sequence_length_;
+  Config sliding_window_, head_dim_;  ///< Mistral's
+  bool use_sliding_window_attention_ = false;
+  std::int64_t sliding_window_size_ = 4096;  ///< Qwen's
+  std::string activation_ = "silu";
+  Config kernel_initializer_;
+  LayerPtr attention_, attention_norm_, attention_dropout_, intermediate_, gate_, output_, feedforward_norm_;
+};
+
+class LlamaTransformerDecoderLayer final : public GatedTransformerDecoderLayer {
+ public:
+  explicit LlamaTransformerDecoderLayer(const Config& config)
+      : GatedTransformerDecoderLayer(config, "LlamaTransformerDecoder", Family::llama) {}
+};
+class MistralTransformerDecoderLayer final : public GatedTransformerDecoderLayer {
+ public:
+  explicit MistralTransformerDecoderLayer(const Config& config)
+      : GatedTransformerDecoderLayer(config, "MistralTransformerDecoder", Family::mistral) {}
+};
+class QwenTransformerDecoderLayer final : public GatedTransformerDecoderLayer {
+ public:
+  explicit QwenTransformerDecoderLayer(const Config& config)
+      : GatedTransformerDecoderLayer(config, "QwenTransformerDecoder", Family::qwen) {}
+};
+
+/// keras-hub's GemmaDecoderBlock (Gemma and Gemma 2).
+class GemmaDecoderBlockLayer final : public Layer {
+ public:
+  /// keras-hub's arguments: hidden_dim, intermediate_dim (the gated width is intermediate_dim / 2), head_dim,
+  /// num_query_heads, num_key_value_heads (required), query_head_dim_normalize = true, use_post_ffw_norm and
+  /// use_post_attention_norm = false, logit_soft_cap = null, use_sliding_window_attention = false,
+  /// sliding_window_size = 4096, layer_norm_epsilon = 1e-6, dropout = 0. As in keras-hub, the attention
+  /// always scales queries by 1/sqrt(head_dim) (the block passes query_head_dim_normalize = true on).
+  explicit GemmaDecoderBlockLayer(const Config& config);
+  Config get_config() const override;
+  bool supports_masking() const override { return true; }
+  std::vector<std::string> keras_weight_paths() const override;
+  std::vector<std::pair<std::string, std::string>> keras_sublayers() const override;
+
+ protected:
+  void build(const Shape& input_shape) override;
+  Tensor call(const Tensor& input, const CallArgs& args) override;
+  std::vector<std::string> call_argument_names() const override { return {"padding_mask"}; }
+
+ private:
+  std::int64_t hidden_dim_ = 0, intermediate_dim_ = 0, head_dim_ = 0, num_query_heads_ = 0, num_key_value_heads_ = 0;
+  bool query_head_dim_normalize_ = true, use_post_ffw_norm_ = false, use_post_attention_norm_ = false,
+       use_sliding_window_attention_ = false;
+  Config logit_soft_cap_;
+  std::int64_t sliding_window_size_ = 4096;
+  double layer_norm_epsilon_ = 1e-6, dropout_ = 0.0;
+  LayerPtr pre_attention_norm_, post_attention_norm_, attention_, attention_dropout_, feedforward_dropout_,
+      pre_ffw_norm_, post_ffw_norm_, gating_, gating_2_, linear_;
+};
+
+}  // namespace kiln::hub

@@ -1,0 +1,201 @@
+#include <kiln/hub/layers/grouped_query_attention.hpp>
+
+#include <cmath>
+
+#include <kiln/core/error.hpp>
+#include <kiln/layers/detail/attention_math.hpp>
+#include <kiln/layers/detail/decoding.hpp>
+#include <kiln/layers/detail/seed.hpp>
+#include <kiln/layers/hub/position_embedding.hpp>
+#include <kiln/ops/ops.hpp>
+
+namespace kiln::hub {
+
+namespace {
+
+// keras-hub's LlamaRotaryEmbedding: the base frequencies, not scaled by position; with Llama 3's four factors,
+// frequencies whose wavelength exceeds pretraining_sequence_length / low_freq_factor are divided by
+// frequency_adjustment_factor, those below pretraining_sequence_length / high_freq_factor kept, and those
+// between blended.
+class LlamaRotaryEmbeddingLayer final : public RotaryEmbeddingLayer {
+ public:
+  LlamaRotaryEmbeddingLayer(const GroupedQueryAttentionOptions& options)
+      : RotaryEmbeddingLayer({{"name", "rotary_embedding"}, {"max_wavelength", options.rope_max_wavelength}}) {
+    const Config* factors[] = {&options.rope_frequency_adjustment_factor, &options.rope_low_freq_factor,
+                               &options.rope_high_freq_factor, &options.rope_pretraining_sequence_length};
+    int given = 0;
+    for (const Config* factor : factors) given += factor->is_null() ? 0 : 1;
+    if (given != 0 && given != 4)
+      throw ConfigError(options.class_name +
+                        ": rope_frequency_adjustment_factor, rope_low_freq_factor, rope_high_freq_factor and "
+                        "rope_pretraining_sequence_length are set together or not at all");
+    if (given == 4) {
+      adjusted_ = true;
+      adjustment_ = options.rope_frequency_adjustment_factor.as_double();
+      low_ = options.rope_low_freq_factor.as_double();
+      high_ = options.rope_high_freq_factor.as_double();
+      length_ = options.rope_pretraining_sequence_length.as_double();
+      if (!(adjustment_ > 0) || !(low_ > 0) || !(high_ > low_) || !(length_ > 0))
+        throw ConfigError(options.class_name +
+                          ": Llama 3's rope factors need a positive adjustment, 0 < low_freq_factor < "
+                          "high_freq_factor and a positive pretraining length");
+    }
+  }
+
+ protected:
+  double inverse_frequency(std::int64_t i, std::int64_t features) const override {
+    const double base = base_inverse_frequency(i, features);
+    if (!adjusted_) return base;
+    const double pi = std::acos(-1.0);
+    const double wavelength = 2 * pi / base;
+    const double low_wavelength = length_ / low_, high_wavelength = length_ / high_;
+    if (wavelength > low_wavelength) return base / adjustment_;
+    if (wavelength < high_wavelength) return base;
+    const double smooth = (length_ / wavelength - low_) / (high_ - low_);
+    return (1 - smooth) * (base / adjustment_) + smooth * base;
+  }
+
+ private:
+  bool adjusted_ = false;
+  double adjustment_ = 1, low_ = 0, high_ = 0, length_ = 0;
+};
+
+Tensor heads_first(const Tensor& x) { return ops::transpose(x, {0, 2, 1, 3}); }
+
+}  // namespace
+
+GroupedQueryAttentionLayer::GroupedQueryAttentionLayer(GroupedQueryAttentionOptions options)
+    : Layer(Config{{"name", options.name}}, options.class_name), options_(std::move(options)) {
+  const auto& o = options_;
+  if (o.num_query_heads <= 0 || o.num_key_value_heads <= 0 || o.num_query_heads % o.num_key_value_heads != 0)
+    config_error("num_query_heads (" + std::to_string(o.num_query_heads) + ") must be a positive multiple of " +
+                 "num_key_value_heads (" + std::to_string(o.num_key_value_heads) + ")");
+  if (o.head_dim < 0) config_error("head_dim must be positive, got " + std::to_string(o.head_dim));
+  if (o.sliding_window < 0) config_error("the sliding window must be positive, got " + std::to_string(o.sliding_window));
+  if (o.logit_soft_cap < 0) config_error("the logit soft cap must be positive, got " + std::to_string(o.logit_soft_cap));
+  if (!(o.dropout >= 0 && o.dropout < 1)) config_error("dropout must be in [0, 1), got " + std::to_string(o.dropout));
+  if (o.llama_rotary) {
+    rotary_ = track(std::make_shared<LlamaRotaryEmbeddingLayer>(o));
+  } else {
+    rotary_ = track(std::make_shared<RotaryEmbeddingLayer>(Config{{"name", "rotary_embedding"},
+                                                                  {"max_wavelength", o.rope_max_wavelength},
+                                                                  {"scaling_factor", o.rope_scaling_factor}}));
+  }
+}
+
+std::string GroupedQueryAttentionLayer::attribute(const std::string& name) const {
+  return (options_.underscored ? "_" : "") + name;
+}
+
+std::vector<std::string> GroupedQueryAttentionLayer::keras_weight_paths() const {
+  std::vector<std::string> paths;
+  for (const char* part : {"query_dense", "key_dense", "value_dense"}) {
+    paths.push_back(attribute(part) + "/vars/0");
+    if (options_.qkv_bias) paths.push_back(attribute(part) + "/vars/1");
+  }
+  paths.push_back(attribute("output_dense") + "/vars/0");
+  return paths;
+}
+
+std::vector<std::pair<std::string, std::string>> GroupedQueryAttentionLayer::keras_sublayers() const {
+  if (options_.underscored)  // LlamaAttention's attributes, in the order keras-hub makes them
+    return {{"_query_dense", "query"},         {"_key_dense", "key"},           {"_value_dense", "value"},
+            {"_softmax", "attention_softmax"}, {"_dropout_layer", "dropout"},   {"_output_dense", "attention_output"},
+            {"rotary_embedding_layer", "rotary_embedding"}};
+  return {{"query_dense", "query"},          {"key_dense", "key"},     {"value_dense", "value"},
+          {"dropout_layer", "dropout"},      {"output_dense", "attention_output"},
+          {"softmax", "softmax"},            {"rope_layer", "rotary_embedding"}};
+}
+
+void GroupedQueryAttentionLayer::build(const Shape& input_shape) {
+  if (input_shape.rank() != 3 || input_shape[2] == Shape::unknown)
+    shape_error("takes (batch, steps, features) with known features", {{"input", input_shape}});
+  const auto& o = options_;
+  hidden_ = input_shape[2];
+  head_dim_ = o.head_dim > 0 ? o.head_dim : hidden_ / o.num_query_heads;
+  if (head_dim_ < 1 || head_dim_ % 2 != 0)
+    shape_error("needs an even head depth for its rotary embedding, got " + std::to_string(head_dim_),
+                {{"input", input_shape}});
+  const Initializer kernel =
+      o.kernel_initializer.is_null() ? Initializer::get("glorot_uniform") : Initializer::from_config(o.kernel_initializer);
+  const Initializer bias =
+      o.bias_initializer.is_null() ? Initializer::get("zeros") : Initializer::from_config(o.bias_initializer);
+  auto kernel_shape = [&](std::int64_t heads) {
+    return o.heads_first_kernels ? Shape{heads, hidden_, head_dim_} : Shape{hidden_, heads, head_dim_};
+  };
+  // keras-hub's order: query, key, value (each kernel, then bias), then the output projection.
+  query_kernel_ = add_weight("query/kernel", kernel_shape(o.num_query_heads), kernel);
+  if (o.qkv_bias) query_bias_ = add_weight("query/bias", Shape{o.num_query_heads, head_dim_}, bias);
+  key_kernel_ = add_weight("key/kernel", kernel_shape(o.num_key_value_heads), kernel);
+  if (o.qkv_bias) key_bias_ = add_weight("key/bias", Shape{o.num_key_value_heads, head_dim_}, bias);
+  value_kernel_ = add_weight("value/kernel", kernel_shape(o.num_key_value_heads), kernel);
+  if (o.qkv_bias) value_bias_ = add_weight("value/bias", Shape{o.num_key_value_heads, head_dim_}, bias);
+  output_kernel_ = add_weight("attention_output/kernel", Shape{o.num_query_heads, head_dim_, hidden_}, kernel);
+}
+
+Tensor GroupedQueryAttentionLayer::project(const Tensor& x, WeightId kernel, WeightId bias, std::int64_t heads) const {
+  Tensor weights = variable(kernel, x);
+  if (options_.heads_first_kernels) weights = ops::transpose(weights, {1, 0, 2});
+  Tensor y = ops::matmul(x, ops::reshape(weights, {hidden_, heads * head_dim_}));
+  if (options_.qkv_bias) y = y + ops::reshape(variable(bias, x), {heads * head_dim_});
+  return ops::reshape(y, {ops::keep_dim, ops::keep_dim, heads, head_dim_});
+}
+
+Tensor GroupedQueryAttentionLayer::repeat_heads(const Tensor& x) const {
+  const std::int64_t groups = options_.num_query_heads / options_.num_key_value_heads;
+  if (groups == 1) return x;
+  const Tensor expanded = ops::expand_dims(x, 3);  // (B, S, kv, 1, D)
+  return ops::reshape(ops::concat(std::vector<Tensor>(static_cast<std::size_t>(groups), expanded), 3),
+                      {ops::keep_dim, ops::keep_dim, options_.num_query_heads, head_dim_});
+}
+
+Tensor GroupedQueryAttentionLayer::call(const Tensor& input, const CallArgs& args) {
+  if (detail::decoding() != nullptr)
+    throw ValueError(describe() + ": decoding a token at a time with a key/value cache is not supported yet; "
+                     "generate without the cache");
+  if (input.rank() != 3 || input.shape()[2] != hidden_)
+    shape_error("was built for other features", {{"built for", build_shapes().at(0)}, {"input", input.shape()}});
+  const auto& o = options_;
+  const CallArgs inner = CallArgs().training(args.training());
+  const Tensor q = (*rotary_)(project(input, query_kernel_, query_bias_, o.num_query_heads), inner);
+  const Tensor k = repeat_heads((*rotary_)(project(input, key_kernel_, key_bias_, o.num_key_value_heads), inner));
+  const Tensor v = repeat_heads(project(input, value_kernel_, value_bias_, o.num_key_value_heads));
+  const double scale = o.query_scale > 0 ? o.query_scale : 1.0 / std::sqrt(static_cast<double>(head_dim_));
+
+  // The keys each query may see besides the causal rule: the padding mask's, within the sliding window.
+  Tensor given;
+  if (const Tensor* padding = args.find_tensor("padding_mask")) {
+    if (padding->rank() != 2) shape_error("takes a padding mask (batch, steps)", {{"padding mask", padding->shape()}});
+    given = *padding;
+  }
+  if (o.sliding_window > 0) {
+    const Tensor rows = ops::expand_dims(ops::positions(input, 1), 1), columns = ops::expand_dims(ops::positions(input, 1), 0);
+    const Tensor band = ops::less(rows - columns, ops::scalar_like(rows, static_cast<double>(o.sliding_window)));
+    const Tensor keys = given.valid() ? given : ops::ones_like(ops::sum(input, {2}));
+    given = ops::expand_dims(keys, 1) * band;  // (B, T, S)
+  }
+  const bool training = args.training() && o.dropout > 0;
+  Tensor attended;
+  if (o.logit_soft_cap > 0 || (training && o.dropout_on_weights)) {
+    // The composition, heads first: scores, capped, masked softmax, dropout on the weights.
+    Tensor scores = detail::attention_scores(heads_first(q), heads_first(k), scale);
+    if (o.logit_soft_cap > 0) scores = ops::tanh(scores * (1.0 / o.logit_soft_cap)) * o.logit_soft_cap;
+    const Tensor mask = detail::combined_mask(describe(), given.valid() ? &given : nullptr, true, scores);
+    const std::uint64_t seed = training ? detail::call_seed(Config(), name(), input) : 0;
+    attended = heads_first(detail::attend(scores, heads_first(v), mask, o.dropout_on_weights ? o.dropout : 0.0, seed,
+                                          training)
+                               .output);
+  } else {
+    detail::AttentionOptions options;
+    options.mask = given.valid() ? &given : nullptr;
+    options.causal = true;
+    options.heads_last = true;
+    attended = detail::attend(describe(), q, k, v, scale, options).output;
+  }
+  if (training && !o.dropout_on_weights)
+    attended = ops::dropout(attended, o.dropout, detail::call_seed(Config(), name(), input), true);
+  const Tensor merged = ops::reshape(attended, {ops::keep_dim, ops::keep_dim, o.num_query_heads * head_dim_});
+  return ops::matmul(merged, ops::reshape(variable(output_kernel_, input), {o.num_query_heads * head_dim_, hidden_}));
+}
+
+}  // namespace kiln::hub

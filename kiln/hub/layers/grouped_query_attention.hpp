@@ -1,0 +1,75 @@
+#pragma once
+// Grouped-query self-attention as keras-hub's decoder families write it (LlamaAttention, CachedMistralAttention,
+// QwenAttention, CachedGemmaAttention): num_query_heads query heads share num_key_value_heads key and value
+// heads (query head h reads key/value head h / (num_query_heads / num_key_value_heads), keras-hub's
+// ops.repeat), queries and keys rotated by their positions (RoPE), causal, optionally inside a sliding window
+// (key j seen by query i when i - j < window) and with the scores soft-capped (c · tanh(s / c), Gemma 2).
+// The projections are keras-hub's EinsumDense kernels, saved at keras-hub's attribute paths: query
+// (hidden, heads, depth), key and value (hidden, kv_heads, depth), attention_output (heads, depth, hidden);
+// Gemma keeps its heads first: query (heads, hidden, depth), key and value (kv_heads, hidden, depth).
+// Made by the decoder blocks (kiln/hub/layers/decoder_blocks.hpp), not from a config of its own.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <kiln/layers/layer.hpp>
+
+namespace kiln::hub {
+
+/// How one family's attention is made.
+struct GroupedQueryAttentionOptions {
+  std::string class_name = "LlamaAttention";  ///< keras-hub's class (for messages and summaries)
+  std::string name = "self_attention";        ///< the sublayer's name in its block
+  /// keras-hub's attribute names: "_query_dense", ... (Llama, Mistral, Qwen: `underscored`) or "query_dense",
+  /// ... (Gemma).
+  bool underscored = true;
+  std::int64_t num_query_heads = 0;
+  std::int64_t num_key_value_heads = 0;
+  std::int64_t head_dim = 0;         ///< 0: the features divided by num_query_heads
+  bool heads_first_kernels = false;  ///< Gemma's kernel layout
+  bool qkv_bias = false;             ///< Qwen: query, key and value have biases (output never does)
+  double rope_max_wavelength = 10000.0;
+  double rope_scaling_factor = 1.0;  ///< keras-hub's RotaryEmbedding scaling_factor ("linear")
+  /// Llama 3's frequency adjustment (LlamaRotaryEmbedding): all four set, or none (Config null).
+  Config rope_frequency_adjustment_factor, rope_low_freq_factor, rope_high_freq_factor,
+      rope_pretraining_sequence_length;
+  bool llama_rotary = false;           ///< LlamaRotaryEmbedding: no position scaling, the adjustment above
+  std::int64_t sliding_window = 0;     ///< 0: none; else keys with i - j >= window are not attended
+  double logit_soft_cap = 0.0;         ///< 0: none
+  double query_scale = 0.0;            ///< 0: 1 / sqrt(head_dim)
+  double dropout = 0.0;                ///< training only
+  bool dropout_on_weights = false;     ///< Gemma drops attention weights; the others the attended output
+  Config kernel_initializer;           ///< glorot_uniform when null
+  Config bias_initializer;             ///< zeros when null
+};
+
+/// The layer: called on (batch, steps, features) with an optional "padding_mask" (batch, steps) tensor
+/// argument, 1 for the tokens that count; returns (batch, steps, features).
+class GroupedQueryAttentionLayer : public Layer {
+ public:
+  explicit GroupedQueryAttentionLayer(GroupedQueryAttentionOptions options);
+  const GroupedQueryAttentionOptions& options() const { return options_; }
+  std::int64_t head_dim() const { return head_dim_; }  ///< 0 until built
+  std::vector<std::string> keras_weight_paths() const override;
+  std::vector<std::pair<std::string, std::string>> keras_sublayers() const override;
+
+ protected:
+  void build(const Shape& input_shape) override;
+  Tensor call(const Tensor& input, const CallArgs& args) override;
+  std::vector<std::string> call_argument_names() const override { return {"padding_mask"}; }
+
+ private:
+  Tensor project(const Tensor& x, WeightId kernel, WeightId bias, std::int64_t heads) const;
+  Tensor repeat_heads(const Tensor& x) const;  ///< (B, S, kv, D) -> (B, S, heads, D), each kv head repeated
+  std::string attribute(const std::string& name) const;
+
+  GroupedQueryAttentionOptions options_;
+  std::int64_t head_dim_ = 0, hidden_ = 0;
+  WeightId query_kernel_ = 0, query_bias_ = 0, key_kernel_ = 0, key_bias_ = 0, value_kernel_ = 0, value_bias_ = 0,
+           output_kernel_ = 0;
+  LayerPtr rotary_;
+};
+
+}  // namespace kiln::hub
