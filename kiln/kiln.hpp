@@ -15,6 +15,7 @@
 #include <kiln/data/lookup.hpp>
 #include <kiln/data/tokenizer.hpp>
 #include <kiln/hub/backbone.hpp>
+#include <kiln/hub/causal_lm.hpp>
 #include <kiln/layers/activations/activation.hpp>
 #include <kiln/layers/applications/application_layers.hpp>
 #include <kiln/layers/attention/attention.hpp>

@@ -62,7 +62,7 @@ Config BackboneModel::truncated_normal(double stddev) {
   return {{"class_name", "TruncatedNormal"}, {"config", {{"mean", 0.0}, {"stddev", stddev}, {"seed", Config()}}}};
 }
 
-Tensor BackboneModel::token_input(const std::string& name) {
+Tensor token_input(const std::string& name) {
   return std::make_shared<InputLayer>(
              Config{{"batch_shape", Config::list({Config(), Config()})}, {"dtype", "int32"}, {"name", name}})
       ->make_input();

@@ -54,8 +54,6 @@ class BackboneModel : public ModelBase {
   /// keras.initializers.RandomNormal(stddev) and TruncatedNormal(stddev), as configs.
   static Config random_normal(double stddev);
   static Config truncated_normal(double stddev);
-  /// An integer Input (batch, steps) named `name`.
-  static Tensor token_input(const std::string& name);
   /// Records the calls from `inputs` to `outputs` and builds the model.
   void finish(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs);
 
@@ -78,6 +76,9 @@ class Backbone : public TrainableModel<BackboneModel> {
   /// The backbone a model handle holds (a loaded .keras file's); ValueError when it is not one.
   static Backbone of(const Model& model);
 };
+
+/// An integer kiln::Input (batch, steps) named `name`, as keras-hub's token_ids and padding_mask inputs.
+Tensor token_input(const std::string& name);
 
 /// The backbone classes kiln implements, by keras-hub's class name.
 std::vector<std::string> backbone_classes();

@@ -208,13 +208,16 @@ bool register_builtin_losses(Registry<LossClass>& registry) {
                              step_categorical_crossentropy));
   registry.add("kiln>SparseCategoricalCrossentropy",
                with_per_step({"sparse_categorical_crossentropy",
-                              {{"from_logits", false}, {"ignore_class", Config()}},
+                              {{"from_logits", false}, {"ignore_class", Config()}, {"axis", std::int64_t{-1}}},
                               TargetForm::class_indices,
                               [](const Tensor& y_true, const Tensor& y_pred, const Config& args) {
                                 return ops::sparse_categorical_crossentropy(y_true, y_pred,
                                                                             args.get_bool("from_logits"));
                               },
                               [](const Config& args) -> std::string {
+                                if (args.at("axis").as_int() != -1)
+                                  return "axis must be -1 (the classes on the last axis), got " +
+                                         args.at("axis").to_string();
                                 return args.at("ignore_class").is_null() ? "" : "ignore_class is not supported by kiln";
                               }},
                              step_sparse_categorical_crossentropy));

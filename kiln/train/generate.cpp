@@ -11,88 +11,11 @@
 #include <kiln/core/program.hpp>
 #include <kiln/core/rng.hpp>
 #include <kiln/layers/detail/decoding.hpp>
+#include <kiln/train/detail/sampling.hpp>
 
 namespace kiln {
 
 namespace {
-
-// ---- choosing a token from a row of logits (keras-hub's samplers) ------------------------------------------
-
-class Sampler {
- public:
-  explicit Sampler(const GenerateOptions& options) : options_(options), rng_(options.seed) {}
-
-  std::int64_t operator()(const std::vector<double>& logits) {
-    const std::string& kind = options_.sampler;
-    if (kind == "greedy")
-      return static_cast<std::int64_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    // Buffers kept from token to token: generating allocates once.
-    softmax(logits);
-    const std::vector<double>& probabilities = probabilities_;
-    // The candidates, most likely first (ties by the lower id, as a stable sort leaves them).
-    std::vector<std::int64_t>& order = order_;
-    order.resize(logits.size());
-    std::iota(order.begin(), order.end(), std::int64_t{0});
-    std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
-      return probabilities[static_cast<std::size_t>(a)] > probabilities[static_cast<std::size_t>(b)];
-    });
-    std::size_t kept = order.size();
-    if (kind == "top_k") kept = std::min<std::size_t>(kept, static_cast<std::size_t>(options_.k));
-    if (kind == "top_p") {
-      // keras-hub's TopPSampler: a token stays when the mass of the tokens before it is at most p, so the
-      // most likely always does.
-      double before = 0;
-      for (std::size_t i = 0; i < order.size(); ++i) {
-        if (i > 0 && before > options_.p) {
-          kept = i;
-          break;
-        }
-        before += probabilities[static_cast<std::size_t>(order[i])];
-      }
-    }
-    double total = 0;
-    for (std::size_t i = 0; i < kept; ++i) total += probabilities[static_cast<std::size_t>(order[i])];
-    double draw = rng_.uniform() * total;
-    for (std::size_t i = 0; i < kept; ++i) {
-      draw -= probabilities[static_cast<std::size_t>(order[i])];
-      if (draw < 0) return order[i];
-    }
-    return order[kept - 1];
-  }
-
- private:
-  // softmax(logits / temperature) into probabilities_.
-  void softmax(const std::vector<double>& logits) {
-    const double largest = *std::max_element(logits.begin(), logits.end());
-    std::vector<double>& result = probabilities_;
-    result.resize(logits.size());
-    double total = 0;
-    for (std::size_t i = 0; i < logits.size(); ++i) {
-      result[i] = std::exp((logits[i] - largest) / options_.temperature);
-      total += result[i];
-    }
-    for (double& value : result) value /= total;
-  }
-
-  const GenerateOptions& options_;
-  Rng rng_;
-  std::vector<double> probabilities_;
-  std::vector<std::int64_t> order_;
-};
-
-void check_options(const GenerateOptions& options) {
-  const std::set<std::string> samplers = {"greedy", "random", "top_k", "top_p"};
-  if (samplers.count(options.sampler) == 0)
-    throw ConfigError("generate: unknown sampler '" + options.sampler + "'; kiln has greedy, random, top_k and top_p");
-  if (options.max_new_tokens < 0)
-    throw ValueError("generate: max_new_tokens must not be negative, got " + std::to_string(options.max_new_tokens));
-  if (!(options.temperature > 0))
-    throw ValueError("generate: temperature must be positive, got " + std::to_string(options.temperature));
-  if (options.sampler == "top_k" && options.k < 1)
-    throw ValueError("generate: top_k needs k >= 1, got " + std::to_string(options.k));
-  if (options.sampler == "top_p" && !(options.p > 0 && options.p <= 1))
-    throw ValueError("generate: top_p needs p in (0, 1], got " + std::to_string(options.p));
-}
 
 // The layers a one-token step can replay: those that act on each position alone, the position layers
 // (which read the step's position), TransformerDecoder (which keeps its key and value caches) and the
@@ -102,7 +25,10 @@ void check_decodable(const ModelBase& model) {
       "InputLayer", "Dense", "LayerNormalization", "RMSNormalization", "UnitNormalization", "Activation", "ReLU",
       "LeakyReLU", "ELU", "Softmax", "PReLU", "Dropout", "Rescaling", "Add", "Subtract", "Multiply", "Average",
       "Maximum", "Minimum", "Embedding", "ReversibleEmbedding", "PositionEmbedding", "TokenAndPositionEmbedding",
-      "SinePositionEncoding", "RotaryEmbedding", "TransformerDecoder", "SimpleRNN", "LSTM", "GRU"};
+      "SinePositionEncoding", "RotaryEmbedding", "TransformerDecoder", "SimpleRNN", "LSTM", "GRU",
+      // keras-hub's decoder families (kiln/hub/layers), and the keras.ops call Gemma scales its embeddings with.
+      "LlamaTransformerDecoder", "MistralTransformerDecoder", "QwenTransformerDecoder", "GemmaDecoderBlock",
+      "LlamaLayerNorm", "MistralLayerNormalization", "QwenLayerNorm"};
   for (const ModelBase::Node& node : model.nodes()) {
     if (const auto* nested = dynamic_cast<const ModelBase*>(node.layer.get())) {
       check_decodable(*nested);
@@ -202,7 +128,7 @@ class StepRunner {
 
 std::vector<std::int64_t> generate(ModelBase& model, const std::vector<std::int64_t>& prompt,
                                    const GenerateOptions& options) {
-  check_options(options);
+  detail::check_generate_options(options);
   const std::vector<Shape> inputs = model.input_shapes(), outputs = model.model_output_shapes();
   if (inputs.size() != 1 || outputs.size() != 1 || inputs[0].rank() != 2 || inputs[0][1] == Shape::unknown ||
       outputs[0].rank() != 3 || outputs[0][1] != inputs[0][1] || outputs[0][2] == Shape::unknown)
@@ -218,7 +144,7 @@ std::vector<std::int64_t> generate(ModelBase& model, const std::vector<std::int6
                        ", outside the vocabulary [0, " + std::to_string(vocabulary) + ") of " + model.describe());
   const ModelBase::Use use = model.use_for_inference("generate");
   const DType dtype = model.input_dtypes().at(0);
-  Sampler sample(options);
+  detail::TokenSampler sample(options);
   std::vector<std::int64_t> tokens = prompt;
   if (options.max_new_tokens == 0) return tokens;
   tokens.reserve(prompt.size() + static_cast<std::size_t>(options.max_new_tokens));

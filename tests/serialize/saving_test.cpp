@@ -781,6 +781,17 @@ std::vector<ModelCase> every_layer_type() {
                      [name = name, arguments = arguments] { return Model(kiln::hub::Backbone(name, arguments)); },
                      std::vector<Shape>(name == "BertBackbone" ? 3 : 2, Shape{2, 5}),
                      true});
+  // keras-hub's CausalLM tasks, one per decoder family.
+  for (const auto& [name, arguments] : backbones) {
+    if (name == "BertBackbone" || name == "RobertaBackbone" || name == "DistilBertBackbone") continue;
+    const std::string task = name.substr(0, name.size() - std::string("Backbone").size()) + "CausalLM";
+    cases.push_back({"keras_hub>" + task,
+                     [name = name, arguments = arguments] {
+                       return Model(kiln::hub::CausalLM(kiln::hub::Backbone(name, arguments)));
+                     },
+                     {Shape{2, 5}, Shape{2, 5}},
+                     true});
+  }
   return cases;
 }
 

@@ -2,7 +2,7 @@
 """keras-hub reads the backbones kiln writes: for each fixture in ../hub/ and ../hub_variants/, kiln's copy (made by
 `kiln convert M.keras OUT/M.keras`) is loaded by keras.saving.load_model and predicts keras-hub's stored outputs.
 
-    for f in data/keras/hub/*.keras data/keras/hub_variants/*.keras; do
+    for f in data/keras/hub/*.keras data/keras/hub_variants/*.keras data/keras/hub_tasks/*.keras; do
       build/cli/kiln convert $f /tmp/hubw/$(basename $f); done
     shared/tools/keras-oracle/kpython data/keras/oracle/check_hub_writes.py /tmp/hubw
 """
@@ -25,3 +25,16 @@ for folder in ["hub", "hub_variants"]:
             print(f"{name}: keras-hub reads kiln's file, max rel diff from its stored outputs {err:.2e}")
         except Exception as e:
             print(f"{name}: FAILED {type(e).__name__}: {str(e)[:200]}")
+
+# The CausalLM tasks of ../hub_tasks/: kiln's copies (OUT/<name>.keras) predict the logits of keras-hub's own files.
+for path in sorted(glob.glob(os.path.join(HERE, "..", "hub_tasks", "*.keras"))):
+    name = os.path.basename(path)[:-6]
+    ids = (np.arange(10).reshape(2, 5) * 7 + 3) % 61
+    feeds = {"token_ids": ids.astype("int32"), "padding_mask": np.ones((2, 5), "int32")}
+    try:
+        ours = keras.saving.load_model(os.path.join(OUT, name + ".keras"))
+        theirs = keras.saving.load_model(path)
+        diff = np.abs(keras.ops.convert_to_numpy(ours(feeds)) - keras.ops.convert_to_numpy(theirs(feeds))).max()
+        print(f"{name}: keras-hub reads kiln's file, max diff from its own file's logits {diff:.2e}")
+    except Exception as e:
+        print(f"{name}: FAILED {type(e).__name__}: {str(e)[:200]}")

@@ -1,6 +1,7 @@
 #include <kiln/hub/layers/grouped_query_attention.hpp>
 
 #include <cmath>
+#include <cstdint>
 
 #include <kiln/core/error.hpp>
 #include <kiln/layers/detail/attention_math.hpp>
@@ -149,18 +150,61 @@ Tensor GroupedQueryAttentionLayer::repeat_heads(const Tensor& x) const {
                       {ops::keep_dim, ops::keep_dim, options_.num_query_heads, head_dim_});
 }
 
+Tensor GroupedQueryAttentionLayer::attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                                          bool causal, const CallArgs& args, const Tensor& like) const {
+  const auto& o = options_;
+  const double scale = o.query_scale > 0 ? o.query_scale : 1.0 / std::sqrt(static_cast<double>(head_dim_));
+  const bool training = args.training() && o.dropout > 0;
+  Tensor attended;
+  if (o.logit_soft_cap > 0 || (training && o.dropout_on_weights)) {
+    // The composition, heads first: scores, capped, masked softmax, dropout on the weights.
+    Tensor scores = detail::attention_scores(heads_first(q), heads_first(k), scale);
+    if (o.logit_soft_cap > 0) scores = ops::tanh(scores * (1.0 / o.logit_soft_cap)) * o.logit_soft_cap;
+    const Tensor combined = detail::combined_mask(describe(), mask.valid() ? &mask : nullptr, causal, scores);
+    const std::uint64_t seed = training ? detail::call_seed(Config(), name(), like) : 0;
+    attended = heads_first(
+        detail::attend(scores, heads_first(v), combined, o.dropout_on_weights ? o.dropout : 0.0, seed, training).output);
+  } else {
+    detail::AttentionOptions options;
+    options.mask = mask.valid() ? &mask : nullptr;
+    options.causal = causal;
+    options.heads_last = true;
+    attended = detail::attend(describe(), q, k, v, scale, options).output;
+  }
+  if (training && !o.dropout_on_weights)
+    attended = ops::dropout(attended, o.dropout, detail::call_seed(Config(), name(), like), true);
+  const Tensor merged = ops::reshape(attended, {ops::keep_dim, ops::keep_dim, o.num_query_heads * head_dim_});
+  return ops::matmul(merged, ops::reshape(variable(output_kernel_, like), {o.num_query_heads * head_dim_, hidden_}));
+}
+
 Tensor GroupedQueryAttentionLayer::call(const Tensor& input, const CallArgs& args) {
-  if (detail::decoding() != nullptr)
-    throw ValueError(describe() + ": decoding a token at a time with a key/value cache is not supported yet; "
-                     "generate without the cache");
   if (input.rank() != 3 || input.shape()[2] != hidden_)
     shape_error("was built for other features", {{"built for", build_shapes().at(0)}, {"input", input.shape()}});
   const auto& o = options_;
   const CallArgs inner = CallArgs().training(args.training());
   const Tensor q = (*rotary_)(project(input, query_kernel_, query_bias_, o.num_query_heads), inner);
-  const Tensor k = repeat_heads((*rotary_)(project(input, key_kernel_, key_bias_, o.num_key_value_heads), inner));
-  const Tensor v = repeat_heads(project(input, value_kernel_, value_bias_, o.num_key_value_heads));
-  const double scale = o.query_scale > 0 ? o.query_scale : 1.0 / std::sqrt(static_cast<double>(head_dim_));
+  const Tensor k = (*rotary_)(project(input, key_kernel_, key_bias_, o.num_key_value_heads), inner);
+  const Tensor v = project(input, value_kernel_, value_bias_, o.num_key_value_heads);
+
+  if (const detail::DecodingStep* step = detail::decoding()) {
+    // One token: its key and value into slot `start` of the caches, then the visible slots attended.
+    if (input.shape()[1] != 1 || input.shape()[0] == Shape::unknown)
+      shape_error("decodes one step (a known batch, 1, features) at a time", {{"input", input.shape()}});
+    const Shape cache_shape{input.shape()[0], step->length, o.num_key_value_heads, head_dim_};
+    // Named by this layer's place in memory: every block's attention is called "self_attention".
+    const std::string cache = describe() + "@" + std::to_string(reinterpret_cast<std::uintptr_t>(this));
+    const Tensor keys = step->cache(cache + "/key", cache_shape), values = step->cache(cache + "/value", cache_shape);
+    const Tensor next_keys = ops::write_steps(keys, k, step->start);
+    const Tensor next_values = ops::write_steps(values, v, step->start);
+    step->update(keys, next_keys);
+    step->update(values, next_values);
+    Tensor visible = step->visible;  // (B, slots)
+    if (o.sliding_window > 0) {
+      const Tensor slots = ops::expand_dims(ops::positions(next_keys, 1), 0);  // (1, slots)
+      visible = visible * ops::less(step->positions - slots, ops::scalar_like(slots, static_cast<double>(o.sliding_window)));
+    }
+    return attend(q, repeat_heads(next_keys), repeat_heads(next_values), visible, false, args, input);
+  }
 
   // The keys each query may see besides the causal rule: the padding mask's, within the sliding window.
   Tensor given;
@@ -174,28 +218,7 @@ Tensor GroupedQueryAttentionLayer::call(const Tensor& input, const CallArgs& arg
     const Tensor keys = given.valid() ? given : ops::ones_like(ops::sum(input, {2}));
     given = ops::expand_dims(keys, 1) * band;  // (B, T, S)
   }
-  const bool training = args.training() && o.dropout > 0;
-  Tensor attended;
-  if (o.logit_soft_cap > 0 || (training && o.dropout_on_weights)) {
-    // The composition, heads first: scores, capped, masked softmax, dropout on the weights.
-    Tensor scores = detail::attention_scores(heads_first(q), heads_first(k), scale);
-    if (o.logit_soft_cap > 0) scores = ops::tanh(scores * (1.0 / o.logit_soft_cap)) * o.logit_soft_cap;
-    const Tensor mask = detail::combined_mask(describe(), given.valid() ? &given : nullptr, true, scores);
-    const std::uint64_t seed = training ? detail::call_seed(Config(), name(), input) : 0;
-    attended = heads_first(detail::attend(scores, heads_first(v), mask, o.dropout_on_weights ? o.dropout : 0.0, seed,
-                                          training)
-                               .output);
-  } else {
-    detail::AttentionOptions options;
-    options.mask = given.valid() ? &given : nullptr;
-    options.causal = true;
-    options.heads_last = true;
-    attended = detail::attend(describe(), q, k, v, scale, options).output;
-  }
-  if (training && !o.dropout_on_weights)
-    attended = ops::dropout(attended, o.dropout, detail::call_seed(Config(), name(), input), true);
-  const Tensor merged = ops::reshape(attended, {ops::keep_dim, ops::keep_dim, o.num_query_heads * head_dim_});
-  return ops::matmul(merged, ops::reshape(variable(output_kernel_, input), {o.num_query_heads * head_dim_, hidden_}));
+  return attend(q, repeat_heads(k), repeat_heads(v), given, true, args, input);
 }
 
 }  // namespace kiln::hub

@@ -46,7 +46,9 @@ struct GroupedQueryAttentionOptions {
 };
 
 /// The layer: called on (batch, steps, features) with an optional "padding_mask" (batch, steps) tensor
-/// argument, 1 for the tokens that count; returns (batch, steps, features).
+/// argument, 1 for the tokens that count; returns (batch, steps, features). Under a detail::DecodingScope it
+/// decodes one token: its rotated key and its value go into slot `start` of caches (batch, slots, kv_heads,
+/// depth), and the query attends the visible slots (within the window), as keras-hub's cached call does.
 class GroupedQueryAttentionLayer : public Layer {
  public:
   explicit GroupedQueryAttentionLayer(GroupedQueryAttentionOptions options);
@@ -63,6 +65,10 @@ class GroupedQueryAttentionLayer : public Layer {
  private:
   Tensor project(const Tensor& x, WeightId kernel, WeightId bias, std::int64_t heads) const;
   Tensor repeat_heads(const Tensor& x) const;  ///< (B, S, kv, D) -> (B, S, heads, D), each kv head repeated
+  /// softmax(scale q kᵀ (capped), masked) v for q (B, T, heads, D) and k, v (B, S, heads, D); `mask` (B, S) or
+  /// (B, T, S) may be empty; causal: keys after the query's position are not attended.
+  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal,
+                const CallArgs& args, const Tensor& like) const;
   std::string attribute(const std::string& name) const;
 
   GroupedQueryAttentionOptions options_;

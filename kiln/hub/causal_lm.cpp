@@ -1,0 +1,329 @@
+#include <kiln/hub/causal_lm.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/names.hpp>
+#include <kiln/core/program.hpp>
+#include <kiln/core/warnings.hpp>
+#include <kiln/layers/detail/decoding.hpp>
+#include <kiln/serialize/detail/keras_export.hpp>
+#include <kiln/train/detail/sampling.hpp>
+
+namespace kiln::hub {
+
+namespace {
+
+const char* const kBackbone = "Backbone";
+
+// GPT2Backbone -> GPT2CausalLM; ConfigError for a backbone keras-hub has no CausalLM for.
+std::string task_class(const std::string& backbone_class) {
+  const std::size_t at = backbone_class.rfind(kBackbone);
+  const std::string family = at == std::string::npos ? backbone_class : backbone_class.substr(0, at);
+  if (family != "GPT2" && family != "Llama" && family != "Llama3" && family != "Mistral" && family != "Qwen" &&
+      family != "Gemma")
+    throw ConfigError("keras-hub has no CausalLM for " + backbone_class +
+                      "; kiln's are GPT2, Llama, Llama3, Mistral, Qwen and Gemma");
+  return family + "CausalLM";
+}
+
+// The backbone of a task config, as keras-hub serializes it ({"module", "class_name", "config",
+// "registered_name", "build_config", "compile_config"}) or as kiln does.
+std::shared_ptr<BackboneModel> backbone_from(const Config& entry) {
+  if (!entry.is_map() || !entry.contains("class_name"))
+    throw ConfigError("CausalLM: its config needs a serialized backbone, got " + entry.to_string());
+  const Config* registered = entry.find("registered_name");
+  const std::string key = registered != nullptr && registered->type() == Config::Type::string
+                              ? registered->as_string()
+                              : "keras_hub>" + entry.get_string("class_name");
+  const LayerPtr layer = create_layer(key, entry.contains("config") ? entry.at("config") : Config::map());
+  auto backbone = std::dynamic_pointer_cast<BackboneModel>(layer);
+  if (!backbone) throw ConfigError("CausalLM: its backbone is " + layer->describe() + ", not a keras-hub backbone");
+  return backbone;
+}
+
+std::string backbone_class_of(const Config& config) {
+  if (!config.is_map() || !config.contains("backbone") || !config.at("backbone").is_map())
+    throw ConfigError("CausalLM: its config needs a serialized backbone");
+  return config.at("backbone").get_string("class_name");
+}
+
+Config task_base(const Config& config, const std::string& class_name) {
+  Config base = {{"name", to_snake_case(class_name)}};
+  if (config.is_map())
+    for (const char* key : {"name", "trainable", "dtype"})
+      if (const Config* value = config.find(key); value != nullptr && !value->is_null()) base.set(key, *value);
+  return base;
+}
+
+}  // namespace
+
+CausalLMModel::CausalLMModel(const Config& config)
+    : ModelBase(task_base(config, task_class(backbone_class_of(config))), task_class(backbone_class_of(config))) {
+  ConfigReader args = config_reader(config);
+  backbone_ = backbone_from(args.value("backbone"));
+  if (const Config& preprocessor = args.value("preprocessor"); !preprocessor.is_null())
+    warn(describe() + ": its preprocessor (" + preprocessor.get_string("class_name", "?") +
+         ") is not read: kiln's CausalLM takes token ids");
+  args.finish();
+  make();
+}
+
+CausalLMModel::CausalLMModel(std::shared_ptr<BackboneModel> backbone)
+    : ModelBase(Config{{"name", to_snake_case(task_class(backbone->class_name()))}}, task_class(backbone->class_name())),
+      backbone_(std::move(backbone)) {
+  make();
+}
+
+void CausalLMModel::make() {
+  if (backbone_->num_inputs() != 2)
+    throw ConfigError(describe() + ": its backbone " + backbone_->describe() + " takes " +
+                      std::to_string(backbone_->num_inputs()) + " inputs, not a decoder's padding_mask and token_ids");
+  const Tensor padding_mask = token_input("padding_mask"), token_ids = token_input("token_ids");
+  const Tensor hidden = (*backbone_)(std::vector<Tensor>{padding_mask, token_ids})[0];
+  const Tensor logits = (*backbone_->token_embedding())(hidden, CallArgs().option("reverse", true));
+  record({padding_mask, token_ids}, {logits});
+  build_for(input_shapes());
+}
+
+Config CausalLMModel::get_config() const {
+  // keras-hub's Task.get_config: the backbone as Keras serializes it, the preprocessor and the name (no trainable
+  // or dtype).
+  return {{"backbone", detail::export_keras_model_config(*backbone_, Config())},
+          {"preprocessor", Config()},
+          {"name", name()}};
+}
+
+std::string CausalLMModel::keras_module() const {
+  std::string module = backbone_->keras_module();
+  const std::string suffix = "_backbone";
+  if (module.size() > suffix.size() && module.compare(module.size() - suffix.size(), suffix.size(), suffix) == 0)
+    module = module.substr(0, module.size() - suffix.size());
+  return module + "_causal_lm";
+}
+
+// ---- CausalLM ---------------------------------------------------------------------------------------------------
+
+CausalLM::CausalLM(const Backbone& backbone) : TrainableModel(std::make_shared<CausalLMModel>(backbone.ptr())) {}
+
+CausalLM CausalLM::of(const Model& model) {
+  auto task = std::dynamic_pointer_cast<CausalLMModel>(model.ptr());
+  if (!task) throw ValueError(model->describe() + " is not a keras-hub CausalLM");
+  return CausalLM(task);
+}
+
+namespace {
+
+// Runs the model on a whole (batch, length) window: the logits of every position.
+class WindowRunner {
+ public:
+  WindowRunner(ModelBase& model, std::int64_t batch, std::int64_t length, DType dtype)
+      : ones_(Array::full(Shape{batch, length}, 1.0, dtype)) {
+    mask_ = graph_.placeholder(Shape{batch, length}, dtype, "padding_mask");
+    ids_ = graph_.placeholder(Shape{batch, length}, dtype, "token_ids");
+    logits_ = model.apply({mask_, ids_}, /*training=*/false).at(0);
+    program_ = std::make_unique<Program>(graph_, std::vector<Tensor>{logits_});
+  }
+  // The logits at `position` of every row, into rows[r].
+  void run(const Array& tokens, std::int64_t position, std::vector<std::vector<double>>& rows) {
+    program_->feed(mask_, ones_);
+    program_->feed(ids_, tokens);
+    program_->run();
+    const Array logits = program_->fetch(logits_);
+    const std::int64_t length = logits.shape()[1], vocabulary = logits.shape()[2];
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      rows[r].resize(static_cast<std::size_t>(vocabulary));
+      const std::size_t base = (r * static_cast<std::size_t>(length) + static_cast<std::size_t>(position)) *
+                               static_cast<std::size_t>(vocabulary);
+      for (std::size_t j = 0; j < rows[r].size(); ++j) rows[r][j] = logits.flat(base + j);
+    }
+  }
+
+ private:
+  Array ones_;
+  Graph graph_;
+  Tensor mask_, ids_, logits_;
+  std::unique_ptr<Program> program_;
+};
+
+// One position of every row at a time through key/value caches: the model's layers build a one-token step under a
+// DecodingScope, whose caches are variables of this graph that each step updates.
+class StepRunner {
+ public:
+  StepRunner(ModelBase& model, std::int64_t batch, std::int64_t length, DType dtype)
+      : length_(length),
+        token_(Shape{batch, 1}, dtype),
+        position_(Shape{batch, 1}, dtype),
+        start_(Shape{1, 1}, dtype),
+        visible_(Shape{batch, length}, dtype),
+        ones_(Array::full(Shape{batch, 1}, 1.0, dtype)) {
+    detail::DecodingStep step;
+    step.positions = position_input_ = graph_.placeholder(Shape{batch, 1}, dtype, "positions");
+    step.start = start_input_ = graph_.placeholder(Shape{1, 1}, dtype, "start");
+    step.visible = visible_input_ = graph_.placeholder(Shape{batch, length}, dtype, "visible");
+    step.length = length;
+    step.cache = [&](const std::string& name, const Shape& shape) {
+      return graph_.variable(name, Array::full(shape, 0.0, dtype), /*trainable=*/false);
+    };
+    step.update = [&](const Tensor& cache, const Tensor& next) { updates_.push_back({cache, next}); };
+    mask_input_ = graph_.placeholder(Shape{batch, 1}, dtype, "padding_mask");
+    token_input_ = graph_.placeholder(Shape{batch, 1}, dtype, "token_ids");
+    {
+      const detail::DecodingScope scope(step);
+      logits_ = model.apply({mask_input_, token_input_}, /*training=*/false).at(0);
+    }
+    program_ = std::make_unique<Program>(graph_, std::vector<Tensor>{logits_}, updates_);
+  }
+
+  // Runs position `position` of every row (its token in `tokens`), writing the caches' slot `position`; the
+  // logits of the next position, into rows[r].
+  void run(const Array& tokens, std::int64_t position, std::vector<std::vector<double>>& rows) {
+    const std::size_t batch = rows.size();
+    for (std::size_t r = 0; r < batch; ++r) {
+      token_.set_flat(r, tokens.flat(r * static_cast<std::size_t>(length_) + static_cast<std::size_t>(position)));
+      position_.set_flat(r, static_cast<double>(position));
+      for (std::int64_t s = 0; s < length_; ++s)
+        visible_.set_flat(r * static_cast<std::size_t>(length_) + static_cast<std::size_t>(s), s <= position ? 1.0 : 0.0);
+    }
+    start_.set_flat(0, static_cast<double>(position));
+    program_->feed(token_input_, token_);
+    program_->feed(mask_input_, ones_);
+    program_->feed(position_input_, position_);
+    program_->feed(start_input_, start_);
+    program_->feed(visible_input_, visible_);
+    program_->run();
+    const Array& logits = program_->view(logits_);
+    const std::size_t vocabulary = static_cast<std::size_t>(logits.shape()[2]);
+    for (std::size_t r = 0; r < batch; ++r) {
+      rows[r].resize(vocabulary);
+      for (std::size_t j = 0; j < vocabulary; ++j) rows[r][j] = logits.flat(r * vocabulary + j);
+    }
+  }
+
+ private:
+  std::int64_t length_;
+  Graph graph_;
+  Tensor mask_input_, token_input_, position_input_, start_input_, visible_input_, logits_;
+  std::vector<Update> updates_;
+  Array token_, position_, start_, visible_, ones_;
+  std::unique_ptr<Program> program_;
+};
+
+}  // namespace
+
+Generated CausalLM::generate(const Array& token_ids, const Array& padding_mask, const GenerateOptions& options,
+                             const std::vector<std::int64_t>& stop_token_ids) const {
+  detail::check_generate_options(options);
+  CausalLMModel& model = *this->layer_;
+  const std::string who = model.describe() + ": generate";
+  if (token_ids.shape().rank() != 2 || padding_mask.shape() != token_ids.shape())
+    throw ValueError(who + " takes token_ids and a padding_mask of one shape (batch, max_length), got " +
+                     token_ids.shape().to_string() + " and " + padding_mask.shape().to_string());
+  const std::int64_t batch = token_ids.shape()[0], length = token_ids.shape()[1];
+  const std::int64_t vocabulary = model.backbone()->arguments().at("vocabulary_size").as_int();
+  if (batch < 1 || length < 1) throw ValueError(who + ": no rows to generate, got " + token_ids.shape().to_string());
+  // Each row's prompt: its first tokens, where the mask is 1 (keras-hub's prompts are left-aligned).
+  std::vector<std::int64_t> lengths(static_cast<std::size_t>(batch), 0);
+  auto at = [&](std::int64_t r, std::int64_t s) { return static_cast<std::size_t>(r * length + s); };
+  for (std::int64_t r = 0; r < batch; ++r)
+    for (std::int64_t s = 0; s < length; ++s) {
+      const bool in_prompt = padding_mask.flat(at(r, s)) != 0;
+      if (in_prompt && s != lengths[static_cast<std::size_t>(r)])
+        throw ValueError(who + ": row " + std::to_string(r) + "'s prompt is not at its start (padding_mask has a 1 at " +
+                         std::to_string(s) + " after a 0); keras-hub's prompts are left-aligned");
+      if (!in_prompt) continue;
+      ++lengths[static_cast<std::size_t>(r)];
+      const double token = token_ids.flat(at(r, s));
+      if (token < 0 || token >= static_cast<double>(vocabulary) || token != static_cast<double>(static_cast<std::int64_t>(token)))
+        throw ValueError(who + ": token " + std::to_string(token) + " at row " + std::to_string(r) + ", position " +
+                         std::to_string(s) + " is not an id of the vocabulary [0, " + std::to_string(vocabulary) + ")");
+    }
+  const std::int64_t index = *std::min_element(lengths.begin(), lengths.end());
+  if (index < 1) throw ValueError(who + ": every row needs a prompt of at least one token (padding_mask[:, 0] = 1)");
+  const ModelBase::Use use = model.use_for_inference("generate");
+  const DType dtype = model.input_dtypes().at(1);
+  Array tokens = token_ids.astype(dtype);
+  Generated result;
+  detail::TokenSampler sample(options);
+  std::vector<std::vector<double>> rows(static_cast<std::size_t>(batch));
+  auto is_stop = [&](double token) {
+    return std::find(stop_token_ids.begin(), stop_token_ids.end(), static_cast<std::int64_t>(token)) !=
+           stop_token_ids.end();
+  };
+  // keras-hub's loop condition: go on while some row has no stop token outside its prompt yet.
+  auto all_stopped = [&] {
+    if (stop_token_ids.empty()) return false;
+    for (std::int64_t r = 0; r < batch; ++r) {
+      bool stopped = false;
+      for (std::int64_t s = lengths[static_cast<std::size_t>(r)]; s < length && !stopped; ++s)
+        stopped = is_stop(tokens.flat(at(r, s)));
+      if (!stopped) return false;
+    }
+    return true;
+  };
+  std::unique_ptr<StepRunner> steps;
+  std::unique_ptr<WindowRunner> window;
+  if (options.use_cache) {
+    steps = std::make_unique<StepRunner>(model, batch, length, dtype);
+    for (std::int64_t p = 0; p + 1 < index; ++p) steps->run(tokens, p, rows);  // the prompts' common part
+  } else {
+    window = std::make_unique<WindowRunner>(model, batch, length, dtype);
+  }
+  for (std::int64_t position = index; position < length && !all_stopped(); ++position) {
+    if (steps)
+      steps->run(tokens, position - 1, rows);
+    else
+      window->run(tokens, position - 1, rows);
+    for (std::int64_t r = 0; r < batch; ++r)
+      if (padding_mask.flat(at(r, position)) == 0)
+        tokens.set_flat(at(r, position), static_cast<double>(sample(rows[static_cast<std::size_t>(r)])));
+  }
+  // keras-hub's padding mask of the result: everything up to each row's first stop token after its prompt.
+  result.padding_mask = Array::full(token_ids.shape(), 1.0, token_ids.dtype());
+  if (!stop_token_ids.empty())
+    for (std::int64_t r = 0; r < batch; ++r) {
+      bool ended = false;
+      for (std::int64_t s = lengths[static_cast<std::size_t>(r)]; s < length; ++s) {
+        if (ended) result.padding_mask.set_flat(at(r, s), 0.0);
+        ended = ended || is_stop(tokens.flat(at(r, s)));
+      }
+    }
+  result.token_ids = tokens.astype(token_ids.dtype());
+  return result;
+}
+
+std::vector<std::int64_t> CausalLM::generate(const std::vector<std::int64_t>& prompt, std::int64_t max_length,
+                                             const GenerateOptions& options,
+                                             const std::vector<std::int64_t>& stop_token_ids) const {
+  const auto prompt_length = static_cast<std::int64_t>(prompt.size());
+  if (prompt.empty()) throw ValueError(this->layer_->describe() + ": generate: the prompt is empty");
+  if (max_length < prompt_length)
+    throw ValueError(this->layer_->describe() + ": generate: max_length " + std::to_string(max_length) +
+                     " is shorter than the prompt (" + std::to_string(prompt_length) + " tokens)");
+  Array ids = Array::full(Shape{1, max_length}, 0.0, DType::float32), mask = ids.copy();
+  for (std::int64_t i = 0; i < prompt_length; ++i) {
+    ids.set_flat(static_cast<std::size_t>(i), static_cast<double>(prompt[static_cast<std::size_t>(i)]));
+    mask.set_flat(static_cast<std::size_t>(i), 1.0);
+  }
+  const Generated generated = generate(ids, mask, options, stop_token_ids);
+  std::vector<std::int64_t> tokens;
+  for (std::int64_t i = 0; i < max_length; ++i) {
+    if (generated.padding_mask.flat(static_cast<std::size_t>(i)) == 0) break;
+    tokens.push_back(static_cast<std::int64_t>(generated.token_ids.flat(static_cast<std::size_t>(i))));
+  }
+  return tokens;
+}
+
+// keras-hub's task classes, each over its family's backbones.
+KILN_REGISTER_LAYER("keras_hub>GPT2CausalLM", CausalLMModel);
+KILN_REGISTER_LAYER("keras_hub>LlamaCausalLM", CausalLMModel);
+KILN_REGISTER_LAYER("keras_hub>Llama3CausalLM", CausalLMModel);
+KILN_REGISTER_LAYER("keras_hub>MistralCausalLM", CausalLMModel);
+KILN_REGISTER_LAYER("keras_hub>QwenCausalLM", CausalLMModel);
+KILN_REGISTER_LAYER("keras_hub>GemmaCausalLM", CausalLMModel);
+
+}  // namespace kiln::hub
