@@ -7,7 +7,7 @@ BENCH_QUICK  ?=
 JOBS         ?= 2
 CMAKE_FLAGS  ?=
 
-.PHONY: all deps build demo test ops-table sanitize fuzz bench install-peer docs clean
+.PHONY: all deps oracles build demo test ops-table sanitize fuzz bench install-peer docs clean
 
 all: build
 
@@ -25,7 +25,11 @@ build: deps $(BUILD_DIR)/CMakeCache.txt
 demo: build
 	cd $(BUILD_DIR) && ./examples/digits_demo && ./examples/stock_attention
 
-test: build
+# The reference implementations the tests compare with (js-tiktoken for the tokenizers), installed once.
+oracles:
+	@bash scripts/install-test-oracles.sh
+
+test: build oracles
 	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS)
 
 # docs/ops.md, the table of gradients (every op's backward rule, the ops it makes, its float64 gradient check),
@@ -35,7 +39,7 @@ ops-table: build
 	      -DWORK_DIR=$(BUILD_DIR)/tests/ops-table -DWRITE=ON -P tests/check_ops_table.cmake
 
 # Debug + AddressSanitizer + UBSan build of the library and tests, run under CTest.
-sanitize: deps
+sanitize: deps oracles
 	cmake -S . -B $(SANITIZE_DIR) -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON \
 	      -DKILN_BUILD_EXAMPLES=OFF -DKILN_BUILD_BENCH=OFF $(CMAKE_FLAGS)
 	cmake --build $(SANITIZE_DIR) -j$(JOBS)
