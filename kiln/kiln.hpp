@@ -16,6 +16,8 @@
 #include <kiln/data/tokenizer.hpp>
 #include <kiln/hub/backbone.hpp>
 #include <kiln/hub/causal_lm.hpp>
+#include <kiln/hub/preset.hpp>
+#include <kiln/hub/tokenizers/byte_pair_tokenizer.hpp>
 #include <kiln/layers/activations/activation.hpp>
 #include <kiln/layers/applications/application_layers.hpp>
 #include <kiln/layers/attention/attention.hpp>

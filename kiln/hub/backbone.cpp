@@ -87,6 +87,19 @@ Backbone Backbone::of(const Model& model) {
   return Backbone(backbone);
 }
 
+std::shared_ptr<BackboneModel> backbone_from_config(const Config& serialized) {
+  if (!serialized.is_map() || !serialized.contains("class_name"))
+    throw ConfigError("a serialized backbone is a map with a class_name, got " + serialized.to_string().substr(0, 200));
+  const Config* registered = serialized.find("registered_name");
+  const std::string key = registered != nullptr && registered->type() == Config::Type::string
+                              ? registered->as_string()
+                              : "keras_hub>" + serialized.get_string("class_name");
+  const LayerPtr layer = create_layer(key, serialized.contains("config") ? serialized.at("config") : Config::map());
+  auto backbone = std::dynamic_pointer_cast<BackboneModel>(layer);
+  if (!backbone) throw ConfigError(layer->describe() + " is not a keras-hub backbone");
+  return backbone;
+}
+
 std::vector<std::string> backbone_classes() {
   return {"BertBackbone",  "DistilBertBackbone", "GPT2Backbone", "GemmaBackbone", "Llama3Backbone",
           "LlamaBackbone", "MistralBackbone",    "QwenBackbone", "RobertaBackbone"};

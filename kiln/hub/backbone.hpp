@@ -77,6 +77,10 @@ class Backbone : public TrainableModel<BackboneModel> {
   static Backbone of(const Model& model);
 };
 
+/// A backbone from its serialized form, as keras-hub writes it in config.json and inside a task's config
+/// ({"module", "class_name", "config", "registered_name", ...}). ConfigError for a class that is not a backbone.
+std::shared_ptr<BackboneModel> backbone_from_config(const Config& serialized);
+
 /// An integer kiln::Input (batch, steps) named `name`, as keras-hub's token_ids and padding_mask inputs.
 Tensor token_input(const std::string& name);
 

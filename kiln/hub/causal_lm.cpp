@@ -31,21 +31,6 @@ std::string task_class(const std::string& backbone_class) {
   return family + "CausalLM";
 }
 
-// The backbone of a task config, as keras-hub serializes it ({"module", "class_name", "config",
-// "registered_name", "build_config", "compile_config"}) or as kiln does.
-std::shared_ptr<BackboneModel> backbone_from(const Config& entry) {
-  if (!entry.is_map() || !entry.contains("class_name"))
-    throw ConfigError("CausalLM: its config needs a serialized backbone, got " + entry.to_string());
-  const Config* registered = entry.find("registered_name");
-  const std::string key = registered != nullptr && registered->type() == Config::Type::string
-                              ? registered->as_string()
-                              : "keras_hub>" + entry.get_string("class_name");
-  const LayerPtr layer = create_layer(key, entry.contains("config") ? entry.at("config") : Config::map());
-  auto backbone = std::dynamic_pointer_cast<BackboneModel>(layer);
-  if (!backbone) throw ConfigError("CausalLM: its backbone is " + layer->describe() + ", not a keras-hub backbone");
-  return backbone;
-}
-
 std::string backbone_class_of(const Config& config) {
   if (!config.is_map() || !config.contains("backbone") || !config.at("backbone").is_map())
     throw ConfigError("CausalLM: its config needs a serialized backbone");
@@ -65,7 +50,7 @@ Config task_base(const Config& config, const std::string& class_name) {
 CausalLMModel::CausalLMModel(const Config& config)
     : ModelBase(task_base(config, task_class(backbone_class_of(config))), task_class(backbone_class_of(config))) {
   ConfigReader args = config_reader(config);
-  backbone_ = backbone_from(args.value("backbone"));
+  backbone_ = backbone_from_config(args.value("backbone"));
   if (const Config& preprocessor = args.value("preprocessor"); !preprocessor.is_null())
     warn(describe() + ": its preprocessor (" + preprocessor.get_string("class_name", "?") +
          ") is not read: kiln's CausalLM takes token ids");

@@ -262,7 +262,7 @@ Optimizer* compiled_optimizer(const ModelBase& model) {
 }
 
 // Keras 3's model.weights.h5 of `model`, into `file`.
-void write_keras3_weights(const ModelBase& model, detail::Hdf5Builder& file) {
+void write_keras3_weights(const ModelBase& model, detail::Hdf5Builder& file, bool with_optimizer = true) {
   auto named_group = [&](const std::string& path, const std::string& name) {
     file.group(path);
     file.string_attribute(path, "name", name);
@@ -275,7 +275,7 @@ void write_keras3_weights(const ModelBase& model, detail::Hdf5Builder& file) {
     const std::vector<std::string> paths = layer.keras_weight_paths();
     for (std::size_t i = 0; i < weights.size(); ++i) file.dataset(group + paths.at(i), weights[i].value);
   }).model(model);
-  if (Optimizer* compiled = compiled_optimizer(model)) {
+  if (Optimizer* compiled = with_optimizer ? compiled_optimizer(model) : nullptr) {
     Optimizer& optimizer = *compiled;
     const std::vector<Weight> variables =
         keras_optimizer_variables(optimizer, trainable_in_order(model, keras_weight_order(model)));
@@ -621,6 +621,16 @@ std::uint64_t expected_size(const ModelBase& model) {
   return bytes;
 }
 }  // namespace
+
+void save_keras_weights(const ModelBase& model, const std::string& path) {
+  if (!model.built())
+    throw LayerStateError(model.describe() + " is not built; build it (or give it an Input) before saving");
+  detail::write_file_atomically_at(path, expected_size(model), [&](const std::string& temporary) {
+    detail::Hdf5Builder file(temporary);
+    write_keras3_weights(model, file, /*with_optimizer=*/false);
+    file.close();
+  });
+}
 
 void save_keras_model(const ModelBase& model, const std::string& path) {
   if (!model.built())

@@ -40,6 +40,11 @@ std::shared_ptr<ModelBase> load_keras_model_base(const std::string& path, const 
 /// mismatch the model is unchanged (ValueError or ShapeError, inside a SerializationError naming the file).
 void load_keras_weights(ModelBase& model, const std::string& path);
 
+/// Writes the weights of `model` as Keras 3's model.save_weights("x.weights.h5") does: the groups and datasets of
+/// a .keras archive's model.weights.h5, without the optimizer's state. Atomic. LayerStateError when the model is
+/// not built, SerializationError when the file cannot be written.
+void save_keras_weights(const ModelBase& model, const std::string& path);
+
 /// Writes `model` as a Keras 3 `.keras` file that keras.saving.load_model reads and predicts with identically:
 /// config.json as Keras 3 serializes the same model (module, class_name, config, registered_name,
 /// build_config, and compile_config when compiled), metadata.json, and model.weights.h5 with every weight

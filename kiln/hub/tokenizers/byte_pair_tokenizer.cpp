@@ -47,6 +47,7 @@ struct BytePairTokenizer::Tables {
   std::unordered_map<std::string, int> ranks;  // "a b" -> the rule's rank
   std::unordered_map<char32_t, unsigned char> bytes;  // a byte character -> its byte
   std::vector<std::string> unsplittable;       // longest first
+  std::vector<std::pair<std::string, std::string>> merges;  // as given
   std::unique_ptr<pcre2_code, CodeDeleter> pattern;
   BytePairOptions options;
 
@@ -133,6 +134,7 @@ BytePairTokenizer::BytePairTokenizer(std::vector<std::pair<std::string, std::int
                        "' names a token that is not in the vocabulary");
     tables->ranks.emplace(a + " " + b, static_cast<int>(rank));  // a repeated rule keeps its first rank
   }
+  tables->merges = std::move(merges);
   for (std::size_t byte = 0; byte < 256; ++byte)
     tables->bytes.emplace(detail::first_code_point(byte_characters()[byte]), static_cast<unsigned char>(byte));
   for (const std::string& token : options.unsplittable_tokens) {
@@ -266,6 +268,30 @@ std::string BytePairTokenizer::detokenize(const std::vector<std::int64_t>& ids) 
     });
   }
   return text;
+}
+
+std::vector<std::pair<std::string, std::int64_t>> BytePairTokenizer::vocabulary() const {
+  std::vector<std::pair<std::string, std::int64_t>> entries(tables_->ids.begin(), tables_->ids.end());
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  return entries;
+}
+
+const std::vector<std::pair<std::string, std::string>>& BytePairTokenizer::merges() const { return tables_->merges; }
+
+const BytePairOptions& BytePairTokenizer::options() const { return tables_->options; }
+
+void BytePairTokenizer::save_assets(const std::string& folder) const {
+  std::string vocabulary_json = "{";
+  bool first = true;
+  for (const auto& [token, id] : vocabulary()) {
+    vocabulary_json += (first ? "" : ", ") + detail::json_string(token) + ": " + std::to_string(id);
+    first = false;
+  }
+  vocabulary_json += "}";
+  std::string merges_txt;
+  for (const auto& [a, b] : tables_->merges) merges_txt += a + " " + b + "\n";
+  detail::write_text_file(folder + "/vocabulary.json", vocabulary_json);
+  detail::write_text_file(folder + "/merges.txt", merges_txt);
 }
 
 std::int64_t BytePairTokenizer::vocabulary_size() const { return static_cast<std::int64_t>(tables_->ids.size()); }

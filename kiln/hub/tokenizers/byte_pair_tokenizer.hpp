@@ -56,6 +56,13 @@ class BytePairTokenizer {
   /// The pieces the pattern splits `text` into, before any merge (for inspection and tests).
   std::vector<std::string> split(std::string_view text) const;
 
+  /// The vocabulary, by id, and the merge rules, most important first: what vocabulary.json and merges.txt hold.
+  std::vector<std::pair<std::string, std::int64_t>> vocabulary() const;
+  const std::vector<std::pair<std::string, std::string>>& merges() const;
+  const BytePairOptions& options() const;
+  /// keras-hub's vocabulary.json and merges.txt of this tokenizer, into `folder` (written atomically each).
+  void save_assets(const std::string& folder) const;
+
   std::int64_t vocabulary_size() const;
   /// ValueError for a token that is not in the vocabulary.
   std::int64_t token_to_id(const std::string& token) const;

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include <kiln/core/error.hpp>
+#include <kiln/serialize/detail/container.hpp>
 
 namespace kiln::hub::detail {
 
@@ -224,6 +225,33 @@ std::vector<std::pair<std::string, std::int64_t>> parse_vocabulary_json(std::str
   reader.expect('}');
   if (!reader.at_end()) reader.fail("text after the vocabulary object");
   return entries;
+}
+
+std::string json_string(std::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          static const char* const hex = "0123456789abcdef";
+          out += "\\u00";
+          out.push_back(hex[(c >> 4) & 0xF]);
+          out.push_back(hex[c & 0xF]);
+        } else {
+          out.push_back(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+void write_text_file(const std::string& path, std::string_view text) {
+  kiln::detail::write_file_atomically(path, text);
 }
 
 std::string read_text_file(const std::string& path) {

@@ -24,6 +24,10 @@ void for_each_code_point(std::string_view text, const std::function<void(char32_
 /// A JSON object of strings to integers ({"token": 17, ...}), in file order. ValueError "<where>: ... at byte N"
 /// for anything else (invalid UTF-8, a bad escape, a lone surrogate, a value that is not an integer, trailing text).
 std::vector<std::pair<std::string, std::int64_t>> parse_vocabulary_json(std::string_view text, const std::string& where);
+/// `text` as a JSON string literal (quotes, backslashes and control characters escaped; UTF-8 kept).
+std::string json_string(std::string_view text);
+/// Writes `text` to `path` atomically (a temporary beside it, renamed over it). SerializationError naming the path.
+void write_text_file(const std::string& path, std::string_view text);
 /// A whole text file, at most 512 MiB. SerializationError naming the path when it cannot be read.
 std::string read_text_file(const std::string& path);
 

@@ -1,0 +1,58 @@
+#pragma once
+// keras-hub preset folders: what keras_hub.models.X.from_preset reads and save_to_preset writes.
+//
+//   kiln::hub::Preset gpt2 = kiln::hub::load_preset("gpt2_base_en");        // a folder keras-hub saved
+//   std::string text = gpt2.generate("The quick brown fox", /*max_length=*/64);
+//   kiln::hub::save_preset(gpt2, "my_gpt2");                                // the same layout back
+//
+// A folder holds config.json (the backbone, as keras-hub serializes it without compile or build configs),
+// model.weights.h5 (the backbone's weights, Keras's save_weights layout), metadata.json, and optionally task.json
+// (the task: kiln reads the CausalLMs), tokenizer.json with assets/tokenizer/ (kiln reads the byte-level BPE
+// tokenizers: GPT2Tokenizer, RobertaTokenizer, Llama3Tokenizer, QwenTokenizer, BytePairTokenizer) and
+// preprocessor.json (the CausalLM preprocessor's sequence_length, add_start_token, add_end_token). Parts kiln
+// does not read (another tokenizer or task) are skipped with a warning, so the backbone still loads.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <kiln/hub/backbone.hpp>
+#include <kiln/hub/causal_lm.hpp>
+#include <kiln/hub/tokenizers/byte_pair_tokenizer.hpp>
+#include <kiln/train/generate.hpp>
+
+namespace kiln::hub {
+
+/// A loaded preset: the backbone, and when the folder has them, the task, the tokenizer and the preprocessor's
+/// settings.
+struct Preset {
+  explicit Preset(Backbone model) : backbone(std::move(model)) {}
+  Backbone backbone;
+  std::optional<CausalLM> causal_lm;             ///< task.json's CausalLM, over `backbone`
+  std::optional<BytePairTokenizer> tokenizer;    ///< tokenizer.json's, with its assets
+  Config tokenizer_config;                       ///< tokenizer.json as read (null when none): written back as is
+  std::int64_t sequence_length = 1024;           ///< preprocessor.json's (keras-hub's CausalLMPreprocessor default)
+  bool add_start_token = true, add_end_token = true;
+  bool has_preprocessor = false;                 ///< whether preprocessor.json was there (save writes one then)
+  std::optional<std::int64_t> start_token_id, end_token_id;  ///< the tokenizer's special tokens
+
+  /// keras-hub's CausalLM.generate on text: the prompt tokenized (after the start token when add_start_token),
+  /// generated to `max_length` tokens in all (0: sequence_length) or to the end token, and the whole sequence,
+  /// prompt included, detokenized without its special tokens. LayerStateError without a CausalLM or a tokenizer.
+  std::string generate(const std::string& prompt, std::int64_t max_length = 0, const GenerateOptions& options = {}) const;
+};
+
+/// Reads the preset folder `folder`. SerializationError naming the file for a missing config.json or weights, or
+/// any file that does not parse; sharded weights (model.weights.json) are not read yet (SerializationError).
+Preset load_preset(const std::string& folder);
+
+/// Writes `preset` as keras-hub's save_to_preset does, into `folder` (made when missing), each file atomically.
+void save_preset(const Preset& preset, const std::string& folder);
+
+/// A preset of a backbone alone, or of a CausalLM with an optional tokenizer, to save.
+Preset make_preset(const Backbone& backbone, const std::optional<CausalLM>& causal_lm = std::nullopt,
+                   const std::optional<BytePairTokenizer>& tokenizer = std::nullopt,
+                   const std::string& tokenizer_class = "GPT2Tokenizer");
+
+}  // namespace kiln::hub

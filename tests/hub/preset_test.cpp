@@ -1,0 +1,152 @@
+// keras-hub preset folders (kiln/hub/preset): kiln writes the layout keras-hub's save_to_preset writes and reads it
+// back (backbone, CausalLM task, byte-level BPE tokenizer and preprocessor), and generates text from it.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <kiln/core/detail/files.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/hub/preset.hpp>
+#include <kiln/kiln.hpp>
+#include <kiln/serialize/detail/zip_archive.hpp>
+#include <kiln/serialize/json.hpp>
+#include "support/temp_dir.hpp"
+
+namespace fs = std::filesystem;
+using kiln::Array;
+using kiln::Config;
+using kiln::Shape;
+
+namespace {
+
+std::string fixtures(const std::string& path) {
+  return (fs::path(__FILE__).parent_path().parent_path().parent_path() / "data" / "keras" / path).string();
+}
+
+// A byte-level tokenizer: the 256 byte characters, a few merges, and GPT-2's special token.
+kiln::hub::BytePairTokenizer small_tokenizer() {
+  std::vector<std::pair<std::string, std::int64_t>> vocabulary;
+  for (std::size_t b = 0; b < 256; ++b) vocabulary.emplace_back(kiln::hub::byte_characters()[b], static_cast<std::int64_t>(b));
+  const std::string space = kiln::hub::byte_characters()[' '];
+  const std::vector<std::pair<std::string, std::string>> merges = {
+      {"t", "h"}, {"th", "e"}, {space, "the"}, {"e", "r"}, {space, "a"}, {"i", "n"}};
+  std::int64_t next = 256;
+  for (const auto& [a, b] : merges) vocabulary.emplace_back(a + b, next++);
+  vocabulary.emplace_back("<|endoftext|>", next++);
+  kiln::hub::BytePairOptions options;
+  options.unsplittable_tokens = {"<|endoftext|>"};
+  return kiln::hub::BytePairTokenizer(vocabulary, merges, options);
+}
+
+Config json_file(const std::string& path) { return kiln::parse_json(kiln::detail::read_whole_file(path)); }
+
+}  // namespace
+
+TEST_CASE("a GPT-2 preset is saved as keras-hub lays it out and loads back to the same model and text",
+          "[hub][preset]") {
+  const kiln::hub::BytePairTokenizer tokenizer = small_tokenizer();
+  kiln::hub::Backbone backbone("GPT2Backbone", {{"vocabulary_size", tokenizer.vocabulary_size()},
+                                               {"num_layers", 2},
+                                               {"num_heads", 2},
+                                               {"hidden_dim", 16},
+                                               {"intermediate_dim", 32},
+                                               {"max_sequence_length", 64}});
+  backbone.initialize_weights(3);
+  kiln::hub::Preset preset = kiln::hub::make_preset(backbone, kiln::hub::CausalLM(backbone), tokenizer);
+  preset.sequence_length = 24;
+  kiln::testing::TempDir dir;
+  const std::string folder = dir.file("gpt2_tiny");
+  kiln::hub::save_preset(preset, folder);
+  for (const std::string file : {"config.json", "model.weights.h5", "metadata.json", "tokenizer.json", "task.json",
+                                 "preprocessor.json", "assets/tokenizer/vocabulary.json", "assets/tokenizer/merges.txt"}) {
+    INFO(file);
+    CHECK(fs::exists(fs::path(folder) / file));
+  }
+  // keras-hub's files: the backbone without build or compile configs, the task with its preprocessor and tokenizer.
+  const Config config = json_file(folder + "/config.json");
+  CHECK(config.get_string("registered_name") == "keras_hub>GPT2Backbone");
+  CHECK_FALSE(config.contains("build_config"));
+  CHECK(json_file(folder + "/metadata.json").at("parameter_count").as_int() == backbone.count_params());
+  const Config task = json_file(folder + "/task.json");
+  CHECK(task.get_string("class_name") == "GPT2CausalLM");
+  CHECK(task.at("config").at("preprocessor").get_string("class_name") == "GPT2CausalLMPreprocessor");
+  CHECK(task.at("config").at("preprocessor").at("config").at("tokenizer").get_string("class_name") == "GPT2Tokenizer");
+
+  const kiln::hub::Preset loaded = kiln::hub::load_preset(folder);
+  REQUIRE(loaded.causal_lm.has_value());
+  REQUIRE(loaded.tokenizer.has_value());
+  CHECK(loaded.sequence_length == 24);
+  CHECK(loaded.end_token_id == std::optional<std::int64_t>(262));
+  Array ids(Shape{1, 6}), mask = Array::full(Shape{1, 6}, 1.0);
+  for (std::size_t i = 0; i < 6; ++i) ids.set_flat(i, static_cast<double>(40 * i + 7));
+  CHECK(loaded.backbone.predict({mask, ids})[0].bitwise_equal(backbone.predict({mask, ids})[0]));
+  CHECK(loaded.tokenizer->tokenize("the other") == tokenizer.tokenize("the other"));
+  const std::string text = preset.generate("the rain in");
+  CHECK(text.rfind("the rain in", 0) == 0);  // the prompt, then what the model drew
+  CHECK(text.size() > std::string("the rain in").size());
+  CHECK(loaded.generate("the rain in") == text);
+  // Saved again, the folder reads back the same.
+  kiln::hub::save_preset(loaded, dir.file("again"));
+  CHECK(kiln::hub::load_preset(dir.file("again")).generate("the rain in") == text);
+}
+
+TEST_CASE("a preset's config.json is the backbone as keras-hub serializes it", "[hub][preset][keras]") {
+  kiln::testing::TempDir dir;
+  for (const std::string name : {"gpt2", "llama", "gemma", "bert"}) {
+    INFO(name);
+    const std::string path = fixtures("hub/" + name + ".keras");
+    kiln::hub::Backbone backbone = kiln::hub::Backbone::of(kiln::load_keras_model(path));
+    kiln::hub::save_preset(kiln::hub::make_preset(backbone), dir.file(name));
+    const std::string bytes = kiln::detail::read_whole_file(path);
+    const kiln::detail::ZipReader archive(bytes, path);
+    Config keras = kiln::parse_json(archive.read("config.json", 1 << 20));
+    keras.erase("build_config");
+    keras.erase("compile_config");
+    CHECK(json_file(dir.file(name) + "/config.json") == keras);
+    const kiln::hub::Preset loaded = kiln::hub::load_preset(dir.file(name));
+    CHECK_FALSE(loaded.causal_lm.has_value());
+    const std::vector<kiln::Array> a = loaded.backbone.get_weights(), b = backbone.get_weights();
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].bitwise_equal(b[i]));
+  }
+}
+
+TEST_CASE("presets keras-hub saved load, predict keras-hub's outputs and generate its tokens", "[hub][preset][keras]") {
+  const kiln::hub::Preset gpt2 = kiln::hub::load_preset(fixtures("hub_presets/gpt2_causal_lm"));
+  REQUIRE(gpt2.causal_lm.has_value());
+  CHECK_FALSE(gpt2.tokenizer.has_value());  // saved without a preprocessor
+  const kiln::hub::Preset llama = kiln::hub::load_preset(fixtures("hub_presets/llama_backbone"));
+  CHECK_FALSE(llama.causal_lm.has_value());
+  for (const auto& [preset, name] : {std::pair<const kiln::hub::Preset*, std::string>{&gpt2, "gpt2"}, {&llama, "llama"}}) {
+    INFO(name);
+    kiln::Model original = kiln::load_keras_model(fixtures("hub/" + name + ".keras"));
+    const std::vector<kiln::Array> a = preset->backbone.get_weights(), b = original.get_weights();
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].bitwise_equal(b[i]));
+  }
+  // keras-hub's greedy tokens for this backbone (data/keras/hub_generations.json): the first prompt's row.
+  CHECK(gpt2.causal_lm->generate({44, 57, 53, 31, 57}, 12) ==
+        std::vector<std::int64_t>{44, 57, 53, 31, 57, 27, 27, 27, 27, 27, 27, 27});
+}
+
+TEST_CASE("bad preset folders are refused naming the file", "[hub][preset]") {
+  kiln::testing::TempDir dir;
+  CHECK_THROWS_AS(kiln::hub::load_preset(dir.file("missing")), kiln::SerializationError);
+  fs::create_directories(dir.file("empty"));
+  CHECK_THROWS_WITH(kiln::hub::load_preset(dir.file("empty")), Catch::Contains("config.json"));
+  kiln::hub::Backbone backbone = kiln::hub::Backbone::of(kiln::load_keras_model(fixtures("hub/gpt2.keras")));
+  const std::string folder = dir.file("preset");
+  kiln::hub::save_preset(kiln::hub::make_preset(backbone, kiln::hub::CausalLM(backbone), small_tokenizer()), folder);
+  // The fixture's vocabulary (61) is smaller than the tokenizer's, which generate would show; loading is fine.
+  CHECK_NOTHROW(kiln::hub::load_preset(folder));
+  std::ofstream(folder + "/assets/tokenizer/vocabulary.json") << "{\"a\": 1,";
+  CHECK_THROWS_WITH(kiln::hub::load_preset(folder), Catch::Contains("vocabulary.json") && Catch::Contains("byte"));
+  std::ofstream(folder + "/config.json") << "{\"class_name\": ";
+  CHECK_THROWS_WITH(kiln::hub::load_preset(folder), Catch::Contains("config.json"));
+  fs::remove(folder + "/model.weights.h5");
+  std::ofstream(folder + "/model.weights.json") << "{}";
+  CHECK_THROWS_WITH(kiln::hub::load_preset(folder), Catch::Contains("sharded"));
+}
