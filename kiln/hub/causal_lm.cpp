@@ -198,6 +198,79 @@ class StepRunner {
   std::unique_ptr<Program> program_;
 };
 
+// keras-hub's BeamSampler: every row kept as num_beams sequences (the first alive, the others at -1e9 so the first
+// step draws from it alone); at each position, each row's num_beams best continuations over every beam and token
+// by summed log-probabilities (log softmax(logits / temperature)), a prompt position keeping its token; at the
+// end each row's best beam. Each position reads the whole window of every beam (no cache: beams swap histories).
+Array beam_search(ModelBase& model, const Array& tokens, const Array& padding_mask, std::int64_t index,
+                  const GenerateOptions& options, const std::vector<std::int64_t>& stop_token_ids) {
+  const std::int64_t batch = tokens.shape()[0], length = tokens.shape()[1], beams = options.num_beams;
+  const std::int64_t rows = batch * beams;
+  Array sequences(Shape{rows, length}, tokens.dtype()), next(Shape{rows, length}, tokens.dtype());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t s = 0; s < length; ++s)
+      sequences.set_flat(static_cast<std::size_t>(r * length + s), tokens.flat(static_cast<std::size_t>((r / beams) * length + s)));
+  std::vector<double> scores(static_cast<std::size_t>(rows), -1e9);
+  for (std::int64_t b = 0; b < batch; ++b) scores[static_cast<std::size_t>(b * beams)] = 0.0;
+  WindowRunner window(model, rows, length, tokens.dtype());
+  std::vector<std::vector<double>> logits(static_cast<std::size_t>(rows));
+  std::vector<std::pair<double, std::int64_t>> candidates;  // (score, beam * vocabulary + token)
+  auto stopped = [&] {
+    if (stop_token_ids.empty()) return false;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      bool found = false;
+      for (std::int64_t s = 0; s < length && !found; ++s)
+        found = padding_mask.flat(static_cast<std::size_t>((r / beams) * length + s)) == 0 &&
+                std::find(stop_token_ids.begin(), stop_token_ids.end(),
+                          static_cast<std::int64_t>(sequences.flat(static_cast<std::size_t>(r * length + s)))) !=
+                    stop_token_ids.end();
+      if (!found) return false;
+    }
+    return true;
+  };
+  for (std::int64_t position = index; position < length && !stopped(); ++position) {
+    window.run(sequences, position - 1, logits);
+    const auto vocabulary = static_cast<std::int64_t>(logits[0].size());
+    std::vector<double> next_scores(scores.size());
+    for (std::int64_t b = 0; b < batch; ++b) {
+      candidates.clear();
+      for (std::int64_t k = 0; k < beams; ++k) {
+        const std::vector<double>& row = logits[static_cast<std::size_t>(b * beams + k)];
+        double largest = -1e300, total = 0;
+        for (const double value : row) largest = std::max(largest, value / options.temperature);
+        for (const double value : row) total += std::exp(value / options.temperature - largest);
+        const double log_total = largest + std::log(total);
+        for (std::int64_t v = 0; v < vocabulary; ++v)
+          candidates.emplace_back(row[static_cast<std::size_t>(v)] / options.temperature - log_total +
+                                      scores[static_cast<std::size_t>(b * beams + k)],
+                                  k * vocabulary + v);
+      }
+      std::partial_sort(candidates.begin(), candidates.begin() + beams, candidates.end(),
+                        [](const auto& x, const auto& y) { return x.first > y.first || (x.first == y.first && x.second < y.second); });
+      for (std::int64_t j = 0; j < beams; ++j) {
+        const auto [score, code] = candidates[static_cast<std::size_t>(j)];
+        const std::int64_t source = b * beams + code / vocabulary, target = b * beams + j;
+        for (std::int64_t s = 0; s < length; ++s)
+          next.set_flat(static_cast<std::size_t>(target * length + s), sequences.flat(static_cast<std::size_t>(source * length + s)));
+        if (padding_mask.flat(static_cast<std::size_t>(b * length + position)) == 0)
+          next.set_flat(static_cast<std::size_t>(target * length + position), static_cast<double>(code % vocabulary));
+        next_scores[static_cast<std::size_t>(target)] = score;
+      }
+    }
+    std::swap(sequences, next);
+    scores = next_scores;
+  }
+  Array best(Shape{batch, length}, tokens.dtype());
+  for (std::int64_t b = 0; b < batch; ++b) {
+    std::int64_t top = b * beams;
+    for (std::int64_t k = 1; k < beams; ++k)
+      if (scores[static_cast<std::size_t>(b * beams + k)] > scores[static_cast<std::size_t>(top)]) top = b * beams + k;
+    for (std::int64_t s = 0; s < length; ++s)
+      best.set_flat(static_cast<std::size_t>(b * length + s), sequences.flat(static_cast<std::size_t>(top * length + s)));
+  }
+  return best;
+}
+
 }  // namespace
 
 Generated CausalLM::generate(const Array& token_ids, const Array& padding_mask, const GenerateOptions& options,
@@ -250,22 +323,26 @@ Generated CausalLM::generate(const Array& token_ids, const Array& padding_mask, 
     }
     return true;
   };
-  std::unique_ptr<StepRunner> steps;
-  std::unique_ptr<WindowRunner> window;
-  if (options.use_cache) {
-    steps = std::make_unique<StepRunner>(model, batch, length, dtype);
-    for (std::int64_t p = 0; p + 1 < index; ++p) steps->run(tokens, p, rows);  // the prompts' common part
+  if (options.sampler == "beam") {
+    tokens = beam_search(model, tokens, padding_mask, index, options, stop_token_ids);
   } else {
-    window = std::make_unique<WindowRunner>(model, batch, length, dtype);
-  }
-  for (std::int64_t position = index; position < length && !all_stopped(); ++position) {
-    if (steps)
-      steps->run(tokens, position - 1, rows);
-    else
-      window->run(tokens, position - 1, rows);
-    for (std::int64_t r = 0; r < batch; ++r)
-      if (padding_mask.flat(at(r, position)) == 0)
-        tokens.set_flat(at(r, position), static_cast<double>(sample(rows[static_cast<std::size_t>(r)])));
+    std::unique_ptr<StepRunner> steps;
+    std::unique_ptr<WindowRunner> window;
+    if (options.use_cache) {
+      steps = std::make_unique<StepRunner>(model, batch, length, dtype);
+      for (std::int64_t p = 0; p + 1 < index; ++p) steps->run(tokens, p, rows);  // the prompts' common part
+    } else {
+      window = std::make_unique<WindowRunner>(model, batch, length, dtype);
+    }
+    for (std::int64_t position = index; position < length && !all_stopped(); ++position) {
+      if (steps)
+        steps->run(tokens, position - 1, rows);
+      else
+        window->run(tokens, position - 1, rows);
+      for (std::int64_t r = 0; r < batch; ++r)
+        if (padding_mask.flat(at(r, position)) == 0)
+          tokens.set_flat(at(r, position), static_cast<double>(sample(rows[static_cast<std::size_t>(r)])));
+    }
   }
   // keras-hub's padding mask of the result: everything up to each row's first stop token after its prompt.
   result.padding_mask = Array::full(token_ids.shape(), 1.0, token_ids.dtype());

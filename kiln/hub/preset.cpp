@@ -9,6 +9,7 @@
 #include <kiln/core/warnings.hpp>
 #include <kiln/hub/tokenizers/detail/text.hpp>
 #include <kiln/serialize/detail/keras_export.hpp>
+#include <kiln/serialize/detail/keras_hub_files.hpp>
 #include <kiln/serialize/detail/model_io.hpp>
 #include <kiln/serialize/json.hpp>
 #include <kiln/serialize/keras.hpp>
@@ -81,7 +82,9 @@ Preset load_preset(const std::string& folder) {
       throw SerializationError(folder + ": its weights are sharded (model.weights.json), which kiln does not read yet");
     throw SerializationError(folder + ": the preset has no model.weights.h5");
   }
-  const Config config = read_json(root / "config.json");
+  const Config config = kiln::detail::guarded(weights.string(), [&] {
+    return kiln::detail::with_llama_tying(read_json(root / "config.json"), weights.string());
+  });
   std::shared_ptr<BackboneModel> backbone;
   {
     // Built as a file's model is: no initial draws, and no more memory than the weights file justifies.

@@ -24,6 +24,7 @@
 #include <kiln/serialize/detail/keras_config.hpp>
 #include <kiln/serialize/detail/keras_export.hpp>
 #include <kiln/serialize/detail/keras_file.hpp>
+#include <kiln/serialize/detail/keras_hub_files.hpp>
 #include <kiln/serialize/detail/model_io.hpp>
 #include <kiln/serialize/detail/zip_archive.hpp>
 #include <kiln/serialize/json.hpp>
@@ -294,23 +295,6 @@ void write_keras3_weights(const ModelBase& model, detail::Hdf5Builder& file, boo
 
 }
 
-// keras-hub's LlamaBackbone (and Llama3Backbone) takes tie_word_embeddings but leaves it out of its config, so the
-// file of a tied model (Llama 3.2's) says untied, and keras-hub cannot read it back. Its weights tell: a token
-// embedding saved without its reverse half is tied.
-Config with_llama_tying(Config keras, const hdf5::Object& root) {
-  const Config* registered = keras.find("registered_name");
-  const bool llama = registered != nullptr && registered->type() == Config::Type::string &&
-                     (registered->as_string() == "keras_hub>LlamaBackbone" ||
-                      registered->as_string() == "keras_hub>Llama3Backbone");
-  if (!llama || !keras.contains("config") || !keras.at("config").is_map() ||
-      keras.at("config").contains("tie_word_embeddings"))
-    return keras;
-  const std::optional<hdf5::Object> embedding = root.find_path("layers/reversible_embedding/vars");
-  if (!embedding || embedding->member_names().size() != 1) return keras;
-  keras.set("config", keras.at("config").with("tie_word_embeddings", true));
-  return keras;
-}
-
 std::shared_ptr<ModelBase> load_keras3(const detail::ZipReader& archive, const std::string& path, const LoadOptions& options) {
   const std::string config_text = archive.read("config.json", max_json_bytes);
   Config metadata;
@@ -332,7 +316,7 @@ std::shared_ptr<ModelBase> load_keras3(const detail::ZipReader& archive, const s
   Config keras = parse_json_object(config_text, path + ": config.json");
   if (detail::written_by_keras2(keras_version)) keras = detail::with_keras2_activations(keras);
   const hdf5::File weights(weights_source, path + ": model.weights.h5");
-  keras = detail::guarded(path + ": model.weights.h5", [&] { return with_llama_tying(keras, weights.root()); });
+  keras = detail::guarded(path + ": model.weights.h5", [&] { return detail::with_llama_tying(keras, weights.root()); });
   const Config config = detail::guarded(
       path, [&] { return detail::import_keras_model_config(keras, "config.json"); });
   std::shared_ptr<ModelBase> model = detail::guarded(

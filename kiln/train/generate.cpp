@@ -129,6 +129,9 @@ class StepRunner {
 std::vector<std::int64_t> generate(ModelBase& model, const std::vector<std::int64_t>& prompt,
                                    const GenerateOptions& options) {
   detail::check_generate_options(options);
+  if (options.sampler == "beam")
+    throw ConfigError("generate: the beam sampler is keras-hub CausalLM's (kiln::hub::CausalLM::generate), whose rows "
+                      "hold every beam; this generate draws one sequence");
   const std::vector<Shape> inputs = model.input_shapes(), outputs = model.model_output_shapes();
   if (inputs.size() != 1 || outputs.size() != 1 || inputs[0].rank() != 2 || inputs[0][1] == Shape::unknown ||
       outputs[0].rank() != 3 || outputs[0][1] != inputs[0][1] || outputs[0][2] == Shape::unknown)

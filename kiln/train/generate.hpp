@@ -24,12 +24,15 @@ namespace kiln {
 struct GenerateOptions {
   std::int64_t max_new_tokens = 32;  ///< tokens appended to the prompt
   /// "greedy" (the most likely), "random" (from softmax(logits / temperature)), "top_k" (from the k most
-  /// likely), "top_p" (from the most likely whose probabilities, in order, reach p before them).
+  /// likely), "top_p" (from the most likely whose probabilities, in order, reach p before them); "beam"
+  /// (the num_beams most likely sequences, the best returned) in keras-hub's CausalLM.generate.
   std::string sampler = "greedy";
   double temperature = 1.0;  ///< logits are divided by it before softmax; positive
   std::int64_t k = 5;        ///< top_k's candidates
   double p = 0.1;            ///< top_p's probability mass, in (0, 1]
   std::uint64_t seed = 0;    ///< the same seed draws the same tokens
+  /// "beam" (keras-hub's BeamSampler, in kiln::hub::CausalLM::generate only): the beams kept per row.
+  std::int64_t num_beams = 5;
   bool use_cache = true;     ///< decode a token at a time with key/value caches (see the file comment)
 };
 

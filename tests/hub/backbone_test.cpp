@@ -109,7 +109,7 @@ std::map<std::string, Array> weight_datasets(const std::string& path) {
 TEST_CASE("every keras-hub backbone loads from its .keras file and predicts keras-hub's outputs within 1e-5",
           "[hub][keras][fixtures]") {
   std::set<std::string> classes;
-  for (const std::string& folder : {"hub", "hub_variants"})
+  for (const std::string folder : {"hub", "hub_variants"})
     for (const std::string& path : keras_files(folder)) {
       const std::string name = fs::path(path).stem().string();
       INFO(folder << "/" << name);
@@ -127,7 +127,7 @@ TEST_CASE("every keras-hub backbone loads from its .keras file and predicts kera
 TEST_CASE("a keras-hub backbone is written back as keras-hub wrote it: its arguments and its weights' layout",
           "[hub][keras][write]") {
   kiln::testing::TempDir folder;
-  for (const std::string& source : {"hub", "hub_variants"})
+  for (const std::string source : {"hub", "hub_variants"})
     for (const std::string& path : keras_files(source)) {
       const std::string name = fs::path(path).stem().string();
       INFO(name);

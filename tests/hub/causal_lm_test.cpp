@@ -63,6 +63,28 @@ TEST_CASE("CausalLM.generate's greedy tokens are keras-hub's, with the cache and
   CHECK(checked == 9);  // GPT-2, Llama, Llama 3, Mistral, Qwen, Gemma and Gemma 2, windows included
 }
 
+TEST_CASE("CausalLM.generate's beam search keeps keras-hub's best beams", "[hub][generate]") {
+  const Config expected = kiln::parse_json(kiln::detail::read_whole_file(fixtures("hub_generations.json")));
+  std::size_t checked = 0;
+  for (const auto& [name, run] : expected.items()) {
+    INFO(name);
+    const Config& beam = run.at("beam");
+    kiln::hub::CausalLM lm = causal_lm(run.get_string("file"));
+    kiln::GenerateOptions options;
+    options.sampler = "beam";
+    options.num_beams = beam.at("num_beams").as_int();
+    const kiln::hub::Generated result = lm.generate(rows_of(beam.at("token_ids")), rows_of(beam.at("padding_mask")), options);
+    CHECK(result.token_ids.bitwise_equal(rows_of(beam.at("generated"))));
+    ++checked;
+  }
+  CHECK(checked == 9);
+  kiln::GenerateOptions one_beam;
+  one_beam.sampler = "beam";
+  one_beam.num_beams = 1;  // one beam is greedy
+  kiln::hub::CausalLM lm = causal_lm("hub/llama.keras");
+  CHECK(lm.generate({31, 38, 18}, 12, one_beam) == lm.generate({31, 38, 18}, 12));
+}
+
 TEST_CASE("CausalLM's logits are the backbone's output times its token embedding, tied or not", "[hub]") {
   for (const std::string file : {"hub/gpt2.keras", "hub/llama.keras", "hub_variants/gemma2.keras"}) {
     INFO(file);
@@ -198,6 +220,10 @@ TEST_CASE("bad generate calls are refused by name", "[hub][generate]") {
   CHECK_THROWS_WITH(lm.generate(ids, mask), Catch::Contains("left-aligned"));
   kiln::GenerateOptions unknown;
   unknown.sampler = "beam_search";
+  kiln::GenerateOptions no_beams;
+  no_beams.sampler = "beam";
+  no_beams.num_beams = 0;
+  CHECK_THROWS_AS(lm.generate({1, 2}, 4, no_beams), kiln::ValueError);
   CHECK_THROWS_AS(lm.generate({1, 2}, 4, unknown), kiln::ConfigError);
   CHECK_THROWS_AS(kiln::hub::CausalLM(kiln::hub::Backbone::of(kiln::load_keras_model(fixtures("hub/bert.keras")))),
                   kiln::ConfigError);

@@ -132,6 +132,25 @@ TEST_CASE("presets keras-hub saved load, predict keras-hub's outputs and generat
         std::vector<std::int64_t>{44, 57, 53, 31, 57, 27, 27, 27, 27, 27, 27, 27});
 }
 
+TEST_CASE("a tied Llama preset whose config.json leaves tie_word_embeddings out (as keras-hub writes it) loads tied",
+          "[hub][preset][keras]") {
+  kiln::testing::TempDir dir;
+  kiln::hub::Backbone tied = kiln::hub::Backbone::of(kiln::load_keras_model(fixtures("hub_variants/llama3_scaled.keras")));
+  const std::string folder = dir.file("llama3");
+  kiln::hub::save_preset(kiln::hub::make_preset(tied), folder);
+  Config config = json_file(folder + "/config.json");
+  CHECK(config.at("config").at("tie_word_embeddings").as_bool());  // kiln writes it
+  config.set("config", [&] {
+    Config arguments = config.at("config");
+    arguments.erase("tie_word_embeddings");
+    return arguments;
+  }());
+  std::ofstream(folder + "/config.json") << kiln::to_json(config, 4);
+  const kiln::hub::Preset loaded = kiln::hub::load_preset(folder);
+  CHECK(loaded.backbone->token_embedding()->weights().size() == 1);
+  CHECK(loaded.backbone.count_params() == tied.count_params());
+}
+
 TEST_CASE("bad preset folders are refused naming the file", "[hub][preset]") {
   kiln::testing::TempDir dir;
   CHECK_THROWS_AS(kiln::hub::load_preset(dir.file("missing")), kiln::SerializationError);

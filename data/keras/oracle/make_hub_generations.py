@@ -2,7 +2,7 @@
 """keras-hub's greedy generations from the decoder backbones of ../hub/ and ../hub_variants/: each backbone file
 wrapped in its family's CausalLM (no preprocessor), given two prompts of token ids (lengths 5 and 3, left-aligned in
 a row of 12, padding_mask marking them), generates with the greedy sampler and stop_token_ids=None up to the row's
-length. Writes ../hub_generations.json: {model: {"token_ids": [[...], [...]], "padding_mask": [[...], [...]],
+length; then with BeamSampler(num_beams=3) from two prompts of 4 tokens ("beam"). Writes ../hub_generations.json: {model: {"token_ids": [[...], [...]], "padding_mask": [[...], [...]],
 "generated": [[...], [...]]}}.
 
     shared/tools/keras-oracle/kpython make_hub_generations.py
@@ -37,6 +37,7 @@ def main():
             backbone.load_weights(path)
         task = getattr(keras_hub.models, TASKS[type(backbone).__name__])(backbone=backbone, preprocessor=None)
         task.compile(sampler="greedy")
+        greedy_task = task
         rng = np.random.default_rng(len(name))
         token_ids = np.zeros((2, 12), np.int32)
         mask = np.zeros((2, 12), bool)
@@ -46,6 +47,18 @@ def main():
         out = task.generate({"token_ids": token_ids, "padding_mask": mask}, stop_token_ids=None)
         results[name] = {"file": folder + "/" + name + ".keras", "token_ids": token_ids.tolist(),
                          "padding_mask": mask.astype(int).tolist(), "generated": np.asarray(out["token_ids"]).tolist()}
+        # Beam search with 3 beams, on prompts of one length (keras-hub's beams keep adding log-probabilities
+        # at prompt positions of longer rows, which only equal lengths avoid).
+        task.compile(sampler=keras_hub.samplers.BeamSampler(num_beams=3))
+        beam_ids = token_ids.copy()
+        beam_mask = np.zeros((2, 12), bool)
+        beam_mask[:, :4] = True
+        beam_ids[1, 3] = 7
+        beam_ids[:, 4:] = 0
+        beams = task.generate({"token_ids": beam_ids, "padding_mask": beam_mask}, stop_token_ids=None)
+        results[name]["beam"] = {"num_beams": 3, "token_ids": beam_ids.tolist(),
+                                 "padding_mask": beam_mask.astype(int).tolist(),
+                                 "generated": np.asarray(beams["token_ids"]).tolist()}
         print(name, results[name]["generated"], flush=True)
     json.dump(results, open(os.path.join(HERE, "..", "hub_generations.json"), "w"), indent=1)
 

@@ -61,9 +61,12 @@ void TokenSampler::softmax(const std::vector<double>& logits) {
 }
 
 void check_generate_options(const GenerateOptions& options) {
-  const std::set<std::string> samplers = {"greedy", "random", "top_k", "top_p"};
+  const std::set<std::string> samplers = {"greedy", "random", "top_k", "top_p", "beam"};
   if (samplers.count(options.sampler) == 0)
-    throw ConfigError("generate: unknown sampler '" + options.sampler + "'; kiln has greedy, random, top_k and top_p");
+    throw ConfigError("generate: unknown sampler '" + options.sampler +
+                      "'; kiln has greedy, random, top_k, top_p and (for keras-hub's CausalLM) beam");
+  if (options.sampler == "beam" && options.num_beams < 1)
+    throw ValueError("generate: beam needs num_beams >= 1, got " + std::to_string(options.num_beams));
   if (options.max_new_tokens < 0)
     throw ValueError("generate: max_new_tokens must not be negative, got " + std::to_string(options.max_new_tokens));
   if (!(options.temperature > 0))
