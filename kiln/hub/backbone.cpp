@@ -74,12 +74,7 @@ void BackboneModel::finish(const std::vector<Tensor>& inputs, const std::vector<
 }
 
 Backbone::Backbone(const std::string& class_name, const Config& arguments)
-    : TrainableModel([&] {
-        const LayerPtr layer = create_layer("keras_hub>" + class_name, arguments);
-        auto backbone = std::dynamic_pointer_cast<BackboneModel>(layer);
-        if (!backbone) throw ConfigError("'" + class_name + "' is not a keras-hub backbone");
-        return backbone;
-      }()) {}
+    : TrainableModel(backbone_from_config({{"class_name", class_name}, {"config", arguments}})) {}
 
 Backbone Backbone::of(const Model& model) {
   auto backbone = std::dynamic_pointer_cast<BackboneModel>(model.ptr());

@@ -118,7 +118,7 @@ class WindowRunner {
     program_->feed(mask_, ones_);
     program_->feed(ids_, tokens);
     program_->run();
-    const Array logits = program_->fetch(logits_);
+    const Array& logits = program_->view(logits_);
     const std::int64_t length = logits.shape()[1], vocabulary = logits.shape()[2];
     for (std::size_t r = 0; r < rows.size(); ++r) {
       rows[r].resize(static_cast<std::size_t>(vocabulary));

@@ -24,13 +24,46 @@ Config reversible_embedding(std::int64_t vocabulary, std::int64_t hidden, bool t
           {"embeddings_initializer", initializer}};
 }
 
-class LlamaBackboneModel : public BackboneModel {
+// What Llama, Mistral and Qwen share: a token embedding (tied or not), num_layers of the family's decoder block,
+// each given the padding mask, the arguments every family passes and the family's own (`family`), and the
+// family's RMS norm on the sequence output.
+class GatedDecoderBackboneModel : public BackboneModel {
+ protected:
+  using BackboneModel::BackboneModel;
+
+  template <class Block, class Norm>
+  void make(bool tied, const Config& family) {
+    const Tensor token_ids = token_input("token_ids"), padding_mask = token_input("padding_mask");
+    token_embedding_ = create_layer("kiln>ReversibleEmbedding", reversible_embedding(integer("vocabulary_size"),
+                                                                                     integer("hidden_dim"), tied,
+                                                                                     random_normal(0.01)));
+    Tensor x = (*token_embedding_)(token_ids);
+    Config common = {{"intermediate_dim", integer("intermediate_dim")},
+                     {"num_query_heads", integer("num_query_heads")},
+                     {"num_key_value_heads", integer("num_key_value_heads")},
+                     {"rope_max_wavelength", number("rope_max_wavelength")},
+                     {"layer_norm_epsilon", number("layer_norm_epsilon")},
+                     {"activation", "silu"},
+                     {"kernel_initializer", random_normal(0.02)},
+                     {"dropout", number("dropout")}};
+    for (const auto& [key, value] : family.items()) common.set(key, value);
+    for (std::int64_t i = 0; i < integer("num_layers"); ++i) {
+      const auto block = std::make_shared<Block>(common.with("name", "transformer_layer_" + std::to_string(i)));
+      x = (*block)(x, CallArgs().tensor("decoder_padding_mask", padding_mask));
+    }
+    const Tensor output = (*std::make_shared<Norm>(
+        Config{{"name", "sequence_output_layernorm"}, {"epsilon", number("layer_norm_epsilon")}}))(x);
+    finish({padding_mask, token_ids}, {output});
+  }
+};
+
+class LlamaBackboneModel : public GatedDecoderBackboneModel {
  public:
   explicit LlamaBackboneModel(const Config& config) : LlamaBackboneModel(config, "LlamaBackbone", "llama.llama_backbone") {}
 
  protected:
   LlamaBackboneModel(const Config& config, const std::string& class_name, const std::string& module)
-      : BackboneModel(config, class_name, "keras_hub.src.models." + module,
+      : GatedDecoderBackboneModel(config, class_name, "keras_hub.src.models." + module,
                       {{"vocabulary_size", {}},
                        {"num_layers", {}},
                        {"num_query_heads", {}},
@@ -50,32 +83,12 @@ class LlamaBackboneModel : public BackboneModel {
     // cannot read its own tied files back; kiln writes it when true (keras-hub reads that), and reads a tied
     // file's weights as tied (serialize/keras.cpp).
     tied_ = flag("tie_word_embeddings");
-    const std::int64_t hidden = integer("hidden_dim");
-    const Tensor token_ids = token_input("token_ids"), padding_mask = token_input("padding_mask");
-    token_embedding_ = create_layer("kiln>ReversibleEmbedding",
-                                    reversible_embedding(integer("vocabulary_size"), hidden, tied_, random_normal(0.01)));
-    Tensor x = (*token_embedding_)(token_ids);
-    for (std::int64_t i = 0; i < integer("num_layers"); ++i) {
-      const auto block = std::make_shared<LlamaTransformerDecoderLayer>(
-          Config{{"name", "transformer_layer_" + std::to_string(i)},
-                 {"intermediate_dim", integer("intermediate_dim")},
-                 {"num_query_heads", integer("num_query_heads")},
-                 {"num_key_value_heads", integer("num_key_value_heads")},
-                 {"rope_max_wavelength", number("rope_max_wavelength")},
-                 {"rope_position_scaling_factor", number("rope_position_scaling_factor")},
-                 {"rope_frequency_adjustment_factor", arguments().at("rope_frequency_adjustment_factor")},
-                 {"rope_low_freq_factor", arguments().at("rope_low_freq_factor")},
-                 {"rope_high_freq_factor", arguments().at("rope_high_freq_factor")},
-                 {"rope_pretraining_sequence_length", arguments().at("rope_pretraining_sequence_length")},
-                 {"layer_norm_epsilon", number("layer_norm_epsilon")},
-                 {"activation", "silu"},
-                 {"kernel_initializer", random_normal(0.02)},
-                 {"dropout", number("dropout")}});
-      x = (*block)(x, CallArgs().tensor("decoder_padding_mask", padding_mask));
-    }
-    const Tensor output = (*std::make_shared<LlamaLayerNormLayer>(
-        Config{{"name", "sequence_output_layernorm"}, {"epsilon", number("layer_norm_epsilon")}}))(x);
-    finish({padding_mask, token_ids}, {output});
+    make<LlamaTransformerDecoderLayer, LlamaLayerNormLayer>(
+        tied_, {{"rope_position_scaling_factor", number("rope_position_scaling_factor")},
+                {"rope_frequency_adjustment_factor", arguments().at("rope_frequency_adjustment_factor")},
+                {"rope_low_freq_factor", arguments().at("rope_low_freq_factor")},
+                {"rope_high_freq_factor", arguments().at("rope_high_freq_factor")},
+                {"rope_pretraining_sequence_length", arguments().at("rope_pretraining_sequence_length")}});
   }
 
  public:
@@ -95,10 +108,10 @@ class Llama3BackboneModel final : public LlamaBackboneModel {
       : LlamaBackboneModel(config, "Llama3Backbone", "llama3.llama3_backbone") {}
 };
 
-class MistralBackboneModel final : public BackboneModel {
+class MistralBackboneModel final : public GatedDecoderBackboneModel {
  public:
   explicit MistralBackboneModel(const Config& config)
-      : BackboneModel(config, "MistralBackbone", "keras_hub.src.models.mistral.mistral_backbone",
+      : GatedDecoderBackboneModel(config, "MistralBackbone", "keras_hub.src.models.mistral.mistral_backbone",
                       {{"vocabulary_size", {}},
                        {"num_layers", {}},
                        {"num_query_heads", {}},
@@ -111,37 +124,17 @@ class MistralBackboneModel final : public BackboneModel {
                        {"head_dim", Config()},
                        {"layer_norm_epsilon", Config(1e-6)},
                        {"dropout", Config(std::int64_t{0})}}) {
-    const std::int64_t hidden = integer("hidden_dim");
-    const Tensor token_ids = token_input("token_ids"), padding_mask = token_input("padding_mask");
-    token_embedding_ = create_layer("kiln>ReversibleEmbedding",
-                                    reversible_embedding(integer("vocabulary_size"), hidden, false, random_normal(0.01)));
-    Tensor x = (*token_embedding_)(token_ids);
-    for (std::int64_t i = 0; i < integer("num_layers"); ++i) {
-      const auto block = std::make_shared<MistralTransformerDecoderLayer>(
-          Config{{"name", "transformer_layer_" + std::to_string(i)},
-                 {"intermediate_dim", integer("intermediate_dim")},
-                 {"num_query_heads", integer("num_query_heads")},
-                 {"num_key_value_heads", integer("num_key_value_heads")},
-                 {"rope_max_wavelength", number("rope_max_wavelength")},
-                 {"rope_scaling_factor", number("rope_scaling_factor")},
-                 {"layer_norm_epsilon", number("layer_norm_epsilon")},
-                 {"activation", "silu"},
-                 {"kernel_initializer", random_normal(0.02)},
-                 {"sliding_window", arguments().at("sliding_window")},
-                 {"head_dim", arguments().at("head_dim")},
-                 {"dropout", number("dropout")}});
-      x = (*block)(x, CallArgs().tensor("decoder_padding_mask", padding_mask));
-    }
-    const Tensor output = (*std::make_shared<MistralLayerNormalizationLayer>(
-        Config{{"name", "sequence_output_layernorm"}, {"epsilon", number("layer_norm_epsilon")}}))(x);
-    finish({padding_mask, token_ids}, {output});
+    make<MistralTransformerDecoderLayer, MistralLayerNormalizationLayer>(
+        false, {{"rope_scaling_factor", number("rope_scaling_factor")},
+                {"sliding_window", arguments().at("sliding_window")},
+                {"head_dim", arguments().at("head_dim")}});
   }
 };
 
-class QwenBackboneModel final : public BackboneModel {
+class QwenBackboneModel final : public GatedDecoderBackboneModel {
  public:
   explicit QwenBackboneModel(const Config& config)
-      : BackboneModel(config, "QwenBackbone", "keras_hub.src.models.qwen.qwen_backbone",
+      : GatedDecoderBackboneModel(config, "QwenBackbone", "keras_hub.src.models.qwen.qwen_backbone",
                       {{"vocabulary_size", {}},
                        {"num_layers", {}},
                        {"num_query_heads", {}},
@@ -155,31 +148,11 @@ class QwenBackboneModel final : public BackboneModel {
                        {"tie_word_embeddings", Config(true)},
                        {"use_sliding_window_attention", Config(false)},
                        {"sliding_window_size", Config(std::int64_t{32768})}}) {
-    const std::int64_t hidden = integer("hidden_dim");
-    const Tensor token_ids = token_input("token_ids"), padding_mask = token_input("padding_mask");
-    token_embedding_ = create_layer("kiln>ReversibleEmbedding",
-                                    reversible_embedding(integer("vocabulary_size"), hidden,
-                                                         flag("tie_word_embeddings"), random_normal(0.01)));
-    Tensor x = (*token_embedding_)(token_ids);
-    for (std::int64_t i = 0; i < integer("num_layers"); ++i) {
-      const auto block = std::make_shared<QwenTransformerDecoderLayer>(
-          Config{{"name", "transformer_layer_" + std::to_string(i)},
-                 {"intermediate_dim", integer("intermediate_dim")},
-                 {"num_query_heads", integer("num_query_heads")},
-                 {"num_key_value_heads", integer("num_key_value_heads")},
-                 {"rope_max_wavelength", number("rope_max_wavelength")},
-                 {"rope_scaling_factor", number("rope_scaling_factor")},
-                 {"layer_norm_epsilon", number("layer_norm_epsilon")},
-                 {"activation", "silu"},
-                 {"kernel_initializer", random_normal(0.02)},
-                 {"dropout", number("dropout")},
-                 {"use_sliding_window_attention", flag("use_sliding_window_attention")},
-                 {"sliding_window_size", integer("sliding_window_size")}});
-      x = (*block)(x, CallArgs().tensor("decoder_padding_mask", padding_mask));
-    }
-    const Tensor output = (*std::make_shared<QwenLayerNormLayer>(
-        Config{{"name", "sequence_output_layernorm"}, {"epsilon", number("layer_norm_epsilon")}}))(x);
-    finish({padding_mask, token_ids}, {output});
+    make<QwenTransformerDecoderLayer, QwenLayerNormLayer>(
+        flag("tie_word_embeddings"),
+        {{"rope_scaling_factor", number("rope_scaling_factor")},
+         {"use_sliding_window_attention", flag("use_sliding_window_attention")},
+         {"sliding_window_size", integer("sliding_window_size")}});
   }
 };
 
