@@ -18,6 +18,9 @@
 #include <kiln/hub/causal_lm.hpp>
 #include <kiln/hub/preset.hpp>
 #include <kiln/hub/tokenizers/byte_pair_tokenizer.hpp>
+#include <kiln/hub/tokenizers/sentence_piece_tokenizer.hpp>
+#include <kiln/hub/tokenizers/tokenizer.hpp>
+#include <kiln/hub/tokenizers/word_piece_tokenizer.hpp>
 #include <kiln/layers/activations/activation.hpp>
 #include <kiln/layers/applications/application_layers.hpp>
 #include <kiln/layers/attention/attention.hpp>

@@ -6,7 +6,7 @@ source "$(dirname "$0")/apt-install.sh"
 
 apt_install install-deps \
   libxtensor-dev libxtensor-blas-dev libxsimd-dev libopenblas-dev \
-  catch2 libcereal-dev rapidjson-dev zlib1g-dev libzip-dev libhdf5-dev libcli11-dev libpcre2-dev pkg-config cmake g++ make \
+  catch2 libcereal-dev rapidjson-dev zlib1g-dev libzip-dev libhdf5-dev libcli11-dev libpcre2-dev libutf8proc-dev libsentencepiece-dev pkg-config cmake g++ make \
   ccache
 # libxsmm (JIT kernels for small products) exists in Debian for amd64 only; elsewhere kiln runs them on OpenBLAS.
 if [ "$(dpkg --print-architecture)" = amd64 ]; then

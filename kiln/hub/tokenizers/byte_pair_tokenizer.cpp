@@ -302,7 +302,7 @@ std::int64_t BytePairTokenizer::token_to_id(const std::string& token) const {
   return id->second;
 }
 
-const std::string& BytePairTokenizer::id_to_token(std::int64_t id) const {
+std::string BytePairTokenizer::id_to_token(std::int64_t id) const {
   const auto token = tables_->tokens.find(id);
   if (token == tables_->tokens.end())
     throw ValueError("BytePairTokenizer: id " + std::to_string(id) + " is not in the vocabulary");

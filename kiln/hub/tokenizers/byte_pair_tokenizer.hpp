@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include <kiln/hub/tokenizers/tokenizer.hpp>
+
 namespace kiln::hub {
 
 /// How a BytePairTokenizer splits and what it keeps whole.
@@ -34,7 +36,7 @@ struct BytePairOptions {
 };
 
 /// A byte-level BPE tokenizer. Copies share the (immutable) tables; every method may run on any thread.
-class BytePairTokenizer {
+class BytePairTokenizer : public Tokenizer {
  public:
   /// From a vocabulary (token -> id, ids distinct and non-negative) and merge rules (pairs of vocabulary tokens,
   /// most important first). ValueError naming the first rule or token that does not fit.
@@ -49,10 +51,10 @@ class BytePairTokenizer {
                                      const BytePairOptions& options = {}, const std::string& where = "");
 
   /// Token ids of `text` (UTF-8). ValueError naming the byte offset of invalid UTF-8.
-  std::vector<std::int64_t> tokenize(std::string_view text) const;
+  std::vector<std::int64_t> tokenize(std::string_view text) const override;
   /// The text of `ids`: their tokens' bytes (a cut inside a character leaves its bytes as they are). ValueError
   /// for an id outside the vocabulary.
-  std::string detokenize(const std::vector<std::int64_t>& ids) const;
+  std::string detokenize(const std::vector<std::int64_t>& ids) const override;
   /// The pieces the pattern splits `text` into, before any merge (for inspection and tests).
   std::vector<std::string> split(std::string_view text) const;
 
@@ -61,13 +63,13 @@ class BytePairTokenizer {
   const std::vector<std::pair<std::string, std::string>>& merges() const;
   const BytePairOptions& options() const;
   /// keras-hub's vocabulary.json and merges.txt of this tokenizer, into `folder` (written atomically each).
-  void save_assets(const std::string& folder) const;
+  void save_assets(const std::string& folder) const override;
 
-  std::int64_t vocabulary_size() const;
+  std::int64_t vocabulary_size() const override;
   /// ValueError for a token that is not in the vocabulary.
-  std::int64_t token_to_id(const std::string& token) const;
+  std::int64_t token_to_id(const std::string& token) const override;
   /// ValueError for an id that is not in the vocabulary.
-  const std::string& id_to_token(std::int64_t id) const;
+  std::string id_to_token(std::int64_t id) const override;
 
  private:
   struct Tables;
