@@ -17,6 +17,7 @@
 #include <kiln/hub/backbone.hpp>
 #include <kiln/hub/causal_lm.hpp>
 #include <kiln/hub/preset.hpp>
+#include <kiln/hub/text_classifier.hpp>
 #include <kiln/hub/tokenizers/byte_pair_tokenizer.hpp>
 #include <kiln/hub/tokenizers/sentence_piece_tokenizer.hpp>
 #include <kiln/hub/tokenizers/tokenizer.hpp>

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -66,7 +67,8 @@ int main(int argc, char** argv) {
                                                 {"max_sequence_length", s.context},
                                                 {"dropout", 0.0}});
       gpt2.initialize_weights(1);
-      kiln::hub::Preset made = kiln::hub::make_preset(gpt2, kiln::hub::CausalLM(gpt2), tokenizer);
+      kiln::hub::Preset made = kiln::hub::make_preset(gpt2, kiln::hub::CausalLM(gpt2),
+                                                      std::make_shared<kiln::hub::BytePairTokenizer>(tokenizer));
       made.sequence_length = s.context;
       kiln::hub::save_preset(made, folder);
       std::cout << "made a preset of a random GPT-2 (" << gpt2.count_params() << " parameters) with GPT-2's tokenizer in "

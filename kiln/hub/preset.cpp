@@ -1,5 +1,6 @@
 #include <kiln/hub/preset.hpp>
 
+#include <algorithm>
 #include <ctime>
 #include <filesystem>
 #include <map>
@@ -20,27 +21,143 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// keras-hub's byte-level BPE tokenizer classes: module, pre-tokenizing pattern, special tokens.
+// keras-hub's tokenizer classes: module, kind, pre-tokenizing pattern (BPE), special tokens.
+enum class TokenizerKind { byte_pair, word_piece, sentence_piece };
+
 struct TokenizerClass {
   std::string module;
+  TokenizerKind kind;
   std::string pattern;
   std::string start, end;                // "" when the class has none
-  std::vector<std::string> specials;     // every special token, kept whole
+  std::vector<std::string> specials;     // every special token (kept whole by the BPE tokenizers)
 };
 
 const std::map<std::string, TokenizerClass>& tokenizer_classes() {
+  using K = TokenizerKind;
+  static const std::vector<std::string> bert = {"[CLS]", "[SEP]", "[PAD]", "[MASK]"};
   static const std::map<std::string, TokenizerClass> classes = {
       {"GPT2Tokenizer",
-       {"keras_hub.src.models.gpt2.gpt2_tokenizer", "gpt2", "<|endoftext|>", "<|endoftext|>", {"<|endoftext|>"}}},
+       {"keras_hub.src.models.gpt2.gpt2_tokenizer", K::byte_pair, "gpt2", "<|endoftext|>", "<|endoftext|>", {"<|endoftext|>"}}},
       {"RobertaTokenizer",
-       {"keras_hub.src.models.roberta.roberta_tokenizer", "gpt2", "<s>", "</s>", {"<s>", "</s>", "<pad>", "<mask>"}}},
+       {"keras_hub.src.models.roberta.roberta_tokenizer", K::byte_pair, "gpt2", "<s>", "</s>", {"<s>", "</s>", "<pad>", "<mask>"}}},
       {"Llama3Tokenizer",
-       {"keras_hub.src.models.llama3.llama3_tokenizer", "llama3", "<|begin_of_text|>", "<|end_of_text|>",
+       {"keras_hub.src.models.llama3.llama3_tokenizer", K::byte_pair, "llama3", "<|begin_of_text|>", "<|end_of_text|>",
         {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}}},
-      {"QwenTokenizer", {"keras_hub.src.models.qwen.qwen_tokenizer", "llama3", "", "<|endoftext|>", {"<|endoftext|>"}}},
-      {"BytePairTokenizer", {"keras_hub.src.tokenizers.byte_pair_tokenizer", "gpt2", "", "", {}}},
+      {"QwenTokenizer", {"keras_hub.src.models.qwen.qwen_tokenizer", K::byte_pair, "llama3", "", "<|endoftext|>", {"<|endoftext|>"}}},
+      {"BytePairTokenizer", {"keras_hub.src.tokenizers.byte_pair_tokenizer", K::byte_pair, "gpt2", "", "", {}}},
+      {"BertTokenizer", {"keras_hub.src.models.bert.bert_tokenizer", K::word_piece, "", "[CLS]", "[SEP]", bert}},
+      {"DistilBertTokenizer",
+       {"keras_hub.src.models.distil_bert.distil_bert_tokenizer", K::word_piece, "", "[CLS]", "[SEP]", bert}},
+      {"WordPieceTokenizer", {"keras_hub.src.tokenizers.word_piece_tokenizer", K::word_piece, "", "", "", {}}},
+      {"LlamaTokenizer", {"keras_hub.src.models.llama.llama_tokenizer", K::sentence_piece, "", "<s>", "</s>", {"<s>", "</s>"}}},
+      {"MistralTokenizer",
+       {"keras_hub.src.models.mistral.mistral_tokenizer", K::sentence_piece, "", "<s>", "</s>", {"<s>", "</s>"}}},
+      {"GemmaTokenizer",
+       {"keras_hub.src.models.gemma.gemma_tokenizer", K::sentence_piece, "", "<bos>", "<eos>", {"<bos>", "<eos>", "<pad>"}}},
+      {"SentencePieceTokenizer", {"keras_hub.src.tokenizers.sentence_piece_tokenizer", K::sentence_piece, "", "", "", {}}},
   };
   return classes;
+}
+
+std::string known_tokenizer_classes() {
+  std::string names;
+  for (const auto& [name, known] : tokenizer_classes()) names += (names.empty() ? "" : ", ") + name;
+  return names;
+}
+
+// The kind of a tokenizer object, and keras-hub's class for it when none is named.
+TokenizerKind kind_of(const Tokenizer& tokenizer) {
+  if (dynamic_cast<const WordPieceTokenizer*>(&tokenizer)) return TokenizerKind::word_piece;
+  if (dynamic_cast<const SentencePieceTokenizer*>(&tokenizer)) return TokenizerKind::sentence_piece;
+  return TokenizerKind::byte_pair;
+}
+
+Config list_of(const std::vector<std::string>& values) {
+  Config list = Config::list();
+  for (const std::string& value : values) list.push_back(Config(value));
+  return list;
+}
+
+std::vector<std::string> strings_of(const Config& arguments, const char* key, std::vector<std::string> fallback) {
+  const Config* values = arguments.find(key);
+  if (values == nullptr || !values->is_list()) return fallback;
+  std::vector<std::string> result;
+  for (const Config& value : values->as_list()) result.push_back(value.as_string(key));
+  return result;
+}
+
+// The tokenizer tokenizer.json names, with its assets from `assets`.
+std::shared_ptr<const Tokenizer> read_tokenizer(const TokenizerClass& known, const Config& arguments, const fs::path& assets) {
+  switch (known.kind) {
+    case TokenizerKind::byte_pair: {
+      BytePairOptions options;
+      options.split_pattern = known.pattern;
+      options.add_prefix_space = arguments.get_bool("add_prefix_space", false);
+      options.unsplittable_tokens = strings_of(arguments, "unsplittable_tokens", known.specials);
+      return std::make_shared<BytePairTokenizer>(BytePairTokenizer::from_files(
+          (assets / "vocabulary.json").string(), (assets / "merges.txt").string(), options));
+    }
+    case TokenizerKind::word_piece: {
+      WordPieceOptions options;
+      options.lowercase = arguments.get_bool("lowercase", false);
+      options.strip_accents = arguments.get_bool("strip_accents", false);
+      options.split = arguments.get_bool("split", true);
+      options.split_on_cjk = arguments.get_bool("split_on_cjk", true);
+      options.suffix_indicator = arguments.get_string("suffix_indicator", "##");
+      options.oov_token = arguments.get_string("oov_token", "[UNK]");
+      options.special_tokens_in_strings = arguments.get_bool("special_tokens_in_strings", false);
+      // keras-hub's pattern: the class's special tokens, then the ones passed as special_tokens.
+      options.special_tokens = known.specials;
+      for (const std::string& token : strings_of(arguments, "special_tokens", {})) options.special_tokens.push_back(token);
+      return std::make_shared<WordPieceTokenizer>(WordPieceTokenizer::from_file((assets / "vocabulary.txt").string(), options));
+    }
+    case TokenizerKind::sentence_piece: {
+      SentencePieceOptions options;
+      options.add_bos = arguments.get_bool("add_bos", false);
+      options.add_eos = arguments.get_bool("add_eos", false);
+      return std::make_shared<SentencePieceTokenizer>(
+          SentencePieceTokenizer::from_file((assets / "vocabulary.spm").string(), options));
+    }
+  }
+  throw ConfigError("unknown tokenizer kind");
+}
+
+// tokenizer.json's "config" for `tokenizer` as keras-hub's get_config writes it.
+Config tokenizer_arguments(const Tokenizer& tokenizer, const std::string& tokenizer_class) {
+  Config arguments = {
+      {"name", kiln::to_snake_case(tokenizer_class)},
+      {"trainable", true},
+      {"dtype", {{"module", "keras"}, {"class_name", "DTypePolicy"}, {"config", {{"name", "int32"}}}, {"registered_name", Config()}}},
+      {"config_file", "tokenizer.json"}};
+  if (const auto* bpe = dynamic_cast<const BytePairTokenizer*>(&tokenizer)) {
+    arguments.set("vocabulary", Config());
+    arguments.set("merges", Config());
+    arguments.set("sequence_length", Config());
+    arguments.set("add_prefix_space", bpe->options().add_prefix_space);
+    arguments.set("unsplittable_tokens", list_of(bpe->options().unsplittable_tokens));
+  } else if (const auto* word_piece = dynamic_cast<const WordPieceTokenizer*>(&tokenizer)) {
+    const WordPieceOptions& options = word_piece->options();
+    const std::vector<std::string>& specials = tokenizer_classes().at(tokenizer_class).specials;
+    // special_tokens holds what was passed beyond the class's own.
+    std::vector<std::string> passed = options.special_tokens;
+    if (passed.size() >= specials.size() && std::equal(specials.begin(), specials.end(), passed.begin()))
+      passed.erase(passed.begin(), passed.begin() + static_cast<std::ptrdiff_t>(specials.size()));
+    arguments.set("vocabulary", Config());
+    arguments.set("sequence_length", Config());
+    arguments.set("lowercase", options.lowercase);
+    arguments.set("strip_accents", options.strip_accents);
+    arguments.set("split", options.split);
+    arguments.set("suffix_indicator", options.suffix_indicator);
+    arguments.set("oov_token", options.oov_token);
+    arguments.set("special_tokens", passed.empty() ? Config() : list_of(passed));
+    arguments.set("special_tokens_in_strings", options.special_tokens_in_strings);
+  } else if (const auto* sentence_piece = dynamic_cast<const SentencePieceTokenizer*>(&tokenizer)) {
+    arguments.set("proto", Config());
+    arguments.set("sequence_length", Config());
+    arguments.set("add_bos", sentence_piece->options().add_bos);
+    arguments.set("add_eos", sentence_piece->options().add_eos);
+  }
+  return arguments;
 }
 
 Config read_json(const fs::path& path) {
@@ -65,7 +182,7 @@ Config without_build_and_compile(const Config& config) {
   return result;
 }
 
-std::optional<std::int64_t> special_id(const BytePairTokenizer& tokenizer, const std::string& token) {
+std::optional<std::int64_t> special_id(const Tokenizer& tokenizer, const std::string& token) {
   if (token.empty()) return std::nullopt;
   return tokenizer.token_to_id(token);
 }
@@ -102,8 +219,31 @@ Preset load_preset(const std::string& folder) {
       if (preset.causal_lm.value()->class_name() != task_class)
         throw SerializationError(folder + ": task.json's " + task_class + " does not fit config.json's " +
                                  backbone->class_name());
+    } else if (task_class.size() > 14 && task_class.compare(task_class.size() - 14, 14, "TextClassifier") == 0) {
+      const Config arguments = task.contains("config") ? task.at("config") : Config::map();
+      TextClassifierOptions options;
+      const Config* activation = arguments.find("activation");
+      if (activation != nullptr && activation->type() == Config::Type::string) options.activation = activation->as_string();
+      if (const Config* dropout = arguments.find("dropout"); dropout != nullptr && !dropout->is_null())
+        options.dropout = dropout->as_double("task.json: dropout");
+      if (const Config* hidden = arguments.find("hidden_dim"); hidden != nullptr && !hidden->is_null())
+        options.hidden_dim = hidden->as_int("task.json: hidden_dim");
+      const std::int64_t num_classes = kiln::detail::guarded((root / "task.json").string(), [&] {
+        return arguments.at("num_classes").as_int("num_classes");
+      });
+      preset.text_classifier = kiln::detail::guarded((root / "task.json").string(), [&] {
+        return TextClassifier(preset.backbone, num_classes, options);
+      });
+      if (preset.text_classifier.value()->class_name() != task_class)
+        throw SerializationError(folder + ": task.json's " + task_class + " does not fit config.json's " +
+                                 backbone->class_name());
+      if (fs::exists(root / "task.weights.h5"))
+        load_keras_weights(*preset.text_classifier->ptr(), (root / "task.weights.h5").string(), {backbone.get()});
+      else
+        warn(folder + ": no task.weights.h5: the " + task_class + "'s head starts fresh, as keras-hub's does");
     } else {
-      warn(folder + ": task.json's " + task_class + " is not read (kiln reads keras-hub's CausalLMs); the backbone is");
+      warn(folder + ": task.json's " + task_class +
+           " is not read (kiln reads keras-hub's CausalLMs and TextClassifiers); the backbone is");
     }
   }
   if (fs::exists(root / "tokenizer.json")) {
@@ -111,20 +251,10 @@ Preset load_preset(const std::string& folder) {
     const std::string tokenizer_class = preset.tokenizer_config.get_string("class_name", "");
     const auto known = tokenizer_classes().find(tokenizer_class);
     if (known == tokenizer_classes().end()) {
-      warn(folder + ": tokenizer.json's " + tokenizer_class +
-           " is not read (kiln reads keras-hub's byte-level BPE tokenizers)");
+      warn(folder + ": tokenizer.json's " + tokenizer_class + " is not read (kiln reads " + known_tokenizer_classes() + ")");
     } else {
       const Config arguments = preset.tokenizer_config.contains("config") ? preset.tokenizer_config.at("config") : Config::map();
-      BytePairOptions options;
-      options.split_pattern = known->second.pattern;
-      options.add_prefix_space = arguments.get_bool("add_prefix_space", false);
-      if (const Config* tokens = arguments.find("unsplittable_tokens"); tokens != nullptr && tokens->is_list())
-        for (const Config& token : tokens->as_list()) options.unsplittable_tokens.push_back(token.as_string());
-      else
-        options.unsplittable_tokens = known->second.specials;
-      const fs::path assets = root / "assets" / "tokenizer";
-      preset.tokenizer = BytePairTokenizer::from_files((assets / "vocabulary.json").string(),
-                                                       (assets / "merges.txt").string(), options);
+      preset.tokenizer = read_tokenizer(known->second, arguments, root / "assets" / "tokenizer");
       preset.start_token_id = special_id(*preset.tokenizer, known->second.start);
       preset.end_token_id = special_id(*preset.tokenizer, known->second.end);
     }
@@ -161,35 +291,43 @@ std::string Preset::generate(const std::string& prompt, std::int64_t max_length,
 }
 
 Preset make_preset(const Backbone& backbone, const std::optional<CausalLM>& causal_lm,
-                   const std::optional<BytePairTokenizer>& tokenizer, const std::string& tokenizer_class) {
+                   std::shared_ptr<const Tokenizer> tokenizer, std::string tokenizer_class) {
   Preset preset(backbone);
   preset.causal_lm = causal_lm;
   if (tokenizer) {
+    if (tokenizer_class.empty()) {
+      switch (kind_of(*tokenizer)) {
+        case TokenizerKind::byte_pair: tokenizer_class = "GPT2Tokenizer"; break;
+        case TokenizerKind::word_piece: tokenizer_class = "BertTokenizer"; break;
+        case TokenizerKind::sentence_piece: tokenizer_class = "LlamaTokenizer"; break;
+      }
+    }
     const auto known = tokenizer_classes().find(tokenizer_class);
     if (known == tokenizer_classes().end())
-      throw ConfigError("make_preset: unknown tokenizer class '" + tokenizer_class +
-                        "'; kiln writes GPT2Tokenizer, RobertaTokenizer, Llama3Tokenizer, QwenTokenizer, BytePairTokenizer");
+      throw ConfigError("make_preset: unknown tokenizer class '" + tokenizer_class + "'; kiln writes " +
+                        known_tokenizer_classes());
+    if (known->second.kind != kind_of(*tokenizer))
+      throw ConfigError("make_preset: " + tokenizer_class + " is not the kind of tokenizer given (a " +
+                        (kind_of(*tokenizer) == TokenizerKind::byte_pair    ? "BytePairTokenizer"
+                         : kind_of(*tokenizer) == TokenizerKind::word_piece ? "WordPieceTokenizer"
+                                                                            : "SentencePieceTokenizer") +
+                        ")");
     preset.tokenizer = tokenizer;
     preset.start_token_id = special_id(*tokenizer, known->second.start);
     preset.end_token_id = special_id(*tokenizer, known->second.end);
-    Config unsplittable = Config::list();
-    for (const std::string& token : tokenizer->options().unsplittable_tokens) unsplittable.push_back(Config(token));
-    preset.tokenizer_config = {
-        {"module", known->second.module},
-        {"class_name", tokenizer_class},
-        {"config",
-         {{"name", kiln::to_snake_case(tokenizer_class)},
-          {"trainable", true},
-          {"dtype", {{"module", "keras"}, {"class_name", "DTypePolicy"}, {"config", {{"name", "int32"}}}, {"registered_name", Config()}}},
-          {"config_file", "tokenizer.json"},
-          {"vocabulary", Config()},
-          {"merges", Config()},
-          {"sequence_length", Config()},
-          {"add_prefix_space", tokenizer->options().add_prefix_space},
-          {"unsplittable_tokens", unsplittable}}},
-        {"registered_name", "keras_hub>" + tokenizer_class}};
+    preset.tokenizer_config = {{"module", known->second.module},
+                               {"class_name", tokenizer_class},
+                               {"config", tokenizer_arguments(*tokenizer, tokenizer_class)},
+                               {"registered_name", "keras_hub>" + tokenizer_class}};
     preset.has_preprocessor = causal_lm.has_value();
   }
+  return preset;
+}
+
+Preset make_preset(const TextClassifier& classifier, std::shared_ptr<const Tokenizer> tokenizer,
+                   std::string tokenizer_class) {
+  Preset preset = make_preset(classifier.backbone(), std::nullopt, std::move(tokenizer), std::move(tokenizer_class));
+  preset.text_classifier = classifier;
   return preset;
 }
 
@@ -205,11 +343,15 @@ void save_preset(const Preset& preset, const std::string& folder) {
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof(date), "%Y-%m-%d@%H:%M:%S", std::localtime(&now));
-  // keras-hub lists the tasks its classes define for the backbone's class: CausalLM for the decoder families.
+  // keras-hub lists the tasks its classes define for the backbone's class (measured with keras-hub at 71453d0).
   Config tasks = Config::list();
-  if (backbone.num_inputs() == 2 && backbone.class_name() != "RobertaBackbone" &&
-      backbone.class_name() != "DistilBertBackbone")
-    tasks.push_back(Config("CausalLM"));
+  const std::string& family = backbone.class_name();
+  if (family == "BertBackbone")
+    tasks = list_of({"MaskedLM", "TextClassifier", "TextEmbedder"});
+  else if (family == "RobertaBackbone" || family == "DistilBertBackbone")
+    tasks = list_of({"MaskedLM", "TextClassifier"});
+  else
+    tasks = list_of({"CausalLM"});
   const Config metadata = {{"keras_version", "3.16.0"},
                            {"keras_hub_version", "0.32.0.dev0"},
                            {"parameter_count", preset.backbone.count_params()},
@@ -239,6 +381,14 @@ void save_preset(const Preset& preset, const std::string& folder) {
                       {"registered_name", "keras_hub>" + preprocessor_class}};
       detail::write_text_file((root / "preprocessor.json").string(), to_json(preprocessor, 4));
     }
+  }
+  if (preset.text_classifier) {
+    const TextClassifierModel& task = *preset.text_classifier->ptr();
+    if (task.backbone() != preset.backbone.ptr())
+      throw ValueError("save_preset: the preset's TextClassifier is over another backbone than the preset's");
+    detail::write_text_file((root / "task.json").string(),
+                            to_json(without_build_and_compile(kiln::detail::export_keras_model_config(task)), 4));
+    save_keras_weights(task, (root / "task.weights.h5").string(), {task.backbone().get()});
   }
   if (preset.causal_lm) {
     Config task = without_build_and_compile(kiln::detail::export_keras_model_config(*preset.causal_lm->ptr()));

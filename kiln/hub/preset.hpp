@@ -7,11 +7,14 @@
 //
 // A folder holds config.json (the backbone, as keras-hub serializes it without compile or build configs),
 // model.weights.h5 (the backbone's weights, Keras's save_weights layout), metadata.json, and optionally task.json
-// (the task: kiln reads the CausalLMs), tokenizer.json with assets/tokenizer/ (kiln reads the byte-level BPE
-// tokenizers: GPT2Tokenizer, RobertaTokenizer, Llama3Tokenizer, QwenTokenizer, BytePairTokenizer) and
+// (the task: kiln reads the CausalLMs and TextClassifiers; a TextClassifier's head in task.weights.h5), tokenizer.json with assets/tokenizer/ (kiln reads keras-hub's tokenizers:
+// byte-level BPE: GPT2Tokenizer, RobertaTokenizer, Llama3Tokenizer, QwenTokenizer, BytePairTokenizer; WordPiece:
+// BertTokenizer, DistilBertTokenizer, WordPieceTokenizer; SentencePiece: LlamaTokenizer, MistralTokenizer,
+// GemmaTokenizer, SentencePieceTokenizer) and
 // preprocessor.json (the CausalLM preprocessor's sequence_length, add_start_token, add_end_token). Parts kiln
 // does not read (another tokenizer or task) are skipped with a warning, so the backbone still loads.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -19,7 +22,10 @@
 
 #include <kiln/hub/backbone.hpp>
 #include <kiln/hub/causal_lm.hpp>
+#include <kiln/hub/text_classifier.hpp>
 #include <kiln/hub/tokenizers/byte_pair_tokenizer.hpp>
+#include <kiln/hub/tokenizers/sentence_piece_tokenizer.hpp>
+#include <kiln/hub/tokenizers/word_piece_tokenizer.hpp>
 #include <kiln/train/generate.hpp>
 
 namespace kiln::hub {
@@ -30,7 +36,9 @@ struct Preset {
   explicit Preset(Backbone model) : backbone(std::move(model)) {}
   Backbone backbone;
   std::optional<CausalLM> causal_lm;             ///< task.json's CausalLM, over `backbone`
-  std::optional<BytePairTokenizer> tokenizer;    ///< tokenizer.json's, with its assets
+  /// task.json's TextClassifier, over `backbone`, its head's weights from task.weights.h5 (a fresh head without it)
+  std::optional<TextClassifier> text_classifier;
+  std::shared_ptr<const Tokenizer> tokenizer;   ///< tokenizer.json's, with its assets (null when none)
   Config tokenizer_config;                       ///< tokenizer.json as read (null when none): written back as is
   std::int64_t sequence_length = 1024;           ///< preprocessor.json's (keras-hub's CausalLMPreprocessor default)
   bool add_start_token = true, add_end_token = true;
@@ -47,12 +55,18 @@ struct Preset {
 /// any file that does not parse; sharded weights (model.weights.json) are not read yet (SerializationError).
 Preset load_preset(const std::string& folder);
 
+/// A preset of a TextClassifier (its backbone, task.json and task.weights.h5) with an optional tokenizer.
+Preset make_preset(const TextClassifier& classifier, std::shared_ptr<const Tokenizer> tokenizer = nullptr,
+                   std::string tokenizer_class = "");
+
 /// Writes `preset` as keras-hub's save_to_preset does, into `folder` (made when missing), each file atomically.
 void save_preset(const Preset& preset, const std::string& folder);
 
-/// A preset of a backbone alone, or of a CausalLM with an optional tokenizer, to save.
+/// A preset of a backbone alone, or of a CausalLM with an optional tokenizer, to save. `tokenizer_class` is
+/// keras-hub's class for the tokenizer (GPT2Tokenizer, BertTokenizer, GemmaTokenizer, ...; its special tokens are
+/// the start and end tokens); empty: GPT2Tokenizer, BertTokenizer or LlamaTokenizer by the tokenizer's kind.
+/// ConfigError for a class kiln does not know or of another kind.
 Preset make_preset(const Backbone& backbone, const std::optional<CausalLM>& causal_lm = std::nullopt,
-                   const std::optional<BytePairTokenizer>& tokenizer = std::nullopt,
-                   const std::string& tokenizer_class = "GPT2Tokenizer");
+                   std::shared_ptr<const Tokenizer> tokenizer = nullptr, std::string tokenizer_class = "");
 
 }  // namespace kiln::hub

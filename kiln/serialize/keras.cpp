@@ -76,7 +76,8 @@ class KerasNames {
 // Keras's order (which is the order of the optimizer's slots).
 class Keras3WeightReader {
  public:
-  explicit Keras3WeightReader(std::string where) : where_(std::move(where)) {}
+  explicit Keras3WeightReader(std::string where, std::set<const Layer*> skip = {})
+      : where_(std::move(where)), skip_(std::move(skip)) {}
 
   // `config` is the model's imported config ({"class_name", "config"}); `prefix` the kiln path of its weights.
   void read_model(const ModelBase& model, const Config& config, const hdf5::Object& group, const std::string& prefix) {
@@ -98,6 +99,7 @@ class Keras3WeightReader {
       const std::string class_name = entry.is_null() ? layer->class_name() : entry.get_string("class_name");
       if (is_operation(*layer)) continue;  // keras.ops calls are not among Keras's model.layers
       const std::string keras_name = names.next(class_name);
+      if (skip_.count(layer.get())) continue;
       if (!visited_.insert(layer.get()).second) continue;  // a shared layer is saved where it is met first
       const std::string kiln_prefix = prefix + layer->name() + "/";
       if (layer->weights().empty()) continue;
@@ -144,6 +146,7 @@ class Keras3WeightReader {
   }
 
   std::string where_;
+  std::set<const Layer*> skip_;
   std::set<const Layer*> visited_;
   std::vector<detail::StoredArray> arrays_;
 };
@@ -224,7 +227,7 @@ void read_keras3_optimizer(ModelBase& model, const std::vector<detail::StoredArr
 class KerasWalk {
  public:
   using Visit = std::function<void(const Layer& layer, const std::string& group, const std::string& prefix)>;
-  explicit KerasWalk(Visit visit) : visit_(std::move(visit)) {}
+  explicit KerasWalk(Visit visit, std::set<const Layer*> skip = {}) : visit_(std::move(visit)), skip_(std::move(skip)) {}
 
   void model(const ModelBase& model, const std::string& group = "", const std::string& prefix = "") {
     visit_(model, group, prefix);
@@ -232,6 +235,7 @@ class KerasWalk {
     for (const LayerPtr& layer : detail::keras_layer_order(model)) {
       if (is_operation(*layer)) continue;  // keras.ops calls are not among Keras's model.layers
       const std::string path = group + "layers/" + names.next(layer->class_name()) + "/";
+      if (skip_.count(layer.get())) continue;
       if (!visited_.insert(layer.get()).second) continue;
       if (const auto* nested = dynamic_cast<const ModelBase*>(layer.get())) {
         this->model(*nested, path, prefix + layer->name() + "/");
@@ -244,6 +248,7 @@ class KerasWalk {
  private:
   Visit visit_;
   std::set<const Layer*> visited_;
+  std::set<const Layer*> skip_;
 };
 
 // kiln's paths of a model's weights in Keras's order: what orders the optimizer's slots.
@@ -263,7 +268,8 @@ Optimizer* compiled_optimizer(const ModelBase& model) {
 }
 
 // Keras 3's model.weights.h5 of `model`, into `file`.
-void write_keras3_weights(const ModelBase& model, detail::Hdf5Builder& file, bool with_optimizer = true) {
+void write_keras3_weights(const ModelBase& model, detail::Hdf5Builder& file, bool with_optimizer = true,
+                          const std::set<const Layer*>& skip = {}) {
   auto named_group = [&](const std::string& path, const std::string& name) {
     file.group(path);
     file.string_attribute(path, "name", name);
@@ -275,7 +281,7 @@ void write_keras3_weights(const ModelBase& model, detail::Hdf5Builder& file, boo
     const std::vector<Weight> weights = layer.weights();
     const std::vector<std::string> paths = layer.keras_weight_paths();
     for (std::size_t i = 0; i < weights.size(); ++i) file.dataset(group + paths.at(i), weights[i].value);
-  }).model(model);
+  }, skip).model(model);
   if (Optimizer* compiled = with_optimizer ? compiled_optimizer(model) : nullptr) {
     Optimizer& optimizer = *compiled;
     const std::vector<Weight> variables =
@@ -606,12 +612,35 @@ std::uint64_t expected_size(const ModelBase& model) {
 }
 }  // namespace
 
-void save_keras_weights(const ModelBase& model, const std::string& path) {
+namespace {
+
+// The layers to leave out for `objects_to_skip`: those, and the model's input layers that belong to them (Keras
+// skips what the skipped objects' _flatten_layers() hold, their input layers among them).
+std::set<const Layer*> skipped_layers(const ModelBase& model, const std::vector<const Layer*>& objects_to_skip) {
+  std::set<const Layer*> skip(objects_to_skip.begin(), objects_to_skip.end());
+  if (skip.empty()) return skip;
+  for (const LayerPtr& layer : detail::keras_layer_order(model)) {
+    bool owned = false;
+    for (const Layer* skipped : objects_to_skip) {
+      const auto* nested = dynamic_cast<const ModelBase*>(skipped);
+      owned = owned || (nested != nullptr && layer->class_name() == "InputLayer");
+    }
+    if (owned) skip.insert(layer.get());
+  }
+  return skip;
+}
+
+}  // namespace
+
+void save_keras_weights(const ModelBase& model, const std::string& path) { save_keras_weights(model, path, {}); }
+
+void save_keras_weights(const ModelBase& model, const std::string& path, const std::vector<const Layer*>& objects_to_skip) {
   if (!model.built())
     throw LayerStateError(model.describe() + " is not built; build it (or give it an Input) before saving");
+  const std::set<const Layer*> skip = skipped_layers(model, objects_to_skip);
   detail::write_file_atomically_at(path, expected_size(model), [&](const std::string& temporary) {
     detail::Hdf5Builder file(temporary);
-    write_keras3_weights(model, file, /*with_optimizer=*/false);
+    write_keras3_weights(model, file, /*with_optimizer=*/false, skip);
     file.close();
   });
 }
@@ -718,7 +747,9 @@ std::shared_ptr<ModelBase> load_keras_model_base(const std::string& path, const 
   });
 }
 
-void load_keras_weights(ModelBase& model, const std::string& path) {
+void load_keras_weights(ModelBase& model, const std::string& path) { load_keras_weights(model, path, {}); }
+
+void load_keras_weights(ModelBase& model, const std::string& path, const std::vector<const Layer*>& objects_to_skip) {
   if (!model.built())
     throw LayerStateError(model.describe() + " is not built; build it before loading weights into it");
   detail::reading_file(path, [&] {
@@ -736,9 +767,16 @@ void load_keras_weights(ModelBase& model, const std::string& path) {
     if (root.find("layers")) {
       // The model's layers in Keras's order, as Keras's own config of it would list them.
       const Config config = detail::import_keras_model_config(detail::export_keras_model_config(model), where);
-      Keras3WeightReader reader(where);
+      Keras3WeightReader reader(where, skipped_layers(model, objects_to_skip));
       detail::guarded(where, [&] { reader.read_model(model, config, root, ""); });
-      detail::assign_weights(model.weights(), reader.arrays(), model.describe());
+      // The skipped layers' weights keep their values.
+      std::vector<Weight> assigned;
+      for (const Weight& weight : model.weights()) {
+        bool skipped = false;
+        for (const Layer* layer : objects_to_skip) skipped = skipped || weight.path.rfind(layer->name() + "/", 0) == 0;
+        if (!skipped) assigned.push_back(weight);
+      }
+      detail::assign_weights(assigned, reader.arrays(), model.describe());
       return;
     }
     const std::optional<hdf5::Object> group = root.find("model_weights");

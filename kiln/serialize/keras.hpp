@@ -39,11 +39,17 @@ std::shared_ptr<ModelBase> load_keras_model_base(const std::string& path, const 
 /// name and weight order for legacy ones. Every shape is checked before anything is assigned: on a
 /// mismatch the model is unchanged (ValueError or ShapeError, inside a SerializationError naming the file).
 void load_keras_weights(ModelBase& model, const std::string& path);
+/// The same, leaving out `objects_to_skip` (layers of `model`, and their weights) as Keras's
+/// load_weights(objects_to_skip=...) does: keras-hub reads a task's task.weights.h5 so, without its backbone.
+void load_keras_weights(ModelBase& model, const std::string& path, const std::vector<const Layer*>& objects_to_skip);
 
 /// Writes the weights of `model` as Keras 3's model.save_weights("x.weights.h5") does: the groups and datasets of
 /// a .keras archive's model.weights.h5, without the optimizer's state. Atomic. LayerStateError when the model is
 /// not built, SerializationError when the file cannot be written.
 void save_keras_weights(const ModelBase& model, const std::string& path);
+/// The same without `objects_to_skip` (Keras's save_weights(objects_to_skip=...)), with the input layers that
+/// belong to them: keras-hub's task.weights.h5 is a task's weights without its backbone's.
+void save_keras_weights(const ModelBase& model, const std::string& path, const std::vector<const Layer*>& objects_to_skip);
 
 /// Writes `model` as a Keras 3 `.keras` file that keras.saving.load_model reads and predicts with identically:
 /// config.json as Keras 3 serializes the same model (module, class_name, config, registered_name,

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -55,7 +57,8 @@ TEST_CASE("a GPT-2 preset is saved as keras-hub lays it out and loads back to th
                                                {"intermediate_dim", 32},
                                                {"max_sequence_length", 64}});
   backbone.initialize_weights(3);
-  kiln::hub::Preset preset = kiln::hub::make_preset(backbone, kiln::hub::CausalLM(backbone), tokenizer);
+  kiln::hub::Preset preset = kiln::hub::make_preset(backbone, kiln::hub::CausalLM(backbone),
+                                                    std::make_shared<kiln::hub::BytePairTokenizer>(tokenizer));
   preset.sequence_length = 24;
   kiln::testing::TempDir dir;
   const std::string folder = dir.file("gpt2_tiny");
@@ -77,7 +80,7 @@ TEST_CASE("a GPT-2 preset is saved as keras-hub lays it out and loads back to th
 
   const kiln::hub::Preset loaded = kiln::hub::load_preset(folder);
   REQUIRE(loaded.causal_lm.has_value());
-  REQUIRE(loaded.tokenizer.has_value());
+  REQUIRE(loaded.tokenizer != nullptr);
   CHECK(loaded.sequence_length == 24);
   CHECK(loaded.end_token_id == std::optional<std::int64_t>(262));
   Array ids(Shape{1, 6}), mask = Array::full(Shape{1, 6}, 1.0);
@@ -117,7 +120,7 @@ TEST_CASE("a preset's config.json is the backbone as keras-hub serializes it", "
 TEST_CASE("presets keras-hub saved load, predict keras-hub's outputs and generate its tokens", "[hub][preset][keras]") {
   const kiln::hub::Preset gpt2 = kiln::hub::load_preset(fixtures("hub_presets/gpt2_causal_lm"));
   REQUIRE(gpt2.causal_lm.has_value());
-  CHECK_FALSE(gpt2.tokenizer.has_value());  // saved without a preprocessor
+  CHECK(gpt2.tokenizer == nullptr);  // saved without a preprocessor
   const kiln::hub::Preset llama = kiln::hub::load_preset(fixtures("hub_presets/llama_backbone"));
   CHECK_FALSE(llama.causal_lm.has_value());
   for (const auto& [preset, name] : {std::pair<const kiln::hub::Preset*, std::string>{&gpt2, "gpt2"}, {&llama, "llama"}}) {
@@ -158,7 +161,7 @@ TEST_CASE("bad preset folders are refused naming the file", "[hub][preset]") {
   CHECK_THROWS_WITH(kiln::hub::load_preset(dir.file("empty")), Catch::Contains("config.json"));
   kiln::hub::Backbone backbone = kiln::hub::Backbone::of(kiln::load_keras_model(fixtures("hub/gpt2.keras")));
   const std::string folder = dir.file("preset");
-  kiln::hub::save_preset(kiln::hub::make_preset(backbone, kiln::hub::CausalLM(backbone), small_tokenizer()), folder);
+  kiln::hub::save_preset(kiln::hub::make_preset(backbone, kiln::hub::CausalLM(backbone), std::make_shared<kiln::hub::BytePairTokenizer>(small_tokenizer())), folder);
   // The fixture's vocabulary (61) is smaller than the tokenizer's, which generate would show; loading is fine.
   CHECK_NOTHROW(kiln::hub::load_preset(folder));
   std::ofstream(folder + "/assets/tokenizer/vocabulary.json") << "{\"a\": 1,";
@@ -168,4 +171,91 @@ TEST_CASE("bad preset folders are refused naming the file", "[hub][preset]") {
   fs::remove(folder + "/model.weights.h5");
   std::ofstream(folder + "/model.weights.json") << "{}";
   CHECK_THROWS_WITH(kiln::hub::load_preset(folder), Catch::Contains("sharded"));
+}
+
+TEST_CASE("a TextClassifier preset with a WordPiece tokenizer saves as keras-hub does and loads back",
+          "[hub][preset][text_classifier]") {
+  kiln::testing::TempDir dir;
+  std::vector<std::string> vocabulary = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "rain", "in", "spain",
+                                         "##s", "!", "."};
+  for (char c = 'a'; c <= 'z'; ++c) vocabulary.push_back(std::string(1, c));
+  kiln::hub::WordPieceOptions options;
+  options.lowercase = true;
+  const auto tokenizer = std::make_shared<kiln::hub::WordPieceTokenizer>(vocabulary, options);
+  kiln::hub::Backbone bert("BertBackbone", {{"vocabulary_size", static_cast<std::int64_t>(vocabulary.size())},
+                                            {"num_layers", 1},
+                                            {"num_heads", 2},
+                                            {"hidden_dim", 8},
+                                            {"intermediate_dim", 16},
+                                            {"max_sequence_length", 16}});
+  kiln::hub::TextClassifier classifier(bert, 3);
+  classifier->initialize_weights(7);
+  kiln::hub::save_preset(kiln::hub::make_preset(classifier, tokenizer), dir.file("bert"));
+  for (const char* file : {"config.json", "model.weights.h5", "task.json", "task.weights.h5", "tokenizer.json",
+                           "metadata.json", "assets/tokenizer/vocabulary.txt"})
+    CHECK(fs::exists(dir.file("bert") + "/" + file));
+  const Config tokenizer_json = json_file(dir.file("bert") + "/tokenizer.json");
+  CHECK(tokenizer_json.get_string("class_name") == "BertTokenizer");
+  CHECK(tokenizer_json.at("config").get_bool("lowercase"));
+  CHECK(json_file(dir.file("bert") + "/metadata.json").at("tasks") ==
+        Config(std::vector<Config>{Config("MaskedLM"), Config("TextClassifier"), Config("TextEmbedder")}));
+
+  const kiln::hub::Preset loaded = kiln::hub::load_preset(dir.file("bert"));
+  REQUIRE(loaded.text_classifier.has_value());
+  REQUIRE(loaded.tokenizer != nullptr);
+  CHECK(loaded.tokenizer->tokenize("The rains in Spain!") == tokenizer->tokenize("The rains in Spain!"));
+  CHECK(*loaded.start_token_id == 2);
+  CHECK(*loaded.end_token_id == 3);
+  const kiln::hub::PackedText packed = kiln::hub::pack_text(*loaded.tokenizer, {"the rain", "in spain."}, 8);
+  const Array ours = classifier.predict(packed.inputs()).at(0), theirs = loaded.text_classifier->predict(packed.inputs()).at(0);
+  CHECK(ours.bitwise_equal(theirs));
+}
+
+TEST_CASE("keras-hub's TextClassifier preset loads with its head from task.weights.h5", "[hub][preset][text_classifier]") {
+  const kiln::hub::Preset preset = kiln::hub::load_preset(fixtures("hub_presets/bert_text_classifier"));
+  REQUIRE(preset.text_classifier.has_value());
+  kiln::Model original = kiln::load_keras_model(fixtures("hub_tasks/bert_text_classifier.keras"));
+  const std::vector<Array> a = preset.text_classifier->get_weights(), b = original.get_weights();
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].bitwise_equal(b[i]));
+}
+
+TEST_CASE("a Llama preset with a SentencePiece tokenizer generates text and loads back", "[hub][preset]") {
+  kiln::testing::TempDir dir;
+  // A SentencePiece model trained here on tinyshakespeare's first lines, as keras-hub's
+  // compute_sentence_piece_proto trains one (Llama's <s> and </s> are its bos and eos pieces).
+  std::istringstream text(kiln::detail::read_whole_file(
+      (fs::path(__FILE__).parent_path().parent_path().parent_path() / "data" / "tinyshakespeare.txt").string()));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(text, line) && lines.size() < 2000;)
+    if (!line.empty()) lines.push_back(line);
+  const std::string proto = kiln::hub::compute_sentence_piece_proto(
+      lines, 600, "bpe", false, {{"byte_fallback", "true"}, {"bos_piece", "<s>"}, {"eos_piece", "</s>"}});
+  const auto tokenizer = std::make_shared<kiln::hub::SentencePieceTokenizer>(proto);
+  CHECK(tokenizer->vocabulary_size() == 600);
+  CHECK(tokenizer->id_to_token(2) == "<s>");
+  CHECK(tokenizer->detokenize(tokenizer->tokenize("First Citizen: speak, speak.")) == "First Citizen: speak, speak.");
+  kiln::hub::Backbone llama("LlamaBackbone", {{"vocabulary_size", tokenizer->vocabulary_size()},
+                                              {"num_layers", 1},
+                                              {"num_query_heads", 2},
+                                              {"num_key_value_heads", 1},
+                                              {"hidden_dim", 8},
+                                              {"intermediate_dim", 16}});
+  llama.initialize_weights(3);
+  kiln::hub::Preset preset = kiln::hub::make_preset(llama, kiln::hub::CausalLM(llama), tokenizer);
+  CHECK(preset.tokenizer_config.get_string("class_name") == "LlamaTokenizer");
+  preset.sequence_length = 16;
+  const std::string generated = preset.generate("First Citizen", 12);
+  CHECK(generated.rfind("First Citizen", 0) == 0);
+  kiln::hub::save_preset(preset, dir.file("llama"));
+  CHECK(kiln::detail::read_whole_file(dir.file("llama") + "/assets/tokenizer/vocabulary.spm") == proto);
+  const kiln::hub::Preset loaded = kiln::hub::load_preset(dir.file("llama"));
+  REQUIRE(loaded.tokenizer != nullptr);
+  CHECK(loaded.generate("First Citizen", 12) == generated);
+  // A tokenizer class of another kind is refused.
+  CHECK_THROWS_WITH(kiln::hub::make_preset(llama, std::nullopt, tokenizer, "BertTokenizer"),
+                    Catch::Contains("BertTokenizer") && Catch::Contains("SentencePieceTokenizer"));
+  CHECK_THROWS_AS(kiln::hub::compute_sentence_piece_proto(lines, 300, "wordpiece"), kiln::ValueError);
+  CHECK_THROWS_AS(kiln::hub::compute_sentence_piece_proto({}, 300), kiln::ValueError);
+  CHECK_THROWS_WITH(kiln::hub::compute_sentence_piece_proto({"a b c"}, 5000), Catch::Contains("compute_sentence_piece_proto"));
 }

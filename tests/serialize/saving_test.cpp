@@ -792,6 +792,17 @@ std::vector<ModelCase> every_layer_type() {
                      {Shape{2, 5}, Shape{2, 5}},
                      true});
   }
+  // keras-hub's TextClassifier tasks, one per encoder family.
+  for (const auto& [name, arguments] : backbones) {
+    if (name != "BertBackbone" && name != "RobertaBackbone" && name != "DistilBertBackbone") continue;
+    const std::string task = name.substr(0, name.size() - std::string("Backbone").size()) + "TextClassifier";
+    cases.push_back({"keras_hub>" + task,
+                     [name = name, arguments = arguments] {
+                       return Model(kiln::hub::TextClassifier(kiln::hub::Backbone(name, arguments), 3));
+                     },
+                     std::vector<Shape>(name == "BertBackbone" ? 3 : 2, Shape{2, 5}),
+                     true});
+  }
   return cases;
 }
 

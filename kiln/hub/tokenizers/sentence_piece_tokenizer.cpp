@@ -1,6 +1,9 @@
 #include <kiln/hub/tokenizers/sentence_piece_tokenizer.hpp>
 
 #include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <unordered_map>
 
 #include <kiln/core/error.hpp>
 #include <kiln/hub/tokenizers/detail/text.hpp>
@@ -103,6 +106,51 @@ std::string SentencePieceTokenizer::id_to_token(std::int64_t id) const {
     throw ValueError("SentencePieceTokenizer: id " + std::to_string(id) + " is not in the vocabulary (0.." +
                      std::to_string(vocabulary_size() - 1) + ")");
   return model_->processor.IdToPiece(static_cast<int>(id));
+}
+
+namespace {
+
+class Sentences : public sentencepiece::SentenceIterator {
+ public:
+  explicit Sentences(const std::vector<std::string>& sentences) : sentences_(sentences) {}
+  bool done() const override { return at_ >= sentences_.size(); }
+  void Next() override { ++at_; }
+  const std::string& value() const override { return sentences_[at_]; }
+  sentencepiece::util::Status status() const override { return {}; }
+
+ private:
+  const std::vector<std::string>& sentences_;
+  std::size_t at_ = 0;
+};
+
+}  // namespace
+
+std::string compute_sentence_piece_proto(const std::vector<std::string>& sentences, std::int64_t vocabulary_size,
+                                         const std::string& model_type, bool lowercase,
+                                         const std::map<std::string, std::string>& trainer_options) {
+  if (model_type != "unigram" && model_type != "bpe" && model_type != "word" && model_type != "char")
+    throw ValueError("compute_sentence_piece_proto: model_type must be one of unigram, bpe, word or char, got '" +
+                     model_type + "'");
+  if (vocabulary_size < 4)
+    throw ValueError("compute_sentence_piece_proto: vocabulary_size must be at least 4 (pad, unk, bos, eos), got " +
+                     std::to_string(vocabulary_size));
+  if (sentences.empty()) throw ValueError("compute_sentence_piece_proto: no sentences to train on");
+  for (std::size_t i = 0; i < sentences.size(); ++i)
+    if (detail::invalid_utf8(sentences[i]) != std::string::npos)
+      throw ValueError("compute_sentence_piece_proto: sentence " + std::to_string(i) + " is not valid UTF-8 at byte " +
+                       std::to_string(detail::invalid_utf8(sentences[i])));
+  std::unordered_map<std::string, std::string> flags = {
+      {"vocab_size", std::to_string(vocabulary_size)},
+      {"model_type", model_type},
+      {"normalization_rule_name", lowercase ? "nmt_nfkc_cf" : "nmt_nfkc"},
+      {"pad_id", "0"}, {"unk_id", "1"}, {"bos_id", "2"}, {"eos_id", "3"},
+      {"minloglevel", "2"}};
+  for (const auto& [flag, value] : trainer_options) flags[flag] = value;
+  Sentences iterator(sentences);
+  std::string proto;
+  const sentencepiece::util::Status status = sentencepiece::SentencePieceTrainer::Train(flags, &iterator, &proto);
+  if (!status.ok()) throw ValueError("compute_sentence_piece_proto: " + status.ToString());
+  return proto;
 }
 
 std::int64_t SentencePieceTokenizer::unk_id() const { return model_->processor.unk_id(); }

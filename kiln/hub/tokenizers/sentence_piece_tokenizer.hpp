@@ -8,6 +8,7 @@
 //   std::vector<std::int64_t> ids = llama.tokenize("The quick brown fox");
 //   std::string text = llama.detokenize(ids);   // "The quick brown fox"
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -55,5 +56,14 @@ class SentencePieceTokenizer : public Tokenizer {
   struct Model;
   std::shared_ptr<const Model> model_;
 };
+
+/// keras-hub's compute_sentence_piece_proto: a SentencePiece model trained on `sentences`, serialized (what
+/// vocabulary.spm holds), with keras-hub's special ids (pad 0, unk 1, bos 2, eos 3) and normalization (nmt_nfkc,
+/// or nmt_nfkc_cf with `lowercase`). `model_type` is "unigram", "bpe", "word" or "char"; `trainer_options` adds
+/// or overrides SentencePiece's trainer flags (e.g. {"byte_fallback", "true"}). ValueError for a bad argument or
+/// when SentencePiece cannot train (a vocabulary larger than the text allows, say).
+std::string compute_sentence_piece_proto(const std::vector<std::string>& sentences, std::int64_t vocabulary_size,
+                                         const std::string& model_type = "unigram", bool lowercase = false,
+                                         const std::map<std::string, std::string>& trainer_options = {});
 
 }  // namespace kiln::hub
