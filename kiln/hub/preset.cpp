@@ -193,11 +193,18 @@ Preset load_preset(const std::string& folder) {
   const fs::path root(folder);
   if (!fs::is_directory(root)) throw SerializationError(folder + ": not a preset folder (no such directory)");
   if (!fs::exists(root / "config.json")) throw SerializationError(folder + ": not a keras-hub preset (no config.json)");
-  const fs::path weights = root / "model.weights.h5";
-  if (!fs::exists(weights)) {
-    if (fs::exists(root / "model.weights.json"))
-      throw SerializationError(folder + ": its weights are sharded (model.weights.json), which kiln does not read yet");
-    throw SerializationError(folder + ": the preset has no model.weights.h5");
+  // One model.weights.h5, or shards with their index (keras-hub shards presets over max_shard_size, 10 GB).
+  const bool sharded = !fs::exists(root / "model.weights.h5") && fs::exists(root / "model.weights.json");
+  const fs::path weights = root / (sharded ? "model.weights.json" : "model.weights.h5");
+  if (!fs::exists(weights))
+    throw SerializationError(folder + ": the preset has no model.weights.h5 (nor sharded model.weights.json)");
+  std::uint64_t weight_bytes = 0;
+  if (sharded) {
+    for (const auto& entry : fs::directory_iterator(root))
+      if (entry.is_regular_file() && entry.path().filename().string().rfind(".weights.h5") != std::string::npos)
+        weight_bytes += static_cast<std::uint64_t>(entry.file_size());
+  } else {
+    weight_bytes = static_cast<std::uint64_t>(fs::file_size(weights));
   }
   const Config config = kiln::detail::guarded(weights.string(), [&] {
     return kiln::detail::with_llama_tying(read_json(root / "config.json"), weights.string());
@@ -205,7 +212,7 @@ Preset load_preset(const std::string& folder) {
   std::shared_ptr<BackboneModel> backbone;
   {
     // Built as a file's model is: no initial draws, and no more memory than the weights file justifies.
-    kiln::detail::BuildFromFile scope(static_cast<std::uint64_t>(fs::file_size(weights)));
+    kiln::detail::BuildFromFile scope(weight_bytes);
     backbone = kiln::detail::guarded((root / "config.json").string(), [&] { return backbone_from_config(config); });
   }
   load_keras_weights(*backbone, weights.string());

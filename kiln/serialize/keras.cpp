@@ -3,6 +3,7 @@
 #include <ctime>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -17,6 +18,7 @@
 #include <kiln/layers/operation.hpp>
 #include <kiln/optim/optimizer.hpp>
 #include <kiln/serialize/detail/arrays.hpp>
+#include <kiln/serialize/detail/byte_source.hpp>
 #include <kiln/serialize/detail/container.hpp>
 #include <kiln/serialize/detail/hdf5_reader.hpp>
 #include <kiln/serialize/detail/hdf5_writer.hpp>
@@ -76,8 +78,10 @@ class KerasNames {
 // Keras's order (which is the order of the optimizer's slots).
 class Keras3WeightReader {
  public:
-  explicit Keras3WeightReader(std::string where, std::set<const Layer*> skip = {})
-      : where_(std::move(where)), skip_(std::move(skip)) {}
+  // `shard`: the file is one shard of weights split over several (Keras's ShardedH5IOStore): what it lacks is
+  // in another, and whether everything was found is checked over all of them.
+  explicit Keras3WeightReader(std::string where, std::set<const Layer*> skip = {}, bool shard = false)
+      : where_(std::move(where)), skip_(std::move(skip)), shard_(shard) {}
 
   // `config` is the model's imported config ({"class_name", "config"}); `prefix` the kiln path of its weights.
   void read_model(const ModelBase& model, const Config& config, const hdf5::Object& group, const std::string& prefix) {
@@ -105,6 +109,7 @@ class Keras3WeightReader {
       if (layer->weights().empty()) continue;
       const std::string path = group.path() + (group.path() == "/" ? "" : "/") + "layers/" + keras_name;
       const std::optional<hdf5::Object> layer_group = layers ? layers->find(keras_name) : std::nullopt;
+      if (!layer_group && shard_) continue;
       if (!layer_group)
         throw SerializationError(where_ + ": no weights for " + layer->describe() + " (the file has no " + path + ")");
       if (const auto* nested = dynamic_cast<const ModelBase*>(layer.get())) {
@@ -126,6 +131,7 @@ class Keras3WeightReader {
       const std::string& path = paths.at(i);
       ++expected[path.substr(0, path.rfind('/'))];
       const std::optional<hdf5::Object> dataset = group.find_path(path);
+      if (shard_ && !dataset) continue;
       if (!dataset || !dataset->is_dataset())
         throw SerializationError(where_ + ": no " + group.path() + "/" + path + " for weight '" + weights[i].path +
                                  "' of " + layer.describe());
@@ -137,6 +143,7 @@ class Keras3WeightReader {
       arrays_.push_back({prefix + weights[i].path, shape, [dataset = *dataset](Array& into) { dataset.read_into(into); }});
     }
     for (const auto& [vars, count] : expected) {
+      if (shard_) break;
       const std::size_t held = group.at(vars).member_names().size();
       if (held != count)
         throw SerializationError(where_ + ": " + layer.describe() + " has " + std::to_string(count) + " variables in " +
@@ -147,6 +154,7 @@ class Keras3WeightReader {
 
   std::string where_;
   std::set<const Layer*> skip_;
+  bool shard_ = false;
   std::set<const Layer*> visited_;
   std::vector<detail::StoredArray> arrays_;
 };
@@ -749,9 +757,70 @@ std::shared_ptr<ModelBase> load_keras_model_base(const std::string& path, const 
 
 void load_keras_weights(ModelBase& model, const std::string& path) { load_keras_weights(model, path, {}); }
 
+namespace {
+
+// The weights of the model's layers not skipped (a skipped layer's keep their values).
+std::vector<Weight> weights_to_assign(const ModelBase& model, const std::vector<const Layer*>& objects_to_skip) {
+  std::vector<Weight> assigned;
+  for (const Weight& weight : model.weights()) {
+    bool skipped = false;
+    for (const Layer* layer : objects_to_skip) skipped = skipped || weight.path.rfind(layer->name() + "/", 0) == 0;
+    if (!skipped) assigned.push_back(weight);
+  }
+  return assigned;
+}
+
+// Keras's sharded weights (save_weights("x.weights.json", max_shard_size=...), keras-hub's presets of large
+// models): the index's weight_map names the shards (files beside it), each a model.weights.h5 holding some of
+// the groups; every shard is read, and every weight must be found in one of them.
+void load_sharded_keras_weights(ModelBase& model, const std::string& path,
+                                const std::vector<const Layer*>& objects_to_skip) {
+  const std::string text = detail::read_whole_file(path);
+  const Config index = parse_json(text, path);
+  const Config* map = index.is_map() ? index.find("weight_map") : nullptr;
+  if (map == nullptr || !map->is_map())
+    throw SerializationError(path + ": not Keras's sharded weights index (no \"weight_map\" object)");
+  std::set<std::string> shards;
+  for (const auto& [group, files] : map->items()) {
+    std::vector<Config> names = files.is_list() ? files.as_list() : std::vector<Config>{files};
+    for (const Config& name : names) {
+      if (name.type() != Config::Type::string)
+        throw SerializationError(path + ": weight_map[\"" + group + "\"] is not a file name");
+      const std::string& file = name.as_string();
+      // A shard is a file beside the index: no folders, nothing above it.
+      if (file.empty() || file.find('/') != std::string::npos || file.find('\\') != std::string::npos ||
+          file == "." || file == ".." || file.size() < 11 || file.compare(file.size() - 11, 11, ".weights.h5") != 0)
+        throw SerializationError(path + ": weight_map names '" + file +
+                                 "', not a .weights.h5 file beside the index");
+      shards.insert(file);
+    }
+  }
+  if (shards.empty()) throw SerializationError(path + ": the sharded weights index names no shard");
+  const std::size_t slash = path.rfind('/');
+  const std::string folder = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
+  const Config config = detail::import_keras_model_config(detail::export_keras_model_config(model), path);
+  std::vector<std::unique_ptr<detail::ReadOnlyFile>> files;
+  std::vector<detail::StoredArray> arrays;
+  for (const std::string& shard : shards) {
+    const std::string where = folder + shard;
+    files.push_back(std::make_unique<detail::ReadOnlyFile>(where));
+    const hdf5::File weights(detail::file_source(*files.back(), 0, files.back()->size()), where);
+    Keras3WeightReader reader(where, skipped_layers(model, objects_to_skip), /*shard=*/true);
+    detail::guarded(where, [&] { reader.read_model(model, config, weights.root(), ""); });
+    arrays.insert(arrays.end(), reader.arrays().begin(), reader.arrays().end());
+  }
+  detail::guarded(path, [&] { detail::assign_weights(weights_to_assign(model, objects_to_skip), arrays, model.describe()); });
+}
+
+}  // namespace
+
 void load_keras_weights(ModelBase& model, const std::string& path, const std::vector<const Layer*>& objects_to_skip) {
   if (!model.built())
     throw LayerStateError(model.describe() + " is not built; build it before loading weights into it");
+  if (path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0) {
+    detail::reading_file(path, [&] { load_sharded_keras_weights(model, path, objects_to_skip); });
+    return;
+  }
   detail::reading_file(path, [&] {
     const detail::ReadOnlyFile file(path);
     std::shared_ptr<const detail::ByteSource> weights_source;
@@ -769,14 +838,7 @@ void load_keras_weights(ModelBase& model, const std::string& path, const std::ve
       const Config config = detail::import_keras_model_config(detail::export_keras_model_config(model), where);
       Keras3WeightReader reader(where, skipped_layers(model, objects_to_skip));
       detail::guarded(where, [&] { reader.read_model(model, config, root, ""); });
-      // The skipped layers' weights keep their values.
-      std::vector<Weight> assigned;
-      for (const Weight& weight : model.weights()) {
-        bool skipped = false;
-        for (const Layer* layer : objects_to_skip) skipped = skipped || weight.path.rfind(layer->name() + "/", 0) == 0;
-        if (!skipped) assigned.push_back(weight);
-      }
-      detail::assign_weights(assigned, reader.arrays(), model.describe());
+      detail::assign_weights(weights_to_assign(model, objects_to_skip), reader.arrays(), model.describe());
       return;
     }
     const std::optional<hdf5::Object> group = root.find("model_weights");

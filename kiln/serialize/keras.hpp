@@ -38,6 +38,8 @@ std::shared_ptr<ModelBase> load_keras_model_base(const std::string& path, const 
 /// model or weights only). Matched as Keras matches them: by Keras's layer paths for Keras 3 files, by layer
 /// name and weight order for legacy ones. Every shape is checked before anything is assigned: on a
 /// mismatch the model is unchanged (ValueError or ShapeError, inside a SerializationError naming the file).
+/// A path ending in ".json" is Keras's sharded weights index (model.weights.json: its weight_map names the
+/// .weights.h5 shards beside it, as save_weights(max_shard_size=...) and keras-hub's large presets write them).
 void load_keras_weights(ModelBase& model, const std::string& path);
 /// The same, leaving out `objects_to_skip` (layers of `model`, and their weights) as Keras's
 /// load_weights(objects_to_skip=...) does: keras-hub reads a task's task.weights.h5 so, without its backbone.

@@ -169,8 +169,7 @@ TEST_CASE("bad preset folders are refused naming the file", "[hub][preset]") {
   std::ofstream(folder + "/config.json") << "{\"class_name\": ";
   CHECK_THROWS_WITH(kiln::hub::load_preset(folder), Catch::Contains("config.json"));
   fs::remove(folder + "/model.weights.h5");
-  std::ofstream(folder + "/model.weights.json") << "{}";
-  CHECK_THROWS_WITH(kiln::hub::load_preset(folder), Catch::Contains("sharded"));
+  CHECK_THROWS_WITH(kiln::hub::load_preset(folder), Catch::Contains("model.weights.h5"));
 }
 
 TEST_CASE("a TextClassifier preset with a WordPiece tokenizer saves as keras-hub does and loads back",
@@ -258,4 +257,31 @@ TEST_CASE("a Llama preset with a SentencePiece tokenizer generates text and load
   CHECK_THROWS_AS(kiln::hub::compute_sentence_piece_proto(lines, 300, "wordpiece"), kiln::ValueError);
   CHECK_THROWS_AS(kiln::hub::compute_sentence_piece_proto({}, 300), kiln::ValueError);
   CHECK_THROWS_WITH(kiln::hub::compute_sentence_piece_proto({"a b c"}, 5000), Catch::Contains("compute_sentence_piece_proto"));
+}
+
+TEST_CASE("a preset with sharded weights (model.weights.json) loads as the whole file does", "[hub][preset][keras]") {
+  const kiln::hub::Preset sharded = kiln::hub::load_preset(fixtures("hub_presets/llama_sharded"));
+  const kiln::hub::Preset whole = kiln::hub::load_preset(fixtures("hub_presets/llama_backbone"));
+  const std::vector<Array> a = sharded.backbone.get_weights(), b = whole.backbone.get_weights();
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].bitwise_equal(b[i]));
+  // load_keras_weights reads the index as Keras's load_weights does.
+  kiln::hub::Backbone copy = kiln::hub::Backbone::of(kiln::load_keras_model(fixtures("hub/llama.keras")));
+  std::vector<Array> zeros;
+  for (const Array& weight : copy.get_weights()) zeros.push_back(Array::full(weight.shape(), 0.0, weight.dtype()));
+  copy.set_weights(zeros);
+  kiln::load_keras_weights(*copy.ptr(), fixtures("hub_presets/llama_sharded/model.weights.json"));
+  const std::vector<Array> c = copy.get_weights();
+  for (std::size_t i = 0; i < c.size(); ++i) CHECK(c[i].bitwise_equal(b[i]));
+
+  // A shard missing, or an index naming a file outside its folder, is refused by name.
+  kiln::testing::TempDir dir;
+  const std::string folder = dir.file("broken");
+  fs::copy(fixtures("hub_presets/llama_sharded"), folder);
+  fs::remove(folder + "/model_00001.weights.h5");
+  CHECK_THROWS_WITH(kiln::hub::load_preset(folder), Catch::Contains("model_00001.weights.h5"));
+  std::ofstream(folder + "/model.weights.json") << R"({"weight_map": {"/layers/x/vars": "../../etc/passwd.weights.h5"}})";
+  CHECK_THROWS_WITH(kiln::hub::load_preset(folder), Catch::Contains("beside the index"));
+  std::ofstream(folder + "/model.weights.json") << R"({"metadata": {}})";
+  CHECK_THROWS_WITH(kiln::hub::load_preset(folder), Catch::Contains("weight_map"));
 }

@@ -15,3 +15,6 @@ gpt2 = keras.saving.load_model(os.path.join(HERE, "..", "hub", "gpt2.keras"))
 keras_hub.models.GPT2CausalLM(backbone=gpt2, preprocessor=None).save_to_preset(os.path.join(OUT, "gpt2_causal_lm"))
 llama = keras.saving.load_model(os.path.join(HERE, "..", "hub", "llama.keras"))
 llama.save_to_preset(os.path.join(OUT, "llama_backbone"))
+# The same Llama with its weights sharded (max_shard_size 20 KB, as keras-hub shards presets over 10 GB):
+# model.weights.json and model_0000<i>.weights.h5.
+llama.save_to_preset(os.path.join(OUT, "llama_sharded"), max_shard_size=0.00002)
