@@ -51,6 +51,7 @@ struct Workload {
   Array x, y;
   const char* optimizer;
   kiln::Loss loss = "mse";
+  std::vector<Array> inputs;  // a model of several inputs (bert_base): these, x being the first's rows
 };
 
 // Class labels 0..classes-1 as floats, one per row.
@@ -164,6 +165,22 @@ Workload make_workload(const std::string& name, int seq) {
     Workload w{kiln::Model(ids, tokens(h, kiln::CallArgs().option("reverse", true)), "char_gpt"), x, y, "adam"};
     w.loss = kiln::Loss::from_config(
         Config{{"class_name", "SparseCategoricalCrossentropy"}, {"config", Config{{"from_logits", true}}}});
+    return w;
+  }
+  if (name == "bert_base") {
+    // keras-hub's BertBackbone at BERT-base's size, random weights; inputs padding_mask, segment_ids, token_ids.
+    kiln::hub::Backbone bert("BertBackbone", {{"vocabulary_size", 30522},
+                                              {"num_layers", 12},
+                                              {"num_heads", 12},
+                                              {"hidden_dim", 768},
+                                              {"intermediate_dim", 3072},
+                                              {"max_sequence_length", 512}});
+    bert.initialize_weights(1);
+    Array ids({8, 128});
+    kiln::Rng rng(3);
+    for (std::size_t i = 0; i < ids.size(); ++i) ids.set_flat(i, std::floor(rng.uniform(0.0, 30522.0)));
+    Workload w{kiln::Model(bert.ptr()), ids, Array(), "adam"};
+    w.inputs = {Array::full(Shape{8, 128}, 1.0), Array::full(Shape{8, 128}, 0.0), ids};
     return w;
   }
   // long_mha: Keras's form, self-attention mha(x, x), biases on.
@@ -332,7 +349,8 @@ std::vector<Gemm> gemm_list(const std::string& name, bool training, int seq) {
       }
     conv(1, 320, 1280, 7);
     add_matmul(list, training, 1, batch, 1000, 1280, false, true, true);
-  } else if (name == "norms" || name == "char_gpt_generate" || name == "stock_demo") {
+  } else if (name == "norms" || name == "char_gpt_generate" || name == "stock_demo" || name == "gpt2_small_generate" ||
+             name == "bert_base") {
     // No GEMMs (generation's are hundreds of tiny ones, not worth a column): the %sgemm columns show "-".
   } else {
     attention(4, seq, 256, 8, 32, 256);
@@ -410,6 +428,31 @@ int main(int argc, char** argv) {
     }
 
     const double baseline = bench::status_mb("VmRSS");
+    if (args.workload == "gpt2_small_generate") {
+      // GPT-2 small from keras-hub's arguments, random weights; keras-hub's CausalLM.generate, greedy, cached.
+      kiln::hub::Backbone gpt2("GPT2Backbone", {{"vocabulary_size", 50257},
+                                                {"num_layers", 12},
+                                                {"num_heads", 12},
+                                                {"hidden_dim", 768},
+                                                {"intermediate_dim", 3072},
+                                                {"max_sequence_length", 1024}});
+      const kiln::hub::CausalLM lm(gpt2);
+      bench::reset_peak();
+      std::vector<std::int64_t> prompt(128);
+      for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<std::int64_t>((i * 7919) % 50257);
+      kiln::GenerateOptions greedy;
+      // The prompt and the first new token, then the whole: the difference is the other 127 new tokens.
+      bench::Timing t;
+      const bench::Timing first = bench::time_steps(args, [&] { lm.generate(prompt, 129, greedy); });
+      t = bench::time_steps(args, [&] { lm.generate(prompt, 256, greedy); });
+      const double peak = bench::status_mb("VmHWM") - baseline;
+      char extra[160];
+      std::snprintf(extra, sizeof extra, ",\"prompt_tok_s\":%.2f,\"new_tok_s\":%.2f,\"weights_mb\":%.1f",
+                    128.0 / (first.median_ms / 1000.0), 127.0 / ((t.median_ms - first.median_ms) / 1000.0),
+                    static_cast<double>(gpt2.count_params()) * 4.0 / (1024.0 * 1024.0));
+      bench::print_json("kiln", args, t, baseline, peak, extra);
+      return 0;
+    }
     Workload w = make_workload(args.workload, args.seq);
     const std::int64_t batch = w.x.shape()[0];
     bench::Timing t;
@@ -453,6 +496,8 @@ int main(int argc, char** argv) {
     } else if (training) {
       w.model.compile(w.optimizer, w.loss);
       t = bench::time_steps(args, [&] { w.model.train_on_batch(w.x, w.y); });
+    } else if (!w.inputs.empty()) {
+      t = bench::time_steps(args, [&] { w.model.predict(w.inputs, batch); });
     } else {
       t = bench::time_steps(args, [&] { w.model.predict(w.x, batch); });
     }

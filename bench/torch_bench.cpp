@@ -343,6 +343,126 @@ torch::Tensor generate_tokens(CharGpt& model, torch::Tensor ids, std::int64_t ne
   return ids;
 }
 
+// ---- GPT-2 small and BERT-base ---------------------------------------------------------------------------
+// gpt2_small_generate: GPT-2 as nanoGPT's model.py and llm.c write it (pre-norm blocks, fused c_attn, tanh GELU,
+// ln_f, the head tied to wte), with a key/value cache per layer: the prompt in one pass (causal), then one token
+// a step against the cache; the head runs on the last position only, as nanoGPT's inference does. Greedy.
+struct Gpt2BlockImpl : nn::Module {
+  nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  nn::Linear c_attn{nullptr}, attn_proj{nullptr}, c_fc{nullptr}, mlp_proj{nullptr};
+  torch::Tensor k_cache, v_cache;  // (1, 12, capacity, 64)
+  Gpt2BlockImpl() {
+    ln_1 = register_module("ln_1", nn::LayerNorm(nn::LayerNormOptions({768}).eps(1e-5)));
+    ln_2 = register_module("ln_2", nn::LayerNorm(nn::LayerNormOptions({768}).eps(1e-5)));
+    c_attn = register_module("c_attn", nn::Linear(768, 3 * 768));
+    attn_proj = register_module("attn_proj", nn::Linear(768, 768));
+    c_fc = register_module("c_fc", nn::Linear(768, 3072));
+    mlp_proj = register_module("mlp_proj", nn::Linear(3072, 768));
+  }
+  // x: (1, T, 768) at positions start..start+T-1; the cache holds 0..start-1.
+  torch::Tensor forward(const torch::Tensor& x, std::int64_t start) {
+    const std::int64_t steps = x.size(1);
+    const std::vector<torch::Tensor> qkv = c_attn(ln_1(x)).split(768, -1);
+    auto heads = [&](const torch::Tensor& t) { return t.view({1, steps, 12, 64}).transpose(1, 2); };
+    k_cache.narrow(2, start, steps).copy_(heads(qkv[1]));
+    v_cache.narrow(2, start, steps).copy_(heads(qkv[2]));
+    const torch::Tensor k = k_cache.narrow(2, 0, start + steps), v = v_cache.narrow(2, 0, start + steps);
+    torch::Tensor scores = torch::matmul(heads(qkv[0]), k.transpose(-2, -1)) * (1.0 / 8.0);
+    if (steps > 1) {
+      const torch::Tensor causal = torch::ones({steps, start + steps}, torch::kBool).triu(start + 1);
+      scores = scores.masked_fill(causal, -std::numeric_limits<float>::infinity());
+    }
+    const torch::Tensor attended = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({1, steps, 768});
+    const torch::Tensor h = x + attn_proj(attended);
+    return h + mlp_proj(torch::gelu(c_fc(ln_2(h)), "tanh"));
+  }
+};
+TORCH_MODULE(Gpt2Block);
+
+struct Gpt2Impl : nn::Module {
+  nn::Embedding wte{nullptr}, wpe{nullptr};
+  std::vector<Gpt2Block> blocks;
+  nn::LayerNorm ln_f{nullptr};
+  Gpt2Impl() {
+    wte = register_module("wte", nn::Embedding(50257, 768));
+    wpe = register_module("wpe", nn::Embedding(1024, 768));
+    for (int i = 0; i < 12; ++i) blocks.push_back(register_module("h" + std::to_string(i), Gpt2Block()));
+    ln_f = register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({768}).eps(1e-5)));
+  }
+  // The next token after `ids` (1, T) at positions start..: the cache filled as it goes.
+  std::int64_t next(const torch::Tensor& ids, std::int64_t start) {
+    torch::Tensor h = wte(ids) + wpe(torch::arange(start, start + ids.size(1), torch::kLong));
+    for (Gpt2Block& block : blocks) h = block->forward(h, start);
+    const torch::Tensor last = ln_f(h.select(1, h.size(1) - 1));
+    return torch::matmul(last, wte->weight.t()).argmax(-1).item<std::int64_t>();
+  }
+  // Greedy: the prompt, then tokens up to `length` in all.
+  void generate(const torch::Tensor& prompt, std::int64_t length) {
+    torch::NoGradGuard no_grad;
+    for (Gpt2Block& block : blocks) {
+      if (!block->k_cache.defined() || block->k_cache.size(2) < length) {
+        block->k_cache = torch::zeros({1, 12, length, 64});
+        block->v_cache = torch::zeros({1, 12, length, 64});
+      }
+    }
+    std::int64_t token = next(prompt, 0);
+    for (std::int64_t position = prompt.size(1); position + 1 < length; ++position)
+      token = next(torch::full({1, 1}, token, torch::kLong), position);
+  }
+};
+TORCH_MODULE(Gpt2);
+
+// bert_base: BERT as Hugging Face's BertModel computes it (post-norm, LayerNorm ε 1e-12, tanh GELU as keras-hub's
+// BertBackbone, additive padding mask, tanh pooler on the first token), on (8, 128) token, segment and padding ids.
+struct BertLayerImpl : nn::Module {
+  nn::Linear query{nullptr}, key{nullptr}, value{nullptr}, output{nullptr}, intermediate{nullptr}, out{nullptr};
+  nn::LayerNorm attention_norm{nullptr}, output_norm{nullptr};
+  BertLayerImpl() {
+    query = register_module("query", nn::Linear(768, 768));
+    key = register_module("key", nn::Linear(768, 768));
+    value = register_module("value", nn::Linear(768, 768));
+    output = register_module("output", nn::Linear(768, 768));
+    intermediate = register_module("intermediate", nn::Linear(768, 3072));
+    out = register_module("out", nn::Linear(3072, 768));
+    attention_norm = register_module("attention_norm", nn::LayerNorm(nn::LayerNormOptions({768}).eps(1e-12)));
+    output_norm = register_module("output_norm", nn::LayerNorm(nn::LayerNormOptions({768}).eps(1e-12)));
+  }
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& additive_mask) {
+    const std::int64_t batch = x.size(0), steps = x.size(1);
+    auto heads = [&](const torch::Tensor& t) { return t.view({batch, steps, 12, 64}).transpose(1, 2); };
+    const torch::Tensor scores = torch::matmul(heads(query(x)), heads(key(x)).transpose(-2, -1)) * 0.125 + additive_mask;
+    const torch::Tensor attended =
+        torch::matmul(torch::softmax(scores, -1), heads(value(x))).transpose(1, 2).reshape({batch, steps, 768});
+    const torch::Tensor h = attention_norm(x + output(attended));
+    return output_norm(h + out(torch::gelu(intermediate(h), "tanh")));
+  }
+};
+TORCH_MODULE(BertLayer);
+
+struct BertBaseImpl : nn::Module {
+  nn::Embedding words{nullptr}, positions{nullptr}, segments{nullptr};
+  nn::LayerNorm norm{nullptr};
+  std::vector<BertLayer> layers;
+  nn::Linear pooler{nullptr};
+  torch::Tensor segment_ids, padding_mask;
+  BertBaseImpl() {
+    words = register_module("words", nn::Embedding(30522, 768));
+    positions = register_module("positions", nn::Embedding(512, 768));
+    segments = register_module("segments", nn::Embedding(2, 768));
+    norm = register_module("norm", nn::LayerNorm(nn::LayerNormOptions({768}).eps(1e-12)));
+    for (int i = 0; i < 12; ++i) layers.push_back(register_module("layer" + std::to_string(i), BertLayer()));
+    pooler = register_module("pooler", nn::Linear(768, 768));
+  }
+  torch::Tensor forward(const torch::Tensor& ids) {
+    const std::int64_t steps = ids.size(1);
+    torch::Tensor h = norm(words(ids) + positions(torch::arange(steps, torch::kLong)) + segments(segment_ids));
+    const torch::Tensor additive = (1.0 - padding_mask.to(torch::kFloat32)).view({ids.size(0), 1, 1, steps}) * -1e9;
+    for (BertLayer& layer : layers) h = layer->forward(h, additive);
+    return torch::tanh(pooler(h.select(1, 0)));
+  }
+};
+TORCH_MODULE(BertBase);
+
 // ---- torchvision's ResNet-50 and MobileNetV2 -------------------------------------------------------------
 // torchvision/models/resnet.py (Bottleneck, v1.5: the stride on conv2) and mobilenetv2.py (InvertedResidual),
 // written out in libtorch's modules, NCHW as torchvision runs them, with torchvision's BatchNorm2d defaults.
@@ -497,6 +617,12 @@ Workload make_workload(const std::string& name, int seq) {
                                     : wrap(MobileNetV2(), uniform({batch, 3, 224, 224}), torch::randint(0, 1000, {batch}, torch::kLong), false);
     w.classes = true;
     return w;
+  }
+  if (name == "bert_base") {
+    BertBase bert;
+    bert->segment_ids = torch::zeros({8, 128}, torch::kLong);
+    bert->padding_mask = torch::ones({8, 128}, torch::kLong);
+    return wrap(bert, torch::randint(0, 30522, {8, 128}, torch::kLong), torch::Tensor(), false);
   }
   if (name == "char_gpt" || name == "char_gpt_generate") {
     Workload w = wrap(CharGpt(), torch::randint(0, 65, {12, 64}, torch::kLong),
@@ -716,6 +842,23 @@ int main(int argc, char** argv) {
     warm_up_libraries();
 
     const double baseline = bench::status_mb("VmRSS");
+    if (args.workload == "gpt2_small_generate") {
+      Gpt2 gpt2;
+      gpt2->eval();
+      bench::reset_peak();
+      const torch::Tensor prompt = (torch::arange(128, torch::kLong) * 7919).remainder(50257).unsqueeze(0);
+      // The prompt and the first new token, then the whole: the difference is the other 127 new tokens.
+      const bench::Timing first = bench::time_steps(args, [&] { gpt2->generate(prompt, 129); });
+      const bench::Timing t = bench::time_steps(args, [&] { gpt2->generate(prompt, 256); });
+      std::int64_t parameters = 0;
+      for (const torch::Tensor& p : gpt2->parameters()) parameters += p.numel();
+      char extra[160];
+      std::snprintf(extra, sizeof extra, ",\"prompt_tok_s\":%.2f,\"new_tok_s\":%.2f,\"weights_mb\":%.1f",
+                    128.0 / (first.median_ms / 1000.0), 127.0 / ((t.median_ms - first.median_ms) / 1000.0),
+                    static_cast<double>(parameters) * 4.0 / (1024.0 * 1024.0));
+      bench::print_json("libtorch", args, t, baseline, bench::status_mb("VmHWM") - baseline, extra);
+      return 0;
+    }
     Workload w = make_workload(args.workload, args.seq);
     bench::Timing t;
     if (args.mode == "forward" && args.callers > 1) {

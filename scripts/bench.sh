@@ -66,6 +66,8 @@ lstm train_step -
 char_gpt forward -
 char_gpt train_step -
 char_gpt_generate generate -
+gpt2_small_generate generate -
+bert_base forward -
 resnet50 forward -
 resnet50 train_step -
 mobilenet_v2 forward -
@@ -97,7 +99,10 @@ results="$build/bench/results.jsonl"
 # Timing flags for one row: a step of the largest rows takes seconds, so they warm up once (the first
 # step plans and allocates; later ones do not), time 3 steps, and run 2 rounds at most (keeps make bench
 # under about 10 minutes on 2 busy cores).
-big_row() { { [ "$1" = long_mha ] && [ "$3" != - ] && [ "$3" -ge 2048 ]; } || [ "$1" = resnet50 ] || [ "$1" = mobilenet_v2 ]; }
+big_row() {
+  { [ "$1" = long_mha ] && [ "$3" != - ] && [ "$3" -ge 2048 ]; } || [ "$1" = resnet50 ] || [ "$1" = mobilenet_v2 ] ||
+    [ "$1" = gpt2_small_generate ] || [ "$1" = bert_base ]
+}
 row_timing() {
   if big_row "$@"; then echo "--warmup 1 --min-time 1 --max-time 1"; else echo "${timing[*]}"; fi
 }
