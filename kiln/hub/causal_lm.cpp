@@ -1,6 +1,7 @@
 #include <kiln/hub/causal_lm.hpp>
 
 #include <algorithm>
+#include <map>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -137,26 +138,32 @@ class WindowRunner {
 
 // One position of every row at a time through key/value caches: the model's layers build a one-token step under a
 // DecodingScope, whose caches are variables of this graph that each step updates.
+// `tokens` positions a run through key/value caches: one token a step, or a prompt's tokens at once (the
+// prefill). Runners of one generate share their caches (`caches`, by name): a prefill fills what the steps read.
 class StepRunner {
  public:
-  StepRunner(ModelBase& model, std::int64_t batch, std::int64_t length, DType dtype)
+  StepRunner(ModelBase& model, std::int64_t batch, std::int64_t length, DType dtype, std::int64_t tokens,
+             std::map<std::string, Array>& caches)
       : length_(length),
-        token_(Shape{batch, 1}, dtype),
-        position_(Shape{batch, 1}, dtype),
+        tokens_(tokens),
+        token_(Shape{batch, tokens}, dtype),
+        position_(Shape{batch, tokens}, dtype),
         start_(Shape{1, 1}, dtype),
-        visible_(Shape{batch, length}, dtype),
-        ones_(Array::full(Shape{batch, 1}, 1.0, dtype)) {
+        visible_(Shape{batch, tokens, length}, dtype),
+        ones_(Array::full(Shape{batch, tokens}, 1.0, dtype)) {
     detail::DecodingStep step;
-    step.positions = position_input_ = graph_.placeholder(Shape{batch, 1}, dtype, "positions");
+    step.positions = position_input_ = graph_.placeholder(Shape{batch, tokens}, dtype, "positions");
     step.start = start_input_ = graph_.placeholder(Shape{1, 1}, dtype, "start");
-    step.visible = visible_input_ = graph_.placeholder(Shape{batch, length}, dtype, "visible");
+    step.visible = visible_input_ = graph_.placeholder(Shape{batch, tokens, length}, dtype, "visible");
     step.length = length;
     step.cache = [&](const std::string& name, const Shape& shape) {
-      return graph_.variable(name, Array::full(shape, 0.0, dtype), /*trainable=*/false);
+      Array& cache = caches[name];
+      if (cache.size() == 0) cache = Array::full(shape, 0.0, dtype);
+      return graph_.variable(name, cache, /*trainable=*/false);
     };
     step.update = [&](const Tensor& cache, const Tensor& next) { updates_.push_back({cache, next}); };
-    mask_input_ = graph_.placeholder(Shape{batch, 1}, dtype, "padding_mask");
-    token_input_ = graph_.placeholder(Shape{batch, 1}, dtype, "token_ids");
+    mask_input_ = graph_.placeholder(Shape{batch, tokens}, dtype, "padding_mask");
+    token_input_ = graph_.placeholder(Shape{batch, tokens}, dtype, "token_ids");
     {
       const detail::DecodingScope scope(step);
       logits_ = model.apply({mask_input_, token_input_}, /*training=*/false).at(0);
@@ -164,16 +171,19 @@ class StepRunner {
     program_ = std::make_unique<Program>(graph_, std::vector<Tensor>{logits_}, updates_);
   }
 
-  // Runs position `position` of every row (its token in `tokens`), writing the caches' slot `position`; the
-  // logits of the next position, into rows[r].
+  // Positions [position, position + tokens) of `tokens` through the model; `rows` gets each row's logits at the
+  // last of them.
   void run(const Array& tokens, std::int64_t position, std::vector<std::vector<double>>& rows) {
     const std::size_t batch = rows.size();
-    for (std::size_t r = 0; r < batch; ++r) {
-      token_.set_flat(r, tokens.flat(r * static_cast<std::size_t>(length_) + static_cast<std::size_t>(position)));
-      position_.set_flat(r, static_cast<double>(position));
-      for (std::int64_t s = 0; s < length_; ++s)
-        visible_.set_flat(r * static_cast<std::size_t>(length_) + static_cast<std::size_t>(s), s <= position ? 1.0 : 0.0);
-    }
+    for (std::size_t r = 0; r < batch; ++r)
+      for (std::int64_t t = 0; t < tokens_; ++t) {
+        const std::size_t at = r * static_cast<std::size_t>(tokens_) + static_cast<std::size_t>(t);
+        token_.set_flat(at, tokens.flat(r * static_cast<std::size_t>(length_) + static_cast<std::size_t>(position + t)));
+        position_.set_flat(at, static_cast<double>(position + t));
+        for (std::int64_t s = 0; s < length_; ++s)
+          visible_.set_flat(at * static_cast<std::size_t>(length_) + static_cast<std::size_t>(s),
+                            s <= position + t ? 1.0 : 0.0);
+      }
     start_.set_flat(0, static_cast<double>(position));
     program_->feed(token_input_, token_);
     program_->feed(mask_input_, ones_);
@@ -185,12 +195,13 @@ class StepRunner {
     const std::size_t vocabulary = static_cast<std::size_t>(logits.shape()[2]);
     for (std::size_t r = 0; r < batch; ++r) {
       rows[r].resize(vocabulary);
-      for (std::size_t j = 0; j < vocabulary; ++j) rows[r][j] = logits.flat(r * vocabulary + j);
+      const std::size_t base = (r * static_cast<std::size_t>(tokens_) + static_cast<std::size_t>(tokens_ - 1)) * vocabulary;
+      for (std::size_t j = 0; j < vocabulary; ++j) rows[r][j] = logits.flat(base + j);
     }
   }
 
  private:
-  std::int64_t length_;
+  std::int64_t length_, tokens_;
   Graph graph_;
   Tensor mask_input_, token_input_, position_input_, start_input_, visible_input_, logits_;
   std::vector<Update> updates_;
@@ -328,9 +339,11 @@ Generated CausalLM::generate(const Array& token_ids, const Array& padding_mask, 
   } else {
     std::unique_ptr<StepRunner> steps;
     std::unique_ptr<WindowRunner> window;
+    std::map<std::string, Array> caches;
     if (options.use_cache) {
-      steps = std::make_unique<StepRunner>(model, batch, length, dtype);
-      for (std::int64_t p = 0; p + 1 < index; ++p) steps->run(tokens, p, rows);  // the prompts' common part
+      // The prompts' common part in one pass (the prefill), then a token a step.
+      if (index > 1) StepRunner(model, batch, length, dtype, index - 1, caches).run(tokens, 0, rows);
+      steps = std::make_unique<StepRunner>(model, batch, length, dtype, 1, caches);
     } else {
       window = std::make_unique<WindowRunner>(model, batch, length, dtype);
     }

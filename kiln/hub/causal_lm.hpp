@@ -66,8 +66,9 @@ class CausalLM : public TrainableModel<CausalLMModel> {
   /// position of a row outside its prompt gets a token drawn from the logits of the position before, until the
   /// row is full, or (with stop tokens) until every row has drawn one. `options` picks the sampler (its
   /// max_new_tokens is not used: the rows' length is max_length); "beam" keeps options.num_beams sequences a row
-  /// (keras-hub's BeamSampler, each position reading the whole window) and returns each row's best. With use_cache (the default) each position
-  /// costs one token's step through key/value caches; without, the whole window is read again each time.
+  /// (keras-hub's BeamSampler, each position reading the whole window) and returns each row's best. With use_cache (the default) the prompts'
+  /// common part goes through the model in one pass that fills key/value caches (the prefill), then each position
+  /// costs one token's step through them; without, the whole window is read again each time.
   /// Both give the same tokens. ValueError for shapes that disagree, an empty prompt or a token outside the
   /// vocabulary.
   Generated generate(const Array& token_ids, const Array& padding_mask, const GenerateOptions& options = {},

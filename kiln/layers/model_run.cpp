@@ -59,9 +59,10 @@ std::vector<std::vector<Tensor>> ModelBase::replay(const std::vector<Tensor>& in
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const Shape& expected = nodes_[static_cast<std::size_t>(input_nodes_[i])].output_shapes.at(0);
     const Shape& given = inputs[i].shape();
-    // Decoding a token at a time (kiln::generate) feeds one step of a sequence the model reads whole.
-    bool one_step =
-        detail::decoding() != nullptr && given.rank() == expected.rank() && given.rank() >= 2 && given[1] == 1;
+    // Decoding (kiln::generate, CausalLM.generate) feeds a step of one token, or a prompt's tokens at once, of a
+    // sequence the model reads whole.
+    bool one_step = detail::decoding() != nullptr && given.rank() == expected.rank() && given.rank() >= 2 &&
+                    given[1] != Shape::unknown && given[1] >= 1;
     for (std::int64_t axis = 0; one_step && axis < given.rank(); ++axis)
       one_step = axis == 1 || expected[axis] == Shape::unknown || expected[axis] == given[axis];
     if (!one_step && !expected.accepts(given))

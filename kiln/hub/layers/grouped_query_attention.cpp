@@ -187,9 +187,10 @@ Tensor GroupedQueryAttentionLayer::call(const Tensor& input, const CallArgs& arg
   const Tensor v = project(input, value_kernel_, value_bias_, o.num_key_value_heads);
 
   if (const detail::DecodingStep* step = detail::decoding()) {
-    // One token: its key and value into slot `start` of the caches, then the visible slots attended.
-    if (input.shape()[1] != 1 || input.shape()[0] == Shape::unknown)
-      shape_error("decodes one step (a known batch, 1, features) at a time", {{"input", input.shape()}});
+    // A step's tokens (one, or a prompt's at once): their keys and values into slots [start, start + tokens) of
+    // the caches, then the slots `visible` gives each token attended.
+    if (input.shape()[1] == Shape::unknown || input.shape()[0] == Shape::unknown)
+      shape_error("decodes steps of a known batch and known tokens", {{"input", input.shape()}});
     const Shape cache_shape{input.shape()[0], step->length, o.num_key_value_heads, head_dim_};
     // Named by this layer's place in memory: every block's attention is called "self_attention".
     const std::string cache = describe() + "@" + std::to_string(reinterpret_cast<std::uintptr_t>(this));
@@ -198,10 +199,12 @@ Tensor GroupedQueryAttentionLayer::call(const Tensor& input, const CallArgs& arg
     const Tensor next_values = ops::write_steps(values, v, step->start);
     step->update(keys, next_keys);
     step->update(values, next_values);
-    Tensor visible = step->visible;  // (B, slots)
+    // (B, tokens, slots): a (B, slots) mask is one token's.
+    Tensor visible = step->visible.rank() == 2 ? ops::expand_dims(step->visible, 1) : step->visible;
     if (o.sliding_window > 0) {
-      const Tensor slots = ops::expand_dims(ops::positions(next_keys, 1), 0);  // (1, slots)
-      visible = visible * ops::less(step->positions - slots, ops::scalar_like(slots, static_cast<double>(o.sliding_window)));
+      const Tensor slots = ops::expand_dims(ops::expand_dims(ops::positions(next_keys, 1), 0), 0);  // (1, 1, slots)
+      const Tensor positions = ops::expand_dims(step->positions, 2);                                 // (B, tokens, 1)
+      visible = visible * ops::less(positions - slots, ops::scalar_like(slots, static_cast<double>(o.sliding_window)));
     }
     return attend(q, repeat_heads(next_keys), repeat_heads(next_values), visible, false, args, input);
   }

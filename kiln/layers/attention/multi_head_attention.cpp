@@ -259,10 +259,11 @@ MultiHeadAttentionLayer::CachedStep MultiHeadAttentionLayer::cached_self_attenti
                                                                                   const Tensor& start,
                                                                                   const Tensor& visible) const {
   if (!built()) throw LayerStateError(describe() + ": build it before decoding with a cache");
-  if (query.rank() != 3 || query.shape()[1] != 1 || query.shape()[2] != key_features_)
-    shape_error("decodes one step (batch, 1, features) at a time", {{"query", query.shape()}});
+  if (query.rank() != 3 || query.shape()[1] == Shape::unknown || query.shape()[2] != key_features_)
+    shape_error("decodes steps (batch, tokens, features) of known tokens", {{"query", query.shape()}});
   const Tensor q = project(query, query_, key_depth_) * (1.0 / std::sqrt(static_cast<double>(key_depth_)));
-  // The new key and value go into slot `start` of the caches (batch, slots, heads, depth).
+  // The new keys and values go into slots [start, start + tokens) of the caches (batch, slots, heads, depth);
+  // `visible` (batch, slots), or (batch, tokens, slots) for several tokens, says which slots each token sees.
   CachedStep step;
   step.key_cache = ops::write_steps(key_cache, project(query, key_, key_depth_), start);
   step.value_cache = ops::write_steps(value_cache, project(query, value_, value_depth_), start);

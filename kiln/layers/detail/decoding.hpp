@@ -1,9 +1,10 @@
 #pragma once
-// Incremental decoding: a causal language model run one token at a time, each attention layer keeping
-// the keys and values of the tokens before in a cache (kiln::generate builds the step graph). While a
-// DecodingScope is open on a thread, the layers replayed there build that step instead of a whole
-// sequence: positions come from `positions`, and self-attention writes slot `start` of its caches and
-// attends the `visible` slots. Layers that cannot take part refuse with ValueError.
+// Incremental decoding: a causal language model run a step of tokens at a time (one, or a prompt's at once),
+// each attention layer keeping the keys and values of the tokens before in a cache (kiln::generate and
+// CausalLM.generate build the step graphs). While a DecodingScope is open on a thread, the layers replayed there
+// build that step instead of a whole sequence: positions come from `positions`, and self-attention writes slots
+// [start, start + tokens) of its caches and attends the `visible` slots. Layers that cannot take part refuse
+// with ValueError.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -14,9 +15,11 @@
 namespace kiln::detail {
 
 struct DecodingStep {
-  Tensor positions;         ///< (batch, 1): the position of the token decoded, as a float
-  Tensor start;             ///< (1, 1): the cache slot this step writes, the position, as a float
-  Tensor visible;           ///< (batch, length): 1 at the slots written so far, this step's included
+  Tensor positions;         ///< (batch, tokens): the positions of the tokens decoded, as floats
+  Tensor start;             ///< (1, 1): the first cache slot this step writes, the first position, as a float
+  /// (batch, length) for one token, or (batch, tokens, length): 1 at the slots each token sees (its own and those
+  /// before)
+  Tensor visible;
   std::int64_t length = 0;  ///< the cache's slots: the longest sequence decoded
   /// A cache that lives across steps, zero at first: a variable of the step's graph. `name` is unique per
   /// layer and part ("decoder 'transformer_decoder'/key").

@@ -71,9 +71,10 @@ Tensor PositionEmbeddingLayer::positions(const Tensor& input, std::int64_t start
   check_sequence(*this, input.shape());
   const std::int64_t steps = input.shape().dim(-2);
   const Tensor embeddings = variable(embeddings_, input);
-  // Decoding a token at a time: the row of the token's position, (batch, 1, features).
+  // Decoding: the rows of the tokens' positions, (batch, tokens, features).
   if (const detail::DecodingStep* step = detail::decoding()) {
-    if (steps != 1 || input.rank() != 3) shape_error("decodes one step at a time", {{"input", input.shape()}});
+    if (steps != step->positions.shape()[1] || input.rank() != 3)
+      shape_error("decodes the step's " + std::to_string(step->positions.shape()[1]) + " tokens", {{"input", input.shape()}});
     if (step->length > sequence_length_)
       shape_error("has " + std::to_string(sequence_length_) + " positions, fewer than the " +
                       std::to_string(step->length) + " decoded",
@@ -181,8 +182,8 @@ Config SinePositionEncodingLayer::get_config() const {
 Tensor SinePositionEncodingLayer::call(const Tensor& input, const CallArgs& args) {
   check_sequence(*this, input.shape());
   const detail::DecodingStep* step = detail::decoding();
-  if (step != nullptr && (input.shape().dim(-2) != 1 || input.rank() != 3))
-    shape_error("decodes one step at a time", {{"input", input.shape()}});
+  if (step != nullptr && (input.shape().dim(-2) != step->positions.shape()[1] || input.rank() != 3))
+    shape_error("decodes the step's " + std::to_string(step->positions.shape()[1]) + " tokens", {{"input", input.shape()}});
   // Decoding: the table of every position decoded, whose row the step's position picks.
   const std::int64_t start = step != nullptr ? 0 : start_index(args, *this);
   const std::int64_t steps = step != nullptr ? step->length : input.shape().dim(-2), features = input.shape().dim(-1);
@@ -281,16 +282,30 @@ Tensor RotaryEmbeddingLayer::call(const Tensor& input, const CallArgs& args) {
     // the sequence axis; decoding a token at a time, one row per batch row, at the step's position.
     Array thetas(Shape{1, features}, input.dtype());
     for (std::int64_t j = 0; j < features; ++j) thetas.set_flat(static_cast<std::size_t>(j), theta(j % half));
-    const int rows_axis = step != nullptr ? 0 : static_cast<int>(sequence_axis);
-    if (step != nullptr && steps != 1) shape_error("decodes one step at a time", {{"input", shape}});
-    const Tensor positions =
-        step != nullptr ? step->positions : ops::expand_dims(positions_from(input, rows_axis, start), 1);
-    const Tensor angles = positions * ops::constant(graph, thetas, "rotary_thetas");
-    const Tensor laid_out = rows_axis < feature_axis ? angles : ops::transpose(angles, {1, 0});
-    std::vector<std::int64_t> dims(static_cast<std::size_t>(rank), 1);
-    dims[static_cast<std::size_t>(rows_axis)] = -1;
-    dims[static_cast<std::size_t>(feature_axis)] = features;
-    const Tensor placed = ops::reshape(laid_out, dims);
+    Tensor placed;
+    if (step != nullptr) {
+      // Decoding: the step's positions (batch, tokens), angles (batch, tokens, features) laid out on the batch,
+      // sequence and feature axes.
+      if (steps != step->positions.shape()[1] || (steps > 1 && sequence_axis > feature_axis))
+        shape_error("decodes the step's " + std::to_string(step->positions.shape()[1]) +
+                        " tokens on a sequence axis before the features",
+                    {{"input", shape}});
+      const Tensor angles = ops::expand_dims(step->positions, 2) * ops::constant(graph, thetas, "rotary_thetas");
+      std::vector<std::int64_t> dims(static_cast<std::size_t>(rank), 1);
+      dims[0] = -1;
+      dims[static_cast<std::size_t>(sequence_axis)] = steps;
+      dims[static_cast<std::size_t>(feature_axis)] = features;
+      placed = ops::reshape(angles, dims);
+    } else {
+      const int rows_axis = static_cast<int>(sequence_axis);
+      const Tensor positions = ops::expand_dims(positions_from(input, rows_axis, start), 1);
+      const Tensor angles = positions * ops::constant(graph, thetas, "rotary_thetas");
+      const Tensor laid_out = rows_axis < feature_axis ? angles : ops::transpose(angles, {1, 0});
+      std::vector<std::int64_t> dims(static_cast<std::size_t>(rank), 1);
+      dims[static_cast<std::size_t>(rows_axis)] = -1;
+      dims[static_cast<std::size_t>(feature_axis)] = features;
+      placed = ops::reshape(laid_out, dims);
+    }
     cos_table = ops::cos(placed);
     sin_table = ops::sin(placed);
   } else {

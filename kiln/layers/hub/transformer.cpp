@@ -275,13 +275,13 @@ std::vector<Tensor> TransformerDecoderLayer::call(const std::vector<Tensor>& inp
                    [&](const Tensor& h) { return feed_forward(h, inner); })};
 }
 
-// One token through the block, its self-attention reading and writing the caches of the tokens before
-// (keras-hub's call with self_attention_cache and an update index); causal by construction.
+// One token (or a prompt's tokens at once) through the block, its self-attention reading and writing the caches
+// of the tokens before (keras-hub's call with self_attention_cache and an update index); causal by `visible`.
 Tensor TransformerDecoderLayer::decode_step(const Tensor& decoder, const detail::DecodingStep& step,
                                             const CallArgs& inner) {
   if (has_cross_attention())
     throw ValueError(describe() + ": decoding a token at a time is not supported with cross-attention yet");
-  if (decoder.shape()[1] != 1) shape_error("decodes one step at a time", {{"decoder", decoder.shape()}});
+  if (decoder.shape()[1] == Shape::unknown) shape_error("decodes steps of known tokens", {{"decoder", decoder.shape()}});
   const auto& attention = static_cast<const MultiHeadAttentionLayer&>(*self_attention_);
   const Shape cache_shape{decoder.shape()[0], step.length, attention.num_heads(), attention.key_dim()};
   const Tensor keys = step.cache(describe() + "/key", cache_shape);
