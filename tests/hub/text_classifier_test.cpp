@@ -134,18 +134,33 @@ TEST_CASE("a BERT TextClassifier fine-tunes with fit on labelled text", "[hub][t
   CHECK(packed.token_ids.flat(0) == 2);
   Array y(Shape{static_cast<std::int64_t>(labels.size())});
   for (std::size_t i = 0; i < labels.size(); ++i) y.set_flat(i, labels[i]);
-  // Rows 0..499 train, 500..599 (asks and states alike) are held out.
+  // Rows 0..399 train, 400..499 validate (early stopping), 500..599 are held out; asks and states alike in each.
   auto rows = [](const Array& a, std::int64_t from, std::int64_t to) { return a.rows(from, to - from); };
-  std::vector<Array> train, held;
+  std::vector<Array> train, validation, held;
   for (const Array& input : packed.inputs()) {
-    train.push_back(rows(input, 0, 500));
+    train.push_back(rows(input, 0, 400));
+    validation.push_back(rows(input, 400, 500));
     held.push_back(rows(input, 500, 600));
   }
   classifier.compile(kiln::create_optimizer("adam", Config{{"learning_rate", 0.001}}),
                      kiln::Loss::from_config(Config{{"class_name", "SparseCategoricalCrossentropy"},
                                                     {"config", Config{{"from_logits", true}}}}));
   const double before = classifier.evaluate(held, {rows(y, 500, 600)}).at("loss");
-  classifier.fit(train, {rows(y, 0, 500)}, kiln::FitOptions().epochs(60).batch_size(32).verbose(0).shuffle(true));
+  // As a Keras user fine-tunes: a small model on 400 rows overfits after a while (its held-out loss climbs again
+  // while its accuracy holds), so training stops when the validation loss has not improved for 8 epochs and
+  // keeps the best epoch's weights.
+  kiln::EarlyStopping::Options stop;
+  stop.patience = 8;
+  stop.restore_best_weights = true;
+  const kiln::History history =
+      classifier.fit(train, {rows(y, 0, 400)},
+                     kiln::FitOptions()
+                         .epochs(60)
+                         .batch_size(32)
+                         .verbose(0)
+                         .shuffle(true)
+                         .validation_data(validation, {rows(y, 400, 500)})
+                         .callback(std::make_shared<kiln::EarlyStopping>(stop)));
   const double after = classifier.evaluate(held, {rows(y, 500, 600)}).at("loss");
   const Array logits = classifier.predict(held).at(0);
   int right = 0;
@@ -153,11 +168,14 @@ TEST_CASE("a BERT TextClassifier fine-tunes with fit on labelled text", "[hub][t
     const bool asks_predicted = logits.flat(static_cast<std::size_t>(2 * i + 1)) > logits.flat(static_cast<std::size_t>(2 * i));
     right += asks_predicted == (y.flat(static_cast<std::size_t>(500 + i)) == 1.0);
   }
-  INFO("held-out loss " << before << " -> " << after << ", accuracy " << right << "/100");
-  // Measured: loss 0.693 -> 0.42, 91 of 100 right (in 60 epochs of 16 steps; a 2-layer BERT of width 32 learns the
-  // words of questions before it learns that the '?' decides).
+  const std::vector<double>& val_loss = history["val_loss"];
+  INFO("held-out loss " << before << " -> " << after << ", accuracy " << right << "/100 after " << val_loss.size()
+                        << " epochs, best validation loss " << *std::min_element(val_loss.begin(), val_loss.end()));
+  // Measured: loss 0.693 -> 0.37, 88 of 100 right after 13 epochs; over initial weights seeded 1..12, 0.22 to 0.50
+  // and 85 to 92 right. (Without early stopping, 60 epochs overfit: the held-out loss climbed back to 0.64 in the
+  // sanitizer's build, whose rounding takes another path through training, while 89 of 100 stayed right.)
   CHECK(after < before - 0.15);
-  CHECK(right >= 82);
+  CHECK(right >= 80);
 }
 
 TEST_CASE("TextClassifier refuses what keras-hub refuses", "[hub][text_classifier]") {
