@@ -16,6 +16,7 @@
 #include <kiln/data/tokenizer.hpp>
 #include <kiln/hub/backbone.hpp>
 #include <kiln/hub/causal_lm.hpp>
+#include <kiln/hub/masked_lm.hpp>
 #include <kiln/hub/preset.hpp>
 #include <kiln/hub/text_classifier.hpp>
 #include <kiln/hub/tokenizers/byte_pair_tokenizer.hpp>

@@ -248,9 +248,18 @@ Preset load_preset(const std::string& folder) {
         load_keras_weights(*preset.text_classifier->ptr(), (root / "task.weights.h5").string(), {backbone.get()});
       else
         warn(folder + ": no task.weights.h5: the " + task_class + "'s head starts fresh, as keras-hub's does");
+    } else if (task_class.size() > 8 && task_class.compare(task_class.size() - 8, 8, "MaskedLM") == 0) {
+      preset.masked_lm = kiln::detail::guarded((root / "task.json").string(), [&] { return MaskedLM(preset.backbone); });
+      if (preset.masked_lm.value()->class_name() != task_class)
+        throw SerializationError(folder + ": task.json's " + task_class + " does not fit config.json's " +
+                                 backbone->class_name());
+      if (fs::exists(root / "task.weights.h5"))
+        load_keras_weights(*preset.masked_lm->ptr(), (root / "task.weights.h5").string(), {backbone.get()});
+      else
+        warn(folder + ": no task.weights.h5: the " + task_class + "'s head starts fresh, as keras-hub's does");
     } else {
       warn(folder + ": task.json's " + task_class +
-           " is not read (kiln reads keras-hub's CausalLMs and TextClassifiers); the backbone is");
+           " is not read (kiln reads keras-hub's CausalLMs, TextClassifiers and MaskedLMs); the backbone is");
     }
   }
   if (fs::exists(root / "tokenizer.json")) {
@@ -338,6 +347,12 @@ Preset make_preset(const TextClassifier& classifier, std::shared_ptr<const Token
   return preset;
 }
 
+Preset make_preset(const MaskedLM& masked_lm, std::shared_ptr<const Tokenizer> tokenizer, std::string tokenizer_class) {
+  Preset preset = make_preset(masked_lm.backbone(), std::nullopt, std::move(tokenizer), std::move(tokenizer_class));
+  preset.masked_lm = masked_lm;
+  return preset;
+}
+
 void save_preset(const Preset& preset, const std::string& folder) {
   const fs::path root(folder);
   std::error_code error;
@@ -393,6 +408,14 @@ void save_preset(const Preset& preset, const std::string& folder) {
     const TextClassifierModel& task = *preset.text_classifier->ptr();
     if (task.backbone() != preset.backbone.ptr())
       throw ValueError("save_preset: the preset's TextClassifier is over another backbone than the preset's");
+    detail::write_text_file((root / "task.json").string(),
+                            to_json(without_build_and_compile(kiln::detail::export_keras_model_config(task)), 4));
+    save_keras_weights(task, (root / "task.weights.h5").string(), {task.backbone().get()});
+  }
+  if (preset.masked_lm) {
+    const MaskedLMModel& task = *preset.masked_lm->ptr();
+    if (task.backbone() != preset.backbone.ptr())
+      throw ValueError("save_preset: the preset's MaskedLM is over another backbone than the preset's");
     detail::write_text_file((root / "task.json").string(),
                             to_json(without_build_and_compile(kiln::detail::export_keras_model_config(task)), 4));
     save_keras_weights(task, (root / "task.weights.h5").string(), {task.backbone().get()});

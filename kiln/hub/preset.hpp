@@ -7,7 +7,8 @@
 //
 // A folder holds config.json (the backbone, as keras-hub serializes it without compile or build configs),
 // model.weights.h5 (the backbone's weights, Keras's save_weights layout), metadata.json, and optionally task.json
-// (the task: kiln reads the CausalLMs and TextClassifiers; a TextClassifier's head in task.weights.h5), tokenizer.json with assets/tokenizer/ (kiln reads keras-hub's tokenizers:
+// (the task: kiln reads the CausalLMs, TextClassifiers and MaskedLMs; a TextClassifier's or MaskedLM's head in
+// task.weights.h5), tokenizer.json with assets/tokenizer/ (kiln reads keras-hub's tokenizers:
 // byte-level BPE: GPT2Tokenizer, RobertaTokenizer, Llama3Tokenizer, QwenTokenizer, BytePairTokenizer; WordPiece:
 // BertTokenizer, DistilBertTokenizer, WordPieceTokenizer; SentencePiece: LlamaTokenizer, MistralTokenizer,
 // GemmaTokenizer, SentencePieceTokenizer) and
@@ -22,6 +23,7 @@
 
 #include <kiln/hub/backbone.hpp>
 #include <kiln/hub/causal_lm.hpp>
+#include <kiln/hub/masked_lm.hpp>
 #include <kiln/hub/text_classifier.hpp>
 #include <kiln/hub/tokenizers/byte_pair_tokenizer.hpp>
 #include <kiln/hub/tokenizers/sentence_piece_tokenizer.hpp>
@@ -38,6 +40,8 @@ struct Preset {
   std::optional<CausalLM> causal_lm;             ///< task.json's CausalLM, over `backbone`
   /// task.json's TextClassifier, over `backbone`, its head's weights from task.weights.h5 (a fresh head without it)
   std::optional<TextClassifier> text_classifier;
+  /// task.json's MaskedLM, over `backbone`, its head's weights from task.weights.h5 (a fresh head without it)
+  std::optional<MaskedLM> masked_lm;
   std::shared_ptr<const Tokenizer> tokenizer;   ///< tokenizer.json's, with its assets (null when none)
   Config tokenizer_config;                       ///< tokenizer.json as read (null when none): written back as is
   std::int64_t sequence_length = 1024;           ///< preprocessor.json's (keras-hub's CausalLMPreprocessor default)
@@ -57,6 +61,10 @@ Preset load_preset(const std::string& folder);
 
 /// A preset of a TextClassifier (its backbone, task.json and task.weights.h5) with an optional tokenizer.
 Preset make_preset(const TextClassifier& classifier, std::shared_ptr<const Tokenizer> tokenizer = nullptr,
+                   std::string tokenizer_class = "");
+
+/// A preset of a MaskedLM (its backbone, task.json and task.weights.h5) with an optional tokenizer.
+Preset make_preset(const MaskedLM& masked_lm, std::shared_ptr<const Tokenizer> tokenizer = nullptr,
                    std::string tokenizer_class = "");
 
 /// Writes `preset` as keras-hub's save_to_preset does, into `folder` (made when missing), each file atomically.

@@ -389,6 +389,11 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 /// Rows of params (vocabulary, ...) picked by integer-valued indices of any shape:
 /// output shape = indices.shape + params.shape[1:]. Throws ValueError at run time on an index out of range.
 Tensor gather(const Tensor& params, const Tensor& indices);
+/// NumPy's and Keras's take_along_axis: x's entries at the integer-valued `indices` along `axis` (negative ones count
+/// from the axis's end). indices has x's rank and, off the axis, x's sizes or 1 (stretched to x's); the output has
+/// x's shape with indices' size on the axis. ShapeError when they do not fit; ValueError at run time on an index out
+/// of range or not an integer. Its gradient adds each pick back at its position.
+Tensor take_along_axis(const Tensor& x, const Tensor& indices, int axis);
 
 // ---- regularization, normalization -----------------------------------------------------------------
 /// Inverted dropout: keeps each element with probability 1 - rate and scales it by 1 / (1 - rate).

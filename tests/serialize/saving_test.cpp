@@ -761,6 +761,16 @@ std::vector<ModelCase> every_layer_type() {
                        return Model(x, (*kiln::create_layer(key, config))(Dense(4)(x)));
                      },
                      {{4, 6, 4}}});
+  // keras-hub's MaskedLMHead, untied, on embedded ids that are also its positions (all in [0, 10)).
+  cases.push_back({"keras_hub>MaskedLMHead",
+                   [] {
+                     Tensor ids = input({None, 10});
+                     const Tensor sequence = Embedding(10, 4)(ids);
+                     return Model(ids, (*kiln::create_layer("keras_hub>MaskedLMHead", {{"vocabulary_size", 6}}))(
+                                           std::vector<Tensor>{sequence, ids}));
+                   },
+                   {{2, 10}},
+                   true});
   const Config decoder = {{"vocabulary_size", 12}, {"num_layers", 2},      {"num_query_heads", 2},
                           {"num_key_value_heads", 1}, {"hidden_dim", 8}, {"intermediate_dim", 8}};
   const Config encoder = {{"vocabulary_size", 12}, {"num_layers", 2},       {"num_heads", 2},
@@ -802,6 +812,18 @@ std::vector<ModelCase> every_layer_type() {
                      },
                      std::vector<Shape>(name == "BertBackbone" ? 3 : 2, Shape{2, 5}),
                      true});
+  }
+  // keras-hub's MaskedLM tasks, one per encoder family: 3 positions among 10 steps.
+  for (const auto& [name, arguments] : backbones) {
+    if (name != "BertBackbone" && name != "RobertaBackbone" && name != "DistilBertBackbone") continue;
+    const std::string task = name.substr(0, name.size() - std::string("Backbone").size()) + "MaskedLM";
+    std::vector<Shape> shapes(name == "BertBackbone" ? 4 : 3, Shape{2, 10});
+    shapes[0] = Shape{2, 3};
+    cases.push_back({"keras_hub>" + task,
+                     [name = name, arguments = arguments] {
+                       return Model(kiln::hub::MaskedLM(kiln::hub::Backbone(name, arguments.with("max_sequence_length", 10))));
+                     },
+                     shapes, true});
   }
   return cases;
 }

@@ -26,7 +26,8 @@ for folder in ["hub", "hub_variants"]:
         except Exception as e:
             print(f"{name}: FAILED {type(e).__name__}: {str(e)[:200]}")
 
-# The CausalLM tasks of ../hub_tasks/: kiln's copies (OUT/<name>.keras) predict the logits of keras-hub's own files.
+# The tasks of ../hub_tasks/: kiln's copies (OUT/<name>.keras) predict the outputs of keras-hub's own files, on the
+# fixture's inputs where it has an .io.h5 (the TextClassifiers, the MaskedLMs) and on token ids otherwise (CausalLMs).
 for path in sorted(glob.glob(os.path.join(HERE, "..", "hub_tasks", "*.keras"))):
     name = os.path.basename(path)[:-6]
     ids = (np.arange(10).reshape(2, 5) * 7 + 3) % 61
@@ -34,6 +35,10 @@ for path in sorted(glob.glob(os.path.join(HERE, "..", "hub_tasks", "*.keras"))):
     try:
         ours = keras.saving.load_model(os.path.join(OUT, name + ".keras"))
         theirs = keras.saving.load_model(path)
+        if os.path.exists(path[:-6] + ".io.h5"):
+            io = h5py.File(path[:-6] + ".io.h5")
+            xs = [io["inputs"][f"input_{i}"][:] for i in range(len(io["inputs"]))]
+            feeds = {i.name.split(":")[0]: x for i, x in zip(theirs.inputs, xs)}
         diff = np.abs(keras.ops.convert_to_numpy(ours(feeds)) - keras.ops.convert_to_numpy(theirs(feeds))).max()
         print(f"{name}: keras-hub reads kiln's file, max diff from its own file's logits {diff:.2e}")
     except Exception as e:
