@@ -51,7 +51,7 @@ struct Workload {
   Array x, y;
   const char* optimizer;
   kiln::Loss loss = "mse";
-  std::vector<Array> inputs;  // a model of several inputs (bert_base): these, x being the first's rows
+  std::vector<Array> inputs = {};  // a model of several inputs (bert_base): these, x being the first's rows
 };
 
 // Class labels 0..classes-1 as floats, one per row.
