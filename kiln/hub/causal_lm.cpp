@@ -12,6 +12,7 @@
 #include <kiln/core/program.hpp>
 #include <kiln/core/warnings.hpp>
 #include <kiln/layers/detail/decoding.hpp>
+#include <kiln/ops/ops.hpp>
 #include <kiln/serialize/detail/keras_export.hpp>
 #include <kiln/train/detail/sampling.hpp>
 
@@ -142,7 +143,7 @@ class WindowRunner {
 // prefill). Runners of one generate share their caches (`caches`, by name): a prefill fills what the steps read.
 class StepRunner {
  public:
-  StepRunner(ModelBase& model, std::int64_t batch, std::int64_t length, DType dtype, std::int64_t tokens,
+  StepRunner(CausalLMModel& model, std::int64_t batch, std::int64_t length, DType dtype, std::int64_t tokens,
              std::map<std::string, Array>& caches)
       : length_(length),
         tokens_(tokens),
@@ -166,7 +167,15 @@ class StepRunner {
     token_input_ = graph_.placeholder(Shape{batch, tokens}, dtype, "token_ids");
     {
       const detail::DecodingScope scope(step);
-      logits_ = model.apply({mask_input_, token_input_}, /*training=*/false).at(0);
+      if (tokens == 1) {
+        logits_ = model.apply({mask_input_, token_input_}, /*training=*/false).at(0);
+      } else {
+        // A prefill: the backbone over every prompt token (filling the caches), the head at the last alone, as
+        // the vocabulary's scores at the other positions are never read.
+        const Tensor hidden = model.backbone()->apply({mask_input_, token_input_}, /*training=*/false).at(0);
+        const Tensor last = ops::get_item(hidden, {ops::Slice(), ops::Slice(tokens - 1, tokens), ops::Slice()});
+        logits_ = (*model.backbone()->token_embedding())(last, CallArgs().option("reverse", true));
+      }
     }
     program_ = std::make_unique<Program>(graph_, std::vector<Tensor>{logits_}, updates_);
   }
@@ -195,7 +204,8 @@ class StepRunner {
     const std::size_t vocabulary = static_cast<std::size_t>(logits.shape()[2]);
     for (std::size_t r = 0; r < batch; ++r) {
       rows[r].resize(vocabulary);
-      const std::size_t base = (r * static_cast<std::size_t>(tokens_) + static_cast<std::size_t>(tokens_ - 1)) * vocabulary;
+      const auto scored = static_cast<std::size_t>(logits.shape()[1]);  // 1 after a prefill: the last position's
+      const std::size_t base = (r * scored + scored - 1) * vocabulary;
       for (std::size_t j = 0; j < vocabulary; ++j) rows[r][j] = logits.flat(base + j);
     }
   }
