@@ -170,18 +170,17 @@ class StepRunner {
       if (tokens == 1) {
         logits_ = model.apply({mask_input_, token_input_}, /*training=*/false).at(0);
       } else {
-        // A prefill: the backbone over every prompt token (filling the caches), the head at the last alone, as
-        // the vocabulary's scores at the other positions are never read.
+        // A prefill only fills the caches: the backbone over the prompt's tokens, no head at all, since the first
+        // step after it scores the prompt's last token. Its output is the last position's vector, never read.
         const Tensor hidden = model.backbone()->apply({mask_input_, token_input_}, /*training=*/false).at(0);
-        const Tensor last = ops::get_item(hidden, {ops::Slice(), ops::Slice(tokens - 1, tokens), ops::Slice()});
-        logits_ = (*model.backbone()->token_embedding())(last, CallArgs().option("reverse", true));
+        logits_ = ops::get_item(hidden, {ops::Slice(), ops::Slice(tokens - 1, tokens), ops::Slice()});
       }
     }
     program_ = std::make_unique<Program>(graph_, std::vector<Tensor>{logits_}, updates_);
   }
 
-  // Positions [position, position + tokens) of `tokens` through the model; `rows` gets each row's logits at the
-  // last of them.
+  // Positions [position, position + tokens) of `tokens` through the model, filling the caches; a one-token step
+  // gives `rows` each row's logits (a prefill leaves them).
   void run(const Array& tokens, std::int64_t position, std::vector<std::vector<double>>& rows) {
     const std::size_t batch = rows.size();
     for (std::size_t r = 0; r < batch; ++r)
@@ -200,12 +199,12 @@ class StepRunner {
     program_->feed(start_input_, start_);
     program_->feed(visible_input_, visible_);
     program_->run();
+    if (tokens_ > 1) return;
     const Array& logits = program_->view(logits_);
     const std::size_t vocabulary = static_cast<std::size_t>(logits.shape()[2]);
     for (std::size_t r = 0; r < batch; ++r) {
       rows[r].resize(vocabulary);
-      const auto scored = static_cast<std::size_t>(logits.shape()[1]);  // 1 after a prefill: the last position's
-      const std::size_t base = (r * scored + scored - 1) * vocabulary;
+      const std::size_t base = r * vocabulary;
       for (std::size_t j = 0; j < vocabulary; ++j) rows[r][j] = logits.flat(base + j);
     }
   }
@@ -352,7 +351,7 @@ Generated CausalLM::generate(const Array& token_ids, const Array& padding_mask, 
     std::map<std::string, Array> caches;
     if (options.use_cache) {
       // The prompts' common part in one pass (the prefill), then a token a step.
-      if (index > 1) StepRunner(model, batch, length, dtype, index - 1, caches).run(tokens, 0, rows);
+      if (index > 1) StepRunner(model, batch, length, dtype, index - 1, caches).run(tokens, 0, rows);  // no scores
       steps = std::make_unique<StepRunner>(model, batch, length, dtype, 1, caches);
     } else {
       window = std::make_unique<WindowRunner>(model, batch, length, dtype);

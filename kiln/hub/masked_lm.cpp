@@ -1,6 +1,7 @@
 #include <kiln/hub/masked_lm.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include <kiln/core/error.hpp>
@@ -130,6 +131,16 @@ MaskedText mask_tokens(const PackedText& packed, std::int64_t vocabulary_size, s
   if (shape.rank() != 2 || packed.padding_mask.shape() != shape)
     throw ShapeError("mask_tokens: token_ids and padding_mask must be (texts, sequence_length), got " +
                      shape.to_string() + " and " + packed.padding_mask.shape().to_string());
+  if (packed.segment_ids.size() != 0 && packed.segment_ids.shape() != shape)
+    throw ShapeError("mask_tokens: segment_ids must have token_ids' shape " + shape.to_string() + ", got " +
+                     packed.segment_ids.shape().to_string());
+  for (std::size_t i = 0; i < packed.token_ids.size(); ++i) {
+    const double id = packed.token_ids.flat(i);
+    if (!(id >= 0 && id < static_cast<double>(vocabulary_size)) || id != std::floor(id))
+      throw ValueError("mask_tokens: token " + std::to_string(id) + " at row " + std::to_string(i / static_cast<std::size_t>(shape[1])) +
+                       ", position " + std::to_string(i % static_cast<std::size_t>(shape[1])) +
+                       " is not an id of the vocabulary [0, " + std::to_string(vocabulary_size) + ")");
+  }
   const std::int64_t rows = shape[0], length = shape[1], picks = options.mask_selection_length;
   MaskedText out{packed.token_ids.copy(),
                  packed.segment_ids.size() == 0 ? Array::full(shape, 0.0, DType::float32) : packed.segment_ids.copy(),
@@ -177,7 +188,8 @@ MaskedText mask_text(const Tokenizer& tokenizer, const std::vector<std::string>&
   auto find = [&](std::initializer_list<const char*> candidates) -> std::int64_t {
     for (const char* token : candidates) {
       try {
-        return tokenizer.token_to_id(token);
+        const std::int64_t id = tokenizer.token_to_id(token);
+        if (tokenizer.id_to_token(id) == token) return id;  // SentencePiece answers a missing piece with <unk>'s id
       } catch (const ValueError&) {
       }
     }

@@ -159,7 +159,8 @@ std::int64_t special(const Tokenizer& tokenizer, std::int64_t given, const std::
   if (given >= 0) return given;
   for (const std::string& token : candidates) {
     try {
-      return tokenizer.token_to_id(token);
+      const std::int64_t id = tokenizer.token_to_id(token);
+      if (tokenizer.id_to_token(id) == token) return id;  // SentencePiece answers a missing piece with <unk>'s id
     } catch (const ValueError&) {
     }
   }

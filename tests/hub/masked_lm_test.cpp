@@ -260,6 +260,12 @@ TEST_CASE("mask_tokens masks as keras-hub's MaskedLMMaskGenerator", "[hub][maske
   CHECK_THROWS_WITH(kiln::hub::mask_tokens(packed, 60, 60, options, 7), Catch::Contains("mask_token_id"));
   options.mask_selection_length = 0;
   CHECK_THROWS_AS(kiln::hub::mask_tokens(packed, 60, 4, options, 7), kiln::ValueError);
+  options.mask_selection_length = 8;
+  kiln::hub::PackedText bad = packed;
+  bad.token_ids = packed.token_ids.copy();
+  bad.token_ids.set_flat(41, 60.0);  // row 1, position 1: past the vocabulary
+  CHECK_THROWS_WITH(kiln::hub::mask_tokens(bad, 60, 4, options, 7),
+                    Catch::Contains("token 60") && Catch::Contains("row 1, position 1") && Catch::Contains("[0, 60)"));
 }
 
 TEST_CASE("a BERT MaskedLM learns to fill in masked words with fit", "[hub][masked_lm]") {
@@ -364,6 +370,9 @@ TEST_CASE("MaskedLM and its head refuse what keras-hub refuses", "[hub][masked_l
                     Catch::Contains("must match the token embedding's input_dim (7)"));
   CHECK_THROWS_AS(kiln::create_layer("keras_hub>MaskedLMHead", {{"vocabulary_size", 8}, {"activation", "nope"}}),
                   kiln::ConfigError);
+  CHECK_THROWS_WITH(kiln::hub::MaskedLMHeadLayer(Config{{"token_embedding", kiln::serialize_layer(*embedding.ptr())}},
+                                                 embedding.ptr()),
+                    Catch::Contains("cannot give another token_embedding"));
   // A mask position beyond the sequence: a ValueError naming it, at run time.
   auto head = kiln::create_layer("keras_hub>MaskedLMHead", {{"vocabulary_size", 7}});
   LayerCase c = head_case();

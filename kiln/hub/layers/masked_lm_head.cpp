@@ -43,6 +43,8 @@ void MaskedLMHeadLayer::read(const Config& config, bool tied) {
   const Config& vocabulary = args.value("vocabulary_size");
   if (!vocabulary.is_null()) vocabulary_size_ = vocabulary.as_int("vocabulary_size");
   const Config& embedding = args.value("token_embedding");
+  if (tied && !embedding.is_null())
+    args.fail("is tied to " + token_embedding_->describe() + ": its config cannot give another token_embedding");
   if (!tied && !embedding.is_null()) {
     token_embedding_ = layer_from_config(embedding);
     owns_embedding_ = true;
