@@ -67,7 +67,8 @@ class CausalLM : public TrainableModel<CausalLMModel> {
   /// row is full, or (with stop tokens) until every row has drawn one. `options` picks the sampler (its
   /// max_new_tokens is not used: the rows' length is max_length); "beam" keeps options.num_beams sequences a row
   /// (keras-hub's BeamSampler, each position reading the whole window) and returns each row's best. With use_cache (the default) the prompts'
-  /// common part goes through the model in one pass that fills key/value caches (the prefill), then each position
+  /// common part but its last token goes through the backbone in one pass that fills key/value caches (the prefill,
+  /// no head: its scores would not be read), then each position
   /// costs one token's step through them; without, the whole window is read again each time.
   /// Both give the same tokens. ValueError for shapes that disagree, an empty prompt or a token outside the
   /// vocabulary.
