@@ -81,6 +81,24 @@ TEST_CASE("take_along_axis stretches size-1 axes of the indices, as keras-hub's 
       }
 }
 
+TEST_CASE("take_along_axis stretches indices over an axis of unknown size, and names a bad index where it was given",
+          "[ops][take_along_axis]") {
+  // One row of positions for every row of a batch of unknown size.
+  Graph graph;
+  const Tensor xt = graph.placeholder({Shape::unknown, 4, 2}, DType::float32, "x");
+  const Tensor pt = graph.placeholder({1, 2, 1}, DType::float32, "positions");
+  const Tensor y = ops::take_along_axis(xt, pt, 1);
+  CHECK(y.shape() == Shape{Shape::unknown, 2, 2});
+  Program program(graph, {y});
+  program.feed(xt, Array::from_vector(std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 14, 15, 16, 17}, {2, 4, 2}));
+  program.feed(pt, Array::from_vector(std::vector<float>{3, 0}, {1, 2, 1}));
+  program.run();
+  CHECK(program.fetch(y).to_vector<float>() == std::vector<float>{6, 7, 0, 1, 16, 17, 10, 11});
+  // The second position of the positions fed, not of the stretched ones.
+  program.feed(pt, Array::from_vector(std::vector<float>{3, 4}, {1, 2, 1}));
+  CHECK_THROWS_WITH(program.run(), Contains("index 4 at position 1") && Contains("[-4, 4)"));
+}
+
 TEST_CASE("take_along_axis gradient matches central differences, repeated positions accumulating",
           "[ops][take_along_axis][grad]") {
   kiln::Rng rng(7);
@@ -145,7 +163,7 @@ TEST_CASE("take_along_axis refuses bad positions at run time and bad shapes when
   CHECK_THROWS_AS(ops::take_along_axis(x, wrong_rank, 1), ShapeError);
   CHECK_THROWS_WITH(ops::take_along_axis(x, wrong_rank, 1), Contains("x's rank"));
   const Tensor wrong_size = graph.placeholder({3, 4}, DType::float32, "wrong_size");
-  CHECK_THROWS_WITH(ops::take_along_axis(x, wrong_size, 1), Contains("axis 0: 3 against 2"));
+  CHECK_THROWS_WITH(ops::take_along_axis(x, wrong_size, 1), Contains("x's size or 1") && Contains("axis 0: 3 against 2"));
   CHECK_THROWS_WITH(ops::take_along_axis(x, positions, 2), Contains("axis 2 is out of range for rank 2"));
 }
 
