@@ -11,6 +11,7 @@
 #include <kiln/core/names.hpp>
 #include <kiln/core/program.hpp>
 #include <kiln/core/warnings.hpp>
+#include <kiln/hub/detail/tasks.hpp>
 #include <kiln/layers/detail/decoding.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/serialize/detail/keras_export.hpp>
@@ -33,24 +34,11 @@ std::string task_class(const std::string& backbone_class) {
   return family + "CausalLM";
 }
 
-std::string backbone_class_of(const Config& config) {
-  if (!config.is_map() || !config.contains("backbone") || !config.at("backbone").is_map())
-    throw ConfigError("CausalLM: its config needs a serialized backbone");
-  return config.at("backbone").get_string("class_name");
-}
-
-Config task_base(const Config& config, const std::string& class_name) {
-  Config base = {{"name", to_snake_case(class_name)}};
-  if (config.is_map())
-    for (const char* key : {"name", "trainable", "dtype"})
-      if (const Config* value = config.find(key); value != nullptr && !value->is_null()) base.set(key, *value);
-  return base;
-}
-
 }  // namespace
 
 CausalLMModel::CausalLMModel(const Config& config)
-    : ModelBase(task_base(config, task_class(backbone_class_of(config))), task_class(backbone_class_of(config))) {
+    : ModelBase(detail::task_base(config, task_class(detail::backbone_class_of(config, "CausalLM"))),
+                task_class(detail::backbone_class_of(config, "CausalLM"))) {
   ConfigReader args = config_reader(config);
   backbone_ = backbone_from_config(args.value("backbone"));
   if (const Config& preprocessor = args.value("preprocessor"); !preprocessor.is_null())
@@ -80,7 +68,7 @@ void CausalLMModel::make() {
 Config CausalLMModel::get_config() const {
   // keras-hub's Task.get_config: the backbone as Keras serializes it, the preprocessor and the name (no trainable
   // or dtype).
-  return {{"backbone", detail::export_keras_model_config(*backbone_, Config())},
+  return {{"backbone", kiln::detail::export_keras_model_config(*backbone_, Config())},
           {"preprocessor", Config()},
           {"name", name()}};
 }
@@ -152,7 +140,7 @@ class StepRunner {
         start_(Shape{1, 1}, dtype),
         visible_(Shape{batch, tokens, length}, dtype),
         ones_(Array::full(Shape{batch, tokens}, 1.0, dtype)) {
-    detail::DecodingStep step;
+    kiln::detail::DecodingStep step;
     step.positions = position_input_ = graph_.placeholder(Shape{batch, tokens}, dtype, "positions");
     step.start = start_input_ = graph_.placeholder(Shape{1, 1}, dtype, "start");
     step.visible = visible_input_ = graph_.placeholder(Shape{batch, tokens, length}, dtype, "visible");
@@ -166,7 +154,7 @@ class StepRunner {
     mask_input_ = graph_.placeholder(Shape{batch, tokens}, dtype, "padding_mask");
     token_input_ = graph_.placeholder(Shape{batch, tokens}, dtype, "token_ids");
     {
-      const detail::DecodingScope scope(step);
+      const kiln::detail::DecodingScope scope(step);
       if (tokens == 1) {
         logits_ = model.apply({mask_input_, token_input_}, /*training=*/false).at(0);
       } else {
@@ -295,7 +283,7 @@ Array beam_search(ModelBase& model, const Array& tokens, const Array& padding_ma
 
 Generated CausalLM::generate(const Array& token_ids, const Array& padding_mask, const GenerateOptions& options,
                              const std::vector<std::int64_t>& stop_token_ids) const {
-  detail::check_generate_options(options);
+  kiln::detail::check_generate_options(options);
   CausalLMModel& model = *this->layer_;
   const std::string who = model.describe() + ": generate";
   if (token_ids.shape().rank() != 2 || padding_mask.shape() != token_ids.shape())
@@ -326,7 +314,7 @@ Generated CausalLM::generate(const Array& token_ids, const Array& padding_mask, 
   const DType dtype = model.input_dtypes().at(1);
   Array tokens = token_ids.astype(dtype);
   Generated result;
-  detail::TokenSampler sample(options);
+  kiln::detail::TokenSampler sample(options);
   std::vector<std::vector<double>> rows(static_cast<std::size_t>(batch));
   auto is_stop = [&](double token) {
     return std::find(stop_token_ids.begin(), stop_token_ids.end(), static_cast<std::int64_t>(token)) !=

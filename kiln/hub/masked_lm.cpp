@@ -8,6 +8,7 @@
 #include <kiln/core/names.hpp>
 #include <kiln/core/rng.hpp>
 #include <kiln/core/warnings.hpp>
+#include <kiln/hub/detail/tasks.hpp>
 #include <kiln/hub/layers/masked_lm_head.hpp>
 #include <kiln/serialize/detail/keras_export.hpp>
 
@@ -30,26 +31,13 @@ Family family_of(const std::string& backbone_class) {
                     "; kiln's are BertMaskedLM, DistilBertMaskedLM and RobertaMaskedLM");
 }
 
-std::string backbone_class_of(const Config& config) {
-  if (!config.is_map() || !config.contains("backbone") || !config.at("backbone").is_map())
-    throw ConfigError("MaskedLM: its config needs a serialized backbone");
-  return config.at("backbone").get_string("class_name");
-}
-
 std::string task_class(const std::string& backbone_class) { return family_of(backbone_class).name + "MaskedLM"; }
-
-Config task_base(const Config& config, const std::string& class_name) {
-  Config base = {{"name", to_snake_case(class_name)}};
-  if (config.is_map())
-    for (const char* key : {"name", "trainable", "dtype"})
-      if (const Config* value = config.find(key); value != nullptr && !value->is_null()) base.set(key, *value);
-  return base;
-}
 
 }  // namespace
 
 MaskedLMModel::MaskedLMModel(const Config& config)
-    : ModelBase(task_base(config, task_class(backbone_class_of(config))), task_class(backbone_class_of(config))) {
+    : ModelBase(detail::task_base(config, task_class(detail::backbone_class_of(config, "MaskedLM"))),
+                task_class(detail::backbone_class_of(config, "MaskedLM"))) {
   ConfigReader args = config_reader(config);
   backbone_ = backbone_from_config(args.value("backbone"));
   if (const Config& preprocessor = args.value("preprocessor"); !preprocessor.is_null())
@@ -89,7 +77,7 @@ void MaskedLMModel::make() {
 }
 
 Config MaskedLMModel::get_config() const {
-  return {{"backbone", detail::export_keras_model_config(*backbone_, Config())},
+  return {{"backbone", kiln::detail::export_keras_model_config(*backbone_, Config())},
           {"preprocessor", Config()},
           {"name", name()}};
 }
@@ -185,22 +173,16 @@ MaskedText mask_tokens(const PackedText& packed, std::int64_t vocabulary_size, s
 
 MaskedText mask_text(const Tokenizer& tokenizer, const std::vector<std::string>& texts, std::int64_t sequence_length,
                      const MaskOptions& options, std::uint64_t seed) {
-  auto find = [&](std::initializer_list<const char*> candidates) -> std::int64_t {
-    for (const char* token : candidates) {
-      try {
-        const std::int64_t id = tokenizer.token_to_id(token);
-        if (tokenizer.id_to_token(id) == token) return id;  // SentencePiece answers a missing piece with <unk>'s id
-      } catch (const ValueError&) {
-      }
-    }
-    return -1;
+  auto find = [&](const std::vector<std::string>& candidates) {
+    return detail::find_special_token(tokenizer, candidates);
   };
   const std::int64_t mask = find({"[MASK]", "<mask>"});
   if (mask < 0) throw ValueError("mask_text: the tokenizer's vocabulary has no mask token ([MASK] or <mask>)");
   const PackedText packed = pack_text(tokenizer, texts, sequence_length);
   MaskOptions with_specials = options;
   if (with_specials.unselectable_token_ids.empty())
-    for (std::int64_t id : {find({"[CLS]", "<s>", "<bos>"}), find({"[SEP]", "</s>", "<eos>"}), find({"[PAD]", "<pad>"}), mask})
+    for (std::int64_t id :
+         {find({"[CLS]", "<s>", "<bos>"}), find({"[SEP]", "</s>", "<eos>"}), find({"[PAD]", "<pad>"}), mask})
       if (id >= 0) with_specials.unselectable_token_ids.push_back(id);
   return mask_tokens(packed, tokenizer.vocabulary_size(), mask, with_specials, seed);
 }

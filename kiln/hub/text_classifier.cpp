@@ -6,6 +6,7 @@
 #include <kiln/core/error.hpp>
 #include <kiln/core/names.hpp>
 #include <kiln/core/warnings.hpp>
+#include <kiln/hub/detail/tasks.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/serialize/detail/keras_export.hpp>
 #include <kiln/serialize/json.hpp>
@@ -31,21 +32,7 @@ Family family_of(const std::string& backbone_class) {
                     "; kiln's are BertTextClassifier, DistilBertTextClassifier and RobertaTextClassifier");
 }
 
-std::string backbone_class_of(const Config& config) {
-  if (!config.is_map() || !config.contains("backbone") || !config.at("backbone").is_map())
-    throw ConfigError("TextClassifier: its config needs a serialized backbone");
-  return config.at("backbone").get_string("class_name");
-}
-
 std::string task_class(const std::string& backbone_class) { return family_of(backbone_class).name + "TextClassifier"; }
-
-Config task_base(const Config& config, const std::string& class_name) {
-  Config base = {{"name", to_snake_case(class_name)}};
-  if (config.is_map())
-    for (const char* key : {"name", "trainable", "dtype"})
-      if (const Config* value = config.find(key); value != nullptr && !value->is_null()) base.set(key, *value);
-  return base;
-}
 
 Config truncated_normal(double stddev) {
   return {{"module", "keras.initializers"},
@@ -57,7 +44,8 @@ Config truncated_normal(double stddev) {
 }  // namespace
 
 TextClassifierModel::TextClassifierModel(const Config& config)
-    : ModelBase(task_base(config, task_class(backbone_class_of(config))), task_class(backbone_class_of(config))) {
+    : ModelBase(detail::task_base(config, task_class(detail::backbone_class_of(config, "TextClassifier"))),
+                task_class(detail::backbone_class_of(config, "TextClassifier"))) {
   ConfigReader args = config_reader(config);
   backbone_ = backbone_from_config(args.value("backbone"));
   if (const Config& preprocessor = args.value("preprocessor"); !preprocessor.is_null())
@@ -127,7 +115,7 @@ void TextClassifierModel::make() {
 }
 
 Config TextClassifierModel::get_config() const {
-  Config config = {{"backbone", detail::export_keras_model_config(*backbone_, Config())},
+  Config config = {{"backbone", kiln::detail::export_keras_model_config(*backbone_, Config())},
                    {"preprocessor", Config()},
                    {"name", name()},
                    {"num_classes", num_classes_},
@@ -157,13 +145,7 @@ namespace {
 std::int64_t special(const Tokenizer& tokenizer, std::int64_t given, const std::vector<std::string>& candidates,
                      const char* what) {
   if (given >= 0) return given;
-  for (const std::string& token : candidates) {
-    try {
-      const std::int64_t id = tokenizer.token_to_id(token);
-      if (tokenizer.id_to_token(id) == token) return id;  // SentencePiece answers a missing piece with <unk>'s id
-    } catch (const ValueError&) {
-    }
-  }
+  if (const std::int64_t id = detail::find_special_token(tokenizer, candidates); id >= 0) return id;
   std::string names;
   for (const std::string& token : candidates) names += (names.empty() ? "" : " or ") + token;
   throw ValueError(std::string("pack_text: the tokenizer's vocabulary has no ") + what + " token (" + names +

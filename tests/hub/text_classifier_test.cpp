@@ -16,51 +16,23 @@
 #include <kiln/hub/text_classifier.hpp>
 #include <kiln/hub/tokenizers/word_piece_tokenizer.hpp>
 #include <kiln/kiln.hpp>
-#include <kiln/serialize/detail/hdf5_reader.hpp>
-#include <kiln/serialize/detail/zip_archive.hpp>
 #include <kiln/serialize/json.hpp>
+#include "support/hub_fixtures.hpp"
 #include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
-namespace hdf5 = kiln::detail::hdf5;
 using kiln::Array;
 using kiln::Config;
 using kiln::DType;
 using kiln::Model;
 using kiln::Shape;
+using kiln::testing::archive_config;
+using kiln::testing::error_against_stored;
 
 namespace {
 
 fs::path source_dir() { return fs::path(__FILE__).parent_path().parent_path().parent_path(); }
 std::string task_file(const std::string& name) { return (source_dir() / "data" / "keras" / "hub_tasks" / name).string(); }
-
-std::vector<Array> datasets(const hdf5::Object& group, const std::string& prefix) {
-  std::vector<Array> arrays;
-  for (std::size_t i = 0; group.find(prefix + std::to_string(i)); ++i)
-    arrays.push_back(group.at(prefix + std::to_string(i)).read(DType::float32));
-  return arrays;
-}
-
-// max |predicted - stored| / max |stored| of `model` on the fixture's inputs.
-double error_against_stored(Model& model, const std::string& io_path) {
-  const hdf5::File io(kiln::detail::read_whole_file(io_path), io_path);
-  const std::vector<Array> inputs = datasets(io.root().at("inputs"), "input_");
-  const Array stored = datasets(io.root().at("outputs"), "output_").at(0);
-  const Array predicted = model.predict(inputs).at(0);
-  REQUIRE(predicted.shape() == stored.shape());
-  double scale = 0, worst = 0;
-  for (std::size_t i = 0; i < stored.size(); ++i) {
-    scale = std::max(scale, std::abs(stored.flat(i)));
-    worst = std::max(worst, std::abs(predicted.flat(i) - stored.flat(i)));
-  }
-  return worst / scale;
-}
-
-Config archive_config(const std::string& path) {
-  const std::string bytes = kiln::detail::read_whole_file(path);
-  const kiln::detail::ZipReader zip(bytes, path);
-  return kiln::parse_json(zip.read("config.json", 1 << 20));
-}
 
 }  // namespace
 

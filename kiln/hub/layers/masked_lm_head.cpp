@@ -81,26 +81,26 @@ Config MaskedLMHeadLayer::get_config() const {
   return config;
 }
 
+std::string MaskedLMHeadLayer::attribute_of(const LayerPtr& child) const {
+  if (child == dense_) return "_intermediate_dense";
+  if (child == norm_) return "_intermediate_layer_norm";
+  return "token_embedding";  // the embedding the head owns (one made from its config)
+}
+
 std::vector<std::string> MaskedLMHeadLayer::keras_weight_paths() const {
   // Own weights first (Layer::weights' order), then the children under keras-hub's attribute names.
   std::vector<std::string> paths;
   if (!token_embedding_) paths.push_back("vars/0");
   paths.push_back(token_embedding_ ? "vars/0" : "vars/1");
-  for (const LayerPtr& child : layers()) {
-    const std::string attribute = child == dense_   ? "_intermediate_dense"
-                                  : child == norm_ ? "_intermediate_layer_norm"
-                                                   : "token_embedding";
-    for (const std::string& path : child->keras_weight_paths()) paths.push_back(attribute + "/" + path);
-  }
+  for (const LayerPtr& child : layers())
+    for (const std::string& path : child->keras_weight_paths()) paths.push_back(attribute_of(child) + "/" + path);
   return paths;
 }
 
 std::vector<std::pair<std::string, std::string>> MaskedLMHeadLayer::keras_sublayers() const {
   std::vector<std::pair<std::string, std::string>> groups;
   for (const LayerPtr& child : layers()) {
-    const std::string attribute = child == dense_   ? "_intermediate_dense"
-                                  : child == norm_ ? "_intermediate_layer_norm"
-                                                   : "token_embedding";
+    const std::string attribute = attribute_of(child);
     groups.emplace_back(attribute, child->name());
     for (const auto& [path, name] : child->keras_sublayers()) groups.emplace_back(attribute + "/" + path, name);
   }

@@ -43,6 +43,8 @@ class MaskedLMHeadLayer final : public Layer {
 
  private:
   void read(const Config& config, bool tied);
+  /// keras-hub's attribute holding `child`: "_intermediate_dense", "_intermediate_layer_norm", "token_embedding".
+  std::string attribute_of(const LayerPtr& child) const;
   std::int64_t vocabulary_size_ = 0;
   LayerPtr token_embedding_;
   bool owns_embedding_ = false;
