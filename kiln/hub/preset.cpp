@@ -353,7 +353,10 @@ Preset make_preset(const MaskedLM& masked_lm, std::shared_ptr<const Tokenizer> t
   return preset;
 }
 
-void save_preset(const Preset& preset, const std::string& folder) {
+void save_preset(const Preset& preset, const std::string& folder, std::optional<double> max_shard_size) {
+  if (max_shard_size && !(*max_shard_size > 0))
+    throw ValueError("save_preset: max_shard_size is in GB and more than 0 (or none, never to shard), not " +
+                     std::to_string(*max_shard_size));
   const fs::path root(folder);
   std::error_code error;
   fs::create_directories(preset.tokenizer ? root / "assets" / "tokenizer" : root, error);
@@ -361,7 +364,19 @@ void save_preset(const Preset& preset, const std::string& folder) {
   const BackboneModel& backbone = *preset.backbone.ptr();
   const Config backbone_config = without_build_and_compile(kiln::detail::export_keras_model_config(backbone));
   detail::write_text_file((root / "config.json").string(), to_json(backbone_config, 4));
-  save_keras_weights(backbone, (root / "model.weights.h5").string());
+  // keras-hub shards the weights of a backbone over max_shard_size GB, each variable counted once.
+  double backbone_bytes = 0;
+  for (const Weight& weight : backbone.weights()) backbone_bytes += static_cast<double>(weight.value.nbytes());
+  if (max_shard_size && backbone_bytes / (1024.0 * 1024.0 * 1024.0) > *max_shard_size) {
+    save_keras_weights_sharded(backbone, (root / "model.weights.json").string(), *max_shard_size);
+    // keras-hub reads model.weights.h5 before model.weights.json: a whole-file copy of earlier weights would hide
+    // these.
+    if (fs::remove(root / "model.weights.h5", error); error)
+      throw SerializationError((root / "model.weights.h5").string() + ": an earlier save's weights, which keras-hub " +
+                               "would read before the sharded ones, cannot be removed (" + error.message() + ")");
+  } else {
+    save_keras_weights(backbone, (root / "model.weights.h5").string());
+  }
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof(date), "%Y-%m-%d@%H:%M:%S", std::localtime(&now));

@@ -56,7 +56,8 @@ struct Preset {
 };
 
 /// Reads the preset folder `folder`. SerializationError naming the file for a missing config.json or weights, or
-/// any file that does not parse; sharded weights (model.weights.json) are not read yet (SerializationError).
+/// any file that does not parse. Sharded weights (model.weights.json and its shards) are read as keras-hub reads them,
+/// when there is no model.weights.h5.
 Preset load_preset(const std::string& folder);
 
 /// A preset of a TextClassifier (its backbone, task.json and task.weights.h5) with an optional tokenizer.
@@ -67,8 +68,12 @@ Preset make_preset(const TextClassifier& classifier, std::shared_ptr<const Token
 Preset make_preset(const MaskedLM& masked_lm, std::shared_ptr<const Tokenizer> tokenizer = nullptr,
                    std::string tokenizer_class = "");
 
-/// Writes `preset` as keras-hub's save_to_preset does, into `folder` (made when missing), each file atomically.
-void save_preset(const Preset& preset, const std::string& folder);
+/// Writes `preset` as keras-hub's save_to_preset(folder, max_shard_size) does, into `folder` (made when missing),
+/// each file atomically. A backbone whose weights take more than `max_shard_size` GB (1024^3 bytes; keras-hub's
+/// default 10) has them written sharded, model.weights.json and model_00000.weights.h5, ... (as
+/// save_keras_weights_sharded writes them), and a model.weights.h5 left by an earlier save is removed (keras-hub
+/// would read it first); std::nullopt never shards. ValueError for max_shard_size <= 0.
+void save_preset(const Preset& preset, const std::string& folder, std::optional<double> max_shard_size = 10.0);
 
 /// A preset of a backbone alone, or of a CausalLM with an optional tokenizer, to save. `tokenizer_class` is
 /// keras-hub's class for the tokenizer (GPT2Tokenizer, BertTokenizer, GemmaTokenizer, ...; its special tokens are

@@ -1,5 +1,6 @@
 #include <kiln/serialize/keras.hpp>
 
+#include <algorithm>
 #include <ctime>
 #include <functional>
 #include <map>
@@ -22,6 +23,7 @@
 #include <kiln/serialize/detail/container.hpp>
 #include <kiln/serialize/detail/hdf5_reader.hpp>
 #include <kiln/serialize/detail/hdf5_writer.hpp>
+#include <kiln/serialize/detail/sharded_weights.hpp>
 #include <kiln/serialize/detail/keras_assets.hpp>
 #include <kiln/serialize/detail/keras_config.hpp>
 #include <kiln/serialize/detail/keras_export.hpp>
@@ -275,8 +277,32 @@ Optimizer* compiled_optimizer(const ModelBase& model) {
   return trainer != nullptr ? &trainer->optimizer() : nullptr;
 }
 
+// The order Keras's _save_state writes a layer's variables in, given their paths within it
+// ("_self_attention_layer/_query_dense/vars/0"): the layer's own first, then each child attribute's, recursively,
+// the attributes sorted as _walk_saveable sorts them (public names, then private ones, each by name); a group's
+// variables in their own order. Only which shard a variable lands in depends on it.
+std::vector<std::size_t> keras_save_order(const std::vector<std::string>& paths) {
+  std::vector<std::vector<std::string>> keys;
+  for (const std::string& path : paths) {
+    std::vector<std::string> key;
+    const std::size_t vars = path.rfind("vars/");
+    const std::string attributes = vars == std::string::npos ? std::string() : path.substr(0, vars);
+    for (std::size_t at = 0, slash; (slash = attributes.find('/', at)) != std::string::npos; at = slash + 1) {
+      const std::string name = attributes.substr(at, slash - at);
+      key.push_back(!name.empty() && name[0] == '_' ? "~" + name : name);  // Keras's _name_key
+    }
+    keys.push_back(std::move(key));
+  }
+  std::vector<std::size_t> order(paths.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
+  return order;
+}
+
 // Keras 3's model.weights.h5 of `model`, into `file`.
-void write_keras3_weights(const ModelBase& model, detail::Hdf5Builder& file, bool with_optimizer = true,
+// `File` is a detail::Hdf5Builder, or a detail::ShardedHdf5Builder for Keras's sharded weights.
+template <class File>
+void write_keras3_weights(const ModelBase& model, File& file, bool with_optimizer = true,
                           const std::set<const Layer*>& skip = {}) {
   auto named_group = [&](const std::string& path, const std::string& name) {
     file.group(path);
@@ -288,7 +314,7 @@ void write_keras3_weights(const ModelBase& model, detail::Hdf5Builder& file, boo
     for (const auto& [attribute, name] : layer.keras_sublayers()) named_group(group + attribute + "/vars", name);
     const std::vector<Weight> weights = layer.weights();
     const std::vector<std::string> paths = layer.keras_weight_paths();
-    for (std::size_t i = 0; i < weights.size(); ++i) file.dataset(group + paths.at(i), weights[i].value);
+    for (const std::size_t i : keras_save_order(paths)) file.dataset(group + paths.at(i), weights[i].value);
   }, skip).model(model);
   if (Optimizer* compiled = with_optimizer ? compiled_optimizer(model) : nullptr) {
     Optimizer& optimizer = *compiled;
@@ -651,6 +677,27 @@ void save_keras_weights(const ModelBase& model, const std::string& path, const s
     write_keras3_weights(model, file, /*with_optimizer=*/false, skip);
     file.close();
   });
+}
+
+void save_keras_weights_sharded(const ModelBase& model, const std::string& path, double max_shard_size,
+                                const std::vector<const Layer*>& objects_to_skip) {
+  if (!model.built())
+    throw LayerStateError(model.describe() + " is not built; build it (or give it an Input) before saving");
+  std::string index = path;
+  if (index.size() < 5 || index.compare(index.size() - 5, 5, ".json") != 0) {
+    // Keras renames the path so, with a warning.
+    const std::size_t dot = index.rfind('.'), slash = index.rfind('/');
+    index = (dot != std::string::npos && (slash == std::string::npos || dot > slash) ? index.substr(0, dot) : index) +
+            ".json";
+    warn("Saving sharded weights requires `*.json` as the extension. The original path: " + path +
+         " will be renamed to " + index + ".");
+  }
+  if (!(max_shard_size > 0))
+    throw ValueError(path + ": max_shard_size is in GB and more than 0, not " + std::to_string(max_shard_size));
+  const std::set<const Layer*> skip = skipped_layers(model, objects_to_skip);
+  detail::ShardedHdf5Builder file(index, max_shard_size * 1024.0 * 1024.0 * 1024.0, expected_size(model));
+  write_keras3_weights(model, file, /*with_optimizer=*/false, skip);
+  file.close();
 }
 
 void save_keras_model(const ModelBase& model, const std::string& path) {

@@ -53,6 +53,17 @@ void save_keras_weights(const ModelBase& model, const std::string& path);
 /// belong to them: keras-hub's task.weights.h5 is a task's weights without its backbone's.
 void save_keras_weights(const ModelBase& model, const std::string& path, const std::vector<const Layer*>& objects_to_skip);
 
+/// Writes the weights of `model` as Keras 3's model.save_weights("model.weights.json", max_shard_size=...) does
+/// (ShardedH5IOStore): the datasets in shards beside the index, model_00000.weights.h5, model_00001.weights.h5,
+/// ..., each at most `max_shard_size` GB (1024^3 bytes, Keras's unit), a new shard begun when the next dataset
+/// would pass it; the index, `path`, maps each variables group to the shard or shards holding it. A path not
+/// ending in ".json" is renamed to one that does, with a warning, as Keras renames it. keras-hub's presets over
+/// 10 GB are written so (hub::save_preset). Every file is written beside its target first and none replaces its
+/// target until all are written; the shards are renamed into place before the index. ValueError for
+/// max_shard_size <= 0 or a weight larger than max_shard_size by itself; other errors as save_keras_weights's.
+void save_keras_weights_sharded(const ModelBase& model, const std::string& path, double max_shard_size,
+                                const std::vector<const Layer*>& objects_to_skip = {});
+
 /// Writes `model` as a Keras 3 `.keras` file that keras.saving.load_model reads and predicts with identically:
 /// config.json as Keras 3 serializes the same model (module, class_name, config, registered_name,
 /// build_config, and compile_config when compiled), metadata.json, and model.weights.h5 with every weight

@@ -11,6 +11,7 @@
 
 #include <kiln/core/detail/files.hpp>
 #include <kiln/core/error.hpp>
+#include <kiln/core/warnings.hpp>
 #include <kiln/hub/preset.hpp>
 #include <kiln/kiln.hpp>
 #include <kiln/serialize/detail/zip_archive.hpp>
@@ -284,4 +285,82 @@ TEST_CASE("a preset with sharded weights (model.weights.json) loads as the whole
   CHECK_THROWS_WITH(kiln::hub::load_preset(folder), Catch::Contains("beside the index"));
   std::ofstream(folder + "/model.weights.json") << R"({"metadata": {}})";
   CHECK_THROWS_WITH(kiln::hub::load_preset(folder), Catch::Contains("weight_map"));
+}
+
+TEST_CASE("save_preset shards a backbone over max_shard_size as keras-hub does", "[hub][preset][keras]") {
+  // keras-hub wrote llama_sharded with save_to_preset(max_shard_size=0.00002): kiln, given the same model and
+  // size, writes the same shards and the same weight map (its groups, and which shard holds each).
+  const kiln::hub::Preset keras = kiln::hub::load_preset(fixtures("hub_presets/llama_sharded"));
+  kiln::testing::TempDir dir;
+  const std::string folder = dir.file("sharded");
+  kiln::hub::save_preset(keras, folder, 0.00002);
+  CHECK_FALSE(fs::exists(folder + "/model.weights.h5"));
+  const Config written = kiln::parse_json(kiln::testing::read_bytes(folder + "/model.weights.json"));
+  const Config expected = kiln::parse_json(kiln::testing::read_bytes(fixtures("hub_presets/llama_sharded/model.weights.json")));
+  INFO(kiln::to_json(written.at("weight_map"), 1));
+  CHECK(written.at("weight_map") == expected.at("weight_map"));
+  CHECK(written.at("metadata").at("total_size").as_double() == expected.at("metadata").at("total_size").as_double());
+  CHECK(fs::exists(folder + "/model_00000.weights.h5"));
+  CHECK(fs::exists(folder + "/model_00001.weights.h5"));
+  CHECK_FALSE(fs::exists(folder + "/model_00002.weights.h5"));
+  const kiln::hub::Preset back = kiln::hub::load_preset(folder);
+  const std::vector<Array> a = back.backbone.get_weights(), b = keras.backbone.get_weights();
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].bitwise_equal(b[i]));
+
+  // Saved again whole (the default, 10 GB), the index stays but model.weights.h5 is what keras-hub and kiln read.
+  kiln::hub::save_preset(keras, folder);
+  CHECK(fs::exists(folder + "/model.weights.h5"));
+  const std::vector<Array> c = kiln::hub::load_preset(folder).backbone.get_weights();
+  for (std::size_t i = 0; i < c.size(); ++i) CHECK(c[i].bitwise_equal(b[i]));
+  // Sharded again, the whole file that would hide the shards from keras-hub is removed.
+  kiln::hub::save_preset(keras, folder, 0.00002);
+  CHECK_FALSE(fs::exists(folder + "/model.weights.h5"));
+  CHECK_THROWS_AS(kiln::hub::save_preset(keras, folder, 0.0), kiln::ValueError);
+}
+
+TEST_CASE("save_keras_weights_sharded writes Keras's ShardedH5IOStore layout", "[keras][saving]") {
+  kiln::hub::Backbone llama = kiln::hub::Backbone::of(kiln::load_keras_model(fixtures("hub/llama.keras")));
+  const kiln::ModelBase& model = *llama.ptr();
+  const std::vector<Array> weights = llama.get_weights();
+  kiln::testing::TempDir dir;
+
+  SECTION("one shard when everything fits; every weight read back through the index") {
+    kiln::save_keras_weights_sharded(model, dir.file("model.weights.json"), 1.0);
+    CHECK(fs::exists(dir.file("model_00000.weights.h5")));
+    CHECK_FALSE(fs::exists(dir.file("model_00001.weights.h5")));
+    const Config index = kiln::parse_json(kiln::testing::read_bytes(dir.file("model.weights.json")));
+    for (const auto& [group, shards] : index.at("weight_map").items()) {
+      CHECK(group.rfind("/layers/", 0) == 0);
+      CHECK(shards.to_string().find("model_00000.weights.h5") != std::string::npos);
+    }
+    kiln::hub::Backbone copy = kiln::hub::Backbone::of(kiln::load_keras_model(fixtures("hub/llama.keras")));
+    std::vector<Array> zeros;
+    for (const Array& weight : weights) zeros.push_back(Array::full(weight.shape(), 0.0, weight.dtype()));
+    copy.set_weights(zeros);
+    kiln::load_keras_weights(*copy.ptr(), dir.file("model.weights.json"));
+    const std::vector<Array> back = copy.get_weights();
+    for (std::size_t i = 0; i < back.size(); ++i) CHECK(back[i].bitwise_equal(weights[i]));
+  }
+  SECTION("a path not ending in .json is renamed, with Keras's warning") {
+    std::vector<std::string> warnings;
+    const kiln::WarningHandler previous =
+        kiln::set_warning_handler([&](const std::string& message) { warnings.push_back(message); });
+    kiln::save_keras_weights_sharded(model, dir.file("w.weights.h5"), 0.00002);
+    kiln::set_warning_handler(previous);
+    REQUIRE(warnings.size() == 1);
+    CHECK_THAT(warnings[0], Catch::Contains("*.json"));
+    CHECK(fs::exists(dir.file("w.weights.json")));
+    CHECK(fs::exists(dir.file("w_00001.weights.h5")));
+    CHECK_FALSE(fs::exists(dir.file("w.weights.h5")));
+  }
+  SECTION("a weight larger than a shard is refused by name, and nothing is left in the folder") {
+    // The embedding (vocabulary x hidden, float32) is the largest weight; 2 KB cannot hold it.
+    CHECK_THROWS_AS(kiln::save_keras_weights_sharded(model, dir.file("model.weights.json"), 2.0 / (1 << 20)),
+                    kiln::ValueError);
+    CHECK_THROWS_WITH(kiln::save_keras_weights_sharded(model, dir.file("model.weights.json"), 2.0 / (1 << 20)),
+                      Catch::Contains("exceeds the maximum shard size 2.00 KB"));
+    CHECK(fs::is_empty(dir.path()));
+    CHECK_THROWS_AS(kiln::save_keras_weights_sharded(model, dir.file("model.weights.json"), 0.0), kiln::ValueError);
+  }
 }

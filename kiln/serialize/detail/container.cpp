@@ -447,6 +447,29 @@ void write_file_atomically_at(const std::string& path, std::uint64_t size,
   sync_folder(target);
 }
 
+struct StagedFile::State {
+  explicit State(const std::string& target) : target(target), file(target) {}
+  std::string target;
+  TemporaryFile file;
+};
+
+StagedFile::StagedFile(const std::string& path, std::uint64_t size) : path_(path) {
+  const std::string target = write_target(path);
+  check_file_size_limit(path, size);
+  remove_stale_temporaries(target);
+  state_ = std::make_unique<State>(target);
+  state_->file.close_descriptor();
+}
+
+StagedFile::~StagedFile() = default;
+
+const std::string& StagedFile::temporary() const { return state_->file.path(); }
+
+void StagedFile::commit() {
+  state_->file.commit_written(state_->target, path_);
+  sync_folder(state_->target);
+}
+
 ScratchFile::ScratchFile(const std::string& path) {
   const std::string target = write_target(path);
   TemporaryFile file(target);

@@ -16,6 +16,7 @@
 // Nothing may follow the last section.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -112,6 +113,26 @@ class ScratchFile {
 
  private:
   std::string path_;
+};
+
+// A file a library writes at temporary(), a path in the target's folder, that becomes `path` only when commit()
+// syncs and renames it over the target (as write_file_atomically_at does); removed if this goes uncommitted.
+// For saves of several files (a sharded weights index and its shards): each is staged whole, and none replaces
+// its target until all are written. The size is checked against the file-size limit first.
+class StagedFile {
+ public:
+  StagedFile(const std::string& path, std::uint64_t size);
+  ~StagedFile();
+  StagedFile(const StagedFile&) = delete;
+  StagedFile& operator=(const StagedFile&) = delete;
+  const std::string& temporary() const;
+  const std::string& path() const { return path_; }
+  void commit();  ///< SerializationError naming the path; the target is then unchanged
+
+ private:
+  struct State;
+  std::string path_;
+  std::unique_ptr<State> state_;
 };
 
 // For tests: the next atomic write fails after writing this many bytes of its temporary file, as a full
