@@ -44,6 +44,8 @@ const std::map<std::string, TokenizerClass>& tokenizer_classes() {
        {"keras_hub.src.models.llama3.llama3_tokenizer", K::byte_pair, "llama3", "<|begin_of_text|>", "<|end_of_text|>",
         {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}}},
       {"QwenTokenizer", {"keras_hub.src.models.qwen.qwen_tokenizer", K::byte_pair, "llama3", "", "<|endoftext|>", {"<|endoftext|>"}}},
+      {"Qwen3Tokenizer",
+       {"keras_hub.src.models.qwen3.qwen3_tokenizer", K::byte_pair, "llama3", "", "<|im_end|>", {"<|im_end|>", "<|endoftext|>"}}},
       {"BytePairTokenizer", {"keras_hub.src.tokenizers.byte_pair_tokenizer", K::byte_pair, "gpt2", "", "", {}}},
       {"BertTokenizer", {"keras_hub.src.models.bert.bert_tokenizer", K::word_piece, "", "[CLS]", "[SEP]", bert}},
       {"DistilBertTokenizer",

@@ -56,6 +56,12 @@ LayerSpec qwen_spec() {
                      {"use_sliding_window_attention", true}, {"sliding_window_size", 3}},
                     "decoder_padding_mask");
 }
+LayerSpec qwen3_spec() {  // head_dim 2 (not hidden / heads), per-head query and key norms, a window of 2
+  return block_spec("keras_hub>Qwen3TransformerDecoder",
+                    {{"intermediate_dim", 6}, {"num_query_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 2},
+                     {"sliding_window_size", 2}},
+                    "decoder_padding_mask");
+}
 LayerSpec gemma_spec() {
   return block_spec("keras_hub>GemmaDecoderBlock",
                     {{"hidden_dim", 4}, {"intermediate_dim", 6}, {"head_dim", 2}, {"num_query_heads", 2},
@@ -76,6 +82,7 @@ LayerSpec norm_spec(const std::string& key) {
 LayerSpec llama_norm_spec() { return norm_spec("keras_hub>LlamaLayerNorm"); }
 LayerSpec mistral_norm_spec() { return norm_spec("keras_hub>MistralLayerNormalization"); }
 LayerSpec qwen_norm_spec() { return norm_spec("keras_hub>QwenLayerNorm"); }
+LayerSpec qwen3_norm_spec() { return norm_spec("keras_hub>Qwen3LayerNorm"); }
 LayerSpec gemma_norm_spec() { return norm_spec("keras_hub>RMSNormalization"); }
 
 // softmax over the allowed keys of one query row.
@@ -95,10 +102,12 @@ std::vector<double> softmax_row(const std::vector<double>& scores, const std::ve
 KILN_LAYER_HARNESS("keras_hub>LlamaTransformerDecoder", llama_spec)
 KILN_LAYER_HARNESS("keras_hub>MistralTransformerDecoder", mistral_spec)
 KILN_LAYER_HARNESS("keras_hub>QwenTransformerDecoder", qwen_spec)
+KILN_LAYER_HARNESS("keras_hub>Qwen3TransformerDecoder", qwen3_spec)
 KILN_LAYER_HARNESS("keras_hub>GemmaDecoderBlock", gemma_spec)
 KILN_LAYER_HARNESS("keras_hub>LlamaLayerNorm", llama_norm_spec)
 KILN_LAYER_HARNESS("keras_hub>MistralLayerNormalization", mistral_norm_spec)
 KILN_LAYER_HARNESS("keras_hub>QwenLayerNorm", qwen_norm_spec)
+KILN_LAYER_HARNESS("keras_hub>Qwen3LayerNorm", qwen3_norm_spec)
 KILN_LAYER_HARNESS("keras_hub>RMSNormalization", gemma_norm_spec)
 
 TEST_CASE("keras-hub's RMS norms: x * rsqrt(mean(x^2) + eps) * scale, Gemma's times 1 + scale", "[hub][layers]") {

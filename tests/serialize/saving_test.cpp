@@ -745,6 +745,9 @@ std::vector<ModelCase> every_layer_type() {
       {"keras_hub>QwenTransformerDecoder",
        {{"intermediate_dim", 8}, {"num_query_heads", 2}, {"num_key_value_heads", 2}, {"use_sliding_window_attention", true},
         {"sliding_window_size", 3}}},
+      {"keras_hub>Qwen3TransformerDecoder",
+       {{"intermediate_dim", 8}, {"num_query_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 2},
+        {"sliding_window_size", 3}}},
       {"keras_hub>GemmaDecoderBlock",
        {{"hidden_dim", 4}, {"intermediate_dim", 8}, {"head_dim", 2}, {"num_query_heads", 2}, {"num_key_value_heads", 1},
         {"logit_soft_cap", 2.0}, {"use_post_ffw_norm", true}, {"use_post_attention_norm", true},
@@ -752,6 +755,7 @@ std::vector<ModelCase> every_layer_type() {
       {"keras_hub>LlamaLayerNorm", {{"epsilon", 1e-5}}},
       {"keras_hub>MistralLayerNormalization", Config::map()},
       {"keras_hub>QwenLayerNorm", Config::map()},
+      {"keras_hub>Qwen3LayerNorm", Config::map()},
       {"keras_hub>RMSNormalization", {{"epsilon", 1e-3}}},
   };
   for (const auto& [key, config] : hub_layers)
@@ -784,6 +788,7 @@ std::vector<ModelCase> every_layer_type() {
       {"Llama3Backbone", decoder},
       {"MistralBackbone", decoder.with("sliding_window", 3)},
       {"QwenBackbone", decoder.with("tie_word_embeddings", false)},
+      {"Qwen3Backbone", decoder.with("head_dim", 6).with("sliding_window_size", 3)},
       {"GemmaBackbone", decoder.with("head_dim", 4).with("attention_logit_soft_cap", 5.0)},
   };
   for (const auto& [name, arguments] : backbones)

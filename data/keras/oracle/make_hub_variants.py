@@ -6,6 +6,9 @@ and keras-hub with Keras's outputs, in the fixture IO format of ../hub/:
   depth 8, one frequency is kept, one blended and two divided), 4 query heads over 2 key/value heads, tied.
 - mistral_window: MistralBackbone with a sliding window of 3 and head_dim 4 (not hidden / heads).
 - qwen_window: QwenBackbone with use_sliding_window_attention and a window of 3, untied.
+- qwen3: Qwen3Backbone (per-head query and key norms, no biases) with head_dim 6 (not hidden / heads), 4 query
+  heads over 2 key/value heads, tied, keras-hub's default window (32768).
+- qwen3_window: Qwen3Backbone with a sliding window of 3, rope_scaling_factor 2, untied.
 - gemma2: GemmaBackbone with Gemma 2's options: attention logit soft cap 0.5, post-attention and post-ffw
   norms, sliding window 3 in every other block, head_dim 4, 3 layers.
 
@@ -36,6 +39,12 @@ def variants():
             vocabulary_size=V, num_layers=2, num_query_heads=2, num_key_value_heads=1, hidden_dim=D,
             intermediate_dim=2 * D, use_sliding_window_attention=True, sliding_window_size=3,
             tie_word_embeddings=False),
+        "qwen3": lambda: H.Qwen3Backbone(
+            vocabulary_size=V, num_layers=2, num_query_heads=4, num_key_value_heads=2, hidden_dim=D, head_dim=6,
+            intermediate_dim=2 * D),
+        "qwen3_window": lambda: H.Qwen3Backbone(
+            vocabulary_size=V, num_layers=2, num_query_heads=2, num_key_value_heads=1, hidden_dim=D, head_dim=8,
+            intermediate_dim=2 * D, sliding_window_size=3, tie_word_embeddings=False, rope_scaling_factor=2.0),
         "gemma2": lambda: H.GemmaBackbone(
             vocabulary_size=V, num_layers=3, num_query_heads=2, num_key_value_heads=1, hidden_dim=D,
             intermediate_dim=2 * D, head_dim=4, attention_logit_soft_cap=0.5, final_logit_soft_cap=30.0,

@@ -109,6 +109,13 @@ GatedTransformerDecoderLayer::GatedTransformerDecoderLayer(const Config& config,
     sliding_window_size_ = args.integer("sliding_window_size", 4096);
     if (sliding_window_size_ <= 0) args.fail("sliding_window_size must be positive");
   }
+  if (family == Family::qwen3) {
+    if (!args.has("head_dim")) args.fail("needs head_dim (keras-hub's Qwen3TransformerDecoder takes it)");
+    head_dim_ = Config(positive(args, "head_dim"));
+    const Config window = args.value("sliding_window_size");
+    sliding_window_size_ = window.is_null() ? 0 : window.as_int("sliding_window_size");
+    if (!window.is_null() && sliding_window_size_ <= 0) args.fail("sliding_window_size must be positive or null");
+  }
   activation_ = args.text("activation", "silu");
   layer_norm_epsilon_ = args.number("layer_norm_epsilon", 1e-5);
   kernel_initializer_ = Initializer::from_argument(args, "kernel_initializer", "glorot_uniform").get_config();
@@ -149,6 +156,10 @@ Config GatedTransformerDecoderLayer::get_config() const {
   config.set("layer_norm_epsilon", layer_norm_epsilon_);
   config.set("kernel_initializer", kernel_initializer_);
   config.set("dropout", dropout_);
+  if (family_ == Family::qwen3) {
+    config.set("head_dim", head_dim_);
+    config.set("sliding_window_size", sliding_window_size_ > 0 ? Config(sliding_window_size_) : Config());
+  }
   return config;
 }
 
@@ -175,6 +186,7 @@ void GatedTransformerDecoderLayer::build(const Shape& input_shape) {
     const Config norm_config = {{"name", name}, {"epsilon", layer_norm_epsilon_}};
     if (family_ == Family::llama) return std::make_shared<LlamaLayerNormLayer>(norm_config);
     if (family_ == Family::mistral) return std::make_shared<MistralLayerNormalizationLayer>(norm_config);
+    if (family_ == Family::qwen3) return std::make_shared<Qwen3LayerNormLayer>(norm_config);
     return std::make_shared<QwenLayerNormLayer>(norm_config);
   };
   switch (family_) {
@@ -195,6 +207,13 @@ void GatedTransformerDecoderLayer::build(const Shape& input_shape) {
       options.class_name = "QwenAttention";
       options.qkv_bias = true;
       options.sliding_window = use_sliding_window_attention_ ? sliding_window_size_ : 0;
+      break;
+    case Family::qwen3:
+      options.class_name = "Qwen3Attention";
+      options.head_dim = head_dim_.as_int();
+      options.sliding_window = sliding_window_size_;
+      // The block does not pass its epsilon on: Qwen3Attention's norms keep their default, 1e-5.
+      options.qk_norm_epsilon = 1e-5;
       break;
   }
   // keras-hub's order of creation, which is the weights' order.
@@ -339,6 +358,7 @@ Tensor GemmaDecoderBlockLayer::call(const Tensor& input, const CallArgs& args) {
 KILN_REGISTER_LAYER("keras_hub>LlamaTransformerDecoder", LlamaTransformerDecoderLayer);
 KILN_REGISTER_LAYER("keras_hub>MistralTransformerDecoder", MistralTransformerDecoderLayer);
 KILN_REGISTER_LAYER("keras_hub>QwenTransformerDecoder", QwenTransformerDecoderLayer);
+KILN_REGISTER_LAYER("keras_hub>Qwen3TransformerDecoder", Qwen3TransformerDecoderLayer);
 KILN_REGISTER_LAYER("keras_hub>GemmaDecoderBlock", GemmaDecoderBlockLayer);
 
 }  // namespace kiln::hub

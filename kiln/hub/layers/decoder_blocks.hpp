@@ -1,11 +1,12 @@
 #pragma once
 // keras-hub's decoder blocks of the grouped-query families, with keras-hub's config keys, sublayer names and
 // weight paths, registered as "keras_hub>LlamaTransformerDecoder", "keras_hub>MistralTransformerDecoder",
-// "keras_hub>QwenTransformerDecoder" and "keras_hub>GemmaDecoderBlock".
+// "keras_hub>QwenTransformerDecoder", "keras_hub>Qwen3TransformerDecoder" and "keras_hub>GemmaDecoderBlock".
 //
 // Llama, Mistral and Qwen: x + attention(norm(x)), then h + down(activation(gate(norm(h))) · up(norm(h)))
 // (SwiGLU with activation = silu), RMS norms, no biases but Qwen's query/key/value; Mistral attends within a
-// sliding window, Qwen within one when use_sliding_window_attention. Gemma: the same shape with GeGLU
+// sliding window, Qwen within one when use_sliding_window_attention; Qwen 3 has no biases but normalizes each
+// head's query and key, with a head_dim of its own and a sliding window when sliding_window_size. Gemma: the same shape with GeGLU
 // (gelu_approximate(gating(x)) · gating_2(x)), norms scaled by 1 + scale, optional norms after the attention
 // and the feed-forward part (Gemma 2), soft-capped scores and a sliding window.
 //
@@ -20,10 +21,10 @@
 
 namespace kiln::hub {
 
-/// LlamaTransformerDecoder, MistralTransformerDecoder and QwenTransformerDecoder.
+/// LlamaTransformerDecoder, MistralTransformerDecoder, QwenTransformerDecoder and Qwen3TransformerDecoder.
 class GatedTransformerDecoderLayer : public Layer {
  public:
-  enum class Family { llama, mistral, qwen };
+  enum class Family { llama, mistral, qwen, qwen3 };
   Family family() const { return family_; }
   Config get_config() const override;
   bool supports_masking() const override { return true; }
@@ -38,7 +39,9 @@ class GatedTransformerDecoderLayer : public Layer {
   /// rope_frequency_adjustment_factor, rope_low_freq_factor, rope_high_freq_factor and
   /// rope_pretraining_sequence_length (null); Mistral's and Qwen's rope_scaling_factor = 1; Mistral's
   /// sliding_window = 512 (null: none) and head_dim = null; Qwen's use_sliding_window_attention = false and
-  /// sliding_window_size = 4096.
+  /// sliding_window_size = 4096; Qwen 3's head_dim (required) and sliding_window_size = null (none). keras-hub's
+  /// Qwen3TransformerDecoder leaves head_dim and sliding_window_size out of its config, so it cannot be rebuilt
+  /// from it; kiln writes both.
   GatedTransformerDecoderLayer(const Config& config, const std::string& class_name, Family family);
   void build(const Shape& input_shape) override;
   Tensor call(const Tensor& input, const CallArgs& args) override;
@@ -52,7 +55,7 @@ class GatedTransformerDecoderLayer : public Layer {
       rope_pretraining_sequence_length_;
   Config sliding_window_, head_dim_;  ///< Mistral's
   bool use_sliding_window_attention_ = false;
-  std::int64_t sliding_window_size_ = 4096;  ///< Qwen's
+  std::int64_t sliding_window_size_ = 4096;  ///< Qwen's (Qwen 3's: 0 for none)
   std::string activation_ = "silu";
   Config kernel_initializer_;
   LayerPtr attention_, attention_norm_, attention_dropout_, intermediate_, gate_, output_, feedforward_norm_;
@@ -72,6 +75,12 @@ class QwenTransformerDecoderLayer final : public GatedTransformerDecoderLayer {
  public:
   explicit QwenTransformerDecoderLayer(const Config& config)
       : GatedTransformerDecoderLayer(config, "QwenTransformerDecoder", Family::qwen) {}
+};
+
+class Qwen3TransformerDecoderLayer final : public GatedTransformerDecoderLayer {
+ public:
+  explicit Qwen3TransformerDecoderLayer(const Config& config)
+      : GatedTransformerDecoderLayer(config, "Qwen3TransformerDecoder", Family::qwen3) {}
 };
 
 /// keras-hub's GemmaDecoderBlock (Gemma and Gemma 2).

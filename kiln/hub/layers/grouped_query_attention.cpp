@@ -73,6 +73,7 @@ GroupedQueryAttentionLayer::GroupedQueryAttentionLayer(GroupedQueryAttentionOpti
                  "num_key_value_heads (" + std::to_string(o.num_key_value_heads) + ")");
   if (o.head_dim < 0) config_error("head_dim must be positive, got " + std::to_string(o.head_dim));
   if (o.sliding_window < 0) config_error("the sliding window must be positive, got " + std::to_string(o.sliding_window));
+  if (o.qk_norm_epsilon < 0) config_error("the query and key norms' epsilon must be positive, got " + std::to_string(o.qk_norm_epsilon));
   if (o.logit_soft_cap < 0) config_error("the logit soft cap must be positive, got " + std::to_string(o.logit_soft_cap));
   if (!(o.dropout >= 0 && o.dropout < 1)) config_error("dropout must be in [0, 1), got " + std::to_string(o.dropout));
   if (o.llama_rotary) {
@@ -90,15 +91,26 @@ std::string GroupedQueryAttentionLayer::attribute(const std::string& name) const
 
 std::vector<std::string> GroupedQueryAttentionLayer::keras_weight_paths() const {
   std::vector<std::string> paths;
-  for (const char* part : {"query_dense", "key_dense", "value_dense"}) {
+  for (const std::string part : {"query_dense", "key_dense", "value_dense"}) {
     paths.push_back(attribute(part) + "/vars/0");
     if (options_.qkv_bias) paths.push_back(attribute(part) + "/vars/1");
+    if (options_.qk_norm_epsilon > 0 && part != "value_dense") paths.push_back(attribute(part) + "_layer_norm/vars/0");
   }
   paths.push_back(attribute("output_dense") + "/vars/0");
   return paths;
 }
 
 std::vector<std::pair<std::string, std::string>> GroupedQueryAttentionLayer::keras_sublayers() const {
+  if (options_.qk_norm_epsilon > 0)  // Qwen3Attention's, in the order keras-hub makes them
+    return {{"_query_dense", "query"},
+            {"_query_dense_layer_norm", "query_dense_layernorm"},
+            {"_key_dense", "key"},
+            {"_key_dense_layer_norm", "key_dense_layernorm"},
+            {"_value_dense", "value"},
+            {"_softmax", "attention_softmax"},
+            {"_dropout_layer", "dropout"},
+            {"_output_dense", "attention_output"},
+            {"rotary_embedding_layer", "rotary_embedding"}};
   if (options_.underscored)  // LlamaAttention's attributes, in the order keras-hub makes them
     return {{"_query_dense", "query"},         {"_key_dense", "key"},           {"_value_dense", "value"},
             {"_softmax", "attention_softmax"}, {"_dropout_layer", "dropout"},   {"_output_dense", "attention_output"},
@@ -125,10 +137,13 @@ void GroupedQueryAttentionLayer::build(const Shape& input_shape) {
     return o.heads_first_kernels ? Shape{heads, hidden_, head_dim_} : Shape{hidden_, heads, head_dim_};
   };
   // keras-hub's order: query, key, value (each kernel, then bias), then the output projection.
+  const Initializer ones = Initializer::get("ones");
   query_kernel_ = add_weight("query/kernel", kernel_shape(o.num_query_heads), kernel);
   if (o.qkv_bias) query_bias_ = add_weight("query/bias", Shape{o.num_query_heads, head_dim_}, bias);
+  if (o.qk_norm_epsilon > 0) query_norm_ = add_weight("query_dense_layernorm/scale", Shape{head_dim_}, ones);
   key_kernel_ = add_weight("key/kernel", kernel_shape(o.num_key_value_heads), kernel);
   if (o.qkv_bias) key_bias_ = add_weight("key/bias", Shape{o.num_key_value_heads, head_dim_}, bias);
+  if (o.qk_norm_epsilon > 0) key_norm_ = add_weight("key_dense_layernorm/scale", Shape{head_dim_}, ones);
   value_kernel_ = add_weight("value/kernel", kernel_shape(o.num_key_value_heads), kernel);
   if (o.qkv_bias) value_bias_ = add_weight("value/bias", Shape{o.num_key_value_heads, head_dim_}, bias);
   output_kernel_ = add_weight("attention_output/kernel", Shape{o.num_query_heads, head_dim_, hidden_}, kernel);
@@ -140,6 +155,11 @@ Tensor GroupedQueryAttentionLayer::project(const Tensor& x, WeightId kernel, Wei
   Tensor y = ops::matmul(x, ops::reshape(weights, {hidden_, heads * head_dim_}));
   if (options_.qkv_bias) y = y + ops::reshape(variable(bias, x), {heads * head_dim_});
   return ops::reshape(y, {ops::keep_dim, ops::keep_dim, heads, head_dim_});
+}
+
+Tensor GroupedQueryAttentionLayer::normalized(const Tensor& x, WeightId scale) const {
+  if (!(options_.qk_norm_epsilon > 0)) return x;
+  return ops::rms_norm(x, variable(scale, x), options_.qk_norm_epsilon);
 }
 
 Tensor GroupedQueryAttentionLayer::repeat_heads(const Tensor& x) const {
@@ -182,8 +202,8 @@ Tensor GroupedQueryAttentionLayer::call(const Tensor& input, const CallArgs& arg
     shape_error("was built for other features", {{"built for", build_shapes().at(0)}, {"input", input.shape()}});
   const auto& o = options_;
   const CallArgs inner = CallArgs().training(args.training());
-  const Tensor q = (*rotary_)(project(input, query_kernel_, query_bias_, o.num_query_heads), inner);
-  const Tensor k = (*rotary_)(project(input, key_kernel_, key_bias_, o.num_key_value_heads), inner);
+  const Tensor q = (*rotary_)(normalized(project(input, query_kernel_, query_bias_, o.num_query_heads), query_norm_), inner);
+  const Tensor k = (*rotary_)(normalized(project(input, key_kernel_, key_bias_, o.num_key_value_heads), key_norm_), inner);
   const Tensor v = project(input, value_kernel_, value_bias_, o.num_key_value_heads);
 
   if (const detail::DecodingStep* step = detail::decoding()) {

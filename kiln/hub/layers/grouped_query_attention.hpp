@@ -1,9 +1,11 @@
 #pragma once
 // Grouped-query self-attention as keras-hub's decoder families write it (LlamaAttention, CachedMistralAttention,
-// QwenAttention, CachedGemmaAttention): num_query_heads query heads share num_key_value_heads key and value
+// QwenAttention, Qwen3Attention, CachedGemmaAttention): num_query_heads query heads share num_key_value_heads key and value
 // heads (query head h reads key/value head h / (num_query_heads / num_key_value_heads), keras-hub's
 // ops.repeat), queries and keys rotated by their positions (RoPE), causal, optionally inside a sliding window
 // (key j seen by query i when i - j < window) and with the scores soft-capped (c · tanh(s / c), Gemma 2).
+// Qwen 3 normalizes each head's query and key (an RMS norm over the head's depth, one scale of head_dim
+// shared by the heads, keras-hub's Qwen3LayerNorm) before rotating them.
 // The projections are keras-hub's EinsumDense kernels, saved at keras-hub's attribute paths: query
 // (hidden, heads, depth), key and value (hidden, kv_heads, depth), attention_output (heads, depth, hidden);
 // Gemma keeps its heads first: query (heads, hidden, depth), key and value (kv_heads, hidden, depth).
@@ -30,6 +32,9 @@ struct GroupedQueryAttentionOptions {
   std::int64_t head_dim = 0;         ///< 0: the features divided by num_query_heads
   bool heads_first_kernels = false;  ///< Gemma's kernel layout
   bool qkv_bias = false;             ///< Qwen: query, key and value have biases (output never does)
+  /// Qwen 3: > 0 normalizes queries and keys per head with this epsilon (saved as "_query_dense_layer_norm" and
+  /// "_key_dense_layer_norm", after their projections' kernels); 0: no such norms.
+  double qk_norm_epsilon = 0.0;
   double rope_max_wavelength = 10000.0;
   double rope_scaling_factor = 1.0;  ///< keras-hub's RotaryEmbedding scaling_factor ("linear")
   /// Llama 3's frequency adjustment (LlamaRotaryEmbedding): all four set, or none (Config null).
@@ -73,8 +78,10 @@ class GroupedQueryAttentionLayer : public Layer {
 
   GroupedQueryAttentionOptions options_;
   std::int64_t head_dim_ = 0, hidden_ = 0;
+  Tensor normalized(const Tensor& x, WeightId scale) const;  ///< Qwen 3's per-head RMS norm (x when none)
+
   WeightId query_kernel_ = 0, query_bias_ = 0, key_kernel_ = 0, key_bias_ = 0, value_kernel_ = 0, value_bias_ = 0,
-           output_kernel_ = 0;
+           output_kernel_ = 0, query_norm_ = 0, key_norm_ = 0;
   LayerPtr rotary_;
 };
 

@@ -36,6 +36,7 @@ Tensor HubRMSNormLayer::call(const Tensor& input, const CallArgs&) {
 KILN_REGISTER_LAYER("keras_hub>LlamaLayerNorm", LlamaLayerNormLayer);
 KILN_REGISTER_LAYER("keras_hub>MistralLayerNormalization", MistralLayerNormalizationLayer);
 KILN_REGISTER_LAYER("keras_hub>QwenLayerNorm", QwenLayerNormLayer);
+KILN_REGISTER_LAYER("keras_hub>Qwen3LayerNorm", Qwen3LayerNormLayer);
 KILN_REGISTER_LAYER("keras_hub>RMSNormalization", GemmaRMSNormalizationLayer);
 
 }  // namespace kiln::hub

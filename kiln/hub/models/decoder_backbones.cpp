@@ -1,6 +1,6 @@
 // keras-hub's grouped-query decoder backbones: LlamaBackbone (and Llama3Backbone, the same class),
-// MistralBackbone, QwenBackbone and GemmaBackbone (keras_hub/src/models/llama/, llama3/, mistral/, qwen/,
-// gemma/): a token embedding (a ReversibleEmbedding, tied or not), the family's decoder blocks given the
+// MistralBackbone, QwenBackbone, Qwen3Backbone and GemmaBackbone (keras_hub/src/models/llama/, llama3/, mistral/,
+// qwen/, qwen3/, gemma/): a token embedding (a ReversibleEmbedding, tied or not), the family's decoder blocks given the
 // padding mask, and a final RMS norm. Gemma scales the embeddings by sqrt(hidden_dim) and, with
 // use_sliding_window_attention, attends within the window in every other block (0, 2, ...).
 #include <cmath>
@@ -156,6 +156,30 @@ class QwenBackboneModel final : public GatedDecoderBackboneModel {
   }
 };
 
+class Qwen3BackboneModel final : public GatedDecoderBackboneModel {
+ public:
+  explicit Qwen3BackboneModel(const Config& config)
+      : GatedDecoderBackboneModel(config, "Qwen3Backbone", "keras_hub.src.models.qwen3.qwen3_backbone",
+                      {{"vocabulary_size", {}},
+                       {"num_layers", {}},
+                       {"num_query_heads", {}},
+                       {"hidden_dim", {}},
+                       {"head_dim", {}},
+                       {"intermediate_dim", {}},
+                       {"rope_max_wavelength", Config(std::int64_t{10000})},
+                       {"rope_scaling_factor", Config(1.0)},
+                       {"num_key_value_heads", {}},
+                       {"layer_norm_epsilon", Config(1e-6)},
+                       {"dropout", Config(std::int64_t{0})},
+                       {"tie_word_embeddings", Config(true)},
+                       {"sliding_window_size", Config(std::int64_t{32768})}}) {
+    make<Qwen3TransformerDecoderLayer, Qwen3LayerNormLayer>(
+        flag("tie_word_embeddings"), {{"rope_scaling_factor", number("rope_scaling_factor")},
+                                      {"head_dim", integer("head_dim")},
+                                      {"sliding_window_size", arguments().at("sliding_window_size")}});
+  }
+};
+
 class GemmaBackboneModel final : public BackboneModel {
  public:
   explicit GemmaBackboneModel(const Config& config)
@@ -216,6 +240,7 @@ KILN_REGISTER_LAYER("keras_hub>LlamaBackbone", LlamaBackboneModel);
 KILN_REGISTER_LAYER("keras_hub>Llama3Backbone", Llama3BackboneModel);
 KILN_REGISTER_LAYER("keras_hub>MistralBackbone", MistralBackboneModel);
 KILN_REGISTER_LAYER("keras_hub>QwenBackbone", QwenBackboneModel);
+KILN_REGISTER_LAYER("keras_hub>Qwen3Backbone", Qwen3BackboneModel);
 KILN_REGISTER_LAYER("keras_hub>GemmaBackbone", GemmaBackboneModel);
 
 }  // namespace
