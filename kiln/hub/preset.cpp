@@ -54,6 +54,8 @@ const std::map<std::string, TokenizerClass>& tokenizer_classes() {
       {"LlamaTokenizer", {"keras_hub.src.models.llama.llama_tokenizer", K::sentence_piece, "", "<s>", "</s>", {"<s>", "</s>"}}},
       {"MistralTokenizer",
        {"keras_hub.src.models.mistral.mistral_tokenizer", K::sentence_piece, "", "<s>", "</s>", {"<s>", "</s>"}}},
+      {"Phi3Tokenizer",
+       {"keras_hub.src.models.phi3.phi3_tokenizer", K::sentence_piece, "", "<s>", "<|endoftext|>", {"<s>", "<|endoftext|>"}}},
       {"GemmaTokenizer",
        {"keras_hub.src.models.gemma.gemma_tokenizer", K::sentence_piece, "", "<bos>", "<eos>", {"<bos>", "<eos>", "<pad>"}}},
       {"SentencePieceTokenizer", {"keras_hub.src.tokenizers.sentence_piece_tokenizer", K::sentence_piece, "", "", "", {}}},

@@ -60,7 +60,7 @@ TEST_CASE("CausalLM.generate's greedy tokens are keras-hub's, with the cache and
     }
     ++checked;
   }
-  CHECK(checked == 11);  // GPT-2, Llama, Llama 3, Mistral, Qwen, Qwen 3, Gemma and Gemma 2, windows included
+  CHECK(checked == 13);  // GPT-2, Llama, Llama 3, Mistral, Qwen, Qwen 3, Phi-3, Gemma and Gemma 2, windows included
 }
 
 TEST_CASE("CausalLM.generate's beam search keeps keras-hub's best beams", "[hub][generate]") {
@@ -77,7 +77,7 @@ TEST_CASE("CausalLM.generate's beam search keeps keras-hub's best beams", "[hub]
     CHECK(result.token_ids.bitwise_equal(rows_of(beam.at("generated"))));
     ++checked;
   }
-  CHECK(checked == 11);
+  CHECK(checked == 13);
   kiln::GenerateOptions one_beam;
   one_beam.sampler = "beam";
   one_beam.num_beams = 1;  // one beam is greedy

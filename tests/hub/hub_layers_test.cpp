@@ -62,6 +62,13 @@ LayerSpec qwen3_spec() {  // head_dim 2 (not hidden / heads), per-head query and
                      {"sliding_window_size", 2}},
                     "decoder_padding_mask");
 }
+LayerSpec phi3_spec() {  // Phi-3's "su" rotary scaling: 5 steps past a pretraining length of 4 take the long factors
+  return block_spec("keras_hub>Phi3Decoder",
+                    {{"hidden_dim", 4}, {"intermediate_dim", 6}, {"num_query_heads", 1}, {"num_key_value_heads", 1},
+                     {"max_sequence_length", 8}, {"pretraining_sequence_length", 4}, {"rope_scaling_type", "su"},
+                     {"rope_scaling_short_factor", Config{1.0, 2.0}}, {"rope_scaling_long_factor", Config{3.0, 5.0}}},
+                    "decoder_padding_mask");
+}
 LayerSpec gemma_spec() {
   return block_spec("keras_hub>GemmaDecoderBlock",
                     {{"hidden_dim", 4}, {"intermediate_dim", 6}, {"head_dim", 2}, {"num_query_heads", 2},
@@ -83,6 +90,7 @@ LayerSpec llama_norm_spec() { return norm_spec("keras_hub>LlamaLayerNorm"); }
 LayerSpec mistral_norm_spec() { return norm_spec("keras_hub>MistralLayerNormalization"); }
 LayerSpec qwen_norm_spec() { return norm_spec("keras_hub>QwenLayerNorm"); }
 LayerSpec qwen3_norm_spec() { return norm_spec("keras_hub>Qwen3LayerNorm"); }
+LayerSpec phi3_norm_spec() { return norm_spec("keras_hub>Phi3LayerNorm"); }
 LayerSpec gemma_norm_spec() { return norm_spec("keras_hub>RMSNormalization"); }
 
 // softmax over the allowed keys of one query row.
@@ -103,11 +111,13 @@ KILN_LAYER_HARNESS("keras_hub>LlamaTransformerDecoder", llama_spec)
 KILN_LAYER_HARNESS("keras_hub>MistralTransformerDecoder", mistral_spec)
 KILN_LAYER_HARNESS("keras_hub>QwenTransformerDecoder", qwen_spec)
 KILN_LAYER_HARNESS("keras_hub>Qwen3TransformerDecoder", qwen3_spec)
+KILN_LAYER_HARNESS("keras_hub>Phi3Decoder", phi3_spec)
 KILN_LAYER_HARNESS("keras_hub>GemmaDecoderBlock", gemma_spec)
 KILN_LAYER_HARNESS("keras_hub>LlamaLayerNorm", llama_norm_spec)
 KILN_LAYER_HARNESS("keras_hub>MistralLayerNormalization", mistral_norm_spec)
 KILN_LAYER_HARNESS("keras_hub>QwenLayerNorm", qwen_norm_spec)
 KILN_LAYER_HARNESS("keras_hub>Qwen3LayerNorm", qwen3_norm_spec)
+KILN_LAYER_HARNESS("keras_hub>Phi3LayerNorm", phi3_norm_spec)
 KILN_LAYER_HARNESS("keras_hub>RMSNormalization", gemma_norm_spec)
 
 TEST_CASE("keras-hub's RMS norms: x * rsqrt(mean(x^2) + eps) * scale, Gemma's times 1 + scale", "[hub][layers]") {

@@ -748,6 +748,10 @@ std::vector<ModelCase> every_layer_type() {
       {"keras_hub>Qwen3TransformerDecoder",
        {{"intermediate_dim", 8}, {"num_query_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 2},
         {"sliding_window_size", 3}}},
+      {"keras_hub>Phi3Decoder",
+       {{"hidden_dim", 4}, {"intermediate_dim", 8}, {"num_query_heads", 2}, {"num_key_value_heads", 1},
+        {"max_sequence_length", 8}, {"pretraining_sequence_length", 4}, {"rope_scaling_type", "su"},
+        {"rope_scaling_short_factor", Config{1.0}}, {"rope_scaling_long_factor", Config{2.0}}}},
       {"keras_hub>GemmaDecoderBlock",
        {{"hidden_dim", 4}, {"intermediate_dim", 8}, {"head_dim", 2}, {"num_query_heads", 2}, {"num_key_value_heads", 1},
         {"logit_soft_cap", 2.0}, {"use_post_ffw_norm", true}, {"use_post_attention_norm", true},
@@ -756,6 +760,7 @@ std::vector<ModelCase> every_layer_type() {
       {"keras_hub>MistralLayerNormalization", Config::map()},
       {"keras_hub>QwenLayerNorm", Config::map()},
       {"keras_hub>Qwen3LayerNorm", Config::map()},
+      {"keras_hub>Phi3LayerNorm", Config::map()},
       {"keras_hub>RMSNormalization", {{"epsilon", 1e-3}}},
   };
   for (const auto& [key, config] : hub_layers)
@@ -789,6 +794,8 @@ std::vector<ModelCase> every_layer_type() {
       {"MistralBackbone", decoder.with("sliding_window", 3)},
       {"QwenBackbone", decoder.with("tie_word_embeddings", false)},
       {"Qwen3Backbone", decoder.with("head_dim", 6).with("sliding_window_size", 3)},
+      {"Phi3Backbone", decoder.with("pretraining_sequence_length", 4).with("rope_scaling_type", "su")
+                           .with("rope_scaling_short_factor", Config{1.0, 2.0}).with("rope_scaling_long_factor", Config{3.0, 4.0})},
       {"GemmaBackbone", decoder.with("head_dim", 4).with("attention_logit_soft_cap", 5.0)},
   };
   for (const auto& [name, arguments] : backbones)

@@ -9,6 +9,9 @@ and keras-hub with Keras's outputs, in the fixture IO format of ../hub/:
 - qwen3: Qwen3Backbone (per-head query and key norms, no biases) with head_dim 6 (not hidden / heads), 4 query
   heads over 2 key/value heads, tied, keras-hub's default window (32768).
 - qwen3_window: Qwen3Backbone with a sliding window of 3, rope_scaling_factor 2, untied.
+- phi3: Phi3Backbone, 4 query heads over 2, keras-hub's plain rotary embedding.
+- phi3_su: Phi3Backbone with Phi-3's "su" rotary scaling, a pretraining length of 4 and a maximum of 16 (so the
+  7-token inputs take the long factors and the rotation is scaled by sqrt(2)).
 - gemma2: GemmaBackbone with Gemma 2's options: attention logit soft cap 0.5, post-attention and post-ffw
   norms, sliding window 3 in every other block, head_dim 4, 3 layers.
 
@@ -45,6 +48,14 @@ def variants():
         "qwen3_window": lambda: H.Qwen3Backbone(
             vocabulary_size=V, num_layers=2, num_query_heads=2, num_key_value_heads=1, hidden_dim=D, head_dim=8,
             intermediate_dim=2 * D, sliding_window_size=3, tie_word_embeddings=False, rope_scaling_factor=2.0),
+        "phi3": lambda: H.Phi3Backbone(
+            vocabulary_size=V, num_layers=2, num_query_heads=4, num_key_value_heads=2, hidden_dim=D,
+            intermediate_dim=2 * D),
+        "phi3_su": lambda: H.Phi3Backbone(
+            vocabulary_size=V, num_layers=2, num_query_heads=2, num_key_value_heads=1, hidden_dim=D,
+            intermediate_dim=2 * D, max_sequence_length=16, pretraining_sequence_length=4,
+            rope_scaling_type="su", rope_scaling_short_factor=[1.0, 1.5, 2.0, 3.0],
+            rope_scaling_long_factor=[2.0, 4.0, 8.0, 16.0]),
         "gemma2": lambda: H.GemmaBackbone(
             vocabulary_size=V, num_layers=3, num_query_heads=2, num_key_value_heads=1, hidden_dim=D,
             intermediate_dim=2 * D, head_dim=4, attention_logit_soft_cap=0.5, final_logit_soft_cap=30.0,

@@ -47,6 +47,12 @@ std::int64_t positive(ConfigReader& args, const char* key) {
   return value;
 }
 
+std::int64_t positive(ConfigReader& args, const char* key, std::int64_t fallback) {
+  const std::int64_t value = args.integer(key, fallback);
+  if (value <= 0) args.fail(std::string(key) + " must be positive, got " + std::to_string(value));
+  return value;
+}
+
 const std::map<std::string, std::string>& gated_attributes() {
   static const std::map<std::string, std::string> attributes = {
       {"self_attention", "_self_attention_layer"},
@@ -57,6 +63,26 @@ const std::map<std::string, std::string>& gated_attributes() {
       {"feedforward_output_dense", "_feedforward_output_dense"},
       {"feedforward_layernorm", "_feedforward_layernorm"}};
   return attributes;
+}
+
+const std::map<std::string, std::string>& phi3_attributes() {
+  static const std::map<std::string, std::string> attributes = {
+      {"pre_attention_layernorm", "pre_attention_layernorm"},
+      {"attention", "attention"},
+      {"post_attention_layernorm", "post_attention_layernorm"},
+      {"feedforward_intermediate_dense", "feedforward_intermediate_dense"},
+      {"feedforward_gate_dense", "feedforward_gate_dense"},
+      {"feedforward_output_dense", "feedforward_output_dense"},
+      {"attention_dropout", "attention_dropout"},
+      {"feedforward_dropout", "feedforward_dropout"}};
+  return attributes;
+}
+
+std::vector<double> factors_of(const Config& list, const char* key) {
+  std::vector<double> factors;
+  if (list.is_null()) return factors;
+  for (const Config& factor : list.as_list(key)) factors.push_back(factor.as_double(key));
+  return factors;
 }
 
 const std::map<std::string, std::string>& gemma_attributes() {
@@ -86,7 +112,21 @@ GatedTransformerDecoderLayer::GatedTransformerDecoderLayer(const Config& config,
   num_query_heads_ = positive(args, "num_query_heads");
   num_key_value_heads_ = positive(args, "num_key_value_heads");
   rope_max_wavelength_ = args.number("rope_max_wavelength", 10000.0);
-  if (family == Family::llama) {
+  if (family == Family::phi3) {
+    hidden_dim_ = positive(args, "hidden_dim");
+    max_sequence_length_ = positive(args, "max_sequence_length", 4096);
+    pretraining_sequence_length_ = positive(args, "pretraining_sequence_length", 4096);
+    rope_scaling_type_ = args.value("rope_scaling_type");
+    rope_scaling_short_factor_ = args.value("rope_scaling_short_factor");
+    rope_scaling_long_factor_ = args.value("rope_scaling_long_factor");
+    if (!rope_scaling_type_.is_null() && rope_scaling_type_.as_string("rope_scaling_type") != "su")
+      args.fail("rope_scaling_type must be null or \"su\", got " + rope_scaling_type_.to_string());
+    if (!rope_scaling_type_.is_null() && (!rope_scaling_short_factor_.is_list() || !rope_scaling_long_factor_.is_list()))
+      args.fail("rope_scaling_type \"su\" needs the lists rope_scaling_short_factor and rope_scaling_long_factor");
+    for (const char* key : {"rope_scaling_short_factor", "rope_scaling_long_factor"})
+      for (const double factor : factors_of(args.value(key), key))
+        if (!(factor > 0)) args.fail(std::string(key) + " must hold positive factors");
+  } else if (family == Family::llama) {
     rope_scaling_factor_ = args.number("rope_position_scaling_factor", 1.0);
     rope_frequency_adjustment_factor_ = args.value("rope_frequency_adjustment_factor");
     rope_low_freq_factor_ = args.value("rope_low_freq_factor");
@@ -131,6 +171,23 @@ GatedTransformerDecoderLayer::GatedTransformerDecoderLayer(const Config& config,
 
 Config GatedTransformerDecoderLayer::get_config() const {
   Config config = base_config();
+  if (family_ == Family::phi3) {  // keras-hub's Phi3Decoder's keys, in its order
+    config.set("hidden_dim", hidden_dim_);
+    config.set("intermediate_dim", intermediate_dim_);
+    config.set("num_query_heads", num_query_heads_);
+    config.set("num_key_value_heads", num_key_value_heads_);
+    config.set("activation", activation_);
+    config.set("layer_norm_epsilon", layer_norm_epsilon_);
+    config.set("kernel_initializer", kernel_initializer_);
+    config.set("dropout", dropout_);
+    config.set("max_sequence_length", max_sequence_length_);
+    config.set("pretraining_sequence_length", pretraining_sequence_length_);
+    config.set("rope_max_wavelength", rope_max_wavelength_);
+    config.set("rope_scaling_type", rope_scaling_type_);
+    config.set("rope_scaling_short_factor", rope_scaling_short_factor_);
+    config.set("rope_scaling_long_factor", rope_scaling_long_factor_);
+    return config;
+  }
   config.set("intermediate_dim", intermediate_dim_);
   config.set("num_query_heads", num_query_heads_);
   config.set("num_key_value_heads", num_key_value_heads_);
@@ -164,11 +221,11 @@ Config GatedTransformerDecoderLayer::get_config() const {
 }
 
 std::vector<std::string> GatedTransformerDecoderLayer::keras_weight_paths() const {
-  return attribute_paths(*this, gated_attributes());
+  return attribute_paths(*this, family_ == Family::phi3 ? phi3_attributes() : gated_attributes());
 }
 
 std::vector<std::pair<std::string, std::string>> GatedTransformerDecoderLayer::keras_sublayers() const {
-  return attribute_groups(*this, gated_attributes());
+  return attribute_groups(*this, family_ == Family::phi3 ? phi3_attributes() : gated_attributes());
 }
 
 void GatedTransformerDecoderLayer::build(const Shape& input_shape) {
@@ -187,6 +244,7 @@ void GatedTransformerDecoderLayer::build(const Shape& input_shape) {
     if (family_ == Family::llama) return std::make_shared<LlamaLayerNormLayer>(norm_config);
     if (family_ == Family::mistral) return std::make_shared<MistralLayerNormalizationLayer>(norm_config);
     if (family_ == Family::qwen3) return std::make_shared<Qwen3LayerNormLayer>(norm_config);
+    if (family_ == Family::phi3) return std::make_shared<Phi3LayerNormLayer>(norm_config);
     return std::make_shared<QwenLayerNormLayer>(norm_config);
   };
   switch (family_) {
@@ -215,17 +273,39 @@ void GatedTransformerDecoderLayer::build(const Shape& input_shape) {
       // The block does not pass its epsilon on: Qwen3Attention's norms keep their default, 1e-5.
       options.qk_norm_epsilon = 1e-5;
       break;
+    case Family::phi3:
+      options.class_name = "Phi3Attention";
+      options.name = "attention";
+      options.underscored = false;
+      options.rotary_attribute = "rotary_embedding_layer";
+      options.su_short_factor = factors_of(rope_scaling_short_factor_, "rope_scaling_short_factor");
+      options.su_long_factor = factors_of(rope_scaling_long_factor_, "rope_scaling_long_factor");
+      if (rope_scaling_type_.is_null()) options.su_short_factor.clear(), options.su_long_factor.clear();
+      options.su_max_sequence_length = max_sequence_length_;
+      options.su_pretraining_sequence_length = pretraining_sequence_length_;
+      break;
   }
   // keras-hub's order of creation, which is the weights' order.
   constexpr std::int64_t any = Shape::unknown;
   const Shape sequence{any, any, hidden};
-  attention_ = track(std::make_shared<GroupedQueryAttentionLayer>(options));
-  attention_norm_ = track(norm("self_attention_layernorm"));
-  attention_dropout_ = track(dropout("self_attention_dropout", dropout_));
+  if (family_ == Family::phi3) {
+    if (hidden != hidden_dim_)
+      shape_error("was made with hidden_dim " + std::to_string(hidden_dim_), {{"input", input_shape}});
+    attention_norm_ = track(norm("pre_attention_layernorm"));
+    attention_ = track(std::make_shared<GroupedQueryAttentionLayer>(options));
+    feedforward_norm_ = track(norm("post_attention_layernorm"));
+  } else {
+    attention_ = track(std::make_shared<GroupedQueryAttentionLayer>(options));
+    attention_norm_ = track(norm("self_attention_layernorm"));
+  }
+  attention_dropout_ = track(dropout(family_ == Family::phi3 ? "attention_dropout" : "self_attention_dropout", dropout_));
   intermediate_ = track(dense("feedforward_intermediate_dense", intermediate_dim_, kernel_initializer_));
   gate_ = track(dense("feedforward_gate_dense", intermediate_dim_, kernel_initializer_));
   output_ = track(dense("feedforward_output_dense", hidden, kernel_initializer_));
-  feedforward_norm_ = track(norm("feedforward_layernorm"));
+  if (family_ == Family::phi3)
+    feedforward_dropout_ = track(dropout("feedforward_dropout", dropout_));
+  else
+    feedforward_norm_ = track(norm("feedforward_layernorm"));
   attention_->build_for(sequence);
   attention_norm_->build_for(sequence);
   intermediate_->build_for(sequence);
@@ -243,7 +323,8 @@ Tensor GatedTransformerDecoderLayer::call(const Tensor& input, const CallArgs& a
   const Tensor x = attended + input;
   const Tensor h = (*feedforward_norm_)(x, inner);
   const Tensor gated = ops::activation((*gate_)(h, inner), activation_) * (*intermediate_)(h, inner);
-  return (*output_)(gated, inner) + x;
+  const Tensor fed = (*output_)(gated, inner);
+  return (feedforward_dropout_ ? (*feedforward_dropout_)(fed, inner) : fed) + x;
 }
 
 // ---- Gemma --------------------------------------------------------------------------------------------------
@@ -359,6 +440,7 @@ KILN_REGISTER_LAYER("keras_hub>LlamaTransformerDecoder", LlamaTransformerDecoder
 KILN_REGISTER_LAYER("keras_hub>MistralTransformerDecoder", MistralTransformerDecoderLayer);
 KILN_REGISTER_LAYER("keras_hub>QwenTransformerDecoder", QwenTransformerDecoderLayer);
 KILN_REGISTER_LAYER("keras_hub>Qwen3TransformerDecoder", Qwen3TransformerDecoderLayer);
+KILN_REGISTER_LAYER("keras_hub>Phi3Decoder", Phi3DecoderLayer);
 KILN_REGISTER_LAYER("keras_hub>GemmaDecoderBlock", GemmaDecoderBlockLayer);
 
 }  // namespace kiln::hub

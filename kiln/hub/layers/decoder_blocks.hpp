@@ -1,12 +1,15 @@
 #pragma once
 // keras-hub's decoder blocks of the grouped-query families, with keras-hub's config keys, sublayer names and
 // weight paths, registered as "keras_hub>LlamaTransformerDecoder", "keras_hub>MistralTransformerDecoder",
-// "keras_hub>QwenTransformerDecoder", "keras_hub>Qwen3TransformerDecoder" and "keras_hub>GemmaDecoderBlock".
+// "keras_hub>QwenTransformerDecoder", "keras_hub>Qwen3TransformerDecoder", "keras_hub>Phi3Decoder" and
+// "keras_hub>GemmaDecoderBlock".
 //
 // Llama, Mistral and Qwen: x + attention(norm(x)), then h + down(activation(gate(norm(h))) · up(norm(h)))
 // (SwiGLU with activation = silu), RMS norms, no biases but Qwen's query/key/value; Mistral attends within a
 // sliding window, Qwen within one when use_sliding_window_attention; Qwen 3 has no biases but normalizes each
-// head's query and key, with a head_dim of its own and a sliding window when sliding_window_size. Gemma: the same shape with GeGLU
+// head's query and key, with a head_dim of its own and a sliding window when sliding_window_size; Phi-3 names its
+// parts otherwise (pre_attention_layernorm, attention, post_attention_layernorm, no underscores), drops out after
+// the feed-forward part too, and may scale its rotary embedding as Phi-3's "su" does. Gemma: the same shape with GeGLU
 // (gelu_approximate(gating(x)) · gating_2(x)), norms scaled by 1 + scale, optional norms after the attention
 // and the feed-forward part (Gemma 2), soft-capped scores and a sliding window.
 //
@@ -21,10 +24,11 @@
 
 namespace kiln::hub {
 
-/// LlamaTransformerDecoder, MistralTransformerDecoder, QwenTransformerDecoder and Qwen3TransformerDecoder.
+/// LlamaTransformerDecoder, MistralTransformerDecoder, QwenTransformerDecoder, Qwen3TransformerDecoder and
+/// Phi3Decoder.
 class GatedTransformerDecoderLayer : public Layer {
  public:
-  enum class Family { llama, mistral, qwen, qwen3 };
+  enum class Family { llama, mistral, qwen, qwen3, phi3 };
   Family family() const { return family_; }
   Config get_config() const override;
   bool supports_masking() const override { return true; }
@@ -41,7 +45,9 @@ class GatedTransformerDecoderLayer : public Layer {
   /// sliding_window = 512 (null: none) and head_dim = null; Qwen's use_sliding_window_attention = false and
   /// sliding_window_size = 4096; Qwen 3's head_dim (required) and sliding_window_size = null (none). keras-hub's
   /// Qwen3TransformerDecoder leaves head_dim and sliding_window_size out of its config, so it cannot be rebuilt
-  /// from it; kiln writes both.
+  /// from it; kiln writes both. Phi-3's hidden_dim (required, the input's), max_sequence_length = 4096,
+  /// pretraining_sequence_length = 4096, rope_scaling_type = null (or "su"), rope_scaling_short_factor and
+  /// rope_scaling_long_factor (lists, for "su").
   GatedTransformerDecoderLayer(const Config& config, const std::string& class_name, Family family);
   void build(const Shape& input_shape) override;
   Tensor call(const Tensor& input, const CallArgs& args) override;
@@ -56,9 +62,12 @@ class GatedTransformerDecoderLayer : public Layer {
   Config sliding_window_, head_dim_;  ///< Mistral's
   bool use_sliding_window_attention_ = false;
   std::int64_t sliding_window_size_ = 4096;  ///< Qwen's (Qwen 3's: 0 for none)
+  std::int64_t hidden_dim_ = 0, max_sequence_length_ = 4096, pretraining_sequence_length_ = 4096;  ///< Phi-3's
+  Config rope_scaling_type_, rope_scaling_short_factor_, rope_scaling_long_factor_;              ///< Phi-3's
   std::string activation_ = "silu";
   Config kernel_initializer_;
-  LayerPtr attention_, attention_norm_, attention_dropout_, intermediate_, gate_, output_, feedforward_norm_;
+  LayerPtr attention_, attention_norm_, attention_dropout_, intermediate_, gate_, output_, feedforward_norm_,
+      feedforward_dropout_;
 };
 
 class LlamaTransformerDecoderLayer final : public GatedTransformerDecoderLayer {
@@ -81,6 +90,11 @@ class Qwen3TransformerDecoderLayer final : public GatedTransformerDecoderLayer {
  public:
   explicit Qwen3TransformerDecoderLayer(const Config& config)
       : GatedTransformerDecoderLayer(config, "Qwen3TransformerDecoder", Family::qwen3) {}
+};
+
+class Phi3DecoderLayer final : public GatedTransformerDecoderLayer {
+ public:
+  explicit Phi3DecoderLayer(const Config& config) : GatedTransformerDecoderLayer(config, "Phi3Decoder", Family::phi3) {}
 };
 
 /// keras-hub's GemmaDecoderBlock (Gemma and Gemma 2).

@@ -61,6 +61,62 @@ class LlamaRotaryEmbeddingLayer final : public RotaryEmbeddingLayer {
   double adjustment_ = 1, low_ = 0, high_ = 0, length_ = 0;
 };
 
+// One of Phi3SuScaledRotaryEmbedding's two sets of frequencies: the base ones, each divided by its factor.
+class FactoredRotaryEmbeddingLayer final : public RotaryEmbeddingLayer {
+ public:
+  FactoredRotaryEmbeddingLayer(const std::string& name, double max_wavelength, std::vector<double> factors)
+      : RotaryEmbeddingLayer({{"name", name}, {"max_wavelength", max_wavelength}}), factors_(std::move(factors)) {}
+
+ protected:
+  double inverse_frequency(std::int64_t i, std::int64_t features) const override {
+    return base_inverse_frequency(i, features) / factors_.at(static_cast<std::size_t>(i));
+  }
+
+ private:
+  std::vector<double> factors_;
+};
+
+// keras-hub's Phi3SuScaledRotaryEmbedding: the short factors' rotation for a call over at most the pretraining
+// length of tokens, the long factors' over more (chosen when the program runs if the length is not known before),
+// scaled by sqrt(1 + ln(max / pretraining) / ln(pretraining)) past the pretraining length.
+class Phi3SuScaledRotaryEmbeddingLayer final : public Layer {
+ public:
+  explicit Phi3SuScaledRotaryEmbeddingLayer(const GroupedQueryAttentionOptions& o)
+      : Layer(Config{{"name", "phi3_su_scaled_rotary_embedding"}}, "Phi3SuScaledRotaryEmbedding"),
+        pretraining_(o.su_pretraining_sequence_length) {
+    if (o.su_pretraining_sequence_length <= 0 || o.su_max_sequence_length <= 0)
+      throw ConfigError(o.class_name + ": max_sequence_length and pretraining_sequence_length must be positive");
+    short_ = track(std::make_shared<FactoredRotaryEmbeddingLayer>("short", o.rope_max_wavelength, o.su_short_factor));
+    long_ = track(std::make_shared<FactoredRotaryEmbeddingLayer>("long", o.rope_max_wavelength, o.su_long_factor));
+    const double ratio =
+        static_cast<double>(o.su_max_sequence_length) / static_cast<double>(o.su_pretraining_sequence_length);
+    if (ratio > 1.0)
+      scale_ = std::sqrt(1.0 + std::log(ratio) / std::log(static_cast<double>(o.su_pretraining_sequence_length)));
+  }
+
+ protected:
+  void build(const Shape&) override {}
+  Tensor call(const Tensor& input, const CallArgs& args) override {
+    std::int64_t tokens = input.rank() > 1 ? input.shape()[1] : Shape::unknown;
+    // keras-hub's cached generate passes the prompt over its whole row (max_length tokens), then one token a step.
+    if (const detail::DecodingStep* step = detail::decoding()) tokens = tokens > 1 ? step->length : 1;
+    Tensor rotated;
+    if (tokens != Shape::unknown) {
+      rotated = (*(tokens > pretraining_ ? long_ : short_))(input, args);
+    } else {
+      const Tensor count = ops::max(ops::positions(input, 1)) + 1.0;
+      const Tensor longer = ops::greater(count, ops::scalar_like(count, static_cast<double>(pretraining_)));
+      rotated = ops::where(longer, (*long_)(input, args), (*short_)(input, args));
+    }
+    return scale_ == 1.0 ? rotated : rotated * scale_;
+  }
+
+ private:
+  std::int64_t pretraining_;
+  double scale_ = 1.0;
+  LayerPtr short_, long_;
+};
+
 Tensor heads_first(const Tensor& x) { return ops::transpose(x, {0, 2, 1, 3}); }
 
 }  // namespace
@@ -78,6 +134,8 @@ GroupedQueryAttentionLayer::GroupedQueryAttentionLayer(GroupedQueryAttentionOpti
   if (!(o.dropout >= 0 && o.dropout < 1)) config_error("dropout must be in [0, 1), got " + std::to_string(o.dropout));
   if (o.llama_rotary) {
     rotary_ = track(std::make_shared<LlamaRotaryEmbeddingLayer>(o));
+  } else if (!o.su_short_factor.empty() || !o.su_long_factor.empty()) {
+    rotary_ = track(std::make_shared<Phi3SuScaledRotaryEmbeddingLayer>(o));
   } else {
     rotary_ = track(std::make_shared<RotaryEmbeddingLayer>(Config{{"name", "rotary_embedding"},
                                                                   {"max_wavelength", o.rope_max_wavelength},
@@ -115,9 +173,14 @@ std::vector<std::pair<std::string, std::string>> GroupedQueryAttentionLayer::ker
     return {{"_query_dense", "query"},         {"_key_dense", "key"},           {"_value_dense", "value"},
             {"_softmax", "attention_softmax"}, {"_dropout_layer", "dropout"},   {"_output_dense", "attention_output"},
             {"rotary_embedding_layer", "rotary_embedding"}};
-  return {{"query_dense", "query"},          {"key_dense", "key"},     {"value_dense", "value"},
-          {"dropout_layer", "dropout"},      {"output_dense", "attention_output"},
-          {"softmax", "softmax"},            {"rope_layer", "rotary_embedding"}};
+  const bool phi3 = options_.class_name == "Phi3Attention";
+  return {{"query_dense", "query"},
+          {"key_dense", "key"},
+          {"value_dense", "value"},
+          {"dropout_layer", "dropout"},
+          {"output_dense", "attention_output"},
+          {"softmax", phi3 ? "attention_softmax" : "softmax"},
+          {options_.rotary_attribute, rotary_->name()}};
 }
 
 void GroupedQueryAttentionLayer::build(const Shape& input_shape) {
@@ -129,6 +192,13 @@ void GroupedQueryAttentionLayer::build(const Shape& input_shape) {
   if (head_dim_ < 1 || head_dim_ % 2 != 0)
     shape_error("needs an even head depth for its rotary embedding, got " + std::to_string(head_dim_),
                 {{"input", input_shape}});
+  for (const std::vector<double>* factors : {&o.su_short_factor, &o.su_long_factor})
+    if ((!o.su_short_factor.empty() || !o.su_long_factor.empty()) &&
+        static_cast<std::int64_t>(factors->size()) != head_dim_ / 2)
+      shape_error("needs rope_scaling_short_factor and rope_scaling_long_factor of head_dim / 2 = " +
+                      std::to_string(head_dim_ / 2) + " factors each, got " + std::to_string(o.su_short_factor.size()) +
+                      " and " + std::to_string(o.su_long_factor.size()),
+                  {{"input", input_shape}});
   const Initializer kernel =
       o.kernel_initializer.is_null() ? Initializer::get("glorot_uniform") : Initializer::from_config(o.kernel_initializer);
   const Initializer bias =

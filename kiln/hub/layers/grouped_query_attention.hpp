@@ -1,6 +1,6 @@
 #pragma once
 // Grouped-query self-attention as keras-hub's decoder families write it (LlamaAttention, CachedMistralAttention,
-// QwenAttention, Qwen3Attention, CachedGemmaAttention): num_query_heads query heads share num_key_value_heads key and value
+// QwenAttention, Qwen3Attention, Phi3Attention, CachedGemmaAttention): num_query_heads query heads share num_key_value_heads key and value
 // heads (query head h reads key/value head h / (num_query_heads / num_key_value_heads), keras-hub's
 // ops.repeat), queries and keys rotated by their positions (RoPE), causal, optionally inside a sliding window
 // (key j seen by query i when i - j < window) and with the scores soft-capped (c · tanh(s / c), Gemma 2).
@@ -25,7 +25,7 @@ struct GroupedQueryAttentionOptions {
   std::string class_name = "LlamaAttention";  ///< keras-hub's class (for messages and summaries)
   std::string name = "self_attention";        ///< the sublayer's name in its block
   /// keras-hub's attribute names: "_query_dense", ... (Llama, Mistral, Qwen: `underscored`) or "query_dense",
-  /// ... (Gemma).
+  /// ... (Gemma, Phi-3).
   bool underscored = true;
   std::int64_t num_query_heads = 0;
   std::int64_t num_key_value_heads = 0;
@@ -41,6 +41,14 @@ struct GroupedQueryAttentionOptions {
   Config rope_frequency_adjustment_factor, rope_low_freq_factor, rope_high_freq_factor,
       rope_pretraining_sequence_length;
   bool llama_rotary = false;           ///< LlamaRotaryEmbedding: no position scaling, the adjustment above
+  /// Phi-3's "su" scaling (Phi3SuScaledRotaryEmbedding), when the factors are given (head_dim / 2 each): each
+  /// frequency divided by its short factor in a call over at most su_pretraining_sequence_length tokens, by its
+  /// long factor over more, and the rotation scaled by sqrt(1 + ln(m / p) / ln(p)) when the model's
+  /// su_max_sequence_length m exceeds p. Decoding, the prompt's pass counts the row's whole length and a step
+  /// one token, as keras-hub's cached generate calls them.
+  std::vector<double> su_short_factor, su_long_factor;
+  std::int64_t su_max_sequence_length = 4096, su_pretraining_sequence_length = 4096;
+  std::string rotary_attribute = "rope_layer";  ///< the rotary layer's attribute when not `underscored`
   std::int64_t sliding_window = 0;     ///< 0: none; else keys with i - j >= window are not attended
   double logit_soft_cap = 0.0;         ///< 0: none
   double query_scale = 0.0;            ///< 0: 1 / sqrt(head_dim)

@@ -37,6 +37,7 @@ KILN_REGISTER_LAYER("keras_hub>LlamaLayerNorm", LlamaLayerNormLayer);
 KILN_REGISTER_LAYER("keras_hub>MistralLayerNormalization", MistralLayerNormalizationLayer);
 KILN_REGISTER_LAYER("keras_hub>QwenLayerNorm", QwenLayerNormLayer);
 KILN_REGISTER_LAYER("keras_hub>Qwen3LayerNorm", Qwen3LayerNormLayer);
+KILN_REGISTER_LAYER("keras_hub>Phi3LayerNorm", Phi3LayerNormLayer);
 KILN_REGISTER_LAYER("keras_hub>RMSNormalization", GemmaRMSNormalizationLayer);
 
 }  // namespace kiln::hub

@@ -1,14 +1,14 @@
 #pragma once
 // The root-mean-square norms of keras-hub's decoder families: x · rsqrt(mean(x²) + epsilon) · scale over the
 // last axis, computed in float32. Llama's LlamaLayerNorm, Mistral's MistralLayerNormalization, Qwen's
-// QwenLayerNorm and Qwen 3's Qwen3LayerNorm multiply by `scale` (made ones); Gemma's RMSNormalization by
-// 1 + `scale` (made zeros). Each is registered under keras-hub's name ("keras_hub>LlamaLayerNorm", ...), with
+// QwenLayerNorm, Qwen 3's Qwen3LayerNorm and Phi-3's Phi3LayerNorm multiply by `scale` (made ones); Gemma's
+// RMSNormalization by 1 + `scale` (made zeros). Each is registered under keras-hub's name ("keras_hub>LlamaLayerNorm", ...), with
 // its one config key, epsilon, and its one weight, "scale", as keras-hub names and saves it.
 #include <kiln/layers/layer.hpp>
 
 namespace kiln::hub {
 
-/// What the five norms share; `offset` is 1 for Gemma's (1 + scale), 0 for the others.
+/// What the six norms share; `offset` is 1 for Gemma's (1 + scale), 0 for the others.
 class HubRMSNormLayer : public Layer {
  public:
   double epsilon() const { return epsilon_; }
@@ -48,6 +48,11 @@ class QwenLayerNormLayer final : public HubRMSNormLayer {
 class Qwen3LayerNormLayer final : public HubRMSNormLayer {
  public:
   explicit Qwen3LayerNormLayer(const Config& config) : HubRMSNormLayer(config, "Qwen3LayerNorm", 0.0) {}
+};
+/// keras-hub's Phi3LayerNorm.
+class Phi3LayerNormLayer final : public HubRMSNormLayer {
+ public:
+  explicit Phi3LayerNormLayer(const Config& config) : HubRMSNormLayer(config, "Phi3LayerNorm", 0.0) {}
 };
 /// keras-hub's Gemma RMSNormalization: x · rsqrt(mean(x²) + epsilon) · (1 + scale), scale made zeros.
 class GemmaRMSNormalizationLayer final : public HubRMSNormLayer {

@@ -1,6 +1,6 @@
 // keras-hub's grouped-query decoder backbones: LlamaBackbone (and Llama3Backbone, the same class),
-// MistralBackbone, QwenBackbone, Qwen3Backbone and GemmaBackbone (keras_hub/src/models/llama/, llama3/, mistral/,
-// qwen/, qwen3/, gemma/): a token embedding (a ReversibleEmbedding, tied or not), the family's decoder blocks given the
+// MistralBackbone, QwenBackbone, Qwen3Backbone, Phi3Backbone and GemmaBackbone (keras_hub/src/models/llama/,
+// llama3/, mistral/, qwen/, qwen3/, phi3/, gemma/): a token embedding (a ReversibleEmbedding, tied or not), the family's decoder blocks given the
 // padding mask, and a final RMS norm. Gemma scales the embeddings by sqrt(hidden_dim) and, with
 // use_sliding_window_attention, attends within the window in every other block (0, 2, ...).
 #include <cmath>
@@ -180,6 +180,34 @@ class Qwen3BackboneModel final : public GatedDecoderBackboneModel {
   }
 };
 
+class Phi3BackboneModel final : public GatedDecoderBackboneModel {
+ public:
+  explicit Phi3BackboneModel(const Config& config)
+      : GatedDecoderBackboneModel(config, "Phi3Backbone", "keras_hub.src.models.phi3.phi3_backbone",
+                      {{"vocabulary_size", {}},
+                       {"num_layers", {}},
+                       {"num_query_heads", {}},
+                       {"hidden_dim", {}},
+                       {"intermediate_dim", {}},
+                       {"num_key_value_heads", {}},
+                       {"layer_norm_epsilon", Config(1e-6)},
+                       {"dropout", Config(0.0)},
+                       {"max_sequence_length", Config(std::int64_t{4096})},
+                       {"pretraining_sequence_length", Config(std::int64_t{4096})},
+                       {"rope_max_wavelength", Config(std::int64_t{10000})},
+                       {"rope_scaling_type", Config()},
+                       {"rope_scaling_short_factor", Config()},
+                       {"rope_scaling_long_factor", Config()}}) {
+    make<Phi3DecoderLayer, Phi3LayerNormLayer>(
+        false, {{"hidden_dim", integer("hidden_dim")},
+                {"max_sequence_length", integer("max_sequence_length")},
+                {"pretraining_sequence_length", integer("pretraining_sequence_length")},
+                {"rope_scaling_type", arguments().at("rope_scaling_type")},
+                {"rope_scaling_short_factor", arguments().at("rope_scaling_short_factor")},
+                {"rope_scaling_long_factor", arguments().at("rope_scaling_long_factor")}});
+  }
+};
+
 class GemmaBackboneModel final : public BackboneModel {
  public:
   explicit GemmaBackboneModel(const Config& config)
@@ -241,6 +269,7 @@ KILN_REGISTER_LAYER("keras_hub>Llama3Backbone", Llama3BackboneModel);
 KILN_REGISTER_LAYER("keras_hub>MistralBackbone", MistralBackboneModel);
 KILN_REGISTER_LAYER("keras_hub>QwenBackbone", QwenBackboneModel);
 KILN_REGISTER_LAYER("keras_hub>Qwen3Backbone", Qwen3BackboneModel);
+KILN_REGISTER_LAYER("keras_hub>Phi3Backbone", Phi3BackboneModel);
 KILN_REGISTER_LAYER("keras_hub>GemmaBackbone", GemmaBackboneModel);
 
 }  // namespace
