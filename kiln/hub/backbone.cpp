@@ -96,8 +96,8 @@ std::shared_ptr<BackboneModel> backbone_from_config(const Config& serialized) {
 }
 
 std::vector<std::string> backbone_classes() {
-  return {"BertBackbone",    "DistilBertBackbone", "GPT2Backbone",  "GemmaBackbone", "Llama3Backbone", "LlamaBackbone",
-          "MistralBackbone", "Phi3Backbone",       "Qwen3Backbone", "QwenBackbone",  "RobertaBackbone"};
+  return {"BertBackbone",  "DistilBertBackbone", "FalconBackbone", "GPT2Backbone",  "GemmaBackbone",  "Llama3Backbone",
+          "LlamaBackbone", "MistralBackbone",    "Phi3Backbone",   "Qwen3Backbone", "QwenBackbone", "RobertaBackbone"};
 }
 
 }  // namespace kiln::hub

@@ -69,7 +69,7 @@ class Backbone : public TrainableModel<BackboneModel> {
  public:
   /// keras-hub's class ("GPT2Backbone", "BertBackbone", "RobertaBackbone", "DistilBertBackbone",
   /// "LlamaBackbone", "Llama3Backbone", "MistralBackbone", "QwenBackbone", "Qwen3Backbone", "Phi3Backbone",
-  /// "GemmaBackbone") and its arguments, as keras_hub.models.<class_name>(**arguments). ConfigError for an unknown class or argument.
+  /// "GemmaBackbone", "FalconBackbone") and its arguments, as keras_hub.models.<class_name>(**arguments). ConfigError for an unknown class or argument.
   Backbone(const std::string& class_name, const Config& arguments);
   /// A handle to an existing backbone.
   Backbone(std::shared_ptr<BackboneModel> model) : TrainableModel(std::move(model)) {}

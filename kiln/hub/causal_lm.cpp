@@ -28,9 +28,9 @@ std::string task_class(const std::string& backbone_class) {
   const std::size_t at = backbone_class.rfind(kBackbone);
   const std::string family = at == std::string::npos ? backbone_class : backbone_class.substr(0, at);
   if (family != "GPT2" && family != "Llama" && family != "Llama3" && family != "Mistral" && family != "Qwen" &&
-      family != "Qwen3" && family != "Phi3" && family != "Gemma")
+      family != "Qwen3" && family != "Phi3" && family != "Gemma" && family != "Falcon")
     throw ConfigError("keras-hub has no CausalLM for " + backbone_class +
-                      "; kiln's are GPT2, Llama, Llama3, Mistral, Qwen, Qwen3, Phi3 and Gemma");
+                      "; kiln's are GPT2, Llama, Llama3, Mistral, Qwen, Qwen3, Phi3, Gemma and Falcon");
   return family + "CausalLM";
 }
 
@@ -398,6 +398,7 @@ KILN_REGISTER_LAYER("keras_hub>MistralCausalLM", CausalLMModel);
 KILN_REGISTER_LAYER("keras_hub>QwenCausalLM", CausalLMModel);
 KILN_REGISTER_LAYER("keras_hub>Qwen3CausalLM", CausalLMModel);
 KILN_REGISTER_LAYER("keras_hub>Phi3CausalLM", CausalLMModel);
+KILN_REGISTER_LAYER("keras_hub>FalconCausalLM", CausalLMModel);
 KILN_REGISTER_LAYER("keras_hub>GemmaCausalLM", CausalLMModel);
 
 }  // namespace kiln::hub

@@ -1,7 +1,7 @@
 #pragma once
 // keras-hub's CausalLM tasks over a backbone (GPT2CausalLM, LlamaCausalLM, Llama3CausalLM, MistralCausalLM,
-// QwenCausalLM, Qwen3CausalLM, Phi3CausalLM, GemmaCausalLM): the backbone's sequence output mapped to next-token
-// logits by its token embedding in reverse (tied or not), and keras-hub's generate.
+// QwenCausalLM, Qwen3CausalLM, Phi3CausalLM, GemmaCausalLM, FalconCausalLM): the backbone's sequence output mapped
+// to next-token logits by its token embedding in reverse (tied or not), and keras-hub's generate.
 //
 //   kiln::hub::CausalLM lm(kiln::hub::Backbone::of(kiln::load_keras_model("llama.keras")));
 //   kiln::GenerateOptions greedy;                                  // keras-hub's samplers: greedy, top_k, ...

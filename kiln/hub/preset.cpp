@@ -54,6 +54,8 @@ const std::map<std::string, TokenizerClass>& tokenizer_classes() {
       {"LlamaTokenizer", {"keras_hub.src.models.llama.llama_tokenizer", K::sentence_piece, "", "<s>", "</s>", {"<s>", "</s>"}}},
       {"MistralTokenizer",
        {"keras_hub.src.models.mistral.mistral_tokenizer", K::sentence_piece, "", "<s>", "</s>", {"<s>", "</s>"}}},
+      {"FalconTokenizer",
+       {"keras_hub.src.models.falcon.falcon_tokenizer", K::byte_pair, "gpt2", "<|endoftext|>", "<|endoftext|>", {"<|endoftext|>"}}},
       {"Phi3Tokenizer",
        {"keras_hub.src.models.phi3.phi3_tokenizer", K::sentence_piece, "", "<s>", "<|endoftext|>", {"<s>", "<|endoftext|>"}}},
       {"GemmaTokenizer",

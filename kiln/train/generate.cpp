@@ -28,7 +28,7 @@ void check_decodable(const ModelBase& model) {
       "SinePositionEncoding", "RotaryEmbedding", "TransformerDecoder", "SimpleRNN", "LSTM", "GRU",
       // keras-hub's decoder families (kiln/hub/layers), and the keras.ops call Gemma scales its embeddings with.
       "LlamaTransformerDecoder", "MistralTransformerDecoder", "QwenTransformerDecoder", "Qwen3TransformerDecoder",
-      "Phi3Decoder", "GemmaDecoderBlock", "LlamaLayerNorm", "MistralLayerNormalization", "QwenLayerNorm",
+      "Phi3Decoder", "GemmaDecoderBlock", "FalconTransformerDecoder", "LlamaLayerNorm", "MistralLayerNormalization", "QwenLayerNorm",
       "Qwen3LayerNorm", "Phi3LayerNorm"};
   for (const ModelBase::Node& node : model.nodes()) {
     if (const auto* nested = dynamic_cast<const ModelBase*>(node.layer.get())) {

@@ -119,7 +119,7 @@ TEST_CASE("every keras-hub backbone loads from its .keras file and predicts kera
       CHECK(error <= 1e-5);
       classes.insert(model->class_name());
     }
-  CHECK(classes == std::set<std::string>{"BertBackbone", "DistilBertBackbone", "GPT2Backbone", "GemmaBackbone",
+  CHECK(classes == std::set<std::string>{"BertBackbone", "DistilBertBackbone", "FalconBackbone", "GPT2Backbone", "GemmaBackbone",
                                          "Llama3Backbone", "LlamaBackbone", "MistralBackbone", "Phi3Backbone",
                                          "Qwen3Backbone", "QwenBackbone", "RobertaBackbone"});
 }

@@ -50,7 +50,13 @@ TEST_CASE("CausalLM.generate's greedy tokens are keras-hub's, with the cache and
     kiln::hub::CausalLM lm = causal_lm(run.get_string("file"));
     const Array ids = rows_of(run.at("token_ids")), mask = rows_of(run.at("padding_mask"));
     const Array generated = rows_of(run.at("generated"));
+    // keras-hub's Falcon adds ALiBi in its prompt pass only: its cached one-token steps pass no padding mask, so each
+    // builds its bias from a one-token mask, which is zero. kiln's cached steps do the same; a whole-window pass
+    // (use_cache = false, and the beam search) puts ALiBi on every position, as the model's own forward does, so
+    // those tokens are not keras-hub's cached ones.
+    const bool falcon = name.rfind("falcon", 0) == 0;
     for (const bool cache : {true, false}) {
+      if (falcon && !cache) continue;
       INFO("use_cache " << cache);
       kiln::GenerateOptions greedy;
       greedy.use_cache = cache;
@@ -60,7 +66,7 @@ TEST_CASE("CausalLM.generate's greedy tokens are keras-hub's, with the cache and
     }
     ++checked;
   }
-  CHECK(checked == 13);  // GPT-2, Llama, Llama 3, Mistral, Qwen, Qwen 3, Phi-3, Gemma and Gemma 2, windows included
+  CHECK(checked == 15);  // GPT-2, Llama, Llama 3, Mistral, Qwen, Qwen 3, Phi-3, Gemma, Gemma 2 and Falcon, windows included
 }
 
 TEST_CASE("CausalLM.generate's beam search keeps keras-hub's best beams", "[hub][generate]") {
@@ -70,6 +76,8 @@ TEST_CASE("CausalLM.generate's beam search keeps keras-hub's best beams", "[hub]
     INFO(name);
     const Config& beam = run.at("beam");
     kiln::hub::CausalLM lm = causal_lm(run.get_string("file"));
+    // kiln's beams read whole windows, which for Falcon are not keras-hub's cached steps (see the greedy test).
+    if (name.rfind("falcon", 0) == 0) continue;
     kiln::GenerateOptions options;
     options.sampler = "beam";
     options.num_beams = beam.at("num_beams").as_int();
@@ -77,7 +85,7 @@ TEST_CASE("CausalLM.generate's beam search keeps keras-hub's best beams", "[hub]
     CHECK(result.token_ids.bitwise_equal(rows_of(beam.at("generated"))));
     ++checked;
   }
-  CHECK(checked == 13);
+  CHECK(checked == 13);  // all but the two Falcons
   kiln::GenerateOptions one_beam;
   one_beam.sampler = "beam";
   one_beam.num_beams = 1;  // one beam is greedy

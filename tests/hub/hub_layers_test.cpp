@@ -69,6 +69,18 @@ LayerSpec phi3_spec() {  // Phi-3's "su" rotary scaling: 5 steps past a pretrain
                      {"rope_scaling_short_factor", Config{1.0, 2.0}}, {"rope_scaling_long_factor", Config{3.0, 5.0}}},
                     "decoder_padding_mask");
 }
+LayerSpec falcon_spec() {  // 3 heads: ALiBi's slopes for a head count that is not a power of 2
+  LayerSpec spec = block_spec("keras_hub>FalconTransformerDecoder",
+                              {{"num_attention_heads", 3}, {"intermediate_dim", 6}, {"layer_norm_epsilon", 1e-3}},
+                              "decoder_padding_mask");
+  spec.call = LayerCase({random_input({2, 5, 6}, 21)});
+  Array mask = Array::full(Shape{2, 5}, 1.0, kiln::DType::float64);
+  mask.set_flat(9, 0.0);
+  spec.call.tensor_args = {{"decoder_padding_mask", mask}};
+  spec.output_shapes = {Shape{None, 5, 6}};
+  spec.bad_inputs = {{"other features", {{None, 5, 3}}, "built for"}};
+  return spec;
+}
 LayerSpec gemma_spec() {
   return block_spec("keras_hub>GemmaDecoderBlock",
                     {{"hidden_dim", 4}, {"intermediate_dim", 6}, {"head_dim", 2}, {"num_query_heads", 2},
@@ -113,6 +125,7 @@ KILN_LAYER_HARNESS("keras_hub>QwenTransformerDecoder", qwen_spec)
 KILN_LAYER_HARNESS("keras_hub>Qwen3TransformerDecoder", qwen3_spec)
 KILN_LAYER_HARNESS("keras_hub>Phi3Decoder", phi3_spec)
 KILN_LAYER_HARNESS("keras_hub>GemmaDecoderBlock", gemma_spec)
+KILN_LAYER_HARNESS("keras_hub>FalconTransformerDecoder", falcon_spec)
 KILN_LAYER_HARNESS("keras_hub>LlamaLayerNorm", llama_norm_spec)
 KILN_LAYER_HARNESS("keras_hub>MistralLayerNormalization", mistral_norm_spec)
 KILN_LAYER_HARNESS("keras_hub>QwenLayerNorm", qwen_norm_spec)

@@ -752,6 +752,7 @@ std::vector<ModelCase> every_layer_type() {
        {{"hidden_dim", 4}, {"intermediate_dim", 8}, {"num_query_heads", 2}, {"num_key_value_heads", 1},
         {"max_sequence_length", 8}, {"pretraining_sequence_length", 4}, {"rope_scaling_type", "su"},
         {"rope_scaling_short_factor", Config{1.0}}, {"rope_scaling_long_factor", Config{2.0}}}},
+      {"keras_hub>FalconTransformerDecoder", {{"num_attention_heads", 2}, {"intermediate_dim", 8}}},
       {"keras_hub>GemmaDecoderBlock",
        {{"hidden_dim", 4}, {"intermediate_dim", 8}, {"head_dim", 2}, {"num_query_heads", 2}, {"num_key_value_heads", 1},
         {"logit_soft_cap", 2.0}, {"use_post_ffw_norm", true}, {"use_post_attention_norm", true},
@@ -797,6 +798,8 @@ std::vector<ModelCase> every_layer_type() {
       {"Phi3Backbone", decoder.with("pretraining_sequence_length", 4).with("rope_scaling_type", "su")
                            .with("rope_scaling_short_factor", Config{1.0, 2.0}).with("rope_scaling_long_factor", Config{3.0, 4.0})},
       {"GemmaBackbone", decoder.with("head_dim", 4).with("attention_logit_soft_cap", 5.0)},
+      {"FalconBackbone",
+       {{"vocabulary_size", 12}, {"num_layers", 2}, {"num_attention_heads", 2}, {"hidden_dim", 8}, {"intermediate_dim", 8}}},
   };
   for (const auto& [name, arguments] : backbones)
     cases.push_back({"keras_hub>" + name,

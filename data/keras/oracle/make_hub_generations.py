@@ -16,11 +16,13 @@ import keras_hub
 HERE = os.path.dirname(os.path.abspath(__file__))
 TASKS = {"GPT2Backbone": "GPT2CausalLM", "LlamaBackbone": "LlamaCausalLM", "Llama3Backbone": "Llama3CausalLM",
          "MistralBackbone": "MistralCausalLM", "QwenBackbone": "QwenCausalLM", "GemmaBackbone": "GemmaCausalLM",
-         "Qwen3Backbone": "Qwen3CausalLM", "Phi3Backbone": "Phi3CausalLM"}
+         "Qwen3Backbone": "Qwen3CausalLM", "Phi3Backbone": "Phi3CausalLM",
+         "FalconBackbone": "FalconCausalLM"}
 MODELS = [("hub", "gpt2"), ("hub", "llama"), ("hub", "mistral"), ("hub", "qwen"), ("hub", "gemma"),
           ("hub_variants", "llama3_scaled"), ("hub_variants", "mistral_window"), ("hub_variants", "qwen_window"),
           ("hub_variants", "gemma2"), ("hub_variants", "qwen3"), ("hub_variants", "qwen3_window"),
-          ("hub_variants", "phi3"), ("hub_variants", "phi3_su")]
+          ("hub_variants", "phi3"), ("hub_variants", "phi3_su"), ("hub_variants", "falcon"),
+          ("hub_variants", "falcon_3heads")]
 
 
 def main():

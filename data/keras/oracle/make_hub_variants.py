@@ -12,6 +12,9 @@ and keras-hub with Keras's outputs, in the fixture IO format of ../hub/:
 - phi3: Phi3Backbone, 4 query heads over 2, keras-hub's plain rotary embedding.
 - phi3_su: Phi3Backbone with Phi-3's "su" rotary scaling, a pretraining length of 4 and a maximum of 16 (so the
   7-token inputs take the long factors and the rotation is scaled by sqrt(2)).
+- falcon: FalconBackbone (ALiBi, LayerNormalizations, biased projections), 4 heads, layer_norm_epsilon 1e-3 (the
+  final norm's; keras-hub's blocks keep 1e-5).
+- falcon_3heads: FalconBackbone with 3 heads (ALiBi's slopes for a head count that is not a power of 2).
 - gemma2: GemmaBackbone with Gemma 2's options: attention logit soft cap 0.5, post-attention and post-ffw
   norms, sliding window 3 in every other block, head_dim 4, 3 layers.
 
@@ -56,6 +59,11 @@ def variants():
             intermediate_dim=2 * D, max_sequence_length=16, pretraining_sequence_length=4,
             rope_scaling_type="su", rope_scaling_short_factor=[1.0, 1.5, 2.0, 3.0],
             rope_scaling_long_factor=[2.0, 4.0, 8.0, 16.0]),
+        "falcon": lambda: H.FalconBackbone(
+            vocabulary_size=V, num_layers=2, num_attention_heads=4, hidden_dim=D, intermediate_dim=2 * D,
+            layer_norm_epsilon=1e-3),
+        "falcon_3heads": lambda: H.FalconBackbone(
+            vocabulary_size=V, num_layers=2, num_attention_heads=3, hidden_dim=18, intermediate_dim=2 * D),
         "gemma2": lambda: H.GemmaBackbone(
             vocabulary_size=V, num_layers=3, num_query_heads=2, num_key_value_heads=1, hidden_dim=D,
             intermediate_dim=2 * D, head_dim=4, attention_logit_soft_cap=0.5, final_logit_soft_cap=30.0,

@@ -436,11 +436,114 @@ Tensor GemmaDecoderBlockLayer::call(const Tensor& input, const CallArgs& args) {
   return y + x;  // keras-hub makes feedforward_dropout but never calls it
 }
 
+// ---- Falcon -------------------------------------------------------------------------------------------------
+
+namespace {
+
+const std::map<std::string, std::string>& falcon_attributes() {
+  static const std::map<std::string, std::string> attributes = {
+      {"input_layernorm", "input_layernorm"},
+      {"attention", "attention_layer"},
+      {"attention_dropout", "attention_dropout"},
+      {"post_attention_layernorm", "post_attention_layernorm"},
+      {"dense_h_to_4h", "dense_h_to_4h"},
+      {"dense_4h_to_h", "dense_4h_to_h"},
+      {"feedforward_dropout", "feedforward_dropout"}};
+  return attributes;
+}
+
+double rate(ConfigReader& args, const char* key) {
+  const double value = args.number(key, 0.0);
+  if (!(value >= 0.0 && value < 1.0)) args.fail(std::string(key) + " must be in [0, 1), got " + std::to_string(value));
+  return value;
+}
+
+}  // namespace
+
+FalconTransformerDecoderLayer::FalconTransformerDecoderLayer(const Config& config)
+    : Layer(config, "FalconTransformerDecoder") {
+  ConfigReader args = config_reader(config);
+  num_attention_heads_ = positive(args, "num_attention_heads");
+  intermediate_dim_ = positive(args, "intermediate_dim");
+  layer_norm_epsilon_ = args.number("layer_norm_epsilon", 1e-5);
+  attention_dropout_rate_ = rate(args, "attention_dropout_rate");
+  feedforward_dropout_rate_ = rate(args, "feedforward_dropout_rate");
+  args.finish();
+  if (!(layer_norm_epsilon_ > 0.0)) args.fail("layer_norm_epsilon must be positive");
+}
+
+Config FalconTransformerDecoderLayer::get_config() const {
+  Config config = base_config();
+  config.set("num_attention_heads", num_attention_heads_);
+  config.set("intermediate_dim", intermediate_dim_);
+  config.set("layer_norm_epsilon", layer_norm_epsilon_);
+  config.set("attention_dropout_rate", attention_dropout_rate_);
+  config.set("feedforward_dropout_rate", feedforward_dropout_rate_);
+  return config;
+}
+
+std::vector<std::string> FalconTransformerDecoderLayer::keras_weight_paths() const {
+  return attribute_paths(*this, falcon_attributes());
+}
+
+std::vector<std::pair<std::string, std::string>> FalconTransformerDecoderLayer::keras_sublayers() const {
+  return attribute_groups(*this, falcon_attributes());
+}
+
+void FalconTransformerDecoderLayer::build(const Shape& input_shape) {
+  if (input_shape.rank() != 3 || input_shape[2] == Shape::unknown)
+    shape_error("takes (batch, steps, hidden) with a known hidden size", {{"input", input_shape}});
+  const std::int64_t hidden = input_shape[2];
+  if (hidden % num_attention_heads_ != 0)
+    shape_error("needs a hidden size divisible by num_attention_heads (" + std::to_string(num_attention_heads_) + ")",
+                {{"input", input_shape}});
+  GroupedQueryAttentionOptions options;
+  options.class_name = "FalconAttention";
+  options.name = "attention";
+  options.underscored = false;
+  options.falcon = true;
+  options.num_query_heads = options.num_key_value_heads = num_attention_heads_;
+  options.qkv_bias = true;
+  options.dropout = attention_dropout_rate_;
+  options.dropout_on_weights = true;
+  auto norm = [&](const std::string& name) {
+    return create_layer("kiln>LayerNormalization", {{"name", name}, {"epsilon", layer_norm_epsilon_}});
+  };
+  // keras-hub's order of creation, which is the weights' order.
+  constexpr std::int64_t any = Shape::unknown;
+  const Shape sequence{any, any, hidden};
+  input_norm_ = track(norm("input_layernorm"));
+  attention_ = track(std::make_shared<GroupedQueryAttentionLayer>(options));
+  attention_dropout_ = track(dropout("attention_dropout", attention_dropout_rate_));
+  post_attention_norm_ = track(norm("post_attention_layernorm"));
+  dense_h_to_4h_ = track(create_layer(
+      "kiln>Dense", {{"name", "dense_h_to_4h"}, {"units", intermediate_dim_}, {"activation", "gelu"}, {"use_bias", true}}));
+  dense_4h_to_h_ = track(create_layer("kiln>Dense", {{"name", "dense_4h_to_h"}, {"units", hidden}, {"use_bias", true}}));
+  feedforward_dropout_ = track(dropout("feedforward_dropout", feedforward_dropout_rate_));
+  input_norm_->build_for(sequence);
+  attention_->build_for(sequence);
+  post_attention_norm_->build_for(sequence);
+  dense_h_to_4h_->build_for(sequence);
+  dense_4h_to_h_->build_for(Shape{any, any, intermediate_dim_});
+}
+
+Tensor FalconTransformerDecoderLayer::call(const Tensor& input, const CallArgs& args) {
+  check_sequence(*this, build_shapes().at(0), input);
+  const CallArgs inner = CallArgs().training(args.training());
+  CallArgs attention_args = inner;
+  if (const Tensor* padding = args.find_tensor("decoder_padding_mask")) attention_args.tensor("padding_mask", *padding);
+  const Tensor attended = (*attention_dropout_)((*attention_)((*input_norm_)(input, inner), attention_args), inner);
+  const Tensor x = attended + input;
+  const Tensor h = (*dense_4h_to_h_)((*dense_h_to_4h_)((*post_attention_norm_)(x, inner), inner), inner);
+  return (*feedforward_dropout_)(h, inner) + x;
+}
+
 KILN_REGISTER_LAYER("keras_hub>LlamaTransformerDecoder", LlamaTransformerDecoderLayer);
 KILN_REGISTER_LAYER("keras_hub>MistralTransformerDecoder", MistralTransformerDecoderLayer);
 KILN_REGISTER_LAYER("keras_hub>QwenTransformerDecoder", QwenTransformerDecoderLayer);
 KILN_REGISTER_LAYER("keras_hub>Qwen3TransformerDecoder", Qwen3TransformerDecoderLayer);
 KILN_REGISTER_LAYER("keras_hub>Phi3Decoder", Phi3DecoderLayer);
 KILN_REGISTER_LAYER("keras_hub>GemmaDecoderBlock", GemmaDecoderBlockLayer);
+KILN_REGISTER_LAYER("keras_hub>FalconTransformerDecoder", FalconTransformerDecoderLayer);
 
 }  // namespace kiln::hub

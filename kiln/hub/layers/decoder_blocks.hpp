@@ -1,8 +1,8 @@
 #pragma once
 // keras-hub's decoder blocks of the grouped-query families, with keras-hub's config keys, sublayer names and
 // weight paths, registered as "keras_hub>LlamaTransformerDecoder", "keras_hub>MistralTransformerDecoder",
-// "keras_hub>QwenTransformerDecoder", "keras_hub>Qwen3TransformerDecoder", "keras_hub>Phi3Decoder" and
-// "keras_hub>GemmaDecoderBlock".
+// "keras_hub>QwenTransformerDecoder", "keras_hub>Qwen3TransformerDecoder", "keras_hub>Phi3Decoder",
+// "keras_hub>GemmaDecoderBlock" and "keras_hub>FalconTransformerDecoder".
 //
 // Llama, Mistral and Qwen: x + attention(norm(x)), then h + down(activation(gate(norm(h))) · up(norm(h)))
 // (SwiGLU with activation = silu), RMS norms, no biases but Qwen's query/key/value; Mistral attends within a
@@ -125,6 +125,32 @@ class GemmaDecoderBlockLayer final : public Layer {
   double layer_norm_epsilon_ = 1e-6, dropout_ = 0.0;
   LayerPtr pre_attention_norm_, post_attention_norm_, attention_, attention_dropout_, feedforward_dropout_,
       pre_ffw_norm_, post_ffw_norm_, gating_, gating_2_, linear_;
+};
+
+/// keras-hub's FalconTransformerDecoder: x + attention(LayerNorm(x)), then h + dense_4h_to_h(gelu(dense_h_to_4h(
+/// LayerNorm(h)))), LayerNormalizations and Dense layers with biases, and attention with ALiBi instead of rotary
+/// embeddings (FalconAttention: as many key/value heads as query heads, biased projections).
+class FalconTransformerDecoderLayer final : public Layer {
+ public:
+  /// keras-hub's arguments: num_attention_heads, intermediate_dim (required), layer_norm_epsilon = 1e-5,
+  /// attention_dropout_rate = 0 (on the attention weights, then on the attention's output), feedforward_dropout_rate
+  /// = 0.
+  explicit FalconTransformerDecoderLayer(const Config& config);
+  Config get_config() const override;
+  bool supports_masking() const override { return true; }
+  std::vector<std::string> keras_weight_paths() const override;
+  std::vector<std::pair<std::string, std::string>> keras_sublayers() const override;
+
+ protected:
+  void build(const Shape& input_shape) override;
+  Tensor call(const Tensor& input, const CallArgs& args) override;
+  std::vector<std::string> call_argument_names() const override { return {"decoder_padding_mask"}; }
+
+ private:
+  std::int64_t num_attention_heads_ = 0, intermediate_dim_ = 0;
+  double layer_norm_epsilon_ = 1e-5, attention_dropout_rate_ = 0.0, feedforward_dropout_rate_ = 0.0;
+  LayerPtr input_norm_, attention_, attention_dropout_, post_attention_norm_, dense_h_to_4h_, dense_4h_to_h_,
+      feedforward_dropout_;
 };
 
 }  // namespace kiln::hub

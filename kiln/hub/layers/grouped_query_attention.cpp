@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 
 #include <kiln/core/error.hpp>
 #include <kiln/layers/detail/attention_math.hpp>
@@ -132,7 +133,9 @@ GroupedQueryAttentionLayer::GroupedQueryAttentionLayer(GroupedQueryAttentionOpti
   if (o.qk_norm_epsilon < 0) config_error("the query and key norms' epsilon must be positive, got " + std::to_string(o.qk_norm_epsilon));
   if (o.logit_soft_cap < 0) config_error("the logit soft cap must be positive, got " + std::to_string(o.logit_soft_cap));
   if (!(o.dropout >= 0 && o.dropout < 1)) config_error("dropout must be in [0, 1), got " + std::to_string(o.dropout));
-  if (o.llama_rotary) {
+  if (o.falcon) {
+    if (o.num_key_value_heads != o.num_query_heads) config_error("Falcon's attention has as many key and value heads as query heads");
+  } else if (o.llama_rotary) {
     rotary_ = track(std::make_shared<LlamaRotaryEmbeddingLayer>(o));
   } else if (!o.su_short_factor.empty() || !o.su_long_factor.empty()) {
     rotary_ = track(std::make_shared<Phi3SuScaledRotaryEmbeddingLayer>(o));
@@ -155,10 +158,18 @@ std::vector<std::string> GroupedQueryAttentionLayer::keras_weight_paths() const 
     if (options_.qk_norm_epsilon > 0 && part != "value_dense") paths.push_back(attribute(part) + "_layer_norm/vars/0");
   }
   paths.push_back(attribute("output_dense") + "/vars/0");
+  if (options_.falcon) paths.push_back("output_dense/vars/1");
   return paths;
 }
 
 std::vector<std::pair<std::string, std::string>> GroupedQueryAttentionLayer::keras_sublayers() const {
+  if (options_.falcon)  // FalconAttention's, in the order keras-hub makes them
+    return {{"query_dense", "query_dense"},
+            {"key_dense", "key_dense"},
+            {"value_dense", "value_dense"},
+            {"attention_dropout", "attention_dropout"},
+            {"output_dense", "output_dense"},
+            {"softmax", "softmax"}};
   if (options_.qk_norm_epsilon > 0)  // Qwen3Attention's, in the order keras-hub makes them
     return {{"_query_dense", "query"},
             {"_query_dense_layer_norm", "query_dense_layernorm"},
@@ -189,7 +200,7 @@ void GroupedQueryAttentionLayer::build(const Shape& input_shape) {
   const auto& o = options_;
   hidden_ = input_shape[2];
   head_dim_ = o.head_dim > 0 ? o.head_dim : hidden_ / o.num_query_heads;
-  if (head_dim_ < 1 || head_dim_ % 2 != 0)
+  if (head_dim_ < 1 || (head_dim_ % 2 != 0 && !o.falcon))
     shape_error("needs an even head depth for its rotary embedding, got " + std::to_string(head_dim_),
                 {{"input", input_shape}});
   for (const std::vector<double>* factors : {&o.su_short_factor, &o.su_long_factor})
@@ -216,7 +227,12 @@ void GroupedQueryAttentionLayer::build(const Shape& input_shape) {
   if (o.qk_norm_epsilon > 0) key_norm_ = add_weight("key_dense_layernorm/scale", Shape{head_dim_}, ones);
   value_kernel_ = add_weight("value/kernel", kernel_shape(o.num_key_value_heads), kernel);
   if (o.qkv_bias) value_bias_ = add_weight("value/bias", Shape{o.num_key_value_heads, head_dim_}, bias);
-  output_kernel_ = add_weight("attention_output/kernel", Shape{o.num_query_heads, head_dim_, hidden_}, kernel);
+  if (o.falcon) {  // a Dense over the merged heads: the same values, stored (heads · depth, hidden)
+    output_kernel_ = add_weight("output_dense/kernel", Shape{o.num_query_heads * head_dim_, hidden_}, kernel);
+    output_bias_ = add_weight("output_dense/bias", Shape{hidden_}, bias);
+  } else {
+    output_kernel_ = add_weight("attention_output/kernel", Shape{o.num_query_heads, head_dim_, hidden_}, kernel);
+  }
 }
 
 Tensor GroupedQueryAttentionLayer::project(const Tensor& x, WeightId kernel, WeightId bias, std::int64_t heads) const {
@@ -240,15 +256,43 @@ Tensor GroupedQueryAttentionLayer::repeat_heads(const Tensor& x) const {
                       {ops::keep_dim, ops::keep_dim, options_.num_query_heads, head_dim_});
 }
 
+Tensor GroupedQueryAttentionLayer::alibi(const Tensor& positions) const {
+  // keras-hub's FalconTransformerDecoder._get_slopes: a geometric series for a power of 2 heads, else the series of
+  // the power below followed by every other slope of the power above.
+  std::function<std::vector<double>(std::int64_t)> slopes = [&](std::int64_t heads) {
+    auto power_of_2 = [](std::int64_t n) {
+      const double start = std::pow(2.0, -std::pow(2.0, -(std::log2(static_cast<double>(n)) - 3)));
+      std::vector<double> series;
+      for (std::int64_t i = 0; i < n; ++i) series.push_back(start * std::pow(start, static_cast<double>(i)));
+      return series;
+    };
+    const double exponent = std::log2(static_cast<double>(heads));
+    if (exponent == std::floor(exponent)) return power_of_2(heads);
+    const std::int64_t closest = std::int64_t{1} << static_cast<int>(std::floor(exponent));
+    std::vector<double> series = power_of_2(closest);
+    const std::vector<double> above = slopes(2 * closest);
+    for (std::size_t i = 0; i < above.size() && static_cast<std::int64_t>(series.size()) < heads; i += 2)
+      series.push_back(above[i]);
+    return series;
+  };
+  const std::vector<double> values = slopes(options_.num_query_heads);
+  Array slope(Shape{1, options_.num_query_heads, 1, 1}, positions.dtype());
+  for (std::size_t h = 0; h < values.size(); ++h) slope.set_flat(h, values[h]);
+  // (B, 1, 1, S) · (1, heads, 1, 1)
+  return ops::expand_dims(ops::expand_dims(positions, 1), 1) * ops::constant(positions.graph(), slope, "alibi_slopes");
+}
+
 Tensor GroupedQueryAttentionLayer::attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                                          bool causal, const CallArgs& args, const Tensor& like) const {
+                                          bool causal, const CallArgs& args, const Tensor& like,
+                                          const Tensor& bias) const {
   const auto& o = options_;
   const double scale = o.query_scale > 0 ? o.query_scale : 1.0 / std::sqrt(static_cast<double>(head_dim_));
   const bool training = args.training() && o.dropout > 0;
   Tensor attended;
-  if (o.logit_soft_cap > 0 || (training && o.dropout_on_weights)) {
-    // The composition, heads first: scores, capped, masked softmax, dropout on the weights.
+  if (o.logit_soft_cap > 0 || (training && o.dropout_on_weights) || bias.valid()) {
+    // The composition, heads first: scores (plus the scaled bias), capped, masked softmax, dropout on the weights.
     Tensor scores = detail::attention_scores(heads_first(q), heads_first(k), scale);
+    if (bias.valid()) scores = scores + bias * scale;
     if (o.logit_soft_cap > 0) scores = ops::tanh(scores * (1.0 / o.logit_soft_cap)) * o.logit_soft_cap;
     const Tensor combined = detail::combined_mask(describe(), mask.valid() ? &mask : nullptr, causal, scores);
     const std::uint64_t seed = training ? detail::call_seed(Config(), name(), like) : 0;
@@ -264,7 +308,9 @@ Tensor GroupedQueryAttentionLayer::attend(const Tensor& q, const Tensor& k, cons
   if (training && !o.dropout_on_weights)
     attended = ops::dropout(attended, o.dropout, detail::call_seed(Config(), name(), like), true);
   const Tensor merged = ops::reshape(attended, {ops::keep_dim, ops::keep_dim, o.num_query_heads * head_dim_});
-  return ops::matmul(merged, ops::reshape(variable(output_kernel_, like), {o.num_query_heads * head_dim_, hidden_}));
+  const Tensor output =
+      ops::matmul(merged, ops::reshape(variable(output_kernel_, like), {o.num_query_heads * head_dim_, hidden_}));
+  return o.falcon ? output + variable(output_bias_, like) : output;
 }
 
 Tensor GroupedQueryAttentionLayer::call(const Tensor& input, const CallArgs& args) {
@@ -272,8 +318,9 @@ Tensor GroupedQueryAttentionLayer::call(const Tensor& input, const CallArgs& arg
     shape_error("was built for other features", {{"built for", build_shapes().at(0)}, {"input", input.shape()}});
   const auto& o = options_;
   const CallArgs inner = CallArgs().training(args.training());
-  const Tensor q = (*rotary_)(normalized(project(input, query_kernel_, query_bias_, o.num_query_heads), query_norm_), inner);
-  const Tensor k = (*rotary_)(normalized(project(input, key_kernel_, key_bias_, o.num_key_value_heads), key_norm_), inner);
+  auto rotated = [&](const Tensor& x) { return rotary_ ? (*rotary_)(x, inner) : x; };
+  const Tensor q = rotated(normalized(project(input, query_kernel_, query_bias_, o.num_query_heads), query_norm_));
+  const Tensor k = rotated(normalized(project(input, key_kernel_, key_bias_, o.num_key_value_heads), key_norm_));
   const Tensor v = project(input, value_kernel_, value_bias_, o.num_key_value_heads);
 
   if (const detail::DecodingStep* step = detail::decoding()) {
@@ -296,7 +343,9 @@ Tensor GroupedQueryAttentionLayer::call(const Tensor& input, const CallArgs& arg
       const Tensor positions = ops::expand_dims(step->positions, 2);                                 // (B, tokens, 1)
       visible = visible * ops::less(positions - slots, ops::scalar_like(slots, static_cast<double>(o.sliding_window)));
     }
-    return attend(q, repeat_heads(next_keys), repeat_heads(next_values), visible, false, args, input);
+    // Falcon: keras-hub's prompt pass puts ALiBi on every slot by its index; its one-token steps add none.
+    const Tensor bias = o.falcon && input.shape()[1] > 1 ? alibi(ops::expand_dims(ops::positions(next_keys, 1), 0)) : Tensor();
+    return attend(q, repeat_heads(next_keys), repeat_heads(next_values), visible, false, args, input, bias);
   }
 
   // The keys each query may see besides the causal rule: the padding mask's, within the sliding window.
@@ -311,7 +360,18 @@ Tensor GroupedQueryAttentionLayer::call(const Tensor& input, const CallArgs& arg
     const Tensor keys = given.valid() ? given : ops::ones_like(ops::sum(input, {2}));
     given = ops::expand_dims(keys, 1) * band;  // (B, T, S)
   }
-  return attend(q, repeat_heads(k), repeat_heads(v), given, true, args, input);
+  Tensor bias;
+  if (o.falcon) {
+    // Each key's place among its row's unpadded keys (0 at padding): (cumsum(mask) - 1) · mask, the sum taken by a
+    // product with the (S, S) triangle j <= i.
+    const Tensor positions = ops::positions(input, 1);
+    const Tensor keys = given.valid() && given.rank() == 2 ? ops::greater(given, ops::scalar_like(given, 0.0))
+                                                           : ops::ones_like(ops::sum(input, {2}));
+    const Tensor triangle = ops::less_equal(ops::expand_dims(positions, 1), ops::expand_dims(positions, 0));
+    const Tensor counted = ops::matmul(keys, triangle);  // (B, S): unpadded keys up to each
+    bias = alibi((counted - 1.0) * keys);
+  }
+  return attend(q, repeat_heads(k), repeat_heads(v), given, true, args, input, bias);
 }
 
 }  // namespace kiln::hub

@@ -1,6 +1,6 @@
 #pragma once
 // Grouped-query self-attention as keras-hub's decoder families write it (LlamaAttention, CachedMistralAttention,
-// QwenAttention, Qwen3Attention, Phi3Attention, CachedGemmaAttention): num_query_heads query heads share num_key_value_heads key and value
+// QwenAttention, Qwen3Attention, Phi3Attention, CachedGemmaAttention, FalconAttention): num_query_heads query heads share num_key_value_heads key and value
 // heads (query head h reads key/value head h / (num_query_heads / num_key_value_heads), keras-hub's
 // ops.repeat), queries and keys rotated by their positions (RoPE), causal, optionally inside a sliding window
 // (key j seen by query i when i - j < window) and with the scores soft-capped (c · tanh(s / c), Gemma 2).
@@ -49,6 +49,12 @@ struct GroupedQueryAttentionOptions {
   std::vector<double> su_short_factor, su_long_factor;
   std::int64_t su_max_sequence_length = 4096, su_pretraining_sequence_length = 4096;
   std::string rotary_attribute = "rope_layer";  ///< the rotary layer's attribute when not `underscored`
+  /// Falcon: no rotary embedding; ALiBi instead (slope_h · the key's place among the row's unpadded keys, added
+  /// to q·k before the scaling, the slopes keras-hub's _get_slopes); the output projection a Dense (hidden,
+  /// hidden) with a bias; its attributes query_dense, ..., attention_dropout, output_dense, softmax. Decoding, the
+  /// prompt's pass counts every slot as unpadded and a one-token step adds no ALiBi, as keras-hub's cached
+  /// generate (which passes no padding mask) does.
+  bool falcon = false;
   std::int64_t sliding_window = 0;     ///< 0: none; else keys with i - j >= window are not attended
   double logit_soft_cap = 0.0;         ///< 0: none
   double query_scale = 0.0;            ///< 0: 1 / sqrt(head_dim)
@@ -81,7 +87,9 @@ class GroupedQueryAttentionLayer : public Layer {
   /// softmax(scale q kᵀ (capped), masked) v for q (B, T, heads, D) and k, v (B, S, heads, D); `mask` (B, S) or
   /// (B, T, S) may be empty; causal: keys after the query's position are not attended.
   Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal,
-                const CallArgs& args, const Tensor& like) const;
+                const CallArgs& args, const Tensor& like, const Tensor& bias = Tensor()) const;
+  /// Falcon's ALiBi for keys at `positions` (batch or 1, S): (batch or 1, heads, 1, S).
+  Tensor alibi(const Tensor& positions) const;
   std::string attribute(const std::string& name) const;
 
   GroupedQueryAttentionOptions options_;
@@ -89,7 +97,7 @@ class GroupedQueryAttentionLayer : public Layer {
   Tensor normalized(const Tensor& x, WeightId scale) const;  ///< Qwen 3's per-head RMS norm (x when none)
 
   WeightId query_kernel_ = 0, query_bias_ = 0, key_kernel_ = 0, key_bias_ = 0, value_kernel_ = 0, value_bias_ = 0,
-           output_kernel_ = 0, query_norm_ = 0, key_norm_ = 0;
+           output_kernel_ = 0, output_bias_ = 0, query_norm_ = 0, key_norm_ = 0;
   LayerPtr rotary_;
 };
 

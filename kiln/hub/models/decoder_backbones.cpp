@@ -1,6 +1,6 @@
 // keras-hub's grouped-query decoder backbones: LlamaBackbone (and Llama3Backbone, the same class),
-// MistralBackbone, QwenBackbone, Qwen3Backbone, Phi3Backbone and GemmaBackbone (keras_hub/src/models/llama/,
-// llama3/, mistral/, qwen/, qwen3/, phi3/, gemma/): a token embedding (a ReversibleEmbedding, tied or not), the family's decoder blocks given the
+// MistralBackbone, QwenBackbone, Qwen3Backbone, Phi3Backbone, GemmaBackbone and FalconBackbone
+// (keras_hub/src/models/llama/, llama3/, mistral/, qwen/, qwen3/, phi3/, gemma/, falcon/): a token embedding (a ReversibleEmbedding, tied or not), the family's decoder blocks given the
 // padding mask, and a final RMS norm. Gemma scales the embeddings by sqrt(hidden_dim) and, with
 // use_sliding_window_attention, attends within the window in every other block (0, 2, ...).
 #include <cmath>
@@ -208,6 +208,42 @@ class Phi3BackboneModel final : public GatedDecoderBackboneModel {
   }
 };
 
+// keras-hub's FalconBackbone: a tied ReversibleEmbedding (uniform), num_layers FalconTransformerDecoders (which
+// keras-hub makes with their default epsilon, 1e-5, whatever layer_norm_epsilon says) and a final
+// LayerNormalization with layer_norm_epsilon.
+class FalconBackboneModel final : public BackboneModel {
+ public:
+  explicit FalconBackboneModel(const Config& config)
+      : BackboneModel(config, "FalconBackbone", "keras_hub.src.models.falcon.falcon_backbone",
+                      {{"vocabulary_size", {}},
+                       {"num_layers", {}},
+                       {"num_attention_heads", {}},
+                       {"hidden_dim", {}},
+                       {"intermediate_dim", {}},
+                       {"attention_dropout_rate", Config(std::int64_t{0})},
+                       {"feedforward_dropout_rate", Config(std::int64_t{0})},
+                       {"layer_norm_epsilon", Config(1e-5)}}) {
+    const Tensor token_ids = token_input("token_ids"), padding_mask = token_input("padding_mask");
+    token_embedding_ = create_layer(
+        "kiln>ReversibleEmbedding",
+        reversible_embedding(integer("vocabulary_size"), integer("hidden_dim"), true,
+                             {{"class_name", "RandomUniform"}, {"config", {{"minval", -0.05}, {"maxval", 0.05}, {"seed", Config()}}}}));
+    Tensor x = (*token_embedding_)(token_ids);
+    for (std::int64_t i = 0; i < integer("num_layers"); ++i) {
+      const auto block = std::make_shared<FalconTransformerDecoderLayer>(
+          Config{{"name", "transformer_layer_" + std::to_string(i)},
+                 {"num_attention_heads", integer("num_attention_heads")},
+                 {"intermediate_dim", integer("intermediate_dim")},
+                 {"attention_dropout_rate", number("attention_dropout_rate")},
+                 {"feedforward_dropout_rate", number("feedforward_dropout_rate")}});
+      x = (*block)(x, CallArgs().tensor("decoder_padding_mask", padding_mask));
+    }
+    const Tensor output = (*create_layer("kiln>LayerNormalization", {{"name", "final_layernorm"},
+                                                                      {"epsilon", number("layer_norm_epsilon")}}))(x);
+    finish({padding_mask, token_ids}, {output});
+  }
+};
+
 class GemmaBackboneModel final : public BackboneModel {
  public:
   explicit GemmaBackboneModel(const Config& config)
@@ -270,6 +306,7 @@ KILN_REGISTER_LAYER("keras_hub>MistralBackbone", MistralBackboneModel);
 KILN_REGISTER_LAYER("keras_hub>QwenBackbone", QwenBackboneModel);
 KILN_REGISTER_LAYER("keras_hub>Qwen3Backbone", Qwen3BackboneModel);
 KILN_REGISTER_LAYER("keras_hub>Phi3Backbone", Phi3BackboneModel);
+KILN_REGISTER_LAYER("keras_hub>FalconBackbone", FalconBackboneModel);
 KILN_REGISTER_LAYER("keras_hub>GemmaBackbone", GemmaBackboneModel);
 
 }  // namespace
