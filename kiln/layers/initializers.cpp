@@ -229,7 +229,10 @@ Array Initializer::sample(const Shape& shape, DType dtype, Rng& rng, const Fans&
     definition.sample_shaped(values, shape, arguments_, source);
   else
     definition.sample(values, fans, arguments_, source);
-  return Array::from_vector(values, shape).astype(dtype);
+  // Straight into the weight's dtype: no float64 copy of the values beside them (a large embedding's would be).
+  Array result(shape, dtype);
+  for (std::size_t i = 0; i < values.size(); ++i) result.set_flat(i, values[i]);
+  return result;
 }
 
 bool Initializer::operator==(const Initializer& other) const {
