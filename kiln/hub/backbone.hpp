@@ -67,9 +67,10 @@ class BackboneModel : public ModelBase {
 /// A keras-hub backbone: kiln::Model's API (compile, fit, predict, save) over a BackboneModel.
 class Backbone : public TrainableModel<BackboneModel> {
  public:
-  /// keras-hub's class ("GPT2Backbone", "BertBackbone", "RobertaBackbone", "DistilBertBackbone",
-  /// "LlamaBackbone", "Llama3Backbone", "MistralBackbone", "QwenBackbone", "Qwen3Backbone", "Phi3Backbone",
-  /// "GemmaBackbone", "FalconBackbone") and its arguments, as keras_hub.models.<class_name>(**arguments). ConfigError for an unknown class or argument.
+  /// keras-hub's class ("GPT2Backbone", "BertBackbone", "RobertaBackbone", "DistilBertBackbone", "LlamaBackbone",
+  /// "Llama3Backbone", "MistralBackbone", "QwenBackbone", "Qwen3Backbone", "Phi3Backbone", "GemmaBackbone",
+  /// "FalconBackbone") and its arguments, as keras_hub.models.<class_name>(**arguments). ConfigError for an unknown
+  /// class or argument.
   Backbone(const std::string& class_name, const Config& arguments);
   /// A handle to an existing backbone.
   Backbone(std::shared_ptr<BackboneModel> model) : TrainableModel(std::move(model)) {}

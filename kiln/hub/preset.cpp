@@ -369,11 +369,18 @@ void save_preset(const Preset& preset, const std::string& folder, std::optional<
   if (error) throw SerializationError(folder + ": cannot be made (" + error.message() + ")");
   const BackboneModel& backbone = *preset.backbone.ptr();
   const Config backbone_config = without_build_and_compile(kiln::detail::export_keras_model_config(backbone));
-  detail::write_text_file((root / "config.json").string(), to_json(backbone_config, 4));
-  // keras-hub shards the weights of a backbone over max_shard_size GB, each variable counted once.
+  // keras-hub shards the weights of a backbone over max_shard_size GB, each variable counted once. A weight no
+  // shard can hold is refused before anything is written.
+  constexpr double gigabyte = 1024.0 * 1024.0 * 1024.0;
   double backbone_bytes = 0;
   for (const Weight& weight : backbone.weights()) backbone_bytes += static_cast<double>(weight.value.nbytes());
-  if (max_shard_size && backbone_bytes / (1024.0 * 1024.0 * 1024.0) > *max_shard_size) {
+  const bool sharded = max_shard_size && backbone_bytes / gigabyte > *max_shard_size;
+  for (const Weight& weight : backbone.weights())
+    if (sharded && static_cast<double>(weight.value.nbytes()) > *max_shard_size * gigabyte)
+      throw ValueError("save_preset: " + backbone.describe() + "'s weight " + weight.path + " takes " +
+                       std::to_string(weight.value.nbytes()) + " bytes, more than a shard of max_shard_size " +
+                       std::to_string(*max_shard_size) + " GB can hold; increase max_shard_size");
+  if (sharded) {
     save_keras_weights_sharded(backbone, (root / "model.weights.json").string(), *max_shard_size);
     // keras-hub reads model.weights.h5 before model.weights.json: a whole-file copy of earlier weights would hide
     // these.
@@ -383,6 +390,7 @@ void save_preset(const Preset& preset, const std::string& folder, std::optional<
   } else {
     save_keras_weights(backbone, (root / "model.weights.h5").string());
   }
+  detail::write_text_file((root / "config.json").string(), to_json(backbone_config, 4));
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof(date), "%Y-%m-%d@%H:%M:%S", std::localtime(&now));

@@ -6,13 +6,14 @@
 //   kiln::hub::save_preset(gpt2, "my_gpt2");                                // the same layout back
 //
 // A folder holds config.json (the backbone, as keras-hub serializes it without compile or build configs),
-// model.weights.h5 (the backbone's weights, Keras's save_weights layout), metadata.json, and optionally task.json
-// (the task: kiln reads the CausalLMs, TextClassifiers and MaskedLMs; a TextClassifier's or MaskedLM's head in
-// task.weights.h5), tokenizer.json with assets/tokenizer/ (kiln reads keras-hub's tokenizers:
-// byte-level BPE: GPT2Tokenizer, RobertaTokenizer, Llama3Tokenizer, QwenTokenizer, Qwen3Tokenizer,
-// FalconTokenizer, BytePairTokenizer; WordPiece: BertTokenizer, DistilBertTokenizer, WordPieceTokenizer; SentencePiece:
-// LlamaTokenizer, MistralTokenizer, Phi3Tokenizer, GemmaTokenizer, SentencePieceTokenizer) and preprocessor.json (the CausalLM preprocessor's sequence_length, add_start_token, add_end_token). Parts kiln
-// does not read (another tokenizer or task) are skipped with a warning, so the backbone still loads.
+// model.weights.h5 (the backbone's weights, Keras's save_weights layout), metadata.json, and optionally task.json (the
+// task: kiln reads the CausalLMs, TextClassifiers and MaskedLMs; a TextClassifier's or MaskedLM's head in
+// task.weights.h5), tokenizer.json with assets/tokenizer/ (kiln reads keras-hub's tokenizers: byte-level BPE:
+// GPT2Tokenizer, RobertaTokenizer, Llama3Tokenizer, QwenTokenizer, Qwen3Tokenizer, FalconTokenizer, BytePairTokenizer;
+// WordPiece: BertTokenizer, DistilBertTokenizer, WordPieceTokenizer; SentencePiece: LlamaTokenizer, MistralTokenizer,
+// Phi3Tokenizer, GemmaTokenizer, SentencePieceTokenizer) and preprocessor.json (the CausalLM preprocessor's
+// sequence_length, add_start_token, add_end_token). Parts kiln does not read (another tokenizer or task) are skipped
+// with a warning, so the backbone still loads.
 #include <cstdint>
 #include <memory>
 #include <optional>

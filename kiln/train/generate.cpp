@@ -28,8 +28,8 @@ void check_decodable(const ModelBase& model) {
       "SinePositionEncoding", "RotaryEmbedding", "TransformerDecoder", "SimpleRNN", "LSTM", "GRU",
       // keras-hub's decoder families (kiln/hub/layers), and the keras.ops call Gemma scales its embeddings with.
       "LlamaTransformerDecoder", "MistralTransformerDecoder", "QwenTransformerDecoder", "Qwen3TransformerDecoder",
-      "Phi3Decoder", "GemmaDecoderBlock", "FalconTransformerDecoder", "LlamaLayerNorm", "MistralLayerNormalization", "QwenLayerNorm",
-      "Qwen3LayerNorm", "Phi3LayerNorm"};
+      "Phi3Decoder", "GemmaDecoderBlock", "FalconTransformerDecoder", "LlamaLayerNorm", "MistralLayerNormalization",
+      "QwenLayerNorm", "Qwen3LayerNorm", "Phi3LayerNorm"};
   for (const ModelBase::Node& node : model.nodes()) {
     if (const auto* nested = dynamic_cast<const ModelBase*>(node.layer.get())) {
       check_decodable(*nested);

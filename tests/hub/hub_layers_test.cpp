@@ -228,3 +228,42 @@ TEST_CASE("grouped-query attention: each query head reads its group's key/value 
       CHECK(y.flat(static_cast<std::size_t>(t * hidden + m)) == Approx(expected).epsilon(1e-10));
     }
 }
+
+TEST_CASE("bad arguments of the Qwen 3, Phi-3 and Falcon blocks are refused by name", "[hub][layers]") {
+  const Config qwen3 = {{"intermediate_dim", 6}, {"num_query_heads", 2}, {"num_key_value_heads", 1}, {"head_dim", 2}};
+  CHECK_NOTHROW(kiln::create_layer("keras_hub>Qwen3TransformerDecoder", qwen3));
+  CHECK_NOTHROW(kiln::create_layer("keras_hub>Qwen3TransformerDecoder", qwen3.with("head_dim", Config())));
+  Config no_head_dim = Config::map();
+  for (const auto& [key, value] : qwen3.items())
+    if (key != "head_dim") no_head_dim.set(key, value);
+  CHECK_THROWS_WITH(kiln::create_layer("keras_hub>Qwen3TransformerDecoder", no_head_dim), Catch::Contains("head_dim"));
+  CHECK_THROWS_AS(kiln::create_layer("keras_hub>Qwen3TransformerDecoder", qwen3.with("sliding_window_size", 0)),
+                  kiln::ConfigError);
+
+  const Config phi3 = {{"hidden_dim", 8},          {"intermediate_dim", 6}, {"num_query_heads", 2},
+                       {"num_key_value_heads", 1}, {"rope_scaling_type", "su"},
+                       {"rope_scaling_short_factor", Config{1.0, 2.0}}, {"rope_scaling_long_factor", Config{3.0, 4.0}}};
+  CHECK_NOTHROW(kiln::create_layer("keras_hub>Phi3Decoder", phi3));
+  CHECK_THROWS_WITH(kiln::create_layer("keras_hub>Phi3Decoder", phi3.with("rope_scaling_type", "yarn")),
+                    Catch::Contains("rope_scaling_type"));
+  // hidden_dim 8 over 2 heads: 4 deep, 2 factors of each kind.
+  CHECK_THROWS_WITH(kiln::create_layer("keras_hub>Phi3Decoder", phi3.with("rope_scaling_long_factor", Config{1.0})),
+                    Catch::Contains("rope_scaling_long_factor") && Catch::Contains("2 factors"));
+  CHECK_THROWS_WITH(kiln::create_layer("keras_hub>Phi3Decoder", phi3.with("rope_scaling_short_factor", Config())),
+                    Catch::Contains("rope_scaling_short_factor"));
+  CHECK_THROWS_WITH(kiln::create_layer("keras_hub>Phi3Decoder", phi3.with("rope_scaling_short_factor", Config{1.0, 0.0})),
+                    Catch::Contains("positive"));
+  CHECK_THROWS_WITH(kiln::create_layer("keras_hub>Phi3Decoder", phi3.with("pretraining_sequence_length", 1)),
+                    Catch::Contains("ln(1)"));
+  CHECK_THROWS_AS(kiln::create_layer("keras_hub>Phi3Decoder", phi3.with("max_sequence_length", 0)), kiln::ConfigError);
+
+  const Config falcon = {{"num_attention_heads", 2}, {"intermediate_dim", 6}};
+  CHECK_NOTHROW(kiln::create_layer("keras_hub>FalconTransformerDecoder", falcon));
+  CHECK_THROWS_WITH(kiln::create_layer("keras_hub>FalconTransformerDecoder", falcon.with("attention_dropout_rate", 1.0)),
+                    Catch::Contains("attention_dropout_rate"));
+  CHECK_THROWS_WITH(kiln::create_layer("keras_hub>FalconTransformerDecoder", falcon.with("num_attention_heads", 0)),
+                    Catch::Contains("num_attention_heads"));
+  // 3 heads cannot split a hidden size of 4: refused when the block is built.
+  const kiln::LayerPtr block = kiln::create_layer("keras_hub>FalconTransformerDecoder", falcon.with("num_attention_heads", 3));
+  CHECK_THROWS_AS(block->build_for(Shape{None, 5, 4}), kiln::ShapeError);
+}

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include <kiln/core/warnings.hpp>
 #include <kiln/hub/preset.hpp>
 #include <kiln/kiln.hpp>
+#include <kiln/serialize/detail/container.hpp>
 #include <kiln/serialize/detail/zip_archive.hpp>
 #include <kiln/serialize/json.hpp>
 #include "support/temp_dir.hpp"
@@ -317,6 +319,12 @@ TEST_CASE("save_preset shards a backbone over max_shard_size as keras-hub does",
   kiln::hub::save_preset(keras, folder, 0.00002);
   CHECK_FALSE(fs::exists(folder + "/model.weights.h5"));
   CHECK_THROWS_AS(kiln::hub::save_preset(keras, folder, 0.0), kiln::ValueError);
+  // A weight no shard of the size can hold is refused before anything in the folder changes.
+  const std::string config = kiln::testing::read_bytes(folder + "/config.json");
+  const std::string index = kiln::testing::read_bytes(folder + "/model.weights.json");
+  CHECK_THROWS_WITH(kiln::hub::save_preset(keras, folder, 2.0 / (1 << 20)), Catch::Contains("increase max_shard_size"));
+  CHECK(kiln::testing::read_bytes(folder + "/config.json") == config);
+  CHECK(kiln::testing::read_bytes(folder + "/model.weights.json") == index);
 }
 
 TEST_CASE("save_keras_weights_sharded writes Keras's ShardedH5IOStore layout", "[keras][saving]") {
@@ -353,6 +361,17 @@ TEST_CASE("save_keras_weights_sharded writes Keras's ShardedH5IOStore layout", "
     CHECK(fs::exists(dir.file("w.weights.json")));
     CHECK(fs::exists(dir.file("w_00001.weights.h5")));
     CHECK_FALSE(fs::exists(dir.file("w.weights.h5")));
+    // The index names the shards written beside it, and nothing else.
+    std::set<std::string> named;
+    const Config index = kiln::parse_json(kiln::testing::read_bytes(dir.file("w.weights.json")));
+    for (const auto& [group, shards] : index.at("weight_map").items()) {
+      if (shards.is_list())
+        for (const Config& shard : shards.as_list()) named.insert(shard.as_string());
+      else
+        named.insert(shards.as_string());
+    }
+    CHECK(named == std::set<std::string>{"w_00000.weights.h5", "w_00001.weights.h5"});
+    CHECK_FALSE(fs::exists(dir.file("w_00002.weights.h5")));
   }
   SECTION("a weight larger than a shard is refused by name, and nothing is left in the folder") {
     // The embedding (vocabulary x hidden, float32) is the largest weight; 2 KB cannot hold it.
@@ -362,5 +381,24 @@ TEST_CASE("save_keras_weights_sharded writes Keras's ShardedH5IOStore layout", "
                       Catch::Contains("exceeds the maximum shard size 2.00 KB"));
     CHECK(fs::is_empty(dir.path()));
     CHECK_THROWS_AS(kiln::save_keras_weights_sharded(model, dir.file("model.weights.json"), 0.0), kiln::ValueError);
+  }
+  SECTION("a save that fails over an earlier one leaves no index, never the earlier index over new shards") {
+    kiln::save_keras_weights_sharded(model, dir.file("model.weights.json"), 0.00002);
+    kiln::detail::fail_next_write_after_for_testing(10);  // the index is the one file written through kiln's writer
+    CHECK_THROWS_AS(kiln::save_keras_weights_sharded(model, dir.file("model.weights.json"), 0.00002),
+                    kiln::SerializationError);
+    kiln::detail::fail_next_write_after_for_testing(-1);
+    CHECK_FALSE(fs::exists(dir.file("model.weights.json")));
+    kiln::hub::Backbone copy = kiln::hub::Backbone::of(kiln::load_keras_model(fixtures("hub/llama.keras")));
+    CHECK_THROWS_AS(kiln::load_keras_weights(*copy.ptr(), dir.file("model.weights.json")), kiln::SerializationError);
+    // Saved again whole, and then with larger shards: the earlier save's extra shards go.
+    kiln::save_keras_weights_sharded(model, dir.file("model.weights.json"), 0.00002);
+    CHECK(fs::exists(dir.file("model_00001.weights.h5")));
+    kiln::save_keras_weights_sharded(model, dir.file("model.weights.json"), 1.0);
+    CHECK(fs::exists(dir.file("model_00000.weights.h5")));
+    CHECK_FALSE(fs::exists(dir.file("model_00001.weights.h5")));
+    kiln::load_keras_weights(*copy.ptr(), dir.file("model.weights.json"));
+    const std::vector<Array> back = copy.get_weights();
+    for (std::size_t i = 0; i < back.size(); ++i) CHECK(back[i].bitwise_equal(weights[i]));
   }
 }

@@ -14,7 +14,8 @@ and keras-hub with Keras's outputs, in the fixture IO format of ../hub/:
   7-token inputs take the long factors and the rotation is scaled by sqrt(2)).
 - falcon: FalconBackbone (ALiBi, LayerNormalizations, biased projections), 4 heads, layer_norm_epsilon 1e-3 (the
   final norm's; keras-hub's blocks keep 1e-5).
-- falcon_3heads: FalconBackbone with 3 heads (ALiBi's slopes for a head count that is not a power of 2).
+- falcon_3heads: FalconBackbone with 3 heads (ALiBi's slopes for a head count that is not a power of 2), its second
+  row's padding mask with a hole at step 2 (ALiBi places a key by the unpadded keys before it, not by its index).
 - gemma2: GemmaBackbone with Gemma 2's options: attention logit soft cap 0.5, post-attention and post-ffw
   norms, sliding window 3 in every other block, head_dim 4, 3 layers.
 
@@ -85,7 +86,10 @@ def main():
         for inp in model.inputs:
             n = inp.name.split(":")[0]
             if "mask" in n:
-                m = np.ones((2, SEQ), np.int32); m[1, SEQ - 2:] = 0; feeds[n] = m
+                m = np.ones((2, SEQ), np.int32); m[1, SEQ - 2:] = 0
+                if name == "falcon_3heads":
+                    m[1, 2] = 0  # a hole: ALiBi counts the unpadded keys before each, not its index
+                feeds[n] = m
             else:
                 feeds[n] = rng.integers(1, V, (2, SEQ)).astype(np.int32)
         xs = [feeds[i.name.split(":")[0]] for i in model.inputs]

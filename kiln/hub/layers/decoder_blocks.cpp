@@ -102,7 +102,7 @@ void check_sequence(const Layer& layer, const Shape& built, const Tensor& input)
 
 }  // namespace
 
-// ---- Llama, Mistral, Qwen -------------------------------------------------------------------------------------
+// ---- Llama, Mistral, Qwen, Qwen 3, Phi-3 ---------------------------------------------------------------------
 
 GatedTransformerDecoderLayer::GatedTransformerDecoderLayer(const Config& config, const std::string& class_name,
                                                            Family family)
@@ -121,11 +121,21 @@ GatedTransformerDecoderLayer::GatedTransformerDecoderLayer(const Config& config,
     rope_scaling_long_factor_ = args.value("rope_scaling_long_factor");
     if (!rope_scaling_type_.is_null() && rope_scaling_type_.as_string("rope_scaling_type") != "su")
       args.fail("rope_scaling_type must be null or \"su\", got " + rope_scaling_type_.to_string());
-    if (!rope_scaling_type_.is_null() && (!rope_scaling_short_factor_.is_list() || !rope_scaling_long_factor_.is_list()))
-      args.fail("rope_scaling_type \"su\" needs the lists rope_scaling_short_factor and rope_scaling_long_factor");
-    for (const char* key : {"rope_scaling_short_factor", "rope_scaling_long_factor"})
-      for (const double factor : factors_of(args.value(key), key))
-        if (!(factor > 0)) args.fail(std::string(key) + " must hold positive factors");
+    if (!rope_scaling_type_.is_null()) {
+      // Phi3Attention's head depth is hidden_dim / num_query_heads; "su" takes half as many factors of each kind.
+      const std::int64_t pairs = hidden_dim_ / num_query_heads_ / 2;
+      for (const char* key : {"rope_scaling_short_factor", "rope_scaling_long_factor"}) {
+        const Config list = args.value(key);
+        if (!list.is_list() || static_cast<std::int64_t>(list.as_list(key).size()) != pairs)
+          args.fail(std::string("rope_scaling_type \"su\" needs ") + key +
+                    " to list hidden_dim // num_query_heads // 2 = " + std::to_string(pairs) + " factors, got " +
+                    list.to_string());
+        for (const double factor : factors_of(list, key))
+          if (!(factor > 0)) args.fail(std::string(key) + " must hold positive factors, got " + list.to_string());
+      }
+      if (pretraining_sequence_length_ == 1 && max_sequence_length_ > 1)
+        args.fail("\"su\" scaling past a pretraining_sequence_length of 1 divides by ln(1)");
+    }
   } else if (family == Family::llama) {
     rope_scaling_factor_ = args.number("rope_position_scaling_factor", 1.0);
     rope_frequency_adjustment_factor_ = args.value("rope_frequency_adjustment_factor");
@@ -150,8 +160,12 @@ GatedTransformerDecoderLayer::GatedTransformerDecoderLayer(const Config& config,
     if (sliding_window_size_ <= 0) args.fail("sliding_window_size must be positive");
   }
   if (family == Family::qwen3) {
-    if (!args.has("head_dim")) args.fail("needs head_dim (keras-hub's Qwen3TransformerDecoder takes it)");
-    head_dim_ = Config(positive(args, "head_dim"));
+    // keras-hub's Qwen3Attention takes hidden_dim // num_query_heads for a head_dim of None (or 0).
+    if (!config.contains("head_dim"))
+      args.fail("needs head_dim (keras-hub's Qwen3TransformerDecoder takes it; null for hidden_dim // num_query_heads)");
+    head_dim_ = args.value("head_dim");
+    if (!head_dim_.is_null() && head_dim_.as_int("head_dim") < 0)
+      args.fail("head_dim must be positive, 0 or null, got " + head_dim_.to_string());
     const Config window = args.value("sliding_window_size");
     sliding_window_size_ = window.is_null() ? 0 : window.as_int("sliding_window_size");
     if (!window.is_null() && sliding_window_size_ <= 0) args.fail("sliding_window_size must be positive or null");
@@ -268,7 +282,7 @@ void GatedTransformerDecoderLayer::build(const Shape& input_shape) {
       break;
     case Family::qwen3:
       options.class_name = "Qwen3Attention";
-      options.head_dim = head_dim_.as_int();
+      options.head_dim = head_dim_.is_null() ? 0 : head_dim_.as_int();
       options.sliding_window = sliding_window_size_;
       // The block does not pass its epsilon on: Qwen3Attention's norms keep their default, 1e-5.
       options.qk_norm_epsilon = 1e-5;
@@ -278,9 +292,11 @@ void GatedTransformerDecoderLayer::build(const Shape& input_shape) {
       options.name = "attention";
       options.underscored = false;
       options.rotary_attribute = "rotary_embedding_layer";
-      options.su_short_factor = factors_of(rope_scaling_short_factor_, "rope_scaling_short_factor");
-      options.su_long_factor = factors_of(rope_scaling_long_factor_, "rope_scaling_long_factor");
-      if (rope_scaling_type_.is_null()) options.su_short_factor.clear(), options.su_long_factor.clear();
+      options.su_scaling = !rope_scaling_type_.is_null();
+      if (options.su_scaling) {
+        options.su_short_factor = factors_of(rope_scaling_short_factor_, "rope_scaling_short_factor");
+        options.su_long_factor = factors_of(rope_scaling_long_factor_, "rope_scaling_long_factor");
+      }
       options.su_max_sequence_length = max_sequence_length_;
       options.su_pretraining_sequence_length = pretraining_sequence_length_;
       break;
@@ -516,8 +532,10 @@ void FalconTransformerDecoderLayer::build(const Shape& input_shape) {
   attention_ = track(std::make_shared<GroupedQueryAttentionLayer>(options));
   attention_dropout_ = track(dropout("attention_dropout", attention_dropout_rate_));
   post_attention_norm_ = track(norm("post_attention_layernorm"));
-  dense_h_to_4h_ = track(create_layer(
-      "kiln>Dense", {{"name", "dense_h_to_4h"}, {"units", intermediate_dim_}, {"activation", "gelu"}, {"use_bias", true}}));
+  dense_h_to_4h_ = track(create_layer("kiln>Dense", {{"name", "dense_h_to_4h"},
+                                                     {"units", intermediate_dim_},
+                                                     {"activation", "gelu"},
+                                                     {"use_bias", true}}));
   dense_4h_to_h_ = track(create_layer("kiln>Dense", {{"name", "dense_4h_to_h"}, {"units", hidden}, {"use_bias", true}}));
   feedforward_dropout_ = track(dropout("feedforward_dropout", feedforward_dropout_rate_));
   input_norm_->build_for(sequence);

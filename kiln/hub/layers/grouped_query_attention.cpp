@@ -87,6 +87,8 @@ class Phi3SuScaledRotaryEmbeddingLayer final : public Layer {
         pretraining_(o.su_pretraining_sequence_length) {
     if (o.su_pretraining_sequence_length <= 0 || o.su_max_sequence_length <= 0)
       throw ConfigError(o.class_name + ": max_sequence_length and pretraining_sequence_length must be positive");
+    if (o.su_pretraining_sequence_length == 1 && o.su_max_sequence_length > 1)
+      throw ConfigError(o.class_name + ": \"su\" scaling past a pretraining_sequence_length of 1 divides by ln(1)");
     short_ = track(std::make_shared<FactoredRotaryEmbeddingLayer>("short", o.rope_max_wavelength, o.su_short_factor));
     long_ = track(std::make_shared<FactoredRotaryEmbeddingLayer>("long", o.rope_max_wavelength, o.su_long_factor));
     const double ratio =
@@ -130,14 +132,16 @@ GroupedQueryAttentionLayer::GroupedQueryAttentionLayer(GroupedQueryAttentionOpti
                  "num_key_value_heads (" + std::to_string(o.num_key_value_heads) + ")");
   if (o.head_dim < 0) config_error("head_dim must be positive, got " + std::to_string(o.head_dim));
   if (o.sliding_window < 0) config_error("the sliding window must be positive, got " + std::to_string(o.sliding_window));
-  if (o.qk_norm_epsilon < 0) config_error("the query and key norms' epsilon must be positive, got " + std::to_string(o.qk_norm_epsilon));
+  if (o.qk_norm_epsilon < 0)
+    config_error("the query and key norms' epsilon must be positive, got " + std::to_string(o.qk_norm_epsilon));
   if (o.logit_soft_cap < 0) config_error("the logit soft cap must be positive, got " + std::to_string(o.logit_soft_cap));
   if (!(o.dropout >= 0 && o.dropout < 1)) config_error("dropout must be in [0, 1), got " + std::to_string(o.dropout));
   if (o.falcon) {
-    if (o.num_key_value_heads != o.num_query_heads) config_error("Falcon's attention has as many key and value heads as query heads");
+    if (o.num_key_value_heads != o.num_query_heads)
+      config_error("Falcon's attention has as many key and value heads as query heads");
   } else if (o.llama_rotary) {
     rotary_ = track(std::make_shared<LlamaRotaryEmbeddingLayer>(o));
-  } else if (!o.su_short_factor.empty() || !o.su_long_factor.empty()) {
+  } else if (o.su_scaling) {
     rotary_ = track(std::make_shared<Phi3SuScaledRotaryEmbeddingLayer>(o));
   } else {
     rotary_ = track(std::make_shared<RotaryEmbeddingLayer>(Config{{"name", "rotary_embedding"},
@@ -152,13 +156,13 @@ std::string GroupedQueryAttentionLayer::attribute(const std::string& name) const
 
 std::vector<std::string> GroupedQueryAttentionLayer::keras_weight_paths() const {
   std::vector<std::string> paths;
-  for (const std::string part : {"query_dense", "key_dense", "value_dense"}) {
+  for (const std::string& part : {std::string("query_dense"), std::string("key_dense"), std::string("value_dense")}) {
     paths.push_back(attribute(part) + "/vars/0");
     if (options_.qkv_bias) paths.push_back(attribute(part) + "/vars/1");
     if (options_.qk_norm_epsilon > 0 && part != "value_dense") paths.push_back(attribute(part) + "_layer_norm/vars/0");
   }
   paths.push_back(attribute("output_dense") + "/vars/0");
-  if (options_.falcon) paths.push_back("output_dense/vars/1");
+  if (options_.falcon) paths.push_back(attribute("output_dense") + "/vars/1");
   return paths;
 }
 
@@ -204,8 +208,7 @@ void GroupedQueryAttentionLayer::build(const Shape& input_shape) {
     shape_error("needs an even head depth for its rotary embedding, got " + std::to_string(head_dim_),
                 {{"input", input_shape}});
   for (const std::vector<double>* factors : {&o.su_short_factor, &o.su_long_factor})
-    if ((!o.su_short_factor.empty() || !o.su_long_factor.empty()) &&
-        static_cast<std::int64_t>(factors->size()) != head_dim_ / 2)
+    if (o.su_scaling && static_cast<std::int64_t>(factors->size()) != head_dim_ / 2)
       shape_error("needs rope_scaling_short_factor and rope_scaling_long_factor of head_dim / 2 = " +
                       std::to_string(head_dim_ / 2) + " factors each, got " + std::to_string(o.su_short_factor.size()) +
                       " and " + std::to_string(o.su_long_factor.size()),
@@ -344,7 +347,8 @@ Tensor GroupedQueryAttentionLayer::call(const Tensor& input, const CallArgs& arg
       visible = visible * ops::less(positions - slots, ops::scalar_like(slots, static_cast<double>(o.sliding_window)));
     }
     // Falcon: keras-hub's prompt pass puts ALiBi on every slot by its index; its one-token steps add none.
-    const Tensor bias = o.falcon && input.shape()[1] > 1 ? alibi(ops::expand_dims(ops::positions(next_keys, 1), 0)) : Tensor();
+    const Tensor bias =
+        o.falcon && input.shape()[1] > 1 ? alibi(ops::expand_dims(ops::positions(next_keys, 1), 0)) : Tensor();
     return attend(q, repeat_heads(next_keys), repeat_heads(next_values), visible, false, args, input, bias);
   }
 

@@ -1,15 +1,15 @@
 #pragma once
 // Grouped-query self-attention as keras-hub's decoder families write it (LlamaAttention, CachedMistralAttention,
-// QwenAttention, Qwen3Attention, Phi3Attention, CachedGemmaAttention, FalconAttention): num_query_heads query heads share num_key_value_heads key and value
-// heads (query head h reads key/value head h / (num_query_heads / num_key_value_heads), keras-hub's
-// ops.repeat), queries and keys rotated by their positions (RoPE), causal, optionally inside a sliding window
-// (key j seen by query i when i - j < window) and with the scores soft-capped (c · tanh(s / c), Gemma 2).
-// Qwen 3 normalizes each head's query and key (an RMS norm over the head's depth, one scale of head_dim
-// shared by the heads, keras-hub's Qwen3LayerNorm) before rotating them.
-// The projections are keras-hub's EinsumDense kernels, saved at keras-hub's attribute paths: query
-// (hidden, heads, depth), key and value (hidden, kv_heads, depth), attention_output (heads, depth, hidden);
-// Gemma keeps its heads first: query (heads, hidden, depth), key and value (kv_heads, hidden, depth).
-// Made by the decoder blocks (kiln/hub/layers/decoder_blocks.hpp), not from a config of its own.
+// QwenAttention, Qwen3Attention, Phi3Attention, CachedGemmaAttention, FalconAttention): num_query_heads query heads
+// share num_key_value_heads key and value heads (query head h reads key/value head h / (num_query_heads /
+// num_key_value_heads), keras-hub's ops.repeat), queries and keys rotated by their positions (RoPE), causal, optionally
+// inside a sliding window (key j seen by query i when i - j < window) and with the scores soft-capped (c · tanh(s / c),
+// Gemma 2). Qwen 3 normalizes each head's query and key (an RMS norm over the head's depth, one scale of head_dim
+// shared by the heads, keras-hub's Qwen3LayerNorm) before rotating them. The projections are keras-hub's EinsumDense
+// kernels, saved at keras-hub's attribute paths: query (hidden, heads, depth), key and value (hidden, kv_heads, depth),
+// attention_output (heads, depth, hidden); Gemma keeps its heads first: query (heads, hidden, depth), key and value
+// (kv_heads, hidden, depth). Made by the decoder blocks (kiln/hub/layers/decoder_blocks.hpp), not from a config of its
+// own.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -41,11 +41,12 @@ struct GroupedQueryAttentionOptions {
   Config rope_frequency_adjustment_factor, rope_low_freq_factor, rope_high_freq_factor,
       rope_pretraining_sequence_length;
   bool llama_rotary = false;           ///< LlamaRotaryEmbedding: no position scaling, the adjustment above
-  /// Phi-3's "su" scaling (Phi3SuScaledRotaryEmbedding), when the factors are given (head_dim / 2 each): each
+  /// Phi-3's "su" scaling (Phi3SuScaledRotaryEmbedding), when `su_scaling`, with factors (head_dim / 2 each): each
   /// frequency divided by its short factor in a call over at most su_pretraining_sequence_length tokens, by its
   /// long factor over more, and the rotation scaled by sqrt(1 + ln(m / p) / ln(p)) when the model's
   /// su_max_sequence_length m exceeds p. Decoding, the prompt's pass counts the row's whole length and a step
   /// one token, as keras-hub's cached generate calls them.
+  bool su_scaling = false;
   std::vector<double> su_short_factor, su_long_factor;
   std::int64_t su_max_sequence_length = 4096, su_pretraining_sequence_length = 4096;
   std::string rotary_attribute = "rope_layer";  ///< the rotary layer's attribute when not `underscored`

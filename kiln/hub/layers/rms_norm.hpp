@@ -1,9 +1,9 @@
 #pragma once
-// The root-mean-square norms of keras-hub's decoder families: x · rsqrt(mean(x²) + epsilon) · scale over the
-// last axis, computed in float32. Llama's LlamaLayerNorm, Mistral's MistralLayerNormalization, Qwen's
-// QwenLayerNorm, Qwen 3's Qwen3LayerNorm and Phi-3's Phi3LayerNorm multiply by `scale` (made ones); Gemma's
-// RMSNormalization by 1 + `scale` (made zeros). Each is registered under keras-hub's name ("keras_hub>LlamaLayerNorm", ...), with
-// its one config key, epsilon, and its one weight, "scale", as keras-hub names and saves it.
+// The root-mean-square norms of keras-hub's decoder families: x · rsqrt(mean(x²) + epsilon) · scale over the last axis,
+// computed in float32. Llama's LlamaLayerNorm, Mistral's MistralLayerNormalization, Qwen's QwenLayerNorm, Qwen 3's
+// Qwen3LayerNorm and Phi-3's Phi3LayerNorm multiply by `scale` (made ones); Gemma's RMSNormalization by 1 + `scale`
+// (made zeros). Each is registered under keras-hub's name ("keras_hub>LlamaLayerNorm", ...), with its one config key,
+// epsilon, and its one weight, "scale", as keras-hub names and saves it.
 #include <kiln/layers/layer.hpp>
 
 namespace kiln::hub {

@@ -1,8 +1,9 @@
-// keras-hub's grouped-query decoder backbones: LlamaBackbone (and Llama3Backbone, the same class),
-// MistralBackbone, QwenBackbone, Qwen3Backbone, Phi3Backbone, GemmaBackbone and FalconBackbone
-// (keras_hub/src/models/llama/, llama3/, mistral/, qwen/, qwen3/, phi3/, gemma/, falcon/): a token embedding (a ReversibleEmbedding, tied or not), the family's decoder blocks given the
-// padding mask, and a final RMS norm. Gemma scales the embeddings by sqrt(hidden_dim) and, with
-// use_sliding_window_attention, attends within the window in every other block (0, 2, ...).
+// keras-hub's decoder backbones: LlamaBackbone (and Llama3Backbone, the same class), MistralBackbone,
+// QwenBackbone, Qwen3Backbone, Phi3Backbone, GemmaBackbone and FalconBackbone (keras_hub/src/models/llama/,
+// llama3/, mistral/, qwen/, qwen3/, phi3/, gemma/, falcon/): a token embedding (a ReversibleEmbedding, tied or
+// not), the family's decoder blocks given the padding mask, and a final norm (RMS, Falcon's a
+// LayerNormalization). Gemma scales the embeddings by sqrt(hidden_dim) and, with use_sliding_window_attention,
+// attends within the window in every other block (0, 2, ...).
 #include <cmath>
 #include <memory>
 #include <string>
@@ -227,7 +228,8 @@ class FalconBackboneModel final : public BackboneModel {
     token_embedding_ = create_layer(
         "kiln>ReversibleEmbedding",
         reversible_embedding(integer("vocabulary_size"), integer("hidden_dim"), true,
-                             {{"class_name", "RandomUniform"}, {"config", {{"minval", -0.05}, {"maxval", 0.05}, {"seed", Config()}}}}));
+                             {{"class_name", "RandomUniform"},
+                              {"config", {{"minval", -0.05}, {"maxval", 0.05}, {"seed", Config()}}}}));
     Tensor x = (*token_embedding_)(token_ids);
     for (std::int64_t i = 0; i < integer("num_layers"); ++i) {
       const auto block = std::make_shared<FalconTransformerDecoderLayer>(

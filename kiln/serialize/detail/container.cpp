@@ -465,6 +465,15 @@ StagedFile::~StagedFile() = default;
 
 const std::string& StagedFile::temporary() const { return state_->file.path(); }
 
+void StagedFile::sync() {
+  const int fd = ::open(temporary().c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw SerializationError(path_ + ": saving failed at open (" + errno_text() + "); nothing was replaced");
+  const bool synced = ::fsync(fd) == 0;
+  const std::string error = synced ? std::string() : errno_text();
+  ::close(fd);
+  if (!synced) throw SerializationError(path_ + ": saving failed at fsync (" + error + "); nothing was replaced");
+}
+
 void StagedFile::commit() {
   state_->file.commit_written(state_->target, path_);
   sync_folder(state_->target);

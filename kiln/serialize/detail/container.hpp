@@ -117,8 +117,8 @@ class ScratchFile {
 
 // A file a library writes at temporary(), a path in the target's folder, that becomes `path` only when commit()
 // syncs and renames it over the target (as write_file_atomically_at does); removed if this goes uncommitted.
-// For saves of several files (a sharded weights index and its shards): each is staged whole, and none replaces
-// its target until all are written. The size is checked against the file-size limit first.
+// For saves of several files (a sharded weights index and its shards): each is staged whole and synced, and none
+// replaces its target until all are written. The size is checked against the file-size limit first.
 class StagedFile {
  public:
   StagedFile(const std::string& path, std::uint64_t size);
@@ -127,6 +127,8 @@ class StagedFile {
   StagedFile& operator=(const StagedFile&) = delete;
   const std::string& temporary() const;
   const std::string& path() const { return path_; }
+  /// Flushes the written file to the disk, so that commit() only renames it. SerializationError naming the path.
+  void sync();
   void commit();  ///< SerializationError naming the path; the target is then unchanged
 
  private:

@@ -1,7 +1,11 @@
 #include <kiln/serialize/detail/sharded_weights.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include <kiln/core/error.hpp>
 #include <kiln/layers/config.hpp>
@@ -39,7 +43,7 @@ ShardedHdf5Builder::ShardedHdf5Builder(const std::string& index_path, double max
                                        std::uint64_t expected_bytes)
     : index_path_(index_path), max_bytes_(max_shard_bytes), expected_bytes_(expected_bytes) {
   if (!ends_with(index_path, ".json"))
-    throw ValueError(index_path + ": sharded weights are written to an index ending in \".weights.json\"");
+    throw ValueError(index_path + ": sharded weights are written to an index ending in \".json\"");
   if (!(max_shard_bytes > 0))
     throw ValueError(index_path + ": the largest shard must be more than 0 bytes, not " +
                      std::to_string(max_shard_bytes));
@@ -132,8 +136,20 @@ void ShardedHdf5Builder::close() {
     weight_map.set(entry.group, list);
   }
   const Config index = {{"metadata", {{"total_size", total_bytes_}}}, {"weight_map", weight_map}};
+  for (const auto& shard : shards_) shard->sync();
+  // From here an interrupted save leaves no index: never an earlier index over a mix of shards.
+  if (::unlink(index_path_.c_str()) != 0 && errno != ENOENT)
+    throw SerializationError(index_path_ + ": an earlier index cannot be removed (" + std::strerror(errno) +
+                             "); nothing was replaced");
   for (const auto& shard : shards_) shard->commit();
   write_file_atomically(index_path_, to_json(index, 4));
+  // An earlier save's shards past this one's count: named as Keras names shards, beside this index.
+  for (std::size_t k = shards_.size();; ++k) {
+    char number[16];
+    std::snprintf(number, sizeof number, "_%05zu", k);
+    const std::string stale = folder_ + base_ + number + ".weights.h5";
+    if (::unlink(stale.c_str()) != 0) break;
+  }
 }
 
 }  // namespace kiln::detail

@@ -8,8 +8,10 @@
 // list of shards) holding them. A group begun in one shard and continued in the next is made again there,
 // without its name attribute, as Keras makes it.
 //
-// Every file is staged beside its target and none replaces its target until all are written: a failure
-// leaves the folder as it was. The shards are renamed into place before the index.
+// Every file is staged beside its target and synced, and none replaces its target until all are written: a failure
+// while writing leaves the folder as it was. Then an earlier index is removed, the shards renamed into place and the
+// index written: a failure in that short step leaves no index, so the folder fails to load by name rather than mix
+// an earlier save's shards with these. Shards an earlier save left beyond this one's count are removed.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -39,7 +41,8 @@ class ShardedHdf5Builder {
   // than the maximum by itself (naming it and both sizes, as Keras refuses it).
   void dataset(const std::string& path, const Array& value);
   void int64_dataset(const std::string& path, std::int64_t value);
-  // Finishes the last shard, renames every shard into place, then writes the index (atomically).
+  // Finishes the last shard, syncs every shard, removes an earlier index, renames the shards into place, writes the
+  // index (atomically) and removes an earlier save's shards beyond this one's.
   void close();
 
   /// The shards written so far, by file name.
