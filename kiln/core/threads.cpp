@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include <kiln/core/detail/cpu_limits.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/parallel.hpp>
 
@@ -154,7 +155,7 @@ class Pool {
   // still runs, on its own.
   static constexpr int kSlots = 32;
 
-  Pool() : threads_(std::max(1, openblas_get_num_threads())) { openblas_set_num_threads(1); }
+  Pool() : threads_(default_num_threads(openblas_get_num_threads())) { openblas_set_num_threads(1); }
 
   Slot* take_slot() {
     for (Slot& slot : slots_)

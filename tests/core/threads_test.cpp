@@ -1,11 +1,18 @@
 #include <catch2/catch.hpp>
 
+#include <sched.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
+#include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
+#include <kiln/core/detail/cpu_limits.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/parallel.hpp>
 #include <kiln/core/threads.hpp>
@@ -153,4 +160,48 @@ TEST_CASE("set_num_threads while other threads run jobs neither loses a range no
   stop = true;
   for (std::thread& thread : threads) thread.join();
   REQUIRE(wrong == 0);
+}
+
+TEST_CASE("the default thread count follows the CPUs the process may use: affinity, cgroup quota, environment",
+          "[threads]") {
+  // cgroup v2's cpu.max and v1's quota and period: the quota's CPUs, rounded up; none for "max" and -1.
+  CHECK(kiln::detail::cpus_from_cgroup2("200000 100000") == 2);
+  CHECK(kiln::detail::cpus_from_cgroup2("150000 100000") == 2);
+  CHECK(kiln::detail::cpus_from_cgroup2("50000 100000") == 1);
+  CHECK(kiln::detail::cpus_from_cgroup2("max 100000") == 0);
+  CHECK(kiln::detail::cpus_from_cgroup2("") == 0);
+  CHECK(kiln::detail::cpus_from_cgroup2("garbage") == 0);
+  CHECK(kiln::detail::cpus_from_cgroup1("400000", "100000") == 4);
+  CHECK(kiln::detail::cpus_from_cgroup1("-1", "100000") == 0);
+  CHECK(kiln::detail::cpus_from_cgroup1("100000", "0") == 0);
+  CHECK(kiln::detail::cpus_from_cgroup1("", "") == 0);
+
+  // This thread pinned to one CPU: the default, without the environment's say, is 1 however many CPUs OpenBLAS saw.
+  const char* variables[] = {"OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"};
+  std::vector<std::pair<std::string, std::string>> saved;
+  for (const char* variable : variables)
+    if (const char* value = std::getenv(variable)) saved.emplace_back(variable, value);
+  for (const char* variable : variables) ::unsetenv(variable);
+  cpu_set_t mask, one;
+  REQUIRE(::sched_getaffinity(0, sizeof mask, &mask) == 0);
+  const int cpus = CPU_COUNT(&mask);
+  CHECK(kiln::detail::affinity_cpus() == cpus);
+  const int quota = kiln::detail::cgroup_cpu_limit();
+  CHECK(kiln::detail::default_num_threads(1000) == (quota > 0 ? std::min(cpus, quota) : cpus));
+  CPU_ZERO(&one);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &mask)) {
+      CPU_SET(cpu, &one);
+      break;
+    }
+  REQUIRE(::sched_setaffinity(0, sizeof one, &one) == 0);
+  CHECK(kiln::detail::affinity_cpus() == 1);
+  CHECK(kiln::detail::default_num_threads(1000) == 1);
+  CHECK(kiln::detail::default_num_threads(0) == 1);
+  // OPENBLAS_NUM_THREADS set: the user's count (OpenBLAS's reading of it) stands.
+  ::setenv("OPENBLAS_NUM_THREADS", "6", 1);
+  CHECK(kiln::detail::default_num_threads(6) == 6);
+  ::unsetenv("OPENBLAS_NUM_THREADS");
+  REQUIRE(::sched_setaffinity(0, sizeof mask, &mask) == 0);
+  for (const auto& [variable, value] : saved) ::setenv(variable.c_str(), value.c_str(), 1);
 }
