@@ -9,6 +9,7 @@
 #include <kiln/core/graph.hpp>
 #include <kiln/core/program.hpp>
 #include <kiln/core/rng.hpp>
+#include <kiln/core/threads.hpp>
 #include <kiln/ops/ops.hpp>
 #include "support/gradcheck.hpp"
 
@@ -159,4 +160,36 @@ TEST_CASE("batch_norm_train refuses bad shapes", "[ops][batch_norm][errors]") {
   CHECK_THROWS_WITH(ops::batch_norm_train(x, four, three), Contains("gamma must have shape (3,)"));
   CHECK_THROWS_WITH(ops::batch_norm_train(x, three, four), Contains("beta must have shape (3,)"));
   CHECK_THROWS_WITH(ops::batch_norm_train(x, three, three, 1e-3, 0), Contains("the feature axis must be known"));
+}
+
+TEST_CASE("batch_norm_train splits channels-last rows over the threads: forward and backward agree for every count",
+          "[ops][batch_norm][threads]") {
+  // (64, 26, 26, 32), cnn_small's first norm: large enough for several workers. With one thread the kernels sum
+  // rows serially; with more, each worker sums its rows and the partial sums are added in worker order.
+  const int saved = get_num_threads();
+  Rng rng(35);
+  const Shape x_shape{64, 26, 26, 32}, features{32};
+  const std::vector<Array> inputs{testing::random_array(x_shape, rng), testing::random_array(features, rng),
+                                  testing::random_array(features, rng)};
+  const Array weights = testing::random_array(x_shape, rng);
+  auto fused = [](const std::vector<Tensor>& t) { return ops::batch_norm_train(t[0], t[1], t[2], 1e-3, 3).output; };
+  set_num_threads(1);
+  const std::vector<Array> serial = testing::evaluate_with_gradients(fused, inputs, weights);
+  const std::vector<Array> primitive = testing::evaluate_with_gradients(
+      [](const std::vector<Tensor>& t) { return composed(t[0], t[1], t[2], 1e-3, 3); }, inputs, weights);
+  for (std::size_t i = 0; i < serial.size(); ++i) CHECK(testing::max_relative_difference(serial[i], primitive[i]) < 1e-9);
+  for (const int threads : {2, 3, 7, 16}) {
+    set_num_threads(threads);
+    INFO(threads << " threads");
+    const std::vector<Array> split = testing::evaluate_with_gradients(fused, inputs, weights);
+    REQUIRE(split.size() == serial.size());
+    for (std::size_t i = 0; i < split.size(); ++i) {
+      INFO("result " << i);
+      CHECK(testing::max_relative_difference(split[i], serial[i]) < 1e-11);
+    }
+    // The same thread count gives bitwise the same results.
+    const std::vector<Array> again = testing::evaluate_with_gradients(fused, inputs, weights);
+    for (std::size_t i = 0; i < split.size(); ++i) CHECK(again[i].bitwise_equal(split[i]));
+  }
+  set_num_threads(saved);
 }
