@@ -8,6 +8,12 @@
 // Between jobs a pool thread spins briefly on the job counter (a training step runs kernels back to back,
 // and a futex wake-up costs more than a small kernel), then sleeps on a condition variable.
 //
+// More threads than CPUs: only as many pool threads take ranges or spin at once as the process has CPUs besides
+// the caller's (its affinity mask and cgroup quota), each holding one of that many seats; the others sleep.
+// A job still has get_num_threads() ranges, each run as range i whichever thread takes it, so results do not
+// change; but no range waits for a thread the OS has set aside to run another that only spins. A new job
+// wakes no more sleepers than it has ranges for other threads and there are free seats.
+//
 // OpenBLAS is set to one thread for good: kiln splits large GEMMs over its own pool (ops/detail/gemm.cpp).
 // Two pools on the same cores fight: OpenBLAS 0.3.21's threads spin for up to 2^28 cycles after each GEMM
 // (OPENBLAS_THREAD_TIMEOUT), taking the core from the kernel that runs next, and its own threshold for
@@ -135,7 +141,7 @@ class Pool {
     const std::uint64_t generation = (slot->ticket.load(std::memory_order_relaxed) >> 32) + 1;
     slot->ticket.store(generation << 32 | static_cast<std::uint64_t>(workers) << Slot::range_bits,
                        std::memory_order_release);
-    announce();
+    announce(workers - 1);
     inside_job = true;
     slot->help();
     inside_job = false;
@@ -155,7 +161,13 @@ class Pool {
   // still runs, on its own.
   static constexpr int kSlots = 32;
 
-  Pool() : threads_(default_num_threads(openblas_get_num_threads())) { openblas_set_num_threads(1); }
+  Pool()
+      : threads_(default_num_threads(openblas_get_num_threads())),
+        seats_(std::max(1, std::min(affinity_cpus() > 0 ? affinity_cpus() : 1 << 16,
+                                    cgroup_cpu_limit() > 0 ? cgroup_cpu_limit() : 1 << 16)) -
+               1) {
+    openblas_set_num_threads(1);
+  }
 
   Slot* take_slot() {
     for (Slot& slot : slots_)
@@ -164,30 +176,55 @@ class Pool {
     return nullptr;
   }
 
-  // A new job: sleeping pool threads wake. (Both sides use seq_cst: either this sees a sleeper and wakes
-  // it, or the sleeper sees the new count and does not sleep.)
-  void announce() {
+  // A new job with `helpers` ranges for pool threads: as many sleeping pool threads wake as it has ranges for
+  // and there are free seats. (Both sides use seq_cst: either this sees a sleeper and wakes it, or the sleeper
+  // sees the new count and does not sleep.) A sleeper left asleep keeps its stale count and helps when next
+  // woken; the caller runs any range no pool thread takes, so no job waits for a thread that was not woken.
+  void announce(int helpers) {
     jobs_.fetch_add(1, std::memory_order_seq_cst);
-    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    helpers = std::min(helpers, seats_.load(std::memory_order_seq_cst));
+    const int sleeping = sleepers_.load(std::memory_order_seq_cst);
+    if (sleeping > 0 && helpers > 0) {
       { std::lock_guard<std::mutex> lock(sleep_mutex_); }
-      wake_.notify_all();
+      if (helpers >= sleeping) {
+        wake_.notify_all();
+      } else {
+        for (int i = 0; i < helpers; ++i) wake_.notify_one();
+      }
     }
   }
 
+  // A seat: one of the CPUs pool threads may run on (see the top of this file).
+  bool take_seat() {
+    for (int free = seats_.load(std::memory_order_acquire); free > 0;)
+      if (seats_.compare_exchange_weak(free, free - 1, std::memory_order_acq_rel, std::memory_order_acquire))
+        return true;
+    return false;
+  }
+  void release_seat() { seats_.fetch_add(1, std::memory_order_acq_rel); }
+
   void work() {
     inside_job = true;
+    bool seated = false;
     for (;;) {
       const std::uint64_t seen = jobs_.load(std::memory_order_seq_cst);
+      if (!seated) seated = take_seat();
       bool worked = false;
-      for (Slot& slot : slots_) worked = slot.help() || worked;
-      if (stopping_.load(std::memory_order_acquire)) return;
+      if (seated)
+        for (Slot& slot : slots_) worked = slot.help() || worked;
+      if (stopping_.load(std::memory_order_acquire)) {
+        if (seated) release_seat();
+        return;
+      }
       if (worked) continue;
       bool changed = false;
-      for (int spins = 0; spins < 4000 && !changed; ++spins) {
+      for (int spins = 0; seated && spins < 4000 && !changed; ++spins) {
         cpu_relax();
         changed = jobs_.load(std::memory_order_acquire) != seen || stopping_.load(std::memory_order_relaxed);
       }
       if (changed) continue;
+      if (seated) release_seat();
+      seated = false;
       std::unique_lock<std::mutex> lock(sleep_mutex_);
       sleepers_.fetch_add(1, std::memory_order_seq_cst);
       wake_.wait(lock, [&] { return stopping_.load() || jobs_.load(std::memory_order_seq_cst) != seen; });
@@ -219,6 +256,7 @@ class Pool {
   Slot slots_[kSlots];
   std::atomic<std::uint64_t> jobs_{0};  // jobs announced so far
   std::atomic<int> sleepers_{0};
+  std::atomic<int> seats_;  // free seats: at first the process's CPUs but the caller's
   std::mutex sleep_mutex_;
   std::condition_variable wake_;
   std::atomic<bool> stopping_{false};
