@@ -4,6 +4,7 @@ SANITIZE_DIR ?= build-sanitize
 FUZZ_DIR     ?= build-fuzz
 FUZZ_SECONDS ?= 60
 BENCH_QUICK  ?=
+THREADS      ?=
 JOBS         ?= 2
 CMAKE_FLAGS  ?=
 
@@ -54,7 +55,7 @@ fuzz: deps
 # kiln against libtorch (the optional peer: make install-peer) and raw OpenBLAS, as one table; about 10 minutes
 # on 2 cores. BENCH_QUICK=1 runs a subset in about a minute.
 bench: build
-	BENCH_QUICK=$(BENCH_QUICK) JOBS=$(JOBS) bash scripts/bench.sh $(BUILD_DIR)
+	BENCH_QUICK=$(BENCH_QUICK) BENCH_THREADS="$(THREADS)" JOBS=$(JOBS) bash scripts/bench.sh $(BUILD_DIR)
 
 # The benchmark's peer: Debian's libtorch-dev (large; needs root). kiln itself never uses it.
 install-peer:

@@ -3,7 +3,10 @@
 #
 #   scripts/bench.sh [BUILD_DIR]        (default: build; make bench passes $(BUILD_DIR))
 #   BENCH_QUICK=1    a fast subset: every workload but long_mha at sequence 512 only, one round, short timing
-#   BENCH_THREADS    thread counts to run (default "1 2")
+#   BENCH_THREADS    thread counts to run (default "1 2"; make bench THREADS="1 2 4 8 16" sets it). With 2
+#                    and more counts, a scaling table follows: each count's kiln time over its 2-thread time,
+#                    flagged where a count above 2 takes more than 2x (issue 39: more threads must never
+#                    collapse, on a machine with fewer cores than threads too).
 #   BENCH_ROUNDS     rounds per row (default 3; 1 with BENCH_QUICK)
 #   BENCH_ONLY       only the workloads whose name matches this awk regex ("rnn", "norms|noise")
 #   BENCH_PEER_ENV   environment for the peer's processes; default "OMP_WAIT_POLICY=passive" (set it to ""
@@ -28,6 +31,7 @@ torch="$build/bench/torch_bench"
 quick=${BENCH_QUICK:-0}
 [ "$quick" = "0" ] && quick=""
 threads_list=${BENCH_THREADS:-"1 2"}
+[ -z "${threads_list// /}" ] && threads_list="1 2"
 rounds=${BENCH_ROUNDS:-$([ -n "$quick" ] && echo 1 || echo 3)}
 
 if [ ! -x "$kiln" ]; then
@@ -234,6 +238,36 @@ END {
     printf "%-10s %3s | %9s %9s %6s | %9s %9s %6s\n", part[1], part[2], num(km, "%.1f"), num(tm, "%.1f"), ratio(km, tm),
            num(kp, "%.1f"), num(tp, "%.1f"), ratio(kp, tp)
   }
+}' "$results"
+# Scaling: each thread count's kiln time over the 2-thread time of the same row.
+awk -v counts="$threads_list" "$awk_lib"'
+field($0, "impl") == "kiln" && $0 !~ /"mode":"latency"/ && $0 !~ /"callers"/ {
+  seq = field($0, "seq"); if (seq == "") seq = "-"
+  key = field($0, "workload") SUBSEP field($0, "mode") SUBSEP seq
+  if (!(key in seen)) { seen[key] = 1; order[++count] = key }
+  ms[key, field($0, "threads")] = ms[key, field($0, "threads")] " " field($0, "ms_median")
+}
+END {
+  n = split(counts, thr, " ")
+  has2 = 0
+  for (j = 1; j <= n; ++j) if (thr[j] == 2) has2 = 1
+  if (!has2 || n < 3) exit
+  printf "\nscaling: kiln time at each thread count over its 2-thread time (flag: above 2x at more than 2 threads)\n"
+  printf "%-10s %-10s %5s |", "workload", "mode", "seq"
+  for (j = 1; j <= n; ++j) printf " %7s", thr[j] " thr"
+  printf "\n"
+  flagged = 0
+  for (i = 1; i <= count; ++i) {
+    key = order[i]; split(key, part, SUBSEP)
+    base = median(ms[key, 2]); line = sprintf("%-10s %-10s %5s |", part[1], part[2], part[3]); flag = ""
+    for (j = 1; j <= n; ++j) {
+      t = median(ms[key, thr[j]]); r = ratio(t, base); line = line sprintf(" %7s", r)
+      if (r != "-" && thr[j] > 2 && r + 0 > 2) flag = "  <- over 2x"
+    }
+    if (flag != "") ++flagged
+    print line flag
+  }
+  printf "%d row(s) over 2x\n", flagged
 }' "$results"
 echo "times: median over rounds of each process's median step (ms); peak: VmHWM above the RSS before the"
 echo "workload was built (MB); k/t = kiln / libtorch; %sgemm = raw OpenBLAS time for the same GEMMs / impl time."
