@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <utility>
 
 namespace kiln {
@@ -71,6 +72,18 @@ std::string did_you_mean(const std::vector<std::string>& names) {
   std::string text = "; did you mean";
   for (std::size_t i = 0; i < names.size(); ++i) text += (i ? ", '" : " '") + names[i] + "'";
   return text + "?";
+}
+
+std::string readable_size(double bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int unit = 0;
+  while (bytes >= 1024.0 && unit < 4) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.2f %s", bytes, units[unit]);
+  return buffer;
 }
 
 }  // namespace kiln

@@ -21,6 +21,9 @@ std::size_t edit_distance(const std::string& a, const std::string& b);
 /// The candidates closest to `name`, best first (ties in alphabetical order).
 std::vector<std::string> nearest_names(const std::string& name, const std::vector<std::string>& candidates,
                                        std::size_t count = 3);
+/// A byte count as Keras's readable_memory_size writes it: "19.53 KB", "1.00 GB" (units of 1024).
+std::string readable_size(double bytes);
+
 /// "; did you mean 'a', 'b'?" for these names, or "" when there are none: the tail of every unknown-name
 /// message.
 std::string did_you_mean(const std::vector<std::string>& names);

@@ -163,9 +163,10 @@ class Pool {
 
   Pool()
       : threads_(default_num_threads(openblas_get_num_threads())),
-        seats_(std::max(1, std::min(affinity_cpus() > 0 ? affinity_cpus() : 1 << 16,
-                                    cgroup_cpu_limit() > 0 ? cgroup_cpu_limit() : 1 << 16)) -
-               1) {
+        seats_([] {
+          const int cpus = available_cpus();
+          return cpus > 0 ? cpus - 1 : 1 << 16;  // unknown: no cap
+        }()) {
     openblas_set_num_threads(1);
   }
 

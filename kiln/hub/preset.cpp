@@ -372,14 +372,18 @@ void save_preset(const Preset& preset, const std::string& folder, std::optional<
   // keras-hub shards the weights of a backbone over max_shard_size GB, each variable counted once. A weight no
   // shard can hold is refused before anything is written.
   constexpr double gigabyte = 1024.0 * 1024.0 * 1024.0;
+  const std::vector<Weight> weights = backbone.weights();
   double backbone_bytes = 0;
-  for (const Weight& weight : backbone.weights()) backbone_bytes += static_cast<double>(weight.value.nbytes());
+  const Weight* largest = nullptr;
+  for (const Weight& weight : weights) {
+    backbone_bytes += static_cast<double>(weight.value.nbytes());
+    if (largest == nullptr || weight.value.nbytes() > largest->value.nbytes()) largest = &weight;
+  }
   const bool sharded = max_shard_size && backbone_bytes / gigabyte > *max_shard_size;
-  for (const Weight& weight : backbone.weights())
-    if (sharded && static_cast<double>(weight.value.nbytes()) > *max_shard_size * gigabyte)
-      throw ValueError("save_preset: " + backbone.describe() + "'s weight " + weight.path + " takes " +
-                       std::to_string(weight.value.nbytes()) + " bytes, more than a shard of max_shard_size " +
-                       std::to_string(*max_shard_size) + " GB can hold; increase max_shard_size");
+  if (sharded && static_cast<double>(largest->value.nbytes()) > *max_shard_size * gigabyte)
+    throw ValueError("save_preset: " + backbone.describe() + "'s weight " + largest->path + " takes " +
+                     std::to_string(largest->value.nbytes()) + " bytes, more than a shard of max_shard_size " +
+                     std::to_string(*max_shard_size) + " GB can hold; increase max_shard_size");
   if (sharded) {
     save_keras_weights_sharded(backbone, (root / "model.weights.json").string(), *max_shard_size);
     // keras-hub reads model.weights.h5 before model.weights.json: a whole-file copy of earlier weights would hide

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <map>
 
+#include <kiln/core/names.hpp>
 #include <kiln/layers/detail/model_state.hpp>
 
 namespace kiln {
@@ -18,18 +19,6 @@ std::string with_commas(std::int64_t value) {
   std::string digits = std::to_string(value);
   for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<std::size_t>(i), ",");
   return digits;
-}
-
-std::string readable_size(double bytes) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-  int unit = 0;
-  while (bytes >= 1024.0 && unit < 4) {
-    bytes /= 1024.0;
-    ++unit;
-  }
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.2f %s", bytes, units[unit]);
-  return buffer;
 }
 
 // Display width of UTF-8 text (the table's box characters are one column each).

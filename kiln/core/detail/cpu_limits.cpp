@@ -107,15 +107,20 @@ int affinity_cpus() {
   return CPU_COUNT(&set);
 }
 
+int available_cpus() {
+  const int affinity = affinity_cpus(), quota = cgroup_cpu_limit();
+  if (affinity > 0 && quota > 0) return std::min(affinity, quota);
+  return std::max(affinity, quota);
+}
+
 int default_num_threads(int openblas) {
-  int threads = std::max(1, openblas);
+  const int threads = std::max(1, openblas);
   for (const char* variable : {"OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"}) {
     const char* value = std::getenv(variable);
     if (value != nullptr && std::atoi(value) > 0) return threads;  // the user's choice, as OpenBLAS read it
   }
-  if (const int cpus = affinity_cpus(); cpus > 0) threads = std::min(threads, cpus);
-  if (const int cpus = cgroup_cpu_limit(); cpus > 0) threads = std::min(threads, cpus);
-  return std::max(1, threads);
+  const int cpus = available_cpus();
+  return cpus > 0 ? std::min(threads, cpus) : threads;
 }
 
 }  // namespace kiln::detail

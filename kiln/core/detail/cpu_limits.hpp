@@ -18,6 +18,10 @@ int cgroup_cpu_limit();
 /// The CPUs in this process's affinity mask, 0 when it cannot be read.
 int affinity_cpus();
 
+/// The CPUs this process may keep busy at once: its affinity mask's, capped by its cgroup quota; 0 when neither
+/// can be read.
+int available_cpus();
+
 /// kiln's default thread count. OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS or OMP_NUM_THREADS when one is set (as
 /// OpenBLAS reads them, `openblas` is its count); else `openblas` (the CPUs OpenBLAS found) capped by the
 /// affinity mask and the cgroup quota. At least 1.

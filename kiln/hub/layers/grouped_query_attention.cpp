@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <functional>
 
 #include <kiln/core/error.hpp>
 #include <kiln/layers/detail/attention_math.hpp>
@@ -119,6 +118,23 @@ class Phi3SuScaledRotaryEmbeddingLayer final : public Layer {
   double scale_ = 1.0;
   LayerPtr short_, long_;
 };
+
+// keras-hub's FalconTransformerDecoder._get_slopes: for 2^m heads the geometric series from 2^(-8/2^m); for
+// others the series of the power of 2 below, then every other slope of the power above.
+std::vector<double> alibi_slopes(std::int64_t heads) {
+  auto power_of_2 = [](std::int64_t n) {
+    const double start = std::pow(2.0, -std::pow(2.0, -(std::log2(static_cast<double>(n)) - 3)));
+    std::vector<double> series;
+    for (std::int64_t i = 0; i < n; ++i) series.push_back(start * std::pow(start, static_cast<double>(i)));
+    return series;
+  };
+  const std::int64_t below = std::int64_t{1} << static_cast<int>(std::floor(std::log2(static_cast<double>(heads))));
+  std::vector<double> series = power_of_2(below);
+  if (below == heads) return series;
+  const std::vector<double> above = power_of_2(2 * below);
+  for (std::size_t i = 0; static_cast<std::int64_t>(series.size()) < heads; i += 2) series.push_back(above[i]);
+  return series;
+}
 
 Tensor heads_first(const Tensor& x) { return ops::transpose(x, {0, 2, 1, 3}); }
 
@@ -260,25 +276,7 @@ Tensor GroupedQueryAttentionLayer::repeat_heads(const Tensor& x) const {
 }
 
 Tensor GroupedQueryAttentionLayer::alibi(const Tensor& positions) const {
-  // keras-hub's FalconTransformerDecoder._get_slopes: a geometric series for a power of 2 heads, else the series of
-  // the power below followed by every other slope of the power above.
-  std::function<std::vector<double>(std::int64_t)> slopes = [&](std::int64_t heads) {
-    auto power_of_2 = [](std::int64_t n) {
-      const double start = std::pow(2.0, -std::pow(2.0, -(std::log2(static_cast<double>(n)) - 3)));
-      std::vector<double> series;
-      for (std::int64_t i = 0; i < n; ++i) series.push_back(start * std::pow(start, static_cast<double>(i)));
-      return series;
-    };
-    const double exponent = std::log2(static_cast<double>(heads));
-    if (exponent == std::floor(exponent)) return power_of_2(heads);
-    const std::int64_t closest = std::int64_t{1} << static_cast<int>(std::floor(exponent));
-    std::vector<double> series = power_of_2(closest);
-    const std::vector<double> above = slopes(2 * closest);
-    for (std::size_t i = 0; i < above.size() && static_cast<std::int64_t>(series.size()) < heads; i += 2)
-      series.push_back(above[i]);
-    return series;
-  };
-  const std::vector<double> values = slopes(options_.num_query_heads);
+  const std::vector<double> values = alibi_slopes(options_.num_query_heads);
   Array slope(Shape{1, options_.num_query_heads, 1, 1}, positions.dtype());
   for (std::size_t h = 0; h < values.size(); ++h) slope.set_flat(h, values[h]);
   // (B, 1, 1, S) · (1, heads, 1, 1)

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include <kiln/core/error.hpp>
+#include <kiln/core/names.hpp>
 #include <kiln/layers/config.hpp>
 #include <kiln/serialize/json.hpp>
 
@@ -17,19 +18,6 @@ namespace {
 
 bool ends_with(const std::string& text, const std::string& end) {
   return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
-}
-
-// Keras's readable_memory_size: "19.53 KB".
-std::string readable_size(double bytes) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-  int unit = 0;
-  while (bytes >= 1024 && unit < 4) {
-    bytes /= 1024;
-    ++unit;
-  }
-  char text[64];
-  std::snprintf(text, sizeof text, "%.2f %s", bytes, units[unit]);
-  return text;
 }
 
 std::string parent_of(const std::string& path) {
@@ -63,19 +51,17 @@ void ShardedHdf5Builder::begin_shard() {
     current_->close();
     current_.reset();  // a builder holds libhdf5's lock while it lives: one at a time
   }
-  char number[16];
-  std::snprintf(number, sizeof number, "_%05zu", shards_.size());
-  const std::string shard = folder_ + base_ + number + ".weights.h5";
+  const std::string shard = shard_path(shards_.size());
   const double room = std::min<double>(static_cast<double>(expected_bytes_), max_bytes_);
   shards_.push_back(std::make_unique<StagedFile>(shard, static_cast<std::uint64_t>(room) + (1u << 20)));
   current_ = std::make_unique<Hdf5Builder>(shards_.back()->temporary());
   current_bytes_ = 0;
 }
 
-std::vector<std::string> ShardedHdf5Builder::shard_names() const {
-  std::vector<std::string> names;
-  for (const auto& shard : shards_) names.push_back(shard->path().substr(folder_.size()));
-  return names;
+std::string ShardedHdf5Builder::shard_path(std::size_t index) const {
+  char number[16];
+  std::snprintf(number, sizeof number, "_%05zu", index);  // Keras's f"{base_name}_{index:05}.weights.h5"
+  return folder_ + base_ + number + ".weights.h5";
 }
 
 void ShardedHdf5Builder::group(const std::string& path) { current_->group(path); }
@@ -144,12 +130,7 @@ void ShardedHdf5Builder::close() {
   for (const auto& shard : shards_) shard->commit();
   write_file_atomically(index_path_, to_json(index, 4));
   // An earlier save's shards past this one's count: named as Keras names shards, beside this index.
-  for (std::size_t k = shards_.size();; ++k) {
-    char number[16];
-    std::snprintf(number, sizeof number, "_%05zu", k);
-    const std::string stale = folder_ + base_ + number + ".weights.h5";
-    if (::unlink(stale.c_str()) != 0) break;
-  }
+  for (std::size_t k = shards_.size(); ::unlink(shard_path(k).c_str()) == 0;) ++k;
 }
 
 }  // namespace kiln::detail

@@ -45,13 +45,12 @@ class ShardedHdf5Builder {
   // index (atomically) and removes an earlier save's shards beyond this one's.
   void close();
 
-  /// The shards written so far, by file name.
-  std::vector<std::string> shard_names() const;
 
  private:
   void before_dataset(const std::string& path, double bytes);
   void after_dataset(const std::string& path);
   void begin_shard();
+  std::string shard_path(std::size_t index) const;  ///< the folder, then model_00000.weights.h5 for index 0
 
   std::string index_path_, folder_, base_;
   double max_bytes_;
