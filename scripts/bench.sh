@@ -6,7 +6,8 @@
 #   BENCH_THREADS    thread counts to run (default "1 2"; make bench THREADS="1 2 4 8 16" sets it). With 2
 #                    and more counts, a scaling table follows: each count's kiln time over its 2-thread time,
 #                    flagged where a count above 2 takes more than 2x (issue 39: more threads must never
-#                    collapse, on a machine with fewer cores than threads too).
+#                    collapse, on a machine with fewer cores than threads too); then each model's kernels at
+#                    the largest count over 2 threads (scripts/kernel_scaling.sh), a kernel above 3x flagged.
 #   BENCH_ROUNDS     rounds per row (default 3; 1 with BENCH_QUICK)
 #   BENCH_ONLY       only the workloads whose name matches this awk regex ("rnn", "norms|noise")
 #   BENCH_PEER_ENV   environment for the peer's processes; default "OMP_WAIT_POLICY=passive" (set it to ""
@@ -269,6 +270,13 @@ END {
   }
   printf "%d row(s) over 2x\n", flagged
 }' "$results"
+# And each model's kernels at the largest count against 2 threads (scripts/kernel_scaling.sh: a kernel above 3x is
+# flagged). Reported, not fatal: the bench goes on to its other tables.
+high=$(tr ' ' '\n' <<<"$threads_list" | sort -n | tail -n 1)
+if [[ " $threads_list " == *" 2 "* ]] && [ "$high" -gt 2 ] && [ "$(wc -w <<<"$threads_list")" -ge 3 ]; then
+  echo
+  KERNEL_SCALING_ONLY="${BENCH_ONLY:-}" bash "$(dirname "$0")/kernel_scaling.sh" "$build" "$high" || true
+fi
 echo "times: median over rounds of each process's median step (ms); peak: VmHWM above the RSS before the"
 echo "workload was built (MB); k/t = kiln / libtorch; %sgemm = raw OpenBLAS time for the same GEMMs / impl time."
 echo

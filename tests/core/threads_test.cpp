@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -27,7 +28,7 @@ struct KeepThreads {
 
 TEST_CASE("parallel_for covers every item once, in contiguous ranges, one per worker", "[threads]") {
   KeepThreads keep;
-  for (int threads : {1, 2, 3, 5}) {
+  for (int threads : {1, 2, 3, 5, 16}) {
     kiln::set_num_threads(threads);
     REQUIRE(kiln::get_num_threads() == threads);
     for (std::int64_t count : {1, 2, 7, 64, 1000}) {
@@ -81,6 +82,47 @@ TEST_CASE("parallel_for inside a parallel_for runs serially instead of waiting f
   });
   REQUIRE(items == 40);
   REQUIRE(inner_workers_above_0 == 0);
+}
+
+namespace {
+// The threads of this process, from /proc.
+int process_threads() {
+  int count = 0;
+  for (std::ifstream stat("/proc/self/status"); stat;) {
+    std::string key;
+    stat >> key;
+    if (key == "Threads:") stat >> count;
+    stat.ignore(1 << 20, '\n');
+  }
+  return count;
+}
+}  // namespace
+
+TEST_CASE("more threads than CPUs: the ranges of that many threads, on no more pool threads than spare CPUs",
+          "[threads]") {
+  KeepThreads keep;
+  const int cpus = kiln::detail::available_cpus();
+  REQUIRE(cpus >= 1);
+  const int threads = cpus + 14;
+  kiln::set_num_threads(threads);
+  const int before = process_threads();
+  REQUIRE(before >= 1);
+  for (int job = 0; job < 20; ++job) {
+    const std::int64_t count = 1000;
+    std::vector<std::atomic<std::int64_t>> begins(static_cast<std::size_t>(threads)), ends(begins.size());
+    for (auto& begin : begins) begin = -1;
+    kiln::detail::parallel_for(count, 1 << 16, [&](std::int64_t begin, std::int64_t end, int worker) {
+      begins[static_cast<std::size_t>(worker)] = begin;
+      ends[static_cast<std::size_t>(worker)] = end;
+    });
+    for (int worker = 0; worker < threads; ++worker) {
+      INFO("worker " << worker << " of " << threads);
+      REQUIRE(begins[static_cast<std::size_t>(worker)] == count * worker / threads);
+      REQUIRE(ends[static_cast<std::size_t>(worker)] == count * (worker + 1) / threads);
+    }
+  }
+  // The pool started at most one thread for each CPU but the caller's: more would only queue behind them.
+  CHECK(process_threads() - before <= cpus - 1);
 }
 
 TEST_CASE("set_num_threads refuses fewer than one thread", "[threads]") {

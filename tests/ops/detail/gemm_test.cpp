@@ -81,12 +81,16 @@ TEST_CASE("gemm: an inner size of 0 gives zeros, or leaves C alone when accumula
 
 TEST_CASE("gemm: large products split over threads by rows or by columns give the same result", "[gemm][threads]") {
   const int saved = kiln::get_num_threads();
-  for (int threads : {1, 3}) {
+  for (int threads : {1, 3, 7, 16}) {
     kiln::set_num_threads(threads);
     INFO("threads " << threads);
     check_gemm<float>(1e-3, 200, 30, 300);  // tall: split by rows
     check_gemm<float>(1e-3, 20, 300, 300);  // wide: split by columns
+    // Column slices in whole 16-column units but the last: widths just over a unit, and under one more.
+    check_gemm<float>(1e-3, 12, 130, 2560);
+    check_gemm<float>(1e-3, 12, 127, 2560);
     check_gemm<double>(1e-10, 200, 30, 300);
+    check_gemm<double>(1e-10, 12, 130, 2560);
   }
   kiln::set_num_threads(saved);
 }
