@@ -1,22 +1,23 @@
 // kiln::set_num_threads and the pool behind detail::parallel_for.
 //
-// The pool keeps get_num_threads() − 1 threads, or fewer (below). Callers on any number of threads share it: each job sits
-// in a slot of its own, its caller works through its ranges and the pool's threads take ranges from any
-// slot that has some left, so two Programs running at once on two threads both progress and neither waits
-// for the other (a caller never waits for the pool: it claims whatever ranges are left itself). Which
-// thread runs a range never changes the ranges, so results are bitwise the same for any mix of callers.
-// Between jobs a pool thread spins briefly on the job counter (a training step runs kernels back to back,
-// and a futex wake-up costs more than a small kernel), then sleeps on a condition variable.
+// The pool keeps get_num_threads() − 1 threads, or fewer (below). Callers on any number of threads share it: each job
+// sits in a slot of its own, its caller works through its ranges and the pool's threads take ranges from any slot that
+// has some left, so two Programs running at once on two threads both progress and neither waits for the other (a caller
+// never waits for the pool: it claims whatever ranges are left itself). Which thread runs a range never changes the
+// ranges, so results are bitwise the same for any mix of callers. Between jobs a pool thread spins briefly on the job
+// counter (a training step runs kernels back to back, and a futex wake-up costs more than a small kernel), then sleeps
+// on a condition variable.
 //
 // More threads than CPUs: the pool starts no more threads than the process has CPUs besides the caller's (its
 // affinity mask and cgroup quota). A job still has get_num_threads() ranges, each run as range i whichever thread
 // takes it, so results do not change; but no range waits for a thread the OS has set aside, and the same few
 // threads do the work. A claim then takes a thread's share of the ranges in a row (ranges ÷ threads that can run),
 // so each works through neighbouring rows, those the kernel before most likely left in its cache, as with one
-// range a thread: 10 ranges of a bias add claimed one at a time by 2 threads took 3.5× as long. (Starting them all and letting only that many run at once, the seat each took passed from
-// sleeper to sleeper: a thread woken after a while is queued on the CPU it last ran on, often the caller's, and
-// the caller and it took turns on one CPU while the other idled. On 2 cores, char_gpt's LayerNorm took 3.3× its
-// 2-thread time at 16 threads, and a GEMM cut into 16 column slices 4.3×.)
+// range a thread: 10 ranges of a bias add claimed one at a time by 2 threads took 3.5× as long. (Starting them all and
+// letting only that many run at once, the seat each took passed from sleeper to sleeper: a thread woken after a while
+// is queued on the CPU it last ran on, often the caller's, and the caller and it took turns on one CPU while the other
+// idled. On 2 cores, char_gpt's LayerNorm took 3.3× its 2-thread time at 16 threads, and a GEMM cut into 16 column
+// slices 4.3×.)
 //
 // OpenBLAS is set to one thread for good: kiln splits large GEMMs over its own pool (ops/detail/gemm.cpp).
 // Two pools on the same cores fight: OpenBLAS 0.3.21's threads spin for up to 2^28 cycles after each GEMM
@@ -70,7 +71,7 @@ struct Slot {
   std::atomic<RangeFunction> function{nullptr};
   std::atomic<const void*> body{nullptr};
   std::atomic<std::int64_t> count{0};
-  std::atomic<int> done{0};  // ranges finished
+  std::atomic<int> done{0};   // ranges finished
   std::atomic<int> chunk{1};  // ranges a claim takes at once
   std::mutex error_mutex;
   std::exception_ptr error;

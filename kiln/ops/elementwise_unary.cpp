@@ -1,9 +1,11 @@
 // One-input elementwise ops (neg, exp, ..., gelu, softplus), the scalar-argument ops (scale, add_scalar,
 // pow_scalar) and activation-by-name. Kernels wrap the arena in flat xtensor adaptors so that xsimd
 // vectorizes the math; every forward op may run in place, which elementwise expressions allow.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +26,7 @@
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/op.hpp>
+#include <kiln/core/parallel.hpp>
 #include <kiln/ops/detail/kernel_util.hpp>
 #include <kiln/ops/ops.hpp>
 
@@ -39,14 +42,35 @@ auto flat(T* data, std::size_t size) {
   return xt::adapt(std::move(data), size, xt::no_ownership(), std::array<std::size_t, 1>{size});
 }
 
+// The elements [begin, begin + size) of the output (and of each input: elementwise, they have its size) that one
+// of kiln's threads computes.
+struct Chunk {
+  std::size_t begin, size;
+};
+
 template <class T>
-auto input_view(const KernelContext& k, int index) {
-  return flat(k.in<T>(index), k.output_size());
+auto input_view(const KernelContext& k, int index, Chunk c) {
+  return flat(k.in<T>(index) + c.begin, c.size);
 }
 
 template <class T>
-auto output_view(const KernelContext& k) {
-  return flat(k.out<T>(), k.output_size());
+auto output_view(const KernelContext& k, Chunk c) {
+  return flat(k.out<T>() + c.begin, c.size);
+}
+
+// A kernel over its chunks on kiln's threads: chunks of whole 64-byte lines but the last, so every chunk starts
+// as aligned as the whole output and no chunk but the last has a partial vector. xsimd then computes every element
+// as it would in one pass over the whole (the last partial vector included), and the results are bitwise the same
+// on any thread count. `cost`: about how many times a copy's work an element takes (detail::workers_for_elements).
+template <class T, void (*kernel)(const KernelContext&, Chunk), int cost>
+void chunked(const KernelContext& k) {
+  const auto n = static_cast<std::int64_t>(k.output_size());
+  constexpr auto line = static_cast<std::int64_t>(64 / sizeof(T));
+  detail::parallel_for((n + line - 1) / line, detail::workers_for_elements(n, cost),
+                       [&](std::int64_t begin, std::int64_t end, int) {
+                         const std::int64_t first = begin * line, last = std::min(end * line, n);
+                         kernel(k, Chunk{static_cast<std::size_t>(first), static_cast<std::size_t>(last - first)});
+                       });
 }
 
 template <class T>
@@ -62,103 +86,103 @@ constexpr double gelu_cubic = 0.044715;
 // ---- forward kernels -----------------------------------------------------------------------------------
 
 template <class T>
-void neg_kernel(const KernelContext& k) {
-  auto y = output_view<T>(k);
-  xt::noalias(y) = -input_view<T>(k, 0);
+void neg_kernel(const KernelContext& k, Chunk c) {
+  auto y = output_view<T>(k, c);
+  xt::noalias(y) = -input_view<T>(k, 0, c);
 }
 
 template <class T>
-void exp_kernel(const KernelContext& k) {
-  auto y = output_view<T>(k);
-  xt::noalias(y) = xt::exp(input_view<T>(k, 0));
+void exp_kernel(const KernelContext& k, Chunk c) {
+  auto y = output_view<T>(k, c);
+  xt::noalias(y) = xt::exp(input_view<T>(k, 0, c));
 }
 
 template <class T>
-void log_kernel(const KernelContext& k) {
-  auto y = output_view<T>(k);
-  xt::noalias(y) = xt::log(input_view<T>(k, 0));
+void log_kernel(const KernelContext& k, Chunk c) {
+  auto y = output_view<T>(k, c);
+  xt::noalias(y) = xt::log(input_view<T>(k, 0, c));
 }
 
 template <class T>
-void sqrt_kernel(const KernelContext& k) {
-  auto y = output_view<T>(k);
-  xt::noalias(y) = xt::sqrt(input_view<T>(k, 0));
+void sqrt_kernel(const KernelContext& k, Chunk c) {
+  auto y = output_view<T>(k, c);
+  xt::noalias(y) = xt::sqrt(input_view<T>(k, 0, c));
 }
 
 template <class T>
-void rsqrt_kernel(const KernelContext& k) {
-  auto y = output_view<T>(k);
-  xt::noalias(y) = T(1) / xt::sqrt(input_view<T>(k, 0));
+void rsqrt_kernel(const KernelContext& k, Chunk c) {
+  auto y = output_view<T>(k, c);
+  xt::noalias(y) = T(1) / xt::sqrt(input_view<T>(k, 0, c));
 }
 
 template <class T>
-void square_kernel(const KernelContext& k) {
-  auto x = input_view<T>(k, 0);
-  auto y = output_view<T>(k);
+void square_kernel(const KernelContext& k, Chunk c) {
+  auto x = input_view<T>(k, 0, c);
+  auto y = output_view<T>(k, c);
   xt::noalias(y) = x * x;
 }
 
 template <class T>
-void abs_kernel(const KernelContext& k) {
-  auto y = output_view<T>(k);
-  xt::noalias(y) = xt::abs(input_view<T>(k, 0));
+void abs_kernel(const KernelContext& k, Chunk c) {
+  auto y = output_view<T>(k, c);
+  xt::noalias(y) = xt::abs(input_view<T>(k, 0, c));
 }
 
 template <class T>
-void sin_kernel(const KernelContext& k) {
-  auto y = output_view<T>(k);
-  xt::noalias(y) = xt::sin(input_view<T>(k, 0));
+void sin_kernel(const KernelContext& k, Chunk c) {
+  auto y = output_view<T>(k, c);
+  xt::noalias(y) = xt::sin(input_view<T>(k, 0, c));
 }
 
 template <class T>
-void cos_kernel(const KernelContext& k) {
-  auto y = output_view<T>(k);
-  xt::noalias(y) = xt::cos(input_view<T>(k, 0));
+void cos_kernel(const KernelContext& k, Chunk c) {
+  auto y = output_view<T>(k, c);
+  xt::noalias(y) = xt::cos(input_view<T>(k, 0, c));
 }
 
 template <class T>
-void tanh_kernel(const KernelContext& k) {
-  auto y = output_view<T>(k);
-  xt::noalias(y) = xt::tanh(input_view<T>(k, 0));
+void tanh_kernel(const KernelContext& k, Chunk c) {
+  auto y = output_view<T>(k, c);
+  xt::noalias(y) = xt::tanh(input_view<T>(k, 0, c));
 }
 
 // 1 / (1 + exp(-x)) never produces NaN: exp overflows to inf for very negative x, giving exactly 0.
 template <class T>
-void sigmoid_kernel(const KernelContext& k) {
-  auto y = output_view<T>(k);
-  xt::noalias(y) = T(1) / (T(1) + xt::exp(-input_view<T>(k, 0)));
+void sigmoid_kernel(const KernelContext& k, Chunk c) {
+  auto y = output_view<T>(k, c);
+  xt::noalias(y) = T(1) / (T(1) + xt::exp(-input_view<T>(k, 0, c)));
 }
 
 // Not xt::maximum(x, 0): that is the CPU's maxps, which returns 0 for a NaN, so a NaN in the data would
 // give a finite loss while the weights quietly turn NaN. NaN < 0 is false, so NaN passes through.
 template <class T>
-void relu_kernel(const KernelContext& k) {
-  auto x = input_view<T>(k, 0);
-  auto y = output_view<T>(k);
+void relu_kernel(const KernelContext& k, Chunk c) {
+  auto x = input_view<T>(k, 0, c);
+  auto y = output_view<T>(k, c);
   xt::noalias(y) = xt::where(x < T(0), T(0), x);
 }
 
 template <class T>
-void leaky_relu_kernel(const KernelContext& k) {
+void leaky_relu_kernel(const KernelContext& k, Chunk c) {
   const T slope = attribute<T>(k, "negative_slope");
-  auto x = input_view<T>(k, 0);
-  auto y = output_view<T>(k);
+  auto x = input_view<T>(k, 0, c);
+  auto y = output_view<T>(k, c);
   xt::noalias(y) = xt::where(x > T(0), x, slope * x);
 }
 
 // expm1 keeps the negative branch accurate near 0, where exp(x) - 1 would cancel.
 template <class T>
-void elu_kernel(const KernelContext& k) {
+void elu_kernel(const KernelContext& k, Chunk c) {
   const T alpha = attribute<T>(k, "alpha");
-  auto x = input_view<T>(k, 0);
-  auto y = output_view<T>(k);
+  auto x = input_view<T>(k, 0, c);
+  auto y = output_view<T>(k, c);
   xt::noalias(y) = xt::where(x > T(0), x, alpha * xt::expm1(x));
 }
 
 template <class T>
-void gelu_kernel(const KernelContext& k) {
-  auto x = input_view<T>(k, 0);
-  auto y = output_view<T>(k);
+void gelu_kernel(const KernelContext& k, Chunk c) {
+  auto x = input_view<T>(k, 0, c);
+  auto y = output_view<T>(k, c);
   if (k.attributes().get_bool("approximate")) {
     xt::noalias(y) = T(0.5) * x * (T(1) + xt::tanh(T(sqrt_2_over_pi) * (x + T(gelu_cubic) * x * x * x)));
   } else {
@@ -168,138 +192,138 @@ void gelu_kernel(const KernelContext& k) {
 
 // x / (1 + exp(-x)) is x * sigmoid(x) without a second pass; for very negative x it gives -0, not NaN.
 template <class T>
-void swish_kernel(const KernelContext& k) {
-  auto x = input_view<T>(k, 0);
-  auto y = output_view<T>(k);
+void swish_kernel(const KernelContext& k, Chunk c) {
+  auto x = input_view<T>(k, 0, c);
+  auto y = output_view<T>(k, c);
   xt::noalias(y) = x / (T(1) + xt::exp(-x));
 }
 
 // log(1 + exp(x)) overflows for x > ~88 (float); this form is exact in both tails (max(x, 0) as in relu).
 template <class T>
-void softplus_kernel(const KernelContext& k) {
-  auto x = input_view<T>(k, 0);
-  auto y = output_view<T>(k);
+void softplus_kernel(const KernelContext& k, Chunk c) {
+  auto x = input_view<T>(k, 0, c);
+  auto y = output_view<T>(k, c);
   xt::noalias(y) = xt::where(x < T(0), T(0), x) + xt::log1p(xt::exp(-xt::abs(x)));
 }
 
 template <class T>
-void scale_kernel(const KernelContext& k) {
+void scale_kernel(const KernelContext& k, Chunk c) {
   const T factor = attribute<T>(k, "factor");
-  auto y = output_view<T>(k);
-  xt::noalias(y) = input_view<T>(k, 0) * factor;
+  auto y = output_view<T>(k, c);
+  xt::noalias(y) = input_view<T>(k, 0, c) * factor;
 }
 
 template <class T>
-void add_scalar_kernel(const KernelContext& k) {
+void add_scalar_kernel(const KernelContext& k, Chunk c) {
   const T value = attribute<T>(k, "value");
-  auto y = output_view<T>(k);
-  xt::noalias(y) = input_view<T>(k, 0) + value;
+  auto y = output_view<T>(k, c);
+  xt::noalias(y) = input_view<T>(k, 0, c) + value;
 }
 
 template <class T>
-void pow_scalar_kernel(const KernelContext& k) {
+void pow_scalar_kernel(const KernelContext& k, Chunk c) {
   const T exponent = attribute<T>(k, "exponent");
-  auto y = output_view<T>(k);
-  xt::noalias(y) = xt::pow(input_view<T>(k, 0), exponent);
+  auto y = output_view<T>(k, c);
+  xt::noalias(y) = xt::pow(input_view<T>(k, 0, c), exponent);
 }
 
 // ---- fused gradient kernels: input 0 is the forward input or output, input 1 the output gradient --------
 
 template <class T>
-void tanh_grad_kernel(const KernelContext& k) {
-  auto y = input_view<T>(k, 0);
-  auto dy = input_view<T>(k, 1);
-  auto dx = output_view<T>(k);
+void tanh_grad_kernel(const KernelContext& k, Chunk c) {
+  auto y = input_view<T>(k, 0, c);
+  auto dy = input_view<T>(k, 1, c);
+  auto dx = output_view<T>(k, c);
   xt::noalias(dx) = dy * (T(1) - y * y);
 }
 
 template <class T>
-void sigmoid_grad_kernel(const KernelContext& k) {
-  auto y = input_view<T>(k, 0);
-  auto dy = input_view<T>(k, 1);
-  auto dx = output_view<T>(k);
+void sigmoid_grad_kernel(const KernelContext& k, Chunk c) {
+  auto y = input_view<T>(k, 0, c);
+  auto dy = input_view<T>(k, 1, c);
+  auto dx = output_view<T>(k, c);
   xt::noalias(dx) = dy * y * (T(1) - y);
 }
 
 template <class T>
-void rsqrt_grad_kernel(const KernelContext& k) {
-  auto y = input_view<T>(k, 0);
-  auto dy = input_view<T>(k, 1);
-  auto dx = output_view<T>(k);
+void rsqrt_grad_kernel(const KernelContext& k, Chunk c) {
+  auto y = input_view<T>(k, 0, c);
+  auto dy = input_view<T>(k, 1, c);
+  auto dx = output_view<T>(k, c);
   xt::noalias(dx) = T(-0.5) * dy * y * y * y;
 }
 
 template <class T>
-void abs_grad_kernel(const KernelContext& k) {
-  auto x = input_view<T>(k, 0);
-  auto dy = input_view<T>(k, 1);
-  auto dx = output_view<T>(k);
+void abs_grad_kernel(const KernelContext& k, Chunk c) {
+  auto x = input_view<T>(k, 0, c);
+  auto dy = input_view<T>(k, 1, c);
+  auto dx = output_view<T>(k, c);
   xt::noalias(dx) = dy * xt::sign(x);
 }
 
 // Input 0 is relu's output: y > 0 exactly where x > 0, and reading y lets relu overwrite x.
 template <class T>
-void relu_grad_kernel(const KernelContext& k) {
-  auto y = input_view<T>(k, 0);
-  auto dy = input_view<T>(k, 1);
-  auto dx = output_view<T>(k);
+void relu_grad_kernel(const KernelContext& k, Chunk c) {
+  auto y = input_view<T>(k, 0, c);
+  auto dy = input_view<T>(k, 1, c);
+  auto dx = output_view<T>(k, c);
   xt::noalias(dx) = xt::where(y > T(0), dy, T(0));
 }
 
 template <class T>
-void leaky_relu_grad_kernel(const KernelContext& k) {
+void leaky_relu_grad_kernel(const KernelContext& k, Chunk c) {
   const T slope = attribute<T>(k, "negative_slope");
-  auto a = input_view<T>(k, 0);
-  auto dy = input_view<T>(k, 1);
-  auto dx = output_view<T>(k);
+  auto a = input_view<T>(k, 0, c);
+  auto dy = input_view<T>(k, 1, c);
+  auto dx = output_view<T>(k, c);
   xt::noalias(dx) = xt::where(a > T(0), dy, slope * dy);
 }
 
 template <class T>
-void elu_grad_kernel(const KernelContext& k) {
+void elu_grad_kernel(const KernelContext& k, Chunk c) {
   const T alpha = attribute<T>(k, "alpha");
-  auto x = input_view<T>(k, 0);
-  auto dy = input_view<T>(k, 1);
-  auto dx = output_view<T>(k);
+  auto x = input_view<T>(k, 0, c);
+  auto dy = input_view<T>(k, 1, c);
+  auto dx = output_view<T>(k, c);
   xt::noalias(dx) = xt::where(x > T(0), dy, dy * alpha * xt::exp(x));
 }
 
 // The tanh form needs tanh(u) three times; it is stored in dx first, so this op never runs in place.
 template <class T>
-void gelu_tanh_grad(const KernelContext& k) {
-  auto x = input_view<T>(k, 0);
-  auto dy = input_view<T>(k, 1);
-  auto dx = output_view<T>(k);
-  const T c = T(sqrt_2_over_pi);
-  xt::noalias(dx) = xt::tanh(c * (x + T(gelu_cubic) * x * x * x));
+void gelu_tanh_grad(const KernelContext& k, Chunk c) {
+  auto x = input_view<T>(k, 0, c);
+  auto dy = input_view<T>(k, 1, c);
+  auto dx = output_view<T>(k, c);
+  const T s = T(sqrt_2_over_pi);
+  xt::noalias(dx) = xt::tanh(s * (x + T(gelu_cubic) * x * x * x));
   xt::noalias(dx) =
-      dy * (T(0.5) * (T(1) + dx) + T(0.5) * x * (T(1) - dx * dx) * c * (T(1) + T(3 * gelu_cubic) * x * x));
+      dy * (T(0.5) * (T(1) + dx) + T(0.5) * x * (T(1) - dx * dx) * s * (T(1) + T(3 * gelu_cubic) * x * x));
 }
 
 template <class T>
-void gelu_erf_grad(const KernelContext& k) {
-  auto x = input_view<T>(k, 0);
-  auto dy = input_view<T>(k, 1);
-  auto dx = output_view<T>(k);
+void gelu_erf_grad(const KernelContext& k, Chunk c) {
+  auto x = input_view<T>(k, 0, c);
+  auto dy = input_view<T>(k, 1, c);
+  auto dx = output_view<T>(k, c);
   xt::noalias(dx) =
       dy * (T(0.5) * (T(1) + xt::erf(x * T(inv_sqrt_2))) + x * xt::exp(T(-0.5) * x * x) * T(inv_sqrt_2pi));
 }
 
 template <class T>
-void gelu_grad_kernel(const KernelContext& k) {
+void gelu_grad_kernel(const KernelContext& k, Chunk c) {
   if (k.attributes().get_bool("approximate")) {
-    gelu_tanh_grad<T>(k);
+    gelu_tanh_grad<T>(k, c);
   } else {
-    gelu_erf_grad<T>(k);
+    gelu_erf_grad<T>(k, c);
   }
 }
 
 // d/dx x*s(x) = s * (1 + x * (1 - s)); s goes to dx first, so this op never runs in place.
 template <class T>
-void swish_grad_kernel(const KernelContext& k) {
-  auto x = input_view<T>(k, 0);
-  auto dy = input_view<T>(k, 1);
-  auto dx = output_view<T>(k);
+void swish_grad_kernel(const KernelContext& k, Chunk c) {
+  auto x = input_view<T>(k, 0, c);
+  auto dy = input_view<T>(k, 1, c);
+  auto dx = output_view<T>(k, c);
   xt::noalias(dx) = T(1) / (T(1) + xt::exp(-x));
   xt::noalias(dx) = dy * dx * (T(1) + x * (T(1) - dx));
 }
@@ -307,20 +331,20 @@ void swish_grad_kernel(const KernelContext& k) {
 // Input 0 is softplus's output y: sigmoid(x) = 1 - exp(-y) = -expm1(-y), accurate in both tails, and
 // reading y lets softplus overwrite x.
 template <class T>
-void softplus_grad_kernel(const KernelContext& k) {
-  auto y = input_view<T>(k, 0);
-  auto dy = input_view<T>(k, 1);
-  auto dx = output_view<T>(k);
+void softplus_grad_kernel(const KernelContext& k, Chunk c) {
+  auto y = input_view<T>(k, 0, c);
+  auto dy = input_view<T>(k, 1, c);
+  auto dx = output_view<T>(k, c);
   xt::noalias(dx) = -dy * xt::expm1(-y);
 }
 
 template <class T>
-void pow_scalar_grad_kernel(const KernelContext& k) {
+void pow_scalar_grad_kernel(const KernelContext& k, Chunk c) {
   const T exponent = attribute<T>(k, "exponent");
   const T lowered = exponent - T(1);
-  auto x = input_view<T>(k, 0);
-  auto dy = input_view<T>(k, 1);
-  auto dx = output_view<T>(k);
+  auto x = input_view<T>(k, 0, c);
+  auto dy = input_view<T>(k, 1, c);
+  auto dx = output_view<T>(k, c);
   xt::noalias(dx) = dy * exponent * xt::pow(x, lowered);
 }
 
@@ -435,50 +459,78 @@ OpDef grad_op(const char* name, KernelFn float32_kernel, KernelFn float64_kernel
   return op;
 }
 
-KILN_REGISTER_OP(unary_op("kiln>Neg", neg_kernel<float>, neg_kernel<double>, neg_backward));
-KILN_REGISTER_OP(unary_op("kiln>Exp", exp_kernel<float>, exp_kernel<double>, exp_backward));
-KILN_REGISTER_OP(unary_op("kiln>Log", log_kernel<float>, log_kernel<double>, log_backward));
-KILN_REGISTER_OP(unary_op("kiln>Sqrt", sqrt_kernel<float>, sqrt_kernel<double>, sqrt_backward));
-KILN_REGISTER_OP(unary_op("kiln>Rsqrt", rsqrt_kernel<float>, rsqrt_kernel<double>, rsqrt_backward));
-KILN_REGISTER_OP(unary_op("kiln>Square", square_kernel<float>, square_kernel<double>, square_backward));
-KILN_REGISTER_OP(unary_op("kiln>Abs", abs_kernel<float>, abs_kernel<double>, abs_backward));
-KILN_REGISTER_OP(unary_op("kiln>Sin", sin_kernel<float>, sin_kernel<double>, sin_backward));
-KILN_REGISTER_OP(unary_op("kiln>Cos", cos_kernel<float>, cos_kernel<double>, cos_backward));
-KILN_REGISTER_OP(unary_op("kiln>Tanh", tanh_kernel<float>, tanh_kernel<double>, tanh_backward));
-KILN_REGISTER_OP(unary_op("kiln>Sigmoid", sigmoid_kernel<float>, sigmoid_kernel<double>, sigmoid_backward));
-KILN_REGISTER_OP(unary_op("kiln>Relu", relu_kernel<float>, relu_kernel<double>, relu_backward));
-KILN_REGISTER_OP(unary_op("kiln>LeakyRelu", leaky_relu_kernel<float>, leaky_relu_kernel<double>, leaky_relu_backward)
+KILN_REGISTER_OP(unary_op("kiln>Neg", chunked<float, neg_kernel<float>, 1>, chunked<double, neg_kernel<double>, 1>,
+                          neg_backward));
+KILN_REGISTER_OP(unary_op("kiln>Exp", chunked<float, exp_kernel<float>, 4>, chunked<double, exp_kernel<double>, 4>,
+                          exp_backward));
+KILN_REGISTER_OP(unary_op("kiln>Log", chunked<float, log_kernel<float>, 4>, chunked<double, log_kernel<double>, 4>,
+                          log_backward));
+KILN_REGISTER_OP(unary_op("kiln>Sqrt", chunked<float, sqrt_kernel<float>, 2>, chunked<double, sqrt_kernel<double>, 2>,
+                          sqrt_backward));
+KILN_REGISTER_OP(unary_op("kiln>Rsqrt", chunked<float, rsqrt_kernel<float>, 2>,
+                          chunked<double, rsqrt_kernel<double>, 2>, rsqrt_backward));
+KILN_REGISTER_OP(unary_op("kiln>Square", chunked<float, square_kernel<float>, 1>,
+                          chunked<double, square_kernel<double>, 1>, square_backward));
+KILN_REGISTER_OP(unary_op("kiln>Abs", chunked<float, abs_kernel<float>, 1>, chunked<double, abs_kernel<double>, 1>,
+                          abs_backward));
+KILN_REGISTER_OP(unary_op("kiln>Sin", chunked<float, sin_kernel<float>, 8>, chunked<double, sin_kernel<double>, 8>,
+                          sin_backward));
+KILN_REGISTER_OP(unary_op("kiln>Cos", chunked<float, cos_kernel<float>, 8>, chunked<double, cos_kernel<double>, 8>,
+                          cos_backward));
+KILN_REGISTER_OP(unary_op("kiln>Tanh", chunked<float, tanh_kernel<float>, 8>, chunked<double, tanh_kernel<double>, 8>,
+                          tanh_backward));
+KILN_REGISTER_OP(unary_op("kiln>Sigmoid", chunked<float, sigmoid_kernel<float>, 4>,
+                          chunked<double, sigmoid_kernel<double>, 4>, sigmoid_backward));
+KILN_REGISTER_OP(unary_op("kiln>Relu", chunked<float, relu_kernel<float>, 1>, chunked<double, relu_kernel<double>, 1>,
+                          relu_backward));
+KILN_REGISTER_OP(unary_op("kiln>LeakyRelu", chunked<float, leaky_relu_kernel<float>, 1>,
+                          chunked<double, leaky_relu_kernel<double>, 1>, leaky_relu_backward)
                      .attributes({"negative_slope"}));
-KILN_REGISTER_OP(unary_op("kiln>Elu", elu_kernel<float>, elu_kernel<double>, elu_backward).attributes({"alpha"}));
-KILN_REGISTER_OP(
-    unary_op("kiln>Gelu", gelu_kernel<float>, gelu_kernel<double>, gelu_backward).attributes({"approximate"}));
-KILN_REGISTER_OP(unary_op("kiln>Swish", swish_kernel<float>, swish_kernel<double>, swish_backward));
-KILN_REGISTER_OP(unary_op("kiln>Softplus", softplus_kernel<float>, softplus_kernel<double>, softplus_backward));
-KILN_REGISTER_OP(
-    unary_op("kiln>Scale", scale_kernel<float>, scale_kernel<double>, scale_backward).attributes({"factor"}));
-KILN_REGISTER_OP(unary_op("kiln>AddScalar", add_scalar_kernel<float>, add_scalar_kernel<double>, add_scalar_backward)
+KILN_REGISTER_OP(unary_op("kiln>Elu", chunked<float, elu_kernel<float>, 4>, chunked<double, elu_kernel<double>, 4>,
+                          elu_backward)
+                     .attributes({"alpha"}));
+KILN_REGISTER_OP(unary_op("kiln>Gelu", chunked<float, gelu_kernel<float>, 8>, chunked<double, gelu_kernel<double>, 8>,
+                          gelu_backward)
+                     .attributes({"approximate"}));
+KILN_REGISTER_OP(unary_op("kiln>Swish", chunked<float, swish_kernel<float>, 4>,
+                          chunked<double, swish_kernel<double>, 4>, swish_backward));
+KILN_REGISTER_OP(unary_op("kiln>Softplus", chunked<float, softplus_kernel<float>, 8>,
+                          chunked<double, softplus_kernel<double>, 8>, softplus_backward));
+KILN_REGISTER_OP(unary_op("kiln>Scale", chunked<float, scale_kernel<float>, 1>,
+                          chunked<double, scale_kernel<double>, 1>, scale_backward)
+                     .attributes({"factor"}));
+KILN_REGISTER_OP(unary_op("kiln>AddScalar", chunked<float, add_scalar_kernel<float>, 1>,
+                          chunked<double, add_scalar_kernel<double>, 1>, add_scalar_backward)
                      .attributes({"value"}));
-KILN_REGISTER_OP(unary_op("kiln>PowScalar", pow_scalar_kernel<float>, pow_scalar_kernel<double>, pow_scalar_backward)
+KILN_REGISTER_OP(unary_op("kiln>PowScalar", chunked<float, pow_scalar_kernel<float>, 8>,
+                          chunked<double, pow_scalar_kernel<double>, 8>, pow_scalar_backward)
                      .attributes({"exponent"}));
 
-KILN_REGISTER_OP(grad_op("kiln>TanhGrad", tanh_grad_kernel<float>, tanh_grad_kernel<double>, Sharing::inplace));
-KILN_REGISTER_OP(grad_op("kiln>SigmoidGrad", sigmoid_grad_kernel<float>, sigmoid_grad_kernel<double>,
-                         Sharing::inplace));
-KILN_REGISTER_OP(grad_op("kiln>RsqrtGrad", rsqrt_grad_kernel<float>, rsqrt_grad_kernel<double>, Sharing::inplace));
-KILN_REGISTER_OP(grad_op("kiln>AbsGrad", abs_grad_kernel<float>, abs_grad_kernel<double>, Sharing::inplace));
-KILN_REGISTER_OP(grad_op("kiln>ReluGrad", relu_grad_kernel<float>, relu_grad_kernel<double>, Sharing::inplace));
-KILN_REGISTER_OP(grad_op("kiln>LeakyReluGrad", leaky_relu_grad_kernel<float>, leaky_relu_grad_kernel<double>,
-                         Sharing::inplace)
+KILN_REGISTER_OP(grad_op("kiln>TanhGrad", chunked<float, tanh_grad_kernel<float>, 1>,
+                         chunked<double, tanh_grad_kernel<double>, 1>, Sharing::inplace));
+KILN_REGISTER_OP(grad_op("kiln>SigmoidGrad", chunked<float, sigmoid_grad_kernel<float>, 1>,
+                         chunked<double, sigmoid_grad_kernel<double>, 1>, Sharing::inplace));
+KILN_REGISTER_OP(grad_op("kiln>RsqrtGrad", chunked<float, rsqrt_grad_kernel<float>, 1>,
+                         chunked<double, rsqrt_grad_kernel<double>, 1>, Sharing::inplace));
+KILN_REGISTER_OP(grad_op("kiln>AbsGrad", chunked<float, abs_grad_kernel<float>, 1>,
+                         chunked<double, abs_grad_kernel<double>, 1>, Sharing::inplace));
+KILN_REGISTER_OP(grad_op("kiln>ReluGrad", chunked<float, relu_grad_kernel<float>, 1>,
+                         chunked<double, relu_grad_kernel<double>, 1>, Sharing::inplace));
+KILN_REGISTER_OP(grad_op("kiln>LeakyReluGrad", chunked<float, leaky_relu_grad_kernel<float>, 1>,
+                         chunked<double, leaky_relu_grad_kernel<double>, 1>, Sharing::inplace)
                      .attributes({"negative_slope"}));
-KILN_REGISTER_OP(
-    grad_op("kiln>EluGrad", elu_grad_kernel<float>, elu_grad_kernel<double>, Sharing::inplace).attributes({"alpha"}));
-KILN_REGISTER_OP(grad_op("kiln>GeluGrad", gelu_grad_kernel<float>, gelu_grad_kernel<double>, Sharing::none)
+KILN_REGISTER_OP(grad_op("kiln>EluGrad", chunked<float, elu_grad_kernel<float>, 4>,
+                         chunked<double, elu_grad_kernel<double>, 4>, Sharing::inplace)
+                     .attributes({"alpha"}));
+KILN_REGISTER_OP(grad_op("kiln>GeluGrad", chunked<float, gelu_grad_kernel<float>, 8>,
+                         chunked<double, gelu_grad_kernel<double>, 8>, Sharing::none)
                      .attributes({"approximate"}));
-KILN_REGISTER_OP(grad_op("kiln>SwishGrad", swish_grad_kernel<float>, swish_grad_kernel<double>, Sharing::none));
-KILN_REGISTER_OP(grad_op("kiln>SoftplusGrad", softplus_grad_kernel<float>, softplus_grad_kernel<double>,
-                         Sharing::inplace));
-KILN_REGISTER_OP(grad_op("kiln>PowScalarGrad", pow_scalar_grad_kernel<float>, pow_scalar_grad_kernel<double>,
-                         Sharing::inplace)
+KILN_REGISTER_OP(grad_op("kiln>SwishGrad", chunked<float, swish_grad_kernel<float>, 4>,
+                         chunked<double, swish_grad_kernel<double>, 4>, Sharing::none));
+KILN_REGISTER_OP(grad_op("kiln>SoftplusGrad", chunked<float, softplus_grad_kernel<float>, 4>,
+                         chunked<double, softplus_grad_kernel<double>, 4>, Sharing::inplace));
+KILN_REGISTER_OP(grad_op("kiln>PowScalarGrad", chunked<float, pow_scalar_grad_kernel<float>, 8>,
+                         chunked<double, pow_scalar_grad_kernel<double>, 8>, Sharing::inplace)
                      .attributes({"exponent"}));
 
 // ---- activation by name --------------------------------------------------------------------------------

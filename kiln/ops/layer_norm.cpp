@@ -3,6 +3,7 @@
 // each row's statistics from x instead of saving them: one pass over a row is cheaper than another buffer.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,70 @@ void for_stats_blocks(const T* x, const Rows& rows, double epsilon, int workers,
       body);
 }
 
+// ---- the parameter gradients: sums over rows -------------------------------------------------------------
+// Split by blocks of rows: each worker adds its blocks, in row order, into a partial of its own (in the workspace,
+// 64 bytes apart), and the partials are added in worker order. The result depends on the thread count only; with
+// one worker (one thread, a few rows, or a workspace planned for one) it is the serial sum, written into the
+// output directly. (Split by features instead, every worker would read every row for a few columns of each.)
+
+template <class T>
+constexpr std::int64_t padded_size(std::int64_t size) {
+  constexpr std::int64_t per_line = 64 / static_cast<std::int64_t>(sizeof(T));
+  return (size + per_line - 1) / per_line * per_line;
+}
+
+int sum_workers(const Rows& rows, std::int64_t row_block_size) {
+  return detail::parallel_workers((rows.count + row_block_size - 1) / row_block_size, workers_for(rows, 4));
+}
+
+// Room for sum_over_rows' partials as planned (rows of x's last `trailing` axes).
+template <class T>
+std::size_t sums_workspace_of(const Shape& x, int trailing) {
+  const Rows rows = rows_of(x, trailing);
+  const int workers = sum_workers(rows, row_block<T>);
+  if (workers <= 1) return 0;
+  return static_cast<std::size_t>(padded_size<T>(rows.size) * workers) * sizeof(T) + 64;
+}
+std::size_t sums_workspace(const Shape& x, int trailing, DType dtype) {
+  return dtype == DType::float64 ? sums_workspace_of<double>(x, trailing) : sums_workspace_of<float>(x, trailing);
+}
+
+// out (rows.size values) = the sum over the rows: compute(first, count, stats) then accumulate(first, count, stats,
+// target) for each block of rows, target this worker's partial (or out itself).
+template <class Stats, class T, class Compute, class Accumulate>
+void sum_over_rows(const KernelContext& k, const Rows& rows, T* out, const Compute& compute,
+                   const Accumulate& accumulate) {
+  std::fill(out, out + rows.size, T(0));
+  const std::int64_t blocks = (rows.count + row_block<T> - 1) / row_block<T>;
+  const std::int64_t stride = padded_size<T>(rows.size);
+  const std::size_t room = k.workspace_bytes > 64 ? k.workspace_bytes - 64 : 0;
+  const auto capacity = static_cast<std::int64_t>(room / (static_cast<std::size_t>(stride) * sizeof(T)));
+  const int workers = static_cast<int>(std::min<std::int64_t>(capacity, sum_workers(rows, row_block<T>)));
+  const auto each_block = [&](std::int64_t begin, std::int64_t end, T* target) {
+    Stats stats;
+    for (std::int64_t block = begin; block < end; ++block) {
+      const std::int64_t first = block * row_block<T>;
+      const std::int64_t count = std::min(row_block<T>, rows.count - first);
+      compute(first, count, stats);
+      accumulate(first, count, stats, target);
+    }
+  };
+  if (workers <= 1) {
+    each_block(0, blocks, out);
+    return;
+  }
+  auto start = reinterpret_cast<std::uintptr_t>(k.workspace);
+  T* partials = reinterpret_cast<T*>((start + 63) / 64 * 64);
+  std::fill(partials, partials + stride * workers, T(0));
+  detail::parallel_for(blocks, workers, [&](std::int64_t begin, std::int64_t end, int worker) {
+    each_block(begin, end, partials + stride * worker);
+  });
+  for (int worker = 0; worker < workers; ++worker) {
+    const T* partial = partials + stride * worker;
+    for (std::int64_t j = 0; j < rows.size; ++j) out[j] += partial[j];
+  }
+}
+
 template <class T>
 void layer_norm_kernel(const KernelContext& k) {
   using Batch = xsimd::batch<T>;
@@ -191,8 +256,7 @@ void layer_norm_grad_kernel(const KernelContext& k) {
       });
 }
 
-// dgamma = the sum over rows of dy * xhat, in row order on one thread (a sum over rows: its order would otherwise
-// depend on the thread count).
+// dgamma = the sum over rows of dy * xhat (sum_over_rows).
 template <class T>
 void layer_norm_param_grad_kernel(const KernelContext& k) {
   const double epsilon = k.attributes().get_double("epsilon");
@@ -202,21 +266,30 @@ void layer_norm_param_grad_kernel(const KernelContext& k) {
   const Rows rows = rows_of(k);
   using Batch = xsimd::batch<T>;
   constexpr auto lanes = static_cast<std::int64_t>(Batch::size);
-  for (std::int64_t j = 0; j < rows.size; ++j) dgamma[j] = T(0);
   // A vector of columns at a time, over a block's rows in order, in a register: each column's sum runs in row order
   // as before. One scalar column at a time, a row at a time, took 35 µs a call on mql5_block's (64, 40, 12).
-  for_stats_blocks(x, rows, epsilon, 1, [&](std::int64_t first, std::int64_t count, const BlockStats<T>& stats) {
-    for (std::int64_t j = 0; j < rows.size; j += lanes) {
-      const std::int64_t width = std::min(lanes, rows.size - j);
-      Batch sum = detail::load_run(dgamma + j, width, T(0));
-      for (std::int64_t i = 0; i < count; ++i) {
-        const std::int64_t offset = (first + i) * rows.size + j;
-        const Batch deviation = detail::load_run(x + offset, width, T(0)) - Batch(stats.mean[i]);
-        sum += detail::load_run(dy + offset, width, T(0)) * deviation * Batch(stats.rstd[i]);
-      }
-      detail::store_run(dgamma + j, width, sum);
-    }
-  });
+  sum_over_rows<BlockStats<T>>(
+      k, rows, dgamma,
+      [&](std::int64_t first, std::int64_t count, BlockStats<T>& stats) {
+        block_stats(x, first, count, rows.size, epsilon, stats);
+      },
+      [&](std::int64_t first, std::int64_t count, const BlockStats<T>& stats, T* target) {
+        for (std::int64_t j = 0; j < rows.size; j += lanes) {
+          const std::int64_t width = std::min(lanes, rows.size - j);
+          Batch sum = detail::load_run(target + j, width, T(0));
+          for (std::int64_t i = 0; i < count; ++i) {
+            const std::int64_t offset = (first + i) * rows.size + j;
+            const Batch deviation = detail::load_run(x + offset, width, T(0)) - Batch(stats.mean[i]);
+            sum += detail::load_run(dy + offset, width, T(0)) * deviation * Batch(stats.rstd[i]);
+          }
+          detail::store_run(target + j, width, sum);
+        }
+      });
+}
+
+std::size_t layer_norm_param_grad_workspace(const std::vector<Shape>& inputs, const Shape&, const Attributes&,
+                                            DType dtype) {
+  return sums_workspace(inputs[0], 1, dtype);
 }
 
 Attributes epsilon_of(const GradContext& g) {
@@ -358,6 +431,7 @@ void rms_norm_grad_kernel(const KernelContext& k) {
 
 // dscale = the sum over rows of dy·x·r, in row order on one thread (its order would otherwise depend on the
 // thread count).
+// dscale = the sum over rows of dy * x * r (sum_over_rows).
 template <class T>
 void rms_norm_scale_grad_kernel(const KernelContext& k) {
   const double epsilon = k.attributes().get_double("epsilon");
@@ -365,14 +439,23 @@ void rms_norm_scale_grad_kernel(const KernelContext& k) {
   const T* dy = k.in<T>(1);
   T* dscale = k.out<T>();
   const Rows rows = rows_of(k.input_shape(0), trailing_of(k.attributes()));
-  std::fill(dscale, dscale + rows.size, T(0));
-  for_rms_blocks(x, rows, epsilon, 1, [&](std::int64_t first, std::int64_t count, const BlockRrms<T>& block) {
-    for (std::int64_t i = 0; i < count; ++i) {
-      const std::int64_t offset = (first + i) * rows.size;
-      const T rrms = block.rrms[i];
-      for (std::int64_t j = 0; j < rows.size; ++j) dscale[j] += dy[offset + j] * x[offset + j] * rrms;
-    }
-  });
+  sum_over_rows<BlockRrms<T>>(
+      k, rows, dscale,
+      [&](std::int64_t first, std::int64_t count, BlockRrms<T>& block) {
+        block_rrms(x, first, count, rows.size, epsilon, block);
+      },
+      [&](std::int64_t first, std::int64_t count, const BlockRrms<T>& block, T* target) {
+        for (std::int64_t i = 0; i < count; ++i) {
+          const std::int64_t offset = (first + i) * rows.size;
+          const T rrms = block.rrms[i];
+          for (std::int64_t j = 0; j < rows.size; ++j) target[j] += dy[offset + j] * x[offset + j] * rrms;
+        }
+      });
+}
+
+std::size_t rms_norm_scale_grad_workspace(const std::vector<Shape>& inputs, const Shape&, const Attributes& a,
+                                          DType dtype) {
+  return sums_workspace(inputs[0], trailing_of(a), dtype);
 }
 
 Attributes rms_attributes_of(const GradContext& g) {
@@ -414,6 +497,7 @@ KILN_REGISTER_OP(OpDef("kiln>LayerNormParamGrad")
                      .attributes({"epsilon"})
                      .infer_shape(layer_norm_param_grad_shape)
                      .forward(layer_norm_param_grad_kernel<float>, layer_norm_param_grad_kernel<double>)
+                     .workspace(layer_norm_param_grad_workspace)
                      .not_differentiable(second_order));
 
 KILN_REGISTER_OP(OpDef("kiln>RMSNorm")
@@ -433,6 +517,7 @@ KILN_REGISTER_OP(OpDef("kiln>RMSNormScaleGrad")
                      .attributes({"epsilon", "trailing_axes"})
                      .infer_shape(rms_norm_scale_grad_shape)
                      .forward(rms_norm_scale_grad_kernel<float>, rms_norm_scale_grad_kernel<double>)
+                     .workspace(rms_norm_scale_grad_workspace)
                      .not_differentiable(rms_second_order));
 
 namespace ops {

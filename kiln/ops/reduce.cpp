@@ -1,12 +1,14 @@
 // sum, mean, max, min over axes; sum_to (autodiff's broadcast reduction) and expand_like (its inverse).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include <kiln/core/detail/op_recording.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/op.hpp>
+#include <kiln/core/parallel.hpp>
 #include <kiln/ops/detail/kernel_util.hpp>
 #include <kiln/ops/ops.hpp>
 
@@ -119,21 +121,125 @@ void reduce_runs(const T* in, const Shape& input, const AxisMask& reduced, T* ou
   });
 }
 
+// ---- over threads ----------------------------------------------------------------------------------------
+// Two layouts are split over kiln's threads: the reduced axes trailing (each row's fold is its own: any split gives
+// the serial result) and, for sums, leading (a bias's gradient: each worker adds its rows, in order, into a
+// partial of its own in the workspace, 64 bytes apart, and the partials are added in worker order: the result
+// depends on the thread count only, and with one worker is the serial sum). Other layouts run serially.
+
+// The input as (outer, inner) rows when its axes (size-1 axes dropped, neighbours merged as walk_runs does) are
+// two groups, one reduced and one kept.
+struct Rows2 {
+  bool valid = false;
+  bool leading_reduced = false;  // (outer reduced, inner kept) or (outer kept, inner reduced)
+  std::int64_t outer = 0, inner = 0;
+};
+
+Rows2 rows_of(const Shape& input, const AxisMask& reduced) {
+  Rows2 rows;
+  int groups = 0;
+  bool last_reduced = false;
+  std::int64_t sizes[2] = {1, 1};
+  for (int axis = 0; axis < input.rank(); ++axis) {
+    if (input[axis] == 1) continue;
+    const bool r = reduced[static_cast<std::size_t>(axis)];
+    if (groups == 0 || r != last_reduced) {
+      if (++groups > 2) return rows;
+      last_reduced = r;
+    }
+    sizes[groups - 1] *= input[axis];
+  }
+  if (groups != 2) return rows;
+  rows.valid = true;
+  rows.leading_reduced = !last_reduced;
+  rows.outer = sizes[0];
+  rows.inner = sizes[1];
+  return rows;
+}
+
+std::int64_t padded_size(std::int64_t count, std::size_t element) {
+  const auto per_line = static_cast<std::int64_t>(64 / element);
+  return (count + per_line - 1) / per_line * per_line;
+}
+
+// Workers for summing leading rows into partials: no more than a quarter of the rows each, so the partials take at
+// most a quarter of the input's size.
+int partial_workers(const Rows2& rows) {
+  return detail::parallel_workers(
+      rows.outer, std::min<std::int64_t>(detail::workers_for_elements(rows.outer * rows.inner), rows.outer / 4));
+}
+
+std::size_t partials_workspace(const Shape& input, const AxisMask& reduced, DType dtype) {
+  const Rows2 rows = rows_of(input, reduced);
+  if (!rows.valid || !rows.leading_reduced) return 0;
+  const int workers = partial_workers(rows);
+  if (workers <= 1) return 0;
+  const std::size_t element = dtype_size(dtype);
+  return static_cast<std::size_t>(padded_size(rows.inner, element) * workers) * element + 64;
+}
+
+// Reduces the input into out, in parallel where the layout allows (above); workspace: partials_workspace's bytes.
 template <class T>
-void reduce_into(const T* in, const Shape& input, const AxisMask& reduced, T* out, std::size_t out_size,
-                 Reduction kind) {
+void reduce_into(const T* in, const Shape& input, const AxisMask& reduced, T* out, std::size_t out_size, Reduction kind,
+                 void* workspace = nullptr, std::size_t workspace_bytes = 0) {
   const T initial = kind == Reduction::sum   ? T(0)
                     : kind == Reduction::max ? -std::numeric_limits<T>::infinity()
                                              : std::numeric_limits<T>::infinity();
   std::fill(out, out + out_size, initial);
+  const auto sum = [](T a, T b) { return a + b; };
+  const auto max = [](T a, T b) { return detail::propagating_max(a, b); };
+  const auto min = [](T a, T b) { return detail::propagating_min(a, b); };
+  const Rows2 rows = rows_of(input, reduced);
+  if (rows.valid && !rows.leading_reduced) {  // out[r] = the fold of row r
+    detail::parallel_for(rows.outer, detail::workers_for_elements(rows.outer * rows.inner),
+                         [&](std::int64_t begin, std::int64_t end, int) {
+                           for (std::int64_t r = begin; r < end; ++r) {
+                             const T* row = in + r * rows.inner;
+                             if (kind == Reduction::sum) {
+                               out[r] = T(0) + run_sum(row, rows.inner);
+                             } else {
+                               T value = out[r];
+                               for (std::int64_t j = 0; j < rows.inner; ++j)
+                                 value = kind == Reduction::max ? max(value, row[j]) : min(value, row[j]);
+                               out[r] = value;
+                             }
+                           }
+                         });
+    return;
+  }
+  if (rows.valid && kind == Reduction::sum) {  // out[c] = the sum over rows of column c
+    const std::int64_t stride = padded_size(rows.inner, sizeof(T));
+    const std::size_t room = workspace_bytes > 64 ? workspace_bytes - 64 : 0;
+    const auto capacity = static_cast<std::int64_t>(room / (static_cast<std::size_t>(stride) * sizeof(T)));
+    const int workers = static_cast<int>(std::min<std::int64_t>(capacity, partial_workers(rows)));
+    const auto add_rows = [&](std::int64_t begin, std::int64_t end, T* __restrict target) {
+      const std::int64_t inner = rows.inner;
+      for (std::int64_t r = begin; r < end; ++r) {
+        const T* __restrict row = in + r * inner;
+        for (std::int64_t c = 0; c < inner; ++c) target[c] += row[c];
+      }
+    };
+    if (workers > 1) {
+      const auto start = reinterpret_cast<std::uintptr_t>(workspace);
+      T* partials = reinterpret_cast<T*>((start + 63) / 64 * 64);
+      std::fill(partials, partials + stride * workers, T(0));
+      detail::parallel_for(rows.outer, workers, [&](std::int64_t begin, std::int64_t end, int worker) {
+        add_rows(begin, end, partials + stride * worker);
+      });
+      for (int worker = 0; worker < workers; ++worker) {
+        const T* partial = partials + stride * worker;
+        for (std::int64_t c = 0; c < rows.inner; ++c) out[c] += partial[c];
+      }
+      return;
+    }
+  }
   if (kind == Reduction::sum)
-    reduce_runs(
-        in, input, reduced, out, [](T a, T b) { return a + b; },
-        [](T value, const T* run, std::int64_t length) { return value + run_sum(run, length); });
+    reduce_runs(in, input, reduced, out, sum,
+                [](T value, const T* run, std::int64_t length) { return value + run_sum(run, length); });
   else if (kind == Reduction::max)
-    reduce_runs(in, input, reduced, out, [](T a, T b) { return detail::propagating_max(a, b); });
+    reduce_runs(in, input, reduced, out, max);
   else
-    reduce_runs(in, input, reduced, out, [](T a, T b) { return detail::propagating_min(a, b); });
+    reduce_runs(in, input, reduced, out, min);
 }
 
 Shape reduce_shape(const InferContext& context) {
@@ -145,7 +251,8 @@ Shape reduce_shape(const InferContext& context) {
 template <class T, Reduction kind, bool average>
 void reduce_kernel(const KernelContext& k) {
   const Shape& input = k.input_shape(0);
-  reduce_into(k.in<T>(0), input, mask_from_attributes(input, k.attributes()), k.out<T>(), k.output_size(), kind);
+  reduce_into(k.in<T>(0), input, mask_from_attributes(input, k.attributes()), k.out<T>(), k.output_size(), kind,
+              k.workspace, k.workspace_bytes);
   if (average && k.output_size() > 0) {
     const T factor = static_cast<T>(static_cast<double>(k.output_size()) / static_cast<double>(input.num_elements()));
     T* out = k.out<T>();
@@ -183,13 +290,19 @@ std::vector<Tensor> extremum_backward(const GradContext& g) {
                                     std::move(attributes), "extremum_grad")};
 }
 
-OpDef reduction(const char* name, KernelFn f32, KernelFn f64, BackwardFn backward) {
-  return OpDef(name)
-      .inputs(1)
-      .attributes({"axes", "keepdims"})
-      .infer_shape(reduce_shape)
-      .forward(f32, f64)
-      .backward(backward);
+std::size_t sum_workspace(const std::vector<Shape>& inputs, const Shape&, const Attributes& a, DType dtype) {
+  return partials_workspace(inputs[0], mask_from_attributes(inputs[0], a), dtype);
+}
+
+OpDef reduction(const char* name, KernelFn f32, KernelFn f64, BackwardFn backward, WorkspaceFn workspace = nullptr) {
+  OpDef def = OpDef(name)
+                  .inputs(1)
+                  .attributes({"axes", "keepdims"})
+                  .infer_shape(reduce_shape)
+                  .forward(f32, f64)
+                  .backward(backward);
+  if (workspace != nullptr) def.workspace(workspace);
+  return def;
 }
 
 // ---- ExpandLike: broadcast x to like's shape (optionally dividing by the expansion: mean's gradient) -----
@@ -243,15 +356,24 @@ Shape sum_to_shape(const InferContext& context) {
   return Shape(std::move(dims));
 }
 
-template <class T>
-void sum_to_kernel(const KernelContext& k) {
-  const Shape& input = k.input_shape(0);
-  const Shape& output = *k.output_shape;
+// The axes SumTo reduces: the leading ones beyond the target's rank, and those the target has as 1.
+AxisMask sum_to_mask(const Shape& input, const Shape& output) {
   AxisMask reduced{};
   const int shift = input.rank() - output.rank();
   for (int axis = 0; axis < input.rank(); ++axis)
     reduced[static_cast<std::size_t>(axis)] = axis < shift || (output[axis - shift] == 1 && input[axis] != 1);
-  reduce_into(k.in<T>(0), input, reduced, k.out<T>(), k.output_size(), Reduction::sum);
+  return reduced;
+}
+
+template <class T>
+void sum_to_kernel(const KernelContext& k) {
+  const Shape& input = k.input_shape(0);
+  reduce_into(k.in<T>(0), input, sum_to_mask(input, *k.output_shape), k.out<T>(), k.output_size(), Reduction::sum,
+              k.workspace, k.workspace_bytes);
+}
+
+std::size_t sum_to_workspace(const std::vector<Shape>& inputs, const Shape& output, const Attributes&, DType dtype) {
+  return partials_workspace(inputs[0], sum_to_mask(inputs[0], output), dtype);
 }
 
 std::vector<Tensor> sum_to_backward(const GradContext& g) { return {expand_like(g.output_grad(), g.input(0), false)}; }
@@ -282,9 +404,9 @@ std::size_t extremum_grad_workspace(const std::vector<Shape>& inputs, const Shap
 }  // namespace
 
 KILN_REGISTER_OP(reduction("kiln>Sum", reduce_kernel<float, Reduction::sum, false>,
-                           reduce_kernel<double, Reduction::sum, false>, sum_backward));
+                           reduce_kernel<double, Reduction::sum, false>, sum_backward, sum_workspace));
 KILN_REGISTER_OP(reduction("kiln>Mean", reduce_kernel<float, Reduction::sum, true>,
-                           reduce_kernel<double, Reduction::sum, true>, mean_backward));
+                           reduce_kernel<double, Reduction::sum, true>, mean_backward, sum_workspace));
 KILN_REGISTER_OP(reduction("kiln>Max", reduce_kernel<float, Reduction::max, false>,
                            reduce_kernel<double, Reduction::max, false>, extremum_backward));
 KILN_REGISTER_OP(reduction("kiln>Min", reduce_kernel<float, Reduction::min, false>,
@@ -294,6 +416,7 @@ KILN_REGISTER_OP(OpDef("kiln>SumTo")
                      .attributes({"shape"})
                      .infer_shape(sum_to_shape)
                      .forward(sum_to_kernel<float>, sum_to_kernel<double>)
+                     .workspace(sum_to_workspace)
                      .backward(sum_to_backward));
 KILN_REGISTER_OP(OpDef("kiln>ExpandLike")
                      .inputs(2)

@@ -9,8 +9,8 @@
 #include <fstream>
 #include <stdexcept>
 #include <string>
-#include <utility>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <kiln/core/detail/cpu_limits.hpp>

@@ -14,6 +14,7 @@
 #include <kiln/core/rng.hpp>
 #include <kiln/ops/ops.hpp>
 #include "support/gradcheck.hpp"
+#include "support/thread_counts.hpp"
 
 using namespace kiln;
 
@@ -167,8 +168,7 @@ std::vector<UnaryCase> unary_cases() {
       [](double x) { return (x + std::sqrt(x * x + 0.5)) / 2.0; }, -4.0, 4.0);
   add(
       "sparse_plus", [](const Tensor& x) { return ops::sparse_plus(x); },
-      [](double x) { return x <= -1.0 ? 0.0 : (x >= 1.0 ? x : (x + 1.0) * (x + 1.0) / 4.0); }, -3.0, 3.0,
-      {-1.0, 1.0});
+      [](double x) { return x <= -1.0 ? 0.0 : (x >= 1.0 ? x : (x + 1.0) * (x + 1.0) / 4.0); }, -3.0, 3.0, {-1.0, 1.0});
   add(
       "sparse_sigmoid", [](const Tensor& x) { return ops::sparse_sigmoid(x); },
       [](double x) { return std::min(std::max((x + 1.0) / 2.0, 0.0), 1.0); }, -3.0, 3.0, {-1.0, 1.0});
@@ -244,6 +244,23 @@ TEST_CASE("unary ops: gradients match central differences", "[ops][elementwise_u
 TEST_CASE("unary ops: float32 forward matches a plain-loop reference", "[ops][elementwise_unary]") {
   for (const UnaryCase& c : unary_cases()) {
     SECTION(c.label) { require_forward_matches_reference(c); }
+  }
+}
+
+TEST_CASE("unary ops: split over threads, values and gradients bitwise the same on any count",
+          "[ops][elementwise_unary][threads]") {
+  // 40003 elements: chunks of whole 64-byte lines on up to 16 threads, and a last partial vector.
+  Rng rng(71);
+  for (const UnaryCase& c : unary_cases()) {
+    SECTION(c.label) {
+      for (DType dtype : {DType::float32, DType::float64}) {
+        INFO(dtype_name(dtype));
+        const Array x = testing::random_array({40003}, rng, dtype, c.low, c.high);
+        const Array weights = testing::random_array({40003}, rng, dtype);
+        const testing::GraphFunction f = [&c](const std::vector<Tensor>& t) { return c.op(t[0]); };
+        testing::check_thread_counts(f, {x}, weights, 2, 0.0);
+      }
+    }
   }
 }
 
@@ -362,7 +379,8 @@ TEST_CASE("activation: Keras 3.16's values at -2, -0.5, 0, 0.5 and 2", "[ops][el
     const std::string activation = name;
     const Array output =
         testing::evaluate([&](const std::vector<Tensor>& x) { return ops::activation(x[0], activation); }, {input});
-    for (std::size_t i = 0; i < expected.size(); ++i) CHECK(output.flat(i) == Approx(expected[i]).epsilon(1e-6).margin(1e-7));
+    for (std::size_t i = 0; i < expected.size(); ++i)
+      CHECK(output.flat(i) == Approx(expected[i]).epsilon(1e-6).margin(1e-7));
   }
 }
 
@@ -379,11 +397,10 @@ TEST_CASE("celu and squareplus refuse arguments their formulas cannot take", "[o
 TEST_CASE("sparsemax: the projection onto the simplex, row by row, and its gradient", "[ops][elementwise_unary]") {
   // Martins & Astudillo (2016); Keras 3.16 gives [0.0667, 0, 0] for the first row and zeros for the second
   // (keras-team/keras#23425).
-  const Array input = Array::from_vector(std::vector<double>{0.5, 0.4, 0.0, -3.0, 0.1, 0.2, 0.3, 0.4, 0.0, 0.0,
-                                                             0.0, 0.0, -1.0, 0.0, 1.0, 5.0},
-                                         {4, 4});
+  const Array input = Array::from_vector(
+      std::vector<double>{0.5, 0.4, 0.0, -3.0, 0.1, 0.2, 0.3, 0.4, 0.0, 0.0, 0.0, 0.0, -1.0, 0.0, 1.0, 5.0}, {4, 4});
   const Array output = testing::evaluate([](const std::vector<Tensor>& x) { return ops::sparsemax(x[0]); }, {input});
-  const std::vector<double> expected = {0.5 + 1.0 / 30, 0.4 + 1.0 / 30, 1.0 / 30, 0.0, 0.1, 0.2, 0.3, 0.4,
+  const std::vector<double> expected = {0.5 + 1.0 / 30, 0.4 + 1.0 / 30, 1.0 / 30, 0.0,  0.1, 0.2, 0.3, 0.4,
                                         0.25,           0.25,           0.25,     0.25, 0.0, 0.0, 0.0, 1.0};
   for (std::size_t i = 0; i < expected.size(); ++i) CHECK(output.flat(i) == Approx(expected[i]).margin(1e-12));
   // float32 gives the same within rounding.
@@ -392,9 +409,8 @@ TEST_CASE("sparsemax: the projection onto the simplex, row by row, and its gradi
   for (std::size_t i = 0; i < expected.size(); ++i) CHECK(single.flat(i) == Approx(expected[i]).margin(1e-6));
   // Away from the threshold, the gradient matches central differences (rows with 3, 4 and 1 nonzeros, and a
   // batch of unknown size).
-  const Array away = Array::from_vector(std::vector<double>{0.5, 0.4, 0.05, -3.0, 0.1, 0.2, 0.3, 0.4, -2.0, 0.3,
-                                                            1.7, 0.2, 0.7, -0.4, 0.35, 0.1},
-                                        {4, 4});
+  const Array away = Array::from_vector(
+      std::vector<double>{0.5, 0.4, 0.05, -3.0, 0.1, 0.2, 0.3, 0.4, -2.0, 0.3, 1.7, 0.2, 0.7, -0.4, 0.35, 0.1}, {4, 4});
   for (const bool unknown_batch : {false, true}) {
     testing::GradcheckOptions options;
     options.label = "sparsemax";
@@ -410,18 +426,20 @@ TEST_CASE("glu: the first half times the sigmoid of the second, on any axis", "[
   const Array input = testing::random_away_from({2, 6, 4}, rng, {}, 1e-2, DType::float64, -2.0, 2.0);
   for (const int axis : {-1, 1}) {
     INFO("axis " << axis);
-    const Array output =
-        testing::evaluate([&](const std::vector<Tensor>& x) { return ops::glu(x[0], axis); }, {input});
+    const Array output = testing::evaluate([&](const std::vector<Tensor>& x) { return ops::glu(x[0], axis); }, {input});
     const std::int64_t rows = 2, middle = 6, last = 4;
     const Shape expected_shape = axis == -1 ? Shape{rows, middle, last / 2} : Shape{rows, middle / 2, last};
     REQUIRE(output.shape() == expected_shape);
     for (std::int64_t a = 0; a < expected_shape.dim(0); ++a)
       for (std::int64_t b = 0; b < expected_shape.dim(1); ++b)
         for (std::int64_t c = 0; c < expected_shape.dim(2); ++c) {
-          auto at = [&](std::int64_t i, std::int64_t j, std::int64_t k) { return input.flat((i * middle + j) * last + k); };
+          auto at = [&](std::int64_t i, std::int64_t j, std::int64_t k) {
+            return input.flat((i * middle + j) * last + k);
+          };
           const double gate = axis == -1 ? at(a, b, c + last / 2) : at(a, b + middle / 2, c);
           const double value = at(a, b, c) * sigmoid_reference(gate);
-          CHECK(output.flat((a * expected_shape.dim(1) + b) * expected_shape.dim(2) + c) == Approx(value).epsilon(1e-12));
+          CHECK(output.flat((a * expected_shape.dim(1) + b) * expected_shape.dim(2) + c) ==
+                Approx(value).epsilon(1e-12));
         }
     testing::GradcheckOptions options;
     options.label = "glu";
@@ -487,8 +505,8 @@ TEST_CASE("unary ops and activations propagate NaN, as NumPy does", "[ops][eleme
           testing::evaluate([&](const std::vector<Tensor>& x) { return ops::activation(x[0], name); }, {input});
       check_nan_at_1_and_4("activation " + name, output);
     }
-    const Array even = Array::from_vector(std::vector<float>{-1.5f, nan, 0.5f, 2.0f, 1.0f, -0.25f, nan, 3.0f}, {2, 4})
-                           .astype(dtype);
+    const Array even =
+        Array::from_vector(std::vector<float>{-1.5f, nan, 0.5f, 2.0f, 1.0f, -0.25f, nan, 3.0f}, {2, 4}).astype(dtype);
     const Array glu =
         testing::evaluate([](const std::vector<Tensor>& x) { return ops::activation(x[0], "glu"); }, {even});
     INFO("glu in " << dtype_name(dtype));

@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include <kiln/core/autodiff.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/program.hpp>
+#include <kiln/core/rng.hpp>
+#include <kiln/core/threads.hpp>
 #include <kiln/ops/ops.hpp>
 #include "support/gradcheck.hpp"
 
@@ -179,6 +183,67 @@ TEST_CASE("sum and sum_to over leading rows in float32 and float64", "[ops][redu
       const double tolerance = dtype == DType::float32 ? 1e-5 : 1e-12;
       REQUIRE(sum[j] == Approx(expected[j]).margin(tolerance));
       REQUIRE(sum_to[j] == Approx(expected[j]).margin(tolerance));
+    }
+  }
+}
+
+TEST_CASE("reductions split over threads: rows' folds bitwise the same, leading sums within rounding",
+          "[ops][reduce][threads]") {
+  // (4000, 1, 130): large enough for 15 workers. Over the trailing axis each row's fold is its own, so any
+  // thread count gives the serial bits; over the leading axes (a bias's gradient) each worker sums its rows into a
+  // partial of its own, added in worker order: close to the serial sum, and bitwise the same at a given count.
+  Rng rng(61);
+  const Shape shape{4000, 1, 130};
+  for (DType dtype : {DType::float32, DType::float64}) {
+    INFO(dtype_name(dtype));
+    const Array x = testing::random_array(shape, rng, dtype, -2.0, 3.0);
+    const std::vector<std::pair<const char*, testing::GraphFunction>> rows = {
+        {"sum over rows", [](const std::vector<Tensor>& t) { return ops::sum(t[0], {2}, false); }},
+        {"mean over rows", [](const std::vector<Tensor>& t) { return ops::mean(t[0], {2}, false); }},
+        {"max over rows",
+         [](const std::vector<Tensor>& t) {
+           return ops::max(t[0], {1, 2}, false);
+         }},
+        {"min over rows", [](const std::vector<Tensor>& t) { return ops::min(t[0], {2}, true); }}};
+    const std::vector<std::pair<const char*, testing::GraphFunction>> columns = {
+        {"sum over leading axes",
+         [](const std::vector<Tensor>& t) {
+           return ops::sum(t[0], {0, 1}, false);
+         }},
+        {"mean over leading axes", [](const std::vector<Tensor>& t) { return ops::mean(t[0], {0}, true); }},
+        {"sum_to", [](const std::vector<Tensor>& t) { return ops::sum_to(t[0], {130}); }}};
+    const auto on = [&](int threads, const testing::GraphFunction& f) {
+      const int saved = get_num_threads();
+      set_num_threads(threads);
+      const Array out = testing::evaluate(f, {x});
+      set_num_threads(saved);
+      return out;
+    };
+    for (const auto& [name, f] : rows) {
+      const Array one = on(1, f);
+      for (int threads : {2, 3, 7, 16}) {
+        INFO(name << " at " << threads << " threads");
+        CHECK(on(threads, f).bitwise_equal(one));
+      }
+    }
+    for (const auto& [name, f] : columns) {
+      const Array one = on(1, f);
+      for (int threads : {2, 3, 7, 16}) {
+        INFO(name << " at " << threads << " threads");
+        const Array split = on(threads, f);
+        CHECK(split.bitwise_equal(on(threads, f)));
+        CHECK(testing::max_relative_difference(split.astype(DType::float64), one.astype(DType::float64)) <
+              (dtype == DType::float32 ? 2e-5 : 1e-12));
+      }
+    }
+    // Against sums in double, in order.
+    const Array columns_sum = on(16, columns[0].second).astype(DType::float64);
+    const std::vector<double> values = x.astype(DType::float64).to_vector<double>();
+    for (std::int64_t c = 0; c < 130; ++c) {
+      double expected = 0.0;
+      for (std::int64_t r = 0; r < 4000; ++r) expected += values[static_cast<std::size_t>(r * 130 + c)];
+      CHECK(columns_sum.flat(static_cast<std::size_t>(c)) ==
+            Approx(expected).margin(dtype == DType::float32 ? 1e-3 : 1e-10));
     }
   }
 }
