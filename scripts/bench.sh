@@ -10,12 +10,18 @@
 #                    the largest count over 2 threads (scripts/kernel_scaling.sh), a kernel above 3x flagged.
 #   BENCH_ROUNDS     rounds per row (default 3; 1 with BENCH_QUICK)
 #   BENCH_ONLY       only the workloads whose name matches this awk regex ("rnn", "norms|noise")
-#   BENCH_PEER_ENV   environment for the peer's processes; default "OMP_WAIT_POLICY=passive" (set it to ""
+#   BENCH_PEER_ENV   environment for the peers' processes; default "OMP_WAIT_POLICY=passive GLIBC_TUNABLES=
+#                    glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296" (set it to ""
 #                    for libtorch's defaults). Debian's libtorch runs its own kernels on GNU OpenMP threads,
 #                    which spin between parallel regions by default, and its GEMMs on OpenBLAS's pthreads: at
 #                    2 threads on 2 cores the two pools fight, and the peer's GEMM-heavy rows run 2.5-3x
 #                    slower (measured on an idle machine: seed_dpa forward 12 -> 4 ms, seed_mha train step
-#                    200 -> 75 ms with passive waiting; never slower). The bench compares against the better one.
+#                    200 -> 75 ms with passive waiting; never slower). And PyTorch allocates every step's
+#                    tensors anew: glibc gives large blocks back to the OS when freed (mmap, trimming), so each
+#                    step faults its pages in again, ~900 a step on mql5_block, and on a hypervisor where a fault
+#                    is slow that is most of the step (libtorch's cnn_small train step 108 -> 23 ms, mql5_block's
+#                    26-43 -> 12 ms with glibc told to keep them). kiln allocates nothing in a step. The bench
+#                    compares against the better peer.
 #
 # Every measurement is a fresh process (so each row's peak memory is its own), and kiln and the peer run
 # alternately, round after round (the order flips every round), so load from the rest of the machine hits
@@ -48,8 +54,32 @@ if [ ! -x "$torch" ] && compgen -G "/usr/lib/*/cmake/Torch/TorchConfig.cmake" >/
 fi
 have_peer=""
 [ -x "$torch" ] && have_peer=1
-read -r -a peer_env <<<"${BENCH_PEER_ENV-OMP_WAIT_POLICY=passive}"
+read -r -a peer_env <<<"${BENCH_PEER_ENV-OMP_WAIT_POLICY=passive GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296}"
 peer=(env "${peer_env[@]}" "$torch")
+# PyTorch in Python (bench/torch_peer.py, eager), when a python3 here imports torch: BENCH_PYTHON, else python3 on
+# the PATH, else Debian's /usr/bin/python3 (scripts/install-peer.sh installs its python3-torch, 1.13; a machine with
+# PyTorch 2 gets the comparison that matters today). It runs the rows it has a port of.
+py_peer_rows="seed_mha mql5_block long_mha cnn_small lstm char_gpt"
+have_py=""
+py_version=""
+for python in ${BENCH_PYTHON:-python3 /usr/bin/python3}; do
+  if py_version=$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null); then
+    have_py=1
+    py_python=$python
+    py_peer=(env "${peer_env[@]}" "$python" "$(dirname "$0")/../bench/torch_peer.py")
+    break
+  fi
+done
+# oneDNN's own primitives (bench/dnnl_bench, built when libdnnl-dev is installed: make install-peer): what
+# PyTorch 2 runs underneath on the rows it has (the LSTM). GNU OpenMP's default waiting (spin, then sleep) as
+# PyTorch has it: oneDNN's RNN meets at a barrier every time step, and with passive waiting its 2-thread LSTM
+# runs slower than its 1-thread one here.
+dnnl="$build/bench/dnnl_bench"
+dnnl_rows="lstm"
+have_dnnl=""
+[ -x "$dnnl" ] && have_dnnl=1
+dnnl_row() { [ -n "$have_dnnl" ] && [[ " $dnnl_rows " == *" $1 "* ]] && { [ "$2" = forward ] || [ "$2" = train_step ]; }; }
+py_row() { [ -n "$have_py" ] && [[ " $py_peer_rows " == *" $1 "* ]] && { [ "$2" = forward ] || [ "$2" = train_step ]; }; }
 
 # workload mode seq, one row a line: every workload at its one size, then long_mha over sequence lengths
 # (only 512 when quick).
@@ -129,6 +159,7 @@ measure() {
 cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || echo unknown)
 echo "kiln bench: $(nproc) cores ($cpu), threads {$threads_list}, $rounds round(s) (2 at sequence 2048)${quick:+, BENCH_QUICK}"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); compilers running: $(pgrep -c 'cc1plus|clang' || true); peer environment: ${peer_env[*]:-(libtorch defaults)}"
+echo "peers: torch = libtorch $( [ -n "$have_peer" ] && echo "(C++, bench/torch_bench)" || echo "(not built)"); pytorch = $( [ -n "$have_py" ] && echo "PyTorch $py_version in $py_python (eager, bench/torch_peer.py)" || echo "(no python3 here imports torch)"); onednn = $( [ -n "$have_dnnl" ] && echo "oneDNN's primitives (bench/dnnl_bench) on: $dnnl_rows" || echo "(not built: make install-peer)")"
 if [ -n "$have_peer" ]; then
   printf "agreement (mql5_block forward, same weights): "
   "$torch" --check || { echo "bench: kiln and the peer disagree: the comparison is not apples to apples" >&2; exit 1; }
@@ -167,12 +198,16 @@ for threads in $threads_list; do
     common=(--workload "$workload" --mode "$mode" --threads "$threads" "${seqargs[@]}" "${flags[@]}")
     row_rounds=$(row_rounds "$workload" "$mode" "$seq")
     for ((round = 1; round <= row_rounds; ++round)); do
-      if [ -n "$have_peer" ] && [ $((round % 2)) -eq 0 ]; then
-        measure "${peer[@]}" "${common[@]}"
+      if [ $((round % 2)) -eq 0 ]; then
+        if py_row "$workload" "$mode"; then measure "${py_peer[@]}" "${common[@]}" || true; fi
+        if dnnl_row "$workload" "$mode"; then measure "$dnnl" "${common[@]}" || true; fi
+        [ -n "$have_peer" ] && measure "${peer[@]}" "${common[@]}"
         measure "$kiln" "${common[@]}"
       else
         measure "$kiln" "${common[@]}"
         [ -n "$have_peer" ] && measure "${peer[@]}" "${common[@]}"
+        if py_row "$workload" "$mode"; then measure "${py_peer[@]}" "${common[@]}" || true; fi
+        if dnnl_row "$workload" "$mode"; then measure "$dnnl" "${common[@]}" || true; fi
       fi
     done
     [ "$mode" != latency ] && measure "$kiln" "${common[@]}" --sgemm
@@ -208,17 +243,36 @@ awk -v have_peer="$have_peer" "$awk_lib"'
   mb[key, impl] = mb[key, impl] " " field($0, "peak_rss_mb")
 }
 END {
-  printf "%-10s %-10s %3s %5s | %9s %9s %6s | %8s %8s %6s | %8s %6s %6s\n", "workload", "mode", "thr", "seq",
-         "kiln ms", "torch ms", "k/t", "kiln MB", "torch MB", "k/t", "sgemm ms", "kiln", "torch"
-  printf "%-10s %-10s %3s %5s | %9s %9s %6s | %8s %8s %6s | %8s %6s %6s\n", "", "", "", "", "", "", "time", "peak", "peak", "mem", "", "%sgemm", "%sgemm"
+  printf "%-10s %-10s %3s %5s | %9s %9s %6s | %10s %6s | %8s %8s %6s | %8s %6s %6s\n", "workload", "mode", "thr", "seq",
+         "kiln ms", "torch ms", "k/t", "pytorch ms", "k/py", "kiln MB", "torch MB", "k/t", "sgemm ms", "kiln", "torch"
+  printf "%-10s %-10s %3s %5s | %9s %9s %6s | %10s %6s | %8s %8s %6s | %8s %6s %6s\n", "", "", "", "", "", "", "time", "", "time", "peak", "peak", "mem", "", "%sgemm", "%sgemm"
   for (i = 1; i <= count; ++i) {
     key = order[i]
     split(key, part, SUBSEP)
     k = median(ms[key, "kiln"]); t = median(ms[key, "libtorch"]); g = median(ms[key, "openblas_sgemm"])
+    p = median(ms[key, "pytorch"])
     km = median(mb[key, "kiln"]); tm = median(mb[key, "libtorch"])
-    printf "%-10s %-10s %3s %5s | %9s %9s %6s | %8s %8s %6s | %8s %6s %6s\n", part[1], part[2], part[3], part[4],
-           num(k, "%.2f"), num(t, "%.2f"), ratio(k, t), num(km, "%.1f"), num(tm, "%.1f"), ratio(km, tm),
-           num(g, "%.2f"), pct(g, k), pct(g, t)
+    printf "%-10s %-10s %3s %5s | %9s %9s %6s | %10s %6s | %8s %8s %6s | %8s %6s %6s\n", part[1], part[2], part[3], part[4],
+           num(k, "%.2f"), num(t, "%.2f"), ratio(k, t), num(p, "%.2f"), ratio(k, p), num(km, "%.1f"), num(tm, "%.1f"),
+           ratio(km, tm), num(g, "%.2f"), pct(g, k), pct(g, t)
+  }
+}' "$results"
+# Against oneDNN's primitives: the rows it has a composition of (issue 39's target: kiln at most 0.9 of it).
+awk "$awk_lib"'
+field($0, "impl") == "onednn" || field($0, "impl") == "kiln" {
+  if ($0 ~ /"mode":"latency"/ || $0 ~ /"callers"/) next
+  key = field($0, "workload") SUBSEP field($0, "mode") SUBSEP field($0, "threads")
+  ms[key, field($0, "impl")] = ms[key, field($0, "impl")] " " field($0, "ms_median")
+  if (field($0, "impl") == "onednn" && !(key in seen)) { seen[key] = 1; order[++count] = key; version = field($0, "version") }
+}
+END {
+  if (count == 0) exit
+  printf "\nagainst oneDNN %s'"'"'s primitives (what PyTorch 2 runs underneath; bench/dnnl_bench), ms\n", version
+  printf "%-10s %-10s %3s | %9s %9s %7s\n", "workload", "mode", "thr", "kiln ms", "onednn ms", "k/dnnl"
+  for (i = 1; i <= count; ++i) {
+    key = order[i]; split(key, part, SUBSEP)
+    k = median(ms[key, "kiln"]); d = median(ms[key, "onednn"])
+    printf "%-10s %-10s %3s | %9s %9s %7s\n", part[1], part[2], part[3], num(k, "%.2f"), num(d, "%.2f"), ratio(k, d)
   }
 }' "$results"
 
@@ -278,7 +332,8 @@ if [[ " $threads_list " == *" 2 "* ]] && [ "$high" -gt 2 ] && [ "$(wc -w <<<"$th
   KERNEL_SCALING_ONLY="${BENCH_ONLY:-}" bash "$(dirname "$0")/kernel_scaling.sh" "$build" "$high" || true
 fi
 echo "times: median over rounds of each process's median step (ms); peak: VmHWM above the RSS before the"
-echo "workload was built (MB); k/t = kiln / libtorch; %sgemm = raw OpenBLAS time for the same GEMMs / impl time."
+echo "workload was built (MB); k/t = kiln / libtorch (C++); k/py = kiln / PyTorch in Python (${py_version:-absent});"
+echo "%sgemm = raw OpenBLAS time for the same GEMMs / impl time."
 echo
 awk "$awk_lib"'
 {
