@@ -12,9 +12,15 @@
 //                      [dx | dkernel | drecurrent_kernel | dbias (| dh0 (| dc0))]
 //   RecurrentGradPart  one of those, with its input's shape
 // Without initial states the cell starts from zeros, as Keras's get_initial_state does.
-// The input projection of every step is one GEMM before the loop (x·kernel + the input bias); each step then
-// adds h·recurrent_kernel (one GEMM of B rows) and applies the gates. Backward mirrors it: one GEMM a step for
-// the recurrent gradient and the state's, and after the loop one each for dx and dkernel.
+// Forward, a step is one GEMM of B rows, [x_t | h]·[kernel; recurrent_kernel] (LSTM and SimpleRNN without
+// recurrent dropout; the others take x_t·kernel and h·recurrent_kernel apart), then one pass over the rows for
+// the input bias, the gates, the mask and the next step's [x_t | h]: the step's projections stay in cache.
+// (One GEMM for every step's input projection before the loop left a (B·T, G·U) array bigger than the caches,
+// which the gate pass then read a row a sequence apart: 80 % of that pass waited on one load.) Backward: each
+// step's gate gradients, then one GEMM each for the recurrent kernel's gradient and the previous state's
+// (against recurrent_kernelᵀ, made once), and after the loop one each for dx and dkernel. The gate gradients of
+// all steps are laid out time-major, (T, B, G·U), as oneDNN's RNN keeps them, so that a step's are one block; x
+// goes time-major for dkernel's GEMM, and dx comes back batch-major.
 //
 // Gate order is Keras's: LSTM [i | f | c | o], GRU [z | r | h]. GRU's bias is (2, 3U) with reset_after (input
 // bias, then recurrent bias, the reset gate multiplying the recurrent part), (3U,) without (the reset gate
@@ -118,6 +124,50 @@ T derivative(Act act, T y) {
     case Act::hard_sigmoid_keras2: return y > T(0) && y < T(1) ? T(0.2) : T(0);
   }
   return T(1);
+}
+
+// The derivatives as functors the compiler inlines: tanh's and sigmoid's (the cells' defaults) as formulas it
+// vectorizes, the others through the switch (a call per element, 8 % of an LSTM's train step when it was all).
+struct TanhDerivative {
+  template <class T>
+  T operator()(T y) const { return T(1) - y * y; }
+};
+struct SigmoidDerivative {
+  template <class T>
+  T operator()(T y) const { return y * (T(1) - y); }
+};
+struct AnyDerivative {
+  Act act;
+  template <class T>
+  T operator()(T y) const { return derivative(act, y); }
+};
+
+// body(d_act, d_recurrent_act) with the activations' derivatives.
+template <class Body>
+void with_derivatives(Act act, Act recurrent_act, const Body& body) {
+  if (act == Act::tanh && recurrent_act == Act::sigmoid)
+    body(TanhDerivative{}, SigmoidDerivative{});
+  else
+    body(AnyDerivative{act}, AnyDerivative{recurrent_act});
+}
+
+// One LSTM row's gate gradients (into dp, [di | df | dc | do]), the previous cell state's gradient, and the
+// previous h's zeroed (the recurrent product's gradient adds into it), from the step's activated gates, act(c),
+// c_prev and the gradients of the new c and h. The arrays do not overlap.
+template <class T, class DA, class DR>
+void lstm_row_grad(std::int64_t u, const T* __restrict gates, const T* __restrict act_c, const T* __restrict c_prev,
+                   const T* __restrict dc_new, const T* __restrict dh_new, T* __restrict dp, T* __restrict dc_prev,
+                   T* __restrict dh_prev, DA d_act, DR d_recurrent) {
+  for (std::int64_t j = 0; j < u; ++j) {
+    const T i = gates[j], f = gates[u + j], g = gates[2 * u + j], o = gates[3 * u + j];
+    const T dcell = dc_new[j] + dh_new[j] * o * d_act(act_c[j]);
+    dp[j] = dcell * g * d_recurrent(i);
+    dp[u + j] = dcell * c_prev[j] * d_recurrent(f);
+    dp[2 * u + j] = dcell * i * d_act(g);
+    dp[3 * u + j] = dh_new[j] * act_c[j] * d_recurrent(o);
+    dc_prev[j] = dcell * f;
+    dh_prev[j] = T(0);
+  }
 }
 
 // Everything the kernels need to know, from the attributes and the shapes (batch and steps may be unknown
@@ -355,6 +405,21 @@ struct Records {
   }
 };
 
+// from (outer, inner, F) into to (inner, outer, F): x (B, T, F) into time-major rows and back.
+template <class T>
+void swap_leading(const T* from, T* to, std::int64_t outer, std::int64_t inner, std::int64_t features) {
+  const auto bytes = static_cast<std::size_t>(features) * sizeof(T);
+  detail::parallel_for(inner, detail::workers_for_elements(outer * inner * features),
+                       [&](std::int64_t begin, std::int64_t end, int) {
+                         for (std::int64_t i = begin; i < end; ++i)
+                           for (std::int64_t o = 0; o < outer; ++o)
+                             std::memcpy(to + (i * outer + o) * features, from + (o * inner + i) * features, bytes);
+                       });
+}
+
+// Whether x must be copied to be time-major (one step or one sequence is already both).
+bool needs_swap(const Setup& s) { return s.batch > 1 && s.steps > 1; }
+
 // left (B, U) under gate `gate`'s recurrent dropout mask, into target; or left itself without masks.
 template <class T>
 const T* masked_rows(const Sequence<T>& q, const T* left, int gate, T* target) {
@@ -369,10 +434,18 @@ const T* masked_rows(const Sequence<T>& q, const T* left, int gate, T* target) {
 
 // ---- forward --------------------------------------------------------------------------------------------
 
-// Workspace: the projections of every step (B·T, G·U), one step's recurrent products (B, G·U), h under a
-// gate's dropout mask (B, U), and the zero state (B, U).
+// LSTM and SimpleRNN without recurrent dropout take one product a step, [x_t | h]·[kernel; recurrent_kernel],
+// and one pass over the rows for the rest of the step (the gates, the mask, the next step's [x_t | h]): two
+// meetings of the threads a step, against four for two products and the passes apart.
+bool joined(const Setup& s) {
+  return (s.cell == Cell::lstm || s.cell == Cell::simple_rnn) && !s.has_recurrent_masks;
+}
+
+// Workspace: one step's projections (B, G·U), its recurrent products (B, G·U), h under a gate's dropout mask
+// (B, U), the zero state (B, U); when joined, [x_t | h] (B, F + U) and [kernel; recurrent_kernel] (F + U, G·U).
 std::int64_t forward_workspace_elements(const Setup& s) {
-  return s.batch * s.steps * s.width() + s.batch * s.width() + 2 * s.area();
+  return 2 * s.batch * s.width() + 2 * s.area() +
+         (joined(s) ? (s.batch + s.width()) * (s.features + s.units) : 0);
 }
 
 template <class T>
@@ -380,64 +453,104 @@ struct Forward {
   const Sequence<T>& q;
   const Setup& s;
   Records<T> r;
-  T* projected;  // (B·T, G·U): x·kernel + the input bias, row b·T + t
-  T* step;       // (B, G·U): this step's recurrent products
+  T* projected;  // (B, G·U): this step's x·kernel + the input bias (and for all but GRU with reset_after, + h·recurrent)
+  T* step;       // (B, G·U): this step's recurrent products (GRU with reset_after)
   T* gated_h;    // (B, U)
+  T* inputs;     // joined: (B, F + U), [x_t | h]
+  T* weights;    // joined: (F + U, G·U), [kernel; recurrent_kernel]
 
-  // step's gate blocks [first, last) = h·recurrent_kernel's, each with h under that gate's dropout mask.
-  void recurrent_product(const T* h, int first, int last) {
+  // Step k's projections: the input bias, then x_t·kernel added (x_t's rows a sequence apart in x).
+  T* project(std::int64_t k) {
+    const std::int64_t width = s.width();
+    for (std::int64_t b = 0; b < s.batch; ++b)
+      std::memcpy(projected + b * width, q.bias, static_cast<std::size_t>(width) * sizeof(T));
+    product(s.batch, width, s.features, q.x + q.time_of(k) * s.features, s.steps * s.features, false, q.kernel, width,
+            false, projected, width, true);
+    return projected;
+  }
+
+  // target's gate blocks [first, last) (= or +=) h·recurrent_kernel's, each with h under that gate's dropout mask.
+  void recurrent_product(const T* h, int first, int last, T* target, bool accumulate) {
     const std::int64_t width = s.width(), u = s.units;
     if (!s.has_recurrent_masks && first == 0 && last == s.gates) {
-      product(s.batch, width, u, h, u, false, q.recurrent, width, false, step, width, false);
+      product(s.batch, width, u, h, u, false, q.recurrent, width, false, target, width, accumulate);
       return;
     }
     for (int gate = first; gate < last; ++gate)
       product(s.batch, u, u, masked_rows(q, h, gate, gated_h), u, false, q.recurrent + gate * u, width, false,
-              step + gate * u, width, false);
+              target + gate * u, width, accumulate);
   }
 
   void run() {
-    const std::int64_t rows = s.batch * s.steps, width = s.width();
-    product(rows, width, s.features, q.x, s.features, false, q.kernel, width, false, projected, width, false);
-    detail::parallel_for(rows, detail::workers_for_elements(rows * width),
-                         [&](std::int64_t begin, std::int64_t end, int) {
-                           for (std::int64_t row = begin; row < end; ++row)
-                             for (std::int64_t j = 0; j < width; ++j) projected[row * width + j] += q.bias[j];
-                         });
-    for (std::int64_t k = 0; k < s.steps; ++k) {
-      const T* h = r.previous(k, 0);
-      if (s.cell == Cell::gru && !s.reset_after) {
-        gru_reset_before(k, h);
-      } else {
-        recurrent_product(h, 0, s.gates);
-        for_rows(s, 4 * s.gates, [&](std::int64_t b) { cell_step(k, b); });
-      }
-      for_rows(s, 1, [&](std::int64_t b) { finish_step(k, b); });
-    }
+    if (joined(s))
+      run_joined();
+    else
+      run_apart();
     for (std::int64_t b = 0; b < s.batch; ++b)
       for (int which = 0; which < s.states; ++which)
         std::memcpy(r.head(b, which), r.previous(s.steps, which) + b * s.units,
                     static_cast<std::size_t>(s.units) * sizeof(T));
   }
 
-  // Row b's new state, before masking, and the gates into step k's records: the pre-activations summed into
-  // the gate plane, then each gate's activation over its block.
+  void run_joined() {
+    const std::int64_t f = s.features, u = s.units, width = s.width(), ld = f + u;
+    std::memcpy(weights, q.kernel, static_cast<std::size_t>(f * width) * sizeof(T));
+    std::memcpy(weights + f * width, q.recurrent, static_cast<std::size_t>(u * width) * sizeof(T));
+    // Row b of [x_t | h] for step k: x at the step's time, and h before it.
+    const auto fill_inputs = [&](std::int64_t k, std::int64_t b) {
+      std::memcpy(inputs + b * ld, q.x + (b * s.steps + q.time_of(k)) * f, static_cast<std::size_t>(f) * sizeof(T));
+      std::memcpy(inputs + b * ld + f, r.previous(k, 0) + b * u, static_cast<std::size_t>(u) * sizeof(T));
+    };
+    for (std::int64_t b = 0; b < s.batch; ++b) fill_inputs(0, b);
+    for (std::int64_t k = 0; k < s.steps; ++k) {
+      product(s.batch, width, ld, inputs, ld, false, weights, width, false, projected, width, false);
+      for_rows(s, 4 * s.gates + 2, [&](std::int64_t b) {
+        T* row = projected + b * width;
+        for (std::int64_t j = 0; j < width; ++j) row[j] += q.bias[j];
+        cell_step(k, b);
+        finish_step(k, b);
+        if (k + 1 < s.steps) fill_inputs(k + 1, b);
+      });
+    }
+  }
+
+  void run_apart() {
+    for (std::int64_t k = 0; k < s.steps; ++k) {
+      const T* h = r.previous(k, 0);
+      T* block = project(k);
+      if (s.cell == Cell::gru && !s.reset_after) {
+        gru_reset_before(k, h);
+        for_rows(s, 1, [&](std::int64_t b) { finish_step(k, b); });
+        continue;
+      }
+      // GRU with reset_after keeps the recurrent part apart (the reset gate multiplies the candidate's); the
+      // others add it into the step's projections.
+      if (s.cell == Cell::gru)
+        recurrent_product(h, 0, s.gates, step, false);
+      else
+        recurrent_product(h, 0, s.gates, block, true);
+      for_rows(s, 4 * s.gates + 1, [&](std::int64_t b) {
+        cell_step(k, b);
+        finish_step(k, b);
+      });
+    }
+  }
+
+  // Row b's new state, before masking, and the gates into step k's records: each gate's activation of its
+  // pre-activations (for GRU with reset_after, the input part plus the recurrent part).
   void cell_step(std::int64_t k, std::int64_t b) {
     const std::int64_t u = s.units, width = s.width();
-    const T* in = projected + (b * s.steps + q.time_of(k)) * width;
-    const T* rec = step + b * width;
+    const T* in = projected + b * width;
     T* out = r.record(k);
     T* gates = out + s.gate_plane() + b * width;
     T* new_h = out + s.h_plane() + b * u;
     if (s.cell == Cell::simple_rnn) {
-      for (std::int64_t j = 0; j < u; ++j) gates[j] = in[j] + rec[j];
-      activate(s.act, gates, gates, u);
+      activate(s.act, in, gates, u);
       std::copy(gates, gates + u, new_h);
     } else if (s.cell == Cell::lstm) {
-      for (std::int64_t j = 0; j < width; ++j) gates[j] = in[j] + rec[j];
-      activate(s.recurrent_act, gates, gates, 2 * u);  // i, f
-      activate(s.act, gates + 2 * u, gates + 2 * u, u);  // c
-      activate(s.recurrent_act, gates + 3 * u, gates + 3 * u, u);  // o
+      activate(s.recurrent_act, in, gates, 2 * u);  // i, f
+      activate(s.act, in + 2 * u, gates + 2 * u, u);  // c
+      activate(s.recurrent_act, in + 3 * u, gates + 3 * u, u);  // o
       const T* c_prev = r.previous(k, 1) + b * u;
       T* new_c = out + s.c_plane() + b * u;
       T* act_c = out + s.aux_plane() + b * u;
@@ -445,6 +558,7 @@ struct Forward {
       activate(s.act, new_c, act_c, u);
       for (std::int64_t j = 0; j < u; ++j) new_h[j] = gates[3 * u + j] * act_c[j];
     } else {  // GRU with reset_after: the recurrent bias joins the recurrent part, which r multiplies
+      const T* rec = step + b * width;
       const T* recurrent_bias = q.bias + width;
       const T* h_prev = r.previous(k, 0) + b * u;
       T* recurrent_h = out + s.aux_plane() + b * u;
@@ -461,27 +575,24 @@ struct Forward {
 
   // GRU without reset_after: z and r from h·U_z and h·U_r, then the candidate from (r ∘ h)·U_h.
   void gru_reset_before(std::int64_t k, const T* h) {
-    const std::int64_t u = s.units, width = s.width(), t = q.time_of(k);
+    const std::int64_t u = s.units, width = s.width();
     T* out = r.record(k);
     T* reset_h = out + s.aux_plane();
-    recurrent_product(h, 0, 2);
+    T* projections = projected;  // the recurrent products are added into it
+    recurrent_product(h, 0, 2, projections, true);
     for_rows(s, 8, [&](std::int64_t b) {
-      const T* in = projected + (b * s.steps + t) * width;
-      const T* rec = step + b * width;
+      const T* in = projections + b * width;
       T* gates = out + s.gate_plane() + b * width;
-      for (std::int64_t j = 0; j < 2 * u; ++j) gates[j] = in[j] + rec[j];
-      activate(s.recurrent_act, gates, gates, 2 * u);  // z, r
+      activate(s.recurrent_act, in, gates, 2 * u);  // z, r
       for (std::int64_t j = 0; j < u; ++j) reset_h[b * u + j] = gates[u + j] * h[b * u + j];
     });
     product(s.batch, u, u, masked_rows(q, static_cast<const T*>(reset_h), 2, gated_h), u, false, q.recurrent + 2 * u,
-            width, false, step + 2 * u, width, false);
+            width, false, projections + 2 * u, width, true);
     for_rows(s, 6, [&](std::int64_t b) {
-      const T* in = projected + (b * s.steps + t) * width;
-      const T* rec = step + b * width;
+      const T* in = projections + b * width;
       T* gates = out + s.gate_plane() + b * width;
       T* new_h = out + s.h_plane() + b * u;
-      for (std::int64_t j = 0; j < u; ++j) gates[2 * u + j] = in[2 * u + j] + rec[2 * u + j];
-      activate(s.act, gates + 2 * u, gates + 2 * u, u);  // the candidate
+      activate(s.act, in + 2 * u, gates + 2 * u, u);  // the candidate
       for (std::int64_t j = 0; j < u; ++j) new_h[j] = gates[j] * h[b * u + j] + (T(1) - gates[j]) * gates[2 * u + j];
     });
   }
@@ -509,23 +620,28 @@ struct Forward {
 template <class T>
 void recurrent_kernel(const KernelContext& context) {
   const Setup s = setup_of(context, 0);
-  T* workspace = context.scratch<T>();
-  T* zeros = workspace + forward_workspace_elements(s) - 2 * s.area();
-  std::fill(zeros, zeros + 2 * s.area(), T(0));
+  T* projected = context.scratch<T>();
+  T* step = projected + s.batch * s.width();
+  T* gated_h = step + s.batch * s.width();
+  T* zeros = gated_h + s.area();
+  T* inputs = zeros + s.area();
+  T* weights = inputs + s.batch * (s.features + s.units);
+  std::fill(zeros, zeros + s.area(), T(0));
   const Sequence<T> q(s, context, 0, zeros);
-  Forward<T> forward{q, q.s, {q.s, context.out<T>(), {q.initial[0], q.initial[1]}}, workspace,
-                     workspace + s.batch * s.steps * s.width(),
-                     workspace + s.batch * s.steps * s.width() + s.batch * s.width()};
+  Forward<T> forward{q,     q.s,     {q.s, context.out<T>(), {q.initial[0], q.initial[1]}}, projected, step, gated_h,
+                     inputs, weights};
   forward.run();
 }
 
 // ---- backward through time -------------------------------------------------------------------------------
 
-// Workspace: the gradients of every step's input projections (B·T, G·U); one step's gradients of its
+// Workspace: the gradients of every step's input projections (T·B, G·U); one step's gradients of its
 // recurrent products (B, G·U); dh, dc and the previous step's dh and dc (B, U each); two (B, U) temporaries;
-// and the zero state (B, U).
+// the zero state (B, U); when x is not already time-major, x and then dx time-major (T·B, F); and
+// recurrent_kernelᵀ (G·U, U).
 std::int64_t backward_workspace_elements(const Setup& s) {
-  return s.batch * s.steps * s.width() + s.batch * s.width() + 7 * s.area();
+  return s.batch * s.steps * s.width() + s.batch * s.width() + 7 * s.area() +
+         (needs_swap(s) ? s.batch * s.steps * s.features : 0) + s.width() * s.units;
 }
 
 template <class T>
@@ -535,9 +651,13 @@ struct Backward {
   Records<const T> r;
   const T* output_grad;  // (B, S + T, U), the head's layout
   T *dx, *dkernel, *drecurrent, *dbias, *dinitial[2];
-  T* dprojected;  // (B·T, G·U): the gradient of each step's input projection (pre-activations), row b·T + t
+  T* dprojected;  // (T·B, G·U): the gradient of each step's input projection (pre-activations), row t·B + b
   T* drec;        // (B, G·U): of this step's recurrent products (GRU with reset_after; else dprojected's rows)
   T *dh, *dc, *dh_prev, *dc_prev, *temp, *gated;
+  T* x_major;  // (T·B, F), when needs_swap: x, then dx, time-major
+  T* recurrent_t;  // (G·U, U): recurrent_kernelᵀ, so that each step's dh_prev = dR·recurrent_kernelᵀ is a product
+                   // libxsmm has a kernel for (its 1.17 has none for a transposed right operand; OpenBLAS packed
+                   // both operands on every call, a sixth of an LSTM's train step)
 
   const T* dout(std::int64_t b, std::int64_t position) const {
     return output_grad + (b * (s.steps + s.states) + position) * s.units;
@@ -545,6 +665,10 @@ struct Backward {
 
   void run() {
     const std::int64_t u = s.units, width = s.width();
+    detail::parallel_for(width, detail::workers_for_elements(width * u), [&](std::int64_t begin, std::int64_t end, int) {
+      for (std::int64_t j = begin; j < end; ++j)
+        for (std::int64_t i = 0; i < u; ++i) recurrent_t[j * u + i] = q.recurrent[i * width + j];
+    });
     for (std::int64_t b = 0; b < s.batch; ++b)
       for (int which = 0; which < s.states; ++which)
         std::memcpy((which == 0 ? dh : dc) + b * u, dout(b, which),
@@ -559,10 +683,16 @@ struct Backward {
       std::swap(dh, dh_prev);
       std::swap(dc, dc_prev);
     }
-    // After the loop: dx = dP·kernelᵀ, dkernel = xᵀ·dP, the input bias's gradient the columns' sums of dP.
+    // After the loop: dkernel = xᵀ·dP, dx = dP·kernelᵀ (both time-major, dx made batch-major after), the input
+    // bias's gradient the columns' sums of dP.
     const std::int64_t rows = s.batch * s.steps;
-    product(rows, s.features, width, dprojected, width, false, q.kernel, width, true, dx, s.features, false);
-    product(s.features, width, rows, q.x, s.features, true, dprojected, width, false, dkernel, width, false);
+    const bool swap = needs_swap(s);
+    if (swap) swap_leading(q.x, x_major, s.batch, s.steps, s.features);
+    product(s.features, width, rows, swap ? x_major : q.x, s.features, true, dprojected, width, false, dkernel, width,
+            false);
+    product(rows, s.features, width, dprojected, width, false, q.kernel, width, true, swap ? x_major : dx, s.features,
+            false);
+    if (swap) swap_leading(static_cast<const T*>(x_major), dx, s.steps, s.batch, s.features);
     // Each worker owns a block of columns and walks the rows in order, adding each row's block at once:
     // contiguous reads (a column at a time strode a whole row per element, 18 % of an LSTM's train step),
     // and each column still sums its rows first to last.
@@ -584,7 +714,7 @@ struct Backward {
     const std::int64_t u = s.units, width = s.width(), t = q.time_of(k);
     const T* from_later = dh + b * u;
     const T* from_output = dout(b, s.states + k);
-    T* dp = dprojected + (b * s.steps + t) * width;
+    T* dp = dprojected + (t * s.batch + b) * width;
     if (q.kept(b, t)) {
       for (std::int64_t j = 0; j < u; ++j) dh_new[j] = from_later[j] + from_output[j];
       return true;
@@ -607,7 +737,7 @@ struct Backward {
       if (!enter_row(k, b, dh_new)) return;
       const T* gates = record + s.gate_plane() + b * width;
       const T* aux = record + s.aux_plane() + b * u;
-      T* dp = dprojected + (b * s.steps + t) * width;
+      T* dp = dprojected + (t * s.batch + b) * width;
       T* previous = dh_prev + b * u;
       if (s.cell == Cell::simple_rnn) {
         for (std::int64_t j = 0; j < u; ++j) {
@@ -615,18 +745,10 @@ struct Backward {
           previous[j] = T(0);
         }
       } else if (s.cell == Cell::lstm) {
-        const T* c_prev = r.previous(k, 1) + b * u;
-        const T* dc_new = dc + b * u;
-        for (std::int64_t j = 0; j < u; ++j) {
-          const T i = gates[j], f = gates[u + j], g = gates[2 * u + j], o = gates[3 * u + j];
-          const T dcell = dc_new[j] + dh_new[j] * o * derivative(s.act, aux[j]);
-          dp[j] = dcell * g * derivative(s.recurrent_act, i);
-          dp[u + j] = dcell * c_prev[j] * derivative(s.recurrent_act, f);
-          dp[2 * u + j] = dcell * i * derivative(s.act, g);
-          dp[3 * u + j] = dh_new[j] * aux[j] * derivative(s.recurrent_act, o);
-          dc_prev[b * u + j] = dcell * f;
-          previous[j] = T(0);
-        }
+        with_derivatives(s.act, s.recurrent_act, [&](auto d_act, auto d_recurrent) {
+          lstm_row_grad(u, gates, aux, r.previous(k, 1) + b * u, dc + b * u, static_cast<const T*>(dh_new), dp,
+                        dc_prev + b * u, previous, d_act, d_recurrent);
+        });
       } else {
         const T* h_prev = r.previous(k, 0) + b * u;
         T* dr = drec + b * width;
@@ -641,10 +763,9 @@ struct Backward {
         }
       }
     });
-    // The recurrent products' gradients: dprojected's rows at time t, or drec for GRU with reset_after.
-    const T* dr = s.recurrent_bias() ? drec : dprojected + t * width;
-    const std::int64_t ld = s.recurrent_bias() ? width : s.steps * width;
-    back_through_products(r.previous(k, 0), dr, ld, 0, s.gates);
+    // The recurrent products' gradients: dprojected's block at time t, or drec for GRU with reset_after.
+    const T* dr = s.recurrent_bias() ? drec : dprojected + t * s.batch * width;
+    back_through_products(r.previous(k, 0), dr, width, 0, s.gates);
     if (s.recurrent_bias())
       for (std::int64_t b = 0; b < s.batch; ++b)
         for (std::int64_t j = 0; j < width; ++j) dbias[width + j] += drec[b * width + j];
@@ -657,12 +778,12 @@ struct Backward {
     const std::int64_t u = s.units, width = s.width();
     if (!s.has_recurrent_masks) {
       const std::int64_t cols = (last - first) * u;
-      product(s.batch, u, cols, dr + first * u, ld, false, q.recurrent + first * u, width, true, dh_prev, u, true);
+      product(s.batch, u, cols, dr + first * u, ld, false, recurrent_t + first * u * u, u, false, dh_prev, u, true);
       product(u, cols, s.batch, left, u, true, dr + first * u, ld, false, drecurrent + first * u, width, true);
       return;
     }
     for (int gate = first; gate < last; ++gate) {
-      product(s.batch, u, u, dr + gate * u, ld, false, q.recurrent + gate * u, width, true, gated, u, false);
+      product(s.batch, u, u, dr + gate * u, ld, false, recurrent_t + gate * u * u, u, false, gated, u, false);
       for (std::int64_t b = 0; b < s.batch; ++b) {
         const T* m = q.recurrent_mask(b, gate);
         for (std::int64_t j = 0; j < u; ++j) dh_prev[b * u + j] += gated[b * u + j] * m[j];
@@ -675,7 +796,8 @@ struct Backward {
   // GRU without reset_after: the candidate's gradient first, back through (r ∘ h)·U_h to r and h, then z's
   // and r's through h·U_z and h·U_r.
   void gru_reset_before(std::int64_t k) {
-    const std::int64_t u = s.units, width = s.width(), t = q.time_of(k), ld = s.steps * width;
+    const std::int64_t u = s.units, width = s.width(), t = q.time_of(k), ld = width;
+    T* dblock = dprojected + t * s.batch * width;
     const T* record = r.record(k);
     const T* h_prev_all = r.previous(k, 0);
     for_rows(s, 8, [&](std::int64_t b) {
@@ -683,7 +805,7 @@ struct Backward {
       if (!enter_row(k, b, dh_new)) return;
       const T* gates = record + s.gate_plane() + b * width;
       const T* h_prev = h_prev_all + b * u;
-      T* dp = dprojected + (b * s.steps + t) * width;
+      T* dp = dprojected + (t * s.batch + b) * width;
       for (std::int64_t j = 0; j < u; ++j) {
         const T z = gates[j], candidate = gates[2 * u + j];
         dp[j] = dh_new[j] * (h_prev[j] - candidate) * derivative(s.recurrent_act, z);
@@ -693,8 +815,8 @@ struct Backward {
     });
     // d(r ∘ h) = dcandidate·U_hᵀ under the candidate's dropout mask, into temp; U_h's gradient from r ∘ h.
     // Masked rows have dcandidate = 0, so their d(r ∘ h) is 0.
-    const T* dcandidate = dprojected + t * width + 2 * u;
-    product(s.batch, u, u, dcandidate, ld, false, q.recurrent + 2 * u, width, true, temp, u, false);
+    const T* dcandidate = dblock + 2 * u;
+    product(s.batch, u, u, dcandidate, ld, false, recurrent_t + 2 * u * u, u, false, temp, u, false);
     if (s.has_recurrent_masks)
       for (std::int64_t b = 0; b < s.batch; ++b) {
         const T* m = q.recurrent_mask(b, 2);
@@ -707,13 +829,13 @@ struct Backward {
       const T* reset = record + s.gate_plane() + b * width + u;
       const T* h_prev = h_prev_all + b * u;
       const T* dreset_h = temp + b * u;
-      T* dp = dprojected + (b * s.steps + t) * width;
+      T* dp = dprojected + (t * s.batch + b) * width;
       for (std::int64_t j = 0; j < u; ++j) {
         dp[u + j] = dreset_h[j] * h_prev[j] * derivative(s.recurrent_act, reset[j]);
         dh_prev[b * u + j] += dreset_h[j] * reset[j];
       }
     });
-    back_through_products(h_prev_all, dprojected + t * width, ld, 0, 2);
+    back_through_products(h_prev_all, dblock, ld, 0, 2);
   }
 };
 
@@ -723,7 +845,7 @@ void recurrent_grad_kernel(const KernelContext& context) {
   const Setup s = setup_of(context, 2);
   const std::int64_t u = s.units, width = s.width(), area = s.area();
   T* workspace = context.scratch<T>();
-  T* zeros = workspace + backward_workspace_elements(s) - area;
+  T* zeros = workspace + s.batch * s.steps * width + s.batch * width + 6 * area;
   std::fill(zeros, zeros + area, T(0));
   const Sequence<T> q(s, context, 2, zeros);
   T* dx = context.out<T>();
@@ -733,7 +855,9 @@ void recurrent_grad_kernel(const KernelContext& context) {
   T* dh0 = dbias + (s.recurrent_bias() ? 2 * width : width);
   T* dprojected = workspace;
   T* drec = dprojected + s.batch * s.steps * width;
-  T* planes = drec + s.batch * width;  // six (B, U) planes
+  T* planes = drec + s.batch * width;  // six (B, U) planes, then the zeros, then x time-major
+  T* x_major = planes + 7 * area;
+  T* recurrent_t = x_major + (needs_swap(s) ? s.batch * s.steps * s.features : 0);
   Backward<T> backward{q,
                        q.s,
                        {q.s, context.in<T>(0), {q.initial[0], q.initial[1]}},
@@ -750,7 +874,9 @@ void recurrent_grad_kernel(const KernelContext& context) {
                        planes + 2 * area,
                        planes + 3 * area,
                        planes + 4 * area,
-                       planes + 5 * area};
+                       planes + 5 * area,
+                       x_major,
+                       recurrent_t};
   backward.run();
 }
 

@@ -9,6 +9,7 @@
 #include <kiln/core/rng.hpp>
 #include <kiln/ops/ops.hpp>
 #include "support/gradcheck.hpp"
+#include "support/thread_counts.hpp"
 
 using namespace kiln;
 using Catch::Contains;
@@ -217,6 +218,21 @@ TEST_CASE("recurrent equals the same cell unrolled from primitive ops, outputs a
       INFO("result " << i << " (0 is the output, then the gradient of each input)");
       CHECK(testing::max_relative_difference(actual[i], expected[i]) <= 1e-12);
     }
+  }
+}
+
+TEST_CASE("recurrent gives the same outputs and gradients on 1, 2, 3, 7 and 16 threads", "[ops][recurrent]") {
+  for (Case c : cases()) {
+    // Big enough that the steps' rows and products split (kiln splits no work below 2^15 operations a worker).
+    c.batch = 64, c.steps = 4, c.features = 8, c.units = 64;
+    INFO(label_of(c));
+    Rng rng(8);
+    const std::vector<Array> inputs = random_inputs(c, rng);
+    const Array mask = mask_of(c), masks = recurrent_masks_of(c, rng);
+    const Array weights = testing::random_array({c.batch, c.steps + states_of(c), c.units}, rng);
+    // The products split over threads may run on another library's kernel for a narrower slice: within rounding.
+    testing::check_thread_counts([&](const std::vector<Tensor>& x) { return fused(c, x, mask, masks); }, inputs,
+                                 weights, 0, 1e-12);
   }
 }
 
