@@ -1,22 +1,24 @@
-// dnnl_bench: oneDNN's own primitives as a benchmark peer (issue 39). PyTorch 2 runs its CPU LSTM, convolutions,
-// batch norm and large products on oneDNN (through its mkldnn backend); timing oneDNN's primitives directly, here,
-// in the same command as kiln, is the measurable stand-in for PyTorch 2 on this machine.
+// dnnl_bench: oneDNN's own primitives as a benchmark peer (issue 39). PyTorch 2 runs its CPU LSTM and GRU,
+// convolutions, batch norm and large products on oneDNN (through its mkldnn backend); timing oneDNN's primitives
+// directly, here, in the same command as kiln, is the measurable stand-in for PyTorch 2 on this machine.
 //
-//   dnnl_bench --workload lstm --mode forward|train_step --threads N [timing flags as kiln_bench]
+//   dnnl_bench --workload lstm|rnn --mode forward|train_step --threads N [timing flags as kiln_bench]
 //
-// lstm: (64, 100, 32) -> LSTM(128) -> the last hidden state -> Dense(1); MSE + Adam (lr 1e-3, betas 0.9/0.999,
-// eps 1e-7), as kiln_bench's and torch_bench's lstm row.
-// - forward: the lstm_forward primitive (forward_inference) with its weights reordered once into the layout it
-//   chose, then the Dense head.
-// - train step: the user's weights (ldigo) reordered into the forward's and the backward's layouts (they change
-//   every step), lstm_forward (forward_training, with its workspace), the head and MSE's gradient, lstm_backward,
-//   the weight gradients reordered back to ldigo, and Adam on every parameter.
-// One JSON line, bench_common.hpp's fields, impl "onednn" and oneDNN's version.
+// The rows, as kiln_bench's and torch_bench's, with Adam (lr 1e-3, betas 0.9/0.999, eps 1e-7) and MSE:
+// - lstm: (64, 100, 32) -> LSTM(128) -> the last hidden state -> Dense(1).
+// - rnn: (32, 100, 32) -> LSTM(128) returning every step -> GRU(64) (oneDNN's linear-before-reset GRU, which is
+//   Keras's reset_after) -> the last hidden state -> Dense(1).
+// Forward runs forward_inference with each layer's weights reordered once into the layout the primitive chose.
+// A train step reorders the user's weights (ldigo) into the forward's and the backward's layouts (they change
+// every step), runs forward_training (with its workspace), the head and MSE's gradient, the layers' backward
+// primitives from the last to the first, reorders the weight gradients back to ldigo, and runs Adam on every
+// parameter. One JSON line, bench_common.hpp's fields, impl "onednn" and oneDNN's version.
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -31,6 +33,7 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 constexpr auto f32 = memory::data_type::f32;
+constexpr auto left2right = dnnl::rnn_direction::unidirectional_left2right;
 
 std::vector<float> uniform(std::size_t size, std::mt19937& rng, float low = -0.1f, float high = 0.1f) {
   std::uniform_real_distribution<float> dist(low, high);
@@ -55,7 +58,8 @@ struct Adam {
   }
 };
 
-// A memory in `wanted`'s layout holding `user`, reordered from it when the layouts differ (or `user` itself).
+// A memory in `wanted`'s layout for `user`'s values: `user` itself when the layouts agree, else a new one that
+// reorder_if fills.
 memory in_layout(const memory& user, const memory::desc& wanted, const dnnl::engine& engine) {
   if (user.get_desc() == wanted) return user;
   return memory(wanted, engine);
@@ -64,160 +68,239 @@ void reorder_if(memory& from, memory& to, dnnl::stream& stream) {
   if (from != to) dnnl::reorder(from, to).execute(stream, from, to);
 }
 
-class LstmRow {
+enum class Kind { lstm, gru };
+
+// One recurrent layer over (T, N, C) into (T, N, H): its weights (ldigo, as a user keeps them), the primitives and
+// their memories, the gradients and Adam.
+class Layer {
  public:
-  static constexpr int T = 100, N = 64, C = 32, H = 128, G = 4;
+  Layer(Kind kind, int steps, int batch, int channels, int hidden, bool training, const dnnl::engine& engine,
+        std::mt19937& rng)
+      : engine_(engine), training_(training) {
+    // LSTM: 4 gates and biases; the linear-before-reset GRU: 3 gates, 4 biases (the candidate's recurrent one).
+    const int gates = kind == Kind::lstm ? 4 : 3, bias_gates = 4;
+    w_layer_ = uniform(static_cast<std::size_t>(channels * gates * hidden), rng);
+    w_iter_ = uniform(static_cast<std::size_t>(hidden * gates * hidden), rng);
+    bias_ = uniform(static_cast<std::size_t>(bias_gates * hidden), rng);
 
-  explicit LstmRow(bool training) : training_(training) {
-    std::mt19937 rng(7);
-    x_ = uniform(static_cast<std::size_t>(T * N * C), rng, -1.0f, 1.0f);
-    target_ = uniform(N, rng, -1.0f, 1.0f);
-    w_layer_ = uniform(static_cast<std::size_t>(C * G * H), rng);
-    w_iter_ = uniform(static_cast<std::size_t>(H * G * H), rng);
-    bias_ = uniform(static_cast<std::size_t>(G * H), rng);
-    head_w_ = uniform(H, rng);
-    head_b_ = 0.0f;
-
-    const memory::desc src_md({T, N, C}, f32, Tag::tnc), dst_md({T, N, H}, f32, Tag::tnc);
-    const memory::desc w_layer_user({1, 1, C, G, H}, f32, Tag::ldigo), w_iter_user({1, 1, H, G, H}, f32, Tag::ldigo);
-    const memory::desc bias_md({1, 1, G, H}, f32, Tag::ldgo);
-    const memory::desc w_layer_any({1, 1, C, G, H}, f32, Tag::any), w_iter_any({1, 1, H, G, H}, f32, Tag::any);
+    const memory::desc src_md({steps, batch, channels}, f32, Tag::tnc), dst_md({steps, batch, hidden}, f32, Tag::tnc);
+    const memory::desc w_layer_user({1, 1, channels, gates, hidden}, f32, Tag::ldigo);
+    const memory::desc w_iter_user({1, 1, hidden, gates, hidden}, f32, Tag::ldigo);
+    const memory::desc bias_md({1, 1, bias_gates, hidden}, f32, Tag::ldgo);
+    const memory::desc w_layer_any({1, 1, channels, gates, hidden}, f32, Tag::any);
+    const memory::desc w_iter_any({1, 1, hidden, gates, hidden}, f32, Tag::any);
     const memory::desc none;
-    const auto kind = training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-    forward_pd_ = dnnl::lstm_forward::primitive_desc(
-        dnnl::lstm_forward::desc(kind, dnnl::rnn_direction::unidirectional_left2right, src_md, none, none,
-                                 w_layer_any, w_iter_any, bias_md, dst_md, none, none),
-        engine_);
-    forward_ = dnnl::lstm_forward(forward_pd_);
-
-    src_ = memory(src_md, engine_, x_.data());
-    dst_ = memory(dst_md, engine_);
-    bias_mem_ = memory(bias_md, engine_, bias_.data());
-    w_layer_mem_ = memory(w_layer_user, engine_, w_layer_.data());
-    w_iter_mem_ = memory(w_iter_user, engine_, w_iter_.data());
-    fwd_w_layer_ = in_layout(w_layer_mem_, forward_pd_.weights_layer_desc(), engine_);
-    fwd_w_iter_ = in_layout(w_iter_mem_, forward_pd_.weights_iter_desc(), engine_);
-    if (training) workspace_ = memory(forward_pd_.workspace_desc(), engine_);
-    // Inference packs the weights once, as a plan would.
-    if (!training) pack_forward_weights();
-
-    if (training) {
-      backward_pd_ = dnnl::lstm_backward::primitive_desc(
-          dnnl::lstm_backward::desc(dnnl::prop_kind::backward, dnnl::rnn_direction::unidirectional_left2right, src_md,
-                                    none, none, w_layer_any, w_iter_any, bias_md, dst_md, none, none, src_md, none,
-                                    none, w_layer_any, w_iter_any, bias_md, dst_md, none, none),
-          engine_, forward_pd_);
-      backward_ = dnnl::lstm_backward(backward_pd_);
-      bwd_w_layer_ = in_layout(w_layer_mem_, backward_pd_.weights_layer_desc(), engine_);
-      bwd_w_iter_ = in_layout(w_iter_mem_, backward_pd_.weights_iter_desc(), engine_);
-      diff_src_ = memory(backward_pd_.diff_src_layer_desc(), engine_);
-      diff_dst_values_.assign(static_cast<std::size_t>(T * N * H), 0.0f);
-      diff_dst_ = memory(dst_md, engine_, diff_dst_values_.data());
-      g_w_layer_.assign(w_layer_.size(), 0.0f);
-      g_w_iter_.assign(w_iter_.size(), 0.0f);
-      g_bias_.assign(bias_.size(), 0.0f);
-      g_w_layer_user_ = memory(w_layer_user, engine_, g_w_layer_.data());
-      g_w_iter_user_ = memory(w_iter_user, engine_, g_w_iter_.data());
-      g_w_layer_mem_ = in_layout(g_w_layer_user_, backward_pd_.diff_weights_layer_desc(), engine_);
-      g_w_iter_mem_ = in_layout(g_w_iter_user_, backward_pd_.diff_weights_iter_desc(), engine_);
-      g_bias_mem_ = memory(backward_pd_.diff_bias_desc(), engine_, g_bias_.data());
-      adam_.reserve(5);
-      for (std::size_t size : {w_layer_.size(), w_iter_.size(), bias_.size(), head_w_.size(), std::size_t{1}})
-        adam_.emplace_back(size);
+    const auto prop = training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
+    if (kind == Kind::lstm) {
+      const dnnl::lstm_forward::primitive_desc fwd(
+          dnnl::lstm_forward::desc(prop, left2right, src_md, none, none, w_layer_any, w_iter_any, bias_md, dst_md,
+                                   none, none),
+          engine);
+      forward_pd_ = fwd;
+      forward_ = dnnl::lstm_forward(fwd);
+      if (training) {
+        const dnnl::lstm_backward::primitive_desc bwd(
+            dnnl::lstm_backward::desc(dnnl::prop_kind::backward, left2right, src_md, none, none, w_layer_any,
+                                      w_iter_any, bias_md, dst_md, none, none, src_md, none, none, w_layer_any,
+                                      w_iter_any, bias_md, dst_md, none, none),
+            engine, fwd);
+        backward_pd_ = bwd;
+        backward_ = dnnl::lstm_backward(bwd);
+      }
+    } else {
+      const dnnl::lbr_gru_forward::primitive_desc fwd(
+          dnnl::lbr_gru_forward::desc(prop, left2right, src_md, none, w_layer_any, w_iter_any, bias_md, dst_md, none),
+          engine);
+      forward_pd_ = fwd;
+      forward_ = dnnl::lbr_gru_forward(fwd);
+      if (training) {
+        const dnnl::lbr_gru_backward::primitive_desc bwd(
+            dnnl::lbr_gru_backward::desc(dnnl::prop_kind::backward, left2right, src_md, none, w_layer_any, w_iter_any,
+                                         bias_md, dst_md, none, src_md, none, w_layer_any, w_iter_any, bias_md, dst_md,
+                                         none),
+            engine, fwd);
+        backward_pd_ = bwd;
+        backward_ = dnnl::lbr_gru_backward(bwd);
+      }
     }
+
+    dst_ = memory(dst_md, engine);
+    bias_mem_ = memory(bias_md, engine, bias_.data());
+    w_layer_mem_ = memory(w_layer_user, engine, w_layer_.data());
+    w_iter_mem_ = memory(w_iter_user, engine, w_iter_.data());
+    fwd_w_layer_ = in_layout(w_layer_mem_, forward_pd_.weights_layer_desc(), engine);
+    fwd_w_iter_ = in_layout(w_iter_mem_, forward_pd_.weights_iter_desc(), engine);
+    if (!training) {
+      dnnl::stream stream(engine);
+      pack_forward_weights(stream);  // inference packs the weights once, as a plan would
+      stream.wait();
+      return;
+    }
+    workspace_ = memory(forward_pd_.workspace_desc(), engine);
+    bwd_w_layer_ = in_layout(w_layer_mem_, backward_pd_.weights_layer_desc(), engine);
+    bwd_w_iter_ = in_layout(w_iter_mem_, backward_pd_.weights_iter_desc(), engine);
+    diff_src_ = memory(backward_pd_.diff_src_layer_desc(), engine);
+    diff_dst_ = memory(dst_md, engine);
+    g_w_layer_.assign(w_layer_.size(), 0.0f);
+    g_w_iter_.assign(w_iter_.size(), 0.0f);
+    g_w_layer_user_ = memory(w_layer_user, engine, g_w_layer_.data());
+    g_w_iter_user_ = memory(w_iter_user, engine, g_w_iter_.data());
+    g_w_layer_mem_ = in_layout(g_w_layer_user_, backward_pd_.diff_weights_layer_desc(), engine);
+    g_w_iter_mem_ = in_layout(g_w_iter_user_, backward_pd_.diff_weights_iter_desc(), engine);
+    g_bias_mem_ = memory(backward_pd_.diff_bias_desc(), engine);
+    for (std::size_t size : {w_layer_.size(), w_iter_.size(), bias_.size()}) adam_.emplace_back(size);
+  }
+
+  memory& forward(dnnl::stream& stream, memory& src) {
+    if (training_) pack_forward_weights(stream);
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC_LAYER, src},
+                                            {DNNL_ARG_WEIGHTS_LAYER, fwd_w_layer_},
+                                            {DNNL_ARG_WEIGHTS_ITER, fwd_w_iter_},
+                                            {DNNL_ARG_BIAS, bias_mem_},
+                                            {DNNL_ARG_DST_LAYER, dst_}};
+    if (training_) args[DNNL_ARG_WORKSPACE] = workspace_;
+    forward_.execute(stream, args);
+    return dst_;
+  }
+
+  // diff_dst() holds the output's gradient; after it, diff_src() the input's.
+  void backward(dnnl::stream& stream, memory& src) {
+    reorder_if(w_layer_mem_, bwd_w_layer_, stream);
+    reorder_if(w_iter_mem_, bwd_w_iter_, stream);
+    backward_.execute(stream, {{DNNL_ARG_SRC_LAYER, src},
+                               {DNNL_ARG_WEIGHTS_LAYER, bwd_w_layer_},
+                               {DNNL_ARG_WEIGHTS_ITER, bwd_w_iter_},
+                               {DNNL_ARG_BIAS, bias_mem_},
+                               {DNNL_ARG_DST_LAYER, dst_},
+                               {DNNL_ARG_DIFF_DST_LAYER, diff_dst_},
+                               {DNNL_ARG_DIFF_SRC_LAYER, diff_src_},
+                               {DNNL_ARG_DIFF_WEIGHTS_LAYER, g_w_layer_mem_},
+                               {DNNL_ARG_DIFF_WEIGHTS_ITER, g_w_iter_mem_},
+                               {DNNL_ARG_DIFF_BIAS, g_bias_mem_},
+                               {DNNL_ARG_WORKSPACE, workspace_}});
+    reorder_if(g_w_layer_mem_, g_w_layer_user_, stream);
+    reorder_if(g_w_iter_mem_, g_w_iter_user_, stream);
+  }
+
+  void adam(int t) {
+    adam_[0].step(w_layer_.data(), g_w_layer_.data(), w_layer_.size(), t);
+    adam_[1].step(w_iter_.data(), g_w_iter_.data(), w_iter_.size(), t);
+    adam_[2].step(bias_.data(), static_cast<const float*>(g_bias_mem_.get_data_handle()), bias_.size(), t);
+  }
+
+  memory& dst() { return dst_; }
+  memory& diff_dst() { return diff_dst_; }
+  memory& diff_src() { return diff_src_; }
+
+ private:
+  void pack_forward_weights(dnnl::stream& stream) {
+    reorder_if(w_layer_mem_, fwd_w_layer_, stream);
+    reorder_if(w_iter_mem_, fwd_w_iter_, stream);
+  }
+
+  dnnl::engine engine_;
+  bool training_;
+  std::vector<float> w_layer_, w_iter_, bias_, g_w_layer_, g_w_iter_;
+  dnnl::rnn_primitive_desc_base forward_pd_, backward_pd_;
+  dnnl::primitive forward_, backward_;
+  memory dst_, bias_mem_, w_layer_mem_, w_iter_mem_, fwd_w_layer_, fwd_w_iter_, workspace_;
+  memory bwd_w_layer_, bwd_w_iter_, diff_src_, diff_dst_, g_w_layer_user_, g_w_iter_user_, g_w_layer_mem_,
+      g_w_iter_mem_, g_bias_mem_;
+  std::vector<Adam> adam_;
+};
+
+// A stack of recurrent layers, then Dense(1) on the last layer's last hidden state, MSE against a target.
+class Row {
+ public:
+  Row(const std::string& workload, bool training) {
+    std::mt19937 rng(7);
+    const bool lstm = workload == "lstm";
+    steps_ = 100, batch_ = lstm ? 64 : 32;
+    const int channels = 32;
+    layers_.push_back(std::make_unique<Layer>(Kind::lstm, steps_, batch_, channels, 128, training, engine_, rng));
+    if (!lstm) layers_.push_back(std::make_unique<Layer>(Kind::gru, steps_, batch_, 128, 64, training, engine_, rng));
+    hidden_ = lstm ? 128 : 64;
+    x_ = uniform(static_cast<std::size_t>(steps_ * batch_ * channels), rng, -1.0f, 1.0f);
+    target_ = uniform(static_cast<std::size_t>(batch_), rng, -1.0f, 1.0f);
+    head_w_ = uniform(static_cast<std::size_t>(hidden_), rng);
+    src_ = memory({{steps_, batch_, channels}, f32, Tag::tnc}, engine_, x_.data());
+    adam_.emplace_back(head_w_.size());
+    adam_.emplace_back(1);
   }
 
   void forward() {
-    forward_.execute(stream_, {{DNNL_ARG_SRC_LAYER, src_},
-                               {DNNL_ARG_WEIGHTS_LAYER, fwd_w_layer_},
-                               {DNNL_ARG_WEIGHTS_ITER, fwd_w_iter_},
-                               {DNNL_ARG_BIAS, bias_mem_},
-                               {DNNL_ARG_DST_LAYER, dst_}});
+    run_layers();
     stream_.wait();
     head();
   }
 
   float train_step() {
-    pack_forward_weights();
-    forward_.execute(stream_, {{DNNL_ARG_SRC_LAYER, src_},
-                               {DNNL_ARG_WEIGHTS_LAYER, fwd_w_layer_},
-                               {DNNL_ARG_WEIGHTS_ITER, fwd_w_iter_},
-                               {DNNL_ARG_BIAS, bias_mem_},
-                               {DNNL_ARG_DST_LAYER, dst_},
-                               {DNNL_ARG_WORKSPACE, workspace_}});
+    run_layers();
     stream_.wait();
     head();
-    // MSE over the batch: dL/dy = 2 (y - t) / N; the head's gradients, and dL/dh_T into the last step's rows.
+    // MSE over the batch: dL/dy = 2 (y - t) / N; the head's gradients, and dL/dh_T into the last step's rows (the
+    // other steps' rows stay zero).
+    const std::size_t n_h = static_cast<std::size_t>(batch_ * hidden_);
+    const float* last = last_hidden();
+    float* d_top = static_cast<float*>(layers_.back()->diff_dst().get_data_handle());
+    std::fill(d_top, d_top + static_cast<std::size_t>(steps_) * n_h, 0.0f);
+    float* d_last = d_top + static_cast<std::size_t>(steps_ - 1) * n_h;
     float loss = 0.0f, g_head_b = 0.0f;
-    std::vector<float>& g_head_w = g_head_w_;
-    g_head_w.assign(H, 0.0f);
-    const float* last = static_cast<const float*>(dst_.get_data_handle()) + static_cast<std::size_t>((T - 1) * N * H);
-    float* d_last = diff_dst_values_.data() + static_cast<std::size_t>((T - 1) * N * H);
-    for (int n = 0; n < N; ++n) {
+    g_head_w_.assign(static_cast<std::size_t>(hidden_), 0.0f);
+    for (int n = 0; n < batch_; ++n) {
       const float error = y_[static_cast<std::size_t>(n)] - target_[static_cast<std::size_t>(n)];
-      loss += error * error / N;
-      const float dy = 2.0f * error / N;
+      loss += error * error / static_cast<float>(batch_);
+      const float dy = 2.0f * error / static_cast<float>(batch_);
       g_head_b += dy;
-      for (int h = 0; h < H; ++h) {
-        g_head_w[static_cast<std::size_t>(h)] += last[n * H + h] * dy;
-        d_last[n * H + h] = dy * head_w_[static_cast<std::size_t>(h)];
+      for (int h = 0; h < hidden_; ++h) {
+        g_head_w_[static_cast<std::size_t>(h)] += last[n * hidden_ + h] * dy;
+        d_last[n * hidden_ + h] = dy * head_w_[static_cast<std::size_t>(h)];
       }
     }
-    reorder_if(w_layer_mem_, bwd_w_layer_, stream_);
-    reorder_if(w_iter_mem_, bwd_w_iter_, stream_);
-    backward_.execute(stream_, {{DNNL_ARG_SRC_LAYER, src_},
-                                {DNNL_ARG_WEIGHTS_LAYER, bwd_w_layer_},
-                                {DNNL_ARG_WEIGHTS_ITER, bwd_w_iter_},
-                                {DNNL_ARG_BIAS, bias_mem_},
-                                {DNNL_ARG_DST_LAYER, dst_},
-                                {DNNL_ARG_DIFF_DST_LAYER, diff_dst_},
-                                {DNNL_ARG_DIFF_SRC_LAYER, diff_src_},
-                                {DNNL_ARG_DIFF_WEIGHTS_LAYER, g_w_layer_mem_},
-                                {DNNL_ARG_DIFF_WEIGHTS_ITER, g_w_iter_mem_},
-                                {DNNL_ARG_DIFF_BIAS, g_bias_mem_},
-                                {DNNL_ARG_WORKSPACE, workspace_}});
-    reorder_if(g_w_layer_mem_, g_w_layer_user_, stream_);
-    reorder_if(g_w_iter_mem_, g_w_iter_user_, stream_);
+    // Back through the layers, last to first: each one's input gradient is the one below's output gradient.
+    for (std::size_t i = layers_.size(); i-- > 0;) {
+      memory& below = i == 0 ? src_ : layers_[i - 1]->dst();
+      layers_[i]->backward(stream_, below);
+      if (i > 0) {
+        dnnl::reorder(layers_[i]->diff_src(), layers_[i - 1]->diff_dst())
+            .execute(stream_, layers_[i]->diff_src(), layers_[i - 1]->diff_dst());
+      }
+    }
     stream_.wait();
     ++t_;
-    adam_[0].step(w_layer_.data(), g_w_layer_.data(), w_layer_.size(), t_);
-    adam_[1].step(w_iter_.data(), g_w_iter_.data(), w_iter_.size(), t_);
-    adam_[2].step(bias_.data(), static_cast<const float*>(g_bias_mem_.get_data_handle()), bias_.size(), t_);
-    adam_[3].step(head_w_.data(), g_head_w.data(), head_w_.size(), t_);
-    adam_[4].step(&head_b_, &g_head_b, 1, t_);
+    for (auto& layer : layers_) layer->adam(t_);
+    adam_[0].step(head_w_.data(), g_head_w_.data(), head_w_.size(), t_);
+    adam_[1].step(&head_b_, &g_head_b, 1, t_);
     return loss;
   }
 
  private:
-  void pack_forward_weights() {
-    reorder_if(w_layer_mem_, fwd_w_layer_, stream_);
-    reorder_if(w_iter_mem_, fwd_w_iter_, stream_);
+  void run_layers() {
+    memory* input = &src_;
+    for (auto& layer : layers_) input = &layer->forward(stream_, *input);
   }
-
+  const float* last_hidden() const {
+    return static_cast<const float*>(layers_.back()->dst().get_data_handle()) +
+           static_cast<std::size_t>((steps_ - 1) * batch_ * hidden_);
+  }
   // y = h_T · w + b, h_T the last step's output rows.
   void head() {
-    const float* last = static_cast<const float*>(dst_.get_data_handle()) + static_cast<std::size_t>((T - 1) * N * H);
-    y_.resize(N);
-    for (int n = 0; n < N; ++n) {
+    const float* last = last_hidden();
+    y_.resize(static_cast<std::size_t>(batch_));
+    for (int n = 0; n < batch_; ++n) {
       float sum = head_b_;
-      for (int h = 0; h < H; ++h) sum += last[n * H + h] * head_w_[static_cast<std::size_t>(h)];
+      for (int h = 0; h < hidden_; ++h) sum += last[n * hidden_ + h] * head_w_[static_cast<std::size_t>(h)];
       y_[static_cast<std::size_t>(n)] = sum;
     }
   }
 
-  bool training_;
   dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream_{engine_};
-  std::vector<float> x_, target_, w_layer_, w_iter_, bias_, head_w_, y_, diff_dst_values_, g_w_layer_, g_w_iter_,
-      g_bias_, g_head_w_;
+  int steps_ = 0, batch_ = 0, hidden_ = 0;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<float> x_, target_, head_w_, g_head_w_, y_;
   float head_b_ = 0.0f;
-  dnnl::lstm_forward::primitive_desc forward_pd_;
-  dnnl::lstm_forward forward_;
-  dnnl::lstm_backward::primitive_desc backward_pd_;
-  dnnl::lstm_backward backward_;
-  memory src_, dst_, bias_mem_, w_layer_mem_, w_iter_mem_, fwd_w_layer_, fwd_w_iter_, workspace_;
-  memory bwd_w_layer_, bwd_w_iter_, diff_src_, diff_dst_, g_w_layer_user_, g_w_iter_user_, g_w_layer_mem_,
-      g_w_iter_mem_, g_bias_mem_;
+  memory src_;
   std::vector<Adam> adam_;
   int t_ = 0;
 };
@@ -226,8 +309,8 @@ class LstmRow {
 
 int main(int argc, char** argv) {
   const bench::Args a = bench::parse_args(argc, argv, true);
-  if (a.workload != "lstm" || (a.mode != "forward" && a.mode != "train_step")) {
-    std::fprintf(stderr, "dnnl_bench: only --workload lstm --mode forward|train_step (got %s %s)\n",
+  if ((a.workload != "lstm" && a.workload != "rnn") || (a.mode != "forward" && a.mode != "train_step")) {
+    std::fprintf(stderr, "dnnl_bench: only --workload lstm|rnn --mode forward|train_step (got %s %s)\n",
                  a.workload.c_str(), a.mode.c_str());
     return 2;
   }
@@ -237,12 +320,12 @@ int main(int argc, char** argv) {
       ",\"version\":\"" + std::to_string(version->major) + "." + std::to_string(version->minor) + "." +
       std::to_string(version->patch) + "\"";
   {  // oneDNN's start-up (its engine, a first primitive) before the baseline, as the other benches do
-    LstmRow warm(false);
+    Row warm(a.workload, false);
     warm.forward();
   }
   const double baseline = bench::status_mb("VmRSS");
   bench::reset_peak();
-  LstmRow row(a.mode == "train_step");
+  Row row(a.workload, a.mode == "train_step");
   bench::Timing timing;
   if (a.mode == "forward") {
     timing = bench::time_steps(a, [&] { row.forward(); });

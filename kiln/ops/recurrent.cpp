@@ -170,6 +170,28 @@ void lstm_row_grad(std::int64_t u, const T* __restrict gates, const T* __restric
   }
 }
 
+// One GRU row's (with reset_after) gradients of its gates' pre-activations (dp, [dz | dr | dcandidate]) and of its
+// recurrent products (dr, [dz | dr | dcandidate ∘ r]), and the previous h's (its direct part, to which the
+// recurrent product's gradient adds), from the activated gates, the candidate's recurrent part, h_prev and dh.
+template <class T, class DA, class DR>
+void gru_row_grad(std::int64_t u, const T* __restrict gates, const T* __restrict recurrent_h,
+                  const T* __restrict h_prev, const T* __restrict dh_new, T* __restrict dp, T* __restrict dr,
+                  T* __restrict dh_prev, DA d_act, DR d_recurrent) {
+  for (std::int64_t j = 0; j < u; ++j) {
+    const T z = gates[j], reset = gates[u + j], candidate = gates[2 * u + j];
+    const T dcandidate = dh_new[j] * (T(1) - z) * d_act(candidate);
+    const T dz = dh_new[j] * (h_prev[j] - candidate) * d_recurrent(z);
+    const T dreset = dcandidate * recurrent_h[j] * d_recurrent(reset);
+    dp[j] = dz;
+    dr[j] = dz;
+    dp[u + j] = dreset;
+    dr[u + j] = dreset;
+    dp[2 * u + j] = dcandidate;
+    dr[2 * u + j] = dcandidate * reset;
+    dh_prev[j] = dh_new[j] * z;
+  }
+}
+
 // Everything the kernels need to know, from the attributes and the shapes (batch and steps may be unknown
 // while a graph is built; the kernels see concrete ones).
 struct Setup {
@@ -740,27 +762,26 @@ struct Backward {
       T* dp = dprojected + (t * s.batch + b) * width;
       T* previous = dh_prev + b * u;
       if (s.cell == Cell::simple_rnn) {
-        for (std::int64_t j = 0; j < u; ++j) {
-          dp[j] = dh_new[j] * derivative(s.act, gates[j]);
-          previous[j] = T(0);
-        }
+        const auto row = [&](auto d_act) {
+          for (std::int64_t j = 0; j < u; ++j) {
+            dp[j] = dh_new[j] * d_act(gates[j]);
+            previous[j] = T(0);
+          }
+        };
+        if (s.act == Act::tanh)
+          row(TanhDerivative{});
+        else
+          row(AnyDerivative{s.act});
       } else if (s.cell == Cell::lstm) {
         with_derivatives(s.act, s.recurrent_act, [&](auto d_act, auto d_recurrent) {
           lstm_row_grad(u, gates, aux, r.previous(k, 1) + b * u, dc + b * u, static_cast<const T*>(dh_new), dp,
                         dc_prev + b * u, previous, d_act, d_recurrent);
         });
       } else {
-        const T* h_prev = r.previous(k, 0) + b * u;
-        T* dr = drec + b * width;
-        for (std::int64_t j = 0; j < u; ++j) {
-          const T z = gates[j], reset = gates[u + j], candidate = gates[2 * u + j];
-          const T dcandidate = dh_new[j] * (T(1) - z) * derivative(s.act, candidate);
-          dp[j] = dr[j] = dh_new[j] * (h_prev[j] - candidate) * derivative(s.recurrent_act, z);
-          dp[u + j] = dr[u + j] = dcandidate * aux[j] * derivative(s.recurrent_act, reset);
-          dp[2 * u + j] = dcandidate;
-          dr[2 * u + j] = dcandidate * reset;
-          previous[j] = dh_new[j] * z;
-        }
+        with_derivatives(s.act, s.recurrent_act, [&](auto d_act, auto d_recurrent) {
+          gru_row_grad(u, gates, aux, r.previous(k, 0) + b * u, static_cast<const T*>(dh_new), dp, drec + b * width,
+                       previous, d_act, d_recurrent);
+        });
       }
     });
     // The recurrent products' gradients: dprojected's block at time t, or drec for GRU with reset_after.
