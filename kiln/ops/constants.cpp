@@ -16,7 +16,7 @@ template <class T>
 void fill_like_kernel(const KernelContext& k) {
   const T value = static_cast<T>(k.attributes().get_double("value"));
   T* out = k.out<T>();
-  for (std::size_t i = 0; i < k.output_size(); ++i) out[i] = value;
+  std::fill(out, out + k.output_size(), value);
 }
 
 // The run-time size of one axis, as a () value.
@@ -30,7 +30,8 @@ void dim_size_kernel(const KernelContext& k) {
 template <class T>
 void positions_kernel(const KernelContext& k) {
   T* out = k.out<T>();
-  for (std::size_t i = 0; i < k.output_size(); ++i) out[i] = static_cast<T>(i);
+  const std::size_t size = k.output_size();
+  for (std::size_t i = 0; i < size; ++i) out[i] = static_cast<T>(i);
 }
 
 // The "axis" attribute of an op that reads one axis of its input's size, checked against the input.

@@ -184,7 +184,10 @@ void gelu_kernel(const KernelContext& k, Chunk c) {
   auto x = input_view<T>(k, 0, c);
   auto y = output_view<T>(k, c);
   if (k.attributes().get_bool("approximate")) {
-    xt::noalias(y) = T(0.5) * x * (T(1) + xt::tanh(T(sqrt_2_over_pi) * (x + T(gelu_cubic) * x * x * x)));
+    // Keras's 0.5·x·(1 + tanh(u)), u = √(2/π)·(x + 0.044715·x³), as x·sigmoid(2u) (the same function:
+    // (1 + tanh u) / 2 = sigmoid(2u)): one exp and a division, where xsimd's tanh takes about twice that (a
+    // twelfth of char_gpt's forward).
+    xt::noalias(y) = x / (T(1) + xt::exp(T(-2 * sqrt_2_over_pi) * (x + T(gelu_cubic) * x * x * x)));
   } else {
     xt::noalias(y) = T(0.5) * x * (T(1) + xt::erf(x * T(inv_sqrt_2)));
   }
@@ -295,9 +298,10 @@ void gelu_tanh_grad(const KernelContext& k, Chunk c) {
   auto dy = input_view<T>(k, 1, c);
   auto dx = output_view<T>(k, c);
   const T s = T(sqrt_2_over_pi);
-  xt::noalias(dx) = xt::tanh(s * (x + T(gelu_cubic) * x * x * x));
-  xt::noalias(dx) =
-      dy * (T(0.5) * (T(1) + dx) + T(0.5) * x * (T(1) - dx * dx) * s * (T(1) + T(3 * gelu_cubic) * x * x));
+  // With p = sigmoid(2u) = (1 + tanh u) / 2 (as the forward computes it): 1 - tanh²u = 4p(1 - p), so
+  // d/dx 0.5·x·(1 + tanh u) = p + 2·x·p·(1 - p)·u'.
+  xt::noalias(dx) = T(1) / (T(1) + xt::exp(T(-2) * s * (x + T(gelu_cubic) * x * x * x)));
+  xt::noalias(dx) = dy * (dx + T(2) * x * dx * (T(1) - dx) * s * (T(1) + T(3 * gelu_cubic) * x * x));
 }
 
 template <class T>

@@ -256,7 +256,8 @@ void reduce_kernel(const KernelContext& k) {
   if (average && k.output_size() > 0) {
     const T factor = static_cast<T>(static_cast<double>(k.output_size()) / static_cast<double>(input.num_elements()));
     T* out = k.out<T>();
-    for (std::size_t i = 0; i < k.output_size(); ++i) out[i] *= factor;
+    const std::size_t size = k.output_size();
+    for (std::size_t i = 0; i < size; ++i) out[i] *= factor;
   }
 }
 
