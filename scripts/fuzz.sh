@@ -33,7 +33,7 @@ fi
 # ---- build ------------------------------------------------------------------------------------------------
 # shellcheck disable=SC2086  # CMAKE_FLAGS is a list of flags
 CXX=clang++ cmake -S . -B "$FUZZ_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON \
-  -DKILN_BUILD_EXAMPLES=OFF -DKILN_BUILD_BENCH=OFF -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_CLI=OFF -DKILN_NATIVE=OFF \
+  -DKILN_BUILD_EXAMPLES=OFF -DKILN_BUILD_BENCH=OFF -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_CLI=OFF -DKILN_ARCH=x86-64-v2 \
   $CMAKE_FLAGS
 FUZZ_TARGET=${FUZZ_TARGET:-kiln}
 if [ "$FUZZ_TARGET" = hdf5-library ]; then
