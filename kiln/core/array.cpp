@@ -4,7 +4,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <new>
+#include <utility>
 
 #include <kiln/core/error.hpp>
 
@@ -21,13 +24,72 @@ thread_local detail::AllocationLimit* current_limit = nullptr;
 // its weights once, as the file's values arrive), and no memset touches every page twice.
 constexpr std::size_t kMappedBytes = std::size_t{1} << 20;
 
+// The mappings of arrays freed lately, kept for the next array of the same size: predict's outputs, a fit's
+// batches and the arrays a loop makes and drops are the same sizes again and again, and a new mapping faults each
+// of its pages in when it is first written (on a hypervisor a microsecond or more a page: a 2 MiB output was 512
+// faults, half of a small model's predict). A mapping taken again is zeroed with memset, its pages already there.
+// At most kCachedBytes are kept, the oldest unmapped first; the process keeps them until it ends (the cache is
+// never destroyed, so arrays freed during static destruction still find it).
+constexpr std::size_t kCachedBytes = std::size_t{64} << 20;
+
+class MappingCache {
+ public:
+  // A zeroed mapping of exactly `bytes`, or nullptr when none is kept.
+  void* take(std::size_t bytes) {
+    void* memory = nullptr;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      for (auto it = kept_.begin(); it != kept_.end(); ++it)
+        if (it->second == bytes) {
+          memory = it->first;
+          kept_bytes_ -= bytes;
+          kept_.erase(it);
+          break;
+        }
+    }
+    if (memory != nullptr) std::memset(memory, 0, bytes);
+    return memory;
+  }
+
+  // Keeps the mapping, unmapping the oldest ones beyond kCachedBytes (or this one, when it alone is more).
+  void give(void* memory, std::size_t bytes) {
+    std::deque<std::pair<void*, std::size_t>> unmap;
+    if (bytes > kCachedBytes) {
+      unmap.emplace_back(memory, bytes);
+    } else {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      kept_.emplace_back(memory, bytes);
+      kept_bytes_ += bytes;
+      while (kept_bytes_ > kCachedBytes) {
+        unmap.push_back(kept_.front());
+        kept_bytes_ -= kept_.front().second;
+        kept_.pop_front();
+      }
+    }
+    for (const auto& [address, size] : unmap) ::munmap(address, size);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::deque<std::pair<void*, std::size_t>> kept_;  // oldest first
+  std::size_t kept_bytes_ = 0;
+};
+
+MappingCache& mapping_cache() {
+  static MappingCache* cache = new MappingCache();  // never destroyed: see above
+  return *cache;
+}
+
 std::shared_ptr<unsigned char> allocate_zeroed(std::size_t bytes) {
   if (current_limit) current_limit->charge(bytes);
   if (bytes >= kMappedBytes) {
-    void* memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (memory == MAP_FAILED) throw std::bad_alloc();
+    void* memory = mapping_cache().take(bytes);
+    if (memory == nullptr) {
+      memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (memory == MAP_FAILED) throw std::bad_alloc();
+    }
     return std::shared_ptr<unsigned char>(static_cast<unsigned char*>(memory),
-                                          [bytes](unsigned char* p) { ::munmap(p, bytes); });
+                                          [bytes](unsigned char* p) { mapping_cache().give(p, bytes); });
   }
   const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + alignment - 1) / alignment * alignment;
   void* memory = std::aligned_alloc(alignment, rounded);

@@ -38,3 +38,28 @@ TEST_CASE("astype converts every element, and an empty Array stays empty", "[cor
   CHECK(Array().astype(kiln::DType::float64).empty());
   CHECK(Array().astype(kiln::DType::float32).empty());
 }
+
+TEST_CASE("a large array made after one of its size was freed starts at zero, whatever the freed one held",
+          "[core][array]") {
+  // Arrays of 1 MiB and more are mappings, and a freed one is kept for the next array of its size: the next one
+  // must not see the old values.
+  for (int round = 0; round < 3; ++round) {
+    {
+      kiln::Array used(kiln::Shape({512, 1024}), kiln::DType::float32);  // 2 MiB
+      float* values = used.data<float>();
+      for (std::size_t i = 0; i < used.size(); ++i) values[i] = 1.5f;
+    }
+    kiln::Array same_size(kiln::Shape({1024, 512}), kiln::DType::float32);
+    float* values = same_size.data<float>();
+    std::size_t nonzero = 0;
+    for (std::size_t i = 0; i < same_size.size(); ++i) nonzero += values[i] != 0.0f;
+    CHECK(nonzero == 0);
+    kiln::Array doubles(kiln::Shape({256, 1024}), kiln::DType::float64);  // 2 MiB again, as doubles
+    std::size_t nonzero_doubles = 0;
+    for (std::size_t i = 0; i < doubles.size(); ++i) nonzero_doubles += doubles.data<double>()[i] != 0.0;
+    CHECK(nonzero_doubles == 0);
+    // Both freed holding values, for the next round's arrays to take.
+    for (std::size_t i = 0; i < same_size.size(); ++i) values[i] = -2.0f;
+    for (std::size_t i = 0; i < doubles.size(); ++i) doubles.data<double>()[i] = 3.0;
+  }
+}
