@@ -14,15 +14,6 @@
 #include <utility>
 #include <vector>
 
-// xsimd's AVX-512 intrinsics trip g++ 12's (maybe-)uninitialized warnings once inlined; they point into the
-// compiler's own headers, so they are silenced for the xtensor includes only (as in elementwise_unary.cpp).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <xtensor/xadapt.hpp>
-#include <xtensor/xmath.hpp>
-#include <xtensor/xnoalias.hpp>
-#pragma GCC diagnostic pop
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
@@ -30,17 +21,13 @@
 #include <kiln/core/parallel.hpp>
 #include <kiln/core/rng.hpp>
 #include <kiln/ops/detail/kernel_util.hpp>
+#include <kiln/ops/detail/random_kernels.hpp>
 #include <kiln/ops/ops.hpp>
 
 namespace kiln {
 
 namespace {
 
-// Draw `index` of a stream: a uniform in [0, 1) with 53 random bits. mix64 adds the golden-ratio increment
-// first: this is splitmix64's index-th draw from state `stream`.
-inline double uniform_draw(std::uint64_t stream, std::uint64_t index) {
-  return static_cast<double>(mix64(stream + index * 0x9e3779b97f4a7c15ULL) >> 11) * 0x1.0p-53;
-}
 
 std::uint64_t stream_of(const KernelContext& k) {
   return mix64(static_cast<std::uint64_t>(k.attributes().get_int("seed")) ^ mix64(k.run));
@@ -58,15 +45,14 @@ std::uint64_t first_draw(const KernelContext& k) {
 
 // Each element's draw depends on its index only, so the ranges of parallel_for give the serial result.
 template <class Body>
-void for_elements(std::size_t n, std::int64_t cost, const Body& body) {
+void for_ranges(std::size_t n, std::int64_t cost, const Body& body) {
   const auto count = static_cast<std::int64_t>(n);
   detail::parallel_for(count, detail::workers_for_elements(count, cost),
-                       [&](std::int64_t begin, std::int64_t end, int) {
-                         for (std::int64_t i = begin; i < end; ++i) body(static_cast<std::size_t>(i));
-                       });
+                       [&](std::int64_t begin, std::int64_t end, int) { body(begin, end); });
 }
 
 // y = x * mask / (1 - rate). The op is linear in x, so the same kernel is its own gradient.
+// The draws' loop is detail::random_kernels(): built for each x86-64 level and chosen at run time (isa.hpp).
 template <class T>
 void dropout_kernel(const KernelContext& k) {
   const double rate = k.attributes().get_double("rate");
@@ -74,8 +60,9 @@ void dropout_kernel(const KernelContext& k) {
   const T scale = static_cast<T>(1.0 / (1.0 - rate));
   const T* x = k.in<T>(0);
   T* out = k.out<T>();
-  for_elements(k.output_size(), 4,
-               [&](std::size_t i) { out[i] = uniform_draw(stream, first + i) >= rate ? x[i] * scale : T(0); });
+  const auto fill = detail::random_kernels().dropout<T>().fill;
+  for_ranges(k.output_size(), 4,
+             [&](std::int64_t begin, std::int64_t end) { fill(x, out, begin, end, stream, first, rate, scale); });
 }
 
 template <class T>
@@ -87,42 +74,31 @@ void dropout_mask_kernel(const KernelContext& k) {
   const std::uint64_t first = std::find(shared.begin(), shared.end(), 0) != shared.end() ? 0 : first_draw(k);
   const T scale = static_cast<T>(1.0 / (1.0 - rate));
   T* out = k.out<T>();
-  for_elements(k.output_size(), 4,
-               [&](std::size_t i) { out[i] = uniform_draw(stream, first + i) >= rate ? scale : T(0); });
-}
-
-template <class T>
-auto flat(T* data, std::size_t size) {
-  return xt::adapt(std::move(data), size, xt::no_ownership(), std::array<std::size_t, 1>{size});
+  const auto fill = detail::random_kernels().dropout<T>().fill;
+  for_ranges(k.output_size(), 4,
+             [&](std::int64_t begin, std::int64_t end) { fill(nullptr, out, begin, end, stream, first, rate, scale); });
 }
 
 // Box–Muller on draws 2j and 2j + 1 (u in (0, 1], so the log is finite, and v): elements 2j and 2j + 1 are
 // r·cos(2πv) and r·sin(2πv) with r = sqrt(−2 ln u), two independent standard normals from one pair. The
-// logs, roots, cosines and sines run through xsimd on blocks of pairs, in double for both dtypes, so the
-// float32 draws are the float64 ones rounded. Pairs are counted in the whole batch (first_draw), so a
-// shard that starts at an odd element takes the sine half of its first pair.
+// logs, roots, cosines and sines run through xsimd on blocks of pairs (detail::random_kernels, dispatched by
+// instruction set), in double for both dtypes, so the float32 draws are the float64 ones rounded. Pairs are
+// counted in the whole batch (first_draw), so a shard that starts at an odd element takes the sine half of its
+// first pair.
 template <class T>
 void random_normal_kernel(const KernelContext& k) {
   const std::uint64_t stream = stream_of(k);
-  constexpr double two_pi = 6.283185307179586476925286766559;
   T* out = k.out<T>();
   const auto n = static_cast<std::int64_t>(k.output_size());
   const auto first = static_cast<std::int64_t>(first_draw(k));
   const std::int64_t first_pair = first / 2, pairs = (first + n + 1) / 2 - first_pair;
+  const auto normal_pairs = detail::random_kernels().normal_pairs;
   detail::parallel_for(pairs, detail::workers_for_elements(n, 8), [&](std::int64_t begin, std::int64_t end, int) {
-    constexpr std::int64_t kBlock = 256;
-    std::array<double, kBlock> radius, angle, cosine, sine;
-    for (std::int64_t start = begin; start < end; start += kBlock) {
-      const auto count = static_cast<std::size_t>(std::min(kBlock, end - start));
-      for (std::size_t j = 0; j < count; ++j) {
-        const auto pair = static_cast<std::uint64_t>(first_pair + start) + j;
-        radius[j] = 1.0 - uniform_draw(stream, 2 * pair);
-        angle[j] = two_pi * uniform_draw(stream, 2 * pair + 1);
-      }
-      auto r = flat(radius.data(), count), a = flat(angle.data(), count);
-      xt::noalias(r) = xt::sqrt(-2.0 * xt::log(r));
-      xt::noalias(flat(cosine.data(), count)) = r * xt::cos(a);
-      xt::noalias(flat(sine.data(), count)) = r * xt::sin(a);
+    std::array<double, detail::kNormalBlock> cosine, sine;
+    for (std::int64_t start = begin; start < end; start += detail::kNormalBlock) {
+      const auto count = static_cast<std::size_t>(std::min(detail::kNormalBlock, end - start));
+      normal_pairs(stream, static_cast<std::uint64_t>(first_pair + start), static_cast<std::int64_t>(count),
+                   cosine.data(), sine.data());
       for (std::size_t j = 0; j < count; ++j) {
         // This run's elements of the pair: 2·pair and 2·pair + 1 of the whole batch, less `first`.
         const std::int64_t i = 2 * (first_pair + start + static_cast<std::int64_t>(j)) - first;
