@@ -563,8 +563,8 @@ void forward_query_block(const Head<T>& h, const Dims& dims, std::int64_t first,
   log_sum_exps(s.max, s.sum, rows, lse);
 }
 
-// softmax_row for every row of a kept head without a mask, when a row is at most four vectors (score widths up
-// to 64 floats on AVX-512), in three passes over the head's rows: scale and max, exp and sum, normalize. Row by
+// softmax_row for every row of a kept head without a mask, when a row is at most eight vectors (score widths up
+// to 64 floats on AVX-512, to 32 doubles; with AVX2's vectors up to 64 floats too), in three passes over the head's rows: scale and max, exp and sum, normalize. Row by
 // row, each row was one chain of dependent steps (max, exps, sum, division) as long as its work, and 40-key
 // rows spent as long on calls, constants and reductions as on the exps; in passes the rows of a pass are
 // independent and the core overlaps them. The same operations per element as softmax_row, so the same
@@ -631,6 +631,15 @@ void softmax_rows(T* p, std::int64_t rows, std::int64_t width, const Head<T>& h,
         return softmax_rows_in_passes<T, 3>(p, rows, width, h, keys, row_max, row_sum, lse);
       case 4:
         return softmax_rows_in_passes<T, 4>(p, rows, width, h, keys, row_max, row_sum, lse);
+      // Up to 64 floats with narrower vectors too (AVX2's 8 lanes, or doubles): as many rows take the passes.
+      case 5:
+        return softmax_rows_in_passes<T, 5>(p, rows, width, h, keys, row_max, row_sum, lse);
+      case 6:
+        return softmax_rows_in_passes<T, 6>(p, rows, width, h, keys, row_max, row_sum, lse);
+      case 7:
+        return softmax_rows_in_passes<T, 7>(p, rows, width, h, keys, row_max, row_sum, lse);
+      case 8:
+        return softmax_rows_in_passes<T, 8>(p, rows, width, h, keys, row_max, row_sum, lse);
       default:
         break;
     }
