@@ -4,3 +4,4 @@
 #error "level_kernels.cpp is compiled by CMake once per x86-64 level, with KILN_ISA_NAMESPACE defined"
 #endif
 #include <kiln/ops/detail/isa/random_kernels.inl>
+#include <kiln/ops/detail/isa/attention_rows.inl>
