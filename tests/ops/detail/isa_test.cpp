@@ -10,6 +10,7 @@
 
 #include <kiln/ops/detail/attention_rows.hpp>
 #include <kiln/ops/detail/isa.hpp>
+#include <kiln/ops/detail/norm_rows.hpp>
 #include <kiln/ops/detail/random_kernels.hpp>
 
 namespace {
@@ -135,4 +136,63 @@ TEST_CASE("each level's attention row kernels give the library's own probabiliti
   // The exps differ by an ulp or two between builds (AVX-512's own exp, xsimd's elsewhere).
   check_attention_rows<float>(2e-6);
   check_attention_rows<double>(1e-14);
+}
+
+namespace {
+
+// Every norm row kernel of one build on the same (rows, size) inputs, their outputs one after another.
+template <class T>
+std::vector<T> norm_rows_of(Isa isa, std::int64_t rows, std::int64_t size) {
+  const auto count = static_cast<std::size_t>(rows * size);
+  std::vector<T> x(count), dy(count), gamma(static_cast<std::size_t>(size)), beta(gamma.size());
+  for (std::size_t i = 0; i < count; ++i) {
+    x[i] = static_cast<T>(2.0 * std::sin(0.37 * static_cast<double>(i)) + 0.5);
+    dy[i] = static_cast<T>(std::cos(0.11 * static_cast<double>(i)));
+  }
+  for (std::size_t j = 0; j < gamma.size(); ++j) {
+    gamma[j] = static_cast<T>(1.0 + 0.1 * static_cast<double>(j % 7));
+    beta[j] = static_cast<T>(0.05 * static_cast<double>(j % 5));
+  }
+  const kiln::detail::NormRows<T>& kernels = kiln::detail::norm_rows<T>(isa);
+  std::vector<T> out(count), dx(count), rms(count), rms_dx(count), dgamma(gamma.size(), T(0)),
+      dscale(gamma.size(), T(0));
+  // In two ranges, the first a multiple of kNormRowUnit rows, as two workers would take them.
+  const std::int64_t split = std::min<std::int64_t>(rows, kiln::detail::kNormRowUnit);
+  for (const auto& [first, end] : {std::pair<std::int64_t, std::int64_t>{0, split}, {split, rows}}) {
+    kernels.layer_norm(x.data(), gamma.data(), beta.data(), out.data(), first, end, size, 1e-3);
+    kernels.layer_norm_grad(x.data(), gamma.data(), dy.data(), dx.data(), first, end, size, 1e-3);
+    kernels.layer_norm_gamma_grad(x.data(), dy.data(), dgamma.data(), first, end, size, 1e-3);
+    kernels.rms_norm(x.data(), gamma.data(), rms.data(), first, end, size, 1e-6);
+    kernels.rms_norm_grad(x.data(), gamma.data(), dy.data(), rms_dx.data(), first, end, size, 1e-6);
+    kernels.rms_norm_scale_grad(x.data(), dy.data(), dscale.data(), first, end, size, 1e-6);
+  }
+  std::vector<T> all;
+  for (const auto* part : {&out, &dx, &rms, &rms_dx, &dgamma, &dscale}) all.insert(all.end(), part->begin(), part->end());
+  return all;
+}
+
+template <class T>
+void check_norm_rows(double tolerance) {
+  for (const auto& [rows, size] : {std::pair<std::int64_t, std::int64_t>{37, 12}, {20, 64}, {5, 3}, {33, 129}}) {
+    const std::vector<T> own = norm_rows_of<T>(Isa::own, rows, size);
+    for (const Isa isa : kiln::detail::runnable_isas()) {
+      INFO(kiln::detail::isa_name(isa) << ", (" << rows << ", " << size << ")");
+      const std::vector<T> other = norm_rows_of<T>(isa, rows, size);
+      REQUIRE(other.size() == own.size());
+      double worst = 0;
+      for (std::size_t i = 0; i < own.size(); ++i)
+        worst = std::max(worst, std::abs(static_cast<double>(own[i]) - static_cast<double>(other[i])) /
+                                    std::max(1.0, std::abs(static_cast<double>(own[i]))));
+      CHECK(worst < tolerance);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("each level's LayerNorm and RMSNorm row kernels agree with the library's own, within rounding",
+          "[ops][isa]") {
+  // Sums in lanes of another width add in another order.
+  check_norm_rows<float>(2e-5);
+  check_norm_rows<double>(1e-12);
 }

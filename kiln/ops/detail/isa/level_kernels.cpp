@@ -5,3 +5,4 @@
 #endif
 #include <kiln/ops/detail/isa/random_kernels.inl>
 #include <kiln/ops/detail/isa/attention_rows.inl>
+#include <kiln/ops/detail/isa/norm_rows.inl>
