@@ -18,16 +18,15 @@
 #include <kiln/core/graph.hpp>
 #include <kiln/core/op.hpp>
 #include <kiln/core/parallel.hpp>
+#include <kiln/ops/detail/group_norm_blocks.hpp>
 #include <kiln/ops/ops.hpp>
 
 namespace kiln {
 namespace {
 
-struct GroupLayout {
-  std::int64_t batch = 0, pre = 1, channels = 0, post = 1, groups = 1;
-  std::int64_t group_channels() const { return channels / groups; }
-  std::int64_t group_size() const { return pre * group_channels() * post; }  // M: the values of one group
-};
+using detail::GroupBlock;
+using detail::GroupLayout;
+using detail::groups_per_block;
 
 int channel_axis(const Attributes& a, int rank) {
   const auto axis = static_cast<int>(a.get_int("axis"));
@@ -45,122 +44,6 @@ GroupLayout layout_of(const Shape& x, const Attributes& a) {
   return l;
 }
 
-// Calls f(channel, index) for every element of sample n's group g. For channels_last (post = 1) the innermost
-// loop runs along the group's contiguous channels, so an elementwise f vectorizes.
-template <class F>
-void each_in_group(const GroupLayout& l, std::int64_t n, std::int64_t g, F&& f) {
-  const std::int64_t first_channel = g * l.group_channels();
-  if (l.post == 1) {
-    for (std::int64_t p = 0; p < l.pre; ++p) {
-      const std::int64_t base = (n * l.pre + p) * l.channels + first_channel;
-      for (std::int64_t c = 0; c < l.group_channels(); ++c) f(first_channel + c, base + c);
-    }
-    return;
-  }
-  for (std::int64_t p = 0; p < l.pre; ++p) {
-    const std::int64_t base = ((n * l.pre + p) * l.channels + first_channel) * l.post;
-    for (std::int64_t c = 0; c < l.group_channels(); ++c) {
-      const std::int64_t start = base + c * l.post;
-      for (std::int64_t q = 0; q < l.post; ++q) f(first_channel + c, start + q);
-    }
-  }
-}
-
-// The kernels work on blocks: a run of whole groups [g0, g1) of one sample n. For channels_last (post = 1) a block
-// holds as many groups as fit in group_lanes channels, and its sums run in lanes, one per channel, over the
-// positions, each group's lanes added up at the end in channel order: a sum in element order cannot vectorize (the
-// compiler keeps its order), lanes can, and a block of several small groups keeps several vectors of lanes in
-// flight at once. On the norms benchmark's (32, 256, 64) with 8 groups, GroupNorm took 4.7 ms a call element by
-// element and 1.2 ms in one group's lanes (9f90d58); measured side by side later, one group's lanes 0.55 ms and a
-// block's 0.27 (its gradients 0.96 and 0.69 ms against 0.52 and 0.40). A channel's lane and a group's order of lanes
-// are the same however groups fall into blocks, so the results do not depend on the blocks (nor on the threads).
-// Otherwise (a group wider than the lanes, or channels_first) a block is one group, summed element by element.
-constexpr std::int64_t group_lanes = 64;
-
-struct GroupBlock {
-  std::int64_t n = 0, g0 = 0, g1 = 0;
-};
-
-// Groups in a block: as many as fit in the lanes, at most `most`.
-std::int64_t groups_per_block(const GroupLayout& l, std::int64_t most) {
-  if (l.post != 1 || l.group_channels() > group_lanes) return 1;
-  return std::max<std::int64_t>(1, std::min(most, group_lanes / l.group_channels()));
-}
-
-// totals[g − g0] ← Σ value(channel, index) over the block's group g, in double.
-template <class F>
-void block_sums(const GroupLayout& l, const GroupBlock& b, double* totals, F&& value) {
-  std::fill(totals, totals + (b.g1 - b.g0), 0.0);
-  if (l.post != 1) {
-    for (std::int64_t g = b.g0; g < b.g1; ++g)
-      each_in_group(l, b.n, g, [&](std::int64_t c, std::int64_t at) { totals[g - b.g0] += value(c, at); });
-    return;
-  }
-  const std::int64_t first = b.g0 * l.group_channels(), last = b.g1 * l.group_channels();
-  for (std::int64_t c0 = first; c0 < last; c0 += group_lanes) {
-    const std::int64_t width = std::min(group_lanes, last - c0);
-    double lanes[group_lanes] = {};
-    for (std::int64_t p = 0; p < l.pre; ++p) {
-      const std::int64_t base = (b.n * l.pre + p) * l.channels + c0;
-      for (std::int64_t c = 0; c < width; ++c) lanes[c] += value(c0 + c, base + c);
-    }
-    for (std::int64_t c = 0; c < width; ++c) totals[(c0 + c - first) / l.group_channels()] += lanes[c];
-  }
-}
-
-// Calls f(channel, index) for every element of the block, channels innermost for channels_last.
-template <class F>
-void each_in_block(const GroupLayout& l, const GroupBlock& b, F&& f) {
-  if (l.post != 1) {
-    for (std::int64_t g = b.g0; g < b.g1; ++g) each_in_group(l, b.n, g, f);
-    return;
-  }
-  const std::int64_t first = b.g0 * l.group_channels(), width = (b.g1 - b.g0) * l.group_channels();
-  for (std::int64_t p = 0; p < l.pre; ++p) {
-    const std::int64_t base = (b.n * l.pre + p) * l.channels + first;
-    for (std::int64_t c = 0; c < width; ++c) f(first + c, base + c);
-  }
-}
-
-// A value per group of a block, looked up by channel: per channel when the block fits in the lanes (so that a
-// loop over a block's channels vectorizes), else the block's one group's.
-template <class T>
-struct PerChannel {
-  std::int64_t first = 0;
-  bool lanes = false;
-  T values[group_lanes];
-
-  PerChannel(const GroupLayout& l, const GroupBlock& b, const double* per_group) : first(b.g0 * l.group_channels()) {
-    const std::int64_t width = (b.g1 - b.g0) * l.group_channels();
-    lanes = l.post == 1 && width <= group_lanes;
-    if (!lanes) {
-      values[0] = static_cast<T>(per_group[0]);
-      return;
-    }
-    for (std::int64_t c = 0; c < width; ++c) values[c] = static_cast<T>(per_group[c / l.group_channels()]);
-  }
-  T operator()(std::int64_t channel) const { return lanes ? values[channel - first] : values[0]; }
-};
-
-struct BlockStats {
-  double mean[group_lanes], rstd[group_lanes];  // per group of the block
-};
-
-template <class T>
-void block_stats(const GroupLayout& l, const T* x, const GroupBlock& b, double epsilon, BlockStats& s) {
-  const auto count = static_cast<double>(l.group_size());
-  const std::int64_t groups = b.g1 - b.g0;
-  block_sums(l, b, s.mean, [&](std::int64_t, std::int64_t at) { return static_cast<double>(x[at]); });
-  for (std::int64_t g = 0; g < groups; ++g) s.mean[g] = count > 0 ? s.mean[g] / count : 0.0;
-  const PerChannel<double> mean(l, b, s.mean);
-  block_sums(l, b, s.rstd, [&](std::int64_t c, std::int64_t at) {
-    const double d = static_cast<double>(x[at]) - mean(c);
-    return d * d;
-  });
-  for (std::int64_t g = 0; g < groups; ++g)
-    s.rstd[g] = 1.0 / std::sqrt((count > 0 ? s.rstd[g] / count : 0.0) + epsilon);
-}
-
 // Calls body(block) for every block of every sample on kiln's threads; each is independent of the others.
 template <class Body>
 void for_blocks(const GroupLayout& l, int passes, const Body& body) {
@@ -176,6 +59,7 @@ void for_blocks(const GroupLayout& l, int passes, const Body& body) {
                        });
 }
 
+// The blocks' kernels: kiln/ops/detail/isa/group_norm_blocks.inl, dispatched by instruction set (isa.hpp).
 template <class T>
 void group_norm_kernel(const KernelContext& k) {
   const GroupLayout l = layout_of(k.input_shape(0), k.attributes());
@@ -184,13 +68,8 @@ void group_norm_kernel(const KernelContext& k) {
   const T* gamma = k.in<T>(1);
   const T* beta = k.in<T>(2);
   T* y = k.out<T>();
-  for_blocks(l, 3, [&](const GroupBlock& b) {
-    BlockStats s;
-    block_stats(l, x, b, epsilon, s);
-    const PerChannel<T> mean(l, b, s.mean), rstd(l, b, s.rstd);
-    each_in_block(l, b,
-                  [&](std::int64_t c, std::int64_t at) { y[at] = (x[at] - mean(c)) * rstd(c) * gamma[c] + beta[c]; });
-  });
+  const auto block_kernel = detail::group_norm_blocks<T>().forward;
+  for_blocks(l, 3, [&](const GroupBlock& b) { block_kernel(l, x, gamma, beta, y, b, epsilon); });
 }
 
 template <class T>
@@ -201,30 +80,10 @@ void group_norm_grad_kernel(const KernelContext& k) {
   const T* gamma = k.in<T>(1);
   const T* dy = k.in<T>(2);
   T* dx = k.out<T>();
-  const auto count = static_cast<double>(l.group_size());
-  for_blocks(l, 4, [&](const GroupBlock& b) {
-    BlockStats s;
-    block_stats(l, x, b, epsilon, s);
-    const PerChannel<double> mean64(l, b, s.mean), rstd64(l, b, s.rstd);
-    double sum_g[group_lanes], sum_g_xhat[group_lanes];
-    block_sums(l, b, sum_g, [&](std::int64_t c, std::int64_t at) {
-      return static_cast<double>(dy[at]) * static_cast<double>(gamma[c]);
-    });
-    block_sums(l, b, sum_g_xhat, [&](std::int64_t c, std::int64_t at) {
-      return static_cast<double>(dy[at]) * static_cast<double>(gamma[c]) * (static_cast<double>(x[at]) - mean64(c)) *
-             rstd64(c);
-    });
-    for (std::int64_t g = 0; g < b.g1 - b.g0; ++g) {
-      sum_g[g] /= count;
-      sum_g_xhat[g] /= count;
-    }
-    const PerChannel<T> mean(l, b, s.mean), rstd(l, b, s.rstd), mean_g(l, b, sum_g), mean_g_xhat(l, b, sum_g_xhat);
-    each_in_block(l, b, [&](std::int64_t c, std::int64_t at) {
-      const T xhat = (x[at] - mean(c)) * rstd(c);
-      dx[at] = rstd(c) * (dy[at] * gamma[c] - mean_g(c) - xhat * mean_g_xhat(c));
-    });
-  });
+  const auto block_kernel = detail::group_norm_blocks<T>().grad;
+  for_blocks(l, 4, [&](const GroupBlock& b) { block_kernel(l, x, gamma, dy, dx, b, epsilon); });
 }
+
 
 // Split over (sample, block of groups) units, as the forward kernels are: each worker adds its units, in order,
 // into per-channel partial sums of its own (in the workspace, 64 bytes apart), and the partials are added in
@@ -257,6 +116,7 @@ void group_norm_param_grad_kernel(const KernelContext& k) {
   const std::int64_t c_total = l.channels;
   const std::int64_t stride = padded_doubles(2 * c_total);
   const ParamGradSplit split = param_grad_split(l);
+  const auto block_kernel = detail::group_norm_blocks<T>().param_grad;
   auto start = reinterpret_cast<std::uintptr_t>(k.workspace);
   double* partials = reinterpret_cast<double*>((start + 63) / 64 * 64);
   const std::size_t used = static_cast<std::size_t>(reinterpret_cast<std::uintptr_t>(partials) - start);
@@ -269,15 +129,8 @@ void group_norm_param_grad_kernel(const KernelContext& k) {
     double* sums = partials + stride * worker;
     for (std::int64_t u = begin; u < end; ++u) {
       const std::int64_t first = u % split.blocks * split.per_block;
-      const GroupBlock b{u / split.blocks, first, std::min(l.groups, first + split.per_block)};
-      BlockStats s;
-      block_stats(l, x, b, epsilon, s);
-      const PerChannel<double> mean(l, b, s.mean), rstd(l, b, s.rstd);
-      each_in_block(l, b, [&](std::int64_t c, std::int64_t at) {
-        const auto grad = static_cast<double>(dy[at]);
-        sums[c] += grad * (static_cast<double>(x[at]) - mean(c)) * rstd(c);
-        sums[c_total + c] += grad;
-      });
+      block_kernel(l, x, dy, sums, GroupBlock{u / split.blocks, first, std::min(l.groups, first + split.per_block)},
+                   epsilon);
     }
   });
   for (std::int64_t c = 0; c < 2 * c_total; ++c) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <kiln/ops/detail/attention_rows.hpp>
+#include <kiln/ops/detail/group_norm_blocks.hpp>
 #include <kiln/ops/detail/isa.hpp>
 #include <kiln/ops/detail/norm_rows.hpp>
 #include <kiln/ops/detail/random_kernels.hpp>
@@ -195,4 +196,62 @@ TEST_CASE("each level's LayerNorm and RMSNorm row kernels agree with the library
   // Sums in lanes of another width add in another order.
   check_norm_rows<float>(2e-5);
   check_norm_rows<double>(1e-12);
+}
+
+namespace {
+
+// GroupNorm's three block kernels of one build over every block of a (batch, pre, channels, post) input.
+template <class T>
+std::vector<T> group_norm_of(Isa isa, const kiln::detail::GroupLayout& l) {
+  const auto count = static_cast<std::size_t>(l.batch * l.pre * l.channels * l.post);
+  std::vector<T> x(count), dy(count), gamma(static_cast<std::size_t>(l.channels)), beta(gamma.size());
+  for (std::size_t i = 0; i < count; ++i) {
+    x[i] = static_cast<T>(1.5 * std::sin(0.29 * static_cast<double>(i)) + 0.25);
+    dy[i] = static_cast<T>(std::cos(0.13 * static_cast<double>(i)));
+  }
+  for (std::size_t c = 0; c < gamma.size(); ++c) {
+    gamma[c] = static_cast<T>(0.5 + 0.1 * static_cast<double>(c % 5));
+    beta[c] = static_cast<T>(0.02 * static_cast<double>(c % 3));
+  }
+  const kiln::detail::GroupNormBlocks<T>& kernels = kiln::detail::group_norm_blocks<T>(isa);
+  std::vector<T> y(count), dx(count);
+  std::vector<double> sums(2 * gamma.size(), 0.0);
+  const std::int64_t per_block = kiln::detail::groups_per_block(l, l.groups);
+  for (std::int64_t n = 0; n < l.batch; ++n)
+    for (std::int64_t g0 = 0; g0 < l.groups; g0 += per_block) {
+      const kiln::detail::GroupBlock b{n, g0, std::min(l.groups, g0 + per_block)};
+      kernels.forward(l, x.data(), gamma.data(), beta.data(), y.data(), b, 1e-3);
+      kernels.grad(l, x.data(), gamma.data(), dy.data(), dx.data(), b, 1e-3);
+      kernels.param_grad(l, x.data(), dy.data(), sums.data(), b, 1e-3);
+    }
+  std::vector<T> all = y;
+  all.insert(all.end(), dx.begin(), dx.end());
+  for (const double s : sums) all.push_back(static_cast<T>(s));
+  return all;
+}
+
+template <class T>
+void check_group_norm(double tolerance) {
+  // channels_last with several groups a block, a group wider than the lanes, and channels_first.
+  for (const kiln::detail::GroupLayout l : {kiln::detail::GroupLayout{3, 20, 64, 1, 8},
+                                            kiln::detail::GroupLayout{2, 5, 160, 1, 2},
+                                            kiln::detail::GroupLayout{2, 1, 12, 30, 3}}) {
+    const std::vector<T> own = group_norm_of<T>(Isa::own, l);
+    for (const Isa isa : kiln::detail::runnable_isas()) {
+      INFO(kiln::detail::isa_name(isa) << ", channels " << l.channels << ", groups " << l.groups);
+      const std::vector<T> other = group_norm_of<T>(isa, l);
+      double worst = 0;
+      for (std::size_t i = 0; i < own.size(); ++i)
+        worst = std::max(worst, std::abs(static_cast<double>(own[i]) - static_cast<double>(other[i])) /
+                                    std::max(1.0, std::abs(static_cast<double>(own[i]))));
+      CHECK(worst < tolerance);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("each level's GroupNorm block kernels agree with the library's own, within rounding", "[ops][isa]") {
+  check_group_norm<float>(2e-5);
+  check_group_norm<double>(1e-12);
 }

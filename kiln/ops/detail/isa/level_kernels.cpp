@@ -6,3 +6,4 @@
 #include <kiln/ops/detail/isa/random_kernels.inl>
 #include <kiln/ops/detail/isa/attention_rows.inl>
 #include <kiln/ops/detail/isa/norm_rows.inl>
+#include <kiln/ops/detail/isa/group_norm_blocks.inl>
