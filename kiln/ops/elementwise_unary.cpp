@@ -28,6 +28,7 @@
 #include <kiln/core/op.hpp>
 #include <kiln/core/parallel.hpp>
 #include <kiln/ops/detail/kernel_util.hpp>
+#include <kiln/ops/detail/unary_kernels.hpp>
 #include <kiln/ops/ops.hpp>
 
 namespace kiln {
@@ -179,18 +180,12 @@ void elu_kernel(const KernelContext& k, Chunk c) {
   xt::noalias(y) = xt::where(x > T(0), x, alpha * xt::expm1(x));
 }
 
+// GELU and its gradient run through detail::unary_kernels() (kiln/ops/detail/isa/unary_kernels.inl): built for each
+// x86-64 level and chosen at run time (isa.hpp).
 template <class T>
 void gelu_kernel(const KernelContext& k, Chunk c) {
-  auto x = input_view<T>(k, 0, c);
-  auto y = output_view<T>(k, c);
-  if (k.attributes().get_bool("approximate")) {
-    // Keras's 0.5·x·(1 + tanh(u)), u = √(2/π)·(x + 0.044715·x³), as x·sigmoid(2u) (the same function:
-    // (1 + tanh u) / 2 = sigmoid(2u)): one exp and a division, where xsimd's tanh takes about twice that (a
-    // twelfth of char_gpt's forward).
-    xt::noalias(y) = x / (T(1) + xt::exp(T(-2 * sqrt_2_over_pi) * (x + T(gelu_cubic) * x * x * x)));
-  } else {
-    xt::noalias(y) = T(0.5) * x * (T(1) + xt::erf(x * T(inv_sqrt_2)));
-  }
+  detail::unary_kernels<T>().gelu(k.in<T>(0) + c.begin, k.out<T>() + c.begin, static_cast<std::int64_t>(c.size),
+                                  k.attributes().get_bool("approximate"));
 }
 
 // x / (1 + exp(-x)) is x * sigmoid(x) without a second pass; for very negative x it gives -0, not NaN.
@@ -291,35 +286,11 @@ void elu_grad_kernel(const KernelContext& k, Chunk c) {
   xt::noalias(dx) = xt::where(x > T(0), dy, dy * alpha * xt::exp(x));
 }
 
-// The tanh form needs tanh(u) three times; it is stored in dx first, so this op never runs in place.
-template <class T>
-void gelu_tanh_grad(const KernelContext& k, Chunk c) {
-  auto x = input_view<T>(k, 0, c);
-  auto dy = input_view<T>(k, 1, c);
-  auto dx = output_view<T>(k, c);
-  const T s = T(sqrt_2_over_pi);
-  // With p = sigmoid(2u) = (1 + tanh u) / 2 (as the forward computes it): 1 - tanh²u = 4p(1 - p), so
-  // d/dx 0.5·x·(1 + tanh u) = p + 2·x·p·(1 - p)·u'.
-  xt::noalias(dx) = T(1) / (T(1) + xt::exp(T(-2) * s * (x + T(gelu_cubic) * x * x * x)));
-  xt::noalias(dx) = dy * (dx + T(2) * x * dx * (T(1) - dx) * s * (T(1) + T(3 * gelu_cubic) * x * x));
-}
-
-template <class T>
-void gelu_erf_grad(const KernelContext& k, Chunk c) {
-  auto x = input_view<T>(k, 0, c);
-  auto dy = input_view<T>(k, 1, c);
-  auto dx = output_view<T>(k, c);
-  xt::noalias(dx) =
-      dy * (T(0.5) * (T(1) + xt::erf(x * T(inv_sqrt_2))) + x * xt::exp(T(-0.5) * x * x) * T(inv_sqrt_2pi));
-}
-
+// Through detail::unary_kernels, as GELU's forward.
 template <class T>
 void gelu_grad_kernel(const KernelContext& k, Chunk c) {
-  if (k.attributes().get_bool("approximate")) {
-    gelu_tanh_grad<T>(k, c);
-  } else {
-    gelu_erf_grad<T>(k, c);
-  }
+  detail::unary_kernels<T>().gelu_grad(k.in<T>(0) + c.begin, k.in<T>(1) + c.begin, k.out<T>() + c.begin,
+                                       static_cast<std::int64_t>(c.size), k.attributes().get_bool("approximate"));
 }
 
 // d/dx x*s(x) = s * (1 + x * (1 - s)); s goes to dx first, so this op never runs in place.

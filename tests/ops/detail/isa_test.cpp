@@ -13,6 +13,7 @@
 #include <kiln/ops/detail/isa.hpp>
 #include <kiln/ops/detail/norm_rows.hpp>
 #include <kiln/ops/detail/random_kernels.hpp>
+#include <kiln/ops/detail/unary_kernels.hpp>
 
 namespace {
 
@@ -254,4 +255,46 @@ void check_group_norm(double tolerance) {
 TEST_CASE("each level's GroupNorm block kernels agree with the library's own, within rounding", "[ops][isa]") {
   check_group_norm<float>(2e-5);
   check_group_norm<double>(1e-12);
+}
+
+namespace {
+
+template <class T>
+void check_gelu(double tolerance) {
+  constexpr std::int64_t n = 1037;  // a partial last vector at any width
+  std::vector<T> x(n), dy(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    x[static_cast<std::size_t>(i)] = static_cast<T>(-9.0 + 18.0 * static_cast<double>(i) / n);
+    dy[static_cast<std::size_t>(i)] = static_cast<T>(std::cos(0.3 * static_cast<double>(i)));
+  }
+  for (const bool approximate : {true, false}) {
+    std::vector<T> own_y(n), own_dx(n);
+    kiln::detail::unary_kernels<T>(Isa::own).gelu(x.data(), own_y.data(), n, approximate);
+    kiln::detail::unary_kernels<T>(Isa::own).gelu_grad(x.data(), dy.data(), own_dx.data(), n, approximate);
+    // The formulas themselves, at a few points.
+    for (const std::int64_t i : {std::int64_t{0}, n / 3, n / 2, n - 1}) {
+      const double v = static_cast<double>(x[static_cast<std::size_t>(i)]);
+      const double expected = approximate ? 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)))
+                                          : 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+      CHECK(std::abs(static_cast<double>(own_y[static_cast<std::size_t>(i)]) - expected) <= 1e-5 * std::max(1.0, std::abs(expected)));
+    }
+    for (const Isa isa : kiln::detail::runnable_isas()) {
+      INFO(kiln::detail::isa_name(isa) << (approximate ? ", tanh form" : ", erf form"));
+      std::vector<T> y(n), dx(n);
+      kiln::detail::unary_kernels<T>(isa).gelu(x.data(), y.data(), n, approximate);
+      kiln::detail::unary_kernels<T>(isa).gelu_grad(x.data(), dy.data(), dx.data(), n, approximate);
+      double worst = 0;
+      for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i)
+        worst = std::max({worst, std::abs(static_cast<double>(y[i]) - static_cast<double>(own_y[i])),
+                          std::abs(static_cast<double>(dx[i]) - static_cast<double>(own_dx[i]))});
+      CHECK(worst < tolerance);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("each level's GELU and its gradient agree with the library's own, within rounding", "[ops][isa]") {
+  check_gelu<float>(1e-5);
+  check_gelu<double>(1e-13);
 }

@@ -7,3 +7,4 @@
 #include <kiln/ops/detail/isa/attention_rows.inl>
 #include <kiln/ops/detail/isa/norm_rows.inl>
 #include <kiln/ops/detail/isa/group_norm_blocks.inl>
+#include <kiln/ops/detail/isa/unary_kernels.inl>
