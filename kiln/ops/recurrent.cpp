@@ -523,6 +523,7 @@ struct Forward {
       std::memcpy(inputs + b * ld, q.x + (b * s.steps + q.time_of(k)) * f, static_cast<std::size_t>(f) * sizeof(T));
       std::memcpy(inputs + b * ld + f, r.previous(k, 0) + b * u, static_cast<std::size_t>(u) * sizeof(T));
     };
+    if (s.steps == 0) return;  // (no x to read: the states stay the initial ones)
     for (std::int64_t b = 0; b < s.batch; ++b) fill_inputs(0, b);
     for (std::int64_t k = 0; k < s.steps; ++k) {
       product(s.batch, width, ld, inputs, ld, false, weights, width, false, projected, width, false);

@@ -221,6 +221,32 @@ TEST_CASE("recurrent equals the same cell unrolled from primitive ops, outputs a
   }
 }
 
+TEST_CASE("recurrent over zero steps outputs its initial states, and their gradients pass straight through",
+          "[ops][recurrent]") {
+  for (const std::string cell : {"simple_rnn", "lstm", "gru"})
+    for (const bool backwards : {false, true}) {
+      INFO(cell << (backwards ? ", go_backwards" : ""));
+      Case c;
+      c.options.cell = cell;
+      c.options.go_backwards = backwards;
+      c.steps = 0, c.initial_state = true;
+      Rng rng(3);
+      const std::vector<Array> inputs = random_inputs(c, rng);
+      const Array weights = testing::random_array({c.batch, states_of(c), c.units}, rng);
+      const auto results = testing::evaluate_with_gradients(
+          [&](const std::vector<Tensor>& x) { return fused(c, x, Array(), Array()); }, inputs, weights);
+      // The head is the final states then no outputs: h0 (and c0) themselves.
+      for (int which = 0; which < states_of(c); ++which)
+        for (std::int64_t b = 0; b < c.batch; ++b)
+          for (std::int64_t u = 0; u < c.units; ++u) {
+            const auto at = static_cast<std::size_t>((b * states_of(c) + which) * c.units + u);
+            const auto initial_at = static_cast<std::size_t>(b * c.units + u);
+            CHECK(results[0].flat(at) == inputs[static_cast<std::size_t>(4 + which)].flat(initial_at));
+            CHECK(results[static_cast<std::size_t>(5 + which)].flat(initial_at) == weights.flat(at));
+          }
+    }
+}
+
 TEST_CASE("recurrent gives the same outputs and gradients on 1, 2, 3, 7 and 16 threads", "[ops][recurrent]") {
   for (Case c : cases()) {
     // Big enough that the steps' rows and products split (kiln splits no work below 2^15 operations a worker).
