@@ -76,7 +76,7 @@ class Layer {
  public:
   Layer(Kind kind, int steps, int batch, int channels, int hidden, bool training, const dnnl::engine& engine,
         std::mt19937& rng)
-      : engine_(engine), training_(training) {
+      : training_(training) {
     // LSTM: 4 gates and biases; the linear-before-reset GRU: 3 gates, 4 biases (the candidate's recurrent one).
     const int gates = kind == Kind::lstm ? 4 : 3, bias_gates = 4;
     w_layer_ = uniform(static_cast<std::size_t>(channels * gates * hidden), rng);
@@ -198,7 +198,6 @@ class Layer {
     reorder_if(w_iter_mem_, fwd_w_iter_, stream);
   }
 
-  dnnl::engine engine_;
   bool training_;
   std::vector<float> w_layer_, w_iter_, bias_, g_w_layer_, g_w_iter_;
   dnnl::rnn_primitive_desc_base forward_pd_, backward_pd_;

@@ -232,29 +232,18 @@ bool heads_last(const Attributes& attributes) {
 }
 
 // One (T, d) × (S, d) × (S, dv) attention, and which keys each query may attend.
+// Its mask (this head's (T or 1, S) rows, or null), causality and scale are the row kernels' RowsHead, with
+// mask_row and allowed.
 template <class T>
-struct Head {
+struct Head : detail::RowsHead<T> {
   const T* q;
   const T* k;
   const T* v;
   std::int64_t q_ld, k_ld, v_ld;  // row strides
-  const T* mask;                  // this head's (T or 1, S) mask, or null
-  std::int64_t mask_row_stride;
-  bool causal;
-  T scale;
 
-  const T* mask_row(std::int64_t query, std::int64_t first_key) const {
-    return mask == nullptr ? nullptr : mask + query * mask_row_stride + first_key;
-  }
-  // What the dispatched row kernels read of it.
-  detail::RowsHead<T> rows() const { return {mask, mask_row_stride, causal, scale}; }
-  // How many of the keys [first_key, first_key + count) query `query` may attend before the causal cut.
-  std::int64_t allowed(std::int64_t query, std::int64_t first_key, std::int64_t count) const {
-    return causal ? std::clamp<std::int64_t>(query - first_key + 1, 0, count) : count;
-  }
   // Whether a block of queries starting at first_query (count rows) sees any key from first_key on.
   bool sees(std::int64_t first_query, std::int64_t count, std::int64_t first_key) const {
-    return !causal || first_key <= first_query + count - 1;
+    return !this->causal || first_key <= first_query + count - 1;
   }
 };
 
@@ -284,16 +273,13 @@ struct Problem {
   }
 
   Head<T> head(std::int64_t n) const {
-    return {q + dims.offset(n, dims.queries, dims.depth),
+    return {{mask == nullptr ? nullptr : mask + layout.offset(n), layout.row_stride, causal, scale},
+            q + dims.offset(n, dims.queries, dims.depth),
             k + dims.offset(n, dims.keys, dims.depth),
             v + dims.offset(n, dims.keys, dims.value_depth),
             dims.ld(dims.depth),
             dims.ld(dims.depth),
-            dims.ld(dims.value_depth),
-            mask == nullptr ? nullptr : mask + layout.offset(n),
-            layout.row_stride,
-            causal,
-            scale};
+            dims.ld(dims.value_depth)};
   }
 };
 
@@ -436,7 +422,7 @@ void forward_kept_head(const Head<T>& h, const Dims& dims, T* out, T* lse, T* ke
   const BlockProducts products = block_products(dims, rows, keys);
   T* p = s.scores;
   detail::gemm(products.scores, h.q, h.k, p);
-  detail::attention_rows<T>().softmax_rows(p, rows, width, h.rows(), keys, s.max, s.sum, lse);
+  detail::attention_rows<T>().softmax_rows(p, rows, width, h, keys, s.max, s.sum, lse);
   detail::gemm(assigning(products.output), p, h.v, out);
   if (kept != nullptr) stream_copy(kept, p, rows * width);
 }

@@ -47,7 +47,10 @@ struct AttentionRows {
 };
 
 template <class T>
-const AttentionRows<T>& attention_rows(Isa isa);
+const AttentionRows<T>& attention_rows(Isa isa) {
+  const IsaTables& tables = isa_tables(isa);
+  return by_dtype<T>(tables.attention_float, tables.attention_double);
+}
 template <class T>
 const AttentionRows<T>& attention_rows() {
   return attention_rows<T>(active_isa());

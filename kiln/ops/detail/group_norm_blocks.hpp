@@ -50,7 +50,10 @@ struct GroupNormBlocks {
 };
 
 template <class T>
-const GroupNormBlocks<T>& group_norm_blocks(Isa isa);
+const GroupNormBlocks<T>& group_norm_blocks(Isa isa) {
+  const IsaTables& tables = isa_tables(isa);
+  return by_dtype<T>(tables.group_norm_float, tables.group_norm_double);
+}
 template <class T>
 const GroupNormBlocks<T>& group_norm_blocks() {
   return group_norm_blocks<T>(active_isa());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <string>
 
 #include <kiln/core/error.hpp>
 
@@ -96,6 +97,39 @@ std::vector<Isa> runnable_isas() {
 }
 
 Isa active_isa() { return static_cast<Isa>(active().load(std::memory_order_relaxed)); }
+
+#define KILN_DECLARE_TABLES(level) \
+  namespace level {                 \
+  extern const IsaTables tables;    \
+  }
+KILN_DECLARE_TABLES(isa_own)
+#if defined(KILN_ISA_X86_64_V2)
+KILN_DECLARE_TABLES(isa_x86_64_v2)
+#endif
+#if defined(KILN_ISA_X86_64_V3)
+KILN_DECLARE_TABLES(isa_x86_64_v3)
+#endif
+#if defined(KILN_ISA_X86_64_V4)
+KILN_DECLARE_TABLES(isa_x86_64_v4)
+#endif
+#undef KILN_DECLARE_TABLES
+
+const IsaTables& isa_tables(Isa isa) {
+  switch (isa) {
+    case Isa::own: return isa_own::tables;
+#if defined(KILN_ISA_X86_64_V2)
+    case Isa::x86_64_v2: return isa_x86_64_v2::tables;
+#endif
+#if defined(KILN_ISA_X86_64_V3)
+    case Isa::x86_64_v3: return isa_x86_64_v3::tables;
+#endif
+#if defined(KILN_ISA_X86_64_V4)
+    case Isa::x86_64_v4: return isa_x86_64_v4::tables;
+#endif
+    default: break;
+  }
+  throw ValueError(std::string("dispatched kernels: not built for ") + isa_name(isa));
+}
 
 ScopedIsa::ScopedIsa(Isa isa) : previous_(active_isa()) {
   const std::vector<Isa> runnable = runnable_isas();

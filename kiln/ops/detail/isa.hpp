@@ -13,6 +13,7 @@
 // The level builds hold nothing but their kernels, in a namespace of their own (isa_x86_64_v3, ...), and link
 // after the rest of the library: where one inlines a function another translation unit also emits (a std::
 // algorithm, kiln::mix64), the linker keeps the first copy, which is the library's own.
+#include <type_traits>
 #include <vector>
 
 namespace kiln::detail {
@@ -40,5 +41,43 @@ class ScopedIsa {
  private:
   Isa previous_;
 };
+
+// ---- the builds' tables --------------------------------------------------------------------------------------
+// Each family is a table of function pointers (random_kernels.hpp, attention_rows.hpp, ...); every build defines all
+// of them at once (kiln/ops/detail/isa/all_kernels.inl), and the families' accessors pick theirs from this.
+
+struct RandomKernels;
+template <class T>
+struct AttentionRows;
+template <class T>
+struct NormRows;
+template <class T>
+struct GroupNormBlocks;
+template <class T>
+struct UnaryKernels;
+
+struct IsaTables {
+  const RandomKernels* random;
+  const AttentionRows<float>* attention_float;
+  const AttentionRows<double>* attention_double;
+  const NormRows<float>* norm_float;
+  const NormRows<double>* norm_double;
+  const GroupNormBlocks<float>* group_norm_float;
+  const GroupNormBlocks<double>* group_norm_double;
+  const UnaryKernels<float>* unary_float;
+  const UnaryKernels<double>* unary_double;
+};
+
+// The tables of a build (Isa::own, or a level compiled here); a ValueError for a level this build lacks.
+const IsaTables& isa_tables(Isa isa);
+
+// *float_table or *double_table, as T is.
+template <class T, class F, class D>
+const auto& by_dtype(const F* float_table, const D* double_table) {
+  if constexpr (std::is_same_v<T, float>)
+    return *float_table;
+  else
+    return *double_table;
+}
 
 }  // namespace kiln::detail

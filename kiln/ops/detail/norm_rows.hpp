@@ -33,7 +33,10 @@ struct NormRows {
 };
 
 template <class T>
-const NormRows<T>& norm_rows(Isa isa);
+const NormRows<T>& norm_rows(Isa isa) {
+  const IsaTables& tables = isa_tables(isa);
+  return by_dtype<T>(tables.norm_float, tables.norm_double);
+}
 template <class T>
 const NormRows<T>& norm_rows() {
   return norm_rows<T>(active_isa());

@@ -37,7 +37,7 @@ struct RandomKernels {
 constexpr std::int64_t kNormalBlock = 256;
 
 // The kernels of one build (Isa::own, or a level compiled here that the CPU runs), and of the active one.
-const RandomKernels& random_kernels(Isa isa);
+inline const RandomKernels& random_kernels(Isa isa) { return *isa_tables(isa).random; }
 inline const RandomKernels& random_kernels() { return random_kernels(active_isa()); }
 
 }  // namespace kiln::detail

@@ -17,7 +17,10 @@ struct UnaryKernels {
 };
 
 template <class T>
-const UnaryKernels<T>& unary_kernels(Isa isa);
+const UnaryKernels<T>& unary_kernels(Isa isa) {
+  const IsaTables& tables = isa_tables(isa);
+  return by_dtype<T>(tables.unary_float, tables.unary_double);
+}
 template <class T>
 const UnaryKernels<T>& unary_kernels() {
   return unary_kernels<T>(active_isa());

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include <kiln/ops/detail/attention_rows.hpp>
@@ -18,6 +19,22 @@
 namespace {
 
 using kiln::detail::Isa;
+
+// The largest difference between another build's results and the own build's, relative where |own| > 1; an
+// infinity must match exactly (else the difference is infinite).
+template <class T>
+double worst_difference(const std::vector<T>& own, const std::vector<T>& other) {
+  double worst = 0;
+  for (std::size_t i = 0; i < own.size(); ++i) {
+    const auto a = static_cast<double>(own[i]), b = static_cast<double>(other[i]);
+    if (std::isinf(a) || std::isinf(b)) {
+      if (a != b) return std::numeric_limits<double>::infinity();
+      continue;
+    }
+    worst = std::max(worst, std::abs(a - b) / std::max(1.0, std::abs(a)));
+  }
+  return worst;
+}
 
 template <class T>
 std::vector<T> dropout_of(Isa isa, const std::vector<T>* x, std::int64_t n) {
@@ -115,17 +132,7 @@ void check_attention_rows(double tolerance) {
       const std::vector<T> own = softmax_rows_of(Isa::own, scores, rows, width, keys, head);
       for (const Isa isa : kiln::detail::runnable_isas()) {
         INFO(kiln::detail::isa_name(isa) << ", " << keys << " keys, variant " << variant);
-        const std::vector<T> other = softmax_rows_of(isa, scores, rows, width, keys, head);
-        double worst = 0;
-        for (std::size_t i = 0; i < own.size(); ++i) {
-          if (std::isinf(own[i]) || std::isinf(other[i])) {
-            CHECK(own[i] == other[i]);
-            continue;
-          }
-          worst = std::max(worst, std::abs(static_cast<double>(own[i]) - static_cast<double>(other[i])) /
-                                      std::max(1.0, std::abs(static_cast<double>(own[i]))));
-        }
-        CHECK(worst < tolerance);
+        CHECK(worst_difference(own, softmax_rows_of(isa, scores, rows, width, keys, head)) < tolerance);
       }
     }
   }
@@ -181,11 +188,7 @@ void check_norm_rows(double tolerance) {
       INFO(kiln::detail::isa_name(isa) << ", (" << rows << ", " << size << ")");
       const std::vector<T> other = norm_rows_of<T>(isa, rows, size);
       REQUIRE(other.size() == own.size());
-      double worst = 0;
-      for (std::size_t i = 0; i < own.size(); ++i)
-        worst = std::max(worst, std::abs(static_cast<double>(own[i]) - static_cast<double>(other[i])) /
-                                    std::max(1.0, std::abs(static_cast<double>(own[i]))));
-      CHECK(worst < tolerance);
+      CHECK(worst_difference(own, other) < tolerance);
     }
   }
 }
@@ -240,12 +243,7 @@ void check_group_norm(double tolerance) {
     const std::vector<T> own = group_norm_of<T>(Isa::own, l);
     for (const Isa isa : kiln::detail::runnable_isas()) {
       INFO(kiln::detail::isa_name(isa) << ", channels " << l.channels << ", groups " << l.groups);
-      const std::vector<T> other = group_norm_of<T>(isa, l);
-      double worst = 0;
-      for (std::size_t i = 0; i < own.size(); ++i)
-        worst = std::max(worst, std::abs(static_cast<double>(own[i]) - static_cast<double>(other[i])) /
-                                    std::max(1.0, std::abs(static_cast<double>(own[i]))));
-      CHECK(worst < tolerance);
+      CHECK(worst_difference(own, group_norm_of<T>(isa, l)) < tolerance);
     }
   }
 }

@@ -1,6 +1,5 @@
 // The fused attention's row kernels of one build (see attention_rows.hpp and isa.hpp), in namespace
-// KILN_ISA_NAMESPACE: included once by kiln/ops/detail/attention_rows.cpp (the library's own build) and once per
-// x86-64 level by level_kernels.cpp, each compiled with its own -march.
+// KILN_ISA_NAMESPACE: included by all_kernels.inl, once for each build.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -281,9 +280,6 @@ void softmax_rows(T* p, std::int64_t rows, std::int64_t width, const RowsHead<T>
 
 }  // namespace
 
-// (external linkage: attention_rows.cpp reads every build's tables)
-extern const AttentionRows<float> attention_rows_float;
-extern const AttentionRows<double> attention_rows_double;
 const AttentionRows<float> attention_rows_float{online_softmax_row<float>, probabilities_row<float>,
                                                 log_sum_exps<float>, scores_grad_row<float>, softmax_rows<float>};
 const AttentionRows<double> attention_rows_double{online_softmax_row<double>, probabilities_row<double>,

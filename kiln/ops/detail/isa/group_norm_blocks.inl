@@ -1,6 +1,5 @@
 // GroupNorm's block kernels of one build (see group_norm_blocks.hpp and isa.hpp), in namespace KILN_ISA_NAMESPACE:
-// included once by kiln/ops/detail/group_norm_blocks.cpp (the library's own build) and once per x86-64 level by
-// level_kernels.cpp, each compiled with its own -march.
+// included by all_kernels.inl, once for each build.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -155,9 +154,6 @@ void group_param_grad(const GroupLayout& l, const T* x, const T* dy, double* sum
 
 }  // namespace
 
-// (external linkage: group_norm_blocks.cpp reads every build's tables)
-extern const GroupNormBlocks<float> group_norm_blocks_float;
-extern const GroupNormBlocks<double> group_norm_blocks_double;
 const GroupNormBlocks<float> group_norm_blocks_float{group_forward<float>, group_grad<float>, group_param_grad<float>};
 const GroupNormBlocks<double> group_norm_blocks_double{group_forward<double>, group_grad<double>, group_param_grad<double>};
 

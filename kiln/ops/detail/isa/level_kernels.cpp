@@ -3,8 +3,4 @@
 #ifndef KILN_ISA_NAMESPACE
 #error "level_kernels.cpp is compiled by CMake once per x86-64 level, with KILN_ISA_NAMESPACE defined"
 #endif
-#include <kiln/ops/detail/isa/random_kernels.inl>
-#include <kiln/ops/detail/isa/attention_rows.inl>
-#include <kiln/ops/detail/isa/norm_rows.inl>
-#include <kiln/ops/detail/isa/group_norm_blocks.inl>
-#include <kiln/ops/detail/isa/unary_kernels.inl>
+#include <kiln/ops/detail/isa/all_kernels.inl>

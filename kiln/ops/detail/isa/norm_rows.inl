@@ -1,6 +1,5 @@
 // LayerNorm's and RMSNorm's row kernels of one build (see norm_rows.hpp and isa.hpp), in namespace
-// KILN_ISA_NAMESPACE: included once by kiln/ops/detail/norm_rows.cpp (the library's own build) and once per x86-64
-// level by level_kernels.cpp, each compiled with its own -march.
+// KILN_ISA_NAMESPACE: included by all_kernels.inl, once for each build.
 #include <algorithm>
 #include <cstdint>
 
@@ -236,9 +235,6 @@ void rms_norm_scale_grad(const T* x, const T* dy, T* target, std::int64_t begin,
 
 }  // namespace
 
-// (external linkage: norm_rows.cpp reads every build's tables)
-extern const NormRows<float> norm_rows_float;
-extern const NormRows<double> norm_rows_double;
 const NormRows<float> norm_rows_float{layer_norm<float>, layer_norm_grad<float>, layer_norm_gamma_grad<float>,
                                       rms_norm<float>,   rms_norm_grad<float>,   rms_norm_scale_grad<float>};
 const NormRows<double> norm_rows_double{layer_norm<double>, layer_norm_grad<double>, layer_norm_gamma_grad<double>,

@@ -1,6 +1,5 @@
-// The random kernels of one build (see random_kernels.hpp and isa.hpp), in namespace KILN_ISA_NAMESPACE:
-// included once by kiln/ops/detail/random_kernels.cpp (the library's own build) and once per x86-64 level by
-// level_kernels.cpp, each compiled with its own -march.
+// The random kernels of one build (see random_kernels.hpp and isa.hpp), in namespace KILN_ISA_NAMESPACE: included
+// by all_kernels.inl, once for each build.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -60,7 +59,6 @@ void normal_pairs(std::uint64_t stream, std::uint64_t first_pair, std::int64_t c
 
 }  // namespace
 
-extern const RandomKernels random_table;  // (external linkage: random_kernels.cpp reads every build's table)
 const RandomKernels random_table{{dropout_fill<float>}, {dropout_fill<double>}, normal_pairs};
 
 }  // namespace kiln::detail::KILN_ISA_NAMESPACE

@@ -1,6 +1,5 @@
 // The dispatched elementwise kernels of one build (see unary_kernels.hpp and isa.hpp), in namespace
-// KILN_ISA_NAMESPACE: included once by kiln/ops/detail/unary_kernels.cpp (the library's own build) and once per
-// x86-64 level by level_kernels.cpp, each compiled with its own -march.
+// KILN_ISA_NAMESPACE: included by all_kernels.inl, once for each build.
 #include <algorithm>
 #include <cstdint>
 
@@ -69,9 +68,6 @@ void gelu_grad(const T* x, const T* dy, T* dx, std::int64_t n, bool approximate)
 
 }  // namespace
 
-// (external linkage: unary_kernels.cpp reads every build's tables)
-extern const UnaryKernels<float> unary_kernels_float;
-extern const UnaryKernels<double> unary_kernels_double;
 const UnaryKernels<float> unary_kernels_float{gelu<float>, gelu_grad<float>};
 const UnaryKernels<double> unary_kernels_double{gelu<double>, gelu_grad<double>};
 
