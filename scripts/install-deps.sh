@@ -8,7 +8,8 @@ apt_install install-deps \
   libxtensor-dev libxtensor-blas-dev libxsimd-dev libopenblas-dev \
   catch2 libcereal-dev rapidjson-dev zlib1g-dev libzip-dev libhdf5-dev libcli11-dev libpcre2-dev libutf8proc-dev libsentencepiece-dev pkg-config cmake g++ make \
   ccache
-# libxsmm (JIT kernels for small products) exists in Debian for amd64 only; elsewhere kiln runs them on OpenBLAS.
+# libxsmm (JIT kernels for small products) and oneDNN (the larger ones) exist in Debian for amd64 only; elsewhere
+# kiln runs those products on OpenBLAS.
 if [ "$(dpkg --print-architecture)" = amd64 ]; then
-  apt_install install-deps libxsmm-dev
+  apt_install install-deps libxsmm-dev libdnnl-dev
 fi

@@ -27,6 +27,10 @@ foreach(file ${files})
     if(line MATCHES "<(pcre2|utf8proc|sentencepiece_[a-z]+)\\.h>" AND NOT room STREQUAL "hub")
       list(APPEND failures "kiln/${file} (room ${room}): ${line} belongs in hub/")
     endif()
+    # The GEMM libraries' oneDNN and its OpenMP runtime stay in ops/ (kiln/ops/detail/gemm.cpp).
+    if(line MATCHES "<(oneapi/dnnl/|dnnl|omp\\.h)" AND NOT room STREQUAL "ops")
+      list(APPEND failures "kiln/${file} (room ${room}): ${line} belongs in ops/")
+    endif()
     # MPI stays in distributed/, behind kiln/train/communicator.hpp.
     if(line MATCHES "<mpi\\.h>" AND NOT room STREQUAL "distributed")
       list(APPEND failures "kiln/${file} (room ${room}): ${line} belongs in distributed/")

@@ -10,6 +10,11 @@
 #if KILN_HAS_XSMM
 #include <libxsmm.h>
 #endif
+#if KILN_HAS_DNNL
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 #include <kiln/core/parallel.hpp>
 #include <kiln/ops/detail/row_sums.hpp>
@@ -44,6 +49,22 @@ void call_blas(const GemmShape& s, const double* a, const double* b, double* c) 
               to_int(s.k), 1.0, a, to_int(s.lda), b, to_int(s.ldb), 1.0, c, to_int(s.ldc));
 }
 
+// ---- oneDNN ------------------------------------------------------------------------------------------------
+#if KILN_HAS_DNNL
+// dnnl_sgemm, row-major like kiln. Debian's oneDNN runs on OpenMP and would start a team of
+// omp_get_max_threads() threads for the product from whichever thread calls it; kiln runs it on the calling
+// thread (its own threads split the product), so that thread's OpenMP thread count is 1 for the call, and given
+// back after. Should oneDNN refuse (no memory for its packing buffer), the product runs on OpenBLAS.
+void call_dnnl(const GemmShape& s, const float* a, const float* b, float* c) {
+  const int threads = omp_get_max_threads();
+  if (threads != 1) omp_set_num_threads(1);
+  const dnnl_status_t status = dnnl_sgemm(s.transpose_a ? 'T' : 'N', s.transpose_b ? 'T' : 'N', s.m, s.n, s.k, 1.0f, a,
+                                          s.lda, b, s.ldb, s.accumulate ? 1.0f : 0.0f, c, s.ldc);
+  if (threads != 1) omp_set_num_threads(threads);
+  if (status != dnnl_success) call_blas(s, a, b, c);
+}
+#endif
+
 // ---- libxsmm ------------------------------------------------------------------------------------------
 // libxsmm's kernels are column-major. Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: B is
 // libxsmm's first operand, A its second, and m and n swap. So kiln's transposed A is libxsmm's TRANS_B, which
@@ -76,11 +97,19 @@ constexpr std::int64_t xsmm_large_b_max = std::int64_t{1} << 20;
 // narrower than 32 stay on OpenBLAS.
 constexpr std::int64_t transposed_b_max_slice = 64;
 constexpr std::int64_t transposed_b_min_slice = 32;
+// libxsmm keeps a block of C's rows in registers and streams A past it: with C at most this wide it ran kiln's
+// products at or above every other library's rate whatever their size (bench/RESULTS.md: cnn_small's convolution
+// 1815×64×288 at 95 GFLOP/s against OpenBLAS's 62, ResNet-50's 784×128×1152 at 101 against 71); wider, it reads
+// A again for every block of columns, and oneDNN's packed kernels overtake it (196×256×2304: 81 against 100).
+constexpr std::int64_t xsmm_narrow_columns = 128;
+// Products of fewer multiply-adds stay off oneDNN, whose per-call work (checks, a packing buffer from malloc)
+// would weigh on them.
+constexpr std::int64_t dnnl_min_work = std::int64_t{1} << 16;
 
 // The columns of C each copy of a transposed B serves: all of them when op(B) fits the copy, else a multiple
 // of 16 (whole vectors of C's rows) as above.
 std::int64_t transposed_b_slice(const GemmShape& s) {
-  if (s.n * s.k <= transposed_b_capacity) return s.n;
+  if (s.n <= xsmm_narrow_columns && s.n * s.k <= transposed_b_capacity) return s.n;
   return std::min(transposed_b_max_slice, transposed_b_capacity / s.k / 16 * 16);
 }
 
@@ -209,13 +238,20 @@ void transpose_b(const GemmShape& s, const float* b, float* out) {
 
 // Runs a float32 product on the backend gemm_backend chose. Should libxsmm make no kernel for a shape (it has
 // limits of its own on sizes and leading dimensions), that shape runs on OpenBLAS, every time.
-void run_product(const GemmShape& s, const float* a, const float* b, float* c) {
-  switch (gemm_backend(s, DType::float32)) {
+void run_product(const GemmShape& s, const float* a, const float* b, float* c, GemmBackend backend) {
+  switch (backend) {
     case GemmBackend::none:
       zero_output(s, c);
       return;
     case GemmBackend::openblas:
       break;
+    case GemmBackend::onednn:
+#if KILN_HAS_DNNL
+      call_dnnl(s, a, b, c);
+      return;
+#else
+      break;
+#endif
 #if KILN_HAS_XSMM
     case GemmBackend::xsmm:
       if (const libxsmm_smmfunction kernel = kernel_for(s)) {
@@ -249,8 +285,8 @@ void run_product(const GemmShape& s, const float* a, const float* b, float* c) {
   call_blas(s, a, b, c);
 }
 
-void run_product(const GemmShape& s, const double* a, const double* b, double* c) {
-  if (gemm_backend(s, DType::float64) == GemmBackend::none)
+void run_product(const GemmShape& s, const double* a, const double* b, double* c, GemmBackend backend) {
+  if (backend == GemmBackend::none)
     zero_output(s, c);
   else
     call_blas(s, a, b, c);
@@ -326,7 +362,7 @@ void split_gemm(const GemmShape& s, const T* a, const T* b, T* c) {
     const T* slice_b = b;
     T* slice_c = c;
     const GemmShape slice = slice_of(s, split, begin, end, slice_a, slice_b, slice_c);
-    run_product(slice, slice_a, slice_b, slice_c);
+    run_product(slice, slice_a, slice_b, slice_c, gemm_backend(slice, dtype_of<T>::value));
   });
 }
 
@@ -350,6 +386,8 @@ void prepare_product(const GemmShape& s) {
 
 bool gemm_has_xsmm() { return KILN_HAS_XSMM != 0; }
 
+bool gemm_has_dnnl() { return KILN_HAS_DNNL != 0; }
+
 // OpenBLAS 0.3.21 (Debian 12's) chooses its kernels by CPU model, and on an x86 model newer than it knows it falls
 // back by features no further than AVX2: on an AMD EPYC Zen 5 (family 0x1a, with AVX-512) it runs its Haswell
 // kernels, at 93-108 GFLOP/s on one core for products from 150×150×512 to 1024³, where libxsmm's JIT kernels
@@ -371,14 +409,19 @@ bool openblas_below_cpu() {
 
 GemmBackend gemm_backend(const GemmShape& s, DType dtype) {
   if (s.m <= 0 || s.n <= 0 || s.k <= 0) return GemmBackend::none;
-  if (!gemm_has_xsmm() || dtype == DType::float64 || s.n < xsmm_min_columns) return GemmBackend::openblas;
-  if (s.m * s.n * s.k > xsmm_max_work && !(openblas_below_cpu() && (s.transpose_b || s.k * s.n <= xsmm_large_b_max)))
-    return GemmBackend::openblas;
-  if (!s.transpose_b) return GemmBackend::xsmm;
-  if (s.m < transposed_b_min_rows) return GemmBackend::openblas;
-  if (s.n * s.k <= transposed_b_capacity) return GemmBackend::xsmm_transposed_b;
-  return openblas_below_cpu() && transposed_b_slice(s) >= transposed_b_min_slice ? GemmBackend::xsmm_transposed_b
-                                                                                 : GemmBackend::openblas;
+  if (dtype == DType::float64 || s.n < xsmm_min_columns) return GemmBackend::openblas;
+  const bool xsmm = gemm_has_xsmm();
+  const std::int64_t work = s.m * s.n * s.k;
+  if (xsmm && !s.transpose_b && s.n <= xsmm_narrow_columns && s.k * s.n <= xsmm_large_b_max) return GemmBackend::xsmm;
+  if (xsmm && s.transpose_b && s.m >= transposed_b_min_rows) {
+    const std::int64_t slice = transposed_b_slice(s);
+    if (slice == s.n || slice >= (openblas_below_cpu() ? transposed_b_min_slice : transposed_b_max_slice))
+      return GemmBackend::xsmm_transposed_b;
+  }
+  if (gemm_has_dnnl() && work >= dnnl_min_work) return GemmBackend::onednn;
+  if (!xsmm || s.transpose_b) return GemmBackend::openblas;
+  if (work > xsmm_max_work && !(openblas_below_cpu() && s.k * s.n <= xsmm_large_b_max)) return GemmBackend::openblas;
+  return GemmBackend::xsmm;
 }
 
 void prepare_gemm(const GemmShape& s, DType dtype) {
@@ -394,6 +437,16 @@ void prepare_gemm(const GemmShape& s, DType dtype) {
 }
 
 void gemm(const GemmShape& s, const float* a, const float* b, float* c) { split_gemm(s, a, b, c); }
+
+void gemm_with(GemmBackend backend, const GemmShape& s, const float* a, const float* b, float* c) {
+  if (gemm_backend(s, DType::float32) == GemmBackend::none) backend = GemmBackend::none;
+  // Each backend's own limits: libxsmm takes no transposed B as it is, the copy needs B transposed and 16 of its
+  // rows at a time.
+  if (backend == GemmBackend::xsmm && s.transpose_b) backend = GemmBackend::openblas;
+  if (backend == GemmBackend::xsmm_transposed_b && (!s.transpose_b || transposed_b_slice(s) < 16))
+    backend = GemmBackend::openblas;
+  run_product(s, a, b, c, backend);
+}
 
 void gemm(const GemmShape& s, const double* a, const double* b, double* c) { split_gemm(s, a, b, c); }
 

@@ -2,15 +2,15 @@
 // Row-major GEMM, the one place kiln's ops multiply matrices: C = op(A)·op(B), or C += op(A)·op(B), with no
 // copies. Which library runs a product is a pure function of its shape and dtype (gemm_backend), so a plan's
 // shapes fix it and a run is deterministic for a given thread count:
-// - float32 runs on libxsmm's JIT kernels, made once per shape and kept for the process (prepare_gemm makes them
-//   at planning; a product whose op has no prepare hook makes its kernel in its first run). libxsmm has no
-//   kernel for a transposed B in kiln's row-major terms: B is first copied, transposed, into a per-thread
-//   buffer when it fits (xsmm_transposed_b), else the product goes to OpenBLAS. Products too large, too narrow
-//   or (with a transposed B) too short for libxsmm to win go to OpenBLAS too; "too large" only where OpenBLAS
-//   runs kernels as wide as the CPU's vectors (openblas_below_cpu).
-// - float64 runs on OpenBLAS, whose sums the float64 gradient checks and the PyTorch comparisons were made with.
-// A large product is split over kiln's threads (each library runs one thread in each); inside a parallel_for
-// it runs on the calling thread.
+// - float32 on libxsmm's JIT kernels when C is at most 128 columns wide (made once per shape and kept for the
+//   process; prepare_gemm makes them at planning, else a product makes its kernel in its first run). libxsmm has
+//   no kernel for a transposed B in kiln's row-major terms: B is first copied, transposed, into a per-thread
+//   buffer, a slice of C's columns at a time when it does not fit (xsmm_transposed_b).
+// - The wider float32 products on oneDNN's dnnl_sgemm, which packs its operands (when kiln has it: gemm_has_dnnl),
+//   else on OpenBLAS, or libxsmm for the smaller ones; C narrower than libxsmm's vectors on OpenBLAS.
+// - float64 on OpenBLAS, whose sums the float64 gradient checks and the PyTorch comparisons were made with.
+// The limits, and the measurements behind them, are in gemm.cpp. A large product is split over kiln's threads
+// (each library runs one thread in each); inside a parallel_for it runs on the calling thread.
 // In its own file because OpenBLAS's <cblas.h> clashes with xtensor-blas's declarations.
 #include <cstdint>
 
@@ -33,6 +33,7 @@ enum class GemmBackend {
   openblas,           // cblas_sgemm / cblas_dgemm
   xsmm,               // a libxsmm kernel on the operands as they are
   xsmm_transposed_b,  // a libxsmm kernel after copying op(B) into a per-thread buffer
+  onednn,             // oneDNN's dnnl_sgemm, on the calling thread
 };
 
 // The library that runs products of this shape and dtype. A product split over threads is cut into slices
@@ -45,11 +46,18 @@ bool openblas_below_cpu();
 // Whether kiln was built with libxsmm (Debian ships it for amd64 only): without it every product runs on
 // OpenBLAS.
 bool gemm_has_xsmm();
+// Whether kiln was built with oneDNN (Debian's libdnnl-dev, amd64): without it, the products it would run go to
+// libxsmm or OpenBLAS by the rules below it in gemm_backend.
+bool gemm_has_dnnl();
 // Makes the kernels gemm will run for this shape and dtype, so the first run does not: ops call it from their
 // plan-time hook (OpDef::prepare). Cheap when they exist already.
 void prepare_gemm(const GemmShape& shape, DType dtype);
 
 void gemm(const GemmShape& shape, const float* a, const float* b, float* c);
 void gemm(const GemmShape& shape, const double* a, const double* b, double* c);
+// One float32 product on the calling thread on the given backend, whatever gemm_backend would choose (for the
+// tests and bench/gemm_bench, which compare the backends): a backend this build lacks, or one that cannot run the
+// shape (libxsmm with B transposed, or B's copy with too long a row), runs it on OpenBLAS.
+void gemm_with(GemmBackend backend, const GemmShape& shape, const float* a, const float* b, float* c);
 
 }  // namespace kiln::detail

@@ -3,6 +3,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
 #include <limits>
 #include <vector>
 
@@ -96,11 +99,12 @@ TEST_CASE("gemm: large products split over threads by rows or by columns give th
 }
 
 TEST_CASE("gemm: float32 runs on libxsmm's kernels, float64 and large products on OpenBLAS", "[gemm]") {
-  if (!kiln::detail::gemm_has_xsmm()) {  // built without libxsmm: everything on OpenBLAS
+  if (!kiln::detail::gemm_has_xsmm()) {  // built without libxsmm: small products on OpenBLAS
     CHECK(kiln::detail::gemm_backend(GemmShape{40, 16, 40, false, false, 40, 16, 16}, DType::float32) ==
           GemmBackend::openblas);
     return;
   }
+  const bool dnnl = kiln::detail::gemm_has_dnnl();
   const GemmShape head{40, 16, 40, false, false, 40, 16, 16};        // attention's p·v
   const GemmShape scores{40, 40, 16, false, true, 16, 16, 40};       // q·kᵀ: B transposed
   const GemmShape weights{128, 12, 2560, true, false, 128, 12, 12};  // a Dense layer's weight gradient
@@ -108,13 +112,28 @@ TEST_CASE("gemm: float32 runs on libxsmm's kernels, float64 and large products o
   CHECK(kiln::detail::gemm_backend(weights, DType::float32) == GemmBackend::xsmm);
   CHECK(kiln::detail::gemm_backend(scores, DType::float32) == GemmBackend::xsmm_transposed_b);
   CHECK(kiln::detail::gemm_backend(head, DType::float64) == GemmBackend::openblas);
+  // A C at most 128 columns wide stays on libxsmm at any size (a convolution's im2col product, its kernel
+  // gradient), and so does a transposed B that fits the copy (its input gradient).
+  CHECK(kiln::detail::gemm_backend(GemmShape{1815, 64, 288, false, false, 288, 64, 64}, DType::float32) ==
+        GemmBackend::xsmm);
+  CHECK(kiln::detail::gemm_backend(GemmShape{288, 64, 1815, true, false, 288, 64, 64}, DType::float32) ==
+        GemmBackend::xsmm);
+  CHECK(kiln::detail::gemm_backend(GemmShape{1815, 288, 64, false, true, 64, 64, 288}, DType::float32) ==
+        GemmBackend::xsmm_transposed_b);
+  // Wider products: oneDNN when kiln has it, else OpenBLAS (or libxsmm: see the next test).
   CHECK(kiln::detail::gemm_backend(GemmShape{2048, 2048, 2048, false, false, 2048, 2048, 2048}, DType::float32) ==
-        GemmBackend::openblas);
-  // A transposed B too large for the per-thread copy (unless openblas_below_cpu: then copied a slice of
-  // columns at a time), or too short a product for the copy to pay, a C too narrow for libxsmm's vectors:
-  // OpenBLAS.
+        (dnnl ? GemmBackend::onednn : GemmBackend::openblas));
+  CHECK(kiln::detail::gemm_backend(GemmShape{64, 512, 160, false, false, 160, 512, 512}, DType::float32) ==
+        (dnnl ? GemmBackend::onednn : GemmBackend::xsmm));  // an LSTM's step
+  // A transposed B larger than the per-thread copy is copied a slice of 64 of C's columns at a time while its rows
+  // are at most 512 long (and with slices of 32 up to 1024 where openblas_below_cpu); longer, oneDNN, else
+  // OpenBLAS. Too short a product for the copy to pay, a C too narrow for libxsmm's vectors: OpenBLAS.
   CHECK(kiln::detail::gemm_backend(GemmShape{64, 256, 256, false, true, 256, 256, 256}, DType::float32) ==
-        (kiln::detail::openblas_below_cpu() ? GemmBackend::xsmm_transposed_b : GemmBackend::openblas));
+        GemmBackend::xsmm_transposed_b);
+  CHECK(kiln::detail::gemm_backend(GemmShape{64, 256, 1024, false, true, 1024, 1024, 256}, DType::float32) ==
+        (kiln::detail::openblas_below_cpu() ? GemmBackend::xsmm_transposed_b
+         : dnnl                             ? GemmBackend::onednn
+                                            : GemmBackend::openblas));
   CHECK(kiln::detail::gemm_backend(GemmShape{1, 12, 128, false, true, 128, 128, 12}, DType::float32) ==
         GemmBackend::openblas);
   CHECK(kiln::detail::gemm_backend(GemmShape{64, 2, 480, false, false, 480, 2, 2}, DType::float32) ==
@@ -125,19 +144,88 @@ TEST_CASE("gemm: float32 runs on libxsmm's kernels, float64 and large products o
 TEST_CASE("gemm: large products go to libxsmm only where OpenBLAS runs kernels narrower than the CPU's", "[gemm]") {
   if (!kiln::detail::gemm_has_xsmm()) return;
   const bool below = kiln::detail::openblas_below_cpu();
-  INFO("openblas_below_cpu " << below);
+  const bool dnnl = kiln::detail::gemm_has_dnnl();
+  INFO("openblas_below_cpu " << below << ", oneDNN " << dnnl);
   const GemmShape projection{1500, 512, 512, false, false, 512, 512, 512};   // seed_mha's q = x·w
   const GemmShape weight_grad{512, 512, 1500, true, false, 512, 512, 512};   // its dW = xᵀ·dy
   const GemmShape input_grad{1500, 512, 512, false, true, 512, 512, 512};    // dx = dy·wᵀ: B transposed
   const GemmShape long_rows{1500, 512, 2048, false, true, 2048, 2048, 512};  // only 16 columns' copy fits
   const GemmShape huge_b{64, 4096, 4096, false, false, 4096, 4096, 4096};    // B of 64 MB
-  CHECK(kiln::detail::gemm_backend(projection, DType::float32) == (below ? GemmBackend::xsmm : GemmBackend::openblas));
-  CHECK(kiln::detail::gemm_backend(weight_grad, DType::float32) == (below ? GemmBackend::xsmm : GemmBackend::openblas));
-  CHECK(kiln::detail::gemm_backend(input_grad, DType::float32) ==
-        (below ? GemmBackend::xsmm_transposed_b : GemmBackend::openblas));
-  CHECK(kiln::detail::gemm_backend(long_rows, DType::float32) == GemmBackend::openblas);
-  CHECK(kiln::detail::gemm_backend(huge_b, DType::float32) == GemmBackend::openblas);
+  const GemmBackend large = dnnl ? GemmBackend::onednn : GemmBackend::openblas;
+  CHECK(kiln::detail::gemm_backend(projection, DType::float32) == (dnnl ? large : below ? GemmBackend::xsmm : large));
+  CHECK(kiln::detail::gemm_backend(weight_grad, DType::float32) ==
+        (dnnl ? large : below ? GemmBackend::xsmm : large));
+  CHECK(kiln::detail::gemm_backend(input_grad, DType::float32) == GemmBackend::xsmm_transposed_b);  // slices of 64
+  CHECK(kiln::detail::gemm_backend(long_rows, DType::float32) == large);
+  CHECK(kiln::detail::gemm_backend(huge_b, DType::float32) == large);
   CHECK(kiln::detail::gemm_backend(projection, DType::float64) == GemmBackend::openblas);
+}
+
+TEST_CASE("gemm: every backend runs every transpose, padded operands and C, assigning and accumulating", "[gemm]") {
+  // gemm_with runs a product on a backend whatever gemm_backend would choose (a backend this build lacks, or one
+  // that cannot take the shape, falls back to OpenBLAS): each must give the product, within float32's rounding,
+  // leave C's padding alone, and overwrite C's NaNs when assigning.
+  struct Case {
+    std::int64_t m, n, k;
+  };
+  for (const GemmBackend backend :
+       {GemmBackend::openblas, GemmBackend::xsmm, GemmBackend::xsmm_transposed_b, GemmBackend::onednn})
+    for (const Case c : {Case{7, 5, 9}, Case{40, 40, 16}, Case{33, 130, 70}, Case{150, 64, 150}, Case{1, 200, 64}})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true})
+          for (bool accumulate : {false, true}) {
+            INFO("backend " << static_cast<int>(backend) << " " << c.m << "x" << c.n << "x" << c.k << " ta " << ta
+                            << " tb " << tb << " accumulate " << accumulate);
+            const std::int64_t pad = 3;
+            const GemmShape s{c.m,     c.n, c.k, ta, tb, (ta ? c.m : c.k) + pad, (tb ? c.k : c.n) + pad,
+                              c.n + pad, accumulate};
+            const auto a = random_vector<float>(static_cast<std::size_t>((ta ? c.k : c.m) * s.lda), 11);
+            const auto b = random_vector<float>(static_cast<std::size_t>((tb ? c.n : c.k) * s.ldb), 12);
+            auto before = random_vector<float>(static_cast<std::size_t>(c.m * s.ldc), 13);
+            if (!accumulate)
+              for (std::int64_t i = 0; i < c.m; ++i) before[static_cast<std::size_t>(i * s.ldc)] = std::nanf("");
+            std::vector<float> out = before;
+            kiln::detail::gemm_with(backend, s, a.data(), b.data(), out.data());
+            for (std::int64_t i = 0; i < c.m; ++i)
+              for (std::int64_t j = 0; j < s.ldc; ++j) {
+                const auto at = static_cast<std::size_t>(i * s.ldc + j);
+                if (j >= c.n) {
+                  if (std::memcmp(&out[at], &before[at], sizeof(float)) != 0) REQUIRE(out[at] == before[at]);
+                  continue;
+                }
+                const double expected = reference(s, a, b, i, j) + (accumulate ? double(before[at]) : 0.0);
+                if (!(std::abs(out[at] - expected) <= 1e-4)) REQUIRE(out[at] == Approx(expected).margin(1e-4));
+              }
+          }
+}
+
+TEST_CASE("gemm: a product on oneDNN runs on the calling thread and leaves no OpenMP threads behind",
+          "[gemm][threads]") {
+  if (!kiln::detail::gemm_has_dnnl()) return;
+  // Debian's oneDNN runs on OpenMP, whose team would be omp_get_max_threads() threads (and stay, waiting, after):
+  // kiln holds the calling thread's OpenMP count at 1 for the call.
+  auto threads = [] {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line))
+      if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+    return -1;
+  };
+  const GemmShape s{256, 512, 512, false, false, 512, 512, 512};
+  REQUIRE(kiln::detail::gemm_backend(s, DType::float32) == GemmBackend::onednn);
+  const auto a = random_vector<float>(256 * 512, 14);
+  const auto b = random_vector<float>(512 * 512, 15);
+  std::vector<float> c(256 * 512);
+  // On a thread of its own, which OpenMP has not seen: a team started from it would still be there after.
+  int before = 0, after = 0;
+  std::thread caller([&] {
+    before = threads();
+    for (int i = 0; i < 3; ++i) kiln::detail::gemm_with(GemmBackend::onednn, s, a.data(), b.data(), c.data());
+    after = threads();
+  });
+  caller.join();
+  CHECK(after == before);
+  CHECK(c[0] == Approx(reference(s, a, b, 0, 0)).margin(1e-3));
 }
 
 TEST_CASE("gemm: every backend against a double-precision reference, operands inside wider rows", "[gemm]") {
