@@ -120,7 +120,7 @@ const std::vector<Shape>& shapes() {
       {"lstm d_W xT.dg", 32, 512, 6400, true, false, 1},
       {"rnn lstm step (32 rows)", 32, 512, 160, false, false, 100, 0, 0, 0, false, true},
       {"rnn gru step (32 rows)", 32, 192, 64, false, false, 100, 0, 0, 0, false, true},
-      {"lstm step, a thread's half", 64, 256, 160, false, false, 100, 0, 512, 512, false, true},
+      {"lstm step (half its columns)", 64, 256, 160, false, false, 100, 0, 512, 512, false, true},
       {"cnn_small conv2 im2col.w", 1815, 64, 288, false, false, 4},
       {"cnn_small conv2 d_cols dy.wT", 1815, 288, 64, false, true, 4},
       {"cnn_small conv2 d_w colsT.dy", 288, 64, 1815, true, false, 4, 0, 0, 0, true},
