@@ -17,7 +17,7 @@
 #endif
 
 #include <kiln/core/parallel.hpp>
-#include <kiln/ops/detail/row_sums.hpp>
+#include <kiln/ops/detail/transpose_kernels.hpp>
 
 namespace kiln::detail {
 
@@ -181,57 +181,14 @@ float* transposed_b_buffer() {
   return buffer;
 }
 
-#if XSIMD_WITH_AVX512F
-// (g++ 12's (maybe-)uninitialized warnings point into its own AVX-512 headers once their intrinsics are inlined.)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// The 16 × 16 block at `in` (`rows` rows of `columns`, ld apart; the rest read as 0) transposed into `out` (`columns`
-// rows of `rows`, out_ld apart): in registers, by the usual network of unpacks and shuffles. Masked loads and stores
-// read and write nothing outside the block.
-void transpose_block(const float* in, std::int64_t rows, std::int64_t columns, std::int64_t ld, float* out,
-                     std::int64_t out_ld) {
-  __m512 r[16], t[16];
-  for (int i = 0; i < 16; ++i)
-    r[i] = i < rows ? _mm512_maskz_loadu_ps(first_lanes(columns), in + i * ld) : _mm512_setzero_ps();
-  for (int i = 0; i < 8; ++i) {  // pairs of rows interleaved
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {  // quads, within 128-bit lanes
-    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int i = 0; i < 4; ++i) {  // then across 128-bit lanes, twice
-    t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
-    t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xdd);
-    t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
-    t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xdd);
-  }
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
-    r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
-  }
-  for (int i = 0; i < columns && i < 16; ++i) _mm512_mask_storeu_ps(out + i * out_ld, first_lanes(rows), r[i]);
-}
-#pragma GCC diagnostic pop
-#endif
-
 // op(B) (k × n) into `out`, row-major with n columns, from B stored transposed (n rows of k, ldb apart): in
-// libxsmm's column-major terms, the transpose of a k × n matrix. With AVX-512, in 16 × 16 blocks in registers:
-// mql5_block's 512 heads of 40 × 16 keys (rows 512 bytes apart) took 31 µs, against 43-66 µs with libxsmm's
-// transposition kernels (themselves 2× a tiled loop). Otherwise, libxsmm's.
+// libxsmm's column-major terms, the transpose of a k × n matrix. The dispatched kernel where this CPU's build has
+// one (16 × 16 blocks in registers with AVX-512: kiln/ops/detail/isa/transpose_kernels.inl), else libxsmm's.
 void transpose_b(const GemmShape& s, const float* b, float* out) {
-#if XSIMD_WITH_AVX512F
-  for (std::int64_t row = 0; row < s.n; row += 16)
-    for (std::int64_t column = 0; column < s.k; column += 16)
-      transpose_block(b + row * s.ldb + column, std::min<std::int64_t>(16, s.n - row),
-                      std::min<std::int64_t>(16, s.k - column), s.ldb, out + column * s.n + row, s.n);
-#else
-  libxsmm_otrans(out, b, sizeof(float), s.k, s.n, s.ldb, s.n);
-#endif
+  if (const auto kernel = transpose_kernels().transpose)
+    kernel(b, s.n, s.k, s.ldb, out);
+  else
+    libxsmm_otrans(out, b, sizeof(float), s.k, s.n, s.ldb, s.n);
 }
 
 #endif  // KILN_HAS_XSMM

@@ -55,6 +55,7 @@ template <class T>
 struct GroupNormBlocks;
 template <class T>
 struct UnaryKernels;
+struct TransposeKernels;
 
 struct IsaTables {
   const RandomKernels* random;
@@ -66,6 +67,7 @@ struct IsaTables {
   const GroupNormBlocks<double>* group_norm_double;
   const UnaryKernels<float>* unary_float;
   const UnaryKernels<double>* unary_double;
+  const TransposeKernels* transpose;
 };
 
 // The tables of a build (Isa::own, or a level compiled here); a ValueError for a level this build lacks.

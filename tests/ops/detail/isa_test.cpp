@@ -14,6 +14,7 @@
 #include <kiln/ops/detail/isa.hpp>
 #include <kiln/ops/detail/norm_rows.hpp>
 #include <kiln/ops/detail/random_kernels.hpp>
+#include <kiln/ops/detail/transpose_kernels.hpp>
 #include <kiln/ops/detail/unary_kernels.hpp>
 
 namespace {
@@ -295,4 +296,34 @@ void check_gelu(double tolerance) {
 TEST_CASE("each level's GELU and its gradient agree with the library's own, within rounding", "[ops][isa]") {
   check_gelu<float>(1e-5);
   check_gelu<double>(1e-13);
+}
+
+TEST_CASE("each level's transposed copy is exactly the transpose, where the level has one", "[ops][isa]") {
+  // Whole 16 × 16 blocks, ragged rows and columns, a matrix inside wider rows (attention's interleaved heads), and
+  // one shorter than a block both ways. Levels without a kernel of their own (null) leave it to libxsmm.
+  struct Case {
+    std::int64_t n, k, ldb;
+  };
+  int levels_with_a_kernel = 0;
+  for (const Isa isa : kiln::detail::runnable_isas()) {
+    const auto kernel = kiln::detail::transpose_kernels(isa).transpose;
+    if (!kernel) continue;
+    ++levels_with_a_kernel;
+    for (const Case c : {Case{16, 16, 16}, Case{40, 16, 128}, Case{37, 21, 26}, Case{64, 512, 512}, Case{5, 3, 3}}) {
+      INFO(kiln::detail::isa_name(isa) << ": n " << c.n << " k " << c.k << " ldb " << c.ldb);
+      std::vector<float> b(static_cast<std::size_t>(c.n * c.ldb));
+      for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i) * 0.5f - 7.0f;
+      std::vector<float> out(static_cast<std::size_t>(c.k * c.n) + 16, -1.0f);  // 16 past the end must stay
+      kernel(b.data(), c.n, c.k, c.ldb, out.data());
+      bool exact = true;
+      for (std::int64_t p = 0; p < c.k; ++p)
+        for (std::int64_t j = 0; j < c.n; ++j)
+          exact = exact && out[static_cast<std::size_t>(p * c.n + j)] == b[static_cast<std::size_t>(j * c.ldb + p)];
+      CHECK(exact);
+      CHECK(std::all_of(out.end() - 16, out.end(), [](float v) { return v == -1.0f; }));
+    }
+  }
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f")) CHECK(levels_with_a_kernel > 0);
+#endif
 }

@@ -5,6 +5,7 @@
 #include <kiln/ops/detail/isa/group_norm_blocks.inl>
 #include <kiln/ops/detail/isa/norm_rows.inl>
 #include <kiln/ops/detail/isa/random_kernels.inl>
+#include <kiln/ops/detail/isa/transpose_kernels.inl>
 #include <kiln/ops/detail/isa/unary_kernels.inl>
 
 namespace kiln::detail::KILN_ISA_NAMESPACE {
@@ -12,6 +13,7 @@ namespace kiln::detail::KILN_ISA_NAMESPACE {
 extern const IsaTables tables;  // (external linkage: isa.cpp reads every build's)
 const IsaTables tables{&random_table,          &attention_rows_float,     &attention_rows_double,
                        &norm_rows_float,       &norm_rows_double,         &group_norm_blocks_float,
-                       &group_norm_blocks_double, &unary_kernels_float,   &unary_kernels_double};
+                       &group_norm_blocks_double, &unary_kernels_float,   &unary_kernels_double,
+                       &transpose_table};
 
 }  // namespace kiln::detail::KILN_ISA_NAMESPACE
