@@ -470,6 +470,9 @@ std::int64_t forward_workspace_elements(const Setup& s) {
          (joined(s) ? (s.batch + s.width()) * (s.features + s.units) : 0);
 }
 
+// The fewest rows a worker's block of the joined forward takes (see Forward::run_joined).
+constexpr std::int64_t joined_min_rows = 8;
+
 template <class T>
 struct Forward {
   const Sequence<T>& q;
@@ -514,6 +517,10 @@ struct Forward {
                     static_cast<std::size_t>(s.units) * sizeof(T));
   }
 
+  // Rows of B are independent through the whole sequence (row b's states depend only on row b's inputs), so
+  // each worker takes a block of rows and runs every step on it alone: one product a step on its rows and the
+  // gate pass in cache, and no meeting of the threads until the sequence ends (two a step, product then gates,
+  // when the rows of every step were split afresh: the 2-thread LSTM forward spent them waiting).
   void run_joined() {
     const std::int64_t f = s.features, u = s.units, width = s.width(), ld = f + u;
     std::memcpy(weights, q.kernel, static_cast<std::size_t>(f * width) * sizeof(T));
@@ -524,17 +531,25 @@ struct Forward {
       std::memcpy(inputs + b * ld + f, r.previous(k, 0) + b * u, static_cast<std::size_t>(u) * sizeof(T));
     };
     if (s.steps == 0) return;  // (no x to read: the states stay the initial ones)
-    for (std::int64_t b = 0; b < s.batch; ++b) fill_inputs(0, b);
-    for (std::int64_t k = 0; k < s.steps; ++k) {
-      product(s.batch, width, ld, inputs, ld, false, weights, width, false, projected, width, false);
-      for_rows(s, 4 * s.gates + 2, [&](std::int64_t b) {
-        T* row = projected + b * width;
-        for (std::int64_t j = 0; j < width; ++j) row[j] += q.bias[j];
-        cell_step(k, b);
-        finish_step(k, b);
-        if (k + 1 < s.steps) fill_inputs(k + 1, b);
-      });
-    }
+    // A worker's block is at least joined_min_rows rows (its product's rows) and a share of the sequence's work.
+    const std::int64_t work = s.batch * s.steps * width * (ld + 4 * s.gates);
+    const int workers = static_cast<int>(std::min<std::int64_t>(
+        std::max<std::int64_t>(1, s.batch / joined_min_rows), detail::workers_for_elements(work)));
+    detail::parallel_for(s.batch, workers, [&](std::int64_t begin, std::int64_t end, int) {
+      const std::int64_t rows = end - begin;
+      for (std::int64_t b = begin; b < end; ++b) fill_inputs(0, b);
+      for (std::int64_t k = 0; k < s.steps; ++k) {
+        product(rows, width, ld, inputs + begin * ld, ld, false, weights, width, false, projected + begin * width,
+                width, false);
+        for (std::int64_t b = begin; b < end; ++b) {
+          T* row = projected + b * width;
+          for (std::int64_t j = 0; j < width; ++j) row[j] += q.bias[j];
+          cell_step(k, b);
+          finish_step(k, b);
+          if (k + 1 < s.steps) fill_inputs(k + 1, b);
+        }
+      }
+    });
   }
 
   void run_apart() {
