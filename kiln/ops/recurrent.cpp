@@ -457,8 +457,8 @@ const T* masked_rows(const Sequence<T>& q, const T* left, int gate, T* target) {
 // ---- forward --------------------------------------------------------------------------------------------
 
 // LSTM and SimpleRNN without recurrent dropout take one product a step, [x_t | h]·[kernel; recurrent_kernel],
-// and one pass over the rows for the rest of the step (the gates, the mask, the next step's [x_t | h]): two
-// meetings of the threads a step, against four for two products and the passes apart.
+// and one pass over the rows for the rest of the step (the gates, the mask, the next step's [x_t | h]), each
+// worker on a block of rows for the whole sequence (Forward::run_joined).
 bool joined(const Setup& s) {
   return (s.cell == Cell::lstm || s.cell == Cell::simple_rnn) && !s.has_recurrent_masks;
 }
@@ -553,6 +553,16 @@ struct Forward {
   }
 
   void run_apart() {
+    // Without recurrent dropout (whose masked copies of h are made for all rows at once) and but for GRU without
+    // reset_after (two products a step with a pass between), a step's work is its rows' alone: each worker takes a
+    // block of rows for the whole sequence, as in run_joined.
+    if (!s.has_recurrent_masks && !(s.cell == Cell::gru && !s.reset_after)) {
+      const std::int64_t work = s.batch * s.steps * s.width() * (s.features + s.units + 4 * s.gates);
+      const int workers = static_cast<int>(std::min<std::int64_t>(
+          std::max<std::int64_t>(1, s.batch / joined_min_rows), detail::workers_for_elements(work)));
+      detail::parallel_for(s.batch, workers, [&](std::int64_t begin, std::int64_t end, int) { run_rows(begin, end); });
+      return;
+    }
     for (std::int64_t k = 0; k < s.steps; ++k) {
       const T* h = r.previous(k, 0);
       T* block = project(k);
@@ -571,6 +581,28 @@ struct Forward {
         cell_step(k, b);
         finish_step(k, b);
       });
+    }
+  }
+
+  // Rows [begin, end) through every step, on the calling thread: the input bias and x_t·kernel, the recurrent
+  // product (apart for GRU with reset_after, added in for the others), then the rows' gates.
+  void run_rows(std::int64_t begin, std::int64_t end) {
+    const std::int64_t rows = end - begin, width = s.width(), u = s.units;
+    T* block = projected + begin * width;
+    for (std::int64_t k = 0; k < s.steps; ++k) {
+      for (std::int64_t b = begin; b < end; ++b)
+        std::memcpy(projected + b * width, q.bias, static_cast<std::size_t>(width) * sizeof(T));
+      product(rows, width, s.features, q.x + (begin * s.steps + q.time_of(k)) * s.features, s.steps * s.features,
+              false, q.kernel, width, false, block, width, true);
+      const T* h = r.previous(k, 0) + begin * u;
+      if (s.cell == Cell::gru)
+        product(rows, width, u, h, u, false, q.recurrent, width, false, step + begin * width, width, false);
+      else
+        product(rows, width, u, h, u, false, q.recurrent, width, false, block, width, true);
+      for (std::int64_t b = begin; b < end; ++b) {
+        cell_step(k, b);
+        finish_step(k, b);
+      }
     }
   }
 
