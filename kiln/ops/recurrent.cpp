@@ -709,9 +709,17 @@ void recurrent_kernel(const KernelContext& context) {
 // recurrent products (B, G·U); dh, dc and the previous step's dh and dc (B, U each); two (B, U) temporaries;
 // the zero state (B, U); when x is not already time-major, x and then dx time-major (T·B, F); and
 // recurrent_kernelᵀ (G·U, U).
+// Whether the backward walks the steps a block of rows per worker (Backward::run_rows): everything a step does is
+// its rows' own but the recurrent kernel's gradient, which is then one product after the loop, over every step's
+// previous h (kept time-major) and the recurrent products' gradients (dprojected's, or for GRU with reset_after
+// every step's own). Not with recurrent dropout (h under each gate's mask), nor GRU without reset_after.
+bool rows_backward(const Setup& s) { return !s.has_recurrent_masks && !(s.cell == Cell::gru && !s.reset_after); }
+
 std::int64_t backward_workspace_elements(const Setup& s) {
-  return s.batch * s.steps * s.width() + s.batch * s.width() + 7 * s.area() +
-         (needs_swap(s) ? s.batch * s.steps * s.features : 0) + s.width() * s.units;
+  const std::int64_t rows = s.batch * s.steps;
+  return rows * s.width() + s.batch * s.width() + 7 * s.area() + (needs_swap(s) ? rows * s.features : 0) +
+         s.width() * s.units +
+         (rows_backward(s) ? rows * s.units + (s.recurrent_bias() ? rows * s.width() : 0) : 0);
 }
 
 template <class T>
@@ -728,6 +736,8 @@ struct Backward {
   T* recurrent_t;  // (G·U, U): recurrent_kernelᵀ, so that each step's dh_prev = dR·recurrent_kernelᵀ is a product
                    // libxsmm has a kernel for (its 1.17 has none for a transposed right operand; OpenBLAS packed
                    // both operands on every call, a sixth of an LSTM's train step)
+  T* h_major;   // rows_backward: (T·B, U), row t·B + b the h step t started from
+  T* drec_all;  // rows_backward with GRU's reset_after: (T·B, G·U), every step's drec
 
   const T* dout(std::int64_t b, std::int64_t position) const {
     return output_grad + (b * (s.steps + s.states) + position) * s.units;
@@ -745,13 +755,17 @@ struct Backward {
                     static_cast<std::size_t>(u) * sizeof(T));
     std::fill(drecurrent, drecurrent + u * width, T(0));
     if (s.recurrent_bias()) std::fill(dbias + width, dbias + 2 * width, T(0));
-    for (std::int64_t k = s.steps - 1; k >= 0; --k) {
-      if (s.cell == Cell::gru && !s.reset_after)
-        gru_reset_before(k);
-      else
-        step(k);
-      std::swap(dh, dh_prev);
-      std::swap(dc, dc_prev);
+    if (rows_backward(s)) {
+      run_rows();
+    } else {
+      for (std::int64_t k = s.steps - 1; k >= 0; --k) {
+        if (s.cell == Cell::gru && !s.reset_after)
+          gru_reset_before(k);
+        else
+          step(k);
+        std::swap(dh, dh_prev);
+        std::swap(dc, dc_prev);
+      }
     }
     // After the loop: dkernel = xᵀ·dP, dx = dP·kernelᵀ (both time-major, dx made batch-major after), the input
     // bias's gradient the columns' sums of dP.
@@ -781,57 +795,116 @@ struct Backward {
   // output's own gradient when the row was kept. A masked row passes both to the previous state and has no
   // gate gradients. Returns whether the row was kept.
   bool enter_row(std::int64_t k, std::int64_t b, T* dh_new) {
+    return enter_row(k, b, dh_new, planes(), drec + b * s.width());
+  }
+
+  // The four (B, U) planes of a step: the gradients of its new h and c, and of the previous ones (being made).
+  struct Planes {
+    T *dh, *dc, *dh_prev, *dc_prev;
+  };
+  Planes planes() const { return {dh, dc, dh_prev, dc_prev}; }
+
+  // enter_row on the given planes, with the row's recurrent-products gradient at dr_row (GRU with reset_after).
+  bool enter_row(std::int64_t k, std::int64_t b, T* dh_new, const Planes& p, T* dr_row) {
     const std::int64_t u = s.units, width = s.width(), t = q.time_of(k);
-    const T* from_later = dh + b * u;
+    const T* from_later = p.dh + b * u;
     const T* from_output = dout(b, s.states + k);
     T* dp = dprojected + (t * s.batch + b) * width;
     if (q.kept(b, t)) {
       for (std::int64_t j = 0; j < u; ++j) dh_new[j] = from_later[j] + from_output[j];
       return true;
     }
-    T* previous = dh_prev + b * u;
+    T* previous = p.dh_prev + b * u;
     for (std::int64_t j = 0; j < u; ++j) previous[j] = from_later[j] + (s.zero_output ? T(0) : from_output[j]);
-    if (s.cell == Cell::lstm) std::memcpy(dc_prev + b * u, dc + b * u, static_cast<std::size_t>(u) * sizeof(T));
+    if (s.cell == Cell::lstm) std::memcpy(p.dc_prev + b * u, p.dc + b * u, static_cast<std::size_t>(u) * sizeof(T));
     std::fill(dp, dp + width, T(0));
-    if (s.recurrent_bias()) std::fill(drec + b * width, drec + (b + 1) * width, T(0));
+    if (s.recurrent_bias()) std::fill(dr_row, dr_row + width, T(0));
     return false;
+  }
+
+  // Row b's gate gradients for step k (SimpleRNN, LSTM, GRU with reset_after): into dprojected's row, dr_row (GRU)
+  // and the previous planes' row.
+  void row_grad(std::int64_t k, std::int64_t b, const Planes& p, T* dr_row) {
+    const std::int64_t u = s.units, width = s.width(), t = q.time_of(k);
+    T* dh_new = temp + b * u;
+    if (!enter_row(k, b, dh_new, p, dr_row)) return;
+    const T* record = r.record(k);
+    const T* gates = record + s.gate_plane() + b * width;
+    const T* aux = record + s.aux_plane() + b * u;
+    T* dp = dprojected + (t * s.batch + b) * width;
+    T* previous = p.dh_prev + b * u;
+    if (s.cell == Cell::simple_rnn) {
+      const auto row = [&](auto d_act) {
+        for (std::int64_t j = 0; j < u; ++j) {
+          dp[j] = dh_new[j] * d_act(gates[j]);
+          previous[j] = T(0);
+        }
+      };
+      if (s.act == Act::tanh)
+        row(TanhDerivative{});
+      else
+        row(AnyDerivative{s.act});
+    } else if (s.cell == Cell::lstm) {
+      with_derivatives(s.act, s.recurrent_act, [&](auto d_act, auto d_recurrent) {
+        lstm_row_grad(u, gates, aux, r.previous(k, 1) + b * u, p.dc + b * u, static_cast<const T*>(dh_new), dp,
+                      p.dc_prev + b * u, previous, d_act, d_recurrent);
+      });
+    } else {
+      with_derivatives(s.act, s.recurrent_act, [&](auto d_act, auto d_recurrent) {
+        gru_row_grad(u, gates, aux, r.previous(k, 0) + b * u, static_cast<const T*>(dh_new), dp, dr_row, previous,
+                     d_act, d_recurrent);
+      });
+    }
+  }
+
+  // rows_backward: each worker walks every step, last to first, on its block of rows: their gate gradients, their
+  // dh_prev += dR·recurrent_kernelᵀ, and their previous h copied time-major; the planes alternate by the step's
+  // parity (every worker takes the same steps). Then, once: the recurrent kernel's gradient h_majorᵀ·dR over
+  // every step, and the recurrent bias's (GRU with reset_after) the columns' sums of every step's dR.
+  void run_rows() {
+    const std::int64_t u = s.units, width = s.width(), rows_total = s.batch * s.steps;
+    const Planes even = planes(), odd{dh_prev, dc_prev, dh, dc};
+    const std::int64_t work = s.batch * s.steps * width * (u + 8);
+    const int workers = static_cast<int>(std::min<std::int64_t>(
+        std::max<std::int64_t>(1, s.batch / joined_min_rows), detail::workers_for_elements(work)));
+    detail::parallel_for(s.batch, workers, [&](std::int64_t begin, std::int64_t end, int) {
+      const std::int64_t rows = end - begin;
+      for (std::int64_t k = s.steps - 1, n = 0; k >= 0; --k, ++n) {
+        const Planes& p = n % 2 == 0 ? even : odd;
+        const std::int64_t t = q.time_of(k);
+        T* dr = s.recurrent_bias() ? drec_all + t * s.batch * width : dprojected + t * s.batch * width;
+        for (std::int64_t b = begin; b < end; ++b) row_grad(k, b, p, dr + b * width);
+        product(rows, u, width, dr + begin * width, width, false, recurrent_t, u, false, p.dh_prev + begin * u, u,
+                true);
+        const T* h_prev = r.previous(k, 0);
+        std::memcpy(h_major + (t * s.batch + begin) * u, h_prev + begin * u,
+                    static_cast<std::size_t>(rows * u) * sizeof(T));
+      }
+    });
+    if (s.steps % 2 == 1) {  // the planes' roles after the last step, as the swaps of the stepwise loop leave them
+      std::swap(dh, dh_prev);
+      std::swap(dc, dc_prev);
+    }
+    const T* all_dr = s.recurrent_bias() ? drec_all : dprojected;
+    product(u, width, rows_total, static_cast<const T*>(h_major), u, true, all_dr, width, false, drecurrent, width,
+            false);
+    if (s.recurrent_bias())
+      detail::parallel_for(width, detail::workers_for_elements(rows_total * width),
+                           [&](std::int64_t begin, std::int64_t end, int) {
+                             std::fill(dbias + width + begin, dbias + width + end, T(0));
+                             for (std::int64_t row = 0; row < rows_total; ++row) {
+                               const T* from = drec_all + row * width;
+                               for (std::int64_t j = begin; j < end; ++j) dbias[width + j] += from[j];
+                             }
+                           });
   }
 
   // SimpleRNN, LSTM and GRU with reset_after: the gate gradients of every row, then one GEMM each for the
   // previous h's gradient (dR·recurrent_kernelᵀ) and the recurrent kernel's (h_prevᵀ·dR).
   void step(std::int64_t k) {
-    const std::int64_t u = s.units, width = s.width(), t = q.time_of(k);
-    const T* record = r.record(k);
-    for_rows(s, 6 * s.gates, [&](std::int64_t b) {
-      T* dh_new = temp + b * u;
-      if (!enter_row(k, b, dh_new)) return;
-      const T* gates = record + s.gate_plane() + b * width;
-      const T* aux = record + s.aux_plane() + b * u;
-      T* dp = dprojected + (t * s.batch + b) * width;
-      T* previous = dh_prev + b * u;
-      if (s.cell == Cell::simple_rnn) {
-        const auto row = [&](auto d_act) {
-          for (std::int64_t j = 0; j < u; ++j) {
-            dp[j] = dh_new[j] * d_act(gates[j]);
-            previous[j] = T(0);
-          }
-        };
-        if (s.act == Act::tanh)
-          row(TanhDerivative{});
-        else
-          row(AnyDerivative{s.act});
-      } else if (s.cell == Cell::lstm) {
-        with_derivatives(s.act, s.recurrent_act, [&](auto d_act, auto d_recurrent) {
-          lstm_row_grad(u, gates, aux, r.previous(k, 1) + b * u, dc + b * u, static_cast<const T*>(dh_new), dp,
-                        dc_prev + b * u, previous, d_act, d_recurrent);
-        });
-      } else {
-        with_derivatives(s.act, s.recurrent_act, [&](auto d_act, auto d_recurrent) {
-          gru_row_grad(u, gates, aux, r.previous(k, 0) + b * u, static_cast<const T*>(dh_new), dp, drec + b * width,
-                       previous, d_act, d_recurrent);
-        });
-      }
-    });
+    const std::int64_t width = s.width(), t = q.time_of(k);
+    const Planes p = planes();
+    for_rows(s, 6 * s.gates, [&](std::int64_t b) { row_grad(k, b, p, drec + b * width); });
     // The recurrent products' gradients: dprojected's block at time t, or drec for GRU with reset_after.
     const T* dr = s.recurrent_bias() ? drec : dprojected + t * s.batch * width;
     back_through_products(r.previous(k, 0), dr, width, 0, s.gates);
@@ -927,6 +1000,8 @@ void recurrent_grad_kernel(const KernelContext& context) {
   T* planes = drec + s.batch * width;  // six (B, U) planes, then the zeros, then x time-major
   T* x_major = planes + 7 * area;
   T* recurrent_t = x_major + (needs_swap(s) ? s.batch * s.steps * s.features : 0);
+  T* h_major = recurrent_t + width * u;                // rows_backward: every step's previous h, time-major
+  T* drec_all = h_major + s.batch * s.steps * u;      // and, for GRU with reset_after, every step's drec
   Backward<T> backward{q,
                        q.s,
                        {q.s, context.in<T>(0), {q.initial[0], q.initial[1]}},
@@ -945,7 +1020,9 @@ void recurrent_grad_kernel(const KernelContext& context) {
                        planes + 4 * area,
                        planes + 5 * area,
                        x_major,
-                       recurrent_t};
+                       recurrent_t,
+                       h_major,
+                       drec_all};
   backward.run();
 }
 
