@@ -12,6 +12,7 @@
 #include <kiln/core/detail/op_recording.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/op.hpp>
+#include <kiln/core/parallel.hpp>
 #include <kiln/ops/detail/kernel_util.hpp>
 #include <kiln/ops/ops.hpp>
 
@@ -91,16 +92,26 @@ void log_softmax_block(const T* x, T* y, std::int64_t extent, std::int64_t inner
     for (std::int64_t i = 0; i < inner; ++i) y[e * inner + i] = (x[e * inner + i] - max[i]) - sum[i];
 }
 
+// Over the last axis (inner = 1) the blocks are rows, each normalized alone with its statistics in locals: they
+// are split over kiln's threads (an exp and a few operations an element), and every row's values are the same on
+// any thread count. Over another axis the columns' statistics live in the one workspace: one thread.
+constexpr std::int64_t row_cost = 16;
+
 template <class T, void (*Block)(const T*, T*, std::int64_t, std::int64_t, T*, T*)>
 void softmax_family_kernel(const KernelContext& k) {
   const detail::AxisSplit split = split_of(k.input_shape(0), k.attributes());
   if (split.extent == 0) return;  // nothing to normalize, and no row 0 to seed the max
-  ColumnStats<T> stats(k, split.inner);
   const std::int64_t block = split.extent * split.inner;
   const T* x = k.in<T>(0);
   T* y = k.out<T>();
-  for (std::int64_t o = 0; o < split.outer; ++o)
-    Block(x + o * block, y + o * block, split.extent, split.inner, stats.first, stats.second);
+  const auto blocks = [&](std::int64_t begin, std::int64_t end) {
+    ColumnStats<T> stats(k, split.inner);  // (locals when inner = 1: one per worker)
+    for (std::int64_t o = begin; o < end; ++o)
+      Block(x + o * block, y + o * block, split.extent, split.inner, stats.first, stats.second);
+  };
+  if (split.inner != 1) return blocks(0, split.outer);
+  detail::parallel_for(split.outer, detail::workers_for_elements(split.outer * split.extent, row_cost),
+                       [&](std::int64_t begin, std::int64_t end, int) { blocks(begin, end); });
 }
 
 // ---- fused gradient kernels: inputs (y, dy), y being the forward output ---------------------------------
@@ -132,13 +143,18 @@ void log_softmax_grad_block(const T* y, const T* dy, T* dx, std::int64_t extent,
 template <class T, void (*Block)(const T*, const T*, T*, std::int64_t, std::int64_t, T*, T*)>
 void softmax_family_grad_kernel(const KernelContext& k) {
   const detail::AxisSplit split = split_of(k.input_shape(0), k.attributes());
-  ColumnStats<T> stats(k, split.inner);
   const std::int64_t block = split.extent * split.inner;
   const T* y = k.in<T>(0);
   const T* dy = k.in<T>(1);
   T* dx = k.out<T>();
-  for (std::int64_t o = 0; o < split.outer; ++o)
-    Block(y + o * block, dy + o * block, dx + o * block, split.extent, split.inner, stats.first, stats.second);
+  const auto blocks = [&](std::int64_t begin, std::int64_t end) {
+    ColumnStats<T> stats(k, split.inner);
+    for (std::int64_t o = begin; o < end; ++o)
+      Block(y + o * block, dy + o * block, dx + o * block, split.extent, split.inner, stats.first, stats.second);
+  };
+  if (split.inner != 1) return blocks(0, split.outer);
+  detail::parallel_for(split.outer, detail::workers_for_elements(split.outer * split.extent, row_cost),
+                       [&](std::int64_t begin, std::int64_t end, int) { blocks(begin, end); });
 }
 
 // ---- shape rules ----------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include <kiln/core/rng.hpp>
 #include <kiln/ops/ops.hpp>
 #include "support/gradcheck.hpp"
+#include "support/thread_counts.hpp"
 
 using namespace kiln;
 
@@ -147,4 +148,18 @@ TEST_CASE("softmax: an axis out of range is a ShapeError naming the op and the s
   REQUIRE_THROWS_WITH(ops::log_softmax(x, -3), Catch::Contains("log_softmax 'log_softmax") &&
                                                    Catch::Contains("axis -3") && Catch::Contains("(None, 3)"));
   REQUIRE_THROWS_AS(ops::softmax(graph.placeholder(Shape{}), -1), ShapeError);
+}
+
+TEST_CASE("softmax and log_softmax give the same values and gradients on 1, 2, 3, 7 and 16 threads", "[ops][softmax]") {
+  // Over the last axis the rows are split over the threads, each computed alone: bitwise the same on any count.
+  // Over the first axis (columns' statistics in one workspace) the kernel runs on one thread.
+  Rng rng(5);
+  const std::vector<Array> inputs{testing::random_array({96, 3, 300}, rng, DType::float64, -6.0, 6.0)};
+  const Array weights = testing::random_array({96, 3, 300}, rng);
+  for (const SoftmaxBuilder builder : {static_cast<SoftmaxBuilder>(ops::softmax), static_cast<SoftmaxBuilder>(ops::log_softmax)})
+    for (const int axis : {-1, 0}) {
+      INFO((builder == static_cast<SoftmaxBuilder>(ops::softmax) ? "softmax" : "log_softmax") << " axis " << axis);
+      testing::check_thread_counts([&](const std::vector<Tensor>& x) { return builder(x[0], axis); }, inputs, weights,
+                                   2, 0.0);
+    }
 }
