@@ -3,11 +3,17 @@
 // directly, here, in the same command as kiln, is the measurable stand-in for PyTorch 2 on this machine.
 //
 //   dnnl_bench --workload lstm|rnn --mode forward|train_step --threads N [timing flags as kiln_bench]
+//   dnnl_bench --workload cnn_small --mode forward --threads N
 //
 // The rows, as kiln_bench's and torch_bench's, with Adam (lr 1e-3, betas 0.9/0.999, eps 1e-7) and MSE:
 // - lstm: (64, 100, 32) -> LSTM(128) -> the last hidden state -> Dense(1).
 // - rnn: (32, 100, 32) -> LSTM(128) returning every step -> GRU(64) (oneDNN's linear-before-reset GRU, which is
 //   Keras's reset_after) -> the last hidden state -> Dense(1).
+// - cnn_small (forward): (64, 28, 28, 1) channels-last -> convolution 32 3×3 + ReLU -> batch norm (moving
+//   statistics) -> max pool 2×2 -> convolution 64 3×3 + ReLU -> global average pool -> inner product 10, as
+//   PyTorch 2 runs a channels-last CNN in inference: each primitive in the layout it chooses (format_tag::any),
+//   the ReLUs as the convolutions' post-ops, a reorder only where one primitive's output layout is not the next's
+//   input layout. The input is reordered from the user's nhwc every call, as a framework gets it.
 // Forward runs forward_inference with each layer's weights reordered once into the layout the primitive chose.
 // A train step reorders the user's weights (ldigo) into the forward's and the backward's layouts (they change
 // every step), runs forward_training (with its workspace), the head and MSE's gradient, the layers' backward
@@ -304,12 +310,133 @@ class Row {
   int t_ = 0;
 };
 
+
+// cnn_small's forward as a chain of oneDNN primitives (see the top of this file).
+class CnnSmall {
+ public:
+  CnnSmall() {
+    std::mt19937 rng(7);
+    const memory::dim n = 64;
+    x_ = uniform(static_cast<std::size_t>(n * 28 * 28), rng, -1.0f, 1.0f);
+    user_src_ = memory({{n, 1, 28, 28}, f32, Tag::nhwc}, engine_, x_.data());
+    // convolution 1 (+ ReLU)
+    memory::desc c1_src({n, 1, 28, 28}, f32, Tag::any), c1_w({32, 1, 3, 3}, f32, Tag::any), c1_b({32}, f32, Tag::x),
+        c1_dst({n, 32, 26, 26}, f32, Tag::any);
+    conv1_pd_ = conv_pd(c1_src, c1_w, c1_b, c1_dst);
+    src_ = in_layout(user_src_, conv1_pd_.src_desc(), engine_);
+    w1_ = weights({32, 1, 3, 3}, conv1_pd_.weights_desc(), rng, 9);
+    b1_ = filled({32}, rng);
+    conv1_dst_ = memory(conv1_pd_.dst_desc(), engine_);
+    // batch norm on the moving statistics, in conv1's layout, in place
+    const auto flags = dnnl::normalization_flags::use_global_stats | dnnl::normalization_flags::use_scale |
+                       dnnl::normalization_flags::use_shift;
+    bn_pd_ = dnnl::batch_normalization_forward::primitive_desc(
+        {dnnl::prop_kind::forward_inference, conv1_pd_.dst_desc(), 1e-3f, flags}, engine_);
+    bn_scale_ = filled({32}, rng, 0.5f, 1.5f);
+    bn_shift_ = filled({32}, rng);
+    bn_mean_ = filled({32}, rng);
+    bn_var_ = filled({32}, rng, 0.5f, 1.5f);
+    // max pool 2×2
+    pool_pd_ = dnnl::pooling_v2_forward::primitive_desc(
+        {dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_max, conv1_pd_.dst_desc(),
+         memory::desc({n, 32, 13, 13}, f32, Tag::any), {2, 2}, {2, 2}, {0, 0}, {0, 0}, {0, 0}},
+        engine_);
+    pool_dst_ = memory(pool_pd_.dst_desc(), engine_);
+    // convolution 2 (+ ReLU)
+    conv2_pd_ = conv_pd(memory::desc({n, 32, 13, 13}, f32, Tag::any), memory::desc({64, 32, 3, 3}, f32, Tag::any),
+                        memory::desc({64}, f32, Tag::x), memory::desc({n, 64, 11, 11}, f32, Tag::any));
+    conv2_src_ = in_layout(pool_dst_, conv2_pd_.src_desc(), engine_);
+    w2_ = weights({64, 32, 3, 3}, conv2_pd_.weights_desc(), rng, 288);
+    b2_ = filled({64}, rng);
+    conv2_dst_ = memory(conv2_pd_.dst_desc(), engine_);
+    // global average pool over 11×11
+    gap_pd_ = dnnl::pooling_v2_forward::primitive_desc(
+        {dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_avg_exclude_padding, conv2_pd_.dst_desc(),
+         memory::desc({n, 64, 1, 1}, f32, Tag::any), {1, 1}, {11, 11}, {0, 0}, {0, 0}, {0, 0}},
+        engine_);
+    gap_dst_ = memory(gap_pd_.dst_desc(), engine_);
+    // inner product 64 -> 10
+    dense_pd_ = dnnl::inner_product_forward::primitive_desc(
+        {dnnl::prop_kind::forward_inference, gap_pd_.dst_desc(), memory::desc({10, 64, 1, 1}, f32, Tag::any),
+         memory::desc({10}, f32, Tag::x), memory::desc({n, 10}, f32, Tag::nc)},
+        engine_);
+    w3_ = weights({10, 64, 1, 1}, dense_pd_.weights_desc(), rng, 64);
+    b3_ = filled({10}, rng);
+    logits_ = memory(dense_pd_.dst_desc(), engine_);
+  }
+
+  void forward() {
+    reorder_if(user_src_, src_, stream_);
+    dnnl::convolution_forward(conv1_pd_).execute(
+        stream_, {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, w1_}, {DNNL_ARG_BIAS, b1_}, {DNNL_ARG_DST, conv1_dst_}});
+    dnnl::batch_normalization_forward(bn_pd_).execute(
+        stream_, {{DNNL_ARG_SRC, conv1_dst_}, {DNNL_ARG_DST, conv1_dst_}, {DNNL_ARG_SCALE, bn_scale_},
+                  {DNNL_ARG_SHIFT, bn_shift_}, {DNNL_ARG_MEAN, bn_mean_}, {DNNL_ARG_VARIANCE, bn_var_}});
+    dnnl::pooling_v2_forward(pool_pd_).execute(stream_, {{DNNL_ARG_SRC, conv1_dst_}, {DNNL_ARG_DST, pool_dst_}});
+    reorder_if(pool_dst_, conv2_src_, stream_);
+    dnnl::convolution_forward(conv2_pd_).execute(
+        stream_, {{DNNL_ARG_SRC, conv2_src_}, {DNNL_ARG_WEIGHTS, w2_}, {DNNL_ARG_BIAS, b2_}, {DNNL_ARG_DST, conv2_dst_}});
+    dnnl::pooling_v2_forward(gap_pd_).execute(stream_, {{DNNL_ARG_SRC, conv2_dst_}, {DNNL_ARG_DST, gap_dst_}});
+    dnnl::inner_product_forward(dense_pd_).execute(
+        stream_, {{DNNL_ARG_SRC, gap_dst_}, {DNNL_ARG_WEIGHTS, w3_}, {DNNL_ARG_BIAS, b3_}, {DNNL_ARG_DST, logits_}});
+    stream_.wait();
+  }
+
+  float checksum() const {
+    const float* y = static_cast<const float*>(logits_.get_data_handle());
+    float sum = 0.0f;
+    for (int i = 0; i < 64 * 10; ++i) sum += y[i];
+    return sum;
+  }
+
+ private:
+  dnnl::convolution_forward::primitive_desc conv_pd(const memory::desc& src, const memory::desc& w,
+                                                    const memory::desc& b, const memory::desc& dst) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(ops);
+    return dnnl::convolution_forward::primitive_desc(
+        {dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, w, b, dst, {1, 1}, {0, 0},
+         {0, 0}},
+        attr, engine_);
+  }
+  // Glorot-like uniform weights in the user's oihw, reordered once into the primitive's layout.
+  memory weights(const memory::dims& dims, const memory::desc& wanted, std::mt19937& rng, int fan_in) {
+    std::size_t size = 1;
+    for (const auto d : dims) size *= static_cast<std::size_t>(d);
+    const float limit = std::sqrt(6.0f / static_cast<float>(fan_in + dims[0]));
+    user_weights_.push_back(uniform(size, rng, -limit, limit));
+    memory user(memory::desc(dims, f32, dims.size() == 4 ? Tag::oihw : Tag::oi), engine_, user_weights_.back().data());
+    memory placed = in_layout(user, wanted, engine_);
+    reorder_if(user, placed, stream_);
+    stream_.wait();
+    return placed;
+  }
+  memory filled(const memory::dims& dims, std::mt19937& rng, float low = -0.1f, float high = 0.1f) {
+    user_weights_.push_back(uniform(static_cast<std::size_t>(dims[0]), rng, low, high));
+    return memory(memory::desc(dims, f32, Tag::x), engine_, user_weights_.back().data());
+  }
+
+  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream_{engine_};
+  std::vector<float> x_;
+  std::vector<std::vector<float>> user_weights_;
+  memory user_src_, src_, w1_, b1_, conv1_dst_, bn_scale_, bn_shift_, bn_mean_, bn_var_, pool_dst_, conv2_src_, w2_,
+      b2_, conv2_dst_, gap_dst_, w3_, b3_, logits_;
+  dnnl::convolution_forward::primitive_desc conv1_pd_, conv2_pd_;
+  dnnl::batch_normalization_forward::primitive_desc bn_pd_;
+  dnnl::pooling_v2_forward::primitive_desc pool_pd_, gap_pd_;
+  dnnl::inner_product_forward::primitive_desc dense_pd_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const bench::Args a = bench::parse_args(argc, argv, true);
-  if ((a.workload != "lstm" && a.workload != "rnn") || (a.mode != "forward" && a.mode != "train_step")) {
-    std::fprintf(stderr, "dnnl_bench: only --workload lstm|rnn --mode forward|train_step (got %s %s)\n",
+  const bool cnn = a.workload == "cnn_small" && a.mode == "forward";
+  if (!cnn && ((a.workload != "lstm" && a.workload != "rnn") || (a.mode != "forward" && a.mode != "train_step"))) {
+    std::fprintf(stderr, "dnnl_bench: only --workload lstm|rnn --mode forward|train_step, or cnn_small forward (got %s %s)\n",
                  a.workload.c_str(), a.mode.c_str());
     return 2;
   }
@@ -318,6 +445,23 @@ int main(int argc, char** argv) {
   const std::string extra =
       ",\"version\":\"" + std::to_string(version->major) + "." + std::to_string(version->minor) + "." +
       std::to_string(version->patch) + "\"";
+  if (cnn) {
+    { CnnSmall warm; warm.forward(); }  // oneDNN's start-up before the baseline
+    const double baseline = bench::status_mb("VmRSS");
+    bench::reset_peak();
+    CnnSmall model;
+    float sink = 0.0f;
+    const bench::Timing timing = bench::time_steps(a, [&] {
+      model.forward();
+      sink += model.checksum();
+    });
+    if (!std::isfinite(sink)) {
+      std::fprintf(stderr, "dnnl_bench: the logits are not finite\n");
+      return 1;
+    }
+    bench::print_json("onednn", a, timing, baseline, bench::status_mb("VmHWM") - baseline, extra);
+    return 0;
+  }
   {  // oneDNN's start-up (its engine, a first primitive) before the baseline, as the other benches do
     Row warm(a.workload, false);
     warm.forward();
