@@ -445,41 +445,32 @@ int main(int argc, char** argv) {
   const std::string extra =
       ",\"version\":\"" + std::to_string(version->major) + "." + std::to_string(version->minor) + "." +
       std::to_string(version->patch) + "\"";
-  if (cnn) {
-    { CnnSmall warm; warm.forward(); }  // oneDNN's start-up before the baseline
+  // oneDNN's start-up (its engine, a first primitive) before the baseline, as the other benches do; then the timed
+  // model, each step's loss (or checksum of the logits) summed to check that it stays finite.
+  const auto measure = [&](const auto& make, const auto& step) {
+    make(false)->forward();
     const double baseline = bench::status_mb("VmRSS");
     bench::reset_peak();
-    CnnSmall model;
+    const auto model = make(a.mode == "train_step");
     float sink = 0.0f;
-    const bench::Timing timing = bench::time_steps(a, [&] {
-      model.forward();
-      sink += model.checksum();
-    });
+    const bench::Timing timing = bench::time_steps(a, [&] { sink += step(*model); });
     if (!std::isfinite(sink)) {
-      std::fprintf(stderr, "dnnl_bench: the logits are not finite\n");
+      std::fprintf(stderr, "dnnl_bench: the %s is not finite\n", cnn ? "logits' sum" : "loss");
       return 1;
     }
     bench::print_json("onednn", a, timing, baseline, bench::status_mb("VmHWM") - baseline, extra);
     return 0;
-  }
-  {  // oneDNN's start-up (its engine, a first primitive) before the baseline, as the other benches do
-    Row warm(a.workload, false);
-    warm.forward();
-  }
-  const double baseline = bench::status_mb("VmRSS");
-  bench::reset_peak();
-  Row row(a.workload, a.mode == "train_step");
-  bench::Timing timing;
-  if (a.mode == "forward") {
-    timing = bench::time_steps(a, [&] { row.forward(); });
-  } else {
-    float sink = 0.0f;
-    timing = bench::time_steps(a, [&] { sink += row.train_step(); });
-    if (!std::isfinite(sink)) {
-      std::fprintf(stderr, "dnnl_bench: the loss is not finite\n");
-      return 1;
-    }
-  }
-  bench::print_json("onednn", a, timing, baseline, bench::status_mb("VmHWM") - baseline, extra);
-  return 0;
+  };
+  if (cnn)
+    return measure([](bool) { return std::make_unique<CnnSmall>(); },
+                   [](CnnSmall& model) {
+                     model.forward();
+                     return model.checksum();
+                   });
+  return measure([&](bool training) { return std::make_unique<Row>(a.workload, training); },
+                 [&](Row& row) {
+                   if (a.mode == "train_step") return row.train_step();
+                   row.forward();
+                   return 0.0f;
+                 });
 }

@@ -386,6 +386,33 @@ void for_rows(const Setup& s, std::int64_t cost, const Body& body) {
                        });
 }
 
+// The fewest rows a worker's block takes in for_row_blocks (its products' rows).
+constexpr std::int64_t block_min_rows = 8;
+
+// Rows of B are independent through a whole sequence: body(begin, end) runs every step on rows [begin, end), one
+// block a worker, each at least block_min_rows rows and a share of the sequence's `work` operations. The threads
+// meet once, when the sequence ends.
+template <class Body>
+void for_row_blocks(const Setup& s, std::int64_t work, const Body& body) {
+  const int workers = static_cast<int>(
+      std::min<std::int64_t>(std::max<std::int64_t>(1, s.batch / block_min_rows), detail::workers_for_elements(work)));
+  detail::parallel_for(s.batch, workers, [&](std::int64_t begin, std::int64_t end, int) { body(begin, end); });
+}
+
+// out[j] = the sum of column j of `rows` rows of `width`. Each worker owns a block of columns and walks the rows in
+// order, adding each row's block at once: contiguous reads (a column at a time strode a whole row per element, 18 %
+// of an LSTM's train step), and each column still sums its rows first to last.
+template <class T>
+void column_sums(const T* data, std::int64_t rows, std::int64_t width, T* out) {
+  detail::parallel_for(width, detail::workers_for_elements(rows * width), [&](std::int64_t begin, std::int64_t end, int) {
+    std::fill(out + begin, out + end, T(0));
+    for (std::int64_t row = 0; row < rows; ++row) {
+      const T* from = data + row * width;
+      for (std::int64_t j = begin; j < end; ++j) out[j] += from[j];
+    }
+  });
+}
+
 // A view of the inputs and the state that both passes read.
 template <class T>
 struct Sequence {
@@ -470,9 +497,6 @@ std::int64_t forward_workspace_elements(const Setup& s) {
          (joined(s) ? (s.batch + s.width()) * (s.features + s.units) : 0);
 }
 
-// The fewest rows a worker's block of the joined forward takes (see Forward::run_joined).
-constexpr std::int64_t joined_min_rows = 8;
-
 template <class T>
 struct Forward {
   const Sequence<T>& q;
@@ -531,11 +555,7 @@ struct Forward {
       std::memcpy(inputs + b * ld + f, r.previous(k, 0) + b * u, static_cast<std::size_t>(u) * sizeof(T));
     };
     if (s.steps == 0) return;  // (no x to read: the states stay the initial ones)
-    // A worker's block is at least joined_min_rows rows (its product's rows) and a share of the sequence's work.
-    const std::int64_t work = s.batch * s.steps * width * (ld + 4 * s.gates);
-    const int workers = static_cast<int>(std::min<std::int64_t>(
-        std::max<std::int64_t>(1, s.batch / joined_min_rows), detail::workers_for_elements(work)));
-    detail::parallel_for(s.batch, workers, [&](std::int64_t begin, std::int64_t end, int) {
+    for_row_blocks(s, s.batch * s.steps * width * (ld + 4 * s.gates), [&](std::int64_t begin, std::int64_t end) {
       const std::int64_t rows = end - begin;
       for (std::int64_t b = begin; b < end; ++b) fill_inputs(0, b);
       for (std::int64_t k = 0; k < s.steps; ++k) {
@@ -557,10 +577,8 @@ struct Forward {
     // reset_after (two products a step with a pass between), a step's work is its rows' alone: each worker takes a
     // block of rows for the whole sequence, as in run_joined.
     if (!s.has_recurrent_masks && !(s.cell == Cell::gru && !s.reset_after)) {
-      const std::int64_t work = s.batch * s.steps * s.width() * (s.features + s.units + 4 * s.gates);
-      const int workers = static_cast<int>(std::min<std::int64_t>(
-          std::max<std::int64_t>(1, s.batch / joined_min_rows), detail::workers_for_elements(work)));
-      detail::parallel_for(s.batch, workers, [&](std::int64_t begin, std::int64_t end, int) { run_rows(begin, end); });
+      for_row_blocks(s, s.batch * s.steps * s.width() * (s.features + s.units + 4 * s.gates),
+                     [&](std::int64_t begin, std::int64_t end) { run_rows(begin, end); });
       return;
     }
     for (std::int64_t k = 0; k < s.steps; ++k) {
@@ -753,11 +771,11 @@ struct Backward {
       for (int which = 0; which < s.states; ++which)
         std::memcpy((which == 0 ? dh : dc) + b * u, dout(b, which),
                     static_cast<std::size_t>(u) * sizeof(T));
-    std::fill(drecurrent, drecurrent + u * width, T(0));
-    if (s.recurrent_bias()) std::fill(dbias + width, dbias + 2 * width, T(0));
     if (rows_backward(s)) {
-      run_rows();
+      run_rows();  // (which writes drecurrent and the recurrent bias's gradient whole)
     } else {
+      std::fill(drecurrent, drecurrent + u * width, T(0));
+      if (s.recurrent_bias()) std::fill(dbias + width, dbias + 2 * width, T(0));
       for (std::int64_t k = s.steps - 1; k >= 0; --k) {
         if (s.cell == Cell::gru && !s.reset_after)
           gru_reset_before(k);
@@ -777,16 +795,7 @@ struct Backward {
     product(rows, s.features, width, dprojected, width, false, q.kernel, width, true, swap ? x_major : dx, s.features,
             false);
     if (swap) swap_leading(static_cast<const T*>(x_major), dx, s.steps, s.batch, s.features);
-    // Each worker owns a block of columns and walks the rows in order, adding each row's block at once:
-    // contiguous reads (a column at a time strode a whole row per element, 18 % of an LSTM's train step),
-    // and each column still sums its rows first to last.
-    detail::parallel_for(width, detail::workers_for_elements(rows * width), [&](std::int64_t begin, std::int64_t end, int) {
-      std::fill(dbias + begin, dbias + end, T(0));
-      for (std::int64_t row = 0; row < rows; ++row) {
-        const T* from = dprojected + row * width;
-        for (std::int64_t j = begin; j < end; ++j) dbias[j] += from[j];
-      }
-    });
+    column_sums(static_cast<const T*>(dprojected), rows, width, dbias);
     for (int which = 0; s.has_initial && which < s.states; ++which)
       std::memcpy(dinitial[which], which == 0 ? dh : dc, static_cast<std::size_t>(s.area()) * sizeof(T));
   }
@@ -864,10 +873,7 @@ struct Backward {
   void run_rows() {
     const std::int64_t u = s.units, width = s.width(), rows_total = s.batch * s.steps;
     const Planes even = planes(), odd{dh_prev, dc_prev, dh, dc};
-    const std::int64_t work = s.batch * s.steps * width * (u + 8);
-    const int workers = static_cast<int>(std::min<std::int64_t>(
-        std::max<std::int64_t>(1, s.batch / joined_min_rows), detail::workers_for_elements(work)));
-    detail::parallel_for(s.batch, workers, [&](std::int64_t begin, std::int64_t end, int) {
+    for_row_blocks(s, s.batch * s.steps * width * (u + 8), [&](std::int64_t begin, std::int64_t end) {
       const std::int64_t rows = end - begin;
       for (std::int64_t k = s.steps - 1, n = 0; k >= 0; --k, ++n) {
         const Planes& p = n % 2 == 0 ? even : odd;
@@ -888,15 +894,7 @@ struct Backward {
     const T* all_dr = s.recurrent_bias() ? drec_all : dprojected;
     product(u, width, rows_total, static_cast<const T*>(h_major), u, true, all_dr, width, false, drecurrent, width,
             false);
-    if (s.recurrent_bias())
-      detail::parallel_for(width, detail::workers_for_elements(rows_total * width),
-                           [&](std::int64_t begin, std::int64_t end, int) {
-                             std::fill(dbias + width + begin, dbias + width + end, T(0));
-                             for (std::int64_t row = 0; row < rows_total; ++row) {
-                               const T* from = drec_all + row * width;
-                               for (std::int64_t j = begin; j < end; ++j) dbias[width + j] += from[j];
-                             }
-                           });
+    if (s.recurrent_bias()) column_sums(static_cast<const T*>(drec_all), rows_total, width, dbias + width);
   }
 
   // SimpleRNN, LSTM and GRU with reset_after: the gate gradients of every row, then one GEMM each for the

@@ -97,6 +97,14 @@ void log_softmax_block(const T* x, T* y, std::int64_t extent, std::int64_t inner
 // any thread count. Over another axis the columns' statistics live in the one workspace: one thread.
 constexpr std::int64_t row_cost = 16;
 
+// blocks(begin, end) over the outer blocks [0, outer): split over the threads when they are rows, else at once.
+template <class Blocks>
+void for_blocks(const detail::AxisSplit& split, const Blocks& blocks) {
+  if (split.inner != 1) return blocks(0, split.outer);
+  detail::parallel_for(split.outer, detail::workers_for_elements(split.outer * split.extent, row_cost),
+                       [&](std::int64_t begin, std::int64_t end, int) { blocks(begin, end); });
+}
+
 template <class T, void (*Block)(const T*, T*, std::int64_t, std::int64_t, T*, T*)>
 void softmax_family_kernel(const KernelContext& k) {
   const detail::AxisSplit split = split_of(k.input_shape(0), k.attributes());
@@ -109,9 +117,7 @@ void softmax_family_kernel(const KernelContext& k) {
     for (std::int64_t o = begin; o < end; ++o)
       Block(x + o * block, y + o * block, split.extent, split.inner, stats.first, stats.second);
   };
-  if (split.inner != 1) return blocks(0, split.outer);
-  detail::parallel_for(split.outer, detail::workers_for_elements(split.outer * split.extent, row_cost),
-                       [&](std::int64_t begin, std::int64_t end, int) { blocks(begin, end); });
+  for_blocks(split, blocks);
 }
 
 // ---- fused gradient kernels: inputs (y, dy), y being the forward output ---------------------------------
@@ -152,9 +158,7 @@ void softmax_family_grad_kernel(const KernelContext& k) {
     for (std::int64_t o = begin; o < end; ++o)
       Block(y + o * block, dy + o * block, dx + o * block, split.extent, split.inner, stats.first, stats.second);
   };
-  if (split.inner != 1) return blocks(0, split.outer);
-  detail::parallel_for(split.outer, detail::workers_for_elements(split.outer * split.extent, row_cost),
-                       [&](std::int64_t begin, std::int64_t end, int) { blocks(begin, end); });
+  for_blocks(split, blocks);
 }
 
 // ---- shape rules ----------------------------------------------------------------------------------------
