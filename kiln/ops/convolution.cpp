@@ -13,12 +13,14 @@
 // on channels_last data is already in im2col layout: those run as one GEMM on the input itself. A depthwise
 // convolution (one channel a group) on channels_last data, where the GEMMs would be one per channel with a
 // column or two each, runs direct kernels over pixels and taps instead (ops/detail/depthwise).
-// 1-D inputs are 2-D images of height 1 (ops/detail/window).
+// 1-D inputs are 2-D images of height 1 (ops/detail/window). A fourth op, FusedConv, is Conv with the bias and a
+// ReLU applied in the same pass (what the Conv layers run); its gradient is the three above after ReluGrad.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <kiln/core/attributes.hpp>
@@ -26,6 +28,7 @@
 #include <kiln/core/op.hpp>
 #include <kiln/core/parallel.hpp>
 #include <kiln/ops/detail/depthwise.hpp>
+#include <kiln/ops/detail/direct_conv.hpp>
 #include <kiln/ops/detail/gemm.hpp>
 #include <kiln/ops/detail/kernel_util.hpp>
 #include <kiln/ops/detail/window.hpp>
@@ -33,6 +36,9 @@
 
 namespace kiln {
 namespace {
+
+template <class T>
+constexpr DType dtype_of = std::is_same_v<T, float> ? DType::float32 : DType::float64;
 
 // ---- geometry -------------------------------------------------------------------------------------------
 
@@ -54,6 +60,12 @@ struct ConvGeometry {
   // Every input channel its own group on channels_last data: the direct kernels of ops/detail/depthwise.
   bool depthwise() const { return channels_last && groups > 1 && group_channels == 1; }
   detail::DepthwiseShape depthwise_shape() const { return {input.batch, input.channels, group_filters, rows, cols}; }
+  // The direct kernel's view of a channels_last convolution with one group.
+  detail::DirectConvShape direct_shape() const { return {input.batch, input.channels, output.channels, rows, cols}; }
+  // Short windows on channels_last data with one group: the direct kernel of ops/detail/direct_conv (forward only).
+  bool direct(DType dtype) const {
+    return channels_last && groups == 1 && !pointwise() && detail::direct_conv_fits(direct_shape(), dtype);
+  }
   // Samples per im2col chunk: about 2^19 buffer elements, at least one sample.
   std::int64_t chunk_samples() const {
     const std::int64_t per_sample = std::max<std::int64_t>(1, positions() * patch());
@@ -137,7 +149,7 @@ std::size_t im2col_workspace(const std::vector<Shape>& input_shapes, const Shape
     return static_cast<std::size_t>(detail::depthwise_kernel_partial_elements(s) * detail::depthwise_kernel_workers(s)) *
            dtype_size(dtype);
   }
-  if (g.pointwise() || g.depthwise()) return 0;
+  if (g.pointwise() || g.depthwise() || (Geometry == forward_geometry && g.direct(dtype))) return 0;
   return static_cast<std::size_t>(g.chunk_samples() * g.positions() * g.patch()) * dtype_size(dtype);
 }
 
@@ -188,20 +200,20 @@ void im2col_row(const ConvGeometry& g, const T* image, std::int64_t oh, std::int
   }
 }
 
-// Rows [begin, end) of `col` from samples first, first + 1, ... of x, group `group`: row n·P + p holds the
-// window of output position p, tap-major then channel (the kernel's (kh, kw, c) order); taps in the
-// padding read 0. Positions are counted, not divided out of the row index (a 64-bit division per row
-// cost more than a first layer's copy).
+// Rows [begin, end) of an im2col matrix from samples first, first + 1, ... of x, group `group`, written from
+// `out` on (row `begin` first): row n·P + p holds the window of output position p, tap-major then channel
+// (the kernel's (kh, kw, c) order); taps in the padding read 0. Positions are counted, not divided out of
+// the row index (a 64-bit division per row cost more than a first layer's copy).
 template <class T>
-void im2col_rows(const ConvGeometry& g, const T* x, std::int64_t first, std::int64_t group, T* col, std::int64_t begin,
+void im2col_rows(const ConvGeometry& g, const T* x, std::int64_t first, std::int64_t group, T* out, std::int64_t begin,
                  std::int64_t end) {
   const std::int64_t positions = g.positions(), patch = g.patch();
   const detail::ImageLayout& in = g.input;
   std::int64_t n = first + begin / positions, p = begin % positions;
   std::int64_t oh = p / g.output.width, ow = p % g.output.width;
-  for (std::int64_t row = begin; row < end; ++row) {
+  for (std::int64_t row = begin; row < end; ++row, out += patch) {
     const T* image = x + n * in.batch_stride + group * g.group_channels * in.channel_stride;
-    im2col_row(g, image, oh, ow, col + row * patch);
+    im2col_row(g, image, oh, ow, out);
     if (++ow == g.output.width) {
       ow = 0;
       if (++oh == g.output.height) {
@@ -218,7 +230,7 @@ void im2col(const ConvGeometry& g, const T* x, std::int64_t first, std::int64_t 
   const std::int64_t rows = samples * g.positions();
   detail::parallel_for(
       rows, detail::workers_for_elements(rows * g.patch()),
-      [&](std::int64_t begin, std::int64_t end, int) { im2col_rows(g, x, first, group, col, begin, end); });
+      [&](std::int64_t begin, std::int64_t end, int) { im2col_rows(g, x, first, group, col + begin * g.patch(), begin, end); });
 }
 
 // The transpose of im2col for samples [begin, end) of the chunk starting at `first`: adds each entry of
@@ -266,19 +278,118 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, const T* a, s
   detail::gemm(shape, a, b, c);
 }
 
-// y = conv(x, kernel).
+// ---- the forward convolution, with the fused op's bias and activation -----------------------------------
+// kiln>FusedConv(x, kernel, bias) is activation(conv(x, kernel) + bias), the bias over the channel axis and the
+// activation "linear" or "relu", added to each part of the output right after the product that wrote it (an
+// epilogue) rather than in passes of their own. Where the product has at most 128 columns (libxsmm's kernels)
+// and a kernel matrix of at most 2^17 values, channels_last data with one group runs by blocks of output rows:
+// each worker copies a block's windows, multiplies and adds the bias while the block is in its cache, so the
+// im2col rows too stay in L2. Short windows run the direct kernel, which adds them before its one store.
+
+// rows × F outputs (channels_last): y = act(y + bias). NaN passes the ReLU, as in kiln>Relu.
 template <class T>
-void conv_kernel(const KernelContext& k) {
+void bias_activation_rows(T* y, std::int64_t rows, std::int64_t F, const T* bias, bool relu) {
+  for (std::int64_t r = 0; r < rows; ++r, y += F) {
+    if (relu) {
+      for (std::int64_t f = 0; f < F; ++f) {
+        const T v = y[f] + bias[f];
+        y[f] = v < T(0) ? T(0) : v;
+      }
+    } else {
+      for (std::int64_t f = 0; f < F; ++f) y[f] += bias[f];
+    }
+  }
+}
+
+// The epilogue over samples [first, first + samples) of y, split over kiln's threads.
+template <class T>
+void bias_activation(const ConvGeometry& g, T* y, std::int64_t first, std::int64_t samples, const T* bias, bool relu) {
+  const std::int64_t F = g.filters(), P = g.positions();
+  if (g.channels_last) {
+    const std::int64_t rows = samples * P;
+    T* out = y + first * P * F;
+    detail::parallel_for(rows, detail::workers_for_elements(rows * F), [&](std::int64_t begin, std::int64_t end, int) {
+      bias_activation_rows(out + begin * F, end - begin, F, bias, relu);
+    });
+    return;
+  }
+  const std::int64_t planes = samples * F;  // channels_first: a plane of P outputs per sample and filter
+  T* out = y + first * F * P;
+  detail::parallel_for(planes, detail::workers_for_elements(planes * P), [&](std::int64_t begin, std::int64_t end, int) {
+    for (std::int64_t plane = begin; plane < end; ++plane) {
+      const T b = bias[plane % F];
+      T* values = out + plane * P;
+      for (std::int64_t p = 0; p < P; ++p) {
+        const T v = values[p] + b;
+        values[p] = relu && v < T(0) ? T(0) : v;
+      }
+    }
+  });
+}
+
+// Whether the fused op runs by blocks of output rows (above), and how many rows a block holds: its im2col rows
+// and its outputs about 128 KiB of float32, a multiple of 16 rows.
+bool by_row_blocks(const ConvGeometry& g) {
+  return g.channels_last && g.groups == 1 && !g.depthwise() && g.filters() <= 128 &&
+         g.patch() * g.filters() <= (std::int64_t{1} << 17);
+}
+std::int64_t block_rows(const ConvGeometry& g) {
+  const std::int64_t per_row = std::max<std::int64_t>(1, g.patch() + g.filters());
+  return std::clamp<std::int64_t>((std::int64_t{1} << 15) / per_row / 16 * 16, 16, 1024);
+}
+// The workers of the row blocks: one per block at most, and one per gemm_split_work multiply-adds.
+int block_workers(const ConvGeometry& g, std::int64_t max_workers) {
+  const std::int64_t rows = g.input.batch * g.positions(), block = block_rows(g);
+  const std::int64_t blocks = (rows + block - 1) / block;
+  const std::int64_t work = rows * g.patch() * g.filters() / detail::gemm_split_work;
+  return blocks == 0 ? 0
+                     : detail::parallel_workers(
+                                       blocks, static_cast<int>(std::clamp<std::int64_t>(work, 1, std::max<std::int64_t>(max_workers, 1))));
+}
+
+// The fused op by row blocks; `slots` blocks of im2col rows at `scratch` (none needed when pointwise).
+template <class T>
+void forward_by_row_blocks(const ConvGeometry& g, const T* x, const T* kernel, const T* bias, bool relu, T* y,
+                           T* scratch, std::int64_t slots) {
+  const std::int64_t F = g.filters(), patch = g.patch(), rows = g.input.batch * g.positions();
+  const std::int64_t block = block_rows(g), blocks = (rows + block - 1) / block;
+  const int workers = block_workers(g, g.pointwise() ? std::int64_t{1} << 16 : slots);
+  if (workers == 0) return;  // no rows
+  detail::parallel_for(blocks, workers, [&](std::int64_t begin, std::int64_t end, int worker) {
+    T* col = g.pointwise() ? nullptr : scratch + worker * block * patch;
+    for (std::int64_t b = begin; b < end; ++b) {
+      const std::int64_t first = b * block, count = std::min(block, rows - first);
+      if (!g.pointwise()) im2col_rows(g, x, 0, 0, col, first, first + count);
+      gemm<T>(count, F, patch, false, g.pointwise() ? x + first * patch : col, patch, false, kernel, F, y + first * F,
+              F, false);
+      bias_activation_rows(y + first * F, count, F, bias, relu);
+    }
+  });
+}
+
+// y = conv(x, kernel), then y = act(y + bias) when `bias` is given (kiln>FusedConv).
+template <class T>
+void conv_forward(const KernelContext& k, const T* bias, bool relu) {
   const ConvGeometry g = geometry_of<forward_geometry>(k);
   const T* x = k.in<T>(0);
   const T* kernel = k.in<T>(1);
   T* y = k.out<T>();
   const std::int64_t F = g.filters(), Fg = g.group_filters, P = g.positions(), patch = g.patch();
-  if (g.depthwise()) return detail::depthwise_forward(g.depthwise_shape(), x, kernel, y);
-  if (g.pointwise()) {
-    for (std::int64_t group = 0; group < g.groups; ++group)
-      gemm<T>(g.input.batch * P, Fg, patch, false, x + group * g.group_channels, g.input.channels, false,
-              kernel + group * Fg, F, y + group * Fg, F, false);
+  if (g.direct(dtype_of<T>)) return detail::direct_conv_forward<T>(g.direct_shape(), x, kernel, bias, relu, y);
+  if (bias != nullptr && by_row_blocks(g)) {
+    // The workspace holds the blocks of the thread count at planning: never more workers than that.
+    const std::int64_t slots = static_cast<std::int64_t>(k.workspace_bytes / sizeof(T)) / (block_rows(g) * patch);
+    return forward_by_row_blocks(g, x, kernel, bias, relu, y, k.scratch<T>(), slots);
+  }
+  if (g.depthwise() || g.pointwise()) {
+    if (g.depthwise()) {
+      detail::depthwise_forward(g.depthwise_shape(), x, kernel, y);
+    } else {
+      for (std::int64_t group = 0; group < g.groups; ++group)
+        gemm<T>(g.input.batch * P, Fg, patch, false, x + group * g.group_channels, g.input.channels, false,
+                kernel + group * Fg, F, y + group * Fg, F, false);
+    }
+    if (bias != nullptr) bias_activation(g, y, 0, g.input.batch, bias, relu);
     return;
   }
   T* col = k.scratch<T>();
@@ -296,7 +407,30 @@ void conv_kernel(const KernelContext& k) {
                   y + (first + s) * F * P + group * Fg * P, P, false);
       }
     }
+    if (bias != nullptr) bias_activation(g, y, first, samples, bias, relu);  // the chunk's outputs, still warm
   }
+}
+
+bool fused_relu(const Attributes& a) { return a.get_string("activation") == "relu"; }
+
+template <class T>
+void conv_kernel(const KernelContext& k) {
+  conv_forward<T>(k, nullptr, false);
+}
+template <class T>
+void fused_conv_kernel(const KernelContext& k) {
+  conv_forward<T>(k, k.in<T>(2), fused_relu(k.attributes()));
+}
+
+// One block of im2col rows per worker where the fused op runs by row blocks; conv's workspace elsewhere.
+std::size_t fused_conv_workspace(const std::vector<Shape>& input_shapes, const Shape& output_shape,
+                                 const Attributes& attributes, DType dtype) {
+  const ConvGeometry g = forward_geometry(input_shapes[0], input_shapes[1], attributes);
+  if (!by_row_blocks(g) || g.direct(dtype))
+    return im2col_workspace<forward_geometry>(input_shapes, output_shape, attributes, dtype);
+  if (g.pointwise()) return 0;
+  return static_cast<std::size_t>(block_workers(g, std::int64_t{1} << 16) * block_rows(g) * g.patch()) *
+         dtype_size(dtype);
 }
 
 // dx = conv_backprop_input(dy, kernel): the gradient of conv with respect to x, and the transposed
@@ -447,6 +581,19 @@ Shape conv_shape(const InferContext& ctx) {
                         ctx.attributes().get_int("groups"), "the input", &out);
 }
 
+// conv's shape, a bias of one value per filter and an activation the kernel applies.
+Shape fused_conv_shape(const InferContext& ctx) {
+  const Shape y = conv_shape(ctx);
+  const Shape& bias = ctx.input_shape(2);
+  const std::int64_t filters = ctx.input_shape(1).dim(-1);
+  if (bias.rank() != 1 || (bias[0] != Shape::unknown && bias[0] != filters))
+    ctx.fail("the bias must be (" + std::to_string(filters) + ",), one value per filter, got " + bias.to_string());
+  const std::string& activation = ctx.attributes().get_string("activation");
+  if (activation != "linear" && activation != "relu")
+    ctx.fail("the fused activation must be 'linear' or 'relu', got '" + activation + "'");
+  return y;
+}
+
 Shape conv_backprop_input_shape(const InferContext& ctx) {
   const Shape& dy = ctx.input_shape(0);
   const Shape& kernel = ctx.input_shape(1);
@@ -533,6 +680,25 @@ std::vector<Tensor> conv_backward(const GradContext& g) {
           g.needs_grad(1) ? make_backprop_kernel(x, dy, a, kernel_spatial(kernel)) : Tensor()};
 }
 
+// y = act(A_K x + b): dz = act'(dz) (ReLU's from its output), then conv's gradients of dz, and b's the sum of dz
+// over every axis but the channels.
+std::vector<Tensor> fused_conv_backward(const GradContext& g) {
+  const Tensor x = g.input(0), kernel = g.input(1);
+  const Attributes& a = g.attributes();
+  Tensor dz = g.output_grad();
+  if (fused_relu(a)) dz = dz.graph().add_op("kiln>ReluGrad", {g.output(), dz}, Attributes(), "grad");
+  Tensor dbias;
+  if (g.needs_grad(2)) {
+    ops::Axes axes;
+    const std::int64_t channel_axis = channels_last_of(a) ? x.rank() - 1 : 1;
+    for (std::int64_t axis = 0; axis < x.rank(); ++axis)
+      if (axis != channel_axis) axes.push_back(axis);
+    dbias = ops::sum(dz, axes);
+  }
+  return {g.needs_grad(0) ? make_backprop_input(dz, kernel, a, image_spatial(x, a)) : Tensor(),
+          g.needs_grad(1) ? make_backprop_kernel(x, dz, a, kernel_spatial(kernel)) : Tensor(), dbias};
+}
+
 // z = A_Kᵀ dy, so <w, z> = <A_K w, dy>: d(dy) = conv(w, K), dK = conv_backprop_kernel(w, dy).
 std::vector<Tensor> conv_backprop_input_backward(const GradContext& g) {
   const Tensor dy = g.input(0), kernel = g.input(1), w = g.output_grad();
@@ -559,6 +725,15 @@ KILN_REGISTER_OP(OpDef("kiln>Conv")
                      .forward(conv_kernel<float>, conv_kernel<double>)
                      .backward(conv_backward)
                      .workspace(im2col_workspace<forward_geometry>));
+
+KILN_REGISTER_OP(OpDef("kiln>FusedConv")
+                     .inputs(3)
+                     .attributes({"strides", "dilation_rate", "padding", "data_format", "groups", "pad_before",
+                                  "output_spatial", "activation"})
+                     .infer_shape(fused_conv_shape)
+                     .forward(fused_conv_kernel<float>, fused_conv_kernel<double>)
+                     .backward(fused_conv_backward)
+                     .workspace(fused_conv_workspace));
 
 KILN_REGISTER_OP(OpDef("kiln>ConvBackpropInput")
                      .inputs(2)
@@ -611,6 +786,16 @@ Tensor conv(const Tensor& x, const Tensor& kernel, const ConvOptions& options) {
   return x.graph().add_op(
       "kiln>Conv", {x, kernel},
       conv_attributes(options, kernel.rank() - 2, inferred_groups(x.shape(), kernel.shape(), options)), "conv");
+}
+
+Tensor conv_bias_activation(const Tensor& x, const Tensor& kernel, const Tensor& bias, const std::string& activation,
+                            const ConvOptions& options) {
+  check_activation(activation, "conv_bias_activation");
+  const bool fused = activation == "relu";
+  Attributes attributes = conv_attributes(options, kernel.rank() - 2, inferred_groups(x.shape(), kernel.shape(), options));
+  attributes.set("activation", fused ? "relu" : "linear");
+  const Tensor y = x.graph().add_op("kiln>FusedConv", {x, kernel, bias}, std::move(attributes), "conv");
+  return fused ? y : ops::activation(y, activation);
 }
 
 Shape conv_output_shape(const Shape& x, const Shape& kernel, const ConvOptions& options) {

@@ -237,6 +237,12 @@ struct ConvOptions {
 /// do not, a window larger than the input with "valid" padding, zero strides or dilations, an unknown
 /// data_format or padding, or "causal" in 2-D. Differentiable in x and kernel (to any order).
 Tensor conv(const Tensor& x, const Tensor& kernel, const ConvOptions& options = {});
+/// activation(conv(x, kernel) + bias), the bias (filters,) over the channel axis, in one op (kiln>FusedConv) that
+/// adds the bias and a "relu" while each block of outputs is in cache; any other Keras activation name follows as
+/// its own op. What Conv1D and Conv2D with a bias run. conv's errors, a ShapeError for a bias that is not one value
+/// per filter, and ConfigError for an unknown activation. Differentiable in x, kernel and bias.
+Tensor conv_bias_activation(const Tensor& x, const Tensor& kernel, const Tensor& bias,
+                            const std::string& activation = "linear", const ConvOptions& options = {});
 /// The shape conv(x, kernel, options) would have, or the ShapeError conv would throw; for layers that check
 /// their inputs when they build, before any node exists.
 Shape conv_output_shape(const Shape& x, const Shape& kernel, const ConvOptions& options = {});

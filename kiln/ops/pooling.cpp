@@ -17,6 +17,7 @@
 #include <kiln/core/op.hpp>
 #include <kiln/core/parallel.hpp>
 #include <kiln/ops/detail/kernel_util.hpp>
+#include <kiln/ops/detail/simd.hpp>
 #include <kiln/ops/detail/window.hpp>
 #include <kiln/ops/ops.hpp>
 
@@ -82,6 +83,33 @@ void max_pool_kernel(const KernelContext& k) {
   const T* x = k.in<T>(0);
   T* y = k.out<T>();
   const std::int64_t cs = g.input.channel_stride, ocs = g.output.channel_stride;
+  if (cs == 1 && ocs == 1) {  // channels_last: a window's first tap, then the others, over contiguous channels
+    const std::int64_t C = g.input.channels;
+    for_each_window(g, [&](std::int64_t n, std::int64_t oh, std::int64_t ow, TapRange rows, TapRange cols) {
+      using B = xsimd::batch<T>;
+      constexpr std::int64_t S = B::size;
+      T* out = y + output_offset(g, n, oh, ow);
+      std::int64_t c = 0;
+      for (; c + S <= C; c += S) {
+        B best(-std::numeric_limits<T>::infinity());
+        for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
+          for (std::int64_t kw = cols.first; kw < cols.last; ++kw) {
+            const B v = B::load_unaligned(x + input_offset(g, n, g.rows.input_at(oh, kh), g.cols.input_at(ow, kw)) + c);
+            best = xsimd::select((best >= v) | xsimd::isnan(best), best, v);  // propagating_max
+          }
+        best.store_unaligned(out + c);
+      }
+      for (; c < C; ++c) {
+        T best = -std::numeric_limits<T>::infinity();
+        for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
+          for (std::int64_t kw = cols.first; kw < cols.last; ++kw)
+            best = detail::propagating_max(
+                best, x[input_offset(g, n, g.rows.input_at(oh, kh), g.cols.input_at(ow, kw)) + c]);
+        out[c] = best;
+      }
+    });
+    return;
+  }
   for_each_window(g, [&](std::int64_t n, std::int64_t oh, std::int64_t ow, TapRange rows, TapRange cols) {
     T* out = y + output_offset(g, n, oh, ow);
     for (std::int64_t c = 0; c < g.input.channels; ++c) out[c * ocs] = -std::numeric_limits<T>::infinity();

@@ -122,10 +122,11 @@ void reduce_runs(const T* in, const Shape& input, const AxisMask& reduced, T* ou
 }
 
 // ---- over threads ----------------------------------------------------------------------------------------
-// Two layouts are split over kiln's threads: the reduced axes trailing (each row's fold is its own: any split gives
-// the serial result) and, for sums, leading (a bias's gradient: each worker adds its rows, in order, into a
-// partial of its own in the workspace, 64 bytes apart, and the partials are added in worker order: the result
-// depends on the thread count only, and with one worker is the serial sum). Other layouts run serially.
+// Three layouts are split over kiln's threads: the reduced axes trailing (each row's fold is its own: any split gives
+// the serial result), reduced axes between kept ones (each outer index's fold is its own, likewise) and, for sums,
+// leading (a bias's gradient: each worker adds its rows, in order, into a partial of its own in the workspace, 64
+// bytes apart, and the partials are added in worker order: the result depends on the thread count only, and with
+// one worker is the serial sum). Other layouts run serially.
 
 // The input as (outer, inner) rows when its axes (size-1 axes dropped, neighbours merged as walk_runs does) are
 // two groups, one reduced and one kept.
@@ -154,6 +155,35 @@ Rows2 rows_of(const Shape& input, const AxisMask& reduced) {
   rows.leading_reduced = !last_reduced;
   rows.outer = sizes[0];
   rows.inner = sizes[1];
+  return rows;
+}
+
+// The input as (outer, middle, inner) when its axes are three groups: kept, reduced, kept (a global pooling's
+// mean over the spatial axes of channels_last images). Each outer index folds its own middle rows.
+struct Rows3 {
+  bool valid = false;
+  std::int64_t outer = 0, middle = 0, inner = 0;
+};
+
+Rows3 rows3_of(const Shape& input, const AxisMask& reduced) {
+  Rows3 rows;
+  int groups = 0;
+  bool last_reduced = false;
+  std::int64_t sizes[3] = {1, 1, 1};
+  for (int axis = 0; axis < input.rank(); ++axis) {
+    if (input[axis] == 1) continue;
+    const bool r = reduced[static_cast<std::size_t>(axis)];
+    if (groups == 0 || r != last_reduced) {
+      if (++groups > 3 || (groups == 1 && r)) return rows;
+      last_reduced = r;
+    }
+    sizes[groups - 1] *= input[axis];
+  }
+  if (groups != 3) return rows;
+  rows.valid = true;
+  rows.outer = sizes[0];
+  rows.middle = sizes[1];
+  rows.inner = sizes[2];
   return rows;
 }
 
@@ -232,6 +262,29 @@ void reduce_into(const T* in, const Shape& input, const AxisMask& reduced, T* ou
       }
       return;
     }
+  }
+  if (const Rows3 rows3 = rows3_of(input, reduced); rows3.valid) {
+    // out[o, i] folds in[o, m, i] over m, in the serial walk's order: any split over o gives the serial result.
+    const std::int64_t inner = rows3.inner, middle = rows3.middle;
+    const auto fold_rows = [&](const auto& combine) {
+      detail::parallel_for(rows3.outer, detail::workers_for_elements(rows3.outer * middle * inner),
+                           [&](std::int64_t begin, std::int64_t end, int) {
+                             for (std::int64_t o = begin; o < end; ++o) {
+                               T* __restrict target = out + o * inner;
+                               for (std::int64_t m = 0; m < middle; ++m) {
+                                 const T* __restrict row = in + (o * middle + m) * inner;
+                                 for (std::int64_t i = 0; i < inner; ++i) target[i] = combine(target[i], row[i]);
+                               }
+                             }
+                           });
+    };
+    if (kind == Reduction::sum)
+      fold_rows(sum);
+    else if (kind == Reduction::max)
+      fold_rows(max);
+    else
+      fold_rows(min);
+    return;
   }
   if (kind == Reduction::sum)
     reduce_runs(in, input, reduced, out, sum,

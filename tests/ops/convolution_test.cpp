@@ -315,6 +315,148 @@ TEST_CASE("depthwise conv's direct kernels agree with the GEMM path on any numbe
   }
 }
 
+namespace {
+
+// ---- conv_bias_activation (kiln>FusedConv) and the direct kernel of short windows -----------------------
+
+// activation(conv + bias) as separate ops: what kiln>FusedConv replaces. The bias is over the channel axis.
+Tensor composed_conv(const ConvCase& c, const std::string& activation, const std::vector<Tensor>& t) {
+  Tensor bias = t[2];
+  if (c.options.data_format == "channels_first")
+    bias = ops::reshape(bias, c.x.rank() == 4 ? std::vector<std::int64_t>{-1, 1, 1} : std::vector<std::int64_t>{-1, 1});
+  return ops::activation(ops::conv(t[0], t[1], c.options) + bias, activation);
+}
+Tensor fused_conv(const ConvCase& c, const std::string& activation, const std::vector<Tensor>& t) {
+  return ops::conv_bias_activation(t[0], t[1], t[2], activation, c.options);
+}
+
+// y + bias (over the last axis), then a ReLU: the reference's fused form on channels_last data.
+Array biased(const Array& y, const Array& bias, bool relu) {
+  Array out = y.astype(DType::float64);
+  const std::size_t filters = bias.size();
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const double v = out.flat(i) + bias.flat(i % filters);
+    out.set_flat(i, relu && v < 0 ? 0.0 : v);
+  }
+  return out;
+}
+
+// Short windows (at most 32 values: 1 or 3 channels under 3 taps, or 3 × 3) with whole vectors of filters on
+// channels_last data run the direct kernel (ops/detail/direct_conv): 16, 48 and 112 filters are 1, 2 + 1 and
+// 4 + 2 + 1 vectors of AVX-512 floats; rows of 23 give full groups of pixels, a tail, and padded borders.
+std::vector<ConvCase> direct_grid() {
+  std::vector<ConvCase> cases;
+  for (const bool two_d : {false, true})
+    for (const std::int64_t channels : {1, 3})
+      for (const std::int64_t filters : {16, 48, 112})
+        for (const std::int64_t stride : {1, 2})
+          for (const std::int64_t dilation : {1, 2})
+            for (const char* padding : {"valid", "same", "causal"}) {
+              if (two_d && std::string(padding) == "causal") continue;
+              ConvCase c;
+              c.x = image(two_d, true, 2, channels, 9, 23);
+              c.kernel = two_d ? Shape{3, 3, channels, filters} : Shape{3, channels, filters};
+              c.options.padding = padding;
+              c.options.strides = two_d ? std::vector<std::int64_t>{1, stride} : std::vector<std::int64_t>{stride};
+              c.options.dilation_rate =
+                  two_d ? std::vector<std::int64_t>{dilation, 1} : std::vector<std::int64_t>{dilation};
+              cases.push_back(c);
+            }
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("conv's direct kernel for short windows matches the reference, with the bias and ReLU fused", "[ops][conv]") {
+  Rng rng(31);
+  for (const ConvCase& c : direct_grid()) {
+    INFO(c.label());
+    const Array x = testing::random_array(c.x, rng);
+    const Array kernel = testing::random_array(c.kernel, rng);
+    const Array bias = testing::random_array({c.kernel.dim(-1)}, rng);
+    const Array expected = reference_conv(x, kernel, c.options);
+    const auto plain = [&c](const std::vector<Tensor>& t) { return conv_of(c, t); };
+    CHECK(testing::max_relative_difference(testing::evaluate(plain, {x, kernel}), expected) < 1e-12);
+    const Array single = testing::evaluate(plain, {x.astype(DType::float32), kernel.astype(DType::float32)});
+    CHECK(testing::max_relative_difference(single.astype(DType::float64), expected) < 1e-5);
+    for (const char* activation : {"linear", "relu"}) {
+      INFO(activation);
+      const auto f = [&c, activation](const std::vector<Tensor>& t) { return fused_conv(c, activation, t); };
+      const Array want = biased(expected, bias, std::string(activation) == "relu");
+      CHECK(testing::max_relative_difference(testing::evaluate(f, {x, kernel, bias}), want) < 1e-12);
+      const Array got32 = testing::evaluate(
+          f, {x.astype(DType::float32), kernel.astype(DType::float32), bias.astype(DType::float32)});
+      CHECK(testing::max_relative_difference(got32.astype(DType::float64), want) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("conv_bias_activation gives conv, bias and activation's outputs and gradients on any number of threads",
+          "[ops][conv][grad]") {
+  // Every layout, group count, padding and kind of kernel of the grid, and besides: the fused path's blocks of
+  // output rows (4 × 28 × 28 positions of 72 + 20 values: nine blocks), a pointwise kernel, a depthwise one, and
+  // the direct kernel; ReLU and linear are fused, sigmoid follows as its own op.
+  Rng rng(32);
+  std::vector<ConvCase> cases;
+  const std::vector<ConvCase> all = grid();
+  for (std::size_t i = 0; i < all.size(); i += 5) cases.push_back(all[i]);
+  cases.push_back(ConvCase{{4, 30, 30, 8}, {3, 3, 8, 20}, {}});
+  cases.push_back(ConvCase{{3, 6, 5, 4}, {1, 1, 4, 6}, {}});
+  cases.push_back(ConvCase{{2, 7, 6, 3}, {3, 3, 1, 6}, {{2}, {}, "same", "channels_last"}});
+  cases.push_back(ConvCase{{2, 11, 13, 3}, {3, 3, 3, 32}, {{}, {}, "same", "channels_last"}});
+  for (const ConvCase& c : cases)
+    for (const char* activation : {"relu", "linear", "sigmoid"}) {
+      INFO(c.label() << " " << activation);
+      const Array x = testing::random_array(c.x, rng);
+      const Array kernel = testing::random_array(c.kernel, rng);
+      const Array bias = testing::random_array({c.kernel.dim(-1)}, rng);
+      const auto composed = [&c, activation](const std::vector<Tensor>& t) { return composed_conv(c, activation, t); };
+      const auto fused = [&c, activation](const std::vector<Tensor>& t) { return fused_conv(c, activation, t); };
+      const Array weights = testing::random_array(testing::evaluate(composed, {x, kernel, bias}).shape(), rng);
+      const std::vector<Array> expected = testing::evaluate_with_gradients_on(1, composed, {x, kernel, bias}, weights);
+      for (const int threads : {1, 3}) {
+        INFO(threads << " threads");
+        const std::vector<Array> actual = testing::evaluate_with_gradients_on(threads, fused, {x, kernel, bias}, weights);
+        REQUIRE(actual.size() == expected.size());
+        for (std::size_t i = 0; i < expected.size(); ++i) {
+          INFO("result " << i);
+          CHECK(testing::max_relative_difference(actual[i], expected[i]) < 1e-12);
+        }
+      }
+    }
+}
+
+TEST_CASE("conv_bias_activation gradients match central differences", "[ops][conv][grad]") {
+  Rng rng(33);
+  const std::vector<ConvCase> cases{ConvCase{{2, 5, 7, 2}, {2, 3, 2, 3}, {{1, 2}, {}, "same", "channels_last"}},
+                                    ConvCase{{2, 2, 5, 7}, {3, 2, 2, 3}, {{}, {}, "valid", "channels_first"}},
+                                    ConvCase{{2, 9, 2}, {3, 2, 16}, {{2}, {}, "causal", "channels_last"}},
+                                    ConvCase{{2, 5, 7, 4}, {1, 1, 4, 3}, {}}};
+  for (const ConvCase& c : cases)
+    for (const char* activation : {"relu", "linear"}) {
+      testing::GradcheckOptions o;
+      o.label = std::string("conv_bias_activation ") + activation + " " + c.label();
+      const auto r = testing::gradcheck([&c, activation](const std::vector<Tensor>& t) { return fused_conv(c, activation, t); },
+                                        {c.x, c.kernel, Shape{c.kernel.dim(-1)}}, rng, o);
+      INFO(o.label << ": " << r.worst_entry());
+      CHECK(r.max_relative_error <= 1e-6);
+    }
+}
+
+TEST_CASE("conv_bias_activation refuses a bias that is not one value per filter and unknown activations",
+          "[ops][conv][errors]") {
+  Graph g;
+  const Tensor x = g.placeholder({Shape::unknown, 8, 8, 4}, DType::float32, "x");
+  const Tensor kernel = g.placeholder({3, 3, 4, 6}, DType::float32, "kernel");
+  CHECK_THROWS_WITH(ops::conv_bias_activation(x, kernel, g.placeholder({5}, DType::float32, "b")),
+                    Contains("the bias must be (6,)") && Contains("(5,)"));
+  CHECK_THROWS_AS(ops::conv_bias_activation(x, kernel, g.placeholder({1, 6}, DType::float32, "b")), ShapeError);
+  CHECK_THROWS_AS(ops::conv_bias_activation(x, kernel, g.placeholder({6}, DType::float32, "b"), "rleu"), ConfigError);
+  CHECK_THROWS_WITH(ops::conv_bias_activation(x, g.placeholder({3, 3, 3, 6}, DType::float32, "k"),
+                                              g.placeholder({6}, DType::float32, "b")),
+                    Contains("4 channels"));
+}
+
 TEST_CASE("conv refuses bad shapes and options with the shapes in the message", "[ops][conv][errors]") {
   Graph g;
   const Tensor x1 = g.placeholder({Shape::unknown, 10, 4}, DType::float32, "x1");

@@ -179,6 +179,46 @@ TEST_CASE("max_pool: NaN propagates, and ties send the gradient to the first max
   CHECK(dx.to_vector<double>() == std::vector<double>{0, 1, 0, 1, 0, 0});
 }
 
+TEST_CASE("max_pool over many channels (vectors and a tail) matches the reference and keeps NaNs", "[ops][pool]") {
+  // channels_last with 37 channels: two vectors of 16 floats (or four of 8 doubles) and a scalar tail; NaNs in a
+  // few windows at vector and tail channels; windows that overlap and reach into the padding.
+  Rng rng(71);
+  // The reference's std::max drops NaNs: it runs on a copy with +inf where x has NaN, whose windows must give NaN.
+  Array x = testing::random_array({2, 6, 7, 37}, rng);
+  Array marked = testing::random_array({2, 6, 7, 37}, rng);
+  for (std::size_t i = 0; i < x.size(); ++i) marked.set_flat(i, x.flat(i));
+  for (const std::size_t at : {std::size_t{5}, std::size_t{37 * 9 + 20}, std::size_t{37 * 30 + 36}, std::size_t{37 * 50}}) {
+    x.set_flat(at, std::nan(""));
+    marked.set_flat(at, std::numeric_limits<double>::infinity());
+  }
+  for (const char* padding : {"valid", "same"})
+    for (const std::int64_t stride : {1, 2}) {
+      ops::PoolOptions o;
+      o.pool_size = {3, 2};
+      o.strides = {stride, 2};
+      o.padding = padding;
+      INFO(padding << " stride " << stride);
+      const Array expected = reference_pool(marked, o, true);
+      for (const DType dtype : {DType::float64, DType::float32}) {
+        const Array actual =
+            testing::evaluate([&o](const std::vector<Tensor>& t) { return ops::max_pool(t[0], o); }, {x.astype(dtype)})
+                .astype(DType::float64);
+        REQUIRE(actual.shape() == expected.shape());
+        std::size_t nans = 0;
+        for (std::size_t i = 0; i < expected.size(); ++i) {
+          if (std::isinf(expected.flat(i))) {
+            ++nans;
+            INFO("element " << i << " of " << dtype_name(dtype) << ": " << actual.flat(i));
+            CHECK(std::isnan(actual.flat(i)));
+          } else {
+            CHECK(actual.flat(i) == Approx(expected.flat(i)).epsilon(1e-6));
+          }
+        }
+        CHECK(nans > 0);
+      }
+    }
+}
+
 TEST_CASE("pooling refuses bad shapes and options with the shapes in the message", "[ops][pool][errors]") {
   Graph g;
   const Tensor x = g.placeholder({Shape::unknown, 4, 6, 2}, DType::float32, "x");

@@ -226,6 +226,38 @@ TEST_CASE("reductions split over threads: rows' folds bitwise the same, leading 
         CHECK(on(threads, f).bitwise_equal(one));
       }
     }
+    // Kept, reduced, kept (a global pooling's mean over a channels_last image's spatial axes): each outer index's
+    // fold is its own, so any thread count gives the serial bits, which are the sums in order.
+    const Array image = testing::random_array({40, 9, 11, 67}, rng, dtype, -2.0, 3.0);
+    for (const auto& [name, f] : std::vector<std::pair<const char*, testing::GraphFunction>>{
+             {"sum over middle axes", [](const std::vector<Tensor>& t) { return ops::sum(t[0], {1, 2}, false); }},
+             {"mean over middle axes", [](const std::vector<Tensor>& t) { return ops::mean(t[0], {1, 2}, true); }},
+             {"max over middle axes", [](const std::vector<Tensor>& t) { return ops::max(t[0], {1, 2}, false); }},
+             {"min over a middle axis", [](const std::vector<Tensor>& t) { return ops::min(t[0], {2}, false); }}}) {
+      const auto image_on = [&](int threads) {
+        const int saved = get_num_threads();
+        set_num_threads(threads);
+        const Array out = testing::evaluate(f, {image});
+        set_num_threads(saved);
+        return out;
+      };
+      const Array one = image_on(1);
+      for (int threads : {2, 3, 16}) {
+        INFO(name << " at " << threads << " threads");
+        CHECK(image_on(threads).bitwise_equal(one));
+      }
+    }
+    {
+      const Array sums = testing::evaluate([](const std::vector<Tensor>& t) { return ops::sum(t[0], {1, 2}, false); },
+                                           {image.astype(DType::float64)});
+      const std::vector<double> values = image.astype(DType::float64).to_vector<double>();
+      for (std::int64_t n = 0; n < 40; n += 13)
+        for (std::int64_t c = 0; c < 67; c += 11) {
+          double expected = 0.0;
+          for (std::int64_t p = 0; p < 99; ++p) expected += values[static_cast<std::size_t>((n * 99 + p) * 67 + c)];
+          CHECK(sums.flat(static_cast<std::size_t>(n * 67 + c)) == Approx(expected).margin(1e-12));
+        }
+    }
     for (const auto& [name, f] : columns) {
       const Array one = on(1, f);
       for (int threads : {2, 3, 7, 16}) {

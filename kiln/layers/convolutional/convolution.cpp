@@ -209,6 +209,9 @@ Tensor ConvLayer::call(const Tensor& input, const CallArgs&) {
                 {{"built for", built}, {"input", input.shape()}});
   const Tensor kernel = variable(kernel_, input);
   check_window(input.shape(), kernel.shape());
+  if (use_bias_ && !transpose_)  // the bias and a ReLU in the convolution's own pass
+    return ops::conv_bias_activation(input, kernel, variable(bias_, input), activation_,
+                                     {strides_, dilation_rate_, padding_, data_format_});
   Tensor output = convolve(input, kernel);
   if (use_bias_) {
     Tensor bias = variable(bias_, input);
