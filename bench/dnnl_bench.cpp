@@ -430,13 +430,254 @@ class CnnSmall {
   dnnl::inner_product_forward::primitive_desc dense_pd_;
 };
 
+// cnn_small's train step as oneDNN primitives (see the top of this file).
+class CnnSmallTrain {
+ public:
+  CnnSmallTrain() {
+    std::mt19937 rng(7);
+    x_ = uniform(static_cast<std::size_t>(n_ * 28 * 28), rng, -1.0f, 1.0f);
+    labels_.resize(static_cast<std::size_t>(n_));
+    for (int& label : labels_) label = static_cast<int>(rng() % 10);
+    const auto nhwc = [](memory::dims dims) { return memory::desc(dims, f32, Tag::nhwc); };
+    const memory::desc x_md = nhwc({n_, 1, 28, 28}), a1_md = nhwc({n_, 32, 26, 26}), p_md = nhwc({n_, 32, 13, 13}),
+                       a2_md = nhwc({n_, 64, 11, 11}), g_md = nhwc({n_, 64, 1, 1}), out_md({n_, 10}, f32, Tag::nc);
+    x_mem_ = memory(x_md, engine_, x_.data());
+    conv1_ = std::make_unique<Conv>(engine_, x_md, a1_md, 32, 1, rng, false);
+    relu1_ = Relu(engine_, a1_md);
+    // batch norm on the batch's statistics, scale and shift learned
+    const auto bn_flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+    bn_fwd_pd_ = dnnl::batch_normalization_forward::primitive_desc(
+        {dnnl::prop_kind::forward_training, a1_md, 1e-3f, bn_flags}, engine_);
+    bn_bwd_pd_ = dnnl::batch_normalization_backward::primitive_desc(
+        {dnnl::prop_kind::backward, a1_md, a1_md, 1e-3f, bn_flags}, engine_, bn_fwd_pd_);
+    gamma_ = std::vector<float>(32, 1.0f), beta_ = std::vector<float>(32, 0.0f);
+    moving_mean_.assign(32, 0.0f), moving_var_.assign(32, 1.0f);
+    g_gamma_.resize(32), g_beta_.resize(32), mean_.resize(32), var_.resize(32);
+    bn_dst_ = memory(a1_md, engine_), d_bn_dst_ = memory(a1_md, engine_);
+    // max pool 2×2 (its workspace keeps the arg max)
+    pool_fwd_pd_ = dnnl::pooling_v2_forward::primitive_desc(
+        {dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_max, a1_md, p_md, {2, 2}, {2, 2}, {0, 0}, {0, 0},
+         {0, 0}},
+        engine_);
+    pool_bwd_pd_ = dnnl::pooling_v2_backward::primitive_desc(
+        {dnnl::algorithm::pooling_max, a1_md, p_md, {2, 2}, {2, 2}, {0, 0}, {0, 0}, {0, 0}}, engine_, pool_fwd_pd_);
+    pool_dst_ = memory(p_md, engine_), d_pool_dst_ = memory(p_md, engine_);
+    pool_ws_ = memory(pool_fwd_pd_.workspace_desc(), engine_);
+    conv2_ = std::make_unique<Conv>(engine_, p_md, a2_md, 64, 32, rng, true);
+    relu2_ = Relu(engine_, a2_md);
+    // global average pool over 11×11
+    gap_fwd_pd_ = dnnl::pooling_v2_forward::primitive_desc(
+        {dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_avg_exclude_padding, a2_md, g_md, {1, 1}, {11, 11},
+         {0, 0}, {0, 0}, {0, 0}},
+        engine_);
+    gap_bwd_pd_ = dnnl::pooling_v2_backward::primitive_desc(
+        {dnnl::algorithm::pooling_avg_exclude_padding, a2_md, g_md, {1, 1}, {11, 11}, {0, 0}, {0, 0}, {0, 0}}, engine_,
+        gap_fwd_pd_);
+    gap_dst_ = memory(g_md, engine_), d_gap_dst_ = memory(g_md, engine_);
+    // inner product 64 -> 10, its weights (oi) and bias as the user keeps them
+    const memory::desc w3_md({10, 64, 1, 1}, f32, Tag::any);
+    ip_fwd_pd_ = dnnl::inner_product_forward::primitive_desc(
+        {dnnl::prop_kind::forward_training, g_md, w3_md, memory::desc({10}, f32, Tag::x), out_md}, engine_);
+    ip_bwd_data_pd_ =
+        dnnl::inner_product_backward_data::primitive_desc({g_md, w3_md, out_md}, engine_, ip_fwd_pd_);
+    ip_bwd_w_pd_ = dnnl::inner_product_backward_weights::primitive_desc(
+        {g_md, w3_md, memory::desc({10}, f32, Tag::x), out_md}, engine_, ip_fwd_pd_);
+    const float limit = std::sqrt(6.0f / 74.0f);
+    w3_ = uniform(640, rng, -limit, limit), b3_.assign(10, 0.0f), g_w3_.resize(640), g_b3_.resize(10);
+    logits_ = memory(out_md, engine_), d_logits_ = memory(out_md, engine_);
+    for (const std::size_t size : {std::size_t{32}, std::size_t{32}, std::size_t{640}, std::size_t{10}})
+      adam_.emplace_back(size);
+  }
+
+  void forward() { train_step(); }  // measure()'s warm-up: oneDNN's start-up, as a first step
+
+  float train_step() {
+    const memory::desc oihw3({10, 64, 1, 1}, f32, Tag::oihw);
+    memory w3_user(oihw3, engine_, w3_.data()), g_w3_user(oihw3, engine_, g_w3_.data());
+    memory b3(memory::desc({10}, f32, Tag::x), engine_, b3_.data()), g_b3(memory::desc({10}, f32, Tag::x), engine_, g_b3_.data());
+    // forward
+    conv1_->forward(stream_, x_mem_);
+    relu1_.forward(stream_, conv1_->dst);
+    memory gamma = vec(gamma_), beta = vec(beta_), mean = vec(mean_), var = vec(var_);
+    dnnl::batch_normalization_forward(bn_fwd_pd_).execute(
+        stream_, {{DNNL_ARG_SRC, conv1_->dst}, {DNNL_ARG_DST, bn_dst_}, {DNNL_ARG_SCALE, gamma}, {DNNL_ARG_SHIFT, beta},
+                  {DNNL_ARG_MEAN, mean}, {DNNL_ARG_VARIANCE, var}});
+    dnnl::pooling_v2_forward(pool_fwd_pd_).execute(
+        stream_, {{DNNL_ARG_SRC, bn_dst_}, {DNNL_ARG_DST, pool_dst_}, {DNNL_ARG_WORKSPACE, pool_ws_}});
+    conv2_->forward(stream_, pool_dst_);
+    relu2_.forward(stream_, conv2_->dst);
+    dnnl::pooling_v2_forward(gap_fwd_pd_).execute(stream_, {{DNNL_ARG_SRC, conv2_->dst}, {DNNL_ARG_DST, gap_dst_}});
+    memory w3 = placed(w3_user, ip_fwd_pd_.weights_desc());
+    dnnl::inner_product_forward(ip_fwd_pd_).execute(
+        stream_, {{DNNL_ARG_SRC, gap_dst_}, {DNNL_ARG_WEIGHTS, w3}, {DNNL_ARG_BIAS, b3}, {DNNL_ARG_DST, logits_}});
+    stream_.wait();
+    // sparse categorical cross-entropy from the logits, and its gradient (softmax − one-hot) / N
+    const float* logits = static_cast<const float*>(logits_.get_data_handle());
+    float* d_logits = static_cast<float*>(d_logits_.get_data_handle());
+    float loss = 0.0f;
+    for (int i = 0; i < n_; ++i) {
+      const float* row = logits + i * 10;
+      const float top = *std::max_element(row, row + 10);
+      float sum = 0.0f;
+      for (int c = 0; c < 10; ++c) sum += std::exp(row[c] - top);
+      const int label = labels_[static_cast<std::size_t>(i)];
+      loss += (std::log(sum) + top - row[label]) / static_cast<float>(n_);
+      for (int c = 0; c < 10; ++c)
+        d_logits[i * 10 + c] = (std::exp(row[c] - top) / sum - (c == label ? 1.0f : 0.0f)) / static_cast<float>(n_);
+    }
+    // backward, last to first
+    memory g_w3 = g_w3_user.get_desc() == ip_bwd_w_pd_.diff_weights_desc() ? g_w3_user
+                                                                            : memory(ip_bwd_w_pd_.diff_weights_desc(), engine_);
+    dnnl::inner_product_backward_weights(ip_bwd_w_pd_).execute(
+        stream_, {{DNNL_ARG_SRC, gap_dst_}, {DNNL_ARG_DIFF_DST, d_logits_}, {DNNL_ARG_DIFF_WEIGHTS, g_w3},
+                  {DNNL_ARG_DIFF_BIAS, g_b3}});
+    reorder_if(g_w3, g_w3_user, stream_);
+    memory w3_data = placed(w3_user, ip_bwd_data_pd_.weights_desc());
+    dnnl::inner_product_backward_data(ip_bwd_data_pd_).execute(
+        stream_, {{DNNL_ARG_DIFF_DST, d_logits_}, {DNNL_ARG_WEIGHTS, w3_data}, {DNNL_ARG_DIFF_SRC, d_gap_dst_}});
+    dnnl::pooling_v2_backward(gap_bwd_pd_).execute(
+        stream_, {{DNNL_ARG_DIFF_DST, d_gap_dst_}, {DNNL_ARG_DIFF_SRC, conv2_->d_dst}});
+    relu2_.backward(stream_, conv2_->dst, conv2_->d_dst);
+    conv2_->backward(stream_, pool_dst_, &d_pool_dst_);
+    dnnl::pooling_v2_backward(pool_bwd_pd_).execute(
+        stream_, {{DNNL_ARG_DIFF_DST, d_pool_dst_}, {DNNL_ARG_WORKSPACE, pool_ws_}, {DNNL_ARG_DIFF_SRC, d_bn_dst_}});
+    memory g_gamma = vec(g_gamma_), g_beta = vec(g_beta_);
+    dnnl::batch_normalization_backward(bn_bwd_pd_).execute(
+        stream_, {{DNNL_ARG_SRC, conv1_->dst}, {DNNL_ARG_MEAN, mean}, {DNNL_ARG_VARIANCE, var},
+                  {DNNL_ARG_DIFF_DST, d_bn_dst_}, {DNNL_ARG_SCALE, gamma}, {DNNL_ARG_SHIFT, beta},
+                  {DNNL_ARG_DIFF_SRC, conv1_->d_dst},
+                  {DNNL_ARG_DIFF_SCALE, g_gamma}, {DNNL_ARG_DIFF_SHIFT, g_beta}});
+    relu1_.backward(stream_, conv1_->dst, conv1_->d_dst);
+    conv1_->backward(stream_, x_mem_, nullptr);  // the input needs no gradient
+    stream_.wait();
+    // the moving statistics (Keras's momentum 0.99; oneDNN's variance is the biased one Keras keeps too), Adam
+    for (std::size_t c = 0; c < 32; ++c) {
+      moving_mean_[c] = 0.99f * moving_mean_[c] + 0.01f * mean_[c];
+      moving_var_[c] = 0.99f * moving_var_[c] + 0.01f * var_[c];
+    }
+    ++t_;
+    conv1_->adam(t_);
+    conv2_->adam(t_);
+    adam_[0].step(gamma_.data(), g_gamma_.data(), 32, t_);
+    adam_[1].step(beta_.data(), g_beta_.data(), 32, t_);
+    adam_[2].step(w3_.data(), g_w3_.data(), 640, t_);
+    adam_[3].step(b3_.data(), g_b3_.data(), 10, t_);
+    return loss;
+  }
+
+ private:
+  // A 3×3 convolution, stride 1, no padding: forward_training, backward weights (and bias), backward data when the
+  // input needs a gradient; its weights (oihw) and bias as the user keeps them, reordered every step.
+  struct Conv {
+    Conv(const dnnl::engine& engine, const memory::desc& src, const memory::desc& dst_md, int filters, int channels,
+         std::mt19937& rng, bool data_grad)
+        : engine(engine), filters(filters), w_md({filters, channels, 3, 3}, f32, Tag::oihw) {
+      const memory::desc w_any({filters, channels, 3, 3}, f32, Tag::any), b_md({filters}, f32, Tag::x);
+      fwd_pd = dnnl::convolution_forward::primitive_desc(
+          {dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src, w_any, b_md, dst_md, {1, 1},
+           {0, 0}, {0, 0}},
+          engine);
+      bwd_w_pd = dnnl::convolution_backward_weights::primitive_desc(
+          {dnnl::algorithm::convolution_direct, src, w_any, b_md, dst_md, {1, 1}, {0, 0}, {0, 0}}, engine, fwd_pd);
+      if (data_grad)
+        bwd_data_pd = dnnl::convolution_backward_data::primitive_desc(
+            {dnnl::algorithm::convolution_direct, src, w_any, dst_md, {1, 1}, {0, 0}, {0, 0}}, engine, fwd_pd);
+      const std::size_t size = static_cast<std::size_t>(filters * channels * 9);
+      const float limit = std::sqrt(6.0f / static_cast<float>(channels * 9 + filters * 9));
+      w = uniform(size, rng, -limit, limit), b.assign(static_cast<std::size_t>(filters), 0.0f);
+      g_w.resize(size), g_b.resize(static_cast<std::size_t>(filters));
+      dst = memory(dst_md, engine), d_dst = memory(dst_md, engine);
+      adam_w = std::make_unique<Adam>(size), adam_b = std::make_unique<Adam>(static_cast<std::size_t>(filters));
+    }
+    void forward(dnnl::stream& stream, memory& src) {
+      memory user(w_md, engine, w.data()), bias({{filters}, f32, Tag::x}, engine, b.data());
+      memory weights = user.get_desc() == fwd_pd.weights_desc() ? user : memory(fwd_pd.weights_desc(), engine);
+      reorder_if(user, weights, stream);
+      dnnl::convolution_forward(fwd_pd).execute(
+          stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, dst}});
+    }
+    void backward(dnnl::stream& stream, memory& src, memory* d_src) {
+      memory g_user(w_md, engine, g_w.data()), g_bias({{filters}, f32, Tag::x}, engine, g_b.data());
+      memory g_weights =
+          g_user.get_desc() == bwd_w_pd.diff_weights_desc() ? g_user : memory(bwd_w_pd.diff_weights_desc(), engine);
+      dnnl::convolution_backward_weights(bwd_w_pd).execute(
+          stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, d_dst}, {DNNL_ARG_DIFF_WEIGHTS, g_weights},
+                   {DNNL_ARG_DIFF_BIAS, g_bias}});
+      reorder_if(g_weights, g_user, stream);
+      if (d_src == nullptr) return;
+      memory user(w_md, engine, w.data());
+      memory weights = user.get_desc() == bwd_data_pd.weights_desc() ? user : memory(bwd_data_pd.weights_desc(), engine);
+      reorder_if(user, weights, stream);
+      dnnl::convolution_backward_data(bwd_data_pd).execute(
+          stream, {{DNNL_ARG_DIFF_DST, d_dst}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DIFF_SRC, *d_src}});
+    }
+    void adam(int t) {
+      adam_w->step(w.data(), g_w.data(), w.size(), t);
+      adam_b->step(b.data(), g_b.data(), b.size(), t);
+    }
+    dnnl::engine engine;
+    int filters;
+    memory::desc w_md;
+    dnnl::convolution_forward::primitive_desc fwd_pd;
+    dnnl::convolution_backward_weights::primitive_desc bwd_w_pd;
+    dnnl::convolution_backward_data::primitive_desc bwd_data_pd;
+    std::vector<float> w, b, g_w, g_b;
+    memory dst, d_dst;
+    std::unique_ptr<Adam> adam_w, adam_b;
+  };
+  // ReLU in place on its input, its gradient from its output (oneDNN's relu_use_dst_for_bwd), in place on d_dst.
+  struct Relu {
+    Relu() = default;
+    Relu(const dnnl::engine& engine, const memory::desc& md)
+        : fwd_pd({dnnl::prop_kind::forward_training, dnnl::algorithm::eltwise_relu_use_dst_for_bwd, md, 0.0f, 0.0f},
+                 engine),
+          bwd_pd({dnnl::algorithm::eltwise_relu_use_dst_for_bwd, md, md, 0.0f, 0.0f}, engine, fwd_pd) {}
+    void forward(dnnl::stream& stream, memory& data) {
+      dnnl::eltwise_forward(fwd_pd).execute(stream, {{DNNL_ARG_SRC, data}, {DNNL_ARG_DST, data}});
+    }
+    void backward(dnnl::stream& stream, memory& dst, memory& diff) {
+      dnnl::eltwise_backward(bwd_pd).execute(stream,
+                                             {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, diff}, {DNNL_ARG_DIFF_SRC, diff}});
+    }
+    dnnl::eltwise_forward::primitive_desc fwd_pd;
+    dnnl::eltwise_backward::primitive_desc bwd_pd;
+  };
+
+  memory vec(std::vector<float>& values) {
+    return memory(memory::desc({static_cast<memory::dim>(values.size())}, f32, Tag::x), engine_, values.data());
+  }
+  memory placed(memory& user, const memory::desc& wanted) {
+    memory out = in_layout(user, wanted, engine_);
+    reorder_if(user, out, stream_);
+    return out;
+  }
+
+  const memory::dim n_ = 64;
+  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream_{engine_};
+  std::vector<float> x_, gamma_, beta_, g_gamma_, g_beta_, mean_, var_, moving_mean_, moving_var_, w3_, b3_, g_w3_, g_b3_;
+  std::vector<int> labels_;
+  memory x_mem_, bn_dst_, d_bn_dst_, pool_dst_, d_pool_dst_, pool_ws_, gap_dst_, d_gap_dst_, logits_, d_logits_;
+  std::unique_ptr<Conv> conv1_, conv2_;
+  Relu relu1_, relu2_;
+  dnnl::batch_normalization_forward::primitive_desc bn_fwd_pd_;
+  dnnl::batch_normalization_backward::primitive_desc bn_bwd_pd_;
+  dnnl::pooling_v2_forward::primitive_desc pool_fwd_pd_, gap_fwd_pd_;
+  dnnl::pooling_v2_backward::primitive_desc pool_bwd_pd_, gap_bwd_pd_;
+  dnnl::inner_product_forward::primitive_desc ip_fwd_pd_;
+  dnnl::inner_product_backward_data::primitive_desc ip_bwd_data_pd_;
+  dnnl::inner_product_backward_weights::primitive_desc ip_bwd_w_pd_;
+  std::vector<Adam> adam_;
+  int t_ = 0;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const bench::Args a = bench::parse_args(argc, argv, true);
-  const bool cnn = a.workload == "cnn_small" && a.mode == "forward";
-  if (!cnn && ((a.workload != "lstm" && a.workload != "rnn") || (a.mode != "forward" && a.mode != "train_step"))) {
-    std::fprintf(stderr, "dnnl_bench: only --workload lstm|rnn --mode forward|train_step, or cnn_small forward (got %s %s)\n",
+  const bool cnn = a.workload == "cnn_small";
+  if ((!cnn && a.workload != "lstm" && a.workload != "rnn") || (a.mode != "forward" && a.mode != "train_step")) {
+    std::fprintf(stderr, "dnnl_bench: only --workload lstm|rnn|cnn_small --mode forward|train_step (got %s %s)\n",
                  a.workload.c_str(), a.mode.c_str());
     return 2;
   }
@@ -461,6 +702,9 @@ int main(int argc, char** argv) {
     bench::print_json("onednn", a, timing, baseline, bench::status_mb("VmHWM") - baseline, extra);
     return 0;
   };
+  if (cnn && a.mode == "train_step")
+    return measure([](bool) { return std::make_unique<CnnSmallTrain>(); },
+                   [](CnnSmallTrain& model) { return model.train_step(); });
   if (cnn)
     return measure([](bool) { return std::make_unique<CnnSmall>(); },
                    [](CnnSmall& model) {

@@ -149,6 +149,12 @@ std::size_t im2col_workspace(const std::vector<Shape>& input_shapes, const Shape
     return static_cast<std::size_t>(detail::depthwise_kernel_partial_elements(s) * detail::depthwise_kernel_workers(s)) *
            dtype_size(dtype);
   }
+  if (Geometry == backprop_kernel_geometry && g.direct(dtype)) {
+    const detail::DirectConvShape s = g.direct_shape();
+    return static_cast<std::size_t>(detail::direct_conv_kernel_partial_elements(s) *
+                                    detail::direct_conv_kernel_workers(s)) *
+           dtype_size(dtype);
+  }
   if (g.pointwise() || g.depthwise() || (Geometry == forward_geometry && g.direct(dtype))) return 0;
   return static_cast<std::size_t>(g.chunk_samples() * g.positions() * g.patch()) * dtype_size(dtype);
 }
@@ -485,6 +491,12 @@ void conv_backprop_kernel_kernel(const KernelContext& k) {
     const auto slots = static_cast<std::int64_t>(k.workspace_bytes / sizeof(T)) /
                        std::max<std::int64_t>(1, detail::depthwise_kernel_partial_elements(s));
     return detail::depthwise_backprop_kernel(s, x, dy, dkernel, k.scratch<T>(), slots);
+  }
+  if (g.direct(dtype_of<T>)) {
+    const detail::DirectConvShape s = g.direct_shape();
+    const auto slots = static_cast<std::int64_t>(k.workspace_bytes / sizeof(T)) /
+                       std::max<std::int64_t>(1, detail::direct_conv_kernel_partial_elements(s));
+    return detail::direct_conv_backprop_kernel(s, x, dy, dkernel, k.scratch<T>(), slots);
   }
   if (g.pointwise()) {  // dkernel[:, group filters] = x[:, group channels]ᵀ · dy[:, group filters]
     for (std::int64_t group = 0; group < g.groups; ++group)

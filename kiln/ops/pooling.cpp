@@ -131,14 +131,83 @@ void max_pool_grad_kernel(const KernelContext& k) {
   const T* x = k.in<T>(0);
   const T* dy = k.in<T>(1);
   T* dx = k.out<T>();
-  std::fill(dx, dx + g.input.batch * g.input.batch_stride, T(0));
   const std::int64_t cs = g.input.channel_stride, ocs = g.output.channel_stride;
   const std::int64_t per_sample = g.output.positions() * g.input.channels * g.rows.size * g.cols.size;
+  if (cs == 1 && ocs == 1) {
+    // channels_last, a vector of channels at a time: the tap each lane's maximum came from (the same rule as below,
+    // kept as the tap's number in the lane), then each tap's pixel takes dy where its number was chosen.
+    using B = xsimd::batch<T>;
+    constexpr std::int64_t S = B::size;
+    const std::int64_t C = g.input.channels, vector_end = C / S * S;
+    // Windows that share no input pixel write their taps' dx instead of adding to it; windows that also cover the
+    // image, edge to edge (no padding, no pixel left over), leave no pixel to zero first.
+    const auto tiled = [](const detail::WindowAxis& a) {
+      return a.stride == a.size && a.pad_before == 0 && a.out * a.size == a.in;
+    };
+    const bool disjoint = g.rows.stride >= g.rows.size && g.cols.stride >= g.cols.size;
+    const bool tiles = tiled(g.rows) && tiled(g.cols);
+    detail::parallel_for(
+        g.input.batch, detail::workers_for_elements(g.input.batch * per_sample), [&](std::int64_t begin, std::int64_t end, int) {
+          // Each worker zeroes its own samples' dx (then in its cache for the additions), unless the windows tile
+          // the image, each input pixel in exactly one: then every pixel is written once, below, and never read.
+          if (!tiles) std::fill(dx + begin * g.input.batch_stride, dx + end * g.input.batch_stride, T(0));
+          for (std::int64_t n = begin; n < end; ++n)
+            for (std::int64_t oh = 0; oh < g.output.height; ++oh) {
+              const TapRange rows = input_taps(g.rows, oh);
+              for (std::int64_t ow = 0; ow < g.output.width; ++ow) {
+                const TapRange cols = input_taps(g.cols, ow);
+                const T* grad = dy + output_offset(g, n, oh, ow);
+                const auto tap_offset = [&](std::int64_t kh, std::int64_t kw) {
+                  return input_offset(g, n, g.rows.input_at(oh, kh), g.cols.input_at(ow, kw));
+                };
+                if (rows.first >= rows.last || cols.first >= cols.last) continue;
+                for (std::int64_t c = 0; c < vector_end; c += S) {
+                  B best = B::load_unaligned(x + tap_offset(rows.first, cols.first) + c), chosen(T(0));
+                  T tap = 0;
+                  for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
+                    for (std::int64_t kw = cols.first; kw < cols.last; ++kw, ++tap) {
+                      const B value = B::load_unaligned(x + tap_offset(kh, kw) + c);
+                      // The first maximum, or the first NaN: the element the forward max returned.
+                      const auto take = ((value > best) | xsimd::isnan(value)) & !xsimd::isnan(best);
+                      best = xsimd::select(take, value, best);
+                      chosen = xsimd::select(take, B(tap), chosen);
+                    }
+                  const B g_vec = B::load_unaligned(grad + c);
+                  tap = 0;
+                  for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
+                    for (std::int64_t kw = cols.first; kw < cols.last; ++kw, ++tap) {
+                      T* target = dx + tap_offset(kh, kw) + c;
+                      const B share = xsimd::select(chosen == B(tap), g_vec, B(T(0)));
+                      (disjoint ? share : B::load_unaligned(target) + share).store_unaligned(target);
+                    }
+                }
+                for (std::int64_t c = vector_end; c < C; ++c) {  // the channels after the last whole vector
+                  T best = x[tap_offset(rows.first, cols.first) + c];
+                  std::int64_t where = tap_offset(rows.first, cols.first) + c;
+                  for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
+                    for (std::int64_t kw = cols.first; kw < cols.last; ++kw) {
+                      const T value = x[tap_offset(kh, kw) + c];
+                      if (best == best && (value > best || value != value)) {
+                        best = value;
+                        where = tap_offset(kh, kw) + c;
+                      }
+                    }
+                  if (disjoint)
+                    for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
+                      for (std::int64_t kw = cols.first; kw < cols.last; ++kw) dx[tap_offset(kh, kw) + c] = T(0);
+                  dx[where] += grad[c];
+                }
+              }
+            }
+        });
+    return;
+  }
   constexpr std::int64_t block = 64;
   detail::parallel_for(g.input.batch, detail::workers_for_elements(g.input.batch * per_sample),
                        [&](std::int64_t begin, std::int64_t end, int) {
                          T best[block];
                          std::int64_t where[block];
+                         std::fill(dx + begin * g.input.batch_stride, dx + end * g.input.batch_stride, T(0));
                          for (std::int64_t n = begin; n < end; ++n)
                            for (std::int64_t oh = 0; oh < g.output.height; ++oh) {
                              const TapRange rows = input_taps(g.rows, oh);

@@ -391,6 +391,40 @@ TEST_CASE("conv's direct kernel for short windows matches the reference, with th
   }
 }
 
+TEST_CASE("conv's direct kernels give the im2col path's output and gradients on any number of threads",
+          "[ops][conv][grad]") {
+  // The same convolution on channels_first data runs im2col and GEMMs; channels_last with short windows runs the
+  // direct kernels (forward and the kernel's gradient, summed over 1 or 3 workers). Every direct_grid case.
+  Rng rng(34);
+  for (const ConvCase& c : direct_grid()) {
+    INFO(c.label());
+    const bool two_d = c.x.rank() == 4;
+    ConvCase first = c;
+    first.options.data_format = "channels_first";
+    const std::vector<std::int64_t> to_first = two_d ? std::vector<std::int64_t>{0, 3, 1, 2} : std::vector<std::int64_t>{0, 2, 1};
+    const std::vector<std::int64_t> to_last = two_d ? std::vector<std::int64_t>{0, 2, 3, 1} : std::vector<std::int64_t>{0, 2, 1};
+    const Array x = testing::random_array(c.x, rng);
+    const Array kernel = testing::random_array(c.kernel, rng);
+    const auto direct = [&c](const std::vector<Tensor>& t) { return conv_of(c, t); };
+    const auto gemm = [&](const std::vector<Tensor>& t) {
+      return ops::transpose(conv_of(first, {ops::transpose(t[0], to_first), t[1]}), to_last);
+    };
+    const Array weights = testing::random_array(testing::evaluate(direct, {x, kernel}).shape(), rng);
+    const std::vector<Array> expected = testing::evaluate_with_gradients_on(1, gemm, {x, kernel}, weights);
+    for (const int threads : {1, 3}) {
+      INFO(threads << " threads");
+      const std::vector<Array> actual = testing::evaluate_with_gradients_on(threads, direct, {x, kernel}, weights);
+      const std::vector<Array> single = testing::evaluate_with_gradients_on(
+          threads, direct, {x.astype(DType::float32), kernel.astype(DType::float32)}, weights.astype(DType::float32));
+      for (std::size_t i = 0; i < expected.size(); ++i) {
+        INFO("result " << i);
+        CHECK(testing::max_relative_difference(actual[i], expected[i]) < 1e-12);
+        CHECK(testing::max_relative_difference(single[i].astype(DType::float64), expected[i]) < 1e-4);
+      }
+    }
+  }
+}
+
 TEST_CASE("conv_bias_activation gives conv, bias and activation's outputs and gradients on any number of threads",
           "[ops][conv][grad]") {
   // Every layout, group count, padding and kind of kernel of the grid, and besides: the fused path's blocks of

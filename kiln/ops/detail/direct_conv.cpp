@@ -91,7 +91,119 @@ void row_pass(const DirectConvShape& s, const T* image, std::int64_t oh, const s
   }
 }
 
+// ---- the kernel's gradient ----
+
+// Where tap t of a window lies from the window's first value, and its (kh, kw).
+struct Taps {
+  std::int64_t offset[direct_conv_max_patch], kh[direct_conv_max_patch], kw[direct_conv_max_patch];
+  explicit Taps(const DirectConvShape& s) {
+    for (std::int64_t h = 0, t = 0; h < s.rows.size; ++h)
+      for (std::int64_t w = 0; w < s.cols.size; ++w)
+        for (std::int64_t c = 0; c < s.channels; ++c, ++t) {
+          offset[t] = (h * s.rows.dilation * s.cols.in + w * s.cols.dilation) * s.channels + c;
+          kh[t] = h;
+          kw[t] = w;
+        }
+  }
+};
+
+// part[t, f0 + ...] += Σ over the output rows [begin, end) and their positions of x(tap t) · dy[f0 + ...], for taps
+// [t0, t0 + TB) and NV vectors of filters: the sums in TB · NV registers across all the rows.
+template <class T, int TB, int NV>
+void kernel_grad_block(const DirectConvShape& s, const Taps& taps, const T* x, const T* dy, std::int64_t begin,
+                       std::int64_t end, std::int64_t t0, std::int64_t f0, T* part) {
+  constexpr std::int64_t S = Batch<T>::size;
+  const std::int64_t C = s.channels, F = s.filters, H = s.rows.in, W = s.cols.in, OH = s.rows.out, OW = s.cols.out;
+  const std::int64_t count = std::min<std::int64_t>(TB, s.patch() - t0);
+  // The positions whose windows lie inside the input along the width: [ow_lo, ow_hi).
+  std::int64_t ow_lo = 0, ow_hi = OW;
+  while (ow_lo < OW && s.cols.input_at(ow_lo, 0) < 0) ++ow_lo;
+  while (ow_hi > ow_lo && s.cols.input_at(ow_hi - 1, s.cols.size - 1) >= W) --ow_hi;
+  Batch<T> acc[TB][NV];
+  for (int t = 0; t < TB; ++t)
+    for (int v = 0; v < NV; ++v) acc[t][v] = Batch<T>(T(0));
+  for (std::int64_t r = begin; r < end; ++r) {
+    const std::int64_t n = r / OH, oh = r - n * OH;
+    const T* image = x + n * H * W * C;
+    const T* grad_row = dy + r * OW * F + f0;
+    const bool rows_inside = s.rows.input_at(oh, 0) >= 0 && s.rows.input_at(oh, s.rows.size - 1) < H;
+    for (std::int64_t ow = 0; ow < OW; ++ow) {
+      Batch<T> g[NV];
+      for (int v = 0; v < NV; ++v) g[v] = Batch<T>::load_unaligned(grad_row + ow * F + v * S);
+      if (rows_inside && ow >= ow_lo && ow < ow_hi) {
+        const T* origin = image + (s.rows.input_at(oh, 0) * W + s.cols.input_at(ow, 0)) * C;
+        for (int t = 0; t < TB; ++t) {
+          if (t >= count) break;
+          const Batch<T> value(origin[taps.offset[t0 + t]]);
+          for (int v = 0; v < NV; ++v) acc[t][v] = xsimd::fma(value, g[v], acc[t][v]);
+        }
+      } else {  // a window reaching into the padding: only its taps inside the input
+        for (int t = 0; t < TB; ++t) {
+          if (t >= count) break;
+          const std::int64_t ih = s.rows.input_at(oh, taps.kh[t0 + t]), iw = s.cols.input_at(ow, taps.kw[t0 + t]);
+          if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+          const Batch<T> value(image[(ih * W + iw) * C + (t0 + t) % C]);
+          for (int v = 0; v < NV; ++v) acc[t][v] = xsimd::fma(value, g[v], acc[t][v]);
+        }
+      }
+    }
+  }
+  for (std::int64_t t = 0; t < count; ++t)
+    for (int v = 0; v < NV; ++v) {
+      T* out = part + (t0 + t) * F + f0 + v * S;
+      (Batch<T>::load_unaligned(out) + acc[t][v]).store_unaligned(out);
+    }
+}
+
+template <class T, int NV>
+void kernel_grad_filters(const DirectConvShape& s, const Taps& taps, const T* x, const T* dy, std::int64_t begin,
+                         std::int64_t end, std::int64_t f0, T* part) {
+  constexpr int TB = NV == 1 ? 24 : NV == 2 ? 12 : 6;  // TB · NV of the 32 vector registers hold the sums
+  for (std::int64_t t0 = 0; t0 < s.patch(); t0 += TB) kernel_grad_block<T, TB, NV>(s, taps, x, dy, begin, end, t0, f0, part);
+}
+
+// Output rows per worker of the kernel's gradient: one worker per 2^15 multiply-adds' worth.
+int kernel_grad_workers(const DirectConvShape& s, std::int64_t rows) {
+  return workers_for_elements(rows * s.cols.out * s.filters, s.patch());
+}
+
 }  // namespace
+
+std::int64_t direct_conv_kernel_partial_elements(const DirectConvShape& s) { return s.patch() * s.filters; }
+
+int direct_conv_kernel_workers(const DirectConvShape& s) {
+  const std::int64_t rows = s.batch * s.rows.out;
+  return parallel_workers(rows, kernel_grad_workers(s, rows));
+}
+
+template <class T>
+void direct_conv_backprop_kernel(const DirectConvShape& s, const T* x, const T* dy, T* dkernel, T* partials,
+                                 std::int64_t slots) {
+  constexpr std::int64_t S = Batch<T>::size;
+  const std::int64_t F = s.filters, part = direct_conv_kernel_partial_elements(s), rows = s.batch * s.rows.out;
+  std::fill(dkernel, dkernel + part, T(0));
+  const int max_workers = static_cast<int>(std::clamp<std::int64_t>(slots, 1, kernel_grad_workers(s, rows)));
+  const int workers = rows > 0 && slots > 0 ? parallel_workers(rows, max_workers) : 0;
+  if (workers == 0) return;
+  const Taps taps(s);
+  std::fill(partials, partials + part * workers, T(0));
+  parallel_for(rows, workers, [&](std::int64_t begin, std::int64_t end, int worker) {
+    T* mine = partials + worker * part;
+    std::int64_t f0 = 0;
+    for (; F - f0 >= 4 * S; f0 += 4 * S) kernel_grad_filters<T, 4>(s, taps, x, dy, begin, end, f0, mine);
+    for (; F - f0 >= 2 * S; f0 += 2 * S) kernel_grad_filters<T, 2>(s, taps, x, dy, begin, end, f0, mine);
+    for (; f0 < F; f0 += S) kernel_grad_filters<T, 1>(s, taps, x, dy, begin, end, f0, mine);
+  });
+  for (int worker = 0; worker < workers; ++worker) {
+    const T* from = partials + worker * part;
+    for (std::int64_t i = 0; i < part; ++i) dkernel[i] += from[i];
+  }
+}
+
+template void direct_conv_backprop_kernel<float>(const DirectConvShape&, const float*, const float*, float*, float*,
+                                                 std::int64_t);
+template void direct_conv_backprop_kernel<double>(const DirectConvShape&, const double*, const double*, double*,
+                                                  double*, std::int64_t);
 
 bool direct_conv_fits(const DirectConvShape& s, DType dtype) {
   const std::int64_t lanes =
