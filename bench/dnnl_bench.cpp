@@ -3,7 +3,7 @@
 // directly, here, in the same command as kiln, is the measurable stand-in for PyTorch 2 on this machine.
 //
 //   dnnl_bench --workload lstm|rnn --mode forward|train_step --threads N [timing flags as kiln_bench]
-//   dnnl_bench --workload cnn_small --mode forward --threads N
+//   dnnl_bench --workload cnn_small --mode forward|train_step --threads N
 //
 // The rows, as kiln_bench's and torch_bench's, with Adam (lr 1e-3, betas 0.9/0.999, eps 1e-7) and MSE:
 // - lstm: (64, 100, 32) -> LSTM(128) -> the last hidden state -> Dense(1).
@@ -14,6 +14,12 @@
 //   PyTorch 2 runs a channels-last CNN in inference: each primitive in the layout it chooses (format_tag::any),
 //   the ReLUs as the convolutions' post-ops, a reorder only where one primitive's output layout is not the next's
 //   input layout. The input is reordered from the user's nhwc every call, as a framework gets it.
+// - cnn_small (train_step): the same layers with Keras's training semantics, activations nhwc (PyTorch 2's
+//   channels-last CNN): forward_training convolutions, ReLU as eltwise primitives (their gradient from their
+//   output), batch norm on the batch's statistics (its moving statistics updated), max pool with its workspace (the
+//   arg max), global average pool, inner product; sparse categorical cross-entropy from the logits in C++; then
+//   every backward primitive, last to first (no gradient for the input), and Adam on every weight, kept by the
+//   user in oihw and reordered into each primitive's layout every step (their gradients back).
 // Forward runs forward_inference with each layer's weights reordered once into the layout the primitive chose.
 // A train step reorders the user's weights (ldigo) into the forward's and the backward's layouts (they change
 // every step), runs forward_training (with its workspace), the head and MSE's gradient, the layers' backward

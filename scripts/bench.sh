@@ -72,7 +72,7 @@ for python in ${BENCH_PYTHON:-python3 /usr/bin/python3}; do
 done
 # oneDNN's own primitives (bench/dnnl_bench, built when libdnnl-dev is installed: make install-peer): what
 # PyTorch 2 runs underneath, on the rows it has a composition of (lstm; rnn: its LSTM and linear-before-reset GRU;
-# cnn_small's forward: its convolutions with ReLU, batch norm, pooling and inner product).
+# cnn_small: its convolutions with ReLU, batch norm, pooling and inner product, forward and train step).
 # GNU OpenMP's default waiting (spin, then sleep) as PyTorch has it: oneDNN's RNN meets at a barrier every time
 # step, and with passive waiting its 2-thread LSTM runs slower than its 1-thread one here.
 dnnl="$build/bench/dnnl_bench"
@@ -80,8 +80,7 @@ dnnl_rows="lstm rnn cnn_small"
 have_dnnl=""
 [ -x "$dnnl" ] && have_dnnl=1
 dnnl_row() {
-  [ -n "$have_dnnl" ] && [[ " $dnnl_rows " == *" $1 "* ]] && { [ "$2" = forward ] || [ "$2" = train_step ]; } &&
-    { [ "$1" != cnn_small ] || [ "$2" = forward ]; }
+  [ -n "$have_dnnl" ] && [[ " $dnnl_rows " == *" $1 "* ]] && { [ "$2" = forward ] || [ "$2" = train_step ]; }
 }
 py_row() { [ -n "$have_py" ] && [[ " $py_peer_rows " == *" $1 "* ]] && { [ "$2" = forward ] || [ "$2" = train_step ]; }; }
 
