@@ -20,7 +20,6 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include <kiln/core/attributes.hpp>
@@ -37,9 +36,6 @@
 
 namespace kiln {
 namespace {
-
-template <class T>
-constexpr DType dtype_of = std::is_same_v<T, float> ? DType::float32 : DType::float64;
 
 // ---- geometry -------------------------------------------------------------------------------------------
 
@@ -66,6 +62,17 @@ struct ConvGeometry {
   // Short windows on channels_last data with one group: the direct kernel of ops/detail/direct_conv (forward only).
   bool direct(DType dtype) const {
     return channels_last && groups == 1 && !pointwise() && detail::direct_conv_fits(direct_shape(), dtype);
+  }
+  // The product of one output row's positions inside the input by one tap of the kernel: the taps read in place.
+  detail::GemmShape tap_product(std::int64_t rows) const {
+    return {rows, filters(), input.channels, false, false, cols.stride * input.channels, filters(), filters(), false};
+  }
+  // Channels_last data with one group, at least 16 channels (a tap's product of decent depth), filters few enough for
+  // libxsmm's batch-reduce kernel, and at most 64 taps: each output row is one batch-reduce product over its taps,
+  // reading x in place (ops/detail/gemm's gemm_batch_reduce), with no im2col (forward only).
+  bool by_taps(DType dtype) const {
+    return channels_last && groups == 1 && !depthwise() && !pointwise() && !direct(dtype) && input.channels >= 16 &&
+           rows.size * cols.size <= 64 && detail::gemm_batch_reduce_fused(tap_product(output.width), dtype);
   }
   // Samples per im2col chunk: about 2^19 buffer elements, at least one sample.
   std::int64_t chunk_samples() const {
@@ -139,8 +146,17 @@ ConvGeometry geometry_of(const KernelContext& k) {
   return Geometry(k.input_shape(0), k.input_shape(1), k.attributes());
 }
 
+// The workers of the forward by taps: one per output row at most, and one per gemm_split_work multiply-adds.
+int tap_workers(const ConvGeometry& g, std::int64_t max_workers) {
+  const std::int64_t rows = g.input.batch * g.output.height;
+  const std::int64_t work = rows * g.output.width * g.patch() * g.filters() / detail::gemm_split_work;
+  return rows == 0 ? 0
+                   : detail::parallel_workers(
+                         rows, static_cast<int>(std::clamp<std::int64_t>(work, 1, std::max<std::int64_t>(max_workers, 1))));
+}
+
 // One im2col buffer of a chunk, or none for pointwise and depthwise convolutions (but the depthwise kernel
-// gradient's per-worker sums).
+// gradient's per-worker sums, and the forward by taps' one window per worker for the positions at the borders).
 template <GeometryFn Geometry>
 std::size_t im2col_workspace(const std::vector<Shape>& input_shapes, const Shape&, const Attributes& attributes,
                              DType dtype) {
@@ -156,6 +172,8 @@ std::size_t im2col_workspace(const std::vector<Shape>& input_shapes, const Shape
                                     detail::direct_conv_kernel_workers(s)) *
            dtype_size(dtype);
   }
+  if (Geometry == forward_geometry && g.by_taps(dtype))
+    return static_cast<std::size_t>(tap_workers(g, std::int64_t{1} << 16) * g.patch()) * dtype_size(dtype);
   if (g.pointwise() || g.depthwise() || (Geometry == forward_geometry && g.direct(dtype))) return 0;
   return static_cast<std::size_t>(g.chunk_samples() * g.positions() * g.patch()) * dtype_size(dtype);
 }
@@ -379,6 +397,52 @@ void forward_by_row_blocks(const ConvGeometry& g, const T* x, const T* kernel, c
   });
 }
 
+// The forward by taps (ConvGeometry::by_taps): per output row, the positions whose windows lie inside the input
+// as one batch-reduce product over the row's taps (a tap's rows are x's pixels sw·C apart, its weights the kernel's
+// C × F block), the positions at the borders one window each through `scratch` (a window per worker, `slots` of
+// them), then the row's bias and activation.
+template <class T>
+void forward_by_taps(const ConvGeometry& g, const T* x, const T* kernel, const T* bias, bool relu, T* y, T* scratch,
+                     std::int64_t slots) {
+  const std::int64_t C = g.input.channels, F = g.filters(), H = g.input.height, W = g.input.width;
+  const std::int64_t OH = g.output.height, OW = g.output.width, KH = g.rows.size, KW = g.cols.size, patch = g.patch();
+  std::int64_t lo = 0, hi = OW;  // the positions whose windows lie inside the input along the width
+  while (lo < OW && g.cols.input_at(lo, 0) < 0) ++lo;
+  while (hi > lo && g.cols.input_at(hi - 1, KW - 1) >= W) --hi;
+  const std::int64_t rows = g.input.batch * OH;
+  const int workers = tap_workers(g, slots);
+  if (workers == 0) return;
+  detail::parallel_for(rows, workers, [&](std::int64_t begin, std::int64_t end, int worker) {
+    const T* a[64];
+    const T* b[64];
+    T* window = scratch + worker * patch;
+    for (std::int64_t r = begin; r < end; ++r) {
+      const std::int64_t n = r / OH, oh = r - n * OH;
+      const T* image = x + n * g.input.batch_stride;
+      T* out = y + r * OW * F;
+      if (hi > lo) {
+        std::int64_t count = 0;
+        for (std::int64_t kh = 0; kh < KH; ++kh) {
+          const std::int64_t ih = g.rows.input_at(oh, kh);
+          if (ih < 0 || ih >= H) continue;  // a row of padding adds nothing
+          for (std::int64_t kw = 0; kw < KW; ++kw, ++count) {
+            a[count] = image + (ih * W + g.cols.input_at(lo, kw)) * C;
+            b[count] = kernel + (kh * KW + kw) * C * F;
+          }
+        }
+        detail::gemm_batch_reduce(g.tap_product(hi - lo), a, b, count, out + lo * F);
+      }
+      const auto border = [&](std::int64_t ow) {
+        im2col_row(g, image, oh, ow, window);
+        gemm<T>(1, F, patch, false, window, patch, false, kernel, F, out + ow * F, F, false);
+      };
+      for (std::int64_t ow = 0; ow < lo; ++ow) border(ow);
+      for (std::int64_t ow = std::max(hi, lo); ow < OW; ++ow) border(ow);
+      if (bias != nullptr) bias_activation_rows(out, OW, F, bias, relu);
+    }
+  });
+}
+
 // y = conv(x, kernel), then y = act(y + bias) when `bias` is given (kiln>FusedConv).
 template <class T>
 void conv_forward(const KernelContext& k, const T* bias, bool relu) {
@@ -387,7 +451,10 @@ void conv_forward(const KernelContext& k, const T* bias, bool relu) {
   const T* kernel = k.in<T>(1);
   T* y = k.out<T>();
   const std::int64_t F = g.filters(), Fg = g.group_filters, P = g.positions(), patch = g.patch();
-  if (g.direct(dtype_of<T>)) return detail::direct_conv_forward<T>(g.direct_shape(), x, kernel, bias, relu, y);
+  if (g.direct(dtype_of<T>::value)) return detail::direct_conv_forward<T>(g.direct_shape(), x, kernel, bias, relu, y);
+  if (g.by_taps(dtype_of<T>::value))
+    return forward_by_taps(g, x, kernel, bias, relu, y, k.scratch<T>(),
+                           static_cast<std::int64_t>(k.workspace_bytes / sizeof(T)) / std::max<std::int64_t>(1, patch));
   if (bias != nullptr && by_row_blocks(g)) {
     // The workspace holds the blocks of the thread count at planning: never more workers than that.
     const std::int64_t slots = static_cast<std::int64_t>(k.workspace_bytes / sizeof(T)) / (block_rows(g) * patch);
@@ -438,7 +505,7 @@ void fused_conv_kernel(const KernelContext& k) {
 std::size_t fused_conv_workspace(const std::vector<Shape>& input_shapes, const Shape& output_shape,
                                  const Attributes& attributes, DType dtype) {
   const ConvGeometry g = forward_geometry(input_shapes[0], input_shapes[1], attributes);
-  if (!by_row_blocks(g) || g.direct(dtype))
+  if (!by_row_blocks(g) || g.direct(dtype) || g.by_taps(dtype))
     return im2col_workspace<forward_geometry>(input_shapes, output_shape, attributes, dtype);
   if (g.pointwise()) return 0;
   return static_cast<std::size_t>(block_workers(g, std::int64_t{1} << 16) * block_rows(g) * g.patch()) *
@@ -498,7 +565,7 @@ void conv_backprop_kernel_kernel(const KernelContext& k) {
                        std::max<std::int64_t>(1, detail::depthwise_kernel_partial_elements(s));
     return detail::depthwise_backprop_kernel(s, x, dy, dkernel, k.scratch<T>(), slots);
   }
-  if (g.direct(dtype_of<T>)) {
+  if (g.direct(dtype_of<T>::value)) {
     const detail::DirectConvShape s = g.direct_shape();
     const auto slots = static_cast<std::int64_t>(k.workspace_bytes / sizeof(T)) /
                        std::max<std::int64_t>(1, detail::direct_conv_kernel_partial_elements(s));

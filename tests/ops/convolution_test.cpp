@@ -10,6 +10,7 @@
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/rng.hpp>
+#include <kiln/core/threads.hpp>
 #include <kiln/ops/ops.hpp>
 #include "support/gradcheck.hpp"
 
@@ -421,6 +422,49 @@ TEST_CASE("conv's direct kernels give the im2col path's output and gradients on 
         CHECK(testing::max_relative_difference(actual[i], expected[i]) < 1e-12);
         CHECK(testing::max_relative_difference(single[i].astype(DType::float64), expected[i]) < 1e-4);
       }
+    }
+  }
+}
+
+TEST_CASE("conv by taps (16 channels or more, read in place) matches the reference on any number of threads",
+          "[ops][conv]") {
+  // float32 channels_last with one group, at least 16 channels and at most 128 filters: each output row is one
+  // batch-reduce product over its taps, the positions whose windows reach into the padding one window each.
+  Rng rng(35);
+  std::vector<ConvCase> cases;
+  for (const std::int64_t channels : {16, 40})
+    for (const char* padding : {"valid", "same"})
+      for (const std::vector<std::int64_t>& strides : {std::vector<std::int64_t>{1, 1}, std::vector<std::int64_t>{2, 2},
+                                                       std::vector<std::int64_t>{1, 3}})
+        for (const std::int64_t dilation : {1, 2}) {
+          ConvCase c;
+          c.x = {3, 9, 12, channels};
+          c.kernel = {3, 3, channels, channels == 16 ? 24 : 64};
+          c.options.padding = padding;
+          c.options.strides = strides;
+          c.options.dilation_rate = {dilation, dilation};
+          cases.push_back(c);
+        }
+  cases.push_back(ConvCase{{2, 5, 7, 32}, {5, 5, 32, 16}, {{}, {}, "same", "channels_last"}});  // mostly border
+  cases.push_back(ConvCase{{2, 20, 16}, {5, 16, 32}, {{}, {2}, "causal", "channels_last"}});    // 1-D, causal
+  for (const ConvCase& c : cases) {
+    INFO(c.label());
+    const Array x = testing::random_array(c.x, rng);
+    const Array kernel = testing::random_array(c.kernel, rng);
+    const Array bias = testing::random_array({c.kernel.dim(-1)}, rng);
+    const Array expected = reference_conv(x, kernel, c.options);
+    const std::vector<Array> inputs{x.astype(DType::float32), kernel.astype(DType::float32)};
+    for (const int threads : {1, 3}) {
+      INFO(threads << " threads");
+      const int saved = get_num_threads();
+      set_num_threads(threads);
+      const Array plain = testing::evaluate([&c](const std::vector<Tensor>& t) { return conv_of(c, t); }, inputs);
+      const Array fused = testing::evaluate(
+          [&c](const std::vector<Tensor>& t) { return fused_conv(c, "relu", t); },
+          {inputs[0], inputs[1], bias.astype(DType::float32)});
+      set_num_threads(saved);
+      CHECK(testing::max_relative_difference(plain.astype(DType::float64), expected) < 1e-5);
+      CHECK(testing::max_relative_difference(fused.astype(DType::float64), biased(expected, bias, true)) < 1e-5);
     }
   }
 }

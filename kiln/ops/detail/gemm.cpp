@@ -174,6 +174,27 @@ libxsmm_smmfunction kernel_for(const GemmShape& s) {
   return cache.find(XsmmProduct(s));
 }
 
+// Batch-reduce kernels (C = Σ A_i·B_i in one pass, the sum kept in registers across the batch), by shape, as above.
+libxsmm_smmfunction_reducebatch_addr batch_kernel_for(const GemmShape& s) {
+  struct Entry {
+    XsmmProduct product{GemmShape{}};
+    libxsmm_smmfunction_reducebatch_addr kernel = nullptr;
+    bool filled = false;
+  };
+  thread_local std::array<Entry, 16> entries{};
+  const XsmmProduct product(s);
+  Entry& entry = entries[product.hash() % entries.size()];
+  if (!entry.filled || !(entry.product == product)) {
+    const float alpha = 1.0f, beta = product.accumulate ? 1.0f : 0.0f;
+    const int prefetch = LIBXSMM_GEMM_PREFETCH_NONE;
+    entry = {product,
+             libxsmm_smmdispatch_reducebatch_addr(product.m, product.n, product.k, &product.lda, &product.ldb,
+                                                  &product.ldc, &alpha, &beta, &product.flags, &prefetch),
+             true};
+  }
+  return entry.kernel;
+}
+
 // The copy of a transposed B: in thread-local storage (128 KB a thread, made with the thread), so no product
 // ever allocates, on any thread.
 float* transposed_b_buffer() {
@@ -406,5 +427,44 @@ void gemm_with(GemmBackend backend, const GemmShape& s, const float* a, const fl
 }
 
 void gemm(const GemmShape& s, const double* a, const double* b, double* c) { split_gemm(s, a, b, c); }
+
+bool gemm_batch_reduce_fused(const GemmShape& s, DType dtype) {
+  return dtype == DType::float32 && !s.transpose_a && !s.transpose_b &&
+         gemm_backend(s, dtype) == GemmBackend::xsmm;
+}
+
+namespace {
+// The batch one product at a time, each adding to C (the first assigning it unless accumulating).
+template <class T>
+void batch_in_turn(const GemmShape& s, const T* const* a, const T* const* b, std::int64_t count, T* c) {
+  if (count == 0) {
+    if (!s.accumulate) zero_output(s, c);
+    return;
+  }
+  for (std::int64_t i = 0; i < count; ++i) {
+    GemmShape one = s;
+    one.accumulate = s.accumulate || i > 0;
+    run_product(one, a[i], b[i], c, gemm_backend(one, dtype_of<T>::value));
+  }
+}
+}  // namespace
+
+void gemm_batch_reduce(const GemmShape& s, const float* const* a, const float* const* b, std::int64_t count, float* c) {
+#if KILN_HAS_XSMM
+  if (count > 0 && gemm_batch_reduce_fused(s, DType::float32)) {
+    if (const auto kernel = batch_kernel_for(s)) {
+      const auto n = static_cast<unsigned long long>(count);
+      kernel(const_cast<const float**>(b), const_cast<const float**>(a), c, &n);  // (libxsmm's first operand is B)
+      return;
+    }
+  }
+#endif
+  batch_in_turn(s, a, b, count, c);
+}
+
+void gemm_batch_reduce(const GemmShape& s, const double* const* a, const double* const* b, std::int64_t count,
+                       double* c) {
+  batch_in_turn(s, a, b, count, c);
+}
 
 }  // namespace kiln::detail

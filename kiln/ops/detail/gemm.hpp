@@ -60,4 +60,14 @@ void gemm(const GemmShape& shape, const double* a, const double* b, double* c);
 // shape (libxsmm with B transposed, or B's copy with too long a row), runs it on OpenBLAS.
 void gemm_with(GemmBackend backend, const GemmShape& shape, const float* a, const float* b, float* c);
 
+// C = Σ_{i < count} A_i·B_i (+ C when accumulating): a batch-reduce product (oneDNN's and libxsmm's brgemm), every
+// pair of the one shape `shape` (no transposes), on the calling thread: a convolution's taps read in place. On libxsmm's
+// batch-reduce kernel where the shape runs on libxsmm (gemm_batch_reduce_fused), which keeps C's block in registers
+// across the batch; else one product after another. No pairs: C is zeroed (or left, when accumulating).
+void gemm_batch_reduce(const GemmShape& shape, const float* const* a, const float* const* b, std::int64_t count,
+                       float* c);
+void gemm_batch_reduce(const GemmShape& shape, const double* const* a, const double* const* b, std::int64_t count,
+                       double* c);
+bool gemm_batch_reduce_fused(const GemmShape& shape, DType dtype);
+
 }  // namespace kiln::detail
