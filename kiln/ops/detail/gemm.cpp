@@ -452,9 +452,25 @@ void batch_in_turn(const GemmShape& s, const T* const* a, const T* const* b, std
 void gemm_batch_reduce(const GemmShape& s, const float* const* a, const float* const* b, std::int64_t count, float* c) {
 #if KILN_HAS_XSMM
   if (count > 0 && gemm_batch_reduce_fused(s, DType::float32)) {
-    if (const auto kernel = batch_kernel_for(s)) {
-      const auto n = static_cast<unsigned long long>(count);
-      kernel(const_cast<const float**>(b), const_cast<const float**>(a), c, &n);  // (libxsmm's first operand is B)
+    // libxsmm 1.17's kernels move the addresses in the arrays they are given as they go: they get copies, 64 at a
+    // time (the later groups adding to C, with a kernel of their own).
+    constexpr std::int64_t group = 64;
+    GemmShape adding = s;
+    adding.accumulate = true;
+    const auto first_kernel = batch_kernel_for(s);
+    const auto later_kernel = count > group ? batch_kernel_for(adding) : first_kernel;
+    if (first_kernel != nullptr && later_kernel != nullptr) {
+      const float* left[group];
+      const float* right[group];
+      for (std::int64_t first = 0; first < count; first += group) {
+        const std::int64_t size = std::min(group, count - first);
+        for (std::int64_t i = 0; i < size; ++i) {
+          left[i] = b[first + i];  // (libxsmm's first operand is kiln's B)
+          right[i] = a[first + i];
+        }
+        const auto n = static_cast<unsigned long long>(size);
+        (first == 0 ? first_kernel : later_kernel)(left, right, c, &n);
+      }
       return;
     }
   }

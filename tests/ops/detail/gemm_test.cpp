@@ -298,3 +298,53 @@ TEST_CASE("gemm: a transposed B gives the bits of the same product with B transp
     REQUIRE(std::memcmp(expected.data(), actual.data(), expected.size() * sizeof(float)) == 0);
   }
 }
+
+TEST_CASE("gemm_batch_reduce: the sum of a batch of products, assigning or accumulating, empty batches", "[gemm]") {
+  // A convolution's taps: A_i rows of an image, ld wider than k (pixels strided), B_i blocks of one kernel. Shapes on
+  // libxsmm's batch-reduce kernel (float32, 12 or more columns) and off it (float64, few columns); C padded.
+  for (const bool single : {true, false})
+    for (const std::int64_t n : {4, 32})
+      for (const std::int64_t count : {0, 1, 5, 70})  // 70: more than libxsmm's group of 64
+        for (const bool accumulate : {false, true}) {
+          const std::int64_t m = 11, k = 16, lda = 2 * k, ldc = n + 3;
+          GemmShape s{m, n, k, false, false, lda, n, ldc, accumulate};
+          INFO((single ? "float32" : "float64") << " n " << n << " count " << count << " accumulate " << accumulate
+                                                 << " fused " << kiln::detail::gemm_batch_reduce_fused(s, single ? DType::float32 : DType::float64));
+          const auto run = [&](auto zero) {
+            using T = decltype(zero);
+            const auto a = random_vector<T>(static_cast<std::size_t>((m + 70) * lda), 11);
+            const auto b = random_vector<T>(static_cast<std::size_t>(70 * k * n), 12);
+            const auto before = random_vector<T>(static_cast<std::size_t>(m * ldc), 13);
+            std::vector<const T*> as, bs;
+            for (std::int64_t i = 0; i < count; ++i) {
+              as.push_back(a.data() + i * lda);  // each A starts a row further on, as a window's taps do
+              bs.push_back(b.data() + i * k * n);
+            }
+            std::vector<T> c = before;
+            const std::vector<const T*> as_before = as, bs_before = bs;
+            kiln::detail::gemm_batch_reduce(s, as.data(), bs.data(), count, c.data());
+            CHECK((as == as_before && bs == bs_before));  // the address arrays are left as they were
+            for (std::int64_t i = 0; i < m; ++i)
+              for (std::int64_t j = 0; j < ldc; ++j) {
+                const auto at = static_cast<std::size_t>(i * ldc + j);
+                if (j >= n) {
+                  CHECK(c[at] == before[at]);  // the padding is left alone
+                  continue;
+                }
+                double expected = accumulate ? static_cast<double>(before[at]) : 0.0;
+                for (std::int64_t t = 0; t < count; ++t)
+                  for (std::int64_t p = 0; p < k; ++p)
+                    expected += static_cast<double>(as[static_cast<std::size_t>(t)][i * lda + p]) *
+                                static_cast<double>(bs[static_cast<std::size_t>(t)][p * n + j]);
+                CHECK(static_cast<double>(c[at]) == Approx(expected).margin(single ? 1e-4 : 1e-12));
+              }
+          };
+          if (single)
+            run(0.0f);
+          else
+            run(0.0);
+        }
+  CHECK(kiln::detail::gemm_batch_reduce_fused(GemmShape{11, 32, 16, false, false, 32, 32, 32, false}, DType::float32) ==
+        kiln::detail::gemm_has_xsmm());
+  CHECK_FALSE(kiln::detail::gemm_batch_reduce_fused(GemmShape{11, 32, 16, false, false, 32, 32, 32, false}, DType::float64));
+}
