@@ -12,7 +12,9 @@
 // same one buffer (a gradient im2col, scattered back by col2im). A 1×1 kernel with stride 1 and no padding
 // on channels_last data is already in im2col layout: those run as one GEMM on the input itself. A depthwise
 // convolution (one channel a group) on channels_last data, where the GEMMs would be one per channel with a
-// column or two each, runs direct kernels over pixels and taps instead (ops/detail/depthwise).
+// column or two each, runs direct kernels over pixels and taps instead (ops/detail/depthwise), as do short windows
+// (a first layer's few channels: ops/detail/direct_conv, forward and kernel gradient). A forward convolution with
+// 16 channels or more reads its taps in place instead of through im2col: one batch-reduce product per output row.
 // 1-D inputs are 2-D images of height 1 (ops/detail/window). A fourth op, FusedConv, is Conv with the bias and a
 // ReLU applied in the same pass (what the Conv layers run); its gradient is the three above after ReluGrad.
 #include <algorithm>
@@ -314,7 +316,8 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, const T* a, s
 // epilogue) rather than in passes of their own. Where the product has at most 128 columns (libxsmm's kernels)
 // and a kernel matrix of at most 2^17 values, channels_last data with one group runs by blocks of output rows:
 // each worker copies a block's windows, multiplies and adds the bias while the block is in its cache, so the
-// im2col rows too stay in L2. Short windows run the direct kernel, which adds them before its one store.
+// im2col rows too stay in L2. Short windows run the direct kernel, which adds them before its one store, and
+// convolutions by taps add them to each output row after its product.
 
 // rows × F outputs (channels_last): y = act(y + bias). NaN passes the ReLU, as in kiln>Relu.
 template <class T>
