@@ -148,13 +148,17 @@ ConvGeometry geometry_of(const KernelContext& k) {
   return Geometry(k.input_shape(0), k.input_shape(1), k.attributes());
 }
 
-// The workers of the forward by taps: one per output row at most, and one per gemm_split_work multiply-adds.
+// Workers for `units` pieces of a convolution's products: one per piece at most, one per gemm_split_work of the
+// whole product's multiply-adds, and at most max_workers (the workspace's slots).
+int product_workers(const ConvGeometry& g, std::int64_t units, std::int64_t max_workers) {
+  const std::int64_t work = g.input.batch * g.positions() * g.patch() * g.filters() / detail::gemm_split_work;
+  return units == 0 ? 0
+                    : detail::parallel_workers(
+                          units, static_cast<int>(std::clamp<std::int64_t>(work, 1, std::max<std::int64_t>(max_workers, 1))));
+}
+// The forward by taps splits its output rows.
 int tap_workers(const ConvGeometry& g, std::int64_t max_workers) {
-  const std::int64_t rows = g.input.batch * g.output.height;
-  const std::int64_t work = rows * g.output.width * g.patch() * g.filters() / detail::gemm_split_work;
-  return rows == 0 ? 0
-                   : detail::parallel_workers(
-                         rows, static_cast<int>(std::clamp<std::int64_t>(work, 1, std::max<std::int64_t>(max_workers, 1))));
+  return product_workers(g, g.input.batch * g.output.height, max_workers);
 }
 
 // One im2col buffer of a chunk, or none for pointwise and depthwise convolutions (but the depthwise kernel
@@ -373,11 +377,7 @@ std::int64_t block_rows(const ConvGeometry& g) {
 // The workers of the row blocks: one per block at most, and one per gemm_split_work multiply-adds.
 int block_workers(const ConvGeometry& g, std::int64_t max_workers) {
   const std::int64_t rows = g.input.batch * g.positions(), block = block_rows(g);
-  const std::int64_t blocks = (rows + block - 1) / block;
-  const std::int64_t work = rows * g.patch() * g.filters() / detail::gemm_split_work;
-  return blocks == 0 ? 0
-                     : detail::parallel_workers(
-                                       blocks, static_cast<int>(std::clamp<std::int64_t>(work, 1, std::max<std::int64_t>(max_workers, 1))));
+  return product_workers(g, (rows + block - 1) / block, max_workers);
 }
 
 // The fused op by row blocks; `slots` blocks of im2col rows at `scratch` (none needed when pointwise).

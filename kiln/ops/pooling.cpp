@@ -50,6 +50,21 @@ PoolGeometry pool_geometry(const Shape& x, const Attributes& a) {
 using detail::input_taps;
 using detail::TapRange;
 
+// Runs body(n, oh, ow, rows, cols) for each output position of output row oh of sample n, with the taps of its
+// window that read the input along each axis.
+template <class Body>
+void row_windows(const PoolGeometry& g, std::int64_t n, std::int64_t oh, const Body& body) {
+  const TapRange rows = input_taps(g.rows, oh);
+  for (std::int64_t ow = 0; ow < g.output.width; ++ow) body(n, oh, ow, rows, input_taps(g.cols, ow));
+}
+
+// The same for every output position of samples [begin, end), in order.
+template <class Body>
+void sample_windows(const PoolGeometry& g, std::int64_t begin, std::int64_t end, const Body& body) {
+  for (std::int64_t n = begin; n < end; ++n)
+    for (std::int64_t oh = 0; oh < g.output.height; ++oh) row_windows(g, n, oh, body);
+}
+
 // Runs body(n, oh, ow, rows, cols) for every output position, output rows spread over kiln's threads.
 template <class Body>
 void for_each_window(const PoolGeometry& g, const Body& body) {
@@ -59,12 +74,8 @@ void for_each_window(const PoolGeometry& g, const Body& body) {
       g.output.width * g.output.channels * std::min(g.rows.size, g.rows.in) * std::min(g.cols.size, g.cols.in);
   detail::parallel_for(tasks, detail::workers_for_elements(tasks * per_task),
                        [&](std::int64_t begin, std::int64_t end, int) {
-                         for (std::int64_t task = begin; task < end; ++task) {
-                           const std::int64_t n = task / g.output.height, oh = task % g.output.height;
-                           const TapRange rows = input_taps(g.rows, oh);
-                           for (std::int64_t ow = 0; ow < g.output.width; ++ow)
-                             body(n, oh, ow, rows, input_taps(g.cols, ow));
-                         }
+                         for (std::int64_t task = begin; task < end; ++task)
+                           row_windows(g, task / g.output.height, task % g.output.height, body);
                        });
 }
 
@@ -151,54 +162,49 @@ void max_pool_grad_kernel(const KernelContext& k) {
           // Each worker zeroes its own samples' dx (then in its cache for the additions), unless the windows tile
           // the image, each input pixel in exactly one: then every pixel is written once, below, and never read.
           if (!tiles) std::fill(dx + begin * g.input.batch_stride, dx + end * g.input.batch_stride, T(0));
-          for (std::int64_t n = begin; n < end; ++n)
-            for (std::int64_t oh = 0; oh < g.output.height; ++oh) {
-              const TapRange rows = input_taps(g.rows, oh);
-              for (std::int64_t ow = 0; ow < g.output.width; ++ow) {
-                const TapRange cols = input_taps(g.cols, ow);
-                const T* grad = dy + output_offset(g, n, oh, ow);
-                const auto tap_offset = [&](std::int64_t kh, std::int64_t kw) {
-                  return input_offset(g, n, g.rows.input_at(oh, kh), g.cols.input_at(ow, kw));
-                };
-                if (rows.first >= rows.last || cols.first >= cols.last) continue;
-                for (std::int64_t c = 0; c < vector_end; c += S) {
-                  B best = B::load_unaligned(x + tap_offset(rows.first, cols.first) + c), chosen(T(0));
-                  T tap = 0;
-                  for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
-                    for (std::int64_t kw = cols.first; kw < cols.last; ++kw, ++tap) {
-                      const B value = B::load_unaligned(x + tap_offset(kh, kw) + c);
-                      // The first maximum, or the first NaN: the element the forward max returned.
-                      const auto take = ((value > best) | xsimd::isnan(value)) & !xsimd::isnan(best);
-                      best = xsimd::select(take, value, best);
-                      chosen = xsimd::select(take, B(tap), chosen);
-                    }
-                  const B g_vec = B::load_unaligned(grad + c);
-                  tap = 0;
-                  for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
-                    for (std::int64_t kw = cols.first; kw < cols.last; ++kw, ++tap) {
-                      T* target = dx + tap_offset(kh, kw) + c;
-                      const B share = xsimd::select(chosen == B(tap), g_vec, B(T(0)));
-                      (disjoint ? share : B::load_unaligned(target) + share).store_unaligned(target);
-                    }
+          sample_windows(g, begin, end, [&](std::int64_t n, std::int64_t oh, std::int64_t ow, TapRange rows, TapRange cols) {
+            const T* grad = dy + output_offset(g, n, oh, ow);
+            const auto tap_offset = [&](std::int64_t kh, std::int64_t kw) {
+              return input_offset(g, n, g.rows.input_at(oh, kh), g.cols.input_at(ow, kw));
+            };
+            if (rows.first >= rows.last || cols.first >= cols.last) return;
+            for (std::int64_t c = 0; c < vector_end; c += S) {
+              B best = B::load_unaligned(x + tap_offset(rows.first, cols.first) + c), chosen(T(0));
+              T tap = 0;
+              for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
+                for (std::int64_t kw = cols.first; kw < cols.last; ++kw, ++tap) {
+                  const B value = B::load_unaligned(x + tap_offset(kh, kw) + c);
+                  // The first maximum, or the first NaN: the element the forward max returned.
+                  const auto take = ((value > best) | xsimd::isnan(value)) & !xsimd::isnan(best);
+                  best = xsimd::select(take, value, best);
+                  chosen = xsimd::select(take, B(tap), chosen);
                 }
-                for (std::int64_t c = vector_end; c < C; ++c) {  // the channels after the last whole vector
-                  T best = x[tap_offset(rows.first, cols.first) + c];
-                  std::int64_t where = tap_offset(rows.first, cols.first) + c;
-                  for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
-                    for (std::int64_t kw = cols.first; kw < cols.last; ++kw) {
-                      const T value = x[tap_offset(kh, kw) + c];
-                      if (best == best && (value > best || value != value)) {
-                        best = value;
-                        where = tap_offset(kh, kw) + c;
-                      }
-                    }
-                  if (disjoint)
-                    for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
-                      for (std::int64_t kw = cols.first; kw < cols.last; ++kw) dx[tap_offset(kh, kw) + c] = T(0);
-                  dx[where] += grad[c];
+              const B g_vec = B::load_unaligned(grad + c);
+              tap = 0;
+              for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
+                for (std::int64_t kw = cols.first; kw < cols.last; ++kw, ++tap) {
+                  T* target = dx + tap_offset(kh, kw) + c;
+                  const B share = xsimd::select(chosen == B(tap), g_vec, B(T(0)));
+                  (disjoint ? share : B::load_unaligned(target) + share).store_unaligned(target);
                 }
-              }
             }
+            for (std::int64_t c = vector_end; c < C; ++c) {  // the channels after the last whole vector
+              T best = x[tap_offset(rows.first, cols.first) + c];
+              std::int64_t where = tap_offset(rows.first, cols.first) + c;
+              for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
+                for (std::int64_t kw = cols.first; kw < cols.last; ++kw) {
+                  const T value = x[tap_offset(kh, kw) + c];
+                  if (best == best && (value > best || value != value)) {
+                    best = value;
+                    where = tap_offset(kh, kw) + c;
+                  }
+                }
+              if (disjoint)
+                for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
+                  for (std::int64_t kw = cols.first; kw < cols.last; ++kw) dx[tap_offset(kh, kw) + c] = T(0);
+              dx[where] += grad[c];
+            }
+          });
         });
     return;
   }
@@ -208,36 +214,31 @@ void max_pool_grad_kernel(const KernelContext& k) {
                          T best[block];
                          std::int64_t where[block];
                          std::fill(dx + begin * g.input.batch_stride, dx + end * g.input.batch_stride, T(0));
-                         for (std::int64_t n = begin; n < end; ++n)
-                           for (std::int64_t oh = 0; oh < g.output.height; ++oh) {
-                             const TapRange rows = input_taps(g.rows, oh);
-                             for (std::int64_t ow = 0; ow < g.output.width; ++ow) {
-                               const TapRange cols = input_taps(g.cols, ow);
-                               const T* grad = dy + output_offset(g, n, oh, ow);
-                               for (std::int64_t c0 = 0; c0 < g.input.channels; c0 += block) {
-                                 const std::int64_t width = std::min(block, g.input.channels - c0);
-                                 bool first = true;
-                                 for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
-                                   for (std::int64_t kw = cols.first; kw < cols.last; ++kw) {
-                                     const std::int64_t at =
-                                         input_offset(g, n, g.rows.input_at(oh, kh), g.cols.input_at(ow, kw)) + c0 * cs;
-                                     const T* in = x + at;
-                                     for (std::int64_t c = 0; c < width; ++c) {
-                                       const T value = in[c * cs];
-                                       // The first maximum, or the first NaN: the element the forward max returned.
-                                       if (first || (best[c] == best[c] && (value > best[c] || value != value))) {
-                                         best[c] = value;
-                                         where[c] = at + c * cs;
-                                       }
-                                     }
-                                     first = false;
+                         sample_windows(g, begin, end, [&](std::int64_t n, std::int64_t oh, std::int64_t ow,
+                                                           TapRange rows, TapRange cols) {
+                           const T* grad = dy + output_offset(g, n, oh, ow);
+                           for (std::int64_t c0 = 0; c0 < g.input.channels; c0 += block) {
+                             const std::int64_t width = std::min(block, g.input.channels - c0);
+                             bool first = true;
+                             for (std::int64_t kh = rows.first; kh < rows.last; ++kh)
+                               for (std::int64_t kw = cols.first; kw < cols.last; ++kw) {
+                                 const std::int64_t at =
+                                     input_offset(g, n, g.rows.input_at(oh, kh), g.cols.input_at(ow, kw)) + c0 * cs;
+                                 const T* in = x + at;
+                                 for (std::int64_t c = 0; c < width; ++c) {
+                                   const T value = in[c * cs];
+                                   // The first maximum, or the first NaN: the element the forward max returned.
+                                   if (first || (best[c] == best[c] && (value > best[c] || value != value))) {
+                                     best[c] = value;
+                                     where[c] = at + c * cs;
                                    }
-                                 if (first)
-                                   continue;  // no tap inside the input (cannot happen with valid or same padding)
-                                 for (std::int64_t c = 0; c < width; ++c) dx[where[c]] += grad[(c0 + c) * ocs];
+                                 }
+                                 first = false;
                                }
-                             }
+                             if (first) continue;  // no tap inside the input (cannot happen with valid or same padding)
+                             for (std::int64_t c = 0; c < width; ++c) dx[where[c]] += grad[(c0 + c) * ocs];
                            }
+                         });
                        });
 }
 

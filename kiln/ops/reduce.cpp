@@ -128,8 +128,31 @@ void reduce_runs(const T* in, const Shape& input, const AxisMask& reduced, T* ou
 // bytes apart, and the partials are added in worker order: the result depends on the thread count only, and with
 // one worker is the serial sum). Other layouts run serially.
 
-// The input as (outer, inner) rows when its axes (size-1 axes dropped, neighbours merged as walk_runs does) are
-// two groups, one reduced and one kept.
+// The input's axes as groups of neighbours, size-1 axes dropped, each group all reduced or all kept (as walk_runs
+// merges them): their sizes, up to three, and whether the first is reduced. More than three: count 4.
+struct AxisGroups {
+  int count = 0;
+  bool first_reduced = false;
+  std::int64_t sizes[3] = {1, 1, 1};
+};
+
+AxisGroups axis_groups(const Shape& input, const AxisMask& reduced) {
+  AxisGroups groups;
+  bool last_reduced = false;
+  for (int axis = 0; axis < input.rank(); ++axis) {
+    if (input[axis] == 1) continue;
+    const bool r = reduced[static_cast<std::size_t>(axis)];
+    if (groups.count == 0 || r != last_reduced) {
+      if (++groups.count > 3) return groups;
+      if (groups.count == 1) groups.first_reduced = r;
+      last_reduced = r;
+    }
+    groups.sizes[groups.count - 1] *= input[axis];
+  }
+  return groups;
+}
+
+// The input as (outer, inner) rows when its axes are two groups, one reduced and one kept.
 struct Rows2 {
   bool valid = false;
   bool leading_reduced = false;  // (outer reduced, inner kept) or (outer kept, inner reduced)
@@ -137,25 +160,9 @@ struct Rows2 {
 };
 
 Rows2 rows_of(const Shape& input, const AxisMask& reduced) {
-  Rows2 rows;
-  int groups = 0;
-  bool last_reduced = false;
-  std::int64_t sizes[2] = {1, 1};
-  for (int axis = 0; axis < input.rank(); ++axis) {
-    if (input[axis] == 1) continue;
-    const bool r = reduced[static_cast<std::size_t>(axis)];
-    if (groups == 0 || r != last_reduced) {
-      if (++groups > 2) return rows;
-      last_reduced = r;
-    }
-    sizes[groups - 1] *= input[axis];
-  }
-  if (groups != 2) return rows;
-  rows.valid = true;
-  rows.leading_reduced = !last_reduced;
-  rows.outer = sizes[0];
-  rows.inner = sizes[1];
-  return rows;
+  const AxisGroups groups = axis_groups(input, reduced);
+  if (groups.count != 2) return {};
+  return {true, groups.first_reduced, groups.sizes[0], groups.sizes[1]};
 }
 
 // The input as (outer, middle, inner) when its axes are three groups: kept, reduced, kept (a global pooling's
@@ -166,25 +173,9 @@ struct Rows3 {
 };
 
 Rows3 rows3_of(const Shape& input, const AxisMask& reduced) {
-  Rows3 rows;
-  int groups = 0;
-  bool last_reduced = false;
-  std::int64_t sizes[3] = {1, 1, 1};
-  for (int axis = 0; axis < input.rank(); ++axis) {
-    if (input[axis] == 1) continue;
-    const bool r = reduced[static_cast<std::size_t>(axis)];
-    if (groups == 0 || r != last_reduced) {
-      if (++groups > 3 || (groups == 1 && r)) return rows;
-      last_reduced = r;
-    }
-    sizes[groups - 1] *= input[axis];
-  }
-  if (groups != 3) return rows;
-  rows.valid = true;
-  rows.outer = sizes[0];
-  rows.middle = sizes[1];
-  rows.inner = sizes[2];
-  return rows;
+  const AxisGroups groups = axis_groups(input, reduced);
+  if (groups.count != 3 || groups.first_reduced) return {};
+  return {true, groups.sizes[0], groups.sizes[1], groups.sizes[2]};
 }
 
 std::int64_t padded_size(std::int64_t count, std::size_t element) {

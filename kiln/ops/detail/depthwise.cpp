@@ -124,25 +124,15 @@ template <class T>
 void depthwise_backprop_kernel(const DepthwiseShape& s, const T* x, const T* dy, T* dkernel, T* partials,
                                std::int64_t slots) {
   const std::int64_t F = s.filters(), OW = s.cols.out, rows = s.batch * s.rows.out;
-  const std::int64_t part = depthwise_kernel_partial_elements(s);
-  const int max_workers = static_cast<int>(std::clamp<std::int64_t>(slots, 1, row_workers(s, rows)));
-  const int workers = rows > 0 && slots > 0 ? parallel_workers(rows, max_workers) : 0;
-  std::fill(dkernel, dkernel + part, T(0));
-  if (workers == 0) return;
-  parallel_for(rows, max_workers, [&](std::int64_t begin, std::int64_t end, int worker) {
-    T* sums = partials + worker * part;
-    std::fill(sums, sums + part, T(0));
-    for (std::int64_t r = begin; r < end; ++r)
-      for_each_tap(
-          s, r, [](std::int64_t) {},
-          [&](std::int64_t ow, std::int64_t tap, std::int64_t input) {
-            multiply_add(sums + tap * F, x + input, dy + (r * OW + ow) * F, s.channels, s.multiplier);
-          });
-  });
-  for (int worker = 0; worker < workers; ++worker) {
-    const T* sums = partials + worker * part;
-    for (std::int64_t i = 0; i < part; ++i) dkernel[i] += sums[i];
-  }
+  parallel_sum_parts(rows, row_workers(s, rows), slots, depthwise_kernel_partial_elements(s), partials, dkernel,
+                     [&](std::int64_t begin, std::int64_t end, T* sums) {
+                       for (std::int64_t r = begin; r < end; ++r)
+                         for_each_tap(
+                             s, r, [](std::int64_t) {},
+                             [&](std::int64_t ow, std::int64_t tap, std::int64_t input) {
+                               multiply_add(sums + tap * F, x + input, dy + (r * OW + ow) * F, s.channels, s.multiplier);
+                             });
+                     });
 }
 
 template void depthwise_forward<float>(const DepthwiseShape&, const float*, const float*, float*);

@@ -180,24 +180,15 @@ template <class T>
 void direct_conv_backprop_kernel(const DirectConvShape& s, const T* x, const T* dy, T* dkernel, T* partials,
                                  std::int64_t slots) {
   constexpr std::int64_t S = Batch<T>::size;
-  const std::int64_t F = s.filters, part = direct_conv_kernel_partial_elements(s), rows = s.batch * s.rows.out;
-  std::fill(dkernel, dkernel + part, T(0));
-  const int max_workers = static_cast<int>(std::clamp<std::int64_t>(slots, 1, kernel_grad_workers(s, rows)));
-  const int workers = rows > 0 && slots > 0 ? parallel_workers(rows, max_workers) : 0;
-  if (workers == 0) return;
+  const std::int64_t F = s.filters, rows = s.batch * s.rows.out;
   const Taps taps(s);
-  std::fill(partials, partials + part * workers, T(0));
-  parallel_for(rows, workers, [&](std::int64_t begin, std::int64_t end, int worker) {
-    T* mine = partials + worker * part;
-    std::int64_t f0 = 0;
-    for (; F - f0 >= 4 * S; f0 += 4 * S) kernel_grad_filters<T, 4>(s, taps, x, dy, begin, end, f0, mine);
-    for (; F - f0 >= 2 * S; f0 += 2 * S) kernel_grad_filters<T, 2>(s, taps, x, dy, begin, end, f0, mine);
-    for (; f0 < F; f0 += S) kernel_grad_filters<T, 1>(s, taps, x, dy, begin, end, f0, mine);
-  });
-  for (int worker = 0; worker < workers; ++worker) {
-    const T* from = partials + worker * part;
-    for (std::int64_t i = 0; i < part; ++i) dkernel[i] += from[i];
-  }
+  parallel_sum_parts(rows, kernel_grad_workers(s, rows), slots, direct_conv_kernel_partial_elements(s), partials,
+                     dkernel, [&](std::int64_t begin, std::int64_t end, T* mine) {
+                       std::int64_t f0 = 0;
+                       for (; F - f0 >= 4 * S; f0 += 4 * S) kernel_grad_filters<T, 4>(s, taps, x, dy, begin, end, f0, mine);
+                       for (; F - f0 >= 2 * S; f0 += 2 * S) kernel_grad_filters<T, 2>(s, taps, x, dy, begin, end, f0, mine);
+                       for (; f0 < F; f0 += S) kernel_grad_filters<T, 1>(s, taps, x, dy, begin, end, f0, mine);
+                     });
 }
 
 template void direct_conv_backprop_kernel<float>(const DirectConvShape&, const float*, const float*, float*, float*,
@@ -215,11 +206,8 @@ template <class T>
 void direct_conv_forward(const DirectConvShape& s, const T* x, const T* kernel, const T* bias, bool relu, T* y) {
   constexpr std::int64_t S = Batch<T>::size;
   const std::int64_t C = s.channels, F = s.filters, W = s.cols.in, OH = s.rows.out, OW = s.cols.out;
-  // Where tap t = (kh, kw, c) of a window lies from the window's first value: the kernel's (kh, kw, c) order.
-  std::int64_t offsets[direct_conv_max_patch];
-  for (std::int64_t kh = 0, t = 0; kh < s.rows.size; ++kh)
-    for (std::int64_t kw = 0; kw < s.cols.size; ++kw)
-      for (std::int64_t c = 0; c < C; ++c, ++t) offsets[t] = (kh * s.rows.dilation * W + kw * s.cols.dilation) * C + c;
+  const Taps taps(s);  // where each tap of a window lies from its first value, in the kernel's (kh, kw, c) order
+  const std::int64_t* offsets = taps.offset;
   const std::int64_t rows = s.batch * OH;
   parallel_for(rows, workers_for_elements(rows * OW * F, s.patch()), [&](std::int64_t begin, std::int64_t end, int) {
     for (std::int64_t r = begin; r < end; ++r) {

@@ -152,47 +152,42 @@ struct XsmmProduct {
 
 // The kernels this thread ran last, by shape: a step's few dozen shapes find theirs here in a few
 // nanoseconds, where libxsmm's own lookup (a descriptor, a hash and a compare) took 5-10 % of a small product.
+// Kernel is the kernel's type, Dispatch how libxsmm makes one.
+template <class Kernel, Kernel (*Dispatch)(const XsmmProduct&), std::size_t Size>
 class KernelCache {
  public:
-  libxsmm_smmfunction find(const XsmmProduct& product) {
+  Kernel find(const XsmmProduct& product) {
     Entry& entry = entries_[product.hash() % entries_.size()];
-    if (!entry.filled || !(entry.product == product)) entry = {product, product.dispatch(), true};
+    if (!entry.filled || !(entry.product == product)) entry = {product, Dispatch(product), true};
     return entry.kernel;
   }
 
  private:
   struct Entry {
     XsmmProduct product{GemmShape{}};
-    libxsmm_smmfunction kernel = nullptr;
+    Kernel kernel = nullptr;
     bool filled = false;
   };
-  std::array<Entry, 64> entries_{};
+  std::array<Entry, Size> entries_{};
 };
 
+libxsmm_smmfunction dispatch_product(const XsmmProduct& product) { return product.dispatch(); }
+
 libxsmm_smmfunction kernel_for(const GemmShape& s) {
-  thread_local KernelCache cache;
+  thread_local KernelCache<libxsmm_smmfunction, dispatch_product, 64> cache;
   return cache.find(XsmmProduct(s));
 }
 
 // Batch-reduce kernels (C = Σ A_i·B_i in one pass, the sum kept in registers across the batch), by shape, as above.
+libxsmm_smmfunction_reducebatch_addr dispatch_batch_product(const XsmmProduct& product) {
+  const float alpha = 1.0f, beta = product.accumulate ? 1.0f : 0.0f;
+  const int prefetch = LIBXSMM_GEMM_PREFETCH_NONE;
+  return libxsmm_smmdispatch_reducebatch_addr(product.m, product.n, product.k, &product.lda, &product.ldb, &product.ldc,
+                                              &alpha, &beta, &product.flags, &prefetch);
+}
 libxsmm_smmfunction_reducebatch_addr batch_kernel_for(const GemmShape& s) {
-  struct Entry {
-    XsmmProduct product{GemmShape{}};
-    libxsmm_smmfunction_reducebatch_addr kernel = nullptr;
-    bool filled = false;
-  };
-  thread_local std::array<Entry, 16> entries{};
-  const XsmmProduct product(s);
-  Entry& entry = entries[product.hash() % entries.size()];
-  if (!entry.filled || !(entry.product == product)) {
-    const float alpha = 1.0f, beta = product.accumulate ? 1.0f : 0.0f;
-    const int prefetch = LIBXSMM_GEMM_PREFETCH_NONE;
-    entry = {product,
-             libxsmm_smmdispatch_reducebatch_addr(product.m, product.n, product.k, &product.lda, &product.ldb,
-                                                  &product.ldc, &alpha, &beta, &product.flags, &prefetch),
-             true};
-  }
-  return entry.kernel;
+  thread_local KernelCache<libxsmm_smmfunction_reducebatch_addr, dispatch_batch_product, 16> cache;
+  return cache.find(XsmmProduct(s));
 }
 
 // The copy of a transposed B: in thread-local storage (128 KB a thread, made with the thread), so no product
