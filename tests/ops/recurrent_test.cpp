@@ -180,6 +180,10 @@ std::vector<Case> cases() {
     all.push_back(with("gru", [&](Case& c) { c.options.reset_after = false, c.mask = true, c.recurrent_masks = masks, c.options.go_backwards = true; }));
   }
   all.push_back(with("gru", [](Case& c) { c.options.recurrent_activation = "hard_sigmoid", c.initial_state = true; }));
+  // Wider than a vector of doubles, with a partial one after: the LSTM's one-pass step with the default
+  // activations runs whole vectors and then the rest through the scalar formulas; masked rows take the other path.
+  all.push_back(with("lstm", [](Case& c) { c.units = 20, c.initial_state = true; }));
+  all.push_back(with("lstm", [](Case& c) { c.units = 20, c.mask = true, c.options.go_backwards = true; }));
   // An odd number of steps: the backward's planes end the other way round (its row blocks alternate them by step).
   for (const std::string cell : {"simple_rnn", "lstm", "gru"})
     all.push_back(with(cell, [](Case& c) { c.steps = 5, c.initial_state = true, c.mask = true; }));
@@ -295,10 +299,12 @@ TEST_CASE("recurrent without records gives the same outputs in a state that does
 }
 
 TEST_CASE("recurrent runs in float32 as in float64", "[ops][recurrent]") {
-  for (const std::string cell : {"simple_rnn", "lstm", "gru"}) {
+  // 9 units: less than a vector of floats; 37: two vectors of AVX-512 floats and a partial one.
+  for (const std::string cell : {"simple_rnn", "lstm", "gru"})
+  for (const std::int64_t units : {9, 37}) {
     Case c;
     c.options.cell = cell;
-    c.batch = 5, c.steps = 7, c.features = 6, c.units = 9, c.mask = true, c.initial_state = true;
+    c.batch = 5, c.steps = 7, c.features = 6, c.units = units, c.mask = true, c.initial_state = true;
     Rng rng(8);
     const std::vector<Array> inputs = random_inputs(c, rng);
     std::vector<Array> singles;
@@ -307,7 +313,7 @@ TEST_CASE("recurrent runs in float32 as in float64", "[ops][recurrent]") {
     const Array mask32 = mask.astype(DType::float32);
     const Array doubles = testing::evaluate([&](const std::vector<Tensor>& x) { return fused(c, x, mask, masks); }, inputs);
     const Array floats = testing::evaluate([&](const std::vector<Tensor>& x) { return fused(c, x, mask32, masks); }, singles);
-    INFO(cell);
+    INFO(cell << ", " << units << " units");
     CHECK(floats.dtype() == DType::float32);
     CHECK(testing::max_relative_difference(floats.astype(DType::float64), doubles) <= 1e-5);
   }
