@@ -2,6 +2,9 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -120,7 +123,8 @@ void AllocationLimit::charge(std::size_t bytes) {
 DType dtype_from_name(const std::string& name) {
   if (name == "float32") return DType::float32;
   if (name == "float64") return DType::float64;
-  throw ConfigError("unknown dtype '" + name + "' (kiln has float32 and float64)");
+  if (name == "int8") return DType::int8;
+  throw ConfigError("unknown dtype '" + name + "' (kiln has float32, float64 and int8)");
 }
 
 Array::Array(Shape shape, DType dtype) : shape_(std::move(shape)), dtype_(dtype) {
@@ -142,6 +146,9 @@ static Array array_from(const std::vector<T>& values, Shape shape) {
 
 Array Array::from_vector(const std::vector<float>& values, Shape shape) { return array_from(values, std::move(shape)); }
 Array Array::from_vector(const std::vector<double>& values, Shape shape) {
+  return array_from(values, std::move(shape));
+}
+Array Array::from_vector(const std::vector<std::int8_t>& values, Shape shape) {
   return array_from(values, std::move(shape));
 }
 
@@ -167,15 +174,28 @@ void Array::check_dtype(DType requested) const {
 }
 
 double Array::flat(std::size_t index) const {
-  if (dtype_ == DType::float32) return reinterpret_cast<const float*>(storage_.get())[index];
-  return reinterpret_cast<const double*>(storage_.get())[index];
+  switch (dtype_) {
+    case DType::float32: return reinterpret_cast<const float*>(storage_.get())[index];
+    case DType::float64: return reinterpret_cast<const double*>(storage_.get())[index];
+    case DType::int8: return reinterpret_cast<const std::int8_t*>(storage_.get())[index];
+  }
+  return 0;
 }
 
 void Array::set_flat(std::size_t index, double value) {
-  if (dtype_ == DType::float32)
-    reinterpret_cast<float*>(storage_.get())[index] = static_cast<float>(value);
-  else
-    reinterpret_cast<double*>(storage_.get())[index] = value;
+  switch (dtype_) {
+    case DType::float32:
+      reinterpret_cast<float*>(storage_.get())[index] = static_cast<float>(value);
+      return;
+    case DType::float64:
+      reinterpret_cast<double*>(storage_.get())[index] = value;
+      return;
+    case DType::int8:  // to nearest, ties to even, saturated (a NaN is 0): never an out-of-range conversion
+      reinterpret_cast<std::int8_t*>(storage_.get())[index] =
+          std::isnan(value) ? std::int8_t{0}
+                            : static_cast<std::int8_t>(std::clamp(std::nearbyint(value), -128.0, 127.0));
+      return;
+  }
 }
 
 Array Array::copy() const {

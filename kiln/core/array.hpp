@@ -1,7 +1,9 @@
 #pragma once
-// Array: concrete data a user holds. A contiguous, row-major block of float32 or float64 with a fully
-// defined shape. Copies share storage (like a NumPy view or a torch::Tensor); `copy()` is deep.
+// Array: concrete data a user holds. A contiguous, row-major block of float32, float64 (or int8: quantized
+// weights) with a fully defined shape. Copies share storage (like a NumPy view or a torch::Tensor); `copy()` is
+// deep.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +27,8 @@ class Array {
   static Array from_vector(const std::vector<float>& values, Shape shape);
   /// A float64 array holding a copy of `values`; throws like the float32 one.
   static Array from_vector(const std::vector<double>& values, Shape shape);
+  /// An int8 array (quantized weights) holding a copy of `values`; throws like the float32 one.
+  static Array from_vector(const std::vector<std::int8_t>& values, Shape shape);
   /// Every element `value`. Throws ShapeError if `shape` has an unknown dimension.
   static Array full(Shape shape, double value, DType dtype = DType::float32);
   /// A non-owning view of memory someone else keeps alive for as long as the view is used.
@@ -54,7 +58,8 @@ class Array {
 
   /// Element `index` of the flattened array, as double whatever the dtype.
   double flat(std::size_t index) const;
-  /// Sets element `index` of the flattened array, converting `value` to the dtype. `index` is not checked.
+  /// Sets element `index` of the flattened array, converting `value` to the dtype (to int8: rounded to nearest,
+  /// ties to even, saturated to [-128, 127], NaN to 0). `index` is not checked.
   void set_flat(std::size_t index, double value);
 
   /// Values converted to T (a copy).

@@ -84,6 +84,8 @@ Tensor Graph::placeholder(const Shape& shape, DType dtype, const std::string& na
 
 Tensor Graph::variable(const std::string& name, Array initial_value, bool trainable) {
   if (initial_value.empty()) throw ValueError("variable '" + name + "': the initial value is an empty Array");
+  if (trainable && !is_floating(initial_value.dtype()))  // no gradient reaches quantized weights
+    throw DTypeError("variable '" + name + "': an " + dtype_name(initial_value.dtype()) + " variable cannot be trainable");
   Node node;
   node.kind = NodeKind::variable;
   node.shape = initial_value.shape();
@@ -139,14 +141,37 @@ void check_inputs(const OpDef& op, const std::string& node_name, const std::vect
       throw Error(op.short_name() + " '" + node_name + "': input " + std::to_string(i) +
                   (inputs[i].valid() ? " belongs to another graph" : " is an empty Tensor"));
   }
-  for (std::size_t i = 1; i < inputs.size(); ++i) {
-    if (inputs[i].dtype() != inputs[0].dtype()) {
-      std::string listing;
-      for (std::size_t j = 0; j < inputs.size(); ++j)
-        listing += (j ? ", " : "") + std::string(dtype_name(inputs[j].dtype())) + inputs[j].shape().to_string();
-      throw DTypeError(op.short_name() + " '" + node_name + "': inputs have different dtypes: " + listing);
+  const auto listing = [&] {
+    std::string text;
+    for (std::size_t j = 0; j < inputs.size(); ++j)
+      text += (j ? ", " : "") + std::string(dtype_name(inputs[j].dtype())) + inputs[j].shape().to_string();
+    return text;
+  };
+  // Inputs whose dtype the op fixes (an int8 kernel) are checked against it; the others must share one floating
+  // dtype, the node's.
+  const DType* node_dtype = nullptr;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (const DType* fixed = op.fixed_input_dtype(static_cast<int>(i))) {
+      if (inputs[i].dtype() != *fixed)
+        throw DTypeError(op.short_name() + " '" + node_name + "': input " + std::to_string(i) + " must be " +
+                         dtype_name(*fixed) + ", got " + listing());
+      continue;
+    }
+    if (node_dtype == nullptr) {
+      if (!is_floating(inputs[i].dtype()))
+        throw DTypeError(op.short_name() + " '" + node_name + "': computes in float32 or float64, got " + listing());
+      node_dtype = &inputs[i].node().dtype;
+    } else if (inputs[i].dtype() != *node_dtype) {
+      throw DTypeError(op.short_name() + " '" + node_name + "': inputs have different dtypes: " + listing());
     }
   }
+}
+
+// The node's dtype: its first input's whose dtype the op does not fix (float32 for an op without such inputs).
+DType node_dtype_of(const OpDef& op, const std::vector<Tensor>& inputs) {
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (op.fixed_input_dtype(static_cast<int>(i)) == nullptr) return inputs[i].dtype();
+  return DType::float32;
 }
 
 void check_attributes(const OpDef& op, const std::string& node_name, const Attributes& attributes) {
@@ -174,7 +199,7 @@ Tensor Graph::add_op(const std::string& op_name, const std::vector<Tensor>& inpu
   Node node;
   node.kind = NodeKind::op;
   node.op = &op;
-  node.dtype = inputs.empty() ? DType::float32 : inputs[0].dtype();
+  node.dtype = node_dtype_of(op, inputs);
   for (const Tensor& input : inputs) node.inputs.push_back(input.id());
   node.shape = op.shape_fn()(InferContext(op, node_name, input_shapes, attributes));
   node.attributes = std::move(attributes);

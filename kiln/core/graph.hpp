@@ -68,7 +68,8 @@ class Graph {
 
   /// Data fed at run time. Unknown dimensions (Shape::unknown) are the batch size.
   Tensor placeholder(const Shape& shape, DType dtype = DType::float32, const std::string& name = "input");
-  /// A persistent, named array that steps read and updates write (weights, optimizer slots).
+  /// A persistent, named array that steps read and updates write (weights, optimizer slots). An int8 one (quantized
+  /// weights) must not be trainable: DTypeError.
   Tensor variable(const std::string& name, Array initial_value, bool trainable = true);
   /// The variable node of this graph that holds `value`'s storage, if there is one: a layer called twice
   /// in one graph reads the same weights, and a layer called in two graphs shares its weights' bytes.

@@ -66,6 +66,20 @@ OpDef& OpDef::non_differentiable_inputs(std::vector<int> indices, std::string re
   non_differentiable_inputs_reason_ = std::move(reason);
   return *this;
 }
+OpDef& OpDef::input_dtype(int index, DType dtype) {
+  for (auto& entry : fixed_input_dtypes_)
+    if (entry.first == index) {
+      entry.second = dtype;
+      return *this;
+    }
+  fixed_input_dtypes_.emplace_back(index, dtype);
+  return *this;
+}
+const DType* OpDef::fixed_input_dtype(int index) const {
+  for (const auto& entry : fixed_input_dtypes_)
+    if (entry.first == index) return &entry.second;
+  return nullptr;
+}
 OpDef& OpDef::sharing(Sharing mode) {
   sharing_ = mode;
   return *this;
@@ -95,6 +109,7 @@ bool OpDef::accepts_attribute(const std::string& name) const {
 }
 
 bool OpDef::input_is_differentiable(int index) const {
+  if (const DType* fixed = fixed_input_dtype(index); fixed != nullptr && !is_floating(*fixed)) return false;
   return std::find(non_differentiable_inputs_.begin(), non_differentiable_inputs_.end(), index) ==
          non_differentiable_inputs_.end();
 }

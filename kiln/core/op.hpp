@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <kiln/core/attributes.hpp>
@@ -186,6 +187,10 @@ class OpDef {
   OpDef& not_differentiable(std::string reason);
   /// Inputs that carry no gradient by their nature (indices, masks, labels); gradients stop there.
   OpDef& non_differentiable_inputs(std::vector<int> indices, std::string reason);
+  /// Input `index` has this dtype whatever the node's (an int8 quantized kernel beside float activations): it is
+  /// checked against `dtype`, not against the other inputs, and kernels read it as that type. The node's dtype
+  /// is its other inputs'. Such an input carries no gradient unless it is floating and differentiable.
+  OpDef& input_dtype(int index, DType dtype);
   /// Whether the output may share memory with input 0; Sharing::none unless set.
   OpDef& sharing(Sharing mode);
   /// Scratch memory for the kernel, placed in the Program's arena like any buffer (not for Sharing::alias).
@@ -214,8 +219,12 @@ class OpDef {
   const std::vector<std::string>& attribute_names() const { return attribute_names_; }
   /// The shape rule, or nullptr.
   ShapeFn shape_fn() const { return shape_fn_; }
-  /// The forward kernel for `dtype`, or nullptr.
-  KernelFn kernel(DType dtype) const { return dtype == DType::float32 ? kernel_f32_ : kernel_f64_; }
+  /// The forward kernel for `dtype`, or nullptr (no op computes in int8).
+  KernelFn kernel(DType dtype) const {
+    return dtype == DType::float32 ? kernel_f32_ : dtype == DType::float64 ? kernel_f64_ : nullptr;
+  }
+  /// The dtype input `index` must have, when input_dtype() fixed one; else nullptr (the node's dtype).
+  const DType* fixed_input_dtype(int index) const;
   /// Whether both forward kernels are set.
   bool has_kernel() const { return kernel_f32_ != nullptr && kernel_f64_ != nullptr; }
   /// Whether the op has a gradient rule.
@@ -249,6 +258,7 @@ class OpDef {
   BackwardFn backward_fn_ = nullptr;
   std::string not_differentiable_reason_;
   std::vector<int> non_differentiable_inputs_;
+  std::vector<std::pair<int, DType>> fixed_input_dtypes_;
   std::string non_differentiable_inputs_reason_;
   Sharing sharing_ = Sharing::none;
   WorkspaceFn workspace_fn_ = nullptr;

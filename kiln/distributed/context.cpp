@@ -84,6 +84,7 @@ std::string Context::library_version() {
 }
 
 void Context::start_sum(void* data, std::size_t count, DType dtype) {
+  if (!is_floating(dtype)) throw DTypeError(std::string("distributed sums are of float32 or float64, not ") + dtype_name(dtype));
   const MPI_Datatype type = dtype == DType::float64 ? MPI_DOUBLE : MPI_FLOAT;
   auto* bytes = static_cast<unsigned char*>(data);
   const std::size_t size = dtype_size(dtype);

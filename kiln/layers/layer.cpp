@@ -48,17 +48,45 @@ bool CallArgs::flag(const std::string& name, bool fallback) const {
 
 // ---- Layer --------------------------------------------------------------------------------------------
 
-Layer::Layer(const Config& config, std::string class_name) : class_name_(std::move(class_name)) {
+Layer::Layer(const Config& config, std::string class_name, const std::vector<std::string>& quantization_modes)
+    : class_name_(std::move(class_name)) {
   if (!config.is_null() && !config.is_map())
     throw ConfigError(class_name_ + ": a config must be a map of arguments, got " + config.to_string());
   name_ = config.get_string("name", "");
   name_given_ = !name_.empty();
   trainable_ = config.get_bool("trainable", true);
   if (const Config* dtype = config.find("dtype"); dtype != nullptr && !dtype->is_null()) {
-    // Keras 3 writes either "float32" or a DTypePolicy object {"class_name": "DTypePolicy", "config": {"name": ...}}.
-    const std::string dtype_name =
-        dtype->is_map() ? dtype->at("config").get_string("name") : dtype->as_string(class_name_ + " argument 'dtype'");
+    // Keras 3 writes "float32", a DTypePolicy {"class_name": "DTypePolicy", "config": {"name": ...}}, or for a
+    // quantized layer a QuantizedDTypePolicy {"config": {"mode": "int8", "source_name": "float32"}} (whose name
+    // is "int8_from_float32").
+    std::string dtype_name;
+    if (dtype->is_map()) {
+      const Config& policy = dtype->at("config");
+      if (policy.contains("mode")) {
+        quantization_mode_ = policy.get_string("mode");
+        dtype_name = policy.get_string("source_name", "float32");
+      } else {
+        dtype_name = policy.get_string("name");
+      }
+    } else {
+      dtype_name = dtype->as_string(class_name_ + " argument 'dtype'");
+    }
+    if (const auto from = dtype_name.find("_from_"); from != std::string::npos && quantization_mode_.empty()) {
+      quantization_mode_ = dtype_name.substr(0, from);
+      dtype_name = dtype_name.substr(from + 6);
+    }
+    if (!quantization_mode_.empty() &&
+        std::find(quantization_modes.begin(), quantization_modes.end(), quantization_mode_) == quantization_modes.end()) {
+      std::string known;
+      for (const std::string& mode : quantization_modes) known += (known.empty() ? "" : ", ") + mode;
+      throw ConfigError(class_name_ + (name_.empty() ? "" : " '" + name_ + "'") + ": quantization mode '" +
+                        quantization_mode_ + "' is not one kiln runs for this layer (" +
+                        (known.empty() ? std::string("it has none") : "it runs " + known) + ")");
+    }
     dtype_ = dtype_from_name(dtype_name);
+    if (!is_floating(dtype_))
+      throw ConfigError(class_name_ + (name_.empty() ? "" : " '" + name_ + "'") + ": computes in float32 or float64, not " +
+                        dtype_name);
     dtype_given_ = true;
   }
   if (const Config* activity = config.find("activity_regularizer"); activity != nullptr)
@@ -84,7 +112,13 @@ ConfigReader Layer::config_reader(const Config& config) const {
 
 Config Layer::base_config() const {
   Config config = {{"name", name_.empty() ? Config() : Config(name_)}, {"trainable", trainable_}};
-  config.set("dtype", dtype_given_ || built_ ? Config(dtype_name(dtype_)) : Config());
+  if (!quantization_mode_.empty())  // Keras's QuantizedDTypePolicy, as it writes it
+    config.set("dtype", Config{{"module", "keras.dtype_policies"},
+                               {"class_name", "QuantizedDTypePolicy"},
+                               {"config", {{"mode", quantization_mode_}, {"source_name", dtype_name(dtype_)}}},
+                               {"registered_name", Config()}});
+  else
+    config.set("dtype", dtype_given_ || built_ ? Config(dtype_name(dtype_)) : Config());
   // As Keras: written only when set.
   if (activity_regularizer_) config.set("activity_regularizer", activity_regularizer_.get_config());
   return config;
@@ -184,6 +218,12 @@ WeightId Layer::add_weight(const std::string& name, const Shape& shape, const In
     if (weight.name == name) config_error("two weights named '" + name + "'");
   weights_.push_back({name, Array(shape, dtype_), initializer, fans, nullptr, trainable, {}, {}});
   return weights_.size() - 1;
+}
+
+WeightId Layer::add_int8_weight(const std::string& name, const Shape& shape) {
+  const WeightId id = add_weight(name, shape, Initializer::get("zeros"), /*trainable=*/false);
+  weights_[id].value = Array(shape, DType::int8);
+  return id;
 }
 
 WeightId Layer::add_weight(const std::string& name, const Shape& shape, WeightFill fill, bool trainable) {

@@ -223,6 +223,10 @@ class Layer : public std::enable_shared_from_this<Layer> {
   DType dtype() const { return dtype_; }
   /// Whether the config gave the dtype; otherwise the first input (or the parent layer) sets it at build.
   bool has_dtype() const { return dtype_given_; }
+  /// Keras's quantization mode of the layer's dtype policy ("int8"), or "" for a float layer. A config's
+  /// QuantizedDTypePolicy ({"mode": "int8", "source_name": "float32"}, or the name "int8_from_float32") sets it,
+  /// and get_config writes the policy back; dtype() is then the source dtype, the float the layer computes in.
+  const std::string& quantization_mode() const { return quantization_mode_; }
 
   // ---- building -----------------------------------------------------------------------------------
   /// Whether the weights exist: after the first call, build_for(), or a config with a build_config.
@@ -270,7 +274,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
 
  protected:
   /// Reads the base fields (name, trainable, dtype) from `config`; `class_name` is the Keras class name.
-  Layer(const Config& config, std::string class_name);
+  /// `quantization_modes`: the Keras quantization modes the layer implements; a dtype policy with another mode
+  /// throws ConfigError naming the layer (Keras quantizes Dense, EinsumDense and Embedding, not every layer).
+  Layer(const Config& config, std::string class_name, const std::vector<std::string>& quantization_modes = {});
 
   /// The first input's dtype becomes the weights' dtype, unless the config gave one (what a first call does).
   void take_input_dtype(DType dtype) {
@@ -322,6 +328,8 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// add_weight() whose values come from `fill` instead of one initializer; initialize_weights() draws them
   /// again the same way.
   WeightId add_weight(const std::string& name, const Shape& shape, WeightFill fill, bool trainable = true);
+  /// A non-trainable int8 weight of zeros (a quantized kernel), whatever the layer's dtype.
+  WeightId add_int8_weight(const std::string& name, const Shape& shape);
   /// Gives one of the layer's own weights a regularizer (added to the training loss while the weight
   /// trains) and a constraint (applied after each optimizer update), as Keras's add_weight takes them.
   void regularize(WeightId weight, const Regularizer& regularizer, const Constraint& constraint = {});
@@ -392,6 +400,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
   Regularizer activity_regularizer_;
   DType dtype_ = DType::float32;
   bool dtype_given_ = false;
+  std::string quantization_mode_;
   bool built_ = false;
   bool building_ = false;
   mutable bool warned_about_mask_ = false;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include <kiln/core/array.hpp>
 #include <kiln/core/attributes.hpp>
 #include <kiln/core/tensor.hpp>
 
@@ -173,6 +174,28 @@ Tensor l2_normalize(const Tensor& x, const Axes& axes = {-1});
 /// a: (..., m, k) or (..., k, m) when transpose_a; b likewise. Batch dimensions broadcast. A rank-2 b
 /// with a rank-3+ a is one GEMM over all rows (a Dense layer). Straight to cblas, no transposed copies.
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+
+// ---- int8 quantization (Keras's int8 mode) -------------------------------------------------------------------
+/// Keras's int8 Dense product (Dense._int8_call): x (..., K) float32 or float64, kernel (K, N) int8, kernel_scale
+/// (N,) in x's dtype. With quantize_inputs (Keras's default AbsMaxQuantizer on the inputs), each row of x is
+/// quantized to int8 as Keras does it (scale s = 127 / (max|row| + 1e-7), values round(x · s) clipped to ±127,
+/// ties to even), multiplied by the kernel in int32 (oneDNN's VNNI kernels where the CPU has them), and divided by
+/// kernel_scale · s; without, y = (x · kernel) / kernel_scale. Differentiable in x only, as Keras's custom
+/// gradient: dx = dy · (kernel / kernel_scale)ᵀ.
+Tensor quantized_matmul(const Tensor& x, const Tensor& kernel, const Tensor& kernel_scale, bool quantize_inputs = true);
+/// q / scale in scale's dtype, q int8 (..., N) and scale (N,): the float values a quantized kernel stands for
+/// (Keras's `kernel` of a quantized layer). Not differentiable.
+Tensor dequantize(const Tensor& q, const Tensor& scale);
+/// An int8 array and its scale (`values` / `scale` approximates the float array).
+struct QuantizedArray {
+  Array values;  ///< int8, the input's shape
+  Array scale;   ///< the input's dtype and shape with `axis` of size 1
+};
+/// Keras's abs_max_quantize(values, axis, value_range=(-value_max, value_max)) as its numpy path computes it in
+/// the values' dtype: scale = value_max / (max|values| along axis + 1e-7), values = clip(round(values · scale)),
+/// ties to even. Dense.quantize("int8") quantizes its kernel this way along axis 0 (one scale per unit).
+/// Throws ValueError on a bad axis or value_max, DTypeError on int8 input.
+QuantizedArray abs_max_quantize(const Array& values, int axis, int value_max = 127);
 
 // ---- attention -------------------------------------------------------------------------------------
 /// softmax(scale·q·kᵀ)·v over the last two axes of q (..., T, d), k (..., S, d) and v (..., S, dv), whose

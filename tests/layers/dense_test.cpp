@@ -1,5 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <vector>
+
 #include <kiln/core/error.hpp>
 #include <kiln/layers/core/dense.hpp>
 #include <kiln/layers/model_base.hpp>
@@ -96,6 +99,33 @@ LayerSpec dense_spec() {
                      {"two inputs", {{any, 5}, {any, 5}}, "takes 1 inputs, got 2"}};
   return spec;
 }
+// Keras's int8 Dense (a QuantizedDTypePolicy): built, its int8 kernel and scales set, through the same harness but
+// for the gradients (the input gradient is Keras's straight-through one, not the quantized function's: checked in
+// tests/ops/quantize_test.cpp).
+LayerSpec int8_dense_spec() {
+  constexpr std::int64_t any = Shape::unknown;
+  LayerSpec spec;
+  spec.make = [] {
+    kiln::LayerPtr layer = kiln::create_layer("kiln>Dense", Config{{"units", 4}, {"activation", "tanh"}, {"dtype", "int8_from_float64"}});
+    layer->build_for(Shape{any, 2, 5});
+    std::vector<std::int8_t> kernel(20);
+    for (std::size_t i = 0; i < kernel.size(); ++i) kernel[i] = static_cast<std::int8_t>(static_cast<int>(i * 37 % 255) - 127);
+    kiln::Array scale = kiln::Array::from_vector(std::vector<double>{90.0, 120.5, 64.25, 300.0}, Shape{4});
+    kiln::Array bias = kiln::Array::from_vector(std::vector<double>{0.1, -0.2, 0.3, 0.05}, Shape{4});
+    layer->set_weights({kiln::Array::from_vector(kernel, Shape{5, 4}), bias, scale});
+    return layer;
+  };
+  spec.call = LayerCase{{random_input({3, 2, 5}, 2)}};
+  spec.output_shapes = {Shape{any, 2, 4}};
+  spec.differentiable = false;
+  spec.bad_inputs = {{"another last dimension", {{any, 2, 6}}, "was built for inputs with last dimension 5"}};
+  return spec;
+}
+
 }  // namespace
 
 KILN_LAYER_HARNESS("kiln>Dense", dense_spec)
+
+TEST_CASE("kiln>Dense in int8: the layer harness (shapes, config, file, bad input)", "[layers][harness][quantize]") {
+  check_layer(int8_dense_spec());
+}

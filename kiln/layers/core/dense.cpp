@@ -5,7 +5,41 @@
 
 namespace kiln {
 
-DenseLayer::DenseLayer(const Config& config) : Layer(config, "Dense") {
+namespace {
+
+// Keras's default activation quantizer of an int8 layer, AbsMaxQuantizer() as Int8QuantizationConfig writes it.
+Config default_activation_quantizer() {
+  return {{"module", "keras.quantizers"},
+          {"class_name", "AbsMaxQuantizer"},
+          {"config", {{"value_range", Config::list({Config(-127), Config(127)})},
+                      {"epsilon", 1e-07},
+                      {"output_dtype", "int8"}}},
+          {"registered_name", Config()}};
+}
+
+// Whether `quantizer` is Keras's AbsMaxQuantizer with the int8 defaults kiln's kernels compute (value_range
+// [-127, 127], epsilon 1e-7, int8 output; an axis of -1 or none for activations).
+bool is_default_abs_max(const Config& quantizer) {
+  if (!quantizer.is_map() || quantizer.get_string("class_name", "") != "AbsMaxQuantizer") return false;
+  const Config* arguments = quantizer.find("config");
+  if (arguments == nullptr || !arguments->is_map()) return true;
+  if (const Config* range = arguments->find("value_range"); range != nullptr && !range->is_null()) {
+    const std::vector<std::int64_t> values = range->as_ints("value_range");
+    if (values != std::vector<std::int64_t>{-127, 127}) return false;
+  }
+  if (const Config* epsilon = arguments->find("epsilon"); epsilon != nullptr && !epsilon->is_null())
+    if (epsilon->as_double("epsilon") != 1e-07) return false;
+  if (arguments->get_string("output_dtype", "int8") != "int8") return false;
+  if (const Config* axis = arguments->find("axis"); axis != nullptr && !axis->is_null()) {
+    const std::vector<std::int64_t> axes = axis->is_list() ? axis->as_ints("axis") : std::vector<std::int64_t>{axis->as_int("axis")};
+    if (axes != std::vector<std::int64_t>{-1}) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+DenseLayer::DenseLayer(const Config& config) : Layer(config, "Dense", {"int8"}) {
   ConfigReader args = config_reader(config);
   units_ = args.integer("units");
   activation_ = args.text("activation", "linear");
@@ -15,10 +49,40 @@ DenseLayer::DenseLayer(const Config& config) : Layer(config, "Dense") {
   bias_initializer_ = Initializer::from_argument(args, "bias_initializer", "zeros");
   kernel_regularization_ = WeightRegularization::from_arguments(args, "kernel");
   bias_regularization_ = WeightRegularization::from_arguments(args, "bias");
-  for (const char* key : {"lora_rank", "lora_alpha", "quantization_config"}) args.unsupported(key);
+  for (const char* key : {"lora_rank", "lora_alpha"}) args.unsupported(key);
+  read_quantization_config(args);
   args.finish();
   if (units_ <= 0) args.fail("units must be positive, got " + std::to_string(units_));
   ops::check_activation(activation_, describe());
+}
+
+// Keras's Int8QuantizationConfig (keras/src/quantizers/quantization_config.py): its activation quantizer says
+// whether the inputs are quantized (Keras's default, AbsMaxQuantizer()) or multiply the int8 kernel as floats (null);
+// its weight quantizer mattered only when the kernel was quantized. A config for a float layer, or another class,
+// or quantizers kiln does not compute, are refused by name.
+void DenseLayer::read_quantization_config(ConfigReader& args) {
+  const Config& given = args.value("quantization_config");
+  if (given.is_null()) {
+    quantization_config_ = quantization_mode().empty() ? Config() : Config{
+        {"module", "keras.quantizers"},
+        {"class_name", "Int8QuantizationConfig"},
+        {"config", {{"weight_quantizer", Config()}, {"activation_quantizer", default_activation_quantizer()}}},
+        {"registered_name", Config()}};
+    return;
+  }
+  if (quantization_mode().empty())
+    args.fail(std::string("quantization_config is for a quantized layer; this one's dtype policy is ") + dtype_name(dtype()));
+  if (!given.is_map() || given.get_string("class_name", "") != "Int8QuantizationConfig")
+    args.fail("quantization_config must be Keras's Int8QuantizationConfig for mode 'int8', got " + given.to_string());
+  const Config* arguments = given.find("config");
+  const Config activation = arguments && arguments->is_map() && arguments->contains("activation_quantizer")
+                                ? arguments->at("activation_quantizer")
+                                : default_activation_quantizer();
+  if (!activation.is_null() && !is_default_abs_max(activation))
+    args.fail("kiln quantizes int8 activations as Keras's AbsMaxQuantizer() does (value_range [-127, 127], epsilon "
+              "1e-07, the last axis); got activation_quantizer " + activation.to_string());
+  quantize_inputs_ = !activation.is_null();
+  quantization_config_ = given;
 }
 
 Config DenseLayer::get_config() const {
@@ -29,19 +93,36 @@ Config DenseLayer::get_config() const {
   config.set("kernel_initializer", kernel_initializer_.get_config());
   config.set("bias_initializer", bias_initializer_.get_config());
   WeightRegularization::write(config, "kernel", kernel_regularization_, "bias", bias_regularization_);
-  config.set("quantization_config", Config());  // Keras 3.16 writes it, null for a float model
+  config.set("quantization_config", quantization_config_);  // Keras 3.16 writes it, null for a float model
   return config;
+}
+
+std::vector<std::string> DenseLayer::keras_weight_paths() const {
+  if (quantization_mode().empty()) return Layer::keras_weight_paths();
+  // Keras's variable_serialization_spec for int8: kernel, bias (when used), kernel_scale, numbered in that order.
+  std::vector<std::string> paths;
+  int next = 0;
+  paths.push_back("vars/" + std::to_string(next++));  // kernel (weight 0)
+  if (use_bias_) paths.push_back("vars/" + std::to_string(next++));
+  paths.push_back("vars/" + std::to_string(next++));  // kernel_scale
+  return paths;
 }
 
 void DenseLayer::build(const Shape& input_shape) {
   if (input_shape.rank() < 1 || input_shape.dim(-1) == Shape::unknown)
     shape_error("needs inputs whose last dimension is known", {{"input", input_shape}});
-  kernel_ = add_weight("kernel", {input_shape.dim(-1), units_}, kernel_initializer_);
-  regularize(kernel_, kernel_regularization_);
+  if (quantization_mode() == "int8") {
+    // As Keras's _int8_build: the int8 kernel and its per-unit scale, neither trained.
+    kernel_ = add_int8_weight("kernel", {input_shape.dim(-1), units_});
+  } else {
+    kernel_ = add_weight("kernel", {input_shape.dim(-1), units_}, kernel_initializer_);
+    regularize(kernel_, kernel_regularization_);
+  }
   if (use_bias_) {
     bias_ = add_weight("bias", {units_}, bias_initializer_);
     regularize(bias_, bias_regularization_);
   }
+  if (quantization_mode() == "int8") kernel_scale_ = add_weight("kernel_scale", {units_}, Initializer::get("ones"), false);
 }
 
 Tensor DenseLayer::call(const Tensor& input, const CallArgs&) {
@@ -49,7 +130,9 @@ Tensor DenseLayer::call(const Tensor& input, const CallArgs&) {
   if (input.rank() < 1 || input.shape().dim(-1) != expected.dim(-1))
     shape_error("was built for inputs with last dimension " + std::to_string(expected.dim(-1)),
                 {{"built for", expected}, {"input", input.shape()}});
-  Tensor output = ops::matmul(input, variable(kernel_, input));
+  Tensor output = quantization_mode() == "int8"
+                      ? ops::quantized_matmul(input, variable(kernel_, input), variable(kernel_scale_, input), quantize_inputs_)
+                      : ops::matmul(input, variable(kernel_, input));
   if (use_bias_) output = output + variable(bias_, input);  // broadcast; autodiff sums the bias gradient
   return ops::activation(output, activation_);
 }

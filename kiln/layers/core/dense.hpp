@@ -3,6 +3,7 @@
 // kernel has shape (input_dim, units) as in Keras (torch's Linear stores (out, in)).
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <kiln/layers/layer.hpp>
 
@@ -15,14 +16,19 @@ class DenseLayer : public Layer {
   bool supports_masking() const override { return true; }  ///< passes the mask on, as Keras's does
   /// Arguments (Keras names and defaults): units (required), activation = null (linear), use_bias = true,
   /// kernel_initializer = glorot_uniform, bias_initializer = zeros.
-  /// Regularizers, constraints, LoRA and quantization_config must stay null. Throws ConfigError when units is
-  /// not positive, the activation name is unknown or a key is unknown.
+  /// LoRA must stay null. A QuantizedDTypePolicy of mode "int8" (a Keras file after model.quantize("int8"))
+  /// makes the layer Keras's int8 Dense: an int8 kernel with a float kernel_scale per unit (neither trained), the
+  /// inputs quantized per row unless quantization_config's activation_quantizer is null (ops::quantized_matmul).
+  /// Throws ConfigError when units is not positive, the activation name is unknown, a key is unknown, or the
+  /// quantization config is not Keras's Int8QuantizationConfig with its default quantizers.
   explicit DenseLayer(const Config& config);
   std::int64_t units() const { return units_; }  ///< the size of the output's last axis
   /// The activation's name; "linear" when none was given.
   const std::string& activation() const { return activation_; }
   bool use_bias() const { return use_bias_; }  ///< whether the layer adds a bias
   Config get_config() const override;
+  /// Keras's order for a quantized layer (kernel, bias, kernel_scale), else the usual one.
+  std::vector<std::string> keras_weight_paths() const override;
 
  protected:
   /// Creates the kernel (input_dim, units), input_dim being the input's last dimension, and the bias.
@@ -33,12 +39,16 @@ class DenseLayer : public Layer {
   Tensor call(const Tensor& input, const CallArgs& args) override;
 
  private:
+  void read_quantization_config(ConfigReader& args);
+
   std::int64_t units_ = 0;
+  bool quantize_inputs_ = true;  // int8: Keras's activation quantizer (AbsMaxQuantizer) on the inputs
+  Config quantization_config_;   // as Keras writes it; null for a float layer
   std::string activation_;
   bool use_bias_ = true;
   Initializer kernel_initializer_, bias_initializer_;
   WeightRegularization kernel_regularization_, bias_regularization_;
-  WeightId kernel_ = 0, bias_ = 0;
+  WeightId kernel_ = 0, bias_ = 0, kernel_scale_ = 0;
 };
 
 /// A densely connected layer: Keras's layers.Dense.

@@ -478,4 +478,48 @@ void gemm_batch_reduce(const GemmShape& s, const double* const* a, const double*
   batch_in_turn(s, a, b, count, c);
 }
 
+// ---- int8 ----------------------------------------------------------------------------------------------------
+
+namespace {
+void plain_s8s8s32(std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda,
+                   const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc) {
+  for (std::int64_t i = 0; i < m; ++i) {
+    std::int32_t* row = c + i * ldc;
+    std::fill(row, row + n, 0);
+    for (std::int64_t p = 0; p < k; ++p) {
+      const std::int32_t left = a[i * lda + p];
+      const std::int8_t* right = b + p * ldb;
+      for (std::int64_t j = 0; j < n; ++j) row[j] += left * static_cast<std::int32_t>(right[j]);
+    }
+  }
+}
+}  // namespace
+
+Int8GemmBackend int8_gemm_backend() { return gemm_has_dnnl() ? Int8GemmBackend::onednn : Int8GemmBackend::plain; }
+
+void gemm_s8s8s32_with(Int8GemmBackend backend, std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a,
+                       std::int64_t lda, const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+#if KILN_HAS_DNNL
+  if (backend == Int8GemmBackend::onednn && k > 0) {
+    // On the calling thread, as call_dnnl runs dnnl_sgemm.
+    const int threads = omp_get_max_threads();
+    if (threads != 1) omp_set_num_threads(1);
+    const std::int32_t no_offset = 0;
+    const dnnl_status_t status =
+        dnnl_gemm_s8s8s32('N', 'N', 'F', m, n, k, 1.0f, a, lda, 0, b, ldb, 0, 0.0f, c, ldc, &no_offset);
+    if (threads != 1) omp_set_num_threads(threads);
+    if (status == dnnl_success) return;
+  }
+#else
+  (void)backend;
+#endif
+  plain_s8s8s32(m, n, k, a, lda, b, ldb, c, ldc);
+}
+
+void gemm_s8s8s32(std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda,
+                  const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc) {
+  gemm_s8s8s32_with(int8_gemm_backend(), m, n, k, a, lda, b, ldb, c, ldc);
+}
+
 }  // namespace kiln::detail

@@ -70,4 +70,22 @@ void gemm_batch_reduce(const GemmShape& shape, const double* const* a, const dou
                        double* c);
 bool gemm_batch_reduce_fused(const GemmShape& shape, DType dtype);
 
+// ---- int8 products (Keras's int8 quantization) -----------------------------------------------------------------
+// C (m × n, int32) = A (m × k, int8) · B (k × n, int8), row-major with no transposes, rows lda / ldb / ldc apart, on
+// the calling thread. Exact: the sums are int32 (k up to 2³¹ / 128² = 131 072 cannot overflow; longer rows are
+// refused by the callers' shape rules). On oneDNN's dnnl_gemm_s8s8s32 where kiln has it, which picks its kernels
+// for the CPU at run time (AVX512-VNNI's vpdpbusd, AVX-512, AVX2 or SSE4.1; A shifted to unsigned with a column-
+// sum correction); else, or should oneDNN refuse, a plain loop of int32 multiply-adds.
+enum class Int8GemmBackend {
+  onednn,  // dnnl_gemm_s8s8s32
+  plain,   // kiln's loop
+};
+constexpr std::int64_t int8_gemm_max_k = std::int64_t{1} << 17;
+Int8GemmBackend int8_gemm_backend();
+void gemm_s8s8s32(std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda,
+                  const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc);
+// The same on the given backend (tests and bench compare them); onednn without oneDNN runs the loop.
+void gemm_s8s8s32_with(Int8GemmBackend backend, std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a,
+                       std::int64_t lda, const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc);
+
 }  // namespace kiln::detail

@@ -17,7 +17,9 @@ constexpr std::uint64_t kMaxNameBytes = 4096;
 constexpr std::uint64_t kSmallestArray = 13;
 constexpr std::size_t kChunk = std::size_t{1} << 20;  // data converted or swapped a piece at a time
 
-std::size_t item_size(DType dtype) { return dtype == DType::float32 ? 4 : 8; }
+std::size_t item_size(DType dtype) { return dtype_size(dtype); }
+// The dtype's code in a record: 0 float32, 1 float64, 2 int8 (quantized weights).
+std::uint64_t dtype_code(DType dtype) { return dtype == DType::float32 ? 0 : dtype == DType::float64 ? 1 : 2; }
 
 void put(std::string& out, std::uint64_t value, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
@@ -28,7 +30,7 @@ std::string header_of(const NamedArray& array) {
   std::string header;
   put(header, array.name.size(), 8);
   header += array.name;
-  put(header, array.value.dtype() == DType::float32 ? 0 : 1, 1);
+  put(header, dtype_code(array.value.dtype()), 1);
   put(header, static_cast<std::uint64_t>(array.value.shape().rank()), 4);
   for (std::int64_t dim : array.value.shape().dims()) put(header, static_cast<std::uint64_t>(dim), 8);
   return header;
@@ -112,9 +114,9 @@ std::vector<ArrayEntry> list_with(RegionCursor cursor, const std::string& where)
     const std::string named = which + " '" + entry.name + "'";
     const std::uint64_t dtype = cursor.unsigned_int(1, big);
     const std::uint64_t rank = cursor.unsigned_int(4, big);
-    cursor.require(dtype <= 1, "the dtype code " + std::to_string(dtype) + " of " + named);
+    cursor.require(dtype <= 2, "the dtype code " + std::to_string(dtype) + " of " + named);
     cursor.require(rank <= kMaxRank, "the rank " + std::to_string(rank) + " of " + named);
-    entry.dtype = dtype == 0 ? DType::float32 : DType::float64;
+    entry.dtype = dtype == 0 ? DType::float32 : dtype == 1 ? DType::float64 : DType::int8;
     const std::uint64_t item = item_size(entry.dtype);
     std::vector<std::int64_t> dims(static_cast<std::size_t>(rank));
     std::uint64_t elements = 1;
@@ -151,6 +153,8 @@ void read_with(const std::function<void(std::uint64_t, void*, std::size_t)>& fet
                      into.shape().to_string());
   const std::size_t item = item_size(entry.dtype);
   const std::size_t count = into.size();
+  if (is_floating(entry.dtype) != is_floating(into.dtype()))  // quantized weights never pass for float ones
+    throw DTypeError("array '" + entry.name + "' is " + dtype_name(entry.dtype) + ", not " + dtype_name(into.dtype()));
   if (entry.dtype == into.dtype() && !entry.big_endian) {
     if (count > 0) fetch(entry.data_offset, into.raw(), count * item);
     return;
@@ -166,6 +170,8 @@ void read_with(const std::function<void(std::uint64_t, void*, std::size_t)>& fet
         float f;
         std::memcpy(&f, chunk.data() + i * item, sizeof f);
         value = f;
+      } else if (entry.dtype == DType::int8) {  // (only when the order was swapped: the same dtype)
+        value = static_cast<std::int8_t>(chunk[i]);
       } else {
         std::memcpy(&value, chunk.data() + i * item, sizeof value);
       }

@@ -986,10 +986,14 @@ void Object::read_into(Array& into) const {
   if (into.shape() != shape)
     file_->fail("the dataset '" + path_ + "' has shape " + shape.to_string() + ", not " + into.shape().to_string());
   const ObjectHeader& h = header();
+  const bool int8_data = h.type.type_class == Datatype::fixed_point && h.type.size == 1 && h.type.is_signed;
+  if (into.dtype() == DType::int8 && !int8_data)  // quantized weights are Keras's int8 as stored, never converted
+    file_->fail("the dataset '" + path_ + "' is not int8, as the quantized weight it is read into is");
   const DataLocation location = locate_data(*file_, h, path_);
-  const bool native = h.type.type_class == Datatype::floating_point && !h.type.big_endian &&
-                      ((into.dtype() == DType::float32 && h.type.size == 4) ||
-                       (into.dtype() == DType::float64 && h.type.size == 8));
+  const bool native = (into.dtype() == DType::int8) ||
+                      (h.type.type_class == Datatype::floating_point && !h.type.big_endian &&
+                       ((into.dtype() == DType::float32 && h.type.size == 4) ||
+                        (into.dtype() == DType::float64 && h.type.size == 8)));
   // The bytes as they are, straight into the array's storage, when they are its dtype.
   if (native && location.compact.empty() && location.count > 0 && file_->data->bytes() == nullptr) {
     file_->data->read(location.position, into.raw(), static_cast<std::size_t>(location.count * h.type.size));

@@ -168,9 +168,17 @@ void Hdf5Builder::strings_attribute(const std::string& path, const std::string& 
 void Hdf5Builder::dataset(const std::string& path, const Array& value) {
   std::vector<hsize_t> dims;
   for (const std::int64_t dim : value.shape().dims()) dims.push_back(static_cast<hsize_t>(dim));
-  const bool single = value.dtype() == DType::float32;
-  state_->write_dataset(clean(path), single ? H5T_IEEE_F32LE : H5T_IEEE_F64LE,
-                        single ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE, dims, value.raw());
+  switch (value.dtype()) {
+    case DType::float32:
+      state_->write_dataset(clean(path), H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, dims, value.raw());
+      return;
+    case DType::float64:
+      state_->write_dataset(clean(path), H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, dims, value.raw());
+      return;
+    case DType::int8:  // quantized weights, as Keras stores them
+      state_->write_dataset(clean(path), H5T_STD_I8LE, H5T_NATIVE_INT8, dims, value.raw());
+      return;
+  }
 }
 
 void Hdf5Builder::int64_dataset(const std::string& path, std::int64_t value) {

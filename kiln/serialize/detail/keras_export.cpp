@@ -130,13 +130,23 @@ Config keras_arguments(const Config& config, bool input_layer) {
     if (key == "dtype" && !input_layer) {
       // Null (an unbuilt layer that takes its dtype from its first input) stays null: Keras reads it as its
       // default policy, kiln as "from the input".
-      result.set(key, value.is_null() ? Config() : dtype_policy(value.as_string()));
+      // (A quantized layer's QuantizedDTypePolicy is already Keras's object.)
+      result.set(key, value.is_null() ? Config() : value.is_map() ? value : dtype_policy(value.as_string()));
     } else if (ends_with(key, "_initializer") && value.is_map()) {
       result.set(key, keras_object(value, "keras.initializers"));
     } else if (ends_with(key, "_regularizer") && value.is_map()) {
       result.set(key, keras_object(value, "keras.regularizers"));
     } else if (ends_with(key, "_constraint") && value.is_map()) {
       result.set(key, keras_object(value, "keras.constraints"));
+    } else if (key == "quantization_config" && value.is_map()) {
+      // Int8QuantizationConfig and its quantizers (AbsMaxQuantizer) are keras.quantizers objects.
+      Config quantization = keras_object(value, "keras.quantizers");
+      Config arguments = quantization.at("config");
+      if (arguments.is_map())
+        for (const char* quantizer : {"weight_quantizer", "activation_quantizer"})
+          if (const Config* given = arguments.find(quantizer); given != nullptr && given->is_map())
+            arguments.set(quantizer, keras_object(*given, "keras.quantizers"));
+      result.set(key, quantization.with("config", arguments));
     } else {
       result.set(key, value);
     }

@@ -1,0 +1,105 @@
+"""Keras's int8 and int4 quantization, as fixtures for kiln (run with the oracle's kpython, in this directory).
+
+Each model is built in Keras 3.16 with seeded weights, perturbed as make_fixtures.py does, then quantized by
+Keras itself (`model.quantize(mode)`) and saved; Keras reloads the file and must predict the same bits. For each
+model M: M.keras, M.io.h5 (/inputs/input_<i>, /outputs/output_<k> = Keras's predictions of the quantized model,
+/float_outputs/output_<k> = the float model's before quantizing) and M.float.weights.h5 (the float weights that
+were quantized, so that kiln's own quantize can be checked against Keras's).
+
+quantizer_reference.h5: Keras's AbsMaxQuantizer on arrays with ties and zeros, as the layers call it:
+/rows/<case>/{x, q, scale}: quantizer(x, axis=-1) (the per-row activation quantizer of int8 layers);
+/columns/<case>/{x, q, scale}: abs_max_quantize(x, axis=0, to_numpy=True) (how Dense.quantize quantizes kernels);
+/int4_columns/<case>/{x, q, scale}: the same with value_range (-8, 7) (per-channel int4).
+"""
+import zlib
+
+import h5py
+import numpy as np
+
+import keras
+from keras import quantizers
+
+
+def perturb_weights(model, rng):
+    new = []
+    for w in model.get_weights():
+        w = np.asarray(w)
+        if w.dtype.kind != "f":
+            new.append(w)
+            continue
+        if np.all(w == 0):
+            w = rng.normal(0.0, 0.2, w.shape)
+        elif np.all(w == 1):
+            w = rng.uniform(0.5, 1.5, w.shape)
+        else:
+            w = w + rng.normal(0.0, 0.05, w.shape)
+        new.append(w.astype(np.float32))
+    model.set_weights(new)
+
+
+def make(name, build, data, mode, config=None):
+    keras.utils.set_random_seed(zlib.crc32(name.encode()) % (2**31))
+    model = build()
+    perturb_weights(model, np.random.default_rng(zlib.crc32(name.encode())))
+    float_outputs = model.predict(data, verbose=0)
+    model.save_weights(name + ".float.weights.h5")
+    model.quantize(mode, config=config) if config is not None else model.quantize(mode)
+    outputs = model.predict(data, verbose=0)
+    model.save(name + ".keras")
+    again = keras.saving.load_model(name + ".keras")
+    as_list = lambda o: o if isinstance(o, list) else [o]
+    for a, b in zip(as_list(outputs), as_list(again.predict(data, verbose=0))):
+        assert np.array_equal(a, b), name
+    with h5py.File(name + ".io.h5", "w") as f:
+        for i, array in enumerate(as_list(data)):
+            f.create_dataset("inputs/input_%d" % i, data=array)
+        for k, array in enumerate(as_list(outputs)):
+            f.create_dataset("outputs/output_%d" % k, data=np.asarray(array, dtype=np.float32))
+        for k, array in enumerate(as_list(float_outputs)):
+            f.create_dataset("float_outputs/output_%d" % k, data=np.asarray(array, dtype=np.float32))
+    worst = max(float(np.max(np.abs(a - b))) for a, b in zip(as_list(outputs), as_list(float_outputs)))
+    print(name, mode, "largest difference from the float model", worst)
+
+
+def dense_mlp():
+    x = keras.Input((40,), name="x")
+    h = keras.layers.Dense(33, activation="relu", name="hidden")(x)
+    h = keras.layers.Dense(17, activation="gelu", use_bias=False, name="no_bias")(h)
+    return keras.Model(x, keras.layers.Dense(7, name="head")(h), name="dense_mlp")
+
+
+def dense_sequence():
+    # Dense on a (batch, steps, features) input: the activations are quantized per row of the last axis.
+    x = keras.Input((5, 24), name="x")
+    h = keras.layers.Dense(19, activation="tanh", name="project")(x)
+    return keras.Model(x, keras.layers.Dense(4, name="out")(h), name="dense_sequence")
+
+
+rng = np.random.default_rng(11)
+mlp_data = rng.normal(0.0, 1.5, (6, 40)).astype(np.float32)
+mlp_data[2] = 0.0  # a row of zeros: its scale is 127 / epsilon
+seq_data = rng.uniform(-3.0, 3.0, (3, 5, 24)).astype(np.float32)
+make("dense_mlp_int8", dense_mlp, mlp_data, "int8")
+make("dense_sequence_int8", dense_sequence, seq_data, "int8")
+make("dense_mlp_int4", dense_mlp, mlp_data, "int4")
+
+# The quantizer itself, on arrays with ties (x * scale exactly k + 0.5), zeros and a row of zeros.
+with h5py.File("quantizer_reference.h5", "w") as f:
+    cases = {
+        "normal": rng.normal(0.0, 2.0, (9, 37)).astype(np.float32),
+        "ties": (np.array([[127.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 63.5, -63.5, 0.0]], np.float32) / 127.0),
+        "zeros": np.zeros((2, 5), np.float32),
+        "wide": rng.uniform(-1e4, 1e4, (3, 300)).astype(np.float32),
+        "tiny": rng.uniform(-1e-6, 1e-6, (4, 16)).astype(np.float32),
+    }
+    for key, x in cases.items():
+        q, scale = quantizers.AbsMaxQuantizer()(x, axis=-1)
+        g = f.create_group("rows/" + key)
+        g["x"], g["q"], g["scale"] = x, np.asarray(q), np.asarray(scale)
+        q, scale = quantizers.abs_max_quantize(x, axis=0, to_numpy=True)
+        g = f.create_group("columns/" + key)
+        g["x"], g["q"], g["scale"] = x, np.asarray(q), np.asarray(scale)
+        q, scale = quantizers.abs_max_quantize(x, axis=0, value_range=(-8, 7), to_numpy=True)
+        g = f.create_group("int4_columns/" + key)
+        g["x"], g["q"], g["scale"] = x, np.asarray(q), np.asarray(scale)
+print("quantizer_reference.h5 written")

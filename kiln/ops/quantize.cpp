@@ -1,0 +1,254 @@
+// Keras's int8 quantization (keras/src/quantizers, Dense._int8_call): int8 kernels with a float scale per output
+// column, applied to float activations.
+//   QuantizedMatMul  x (..., K) float, kernel (K, N) int8, kernel_scale (N,) float -> (..., N):
+//                    with quantize_inputs (Keras's default AbsMaxQuantizer on the inputs), each row of x is
+//                    quantized as Keras's AbsMaxQuantizer(axis=-1) does it, s = 127 / (max|x_row| + 1e-7),
+//                    q = clip(round(x_row · s), -127, 127) (ties to even), and y = (q · kernel, in int32) /
+//                    (kernel_scale · s), every step in x's dtype as Keras's numpy arithmetic does it; without,
+//                    y = (x · kernel) / kernel_scale with the kernel's values as floats (an int8 layer whose
+//                    activation_quantizer is null). Differentiable in x only, as Keras's custom gradient:
+//                    dx = dy · (kernel / kernel_scale)ᵀ, the float kernel the int8 one stands for.
+//   Dequantize       q (..., N) int8, scale (N,) float -> q / scale in scale's dtype (Keras's float_kernel).
+// The int8 products run on detail::gemm_s8s8s32 (oneDNN's VNNI kernels where the CPU has them). The activations'
+// int8 copy, their scales and the int32 sums live in the op's workspace: a step allocates nothing.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <kiln/core/array.hpp>
+#include <kiln/core/attributes.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/op.hpp>
+#include <kiln/core/parallel.hpp>
+#include <kiln/ops/detail/gemm.hpp>
+#include <kiln/ops/ops.hpp>
+
+namespace kiln {
+namespace {
+
+// Keras's AbsMaxQuantizer epsilon (backend.epsilon()) and int8 range.
+constexpr double quantize_epsilon = 1e-7;
+constexpr double int8_limit = 127;
+
+// One row's AbsMaxQuantizer, as Keras's numpy backend computes it in T: scale = 127 / (max|x| + eps), then
+// clip(round(x · scale)) with round-half-to-even (std::nearbyint in the default rounding mode, as np.round).
+template <class T>
+T quantize_row(const T* x, std::int64_t k, std::int8_t* q) {
+  T largest = T(0);
+  for (std::int64_t p = 0; p < k; ++p) largest = std::max(largest, std::abs(x[p]));
+  const T scale = T(int8_limit) / (largest + T(quantize_epsilon));
+  for (std::int64_t p = 0; p < k; ++p) {
+    const T value = std::nearbyint(x[p] * scale);
+    // (a NaN row: max ignores it, the product is NaN, and it becomes 0 here rather than an undefined conversion)
+    q[p] = std::isnan(value) ? std::int8_t{0}
+                             : static_cast<std::int8_t>(std::clamp(value, T(-int8_limit), T(int8_limit)));
+  }
+  return scale;
+}
+
+struct Layout {
+  std::int64_t rows = 0, k = 0, n = 0;
+};
+
+Layout layout_of(const Shape& x, const Shape& kernel) {
+  Layout l;
+  l.k = kernel.dim(0);
+  l.n = kernel.dim(1);
+  l.rows = l.k == 0 ? x.num_elements() : x.num_elements() / l.k;
+  return l;
+}
+
+std::size_t aligned(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+// Workspace: with quantize_inputs, the rows' int8 copy, their scales and the int32 sums; without, the kernel as
+// floats.
+std::size_t quantized_matmul_workspace(const std::vector<Shape>& inputs, const Shape&, const Attributes& attributes,
+                                       DType dtype) {
+  const Layout l = layout_of(inputs[0], inputs[1]);
+  if (!attributes.get_bool("quantize_inputs"))
+    return static_cast<std::size_t>(l.k * l.n) * dtype_size(dtype);
+  return aligned(static_cast<std::size_t>(l.rows * l.k)) + aligned(static_cast<std::size_t>(l.rows) * dtype_size(dtype)) +
+         static_cast<std::size_t>(l.rows * l.n) * sizeof(std::int32_t);
+}
+
+// Rows of the product per worker, or (few rows, as in generation) columns in blocks of 64.
+template <class Body>
+void split_product(const Layout& l, const Body& body) {
+  const int workers = detail::workers_for_elements(l.rows * l.n * std::max<std::int64_t>(l.k, 1) / 64);
+  if (l.rows >= 4 * workers || l.n < 128) {
+    detail::parallel_for(l.rows, workers, [&](std::int64_t begin, std::int64_t end, int) {
+      body(begin, end, std::int64_t{0}, l.n);
+    });
+    return;
+  }
+  const std::int64_t blocks = (l.n + 63) / 64;
+  detail::parallel_for(blocks, workers, [&](std::int64_t begin, std::int64_t end, int) {
+    body(std::int64_t{0}, l.rows, begin * 64, std::min(l.n, end * 64));
+  });
+}
+
+template <class T>
+void quantized_matmul_kernel(const KernelContext& k) {
+  const Layout l = layout_of(k.input_shape(0), k.input_shape(1));
+  const T* x = k.in<T>(0);
+  const auto* kernel = k.in<std::int8_t>(1);
+  const T* kernel_scale = k.in<T>(2);
+  T* y = k.out<T>();
+  if (l.rows == 0 || l.n == 0) return;
+  auto* bytes = static_cast<unsigned char*>(k.workspace);
+  if (!k.attributes().get_bool("quantize_inputs")) {
+    // Keras's matmul of float inputs by the int8 kernel (promoted to floats), then the division by its scale.
+    T* dense = reinterpret_cast<T*>(bytes);
+    for (std::int64_t i = 0; i < l.k * l.n; ++i) dense[i] = static_cast<T>(kernel[i]);
+    detail::gemm({l.rows, l.n, l.k, false, false, l.k, l.n, l.n, false}, x, dense, y);
+    detail::parallel_for(l.rows, detail::workers_for_elements(l.rows * l.n), [&](std::int64_t begin, std::int64_t end, int) {
+      for (std::int64_t i = begin; i < end; ++i)
+        for (std::int64_t j = 0; j < l.n; ++j) y[i * l.n + j] /= kernel_scale[j];
+    });
+    return;
+  }
+  auto* q = reinterpret_cast<std::int8_t*>(bytes);
+  T* row_scale = reinterpret_cast<T*>(bytes + aligned(static_cast<std::size_t>(l.rows * l.k)));
+  auto* sums = reinterpret_cast<std::int32_t*>(bytes + aligned(static_cast<std::size_t>(l.rows * l.k)) +
+                                               aligned(static_cast<std::size_t>(l.rows) * sizeof(T)));
+  detail::parallel_for(l.rows, detail::workers_for_elements(l.rows * l.k, 4), [&](std::int64_t begin, std::int64_t end, int) {
+    for (std::int64_t i = begin; i < end; ++i) row_scale[i] = quantize_row(x + i * l.k, l.k, q + i * l.k);
+  });
+  split_product(l, [&](std::int64_t row_begin, std::int64_t row_end, std::int64_t col_begin, std::int64_t col_end) {
+    detail::gemm_s8s8s32(row_end - row_begin, col_end - col_begin, l.k, q + row_begin * l.k, l.k, kernel + col_begin,
+                         l.n, sums + row_begin * l.n + col_begin, l.n);
+    // Keras: cast(sums) / (kernel_scale · inputs_scale), the scales' product first, in T.
+    for (std::int64_t i = row_begin; i < row_end; ++i)
+      for (std::int64_t j = col_begin; j < col_end; ++j)
+        y[i * l.n + j] = static_cast<T>(sums[i * l.n + j]) / (kernel_scale[j] * row_scale[i]);
+  });
+}
+
+template <class T>
+void dequantize_kernel(const KernelContext& k) {
+  const auto* q = k.in<std::int8_t>(0);
+  const T* scale = k.in<T>(1);
+  T* out = k.out<T>();
+  const Shape& shape = k.input_shape(0);
+  const std::int64_t n = shape.rank() == 0 ? 1 : shape.dim(-1), total = shape.num_elements();
+  if (n == 0) return;
+  for (std::int64_t i = 0; i < total; ++i) out[i] = static_cast<T>(q[i]) / scale[i % n];
+}
+
+// ---- shape rules ----------------------------------------------------------------------------------------------
+
+Shape quantized_matmul_shape(const InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  const Shape& kernel = ctx.input_shape(1);
+  const Shape& scale = ctx.input_shape(2);
+  if (x.rank() < 1) ctx.fail("x needs at least one dimension");
+  if (kernel.rank() != 2) ctx.fail("the kernel must be (input_dim, units)");
+  if (x.dim(-1) != Shape::unknown && kernel.dim(0) != Shape::unknown && x.dim(-1) != kernel.dim(0))
+    ctx.fail("x's last dimension is not the kernel's input_dim");
+  if (scale.rank() != 1 || (scale.dim(0) != Shape::unknown && kernel.dim(1) != Shape::unknown && scale.dim(0) != kernel.dim(1)))
+    ctx.fail("kernel_scale must be (units,), one scale per column of the kernel");
+  if (kernel.dim(0) > detail::int8_gemm_max_k)
+    ctx.fail("input_dim above " + std::to_string(detail::int8_gemm_max_k) + " could overflow the int32 sums");
+  std::vector<std::int64_t> dims = x.dims();
+  dims.back() = kernel.dim(1);
+  return Shape(dims);
+}
+
+Shape dequantize_shape(const InferContext& ctx) {
+  const Shape& q = ctx.input_shape(0);
+  const Shape& scale = ctx.input_shape(1);
+  if (q.rank() < 1 || scale.rank() != 1 ||
+      (q.dim(-1) != Shape::unknown && scale.dim(0) != Shape::unknown && q.dim(-1) != scale.dim(0)))
+    ctx.fail("the scale must hold one value per entry of the last axis");
+  return q;
+}
+
+// ---- backward -------------------------------------------------------------------------------------------------
+
+std::vector<Tensor> quantized_matmul_backward(const GradContext& g) {
+  const Tensor float_kernel = ops::dequantize(g.input(1), g.input(2));
+  return {ops::matmul(g.output_grad(), float_kernel, false, true), Tensor(), Tensor()};
+}
+
+KILN_REGISTER_OP(OpDef("kiln>QuantizedMatMul")
+                     .inputs(3)
+                     .input_dtype(1, DType::int8)
+                     .attributes({"quantize_inputs"})
+                     .infer_shape(quantized_matmul_shape)
+                     .forward(quantized_matmul_kernel<float>, quantized_matmul_kernel<double>)
+                     .backward(quantized_matmul_backward)
+                     .non_differentiable_inputs({1, 2}, "quantized weights are not trained (Keras: trainable=False)")
+                     .workspace(quantized_matmul_workspace)
+                     .display_name("quantized_matmul"));
+
+KILN_REGISTER_OP(OpDef("kiln>Dequantize")
+                     .inputs(2)
+                     .input_dtype(0, DType::int8)
+                     .infer_shape(dequantize_shape)
+                     .forward(dequantize_kernel<float>, dequantize_kernel<double>)
+                     .not_differentiable("quantized weights are not trained (Keras: trainable=False)")
+                     .non_differentiable_inputs({0, 1}, "a quantized kernel and its scale"));
+
+}  // namespace
+
+namespace ops {
+
+Tensor quantized_matmul(const Tensor& x, const Tensor& kernel, const Tensor& kernel_scale, bool quantize_inputs) {
+  return x.graph().add_op("kiln>QuantizedMatMul", {x, kernel, kernel_scale},
+                          Attributes().set("quantize_inputs", quantize_inputs), "quantized_matmul");
+}
+
+Tensor dequantize(const Tensor& q, const Tensor& scale) {
+  return q.graph().add_op("kiln>Dequantize", {q, scale}, Attributes(), "dequantize");
+}
+
+QuantizedArray abs_max_quantize(const Array& values, int axis, int value_max) {
+  if (values.empty() || values.shape().rank() < 1) throw ValueError("abs_max_quantize: needs an array of rank 1 or more");
+  if (!is_floating(values.dtype())) throw DTypeError("abs_max_quantize: quantizes float32 or float64 values");
+  if (value_max < 1 || value_max > 127)
+    throw ValueError("abs_max_quantize: value_max must be in [1, 127], got " + std::to_string(value_max));
+  const int rank = values.shape().rank();
+  if (axis < -rank || axis >= rank)
+    throw ValueError("abs_max_quantize: axis " + std::to_string(axis) + " is out of range for " + values.shape().to_string());
+  if (axis < 0) axis += rank;
+  // (outer, extent, inner) around the axis, as Keras's max(abs(x), axis, keepdims=True) reduces it.
+  std::int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= values.shape().dim(d);
+  for (int d = axis + 1; d < rank; ++d) inner *= values.shape().dim(d);
+  const std::int64_t extent = values.shape().dim(axis);
+  std::vector<std::int64_t> scale_dims = values.shape().dims();
+  scale_dims[static_cast<std::size_t>(axis)] = 1;
+  QuantizedArray result{Array(values.shape(), DType::int8), Array(Shape(scale_dims), values.dtype())};
+  auto* q = result.values.data<std::int8_t>();
+  const auto run = [&](auto* x, auto* scale) {
+    using T = std::remove_pointer_t<decltype(scale)>;
+    // numpy in T: scale = value_max / (max|x| + eps), q = clip(round(x · scale), -value_max, value_max).
+    for (std::int64_t o = 0; o < outer; ++o)
+      for (std::int64_t i = 0; i < inner; ++i) {
+        T largest = T(0);
+        for (std::int64_t e = 0; e < extent; ++e) largest = std::max(largest, std::abs(x[(o * extent + e) * inner + i]));
+        scale[o * inner + i] = T(value_max) / (largest + T(quantize_epsilon));
+      }
+    for (std::int64_t o = 0; o < outer; ++o)
+      for (std::int64_t e = 0; e < extent; ++e)
+        for (std::int64_t i = 0; i < inner; ++i) {
+          const std::int64_t at = (o * extent + e) * inner + i;
+          const T value = std::nearbyint(x[at] * scale[o * inner + i]);
+          q[at] = std::isnan(value) ? std::int8_t{0}
+                                    : static_cast<std::int8_t>(std::clamp(value, T(-value_max), T(value_max)));
+        }
+  };
+  if (values.dtype() == DType::float32)
+    run(values.data<float>(), result.scale.data<float>());
+  else
+    run(values.data<double>(), result.scale.data<double>());
+  return result;
+}
+
+}  // namespace ops
+}  // namespace kiln

@@ -1,0 +1,224 @@
+// The int8 ops (ops/quantize.cpp) and the int8 product under them (ops/detail/gemm.cpp's gemm_s8s8s32): against
+// plain references written from Keras's formulas, on both product backends and several thread counts; the
+// straight-through gradient; and the int8 dtype's rules in the graph and in Arrays.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <kiln/core/array.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/core/graph.hpp>
+#include <kiln/core/program.hpp>
+#include <kiln/core/rng.hpp>
+#include <kiln/core/threads.hpp>
+#include <kiln/ops/detail/gemm.hpp>
+#include <kiln/ops/ops.hpp>
+
+#include "support/gradcheck.hpp"
+
+using kiln::Array;
+using kiln::DType;
+using kiln::Shape;
+using kiln::detail::Int8GemmBackend;
+
+namespace {
+
+std::vector<std::int8_t> random_int8(std::size_t count, kiln::Rng& rng) {
+  std::vector<std::int8_t> values(count);
+  for (auto& value : values) value = static_cast<std::int8_t>(static_cast<int>(rng.uniform(0.0, 256.0)) - 128);
+  return values;
+}
+
+Array int8_array(const Shape& shape, kiln::Rng& rng) {
+  return Array::from_vector(random_int8(static_cast<std::size_t>(shape.num_elements()), rng), shape);
+}
+
+// Keras's int8 Dense product in T, written out: each row's AbsMaxQuantizer, the int32 product, the division.
+template <class T>
+std::vector<T> keras_int8_product(const std::vector<T>& x, std::int64_t rows, std::int64_t k, const Array& kernel,
+                                  const std::vector<T>& kernel_scale) {
+  const std::int64_t n = kernel.shape().dim(1);
+  std::vector<T> y(static_cast<std::size_t>(rows * n));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    T largest = 0;
+    for (std::int64_t p = 0; p < k; ++p) largest = std::max(largest, std::abs(x[i * k + p]));
+    const T scale = T(127) / (largest + T(1e-7));
+    std::vector<std::int32_t> q(static_cast<std::size_t>(k));
+    for (std::int64_t p = 0; p < k; ++p)
+      q[p] = static_cast<std::int32_t>(std::clamp(std::nearbyint(x[i * k + p] * scale), T(-127), T(127)));
+    for (std::int64_t j = 0; j < n; ++j) {
+      std::int64_t sum = 0;
+      for (std::int64_t p = 0; p < k; ++p) sum += q[p] * static_cast<std::int64_t>(kernel.flat(p * n + j));
+      y[i * n + j] = static_cast<T>(sum) / (kernel_scale[j] * scale);
+    }
+  }
+  return y;
+}
+
+template <class T>
+void check_quantized_matmul(const Shape& x_shape, std::int64_t n, int threads) {
+  kiln::Rng rng(static_cast<std::uint64_t>(x_shape.num_elements() * 31 + n));
+  const std::int64_t k = x_shape.dim(-1), rows = x_shape.num_elements() / k;
+  const DType dtype = kiln::dtype_of<T>::value;
+  const Array x = kiln::testing::random_array(x_shape, rng, dtype, -3.0, 3.0);
+  const Array kernel = int8_array(Shape{k, n}, rng);
+  const Array scale = kiln::testing::random_array(Shape{n}, rng, dtype, 20.0, 400.0);
+  const std::vector<T> expected = keras_int8_product(x.to_vector<T>(), rows, k, kernel, scale.to_vector<T>());
+  const int before = kiln::get_num_threads();
+  kiln::set_num_threads(threads);
+  kiln::Graph graph;
+  const kiln::Tensor input = graph.placeholder(x_shape, dtype, "x");
+  const kiln::Tensor y = kiln::ops::quantized_matmul(input, graph.variable("kernel", kernel, false),
+                                                     graph.variable("scale", scale, false));
+  kiln::Program program(graph, {y});
+  program.feed(input, x);
+  program.run();
+  const Array out = program.fetch(y);
+  kiln::set_num_threads(before);
+  std::vector<std::int64_t> dims = x_shape.dims();
+  dims.back() = n;
+  REQUIRE(out.shape() == Shape(dims));
+  // Exact: the same operations in T, the int32 sums exact on every backend and split.
+  for (std::size_t i = 0; i < expected.size(); ++i) REQUIRE(static_cast<T>(out.flat(i)) == expected[i]);
+}
+
+}  // namespace
+
+TEST_CASE("gemm_s8s8s32 sums exactly on every backend", "[ops][quantize][gemm]") {
+  kiln::Rng rng(3);
+  struct Case {
+    std::int64_t m, n, k, lda, ldb, ldc;
+  };
+  for (const Case c : {Case{1, 1, 1, 1, 1, 1}, Case{1, 300, 64, 64, 300, 300}, Case{3, 17, 33, 40, 20, 19},
+                       Case{16, 64, 40, 40, 64, 64}, Case{5, 130, 129, 129, 130, 131}, Case{7, 3, 0, 1, 3, 3}}) {
+    INFO(c.m << "x" << c.n << "x" << c.k);
+    const std::vector<std::int8_t> a = random_int8(static_cast<std::size_t>(c.m * c.lda), rng);
+    const std::vector<std::int8_t> b = random_int8(static_cast<std::size_t>(std::max<std::int64_t>(c.k, 1) * c.ldb), rng);
+    std::vector<std::int32_t> expected(static_cast<std::size_t>(c.m * c.ldc), -7);
+    for (std::int64_t i = 0; i < c.m; ++i)
+      for (std::int64_t j = 0; j < c.n; ++j) {
+        std::int32_t sum = 0;
+        for (std::int64_t p = 0; p < c.k; ++p) sum += a[i * c.lda + p] * b[p * c.ldb + j];
+        expected[i * c.ldc + j] = sum;
+      }
+    for (const Int8GemmBackend backend : {Int8GemmBackend::onednn, Int8GemmBackend::plain}) {
+      std::vector<std::int32_t> c_out(expected.size(), -7);  // between rows (ldc > n) stays untouched
+      kiln::detail::gemm_s8s8s32_with(backend, c.m, c.n, c.k, a.data(), c.lda, b.data(), c.ldb, c_out.data(), c.ldc);
+      CHECK(c_out == expected);
+    }
+  }
+  // The extremes: -128 · -128 summed over a long row.
+  const std::int64_t k = 4096;
+  std::vector<std::int8_t> a(k, -128), b(k * 2, -128);
+  std::vector<std::int32_t> c(2);
+  for (const Int8GemmBackend backend : {Int8GemmBackend::onednn, Int8GemmBackend::plain}) {
+    kiln::detail::gemm_s8s8s32_with(backend, 1, 2, k, a.data(), k, b.data(), 2, c.data(), 2);
+    CHECK(c[0] == 128 * 128 * 4096);
+    CHECK(c[1] == 128 * 128 * 4096);
+  }
+}
+
+TEST_CASE("QuantizedMatMul computes Keras's int8 Dense product exactly, on any thread count", "[ops][quantize]") {
+  for (const int threads : {1, 3}) {
+    INFO(threads << " threads");
+    check_quantized_matmul<float>(Shape{2, 3, 20}, 9, threads);
+    check_quantized_matmul<double>(Shape{2, 3, 20}, 9, threads);
+    check_quantized_matmul<float>(Shape{64, 96}, 40, threads);   // rows split over workers
+    check_quantized_matmul<float>(Shape{3, 2048}, 512, threads);  // few rows: columns split in blocks of 64
+    check_quantized_matmul<float>(Shape{1, 7}, 1, threads);
+  }
+}
+
+TEST_CASE("QuantizedMatMul without input quantization divides x times the int8 kernel by its scale", "[ops][quantize]") {
+  kiln::Rng rng(5);
+  const Array x = kiln::testing::random_array(Shape{4, 12}, rng, DType::float64);
+  const Array kernel = int8_array(Shape{12, 5}, rng);
+  const Array scale = kiln::testing::random_array(Shape{5}, rng, DType::float64, 20.0, 200.0);
+  const Array out = kiln::testing::evaluate(
+      [&](const std::vector<kiln::Tensor>& in) {
+        kiln::Graph& g = in[0].graph();
+        return kiln::ops::quantized_matmul(in[0], g.variable("k", kernel, false), g.variable("s", scale, false), false);
+      },
+      {x});
+  for (std::int64_t i = 0; i < 4; ++i)
+    for (std::int64_t j = 0; j < 5; ++j) {
+      double sum = 0;
+      for (std::int64_t p = 0; p < 12; ++p) sum += x.flat(i * 12 + p) * kernel.flat(p * 5 + j);
+      CHECK(out.flat(i * 5 + j) == Approx(sum / scale.flat(j)).epsilon(1e-12));
+    }
+}
+
+TEST_CASE("QuantizedMatMul's gradient is Keras's: through the float kernel the int8 one stands for", "[ops][quantize]") {
+  // Keras's custom gradient ignores the rounding (a straight-through estimator): dx = dy · (kernel / scale)ᵀ, which
+  // is the gradient of x · dequantize(kernel, scale). Central differences of the rounded function would not be.
+  kiln::Rng rng(9);
+  const Array x = kiln::testing::random_array(Shape{3, 2, 6}, rng, DType::float64);
+  const Array kernel = int8_array(Shape{6, 4}, rng);
+  const Array scale = kiln::testing::random_array(Shape{4}, rng, DType::float64, 20.0, 200.0);
+  const Array weights = kiln::testing::random_array(Shape{3, 2, 4}, rng, DType::float64);
+  const auto quantized = kiln::testing::evaluate_with_gradients(
+      [&](const std::vector<kiln::Tensor>& in) {
+        kiln::Graph& g = in[0].graph();
+        return kiln::ops::quantized_matmul(in[0], g.variable("k", kernel, false), g.variable("s", scale, false));
+      },
+      {x}, weights);
+  const auto dequantized = kiln::testing::evaluate_with_gradients(
+      [&](const std::vector<kiln::Tensor>& in) {
+        kiln::Graph& g = in[0].graph();
+        return kiln::ops::matmul(in[0], kiln::ops::dequantize(g.variable("k", kernel, false), g.variable("s", scale, false)));
+      },
+      {x}, weights);
+  REQUIRE(quantized.size() == 2);
+  CHECK(kiln::testing::max_relative_difference(quantized[1], dequantized[1]) <= 1e-14);
+  // And the forward is close to the float product (Keras's own int8 error: a few parts in a thousand).
+  CHECK(kiln::testing::max_relative_difference(quantized[0], dequantized[0]) <= 2e-2);
+}
+
+TEST_CASE("Dequantize divides each column by its scale", "[ops][quantize]") {
+  const Array q = Array::from_vector(std::vector<std::int8_t>{-128, 0, 127, 5, -5, 64}, Shape{2, 3});
+  const Array scale = Array::from_vector(std::vector<float>{2.0f, 4.0f, 127.0f}, Shape{3});
+  kiln::Graph graph;
+  const kiln::Tensor out = kiln::ops::dequantize(graph.variable("q", q, false), graph.variable("s", scale, false));
+  kiln::Program program(graph, {out});
+  program.run();
+  const Array value = program.fetch(out);
+  CHECK(value.dtype() == DType::float32);
+  CHECK(value.to_vector<float>() == std::vector<float>{-64.0f, 0.0f, 1.0f, 2.5f, -1.25f, 64.0f / 127.0f});
+}
+
+TEST_CASE("int8 is for quantized weights: ops refuse it where they compute, variables where they train",
+          "[ops][quantize]") {
+  using Catch::Matchers::Contains;
+  kiln::Graph graph;
+  const kiln::Tensor x = graph.placeholder(Shape{2, 4}, DType::float32, "x");
+  const kiln::Tensor q = graph.variable("q", Array(Shape{4, 3}, DType::int8), false);
+  const kiln::Tensor scale = graph.variable("scale", Array::full(Shape{3}, 1.0), false);
+  CHECK_THROWS_WITH(kiln::ops::relu(q), Contains("relu") && Contains("computes in float32 or float64") && Contains("int8(4, 3)"));
+  CHECK_THROWS_AS(x + q, kiln::DTypeError);
+  // The kernel must be int8, its scale x's dtype, and the shapes must agree.
+  const kiln::Tensor float_kernel = graph.variable("w", Array(Shape{4, 3}), false);
+  CHECK_THROWS_WITH(kiln::ops::quantized_matmul(x, float_kernel, scale), Contains("input 1 must be int8"));
+  CHECK_THROWS_AS(kiln::ops::quantized_matmul(x, q, graph.variable("s64", Array(Shape{3}, DType::float64), false)),
+                  kiln::DTypeError);
+  const kiln::Tensor wide = graph.variable("q5", Array(Shape{5, 3}, DType::int8), false);
+  CHECK_THROWS_WITH(kiln::ops::quantized_matmul(x, wide, scale), Contains("quantized_matmul") && Contains("input_dim"));
+  CHECK_THROWS_WITH(kiln::ops::quantized_matmul(x, q, graph.variable("s4", Array(Shape{4}), false)),
+                    Contains("kernel_scale must be (units,)"));
+  CHECK_THROWS_WITH(graph.variable("trained", Array(Shape{2}, DType::int8)), Contains("cannot be trainable"));
+}
+
+TEST_CASE("int8 Arrays round to nearest, ties to even, and saturate", "[core][quantize]") {
+  Array a(Shape{8}, DType::int8);
+  const std::vector<double> given = {2.5, 3.5, -2.5, 126.7, 300.0, -200.0, std::nan(""), -0.4};
+  for (std::size_t i = 0; i < given.size(); ++i) a.set_flat(i, given[i]);
+  CHECK(a.to_vector<int>() == std::vector<int>{2, 4, -2, 127, 127, -128, 0, 0});
+  CHECK(a.nbytes() == 8);
+  CHECK(kiln::dtype_from_name("int8") == DType::int8);
+  CHECK(std::string(kiln::dtype_name(DType::int8)) == "int8");
+  CHECK(a.astype(DType::float32).to_vector<float>() == std::vector<float>{2, 4, -2, 127, 127, -128, 0, 0});
+  CHECK_THROWS_AS(a.data<float>(), kiln::DTypeError);
+}

@@ -1,0 +1,205 @@
+// Keras's int8 quantization (data/keras/quantized: files Keras 3.16 quantized with model.quantize("int8")): kiln
+// reads them, predicts Keras's outputs, quantizes as Keras's AbsMaxQuantizer does bit for bit, and writes files
+// whose layers, configs and weights are Keras's.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <kiln/core/detail/files.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/kiln.hpp>
+#include <kiln/layers/model_base.hpp>
+#include <kiln/serialize/detail/hdf5_reader.hpp>
+#include <kiln/serialize/detail/zip_archive.hpp>
+#include <kiln/serialize/json.hpp>
+#include <kiln/serialize/keras.hpp>
+#include <kiln/serialize/saving.hpp>
+
+#include "support/temp_dir.hpp"
+
+namespace fs = std::filesystem;
+namespace hdf5 = kiln::detail::hdf5;
+using kiln::Array;
+using kiln::Config;
+using kiln::DType;
+
+namespace {
+
+std::string fixture(const std::string& name) {
+  return (fs::path(__FILE__).parent_path().parent_path().parent_path() / "data" / "keras" / "quantized" / name).string();
+}
+
+std::vector<Array> group_arrays(const hdf5::Object& group, DType dtype = DType::float32) {
+  std::vector<Array> arrays;
+  for (int i = 0; group.find("output_" + std::to_string(i)) || group.find("input_" + std::to_string(i)); ++i)
+    arrays.push_back(group.at(group.find("output_" + std::to_string(i)) ? "output_" + std::to_string(i)
+                                                                         : "input_" + std::to_string(i))
+                         .read(dtype));
+  return arrays;
+}
+
+double largest_difference(const Array& a, const Array& b) {
+  REQUIRE(a.shape() == b.shape());
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a.flat(i) - b.flat(i)));
+  return worst;
+}
+
+// The model's predictions of the fixture's inputs against Keras's: (largest difference, Keras's largest |output|).
+std::pair<double, double> against_keras(kiln::ModelBase& model, const std::string& name) {
+  const hdf5::File io(kiln::detail::read_whole_file(fixture(name + ".io.h5")), name);
+  const std::vector<Array> inputs = group_arrays(io.root().at("inputs"));
+  const std::vector<Array> stored = group_arrays(io.root().at("outputs"));
+  const std::vector<Array> predicted = model.predict(inputs, 64);
+  REQUIRE(predicted.size() == stored.size());
+  double worst = 0, scale = 0;
+  for (std::size_t i = 0; i < stored.size(); ++i) {
+    worst = std::max(worst, largest_difference(predicted[i], stored[i]));
+    for (std::size_t j = 0; j < stored[i].size(); ++j) scale = std::max(scale, std::abs(stored[i].flat(j)));
+  }
+  return {worst, scale};
+}
+
+}  // namespace
+
+TEST_CASE("kiln quantizes as Keras's AbsMaxQuantizer, bit for bit", "[serialize][keras][quantize]") {
+  const hdf5::File reference(kiln::detail::read_whole_file(fixture("quantizer_reference.h5")), "reference");
+  int checked = 0;
+  for (const std::string group : {"columns", "int4_columns"})
+    for (const std::string& name : reference.root().at(group).member_names()) {
+      INFO(group << "/" << name);
+      const hdf5::Object entry = reference.root().at(group).at(name);
+      const Array x = entry.at("x").read(DType::float32);
+      const auto quantized = kiln::ops::abs_max_quantize(x, 0, group == "columns" ? 127 : 7);
+      CHECK(quantized.values.dtype() == DType::int8);
+      CHECK(quantized.values.bitwise_equal(entry.at("q").read(DType::int8)));
+      CHECK(quantized.scale.bitwise_equal(entry.at("scale").read(DType::float32)));
+      ++checked;
+    }
+  CHECK(checked == 10);
+}
+
+TEST_CASE("QuantizedMatMul quantizes each row as Keras's activation quantizer does", "[serialize][keras][quantize]") {
+  // The per-row quantization is internal to the op: a kernel of the identity (scale 1) shows the quantized rows
+  // divided by their scales, which must be Keras's q / scale exactly.
+  const hdf5::File reference(kiln::detail::read_whole_file(fixture("quantizer_reference.h5")), "reference");
+  for (const std::string& name : reference.root().at("rows").member_names()) {
+    INFO(name);
+    const hdf5::Object entry = reference.root().at("rows").at(name);
+    const Array x = entry.at("x").read(DType::float32);
+    const Array q = entry.at("q").read(DType::float32), scale = entry.at("scale").read(DType::float32);
+    const std::int64_t k = x.shape().dim(-1);
+    if (k > 127) continue;  // (an identity kernel wider than int8's range would not be one)
+    Array identity({k, k}, DType::int8);
+    for (std::int64_t i = 0; i < k; ++i) identity.set_flat(static_cast<std::size_t>(i * k + i), 1);
+    kiln::Graph graph;
+    const kiln::Tensor input = graph.placeholder(x.shape(), DType::float32, "x");
+    const kiln::Tensor kernel = graph.variable("kernel", identity, false);
+    const kiln::Tensor ones = graph.variable("scale", Array::full(kiln::Shape{k}, 1.0), false);
+    const kiln::Tensor y = kiln::ops::quantized_matmul(input, kernel, ones);
+    kiln::Program program(graph, {y});
+    program.feed(input, x);
+    program.run();
+    const Array out = program.fetch(y);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const std::size_t row = i / static_cast<std::size_t>(k);
+      const float expected = static_cast<float>(q.flat(i)) / (1.0f * static_cast<float>(scale.flat(row)));
+      REQUIRE(out.flat(i) == expected);
+    }
+  }
+}
+
+TEST_CASE("Keras's int8-quantized Dense models load and predict Keras's outputs", "[serialize][keras][quantize]") {
+  for (const std::string name : {"dense_mlp_int8", "dense_sequence_int8"}) {
+    INFO(name);
+    const auto model = kiln::load_keras_model_base(fixture(name + ".keras"));
+    const auto [difference, scale] = against_keras(*model, name);
+    // Keras's float32 arithmetic against kiln's: the int8 products are exact, the scales and divisions are the
+    // same float32 operations; only the float layers between them (gelu, tanh) differ in the last bits.
+    CHECK(difference <= 1e-5 * std::max(1.0, scale));
+    // The weights are int8 in memory: the kernel and its scale, as Keras stores them.
+    bool saw_int8 = false;
+    for (const kiln::Weight& weight : model->weights())
+      if (weight.value.dtype() == DType::int8) saw_int8 = true;
+    CHECK(saw_int8);
+  }
+}
+
+TEST_CASE("an int8 Dense writes Keras's QuantizedDTypePolicy, config and weight order back", "[serialize][keras][quantize]") {
+  kiln::testing::TempDir dir;
+  const auto model = kiln::load_keras_model_base(fixture("dense_mlp_int8.keras"));
+  const std::string path = dir.file("again.keras");
+  kiln::save_keras_model(*model, path);
+  // Read back by kiln: the same predictions, bit for bit.
+  const auto again = kiln::load_keras_model_base(path);
+  const hdf5::File io(kiln::detail::read_whole_file(fixture("dense_mlp_int8.io.h5")), "io");
+  const std::vector<Array> inputs = group_arrays(io.root().at("inputs"));
+  const std::vector<Array> first = model->predict(inputs, 64), second = again->predict(inputs, 64);
+  REQUIRE(first.size() == second.size());
+  for (std::size_t i = 0; i < first.size(); ++i) CHECK(first[i].bitwise_equal(second[i]));
+  // The layers' configs carry Keras's policy and quantization config; the weights are int8 where Keras's are.
+  const std::string bytes = kiln::detail::read_whole_file(path);
+  const kiln::detail::ZipReader zip(bytes, path);
+  const Config config = kiln::parse_json(zip.read("config.json", 1 << 20));
+  int quantized = 0;
+  for (const Config& layer : config.at("config").at("layers").as_list()) {
+    if (layer.get_string("class_name") != "Dense") continue;
+    const Config& policy = layer.at("config").at("dtype");
+    CHECK(policy.get_string("class_name") == "QuantizedDTypePolicy");
+    CHECK(policy.at("config").get_string("mode") == "int8");
+    CHECK(policy.at("config").get_string("source_name") == "float32");
+    const Config& quantization = layer.at("config").at("quantization_config");
+    CHECK(quantization.get_string("class_name") == "Int8QuantizationConfig");
+    CHECK(quantization.get_string("module") == "keras.quantizers");  // Keras imports the classes from there
+    CHECK(quantization.at("config").at("activation_quantizer").get_string("module") == "keras.quantizers");
+    ++quantized;
+  }
+  CHECK(quantized == 3);
+  const hdf5::File weights(zip.read("model.weights.h5", 1 << 24), "weights");
+  const hdf5::Object hidden = weights.root().at("layers").at("dense").at("vars");
+  CHECK(hidden.at("0").dataset_shape() == kiln::Shape{40, 33});
+  CHECK(!hidden.at("0").dataset_is_float());
+  CHECK(hidden.at("1").dataset_shape() == kiln::Shape{33});  // bias
+  CHECK(hidden.at("2").dataset_shape() == kiln::Shape{33});  // kernel_scale
+  const hdf5::Object no_bias = weights.root().at("layers").at("dense_1").at("vars");
+  CHECK(no_bias.member_names().size() == 2);  // kernel, kernel_scale
+}
+
+TEST_CASE("a quantized policy on a layer kiln does not quantize is refused by name", "[serialize][keras][quantize]") {
+  const Config policy = {{"class_name", "QuantizedDTypePolicy"}, {"config", {{"mode", "int8"}, {"source_name", "float32"}}}};
+  using Catch::Matchers::Contains;
+  CHECK_THROWS_WITH(kiln::create_layer("kiln>Conv2D", Config{{"filters", 4}, {"kernel_size", 3}, {"name", "c"}, {"dtype", policy}}),
+                    Contains("Conv2D 'c'") && Contains("quantization mode 'int8'"));
+  CHECK_THROWS_WITH(kiln::create_layer("kiln>Dense", Config{{"units", 4}, {"dtype", "int4_from_float32"}}),
+                    Contains("Dense") && Contains("quantization mode 'int4'") && Contains("runs int8"));
+  // A quantization config on a float layer, or one kiln does not compute.
+  CHECK_THROWS_AS(kiln::create_layer("kiln>Dense", Config{{"units", 4},
+                                                           {"quantization_config", Config{{"class_name", "Int8QuantizationConfig"}}}}),
+                  kiln::ConfigError);
+  const Config odd_quantizer = {
+      {"class_name", "Int8QuantizationConfig"},
+      {"config", {{"activation_quantizer", {{"class_name", "AbsMaxQuantizer"}, {"config", {{"value_range", Config::list({Config(-100), Config(100)})}}}}}}}};
+  CHECK_THROWS_WITH(kiln::create_layer("kiln>Dense", Config{{"units", 4}, {"dtype", policy}, {"quantization_config", odd_quantizer}}),
+                    Contains("AbsMaxQuantizer()"));
+}
+
+TEST_CASE("a quantized model saves and loads in kiln's own format, int8 weights and all", "[serialize][quantize]") {
+  kiln::testing::TempDir dir;
+  const auto model = kiln::load_keras_model_base(fixture("dense_sequence_int8.keras"));
+  const std::string path = dir.file("model.kiln");
+  kiln::save_model(*model, path);
+  const auto again = kiln::load_model_base(path);
+  const hdf5::File io(kiln::detail::read_whole_file(fixture("dense_sequence_int8.io.h5")), "io");
+  const std::vector<Array> inputs = group_arrays(io.root().at("inputs"));
+  const std::vector<Array> first = model->predict(inputs, 64), second = again->predict(inputs, 64);
+  REQUIRE(first.size() == second.size());
+  for (std::size_t i = 0; i < first.size(); ++i) CHECK(first[i].bitwise_equal(second[i]));
+  std::size_t int8_weights = 0;
+  for (const kiln::Weight& weight : again->weights()) int8_weights += weight.value.dtype() == DType::int8 ? 1 : 0;
+  CHECK(int8_weights == 2);
+}
