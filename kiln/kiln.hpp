@@ -68,6 +68,7 @@
 #include <kiln/serialize/checkpoint.hpp>
 #include <kiln/serialize/json.hpp>
 #include <kiln/serialize/keras.hpp>
+#include <kiln/serialize/quantize.hpp>
 #include <kiln/serialize/saving.hpp>
 #include <kiln/train/callbacks.hpp>
 #include <kiln/train/fit_options.hpp>

@@ -13,6 +13,7 @@
 #include <kiln/layers/config.hpp>
 #include <kiln/models/model.hpp>
 #include <kiln/serialize/keras.hpp>
+#include <kiln/serialize/quantize.hpp>
 #include <kiln/serialize/saving.hpp>
 
 namespace kiln {
@@ -31,5 +32,10 @@ inline Model load_keras_model(const std::string& path, const LoadOptions& option
 inline Model model_from_config(const Config& config) { return Model(model_base_from_config(config)); }
 /// A new model from JSON text, with fresh weights (model_base_from_json).
 inline Model model_from_json(const std::string& json) { return Model(model_base_from_json(json)); }
+/// Keras's model.quantize(mode) as a new model (serialize/quantize.hpp's quantize_model_base): its float Dense
+/// layers int8, from `model`'s weights as Keras quantizes them; `model` is left as it was.
+inline Model quantize(const Model& model, const std::string& mode, QuantizationReport* report = nullptr) {
+  return Model(quantize_model_base(*model.ptr(), mode, report));
+}
 
 }  // namespace kiln

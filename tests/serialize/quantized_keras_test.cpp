@@ -7,11 +7,13 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
 #include <kiln/core/detail/files.hpp>
 #include <kiln/core/error.hpp>
+#include <kiln/core/warnings.hpp>
 #include <kiln/kiln.hpp>
 #include <kiln/layers/model_base.hpp>
 #include <kiln/serialize/detail/hdf5_reader.hpp>
@@ -202,4 +204,72 @@ TEST_CASE("a quantized model saves and loads in kiln's own format, int8 weights 
   std::size_t int8_weights = 0;
   for (const kiln::Weight& weight : again->weights()) int8_weights += weight.value.dtype() == DType::int8 ? 1 : 0;
   CHECK(int8_weights == 2);
+}
+
+TEST_CASE("kiln::quantize(model, \"int8\") is Keras's model.quantize: the same weights and outputs",
+          "[serialize][quantize]") {
+  // The float model Keras quantized, rebuilt in kiln with Keras's float weights.
+  const kiln::Tensor x = kiln::Input({kiln::Shape::unknown, 40}, DType::float32, "x");
+  kiln::Tensor h = kiln::Dense(33, "relu", {{"name", "hidden"}})(x);
+  h = kiln::Dense(17, "gelu", {{"name", "no_bias"}, {"use_bias", false}})(h);
+  h = kiln::LayerNormalization(Config{{"name", "norm"}})(h);  // nothing Keras quantizes: left as it is
+  kiln::Model with_norm(x, kiln::Dense(7, "", {{"name", "head"}})(h), "with_norm");
+  kiln::QuantizationReport report;
+  std::vector<std::string> warnings;
+  const auto previous = kiln::set_warning_handler([&](const std::string& message) { warnings.push_back(message); });
+  const kiln::Model quantized_norm = kiln::quantize(with_norm, "int8", &report);
+  kiln::set_warning_handler(previous);
+  CHECK(report.quantized == std::vector<std::string>{"hidden", "no_bias", "head"});
+  CHECK(report.skipped.empty());
+  CHECK(warnings.empty());
+  CHECK(quantized_norm.ptr()->weights().size() == with_norm.ptr()->weights().size() + 3);  // a kernel_scale each
+
+  const kiln::Tensor x2 = kiln::Input({kiln::Shape::unknown, 40}, DType::float32, "x");
+  kiln::Tensor h2 = kiln::Dense(33, "relu", {{"name", "hidden"}})(x2);
+  h2 = kiln::Dense(17, "gelu", {{"name", "no_bias"}, {"use_bias", false}})(h2);
+  kiln::Model model(x2, kiln::Dense(7, "", {{"name", "head"}})(h2), "dense_mlp");
+  kiln::load_keras_weights(*model.ptr(), fixture("dense_mlp_int8.float.weights.h5"));
+  const std::vector<Array> float_before = model.ptr()->get_weights();
+  const kiln::Model quantized = kiln::quantize(model, "int8");
+  // Keras's own quantized file: the same int8 kernels and scales, bit for bit, and the same outputs.
+  const auto keras = kiln::load_keras_model_base(fixture("dense_mlp_int8.keras"));
+  std::map<std::string, Array> keras_weights;
+  for (const kiln::Weight& weight : keras->weights()) keras_weights.emplace(weight.path, weight.value);
+  std::size_t compared = 0;
+  for (const kiln::Weight& weight : quantized.ptr()->weights()) {
+    INFO(weight.path);
+    REQUIRE(keras_weights.count(weight.path) == 1);
+    CHECK(weight.value.bitwise_equal(keras_weights.at(weight.path)));
+    ++compared;
+  }
+  CHECK(compared == 8);
+  const auto [difference, scale] = against_keras(*quantized.ptr(), "dense_mlp_int8");
+  CHECK(difference == 0.0);
+  (void)scale;
+  // The float model is left as it was.
+  const std::vector<Array> float_after = model.ptr()->get_weights();
+  for (std::size_t i = 0; i < float_before.size(); ++i) CHECK(float_before[i].bitwise_equal(float_after[i]));
+
+  using Catch::Matchers::Contains;
+  CHECK_THROWS_WITH(kiln::quantize(model, "int4"), Contains("'int4' is not one kiln runs yet"));
+  CHECK_THROWS_WITH(kiln::quantize(model, "int3"), Contains("unknown mode 'int3'"));
+  // Quantizing again leaves every layer as it is: nothing to quantize.
+  CHECK_THROWS_WITH(kiln::quantize(quantized, "int8"), Contains("no layer kiln quantizes"));
+}
+
+TEST_CASE("quantize names the layers Keras would quantize that kiln leaves float", "[serialize][quantize]") {
+  const kiln::Tensor tokens = kiln::Input({kiln::Shape::unknown, 6}, DType::float32, "tokens");
+  kiln::Tensor h = kiln::Embedding(50, 8, Config{{"name", "embed"}})(tokens);
+  h = kiln::GlobalAveragePooling1D()(h);
+  kiln::Model model(tokens, kiln::Dense(3, "", {{"name", "out"}})(h), "classifier");
+  kiln::QuantizationReport report;
+  std::vector<std::string> warnings;
+  const auto previous = kiln::set_warning_handler([&](const std::string& message) { warnings.push_back(message); });
+  const kiln::Model quantized = kiln::quantize(model, "int8", &report);
+  kiln::set_warning_handler(previous);
+  CHECK(report.quantized == std::vector<std::string>{"out"});
+  REQUIRE(report.skipped.size() == 1);
+  CHECK(report.skipped[0].first == "embed");
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Catch::Matchers::Contains("embed (Embedding: Keras quantizes it; kiln does not yet)"));
 }
