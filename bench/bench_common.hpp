@@ -7,6 +7,8 @@
 //   <bench> --workload NAME --mode forward --threads N --callers C [--share one|each]
 //                             C threads predict at once, each step every caller runs one forward: on one
 //                             shared model (one), or each on a model of its own (each); kiln and libtorch alike
+//   kiln_bench ... --quantize int8   the workload's model through kiln::quantize first (forward, latency): its
+//                             float Dense layers int8, as Keras's model.quantize("int8") makes them
 //   <bench> --list            workload names, one a line, with their modes
 //   <bench>                   every workload and mode, each in a fresh process (this binary again)
 //
@@ -112,6 +114,7 @@ struct Args {
   bool sgemm = false;                    // kiln_bench only: time the workload's GEMMs with raw OpenBLAS
   int callers = 1;                       // threads running the forward at once
   std::string share = "one";             // with callers > 1: one model for all callers, or one each
+  std::string quantize;                  // kiln_bench only: kiln::quantize(model, MODE) before timing ("int8")
   std::vector<std::string> passthrough;  // timing flags, handed to child processes in run-all mode
 };
 
@@ -183,6 +186,8 @@ inline Args parse_args(int argc, char** argv, bool is_torch) {
       a.callers = integer(i, 1);
     else if (flag == "--share")
       a.share = value(i);
+    else if (flag == "--quantize" && !is_torch)
+      a.quantize = value(i);
     else
       usage_error(program, "unknown argument '" + flag + "'");
   }
@@ -332,6 +337,7 @@ inline void print_json(const char* impl, const Args& a, const Timing& t, double 
               a.mode.c_str(), a.threads);
   if (find_workload(a.workload)->has_seq) std::printf("\"seq\":%d,", a.seq);
   if (a.callers > 1) std::printf("\"callers\":%d,\"share\":\"%s\",", a.callers, a.share.c_str());
+  if (!a.quantize.empty()) std::printf("\"quantize\":\"%s\",", a.quantize.c_str());
   std::printf("\"ms_median\":%.4f,\"ms_min\":%.4f,\"iters\":%d,\"peak_rss_mb\":%.1f,\"baseline_rss_mb\":%.1f%s}\n",
               t.median_ms, t.min_ms, t.iters, peak_mb, baseline_mb, extra.c_str());
   std::fflush(stdout);

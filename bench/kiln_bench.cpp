@@ -454,6 +454,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     Workload w = make_workload(args.workload, args.seq);
+    if (!args.quantize.empty()) {
+      if (training) throw kiln::ValueError("--quantize times forward, latency and generate, not train_step");
+      w.model = kiln::quantize(w.model, args.quantize);  // (the float model's weights, quantized as Keras does)
+    }
     const std::int64_t batch = w.x.shape()[0];
     bench::Timing t;
     if (args.api == "program") {

@@ -186,6 +186,10 @@ Tensor quantized_matmul(const Tensor& x, const Tensor& kernel, const Tensor& ker
 /// q / scale in scale's dtype, q int8 (..., N) and scale (N,): the float values a quantized kernel stands for
 /// (Keras's `kernel` of a quantized layer). Not differentiable.
 Tensor dequantize(const Tensor& q, const Tensor& scale);
+/// Keras's int8 Embedding lookup (Embedding._int8_call): the rows of an int8 table (V, ...) picked by integer-valued
+/// ids (in scale's dtype), each as floats divided by its row's scale (V,): output ids.shape + table.shape[1:]. An id
+/// outside [0, V) or not whole throws ValueError when the step runs. Not differentiable.
+Tensor quantized_gather(const Tensor& table, const Tensor& scale, const Tensor& ids);
 /// An int8 array and its scale (`values` / `scale` approximates the float array).
 struct QuantizedArray {
   Array values;  ///< int8, the input's shape

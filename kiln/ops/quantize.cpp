@@ -9,6 +9,9 @@
 //                    activation_quantizer is null). Differentiable in x only, as Keras's custom gradient:
 //                    dx = dy · (kernel / kernel_scale)ᵀ, the float kernel the int8 one stands for.
 //   Dequantize       q (..., N) int8, scale (N,) float -> q / scale in scale's dtype (Keras's float_kernel).
+//   QuantizedGather  table (V, ...) int8, scale (V,) float, ids (...) float -> (ids..., table's other axes): each
+//                    id's row as floats divided by that row's scale (Keras's Embedding._int8_call). Ids are
+//                    checked as gather checks them; nothing differentiable (the weights are not trained).
 // The int8 products run on detail::gemm_s8s8s32 (oneDNN's VNNI kernels where the CPU has them). The activations'
 // int8 copy, their scales and the int32 sums live in the op's workspace: a step allocates nothing.
 #include <algorithm>
@@ -140,6 +143,33 @@ void dequantize_kernel(const KernelContext& k) {
   for (std::int64_t i = 0; i < total; ++i) out[i] = static_cast<T>(q[i]) / scale[i % n];
 }
 
+// Only reached on bad data, so the message may allocate (as gather's).
+[[noreturn]] void throw_bad_id(const KernelContext& k, double value, std::size_t position, const Shape& table) {
+  std::string message = k.node->describe() + ": index " + std::to_string(value) + " at position " + std::to_string(position);
+  message += value == std::floor(value) ? " is out of range [0, " + std::to_string(table[0]) + ")" : " is not an integer";
+  throw ValueError(message + " for a table of shape " + table.to_string());
+}
+
+template <class T>
+void quantized_gather_kernel(const KernelContext& k) {
+  const Shape& table_shape = k.input_shape(0);
+  const auto* table = k.in<std::int8_t>(0);
+  const T* scale = k.in<T>(1);
+  const T* ids = k.in<T>(2);
+  T* out = k.out<T>();
+  const std::int64_t rows = table_shape[0], row_size = rows == 0 ? 0 : table_shape.num_elements() / rows;
+  const std::int64_t count = k.input_shape(2).num_elements();
+  for (std::int64_t i = 0; i < count; ++i) {
+    const double value = static_cast<double>(ids[i]);
+    if (!(value >= 0.0 && value < static_cast<double>(rows) && value == std::floor(value)))
+      throw_bad_id(k, value, static_cast<std::size_t>(i), table_shape);
+    const auto id = static_cast<std::int64_t>(value);
+    const std::int8_t* row = table + id * row_size;
+    T* target = out + i * row_size;
+    for (std::int64_t j = 0; j < row_size; ++j) target[j] = static_cast<T>(row[j]) / scale[id];
+  }
+}
+
 // ---- shape rules ----------------------------------------------------------------------------------------------
 
 Shape quantized_matmul_shape(const InferContext& ctx) {
@@ -168,6 +198,17 @@ Shape dequantize_shape(const InferContext& ctx) {
   return q;
 }
 
+Shape quantized_gather_shape(const InferContext& ctx) {
+  const Shape& table = ctx.input_shape(0);
+  const Shape& scale = ctx.input_shape(1);
+  if (table.rank() < 1) ctx.fail("the table needs an axis of rows to pick from");
+  if (scale.rank() != 1 || (scale.dim(0) != Shape::unknown && table.dim(0) != Shape::unknown && scale.dim(0) != table.dim(0)))
+    ctx.fail("the scale must hold one value per row of the table");
+  std::vector<std::int64_t> dims = ctx.input_shape(2).dims();
+  dims.insert(dims.end(), table.dims().begin() + 1, table.dims().end());
+  return Shape(dims);
+}
+
 // ---- backward -------------------------------------------------------------------------------------------------
 
 std::vector<Tensor> quantized_matmul_backward(const GradContext& g) {
@@ -194,9 +235,22 @@ KILN_REGISTER_OP(OpDef("kiln>Dequantize")
                      .not_differentiable("quantized weights are not trained (Keras: trainable=False)")
                      .non_differentiable_inputs({0, 1}, "a quantized kernel and its scale"));
 
+KILN_REGISTER_OP(OpDef("kiln>QuantizedGather")
+                     .inputs(3)
+                     .input_dtype(0, DType::int8)
+                     .infer_shape(quantized_gather_shape)
+                     .forward(quantized_gather_kernel<float>, quantized_gather_kernel<double>)
+                     .not_differentiable("quantized weights are not trained (Keras: trainable=False)")
+                     .non_differentiable_inputs({0, 1, 2}, "a quantized table, its scales and the ids")
+                     .display_name("quantized_gather"));
+
 }  // namespace
 
 namespace ops {
+
+Tensor quantized_gather(const Tensor& table, const Tensor& scale, const Tensor& ids) {
+  return table.graph().add_op("kiln>QuantizedGather", {table, scale, ids}, Attributes(), "quantized_gather");
+}
 
 Tensor quantized_matmul(const Tensor& x, const Tensor& kernel, const Tensor& kernel_scale, bool quantize_inputs) {
   return x.graph().add_op("kiln>QuantizedMatMul", {x, kernel, kernel_scale},

@@ -42,7 +42,7 @@ void quantize_layers(Config& model, const std::string& mode, const std::string& 
     const std::string name = layer.at("config").get_string("name", "");
     if (is_model_entry(layer)) {
       quantize_layers(layer, mode, prefix + name + "/", report, kernels);
-    } else if (layer.get_string("class_name", "") == "Dense") {
+    } else if (layer.get_string("class_name", "") == "Dense" || layer.get_string("class_name", "") == "Embedding") {
       Config layer_arguments = layer.at("config");
       bool quantized = false;
       const std::string source = source_dtype(layer_arguments.find("dtype") ? layer_arguments.at("dtype") : Config(), quantized);
@@ -58,12 +58,15 @@ void quantize_layers(Config& model, const std::string& mode, const std::string& 
         layer_arguments.set("quantization_config", Config());  // Keras's default for the mode
         layer.set("config", layer_arguments);
         report.quantized.push_back(prefix + name);
-        kernels[prefix + name + "/kernel"] = true;
+        kernels[prefix + name + (layer.get_string("class_name") == "Dense" ? "/kernel" : "/embeddings")] = true;
       }
     } else if (layer.get_string("class_name", "") != "InputLayer") {
       const std::string kind = layer.get_string("class_name", "");
-      if (kind == "EinsumDense" || kind == "Embedding" || kind == "MultiHeadAttention" || kind == "ReversibleEmbedding")
+      if (kind == "EinsumDense" || kind == "ReversibleEmbedding")
         report.skipped.emplace_back(prefix + name, kind + ": Keras quantizes it; kiln does not yet");
+      else if (kind == "MultiHeadAttention")  // (Keras 3.16 cannot load such a model back: its config does not say)
+        report.skipped.emplace_back(prefix + name, "MultiHeadAttention: Keras quantizes its EinsumDense projections "
+                                                   "but its config does not record it; kiln leaves it float");
     }
     layers.push_back(layer);
   }
@@ -91,34 +94,48 @@ std::shared_ptr<ModelBase> quantize_model_base(const ModelBase& model, const std
   quantize_layers(config, mode, "", out, kernels);
   if (out.quantized.empty())
     throw ValueError("quantize: " + model.describe() + " has no layer kiln quantizes to " + mode +
-                     " (Keras quantizes Dense, EinsumDense and Embedding; kiln quantizes float Dense layers)");
+                     " (kiln quantizes float Dense and Embedding layers)");
   std::shared_ptr<ModelBase> quantized = model_base_from_config(config);
 
   // Every weight of the new model from the old one by path; a quantized kernel (and its scale) from the float kernel.
   std::map<std::string, Array> old_weights;
   for (const Weight& weight : model.weights()) old_weights.emplace(weight.path, weight.value);
-  std::map<std::string, ops::QuantizedArray> quantized_kernels;
+  // (int8 weight, its scale, the axis Keras reduces): Dense's kernel per unit, Embedding's rows per row.
+  struct Quantized {
+    const char* values;
+    const char* scale;
+    int axis;
+  };
+  const Quantized kinds[] = {{"/kernel", "/kernel_scale", 0}, {"/embeddings", "/embeddings_scale", -1}};
+  const auto ends_with = [](const std::string& text, const std::string& suffix) {
+    return text.size() > suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  std::map<std::string, ops::QuantizedArray> quantized_weights;  // by the float weight's path
+  const auto quantized_of = [&](const std::string& float_path, int axis) -> const ops::QuantizedArray& {
+    auto found = quantized_weights.find(float_path);
+    if (found == quantized_weights.end())
+      found = quantized_weights.emplace(float_path, ops::abs_max_quantize(old_weights.at(float_path), axis)).first;
+    return found->second;
+  };
   for (Weight weight : quantized->weights()) {  // (a Weight shares its layer's storage)
     const std::string& path = weight.path;
-    const std::string scale_suffix = "/kernel_scale";
-    if (path.size() > scale_suffix.size() && path.compare(path.size() - scale_suffix.size(), scale_suffix.size(), scale_suffix) == 0) {
-      const std::string kernel_path = path.substr(0, path.size() - scale_suffix.size()) + "/kernel";
-      auto found = quantized_kernels.find(kernel_path);
-      if (found == quantized_kernels.end())
-        found = quantized_kernels.emplace(kernel_path, ops::abs_max_quantize(old_weights.at(kernel_path), 0)).first;
-      const Array& scale = found->second.scale;  // (1, units): squeezed as Keras does
-      std::memcpy(weight.value.raw(), scale.raw(), weight.value.nbytes());
-      continue;
+    bool done = false;
+    for (const Quantized& kind : kinds) {
+      if (ends_with(path, kind.scale)) {  // Keras squeezes the reduced axis away
+        const std::string float_path = path.substr(0, path.size() - std::string(kind.scale).size()) + kind.values;
+        if (kernels.count(float_path) == 0) continue;
+        std::memcpy(weight.value.raw(), quantized_of(float_path, kind.axis).scale.raw(), weight.value.nbytes());
+        done = true;
+      } else if (ends_with(path, kind.values) && kernels.count(path) != 0 && weight.value.dtype() == DType::int8) {
+        std::memcpy(weight.value.raw(), quantized_of(path, kind.axis).values.raw(), weight.value.nbytes());
+        done = true;
+      }
+      if (done) break;
     }
+    if (done) continue;
     const auto old = old_weights.find(path);
     if (old == old_weights.end())
       throw Error("quantize: the quantized model's weight '" + path + "' has no counterpart in " + model.describe());
-    if (kernels.count(path) != 0 && weight.value.dtype() == DType::int8) {
-      auto found = quantized_kernels.find(path);
-      if (found == quantized_kernels.end()) found = quantized_kernels.emplace(path, ops::abs_max_quantize(old->second, 0)).first;
-      std::memcpy(weight.value.raw(), found->second.values.raw(), weight.value.nbytes());
-      continue;
-    }
     if (old->second.dtype() != weight.value.dtype() || old->second.shape() != weight.value.shape())
       throw Error("quantize: weight '" + path + "' changed from " + old->second.shape().to_string() + " " +
                   dtype_name(old->second.dtype()) + " to " + weight.value.shape().to_string() + " " +

@@ -1,6 +1,6 @@
 #pragma once
-// Keras's model.quantize(mode) for a kiln model: a new model whose layers Keras would quantize run quantized,
-// from the float model's weights, as Keras's own quantize computes them.
+// Keras's model.quantize(mode) for a kiln model: a new model whose Dense and Embedding layers run quantized, from the
+// float model's weights, as Keras's own quantize computes them.
 //
 //   kiln::Model small = kiln::quantize(model, "int8");   // models/loading.hpp; model itself is left as it was
 //   small.save("model_int8.keras");                       // Keras reads it as its own quantized model
@@ -20,12 +20,15 @@ struct QuantizationReport {
   std::vector<std::pair<std::string, std::string>> skipped;  ///< (layer name, why)
 };
 
-/// A new model: `model`'s config with every float Dense layer's dtype policy made Keras's QuantizedDTypePolicy of
-/// `mode` (Keras quantizes Dense, EinsumDense and Embedding; kiln's other layers, and Dense layers already quantized,
-/// stay as they are, named in the report and in one warning), then every weight copied, each quantized kernel from
-/// the float one as Keras's Dense.quantize does it (ops::abs_max_quantize along axis 0: one kernel_scale per unit).
-/// The new model is not compiled. ValueError for a mode kiln does not run ("int8" is the one today; Keras's "int4",
-/// "float8", "gptq", "awq" and "ternary" are refused by name) or a model with no layer to quantize.
+/// A new model: `model`'s config with every float Dense and Embedding layer's dtype policy made Keras's
+/// QuantizedDTypePolicy of `mode`, then every weight copied, the quantized ones from the float ones as Keras's
+/// quantize computes them (ops::abs_max_quantize: Dense's kernel along axis 0, one kernel_scale per unit;
+/// Embedding's rows along the last axis, one embeddings_scale per row). Layers Keras would quantize and kiln does not
+/// (EinsumDense, ReversibleEmbedding; MultiHeadAttention, whose quantized projections Keras 3.16's config does not
+/// record, so that Keras cannot load such a model back) and layers already quantized stay as they are, named in the
+/// report and in one warning. The new model is not compiled. ValueError for a mode kiln does not run ("int8" is the
+/// one today; Keras's "int4", "float8", "gptq", "awq" and "ternary" are refused by name) or a model with no layer
+/// to quantize.
 std::shared_ptr<ModelBase> quantize_model_base(const ModelBase& model, const std::string& mode,
                                                QuantizationReport* report = nullptr);
 

@@ -75,6 +75,14 @@ def dense_sequence():
     return keras.Model(x, keras.layers.Dense(4, name="out")(h), name="dense_sequence")
 
 
+def embedding_classifier():
+    # Embedding in int8: int8 rows and one scale per row (embeddings_scale (input_dim,)); the Dense after it too.
+    tokens = keras.Input((6,), dtype="int32", name="tokens")
+    h = keras.layers.Embedding(50, 8, name="embed")(tokens)
+    h = keras.layers.GlobalAveragePooling1D(name="pool")(h)
+    return keras.Model(tokens, keras.layers.Dense(3, name="out")(h), name="embedding_classifier")
+
+
 rng = np.random.default_rng(11)
 mlp_data = rng.normal(0.0, 1.5, (6, 40)).astype(np.float32)
 mlp_data[2] = 0.0  # a row of zeros: its scale is 127 / epsilon
@@ -82,6 +90,8 @@ seq_data = rng.uniform(-3.0, 3.0, (3, 5, 24)).astype(np.float32)
 make("dense_mlp_int8", dense_mlp, mlp_data, "int8")
 make("dense_sequence_int8", dense_sequence, seq_data, "int8")
 make("dense_mlp_int4", dense_mlp, mlp_data, "int4")
+token_data = np.random.default_rng(13).integers(0, 50, (5, 6)).astype(np.int32)
+make("embedding_int8", embedding_classifier, token_data, "int8")
 
 # The quantizer itself, on arrays with ties (x * scale exactly k + 0.5), zeros and a row of zeros.
 with h5py.File("quantizer_reference.h5", "w") as f:

@@ -1,43 +1,10 @@
 #include <kiln/layers/core/dense.hpp>
 
 #include <kiln/core/error.hpp>
+#include <kiln/layers/detail/quantization.hpp>
 #include <kiln/ops/ops.hpp>
 
 namespace kiln {
-
-namespace {
-
-// Keras's default activation quantizer of an int8 layer, AbsMaxQuantizer() as Int8QuantizationConfig writes it.
-Config default_activation_quantizer() {
-  return {{"module", "keras.quantizers"},
-          {"class_name", "AbsMaxQuantizer"},
-          {"config", {{"value_range", Config::list({Config(-127), Config(127)})},
-                      {"epsilon", 1e-07},
-                      {"output_dtype", "int8"}}},
-          {"registered_name", Config()}};
-}
-
-// Whether `quantizer` is Keras's AbsMaxQuantizer with the int8 defaults kiln's kernels compute (value_range
-// [-127, 127], epsilon 1e-7, int8 output; an axis of -1 or none for activations).
-bool is_default_abs_max(const Config& quantizer) {
-  if (!quantizer.is_map() || quantizer.get_string("class_name", "") != "AbsMaxQuantizer") return false;
-  const Config* arguments = quantizer.find("config");
-  if (arguments == nullptr || !arguments->is_map()) return true;
-  if (const Config* range = arguments->find("value_range"); range != nullptr && !range->is_null()) {
-    const std::vector<std::int64_t> values = range->as_ints("value_range");
-    if (values != std::vector<std::int64_t>{-127, 127}) return false;
-  }
-  if (const Config* epsilon = arguments->find("epsilon"); epsilon != nullptr && !epsilon->is_null())
-    if (epsilon->as_double("epsilon") != 1e-07) return false;
-  if (arguments->get_string("output_dtype", "int8") != "int8") return false;
-  if (const Config* axis = arguments->find("axis"); axis != nullptr && !axis->is_null()) {
-    const std::vector<std::int64_t> axes = axis->is_list() ? axis->as_ints("axis") : std::vector<std::int64_t>{axis->as_int("axis")};
-    if (axes != std::vector<std::int64_t>{-1}) return false;
-  }
-  return true;
-}
-
-}  // namespace
 
 DenseLayer::DenseLayer(const Config& config) : Layer(config, "Dense", {"int8"}) {
   ConfigReader args = config_reader(config);
@@ -62,27 +29,14 @@ DenseLayer::DenseLayer(const Config& config) : Layer(config, "Dense", {"int8"}) 
 // or quantizers kiln does not compute, are refused by name.
 void DenseLayer::read_quantization_config(ConfigReader& args) {
   const Config& given = args.value("quantization_config");
-  if (given.is_null()) {
-    quantization_config_ = quantization_mode().empty() ? Config() : Config{
-        {"module", "keras.quantizers"},
-        {"class_name", "Int8QuantizationConfig"},
-        {"config", {{"weight_quantizer", Config()}, {"activation_quantizer", default_activation_quantizer()}}},
-        {"registered_name", Config()}};
-    return;
-  }
-  if (quantization_mode().empty())
-    args.fail(std::string("quantization_config is for a quantized layer; this one's dtype policy is ") + dtype_name(dtype()));
-  if (!given.is_map() || given.get_string("class_name", "") != "Int8QuantizationConfig")
-    args.fail("quantization_config must be Keras's Int8QuantizationConfig for mode 'int8', got " + given.to_string());
-  const Config* arguments = given.find("config");
-  const Config activation = arguments && arguments->is_map() && arguments->contains("activation_quantizer")
-                                ? arguments->at("activation_quantizer")
-                                : default_activation_quantizer();
-  if (!activation.is_null() && !is_default_abs_max(activation))
+  const Config activation =
+      detail::int8_activation_quantizer(args, given, !quantization_mode().empty(), dtype_name(dtype()));
+  if (quantization_mode().empty()) return;
+  if (!activation.is_null() && !detail::is_default_abs_max(activation))
     args.fail("kiln quantizes int8 activations as Keras's AbsMaxQuantizer() does (value_range [-127, 127], epsilon "
               "1e-07, the last axis); got activation_quantizer " + activation.to_string());
   quantize_inputs_ = !activation.is_null();
-  quantization_config_ = given;
+  quantization_config_ = given.is_null() ? detail::default_int8_quantization_config() : given;
 }
 
 Config DenseLayer::get_config() const {

@@ -1,6 +1,9 @@
 #include <kiln/layers/core/embedding.hpp>
 
 #include <string>
+#include <vector>
+
+#include <kiln/layers/detail/quantization.hpp>
 
 #include <kiln/ops/ops.hpp>
 
@@ -10,14 +13,19 @@ EmbeddingLayer::EmbeddingLayer(const Config& config) : EmbeddingLayer(config, "E
 
 EmbeddingLayer::EmbeddingLayer(const Config& config, const std::string& class_name,
                                const std::function<void(ConfigReader&)>& more)
-    : Layer(config, class_name) {
+    : Layer(config, class_name, class_name == "Embedding" ? std::vector<std::string>{"int8"} : std::vector<std::string>{}) {
   ConfigReader args = config_reader(config);
   input_dim_ = args.integer("input_dim");
   output_dim_ = args.integer("output_dim");
   embeddings_initializer_ = Initializer::from_argument(args, "embeddings_initializer", "uniform");
   mask_zero_ = args.boolean("mask_zero", false);
   embeddings_regularization_ = WeightRegularization::from_arguments(args, "embeddings");
-  for (const char* key : {"weights", "lora_rank", "lora_alpha", "quantization_config"}) args.unsupported(key);
+  for (const char* key : {"weights", "lora_rank", "lora_alpha"}) args.unsupported(key);
+  // Keras writes an Int8QuantizationConfig for an int8 Embedding too; its activation quantizer is not used (ids).
+  const Config& quantization = args.value("quantization_config");
+  detail::int8_activation_quantizer(args, quantization, !quantization_mode().empty(), dtype_name(dtype()));
+  if (!quantization_mode().empty())
+    quantization_config_ = quantization.is_null() ? detail::default_int8_quantization_config() : quantization;
   // Keras 3 still accepts the Keras 2 argument input_length and ignores it; so do we, to load old configs.
   args.value("input_length");
   if (more) more(args);
@@ -34,16 +42,24 @@ Config EmbeddingLayer::get_config() const {
   embeddings_regularization_.write(config, "embeddings");
   config = with_activity_regularizer(config);
   config.set("mask_zero", mask_zero_);
-  config.set("quantization_config", Config());
+  config.set("quantization_config", quantization_config_);
   return config;
 }
 
 void EmbeddingLayer::build(const Shape&) {
+  if (quantization_mode() == "int8") {
+    // As Keras's _int8_build: int8 rows and one scale per row (the output_dim axis reduced), neither trained.
+    embeddings_ = add_int8_weight("embeddings", {input_dim_, output_dim_});
+    embeddings_scale_ = add_weight("embeddings_scale", {input_dim_}, Initializer::get("ones"), false);
+    return;
+  }
   embeddings_ = add_weight("embeddings", {input_dim_, output_dim_}, embeddings_initializer_);
   regularize(embeddings_, embeddings_regularization_);
 }
 
 Tensor EmbeddingLayer::call(const Tensor& input, const CallArgs&) {
+  if (quantization_mode() == "int8")
+    return ops::quantized_gather(variable(embeddings_, input), variable(embeddings_scale_, input), input);
   return ops::gather(variable(embeddings_, input), input);
 }
 

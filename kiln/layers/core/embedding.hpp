@@ -17,7 +17,9 @@ class EmbeddingLayer : public Layer {
   /// Arguments (Keras names and defaults): input_dim (required; the vocabulary size), output_dim (required),
   /// embeddings_initializer = uniform (RandomUniform(-0.05, 0.05)), mask_zero = false (true: index 0 is
   /// padding, and the output carries a mask, 0 where the index is 0, to the layers after it).
-  /// Regularizers, constraints and LoRA are not supported.
+  /// Regularizers, constraints and LoRA are not supported. A QuantizedDTypePolicy of mode "int8" (Keras's
+  /// Embedding after quantize("int8")) keeps int8 rows "embeddings" and a float "embeddings_scale" per row
+  /// (ops::quantized_gather); ReversibleEmbedding does not quantize yet.
   /// Keras 2's input_length is accepted and ignored, so old configs load. Throws ConfigError when a dimension
   /// is missing or not positive, when an unsupported argument is set, or on an unknown key.
   explicit EmbeddingLayer(const Config& config);
@@ -48,7 +50,8 @@ class EmbeddingLayer : public Layer {
   bool mask_zero_ = false;
   Initializer embeddings_initializer_;
   WeightRegularization embeddings_regularization_;
-  WeightId embeddings_ = 0;
+  WeightId embeddings_ = 0, embeddings_scale_ = 0;
+  Config quantization_config_;  // as Keras writes it for an int8 Embedding; null for a float one
 };
 
 /// Turns indices (token ids, as whole numbers in a float tensor) into learned dense vectors: Keras's

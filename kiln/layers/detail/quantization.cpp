@@ -1,0 +1,52 @@
+#include <kiln/layers/detail/quantization.hpp>
+
+#include <cstdint>
+#include <vector>
+
+namespace kiln::detail {
+
+namespace {
+Config default_activation_quantizer() {
+  return {{"module", "keras.quantizers"},
+          {"class_name", "AbsMaxQuantizer"},
+          {"config", {{"value_range", Config::list({Config(-127), Config(127)})}, {"epsilon", 1e-07}, {"output_dtype", "int8"}}},
+          {"registered_name", Config()}};
+}
+}  // namespace
+
+Config default_int8_quantization_config() {
+  return {{"module", "keras.quantizers"},
+          {"class_name", "Int8QuantizationConfig"},
+          {"config", {{"weight_quantizer", Config()}, {"activation_quantizer", default_activation_quantizer()}}},
+          {"registered_name", Config()}};
+}
+
+bool is_default_abs_max(const Config& quantizer) {
+  if (!quantizer.is_map() || quantizer.get_string("class_name", "") != "AbsMaxQuantizer") return false;
+  const Config* arguments = quantizer.find("config");
+  if (arguments == nullptr || !arguments->is_map()) return true;
+  if (const Config* range = arguments->find("value_range"); range != nullptr && !range->is_null())
+    if (range->as_ints("value_range") != std::vector<std::int64_t>{-127, 127}) return false;
+  if (const Config* epsilon = arguments->find("epsilon"); epsilon != nullptr && !epsilon->is_null())
+    if (epsilon->as_double("epsilon") != 1e-07) return false;
+  if (arguments->get_string("output_dtype", "int8") != "int8") return false;
+  if (const Config* axis = arguments->find("axis"); axis != nullptr && !axis->is_null()) {
+    const std::vector<std::int64_t> axes =
+        axis->is_list() ? axis->as_ints("axis") : std::vector<std::int64_t>{axis->as_int("axis")};
+    if (axes != std::vector<std::int64_t>{-1}) return false;
+  }
+  return true;
+}
+
+Config int8_activation_quantizer(ConfigReader& args, const Config& given, bool quantized, const std::string& policy) {
+  if (given.is_null()) return quantized ? default_activation_quantizer() : Config();
+  if (!quantized) args.fail("quantization_config is for a quantized layer; this one's dtype policy is " + policy);
+  if (!given.is_map() || given.get_string("class_name", "") != "Int8QuantizationConfig")
+    args.fail("quantization_config must be Keras's Int8QuantizationConfig for mode 'int8', got " + given.to_string());
+  const Config* arguments = given.find("config");
+  return arguments && arguments->is_map() && arguments->contains("activation_quantizer")
+             ? arguments->at("activation_quantizer")
+             : default_activation_quantizer();
+}
+
+}  // namespace kiln::detail

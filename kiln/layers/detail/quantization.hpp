@@ -1,0 +1,18 @@
+#pragma once
+// What the quantized layers (Dense, Embedding in int8) share about Keras's quantization configs
+// (keras/src/quantizers/quantization_config.py).
+#include <kiln/layers/config.hpp>
+
+namespace kiln::detail {
+
+// Keras's Int8QuantizationConfig as a quantized layer without one writes it: no weight quantizer, the default
+// AbsMaxQuantizer() as the activation quantizer.
+Config default_int8_quantization_config();
+// Whether `quantizer` is Keras's AbsMaxQuantizer with the int8 defaults kiln's kernels compute (value_range
+// [-127, 127], epsilon 1e-7, int8 output; an axis of -1 or none).
+bool is_default_abs_max(const Config& quantizer);
+// The activation quantizer a layer's Int8QuantizationConfig names (null when it names none), checked with
+// `args` (ConfigError unless the config is an Int8QuantizationConfig of a quantized layer, or null).
+Config int8_activation_quantizer(ConfigReader& args, const Config& given, bool quantized, const std::string& policy);
+
+}  // namespace kiln::detail
