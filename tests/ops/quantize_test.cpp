@@ -222,3 +222,21 @@ TEST_CASE("int8 Arrays round to nearest, ties to even, and saturate", "[core][qu
   CHECK(a.astype(DType::float32).to_vector<float>() == std::vector<float>{2, 4, -2, 127, 127, -128, 0, 0});
   CHECK_THROWS_AS(a.data<float>(), kiln::DTypeError);
 }
+
+TEST_CASE("QuantizedMatMul's gradient rule against central differences where the op is linear", "[ops][quantize][gradcheck]") {
+  // Without input quantization the op is x · (kernel / scale), and Keras's gradient is its true derivative.
+  kiln::Rng rng(17);
+  const Array kernel = int8_array(Shape{5, 3}, rng);
+  const Array scale = kiln::testing::random_array(Shape{3}, rng, DType::float64, 20.0, 200.0);
+  kiln::testing::GradcheckOptions options;
+  options.label = "quantized_matmul";
+  const auto report = kiln::testing::gradcheck(
+      [&](const std::vector<kiln::Tensor>& in) {
+        kiln::Graph& g = in[0].graph();
+        return kiln::ops::quantized_matmul(in[0], g.variable("k", kernel, false), g.variable("s", scale, false), false);
+      },
+      {kiln::testing::random_array(Shape{2, 4, 5}, rng, DType::float64)}, options);
+  INFO(report.worst_entry());
+  CHECK(report.max_relative_error <= 1e-7);
+  CHECK(report.num_checked > 0);
+}
