@@ -86,6 +86,9 @@ inline const std::vector<WorkloadInfo>& workloads() {
       {"mobilenet_v2", true, false, false,
        "torchvision's MobileNetV2 (width 1.0, ReLU6, depthwise 3x3) on (32,224,224,3) -> 1000 logits; forward "
        "and latency"},
+      {"mlp", true, false, false,
+       "(64,1024) -> Dense(2048, relu) -> Dense(2048, relu) -> Dense(10): the Dense layers a quantized model runs in "
+       "int8 (kiln_bench --quantize int8 against the float model); forward and latency"},
       {"noise", false, true, false,
        "(32,256,64) -> Dense(64) -> SpatialDropout1D(0.2) -> GaussianNoise(0.1) -> GaussianDropout(0.2); MSE + SGD"},
   };

@@ -86,6 +86,12 @@ Workload make_workload(const std::string& name, int seq) {
     kiln::Model model = stock::attention_model();
     return {model, random_array({32, stock::window * 4}, 1), random_array({32, 2}, 2), "adam"};
   }
+  if (name == "mlp") {
+    const Tensor x = kiln::Input({None, 1024}, kiln::DType::float32, "x");
+    Tensor h = kiln::Dense(2048, "relu")(x);
+    h = kiln::Dense(2048, "relu")(h);
+    return {kiln::Model(x, kiln::Dense(10)(h), "mlp"), random_array({64, 1024}, 1), random_array({64, 10}, 2), "adam"};
+  }
   if (name == "cnn_small") {
     const Tensor x = kiln::Input({None, 28, 28, 1}, kiln::DType::float32, "x");
     Tensor h = kiln::Conv2D(32, 3, "relu")(x);
@@ -349,6 +355,10 @@ std::vector<Gemm> gemm_list(const std::string& name, bool training, int seq) {
       }
     conv(1, 320, 1280, 7);
     add_matmul(list, training, 1, batch, 1000, 1280, false, true, true);
+  } else if (name == "mlp") {
+    add_matmul(list, training, 1, 64, 2048, 1024, false, false, true);
+    add_matmul(list, training, 1, 64, 2048, 2048, false, true, true);
+    add_matmul(list, training, 1, 64, 10, 2048, false, true, true);
   } else if (name == "norms" || name == "char_gpt_generate" || name == "stock_demo" || name == "gpt2_small_generate" ||
              name == "bert_base") {
     // No GEMMs (generation's are hundreds of tiny ones, not worth a column): the %sgemm columns show "-".
@@ -459,6 +469,10 @@ int main(int argc, char** argv) {
       w.model = kiln::quantize(w.model, args.quantize);  // (the float model's weights, quantized as Keras does)
     }
     const std::int64_t batch = w.x.shape()[0];
+    double weight_bytes = 0;  // the model's weights as they are held (int8 ones a byte an entry)
+    for (const kiln::Weight& weight : w.model.ptr()->weights()) weight_bytes += static_cast<double>(weight.value.nbytes());
+    char weights_field[48];
+    std::snprintf(weights_field, sizeof weights_field, ",\"weights_mb\":%.3f", weight_bytes / (1024.0 * 1024.0));
     bench::Timing t;
     if (args.api == "program") {
       ProgramStep step(w, training);
@@ -495,7 +509,7 @@ int main(int argc, char** argv) {
       char general_field[64];
       std::snprintf(general_field, sizeof general_field, ",\"predict_us_median\":%.3f", general.us_median);
       bench::print_json("kiln", args, bench::latency_timing(latency), baseline, bench::status_mb("VmHWM") - baseline,
-                        bench::latency_fields(latency) + general_field);
+                        bench::latency_fields(latency) + general_field + weights_field);
       return 0;
     } else if (training) {
       w.model.compile(w.optimizer, w.loss);
@@ -506,7 +520,8 @@ int main(int argc, char** argv) {
       t = bench::time_steps(args, [&] { w.model.predict(w.x, batch); });
     }
     const double peak = bench::status_mb("VmHWM") - baseline;
-    bench::print_json("kiln", args, t, baseline, peak, args.api == "program" ? ",\"api\":\"program\"" : "");
+    bench::print_json("kiln", args, t, baseline, peak,
+                      std::string(args.api == "program" ? ",\"api\":\"program\"" : "") + weights_field);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "kiln_bench: %s\n", error.what());
     return 1;

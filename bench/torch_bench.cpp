@@ -159,6 +159,18 @@ struct StockDemoImpl : nn::Module {
 };
 TORCH_MODULE(StockDemo);
 
+// mlp: three Linear layers, ReLU between.
+struct MlpImpl : nn::Module {
+  nn::Linear hidden1{nullptr}, hidden2{nullptr}, head{nullptr};
+  MlpImpl() {
+    hidden1 = register_module("dense", nn::Linear(1024, 2048));
+    hidden2 = register_module("dense_1", nn::Linear(2048, 2048));
+    head = register_module("dense_2", nn::Linear(2048, 10));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return head(torch::relu(hidden2(torch::relu(hidden1(x))))); }
+};
+TORCH_MODULE(Mlp);
+
 // cnn_small in NCHW, torch's native layout (kiln runs it channels_last): BatchNorm2d with Keras's
 // epsilon 1e-3 and momentum 0.01 (Keras's 0.99 for the old statistics).
 struct CnnSmallImpl : nn::Module {
@@ -601,6 +613,7 @@ Workload make_workload(const std::string& name, int seq) {
                 false);
   if (name == "mql5_block") return wrap(Mql5Block(), uniform({64, 40, 12}), uniform({64, 2}), true);
   if (name == "stock_demo") return wrap(StockDemo(), uniform({32, 160}), uniform({32, 2}), true);
+  if (name == "mlp") return wrap(Mlp(), uniform({64, 1024}), uniform({64, 10}), true);
   if (name == "cnn_small") {
     Workload w = wrap(CnnSmall(), uniform({64, 1, 28, 28}), torch::randint(0, 10, {64}, torch::kLong), true);
     w.classes = true;

@@ -353,6 +353,48 @@ END {
     printf "%-10s | %9s %9s %8s | %9s %6s\n", key, num(one, "%.2f"), num(two, "%.2f"), ratio(one, two), num(t, "%.2f"), ratio(one, t)
   }
 }' "$concurrent"
+# int8 against float32 (issue 40): each row's model as built and through kiln::quantize(model, "int8") (its float
+# Dense and Embedding layers int8, as Keras's model.quantize makes them), alternating, 1 thread.
+quantized="$build/bench/quantized.jsonl"
+: >"$quantized"
+quantized_rows="mlp forward
+mlp latency
+stock_demo latency
+mql5_block latency"
+[ -n "${BENCH_ONLY:-}" ] && quantized_rows=$(awk -v only="$BENCH_ONLY" '$1 ~ "^(" only ")$"' <<<"$quantized_rows")
+while read -r workload mode; do
+  [ -z "$workload" ] && continue
+  flags=("${timing[@]}")
+  [ "$mode" = latency ] && flags=(--calls "$([ -n "$quick" ] && echo 2000 || echo 10000)")
+  common=(--workload "$workload" --mode "$mode" --threads 1 "${flags[@]}")
+  for ((round = 1; round <= rounds; ++round)); do
+    results="$quantized" measure "$kiln" "${common[@]}"
+    results="$quantized" measure "$kiln" "${common[@]}" --quantize int8
+  done
+  printf "." >&2
+done <<<"$quantized_rows"
+if [ -s "$quantized" ]; then
+  echo
+  awk "$awk_lib"'
+  {
+    key = field($0, "workload") SUBSEP field($0, "mode")
+    if (!(key in seen)) { seen[key] = 1; order[++count] = key }
+    kind = field($0, "quantize") == "int8" ? "int8" : "float"
+    ms[key, kind] = ms[key, kind] " " field($0, "ms_median"); mb[key, kind] = field($0, "weights_mb")
+  }
+  END {
+    printf "int8 against float32, 1 thread (kiln_bench --quantize int8: its Dense and Embedding layers int8)\n"
+    printf "%-10s %-8s | %9s %9s %9s | %9s %9s %6s\n", "workload", "mode", "float ms", "int8 ms", "speed-up", "float MB", "int8 MB", "int8/f"
+    for (i = 1; i <= count; ++i) {
+      key = order[i]; split(key, part, SUBSEP)
+      f = median(ms[key, "float"]); q = median(ms[key, "int8"])
+      printf "%-10s %-8s | %9s %9s %9s | %9s %9s %6s\n", part[1], part[2], num(f, "%.3f"), num(q, "%.3f"),
+             (q > 0 ? sprintf("%.2fx", f / q) : "-"), num(mb[key, "float"], "%.2f"), num(mb[key, "int8"], "%.2f"),
+             ratio(mb[key, "int8"], mb[key, "float"])
+    }
+  }' "$quantized"
+  cat "$quantized" >>"$results"
+fi
 # fit fed by a streamed CSV Dataset against in-memory arrays, alternating in one process (target ratio <= 1.1).
 if [ -x "$build/bench/dataset_bench" ]; then
   echo

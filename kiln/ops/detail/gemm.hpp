@@ -75,7 +75,8 @@ bool gemm_batch_reduce_fused(const GemmShape& shape, DType dtype);
 // the calling thread. Exact: the sums are int32 (k up to 2³¹ / 128² = 131 072 cannot overflow; longer rows are
 // refused by the callers' shape rules). On oneDNN's dnnl_gemm_s8s8s32 where kiln has it, which picks its kernels
 // for the CPU at run time (AVX512-VNNI's vpdpbusd, AVX-512, AVX2 or SSE4.1; A shifted to unsigned with a column-
-// sum correction); else, or should oneDNN refuse, a plain loop of int32 multiply-adds.
+// sum correction); else, for products too small to pay for oneDNN's per-call work, or should oneDNN refuse, a plain
+// loop of int32 multiply-adds.
 enum class Int8GemmBackend {
   onednn,  // dnnl_gemm_s8s8s32
   plain,   // kiln's loop
