@@ -500,13 +500,28 @@ void plain_s8s8s32(std::int64_t m, std::int64_t n, std::int64_t k, const std::in
 // 0.30, where 1×768×768 took 20 against 29 and 64×160×40 4.0 against 72.
 constexpr std::int64_t int8_dnnl_min_work = std::int64_t{1} << 15;
 
-Int8GemmBackend int8_gemm_backend() { return gemm_has_dnnl() ? Int8GemmBackend::onednn : Int8GemmBackend::plain; }
+// oneDNN 2.6's dnnl_gemm_s8s8s32 is exact only on its VNNI kernels (vpdpbusd sums four products into int32). Below
+// AVX512-VNNI it multiplies with vpmaddubsw, whose pairs of products saturate at int16: with Keras's full int8
+// range on both sides (A is shifted to [1, 255]) the sums came out wrong on its AVX-512, AVX2 and SSE4.1 kernels
+// (found by running tests/ops/quantize_test.cpp under DNNL_MAX_CPU_ISA). Those CPUs run kiln's loop.
+bool dnnl_int8_exact() {
+#if KILN_HAS_DNNL
+  static const bool exact = (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core_vnni) == dnnl_cpu_isa_avx512_core_vnni;
+  return exact;
+#else
+  return false;
+#endif
+}
+
+Int8GemmBackend int8_gemm_backend() {
+  return gemm_has_dnnl() && dnnl_int8_exact() ? Int8GemmBackend::onednn : Int8GemmBackend::plain;
+}
 
 void gemm_s8s8s32_with(Int8GemmBackend backend, std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a,
                        std::int64_t lda, const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc) {
   if (m <= 0 || n <= 0) return;
 #if KILN_HAS_DNNL
-  if (backend == Int8GemmBackend::onednn && k > 0) {
+  if (backend == Int8GemmBackend::onednn && k > 0 && dnnl_int8_exact()) {
     // On the calling thread, as call_dnnl runs dnnl_sgemm.
     const int threads = omp_get_max_threads();
     if (threads != 1) omp_set_num_threads(1);

@@ -73,10 +73,10 @@ bool gemm_batch_reduce_fused(const GemmShape& shape, DType dtype);
 // ---- int8 products (Keras's int8 quantization) -----------------------------------------------------------------
 // C (m × n, int32) = A (m × k, int8) · B (k × n, int8), row-major with no transposes, rows lda / ldb / ldc apart, on
 // the calling thread. Exact: the sums are int32 (k up to 2³¹ / 128² = 131 072 cannot overflow; longer rows are
-// refused by the callers' shape rules). On oneDNN's dnnl_gemm_s8s8s32 where kiln has it, which picks its kernels
-// for the CPU at run time (AVX512-VNNI's vpdpbusd, AVX-512, AVX2 or SSE4.1; A shifted to unsigned with a column-
-// sum correction); else, for products too small to pay for oneDNN's per-call work, or should oneDNN refuse, a plain
-// loop of int32 multiply-adds.
+// refused by the callers' shape rules). On oneDNN's dnnl_gemm_s8s8s32 where kiln has it and the CPU has
+// AVX512-VNNI (vpdpbusd; A shifted to unsigned with a column-sum correction): its kernels for older instruction sets
+// saturate int16 pairs of products and are not exact on Keras's full int8 range. Elsewhere, for products too small
+// to pay for oneDNN's per-call work, or should oneDNN refuse, a plain loop of int32 multiply-adds.
 enum class Int8GemmBackend {
   onednn,  // dnnl_gemm_s8s8s32
   plain,   // kiln's loop
@@ -85,7 +85,8 @@ constexpr std::int64_t int8_gemm_max_k = std::int64_t{1} << 17;
 Int8GemmBackend int8_gemm_backend();
 void gemm_s8s8s32(std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda,
                   const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc);
-// The same on the given backend (tests and bench compare them); onednn without oneDNN runs the loop.
+// The same on the given backend (tests and bench compare them); onednn without oneDNN, or without VNNI, runs the
+// loop.
 void gemm_s8s8s32_with(Int8GemmBackend backend, std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a,
                        std::int64_t lda, const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc);
 
