@@ -16,6 +16,7 @@
 #include <kiln/core/rng.hpp>
 #include <kiln/core/threads.hpp>
 #include <kiln/ops/detail/gemm.hpp>
+#include <kiln/ops/detail/isa.hpp>
 #include <kiln/ops/ops.hpp>
 
 #include "support/gradcheck.hpp"
@@ -93,8 +94,10 @@ TEST_CASE("gemm_s8s8s32 sums exactly on every backend", "[ops][quantize][gemm]")
   struct Case {
     std::int64_t m, n, k, lda, ldb, ldc;
   };
+  // (the VNNI kernel's cases: whole and partial 64-column blocks, k not a multiple of 4, 1 to 4 rows and more)
   for (const Case c : {Case{1, 1, 1, 1, 1, 1}, Case{1, 300, 64, 64, 300, 300}, Case{3, 17, 33, 40, 20, 19},
-                       Case{16, 64, 40, 40, 64, 64}, Case{5, 130, 129, 129, 130, 131}, Case{7, 3, 0, 1, 3, 3}}) {
+                       Case{16, 64, 40, 40, 64, 64}, Case{5, 130, 129, 129, 130, 131}, Case{7, 3, 0, 1, 3, 3},
+                       Case{2, 64, 7, 7, 64, 64}, Case{4, 200, 1030, 1030, 200, 200}, Case{1, 65, 3, 3, 65, 65}}) {
     INFO(c.m << "x" << c.n << "x" << c.k);
     const std::vector<std::int8_t> a = random_int8(static_cast<std::size_t>(c.m * c.lda), rng);
     const std::vector<std::int8_t> b = random_int8(static_cast<std::size_t>(std::max<std::int64_t>(c.k, 1) * c.ldb), rng);
@@ -105,7 +108,7 @@ TEST_CASE("gemm_s8s8s32 sums exactly on every backend", "[ops][quantize][gemm]")
         for (std::int64_t p = 0; p < c.k; ++p) sum += a[i * c.lda + p] * b[p * c.ldb + j];
         expected[i * c.ldc + j] = sum;
       }
-    for (const Int8GemmBackend backend : {Int8GemmBackend::onednn, Int8GemmBackend::plain}) {
+    for (const Int8GemmBackend backend : {Int8GemmBackend::onednn, Int8GemmBackend::plain, Int8GemmBackend::vnni_rows}) {
       std::vector<std::int32_t> c_out(expected.size(), -7);  // between rows (ldc > n) stays untouched
       kiln::detail::gemm_s8s8s32_with(backend, c.m, c.n, c.k, a.data(), c.lda, b.data(), c.ldb, c_out.data(), c.ldc);
       CHECK(c_out == expected);
@@ -115,7 +118,7 @@ TEST_CASE("gemm_s8s8s32 sums exactly on every backend", "[ops][quantize][gemm]")
   const std::int64_t k = 4096;
   std::vector<std::int8_t> a(k, -128), b(k * 2, -128);
   std::vector<std::int32_t> c(2);
-  for (const Int8GemmBackend backend : {Int8GemmBackend::onednn, Int8GemmBackend::plain}) {
+  for (const Int8GemmBackend backend : {Int8GemmBackend::onednn, Int8GemmBackend::plain, Int8GemmBackend::vnni_rows}) {
     kiln::detail::gemm_s8s8s32_with(backend, 1, 2, k, a.data(), k, b.data(), 2, c.data(), 2);
     CHECK(c[0] == 128 * 128 * 4096);
     CHECK(c[1] == 128 * 128 * 4096);
@@ -130,6 +133,20 @@ TEST_CASE("QuantizedMatMul computes Keras's int8 Dense product exactly, on any t
     check_quantized_matmul<float>(Shape{64, 96}, 40, threads);   // rows split over workers
     check_quantized_matmul<float>(Shape{3, 2048}, 512, threads);  // few rows: columns split in blocks of 64
     check_quantized_matmul<float>(Shape{1, 7}, 1, threads);
+    check_quantized_matmul<float>(Shape{1, 768}, 3072, threads);  // one row: the VNNI kernel, columns split
+    check_quantized_matmul<double>(Shape{1, 100}, 70, threads);
+  }
+}
+
+TEST_CASE("QuantizedMatMul is as exact on the kernels of a CPU without AVX-512", "[ops][quantize]") {
+  // One row (the VNNI kernel's case on this CPU) and many, with the dispatch held at x86-64-v3 (no AVX-512): the
+  // products then run on oneDNN or kiln's loop.
+  for (const kiln::detail::Isa isa : kiln::detail::runnable_isas()) {
+    if (isa != kiln::detail::Isa::x86_64_v3 && isa != kiln::detail::Isa::x86_64_v2) continue;
+    INFO(kiln::detail::isa_name(isa));
+    const kiln::detail::ScopedIsa scoped(isa);
+    check_quantized_matmul<float>(Shape{1, 300}, 200, 1);
+    check_quantized_matmul<float>(Shape{64, 96}, 40, 1);
   }
 }
 

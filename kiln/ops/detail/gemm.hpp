@@ -78,8 +78,9 @@ bool gemm_batch_reduce_fused(const GemmShape& shape, DType dtype);
 // saturate int16 pairs of products and are not exact on Keras's full int8 range. Elsewhere, for products too small
 // to pay for oneDNN's per-call work, or should oneDNN refuse, a plain loop of int32 multiply-adds.
 enum class Int8GemmBackend {
-  onednn,  // dnnl_gemm_s8s8s32
-  plain,   // kiln's loop
+  onednn,     // dnnl_gemm_s8s8s32
+  plain,      // kiln's loop
+  vnni_rows,  // kiln's few-row AVX512-VNNI kernel, B as stored (ops/detail/int8_rows)
 };
 constexpr std::int64_t int8_gemm_max_k = std::int64_t{1} << 17;
 Int8GemmBackend int8_gemm_backend();

@@ -1,0 +1,134 @@
+// Few-row int8 products on AVX512-VNNI, reading B (the int8 weights) as Keras stores them, row-major (k × n), with no
+// packing: what a quantized model runs for one sample or one generated token, where oneDNN's dnnl_gemm_s8s8s32 packs
+// B on every call (1×768×3072: 126 µs of which the product is a fraction).
+//
+// vpdpbusd adds, in each 32-bit lane, four products of unsigned bytes by signed bytes. B's four rows p..p+3 are
+// interleaved in registers (unpack by bytes, then by words, within each 128-bit lane) into four-byte groups, one
+// group per output column, and flipped to unsigned (x ^ 0x80 = x + 128); A's four values q[p..p+3] are broadcast as
+// the signed side. Each sum then holds Σ (b + 128)·q = Σ b·q + 128·Σ q, and 128·Σ q (one per row of A) is taken off
+// at the end. The unpacking leaves the columns of a 64-column block in the order (lane, group, position): the sums
+// are put back in column order when they are stored. Exact: every step is integer.
+#include <kiln/ops/detail/int8_rows.hpp>
+
+#include <kiln/ops/detail/isa.hpp>
+
+#include <algorithm>
+#include <cstdint>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define KILN_INT8_ROWS_X86 1
+#else
+#define KILN_INT8_ROWS_X86 0
+#endif
+
+namespace kiln::detail {
+
+#if KILN_INT8_ROWS_X86
+
+namespace {
+
+// The four interleaved vectors of B's rows r0..r3 (64 columns each): vector g holds, in 128-bit lane L, the groups
+// of columns 16L + 4g .. 16L + 4g + 3, each group (r0[c], r1[c], r2[c], r3[c]) flipped to unsigned.
+__attribute__((target("avx512f,avx512bw"))) inline void interleave(__m512i r0, __m512i r1, __m512i r2, __m512i r3,
+                                                                   __m512i out[4]) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  r0 = _mm512_xor_si512(r0, flip);
+  r1 = _mm512_xor_si512(r1, flip);
+  r2 = _mm512_xor_si512(r2, flip);
+  r3 = _mm512_xor_si512(r3, flip);
+  const __m512i lo01 = _mm512_unpacklo_epi8(r0, r1), hi01 = _mm512_unpackhi_epi8(r0, r1);
+  const __m512i lo23 = _mm512_unpacklo_epi8(r2, r3), hi23 = _mm512_unpackhi_epi8(r2, r3);
+  out[0] = _mm512_unpacklo_epi16(lo01, lo23);
+  out[1] = _mm512_unpackhi_epi16(lo01, lo23);
+  out[2] = _mm512_unpacklo_epi16(hi01, hi23);
+  out[3] = _mm512_unpackhi_epi16(hi01, hi23);
+}
+
+// Row p of B from column j, the columns under the mask; zeros past k.
+__attribute__((target("avx512f,avx512bw"))) inline __m512i load_row(const std::int8_t* b, std::int64_t ldb,
+                                                                    std::int64_t j, std::int64_t p, std::int64_t k,
+                                                                    __mmask64 columns) {
+  return p < k ? _mm512_maskz_loadu_epi8(columns, b + p * ldb + j) : _mm512_setzero_si512();
+}
+
+// Rows [0, M) of C, M ≤ 4, for the columns [j, j + width) (width ≤ 64; a shorter last block loads under a mask).
+template <int M>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void block(std::int64_t width, std::int64_t k,
+                                                                   const std::int8_t* a, std::int64_t lda,
+                                                                   const std::int8_t* b, std::int64_t ldb,
+                                                                   std::int32_t* c, std::int64_t ldc, std::int64_t j) {
+  const __mmask64 columns = width >= 64 ? ~__mmask64{0} : ((__mmask64{1} << width) - 1);
+  __m512i sums[M][4];
+  for (int i = 0; i < M; ++i)
+    for (int g = 0; g < 4; ++g) sums[i][g] = _mm512_setzero_si512();
+  for (std::int64_t p = 0; p < k; p += 4) {
+    __m512i groups[4];
+    // (rows past k are zeros, and so are A's values there: they add nothing, flipped or not, as q is 0)
+    interleave(load_row(b, ldb, j, p, k, columns), load_row(b, ldb, j, p + 1, k, columns),
+               load_row(b, ldb, j, p + 2, k, columns), load_row(b, ldb, j, p + 3, k, columns), groups);
+    for (int i = 0; i < M; ++i) {
+      const std::int8_t* q = a + i * lda + p;
+      std::uint8_t bytes[4] = {0, 0, 0, 0};
+      for (int t = 0; t < 4 && p + t < k; ++t) bytes[t] = static_cast<std::uint8_t>(q[t]);
+      const auto four = static_cast<std::int32_t>(static_cast<std::uint32_t>(bytes[0]) | (static_cast<std::uint32_t>(bytes[1]) << 8) |
+                                       (static_cast<std::uint32_t>(bytes[2]) << 16) |
+                                       (static_cast<std::uint32_t>(bytes[3]) << 24));
+      const __m512i broadcast = _mm512_set1_epi32(four);
+      for (int g = 0; g < 4; ++g) sums[i][g] = _mm512_dpbusd_epi32(sums[i][g], groups[g], broadcast);
+    }
+  }
+  for (int i = 0; i < M; ++i) {
+    std::int32_t correction = 0;  // 128 · Σ q: what the flip to unsigned added to every sum of row i
+    for (std::int64_t p = 0; p < k; ++p) correction += a[i * lda + p];
+    correction *= 128;
+    alignas(64) std::int32_t lanes[4][16];
+    for (int g = 0; g < 4; ++g) _mm512_store_si512(lanes[g], sums[i][g]);
+    std::int32_t* row = c + i * ldc + j;
+    for (std::int64_t column = 0; column < width; ++column) {
+      // column = 16 L + 4 g + d sits in vector g at 4 L + d
+      const std::int64_t lane = column >> 4, g = (column >> 2) & 3, d = column & 3;
+      row[column] = lanes[g][lane * 4 + d] - correction;
+    }
+  }
+}
+
+template <int M>
+void rows(std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda, const std::int8_t* b,
+          std::int64_t ldb, std::int32_t* c, std::int64_t ldc) {
+  for (std::int64_t j = 0; j < n; j += 64) block<M>(std::min<std::int64_t>(64, n - j), k, a, lda, b, ldb, c, ldc, j);
+}
+
+}  // namespace
+
+bool int8_rows_available() {
+  static const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vnni");
+  // (A test's ScopedIsa below x86-64-v4 stands for a CPU without AVX-512: then the other backends run.)
+  const Isa isa = active_isa();
+  return cpu && (isa == Isa::own || isa == Isa::x86_64_v4);
+}
+
+void int8_rows(std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda,
+               const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc) {
+  for (std::int64_t i = 0; i < m; i += 4) {
+    const std::int8_t* block_a = a + i * lda;
+    std::int32_t* block_c = c + i * ldc;
+    switch (std::min<std::int64_t>(4, m - i)) {
+      case 1: rows<1>(n, k, block_a, lda, b, ldb, block_c, ldc); break;
+      case 2: rows<2>(n, k, block_a, lda, b, ldb, block_c, ldc); break;
+      case 3: rows<3>(n, k, block_a, lda, b, ldb, block_c, ldc); break;
+      default: rows<4>(n, k, block_a, lda, b, ldb, block_c, ldc); break;
+    }
+  }
+}
+
+#else
+
+bool int8_rows_available() { return false; }
+void int8_rows(std::int64_t, std::int64_t, std::int64_t, const std::int8_t*, std::int64_t, const std::int8_t*,
+               std::int64_t, std::int32_t*, std::int64_t) {}
+
+#endif
+
+}  // namespace kiln::detail
