@@ -75,8 +75,10 @@ Layer::Layer(const Config& config, std::string class_name, const std::vector<std
       quantization_mode_ = dtype_name.substr(0, from);
       dtype_name = dtype_name.substr(from + 6);
     }
+    // ("int4/128": Keras's int4 with its block size; the layer reads the size)
+    const std::string base_mode = quantization_mode_.substr(0, quantization_mode_.find('/'));
     if (!quantization_mode_.empty() &&
-        std::find(quantization_modes.begin(), quantization_modes.end(), quantization_mode_) == quantization_modes.end()) {
+        std::find(quantization_modes.begin(), quantization_modes.end(), base_mode) == quantization_modes.end()) {
       std::string known;
       for (const std::string& mode : quantization_modes) known += (known.empty() ? "" : ", ") + mode;
       throw ConfigError(class_name_ + (name_.empty() ? "" : " '" + name_ + "'") + ": quantization mode '" +
@@ -114,7 +116,8 @@ Config Layer::base_config() const {
   Config config = {{"name", name_.empty() ? Config() : Config(name_)}, {"trainable", trainable_}};
   if (!quantization_mode_.empty())  // Keras's QuantizedDTypePolicy, as it writes it
     config.set("dtype", Config{{"module", "keras.dtype_policies"},
-                               {"class_name", "QuantizedDTypePolicy"},
+                               {"class_name", quantization_mode_.rfind("int4", 0) == 0 ? "Int4DTypePolicy"
+                                                                                        : "QuantizedDTypePolicy"},
                                {"config", {{"mode", quantization_mode_}, {"source_name", dtype_name(dtype_)}}},
                                {"registered_name", Config()}});
   else

@@ -186,6 +186,11 @@ Tensor quantized_matmul(const Tensor& x, const Tensor& kernel, const Tensor& ker
 /// q / scale in scale's dtype, q int8 (..., N) and scale (N,): the float values a quantized kernel stands for
 /// (Keras's `kernel` of a quantized layer). Not differentiable.
 Tensor dequantize(const Tensor& q, const Tensor& scale);
+/// Keras's int4 sub-channel kernel as floats (Dense._int4_call, "int4/<block>"): `kernel` (K, ceil(units/2)) int8
+/// packs two int4 values a byte (even column in the low nibble), `scale` (G, units) in the result's dtype, `zero`
+/// (G, units) int8, `g_idx` (K,) each row's group: (value - zero[g]) · scale[g]. Not differentiable.
+Tensor dequantize_int4(const Tensor& kernel, const Tensor& scale, const Tensor& zero, const Tensor& g_idx,
+                       std::int64_t units);
 /// Keras's int8 Embedding lookup (Embedding._int8_call): the rows of an int8 table (V, ...) picked by integer-valued
 /// ids (in scale's dtype), each as floats divided by its row's scale (V,): output ids.shape + table.shape[1:]. An id
 /// outside [0, V) or not whole throws ValueError when the step runs. Not differentiable.

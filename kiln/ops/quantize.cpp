@@ -9,6 +9,10 @@
 //                    activation_quantizer is null). Differentiable in x only, as Keras's custom gradient:
 //                    dx = dy · (kernel / kernel_scale)ᵀ, the float kernel the int8 one stands for.
 //   Dequantize       q (..., N) int8, scale (N,) float -> q / scale in scale's dtype (Keras's float_kernel).
+//   DequantizeInt4   kernel (K, ceil(N/2)) int8 holding two int4 values a byte (the even column in the low nibble),
+//                    scale (G, N) float, zero (G, N) int8, g_idx (K,) float -> (K, N): (value - zero[g]) · scale[g]
+//                    with g = g_idx[k], Keras's int4 sub-channel kernel (Dense._int4_call's dequantize_with_sz_map).
+//                    A g_idx entry that is not a group is refused when the step runs. Not differentiable.
 //   QuantizedGather  table (V, ...) int8, scale (V,) float, ids (...) float -> (ids..., table's other axes): each
 //                    id's row as floats divided by that row's scale (Keras's Embedding._int8_call). Ids are
 //                    checked as gather checks them; nothing differentiable (the weights are not trained).
@@ -170,6 +174,34 @@ void quantized_gather_kernel(const KernelContext& k) {
   }
 }
 
+// A nibble as a signed int4 value, [-8, 7].
+inline int int4_at(const std::int8_t* packed_row, std::int64_t column) {
+  const int byte = static_cast<std::uint8_t>(packed_row[column >> 1]);
+  const int nibble = (column & 1) ? (byte >> 4) : (byte & 0x0f);
+  return nibble >= 8 ? nibble - 16 : nibble;
+}
+
+template <class T>
+void dequantize_int4_kernel(const KernelContext& k) {
+  const auto* packed = k.in<std::int8_t>(0);
+  const T* scale = k.in<T>(1);
+  const auto* zero = k.in<std::int8_t>(2);
+  const T* g_idx = k.in<T>(3);
+  T* out = k.out<T>();
+  const std::int64_t rows = k.input_shape(0).dim(0), packed_columns = k.input_shape(0).dim(1);
+  const std::int64_t groups = k.input_shape(1).dim(0), n = k.output_shape->dim(1);
+  for (std::int64_t p = 0; p < rows; ++p) {
+    const double group = static_cast<double>(g_idx[p]);
+    if (!(group >= 0.0 && group < static_cast<double>(groups) && group == std::floor(group)))
+      throw ValueError(k.node->describe() + ": g_idx[" + std::to_string(p) + "] = " + std::to_string(group) +
+                       " is not one of the " + std::to_string(groups) + " groups");
+    const auto g = static_cast<std::int64_t>(group);
+    const std::int8_t* row = packed + p * packed_columns;
+    for (std::int64_t j = 0; j < n; ++j)  // Keras: (int8 value - float(zero)) · scale, in T
+      out[p * n + j] = (static_cast<T>(int4_at(row, j)) - static_cast<T>(zero[g * n + j])) * scale[g * n + j];
+  }
+}
+
 // ---- shape rules ----------------------------------------------------------------------------------------------
 
 Shape quantized_matmul_shape(const InferContext& ctx) {
@@ -196,6 +228,22 @@ Shape dequantize_shape(const InferContext& ctx) {
       (q.dim(-1) != Shape::unknown && scale.dim(0) != Shape::unknown && q.dim(-1) != scale.dim(0)))
     ctx.fail("the scale must hold one value per entry of the last axis");
   return q;
+}
+
+Shape dequantize_int4_shape(const InferContext& ctx) {
+  const Shape& kernel = ctx.input_shape(0);
+  const Shape& scale = ctx.input_shape(1);
+  const Shape& zero = ctx.input_shape(2);
+  const Shape& g_idx = ctx.input_shape(3);
+  const std::int64_t units = ctx.attributes().get_int("units");
+  if (kernel.rank() != 2) ctx.fail("the packed kernel must be (input_dim, ceil(units / 2))");
+  if (units < 1 || (kernel.dim(1) != Shape::unknown && kernel.dim(1) != (units + 1) / 2))
+    ctx.fail("the packed kernel holds " + std::to_string(kernel.dim(1)) + " bytes a row, not ceil(" +
+             std::to_string(units) + " / 2)");
+  if (scale.rank() != 2 || scale.dim(1) != units || zero != scale)
+    ctx.fail("kernel_scale and kernel_zero must both be (groups, units)");
+  if (g_idx.rank() != 1 || g_idx.dim(0) != kernel.dim(0)) ctx.fail("g_idx must be (input_dim,)");
+  return Shape{kernel.dim(0), units};
 }
 
 Shape quantized_gather_shape(const InferContext& ctx) {
@@ -235,6 +283,17 @@ KILN_REGISTER_OP(OpDef("kiln>Dequantize")
                      .not_differentiable("quantized weights are not trained (Keras: trainable=False)")
                      .non_differentiable_inputs({0, 1}, "a quantized kernel and its scale"));
 
+KILN_REGISTER_OP(OpDef("kiln>DequantizeInt4")
+                     .inputs(4)
+                     .input_dtype(0, DType::int8)
+                     .input_dtype(2, DType::int8)
+                     .attributes({"units"})
+                     .infer_shape(dequantize_int4_shape)
+                     .forward(dequantize_int4_kernel<float>, dequantize_int4_kernel<double>)
+                     .not_differentiable("quantized weights are not trained (Keras: trainable=False)")
+                     .non_differentiable_inputs({0, 1, 2, 3}, "a quantized kernel and its group parameters")
+                     .display_name("dequantize_int4"));
+
 KILN_REGISTER_OP(OpDef("kiln>QuantizedGather")
                      .inputs(3)
                      .input_dtype(0, DType::int8)
@@ -247,6 +306,12 @@ KILN_REGISTER_OP(OpDef("kiln>QuantizedGather")
 }  // namespace
 
 namespace ops {
+
+Tensor dequantize_int4(const Tensor& kernel, const Tensor& scale, const Tensor& zero, const Tensor& g_idx,
+                       std::int64_t units) {
+  return kernel.graph().add_op("kiln>DequantizeInt4", {kernel, scale, zero, g_idx}, Attributes().set("units", units),
+                               "dequantize_int4");
+}
 
 Tensor quantized_gather(const Tensor& table, const Tensor& scale, const Tensor& ids) {
   return table.graph().add_op("kiln>QuantizedGather", {table, scale, ids}, Attributes(), "quantized_gather");

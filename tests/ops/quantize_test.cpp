@@ -257,3 +257,42 @@ TEST_CASE("QuantizedMatMul's gradient rule against central differences where the
   CHECK(report.max_relative_error <= 1e-7);
   CHECK(report.num_checked > 0);
 }
+
+TEST_CASE("DequantizeInt4 unpacks two values a byte and applies each block's scale and zero point", "[ops][quantize]") {
+  // Keras's pack_int4 along the units: column 2i in the low nibble, 2i + 1 in the high one; 3 units pad to 2 bytes.
+  const std::vector<int> values = {-3, 7, 2, /**/ -8, 1, 0, /**/ 5, -1, -6};  // (3 rows, 3 units)
+  std::vector<std::int8_t> packed;
+  for (int row = 0; row < 3; ++row)
+    for (int pair = 0; pair < 2; ++pair) {
+      const int low = values[row * 3 + 2 * pair] & 0x0f;
+      const int high = 2 * pair + 1 < 3 ? values[row * 3 + 2 * pair + 1] & 0x0f : 0;
+      packed.push_back(static_cast<std::int8_t>(static_cast<std::uint8_t>(low | (high << 4))));
+    }
+  const Array kernel = Array::from_vector(packed, Shape{3, 2});
+  const Array scale = Array::from_vector(std::vector<double>{0.5, 0.25, 2.0, 1.0, 0.125, 4.0}, Shape{2, 3});
+  const Array zero = Array::from_vector(std::vector<std::int8_t>{1, 0, -1, 2, -2, 0}, Shape{2, 3});
+  const Array g_idx = Array::from_vector(std::vector<double>{0, 0, 1}, Shape{3});
+  kiln::Graph graph;
+  const kiln::Tensor out = kiln::ops::dequantize_int4(graph.variable("k", kernel, false), graph.variable("s", scale, false),
+                                                      graph.variable("z", zero, false), graph.variable("g", g_idx, false), 3);
+  kiln::Program program(graph, {out});
+  program.run();
+  const Array value = program.fetch(out);
+  REQUIRE(value.shape() == Shape({3, 3}));
+  for (int row = 0; row < 3; ++row)
+    for (int unit = 0; unit < 3; ++unit) {
+      const int group = row < 2 ? 0 : 1;
+      const double expected = (values[row * 3 + unit] - zero.flat(group * 3 + unit)) * scale.flat(group * 3 + unit);
+      CHECK(value.flat(row * 3 + unit) == expected);
+    }
+  // A g_idx entry outside the groups is refused when the step runs; bad shapes when the node is made.
+  kiln::Graph bad;
+  const kiln::Tensor wrong = kiln::ops::dequantize_int4(
+      bad.variable("k", kernel, false), bad.variable("s", scale, false), bad.variable("z", zero, false),
+      bad.variable("g", Array::from_vector(std::vector<double>{0, 2, 1}, Shape{3}), false), 3);
+  kiln::Program failing(bad, {wrong});
+  CHECK_THROWS_WITH(failing.run(), Catch::Matchers::Contains("g_idx[1] = 2") && Catch::Matchers::Contains("2 groups"));
+  CHECK_THROWS_WITH(kiln::ops::dequantize_int4(bad.variable("k2", kernel, false), bad.variable("s2", scale, false),
+                                               bad.variable("z2", zero, false), bad.variable("g2", g_idx, false), 5),
+                    Catch::Matchers::Contains("ceil(5 / 2)"));
+}

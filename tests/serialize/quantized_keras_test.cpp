@@ -118,7 +118,7 @@ TEST_CASE("QuantizedMatMul quantizes each row as Keras's activation quantizer do
 
 TEST_CASE("Keras's int8-quantized Dense and Embedding models load and predict Keras's outputs",
           "[serialize][keras][quantize]") {
-  for (const std::string name : {"dense_mlp_int8", "dense_sequence_int8", "embedding_int8"}) {
+  for (const std::string name : {"dense_mlp_int8", "dense_sequence_int8", "embedding_int8", "dense_mlp_int4"}) {
     INFO(name);
     const auto model = kiln::load_keras_model_base(fixture(name + ".keras"));
     const auto [difference, scale] = against_keras(*model, name);
@@ -178,8 +178,8 @@ TEST_CASE("a quantized policy on a layer kiln does not quantize is refused by na
   using Catch::Matchers::Contains;
   CHECK_THROWS_WITH(kiln::create_layer("kiln>Conv2D", Config{{"filters", 4}, {"kernel_size", 3}, {"name", "c"}, {"dtype", policy}}),
                     Contains("Conv2D 'c'") && Contains("quantization mode 'int8'"));
-  CHECK_THROWS_WITH(kiln::create_layer("kiln>Dense", Config{{"units", 4}, {"dtype", "int4_from_float32"}}),
-                    Contains("Dense") && Contains("quantization mode 'int4'") && Contains("runs int8"));
+  CHECK_THROWS_WITH(kiln::create_layer("kiln>Dense", Config{{"units", 4}, {"dtype", "float8_from_float32"}}),
+                    Contains("Dense") && Contains("quantization mode 'float8'") && Contains("runs int8, int4"));
   // A quantization config on a float layer, or one kiln does not compute.
   CHECK_THROWS_AS(kiln::create_layer("kiln>Dense", Config{{"units", 4},
                                                            {"quantization_config", Config{{"class_name", "Int8QuantizationConfig"}}}}),
@@ -189,6 +189,51 @@ TEST_CASE("a quantized policy on a layer kiln does not quantize is refused by na
       {"config", {{"activation_quantizer", {{"class_name", "AbsMaxQuantizer"}, {"config", {{"value_range", Config::list({Config(-100), Config(100)})}}}}}}}};
   CHECK_THROWS_WITH(kiln::create_layer("kiln>Dense", Config{{"units", 4}, {"dtype", policy}, {"quantization_config", odd_quantizer}}),
                     Contains("AbsMaxQuantizer()"));
+}
+
+TEST_CASE("Keras's int4 Dense (by blocks, with zero points) writes back as Keras wrote it", "[serialize][keras][quantize]") {
+  kiln::testing::TempDir dir;
+  const auto model = kiln::load_keras_model_base(fixture("dense_mlp_int4.keras"));
+  const std::string path = dir.file("again.keras");
+  kiln::save_keras_model(*model, path);
+  const std::string bytes = kiln::detail::read_whole_file(path);
+  const kiln::detail::ZipReader zip(bytes, path);
+  const Config config = kiln::parse_json(zip.read("config.json", 1 << 20));
+  const std::string keras_bytes = kiln::detail::read_whole_file(fixture("dense_mlp_int4.keras"));
+  const kiln::detail::ZipReader keras_zip(keras_bytes, "keras");
+  const Config keras_config = kiln::parse_json(keras_zip.read("config.json", 1 << 20));
+  const auto dense_configs = [](const Config& whole) {
+    std::vector<Config> found;
+    for (const Config& layer : whole.at("config").at("layers").as_list())
+      if (layer.get_string("class_name") == "Dense") found.push_back(layer.at("config"));
+    return found;
+  };
+  const std::vector<Config> ours = dense_configs(config), theirs = dense_configs(keras_config);
+  REQUIRE(ours.size() == 3);
+  REQUIRE(theirs.size() == 3);
+  for (std::size_t i = 0; i < ours.size(); ++i) {
+    CHECK(ours[i].at("dtype").get_string("class_name") == "Int4DTypePolicy");
+    CHECK(ours[i].at("dtype").at("config").get_string("mode") == theirs[i].at("dtype").at("config").get_string("mode"));
+    CHECK(ours[i].at("quantization_config").at("config").get_int("block_size") == 128);
+  }
+  // The weights as Keras stores them: packed kernel, bias, scale, zero point, g_idx, bit for bit.
+  const hdf5::File weights(zip.read("model.weights.h5", 1 << 24), "weights");
+  const hdf5::File keras_weights(keras_zip.read("model.weights.h5", 1 << 24), "keras weights");
+  for (const std::string layer : {"dense", "dense_1", "dense_2"}) {
+    const hdf5::Object mine = weights.root().at("layers").at(layer).at("vars");
+    const hdf5::Object keras = keras_weights.root().at("layers").at(layer).at("vars");
+    REQUIRE(mine.member_names() == keras.member_names());
+    for (const std::string& var : keras.member_names()) {
+      INFO(layer << "/vars/" << var);
+      const DType dtype = keras.at(var).dataset_is_float() ? DType::float32 : DType::int8;
+      CHECK(mine.at(var).read(dtype).bitwise_equal(keras.at(var).read(dtype)));
+    }
+  }
+  using Catch::Matchers::Contains;
+  CHECK_THROWS_WITH(kiln::create_layer("kiln>Dense", Config{{"units", 4}, {"dtype", "int4_from_float32"},
+                                                            {"quantization_config", {{"class_name", "Int4QuantizationConfig"},
+                                                                                     {"config", {{"block_size", -1}}}}}}),
+                    Contains("per-channel int4"));
 }
 
 TEST_CASE("a quantized model saves and loads in kiln's own format, int8 weights and all", "[serialize][quantize]") {

@@ -6,7 +6,7 @@
 
 namespace kiln {
 
-DenseLayer::DenseLayer(const Config& config) : Layer(config, "Dense", {"int8"}) {
+DenseLayer::DenseLayer(const Config& config) : Layer(config, "Dense", {"int8", "int4"}) {
   ConfigReader args = config_reader(config);
   units_ = args.integer("units");
   activation_ = args.text("activation", "linear");
@@ -29,9 +29,35 @@ DenseLayer::DenseLayer(const Config& config) : Layer(config, "Dense", {"int8"}) 
 // or quantizers kiln does not compute, are refused by name.
 void DenseLayer::read_quantization_config(ConfigReader& args) {
   const Config& given = args.value("quantization_config");
-  const Config activation =
-      detail::int8_activation_quantizer(args, given, !quantization_mode().empty(), dtype_name(dtype()));
-  if (quantization_mode().empty()) return;
+  const std::string& mode = quantization_mode();
+  if (mode.rfind("int4", 0) == 0) {
+    // Keras's Int4QuantizationConfig: the block size from it, else from the policy's "int4/<block>"; a block size of
+    // -1 or null is per-channel int4.
+    if (!given.is_null() && given.get_string("class_name", "") != "Int4QuantizationConfig")
+      args.fail("quantization_config must be Keras's Int4QuantizationConfig for mode '" + mode + "', got " +
+                given.to_string());
+    const Config* arguments = given.is_null() ? nullptr : given.find("config");
+    const Config* block = arguments && arguments->is_map() ? arguments->find("block_size") : nullptr;
+    if (block != nullptr)
+      int4_block_size_ = block->is_null() ? -1 : block->as_int("block_size");
+    else if (const auto slash = mode.find('/'); slash != std::string::npos)
+      int4_block_size_ = std::stoll(mode.substr(slash + 1));
+    else
+      int4_block_size_ = 128;  // Int4QuantizationConfig's default
+    if (int4_block_size_ <= 0)
+      args.fail("per-channel int4 (block_size -1) is not one kiln runs yet; Keras's default, int4 by blocks of "
+                "input rows, is");
+    quantization_config_ = given.is_null() ? Config{{"module", "keras.quantizers"},
+                                                    {"class_name", "Int4QuantizationConfig"},
+                                                    {"config", {{"weight_quantizer", Config()},
+                                                                {"activation_quantizer", Config()},
+                                                                {"block_size", int4_block_size_}}},
+                                                    {"registered_name", Config()}}
+                                           : given;
+    return;
+  }
+  const Config activation = detail::int8_activation_quantizer(args, given, !mode.empty(), dtype_name(dtype()));
+  if (mode.empty()) return;
   if (!activation.is_null() && !detail::is_default_abs_max(activation))
     args.fail("kiln quantizes int8 activations as Keras's AbsMaxQuantizer() does (value_range [-127, 127], epsilon "
               "1e-07, the last axis); got activation_quantizer " + activation.to_string());
@@ -53,21 +79,26 @@ Config DenseLayer::get_config() const {
 
 std::vector<std::string> DenseLayer::keras_weight_paths() const {
   if (quantization_mode().empty()) return Layer::keras_weight_paths();
-  // Keras's variable_serialization_spec for int8: kernel, bias (when used), kernel_scale, numbered in that order.
+  // Keras's variable_serialization_spec: int8 kernel, bias (when used), kernel_scale; int4 by blocks the same, then
+  // kernel_zero and g_idx; numbered in that order. The weights were made in that order too.
   std::vector<std::string> paths;
-  int next = 0;
-  paths.push_back("vars/" + std::to_string(next++));  // kernel (weight 0)
-  if (use_bias_) paths.push_back("vars/" + std::to_string(next++));
-  paths.push_back("vars/" + std::to_string(next++));  // kernel_scale
+  const std::size_t count = use_bias_ ? 3 : 2;
+  const std::size_t total = count + (quantization_mode().rfind("int4", 0) == 0 ? 2 : 0);
+  for (std::size_t i = 0; i < total; ++i) paths.push_back("vars/" + std::to_string(i));
   return paths;
 }
 
 void DenseLayer::build(const Shape& input_shape) {
   if (input_shape.rank() < 1 || input_shape.dim(-1) == Shape::unknown)
     shape_error("needs inputs whose last dimension is known", {{"input", input_shape}});
+  const std::int64_t input_dim = input_shape.dim(-1);
+  const bool int4 = quantization_mode().rfind("int4", 0) == 0;
   if (quantization_mode() == "int8") {
     // As Keras's _int8_build: the int8 kernel and its per-unit scale, neither trained.
-    kernel_ = add_int8_weight("kernel", {input_shape.dim(-1), units_});
+    kernel_ = add_int8_weight("kernel", {input_dim, units_});
+  } else if (int4) {
+    // As Keras's _int4_build by blocks: two int4 values a byte along the units.
+    kernel_ = add_int8_weight("kernel", {input_dim, (units_ + 1) / 2});
   } else {
     kernel_ = add_weight("kernel", {input_shape.dim(-1), units_}, kernel_initializer_);
     regularize(kernel_, kernel_regularization_);
@@ -77,6 +108,17 @@ void DenseLayer::build(const Shape& input_shape) {
     regularize(bias_, bias_regularization_);
   }
   if (quantization_mode() == "int8") kernel_scale_ = add_weight("kernel_scale", {units_}, Initializer::get("ones"), false);
+  if (int4) {
+    const std::int64_t groups = (input_dim + int4_block_size_ - 1) / int4_block_size_, block = int4_block_size_;
+    kernel_scale_ = add_weight("kernel_scale", {groups, units_}, Initializer::get("ones"), false);
+    kernel_zero_ = add_int8_weight("kernel_zero", {groups, units_});
+    // Each input row's group, floor(row / block_size), as Keras's idx_initializer makes it.
+    g_idx_ = add_weight("g_idx", {input_dim}, [block](const Shape& shape, DType dtype, Rng&) {
+      Array rows(shape, dtype);
+      for (std::size_t p = 0; p < rows.size(); ++p) rows.set_flat(p, static_cast<double>(static_cast<std::int64_t>(p) / block));
+      return rows;
+    }, false);
+  }
 }
 
 Tensor DenseLayer::call(const Tensor& input, const CallArgs&) {
@@ -84,9 +126,16 @@ Tensor DenseLayer::call(const Tensor& input, const CallArgs&) {
   if (input.rank() < 1 || input.shape().dim(-1) != expected.dim(-1))
     shape_error("was built for inputs with last dimension " + std::to_string(expected.dim(-1)),
                 {{"built for", expected}, {"input", input.shape()}});
-  Tensor output = quantization_mode() == "int8"
-                      ? ops::quantized_matmul(input, variable(kernel_, input), variable(kernel_scale_, input), quantize_inputs_)
-                      : ops::matmul(input, variable(kernel_, input));
+  Tensor output;
+  if (quantization_mode() == "int8") {
+    output = ops::quantized_matmul(input, variable(kernel_, input), variable(kernel_scale_, input), quantize_inputs_);
+  } else if (quantization_mode().rfind("int4", 0) == 0) {
+    // Keras's sub-channel int4: the kernel as floats, then a float product (no input quantization).
+    output = ops::matmul(input, ops::dequantize_int4(variable(kernel_, input), variable(kernel_scale_, input),
+                                                     variable(kernel_zero_, input), variable(g_idx_, input), units_));
+  } else {
+    output = ops::matmul(input, variable(kernel_, input));
+  }
   if (use_bias_) output = output + variable(bias_, input);  // broadcast; autodiff sums the bias gradient
   return ops::activation(output, activation_);
 }
