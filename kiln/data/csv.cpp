@@ -364,6 +364,9 @@ ColumnChoice chosen_columns(const FileColumns& columns, const CsvOptions& option
 }
 
 void check_options(const CsvOptions& options, const std::string& path) {
+  if (!is_floating(options.dtype))
+    throw DTypeError("read_csv('" + path + "'): CsvOptions::dtype must be float32 or float64, not " +
+                     dtype_name(options.dtype));
   if (options.delimiter == '"' || options.delimiter == '\n' || options.delimiter == '\r')
     throw ConfigError("read_csv('" + path + "'): the delimiter cannot be a quote or a line break");
   if (!options.column_names.empty() && !options.column_indices.empty())

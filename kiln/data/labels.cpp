@@ -11,6 +11,7 @@ namespace kiln {
 
 Array to_categorical(const Array& labels, std::int64_t num_classes, DType dtype) {
   const std::string who = "to_categorical";
+  if (!is_floating(dtype)) throw DTypeError(who + ": dtype must be float32 or float64, not " + dtype_name(dtype));
   if (num_classes == 0 || num_classes < -1)
     throw ValueError(who + ": num_classes must be positive (or -1: the largest id + 1), got " +
                      std::to_string(num_classes));

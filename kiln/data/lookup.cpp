@@ -141,6 +141,8 @@ void StringLookup::adapt(const std::vector<std::string>& data) {
 
 Array StringLookup::operator()(const std::vector<std::string>& values, DType dtype) const {
   if (!has_vocabulary_) throw ValueError("StringLookup: no vocabulary yet; adapt() it or give one");
+  if (!is_floating(dtype))  // (indices as int8 would saturate at 127)
+    throw DTypeError(std::string("StringLookup: indices are float32 or float64, not ") + dtype_name(dtype));
   const Specials<std::string> specials{options_.mask_token, options_.num_oov_indices, options_.oov_token};
   Array indices(Shape{static_cast<std::int64_t>(values.size())}, dtype);
   for (std::size_t i = 0; i < values.size(); ++i)

@@ -7,6 +7,8 @@
 namespace kiln {
 
 Array pad_sequences(const std::vector<std::vector<std::int64_t>>& sequences, const PadOptions& options) {
+  if (!is_floating(options.dtype))  // (token ids as int8 would saturate at 127)
+    throw DTypeError(std::string("pad_sequences: dtype must be float32 or float64, not ") + dtype_name(options.dtype));
   if (options.padding != "pre" && options.padding != "post")
     throw ValueError("pad_sequences: padding must be \"pre\" or \"post\", got \"" + options.padding + "\"");
   if (options.truncating != "pre" && options.truncating != "post")

@@ -75,10 +75,11 @@ Layer::Layer(const Config& config, std::string class_name, const std::vector<std
       quantization_mode_ = dtype_name.substr(0, from);
       dtype_name = dtype_name.substr(from + 6);
     }
-    // ("int4/128": Keras's int4 with its block size; the layer reads the size)
-    const std::string base_mode = quantization_mode_.substr(0, quantization_mode_.find('/'));
-    if (!quantization_mode_.empty() &&
-        std::find(quantization_modes.begin(), quantization_modes.end(), base_mode) == quantization_modes.end()) {
+    // A mode the layer names, or for int4 "int4/<block size>" (Keras's Int4DTypePolicy; the layer reads the size).
+    const bool known = std::any_of(quantization_modes.begin(), quantization_modes.end(), [&](const std::string& mode) {
+      return quantization_mode_ == mode || (mode == "int4" && quantization_mode_.rfind("int4/", 0) == 0);
+    });
+    if (!quantization_mode_.empty() && !known) {
       std::string known;
       for (const std::string& mode : quantization_modes) known += (known.empty() ? "" : ", ") + mode;
       throw ConfigError(class_name_ + (name_.empty() ? "" : " '" + name_ + "'") + ": quantization mode '" +

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -47,7 +48,12 @@ constexpr double int8_limit = 127;
 template <class T>
 T quantize_row(const T* x, std::int64_t k, std::int8_t* q) {
   T largest = T(0);
-  for (std::int64_t p = 0; p < k; ++p) largest = std::max(largest, std::abs(x[p]));
+  bool nan = false;  // Keras's max of a row holding a NaN is NaN, and so are its scale and outputs
+  for (std::int64_t p = 0; p < k; ++p) {
+    largest = std::max(largest, std::abs(x[p]));
+    nan = nan || std::isnan(x[p]);
+  }
+  if (nan) largest = std::numeric_limits<T>::quiet_NaN();
   const T scale = T(int8_limit) / (largest + T(quantize_epsilon));
   for (std::int64_t p = 0; p < k; ++p) {
     const T value = std::nearbyint(x[p] * scale);
@@ -66,7 +72,8 @@ Layout layout_of(const Shape& x, const Shape& kernel) {
   Layout l;
   l.k = kernel.dim(0);
   l.n = kernel.dim(1);
-  l.rows = l.k == 0 ? x.num_elements() : x.num_elements() / l.k;
+  l.rows = 1;  // the product of x's leading dimensions (x may have none to multiply when K is 0)
+  for (int axis = 0; axis + 1 < x.rank(); ++axis) l.rows *= x.dim(axis);
   return l;
 }
 
@@ -107,6 +114,10 @@ void quantized_matmul_kernel(const KernelContext& k) {
   const T* kernel_scale = k.in<T>(2);
   T* y = k.out<T>();
   if (l.rows == 0 || l.n == 0) return;
+  if (l.k == 0) {  // an empty sum: zeros, as Keras's matmul gives (then the bias)
+    std::fill(y, y + l.rows * l.n, T(0));
+    return;
+  }
   auto* bytes = static_cast<unsigned char*>(k.workspace);
   if (!k.attributes().get_bool("quantize_inputs")) {
     // Keras's matmul of float inputs by the int8 kernel (promoted to floats), then the division by its scale.

@@ -62,6 +62,9 @@ void quantize_layers(Config& model, const std::string& mode, const std::string& 
       }
     } else if (layer.get_string("class_name", "") != "InputLayer") {
       const std::string kind = layer.get_string("class_name", "");
+      const Config& wrapped = layer.at("config");
+      if (wrapped.is_map() && (wrapped.contains("layer") || wrapped.contains("forward_layer")))
+        report.skipped.emplace_back(prefix + name, kind + ": a wrapper; kiln does not quantize the layers inside it yet");
       if (kind == "EinsumDense" || kind == "ReversibleEmbedding")
         report.skipped.emplace_back(prefix + name, kind + ": Keras quantizes it; kiln does not yet");
       else if (kind == "MultiHeadAttention")  // (Keras 3.16 cannot load such a model back: its config does not say)

@@ -296,3 +296,45 @@ TEST_CASE("DequantizeInt4 unpacks two values a byte and applies each block's sca
                                                bad.variable("z2", zero, false), bad.variable("g2", g_idx, false), 5),
                     Catch::Matchers::Contains("ceil(5 / 2)"));
 }
+
+TEST_CASE("QuantizedMatMul's edge cases: no input features, NaN rows, sums past int32 before the correction",
+          "[ops][quantize]") {
+  // No input features: an empty sum, zeros (Keras's matmul), on both forms.
+  for (const bool quantize_inputs : {true, false}) {
+    const Array out = kiln::testing::evaluate(
+        [&](const std::vector<kiln::Tensor>& in) {
+          kiln::Graph& g = in[0].graph();
+          return kiln::ops::quantized_matmul(in[0], g.variable("k", Array(Shape{0, 3}, DType::int8), false),
+                                             g.variable("s", Array::full(Shape{3}, 2.0, DType::float64), false),
+                                             quantize_inputs);
+        },
+        {Array(Shape{2, 0}, DType::float64)});
+    REQUIRE(out.shape() == Shape({2, 3}));
+    for (std::size_t i = 0; i < out.size(); ++i) CHECK(out.flat(i) == 0.0);
+  }
+  // A row holding a NaN gives NaNs, as Keras's (its max and scale are NaN); the other rows are untouched.
+  Array x = Array::full(Shape{2, 4}, 0.5, DType::float64);
+  x.set_flat(1, std::nan(""));
+  kiln::Rng rng(2);
+  const Array kernel = int8_array(Shape{4, 3}, rng);
+  const Array out = kiln::testing::evaluate(
+      [&](const std::vector<kiln::Tensor>& in) {
+        kiln::Graph& g = in[0].graph();
+        return kiln::ops::quantized_matmul(in[0], g.variable("k", kernel, false),
+                                           g.variable("s", Array::full(Shape{3}, 50.0, DType::float64), false));
+      },
+      {x});
+  for (std::size_t j = 0; j < 3; ++j) {
+    CHECK(std::isnan(out.flat(j)));
+    CHECK(std::isfinite(out.flat(3 + j)));
+  }
+  // One row of 70 000 values of 127 by columns of 127: the VNNI kernel's sums of (b + 128)·q pass 2^31 on the way.
+  const std::int64_t k = 70000;
+  std::vector<std::int8_t> a(k, 127), b(k * 2, 127);
+  std::vector<std::int32_t> c(2);
+  for (const Int8GemmBackend backend : {Int8GemmBackend::vnni_rows, Int8GemmBackend::plain}) {
+    kiln::detail::gemm_s8s8s32_with(backend, 1, 2, k, a.data(), k, b.data(), 2, c.data(), 2);
+    CHECK(c[0] == 127 * 127 * 70000);
+    CHECK(c[1] == 127 * 127 * 70000);
+  }
+}

@@ -345,3 +345,47 @@ TEST_CASE("quantize names the layers Keras would quantize that kiln leaves float
   REQUIRE(warnings.size() == 1);
   CHECK_THAT(warnings[0], Catch::Matchers::Contains("mha (MultiHeadAttention:"));
 }
+
+TEST_CASE("int4 policies kiln does not run, bad modes, and wrappers are named", "[serialize][quantize]") {
+  using Catch::Matchers::Contains;
+  for (const std::string mode : {"int4/None", "int4/-1"}) {
+    const Config policy = {{"class_name", "Int4DTypePolicy"}, {"config", {{"mode", mode}, {"source_name", "float32"}}}};
+    INFO(mode);
+    CHECK_THROWS_WITH(kiln::create_layer("kiln>Dense", Config{{"units", 4}, {"dtype", policy}}), Contains("per-channel int4"));
+  }
+  CHECK_THROWS_WITH(kiln::create_layer("kiln>Dense", Config{{"units", 4}, {"dtype", "int4_from_float32"}}),
+                    Contains("per-channel int4"));
+  const Config bad_block = {{"class_name", "Int4DTypePolicy"}, {"config", {{"mode", "int4/12x"}, {"source_name", "float32"}}}};
+  CHECK_THROWS_WITH(kiln::create_layer("kiln>Dense", Config{{"units", 4}, {"dtype", bad_block}}),
+                    Contains("'int4/<block size>'"));
+  const Config odd_int8 = {{"class_name", "QuantizedDTypePolicy"}, {"config", {{"mode", "int8/2"}, {"source_name", "float32"}}}};
+  CHECK_THROWS_WITH(kiln::create_layer("kiln>Dense", Config{{"units", 4}, {"dtype", odd_int8}}),
+                    Contains("quantization mode 'int8/2'"));
+  // A Dense inside a wrapper stays float, and the report says so.
+  const kiln::Tensor x = kiln::Input({kiln::Shape::unknown, 5, 8}, DType::float32, "x");
+  kiln::Tensor h = kiln::TimeDistributed(kiln::LayerPtr(kiln::Dense(4)), Config{{"name", "per_step"}})(x);
+  h = kiln::Flatten()(h);
+  kiln::Model model(x, kiln::Dense(2, "", {{"name", "out"}})(h), "wrapped");
+  kiln::QuantizationReport report;
+  const auto previous = kiln::set_warning_handler([](const std::string&) {});
+  kiln::quantize(model, "int8", &report);
+  kiln::set_warning_handler(previous);
+  CHECK(report.quantized == std::vector<std::string>{"out"});
+  REQUIRE(report.skipped.size() == 1);
+  CHECK(report.skipped[0].first == "per_step");
+  CHECK_THAT(report.skipped[0].second, Contains("a wrapper"));
+}
+
+TEST_CASE("the data helpers refuse int8, which would saturate their ids", "[data][quantize]") {
+  CHECK_THROWS_AS(kiln::pad_sequences({{1, 2, 300}}, [] {
+                    kiln::PadOptions options;
+                    options.dtype = DType::int8;
+                    return options;
+                  }()),
+                  kiln::DTypeError);
+  CHECK_THROWS_AS(kiln::to_categorical(Array::from_vector(std::vector<float>{0, 1}, kiln::Shape{2}), 2, DType::int8),
+                  kiln::DTypeError);
+  kiln::CsvOptions options;
+  options.dtype = DType::int8;
+  CHECK_THROWS_AS(kiln::read_csv("anything.csv", options), kiln::DTypeError);
+}

@@ -38,12 +38,21 @@ void DenseLayer::read_quantization_config(ConfigReader& args) {
                 given.to_string());
     const Config* arguments = given.is_null() ? nullptr : given.find("config");
     const Config* block = arguments && arguments->is_map() ? arguments->find("block_size") : nullptr;
-    if (block != nullptr)
+    if (block != nullptr) {
       int4_block_size_ = block->is_null() ? -1 : block->as_int("block_size");
-    else if (const auto slash = mode.find('/'); slash != std::string::npos)
-      int4_block_size_ = std::stoll(mode.substr(slash + 1));
-    else
-      int4_block_size_ = 128;  // Int4QuantizationConfig's default
+    } else if (const auto slash = mode.find('/'); slash != std::string::npos) {
+      // "int4/128"; "int4/None" and "int4/-1" are per-channel, as Keras's Int4DTypePolicy reads them
+      const std::string size = mode.substr(slash + 1);
+      const bool digits = !size.empty() && size.size() <= 9 && size.find_first_not_of("0123456789") == std::string::npos;
+      if (size == "None" || size == "-1")
+        int4_block_size_ = -1;
+      else if (digits)
+        int4_block_size_ = std::stoll(size);
+      else
+        args.fail("the int4 policy's mode must be 'int4/<block size>', got '" + mode + "'");
+    } else {
+      int4_block_size_ = -1;  // a plain "int4" policy is Keras's older per-channel int4
+    }
     if (int4_block_size_ <= 0)
       args.fail("per-channel int4 (block_size -1) is not one kiln runs yet; Keras's default, int4 by blocks of "
                 "input rows, is");
@@ -109,7 +118,7 @@ void DenseLayer::build(const Shape& input_shape) {
   }
   if (quantization_mode() == "int8") kernel_scale_ = add_weight("kernel_scale", {units_}, Initializer::get("ones"), false);
   if (int4) {
-    const std::int64_t groups = (input_dim + int4_block_size_ - 1) / int4_block_size_, block = int4_block_size_;
+    const std::int64_t block = int4_block_size_, groups = input_dim == 0 ? 0 : (input_dim - 1) / block + 1;
     kernel_scale_ = add_weight("kernel_scale", {groups, units_}, Initializer::get("ones"), false);
     kernel_zero_ = add_int8_weight("kernel_zero", {groups, units_});
     // Each input row's group, floor(row / block_size), as Keras's idx_initializer makes it.

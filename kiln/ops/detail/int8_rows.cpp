@@ -79,16 +79,18 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void block(std::int64_t w
     }
   }
   for (int i = 0; i < M; ++i) {
-    std::int32_t correction = 0;  // 128 · Σ q: what the flip to unsigned added to every sum of row i
-    for (std::int64_t p = 0; p < k; ++p) correction += a[i * lda + p];
-    correction *= 128;
+    // 128 · Σ q: what the flip to unsigned added to every sum of row i. The sums of (b + 128)·q can pass int32 (k
+    // above 66 000) while the true ones cannot: the difference is taken modulo 2^32, which gives the true sum.
+    std::uint32_t correction = 0;
+    for (std::int64_t p = 0; p < k; ++p) correction += static_cast<std::uint32_t>(static_cast<std::int32_t>(a[i * lda + p]));
+    correction *= 128u;
     alignas(64) std::int32_t lanes[4][16];
     for (int g = 0; g < 4; ++g) _mm512_store_si512(lanes[g], sums[i][g]);
     std::int32_t* row = c + i * ldc + j;
     for (std::int64_t column = 0; column < width; ++column) {
       // column = 16 L + 4 g + d sits in vector g at 4 L + d
       const std::int64_t lane = column >> 4, g = (column >> 2) & 3, d = column & 3;
-      row[column] = lanes[g][lane * 4 + d] - correction;
+      row[column] = static_cast<std::int32_t>(static_cast<std::uint32_t>(lanes[g][lane * 4 + d]) - correction);
     }
   }
 }
