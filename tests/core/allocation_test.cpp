@@ -31,6 +31,7 @@
 #include <kiln/optim/schedules.hpp>
 #include <kiln/data/dataset.hpp>
 #include <kiln/models/model.hpp>
+#include <kiln/models/loading.hpp>
 
 // GCC 12 sees through the inlined replacement new (malloc) and flags std::free in delete as a
 // mismatch; here new *is* malloc, so the pairing is right.
@@ -248,6 +249,26 @@ TEST_CASE("predict_on_batch into the caller's array allocates nothing once plann
   CHECK(made == 0);
   CHECK(output.bitwise_equal(first));
   set_num_threads(saved_threads);
+}
+
+TEST_CASE("an int8 model's predict_on_batch allocates nothing once planned", "[core][program][allocation][quantize]") {
+  // kiln::quantize's Dense layers: the rows' int8 copies, scales and int32 sums live in the planned workspace. One
+  // sample (kiln's VNNI kernel where the CPU has it) and eight (oneDNN's).
+  constexpr std::int64_t None = Shape::unknown;
+  const Tensor input = Input({None, 64});
+  Tensor h = Dense(256, "relu")(input);
+  const Model model = kiln::quantize(Model(input, Dense(16)(h)), "int8");
+  Rng rng(5);
+  for (const std::int64_t rows : {1, 8}) {
+    const Array sample = random({rows, 64}, rng);
+    Array output(Shape{rows, 16});
+    model.predict_on_batch(sample, output);  // plans
+    const Array first = output.copy();
+    const long before = allocations.load();
+    for (int call = 0; call < 10; ++call) model.predict_on_batch(sample, output);
+    CHECK(allocations.load() - before == 0);
+    CHECK(output.bitwise_equal(first));
+  }
 }
 
 TEST_CASE("steady-state training steps over sequences of several lengths allocate nothing",
