@@ -32,8 +32,9 @@ inline Model load_keras_model(const std::string& path, const LoadOptions& option
 inline Model model_from_config(const Config& config) { return Model(model_base_from_config(config)); }
 /// A new model from JSON text, with fresh weights (model_base_from_json).
 inline Model model_from_json(const std::string& json) { return Model(model_base_from_json(json)); }
-/// Keras's model.quantize(mode) as a new model (serialize/quantize.hpp's quantize_model_base): its float Dense
-/// and Embedding layers int8, from `model`'s weights as Keras quantizes them; `model` is left as it was.
+/// Keras's model.quantize(mode) as a new model (serialize/quantize.hpp's quantize_model_base): "int8" (its float
+/// Dense and Embedding layers) or "int4" (its Dense layers, by blocks), from `model`'s weights as Keras quantizes
+/// them; `model` is left as it was.
 inline Model quantize(const Model& model, const std::string& mode, QuantizationReport* report = nullptr) {
   return Model(quantize_model_base(*model.ptr(), mode, report));
 }

@@ -1,7 +1,11 @@
 #include <kiln/serialize/quantize.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <map>
+#include <vector>
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/warnings.hpp>
@@ -27,6 +31,54 @@ std::string source_dtype(const Config& dtype, bool& quantized) {
   return policy.get_string("name", "float32");
 }
 
+// Keras's int4 by blocks of input rows, as its numpy path computes it in float32
+// (quantizers._abs_max_quantize_grouped_with_zero_point_numpy, then pack_int4 along the units): the rows padded with
+// zeros to whole blocks (the zeros count in the last block's min and max), per block and unit scale = (max - min +
+// 1e-7) / 15, zero = clip(round(-min / scale) - 8, -8, 7), values clip(round(x / scale) + zero, -8, 7), rounding ties
+// to even; then two values a byte, the even unit in the low nibble.
+struct Int4Blocks {
+  Array packed, scale, zero;
+};
+
+template <class T>
+Int4Blocks int4_blocks(const Array& kernel, std::int64_t block) {
+  const std::int64_t rows = kernel.shape().dim(0), units = kernel.shape().dim(1);
+  const std::int64_t groups = rows == 0 ? 0 : (rows - 1) / block + 1;
+  Int4Blocks out{Array(Shape{rows, (units + 1) / 2}, DType::int8), Array(Shape{groups, units}, kernel.dtype()),
+                 Array(Shape{groups, units}, DType::int8)};
+  const T* w = kernel.data<T>();
+  T* scale = out.scale.data<T>();
+  auto* zero = out.zero.data<std::int8_t>();
+  auto* packed = out.packed.data<std::int8_t>();
+  std::vector<std::int8_t> values(static_cast<std::size_t>(rows * units));
+  const auto clip = [](T v) { return std::clamp(v, T(-8), T(7)); };
+  for (std::int64_t g = 0; g < groups; ++g)
+    for (std::int64_t j = 0; j < units; ++j) {
+      const std::int64_t first = g * block, end = std::min(rows, first + block);
+      T low = end - first < block ? T(0) : w[first * units + j], high = low;  // the padding's zeros
+      for (std::int64_t p = first; p < end; ++p) {
+        low = std::min(low, w[p * units + j]);
+        high = std::max(high, w[p * units + j]);
+      }
+      const T s = ((high - low) + T(1e-7)) / T(15);
+      const T z = clip(std::nearbyint(-low / s) + T(-8));
+      scale[g * units + j] = s;
+      zero[g * units + j] = static_cast<std::int8_t>(z);
+      for (std::int64_t p = first; p < end; ++p) {
+        const T q = clip(std::nearbyint(w[p * units + j] / s) + z);
+        values[static_cast<std::size_t>(p * units + j)] = std::isnan(q) ? std::int8_t{0} : static_cast<std::int8_t>(q);
+      }
+    }
+  const std::int64_t bytes = (units + 1) / 2;
+  for (std::int64_t p = 0; p < rows; ++p)
+    for (std::int64_t b = 0; b < bytes; ++b) {
+      const int low = values[static_cast<std::size_t>(p * units + 2 * b)] & 0x0f;
+      const int high = 2 * b + 1 < units ? values[static_cast<std::size_t>(p * units + 2 * b + 1)] & 0x0f : 0;
+      packed[p * bytes + b] = static_cast<std::int8_t>(static_cast<std::uint8_t>(low | (high << 4)));
+    }
+  return out;
+}
+
 bool is_model_entry(const Config& layer) {
   const std::string kind = layer.get_string("class_name", "");
   return (kind == "Functional" || kind == "Sequential" || kind == "Model") && layer.contains("config") &&
@@ -42,6 +94,8 @@ void quantize_layers(Config& model, const std::string& mode, const std::string& 
     const std::string name = layer.at("config").get_string("name", "");
     if (is_model_entry(layer)) {
       quantize_layers(layer, mode, prefix + name + "/", report, kernels);
+    } else if (layer.get_string("class_name", "") == "Embedding" && mode != "int8") {
+      report.skipped.emplace_back(prefix + name, "Embedding: kiln quantizes it to int8 only");
     } else if (layer.get_string("class_name", "") == "Dense" || layer.get_string("class_name", "") == "Embedding") {
       Config layer_arguments = layer.at("config");
       bool quantized = false;
@@ -51,8 +105,9 @@ void quantize_layers(Config& model, const std::string& mode, const std::string& 
       } else if (source != "float32" && source != "float64") {
         report.skipped.emplace_back(prefix + name, "its dtype policy is " + source);
       } else {
+        const bool int4 = mode.rfind("int4", 0) == 0;
         layer_arguments.set("dtype", Config{{"module", "keras.dtype_policies"},
-                                            {"class_name", "QuantizedDTypePolicy"},
+                                            {"class_name", int4 ? "Int4DTypePolicy" : "QuantizedDTypePolicy"},
                                             {"config", {{"mode", mode}, {"source_name", source}}},
                                             {"registered_name", Config()}});
         layer_arguments.set("quantization_config", Config());  // Keras's default for the mode
@@ -81,11 +136,23 @@ void quantize_layers(Config& model, const std::string& mode, const std::string& 
 
 std::shared_ptr<ModelBase> quantize_model_base(const ModelBase& model, const std::string& mode,
                                                QuantizationReport* report) {
-  if (mode != "int8") {
-    const bool keras_mode = mode == "int4" || mode == "float8" || mode == "gptq" || mode == "awq" || mode == "ternary";
+  // "int4" is Keras's default int4, by blocks of 128 input rows; "int4/<block>" another block size.
+  std::int64_t int4_block = 0;
+  std::string policy_mode = mode;
+  if (mode == "int4") {
+    int4_block = 128;
+    policy_mode = "int4/128";
+  } else if (mode.rfind("int4/", 0) == 0) {
+    const std::string size = mode.substr(5);
+    if (size.empty() || size.size() > 9 || size.find_first_not_of("0123456789") != std::string::npos || std::stoll(size) == 0)
+      throw ValueError("quantize: mode '" + mode + "' must be 'int4/<block size>', a positive block size (per-channel "
+                       "int4 is not one kiln runs yet)");
+    int4_block = std::stoll(size);
+  } else if (mode != "int8") {
+    const bool keras_mode = mode == "float8" || mode == "gptq" || mode == "awq" || mode == "ternary";
     throw ValueError("quantize: " + std::string(keras_mode ? "Keras's mode '" + mode + "' is not one kiln runs yet"
                                                            : "unknown mode '" + mode + "'") +
-                     " (kiln quantizes 'int8')");
+                     " (kiln quantizes 'int8' and 'int4')");
   }
   QuantizationReport local;
   QuantizationReport& out = report ? *report : local;
@@ -94,7 +161,7 @@ std::shared_ptr<ModelBase> quantize_model_base(const ModelBase& model, const std
   std::map<std::string, bool> kernels;  // weight paths of the kernels to quantize
   if (!config.contains("config") || !config.at("config").is_map() || !config.at("config").contains("layers"))
     throw ValueError("quantize: " + model.describe() + " has no layers to quantize");
-  quantize_layers(config, mode, "", out, kernels);
+  quantize_layers(config, policy_mode, "", out, kernels);
   if (out.quantized.empty())
     throw ValueError("quantize: " + model.describe() + " has no layer kiln quantizes to " + mode +
                      " (kiln quantizes float Dense and Embedding layers)");
@@ -120,8 +187,35 @@ std::shared_ptr<ModelBase> quantize_model_base(const ModelBase& model, const std
       found = quantized_weights.emplace(float_path, ops::abs_max_quantize(old_weights.at(float_path), axis)).first;
     return found->second;
   };
+  std::map<std::string, Int4Blocks> int4_kernels;  // by the float kernel's path
+  const auto int4_of = [&](const std::string& float_path) -> const Int4Blocks& {
+    auto found = int4_kernels.find(float_path);
+    if (found == int4_kernels.end()) {
+      const Array& kernel = old_weights.at(float_path);
+      found = int4_kernels
+                  .emplace(float_path, kernel.dtype() == DType::float32 ? int4_blocks<float>(kernel, int4_block)
+                                                                        : int4_blocks<double>(kernel, int4_block))
+                  .first;
+    }
+    return found->second;
+  };
   for (Weight weight : quantized->weights()) {  // (a Weight shares its layer's storage)
     const std::string& path = weight.path;
+    if (int4_block > 0) {  // int4 Dense: the packed kernel, its scales and zero points; g_idx as built
+      const auto strip = [&](const std::string& suffix) {
+        return ends_with(path, suffix) ? path.substr(0, path.size() - suffix.size()) + "/kernel" : std::string();
+      };
+      const std::string from_kernel = strip("/kernel"), from_scale = strip("/kernel_scale"), from_zero = strip("/kernel_zero");
+      const Array* source = nullptr;
+      if (!from_kernel.empty() && kernels.count(from_kernel) != 0) source = &int4_of(from_kernel).packed;
+      if (!from_scale.empty() && kernels.count(from_scale) != 0) source = &int4_of(from_scale).scale;
+      if (!from_zero.empty() && kernels.count(from_zero) != 0) source = &int4_of(from_zero).zero;
+      if (source != nullptr) {
+        std::memcpy(weight.value.raw(), source->raw(), weight.value.nbytes());
+        continue;
+      }
+      if (ends_with(path, "/g_idx") && kernels.count(path.substr(0, path.size() - 6) + "/kernel") != 0) continue;
+    }
     bool done = false;
     for (const Quantized& kind : kinds) {
       if (ends_with(path, kind.scale)) {  // Keras squeezes the reduced axis away

@@ -297,10 +297,41 @@ TEST_CASE("kiln::quantize(model, \"int8\") is Keras's model.quantize: the same w
   for (std::size_t i = 0; i < float_before.size(); ++i) CHECK(float_before[i].bitwise_equal(float_after[i]));
 
   using Catch::Matchers::Contains;
-  CHECK_THROWS_WITH(kiln::quantize(model, "int4"), Contains("'int4' is not one kiln runs yet"));
+  CHECK_THROWS_WITH(kiln::quantize(model, "float8"), Contains("'float8' is not one kiln runs yet"));
   CHECK_THROWS_WITH(kiln::quantize(model, "int3"), Contains("unknown mode 'int3'"));
   // Quantizing again leaves every layer as it is: nothing to quantize.
   CHECK_THROWS_WITH(kiln::quantize(quantized, "int8"), Contains("no layer kiln quantizes"));
+}
+
+TEST_CASE("kiln::quantize(model, \"int4\") is Keras's quantize(\"int4\"): packed kernels, scales and zero points",
+          "[serialize][quantize]") {
+  const kiln::Tensor x = kiln::Input({kiln::Shape::unknown, 40}, DType::float32, "x");
+  kiln::Tensor h = kiln::Dense(33, "relu", {{"name", "hidden"}})(x);
+  h = kiln::Dense(17, "gelu", {{"name", "no_bias"}, {"use_bias", false}})(h);
+  kiln::Model model(x, kiln::Dense(7, "", {{"name", "head"}})(h), "dense_mlp");
+  kiln::load_keras_weights(*model.ptr(), fixture("dense_mlp_int4.float.weights.h5"));
+  kiln::QuantizationReport report;
+  const kiln::Model quantized = kiln::quantize(model, "int4", &report);
+  CHECK(report.quantized == std::vector<std::string>{"hidden", "no_bias", "head"});
+  const auto keras = kiln::load_keras_model_base(fixture("dense_mlp_int4.keras"));
+  std::map<std::string, Array> keras_weights;
+  for (const kiln::Weight& weight : keras->weights()) keras_weights.emplace(weight.path, weight.value);
+  std::size_t compared = 0;
+  for (const kiln::Weight& weight : quantized.ptr()->weights()) {
+    INFO(weight.path);
+    REQUIRE(keras_weights.count(weight.path) == 1);
+    CHECK(weight.value.bitwise_equal(keras_weights.at(weight.path)));
+    ++compared;
+  }
+  CHECK(compared == 14);  // 3 kernels, 2 biases, 3 scales, 3 zero points, 3 g_idx
+  CHECK(against_keras(*quantized.ptr(), "dense_mlp_int4").first <= 1e-6);
+  using Catch::Matchers::Contains;
+  CHECK_THROWS_WITH(kiln::quantize(model, "int4/0"), Contains("'int4/<block size>'"));
+  CHECK_THROWS_WITH(kiln::quantize(model, "int4/x"), Contains("'int4/<block size>'"));
+  // Another block size: 16 rows a block, so the 40-row kernel has 3 blocks, the last one padded.
+  const kiln::Model blocks = kiln::quantize(model, "int4/16");
+  for (const kiln::Weight& weight : blocks.ptr()->weights())
+    if (weight.path == "hidden/kernel_scale") CHECK(weight.value.shape() == kiln::Shape({3, 33}));
 }
 
 TEST_CASE("kiln::quantize(model, \"int8\") quantizes Embedding rows as Keras does", "[serialize][quantize]") {
