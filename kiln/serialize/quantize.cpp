@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <set>
 #include <vector>
 
 #include <kiln/core/error.hpp>
@@ -87,7 +88,7 @@ bool is_model_entry(const Config& layer) {
 
 // Rewrites the layers of a model config (and of the models inside it) in place; `prefix` names nested layers.
 void quantize_layers(Config& model, const std::string& mode, const std::string& prefix, QuantizationReport& report,
-                     std::map<std::string, bool>& kernels) {
+                     std::set<std::string>& kernels) {
   Config arguments = model.at("config");
   Config layers = Config::list();
   for (Config layer : arguments.at("layers").as_list()) {
@@ -113,7 +114,7 @@ void quantize_layers(Config& model, const std::string& mode, const std::string& 
         layer_arguments.set("quantization_config", Config());  // Keras's default for the mode
         layer.set("config", layer_arguments);
         report.quantized.push_back(prefix + name);
-        kernels[prefix + name + (layer.get_string("class_name") == "Dense" ? "/kernel" : "/embeddings")] = true;
+        kernels.insert(prefix + name + (layer.get_string("class_name") == "Dense" ? "/kernel" : "/embeddings"));
       }
     } else if (layer.get_string("class_name", "") != "InputLayer") {
       const std::string kind = layer.get_string("class_name", "");
@@ -158,7 +159,7 @@ std::shared_ptr<ModelBase> quantize_model_base(const ModelBase& model, const std
   QuantizationReport& out = report ? *report : local;
   out = QuantizationReport();
   Config config = model_config(model);
-  std::map<std::string, bool> kernels;  // weight paths of the kernels to quantize
+  std::set<std::string> kernels;  // weight paths of the kernels to quantize
   if (!config.contains("config") || !config.at("config").is_map() || !config.at("config").contains("layers"))
     throw ValueError("quantize: " + model.describe() + " has no layers to quantize");
   quantize_layers(config, policy_mode, "", out, kernels);

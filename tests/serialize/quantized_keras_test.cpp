@@ -67,6 +67,32 @@ std::pair<double, double> against_keras(kiln::ModelBase& model, const std::strin
   return {worst, scale};
 }
 
+// The float MLP make_quantized.py quantized (Input(40) -> Dense(33, relu) -> Dense(17, gelu, no bias) -> Dense(7)),
+// rebuilt in kiln with the float weights Keras saved before quantizing `name`.
+kiln::Model float_mlp(const std::string& name) {
+  const kiln::Tensor x = kiln::Input({kiln::Shape::unknown, 40}, DType::float32, "x");
+  kiln::Tensor h = kiln::Dense(33, "relu", {{"name", "hidden"}})(x);
+  h = kiln::Dense(17, "gelu", {{"name", "no_bias"}, {"use_bias", false}})(h);
+  kiln::Model model(x, kiln::Dense(7, "", {{"name", "head"}})(h), "dense_mlp");
+  kiln::load_keras_weights(*model.ptr(), fixture(name + ".float.weights.h5"));
+  return model;
+}
+
+// Every weight of `model` against the same path's in Keras's quantized file `name`.keras, bit for bit; how many.
+std::size_t check_weights_are_keras(const kiln::ModelBase& model, const std::string& name) {
+  const auto keras = kiln::load_keras_model_base(fixture(name + ".keras"));
+  std::map<std::string, Array> keras_weights;
+  for (const kiln::Weight& weight : keras->weights()) keras_weights.emplace(weight.path, weight.value);
+  std::size_t compared = 0;
+  for (const kiln::Weight& weight : model.weights()) {
+    INFO(weight.path);
+    REQUIRE(keras_weights.count(weight.path) == 1);
+    CHECK(weight.value.bitwise_equal(keras_weights.at(weight.path)));
+    ++compared;
+  }
+  return compared;
+}
+
 }  // namespace
 
 TEST_CASE("kiln quantizes as Keras's AbsMaxQuantizer, bit for bit", "[serialize][keras][quantize]") {
@@ -270,24 +296,11 @@ TEST_CASE("kiln::quantize(model, \"int8\") is Keras's model.quantize: the same w
   CHECK(warnings.empty());
   CHECK(quantized_norm.ptr()->weights().size() == with_norm.ptr()->weights().size() + 3);  // a kernel_scale each
 
-  const kiln::Tensor x2 = kiln::Input({kiln::Shape::unknown, 40}, DType::float32, "x");
-  kiln::Tensor h2 = kiln::Dense(33, "relu", {{"name", "hidden"}})(x2);
-  h2 = kiln::Dense(17, "gelu", {{"name", "no_bias"}, {"use_bias", false}})(h2);
-  kiln::Model model(x2, kiln::Dense(7, "", {{"name", "head"}})(h2), "dense_mlp");
-  kiln::load_keras_weights(*model.ptr(), fixture("dense_mlp_int8.float.weights.h5"));
+  const kiln::Model model = float_mlp("dense_mlp_int8");
   const std::vector<Array> float_before = model.ptr()->get_weights();
   const kiln::Model quantized = kiln::quantize(model, "int8");
   // Keras's own quantized file: the same int8 kernels and scales, bit for bit, and the same outputs.
-  const auto keras = kiln::load_keras_model_base(fixture("dense_mlp_int8.keras"));
-  std::map<std::string, Array> keras_weights;
-  for (const kiln::Weight& weight : keras->weights()) keras_weights.emplace(weight.path, weight.value);
-  std::size_t compared = 0;
-  for (const kiln::Weight& weight : quantized.ptr()->weights()) {
-    INFO(weight.path);
-    REQUIRE(keras_weights.count(weight.path) == 1);
-    CHECK(weight.value.bitwise_equal(keras_weights.at(weight.path)));
-    ++compared;
-  }
+  const std::size_t compared = check_weights_are_keras(*quantized.ptr(), "dense_mlp_int8");
   CHECK(compared == 8);
   const auto [difference, scale] = against_keras(*quantized.ptr(), "dense_mlp_int8");
   CHECK(difference == 0.0);
@@ -305,24 +318,11 @@ TEST_CASE("kiln::quantize(model, \"int8\") is Keras's model.quantize: the same w
 
 TEST_CASE("kiln::quantize(model, \"int4\") is Keras's quantize(\"int4\"): packed kernels, scales and zero points",
           "[serialize][quantize]") {
-  const kiln::Tensor x = kiln::Input({kiln::Shape::unknown, 40}, DType::float32, "x");
-  kiln::Tensor h = kiln::Dense(33, "relu", {{"name", "hidden"}})(x);
-  h = kiln::Dense(17, "gelu", {{"name", "no_bias"}, {"use_bias", false}})(h);
-  kiln::Model model(x, kiln::Dense(7, "", {{"name", "head"}})(h), "dense_mlp");
-  kiln::load_keras_weights(*model.ptr(), fixture("dense_mlp_int4.float.weights.h5"));
+  const kiln::Model model = float_mlp("dense_mlp_int4");
   kiln::QuantizationReport report;
   const kiln::Model quantized = kiln::quantize(model, "int4", &report);
   CHECK(report.quantized == std::vector<std::string>{"hidden", "no_bias", "head"});
-  const auto keras = kiln::load_keras_model_base(fixture("dense_mlp_int4.keras"));
-  std::map<std::string, Array> keras_weights;
-  for (const kiln::Weight& weight : keras->weights()) keras_weights.emplace(weight.path, weight.value);
-  std::size_t compared = 0;
-  for (const kiln::Weight& weight : quantized.ptr()->weights()) {
-    INFO(weight.path);
-    REQUIRE(keras_weights.count(weight.path) == 1);
-    CHECK(weight.value.bitwise_equal(keras_weights.at(weight.path)));
-    ++compared;
-  }
+  const std::size_t compared = check_weights_are_keras(*quantized.ptr(), "dense_mlp_int4");
   CHECK(compared == 14);  // 3 kernels, 2 biases, 3 scales, 3 zero points, 3 g_idx
   CHECK(against_keras(*quantized.ptr(), "dense_mlp_int4").first <= 1e-6);
   using Catch::Matchers::Contains;
@@ -343,14 +343,7 @@ TEST_CASE("kiln::quantize(model, \"int8\") quantizes Embedding rows as Keras doe
   kiln::QuantizationReport report;
   const kiln::Model quantized = kiln::quantize(model, "int8", &report);
   CHECK(report.quantized == std::vector<std::string>{"embed", "out"});
-  const auto keras = kiln::load_keras_model_base(fixture("embedding_int8.keras"));
-  std::map<std::string, Array> keras_weights;
-  for (const kiln::Weight& weight : keras->weights()) keras_weights.emplace(weight.path, weight.value);
-  for (const kiln::Weight& weight : quantized.ptr()->weights()) {
-    INFO(weight.path);
-    REQUIRE(keras_weights.count(weight.path) == 1);
-    CHECK(weight.value.bitwise_equal(keras_weights.at(weight.path)));
-  }
+  check_weights_are_keras(*quantized.ptr(), "embedding_int8");
   // (the rows are Keras's exactly; the pooling's float32 mean sums in another order than numpy's)
   CHECK(against_keras(*quantized.ptr(), "embedding_int8").first <= 1e-7);
   // An id outside the table is refused when the step runs, as the float Embedding refuses it.

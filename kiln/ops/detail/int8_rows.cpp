@@ -52,12 +52,14 @@ __attribute__((target("avx512f,avx512bw"))) inline __m512i load_row(const std::i
   return p < k ? _mm512_maskz_loadu_epi8(columns, b + p * ldb + j) : _mm512_setzero_si512();
 }
 
-// Rows [0, M) of C, M ≤ 4, for the columns [j, j + width) (width ≤ 64; a shorter last block loads under a mask).
+// Rows [0, M) of C, M ≤ 4, for the columns [j, j + width) (width ≤ 64; a shorter last block loads under a mask);
+// correction[i]: 128 · Σ q of row i, what the flip to unsigned added to every sum of that row.
 template <int M>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void block(std::int64_t width, std::int64_t k,
                                                                    const std::int8_t* a, std::int64_t lda,
                                                                    const std::int8_t* b, std::int64_t ldb,
-                                                                   std::int32_t* c, std::int64_t ldc, std::int64_t j) {
+                                                                   std::int32_t* c, std::int64_t ldc, std::int64_t j,
+                                                                   const std::uint32_t* correction) {
   const __mmask64 columns = width >= 64 ? ~__mmask64{0} : ((__mmask64{1} << width) - 1);
   __m512i sums[M][4];
   for (int i = 0; i < M; ++i)
@@ -79,18 +81,15 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void block(std::int64_t w
     }
   }
   for (int i = 0; i < M; ++i) {
-    // 128 · Σ q: what the flip to unsigned added to every sum of row i. The sums of (b + 128)·q can pass int32 (k
-    // above 66 000) while the true ones cannot: the difference is taken modulo 2^32, which gives the true sum.
-    std::uint32_t correction = 0;
-    for (std::int64_t p = 0; p < k; ++p) correction += static_cast<std::uint32_t>(static_cast<std::int32_t>(a[i * lda + p]));
-    correction *= 128u;
+    // The sums of (b + 128)·q can pass int32 (k above 66 000) while the true ones cannot: the difference is taken
+    // modulo 2^32, which gives the true sum.
     alignas(64) std::int32_t lanes[4][16];
     for (int g = 0; g < 4; ++g) _mm512_store_si512(lanes[g], sums[i][g]);
     std::int32_t* row = c + i * ldc + j;
     for (std::int64_t column = 0; column < width; ++column) {
       // column = 16 L + 4 g + d sits in vector g at 4 L + d
       const std::int64_t lane = column >> 4, g = (column >> 2) & 3, d = column & 3;
-      row[column] = static_cast<std::int32_t>(static_cast<std::uint32_t>(lanes[g][lane * 4 + d]) - correction);
+      row[column] = static_cast<std::int32_t>(static_cast<std::uint32_t>(lanes[g][lane * 4 + d]) - correction[i]);
     }
   }
 }
@@ -98,7 +97,14 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void block(std::int64_t w
 template <int M>
 void rows(std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda, const std::int8_t* b,
           std::int64_t ldb, std::int32_t* c, std::int64_t ldc) {
-  for (std::int64_t j = 0; j < n; j += 64) block<M>(std::min<std::int64_t>(64, n - j), k, a, lda, b, ldb, c, ldc, j);
+  std::uint32_t correction[M];  // once per row, not per block of columns
+  for (int i = 0; i < M; ++i) {
+    correction[i] = 0;
+    for (std::int64_t p = 0; p < k; ++p) correction[i] += static_cast<std::uint32_t>(static_cast<std::int32_t>(a[i * lda + p]));
+    correction[i] *= 128u;
+  }
+  for (std::int64_t j = 0; j < n; j += 64)
+    block<M>(std::min<std::int64_t>(64, n - j), k, a, lda, b, ldb, c, ldc, j, correction);
 }
 
 }  // namespace
