@@ -354,13 +354,16 @@ END {
   }
 }' "$concurrent"
 # int8 against float32 (issue 40): each row's model as built and through kiln::quantize(model, "int8") (its float
-# Dense and Embedding layers int8, as Keras's model.quantize makes them), alternating, 1 thread.
+# Dense and Embedding layers int8, as Keras's model.quantize makes them; GPT-2's token embedding, attention
+# projections and feed-forward layers, as keras-hub's quantize does), alternating, 1 thread.
 quantized="$build/bench/quantized.jsonl"
 : >"$quantized"
 quantized_rows="mlp forward
 mlp latency
 stock_demo latency
 mql5_block latency"
+[ -z "$quick" ] && quantized_rows="$quantized_rows
+gpt2_small_generate generate"
 [ -n "${BENCH_ONLY:-}" ] && quantized_rows=$(awk -v only="$BENCH_ONLY" '$1 ~ "^(" only ")$"' <<<"$quantized_rows")
 while read -r workload mode; do
   [ -z "$workload" ] && continue
@@ -381,6 +384,7 @@ if [ -s "$quantized" ]; then
     if (!(key in seen)) { seen[key] = 1; order[++count] = key }
     kind = field($0, "quantize") == "int8" ? "int8" : "float"
     ms[key, kind] = ms[key, kind] " " field($0, "ms_median"); mb[key, kind] = field($0, "weights_mb")
+    if (field($0, "new_tok_s") != "") tokens[key, kind] = tokens[key, kind] " " field($0, "new_tok_s")
   }
   END {
     printf "int8 against float32, 1 thread (kiln_bench --quantize int8: its Dense and Embedding layers int8)\n"
@@ -391,6 +395,13 @@ if [ -s "$quantized" ]; then
       printf "%-10s %-8s | %9s %9s %9s | %9s %9s %6s\n", part[1], part[2], num(f, "%.3f"), num(q, "%.3f"),
              (q > 0 ? sprintf("%.2fx", f / q) : "-"), num(mb[key, "float"], "%.2f"), num(mb[key, "int8"], "%.2f"),
              ratio(mb[key, "int8"], mb[key, "float"])
+    }
+    for (i = 1; i <= count; ++i) {  # generation: new tokens a second, the issue's measure
+      key = order[i]; split(key, part, SUBSEP)
+      if (!((key, "float") in tokens)) continue
+      f = median(tokens[key, "float"]); q = median(tokens[key, "int8"])
+      printf "%s new tokens/s: float %s, int8 %s (%s)\n", part[1], num(f, "%.1f"), num(q, "%.1f"),
+             (f > 0 ? sprintf("%.2fx", q / f) : "-")
     }
   }' "$quantized"
   cat "$quantized" >>"$results"

@@ -1,5 +1,8 @@
 #include <kiln/hub/backbone.hpp>
 
+#include <algorithm>
+#include <utility>
+
 #include <kiln/core/error.hpp>
 #include <kiln/core/names.hpp>
 
@@ -20,6 +23,9 @@ Config base_fields(const Config& config, const std::string& class_name) {
 BackboneModel::BackboneModel(const Config& config, const std::string& class_name, std::string module,
                              const std::vector<BackboneArgument>& arguments)
     : ModelBase(base_fields(config, class_name), class_name), module_(std::move(module)) {
+  if (const Config* dtype = config.is_map() ? config.find("dtype") : nullptr;
+      dtype != nullptr && dtype->is_map() && dtype->get_string("class_name", "") == "DTypePolicyMap")
+    dtype_map_ = *dtype;
   ConfigReader args = config_reader(config);
   arguments_ = Config::map();
   for (const BackboneArgument& argument : arguments) {
@@ -34,8 +40,41 @@ BackboneModel::BackboneModel(const Config& config, const std::string& class_name
   args.finish();
 }
 
+namespace {
+
+// Every quantized part's policy under `layer`, by path, first found first.
+void collect_policies(const Layer& layer, std::vector<std::pair<std::string, Config>>& out) {
+  for (auto& entry : layer.quantized_policies())
+    if (std::none_of(out.begin(), out.end(), [&](const auto& seen) { return seen.first == entry.first; }))
+      out.push_back(std::move(entry));
+  for (const LayerPtr& child : layer.layers()) collect_policies(*child, out);
+}
+
+}  // namespace
+
+Config BackboneModel::with_dtype(Config config) const {
+  if (!dtype_map_.is_null() && (!config.is_map() || !config.contains("dtype"))) config.set("dtype", dtype_map_);
+  return config;
+}
+
+LayerPtr BackboneModel::create_layer(const std::string& class_name, const Config& config) const {
+  return kiln::create_layer(class_name, with_dtype(config));
+}
+
 Config BackboneModel::get_config() const {
   Config config = base_config();
+  // keras-hub's Backbone.get_config: the quantized layers' policies as one DTypePolicyMap by path (its default
+  // policy null, the global one), else the backbone's own dtype.
+  std::vector<std::pair<std::string, Config>> policies;
+  for (const LayerPtr& child : layers()) collect_policies(*child, policies);
+  if (!policies.empty()) {
+    Config map = Config::map();
+    for (const auto& [path, policy] : policies) map.set(path, policy);
+    config.set("dtype", Config{{"module", "keras.dtype_policies"},
+                               {"class_name", "DTypePolicyMap"},
+                               {"config", {{"default_policy", Config()}, {"policy_map", map}}},
+                               {"registered_name", Config()}});
+  }
   for (const auto& [key, value] : arguments_.items()) config.set(key, value);
   return config;
 }

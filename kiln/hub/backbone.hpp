@@ -35,7 +35,8 @@ class BackboneModel : public ModelBase {
  public:
   /// The arguments, with their defaults filled in, in keras-hub's get_config order.
   const Config& arguments() const { return arguments_; }
-  /// name, trainable, dtype and the arguments: what keras-hub's get_config writes.
+  /// name, trainable, dtype and the arguments: what keras-hub's get_config writes. When layers inside are quantized,
+  /// the dtype is keras-hub's DTypePolicyMap of their policies by path ("transformer_layer_0/self_attention/query").
   Config get_config() const override;
   /// keras-hub's module ("keras_hub.src.models.gpt2.gpt2_backbone"): the model is saved by its arguments.
   std::string keras_module() const override { return module_; }
@@ -56,12 +57,19 @@ class BackboneModel : public ModelBase {
   static Config truncated_normal(double stddev);
   /// Records the calls from `inputs` to `outputs` and builds the model.
   void finish(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs);
+  /// `config` with the backbone's dtype when that is a Keras DTypePolicyMap (a quantized backbone's, by layer
+  /// path): keras-hub hands its dtype to every layer it makes, and each layer reads its own path in the map.
+  Config with_dtype(Config config) const;
+  /// kiln::create_layer(class_name, with_dtype(config)): how the backbones make their layers (the name hides
+  /// kiln::create_layer inside them).
+  LayerPtr create_layer(const std::string& class_name, const Config& config) const;
 
   LayerPtr token_embedding_;
 
  private:
   std::string module_;
   Config arguments_;
+  Config dtype_map_;  ///< the DTypePolicyMap given as the dtype, or null
 };
 
 /// A keras-hub backbone: kiln::Model's API (compile, fit, predict, save) over a BackboneModel.

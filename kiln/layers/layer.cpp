@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstring>
 #include <limits>
+#include <regex>
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
@@ -48,52 +49,130 @@ bool CallArgs::flag(const std::string& name, bool fallback) const {
 
 // ---- Layer --------------------------------------------------------------------------------------------
 
+namespace {
+
+bool is_policy_map(const Config& dtype) {
+  return dtype.is_map() && dtype.get_string("class_name", "") == "DTypePolicyMap";
+}
+
+// A policy's name of its source dtype: Keras writes null for the global policy (float32).
+std::string source_name_of(const Config& policy) {
+  const Config* source = policy.find("source_name");
+  return source == nullptr || source->is_null() ? std::string("float32") : source->as_string("source_name");
+}
+
+}  // namespace
+
 Layer::Layer(const Config& config, std::string class_name, const std::vector<std::string>& quantization_modes)
-    : class_name_(std::move(class_name)) {
+    : class_name_(std::move(class_name)), quantization_modes_(quantization_modes) {
   if (!config.is_null() && !config.is_map())
     throw ConfigError(class_name_ + ": a config must be a map of arguments, got " + config.to_string());
   name_ = config.get_string("name", "");
   name_given_ = !name_.empty();
   trainable_ = config.get_bool("trainable", true);
   if (const Config* dtype = config.find("dtype"); dtype != nullptr && !dtype->is_null()) {
-    // Keras 3 writes "float32", a DTypePolicy {"class_name": "DTypePolicy", "config": {"name": ...}}, or for a
-    // quantized layer a QuantizedDTypePolicy {"config": {"mode": "int8", "source_name": "float32"}} (whose name
-    // is "int8_from_float32").
-    std::string dtype_name;
-    if (dtype->is_map()) {
-      const Config& policy = dtype->at("config");
-      if (policy.contains("mode")) {
-        quantization_mode_ = policy.get_string("mode");
-        dtype_name = policy.get_string("source_name", "float32");
-      } else {
-        dtype_name = policy.get_string("name");
-      }
+    if (is_policy_map(*dtype)) {
+      // keras-hub's backbones write their quantized layers' policies as one DTypePolicyMap by layer path, and
+      // Keras hands the map to every layer: each looks its own path up, once the path is known.
+      const Config* arguments = dtype->find("config");
+      const Config* entries = arguments != nullptr && arguments->is_map() ? arguments->find("policy_map") : nullptr;
+      if (entries == nullptr || !(entries->is_map() || entries->is_null()))
+        throw ConfigError(class_name_ + (name_.empty() ? "" : " '" + name_ + "'") +
+                          ": a DTypePolicyMap needs a 'policy_map' of layer paths, got " + dtype->to_string());
+      policy_map_ = *dtype;
+      if (const Config* fallback = arguments->find("default_policy"); fallback != nullptr && !fallback->is_null())
+        apply_policy(*fallback);
     } else {
-      dtype_name = dtype->as_string(class_name_ + " argument 'dtype'");
+      apply_policy(*dtype);
     }
-    if (const auto from = dtype_name.find("_from_"); from != std::string::npos && quantization_mode_.empty()) {
-      quantization_mode_ = dtype_name.substr(0, from);
-      dtype_name = dtype_name.substr(from + 6);
-    }
-    // A mode the layer names, or for int4 "int4/<block size>" (Keras's Int4DTypePolicy; the layer reads the size).
-    const bool known = std::any_of(quantization_modes.begin(), quantization_modes.end(), [&](const std::string& mode) {
-      return quantization_mode_ == mode || (mode == "int4" && quantization_mode_.rfind("int4/", 0) == 0);
-    });
-    if (!quantization_mode_.empty() && !known) {
-      std::string known;
-      for (const std::string& mode : quantization_modes) known += (known.empty() ? "" : ", ") + mode;
-      throw ConfigError(class_name_ + (name_.empty() ? "" : " '" + name_ + "'") + ": quantization mode '" +
-                        quantization_mode_ + "' is not one kiln runs for this layer (" +
-                        (known.empty() ? std::string("it has none") : "it runs " + known) + ")");
-    }
-    dtype_ = dtype_from_name(dtype_name);
-    if (!is_floating(dtype_))
-      throw ConfigError(class_name_ + (name_.empty() ? "" : " '" + name_ + "'") + ": computes in float32 or float64, not " +
-                        dtype_name);
-    dtype_given_ = true;
   }
   if (const Config* activity = config.find("activity_regularizer"); activity != nullptr)
     activity_regularizer_ = Regularizer::from_config(*activity);
+}
+
+std::string Layer::quantization_mode_of(const Config& policy, const std::string& what,
+                                        const std::vector<std::string>& modes) const {
+  std::string mode;
+  if (policy.is_map()) {
+    const Config& arguments = policy.at("config");
+    if (arguments.contains("mode")) mode = arguments.get_string("mode");
+    else if (const std::string name = arguments.get_string("name", ""); name.find("_from_") != std::string::npos)
+      mode = name.substr(0, name.find("_from_"));
+  } else if (policy.type() == Config::Type::string) {
+    const std::string& name = policy.as_string();
+    if (const auto from = name.find("_from_"); from != std::string::npos) mode = name.substr(0, from);
+  }
+  // A mode the layer names, or for int4 "int4/<block size>" (Keras's Int4DTypePolicy; the layer reads the size).
+  const bool known = mode.empty() || std::any_of(modes.begin(), modes.end(), [&](const std::string& m) {
+                       return mode == m || (m == "int4" && mode.rfind("int4/", 0) == 0);
+                     });
+  if (!known) {
+    std::string listing;
+    for (const std::string& m : modes) listing += (listing.empty() ? "" : ", ") + m;
+    throw ConfigError(what + ": quantization mode '" + mode + "' is not one kiln runs for this layer (" +
+                      (listing.empty() ? std::string("it has none") : "it runs " + listing) + ")");
+  }
+  return mode;
+}
+
+void Layer::apply_policy(const Config& dtype) {
+  // Keras 3 writes "float32", a DTypePolicy {"class_name": "DTypePolicy", "config": {"name": ...}}, or for a
+  // quantized layer a QuantizedDTypePolicy {"config": {"mode": "int8", "source_name": "float32"}} (whose name
+  // is "int8_from_float32"; a null source is the global policy's, float32).
+  const std::string who = class_name_ + (name_.empty() ? "" : " '" + name_ + "'");
+  quantization_mode_ = quantization_mode_of(dtype, who, quantization_modes_);
+  std::string dtype_name;
+  if (dtype.is_map()) {
+    const Config& policy = dtype.at("config");
+    dtype_name = policy.contains("mode") ? source_name_of(policy) : policy.get_string("name");
+  } else {
+    dtype_name = dtype.as_string(class_name_ + " argument 'dtype'");
+  }
+  if (const auto from = dtype_name.find("_from_"); from != std::string::npos) dtype_name = dtype_name.substr(from + 6);
+  dtype_ = dtype_from_name(dtype_name);
+  if (!is_floating(dtype_)) throw ConfigError(who + ": computes in float32 or float64, not " + dtype_name);
+  dtype_given_ = true;
+}
+
+Config Layer::policy_for(const std::string& relative) const {
+  if (policy_map_.is_null()) return Config();
+  const std::string key = relative.empty() ? path() : path() + "/" + relative;
+  const Config& arguments = policy_map_.at("config");
+  const Config* entries = arguments.find("policy_map");
+  const Config fallback = arguments.contains("default_policy") ? arguments.at("default_policy") : Config();
+  if (entries == nullptr || entries->is_null()) return fallback;
+  if (const Config* exact = entries->find(key)) return *exact;
+  // Keras: else the one key that, as a regular expression, matches the whole path; two are an error.
+  const Config* found = nullptr;
+  std::string first;
+  for (const auto& [pattern, policy] : entries->items()) {
+    bool matches = false;
+    try {
+      matches = std::regex_match(key, std::regex(pattern));
+    } catch (const std::regex_error&) {
+      continue;  // a key that is not a pattern matches only itself
+    }
+    if (!matches) continue;
+    if (found != nullptr)
+      throw ConfigError(describe() + ": path '" + key + "' matches more than one dtype policy pattern ('" + first +
+                        "' and '" + pattern + "')");
+    found = &policy;
+    first = pattern;
+  }
+  return found != nullptr ? *found : fallback;
+}
+
+void Layer::resolve_policy_map() {
+  if (policy_map_.is_null() || policy_map_resolved_) return;
+  policy_map_resolved_ = true;
+  const Config policy = policy_for("");
+  if (!policy.is_null()) apply_policy(policy);
+  quantization_resolved();
+}
+
+std::vector<std::pair<std::string, Config>> Layer::quantized_policies() const {
+  if (quantization_mode_.empty()) return {};
+  return {{path(), base_config().at("dtype")}};
 }
 
 Layer::~Layer() = default;
@@ -173,6 +252,7 @@ void Layer::build_for(const std::vector<Shape>& input_shapes) {
   if (built_) return;
   if (name_.empty()) name_ = to_snake_case(class_name_);
   if (seed_path_.empty()) seed_path_ = name_;
+  resolve_policy_map();  // (a model's member: its path is its name)
   for (std::size_t i = 0; i < children_.size(); ++i)
     if (child_is_part_[i]) adopt(*children_[i]);
   check_input_count(input_shapes.size());
@@ -288,6 +368,11 @@ void Layer::adopt(Layer& child) const {
   // A part follows its parent: the dtype the parent builds in, and a random stream under its path.
   if (!child.dtype_given_ && !child.built_) child.dtype_ = dtype_;
   child.seed_path_ = seed_path_ + "/" + child.name_;
+  // Keras's layers hand their dtype policy to their sublayers: a DTypePolicyMap too, which each sublayer reads at
+  // its own path.
+  if (!child.built_ && !child.dtype_given_ && child.policy_map_.is_null() && !policy_map_.is_null())
+    child.policy_map_ = policy_map_;
+  if (!child.built_) child.resolve_policy_map();
 }
 
 void Layer::clear_tracked_layers() {

@@ -227,6 +227,13 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// QuantizedDTypePolicy ({"mode": "int8", "source_name": "float32"}, or the name "int8_from_float32") sets it,
   /// and get_config writes the policy back; dtype() is then the source dtype, the float the layer computes in.
   const std::string& quantization_mode() const { return quantization_mode_; }
+  /// Keras's Layer.path: the layer's name under its parent's path ("transformer_layer_0/self_attention"); a
+  /// model's member layers' is their name. Final once the layer is tracked by its parent (or built).
+  std::string path() const { return seed_path_.empty() ? name_ : seed_path_; }
+  /// The Keras dtype policies of the parts of this layer that are quantized, by path: what a keras-hub backbone
+  /// writes in its DTypePolicyMap. The default: the layer's own policy when quantized_mode() is set;
+  /// MultiHeadAttention adds its projections' ("<path>/query", ...). Children are asked by the caller.
+  virtual std::vector<std::pair<std::string, Config>> quantized_policies() const;
 
   // ---- building -----------------------------------------------------------------------------------
   /// Whether the weights exist: after the first call, build_for(), or a config with a build_config.
@@ -277,6 +284,20 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// `quantization_modes`: the Keras quantization modes the layer implements; a dtype policy with another mode
   /// throws ConfigError naming the layer (Keras quantizes Dense, EinsumDense and Embedding, not every layer).
   Layer(const Config& config, std::string class_name, const std::vector<std::string>& quantization_modes = {});
+
+  /// Called when a Keras DTypePolicyMap (the "dtype" of a keras-hub backbone, by layer path) has set this layer's
+  /// policy, before build: a layer whose state depends on its quantization mode updates it here. The map is
+  /// resolved when the layer's path is known: when its parent tracks it, or when a model's member builds.
+  virtual void quantization_resolved() {}
+  /// The policy a DTypePolicyMap given to this layer (or to its parent) holds for `path()` + "/" + `relative`, as
+  /// Keras's DTypePolicyMap[path] finds it (an exact key, else one regex key matching the whole path); null
+  /// without a map or an entry. For layers that stand for Keras sublayers they do not make (MultiHeadAttention's
+  /// "query").
+  Config policy_for(const std::string& relative) const;
+  /// The quantization mode of a policy `policy_for` returned ("" for a float or null policy); ConfigError, naming
+  /// `what`, for a mode not in `modes`.
+  std::string quantization_mode_of(const Config& policy, const std::string& what,
+                                   const std::vector<std::string>& modes) const;
 
   /// The first input's dtype becomes the weights' dtype, unless the config gave one (what a first call does).
   void take_input_dtype(DType dtype) {
@@ -389,6 +410,8 @@ class Layer : public std::enable_shared_from_this<Layer> {
   Array draw(const OwnWeight& weight, Rng& rng) const;  ///< the weight's values from its initializer or fill
   bool holds_first_draw() const;                        ///< every weight, children's too, equals its draw for seed 0
   void adopt(Layer& child) const;
+  void apply_policy(const Config& dtype);  ///< a dtype name, DTypePolicy or quantized policy, checked
+  void resolve_policy_map();               ///< the map's policy for path(), once
   void check_call(const std::vector<Tensor>& inputs, const CallArgs& args) const;
   void check_input_count(std::size_t count) const;
   void assign_name(Graph& graph);
@@ -401,6 +424,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   DType dtype_ = DType::float32;
   bool dtype_given_ = false;
   std::string quantization_mode_;
+  std::vector<std::string> quantization_modes_;  ///< the modes this layer runs
+  Config policy_map_;                            ///< a Keras DTypePolicyMap given as (or inherited for) the dtype
+  bool policy_map_resolved_ = false;
   bool built_ = false;
   bool building_ = false;
   mutable bool warned_about_mask_ = false;

@@ -182,10 +182,17 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool t
 /// ties to even), multiplied by the kernel in int32 (oneDNN's VNNI kernels where the CPU has them), and divided by
 /// kernel_scale · s; without, y = (x · kernel) / kernel_scale. Differentiable in x only, as Keras's custom
 /// gradient: dx = dy · (kernel / kernel_scale)ᵀ.
-Tensor quantized_matmul(const Tensor& x, const Tensor& kernel, const Tensor& kernel_scale, bool quantize_inputs = true);
-/// q / scale in scale's dtype, q int8 (..., N) and scale (N,): the float values a quantized kernel stands for
-/// (Keras's `kernel` of a quantized layer). Not differentiable.
-Tensor dequantize(const Tensor& q, const Tensor& scale);
+/// Keras's EinsumDense projections: `kernel_input_axes` = a, the kernel's first a axes are the input features
+/// (K = their product) and the others the units (N), e.g. (d_model, heads, depth) with a = 1 or (heads, depth,
+/// d_model) with a = 2 (x then (..., heads · depth)); kernel_scale then holds N values in any shape, as Keras keeps
+/// it ((1, 1, heads, depth)). `transpose_kernel`: the kernel is (N, K), a tied ReversibleEmbedding's table in reverse,
+/// with one scale per row of it.
+Tensor quantized_matmul(const Tensor& x, const Tensor& kernel, const Tensor& kernel_scale, bool quantize_inputs = true,
+                        int kernel_input_axes = 1, bool transpose_kernel = false);
+/// q / scale in scale's dtype: the float values a quantized kernel stands for (Keras's `kernel` of a quantized
+/// layer). The scale's N values go with q's trailing axes that make N values (a kernel's units: scale (N,) for q
+/// (..., N)), or with `leading`, with its leading ones (one per row of a transposed kernel). Not differentiable.
+Tensor dequantize(const Tensor& q, const Tensor& scale, bool leading = false);
 /// Keras's int4 sub-channel kernel as floats (Dense._int4_call, "int4/<block>"): `kernel` (K, ceil(units/2)) int8
 /// packs two int4 values a byte (even column in the low nibble), `scale` (G, units) in the result's dtype, `zero`
 /// (G, units) int8, `g_idx` (K,) each row's group: (value - zero[g]) · scale[g]. Not differentiable.

@@ -1,6 +1,10 @@
 // Keras's int8 quantization (keras/src/quantizers, Dense._int8_call): int8 kernels with a float scale per output
 // column, applied to float activations.
 //   QuantizedMatMul  x (..., K) float, kernel (K, N) int8, kernel_scale (N,) float -> (..., N):
+//                    (Keras's EinsumDense projections too: attribute kernel_input_axes a, the kernel's first a axes
+//                    are K and the others N, e.g. (d_model, heads, depth) with a = 1; the scale any shape holding
+//                    N values, as Keras keeps them, (1, 1, heads, depth); attribute transpose_kernel: the kernel is
+//                    stored (N, K), a tied ReversibleEmbedding's (vocabulary, features) table read in reverse)
 //                    with quantize_inputs (Keras's default AbsMaxQuantizer on the inputs), each row of x is
 //                    quantized as Keras's AbsMaxQuantizer(axis=-1) does it, s = 127 / (max|x_row| + 1e-7),
 //                    q = clip(round(x_row · s), -127, 127) (ties to even), and y = (q · kernel, in int32) /
@@ -8,7 +12,9 @@
 //                    y = (x · kernel) / kernel_scale with the kernel's values as floats (an int8 layer whose
 //                    activation_quantizer is null). Differentiable in x only, as Keras's custom gradient:
 //                    dx = dy · (kernel / kernel_scale)ᵀ, the float kernel the int8 one stands for.
-//   Dequantize       q (..., N) int8, scale (N,) float -> q / scale in scale's dtype (Keras's float_kernel).
+//   Dequantize       q int8, scale float -> q / scale in scale's dtype (Keras's float_kernel): the scale's N values
+//                    for the trailing axes of q making N values (a kernel's units), or with attribute leading, for
+//                    the leading ones (the rows of a transposed kernel).
 //   DequantizeInt4   kernel (K, ceil(N/2)) int8 holding two int4 values a byte (the even column in the low nibble),
 //                    scale (G, N) float, zero (G, N) int8, g_idx (K,) float -> (K, N): (value - zero[g]) · scale[g]
 //                    with g = g_idx[k], Keras's int4 sub-channel kernel (Dense._int4_call's dequantize_with_sz_map).
@@ -24,7 +30,9 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <kiln/core/array.hpp>
@@ -68,10 +76,21 @@ struct Layout {
   std::int64_t rows = 0, k = 0, n = 0;
 };
 
-Layout layout_of(const Shape& x, const Shape& kernel) {
+// The kernel's (K, N): its first `input_axes` dimensions make K, the others N; transposed, (N, K).
+std::pair<std::int64_t, std::int64_t> kernel_extents(const Shape& kernel, std::int64_t input_axes, bool transposed) {
+  if (transposed) return {kernel.dim(1), kernel.dim(0)};
+  std::int64_t k = 1, n = 1;
+  for (int axis = 0; axis < kernel.rank(); ++axis) {
+    const std::int64_t dim = kernel.dim(axis);
+    std::int64_t& target = axis < input_axes ? k : n;
+    target = dim == Shape::unknown || target == Shape::unknown ? Shape::unknown : target * dim;
+  }
+  return {k, n};
+}
+
+Layout layout_of(const Shape& x, const Shape& kernel, const Attributes& attributes) {
   Layout l;
-  l.k = kernel.dim(0);
-  l.n = kernel.dim(1);
+  std::tie(l.k, l.n) = kernel_extents(kernel, attributes.get_int("kernel_input_axes"), attributes.get_bool("transpose_kernel"));
   l.rows = 1;  // the product of x's leading dimensions (x may have none to multiply when K is 0)
   for (int axis = 0; axis + 1 < x.rank(); ++axis) l.rows *= x.dim(axis);
   return l;
@@ -83,7 +102,7 @@ std::size_t aligned(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
 // floats.
 std::size_t quantized_matmul_workspace(const std::vector<Shape>& inputs, const Shape&, const Attributes& attributes,
                                        DType dtype) {
-  const Layout l = layout_of(inputs[0], inputs[1]);
+  const Layout l = layout_of(inputs[0], inputs[1], attributes);
   if (!attributes.get_bool("quantize_inputs"))
     return static_cast<std::size_t>(l.k * l.n) * dtype_size(dtype);
   return aligned(static_cast<std::size_t>(l.rows * l.k)) + aligned(static_cast<std::size_t>(l.rows) * dtype_size(dtype)) +
@@ -108,7 +127,8 @@ void split_product(const Layout& l, const Body& body) {
 
 template <class T>
 void quantized_matmul_kernel(const KernelContext& k) {
-  const Layout l = layout_of(k.input_shape(0), k.input_shape(1));
+  const Layout l = layout_of(k.input_shape(0), k.input_shape(1), k.attributes());
+  const bool transposed = k.attributes().get_bool("transpose_kernel");
   const T* x = k.in<T>(0);
   const auto* kernel = k.in<std::int8_t>(1);
   const T* kernel_scale = k.in<T>(2);
@@ -123,7 +143,7 @@ void quantized_matmul_kernel(const KernelContext& k) {
     // Keras's matmul of float inputs by the int8 kernel (promoted to floats), then the division by its scale.
     T* dense = reinterpret_cast<T*>(bytes);
     for (std::int64_t i = 0; i < l.k * l.n; ++i) dense[i] = static_cast<T>(kernel[i]);
-    detail::gemm({l.rows, l.n, l.k, false, false, l.k, l.n, l.n, false}, x, dense, y);
+    detail::gemm({l.rows, l.n, l.k, false, transposed, l.k, transposed ? l.k : l.n, l.n, false}, x, dense, y);
     detail::parallel_for(l.rows, detail::workers_for_elements(l.rows * l.n), [&](std::int64_t begin, std::int64_t end, int) {
       for (std::int64_t i = begin; i < end; ++i)
         for (std::int64_t j = 0; j < l.n; ++j) y[i * l.n + j] /= kernel_scale[j];
@@ -138,8 +158,9 @@ void quantized_matmul_kernel(const KernelContext& k) {
     for (std::int64_t i = begin; i < end; ++i) row_scale[i] = quantize_row(x + i * l.k, l.k, q + i * l.k);
   });
   split_product(l, [&](std::int64_t row_begin, std::int64_t row_end, std::int64_t col_begin, std::int64_t col_end) {
-    detail::gemm_s8s8s32(row_end - row_begin, col_end - col_begin, l.k, q + row_begin * l.k, l.k, kernel + col_begin,
-                         l.n, sums + row_begin * l.n + col_begin, l.n);
+    detail::gemm_s8s8s32(row_end - row_begin, col_end - col_begin, l.k, q + row_begin * l.k, l.k,
+                         transposed ? kernel + col_begin * l.k : kernel + col_begin, transposed ? l.k : l.n,
+                         sums + row_begin * l.n + col_begin, l.n, transposed);
     // Keras: cast(sums) / (kernel_scale · inputs_scale), the scales' product first, in T.
     for (std::int64_t i = row_begin; i < row_end; ++i)
       for (std::int64_t j = col_begin; j < col_end; ++j)
@@ -152,9 +173,13 @@ void dequantize_kernel(const KernelContext& k) {
   const auto* q = k.in<std::int8_t>(0);
   const T* scale = k.in<T>(1);
   T* out = k.out<T>();
-  const Shape& shape = k.input_shape(0);
-  const std::int64_t n = shape.rank() == 0 ? 1 : shape.dim(-1), total = shape.num_elements();
-  if (n == 0) return;
+  const std::int64_t n = k.input_shape(1).num_elements(), total = k.input_shape(0).num_elements();
+  if (n == 0 || total == 0) return;
+  if (k.attributes().get_bool("leading")) {  // the scale runs over the leading axes: one value per block of total / n
+    const std::int64_t block = total / n;
+    for (std::int64_t i = 0; i < total; ++i) out[i] = static_cast<T>(q[i]) / scale[i / block];
+    return;
+  }
   for (std::int64_t i = 0; i < total; ++i) out[i] = static_cast<T>(q[i]) / scale[i % n];
 }
 
@@ -215,29 +240,59 @@ void dequantize_int4_kernel(const KernelContext& k) {
 
 // ---- shape rules ----------------------------------------------------------------------------------------------
 
+// The number of values a shape holds, or unknown.
+std::int64_t known_elements(const Shape& shape) {
+  std::int64_t count = 1;
+  for (int axis = 0; axis < shape.rank(); ++axis) {
+    if (shape.dim(axis) == Shape::unknown) return Shape::unknown;
+    count *= shape.dim(axis);
+  }
+  return count;
+}
+
 Shape quantized_matmul_shape(const InferContext& ctx) {
   const Shape& x = ctx.input_shape(0);
   const Shape& kernel = ctx.input_shape(1);
   const Shape& scale = ctx.input_shape(2);
+  const std::int64_t input_axes = ctx.attributes().get_int("kernel_input_axes");
+  const bool transposed = ctx.attributes().get_bool("transpose_kernel");
   if (x.rank() < 1) ctx.fail("x needs at least one dimension");
-  if (kernel.rank() != 2) ctx.fail("the kernel must be (input_dim, units)");
-  if (x.dim(-1) != Shape::unknown && kernel.dim(0) != Shape::unknown && x.dim(-1) != kernel.dim(0))
-    ctx.fail("x's last dimension is not the kernel's input_dim");
-  if (scale.rank() != 1 || (scale.dim(0) != Shape::unknown && kernel.dim(1) != Shape::unknown && scale.dim(0) != kernel.dim(1)))
-    ctx.fail("kernel_scale must be (units,), one scale per column of the kernel");
-  if (kernel.dim(0) > detail::int8_gemm_max_k)
+  if (transposed ? kernel.rank() != 2 : (input_axes < 1 || input_axes >= kernel.rank()))
+    ctx.fail(transposed ? "a transposed kernel must be (units, input_dim)"
+                        : "the kernel must have its kernel_input_axes (" + std::to_string(input_axes) +
+                              ") input axes, then at least one axis of units");
+  const auto [k, n] = kernel_extents(kernel, input_axes, transposed);
+  if (x.dim(-1) != Shape::unknown && k != Shape::unknown && x.dim(-1) != k)
+    ctx.fail("x's last dimension is not the kernel's input_dim (" + std::to_string(k) + ")");
+  const std::int64_t scales = known_elements(scale);
+  if (scale.rank() < 1 || (scales != Shape::unknown && n != Shape::unknown && scales != n))
+    ctx.fail("kernel_scale must be (units,), one scale per unit of the kernel (" + std::to_string(n) + "), in any shape");
+  if (k > detail::int8_gemm_max_k)
     ctx.fail("input_dim above " + std::to_string(detail::int8_gemm_max_k) + " could overflow the int32 sums");
   std::vector<std::int64_t> dims = x.dims();
-  dims.back() = kernel.dim(1);
+  dims.back() = n;
   return Shape(dims);
 }
 
 Shape dequantize_shape(const InferContext& ctx) {
   const Shape& q = ctx.input_shape(0);
   const Shape& scale = ctx.input_shape(1);
-  if (q.rank() < 1 || scale.rank() != 1 ||
-      (q.dim(-1) != Shape::unknown && scale.dim(0) != Shape::unknown && q.dim(-1) != scale.dim(0)))
-    ctx.fail("the scale must hold one value per entry of the last axis");
+  const bool leading = ctx.attributes().get_bool("leading");
+  // The scale's values cover q's trailing (or leading) axes: the product of some of them.
+  std::int64_t covered = 1;
+  const std::int64_t scales = known_elements(scale);
+  bool fits = scales == 0 && known_elements(q) == 0;
+  for (int i = 0; i < q.rank() && scales != Shape::unknown && !fits; ++i) {
+    const std::int64_t dim = q.dim(leading ? i : q.rank() - 1 - i);
+    if (dim == Shape::unknown) {
+      fits = true;  // checked when the step runs, by the sizes
+      break;
+    }
+    covered *= dim;
+    fits = covered == scales;
+  }
+  if (q.rank() < 1 || scale.rank() < 1 || (scales != Shape::unknown && !fits))
+    ctx.fail(std::string("the scale must hold one value per entry of q's ") + (leading ? "leading" : "trailing") + " axes");
   return q;
 }
 
@@ -271,14 +326,19 @@ Shape quantized_gather_shape(const InferContext& ctx) {
 // ---- backward -------------------------------------------------------------------------------------------------
 
 std::vector<Tensor> quantized_matmul_backward(const GradContext& g) {
-  const Tensor float_kernel = ops::dequantize(g.input(1), g.input(2));
-  return {ops::matmul(g.output_grad(), float_kernel, false, true), Tensor(), Tensor()};
+  // Keras's custom gradient: dy times the float kernel the int8 one stands for, as (K, N) (or (N, K) transposed).
+  const bool transposed = g.attributes().get_bool("transpose_kernel");
+  const Shape& kernel = g.input(1).shape();
+  const auto [k, n] = kernel_extents(kernel, g.attributes().get_int("kernel_input_axes"), transposed);
+  Tensor float_kernel = ops::dequantize(g.input(1), g.input(2), transposed);
+  if (kernel.rank() != 2) float_kernel = ops::reshape(float_kernel, {k, n});
+  return {ops::matmul(g.output_grad(), float_kernel, false, !transposed), Tensor(), Tensor()};
 }
 
 KILN_REGISTER_OP(OpDef("kiln>QuantizedMatMul")
                      .inputs(3)
                      .input_dtype(1, DType::int8)
-                     .attributes({"quantize_inputs"})
+                     .attributes({"quantize_inputs", "kernel_input_axes", "transpose_kernel"})
                      .infer_shape(quantized_matmul_shape)
                      .forward(quantized_matmul_kernel<float>, quantized_matmul_kernel<double>)
                      .backward(quantized_matmul_backward)
@@ -289,6 +349,7 @@ KILN_REGISTER_OP(OpDef("kiln>QuantizedMatMul")
 KILN_REGISTER_OP(OpDef("kiln>Dequantize")
                      .inputs(2)
                      .input_dtype(0, DType::int8)
+                     .attributes({"leading"})
                      .infer_shape(dequantize_shape)
                      .forward(dequantize_kernel<float>, dequantize_kernel<double>)
                      .not_differentiable("quantized weights are not trained (Keras: trainable=False)")
@@ -328,13 +389,18 @@ Tensor quantized_gather(const Tensor& table, const Tensor& scale, const Tensor& 
   return table.graph().add_op("kiln>QuantizedGather", {table, scale, ids}, Attributes(), "quantized_gather");
 }
 
-Tensor quantized_matmul(const Tensor& x, const Tensor& kernel, const Tensor& kernel_scale, bool quantize_inputs) {
+Tensor quantized_matmul(const Tensor& x, const Tensor& kernel, const Tensor& kernel_scale, bool quantize_inputs,
+                        int kernel_input_axes, bool transpose_kernel) {
   return x.graph().add_op("kiln>QuantizedMatMul", {x, kernel, kernel_scale},
-                          Attributes().set("quantize_inputs", quantize_inputs), "quantized_matmul");
+                          Attributes()
+                              .set("quantize_inputs", quantize_inputs)
+                              .set("kernel_input_axes", std::int64_t{kernel_input_axes})
+                              .set("transpose_kernel", transpose_kernel),
+                          "quantized_matmul");
 }
 
-Tensor dequantize(const Tensor& q, const Tensor& scale) {
-  return q.graph().add_op("kiln>Dequantize", {q, scale}, Attributes(), "dequantize");
+Tensor dequantize(const Tensor& q, const Tensor& scale, bool leading) {
+  return q.graph().add_op("kiln>Dequantize", {q, scale}, Attributes().set("leading", leading), "dequantize");
 }
 
 QuantizedArray abs_max_quantize(const Array& values, int axis, int value_max) {

@@ -133,6 +133,62 @@ void quantize_layers(Config& model, const std::string& mode, const std::string& 
   model.set("config", arguments);
 }
 
+// ---- models made from arguments (keras-hub's backbones and tasks) ----------------------------------------------
+// Their configs hold arguments, not layers: Keras records the quantized layers as one DTypePolicyMap by layer path
+// in the backbone's dtype, which every layer reads at its own path. The layers Keras quantizes are found in the
+// live model, by path.
+
+struct Unit {
+  std::string path, what;  // what: "Dense", "Embedding", or "EinsumDense" (a MultiHeadAttention's projection)
+};
+
+void collect_units(const Layer& layer, std::vector<Unit>& units, std::vector<std::pair<std::string, std::string>>& skipped,
+                   std::set<std::string>& seen) {
+  if (!seen.insert(layer.path() + "\n" + layer.class_name()).second) return;
+  const std::string& kind = layer.class_name();
+  if (kind == "Dense" || kind == "Embedding" || kind == "ReversibleEmbedding") {
+    if (!layer.quantization_mode().empty())
+      skipped.emplace_back(layer.path(), "already quantized");
+    else
+      units.push_back({layer.path(), kind == "Dense" ? "Dense" : "Embedding"});
+  } else if (kind == "MultiHeadAttention") {
+    for (const char* projection : {"query", "key", "value", "attention_output"})
+      units.push_back({layer.path() + "/" + projection, "EinsumDense"});
+  }
+  for (const LayerPtr& child : layer.layers()) collect_units(*child, units, skipped, seen);
+}
+
+// Puts `policies` in the dtype of every config in `serialized` made from arguments (a "config" with a "dtype" and
+// no "layers"): the backbone's, inside a task's. Returns how many took it.
+int place_policy_map(Config& serialized, const Config& policies) {
+  if (!serialized.is_map() || !serialized.contains("config") || !serialized.at("config").is_map()) return 0;
+  Config arguments = serialized.at("config");
+  int placed = 0;
+  if (arguments.contains("dtype") && !arguments.contains("layers")) {
+    // (Keras's map has a null default, the global policy; a backbone in another float keeps its own)
+    bool quantized = false;
+    const std::string source = source_dtype(arguments.at("dtype"), quantized);
+    Config map = policies;
+    if (source != "float32" && !quantized)
+      map = Config{{"module", "keras.dtype_policies"},
+                   {"class_name", "DTypePolicyMap"},
+                   {"config", {{"default_policy", source}, {"policy_map", policies.at("config").at("policy_map")}}},
+                   {"registered_name", Config()}};
+    arguments.set("dtype", map);
+    placed = 1;
+  } else {
+    for (const std::string& key : arguments.keys()) {
+      Config value = arguments.at(key);
+      if (const int count = place_policy_map(value, policies); count > 0) {
+        arguments.set(key, value);
+        placed += count;
+      }
+    }
+  }
+  if (placed > 0) serialized.set("config", arguments);
+  return placed;
+}
+
 }  // namespace
 
 std::shared_ptr<ModelBase> quantize_model_base(const ModelBase& model, const std::string& mode,
@@ -160,10 +216,35 @@ std::shared_ptr<ModelBase> quantize_model_base(const ModelBase& model, const std
   out = QuantizationReport();
   Config config = model_config(model);
   std::set<std::string> kernels;  // weight paths of the kernels to quantize
-  if (!config.contains("config") || !config.at("config").is_map() || !config.at("config").contains("layers"))
-    throw ValueError("quantize: " + model.describe() + " has no layers to quantize");
-  quantize_layers(config, policy_mode, "", out, kernels);
-  if (out.quantized.empty())
+  const bool has_layers =
+      config.contains("config") && config.at("config").is_map() && config.at("config").contains("layers");
+  std::vector<Unit> units;  // (from arguments)
+  if (has_layers) {
+    quantize_layers(config, policy_mode, "", out, kernels);
+  } else {
+    std::set<std::string> seen;
+    collect_units(model, units, out.skipped, seen);
+    const bool int4 = int4_block > 0;
+    Config map = Config::map();
+    for (const Unit& unit : units) {
+      if (int4 && unit.what != "Dense") {
+        out.skipped.emplace_back(unit.path, unit.what + ": kiln quantizes it to int8 only");
+        continue;
+      }
+      map.set(unit.path, Config{{"module", "keras.dtype_policies"},
+                                {"class_name", int4 ? "Int4DTypePolicy" : "QuantizedDTypePolicy"},
+                                {"config", {{"mode", policy_mode}, {"source_name", "float32"}}},
+                                {"registered_name", Config()}});
+    }
+    const Config policies = {{"module", "keras.dtype_policies"},
+                             {"class_name", "DTypePolicyMap"},
+                             {"config", {{"default_policy", Config()}, {"policy_map", map}}},
+                             {"registered_name", Config()}};
+    if (map.size() > 0 && place_policy_map(config, policies) == 0)
+      throw ValueError("quantize: " + model.describe() + " has no layers in its config, nor a dtype to record "
+                       "quantized layers in");
+  }
+  if (has_layers && out.quantized.empty())
     throw ValueError("quantize: " + model.describe() + " has no layer kiln quantizes to " + mode +
                      " (kiln quantizes float Dense and Embedding layers)");
   std::shared_ptr<ModelBase> quantized = model_base_from_config(config);
@@ -171,21 +252,56 @@ std::shared_ptr<ModelBase> quantize_model_base(const ModelBase& model, const std
   // Every weight of the new model from the old one by path; a quantized kernel (and its scale) from the float kernel.
   std::map<std::string, Array> old_weights;
   for (const Weight& weight : model.weights()) old_weights.emplace(weight.path, weight.value);
+  std::map<std::string, std::int64_t> new_sizes;  // (a kernel's units: its kernel_scale's size)
+  for (const Weight& weight : quantized->weights()) {
+    new_sizes.emplace(weight.path, weight.value.shape().num_elements());
+    // A weight int8 now and float before is one to quantize (by argument-made models' policy maps).
+    const auto old = old_weights.find(weight.path);
+    if (!has_layers && weight.value.dtype() == DType::int8 && old != old_weights.end() && is_floating(old->second.dtype()))
+      kernels.insert(weight.path);
+  }
+  if (!has_layers) {
+    for (const Unit& unit : units) {
+      const std::string weight = unit.path + (unit.what == "Embedding" ? "/embeddings" : "/kernel");
+      const bool done = std::any_of(kernels.begin(), kernels.end(), [&](const std::string& path) {
+        return path == weight || (path.size() > weight.size() && path.compare(path.size() - weight.size() - 1, std::string::npos, "/" + weight) == 0);
+      });
+      if (done)
+        out.quantized.push_back(unit.path);
+      else if (std::none_of(out.skipped.begin(), out.skipped.end(), [&](const auto& entry) { return entry.first == unit.path; }))
+        out.skipped.emplace_back(unit.path, unit.what + ": outside the backbone whose dtype records the policies");
+    }
+    if (out.quantized.empty())
+      throw ValueError("quantize: " + model.describe() + " has no layer kiln quantizes to " + mode +
+                       " (kiln quantizes float Dense, Embedding and ReversibleEmbedding layers and MultiHeadAttention's "
+                       "projections)");
+  }
   // (int8 weight, its scale, the axis Keras reduces): Dense's kernel per unit, Embedding's rows per row.
   struct Quantized {
     const char* values;
     const char* scale;
     int axis;
   };
-  const Quantized kinds[] = {{"/kernel", "/kernel_scale", 0}, {"/embeddings", "/embeddings_scale", -1}};
+  const Quantized kinds[] = {{"/kernel", "/kernel_scale", 0},
+                             {"/embeddings", "/embeddings_scale", -1},
+                             {"/reverse_embeddings", "/reverse_embeddings_scale", 0}};
   const auto ends_with = [](const std::string& text, const std::string& suffix) {
     return text.size() > suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   std::map<std::string, ops::QuantizedArray> quantized_weights;  // by the float weight's path
   const auto quantized_of = [&](const std::string& float_path, int axis) -> const ops::QuantizedArray& {
     auto found = quantized_weights.find(float_path);
-    if (found == quantized_weights.end())
-      found = quantized_weights.emplace(float_path, ops::abs_max_quantize(old_weights.at(float_path), axis)).first;
+    if (found == quantized_weights.end()) {
+      Array values = old_weights.at(float_path);
+      // An EinsumDense kernel reduces every axis before its units (a MultiHeadAttention's output (heads, depth,
+      // features): heads and depth together): as (rows, units), the units counted by its kernel_scale.
+      const std::string scale_path = float_path + "_scale";
+      if (axis == 0 && values.shape().rank() > 2 && new_sizes.count(scale_path) != 0) {
+        const std::int64_t units = new_sizes.at(scale_path);
+        values = values.reshape(Shape{values.shape().num_elements() / units, units});
+      }
+      found = quantized_weights.emplace(float_path, ops::abs_max_quantize(values, axis)).first;
+    }
     return found->second;
   };
   std::map<std::string, Int4Blocks> int4_kernels;  // by the float kernel's path

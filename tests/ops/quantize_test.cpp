@@ -125,6 +125,133 @@ TEST_CASE("gemm_s8s8s32 sums exactly on every backend", "[ops][quantize][gemm]")
   }
 }
 
+TEST_CASE("gemm_s8s8s32 with B stored transposed sums exactly on every backend", "[ops][quantize][gemm]") {
+  // A tied embedding read in reverse: B is (n × k), one row of it per output column.
+  kiln::Rng rng(4);
+  struct Case {
+    std::int64_t m, n, k, lda, ldb, ldc;
+  };
+  // (the VNNI kernel's cases: k a multiple of 64 or not, below 64, long; 1 to 4 rows and more)
+  for (const Case c : {Case{1, 1, 1, 1, 1, 1}, Case{1, 300, 64, 64, 64, 300}, Case{3, 17, 33, 40, 35, 19},
+                       Case{5, 130, 129, 129, 130, 131}, Case{7, 3, 0, 1, 1, 3}, Case{2, 50, 200, 200, 200, 50},
+                       Case{4, 70, 1030, 1030, 1030, 70}, Case{1, 257, 768, 768, 768, 257}}) {
+    INFO(c.m << "x" << c.n << "x" << c.k);
+    const std::vector<std::int8_t> a = random_int8(static_cast<std::size_t>(c.m * c.lda), rng);
+    const std::vector<std::int8_t> b = random_int8(static_cast<std::size_t>(c.n * c.ldb), rng);
+    std::vector<std::int32_t> expected(static_cast<std::size_t>(c.m * c.ldc), -7);
+    for (std::int64_t i = 0; i < c.m; ++i)
+      for (std::int64_t j = 0; j < c.n; ++j) {
+        std::int32_t sum = 0;
+        for (std::int64_t p = 0; p < c.k; ++p) sum += a[i * c.lda + p] * b[j * c.ldb + p];
+        expected[i * c.ldc + j] = sum;
+      }
+    for (const Int8GemmBackend backend : {Int8GemmBackend::onednn, Int8GemmBackend::plain, Int8GemmBackend::vnni_rows}) {
+      std::vector<std::int32_t> c_out(expected.size(), -7);
+      kiln::detail::gemm_s8s8s32_with(backend, c.m, c.n, c.k, a.data(), c.lda, b.data(), c.ldb, c_out.data(), c.ldc,
+                                      true);
+      CHECK(c_out == expected);
+    }
+    std::vector<std::int32_t> c_out(expected.size(), -7);  // and as the op picks the backend
+    kiln::detail::gemm_s8s8s32(c.m, c.n, c.k, a.data(), c.lda, b.data(), c.ldb, c_out.data(), c.ldc, true);
+    CHECK(c_out == expected);
+  }
+  // The extremes, past the point where (a + 128)·b sums leave int32.
+  const std::int64_t k = 70000;
+  std::vector<std::int8_t> a(k, -128), b(k * 2, -128);
+  for (std::int64_t p = 0; p < k; p += 3) b[p] = 127;
+  std::int64_t expected = 0;
+  for (std::int64_t p = 0; p < k; ++p) expected += -128 * static_cast<std::int64_t>(b[p]);
+  REQUIRE(expected > std::numeric_limits<std::int32_t>::min());
+  std::vector<std::int32_t> c(2);
+  for (const Int8GemmBackend backend : {Int8GemmBackend::onednn, Int8GemmBackend::plain, Int8GemmBackend::vnni_rows}) {
+    kiln::detail::gemm_s8s8s32_with(backend, 1, 2, k, a.data(), k, b.data(), k, c.data(), 2, true);
+    CHECK(c[0] == expected);
+    CHECK(c[1] == 128 * 128 * k);
+  }
+}
+
+TEST_CASE("QuantizedMatMul runs Keras's EinsumDense kernels and a tied table in reverse", "[ops][quantize]") {
+  // (d_model, heads, depth) with one input axis, (heads, depth, d_model) with two, and a (vocabulary, features)
+  // table read transposed: each the same as the (K, N) product of the kernel laid out as Dense's.
+  kiln::Rng rng(6);
+  for (const int threads : {1, 2}) {
+    const int before = kiln::get_num_threads();
+    kiln::set_num_threads(threads);
+    for (const std::int64_t rows : {std::int64_t{1}, std::int64_t{6}}) {
+      INFO(rows << " rows, " << threads << " threads");
+      const Array x = kiln::testing::random_array(Shape{rows, 24}, rng, DType::float32, -2.0, 2.0);
+      const Array query = int8_array(Shape{24, 3, 4}, rng);  // K = 24, N = 12
+      const Array query_scale = kiln::testing::random_array(Shape{1, 1, 3, 4}, rng, DType::float32, 20.0, 400.0);
+      const Array output = int8_array(Shape{2, 12, 5}, rng);  // K = 24, N = 5
+      const Array output_scale = kiln::testing::random_array(Shape{1, 1, 5}, rng, DType::float32, 20.0, 400.0);
+      const Array table = int8_array(Shape{70, 24}, rng);  // N = 70, K = 24, transposed
+      const Array table_scale = kiln::testing::random_array(Shape{70}, rng, DType::float32, 20.0, 400.0);
+      Array table_t(Shape{24, 70}, DType::int8);
+      for (std::int64_t v = 0; v < 70; ++v)
+        for (std::int64_t p = 0; p < 24; ++p) table_t.set_flat(static_cast<std::size_t>(p * 70 + v), table.flat(v * 24 + p));
+      struct Form {
+        const Array *kernel, *scale;
+        int input_axes;
+        bool transposed;
+        Array as_dense;  // (K, N)
+      };
+      const Form forms[] = {{&query, &query_scale, 1, false, query.reshape(Shape{24, 12})},
+                            {&output, &output_scale, 2, false, output.reshape(Shape{24, 5})},
+                            {&table, &table_scale, 1, true, table_t}};
+      for (const Form& form : forms) {
+        const std::int64_t n = form.as_dense.shape().dim(1);
+        const std::vector<float> expected =
+            keras_int8_product(x.to_vector<float>(), rows, 24, form.as_dense, form.scale->reshape(Shape{n}).to_vector<float>());
+        const Array out = kiln::testing::evaluate(
+            [&](const std::vector<kiln::Tensor>& in) {
+              kiln::Graph& g = in[0].graph();
+              return kiln::ops::quantized_matmul(in[0], g.variable("k", *form.kernel, false),
+                                                 g.variable("s", *form.scale, false), true, form.input_axes,
+                                                 form.transposed);
+            },
+            {x});
+        REQUIRE(out.shape() == Shape({rows, n}));
+        for (std::size_t i = 0; i < expected.size(); ++i) REQUIRE(static_cast<float>(out.flat(i)) == expected[i]);
+      }
+    }
+    kiln::set_num_threads(before);
+  }
+}
+
+TEST_CASE("QuantizedMatMul's gradient through EinsumDense kernels and a transposed table", "[ops][quantize]") {
+  kiln::Rng rng(10);
+  const Array x = kiln::testing::random_array(Shape{3, 8}, rng, DType::float64);
+  const Array weights = kiln::testing::random_array(Shape{3, 6}, rng, DType::float64);
+  const Array kernel3 = int8_array(Shape{2, 4, 6}, rng);  // two input axes
+  const Array scale3 = kiln::testing::random_array(Shape{1, 1, 6}, rng, DType::float64, 20.0, 200.0);
+  const Array table = int8_array(Shape{6, 8}, rng);  // transposed
+  const Array table_scale = kiln::testing::random_array(Shape{6}, rng, DType::float64, 20.0, 200.0);
+  for (const bool transposed : {false, true}) {
+    INFO((transposed ? "transposed" : "two input axes"));
+    const Array& kernel = transposed ? table : kernel3;
+    const Array& scale = transposed ? table_scale : scale3;
+    const auto quantized = kiln::testing::evaluate_with_gradients(
+        [&](const std::vector<kiln::Tensor>& in) {
+          kiln::Graph& g = in[0].graph();
+          return kiln::ops::quantized_matmul(in[0], g.variable("k", kernel, false), g.variable("s", scale, false), true,
+                                             transposed ? 1 : 2, transposed);
+        },
+        {x}, weights);
+    const auto dequantized = kiln::testing::evaluate_with_gradients(
+        [&](const std::vector<kiln::Tensor>& in) {
+          kiln::Graph& g = in[0].graph();
+          const kiln::Tensor floats =
+              kiln::ops::dequantize(g.variable("k", kernel, false), g.variable("s", scale, false), transposed);
+          return transposed ? kiln::ops::matmul(in[0], floats, false, true)
+                            : kiln::ops::matmul(in[0], kiln::ops::reshape(floats, {8, 6}));
+        },
+        {x}, weights);
+    REQUIRE(quantized.size() == 2);
+    CHECK(kiln::testing::max_relative_difference(quantized[1], dequantized[1]) <= 1e-14);
+    CHECK(kiln::testing::max_relative_difference(quantized[0], dequantized[0]) <= 2e-2);
+  }
+}
+
 TEST_CASE("QuantizedMatMul computes Keras's int8 Dense product exactly, on any thread count", "[ops][quantize]") {
   for (const int threads : {1, 3}) {
     INFO(threads << " threads");

@@ -19,6 +19,8 @@ import numpy as np
 import keras
 from keras import quantizers
 
+from oracle_support import keras_reloads_policy_maps
+
 
 def perturb_weights(model, rng):
     new = []
@@ -37,26 +39,36 @@ def perturb_weights(model, rng):
     model.set_weights(new)
 
 
-def make(name, build, data, mode, config=None):
+def make(name, build, data, mode, config=None, extra=None):
     keras.utils.set_random_seed(zlib.crc32(name.encode()) % (2**31))
     model = build()
     perturb_weights(model, np.random.default_rng(zlib.crc32(name.encode())))
     float_outputs = model.predict(data, verbose=0)
+    float_extra = extra(model, float_outputs) if extra else {}
     model.save_weights(name + ".float.weights.h5")
     model.quantize(mode, config=config) if config is not None else model.quantize(mode)
     outputs = model.predict(data, verbose=0)
+    quantized_extra = extra(model, outputs) if extra else {}
     model.save(name + ".keras")
     again = keras.saving.load_model(name + ".keras")
     as_list = lambda o: o if isinstance(o, list) else [o]
-    for a, b in zip(as_list(outputs), as_list(again.predict(data, verbose=0))):
+    again_outputs = again.predict(data, verbose=0)
+    for a, b in zip(as_list(outputs), as_list(again_outputs)):
         assert np.array_equal(a, b), name
+    for key, array in (extra(again, again_outputs) if extra else {}).items():
+        assert np.array_equal(np.asarray(array), np.asarray(quantized_extra[key])), name + " " + key
     with h5py.File(name + ".io.h5", "w") as f:
-        for i, array in enumerate(as_list(data)):
+        inputs = [data[key] for key in sorted(data)] if isinstance(data, dict) else as_list(data)
+        for i, array in enumerate(inputs):  # a dict by name, as Keras flattens it
             f.create_dataset("inputs/input_%d" % i, data=array)
         for k, array in enumerate(as_list(outputs)):
             f.create_dataset("outputs/output_%d" % k, data=np.asarray(array, dtype=np.float32))
         for k, array in enumerate(as_list(float_outputs)):
             f.create_dataset("float_outputs/output_%d" % k, data=np.asarray(array, dtype=np.float32))
+        for key, array in quantized_extra.items():
+            f.create_dataset("outputs/" + key, data=np.asarray(array, dtype=np.float32))
+        for key, array in float_extra.items():
+            f.create_dataset("float_outputs/" + key, data=np.asarray(array, dtype=np.float32))
     worst = max(float(np.max(np.abs(a - b))) for a, b in zip(as_list(outputs), as_list(float_outputs)))
     print(name, mode, "largest difference from the float model", worst)
 
@@ -83,6 +95,22 @@ def embedding_classifier():
     return keras.Model(tokens, keras.layers.Dense(3, name="out")(h), name="embedding_classifier")
 
 
+def gpt2_backbone():
+    # keras-hub's GPT2Backbone, small: quantize("int8") makes its token embedding (a ReversibleEmbedding, tied), the
+    # attention's EinsumDense projections and the feed-forward Dense layers int8, and its config records them in one
+    # DTypePolicyMap keyed by layer path ("transformer_layer_0/self_attention/query").
+    import keras_hub
+
+    return keras_hub.models.GPT2Backbone(vocabulary_size=50, num_layers=2, num_heads=2, hidden_dim=8,
+                                         intermediate_dim=16, max_sequence_length=12, name="gpt2_backbone")
+
+
+def gpt2_logits(model, outputs):
+    # A CausalLM's logits: the sequence output through the token embedding in reverse (int8 when quantized).
+    return {"logits": model.token_embedding(outputs, reverse=True)}
+
+
+keras_reloads_policy_maps()
 rng = np.random.default_rng(11)
 mlp_data = rng.normal(0.0, 1.5, (6, 40)).astype(np.float32)
 mlp_data[2] = 0.0  # a row of zeros: its scale is 127 / epsilon
@@ -92,6 +120,11 @@ make("dense_sequence_int8", dense_sequence, seq_data, "int8")
 make("dense_mlp_int4", dense_mlp, mlp_data, "int4")
 token_data = np.random.default_rng(13).integers(0, 50, (5, 6)).astype(np.int32)
 make("embedding_int8", embedding_classifier, token_data, "int8")
+gpt2_tokens = np.random.default_rng(17).integers(0, 50, (2, 7)).astype(np.int32)
+gpt2_mask = np.ones((2, 7), np.int32)
+gpt2_mask[1, 5:] = 0  # the second row padded
+make("gpt2_backbone_int8", gpt2_backbone, {"padding_mask": gpt2_mask, "token_ids": gpt2_tokens}, "int8",
+     extra=gpt2_logits)
 
 # The quantizer itself, on arrays with ties (x * scale exactly k + 0.5), zeros and a row of zeros.
 with h5py.File("quantizer_reference.h5", "w") as f:

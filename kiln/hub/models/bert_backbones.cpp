@@ -62,13 +62,12 @@ class BertBackboneModel final : public BackboneModel {
     Tensor x = (*create_layer("kiln>Add", {{"name", "embeddings_add"}}))(std::vector<Tensor>{tokens, positions, segments})[0];
     x = (*create_layer("kiln>LayerNormalization", {{"name", "embeddings_layer_norm"}, {"epsilon", 1e-12}}))(x);
     x = (*create_layer("kiln>Dropout", {{"name", "embeddings_dropout"}, {"rate", dropout}}))(x);
-    const Tensor sequence = encoder_blocks(x, padding_mask, integer("num_layers"),
-                                           {{"num_heads", integer("num_heads")},
+    const Tensor sequence = encoder_blocks(x, padding_mask, integer("num_layers"), with_dtype(Config{{"num_heads", integer("num_heads")},
                                             {"intermediate_dim", integer("intermediate_dim")},
                                             {"activation", "gelu_approximate"},
                                             {"dropout", dropout},
                                             {"layer_norm_epsilon", 1e-12},
-                                            {"kernel_initializer", initializer}});
+                                            {"kernel_initializer", initializer}}));
     // x[:, 0, :], the first ([CLS]) token, through the pooler.
     const Tensor first = ops::get_item(sequence, {ops::Slice(), 0, ops::Slice()});
     const Tensor pooled = (*create_layer("kiln>Dense", {{"name", "pooled_dense"},
@@ -99,13 +98,12 @@ class TokenAndPositionEncoderModel : public BackboneModel {
     token_embedding_ = embeddings->layers().at(0);
     x = (*create_layer("kiln>LayerNormalization", {{"name", "embeddings_layer_norm"}, {"epsilon", epsilon}}))(x);
     x = (*create_layer("kiln>Dropout", {{"name", "embeddings_dropout"}, {"rate", dropout}}))(x);
-    const Tensor sequence = encoder_blocks(x, padding_mask, integer("num_layers"),
-                                           {{"num_heads", integer("num_heads")},
+    const Tensor sequence = encoder_blocks(x, padding_mask, integer("num_layers"), with_dtype(Config{{"num_heads", integer("num_heads")},
                                             {"intermediate_dim", integer("intermediate_dim")},
                                             {"activation", "gelu"},
                                             {"dropout", dropout},
                                             {"layer_norm_epsilon", epsilon},
-                                            {"kernel_initializer", initializer}});
+                                            {"kernel_initializer", initializer}}));
     finish({padding_mask, token_ids}, {sequence});
   }
 };

@@ -83,14 +83,40 @@ Config MultiHeadAttentionLayer::get_config() const {
 }
 
 std::vector<std::string> MultiHeadAttentionLayer::keras_weight_paths() const {
+  // Each EinsumDense numbers its variables in Keras's order (kernel, bias, then an int8 kernel's kernel_scale),
+  // which is the order they were made in.
   std::vector<std::string> paths;
+  std::string current;
+  int number = 0;
   for (const Weight& weight : weights()) {
     const std::size_t slash = weight.path.find('/');
-    const std::string projection = weight.path.substr(0, slash), kind = weight.path.substr(slash + 1);
+    const std::string projection = weight.path.substr(0, slash);
+    if (projection != current) {
+      current = projection;
+      number = 0;
+    }
     const std::string sublayer = projection == "attention_output" ? "output_dense" : projection + "_dense";
-    paths.push_back(sublayer + (kind == "kernel" ? "/vars/0" : "/vars/1"));
+    paths.push_back(sublayer + "/vars/" + std::to_string(number++));
   }
   return paths;
+}
+
+void MultiHeadAttentionLayer::quantization_resolved() {
+  for (auto [name, projection] : {std::pair<const char*, Projection*>{"query", &query_}, {"key", &key_},
+                                  {"value", &value_}, {"attention_output", &output_}})
+    projection->int8 = quantization_mode_of(policy_for(name), describe() + " projection '" + name + "'", {"int8"}) == "int8";
+}
+
+std::vector<std::pair<std::string, Config>> MultiHeadAttentionLayer::quantized_policies() const {
+  std::vector<std::pair<std::string, Config>> policies = Layer::quantized_policies();
+  for (auto [name, projection] : {std::pair<const char*, const Projection*>{"query", &query_}, {"key", &key_},
+                                  {"value", &value_}, {"attention_output", &output_}})
+    if (projection->int8)
+      policies.emplace_back(path() + "/" + name, Config{{"module", "keras.dtype_policies"},
+                                                        {"class_name", "QuantizedDTypePolicy"},
+                                                        {"config", {{"mode", "int8"}, {"source_name", dtype_name(dtype())}}},
+                                                        {"registered_name", Config()}});
+  return policies;
 }
 
 std::vector<std::pair<std::string, std::string>> MultiHeadAttentionLayer::keras_sublayers() const {
@@ -112,16 +138,22 @@ void MultiHeadAttentionLayer::check_inputs(const Shape& query, const Shape& key,
 
 MultiHeadAttentionLayer::Projection MultiHeadAttentionLayer::add_projection(const std::string& name,
                                                                             std::int64_t input_dim,
-                                                                            std::int64_t depth) {
+                                                                            std::int64_t depth, bool int8) {
   Projection projection;
-  // Keras 3.15's fans for these 3-D kernels: a Dense from input_dim to heads·depth.
-  const Fans fans{static_cast<double>(input_dim), static_cast<double>(num_heads_ * depth)};
-  projection.kernel = add_weight(name + "/kernel", {input_dim, num_heads_, depth}, kernel_initializer_, fans);
-  regularize(projection.kernel, kernel_regularization_);
+  projection.int8 = int8;
+  if (int8) {  // Keras's EinsumDense._int8_build: the kernel in int8 (not trained), then the bias, then the scale
+    projection.kernel = add_int8_weight(name + "/kernel", {input_dim, num_heads_, depth});
+  } else {
+    // Keras 3.15's fans for these 3-D kernels: a Dense from input_dim to heads·depth.
+    const Fans fans{static_cast<double>(input_dim), static_cast<double>(num_heads_ * depth)};
+    projection.kernel = add_weight(name + "/kernel", {input_dim, num_heads_, depth}, kernel_initializer_, fans);
+    regularize(projection.kernel, kernel_regularization_);
+  }
   if (use_bias_) {
     projection.bias = add_weight(name + "/bias", {num_heads_, depth}, bias_initializer_);
     regularize(projection.bias, bias_regularization_);
   }
+  if (int8) projection.kernel_scale = add_weight(name + "/kernel_scale", {1, 1, num_heads_, depth}, Initializer::get("ones"), false);
   return projection;
 }
 
@@ -151,23 +183,31 @@ void MultiHeadAttentionLayer::build(const std::vector<Shape>& shapes) {
   const std::int64_t output_dim = output_dim_ > 0 ? output_dim_ : d_model;
 
   key_features_ = key[2];
-  query_ = add_projection("query", d_model, key_depth_);
-  key_ = add_projection("key", key[2], key_depth_);
-  value_ = add_projection("value", value[2], value_depth_);
-  const Fans fans{static_cast<double>(num_heads_ * value_depth_), static_cast<double>(output_dim)};
-  output_.kernel =
-      add_weight("attention_output/kernel", {num_heads_, value_depth_, output_dim}, kernel_initializer_, fans);
-  regularize(output_.kernel, kernel_regularization_);
+  query_ = add_projection("query", d_model, key_depth_, query_.int8);
+  key_ = add_projection("key", key[2], key_depth_, key_.int8);
+  value_ = add_projection("value", value[2], value_depth_, value_.int8);
+  if (output_.int8) {
+    output_.kernel = add_int8_weight("attention_output/kernel", {num_heads_, value_depth_, output_dim});
+  } else {
+    const Fans fans{static_cast<double>(num_heads_ * value_depth_), static_cast<double>(output_dim)};
+    output_.kernel =
+        add_weight("attention_output/kernel", {num_heads_, value_depth_, output_dim}, kernel_initializer_, fans);
+    regularize(output_.kernel, kernel_regularization_);
+  }
   if (use_bias_) {
     output_.bias = add_weight("attention_output/bias", {output_dim}, bias_initializer_);
     regularize(output_.bias, bias_regularization_);
   }
+  if (output_.int8)
+    output_.kernel_scale = add_weight("attention_output/kernel_scale", {1, 1, output_dim}, Initializer::get("ones"), false);
 }
 
 Tensor MultiHeadAttentionLayer::project(const Tensor& x, const Projection& projection, std::int64_t depth) const {
   const std::int64_t width = num_heads_ * depth;
-  const Tensor kernel = ops::reshape(variable(projection.kernel, x), {x.shape()[2], width});
-  Tensor y = ops::matmul(x, kernel);
+  // (Keras's EinsumDense "abc,cde->abde": in int8 the inputs quantized per row, over c)
+  Tensor y = projection.int8 ? ops::quantized_matmul(x, variable(projection.kernel, x),
+                                                     variable(projection.kernel_scale, x), true, 1)
+                             : ops::matmul(x, ops::reshape(variable(projection.kernel, x), {x.shape()[2], width}));
   if (use_bias_) y = y + ops::reshape(variable(projection.bias, x), {width});
   if (projection_activity_) add_activity_loss(projection_activity_, y);
   // (batch, length, heads, depth): one attention per head, read in place by the fused attention.
@@ -178,7 +218,9 @@ Tensor MultiHeadAttentionLayer::project_output(const Tensor& attended, const Ten
   const std::int64_t width = num_heads_ * value_depth_;
   const Tensor merged = ops::reshape(attended, {ops::keep_dim, ops::keep_dim, width});
   const Tensor kernel = variable(output_.kernel, query);
-  Tensor output = ops::matmul(merged, ops::reshape(kernel, {width, kernel.shape()[2]}));
+  // (Keras's "abcd,cde->abe": in int8 the inputs quantized over c and d together, one scale a (batch, step))
+  Tensor output = output_.int8 ? ops::quantized_matmul(merged, kernel, variable(output_.kernel_scale, query), true, 2)
+                               : ops::matmul(merged, ops::reshape(kernel, {width, kernel.shape()[2]}));
   if (use_bias_) output = output + variable(output_.bias, query);
   return output;
 }

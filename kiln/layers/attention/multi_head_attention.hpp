@@ -46,8 +46,10 @@ class MultiHeadAttentionLayer : public Layer {
   std::int64_t value_dim() const { return value_depth_; }
   Config get_config() const override;
   /// Keras keeps the projections in EinsumDense sublayers: "query_dense/vars/0" (kernel), ".../vars/1" (bias),
-  /// then key_dense, value_dense and output_dense.
+  /// then key_dense, value_dense and output_dense; an int8 projection's kernel_scale next ("vars/2").
   std::vector<std::string> keras_weight_paths() const override;
+  /// The int8 projections' policies, by path ("<path>/query"), as keras-hub's DTypePolicyMap holds them.
+  std::vector<std::pair<std::string, Config>> quantized_policies() const override;
   /// Keras's attributes: _dropout_layer, _softmax and the four EinsumDense projections, with their names.
   std::vector<std::pair<std::string, std::string>> keras_sublayers() const override;
   /// The output keeps the query's steps: the query's mask passes on, as in Keras.
@@ -67,6 +69,12 @@ class MultiHeadAttentionLayer : public Layer {
                                    const Tensor& start, const Tensor& visible) const;
 
  protected:
+  /// Keras quantizes the four EinsumDense projections, not the layer: a DTypePolicyMap (a keras-hub backbone's)
+  /// gives "<path>/query", "<path>/key", "<path>/value" and "<path>/attention_output" their policies. An int8
+  /// projection keeps Keras's EinsumDense int8 weights: the kernel in int8, the bias, and kernel_scale, one scale
+  /// per unit in Keras's shape ((1, 1, heads, depth); (1, 1, output features) for the output), and quantizes its
+  /// inputs per row (per (batch, step) over heads · depth for the output) as EinsumDense._int8_call does.
+  void quantization_resolved() override;
   /// Checks the shapes, resolves key_dim and value_dim and creates the weights. In the TF2 form the query's
   /// last dimension must divide by num_heads (else ShapeError).
   /// [query, value] and, when the key comes by keyword ("key"), its shape third: the key's projection is
@@ -91,9 +99,10 @@ class MultiHeadAttentionLayer : public Layer {
 
  private:
   struct Projection {
-    WeightId kernel = 0, bias = 0;
+    WeightId kernel = 0, bias = 0, kernel_scale = 0;
+    bool int8 = false;  ///< Keras's EinsumDense int8 (kernel int8, kernel_scale)
   };
-  Projection add_projection(const std::string& name, std::int64_t input_dim, std::int64_t depth);
+  Projection add_projection(const std::string& name, std::int64_t input_dim, std::int64_t depth, bool int8);
   Tensor project(const Tensor& x, const Projection& projection, std::int64_t depth) const;
   /// The heads of `attended` (batch, length, heads, value_dim) merged and projected to the output features.
   Tensor project_output(const Tensor& attended, const Tensor& query) const;

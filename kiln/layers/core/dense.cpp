@@ -17,6 +17,7 @@ DenseLayer::DenseLayer(const Config& config) : Layer(config, "Dense", {"int8", "
   kernel_regularization_ = WeightRegularization::from_arguments(args, "kernel");
   bias_regularization_ = WeightRegularization::from_arguments(args, "bias");
   for (const char* key : {"lora_rank", "lora_alpha"}) args.unsupported(key);
+  given_quantization_config_ = args.value("quantization_config");
   read_quantization_config(args);
   args.finish();
   if (units_ <= 0) args.fail("units must be positive, got " + std::to_string(units_));
@@ -72,6 +73,14 @@ void DenseLayer::read_quantization_config(ConfigReader& args) {
               "1e-07, the last axis); got activation_quantizer " + activation.to_string());
   quantize_inputs_ = !activation.is_null();
   quantization_config_ = given.is_null() ? detail::default_int8_quantization_config() : given;
+}
+
+void DenseLayer::quantization_resolved() {
+  quantize_inputs_ = true;
+  quantization_config_ = Config();
+  int4_block_size_ = 0;
+  ConfigReader args(Config{{"quantization_config", given_quantization_config_}}, describe());
+  read_quantization_config(args);
 }
 
 Config DenseLayer::get_config() const {

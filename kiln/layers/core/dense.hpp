@@ -34,6 +34,8 @@ class DenseLayer : public Layer {
   std::vector<std::string> keras_weight_paths() const override;
 
  protected:
+  /// A DTypePolicyMap set the policy: the quantization config is read again for the mode.
+  void quantization_resolved() override;
   /// Creates the kernel (input_dim, units), input_dim being the input's last dimension, and the bias.
   /// An input whose last dimension is unknown throws ShapeError.
   void build(const Shape& input_shape) override;
@@ -47,6 +49,7 @@ class DenseLayer : public Layer {
   std::int64_t units_ = 0;
   bool quantize_inputs_ = true;  // int8: Keras's activation quantizer (AbsMaxQuantizer) on the inputs
   Config quantization_config_;   // as Keras writes it; null for a float layer
+  Config given_quantization_config_;  // the config's, read again when a DTypePolicyMap sets the mode
   std::string activation_;
   bool use_bias_ = true;
   Initializer kernel_initializer_, bias_initializer_;

@@ -13,7 +13,9 @@ EmbeddingLayer::EmbeddingLayer(const Config& config) : EmbeddingLayer(config, "E
 
 EmbeddingLayer::EmbeddingLayer(const Config& config, const std::string& class_name,
                                const std::function<void(ConfigReader&)>& more)
-    : Layer(config, class_name, class_name == "Embedding" ? std::vector<std::string>{"int8"} : std::vector<std::string>{}) {
+    : Layer(config, class_name,
+            class_name == "Embedding" || class_name == "ReversibleEmbedding" ? std::vector<std::string>{"int8"}
+                                                                             : std::vector<std::string>{}) {
   ConfigReader args = config_reader(config);
   input_dim_ = args.integer("input_dim");
   output_dim_ = args.integer("output_dim");
@@ -21,17 +23,35 @@ EmbeddingLayer::EmbeddingLayer(const Config& config, const std::string& class_na
   mask_zero_ = args.boolean("mask_zero", false);
   embeddings_regularization_ = WeightRegularization::from_arguments(args, "embeddings");
   for (const char* key : {"weights", "lora_rank", "lora_alpha"}) args.unsupported(key);
-  // Keras writes an Int8QuantizationConfig for an int8 Embedding too; its activation quantizer is not used (ids).
-  const Config& quantization = args.value("quantization_config");
-  detail::int8_activation_quantizer(args, quantization, !quantization_mode().empty(), dtype_name(dtype()));
-  if (!quantization_mode().empty())
-    quantization_config_ = quantization.is_null() ? detail::default_int8_quantization_config() : quantization;
+  given_quantization_config_ = args.value("quantization_config");
+  read_quantization_config(args);
   // Keras 3 still accepts the Keras 2 argument input_length and ignores it; so do we, to load old configs.
   args.value("input_length");
   if (more) more(args);
   args.finish();
   if (input_dim_ <= 0) args.fail("input_dim must be positive, got " + std::to_string(input_dim_));
   if (output_dim_ <= 0) args.fail("output_dim must be positive, got " + std::to_string(output_dim_));
+}
+
+// Keras writes an Int8QuantizationConfig for an int8 Embedding too; its activation quantizer is not used for ids,
+// only by a ReversibleEmbedding in reverse (Keras's default AbsMaxQuantizer, or none: float inputs).
+void EmbeddingLayer::read_quantization_config(ConfigReader& args) {
+  const Config& quantization = args.value("quantization_config");
+  const Config activation =
+      detail::int8_activation_quantizer(args, quantization, !quantization_mode().empty(), dtype_name(dtype()));
+  quantization_config_ = Config();
+  quantize_inputs_ = true;
+  if (quantization_mode().empty()) return;
+  if (!activation.is_null() && !detail::is_default_abs_max(activation))
+    args.fail("kiln quantizes int8 activations as Keras's AbsMaxQuantizer() does (value_range [-127, 127], epsilon "
+              "1e-07, the last axis); got activation_quantizer " + activation.to_string());
+  quantize_inputs_ = !activation.is_null();
+  quantization_config_ = quantization.is_null() ? detail::default_int8_quantization_config() : quantization;
+}
+
+void EmbeddingLayer::quantization_resolved() {
+  ConfigReader args(Config{{"quantization_config", given_quantization_config_}}, describe());
+  read_quantization_config(args);
 }
 
 Config EmbeddingLayer::get_config() const {

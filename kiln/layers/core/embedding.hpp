@@ -19,7 +19,7 @@ class EmbeddingLayer : public Layer {
   /// padding, and the output carries a mask, 0 where the index is 0, to the layers after it).
   /// Regularizers, constraints and LoRA are not supported. A QuantizedDTypePolicy of mode "int8" (Keras's
   /// Embedding after quantize("int8")) keeps int8 rows "embeddings" and a float "embeddings_scale" per row
-  /// (ops::quantized_gather); ReversibleEmbedding does not quantize yet.
+  /// (ops::quantized_gather); so does ReversibleEmbedding.
   /// Keras 2's input_length is accepted and ignored, so old configs load. Throws ConfigError when a dimension
   /// is missing or not positive, when an unsupported argument is set, or on an unknown key.
   explicit EmbeddingLayer(const Config& config);
@@ -40,7 +40,13 @@ class EmbeddingLayer : public Layer {
   /// throws ValueError on an index that is not a whole number in [0, input_dim).
   Tensor call(const Tensor& input, const CallArgs& args) override;
 
+  /// A DTypePolicyMap set the policy: the quantization config is read again for the mode.
+  void quantization_resolved() override;
   WeightId embeddings_id() const { return embeddings_; }  ///< for layers that extend it
+  WeightId embeddings_scale_id() const { return embeddings_scale_; }  ///< int8: one scale per row
+  /// int8: whether the quantization config's activation quantizer quantizes float inputs (Keras's default; what
+  /// a ReversibleEmbedding in reverse multiplies).
+  bool quantize_inputs() const { return quantize_inputs_; }
   /// The embeddings' initializer, which a ReversibleEmbedding's untied reverse map shares.
   const Initializer& embeddings_initializer() const { return embeddings_initializer_; }
 
@@ -52,6 +58,9 @@ class EmbeddingLayer : public Layer {
   WeightRegularization embeddings_regularization_;
   WeightId embeddings_ = 0, embeddings_scale_ = 0;
   Config quantization_config_;  // as Keras writes it for an int8 Embedding; null for a float one
+  Config given_quantization_config_;
+  bool quantize_inputs_ = true;
+  void read_quantization_config(ConfigReader& args);
 };
 
 /// Turns indices (token ids, as whole numbers in a float tensor) into learned dense vectors: Keras's

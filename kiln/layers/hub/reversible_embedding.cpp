@@ -32,10 +32,14 @@ Config ReversibleEmbeddingLayer::get_config() const {
 
 void ReversibleEmbeddingLayer::build(const Shape& input_shape) {
   EmbeddingLayer::build(input_shape);
+  if (tie_weights_) return;
+  if (quantization_mode() == "int8") {  // Keras's _int8_build: the reverse map in int8, one scale per entry
+    reverse_embeddings_ = add_int8_weight("reverse_embeddings", {output_dim(), input_dim()});
+    reverse_embeddings_scale_ = add_weight("reverse_embeddings_scale", {input_dim()}, Initializer::get("ones"), false);
+    return;
+  }
   // Keras draws the untied reverse map from the embeddings' initializer.
-  if (!tie_weights_)
-    reverse_embeddings_ = add_weight("reverse_embeddings", {output_dim(), input_dim()},
-                                     embeddings_initializer());
+  reverse_embeddings_ = add_weight("reverse_embeddings", {output_dim(), input_dim()}, embeddings_initializer());
 }
 
 Tensor ReversibleEmbeddingLayer::call(const Tensor& input, const CallArgs& args) {
@@ -43,8 +47,18 @@ Tensor ReversibleEmbeddingLayer::call(const Tensor& input, const CallArgs& args)
   if (input.rank() < 1 || input.shape().dim(-1) != output_dim())
     shape_error("in reverse maps vectors of output_dim " + std::to_string(output_dim()) + " to scores",
                 {{"input", input.shape()}});
-  Tensor logits = tie_weights_ ? ops::matmul(input, variable(embeddings_id(), input), false, true)
-                               : ops::matmul(input, variable(reverse_embeddings_, input));
+  Tensor logits;
+  if (quantization_mode() == "int8") {
+    // Keras's _int8_call in reverse: the inputs quantized per row, times the int8 rows (tied: the table read
+    // transposed, each entry's row scale), divided by both scales.
+    logits = tie_weights_ ? ops::quantized_matmul(input, variable(embeddings_id(), input),
+                                                  variable(embeddings_scale_id(), input), quantize_inputs(), 1, true)
+                          : ops::quantized_matmul(input, variable(reverse_embeddings_, input),
+                                                  variable(reverse_embeddings_scale_, input), quantize_inputs());
+  } else {
+    logits = tie_weights_ ? ops::matmul(input, variable(embeddings_id(), input), false, true)
+                          : ops::matmul(input, variable(reverse_embeddings_, input));
+  }
   if (!logit_soft_cap_.is_null()) {
     const double cap = logit_soft_cap_.as_double();
     logits = ops::scale(ops::tanh(ops::scale(logits, 1.0 / cap)), cap);

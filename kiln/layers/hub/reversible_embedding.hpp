@@ -10,7 +10,9 @@ namespace kiln {
 /// The layer behind kiln::ReversibleEmbedding: an Embedding that also maps vectors back to scores over the
 /// vocabulary (the call option "reverse": x · embeddingsᵀ), for a language model's output head tied to its
 /// input embedding. Untied (tie_weights = false), the reverse map is its own weight, "reverse_embeddings"
-/// (output_dim, input_dim).
+/// (output_dim, input_dim). In int8 (Keras's quantize("int8")) the embeddings are int8 with a scale per row, as
+/// Embedding's, and the reverse map multiplies the inputs, quantized per row, by them (tied) or by an int8
+/// "reverse_embeddings" with "reverse_embeddings_scale" per vocabulary entry (untied), as Keras's _int8_call.
 class ReversibleEmbeddingLayer : public EmbeddingLayer {
  public:
   /// Embedding's arguments, plus Keras's tie_weights = true, reverse_dtype = null (kiln computes in the
@@ -30,7 +32,7 @@ class ReversibleEmbeddingLayer : public EmbeddingLayer {
  private:
   bool tie_weights_ = true;
   Config logit_soft_cap_;
-  WeightId reverse_embeddings_ = 0;
+  WeightId reverse_embeddings_ = 0, reverse_embeddings_scale_ = 0;
 };
 
 /// An embedding that can also run in reverse, from vectors to vocabulary scores: Keras's

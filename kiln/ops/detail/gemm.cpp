@@ -483,7 +483,17 @@ void gemm_batch_reduce(const GemmShape& s, const double* const* a, const double*
 
 namespace {
 void plain_s8s8s32(std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda,
-                   const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc) {
+                   const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc, bool b_transposed) {
+  if (b_transposed) {  // each sum a row of A by a row of B
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        std::int32_t sum = 0;
+        for (std::int64_t p = 0; p < k; ++p)
+          sum += static_cast<std::int32_t>(a[i * lda + p]) * static_cast<std::int32_t>(b[j * ldb + p]);
+        c[i * ldc + j] = sum;
+      }
+    return;
+  }
   for (std::int64_t i = 0; i < m; ++i) {
     std::int32_t* row = c + i * ldc;
     std::fill(row, row + n, 0);
@@ -525,9 +535,11 @@ Int8GemmBackend int8_gemm_backend() {
 }
 
 void gemm_s8s8s32_with(Int8GemmBackend backend, std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a,
-                       std::int64_t lda, const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc) {
+                       std::int64_t lda, const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc,
+                       bool b_transposed) {
   if (m <= 0 || n <= 0) return;
-  if (backend == Int8GemmBackend::vnni_rows && int8_rows_available()) return int8_rows(m, n, k, a, lda, b, ldb, c, ldc);
+  if (backend == Int8GemmBackend::vnni_rows && int8_rows_available())
+    return int8_rows(m, n, k, a, lda, b, ldb, c, ldc, b_transposed);
 #if KILN_HAS_DNNL
   if (backend == Int8GemmBackend::onednn && k > 0 && dnnl_int8_exact()) {
     // On the calling thread, as call_dnnl runs dnnl_sgemm.
@@ -535,22 +547,22 @@ void gemm_s8s8s32_with(Int8GemmBackend backend, std::int64_t m, std::int64_t n, 
     if (threads != 1) omp_set_num_threads(1);
     const std::int32_t no_offset = 0;
     const dnnl_status_t status =
-        dnnl_gemm_s8s8s32('N', 'N', 'F', m, n, k, 1.0f, a, lda, 0, b, ldb, 0, 0.0f, c, ldc, &no_offset);
+        dnnl_gemm_s8s8s32('N', b_transposed ? 'T' : 'N', 'F', m, n, k, 1.0f, a, lda, 0, b, ldb, 0, 0.0f, c, ldc, &no_offset);
     if (threads != 1) omp_set_num_threads(threads);
     if (status == dnnl_success) return;
   }
 #else
   (void)backend;
 #endif
-  plain_s8s8s32(m, n, k, a, lda, b, ldb, c, ldc);
+  plain_s8s8s32(m, n, k, a, lda, b, ldb, c, ldc, b_transposed);
 }
 
 void gemm_s8s8s32(std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda,
-                  const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc) {
+                  const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc, bool b_transposed) {
   Int8GemmBackend backend = int8_gemm_backend();
   if (m * n * k < int8_dnnl_min_work || m <= int8_rows_max_m)
     backend = int8_rows_available() ? Int8GemmBackend::vnni_rows : Int8GemmBackend::plain;
-  gemm_s8s8s32_with(backend, m, n, k, a, lda, b, ldb, c, ldc);
+  gemm_s8s8s32_with(backend, m, n, k, a, lda, b, ldb, c, ldc, b_transposed);
 }
 
 }  // namespace kiln::detail

@@ -77,6 +77,7 @@ bool gemm_batch_reduce_fused(const GemmShape& shape, DType dtype);
 // AVX512-VNNI (vpdpbusd; A shifted to unsigned with a column-sum correction): its kernels for older instruction sets
 // saturate int16 pairs of products and are not exact on Keras's full int8 range. Elsewhere, for products too small
 // to pay for oneDNN's per-call work, or should oneDNN refuse, a plain loop of int32 multiply-adds.
+// b_transposed: B is stored transposed, n × k (a tied embedding's table read in reverse), rows ldb apart.
 enum class Int8GemmBackend {
   onednn,     // dnnl_gemm_s8s8s32
   plain,      // kiln's loop
@@ -85,10 +86,11 @@ enum class Int8GemmBackend {
 constexpr std::int64_t int8_gemm_max_k = std::int64_t{1} << 17;
 Int8GemmBackend int8_gemm_backend();
 void gemm_s8s8s32(std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda,
-                  const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc);
+                  const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc, bool b_transposed = false);
 // The same on the given backend (tests and bench compare them); onednn without oneDNN, or without VNNI, runs the
 // loop.
 void gemm_s8s8s32_with(Int8GemmBackend backend, std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a,
-                       std::int64_t lda, const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc);
+                       std::int64_t lda, const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc,
+                       bool b_transposed = false);
 
 }  // namespace kiln::detail

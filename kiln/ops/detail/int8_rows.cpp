@@ -8,6 +8,10 @@
 // the signed side. Each sum then holds Σ (b + 128)·q = Σ b·q + 128·Σ q, and 128·Σ q (one per row of A) is taken off
 // at the end. The unpacking leaves the columns of a 64-column block in the order (lane, group, position): the sums
 // are put back in column order when they are stored. Exact: every step is integer.
+//
+// B stored transposed (n × k, a tied embedding read in reverse) is read a row of B per output column: A's row is the
+// flipped, unsigned side this time (a + 128), B's row the signed one, 64 bytes a step, and the same pass sums B's
+// row (vpdpbusd with ones) for the correction 128 · Σ b, which differs per column.
 #include <kiln/ops/detail/int8_rows.hpp>
 
 #include <kiln/ops/detail/isa.hpp>
@@ -107,6 +111,52 @@ void rows(std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda
     block<M>(std::min<std::int64_t>(64, n - j), k, a, lda, b, ldb, c, ldc, j, correction);
 }
 
+// The sum of a vector's 16 lanes, modulo 2^32. (GCC 12's headers make the 256-bit halves of a 512-bit vector from
+// an undefined one, which -Wmaybe-uninitialized reports wherever they are inlined: a false alarm, silenced here.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+__attribute__((target("avx512f"))) inline std::uint32_t lane_sum(__m512i v) {
+  const __m256i half = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+  __m128i quarter = _mm_add_epi32(_mm256_castsi256_si128(half), _mm256_extracti128_si256(half, 1));
+  quarter = _mm_add_epi32(quarter, _mm_shuffle_epi32(quarter, 0x4e));
+  quarter = _mm_add_epi32(quarter, _mm_shuffle_epi32(quarter, 0xb1));
+  return static_cast<std::uint32_t>(_mm_cvtsi128_si32(quarter));
+}
+
+// B transposed: rows [0, M) of C for the columns [j_begin, j_end), each column a row of B (k bytes, ldb apart).
+template <int M>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void transposed_rows(std::int64_t n, std::int64_t k,
+                                                                             const std::int8_t* a, std::int64_t lda,
+                                                                             const std::int8_t* b, std::int64_t ldb,
+                                                                             std::int32_t* c, std::int64_t ldc) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (std::int64_t j = 0; j < n; ++j) {
+    const std::int8_t* row = b + j * ldb;
+    __m512i sums[M], row_sum = _mm512_setzero_si512();
+    for (int i = 0; i < M; ++i) sums[i] = _mm512_setzero_si512();
+    for (std::int64_t p = 0; p < k; p += 64) {
+      // (past k both sides load zeros; A's flipped zeros are 128, times B's zeros: nothing)
+      const __mmask64 valid = k - p >= 64 ? ~__mmask64{0} : ((__mmask64{1} << (k - p)) - 1);
+      const __m512i weights = _mm512_maskz_loadu_epi8(valid, row + p);
+      row_sum = _mm512_dpbusd_epi32(row_sum, ones, weights);
+      for (int i = 0; i < M; ++i) {
+        const __m512i values = _mm512_xor_si512(_mm512_maskz_loadu_epi8(valid, a + i * lda + p), flip);
+        sums[i] = _mm512_dpbusd_epi32(sums[i], values, weights);
+      }
+    }
+    // Σ (a + 128)·b - 128·Σ b, modulo 2^32 as above
+    const std::uint32_t correction = lane_sum(row_sum) * 128u;
+    for (int i = 0; i < M; ++i) c[i * ldc + j] = static_cast<std::int32_t>(lane_sum(sums[i]) - correction);
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 }  // namespace
 
 bool int8_rows_available() {
@@ -118,10 +168,19 @@ bool int8_rows_available() {
 }
 
 void int8_rows(std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a, std::int64_t lda,
-               const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc) {
+               const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc, bool b_transposed) {
   for (std::int64_t i = 0; i < m; i += 4) {
     const std::int8_t* block_a = a + i * lda;
     std::int32_t* block_c = c + i * ldc;
+    if (b_transposed) {
+      switch (std::min<std::int64_t>(4, m - i)) {
+        case 1: transposed_rows<1>(n, k, block_a, lda, b, ldb, block_c, ldc); break;
+        case 2: transposed_rows<2>(n, k, block_a, lda, b, ldb, block_c, ldc); break;
+        case 3: transposed_rows<3>(n, k, block_a, lda, b, ldb, block_c, ldc); break;
+        default: transposed_rows<4>(n, k, block_a, lda, b, ldb, block_c, ldc); break;
+      }
+      continue;
+    }
     switch (std::min<std::int64_t>(4, m - i)) {
       case 1: rows<1>(n, k, block_a, lda, b, ldb, block_c, ldc); break;
       case 2: rows<2>(n, k, block_a, lda, b, ldb, block_c, ldc); break;
@@ -135,7 +194,7 @@ void int8_rows(std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t
 
 bool int8_rows_available() { return false; }
 void int8_rows(std::int64_t, std::int64_t, std::int64_t, const std::int8_t*, std::int64_t, const std::int8_t*,
-               std::int64_t, std::int32_t*, std::int64_t) {}
+               std::int64_t, std::int32_t*, std::int64_t, bool) {}
 
 #endif
 

@@ -1,0 +1,250 @@
+// keras-hub's int8 backbones (data/keras/quantized/gpt2_backbone_int8: a GPT2Backbone Keras 3.16 quantized with
+// quantize("int8")): keras-hub records the quantized layers as one DTypePolicyMap by layer path in the backbone's
+// dtype; kiln reads it, runs the int8 token embedding (a tied ReversibleEmbedding, in reverse too), the attention's
+// int8 EinsumDense projections and the int8 feed-forward Dense layers, predicts Keras's outputs, writes the map
+// back, and quantizes a float backbone as Keras does.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <kiln/core/detail/files.hpp>
+#include <kiln/core/error.hpp>
+#include <kiln/core/warnings.hpp>
+#include <kiln/hub/backbone.hpp>
+#include <kiln/hub/causal_lm.hpp>
+#include <kiln/kiln.hpp>
+#include <kiln/serialize/detail/hdf5_reader.hpp>
+#include <kiln/serialize/detail/zip_archive.hpp>
+#include <kiln/serialize/json.hpp>
+#include <kiln/serialize/keras.hpp>
+
+#include "support/temp_dir.hpp"
+
+namespace fs = std::filesystem;
+namespace hdf5 = kiln::detail::hdf5;
+using kiln::Array;
+using kiln::Config;
+using kiln::DType;
+using kiln::Shape;
+
+namespace {
+
+std::string fixture(const std::string& name) {
+  return (fs::path(__FILE__).parent_path().parent_path().parent_path() / "data" / "keras" / "quantized" / name).string();
+}
+
+struct KerasRun {
+  std::vector<Array> inputs;  // padding_mask, token_ids (as floats)
+  Array output, logits, float_output;
+};
+
+KerasRun keras_run() {
+  const hdf5::File io(kiln::detail::read_whole_file(fixture("gpt2_backbone_int8.io.h5")), "io");
+  KerasRun run;
+  for (const char* name : {"input_0", "input_1"}) run.inputs.push_back(io.root().at("inputs").at(name).read(DType::float32));
+  run.output = io.root().at("outputs").at("output_0").read(DType::float32);
+  run.logits = io.root().at("outputs").at("logits").read(DType::float32);
+  run.float_output = io.root().at("float_outputs").at("output_0").read(DType::float32);
+  return run;
+}
+
+// Largest |a - b| over the positions where the padding mask is 1 (Keras's padded positions are computed too, but
+// with every key masked their attention is a mean over garbage both ways).
+double largest_difference(const Array& a, const Array& b) {
+  REQUIRE(a.shape() == b.shape());
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a.flat(i) - b.flat(i)));
+  return worst;
+}
+
+// The paths keras-hub's quantize("int8") recorded in the file's DTypePolicyMap.
+Config config_of(const std::string& file) {
+  const std::string bytes = kiln::detail::read_whole_file(file);
+  const kiln::detail::ZipReader archive(bytes, file);
+  return kiln::parse_json(archive.read("config.json", 1 << 20));
+}
+
+std::set<std::string> keras_policy_paths(const std::string& file) {
+  const Config config = config_of(file);
+  std::set<std::string> paths;
+  for (const std::string& key : config.at("config").at("dtype").at("config").at("policy_map").keys()) paths.insert(key);
+  return paths;
+}
+
+const std::set<std::string>& expected_paths() {
+  static const std::set<std::string> paths = [] {
+    std::set<std::string> all = {"token_embedding"};
+    for (const std::string block : {"transformer_layer_0", "transformer_layer_1"}) {
+      for (const char* projection : {"query", "key", "value", "attention_output"})
+        all.insert(block + "/self_attention/" + projection);
+      all.insert(block + "/feedforward_intermediate_dense");
+      all.insert(block + "/feedforward_output_dense");
+    }
+    return all;
+  }();
+  return paths;
+}
+
+kiln::hub::Backbone float_gpt2() {
+  kiln::hub::Backbone gpt2("GPT2Backbone", {{"vocabulary_size", 50},
+                                            {"num_layers", 2},
+                                            {"num_heads", 2},
+                                            {"hidden_dim", 8},
+                                            {"intermediate_dim", 16},
+                                            {"max_sequence_length", 12}});
+  kiln::load_keras_weights(*gpt2.ptr(), fixture("gpt2_backbone_int8.float.weights.h5"));
+  return gpt2;
+}
+
+}  // namespace
+
+TEST_CASE("keras-hub's int8 GPT-2 backbone loads and predicts Keras's outputs and logits", "[hub][quantize]") {
+  REQUIRE(keras_policy_paths(fixture("gpt2_backbone_int8.keras")) == expected_paths());
+  const kiln::hub::Backbone backbone = kiln::hub::Backbone::of(kiln::load_keras_model(fixture("gpt2_backbone_int8.keras")));
+  // int8: the token embedding's table, and per block the four projections' and two Dense kernels.
+  int int8_weights = 0;
+  for (const kiln::Weight& weight : backbone.ptr()->weights())
+    if (weight.value.dtype() == DType::int8) ++int8_weights;
+  CHECK(int8_weights == 13);
+  const KerasRun run = keras_run();
+  const Array output = backbone.predict(run.inputs)[0];
+  // The int8 products are exact and the scales the same float32 operations: only the float layers between them
+  // (softmax, layer norms, gelu) differ in their last bits, and a row's quantization can round the other way.
+  CHECK(largest_difference(output, run.output) <= 2e-4);
+  // Keras's own int8 error, for scale: the float model's outputs are 3e-3 away.
+  CHECK(largest_difference(run.output, run.float_output) > 1e-3);
+  kiln::hub::CausalLM lm(backbone);
+  const Array logits = lm.predict(run.inputs)[0];
+  CHECK(largest_difference(logits, run.logits) <= 2e-4);
+}
+
+TEST_CASE("a quantized backbone writes keras-hub's DTypePolicyMap and its int8 weights back", "[hub][quantize]") {
+  kiln::testing::TempDir dir;
+  const kiln::Model loaded = kiln::load_keras_model(fixture("gpt2_backbone_int8.keras"));
+  const std::string copy = dir.file("copy.keras");
+  loaded.save(copy);
+  const Config config = config_of(copy);
+  const Config& dtype = config.at("config").at("dtype");
+  CHECK(dtype.get_string("class_name") == "DTypePolicyMap");
+  CHECK(dtype.at("config").at("default_policy").is_null());
+  CHECK(keras_policy_paths(copy) == expected_paths());
+  for (const std::string& path : expected_paths()) {
+    const Config& policy = dtype.at("config").at("policy_map").at(path);
+    CHECK(policy.get_string("class_name") == "QuantizedDTypePolicy");
+    CHECK(policy.at("config").get_string("mode") == "int8");
+  }
+  // The same weights, the same predictions.
+  const kiln::Model again = kiln::load_keras_model(copy);
+  const std::vector<kiln::Weight> before = loaded.ptr()->weights(), after = again.ptr()->weights();
+  REQUIRE(before.size() == after.size());
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    INFO(before[i].path);
+    CHECK(before[i].path == after[i].path);
+    CHECK(before[i].value.bitwise_equal(after[i].value));
+  }
+  const KerasRun run = keras_run();
+  CHECK(loaded.predict(run.inputs)[0].bitwise_equal(again.predict(run.inputs)[0]));
+  // And in kiln's own format.
+  const std::string own = dir.file("copy.kiln");
+  loaded.save(own);
+  CHECK(kiln::load_model(own).predict(run.inputs)[0].bitwise_equal(loaded.predict(run.inputs)[0]));
+}
+
+TEST_CASE("kiln::quantize(backbone, \"int8\") is keras-hub's quantize: the same policies, weights and outputs",
+          "[hub][quantize]") {
+  const kiln::hub::Backbone gpt2 = float_gpt2();
+  const KerasRun run = keras_run();
+  REQUIRE(largest_difference(gpt2.predict(run.inputs)[0], run.float_output) <= 1e-5);
+  kiln::QuantizationReport report;
+  const kiln::Model quantized = kiln::quantize(gpt2, "int8", &report);
+  CHECK(std::set<std::string>(report.quantized.begin(), report.quantized.end()) == expected_paths());
+  CHECK(report.quantized.size() == expected_paths().size());
+  CHECK(report.skipped.empty());
+  // Keras's quantized weights, bit for bit, under the same paths.
+  const kiln::Model keras = kiln::load_keras_model(fixture("gpt2_backbone_int8.keras"));
+  std::map<std::string, Array> keras_weights;
+  for (const kiln::Weight& weight : keras.ptr()->weights()) keras_weights.emplace(weight.path, weight.value);
+  REQUIRE(quantized.ptr()->weights().size() == keras_weights.size());
+  for (const kiln::Weight& weight : quantized.ptr()->weights()) {
+    INFO(weight.path);
+    REQUIRE(keras_weights.count(weight.path) == 1);
+    CHECK(weight.value.bitwise_equal(keras_weights.at(weight.path)));
+  }
+  CHECK(quantized.predict(run.inputs)[0].bitwise_equal(keras.predict(run.inputs)[0]));
+  // The float backbone is left as it was.
+  CHECK(largest_difference(gpt2.predict(run.inputs)[0], run.float_output) <= 1e-5);
+
+  // A task quantizes through its backbone: the CausalLM's logits come from the int8 table in reverse.
+  kiln::hub::CausalLM float_lm(float_gpt2());
+  kiln::QuantizationReport task_report;
+  const kiln::Model lm = kiln::quantize(float_lm, "int8", &task_report);
+  CHECK(task_report.quantized.size() == expected_paths().size());
+  CHECK(largest_difference(lm.predict(run.inputs)[0], run.logits) <= 2e-4);
+}
+
+TEST_CASE("an int8 CausalLM generates with its cache the tokens it generates without", "[hub][quantize][generate]") {
+  kiln::hub::CausalLM lm(kiln::hub::Backbone::of(kiln::load_keras_model(fixture("gpt2_backbone_int8.keras"))));
+  kiln::GenerateOptions greedy;
+  const std::vector<std::int64_t> cached = lm.generate({3, 9, 27, 4}, 11, greedy);
+  greedy.use_cache = false;
+  const std::vector<std::int64_t> uncached = lm.generate({3, 9, 27, 4}, 11, greedy);
+  CHECK(cached.size() == 11);
+  CHECK(cached == uncached);
+  // Each new token is the argmax of the int8 logits of the sequence before it.
+  for (std::size_t step = 4; step < cached.size(); ++step) {
+    Array ids(Shape{1, static_cast<std::int64_t>(step)}), mask = Array::full(Shape{1, static_cast<std::int64_t>(step)}, 1.0);
+    for (std::size_t i = 0; i < step; ++i) ids.set_flat(i, static_cast<double>(cached[i]));
+    const Array logits = lm.predict({mask, ids})[0];
+    std::size_t best = 0;
+    const std::size_t last = (step - 1) * 50;
+    for (std::size_t v = 1; v < 50; ++v)
+      if (logits.flat(last + v) > logits.flat(last + best)) best = v;
+    CHECK(static_cast<std::int64_t>(best) == cached[step]);
+  }
+}
+
+TEST_CASE("a DTypePolicyMap kiln cannot follow is refused by name", "[hub][quantize]") {
+  using Catch::Matchers::Contains;
+  const auto policy = [](const std::string& mode) {
+    return Config{{"module", "keras.dtype_policies"},
+                  {"class_name", "QuantizedDTypePolicy"},
+                  {"config", {{"mode", mode}, {"source_name", Config()}}},
+                  {"registered_name", Config()}};
+  };
+  const auto backbone_with = [&](const Config& policy_map) {
+    return Config{{"vocabulary_size", 50}, {"num_layers", 1},  {"num_heads", 2},           {"hidden_dim", 8},
+                  {"intermediate_dim", 16}, {"max_sequence_length", 12},
+                  {"dtype", {{"module", "keras.dtype_policies"},
+                             {"class_name", "DTypePolicyMap"},
+                             {"config", {{"default_policy", Config()}, {"policy_map", policy_map}}},
+                             {"registered_name", Config()}}}};
+  };
+  // int8 on a layer norm: Keras does not quantize it, nor does kiln.
+  CHECK_THROWS_AS(kiln::hub::Backbone("GPT2Backbone",
+                                      backbone_with({{"transformer_layer_0/self_attention_layer_norm", policy("int8")}})),
+                  kiln::ConfigError);
+  CHECK_THROWS_WITH(kiln::hub::Backbone("GPT2Backbone",
+                                        backbone_with({{"transformer_layer_0/self_attention_layer_norm", policy("int8")}})),
+                    Contains("self_attention_layer_norm") && Contains("int8"));
+  // A mode kiln does not run on the attention's projections.
+  CHECK_THROWS_WITH(kiln::hub::Backbone("GPT2Backbone", backbone_with({{"transformer_layer_0/self_attention/query",
+                                                                        policy("float8")}})),
+                    Contains("query") && Contains("float8"));
+  // Two regex keys for one path, as Keras refuses it.
+  CHECK_THROWS_WITH(kiln::hub::Backbone("GPT2Backbone", backbone_with({{"transformer_layer_0/feedforward_.*_dense", policy("int8")},
+                                                                       {".*/feedforward_output_dense", policy("int8")}})),
+                    Contains("more than one"));
+  // A regex key, as Keras reads it: every block's feed-forward layers in int8.
+  const kiln::hub::Backbone patterned("GPT2Backbone",
+                                      backbone_with({{"transformer_layer_.*/feedforward_.*_dense", policy("int8")}}));
+  int int8_weights = 0;
+  for (const kiln::Weight& weight : patterned.ptr()->weights())
+    if (weight.value.dtype() == DType::int8) ++int8_weights;
+  CHECK(int8_weights == 2);
+}
