@@ -29,6 +29,11 @@ void verify(const std::string& file, std::ostream& out);
 // to OUTPUT in the format its extension names: .keras, .h5, or kiln's own for any other.
 void convert(const std::string& file, const std::string& output, std::ostream& out);
 
+// `kiln quantize FILE OUTPUT [--mode int8]`: Keras's model.quantize(mode) (kiln::quantize) of the file's model,
+// written to OUTPUT by its extension as convert writes; prints which layers became which mode and which stayed as
+// they were, and why.
+void quantize(const std::string& file, const std::string& output, const std::string& mode, std::ostream& out);
+
 struct PredictOptions {
   std::string model_file;
   std::string input_csv;

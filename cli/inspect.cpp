@@ -1,4 +1,5 @@
-// `kiln summary`, `kiln config`, `kiln verify` and `kiln convert`: reading a model file without running it.
+// `kiln summary`, `kiln config`, `kiln verify`, `kiln convert` and `kiln quantize`: reading a model file without
+// running it.
 #include <cinttypes>
 #include <cstdio>
 #include <ostream>
@@ -59,6 +60,17 @@ void convert(const std::string& file, const std::string& output, std::ostream& o
   const Model model = load_model(file);
   model.save(output);
   out << file << " -> " << output << '\n';
+}
+
+void quantize(const std::string& file, const std::string& output, const std::string& mode, std::ostream& out) {
+  const Model model = load_uncompiled(file);
+  QuantizationReport report;
+  const Model quantized = kiln::quantize(model, mode, &report);
+  quantized.save(output);
+  out << file << " -> " << output << ": " << report.quantized.size() << " layer(s) in " << mode << "\n";
+  for (const std::string& layer : report.quantized) out << "  " << layer << '\n';
+  if (!report.skipped.empty()) out << "left as they were:\n";
+  for (const auto& [layer, why] : report.skipped) out << "  " << layer << ": " << why << '\n';
 }
 
 }  // namespace kiln::cli

@@ -6,6 +6,7 @@
 //   kiln verify model.h5                    every section and checksum (every entry and dataset of a Keras file)
 //   kiln predict model.kiln rows.csv        one CSV row of outputs per input row
 //   kiln convert model.h5 model.keras       to .kiln, .keras or .h5, by the output's extension
+//   kiln quantize model.keras small.keras   Keras's model.quantize("int8") (--mode int4, int4/<block>)
 //
 // Exit status: 0 on success; 1 when the command failed on its files or data (one `kiln: error: ...` line on
 // stderr); 2 on a usage error: an unknown command or option, a missing argument, a bad option value.
@@ -39,6 +40,7 @@ struct Arguments {
   std::string command;  // the subcommand given
   std::string file;
   std::string output;  // convert's
+  std::string mode = "int8";  // quantize's
   kiln::cli::PredictOptions predict;
   kiln::cli::PlotModelOptions plot;
   std::string gradchecks;  // ops's
@@ -158,6 +160,15 @@ void declare(CLI::App& app, Arguments& arguments) {
                    "the file to write; its extension (.kiln, .keras or .h5) picks the format")
       ->required()
       ->check(CLI::Validator(check_output_format, "FILE.kiln|.keras|.h5"));
+  CLI::App* quantize = app.add_subcommand(
+      "quantize", "Write a model quantized as Keras's model.quantize does (int8, int4), in any of the formats");
+  quantize->add_option("FILE", arguments.file, kModelFile)->required();
+  quantize
+      ->add_option("OUTPUT", arguments.output,
+                   "the file to write; its extension (.kiln, .keras or .h5) picks the format")
+      ->required()
+      ->check(CLI::Validator(check_output_format, "FILE.kiln|.keras|.h5"));
+  quantize->add_option("--mode", arguments.mode, "int8 (the default), int4 (by blocks of 128 input rows) or int4/<block>");
   CLI::App* plot = app.add_subcommand(
       "plot-model", "Draw a model's layer graph with names and shapes (Graphviz: scripts/install-graphviz.sh)");
   plot->add_option("FILE", arguments.plot.model_file, kModelFile)->required();
@@ -184,6 +195,8 @@ void run(const Arguments& arguments) {
   if (arguments.command == "verify") return kiln::cli::verify(arguments.file, std::cout);
   if (arguments.command == "predict") return kiln::cli::predict(arguments.predict, std::cout);
   if (arguments.command == "convert") return kiln::cli::convert(arguments.file, arguments.output, std::cout);
+  if (arguments.command == "quantize")
+    return kiln::cli::quantize(arguments.file, arguments.output, arguments.mode, std::cout);
   if (arguments.command == "plot-model") return kiln::cli::plot_model(arguments.plot, std::cout);
   if (arguments.command == "plot-history") return kiln::cli::plot_history(arguments.file, arguments.output, std::cout);
   if (arguments.command == "ops") return kiln::cli::ops_table(arguments.gradchecks, std::cout);

@@ -477,6 +477,28 @@ TEST_CASE("kiln summary, config, verify and predict take Keras files", "[cli][ke
   CHECK(lines_of(run.out).size() == 2);  // a header naming the columns, then the row
 }
 
+TEST_CASE("kiln quantize writes Keras's int8 model and says which layers it quantized", "[cli][keras][quantize]") {
+  TempDir dir;
+  kiln::Model model = small_model();
+  model.save(dir / "m.kiln");
+  const kiln::Array x = inputs_3x4();
+  const Run run = run_kiln(dir, "quantize " + arg(dir / "m.kiln") + " " + arg(dir / "m_int8.keras"));
+  check_success(run);
+  CHECK_THAT(run.out, Catch::Contains("-> " + dir / "m_int8.keras") && Catch::Contains("in int8"));
+  const kiln::Model quantized = kiln::load_model(dir / "m_int8.keras");
+  CHECK(quantized.predict(x).bitwise_equal(kiln::quantize(model, "int8").predict(x)));
+  bool int8 = false;
+  for (const kiln::Weight& weight : quantized.ptr()->weights()) int8 = int8 || weight.value.dtype() == kiln::DType::int8;
+  CHECK(int8);
+  const Run int4 = run_kiln(dir, "quantize --mode int4/2 " + arg(dir / "m.kiln") + " " + arg(dir / "m_int4.kiln"));
+  check_success(int4);
+  CHECK(kiln::load_model(dir / "m_int4.kiln").predict(x).bitwise_equal(kiln::quantize(model, "int4/2").predict(x)));
+  const Run bad = run_kiln(dir, "quantize --mode float8 " + arg(dir / "m.kiln") + " " + arg(dir / "m8.keras"));
+  CHECK(bad.status == 1);
+  CHECK_THAT(bad.err, Catch::Contains("float8"));
+  CHECK_FALSE(fs::exists(dir / "m8.keras"));
+}
+
 TEST_CASE("kiln convert writes .keras, .h5 and kiln files that load to the same model", "[cli][keras]") {
   TempDir dir;
   kiln::Model model = small_model();
