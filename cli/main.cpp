@@ -117,6 +117,16 @@ std::string check_output_format(const std::string& output) {
          "' has no extension kiln writes: .kiln (kiln's own file), .keras (Keras 3) or .h5 (Keras's legacy HDF5)";
 }
 
+// quantize's --mode: Keras's modes kiln runs (kiln::quantize says why for the others it knows).
+std::string check_quantize_mode(const std::string& mode) {
+  if (mode == "int8" || mode == "int4") return "";
+  const std::string size = mode.rfind("int4/", 0) == 0 ? mode.substr(5) : "";
+  if (!size.empty() && size.size() <= 9 && size.find_first_not_of("0123456789") == std::string::npos &&
+      size.find_first_not_of('0') != std::string::npos)
+    return "";
+  return "--mode must be int8, int4 or int4/<block size> (a positive number of input rows), got '" + mode + "'";
+}
+
 // The subcommand nearest an unknown word: "predcit" -> "predict".
 std::string nearest_command(const CLI::App& app, const std::string& word) {
   std::string best;
@@ -168,7 +178,8 @@ void declare(CLI::App& app, Arguments& arguments) {
                    "the file to write; its extension (.kiln, .keras or .h5) picks the format")
       ->required()
       ->check(CLI::Validator(check_output_format, "FILE.kiln|.keras|.h5"));
-  quantize->add_option("--mode", arguments.mode, "int8 (the default), int4 (by blocks of 128 input rows) or int4/<block>");
+  quantize->add_option("--mode", arguments.mode, "int8 (the default), int4 (by blocks of 128 input rows) or int4/<block>")
+      ->check(CLI::Validator(check_quantize_mode, "int8|int4|int4/<block>"));
   CLI::App* plot = app.add_subcommand(
       "plot-model", "Draw a model's layer graph with names and shapes (Graphviz: scripts/install-graphviz.sh)");
   plot->add_option("FILE", arguments.plot.model_file, kModelFile)->required();

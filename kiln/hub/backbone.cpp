@@ -63,17 +63,23 @@ LayerPtr BackboneModel::create_layer(const std::string& class_name, const Config
 
 Config BackboneModel::get_config() const {
   Config config = base_config();
-  // keras-hub's Backbone.get_config: the quantized layers' policies as one DTypePolicyMap by path (its default
-  // policy null, the global one), else the backbone's own dtype.
-  std::vector<std::pair<std::string, Config>> policies;
-  for (const LayerPtr& child : layers()) collect_policies(*child, policies);
-  if (!policies.empty()) {
-    Config map = Config::map();
-    for (const auto& [path, policy] : policies) map.set(path, policy);
-    config.set("dtype", Config{{"module", "keras.dtype_policies"},
-                               {"class_name", "DTypePolicyMap"},
-                               {"config", {{"default_policy", Config()}, {"policy_map", map}}},
-                               {"registered_name", Config()}});
+  // keras-hub's Backbone.get_config: a DTypePolicyMap given as the dtype goes back as it came (the layers follow
+  // it); else the quantized layers' policies as one map by path (its default the backbone's dtype, or null, the
+  // global policy, for float32), else the backbone's own dtype.
+  if (!dtype_map_.is_null()) {
+    config.set("dtype", dtype_map_);
+  } else {
+    std::vector<std::pair<std::string, Config>> policies;
+    for (const LayerPtr& child : layers()) collect_policies(*child, policies);
+    if (!policies.empty()) {
+      Config map = Config::map();
+      for (const auto& [path, policy] : policies) map.set(path, policy);
+      const Config fallback = has_dtype() && dtype() != DType::float32 ? Config(dtype_name(dtype())) : Config();
+      config.set("dtype", Config{{"module", "keras.dtype_policies"},
+                                 {"class_name", "DTypePolicyMap"},
+                                 {"config", {{"default_policy", fallback}, {"policy_map", map}}},
+                                 {"registered_name", Config()}});
+    }
   }
   for (const auto& [key, value] : arguments_.items()) config.set(key, value);
   return config;

@@ -80,6 +80,7 @@ Layer::Layer(const Config& config, std::string class_name, const std::vector<std
         throw ConfigError(class_name_ + (name_.empty() ? "" : " '" + name_ + "'") +
                           ": a DTypePolicyMap needs a 'policy_map' of layer paths, got " + dtype->to_string());
       policy_map_ = *dtype;
+      policy_map_given_ = true;
       if (const Config* fallback = arguments->find("default_policy"); fallback != nullptr && !fallback->is_null())
         apply_policy(*fallback);
     } else {
@@ -118,21 +119,31 @@ std::string Layer::quantization_mode_of(const Config& policy, const std::string&
 void Layer::apply_policy(const Config& dtype) {
   // Keras 3 writes "float32", a DTypePolicy {"class_name": "DTypePolicy", "config": {"name": ...}}, or for a
   // quantized layer a QuantizedDTypePolicy {"config": {"mode": "int8", "source_name": "float32"}} (whose name
-  // is "int8_from_float32"; a null source is the global policy's, float32).
+  // is "int8_from_float32"; a null source or name is the global policy's, float32). Nothing changes unless every
+  // check passes.
   const std::string who = class_name_ + (name_.empty() ? "" : " '" + name_ + "'");
-  quantization_mode_ = quantization_mode_of(dtype, who, quantization_modes_);
+  const std::string mode = quantization_mode_of(dtype, who, quantization_modes_);
   std::string dtype_name;
   if (dtype.is_map()) {
     const Config& policy = dtype.at("config");
-    dtype_name = policy.contains("mode") ? source_name_of(policy) : policy.get_string("name");
+    dtype_name = policy.contains("mode") ? source_name_of(policy) : policy.get_string("name", "float32");
   } else {
     dtype_name = dtype.as_string(class_name_ + " argument 'dtype'");
   }
   if (const auto from = dtype_name.find("_from_"); from != std::string::npos) dtype_name = dtype_name.substr(from + 6);
-  dtype_ = dtype_from_name(dtype_name);
-  if (!is_floating(dtype_)) throw ConfigError(who + ": computes in float32 or float64, not " + dtype_name);
+  const DType parsed = dtype_from_name(dtype_name);
+  if (!is_floating(parsed)) throw ConfigError(who + ": computes in float32 or float64, not " + dtype_name);
+  quantization_mode_ = mode;
+  dtype_ = parsed;
   dtype_given_ = true;
 }
+
+namespace {
+
+// Whether a map key can match only itself (Keras's paths: letters, digits, '_', '/'), so that no regex is compiled.
+bool literal_key(const std::string& key) { return key.find_first_of(".^$*+?()[]{}|\\") == std::string::npos; }
+
+}  // namespace
 
 Config Layer::policy_for(const std::string& relative) const {
   if (policy_map_.is_null()) return Config();
@@ -142,15 +153,17 @@ Config Layer::policy_for(const std::string& relative) const {
   const Config fallback = arguments.contains("default_policy") ? arguments.at("default_policy") : Config();
   if (entries == nullptr || entries->is_null()) return fallback;
   if (const Config* exact = entries->find(key)) return *exact;
-  // Keras: else the one key that, as a regular expression, matches the whole path; two are an error.
+  // Keras: else the one key that, as a regular expression, matches the whole path (re.fullmatch); two are an error.
   const Config* found = nullptr;
   std::string first;
   for (const auto& [pattern, policy] : entries->items()) {
+    if (literal_key(pattern)) continue;  // (it would have matched exactly)
     bool matches = false;
     try {
       matches = std::regex_match(key, std::regex(pattern));
-    } catch (const std::regex_error&) {
-      continue;  // a key that is not a pattern matches only itself
+    } catch (const std::regex_error& error) {
+      throw ConfigError(describe() + ": the dtype policy map's key '" + pattern +
+                        "' is not a regular expression kiln reads (ECMAScript syntax): " + error.what());
     }
     if (!matches) continue;
     if (found != nullptr)
@@ -164,15 +177,18 @@ Config Layer::policy_for(const std::string& relative) const {
 
 void Layer::resolve_policy_map() {
   if (policy_map_.is_null() || policy_map_resolved_) return;
-  policy_map_resolved_ = true;
   const Config policy = policy_for("");
   if (!policy.is_null()) apply_policy(policy);
   quantization_resolved();
+  policy_map_resolved_ = true;  // (only once everything above held: a failed resolution is tried again)
 }
 
 std::vector<std::pair<std::string, Config>> Layer::quantized_policies() const {
   if (quantization_mode_.empty()) return {};
-  return {{path(), base_config().at("dtype")}};
+  return {{path(), Config{{"module", "keras.dtype_policies"},
+                          {"class_name", quantization_mode_.rfind("int4", 0) == 0 ? "Int4DTypePolicy" : "QuantizedDTypePolicy"},
+                          {"config", {{"mode", quantization_mode_}, {"source_name", dtype_name(dtype_)}}},
+                          {"registered_name", Config()}}}};
 }
 
 Layer::~Layer() = default;
@@ -194,7 +210,9 @@ ConfigReader Layer::config_reader(const Config& config) const {
 
 Config Layer::base_config() const {
   Config config = {{"name", name_.empty() ? Config() : Config(name_)}, {"trainable", trainable_}};
-  if (!quantization_mode_.empty())  // Keras's QuantizedDTypePolicy, as it writes it
+  if (policy_map_given_)  // Keras writes the layer's policy as it was given: the map
+    config.set("dtype", policy_map_);
+  else if (!quantization_mode_.empty())  // Keras's QuantizedDTypePolicy, as it writes it
     config.set("dtype", Config{{"module", "keras.dtype_policies"},
                                {"class_name", quantization_mode_.rfind("int4", 0) == 0 ? "Int4DTypePolicy"
                                                                                         : "QuantizedDTypePolicy"},

@@ -234,6 +234,10 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// writes in its DTypePolicyMap. The default: the layer's own policy when quantized_mode() is set;
   /// MultiHeadAttention adds its projections' ("<path>/query", ...). Children are asked by the caller.
   virtual std::vector<std::pair<std::string, Config>> quantized_policies() const;
+  /// The sublayers Keras's quantize makes int8 that this layer holds as weights of its own, by their names under
+  /// its path (MultiHeadAttention's EinsumDense "query", "key", "value", "attention_output"); a DTypePolicyMap gives
+  /// them their policies at "<path>/<name>". None by default.
+  virtual std::vector<std::string> quantizable_projections() const { return {}; }
 
   // ---- building -----------------------------------------------------------------------------------
   /// Whether the weights exist: after the first call, build_for(), or a config with a build_config.
@@ -298,6 +302,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// `what`, for a mode not in `modes`.
   std::string quantization_mode_of(const Config& policy, const std::string& what,
                                    const std::vector<std::string>& modes) const;
+  /// Whether a DTypePolicyMap came in the config and has not set the policy yet (the layer's quantization
+  /// mode is then not known in its constructor; quantization_resolved() reads what depends on it).
+  bool policy_map_pending() const { return !policy_map_.is_null() && !policy_map_resolved_; }
 
   /// The first input's dtype becomes the weights' dtype, unless the config gave one (what a first call does).
   void take_input_dtype(DType dtype) {
@@ -427,6 +434,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
   std::vector<std::string> quantization_modes_;  ///< the modes this layer runs
   Config policy_map_;                            ///< a Keras DTypePolicyMap given as (or inherited for) the dtype
   bool policy_map_resolved_ = false;
+  bool policy_map_given_ = false;  ///< the map came in this layer's own config (and goes back in get_config)
   bool built_ = false;
   bool building_ = false;
   mutable bool warned_about_mask_ = false;

@@ -151,9 +151,19 @@ void collect_units(const Layer& layer, std::vector<Unit>& units, std::vector<std
       skipped.emplace_back(layer.path(), "already quantized");
     else
       units.push_back({layer.path(), kind == "Dense" ? "Dense" : "Embedding"});
-  } else if (kind == "MultiHeadAttention") {
-    for (const char* projection : {"query", "key", "value", "attention_output"})
-      units.push_back({layer.path() + "/" + projection, "EinsumDense"});
+  } else if (const std::vector<std::string> projections = layer.quantizable_projections(); !projections.empty()) {
+    // (MultiHeadAttention's and keras-hub's attention layers' EinsumDense projections)
+    std::set<std::string> quantized;
+    for (const auto& entry : layer.quantized_policies()) quantized.insert(entry.first);
+    for (const std::string& projection : projections) {
+      const std::string path = layer.path() + "/" + projection;
+      if (quantized.count(path) != 0)
+        skipped.emplace_back(path, "already quantized");
+      else
+        units.push_back({path, "EinsumDense"});
+    }
+  } else if (kind.size() > 9 && kind.compare(kind.size() - 9, 9, "Attention") == 0 && kind != "DotProductAttention") {
+    skipped.emplace_back(layer.path(), kind + ": kiln does not quantize its projections yet");
   }
   for (const LayerPtr& child : layer.layers()) collect_units(*child, units, skipped, seen);
 }
@@ -166,14 +176,28 @@ int place_policy_map(Config& serialized, const Config& policies) {
   int placed = 0;
   if (arguments.contains("dtype") && !arguments.contains("layers")) {
     // (Keras's map has a null default, the global policy; a backbone in another float keeps its own)
-    bool quantized = false;
-    const std::string source = source_dtype(arguments.at("dtype"), quantized);
+    const Config& dtype = arguments.at("dtype");
     Config map = policies;
-    if (source != "float32" && !quantized)
-      map = Config{{"module", "keras.dtype_policies"},
-                   {"class_name", "DTypePolicyMap"},
-                   {"config", {{"default_policy", source}, {"policy_map", policies.at("config").at("policy_map")}}},
-                   {"registered_name", Config()}};
+    if (dtype.is_map() && dtype.get_string("class_name", "") == "DTypePolicyMap") {
+      // Already a map (a partly quantized backbone): its entries and default stay, the new ones join them.
+      map = dtype;
+      Config arguments_of_map = map.at("config");
+      Config entries = arguments_of_map.contains("policy_map") && arguments_of_map.at("policy_map").is_map()
+                           ? arguments_of_map.at("policy_map")
+                           : Config::map();
+      for (const auto& [path, policy] : policies.at("config").at("policy_map").items())
+        if (!entries.contains(path)) entries.set(path, policy);
+      arguments_of_map.set("policy_map", entries);
+      map.set("config", arguments_of_map);
+    } else {
+      bool quantized = false;
+      const std::string source = source_dtype(dtype, quantized);
+      if (source != "float32" && !quantized)
+        map = Config{{"module", "keras.dtype_policies"},
+                     {"class_name", "DTypePolicyMap"},
+                     {"config", {{"default_policy", source}, {"policy_map", policies.at("config").at("policy_map")}}},
+                     {"registered_name", Config()}};
+    }
     arguments.set("dtype", map);
     placed = 1;
   } else {
@@ -261,11 +285,19 @@ std::shared_ptr<ModelBase> quantize_model_base(const ModelBase& model, const std
       kernels.insert(weight.path);
   }
   if (!has_layers) {
+    // What the rebuilt model runs quantized, by path (its layers' quantized_policies()).
+    std::set<std::string> done_paths;
+    std::vector<const Layer*> pending = {quantized.get()};
+    std::set<const Layer*> visited;
+    while (!pending.empty()) {
+      const Layer* layer = pending.back();
+      pending.pop_back();
+      if (!visited.insert(layer).second) continue;
+      for (const auto& entry : layer->quantized_policies()) done_paths.insert(entry.first);
+      for (const LayerPtr& child : layer->layers()) pending.push_back(child.get());
+    }
     for (const Unit& unit : units) {
-      const std::string weight = unit.path + (unit.what == "Embedding" ? "/embeddings" : "/kernel");
-      const bool done = std::any_of(kernels.begin(), kernels.end(), [&](const std::string& path) {
-        return path == weight || (path.size() > weight.size() && path.compare(path.size() - weight.size() - 1, std::string::npos, "/" + weight) == 0);
-      });
+      const bool done = done_paths.count(unit.path) != 0;
       if (done)
         out.quantized.push_back(unit.path);
       else if (std::none_of(out.skipped.begin(), out.skipped.end(), [&](const auto& entry) { return entry.first == unit.path; }))

@@ -39,13 +39,43 @@ std::string fixture(const std::string& name) {
   return (fs::path(__FILE__).parent_path().parent_path().parent_path() / "data" / "keras" / "quantized" / name).string();
 }
 
+// The quantized keras-hub fixtures: a backbone, how many int8 weights Keras made in it, and a float twin's config.
+struct Fixture {
+  std::string name, backbone_class;
+  Config arguments;
+  int int8_weights;  // int8 arrays in the quantized model
+  std::int64_t vocabulary;
+};
+
+const std::vector<Fixture>& fixtures() {
+  static const std::vector<Fixture> all = {
+      // the token embedding (tied); per block four projections and two Dense layers
+      {"gpt2_backbone_int8", "GPT2Backbone",
+       Config{{"vocabulary_size", 50}, {"num_layers", 2}, {"num_heads", 2}, {"hidden_dim", 8},
+              {"intermediate_dim", 16}, {"max_sequence_length", 12}},
+       13, 50},
+      // the token embedding untied (its table and reverse_embeddings); per block four grouped-query projections
+      // and the gated feed-forward's three Dense layers
+      {"llama_backbone_int8", "LlamaBackbone",
+       Config{{"vocabulary_size", 50}, {"num_layers", 2}, {"num_query_heads", 4}, {"num_key_value_heads", 2},
+              {"hidden_dim", 8}, {"intermediate_dim", 16}},
+       16, 50},
+      // per block query/key/value EinsumDense with biases and the output Dense; two feed-forward Dense layers
+      {"falcon_backbone_int8", "FalconBackbone",
+       Config{{"vocabulary_size", 50}, {"num_layers", 2}, {"num_attention_heads", 2}, {"hidden_dim", 8},
+              {"intermediate_dim", 16}},
+       13, 50},
+  };
+  return all;
+}
+
 struct KerasRun {
   std::vector<Array> inputs;  // padding_mask, token_ids (as floats)
   Array output, logits, float_output;
 };
 
-KerasRun keras_run() {
-  const hdf5::File io(kiln::detail::read_whole_file(fixture("gpt2_backbone_int8.io.h5")), "io");
+KerasRun keras_run(const std::string& name = "gpt2_backbone_int8") {
+  const hdf5::File io(kiln::detail::read_whole_file(fixture(name + ".io.h5")), "io");
   KerasRun run;
   for (const char* name : {"input_0", "input_1"}) run.inputs.push_back(io.root().at("inputs").at(name).read(DType::float32));
   run.output = io.root().at("outputs").at("output_0").read(DType::float32);
@@ -104,6 +134,45 @@ kiln::hub::Backbone float_gpt2() {
 
 }  // namespace
 
+TEST_CASE("keras-hub's int8 Llama and Falcon backbones load, predict Keras's outputs and logits, write back and "
+          "quantize as keras-hub does", "[hub][quantize]") {
+  for (const Fixture& f : fixtures()) {
+    INFO(f.name);
+    const std::string file = fixture(f.name + ".keras");
+    const kiln::Model loaded = kiln::load_keras_model(file);
+    int int8_weights = 0;
+    for (const kiln::Weight& weight : loaded.ptr()->weights())
+      if (weight.value.dtype() == DType::int8) ++int8_weights;
+    CHECK(int8_weights == f.int8_weights);
+    const KerasRun run = keras_run(f.name);
+    const kiln::hub::Backbone backbone = kiln::hub::Backbone::of(loaded);
+    CHECK(largest_difference(backbone.predict(run.inputs)[0], run.output) <= 2e-4);
+    CHECK(largest_difference(kiln::hub::CausalLM(backbone).predict(run.inputs)[0], run.logits) <= 2e-4);
+    // Written back: keras-hub's map, the same weights.
+    kiln::testing::TempDir dir;
+    const std::string copy = dir.file("copy.keras");
+    loaded.save(copy);
+    CHECK(keras_policy_paths(copy) == keras_policy_paths(file));
+    const kiln::Model again = kiln::load_keras_model(copy);
+    CHECK(again.predict(run.inputs)[0].bitwise_equal(loaded.predict(run.inputs)[0]));
+    // kiln::quantize of the float backbone: Keras's weights bit for bit, every path Keras quantized.
+    kiln::hub::Backbone float_backbone(f.backbone_class, f.arguments);
+    kiln::load_keras_weights(*float_backbone.ptr(), fixture(f.name + ".float.weights.h5"));
+    REQUIRE(largest_difference(float_backbone.predict(run.inputs)[0], run.float_output) <= 1e-5);
+    kiln::QuantizationReport report;
+    const kiln::Model quantized = kiln::quantize(float_backbone, "int8", &report);
+    CHECK(std::set<std::string>(report.quantized.begin(), report.quantized.end()) == keras_policy_paths(file));
+    CHECK(report.skipped.empty());
+    std::map<std::string, Array> keras_weights;
+    for (const kiln::Weight& weight : loaded.ptr()->weights()) keras_weights.emplace(weight.path, weight.value);
+    for (const kiln::Weight& weight : quantized.ptr()->weights()) {
+      INFO(weight.path);
+      REQUIRE(keras_weights.count(weight.path) == 1);
+      CHECK(weight.value.bitwise_equal(keras_weights.at(weight.path)));
+    }
+  }
+}
+
 TEST_CASE("keras-hub's int8 GPT-2 backbone loads and predicts Keras's outputs and logits", "[hub][quantize]") {
   REQUIRE(keras_policy_paths(fixture("gpt2_backbone_int8.keras")) == expected_paths());
   const kiln::hub::Backbone backbone = kiln::hub::Backbone::of(kiln::load_keras_model(fixture("gpt2_backbone_int8.keras")));
@@ -132,11 +201,14 @@ TEST_CASE("a quantized backbone writes keras-hub's DTypePolicyMap and its int8 w
   const Config config = config_of(copy);
   const Config& dtype = config.at("config").at("dtype");
   CHECK(dtype.get_string("class_name") == "DTypePolicyMap");
+  CHECK(dtype.get_string("module") == "keras.dtype_policies");  // Keras's form, as the fixture has it
   CHECK(dtype.at("config").at("default_policy").is_null());
   CHECK(keras_policy_paths(copy) == expected_paths());
   for (const std::string& path : expected_paths()) {
     const Config& policy = dtype.at("config").at("policy_map").at(path);
     CHECK(policy.get_string("class_name") == "QuantizedDTypePolicy");
+    CHECK(policy.get_string("module") == "keras.dtype_policies");
+    CHECK(policy.contains("registered_name"));
     CHECK(policy.at("config").get_string("mode") == "int8");
   }
   // The same weights, the same predictions.
@@ -189,7 +261,9 @@ TEST_CASE("kiln::quantize(backbone, \"int8\") is keras-hub's quantize: the same 
 }
 
 TEST_CASE("an int8 CausalLM generates with its cache the tokens it generates without", "[hub][quantize][generate]") {
-  kiln::hub::CausalLM lm(kiln::hub::Backbone::of(kiln::load_keras_model(fixture("gpt2_backbone_int8.keras"))));
+  for (const Fixture& f : fixtures()) {
+  INFO(f.name);
+  kiln::hub::CausalLM lm(kiln::hub::Backbone::of(kiln::load_keras_model(fixture(f.name + ".keras"))));
   kiln::GenerateOptions greedy;
   const std::vector<std::int64_t> cached = lm.generate({3, 9, 27, 4}, 11, greedy);
   greedy.use_cache = false;
@@ -206,6 +280,7 @@ TEST_CASE("an int8 CausalLM generates with its cache the tokens it generates wit
     for (std::size_t v = 1; v < 50; ++v)
       if (logits.flat(last + v) > logits.flat(last + best)) best = v;
     CHECK(static_cast<std::int64_t>(best) == cached[step]);
+  }
   }
 }
 
@@ -247,4 +322,76 @@ TEST_CASE("a DTypePolicyMap kiln cannot follow is refused by name", "[hub][quant
   for (const kiln::Weight& weight : patterned.ptr()->weights())
     if (weight.value.dtype() == DType::int8) ++int8_weights;
   CHECK(int8_weights == 2);
+}
+
+TEST_CASE("a partly quantized backbone quantizes the rest, and a quantized one has nothing left", "[hub][quantize]") {
+  const auto int8 = Config{{"module", "keras.dtype_policies"},
+                           {"class_name", "QuantizedDTypePolicy"},
+                           {"config", {{"mode", "int8"}, {"source_name", "float32"}}},
+                           {"registered_name", Config()}};
+  const Config map = {{"module", "keras.dtype_policies"},
+                      {"class_name", "DTypePolicyMap"},
+                      {"config", {{"default_policy", Config()},
+                                  {"policy_map", {{"transformer_layer_.*/feedforward_.*_dense", int8}}}}},
+                      {"registered_name", Config()}};
+  const kiln::hub::Backbone partly("GPT2Backbone", {{"vocabulary_size", 50}, {"num_layers", 2}, {"num_heads", 2},
+                                                    {"hidden_dim", 8}, {"intermediate_dim", 16},
+                                                    {"max_sequence_length", 12}, {"dtype", map}});
+  // The map goes back as it came: its regex key, its null default.
+  CHECK(partly.ptr()->get_config().at("dtype") == map);
+  kiln::QuantizationReport report;
+  std::vector<std::string> warnings;
+  const auto previous = kiln::set_warning_handler([&](const std::string& message) { warnings.push_back(message); });
+  const kiln::Model quantized = kiln::quantize(partly, "int8", &report);
+  kiln::set_warning_handler(previous);
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Catch::Matchers::Contains("already quantized"));
+  CHECK(report.quantized.size() == 9);  // the token embedding and each block's four projections
+  CHECK(report.skipped.size() == 4);    // each block's two feed-forward layers
+  for (const auto& [path, why] : report.skipped) CHECK(why == "already quantized");
+  int int8_weights = 0;
+  for (const kiln::Weight& weight : quantized.ptr()->weights())
+    if (weight.value.dtype() == DType::int8) ++int8_weights;
+  CHECK(int8_weights == 13);
+  // The feed-forward layers kept their int8 weights.
+  std::map<std::string, Array> before;
+  for (const kiln::Weight& weight : partly.ptr()->weights()) before.emplace(weight.path, weight.value);
+  for (const kiln::Weight& weight : quantized.ptr()->weights())
+    if (weight.path.find("feedforward") != std::string::npos && weight.path.find("layer_norm") == std::string::npos) {
+      INFO(weight.path);
+      CHECK(weight.value.bitwise_equal(before.at(weight.path)));
+    }
+  // The new map holds the old key and the new paths.
+  const Config written = quantized.ptr()->get_config();
+  const Config& entries = written.at("dtype").at("config").at("policy_map");
+  CHECK(entries.contains("transformer_layer_.*/feedforward_.*_dense"));
+  CHECK(entries.contains("transformer_layer_1/self_attention/query"));
+  CHECK(entries.contains("token_embedding"));
+  // Nothing left to quantize: refused, as Keras refuses a quantized model.
+  kiln::QuantizationReport again;
+  CHECK_THROWS_AS(kiln::quantize(quantized, "int8", &again), kiln::ValueError);
+}
+
+TEST_CASE("a policy kiln cannot follow inside a map leaves no half-made layer", "[hub][quantize]") {
+  // keras-hub's int8 from bfloat16: kiln computes in float32 or float64; the error names the layer.
+  const auto policy = Config{{"module", "keras.dtype_policies"},
+                             {"class_name", "QuantizedDTypePolicy"},
+                             {"config", {{"mode", "int8"}, {"source_name", "bfloat16"}}},
+                             {"registered_name", Config()}};
+  const Config arguments = {{"vocabulary_size", 50}, {"num_layers", 1}, {"num_heads", 2}, {"hidden_dim", 8},
+                            {"intermediate_dim", 16},  {"max_sequence_length", 12},
+                            {"dtype", {{"module", "keras.dtype_policies"},
+                                       {"class_name", "DTypePolicyMap"},
+                                       {"config", {{"default_policy", Config()},
+                                                   {"policy_map", {{"transformer_layer_0/feedforward_output_dense", policy}}}}},
+                                       {"registered_name", Config()}}}};
+  CHECK_THROWS_AS(kiln::hub::Backbone("GPT2Backbone", arguments), kiln::ConfigError);
+  // A pattern std::regex cannot read is refused by name, not skipped.
+  const Config bad = {{"vocabulary_size", 50}, {"num_layers", 1}, {"num_heads", 2}, {"hidden_dim", 8},
+                      {"intermediate_dim", 16},  {"max_sequence_length", 12},
+                      {"dtype", {{"module", "keras.dtype_policies"},
+                                 {"class_name", "DTypePolicyMap"},
+                                 {"config", {{"default_policy", Config()}, {"policy_map", {{"transformer_(", policy}}}}},
+                                 {"registered_name", Config()}}}};
+  CHECK_THROWS_WITH(kiln::hub::Backbone("GPT2Backbone", bad), Catch::Matchers::Contains("transformer_("));
 }

@@ -13,6 +13,7 @@
 
 #include <kiln/core/detail/files.hpp>
 #include <kiln/core/error.hpp>
+#include <kiln/core/rng.hpp>
 #include <kiln/core/warnings.hpp>
 #include <kiln/kiln.hpp>
 #include <kiln/layers/model_base.hpp>
@@ -412,4 +413,54 @@ TEST_CASE("the data helpers refuse int8, which would saturate their ids", "[data
   kiln::CsvOptions options;
   options.dtype = DType::int8;
   CHECK_THROWS_AS(kiln::read_csv("anything.csv", options), kiln::DTypeError);
+}
+
+TEST_CASE("layers given a DTypePolicyMap in a functional model read their paths and write the map back",
+          "[serialize][quantize]") {
+  // Keras hands a DTypePolicyMap to a layer as its dtype; each layer (and MultiHeadAttention's projections) reads
+  // its own path. Here without biases in the attention: Keras numbers an int8 projection's kernel_scale vars/1.
+  const auto int8 = Config{{"module", "keras.dtype_policies"},
+                           {"class_name", "QuantizedDTypePolicy"},
+                           {"config", {{"mode", "int8"}, {"source_name", "float32"}}},
+                           {"registered_name", Config()}};
+  const Config map = {{"module", "keras.dtype_policies"},
+                      {"class_name", "DTypePolicyMap"},
+                      {"config", {{"default_policy", Config()},
+                                  {"policy_map", {{"mha/(query|key|value)", int8}, {"mha/attention_output", int8},
+                                                  {"out", int8}}}}},
+                      {"registered_name", Config()}};
+  const kiln::Tensor x = kiln::Input({kiln::Shape::unknown, 5, 8}, DType::float32, "x");
+  kiln::Tensor h =
+      kiln::MultiHeadAttention(2, 4, Config{{"name", "mha"}, {"use_bias", false}, {"dtype", map}})(x, x)[0];
+  h = kiln::GlobalAveragePooling1D("channels_last")(h);
+  kiln::Model model(x, kiln::Dense(3, "", {{"name", "out"}, {"dtype", map}})(h), "mapped");
+  kiln::Rng rng(21);
+  std::vector<Array> values;
+  int int8_weights = 0;
+  for (const kiln::Weight& weight : model.ptr()->weights()) {
+    Array value(weight.value.shape(), weight.value.dtype());
+    const bool scale = weight.path.find("kernel_scale") != std::string::npos;
+    for (std::size_t i = 0; i < value.size(); ++i)
+      value.set_flat(i, weight.value.dtype() == DType::int8 ? std::round(rng.uniform(-127.0, 127.0))
+                                                            : (scale ? rng.uniform(50.0, 150.0) : rng.uniform(-1.0, 1.0)));
+    if (weight.value.dtype() == DType::int8) ++int8_weights;
+    values.push_back(value);
+  }
+  CHECK(int8_weights == 5);
+  model.ptr()->set_weights(values);
+  const kiln::Layer* mha = nullptr;
+  for (const kiln::LayerPtr& layer : model.ptr()->layers())
+    if (layer->name() == "mha") mha = layer.get();
+  REQUIRE(mha != nullptr);
+  CHECK(mha->keras_weight_paths() ==
+        std::vector<std::string>{"query_dense/vars/0", "query_dense/vars/1", "key_dense/vars/0", "key_dense/vars/1",
+                                 "value_dense/vars/0", "value_dense/vars/1", "output_dense/vars/0", "output_dense/vars/1"});
+  CHECK(mha->get_config().at("dtype") == map);
+  kiln::testing::TempDir dir;
+  const std::string path = dir.file("mapped.keras");
+  model.save(path);
+  const kiln::Model again = kiln::load_model(path);
+  Array batch(kiln::Shape{2, 5, 8});
+  for (std::size_t i = 0; i < batch.size(); ++i) batch.set_flat(i, std::sin(0.37 * static_cast<double>(i)));
+  CHECK(again.predict(batch).bitwise_equal(model.predict(batch)));
 }

@@ -105,6 +105,25 @@ def gpt2_backbone():
                                          intermediate_dim=16, max_sequence_length=12, name="gpt2_backbone")
 
 
+def llama_backbone():
+    # keras-hub's LlamaBackbone, small, grouped-query (4 query heads, 2 key/value heads), its token embedding untied:
+    # int8 table and int8 reverse_embeddings (8, 50) with their scales; the attention's four EinsumDense projections
+    # (no biases) and the gated feed-forward's three Dense layers int8.
+    import keras_hub
+
+    return keras_hub.models.LlamaBackbone(vocabulary_size=50, num_layers=2, num_query_heads=4, num_key_value_heads=2,
+                                          hidden_dim=8, intermediate_dim=16, name="llama_backbone")
+
+
+def falcon_backbone():
+    # keras-hub's FalconBackbone, small: its attention's query/key/value EinsumDense and output Dense, the
+    # feed-forward's dense_h_to_4h and dense_4h_to_h, and the tied token embedding int8.
+    import keras_hub
+
+    return keras_hub.models.FalconBackbone(vocabulary_size=50, num_layers=2, num_attention_heads=2, hidden_dim=8,
+                                           intermediate_dim=16, name="falcon_backbone")
+
+
 def gpt2_logits(model, outputs):
     # A CausalLM's logits: the sequence output through the token embedding in reverse (int8 when quantized).
     return {"logits": model.token_embedding(outputs, reverse=True)}
@@ -124,6 +143,10 @@ gpt2_tokens = np.random.default_rng(17).integers(0, 50, (2, 7)).astype(np.int32)
 gpt2_mask = np.ones((2, 7), np.int32)
 gpt2_mask[1, 5:] = 0  # the second row padded
 make("gpt2_backbone_int8", gpt2_backbone, {"padding_mask": gpt2_mask, "token_ids": gpt2_tokens}, "int8",
+     extra=gpt2_logits)
+make("llama_backbone_int8", llama_backbone, {"padding_mask": gpt2_mask, "token_ids": gpt2_tokens}, "int8",
+     extra=gpt2_logits)
+make("falcon_backbone_int8", falcon_backbone, {"padding_mask": gpt2_mask, "token_ids": gpt2_tokens}, "int8",
      extra=gpt2_logits)
 
 # The quantizer itself, on arrays with ties (x * scale exactly k + 0.5), zeros and a row of zeros.

@@ -1,5 +1,7 @@
 #include <kiln/hub/layers/grouped_query_attention.hpp>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdint>
 
@@ -171,15 +173,53 @@ std::string GroupedQueryAttentionLayer::attribute(const std::string& name) const
 }
 
 std::vector<std::string> GroupedQueryAttentionLayer::keras_weight_paths() const {
+  // Each projection's variables in Keras's order: kernel, bias, then an int8 kernel's kernel_scale.
   std::vector<std::string> paths;
+  int projection = 0;
   for (const std::string& part : {std::string("query_dense"), std::string("key_dense"), std::string("value_dense")}) {
     paths.push_back(attribute(part) + "/vars/0");
     if (options_.qkv_bias) paths.push_back(attribute(part) + "/vars/1");
+    if (int8_[projection]) paths.push_back(attribute(part) + "/vars/" + (options_.qkv_bias ? "2" : "1"));
     if (options_.qk_norm_epsilon > 0 && part != "value_dense") paths.push_back(attribute(part) + "_layer_norm/vars/0");
+    ++projection;
   }
   paths.push_back(attribute("output_dense") + "/vars/0");
   if (options_.falcon) paths.push_back(attribute("output_dense") + "/vars/1");
+  if (int8_[3]) paths.push_back(attribute("output_dense") + "/vars/" + (options_.falcon ? "2" : "1"));
   return paths;
+}
+
+std::vector<std::string> GroupedQueryAttentionLayer::quantizable_projections() const {
+  if (options_.heads_first_kernels) return {};
+  if (options_.falcon) return {"query_dense", "key_dense", "value_dense", "output_dense"};
+  return {"query", "key", "value", "attention_output"};
+}
+
+void GroupedQueryAttentionLayer::quantization_resolved() {
+  const std::vector<std::string> names = options_.heads_first_kernels
+                                             ? std::vector<std::string>{"query", "key", "value", "attention_output"}
+                                             : quantizable_projections();
+  bool int8[4];  // (all four read before any is set)
+  for (std::size_t i = 0; i < 4; ++i) {
+    const std::string what = describe() + " projection '" + names[i] + "'";
+    int8[i] = quantization_mode_of(policy_for(names[i]), what, {"int8"}) == "int8";
+    if (int8[i] && options_.heads_first_kernels)
+      throw ConfigError(what + ": int8 for " + options_.class_name +
+                        "'s kernels, which keep their heads first, is not one kiln runs yet");
+  }
+  std::copy(int8, int8 + 4, int8_);
+}
+
+std::vector<std::pair<std::string, Config>> GroupedQueryAttentionLayer::quantized_policies() const {
+  std::vector<std::pair<std::string, Config>> policies = Layer::quantized_policies();
+  const std::vector<std::string> names = quantizable_projections();
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (int8_[i])
+      policies.emplace_back(path() + "/" + names[i], Config{{"module", "keras.dtype_policies"},
+                                                            {"class_name", "QuantizedDTypePolicy"},
+                                                            {"config", {{"mode", "int8"}, {"source_name", dtype_name(dtype())}}},
+                                                            {"registered_name", Config()}});
+  return policies;
 }
 
 std::vector<std::pair<std::string, std::string>> GroupedQueryAttentionLayer::keras_sublayers() const {
@@ -238,26 +278,44 @@ void GroupedQueryAttentionLayer::build(const Shape& input_shape) {
   };
   // keras-hub's order: query, key, value (each kernel, then bias), then the output projection.
   const Initializer ones = Initializer::get("ones");
-  query_kernel_ = add_weight("query/kernel", kernel_shape(o.num_query_heads), kernel);
+  // An int8 projection (Keras's EinsumDense._int8_build): the kernel in int8, then the bias, then kernel_scale.
+  const auto kernel_of = [&](int projection, const std::string& name, const Shape& shape) {
+    return int8_[projection] ? add_int8_weight(name, shape) : add_weight(name, shape, kernel);
+  };
+  const auto scale_of = [&](int projection, const std::string& name, const Shape& shape) {
+    if (int8_[projection]) scale_[projection] = add_weight(name, shape, ones, false);
+  };
+  query_kernel_ = kernel_of(0, "query/kernel", kernel_shape(o.num_query_heads));
   if (o.qkv_bias) query_bias_ = add_weight("query/bias", Shape{o.num_query_heads, head_dim_}, bias);
+  scale_of(0, "query/kernel_scale", Shape{1, 1, o.num_query_heads, head_dim_});
   if (o.qk_norm_epsilon > 0) query_norm_ = add_weight("query_dense_layernorm/scale", Shape{head_dim_}, ones);
-  key_kernel_ = add_weight("key/kernel", kernel_shape(o.num_key_value_heads), kernel);
+  key_kernel_ = kernel_of(1, "key/kernel", kernel_shape(o.num_key_value_heads));
   if (o.qkv_bias) key_bias_ = add_weight("key/bias", Shape{o.num_key_value_heads, head_dim_}, bias);
+  scale_of(1, "key/kernel_scale", Shape{1, 1, o.num_key_value_heads, head_dim_});
   if (o.qk_norm_epsilon > 0) key_norm_ = add_weight("key_dense_layernorm/scale", Shape{head_dim_}, ones);
-  value_kernel_ = add_weight("value/kernel", kernel_shape(o.num_key_value_heads), kernel);
+  value_kernel_ = kernel_of(2, "value/kernel", kernel_shape(o.num_key_value_heads));
   if (o.qkv_bias) value_bias_ = add_weight("value/bias", Shape{o.num_key_value_heads, head_dim_}, bias);
+  scale_of(2, "value/kernel_scale", Shape{1, 1, o.num_key_value_heads, head_dim_});
   if (o.falcon) {  // a Dense over the merged heads: the same values, stored (heads · depth, hidden)
-    output_kernel_ = add_weight("output_dense/kernel", Shape{o.num_query_heads * head_dim_, hidden_}, kernel);
+    output_kernel_ = kernel_of(3, "output_dense/kernel", Shape{o.num_query_heads * head_dim_, hidden_});
     output_bias_ = add_weight("output_dense/bias", Shape{hidden_}, bias);
+    scale_of(3, "output_dense/kernel_scale", Shape{hidden_});
   } else {
-    output_kernel_ = add_weight("attention_output/kernel", Shape{o.num_query_heads, head_dim_, hidden_}, kernel);
+    output_kernel_ = kernel_of(3, "attention_output/kernel", Shape{o.num_query_heads, head_dim_, hidden_});
+    scale_of(3, "attention_output/kernel_scale", Shape{1, 1, hidden_});
   }
 }
 
-Tensor GroupedQueryAttentionLayer::project(const Tensor& x, WeightId kernel, WeightId bias, std::int64_t heads) const {
-  Tensor weights = variable(kernel, x);
-  if (options_.heads_first_kernels) weights = ops::transpose(weights, {1, 0, 2});
-  Tensor y = ops::matmul(x, ops::reshape(weights, {hidden_, heads * head_dim_}));
+Tensor GroupedQueryAttentionLayer::project(const Tensor& x, int projection, WeightId kernel, WeightId bias,
+                                           std::int64_t heads) const {
+  Tensor y;
+  if (int8_[projection]) {  // Keras's "bqm,muh->bquh" in int8: the inputs quantized per row
+    y = ops::quantized_matmul(x, variable(kernel, x), variable(scale_[projection], x), true, 1);
+  } else {
+    Tensor weights = variable(kernel, x);
+    if (options_.heads_first_kernels) weights = ops::transpose(weights, {1, 0, 2});
+    y = ops::matmul(x, ops::reshape(weights, {hidden_, heads * head_dim_}));
+  }
   if (options_.qkv_bias) y = y + ops::reshape(variable(bias, x), {heads * head_dim_});
   return ops::reshape(y, {ops::keep_dim, ops::keep_dim, heads, head_dim_});
 }
@@ -309,8 +367,11 @@ Tensor GroupedQueryAttentionLayer::attend(const Tensor& q, const Tensor& k, cons
   if (training && !o.dropout_on_weights)
     attended = ops::dropout(attended, o.dropout, detail::call_seed(Config(), name(), like), true);
   const Tensor merged = ops::reshape(attended, {ops::keep_dim, ops::keep_dim, o.num_query_heads * head_dim_});
+  // (Keras's "bquh,uhm->bqm" in int8: the inputs quantized over heads and depth together; Falcon's Dense the same)
   const Tensor output =
-      ops::matmul(merged, ops::reshape(variable(output_kernel_, like), {o.num_query_heads * head_dim_, hidden_}));
+      int8_[3] ? ops::quantized_matmul(merged, variable(output_kernel_, like), variable(scale_[3], like), true,
+                                       o.falcon ? 1 : 2)
+               : ops::matmul(merged, ops::reshape(variable(output_kernel_, like), {o.num_query_heads * head_dim_, hidden_}));
   return o.falcon ? output + variable(output_bias_, like) : output;
 }
 
@@ -320,9 +381,9 @@ Tensor GroupedQueryAttentionLayer::call(const Tensor& input, const CallArgs& arg
   const auto& o = options_;
   const CallArgs inner = CallArgs().training(args.training());
   auto rotated = [&](const Tensor& x) { return rotary_ ? (*rotary_)(x, inner) : x; };
-  const Tensor q = rotated(normalized(project(input, query_kernel_, query_bias_, o.num_query_heads), query_norm_));
-  const Tensor k = rotated(normalized(project(input, key_kernel_, key_bias_, o.num_key_value_heads), key_norm_));
-  const Tensor v = project(input, value_kernel_, value_bias_, o.num_key_value_heads);
+  const Tensor q = rotated(normalized(project(input, 0, query_kernel_, query_bias_, o.num_query_heads), query_norm_));
+  const Tensor k = rotated(normalized(project(input, 1, key_kernel_, key_bias_, o.num_key_value_heads), key_norm_));
+  const Tensor v = project(input, 2, value_kernel_, value_bias_, o.num_key_value_heads);
 
   if (const detail::DecodingStep* step = detail::decoding()) {
     // A step's tokens (one, or a prompt's at once): their keys and values into slots [start, start + tokens) of

@@ -76,14 +76,25 @@ class GroupedQueryAttentionLayer : public Layer {
   std::int64_t head_dim() const { return head_dim_; }  ///< 0 until built
   std::vector<std::string> keras_weight_paths() const override;
   std::vector<std::pair<std::string, std::string>> keras_sublayers() const override;
+  /// The int8 projections' policies by path ("<path>/query", Falcon's "<path>/query_dense"), as keras-hub's
+  /// DTypePolicyMap holds them.
+  std::vector<std::pair<std::string, Config>> quantized_policies() const override;
+  /// The projections Keras's quantize("int8") makes int8, by their sublayers' names: the four EinsumDense (Falcon:
+  /// three and its output Dense); none for Gemma, whose heads-first kernels kiln does not run in int8.
+  std::vector<std::string> quantizable_projections() const override;
 
  protected:
+  /// A DTypePolicyMap (a keras-hub backbone's) gives the projections their policies, at "<path>/<projection>": an
+  /// int8 one keeps Keras's int8 EinsumDense weights (kernel int8, kernel_scale (1, 1, heads, depth), the output's
+  /// (1, 1, hidden); Falcon's output Dense (hidden,)) and quantizes its inputs per row, as Keras's _int8_call.
+  /// Gemma's int8 attention is refused by name.
+  void quantization_resolved() override;
   void build(const Shape& input_shape) override;
   Tensor call(const Tensor& input, const CallArgs& args) override;
   std::vector<std::string> call_argument_names() const override { return {"padding_mask"}; }
 
  private:
-  Tensor project(const Tensor& x, WeightId kernel, WeightId bias, std::int64_t heads) const;
+  Tensor project(const Tensor& x, int projection, WeightId kernel, WeightId bias, std::int64_t heads) const;
   Tensor repeat_heads(const Tensor& x) const;  ///< (B, S, kv, D) -> (B, S, heads, D), each kv head repeated
   /// softmax(scale q kᵀ (capped), masked) v for q (B, T, heads, D) and k, v (B, S, heads, D); `mask` (B, S) or
   /// (B, T, S) may be empty; causal: keys after the query's position are not attended.
@@ -99,6 +110,9 @@ class GroupedQueryAttentionLayer : public Layer {
 
   WeightId query_kernel_ = 0, query_bias_ = 0, key_kernel_ = 0, key_bias_ = 0, value_kernel_ = 0, value_bias_ = 0,
            output_kernel_ = 0, output_bias_ = 0, query_norm_ = 0, key_norm_ = 0;
+  // int8 (Keras's EinsumDense._int8_call) per projection: query, key, value, output; their kernel scales.
+  bool int8_[4] = {false, false, false, false};
+  WeightId scale_[4] = {0, 0, 0, 0};
   LayerPtr rotary_;
 };
 

@@ -49,11 +49,11 @@ class GatedDecoderBackboneModel : public BackboneModel {
                      {"dropout", number("dropout")}};
     for (const auto& [key, value] : family.items()) common.set(key, value);
     for (std::int64_t i = 0; i < integer("num_layers"); ++i) {
-      const auto block = std::make_shared<Block>(common.with("name", "transformer_layer_" + std::to_string(i)));
+      const auto block = std::make_shared<Block>(with_dtype(common.with("name", "transformer_layer_" + std::to_string(i))));
       x = (*block)(x, CallArgs().tensor("decoder_padding_mask", padding_mask));
     }
     const Tensor output = (*std::make_shared<Norm>(
-        Config{{"name", "sequence_output_layernorm"}, {"epsilon", number("layer_norm_epsilon")}}))(x);
+        with_dtype(Config{{"name", "sequence_output_layernorm"}, {"epsilon", number("layer_norm_epsilon")}})))(x);
     finish({padding_mask, token_ids}, {output});
   }
 };
@@ -233,11 +233,11 @@ class FalconBackboneModel final : public BackboneModel {
     Tensor x = (*token_embedding_)(token_ids);
     for (std::int64_t i = 0; i < integer("num_layers"); ++i) {
       const auto block = std::make_shared<FalconTransformerDecoderLayer>(
-          Config{{"name", "transformer_layer_" + std::to_string(i)},
-                 {"num_attention_heads", integer("num_attention_heads")},
-                 {"intermediate_dim", integer("intermediate_dim")},
-                 {"attention_dropout_rate", number("attention_dropout_rate")},
-                 {"feedforward_dropout_rate", number("feedforward_dropout_rate")}});
+          with_dtype(Config{{"name", "transformer_layer_" + std::to_string(i)},
+                            {"num_attention_heads", integer("num_attention_heads")},
+                            {"intermediate_dim", integer("intermediate_dim")},
+                            {"attention_dropout_rate", number("attention_dropout_rate")},
+                            {"feedforward_dropout_rate", number("feedforward_dropout_rate")}}));
       x = (*block)(x, CallArgs().tensor("decoder_padding_mask", padding_mask));
     }
     const Tensor output = (*create_layer("kiln>LayerNormalization", {{"name", "final_layernorm"},
@@ -280,7 +280,7 @@ class GemmaBackboneModel final : public BackboneModel {
     // keras-hub: x * ops.cast(ops.sqrt(hidden_dim), x.dtype), the square root rounded to the dtype.
     Tensor x = (*token_embedding_)(token_ids) * static_cast<double>(static_cast<float>(std::sqrt(static_cast<double>(hidden))));
     for (std::int64_t i = 0; i < integer("num_layers"); ++i) {
-      const auto block = std::make_shared<GemmaDecoderBlockLayer>(
+      const auto block = std::make_shared<GemmaDecoderBlockLayer>(with_dtype(
           Config{{"name", "decoder_block_" + std::to_string(i)},
                  {"intermediate_dim", integer("intermediate_dim")},
                  {"hidden_dim", hidden},
@@ -293,11 +293,11 @@ class GemmaBackboneModel final : public BackboneModel {
                  {"logit_soft_cap", arguments().at("attention_logit_soft_cap")},
                  {"use_sliding_window_attention", flag("use_sliding_window_attention") && i % 2 == 0},
                  {"sliding_window_size", integer("sliding_window_size")},
-                 {"dropout", number("dropout")}});
+                 {"dropout", number("dropout")}}));
       x = (*block)(x, CallArgs().tensor("padding_mask", padding_mask));
     }
     const Tensor output = (*std::make_shared<GemmaRMSNormalizationLayer>(
-        Config{{"name", "final_normalization"}, {"epsilon", number("layer_norm_epsilon")}}))(x);
+        with_dtype(Config{{"name", "final_normalization"}, {"epsilon", number("layer_norm_epsilon")}})))(x);
     finish({padding_mask, token_ids}, {output});
   }
 };

@@ -102,9 +102,14 @@ std::vector<std::string> MultiHeadAttentionLayer::keras_weight_paths() const {
 }
 
 void MultiHeadAttentionLayer::quantization_resolved() {
-  for (auto [name, projection] : {std::pair<const char*, Projection*>{"query", &query_}, {"key", &key_},
-                                  {"value", &value_}, {"attention_output", &output_}})
-    projection->int8 = quantization_mode_of(policy_for(name), describe() + " projection '" + name + "'", {"int8"}) == "int8";
+  const std::vector<std::string> names = quantizable_projections();
+  bool int8[4];  // (all four read before any is set)
+  for (std::size_t i = 0; i < 4; ++i)
+    int8[i] = quantization_mode_of(policy_for(names[i]), describe() + " projection '" + names[i] + "'", {"int8"}) == "int8";
+  query_.int8 = int8[0];
+  key_.int8 = int8[1];
+  value_.int8 = int8[2];
+  output_.int8 = int8[3];
 }
 
 std::vector<std::pair<std::string, Config>> MultiHeadAttentionLayer::quantized_policies() const {

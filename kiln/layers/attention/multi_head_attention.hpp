@@ -50,6 +50,9 @@ class MultiHeadAttentionLayer : public Layer {
   std::vector<std::string> keras_weight_paths() const override;
   /// The int8 projections' policies, by path ("<path>/query"), as keras-hub's DTypePolicyMap holds them.
   std::vector<std::pair<std::string, Config>> quantized_policies() const override;
+  std::vector<std::string> quantizable_projections() const override {
+    return {"query", "key", "value", "attention_output"};
+  }
   /// Keras's attributes: _dropout_layer, _softmax and the four EinsumDense projections, with their names.
   std::vector<std::pair<std::string, std::string>> keras_sublayers() const override;
   /// The output keeps the query's steps: the query's mask passes on, as in Keras.

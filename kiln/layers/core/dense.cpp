@@ -18,7 +18,7 @@ DenseLayer::DenseLayer(const Config& config) : Layer(config, "Dense", {"int8", "
   bias_regularization_ = WeightRegularization::from_arguments(args, "bias");
   for (const char* key : {"lora_rank", "lora_alpha"}) args.unsupported(key);
   given_quantization_config_ = args.value("quantization_config");
-  read_quantization_config(args);
+  if (!policy_map_pending()) read_quantization_config(args);  // (else once the map gives the mode)
   args.finish();
   if (units_ <= 0) args.fail("units must be positive, got " + std::to_string(units_));
   ops::check_activation(activation_, describe());

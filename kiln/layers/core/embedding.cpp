@@ -24,7 +24,7 @@ EmbeddingLayer::EmbeddingLayer(const Config& config, const std::string& class_na
   embeddings_regularization_ = WeightRegularization::from_arguments(args, "embeddings");
   for (const char* key : {"weights", "lora_rank", "lora_alpha"}) args.unsupported(key);
   given_quantization_config_ = args.value("quantization_config");
-  read_quantization_config(args);
+  if (!policy_map_pending()) read_quantization_config(args);  // (else once the map gives the mode)
   // Keras 3 still accepts the Keras 2 argument input_length and ignores it; so do we, to load old configs.
   args.value("input_length");
   if (more) more(args);
@@ -42,7 +42,8 @@ void EmbeddingLayer::read_quantization_config(ConfigReader& args) {
   quantization_config_ = Config();
   quantize_inputs_ = true;
   if (quantization_mode().empty()) return;
-  if (!activation.is_null() && !detail::is_default_abs_max(activation))
+  // (an Embedding's ids are never quantized: only a ReversibleEmbedding in reverse runs the quantizer)
+  if (class_name() == "ReversibleEmbedding" && !activation.is_null() && !detail::is_default_abs_max(activation))
     args.fail("kiln quantizes int8 activations as Keras's AbsMaxQuantizer() does (value_range [-127, 127], epsilon "
               "1e-07, the last axis); got activation_quantizer " + activation.to_string());
   quantize_inputs_ = !activation.is_null();

@@ -118,6 +118,26 @@ Config keras_object(const Config& object, const std::string& module) {
   return result;
 }
 
+// A dtype policy object in Keras's form: Quantized/Int4DTypePolicy and DTypePolicyMap (with every policy in it) are
+// keras.dtype_policies objects; a DTypePolicy's module is "keras", as Keras writes it.
+Config keras_policy(const Config& policy) {
+  if (!policy.is_map() || !policy.contains("class_name")) return policy;
+  const std::string kind = policy.get_string("class_name", "");
+  if (kind == "DTypePolicy") return keras_object(policy, "keras");
+  Config result = keras_object(policy, "keras.dtype_policies");
+  if (kind != "DTypePolicyMap") return result;
+  Config arguments = result.at("config");
+  if (!arguments.is_map()) return result;
+  if (const Config* fallback = arguments.find("default_policy"); fallback != nullptr && fallback->is_map())
+    arguments.set("default_policy", keras_policy(*fallback));
+  if (const Config* entries = arguments.find("policy_map"); entries != nullptr && entries->is_map()) {
+    Config written = Config::map();
+    for (const auto& [path, entry] : entries->items()) written.set(path, keras_policy(entry));
+    arguments.set("policy_map", written);
+  }
+  return result.with("config", arguments);
+}
+
 bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -131,7 +151,7 @@ Config keras_arguments(const Config& config, bool input_layer) {
       // Null (an unbuilt layer that takes its dtype from its first input) stays null: Keras reads it as its
       // default policy, kiln as "from the input".
       // (A quantized layer's QuantizedDTypePolicy is already Keras's object.)
-      result.set(key, value.is_null() ? Config() : value.is_map() ? value : dtype_policy(value.as_string()));
+      result.set(key, value.is_null() ? Config() : value.is_map() ? keras_policy(value) : dtype_policy(value.as_string()));
     } else if (ends_with(key, "_initializer") && value.is_map()) {
       result.set(key, keras_object(value, "keras.initializers"));
     } else if (ends_with(key, "_regularizer") && value.is_map()) {
