@@ -174,7 +174,14 @@ TEST_CASE("QuantizedMatMul runs Keras's EinsumDense kernels and a tied table in 
   // (d_model, heads, depth) with one input axis, (heads, depth, d_model) with two, and a (vocabulary, features)
   // table read transposed: each the same as the (K, N) product of the kernel laid out as Dense's.
   kiln::Rng rng(6);
+  // On this CPU's kernels, and held at x86-64-v3 (no AVX-512: oneDNN or kiln's loop instead of the VNNI kernel).
+  std::vector<kiln::detail::Isa> isas = {kiln::detail::active_isa()};
+  for (const kiln::detail::Isa isa : kiln::detail::runnable_isas())
+    if (isa == kiln::detail::Isa::x86_64_v3) isas.push_back(isa);
+  for (const kiln::detail::Isa isa : isas)
   for (const int threads : {1, 2}) {
+    const kiln::detail::ScopedIsa scoped(isa);
+    INFO(kiln::detail::isa_name(isa));
     const int before = kiln::get_num_threads();
     kiln::set_num_threads(threads);
     for (const std::int64_t rows : {std::int64_t{1}, std::int64_t{6}}) {
