@@ -115,6 +115,8 @@ class Planner {
   void find_last_uses(const std::vector<Tensor>& fetches, const std::vector<Update>& updates);
   void assign_storage(Plan& plan);
   bool can_overwrite_input(const Node& node, std::size_t position) const;
+  void find_updates(const std::vector<Update>& updates);
+  bool writes_updated_variable(const Node& node, std::size_t position) const;
   std::size_t alias_offset(const Node& node) const;
   void find_read_extents(const std::vector<Tensor>& fetches, const std::vector<Update>& updates);
   void build_launches(Plan& plan);
@@ -132,6 +134,8 @@ class Planner {
   std::vector<int> workspace_of_;             // by node id: scratch storage or -1
   std::vector<std::size_t> workspace_bytes_;  // by node id: the bytes its workspace function asked for
   std::vector<Storage> storages_;
+  std::vector<NodeId> updated_variable_;  // by node id: the variable an update sets to this node's value, or -1
+  std::vector<int> readers_;              // by node id: how many op nodes read it
 };
 
 void Planner::infer_shapes() {
@@ -169,6 +173,38 @@ bool Planner::can_overwrite_input(const Node& node, std::size_t position) const 
   return true;
 }
 
+void Planner::find_updates(const std::vector<Update>& updates) {
+  updated_variable_.assign(shapes_.size(), -1);
+  readers_.assign(shapes_.size(), 0);
+  for (const Update& update : updates)
+    if (static_cast<std::size_t>(update.value.id()) < updated_variable_.size())
+      updated_variable_[static_cast<std::size_t>(update.value.id())] = update.variable.id();
+  for (NodeId id : needed_) {
+    const Node& node = graph_.node(id);
+    if (node.kind != NodeKind::op) continue;
+    for (std::size_t i = 0; i < node.inputs.size(); ++i)
+      if (std::find(node.inputs.begin(), node.inputs.begin() + static_cast<std::ptrdiff_t>(i), node.inputs[i]) ==
+          node.inputs.begin() + static_cast<std::ptrdiff_t>(i))
+        ++readers_[static_cast<std::size_t>(node.inputs[i])];
+  }
+}
+
+// An in-place op may write straight into the variable at its input 0 when the program updates that variable to
+// the op's output and nothing else reads the variable (not another op, not a fetch, not the op's other inputs):
+// the variable then holds the new value a little before the run ends, as it would after.
+bool Planner::writes_updated_variable(const Node& node, std::size_t position) const {
+  if (node.op->sharing() != Sharing::inplace || node.inputs.empty()) return false;
+  const NodeId first = node.inputs[0];
+  const auto index = static_cast<std::size_t>(first);
+  if (graph_.node(first).kind != NodeKind::variable) return false;
+  if (updated_variable_[static_cast<std::size_t>(node.id)] != first) return false;
+  if (readers_[index] != 1 || last_use_[index] != position) return false;
+  if (shapes_[index] != shapes_[static_cast<std::size_t>(node.id)] || graph_.node(first).dtype != node.dtype) return false;
+  for (std::size_t i = 1; i < node.inputs.size(); ++i)
+    if (node.inputs[i] == first) return false;
+  return true;
+}
+
 // Where an alias's output starts in input 0, in bytes (OpDef::alias_offset); refused when it would reach past
 // input 0's end.
 std::size_t Planner::alias_offset(const Node& node) const {
@@ -200,6 +236,10 @@ void Planner::assign_storage(Plan& plan) {
       alias_offset_[id] = alias_offset(node);
       offset_of_[id] = offset_of_[first] + alias_offset_[id];
       ++plan.stats.num_aliases;
+    } else if (writes_updated_variable(node, position)) {
+      storage = -1;  // the variable's own memory, set when the plan runs
+      plan.written_in_variable.emplace_back(node.id, node.inputs[0]);
+      ++plan.stats.num_inplace;
     } else if (can_overwrite_input(node, position)) {
       storage = storage_of_[first];
       offset_of_[id] = offset_of_[first];
@@ -321,6 +361,7 @@ std::unique_ptr<Plan> Planner::run(const std::vector<Tensor>& fetches, const std
   if (needed_.empty()) return plan;
   infer_shapes();
   find_last_uses(fetches, updates);
+  find_updates(updates);
   assign_storage(*plan);
   find_read_extents(fetches, updates);
   prepare_kernels();
@@ -375,6 +416,8 @@ void make_ready_schedule(Plan& plan, const ReadyHook& hook) {
 
 void execute(Plan& plan, Graph& graph, std::uint64_t run, std::int64_t batch_offset, const ReadyHook* hook) {
   for (NodeId id : plan.external) plan.data[static_cast<std::size_t>(id)] = graph.mutable_value(graph.tensor(id)).raw();
+  for (const auto& [node, variable] : plan.written_in_variable)
+    plan.data[static_cast<std::size_t>(node)] = plan.data[static_cast<std::size_t>(variable)];
   if (hook != nullptr && !plan.ready_made) make_ready_schedule(plan, *hook);
   std::size_t next_ready = 0;
   // Reports every hooked node finished by the first `done` launches.

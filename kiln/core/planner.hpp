@@ -46,6 +46,10 @@ struct Plan {
   std::unique_ptr<unsigned char, AlignedFree> arena;
   std::vector<Launch> launches;  // the kernels, in order
   std::vector<NodeId> external;  // variables and constants, whose storage the graph owns
+  // (op node, variable): an in-place op whose output is the value the program updates the variable to, and which
+  // is the variable's only reader: it writes into the variable itself (a key/value cache's WriteSteps, a running
+  // total's Add), and the update then has nothing to copy.
+  std::vector<std::pair<NodeId, NodeId>> written_in_variable;
   PlanStats stats;
   KernelProfile profile;
   // For a ReadyHook: (launches done, hook index) pairs in launch order, made at the plan's first hooked run.

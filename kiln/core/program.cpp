@@ -165,8 +165,9 @@ void Program::run() {
   detail::execute(plan, *graph_, run_count_, batch_offset_, hook_.get());
   for (const Update& update : updates_) {
     Array& target = graph_->mutable_value(update.variable);
-    // memmove: the new value may be a view of the variable itself.
-    std::memmove(target.raw(), plan.data[static_cast<std::size_t>(update.value.id())], target.nbytes());
+    // memmove: the new value may be a view of the variable itself; or it is the variable (written in place).
+    const void* value = plan.data[static_cast<std::size_t>(update.value.id())];
+    if (value != target.raw()) std::memmove(target.raw(), value, target.nbytes());
   }
   last_ = &plan;
   ++run_count_;

@@ -205,6 +205,53 @@ TEST_CASE("updates write variables after the step, and a step reads the old valu
   CHECK(program.run_count() == 2);
 }
 
+TEST_CASE("an in-place op writes a variable straight into it when it alone reads it and the step updates it",
+          "[core][program]") {
+  // A running total: total := total + x, nothing else reads total: Add writes into the variable, no copy after.
+  Graph graph;
+  const Tensor total = graph.variable("total", Array::full({3}, 0.0, DType::float64), false);
+  const Tensor x = graph.placeholder({3}, DType::float64, "x");
+  const Tensor sum = total + x;
+  Program program(graph, {sum}, {{total, sum}});
+  program.feed(x, Array::from_vector(std::vector<double>{1, 2, 3}, Shape{3}));
+  program.run();
+  program.run();
+  CHECK(graph.value(total).to_vector<double>() == std::vector<double>{2, 4, 6});
+  CHECK(program.view(sum).raw() == graph.value(total).raw());  // the fetch is the variable's own memory
+  CHECK(program.stats().num_inplace == 1);
+
+  // Read by another op too: that reader sees the value from before the step; the update is a copy after it.
+  Graph other;
+  const Tensor t = other.variable("t", Array::full({3}, 0.0, DType::float64), false);
+  const Tensor y = other.placeholder({3}, DType::float64, "y");
+  const Tensor next = t + y;
+  const Tensor before = ops::scale(t, 1.0);
+  Program both(other, {next, before}, {{t, next}});
+  both.feed(y, Array::from_vector(std::vector<double>{1, 1, 1}, Shape{3}));
+  both.run();
+  both.run();
+  CHECK(both.fetch(before).to_vector<double>() == std::vector<double>{1, 1, 1});
+  CHECK(both.fetch(next).to_vector<double>() == std::vector<double>{2, 2, 2});
+  CHECK(other.value(t).to_vector<double>() == std::vector<double>{2, 2, 2});
+  CHECK(both.view(next).raw() != other.value(t).raw());
+
+  // A key/value cache (generation's): each step writes its row into the cache variable in place.
+  Graph decode;
+  const Tensor cache = decode.variable("cache", Array::full({1, 4, 2}, 0.0, DType::float64), false);
+  const Tensor row = decode.placeholder({1, 1, 2}, DType::float64, "row");
+  const Tensor start = decode.placeholder({1}, DType::float64, "start");
+  const Tensor written = ops::write_steps(cache, row, start);
+  const Tensor sums = ops::sum(written, {1});  // (an attention would read the written cache)
+  Program step(decode, {sums}, {{cache, written}});
+  for (int s = 0; s < 3; ++s) {
+    step.feed(row, Array::from_vector(std::vector<double>{1.0 + s, 10.0 + s}, Shape{1, 1, 2}));
+    step.feed(start, Array::from_vector(std::vector<double>{static_cast<double>(s)}, Shape{1}));
+    step.run();
+  }
+  CHECK(decode.value(cache).to_vector<double>() == std::vector<double>{1, 10, 2, 11, 3, 12, 0, 0});
+  CHECK(step.fetch(sums).to_vector<double>() == std::vector<double>{6, 33});
+}
+
 namespace {
 // A short training run, start to finish, returning the final weights.
 Array train(std::uint64_t seed) {
