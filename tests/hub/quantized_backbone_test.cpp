@@ -45,6 +45,7 @@ struct Fixture {
   Config arguments;
   int int8_weights;  // int8 arrays in the quantized model
   std::int64_t vocabulary;
+  bool decoder = true;  // a CausalLM's backbone (logits, generation)
 };
 
 const std::vector<Fixture>& fixtures() {
@@ -65,22 +66,33 @@ const std::vector<Fixture>& fixtures() {
        Config{{"vocabulary_size", 50}, {"num_layers", 2}, {"num_attention_heads", 2}, {"hidden_dim", 8},
               {"intermediate_dim", 16}},
        13, 50},
+      // an encoder: the token and segment embeddings, per block four projections and two Dense layers, the pooler
+      {"bert_backbone_int8", "BertBackbone",
+       Config{{"vocabulary_size", 50}, {"num_layers", 2}, {"num_heads", 2}, {"hidden_dim", 8},
+              {"intermediate_dim", 16}, {"max_sequence_length", 12}},
+       15, 50, false},
   };
   return all;
 }
 
 struct KerasRun {
-  std::vector<Array> inputs;  // padding_mask, token_ids (as floats)
-  Array output, logits, float_output;
+  std::vector<Array> inputs;  // by name: padding_mask, (segment_ids,) token_ids, as floats
+  Array output, logits, float_output;  // the first output; a decoder's logits
+  std::vector<Array> outputs, float_outputs;  // every output, by name (BERT: pooled_output, sequence_output)
 };
 
 KerasRun keras_run(const std::string& name = "gpt2_backbone_int8") {
   const hdf5::File io(kiln::detail::read_whole_file(fixture(name + ".io.h5")), "io");
   KerasRun run;
-  for (const char* name : {"input_0", "input_1"}) run.inputs.push_back(io.root().at("inputs").at(name).read(DType::float32));
-  run.output = io.root().at("outputs").at("output_0").read(DType::float32);
-  run.logits = io.root().at("outputs").at("logits").read(DType::float32);
-  run.float_output = io.root().at("float_outputs").at("output_0").read(DType::float32);
+  for (int i = 0; io.root().at("inputs").find("input_" + std::to_string(i)); ++i)
+    run.inputs.push_back(io.root().at("inputs").at("input_" + std::to_string(i)).read(DType::float32));
+  for (int k = 0; io.root().at("outputs").find("output_" + std::to_string(k)); ++k) {
+    run.outputs.push_back(io.root().at("outputs").at("output_" + std::to_string(k)).read(DType::float32));
+    run.float_outputs.push_back(io.root().at("float_outputs").at("output_" + std::to_string(k)).read(DType::float32));
+  }
+  run.output = run.outputs.at(0);
+  run.float_output = run.float_outputs.at(0);
+  if (io.root().at("outputs").find("logits")) run.logits = io.root().at("outputs").at("logits").read(DType::float32);
   return run;
 }
 
@@ -146,8 +158,11 @@ TEST_CASE("keras-hub's int8 Llama and Falcon backbones load, predict Keras's out
     CHECK(int8_weights == f.int8_weights);
     const KerasRun run = keras_run(f.name);
     const kiln::hub::Backbone backbone = kiln::hub::Backbone::of(loaded);
-    CHECK(largest_difference(backbone.predict(run.inputs)[0], run.output) <= 2e-4);
-    CHECK(largest_difference(kiln::hub::CausalLM(backbone).predict(run.inputs)[0], run.logits) <= 2e-4);
+    const std::vector<Array> predicted = backbone.predict(run.inputs);
+    REQUIRE(predicted.size() == run.outputs.size());
+    for (std::size_t k = 0; k < predicted.size(); ++k) CHECK(largest_difference(predicted[k], run.outputs[k]) <= 2e-4);
+    if (f.decoder)
+      CHECK(largest_difference(kiln::hub::CausalLM(backbone).predict(run.inputs)[0], run.logits) <= 2e-4);
     // Written back: keras-hub's map, the same weights.
     kiln::testing::TempDir dir;
     const std::string copy = dir.file("copy.keras");
@@ -262,6 +277,7 @@ TEST_CASE("kiln::quantize(backbone, \"int8\") is keras-hub's quantize: the same 
 
 TEST_CASE("an int8 CausalLM generates with its cache the tokens it generates without", "[hub][quantize][generate]") {
   for (const Fixture& f : fixtures()) {
+  if (!f.decoder) continue;
   INFO(f.name);
   kiln::hub::CausalLM lm(kiln::hub::Backbone::of(kiln::load_keras_model(fixture(f.name + ".keras"))));
   kiln::GenerateOptions greedy;

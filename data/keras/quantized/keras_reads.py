@@ -23,11 +23,13 @@ def main(path, name):
     with h5py.File(name + ".io.h5", "r") as f:
         inputs = [f["inputs/input_%d" % i][()] for i in range(len(f["inputs"]))]
         expected = {key: f["outputs/" + key][()] for key in f["outputs"]}
-    if len(inputs) == 2 and hasattr(model, "token_embedding"):  # a keras-hub backbone: its inputs by name
-        data = {"padding_mask": inputs[0], "token_ids": inputs[1]}
+    if isinstance(model.input, dict):  # a keras-hub backbone: its inputs by name, stored in sorted order
+        data = dict(zip(sorted(model.input), inputs))
     else:
         data = inputs if len(inputs) > 1 else inputs[0]
     outputs = model.predict(data, verbose=0)
+    if isinstance(outputs, dict):  # (BERT's pooled_output and sequence_output, by name)
+        outputs = [outputs[k] for k in sorted(outputs)]
     outputs = outputs if isinstance(outputs, list) else [outputs]
     got = {"output_%d" % k: np.asarray(o, dtype=np.float32) for k, o in enumerate(outputs)}
     if "logits" in expected:

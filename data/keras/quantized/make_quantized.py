@@ -51,7 +51,8 @@ def make(name, build, data, mode, config=None, extra=None):
     quantized_extra = extra(model, outputs) if extra else {}
     model.save(name + ".keras")
     again = keras.saving.load_model(name + ".keras")
-    as_list = lambda o: o if isinstance(o, list) else [o]
+    # (a dict of outputs, BERT's, in Keras's flattened order: by name)
+    as_list = lambda o: [o[k] for k in sorted(o)] if isinstance(o, dict) else (o if isinstance(o, list) else [o])
     again_outputs = again.predict(data, verbose=0)
     for a, b in zip(as_list(outputs), as_list(again_outputs)):
         assert np.array_equal(a, b), name
@@ -124,6 +125,15 @@ def falcon_backbone():
                                            intermediate_dim=16, name="falcon_backbone")
 
 
+def bert_backbone():
+    # keras-hub's BertBackbone, small: the encoder blocks' MultiHeadAttention projections and feed-forward Dense
+    # layers, the pooler's Dense, and the token and segment embeddings int8 (its position embedding stays float).
+    import keras_hub
+
+    return keras_hub.models.BertBackbone(vocabulary_size=50, num_layers=2, num_heads=2, hidden_dim=8,
+                                         intermediate_dim=16, max_sequence_length=12, name="bert_backbone")
+
+
 def gpt2_logits(model, outputs):
     # A CausalLM's logits: the sequence output through the token embedding in reverse (int8 when quantized).
     return {"logits": model.token_embedding(outputs, reverse=True)}
@@ -146,6 +156,10 @@ make("gpt2_backbone_int8", gpt2_backbone, {"padding_mask": gpt2_mask, "token_ids
      extra=gpt2_logits)
 make("llama_backbone_int8", llama_backbone, {"padding_mask": gpt2_mask, "token_ids": gpt2_tokens}, "int8",
      extra=gpt2_logits)
+bert_segments = np.zeros((2, 7), np.int32)
+bert_segments[:, 4:] = 1
+make("bert_backbone_int8", bert_backbone,
+     {"padding_mask": gpt2_mask, "segment_ids": bert_segments, "token_ids": gpt2_tokens}, "int8")
 make("falcon_backbone_int8", falcon_backbone, {"padding_mask": gpt2_mask, "token_ids": gpt2_tokens}, "int8",
      extra=gpt2_logits)
 
