@@ -411,3 +411,30 @@ TEST_CASE("a policy kiln cannot follow inside a map leaves no half-made layer", 
                                  {"registered_name", Config()}}}};
   CHECK_THROWS_WITH(kiln::hub::Backbone("GPT2Backbone", bad), Catch::Matchers::Contains("transformer_("));
 }
+
+TEST_CASE("Gemma's int8 attention and EinsumDense feed-forward are refused or left float by name", "[hub][quantize]") {
+  const Config arguments = {{"vocabulary_size", 50}, {"num_layers", 1},        {"num_query_heads", 2},
+                            {"num_key_value_heads", 1}, {"hidden_dim", 8},     {"intermediate_dim", 16},
+                            {"head_dim", 4}};
+  const kiln::hub::Backbone gemma("GemmaBackbone", arguments);
+  kiln::QuantizationReport report;
+  std::vector<std::string> warnings;
+  const auto previous = kiln::set_warning_handler([&](const std::string& message) { warnings.push_back(message); });
+  const kiln::Model quantized = kiln::quantize(gemma, "int8", &report);
+  kiln::set_warning_handler(previous);
+  CHECK(report.quantized == std::vector<std::string>{"token_embedding"});
+  REQUIRE(report.skipped.size() == 4);  // the attention's projections and the three feed-forward layers
+  for (const auto& [path, why] : report.skipped) CHECK_THAT(why, Catch::Matchers::Contains("Gemma") || Catch::Matchers::Contains("Attention"));
+  REQUIRE(warnings.size() == 1);
+  // keras-hub's int8 Gemma file: its attention is refused by name.
+  const Config int8 = {{"module", "keras.dtype_policies"},
+                       {"class_name", "QuantizedDTypePolicy"},
+                       {"config", {{"mode", "int8"}, {"source_name", Config()}}},
+                       {"registered_name", Config()}};
+  const Config map = {{"module", "keras.dtype_policies"},
+                      {"class_name", "DTypePolicyMap"},
+                      {"config", {{"default_policy", Config()}, {"policy_map", {{"decoder_block_0/attention/query", int8}}}}},
+                      {"registered_name", Config()}};
+  CHECK_THROWS_WITH(kiln::hub::Backbone("GemmaBackbone", arguments.with("dtype", map)),
+                    Catch::Matchers::Contains("CachedGemmaAttention") && Catch::Matchers::Contains("heads first"));
+}
