@@ -97,7 +97,9 @@ TEST_CASE("gemm_s8s8s32 sums exactly on every backend", "[ops][quantize][gemm]")
   // (the VNNI kernel's cases: whole and partial 64-column blocks, k not a multiple of 4, 1 to 4 rows and more)
   for (const Case c : {Case{1, 1, 1, 1, 1, 1}, Case{1, 300, 64, 64, 300, 300}, Case{3, 17, 33, 40, 20, 19},
                        Case{16, 64, 40, 40, 64, 64}, Case{5, 130, 129, 129, 130, 131}, Case{7, 3, 0, 1, 3, 3},
-                       Case{2, 64, 7, 7, 64, 64}, Case{4, 200, 1030, 1030, 200, 200}, Case{1, 65, 3, 3, 65, 65}}) {
+                       Case{2, 64, 7, 7, 64, 64}, Case{4, 200, 1030, 1030, 200, 200}, Case{1, 65, 3, 3, 65, 65},
+                       // one row over 1024 columns and more: B streamed in order, then the partial last block
+                       Case{1, 1100, 130, 130, 1110, 1105}, Case{1, 2048, 3, 3, 2048, 2048}}) {
     INFO(c.m << "x" << c.n << "x" << c.k);
     const std::vector<std::int8_t> a = random_int8(static_cast<std::size_t>(c.m * c.lda), rng);
     const std::vector<std::int8_t> b = random_int8(static_cast<std::size_t>(std::max<std::int64_t>(c.k, 1) * c.ldb), rng);
