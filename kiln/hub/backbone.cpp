@@ -1,9 +1,7 @@
 #include <kiln/hub/backbone.hpp>
 
-#include <algorithm>
-#include <utility>
-
 #include <kiln/core/error.hpp>
+#include <kiln/layers/detail/quantization.hpp>
 #include <kiln/core/names.hpp>
 
 namespace kiln::hub {
@@ -24,7 +22,7 @@ BackboneModel::BackboneModel(const Config& config, const std::string& class_name
                              const std::vector<BackboneArgument>& arguments)
     : ModelBase(base_fields(config, class_name), class_name), module_(std::move(module)) {
   if (const Config* dtype = config.is_map() ? config.find("dtype") : nullptr;
-      dtype != nullptr && dtype->is_map() && dtype->get_string("class_name", "") == "DTypePolicyMap")
+      dtype != nullptr && detail::is_dtype_policy_map(*dtype))
     dtype_map_ = *dtype;
   ConfigReader args = config_reader(config);
   arguments_ = Config::map();
@@ -39,18 +37,6 @@ BackboneModel::BackboneModel(const Config& config, const std::string& class_name
   }
   args.finish();
 }
-
-namespace {
-
-// Every quantized part's policy under `layer`, by path, first found first.
-void collect_policies(const Layer& layer, std::vector<std::pair<std::string, Config>>& out) {
-  for (auto& entry : layer.quantized_policies())
-    if (std::none_of(out.begin(), out.end(), [&](const auto& seen) { return seen.first == entry.first; }))
-      out.push_back(std::move(entry));
-  for (const LayerPtr& child : layer.layers()) collect_policies(*child, out);
-}
-
-}  // namespace
 
 Config BackboneModel::with_dtype(Config config) const {
   if (!dtype_map_.is_null() && (!config.is_map() || !config.contains("dtype"))) config.set("dtype", dtype_map_);
@@ -69,16 +55,12 @@ Config BackboneModel::get_config() const {
   if (!dtype_map_.is_null()) {
     config.set("dtype", dtype_map_);
   } else {
-    std::vector<std::pair<std::string, Config>> policies;
-    for (const LayerPtr& child : layers()) collect_policies(*child, policies);
+    const std::vector<std::pair<std::string, Config>> policies = detail::quantized_policies_under(*this);
     if (!policies.empty()) {
       Config map = Config::map();
       for (const auto& [path, policy] : policies) map.set(path, policy);
       const Config fallback = has_dtype() && dtype() != DType::float32 ? Config(dtype_name(dtype())) : Config();
-      config.set("dtype", Config{{"module", "keras.dtype_policies"},
-                                 {"class_name", "DTypePolicyMap"},
-                                 {"config", {{"default_policy", fallback}, {"policy_map", map}}},
-                                 {"registered_name", Config()}});
+      config.set("dtype", detail::dtype_policy_map(fallback, map));
     }
   }
   for (const auto& [key, value] : arguments_.items()) config.set(key, value);

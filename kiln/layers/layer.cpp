@@ -9,6 +9,7 @@
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/layers/detail/loading.hpp>
+#include <kiln/layers/detail/quantization.hpp>
 #include <kiln/core/op.hpp>
 #include <kiln/core/rng.hpp>
 #include <kiln/core/warnings.hpp>
@@ -51,10 +52,6 @@ bool CallArgs::flag(const std::string& name, bool fallback) const {
 
 namespace {
 
-bool is_policy_map(const Config& dtype) {
-  return dtype.is_map() && dtype.get_string("class_name", "") == "DTypePolicyMap";
-}
-
 // A policy's name of its source dtype: Keras writes null for the global policy (float32).
 std::string source_name_of(const Config& policy) {
   const Config* source = policy.find("source_name");
@@ -71,7 +68,7 @@ Layer::Layer(const Config& config, std::string class_name, const std::vector<std
   name_given_ = !name_.empty();
   trainable_ = config.get_bool("trainable", true);
   if (const Config* dtype = config.find("dtype"); dtype != nullptr && !dtype->is_null()) {
-    if (is_policy_map(*dtype)) {
+    if (detail::is_dtype_policy_map(*dtype)) {
       // keras-hub's backbones write their quantized layers' policies as one DTypePolicyMap by layer path, and
       // Keras hands the map to every layer: each looks its own path up, once the path is known.
       const Config* arguments = dtype->find("config");
@@ -183,12 +180,21 @@ void Layer::resolve_policy_map() {
   policy_map_resolved_ = true;  // (only once everything above held: a failed resolution is tried again)
 }
 
+std::vector<bool> Layer::projections_in_int8(const std::vector<std::string>& names) const {
+  std::vector<bool> int8;
+  for (const std::string& name : names)
+    int8.push_back(quantization_mode_of(policy_for(name), describe() + " projection '" + name + "'", {"int8"}) == "int8");
+  return int8;
+}
+
 std::vector<std::pair<std::string, Config>> Layer::quantized_policies() const {
-  if (quantization_mode_.empty()) return {};
-  return {{path(), Config{{"module", "keras.dtype_policies"},
-                          {"class_name", quantization_mode_.rfind("int4", 0) == 0 ? "Int4DTypePolicy" : "QuantizedDTypePolicy"},
-                          {"config", {{"mode", quantization_mode_}, {"source_name", dtype_name(dtype_)}}},
-                          {"registered_name", Config()}}}};
+  std::vector<std::pair<std::string, Config>> policies;
+  if (!quantization_mode_.empty()) policies.emplace_back(path(), detail::quantized_dtype_policy(quantization_mode_, dtype_name(dtype_)));
+  const std::vector<std::string> projections = quantizable_projections();
+  for (std::size_t i = 0; i < projections.size(); ++i)
+    if (projection_quantized(i))
+      policies.emplace_back(path() + "/" + projections[i], detail::quantized_dtype_policy("int8", dtype_name(dtype_)));
+  return policies;
 }
 
 Layer::~Layer() = default;
@@ -213,11 +219,7 @@ Config Layer::base_config() const {
   if (policy_map_given_)  // Keras writes the layer's policy as it was given: the map
     config.set("dtype", policy_map_);
   else if (!quantization_mode_.empty())  // Keras's QuantizedDTypePolicy, as it writes it
-    config.set("dtype", Config{{"module", "keras.dtype_policies"},
-                               {"class_name", quantization_mode_.rfind("int4", 0) == 0 ? "Int4DTypePolicy"
-                                                                                        : "QuantizedDTypePolicy"},
-                               {"config", {{"mode", quantization_mode_}, {"source_name", dtype_name(dtype_)}}},
-                               {"registered_name", Config()}});
+    config.set("dtype", detail::quantized_dtype_policy(quantization_mode_, dtype_name(dtype_)));
   else
     config.set("dtype", dtype_given_ || built_ ? Config(dtype_name(dtype_)) : Config());
   // As Keras: written only when set.

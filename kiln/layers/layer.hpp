@@ -231,13 +231,22 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// model's member layers' is their name. Final once the layer is tracked by its parent (or built).
   std::string path() const { return seed_path_.empty() ? name_ : seed_path_; }
   /// The Keras dtype policies of the parts of this layer that are quantized, by path: what a keras-hub backbone
-  /// writes in its DTypePolicyMap. The default: the layer's own policy when quantized_mode() is set;
-  /// MultiHeadAttention adds its projections' ("<path>/query", ...). Children are asked by the caller.
-  virtual std::vector<std::pair<std::string, Config>> quantized_policies() const;
+  /// writes in its DTypePolicyMap. The layer's own policy when quantized_mode() is set, and each int8 projection's
+  /// ("<path>/query", ...). Children are asked by the caller (detail::quantized_policies_under).
+  std::vector<std::pair<std::string, Config>> quantized_policies() const;
   /// The sublayers Keras's quantize makes int8 that this layer holds as weights of its own, by their names under
   /// its path (MultiHeadAttention's EinsumDense "query", "key", "value", "attention_output"); a DTypePolicyMap gives
   /// them their policies at "<path>/<name>". None by default.
   virtual std::vector<std::string> quantizable_projections() const { return {}; }
+  /// Whether projection `index` of quantizable_projections() runs in int8.
+  virtual bool projection_quantized(std::size_t) const { return false; }
+  /// Why kiln leaves `part` (this layer, or one of its children) float where Keras's quantize would make it int8,
+  /// or "" (Gemma's attention, whose kernels keep their heads first; Gemma's EinsumDense feed-forward, which kiln
+  /// holds as Dense layers). kiln::quantize names it in its report.
+  virtual std::string quantization_refusal(const Layer& part) const {
+    (void)part;
+    return {};
+  }
 
   // ---- building -----------------------------------------------------------------------------------
   /// Whether the weights exist: after the first call, build_for(), or a config with a build_config.
@@ -302,6 +311,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// `what`, for a mode not in `modes`.
   std::string quantization_mode_of(const Config& policy, const std::string& what,
                                    const std::vector<std::string>& modes) const;
+  /// Whether each of `names` (projections under the layer's path) is int8 in its DTypePolicyMap, every one read
+  /// before the result is used; ConfigError for another mode.
+  std::vector<bool> projections_in_int8(const std::vector<std::string>& names) const;
   /// Whether a DTypePolicyMap came in the config and has not set the policy yet (the layer's quantization
   /// mode is then not known in its constructor; quantization_resolved() reads what depends on it).
   bool policy_map_pending() const { return !policy_map_.is_null() && !policy_map_resolved_; }

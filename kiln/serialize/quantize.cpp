@@ -10,6 +10,7 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/warnings.hpp>
+#include <kiln/layers/detail/quantization.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/serialize/saving.hpp>
 
@@ -106,11 +107,7 @@ void quantize_layers(Config& model, const std::string& mode, const std::string& 
       } else if (source != "float32" && source != "float64") {
         report.skipped.emplace_back(prefix + name, "its dtype policy is " + source);
       } else {
-        const bool int4 = mode.rfind("int4", 0) == 0;
-        layer_arguments.set("dtype", Config{{"module", "keras.dtype_policies"},
-                                            {"class_name", int4 ? "Int4DTypePolicy" : "QuantizedDTypePolicy"},
-                                            {"config", {{"mode", mode}, {"source_name", source}}},
-                                            {"registered_name", Config()}});
+        layer_arguments.set("dtype", detail::quantized_dtype_policy(mode, source));
         layer_arguments.set("quantization_config", Config());  // Keras's default for the mode
         layer.set("config", layer_arguments);
         report.quantized.push_back(prefix + name);
@@ -146,10 +143,11 @@ void collect_units(const Layer& layer, std::vector<Unit>& units, std::vector<std
                    std::set<std::string>& seen, const Layer* parent = nullptr) {
   if (!seen.insert(layer.path() + "\n" + layer.class_name()).second) return;
   const std::string& kind = layer.class_name();
-  if (kind == "Dense" && parent != nullptr && parent->class_name() == "GemmaDecoderBlock") {
-    // keras-hub's Gemma feed-forward layers are EinsumDense ("btd,df->btf"), whose int8 kernel_scale Keras keeps as
-    // (1, 1, units): a kiln Dense's (units,) would be a file Keras cannot read.
-    skipped.emplace_back(layer.path(), "Gemma's EinsumDense feed-forward: kiln does not quantize it yet");
+  // (what the layer, or its parent for it, says kiln leaves float where Keras would quantize)
+  std::string refusal = layer.quantization_refusal(layer);
+  if (refusal.empty() && parent != nullptr) refusal = parent->quantization_refusal(layer);
+  if (!refusal.empty()) {
+    skipped.emplace_back(layer.path(), refusal);
   } else if (kind == "Dense" || kind == "Embedding" || kind == "ReversibleEmbedding") {
     if (!layer.quantization_mode().empty())
       skipped.emplace_back(layer.path(), "already quantized");
@@ -157,17 +155,13 @@ void collect_units(const Layer& layer, std::vector<Unit>& units, std::vector<std
       units.push_back({layer.path(), kind == "Dense" ? "Dense" : "Embedding"});
   } else if (const std::vector<std::string> projections = layer.quantizable_projections(); !projections.empty()) {
     // (MultiHeadAttention's and keras-hub's attention layers' EinsumDense projections)
-    std::set<std::string> quantized;
-    for (const auto& entry : layer.quantized_policies()) quantized.insert(entry.first);
-    for (const std::string& projection : projections) {
-      const std::string path = layer.path() + "/" + projection;
-      if (quantized.count(path) != 0)
+    for (std::size_t i = 0; i < projections.size(); ++i) {
+      const std::string path = layer.path() + "/" + projections[i];
+      if (layer.projection_quantized(i))
         skipped.emplace_back(path, "already quantized");
       else
         units.push_back({path, "EinsumDense"});
     }
-  } else if (kind.size() > 9 && kind.compare(kind.size() - 9, 9, "Attention") == 0 && kind != "DotProductAttention") {
-    skipped.emplace_back(layer.path(), kind + ": kiln does not quantize its projections yet");
   }
   for (const LayerPtr& child : layer.layers()) collect_units(*child, units, skipped, seen, &layer);
 }
@@ -182,7 +176,7 @@ int place_policy_map(Config& serialized, const Config& policies) {
     // (Keras's map has a null default, the global policy; a backbone in another float keeps its own)
     const Config& dtype = arguments.at("dtype");
     Config map = policies;
-    if (dtype.is_map() && dtype.get_string("class_name", "") == "DTypePolicyMap") {
+    if (detail::is_dtype_policy_map(dtype)) {
       // Already a map (a partly quantized backbone): its entries and default stay, the new ones join them.
       map = dtype;
       Config arguments_of_map = map.at("config");
@@ -196,11 +190,7 @@ int place_policy_map(Config& serialized, const Config& policies) {
     } else {
       bool quantized = false;
       const std::string source = source_dtype(dtype, quantized);
-      if (source != "float32" && !quantized)
-        map = Config{{"module", "keras.dtype_policies"},
-                     {"class_name", "DTypePolicyMap"},
-                     {"config", {{"default_policy", source}, {"policy_map", policies.at("config").at("policy_map")}}},
-                     {"registered_name", Config()}};
+      if (source != "float32" && !quantized) map = detail::dtype_policy_map(source, policies.at("config").at("policy_map"));
     }
     arguments.set("dtype", map);
     placed = 1;
@@ -259,15 +249,9 @@ std::shared_ptr<ModelBase> quantize_model_base(const ModelBase& model, const std
         out.skipped.emplace_back(unit.path, unit.what + ": kiln quantizes it to int8 only");
         continue;
       }
-      map.set(unit.path, Config{{"module", "keras.dtype_policies"},
-                                {"class_name", int4 ? "Int4DTypePolicy" : "QuantizedDTypePolicy"},
-                                {"config", {{"mode", policy_mode}, {"source_name", "float32"}}},
-                                {"registered_name", Config()}});
+      map.set(unit.path, detail::quantized_dtype_policy(policy_mode, "float32"));
     }
-    const Config policies = {{"module", "keras.dtype_policies"},
-                             {"class_name", "DTypePolicyMap"},
-                             {"config", {{"default_policy", Config()}, {"policy_map", map}}},
-                             {"registered_name", Config()}};
+    const Config policies = detail::dtype_policy_map(Config(), map);
     if (map.size() > 0 && place_policy_map(config, policies) == 0)
       throw ValueError("quantize: " + model.describe() + " has no layers in its config, nor a dtype to record "
                        "quantized layers in");
@@ -289,17 +273,9 @@ std::shared_ptr<ModelBase> quantize_model_base(const ModelBase& model, const std
       kernels.insert(weight.path);
   }
   if (!has_layers) {
-    // What the rebuilt model runs quantized, by path (its layers' quantized_policies()).
+    // What the rebuilt model runs quantized, by path.
     std::set<std::string> done_paths;
-    std::vector<const Layer*> pending = {quantized.get()};
-    std::set<const Layer*> visited;
-    while (!pending.empty()) {
-      const Layer* layer = pending.back();
-      pending.pop_back();
-      if (!visited.insert(layer).second) continue;
-      for (const auto& entry : layer->quantized_policies()) done_paths.insert(entry.first);
-      for (const LayerPtr& child : layer->layers()) pending.push_back(child.get());
-    }
+    for (const auto& entry : detail::quantized_policies_under(*quantized)) done_paths.insert(entry.first);
     for (const Unit& unit : units) {
       const bool done = done_paths.count(unit.path) != 0;
       if (done)

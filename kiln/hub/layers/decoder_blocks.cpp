@@ -345,6 +345,11 @@ Tensor GatedTransformerDecoderLayer::call(const Tensor& input, const CallArgs& a
 
 // ---- Gemma --------------------------------------------------------------------------------------------------
 
+std::string GemmaDecoderBlockLayer::quantization_refusal(const Layer& part) const {
+  if (&part == this || part.class_name() != "Dense") return {};
+  return "Gemma's EinsumDense feed-forward: kiln does not quantize it yet";
+}
+
 GemmaDecoderBlockLayer::GemmaDecoderBlockLayer(const Config& config) : Layer(config, "GemmaDecoderBlock") {
   ConfigReader args = config_reader(config);
   hidden_dim_ = positive(args, "hidden_dim");

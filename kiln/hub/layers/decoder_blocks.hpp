@@ -110,6 +110,9 @@ class GemmaDecoderBlockLayer final : public Layer {
   bool supports_masking() const override { return true; }
   std::vector<std::string> keras_weight_paths() const override;
   std::vector<std::pair<std::string, std::string>> keras_sublayers() const override;
+  /// keras-hub's Gemma feed-forward layers are EinsumDense ("btd,df->btf", int8 kernel_scale (1, 1, units)), which
+  /// kiln holds as Dense layers: kiln::quantize leaves them float rather than write a file Keras cannot read.
+  std::string quantization_refusal(const Layer& part) const override;
 
  protected:
   void build(const Shape& input_shape) override;

@@ -195,31 +195,22 @@ std::vector<std::string> GroupedQueryAttentionLayer::quantizable_projections() c
   return {"query", "key", "value", "attention_output"};
 }
 
+std::string GroupedQueryAttentionLayer::quantization_refusal(const Layer& part) const {
+  if (&part != this || !options_.heads_first_kernels) return {};
+  return options_.class_name + ": kiln does not quantize its projections yet (their kernels keep the heads first)";
+}
+
 void GroupedQueryAttentionLayer::quantization_resolved() {
+  // (Gemma's are read by Keras's names to be refused by name)
   const std::vector<std::string> names = options_.heads_first_kernels
                                              ? std::vector<std::string>{"query", "key", "value", "attention_output"}
                                              : quantizable_projections();
-  bool int8[4];  // (all four read before any is set)
-  for (std::size_t i = 0; i < 4; ++i) {
-    const std::string what = describe() + " projection '" + names[i] + "'";
-    int8[i] = quantization_mode_of(policy_for(names[i]), what, {"int8"}) == "int8";
+  const std::vector<bool> int8 = projections_in_int8(names);
+  for (std::size_t i = 0; i < 4; ++i)
     if (int8[i] && options_.heads_first_kernels)
-      throw ConfigError(what + ": int8 for " + options_.class_name +
+      throw ConfigError(describe() + " projection '" + names[i] + "': int8 for " + options_.class_name +
                         "'s kernels, which keep their heads first, is not one kiln runs yet");
-  }
-  std::copy(int8, int8 + 4, int8_);
-}
-
-std::vector<std::pair<std::string, Config>> GroupedQueryAttentionLayer::quantized_policies() const {
-  std::vector<std::pair<std::string, Config>> policies = Layer::quantized_policies();
-  const std::vector<std::string> names = quantizable_projections();
-  for (std::size_t i = 0; i < names.size(); ++i)
-    if (int8_[i])
-      policies.emplace_back(path() + "/" + names[i], Config{{"module", "keras.dtype_policies"},
-                                                            {"class_name", "QuantizedDTypePolicy"},
-                                                            {"config", {{"mode", "int8"}, {"source_name", dtype_name(dtype())}}},
-                                                            {"registered_name", Config()}});
-  return policies;
+  std::copy(int8.begin(), int8.end(), int8_);
 }
 
 std::vector<std::pair<std::string, std::string>> GroupedQueryAttentionLayer::keras_sublayers() const {

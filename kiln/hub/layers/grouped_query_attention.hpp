@@ -76,12 +76,12 @@ class GroupedQueryAttentionLayer : public Layer {
   std::int64_t head_dim() const { return head_dim_; }  ///< 0 until built
   std::vector<std::string> keras_weight_paths() const override;
   std::vector<std::pair<std::string, std::string>> keras_sublayers() const override;
-  /// The int8 projections' policies by path ("<path>/query", Falcon's "<path>/query_dense"), as keras-hub's
-  /// DTypePolicyMap holds them.
-  std::vector<std::pair<std::string, Config>> quantized_policies() const override;
   /// The projections Keras's quantize("int8") makes int8, by their sublayers' names: the four EinsumDense (Falcon:
-  /// three and its output Dense); none for Gemma, whose heads-first kernels kiln does not run in int8.
+  /// three and its output Dense); none for Gemma, whose heads-first kernels kiln does not run in int8 (said by
+  /// quantization_refusal).
   std::vector<std::string> quantizable_projections() const override;
+  bool projection_quantized(std::size_t index) const override { return index < 4 && int8_[index]; }
+  std::string quantization_refusal(const Layer& part) const override;
 
  protected:
   /// A DTypePolicyMap (a keras-hub backbone's) gives the projections their policies, at "<path>/<projection>": an

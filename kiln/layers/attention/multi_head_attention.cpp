@@ -102,26 +102,16 @@ std::vector<std::string> MultiHeadAttentionLayer::keras_weight_paths() const {
 }
 
 void MultiHeadAttentionLayer::quantization_resolved() {
-  const std::vector<std::string> names = quantizable_projections();
-  bool int8[4];  // (all four read before any is set)
-  for (std::size_t i = 0; i < 4; ++i)
-    int8[i] = quantization_mode_of(policy_for(names[i]), describe() + " projection '" + names[i] + "'", {"int8"}) == "int8";
+  const std::vector<bool> int8 = projections_in_int8(quantizable_projections());
   query_.int8 = int8[0];
   key_.int8 = int8[1];
   value_.int8 = int8[2];
   output_.int8 = int8[3];
 }
 
-std::vector<std::pair<std::string, Config>> MultiHeadAttentionLayer::quantized_policies() const {
-  std::vector<std::pair<std::string, Config>> policies = Layer::quantized_policies();
-  for (auto [name, projection] : {std::pair<const char*, const Projection*>{"query", &query_}, {"key", &key_},
-                                  {"value", &value_}, {"attention_output", &output_}})
-    if (projection->int8)
-      policies.emplace_back(path() + "/" + name, Config{{"module", "keras.dtype_policies"},
-                                                        {"class_name", "QuantizedDTypePolicy"},
-                                                        {"config", {{"mode", "int8"}, {"source_name", dtype_name(dtype())}}},
-                                                        {"registered_name", Config()}});
-  return policies;
+bool MultiHeadAttentionLayer::projection_quantized(std::size_t index) const {
+  const Projection* projections[] = {&query_, &key_, &value_, &output_};
+  return index < 4 && projections[index]->int8;
 }
 
 std::vector<std::pair<std::string, std::string>> MultiHeadAttentionLayer::keras_sublayers() const {

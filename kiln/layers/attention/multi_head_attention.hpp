@@ -48,11 +48,11 @@ class MultiHeadAttentionLayer : public Layer {
   /// Keras keeps the projections in EinsumDense sublayers: "query_dense/vars/0" (kernel), ".../vars/1" (bias),
   /// then key_dense, value_dense and output_dense; an int8 projection's kernel_scale next ("vars/2").
   std::vector<std::string> keras_weight_paths() const override;
-  /// The int8 projections' policies, by path ("<path>/query"), as keras-hub's DTypePolicyMap holds them.
-  std::vector<std::pair<std::string, Config>> quantized_policies() const override;
+  /// Keras's EinsumDense projections, which a DTypePolicyMap may make int8 ("<path>/query", ...).
   std::vector<std::string> quantizable_projections() const override {
     return {"query", "key", "value", "attention_output"};
   }
+  bool projection_quantized(std::size_t index) const override;
   /// Keras's attributes: _dropout_layer, _softmax and the four EinsumDense projections, with their names.
   std::vector<std::pair<std::string, std::string>> keras_sublayers() const override;
   /// The output keeps the query's steps: the query's mask passes on, as in Keras.

@@ -1,7 +1,10 @@
 #include <kiln/layers/detail/quantization.hpp>
 
 #include <cstdint>
+#include <set>
 #include <vector>
+
+#include <kiln/layers/layer.hpp>
 
 namespace kiln::detail {
 
@@ -47,6 +50,41 @@ Config int8_activation_quantizer(ConfigReader& args, const Config& given, bool q
   return arguments && arguments->is_map() && arguments->contains("activation_quantizer")
              ? arguments->at("activation_quantizer")
              : default_activation_quantizer();
+}
+
+Config quantized_dtype_policy(const std::string& mode, const std::string& source_name) {
+  return {{"module", "keras.dtype_policies"},
+          {"class_name", mode.rfind("int4", 0) == 0 ? "Int4DTypePolicy" : "QuantizedDTypePolicy"},
+          {"config", {{"mode", mode}, {"source_name", source_name}}},
+          {"registered_name", Config()}};
+}
+
+Config dtype_policy_map(const Config& default_policy, const Config& entries) {
+  return {{"module", "keras.dtype_policies"},
+          {"class_name", "DTypePolicyMap"},
+          {"config", {{"default_policy", default_policy}, {"policy_map", entries}}},
+          {"registered_name", Config()}};
+}
+
+bool is_dtype_policy_map(const Config& dtype) {
+  return dtype.is_map() && dtype.get_string("class_name", "") == "DTypePolicyMap";
+}
+
+std::vector<std::pair<std::string, Config>> quantized_policies_under(const Layer& root) {
+  std::vector<std::pair<std::string, Config>> out;
+  std::set<std::string> paths;
+  std::set<const Layer*> visited;
+  std::vector<const Layer*> pending = {&root};
+  while (!pending.empty()) {
+    const Layer* layer = pending.back();
+    pending.pop_back();
+    if (!visited.insert(layer).second) continue;
+    for (auto& entry : layer->quantized_policies())
+      if (paths.insert(entry.first).second) out.push_back(std::move(entry));
+    // (children in their order: the stack takes them last first)
+    for (auto child = layer->layers().rbegin(); child != layer->layers().rend(); ++child) pending.push_back(child->get());
+  }
+  return out;
 }
 
 }  // namespace kiln::detail

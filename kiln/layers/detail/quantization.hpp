@@ -1,6 +1,10 @@
 #pragma once
 // What the quantized layers (Dense, Embedding in int8) share about Keras's quantization configs
 // (keras/src/quantizers/quantization_config.py).
+#include <string>
+#include <utility>
+#include <vector>
+
 #include <kiln/layers/config.hpp>
 
 namespace kiln::detail {
@@ -14,5 +18,25 @@ bool is_default_abs_max(const Config& quantizer);
 // The activation quantizer a layer's Int8QuantizationConfig names (null when it names none), checked with
 // `args` (ConfigError unless the config is an Int8QuantizationConfig of a quantized layer, or null).
 Config int8_activation_quantizer(ConfigReader& args, const Config& given, bool quantized, const std::string& policy);
+
+// Keras's dtype policy of a quantized layer as it serializes it: QuantizedDTypePolicy {"mode": "int8", "source_name":
+// ...}, or Int4DTypePolicy for "int4/<block>".
+Config quantized_dtype_policy(const std::string& mode, const std::string& source_name);
+// Keras's DTypePolicyMap (keras-hub's quantized backbones' dtype): `entries` a map of layer paths to policies.
+Config dtype_policy_map(const Config& default_policy, const Config& entries);
+bool is_dtype_policy_map(const Config& dtype);
+
+}  // namespace kiln::detail
+
+namespace kiln {
+class Layer;
+namespace detail {
+// Every quantized part's policy under `root`, its own included, by path (Layer::quantized_policies()), first found
+// first: what a DTypePolicyMap of the tree holds.
+std::vector<std::pair<std::string, Config>> quantized_policies_under(const Layer& root);
+}  // namespace detail
+}  // namespace kiln
+
+namespace kiln::detail {
 
 }  // namespace kiln::detail
