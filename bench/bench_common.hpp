@@ -9,6 +9,8 @@
 //                             shared model (one), or each on a model of its own (each); kiln and libtorch alike
 //   kiln_bench ... --quantize int8   the workload's model through kiln::quantize first (forward, latency): its
 //                             float Dense layers int8, as Keras's model.quantize("int8") makes them
+//   kiln_bench ... --policy mixed_bfloat16   the workload's model made under that global dtype policy
+//                             (kiln::set_dtype_policy, Keras's keras.config.set_dtype_policy)
 //   <bench> --list            workload names, one a line, with their modes
 //   <bench>                   every workload and mode, each in a fresh process (this binary again)
 //
@@ -118,6 +120,7 @@ struct Args {
   int callers = 1;                       // threads running the forward at once
   std::string share = "one";             // with callers > 1: one model for all callers, or one each
   std::string quantize;                  // kiln_bench only: kiln::quantize(model, MODE) before timing ("int8")
+  std::string policy;                    // kiln_bench only: kiln::set_dtype_policy(POLICY) before the model is made
   std::vector<std::string> passthrough;  // timing flags, handed to child processes in run-all mode
 };
 
@@ -191,6 +194,8 @@ inline Args parse_args(int argc, char** argv, bool is_torch) {
       a.share = value(i);
     else if (flag == "--quantize" && !is_torch)
       a.quantize = value(i);
+    else if (flag == "--policy" && !is_torch)
+      a.policy = value(i);
     else
       usage_error(program, "unknown argument '" + flag + "'");
   }
@@ -341,6 +346,7 @@ inline void print_json(const char* impl, const Args& a, const Timing& t, double 
   if (find_workload(a.workload)->has_seq) std::printf("\"seq\":%d,", a.seq);
   if (a.callers > 1) std::printf("\"callers\":%d,\"share\":\"%s\",", a.callers, a.share.c_str());
   if (!a.quantize.empty()) std::printf("\"quantize\":\"%s\",", a.quantize.c_str());
+  if (!a.policy.empty()) std::printf("\"policy\":\"%s\",", a.policy.c_str());
   std::printf("\"ms_median\":%.4f,\"ms_min\":%.4f,\"iters\":%d,\"peak_rss_mb\":%.1f,\"baseline_rss_mb\":%.1f%s}\n",
               t.median_ms, t.min_ms, t.iters, peak_mb, baseline_mb, extra.c_str());
   std::fflush(stdout);

@@ -427,6 +427,7 @@ int main(int argc, char** argv) {
   const bool training = args.mode == "train_step";
 
   try {
+    if (!args.policy.empty()) kiln::set_dtype_policy(args.policy);
     if (args.sgemm) {
       const double baseline = bench::status_mb("VmRSS");
       SgemmRunner runner(gemm_list(args.workload, training, args.seq));

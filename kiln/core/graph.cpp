@@ -38,6 +38,12 @@ int Tensor::rank() const { return shape().rank(); }
 Graph::NameScope::NameScope(Graph& graph, const std::string& name) : graph_(graph) { graph_.scopes_.push_back(name); }
 Graph::NameScope::~NameScope() { graph_.scopes_.pop_back(); }
 
+Graph::ProductPrecision::ProductPrecision(Graph& graph, bool bfloat16)
+    : graph_(graph), previous_(graph.bfloat16_products_) {
+  graph_.bfloat16_products_ = bfloat16;
+}
+Graph::ProductPrecision::~ProductPrecision() { graph_.bfloat16_products_ = previous_; }
+
 std::string Graph::scoped(const std::string& base) const {
   std::string result;
   for (const std::string& scope : scopes_) result += scope + "/";

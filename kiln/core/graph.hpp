@@ -137,6 +137,24 @@ class Graph {
   /// Whether a name scope is open: a layer's call is adding its ops.
   bool in_name_scope() const { return !scopes_.empty(); }
 
+  /// Sets whether the matrix products added while it is alive round their operands to bfloat16 (the sums stay
+  /// float32): a layer whose dtype policy computes in bfloat16 (Keras's "bfloat16", "mixed_bfloat16") opens one
+  /// around its call, and a product's backward rule around its gradient's products. Scopes nest; the innermost
+  /// wins, so a float32 layer inside a bfloat16 one computes in float32.
+  class ProductPrecision {
+   public:
+    ProductPrecision(Graph& graph, bool bfloat16);
+    ~ProductPrecision();
+    ProductPrecision(const ProductPrecision&) = delete;
+    ProductPrecision& operator=(const ProductPrecision&) = delete;
+
+   private:
+    Graph& graph_;
+    bool previous_;
+  };
+  /// Whether products added now round their operands to bfloat16 (see ProductPrecision).
+  bool bfloat16_products() const { return bfloat16_products_; }
+
   /// Marks this graph as one a model is written in (kiln::Input makes them): an op that has a Keras
   /// operation (ops::add, ops::slice, ops::get_item, ...) called on its tensors outside any layer's call is
   /// recorded as a call of an operation layer, as Keras records keras.ops calls in a functional model, so
@@ -177,6 +195,7 @@ class Graph {
   std::vector<Tensor> losses_;
   std::map<NodeId, NodeId> masks_;
   bool writes_model_ = false;
+  bool bfloat16_products_ = false;
 };
 
 }  // namespace kiln

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <regex>
 
 #include <kiln/core/error.hpp>
@@ -48,6 +49,24 @@ bool CallArgs::flag(const std::string& name, bool fallback) const {
 
 // ---- names ------------------------------------------------------------------------------------------
 
+// ---- the global dtype policy ----------------------------------------------------------------------------
+
+namespace {
+std::string& global_policy() {
+  static std::string policy = "float32";
+  return policy;
+}
+}  // namespace
+
+void set_dtype_policy(const std::string& name) {
+  if (name != "float32" && name != "float64" && name != "bfloat16" && name != "mixed_bfloat16")
+    throw ConfigError("set_dtype_policy: '" + name +
+                      "' is not a policy kiln computes (it has float32, float64, bfloat16 and mixed_bfloat16)");
+  global_policy() = name;
+}
+
+std::string dtype_policy() { return global_policy(); }
+
 // ---- Layer --------------------------------------------------------------------------------------------
 
 namespace {
@@ -67,7 +86,11 @@ Layer::Layer(const Config& config, std::string class_name, const std::vector<std
   name_ = config.get_string("name", "");
   name_given_ = !name_.empty();
   trainable_ = config.get_bool("trainable", true);
-  if (const Config* dtype = config.find("dtype"); dtype != nullptr && !dtype->is_null()) {
+  const Config* dtype = config.find("dtype");
+  if (dtype == nullptr || dtype->is_null()) {
+    // Keras: a layer given no dtype takes the global policy (keras.config.set_dtype_policy) when it is made.
+    if (const std::string global = dtype_policy(); global != "float32") apply_policy(Config(global));
+  } else {
     if (detail::is_dtype_policy_map(*dtype)) {
       // keras-hub's backbones write their quantized layers' policies as one DTypePolicyMap by layer path, and
       // Keras hands the map to every layer: each looks its own path up, once the path is known.
@@ -128,11 +151,17 @@ void Layer::apply_policy(const Config& dtype) {
     dtype_name = dtype.as_string(class_name_ + " argument 'dtype'");
   }
   if (const auto from = dtype_name.find("_from_"); from != std::string::npos) dtype_name = dtype_name.substr(from + 6);
-  const DType parsed = dtype_from_name(dtype_name);
+  // Keras's bfloat16 policies: kiln's variables stay float32 in memory (see policy_name()).
+  const bool bfloat16 = dtype_name == "bfloat16" || dtype_name == "mixed_bfloat16";
+  if (dtype_name == "float16" || dtype_name == "mixed_float16")
+    throw ConfigError(who + ": the dtype policy '" + dtype_name +
+                      "' is not one kiln computes (it has float32, float64, bfloat16 and mixed_bfloat16)");
+  const DType parsed = bfloat16 ? DType::float32 : dtype_from_name(dtype_name);
   if (!is_floating(parsed)) throw ConfigError(who + ": computes in float32 or float64, not " + dtype_name);
   quantization_mode_ = mode;
   dtype_ = parsed;
   dtype_given_ = true;
+  policy_name_ = bfloat16 ? dtype_name : std::string();
 }
 
 namespace {
@@ -189,11 +218,11 @@ std::vector<bool> Layer::projections_in_int8(const std::vector<std::string>& nam
 
 std::vector<std::pair<std::string, Config>> Layer::quantized_policies() const {
   std::vector<std::pair<std::string, Config>> policies;
-  if (!quantization_mode_.empty()) policies.emplace_back(path(), detail::quantized_dtype_policy(quantization_mode_, dtype_name(dtype_)));
+  if (!quantization_mode_.empty()) policies.emplace_back(path(), detail::quantized_dtype_policy(quantization_mode_, policy_name()));
   const std::vector<std::string> projections = quantizable_projections();
   for (std::size_t i = 0; i < projections.size(); ++i)
     if (projection_quantized(i))
-      policies.emplace_back(path() + "/" + projections[i], detail::quantized_dtype_policy("int8", dtype_name(dtype_)));
+      policies.emplace_back(path() + "/" + projections[i], detail::quantized_dtype_policy("int8", policy_name()));
   return policies;
 }
 
@@ -219,9 +248,9 @@ Config Layer::base_config() const {
   if (policy_map_given_)  // Keras writes the layer's policy as it was given: the map
     config.set("dtype", policy_map_);
   else if (!quantization_mode_.empty())  // Keras's QuantizedDTypePolicy, as it writes it
-    config.set("dtype", detail::quantized_dtype_policy(quantization_mode_, dtype_name(dtype_)));
+    config.set("dtype", detail::quantized_dtype_policy(quantization_mode_, policy_name()));
   else
-    config.set("dtype", dtype_given_ || built_ ? Config(dtype_name(dtype_)) : Config());
+    config.set("dtype", dtype_given_ || built_ ? Config(policy_name()) : Config());
   // As Keras: written only when set.
   if (activity_regularizer_) config.set("activity_regularizer", activity_regularizer_.get_config());
   return config;
@@ -415,11 +444,12 @@ void Layer::rename_automatic(const std::string& name) {
 
 Array Layer::draw(const OwnWeight& weight, Rng& rng) const {
   const Shape& shape = weight.value.shape();
-  if (!weight.fill) return weight.initializer.sample(shape, weight.value.dtype(), rng, weight.fans);
-  Array values = weight.fill(shape, weight.value.dtype(), rng);
+  Array values = weight.fill ? weight.fill(shape, weight.value.dtype(), rng)
+                             : weight.initializer.sample(shape, weight.value.dtype(), rng, weight.fans);
   if (values.shape() != shape || values.dtype() != weight.value.dtype())
     throw Error(describe() + ": the values drawn for weight '" + weight.name + "' are " + values.shape().to_string() +
                 " " + dtype_name(values.dtype()) + ", not the weight's " + shape.to_string());
+  if (bfloat16_variables() && values.dtype() == DType::float32) values = ops::round_to_bfloat16(values);
   return values;
 }
 
@@ -546,6 +576,10 @@ Outputs Layer::operator()(const std::vector<Tensor>& given_inputs, const CallArg
   std::vector<Tensor> outputs;
   {
     Graph::NameScope scope(graph, name_);
+    // A layer with a policy of its own computes its products in that policy's precision; one without follows the
+    // layer calling it (Keras hands a layer's policy to its sublayers).
+    std::optional<Graph::ProductPrecision> precision;
+    if (dtype_given_) precision.emplace(graph, bfloat16_products());
     outputs = call(inputs, call_args);
     if (activity_regularizer_)
       for (const Tensor& output : outputs) add_activity_loss(activity_regularizer_, output);
@@ -601,9 +635,11 @@ void Layer::collect_weights(const std::string& prefix, bool frozen_by_parent, st
   // Keras 3's order: the layer's own weights in creation order, then each child's, whatever the
   // trainable flags, so freezing a layer never reorders get_weights().
   const bool frozen = frozen_by_parent || !trainable_;
-  for (const OwnWeight& weight : weights_)
+  for (const OwnWeight& weight : weights_) {
     out.push_back(
         {prefix + weight.name, weight.value, weight.trainable && !frozen, weight.regularizer, weight.constraint});
+    out.back().bfloat16 = bfloat16_variables() && weight.value.dtype() == DType::float32;
+  }
   for (const LayerPtr& child : children_) child->collect_weights(prefix + child->name_ + "/", frozen, out);
 }
 
@@ -676,8 +712,9 @@ void Layer::set_weights(const std::vector<Array>& values) {
       shape_error("set_weights: weight '" + targets[i].path + "' has another shape",
                   {{"expected", targets[i].value.shape()}, {"given", values[i].shape()}});
   for (std::size_t i = 0; i < values.size(); ++i) {
-    const Array converted =
+    Array converted =
         values[i].dtype() == targets[i].value.dtype() ? values[i] : values[i].astype(targets[i].value.dtype());
+    if (targets[i].bfloat16 && converted.dtype() == DType::float32) converted = ops::round_to_bfloat16(converted);
     std::memcpy(targets[i].value.raw(), converted.raw(), targets[i].value.nbytes());
   }
 }

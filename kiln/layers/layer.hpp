@@ -52,6 +52,14 @@
 namespace kiln {
 
 class Layer;
+
+/// Keras's global dtype policy (keras.config.set_dtype_policy): the policy of the layers made after it without a
+/// dtype of their own. "float32" (the default), "float64", "bfloat16" or "mixed_bfloat16" (float32 variables,
+/// bfloat16 matrix products, as Keras's mixed precision); ConfigError on another name. Not thread-safe against
+/// layers being made on other threads.
+void set_dtype_policy(const std::string& name);
+/// The global dtype policy's name.
+std::string dtype_policy();
 /// A shared layer: how models, call records and the registry hold layers.
 using LayerPtr = std::shared_ptr<Layer>;
 /// A weight's regularizer and constraint as a layer's config gives them: Keras's `<prefix>_regularizer` and
@@ -141,6 +149,9 @@ struct Weight {
   Regularizer regularizer;
   /// The projection applied after each optimizer update (a layer's kernel_constraint); none by default.
   Constraint constraint;
+  /// Whether the layer holding it keeps it as bfloat16 (Keras's "bfloat16" policy): float32 memory holding
+  /// bfloat16 values; set_weights rounds to them, Keras files store it as bfloat16.
+  bool bfloat16 = false;
 };
 
 /// What calling a layer returns: its outputs, which read as one Tensor when there is exactly one, so
@@ -227,6 +238,16 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// QuantizedDTypePolicy ({"mode": "int8", "source_name": "float32"}, or the name "int8_from_float32") sets it,
   /// and get_config writes the policy back; dtype() is then the source dtype, the float the layer computes in.
   const std::string& quantization_mode() const { return quantization_mode_; }
+  /// Keras's name of the layer's dtype policy (its source policy when quantized): "float32", "float64",
+  /// "bfloat16" (bfloat16 variables and products) or "mixed_bfloat16" (float32 variables, bfloat16 products).
+  /// kiln keeps a bfloat16 layer's variables in float32 memory holding bfloat16 values (rounded when drawn or set;
+  /// written to Keras files as bfloat16), and computes everything but matrix products in float32: see
+  /// docs/design.md, "bfloat16".
+  std::string policy_name() const { return policy_name_.empty() ? std::string(dtype_name(dtype_)) : policy_name_; }
+  /// Whether the layer's matrix products round their operands to bfloat16 (Keras's bfloat16 compute dtype).
+  bool bfloat16_products() const { return !policy_name_.empty(); }
+  /// Whether the layer's variables are bfloat16 (the policy "bfloat16"; "mixed_bfloat16" keeps them float32).
+  bool bfloat16_variables() const { return policy_name_ == "bfloat16"; }
   /// Keras's Layer.path: the layer's name under its parent's path ("transformer_layer_0/self_attention"); a
   /// model's member layers' is their name. Final once the layer is tracked by its parent (or built).
   std::string path() const { return seed_path_.empty() ? name_ : seed_path_; }
@@ -442,6 +463,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
   Regularizer activity_regularizer_;
   DType dtype_ = DType::float32;
   bool dtype_given_ = false;
+  std::string policy_name_;  ///< "bfloat16" or "mixed_bfloat16"; empty for the float dtypes' own policies
   std::string quantization_mode_;
   std::vector<std::string> quantization_modes_;  ///< the modes this layer runs
   Config policy_map_;                            ///< a Keras DTypePolicyMap given as (or inherited for) the dtype

@@ -1,5 +1,9 @@
-// matmul and batched matmul with transpose flags, straight to detail::gemm (no transposed copies).
+// matmul and batched matmul with transpose flags, straight to detail::gemm (no transposed copies). With the attribute
+// bfloat16 (set where Graph::bfloat16_products() was, inside a layer whose dtype policy computes in bfloat16) a
+// float32 product rounds its operands to bfloat16 and sums in float32 (detail::gemm_bf16), as do its gradient's
+// products; a float64 one stays exact, so the float64 gradient checks still check the rule.
 #include <algorithm>
+#include <type_traits>
 
 #include <kiln/core/detail/op_recording.hpp>
 #include <kiln/core/error.hpp>
@@ -88,8 +92,17 @@ detail::GemmShape gemm_of(const Shape& a, const Shape& b, const Attributes& attr
   return gemm;
 }
 
+bool in_bfloat16(const Attributes& attributes) { return attributes.has("bfloat16") && attributes.get_bool("bfloat16"); }
+
 void matmul_prepare(const std::vector<Shape>& inputs, const Shape&, const Attributes& attributes, DType dtype) {
-  detail::prepare_gemm(gemm_of(inputs[0], inputs[1], attributes), dtype);
+  if (!in_bfloat16(attributes)) detail::prepare_gemm(gemm_of(inputs[0], inputs[1], attributes), dtype);
+}
+
+template <class T>
+void product(bool bfloat16, const detail::GemmShape& gemm, const T* a, const T* b, T* c) {
+  if constexpr (std::is_same_v<T, float>)
+    if (bfloat16) return detail::gemm_bf16(gemm, a, b, c);
+  detail::gemm(gemm, a, b, c);
 }
 
 template <class T>
@@ -98,11 +111,12 @@ void matmul_kernel(const KernelContext& k) {
   const Shape& b = k.input_shape(1);
   const Shape& out = *k.output_shape;
   const detail::GemmShape gemm = gemm_of(a, b, k.attributes());
+  const bool bfloat16 = in_bfloat16(k.attributes());
   const T* pa = k.in<T>(0);
   const T* pb = k.in<T>(1);
   T* pc = k.out<T>();
   if (shared_weights(b, gemm.transpose_a)) {
-    detail::gemm(gemm, pa, pb, pc);
+    product(bfloat16, gemm, pa, pb, pc);
     return;
   }
   const int batch_rank = out.rank() - 2;
@@ -115,8 +129,8 @@ void matmul_kernel(const KernelContext& k) {
       work >= detail::gemm_split_work ? 1 : static_cast<int>(std::min<std::int64_t>(batches, 1 << 16));
   detail::parallel_for(batches, max_workers, [&](std::int64_t begin, std::int64_t end, int) {
     for (std::int64_t i = begin; i < end; ++i)
-      detail::gemm(gemm, pa + batch_offset(i, out, a, batch_rank), pb + batch_offset(i, out, b, batch_rank),
-                   pc + i * out_matrix);
+      product(bfloat16, gemm, pa + batch_offset(i, out, a, batch_rank), pb + batch_offset(i, out, b, batch_rank),
+              pc + i * out_matrix);
   });
 }
 
@@ -134,6 +148,7 @@ std::vector<Tensor> matmul_backward(const GradContext& g) {
   const Tensor dy = g.output_grad();
   const bool ta = g.attributes().get_bool("transpose_a");
   const bool tb = g.attributes().get_bool("transpose_b");
+  Graph::ProductPrecision precision(dy.graph(), in_bfloat16(g.attributes()));
   Tensor da, db;
   if (g.needs_grad(0)) {
     if (!ta)
@@ -157,7 +172,7 @@ std::vector<Tensor> matmul_backward(const GradContext& g) {
 KILN_REGISTER_OP(OpDef("kiln>MatMul")
                      .display_name("matmul")
                      .inputs(2)
-                     .attributes({"transpose_a", "transpose_b"})
+                     .attributes({"transpose_a", "transpose_b", "bfloat16"})
                      .infer_shape(matmul_shape)
                      .forward(matmul_kernel<float>, matmul_kernel<double>)
                      .prepare(matmul_prepare)
@@ -175,8 +190,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
     };
     return matmul(transpose_a ? swap_last(a) : a, transpose_b ? swap_last(b) : b);
   }
-  return detail::add_or_record_op("kiln>MatMul", {a, b},
-                          Attributes().set("transpose_a", transpose_a).set("transpose_b", transpose_b), "matmul");
+  Attributes attributes = Attributes().set("transpose_a", transpose_a).set("transpose_b", transpose_b);
+  if (a.graph().bfloat16_products()) attributes.set("bfloat16", true);
+  return detail::add_or_record_op("kiln>MatMul", {a, b}, attributes, "matmul");
 }
 }  // namespace ops
 }  // namespace kiln

@@ -212,6 +212,9 @@ struct QuantizedArray {
 /// ties to even. Dense.quantize("int8") quantizes its kernel this way along axis 0 (one scale per unit).
 /// Throws ValueError on a bad axis or value_max, DTypeError on int8 input.
 QuantizedArray abs_max_quantize(const Array& values, int axis, int value_max = 127);
+/// float32 values rounded to bfloat16 (to nearest, ties to even; as ml_dtypes and vcvtneps2bf16), held in float32:
+/// a Keras bfloat16 variable's values. A new array; DTypeError unless float32.
+Array round_to_bfloat16(const Array& values);
 
 // ---- attention -------------------------------------------------------------------------------------
 /// softmax(scale·q·kᵀ)·v over the last two axes of q (..., T, d), k (..., S, d) and v (..., S, dv), whose

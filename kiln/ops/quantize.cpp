@@ -403,6 +403,17 @@ Tensor dequantize(const Tensor& q, const Tensor& scale, bool leading) {
   return q.graph().add_op("kiln>Dequantize", {q, scale}, Attributes().set("leading", leading), "dequantize");
 }
 
+Array round_to_bfloat16(const Array& values) {
+  if (values.dtype() != DType::float32)
+    throw DTypeError("round_to_bfloat16: rounds float32 values, got " + std::string(dtype_name(values.dtype())) + " " +
+                     values.shape().to_string());
+  Array rounded(values.shape(), DType::float32);
+  const float* from = values.data<float>();
+  float* to = rounded.data<float>();
+  for (std::size_t i = 0; i < values.size(); ++i) to[i] = detail::round_to_bfloat16(from[i]);
+  return rounded;
+}
+
 QuantizedArray abs_max_quantize(const Array& values, int axis, int value_max) {
   if (values.empty() || values.shape().rank() < 1) throw ValueError("abs_max_quantize: needs an array of rank 1 or more");
   if (!is_floating(values.dtype())) throw DTypeError("abs_max_quantize: quantizes float32 or float64 values");

@@ -389,10 +389,10 @@ TEST_CASE("a partly quantized backbone quantizes the rest, and a quantized one h
 }
 
 TEST_CASE("a policy kiln cannot follow inside a map leaves no half-made layer", "[hub][quantize]") {
-  // keras-hub's int8 from bfloat16: kiln computes in float32 or float64; the error names the layer.
+  // int8 from float16: kiln computes in float32, float64 and bfloat16; the error names the layer.
   const auto policy = Config{{"module", "keras.dtype_policies"},
                              {"class_name", "QuantizedDTypePolicy"},
-                             {"config", {{"mode", "int8"}, {"source_name", "bfloat16"}}},
+                             {"config", {{"mode", "int8"}, {"source_name", "float16"}}},
                              {"registered_name", Config()}};
   const Config arguments = {{"vocabulary_size", 50}, {"num_layers", 1}, {"num_heads", 2}, {"hidden_dim", 8},
                             {"intermediate_dim", 16},  {"max_sequence_length", 12},

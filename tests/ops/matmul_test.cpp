@@ -86,3 +86,70 @@ TEST_CASE("matmul shape errors name the node and both shapes", "[ops][matmul]") 
   CHECK_THROWS_AS(ops::matmul(graph.placeholder({2, 3, 4}), graph.placeholder({3, 4, 5})), ShapeError);
   CHECK(ops::matmul(a, graph.placeholder({5, 4}), false, true).shape() == Shape({Shape::unknown, 3, 5}));
 }
+
+namespace {
+// The float64 product of a and b rounded to bfloat16 (a, b float32; no transposes, rank 2).
+Array rounded_product(const Array& a, const Array& b, bool ta, bool tb) {
+  return reference(ops::round_to_bfloat16(a).astype(DType::float64), ops::round_to_bfloat16(b).astype(DType::float64),
+                   ta, tb);
+}
+}  // namespace
+
+TEST_CASE("matmul in bfloat16: products and their gradients round their operands, sums stay float32",
+          "[ops][matmul][bfloat16]") {
+  Rng rng(33);
+  for (const MatmulCase& c : matmul_cases) {
+    if (c.a.rank() != 2 || c.b.rank() != 2) continue;
+    INFO(c.a.to_string() << (c.ta ? "T" : "") << " @ " << c.b.to_string() << (c.tb ? "T" : ""));
+    const Array a = testing::random_array(c.a, rng, DType::float32);
+    const Array b = testing::random_array(c.b, rng, DType::float32);
+    const Shape out_shape{c.ta ? c.a[1] : c.a[0], c.tb ? c.b[0] : c.b[1]};
+    const Array weights = testing::random_array(out_shape, rng, DType::float32);
+    bool attribute_set = false;
+    const std::vector<Array> results = testing::evaluate_with_gradients(
+        [&](const std::vector<Tensor>& x) {
+          Graph::ProductPrecision bf16(x[0].graph(), true);
+          const Tensor y = ops::matmul(x[0], x[1], c.ta, c.tb);
+          attribute_set = y.node().attributes.get_bool("bfloat16");
+          return y;
+        },
+        {a, b}, weights);
+    CHECK(attribute_set);
+    CHECK(testing::max_relative_difference(results[0].astype(DType::float64), rounded_product(a, b, c.ta, c.tb)) <
+          1e-5);
+    // dA = dY·op(B)ᵀ (laid out as A) and dB = op(A)ᵀ·dY, each on rounded operands.
+    const Array da = c.ta ? rounded_product(b, weights, c.tb, true) : rounded_product(weights, b, false, !c.tb);
+    const Array db = c.tb ? rounded_product(weights, a, true, c.ta) : rounded_product(a, weights, !c.ta, false);
+    CHECK(testing::max_relative_difference(results[1].astype(DType::float64), da) < 1e-5);
+    CHECK(testing::max_relative_difference(results[2].astype(DType::float64), db) < 1e-5);
+    // And not the float32 product: the rounding is real.
+    const Array exact = reference(a.astype(DType::float64), b.astype(DType::float64), c.ta, c.tb);
+    CHECK(testing::max_relative_difference(results[0].astype(DType::float64), exact) > 1e-6);
+  }
+  // Outside a scope (or with it closed) no attribute is set.
+  const Array plain = testing::evaluate(
+      [](const std::vector<Tensor>& x) {
+        { Graph::ProductPrecision bf16(x[0].graph(), true); }
+        const Tensor y = ops::matmul(x[0], x[1]);
+        CHECK_FALSE(y.node().attributes.has("bfloat16"));
+        return y;
+      },
+      {testing::random_array({2, 3}, rng, DType::float32), testing::random_array({3, 2}, rng, DType::float32)});
+  CHECK(plain.shape() == Shape{2, 2});
+}
+
+TEST_CASE("matmul in bfloat16: float64 stays exact, so its gradients still check", "[ops][matmul][bfloat16][grad]") {
+  Rng rng(34);
+  for (const MatmulCase& c : matmul_cases) {
+    testing::GradcheckOptions options;
+    options.label = "matmul bfloat16 " + c.a.to_string() + (c.ta ? "T" : "") + " @ " + c.b.to_string() + (c.tb ? "T" : "");
+    const auto report = testing::gradcheck(
+        [&](const std::vector<Tensor>& x) {
+          Graph::ProductPrecision bf16(x[0].graph(), true);
+          return ops::matmul(x[0], x[1], c.ta, c.tb);
+        },
+        {c.a, c.b}, rng, options);
+    INFO(report.worst_entry());
+    CHECK(report.max_relative_error <= 1e-6);
+  }
+}

@@ -93,4 +93,26 @@ void gemm_s8s8s32_with(Int8GemmBackend backend, std::int64_t m, std::int64_t n, 
                        std::int64_t lda, const std::int8_t* b, std::int64_t ldb, std::int32_t* c, std::int64_t ldc,
                        bool b_transposed = false);
 
+// ---- bfloat16 products (Keras's bfloat16 and mixed_bfloat16 dtype policies) ----------------------------------------
+// C = op(A)·op(B) (+ C when accumulating) with A's and B's float32 values rounded to bfloat16 (to nearest, ties to
+// even) and the products summed in float32, as a CPU's bfloat16 dot products (vdpbf16ps) and Keras's mixed policy
+// compute. On oneDNN's matmul primitive where the CPU has AVX512_BF16 (or AMX): each worker packs its slice of
+// the operands into per-thread bfloat16 buffers (grown to the largest product it has run, then kept) and runs a
+// primitive made at its first product of that shape. Elsewhere (no oneDNN, no AVX512_BF16: oneDNN would emulate),
+// the float32 product of the rounded operands, which differs only in the order of the float32 sums. Split over
+// kiln's threads as gemm splits float32 products.
+enum class Bf16GemmBackend {
+  onednn,   // oneDNN's matmul primitive on bfloat16 operands
+  rounded,  // the operands rounded to bfloat16 in float32, then gemm
+};
+Bf16GemmBackend bf16_gemm_backend();
+void gemm_bf16(const GemmShape& shape, const float* a, const float* b, float* c);
+// One product on the calling thread on the given backend (tests compare them); onednn where it cannot run: rounded.
+void gemm_bf16_with(Bf16GemmBackend backend, const GemmShape& shape, const float* a, const float* b, float* c);
+// bfloat16 as its 16 bits: round to nearest even (a NaN stays NaN), and back (exact).
+std::uint16_t to_bfloat16(float value);
+float from_bfloat16(std::uint16_t value);
+void to_bfloat16(const float* from, std::uint16_t* to, std::int64_t count);
+float round_to_bfloat16(float value);
+
 }  // namespace kiln::detail

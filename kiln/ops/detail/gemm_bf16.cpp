@@ -1,0 +1,288 @@
+// bfloat16 products (Keras's bfloat16 and mixed_bfloat16 policies): C = op(A)·op(B) with A and B rounded to bfloat16
+// and the sums in float32. See gemm.hpp.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+#if KILN_HAS_DNNL
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+#include <kiln/core/parallel.hpp>
+#include <kiln/ops/detail/gemm.hpp>
+
+namespace kiln::detail {
+
+// Round to nearest, ties to even, as vcvtneps2bf16 and ml_dtypes do; a NaN stays a (quiet) NaN.
+std::uint16_t to_bfloat16(float value) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x0040u);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<std::uint16_t>(bits >> 16);
+}
+
+float from_bfloat16(std::uint16_t value) {
+  const std::uint32_t bits = std::uint32_t{value} << 16;
+  float result;
+  std::memcpy(&result, &bits, sizeof result);
+  return result;
+}
+
+void to_bfloat16(const float* from, std::uint16_t* to, std::int64_t count) {
+  // Branch-free, so that the compiler vectorizes it (a quiet NaN's payload bit set where it is one).
+  for (std::int64_t i = 0; i < count; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, from + i, sizeof bits);
+    const std::uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    const std::uint32_t nan = (bits >> 16) | 0x0040u;
+    to[i] = static_cast<std::uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+  }
+}
+
+float round_to_bfloat16(float value) { return from_bfloat16(to_bfloat16(value)); }
+
+namespace {
+
+void pack_rounded(const float* from, std::int64_t rows, std::int64_t cols, std::int64_t ld, float* to) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = from + r * ld;
+    float* out = to + r * cols;
+    for (std::int64_t c = 0; c < cols; ++c) {  // branch-free, as to_bfloat16
+      std::uint32_t bits;
+      std::memcpy(&bits, row + c, sizeof bits);
+      const std::uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+      const std::uint32_t nan = (bits | 0x00400000u) & 0xffff0000u;
+      const std::uint32_t result = (bits & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
+      std::memcpy(out + c, &result, sizeof result);
+    }
+  }
+}
+
+// The operands as stored: A is m × k (k × m when transposed), B k × n (n × k).
+struct Stored {
+  std::int64_t rows, cols;
+};
+Stored stored_a(const GemmShape& s) { return s.transpose_a ? Stored{s.k, s.m} : Stored{s.m, s.k}; }
+Stored stored_b(const GemmShape& s) { return s.transpose_b ? Stored{s.n, s.k} : Stored{s.k, s.n}; }
+
+// Per-thread buffers for the packed operands, grown to the largest product a thread has run and kept.
+template <class T>
+T* thread_buffer(int which, std::int64_t count) {
+  thread_local std::vector<T> buffers[2];
+  std::vector<T>& buffer = buffers[which];
+  if (static_cast<std::int64_t>(buffer.size()) < count) buffer.resize(static_cast<std::size_t>(count));
+  return buffer.data();
+}
+
+void rounded_product(const GemmShape& s, const float* a, const float* b, float* c) {
+  const Stored sa = stored_a(s), sb = stored_b(s);
+  float* pa = thread_buffer<float>(0, sa.rows * sa.cols);
+  float* pb = thread_buffer<float>(1, sb.rows * sb.cols);
+  pack_rounded(a, sa.rows, sa.cols, s.lda, pa);
+  pack_rounded(b, sb.rows, sb.cols, s.ldb, pb);
+  GemmShape tight = s;
+  tight.lda = sa.cols;
+  tight.ldb = sb.cols;
+  gemm(tight, pa, pb, c);  // inside a worker: on the calling thread
+}
+
+#if KILN_HAS_DNNL
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// vcvtne2ps2bf16: 32 floats a step, the same rounding as to_bfloat16. Only called where the CPU has AVX512_BF16
+// (the oneDNN backend), whatever kiln was compiled for.
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void to_bfloat16_avx512(const float* from, std::uint16_t* to,
+                                                                                  std::int64_t count) {
+  std::int64_t i = 0;
+  for (; i + 32 <= count; i += 32) {
+    const __m512bh packed = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(from + i + 16), _mm512_loadu_ps(from + i));
+    _mm512_storeu_si512(to + i, reinterpret_cast<__m512i>(packed));
+  }
+  if (i < count) {
+    const std::int64_t left = count - i;
+    const __mmask16 low = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+    const __mmask16 high = left > 16 ? __mmask16((1u << (left - 16)) - 1) : __mmask16(0);
+    const __m512bh packed = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(high, from + i + 16),
+                                                _mm512_maskz_loadu_ps(low, from + i));
+    _mm512_mask_storeu_epi16(to + i, (__mmask32(high) << 16) | low, reinterpret_cast<__m512i>(packed));
+  }
+}
+#endif
+
+// A rows × cols block of a row-major matrix (rows ld apart), packed tight as bfloat16 (or as float32 rounded to
+// bfloat16, for the fallback).
+void pack(const float* from, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::uint16_t* to) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  for (std::int64_t r = 0; r < rows; ++r) to_bfloat16_avx512(from + r * ld, to + r * cols, cols);
+#else
+  for (std::int64_t r = 0; r < rows; ++r) to_bfloat16(from + r * ld, to + r * cols, cols);
+#endif
+}
+
+// oneDNN's matmul primitive on bfloat16 operands with a float32 C (its brgemm kernels on AVX512_BF16 or AMX), one
+// per product shape and thread, made at the thread's first product of that shape and kept with its memory objects
+// (whose data handles each call sets), so a call allocates nothing. Run on the calling thread, as dnnl_sgemm.
+struct Bf16Primitive {
+  dnnl::matmul product;
+  dnnl::memory a, b, c, scratch;
+  std::vector<unsigned char> scratch_buffer;
+};
+
+using Bf16Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, bool, std::int64_t, bool>;
+
+// The thread's oneDNN engine and stream (a stream holds its engine: they live together).
+struct DnnlContext {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+};
+DnnlContext& dnnl_context() {
+  thread_local DnnlContext context;
+  return context;
+}
+
+Bf16Primitive* bf16_primitive(const GemmShape& s) {
+  thread_local std::map<Bf16Key, std::unique_ptr<Bf16Primitive>> cache;
+  const dnnl::engine& engine = dnnl_context().engine;
+  const Bf16Key key{s.m, s.n, s.k, s.transpose_a, s.transpose_b, s.ldc, s.accumulate};
+  if (auto found = cache.find(key); found != cache.end()) return found->second.get();
+  using dims = dnnl::memory::dims;
+  using dt = dnnl::memory::data_type;
+  const dnnl::memory::desc a({s.m, s.k}, dt::bf16, s.transpose_a ? dims{1, s.m} : dims{s.k, 1});
+  const dnnl::memory::desc b({s.k, s.n}, dt::bf16, s.transpose_b ? dims{1, s.k} : dims{s.n, 1});
+  const dnnl::memory::desc c({s.m, s.n}, dt::f32, dims{s.ldc, 1});
+  dnnl::primitive_attr attributes;
+  attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (s.accumulate) {
+    dnnl::post_ops sum;
+    sum.append_sum(1.0f);
+    attributes.set_post_ops(sum);
+  }
+  const dnnl::matmul::primitive_desc description(dnnl::matmul::desc(a, b, c), attributes, engine);
+  auto made = std::make_unique<Bf16Primitive>();
+  made->product = dnnl::matmul(description);
+  made->a = dnnl::memory(a, engine, DNNL_MEMORY_NONE);
+  made->b = dnnl::memory(b, engine, DNNL_MEMORY_NONE);
+  made->c = dnnl::memory(c, engine, DNNL_MEMORY_NONE);
+  made->scratch_buffer.resize(std::max<std::size_t>(description.scratchpad_desc().get_size(), 1));
+  made->scratch = dnnl::memory(description.scratchpad_desc(), engine, made->scratch_buffer.data());
+  return cache.emplace(key, std::move(made)).first->second.get();
+}
+
+void dnnl_product(const GemmShape& s, const float* a, const float* b, float* c) {
+  const Stored sa = stored_a(s), sb = stored_b(s);
+  std::uint16_t* pa = thread_buffer<std::uint16_t>(0, sa.rows * sa.cols);
+  std::uint16_t* pb = thread_buffer<std::uint16_t>(1, sb.rows * sb.cols);
+  pack(a, sa.rows, sa.cols, s.lda, pa);
+  pack(b, sb.rows, sb.cols, s.ldb, pb);
+  Bf16Primitive* primitive = bf16_primitive(s);
+  primitive->a.set_data_handle(pa);
+  primitive->b.set_data_handle(pb);
+  primitive->c.set_data_handle(c);
+  dnnl::stream& stream = dnnl_context().stream;
+  const int threads = omp_get_max_threads();
+  if (threads != 1) omp_set_num_threads(1);
+  // The C API takes the arguments as an array: the C++ one's std::unordered_map would allocate every call.
+  const dnnl_exec_arg_t arguments[] = {{DNNL_ARG_SRC, primitive->a.get()},
+                                       {DNNL_ARG_WEIGHTS, primitive->b.get()},
+                                       {DNNL_ARG_DST, primitive->c.get()},
+                                       {DNNL_ARG_SCRATCHPAD, primitive->scratch.get()}};
+  const dnnl_status_t status = dnnl_primitive_execute(primitive->product.get(), stream.get(), 4, arguments);
+  if (threads != 1) omp_set_num_threads(threads);
+  if (status != dnnl_success) throw dnnl::error(status, "bfloat16 matmul");
+}
+
+// oneDNN runs bfloat16 products natively only with AVX512_BF16 (or AMX); elsewhere its emulation is slower than
+// the float32 product of the rounded operands.
+bool dnnl_bf16_native() {
+  static const bool native = [] {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (!__builtin_cpu_supports("avx512bf16")) return false;
+    try {  // and Debian's oneDNN makes a primitive here
+      GemmShape probe{16, 16, 16, false, false, 16, 16, 16};
+      return bf16_primitive(probe) != nullptr;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+#else
+    return false;
+#endif
+  }();
+  return native;
+}
+#endif
+
+void run_bf16(Bf16GemmBackend backend, const GemmShape& s, const float* a, const float* b, float* c) {
+#if KILN_HAS_DNNL
+  if (backend == Bf16GemmBackend::onednn && dnnl_bf16_native()) {
+    try {
+      return dnnl_product(s, a, b, c);
+    } catch (const dnnl::error&) {
+      // oneDNN refused this shape (or its memory): the fallback below gives the same product.
+    }
+  }
+#else
+  (void)backend;
+#endif
+  rounded_product(s, a, b, c);
+}
+
+}  // namespace
+
+Bf16GemmBackend bf16_gemm_backend() {
+#if KILN_HAS_DNNL
+  if (dnnl_bf16_native()) return Bf16GemmBackend::onednn;
+#endif
+  return Bf16GemmBackend::rounded;
+}
+
+void gemm_bf16_with(Bf16GemmBackend backend, const GemmShape& s, const float* a, const float* b, float* c) {
+  if (s.m <= 0 || s.n <= 0) return;
+  if (s.k <= 0) {
+    if (!s.accumulate)
+      for (std::int64_t row = 0; row < s.m; ++row) std::fill(c + row * s.ldc, c + row * s.ldc + s.n, 0.0f);
+    return;
+  }
+  run_bf16(backend, s, a, b, c);
+}
+
+void gemm_bf16(const GemmShape& s, const float* a, const float* b, float* c) {
+  if (s.m <= 0 || s.n <= 0 || s.k <= 0) return gemm_bf16_with(Bf16GemmBackend::rounded, s, a, b, c);
+  const Bf16GemmBackend backend = bf16_gemm_backend();
+  // Split over kiln's threads as gemm splits float32 products: rows of C, or columns (16 at a time) when C is wide
+  // and short; each worker packs its own slice of the operands.
+  constexpr std::int64_t min_slice = 16;
+  const std::int64_t work = s.m * s.n * s.k;
+  const bool by_rows = s.m >= s.n;
+  const std::int64_t extent = by_rows ? s.m : s.n;
+  const std::int64_t unit = by_rows ? 1 : 16;
+  const std::int64_t units = (extent + unit - 1) / unit;
+  const int max_workers =
+      std::max(1, static_cast<int>(std::min<std::int64_t>({work / gemm_split_work, extent / min_slice, 1 << 16})));
+  parallel_for(units, max_workers, [&](std::int64_t begin, std::int64_t end, int) {
+    const std::int64_t from = begin * unit, to = std::min(end * unit, extent);
+    GemmShape slice = s;
+    const float* slice_a = a;
+    const float* slice_b = b;
+    float* slice_c = c;
+    if (by_rows) {
+      slice.m = to - from;
+      slice_a += s.transpose_a ? from : from * s.lda;
+      slice_c += from * s.ldc;
+    } else {
+      slice.n = to - from;
+      slice_b += s.transpose_b ? from * s.ldb : from;
+      slice_c += from;
+    }
+    run_bf16(backend, slice, slice_a, slice_b, slice_c);
+  });
+}
+
+}  // namespace kiln::detail
