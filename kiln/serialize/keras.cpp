@@ -314,7 +314,12 @@ void write_keras3_weights(const ModelBase& model, File& file, bool with_optimize
     for (const auto& [attribute, name] : layer.keras_sublayers()) named_group(group + attribute + "/vars", name);
     const std::vector<Weight> weights = layer.weights();
     const std::vector<std::string> paths = layer.keras_weight_paths();
-    for (const std::size_t i : keras_save_order(paths)) file.dataset(group + paths.at(i), weights[i].value);
+    for (const std::size_t i : keras_save_order(paths)) {
+      if (weights[i].bfloat16)  // a "bfloat16" layer's variables, as Keras stores them
+        file.bfloat16_dataset(group + paths.at(i), weights[i].value);
+      else
+        file.dataset(group + paths.at(i), weights[i].value);
+    }
   }, skip).model(model);
   if (Optimizer* compiled = with_optimizer ? compiled_optimizer(model) : nullptr) {
     Optimizer& optimizer = *compiled;

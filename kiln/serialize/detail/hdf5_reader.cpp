@@ -30,7 +30,7 @@ constexpr int kMaxRank = 32;  // HDF5's own limit
 // ---- the file and a bounded cursor over it --------------------------------------------------------------
 
 struct Datatype {
-  enum Class { fixed_point = 0, floating_point = 1, string = 3, variable_length = 9 } type_class = fixed_point;
+  enum Class { fixed_point = 0, floating_point = 1, string = 3, opaque = 5, variable_length = 9 } type_class = fixed_point;
   std::uint32_t size = 0;  // bytes of one element
   bool big_endian = false;
   bool is_signed = false;
@@ -267,6 +267,13 @@ Datatype parse_datatype(const FileState& file, Cursor& cursor, int depth) {
       type.type_class = Datatype::string;
       if (type.size == 0) cursor.fail("a string type of 0 bytes");
       return type;
+    case 5: {  // opaque: h5py's for numpy's void dtypes, so Keras's bfloat16 weights (2 bytes; see is_bfloat16)
+      type.type_class = Datatype::opaque;
+      if (type.size == 0) cursor.fail("an opaque type of 0 bytes");
+      const std::uint64_t tag = bits & 0xff;  // the tag's length, NUL-padded to a multiple of 8
+      for (std::uint64_t i = 0; i < tag; ++i) cursor.u8();
+      return type;
+    }
     case 9: {  // variable-length: a string, or a sequence of one-byte characters
       type.type_class = Datatype::variable_length;
       const Datatype base = parse_datatype(file, cursor, depth + 1);
@@ -836,6 +843,12 @@ double half_to_double(std::uint16_t h) {
 
 double number_at(const Datatype& type, const unsigned char* p) {
   const bool be = type.big_endian;
+  if (type.type_class == Datatype::opaque) {  // Keras's bfloat16 (the callers checked it is one): float32's high half
+    const std::uint32_t bits = std::uint32_t{load<std::uint16_t>(p, false)} << 16;
+    float value;
+    std::memcpy(&value, &bits, sizeof value);
+    return value;
+  }
   if (type.type_class == Datatype::floating_point) {
     if (type.size == 2) return half_to_double(load<std::uint16_t>(p, be));
     if (type.size == 4) return load<float>(p, be);
@@ -869,7 +882,9 @@ struct DataLocation {
 DataLocation locate_data(const FileState& file, const ObjectHeader& h, const std::string& path) {
   if (!h.refused.empty()) file.fail("the dataset '" + path + "' uses " + h.refused + ", which kiln does not read");
   if (!h.has_layout) file.fail("the dataset '" + path + "' has no data layout");
-  if (!numeric(h.type)) file.fail("the dataset '" + path + "' is not numeric");
+  // (an opaque dataset is read only as Keras's bfloat16, which Object checks first)
+  if (!numeric(h.type) && h.type.type_class != Datatype::opaque)
+    file.fail("the dataset '" + path + "' is not numeric");
   const std::uint64_t declared = h.data_size == kUndefined ? file.size : h.data_size;
   DataLocation location;
   location.count = checked_elements(file, h.space, h.type.size, declared, "the dataset '" + path + "'");
@@ -970,11 +985,27 @@ Shape Object::dataset_shape() const {
 
 bool Object::dataset_is_float() const {
   if (!is_dataset()) file_->fail("'" + path_ + "' is not a dataset");
-  return header().type.type_class == Datatype::floating_point;
+  return header().type.type_class == Datatype::floating_point || dataset_is_bfloat16();
+}
+
+bool Object::dataset_is_bfloat16() const {
+  if (!is_dataset()) file_->fail("'" + path_ + "' is not a dataset");
+  const Datatype& type = header().type;
+  if (type.type_class != Datatype::opaque) return false;
+  // Keras's H5IOStore writes a bfloat16 array (h5py: two-byte opaque) with the attribute dtype="bfloat16".
+  if (type.size != 2 || !has_attribute("dtype"))
+    file_->fail("the dataset '" + path_ + "' is opaque (" + std::to_string(type.size) +
+                " bytes) without Keras's dtype=\"bfloat16\" attribute");
+  const std::vector<std::string> dtype = attribute_strings("dtype");
+  if (dtype.size() != 1 || dtype[0] != "bfloat16")
+    file_->fail("the dataset '" + path_ + "' is opaque with dtype attribute '" + (dtype.empty() ? "" : dtype[0]) +
+                "', not Keras's \"bfloat16\"");
+  return true;
 }
 
 Array Object::read(DType dtype) const {
   const Shape shape = dataset_shape();
+  if (header().type.type_class == Datatype::opaque) dataset_is_bfloat16();  // refuses any other opaque data
   locate_data(*file_, header(), path_);  // the file holds every element before any is allocated
   Array array(shape, dtype);
   read_into(array);
@@ -986,6 +1017,7 @@ void Object::read_into(Array& into) const {
   if (into.shape() != shape)
     file_->fail("the dataset '" + path_ + "' has shape " + shape.to_string() + ", not " + into.shape().to_string());
   const ObjectHeader& h = header();
+  if (h.type.type_class == Datatype::opaque) dataset_is_bfloat16();  // refuses any other opaque data
   const bool int8_data = h.type.type_class == Datatype::fixed_point && h.type.size == 1 && h.type.is_signed;
   if (into.dtype() == DType::int8 && !int8_data)  // quantized weights are Keras's int8 as stored, never converted
     file_->fail("the dataset '" + path_ + "' is not int8, as the quantized weight it is read into is");
@@ -1010,6 +1042,7 @@ void Object::read_into(Array& into) const {
 }
 
 void Object::check_data() const {
+  if (is_dataset() && header().type.type_class == Datatype::opaque) dataset_is_bfloat16();
   if (!is_dataset()) file_->fail("'" + path_ + "' is not a dataset");
   const ObjectHeader& h = header();
   for_each_chunk(*file_, h, locate_data(*file_, h, path_), [](const unsigned char*, std::uint64_t, std::uint64_t) {});
@@ -1018,6 +1051,7 @@ void Object::check_data() const {
 std::vector<double> Object::read_numbers() const {
   const ObjectHeader& h = header();
   if (!is_dataset()) file_->fail("'" + path_ + "' is not a dataset");
+  if (h.type.type_class == Datatype::opaque) dataset_is_bfloat16();
   std::vector<double> values;
   for_each_chunk(*file_, h, locate_data(*file_, h, path_), [&](const unsigned char* data, std::uint64_t, std::uint64_t count) {
     for (std::uint64_t i = 0; i < count; ++i) values.push_back(number_at(h.type, data + i * h.type.size));

@@ -61,7 +61,10 @@ class Object {
 
   // A dataset's shape (a scalar is rank 0) and whether its elements are floating point.
   Shape dataset_shape() const;
-  bool dataset_is_float() const;
+  bool dataset_is_float() const;  // floating point, or Keras's bfloat16
+  // Whether the dataset is Keras's bfloat16 (a two-byte opaque type with the attribute dtype="bfloat16", as h5py
+  // stores ml_dtypes.bfloat16); other opaque data fails. read() and read_into() give its values exactly.
+  bool dataset_is_bfloat16() const;
   // The dataset's values converted to `dtype` (float32 or float64). Checks that the data lies inside the
   // file before allocating anything.
   Array read(DType dtype) const;

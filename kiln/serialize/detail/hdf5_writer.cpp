@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <utility>
 
 #include <kiln/core/error.hpp>
+#include <kiln/ops/ops.hpp>
 
 namespace kiln::detail {
 
@@ -179,6 +182,25 @@ void Hdf5Builder::dataset(const std::string& path, const Array& value) {
       state_->write_dataset(clean(path), H5T_STD_I8LE, H5T_NATIVE_INT8, dims, value.raw());
       return;
   }
+}
+
+void Hdf5Builder::bfloat16_dataset(const std::string& path, const Array& value) {
+  if (value.dtype() != DType::float32)
+    throw SerializationError("writing '" + path + "' as bfloat16: the values are " + dtype_name(value.dtype()) +
+                             ", not float32");
+  std::vector<hsize_t> dims;
+  for (const std::int64_t dim : value.shape().dims()) dims.push_back(static_cast<hsize_t>(dim));
+  const Array rounded = ops::round_to_bfloat16(value);  // float32 whose low halves are zero
+  std::vector<std::uint16_t> bits(rounded.size());
+  const float* values = rounded.data<float>();
+  for (std::size_t i = 0; i < bits.size(); ++i) {
+    std::uint32_t word;
+    std::memcpy(&word, values + i, sizeof word);
+    bits[i] = static_cast<std::uint16_t>(word >> 16);
+  }
+  const Handle type(H5Tcreate(H5T_OPAQUE, 2), H5Tclose, "an opaque type");
+  state_->write_dataset(clean(path), type.get(), type.get(), dims, bits.data());
+  string_attribute(path, "dtype", "bfloat16");
 }
 
 void Hdf5Builder::int64_dataset(const std::string& path, std::int64_t value) {

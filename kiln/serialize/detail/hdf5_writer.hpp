@@ -36,6 +36,9 @@ class Hdf5Builder {
   void dataset(const std::string& path, const Array& value);
   // A scalar int64 dataset (Keras's optimizer iteration count).
   void int64_dataset(const std::string& path, std::int64_t value);
+  // A float32 array as bfloat16, as Keras's H5IOStore stores a bfloat16 variable: h5py's two-byte opaque type for
+  // ml_dtypes.bfloat16, the values rounded to nearest even, and the attribute dtype="bfloat16".
+  void bfloat16_dataset(const std::string& path, const Array& value);
   // The file's bytes (of a builder in memory). SerializationError when libhdf5 fails.
   std::string bytes();
   // Flushes and closes the file of a builder writing at a path. SerializationError when libhdf5 fails.

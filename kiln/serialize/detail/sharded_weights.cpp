@@ -102,6 +102,12 @@ void ShardedHdf5Builder::dataset(const std::string& path, const Array& value) {
   after_dataset(path);
 }
 
+void ShardedHdf5Builder::bfloat16_dataset(const std::string& path, const Array& value) {
+  before_dataset(path, static_cast<double>(value.size() * 2));
+  current_->bfloat16_dataset(path, value);
+  after_dataset(path);
+}
+
 void ShardedHdf5Builder::int64_dataset(const std::string& path, std::int64_t value) {
   before_dataset(path, 8);
   current_->int64_dataset(path, value);

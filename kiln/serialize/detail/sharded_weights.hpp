@@ -41,6 +41,7 @@ class ShardedHdf5Builder {
   // than the maximum by itself (naming it and both sizes, as Keras refuses it).
   void dataset(const std::string& path, const Array& value);
   void int64_dataset(const std::string& path, std::int64_t value);
+  void bfloat16_dataset(const std::string& path, const Array& value);  // as Hdf5Builder's
   // Finishes the last shard, syncs every shard, removes an earlier index, renames the shards into place, writes the
   // index (atomically) and removes an earlier save's shards beyond this one's.
   void close();
