@@ -396,7 +396,7 @@ if [ -s "$quantized" ]; then
              (q > 0 ? sprintf("%.2fx", f / q) : "-"), num(mb[key, "float"], "%.2f"), num(mb[key, "int8"], "%.2f"),
              ratio(mb[key, "int8"], mb[key, "float"])
     }
-    for (i = 1; i <= count; ++i) {  # generation: new tokens a second, the issue's measure
+    for (i = 1; i <= count; ++i) {  # generation: new tokens a second, what the issue measures
       key = order[i]; split(key, part, SUBSEP)
       if (!((key, "float") in tokens)) continue
       f = median(tokens[key, "float"]); q = median(tokens[key, "int8"])
@@ -405,6 +405,46 @@ if [ -s "$quantized" ]; then
     }
   }' "$quantized"
   cat "$quantized" >>"$results"
+fi
+# mixed_bfloat16 against float32 (issue 40): each row's model made under Keras's mixed_bfloat16 policy (float32
+# variables, bfloat16 matrix products with float32 sums) and as float32, alternating, at 1 and 2 threads.
+mixed="$build/bench/mixed_bfloat16.jsonl"
+: >"$mixed"
+mixed_rows="char_gpt train_step
+char_gpt forward
+mlp forward"
+[ -n "${BENCH_ONLY:-}" ] && mixed_rows=$(awk -v only="$BENCH_ONLY" '$1 ~ "^(" only ")$"' <<<"$mixed_rows")
+while read -r workload mode; do
+  [ -z "$workload" ] && continue
+  for threads in 1 2; do
+    common=(--workload "$workload" --mode "$mode" --threads "$threads" "${timing[@]}")
+    for ((round = 1; round <= rounds; ++round)); do
+      results="$mixed" measure "$kiln" "${common[@]}"
+      results="$mixed" measure "$kiln" "${common[@]}" --policy mixed_bfloat16
+    done
+  done
+  printf "." >&2
+done <<<"$mixed_rows"
+if [ -s "$mixed" ]; then
+  echo
+  awk "$awk_lib"'
+  {
+    key = field($0, "workload") SUBSEP field($0, "mode") SUBSEP field($0, "threads")
+    if (!(key in seen)) { seen[key] = 1; order[++count] = key }
+    kind = field($0, "policy") == "mixed_bfloat16" ? "mixed" : "float"
+    ms[key, kind] = ms[key, kind] " " field($0, "ms_median")
+  }
+  END {
+    printf "mixed_bfloat16 against float32 (kiln_bench --policy mixed_bfloat16: bfloat16 products, float32 sums)\n"
+    printf "%-10s %-10s %7s | %9s %9s %9s\n", "workload", "mode", "threads", "float ms", "mixed ms", "speed-up"
+    for (i = 1; i <= count; ++i) {
+      key = order[i]; split(key, part, SUBSEP)
+      f = median(ms[key, "float"]); q = median(ms[key, "mixed"])
+      printf "%-10s %-10s %7s | %9s %9s %9s\n", part[1], part[2], part[3], num(f, "%.3f"), num(q, "%.3f"),
+             (q > 0 ? sprintf("%.2fx", f / q) : "-")
+    }
+  }' "$mixed"
+  cat "$mixed" >>"$results"
 fi
 # fit fed by a streamed CSV Dataset against in-memory arrays, alternating in one process (target ratio <= 1.1).
 if [ -x "$build/bench/dataset_bench" ]; then

@@ -9,8 +9,9 @@
 // reloads it, and samples 500 characters from a prompt with the key/value cache.
 // nanoGPT's README reports 1.88 for this run (about 3 minutes on a laptop CPU).
 //
-//   char_transformer [--quick] [text file] [model file]
-// --quick runs a tiny version in seconds (the test suite runs it).
+//   char_transformer [--quick] [--policy NAME] [text file] [model file]
+// --quick runs a tiny version in seconds (the test suite runs it). --policy mixed_bfloat16 makes the models under
+// that Keras dtype policy (kiln::set_dtype_policy: float32 variables, bfloat16 matrix products).
 // Data: data/tinyshakespeare.txt (karpathy/char-rnn; see data/README.md).
 #include <kiln/kiln.hpp>
 
@@ -174,6 +175,11 @@ int main(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
     const bool quick = !args.empty() && args[0] == "--quick";
     if (quick) args.erase(args.begin());
+    if (args.size() >= 2 && args[0] == "--policy") {
+      kiln::set_dtype_policy(args[1]);
+      std::printf("dtype policy %s\n", args[1].c_str());
+      args.erase(args.begin(), args.begin() + 2);
+    }
     const Settings s = quick ? quick_settings() : Settings();
     const std::string text = read_text(args.size() > 0 ? args[0] : KILN_DATA_DIR "/tinyshakespeare.txt");
     const std::string path = args.size() > 1 ? args[1] : "char_transformer.kiln";

@@ -165,6 +165,15 @@ Bf16Primitive* bf16_primitive(const GemmShape& s) {
     sum.append_sum(1.0f);
     attributes.set_post_ops(sum);
   }
+  // Made for the one OpenMP thread it runs on (oneDNN blocks a product for the threads it sees when it makes it).
+  const int threads = omp_get_max_threads();
+  if (threads != 1) omp_set_num_threads(1);
+  struct Restore {
+    int threads;
+    ~Restore() {
+      if (threads != 1) omp_set_num_threads(threads);
+    }
+  } restore{threads};
   const dnnl::matmul::primitive_desc description(dnnl::matmul::desc(a, b, c), attributes, engine);
   auto made = std::make_unique<Bf16Primitive>();
   made->product = dnnl::matmul(description);
