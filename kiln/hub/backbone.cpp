@@ -59,7 +59,7 @@ Config BackboneModel::get_config() const {
     if (!policies.empty()) {
       Config map = Config::map();
       for (const auto& [path, policy] : policies) map.set(path, policy);
-      const Config fallback = has_dtype() && dtype() != DType::float32 ? Config(dtype_name(dtype())) : Config();
+      const Config fallback = has_dtype() && policy_name() != "float32" ? Config(policy_name()) : Config();
       config.set("dtype", detail::dtype_policy_map(fallback, map));
     }
   }

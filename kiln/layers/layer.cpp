@@ -4,7 +4,6 @@
 #include <cctype>
 #include <cstring>
 #include <limits>
-#include <optional>
 #include <regex>
 
 #include <kiln/core/error.hpp>
@@ -89,7 +88,10 @@ Layer::Layer(const Config& config, std::string class_name, const std::vector<std
   const Config* dtype = config.find("dtype");
   if (dtype == nullptr || dtype->is_null()) {
     // Keras: a layer given no dtype takes the global policy (keras.config.set_dtype_policy) when it is made.
-    if (const std::string global = dtype_policy(); global != "float32") apply_policy(Config(global));
+    if (const std::string global = dtype_policy(); global != "float32") {
+      apply_policy(Config(global));
+      dtype_from_global_ = true;
+    }
   } else {
     if (detail::is_dtype_policy_map(*dtype)) {
       // keras-hub's backbones write their quantized layers' policies as one DTypePolicyMap by layer path, and
@@ -414,8 +416,15 @@ void Layer::track_layer(const LayerPtr& child, bool part_of_this) {
 }
 
 void Layer::adopt(Layer& child) const {
-  // A part follows its parent: the dtype the parent builds in, and a random stream under its path.
-  if (!child.dtype_given_ && !child.built_) child.dtype_ = dtype_;
+  // A part follows its parent: the dtype and policy the parent builds in (Keras's layers pass
+  // dtype=self.dtype_policy to the sublayers they make; a policy a part took from the global one yields to its
+  // parent's), and a random stream under its path.
+  if ((!child.dtype_given_ || child.dtype_from_global_) && !child.built_ && !child.policy_kept_) {
+    child.dtype_ = dtype_;
+    child.policy_name_ = policy_name_;
+  } else if (!child.dtype_given_ && !child.built_ && child.policy_name_.empty() && policy_name_.empty()) {
+    child.dtype_ = dtype_;  // a wrapped layer of no policy of its own builds in its wrapper's float, as before
+  }
   child.seed_path_ = seed_path_ + "/" + child.name_;
   // Keras's layers hand their dtype policy to their sublayers: a DTypePolicyMap too, which each sublayer reads at
   // its own path.
@@ -576,10 +585,9 @@ Outputs Layer::operator()(const std::vector<Tensor>& given_inputs, const CallArg
   std::vector<Tensor> outputs;
   {
     Graph::NameScope scope(graph, name_);
-    // A layer with a policy of its own computes its products in that policy's precision; one without follows the
-    // layer calling it (Keras hands a layer's policy to its sublayers).
-    std::optional<Graph::ProductPrecision> precision;
-    if (dtype_given_) precision.emplace(graph, bfloat16_products());
+    // A layer computes its products in its own policy's precision, as Keras fixes a layer's policy when it is made
+    // (its parts have their parent's: adopt); a layer wrapped by another keeps its own.
+    Graph::ProductPrecision precision(graph, bfloat16_products());
     outputs = call(inputs, call_args);
     if (activity_regularizer_)
       for (const Tensor& output : outputs) add_activity_loss(activity_regularizer_, output);

@@ -248,6 +248,10 @@ class Layer : public std::enable_shared_from_this<Layer> {
   bool bfloat16_products() const { return !policy_name_.empty(); }
   /// Whether the layer's variables are bfloat16 (the policy "bfloat16"; "mixed_bfloat16" keeps them float32).
   bool bfloat16_variables() const { return policy_name_ == "bfloat16"; }
+  /// Marks a layer handed to a wrapper (TimeDistributed, Bidirectional): adopted as the wrapper's part it still
+  /// keeps its own dtype policy, as Keras fixes a layer's policy when it is made (the parts a layer makes itself
+  /// take their parent's).
+  void keep_own_policy() { policy_kept_ = true; }
   /// Keras's Layer.path: the layer's name under its parent's path ("transformer_layer_0/self_attention"); a
   /// model's member layers' is their name. Final once the layer is tracked by its parent (or built).
   std::string path() const { return seed_path_.empty() ? name_ : seed_path_; }
@@ -464,6 +468,8 @@ class Layer : public std::enable_shared_from_this<Layer> {
   DType dtype_ = DType::float32;
   bool dtype_given_ = false;
   std::string policy_name_;  ///< "bfloat16" or "mixed_bfloat16"; empty for the float dtypes' own policies
+  bool dtype_from_global_ = false;  ///< the dtype is the global policy's (a parent adopting the layer overrides it)
+  bool policy_kept_ = false;        ///< keep_own_policy(): adopt leaves the policy as it is
   std::string quantization_mode_;
   std::vector<std::string> quantization_modes_;  ///< the modes this layer runs
   Config policy_map_;                            ///< a Keras DTypePolicyMap given as (or inherited for) the dtype

@@ -215,6 +215,9 @@ QuantizedArray abs_max_quantize(const Array& values, int axis, int value_max = 1
 /// float32 values rounded to bfloat16 (to nearest, ties to even; as ml_dtypes and vcvtneps2bf16), held in float32:
 /// a Keras bfloat16 variable's values. A new array; DTypeError unless float32.
 Array round_to_bfloat16(const Array& values);
+/// The same in a graph: float32 values rounded to bfloat16 (float64 ones unchanged), what a training step assigns
+/// to a "bfloat16" layer's variable after the optimizer's update. Not differentiable.
+Tensor round_to_bfloat16(const Tensor& x);
 
 // ---- attention -------------------------------------------------------------------------------------
 /// softmax(scale·q·kᵀ)·v over the last two axes of q (..., T, d), k (..., S, d) and v (..., S, dv), whose

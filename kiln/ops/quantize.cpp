@@ -375,9 +375,39 @@ KILN_REGISTER_OP(OpDef("kiln>QuantizedGather")
                      .non_differentiable_inputs({0, 1, 2}, "a quantized table, its scales and the ids")
                      .display_name("quantized_gather"));
 
+// ---- bfloat16 variables ------------------------------------------------------------------------------------
+// A "bfloat16" layer's variables after an optimizer's update (kiln holds them in float32): the new values rounded
+// to bfloat16, as Keras assigns to a bfloat16 variable. float64 values pass unchanged (no float64 layer is bfloat16).
+Shape same_shape(const InferContext& ctx) { return ctx.input_shape(0); }
+
+template <class T>
+void round_to_bfloat16_kernel(const KernelContext& k) {
+  const std::int64_t n = k.input_shape(0).num_elements();
+  const T* in = k.in<T>(0);
+  T* out = k.out<T>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<T, float>)
+      out[i] = detail::round_to_bfloat16(in[i]);
+    else
+      out[i] = in[i];
+  }
+}
+
+KILN_REGISTER_OP(OpDef("kiln>RoundToBfloat16")
+                     .inputs(1)
+                     .infer_shape(same_shape)
+                     .forward(round_to_bfloat16_kernel<float>, round_to_bfloat16_kernel<double>)
+                     .sharing(Sharing::inplace)
+                     .not_differentiable("a bfloat16 variable's assignment, after the optimizer's update")
+                     .display_name("round_to_bfloat16"));
+
 }  // namespace
 
 namespace ops {
+
+Tensor round_to_bfloat16(const Tensor& x) {
+  return x.graph().add_op("kiln>RoundToBfloat16", {x}, Attributes(), "round_to_bfloat16");
+}
 
 Tensor dequantize_int4(const Tensor& kernel, const Tensor& scale, const Tensor& zero, const Tensor& g_idx,
                        std::int64_t units) {

@@ -104,8 +104,10 @@ void quantize_layers(Config& model, const std::string& mode, const std::string& 
       const std::string source = source_dtype(layer_arguments.find("dtype") ? layer_arguments.at("dtype") : Config(), quantized);
       if (quantized) {
         report.skipped.emplace_back(prefix + name, "already quantized");
-      } else if (source != "float32" && source != "float64") {
-        report.skipped.emplace_back(prefix + name, "its dtype policy is " + source);
+      } else if (source != "float32" && source != "float64" && source != "mixed_bfloat16") {
+        // (a "bfloat16" layer's variables are bfloat16, whose scales Keras computes in bfloat16)
+        report.skipped.emplace_back(prefix + name, "its dtype policy is " + source +
+                                                       " (kiln quantizes float32, float64 and mixed_bfloat16 layers)");
       } else {
         layer_arguments.set("dtype", detail::quantized_dtype_policy(mode, source));
         layer_arguments.set("quantization_config", Config());  // Keras's default for the mode
@@ -137,6 +139,7 @@ void quantize_layers(Config& model, const std::string& mode, const std::string& 
 
 struct Unit {
   std::string path, what;  // what: "Dense", "Embedding", or "EinsumDense" (a MultiHeadAttention's projection)
+  std::string source;      // the layer's policy, the quantized policy's source ("float32", "mixed_bfloat16")
 };
 
 void collect_units(const Layer& layer, std::vector<Unit>& units, std::vector<std::pair<std::string, std::string>>& skipped,
@@ -151,16 +154,22 @@ void collect_units(const Layer& layer, std::vector<Unit>& units, std::vector<std
   } else if (kind == "Dense" || kind == "Embedding" || kind == "ReversibleEmbedding") {
     if (!layer.quantization_mode().empty())
       skipped.emplace_back(layer.path(), "already quantized");
+    else if (layer.bfloat16_variables())
+      skipped.emplace_back(layer.path(), "its dtype policy is bfloat16 (kiln quantizes float32, float64 and "
+                                         "mixed_bfloat16 layers)");
     else
-      units.push_back({layer.path(), kind == "Dense" ? "Dense" : "Embedding"});
+      units.push_back({layer.path(), kind == "Dense" ? "Dense" : "Embedding", layer.policy_name()});
   } else if (const std::vector<std::string> projections = layer.quantizable_projections(); !projections.empty()) {
     // (MultiHeadAttention's and keras-hub's attention layers' EinsumDense projections)
     for (std::size_t i = 0; i < projections.size(); ++i) {
       const std::string path = layer.path() + "/" + projections[i];
       if (layer.projection_quantized(i))
         skipped.emplace_back(path, "already quantized");
+      else if (layer.bfloat16_variables())
+        skipped.emplace_back(path, "its dtype policy is bfloat16 (kiln quantizes float32, float64 and "
+                                   "mixed_bfloat16 layers)");
       else
-        units.push_back({path, "EinsumDense"});
+        units.push_back({path, "EinsumDense", layer.policy_name()});
     }
   }
   for (const LayerPtr& child : layer.layers()) collect_units(*child, units, skipped, seen, &layer);
@@ -249,7 +258,7 @@ std::shared_ptr<ModelBase> quantize_model_base(const ModelBase& model, const std
         out.skipped.emplace_back(unit.path, unit.what + ": kiln quantizes it to int8 only");
         continue;
       }
-      map.set(unit.path, detail::quantized_dtype_policy(policy_mode, "float32"));
+      map.set(unit.path, detail::quantized_dtype_policy(policy_mode, unit.source));
     }
     const Config policies = detail::dtype_policy_map(Config(), map);
     if (map.size() > 0 && place_policy_map(config, policies) == 0)

@@ -126,8 +126,11 @@ std::vector<Update> add_updates(StepGraph& step, const StepRecipe& recipe, const
   std::vector<Update> updates = recipe.optimizer.build_updates(step.graph, weights, grads, paths);
   for (Update& update : updates)
     for (std::size_t i = 0; i < weights.size(); ++i)
-      if (update.variable.id() == weights[i].id() && sources[i]->constraint)
-        update.value = sources[i]->constraint(update.value);
+      if (update.variable.id() == weights[i].id()) {
+        if (sources[i]->constraint) update.value = sources[i]->constraint(update.value);
+        // A "bfloat16" layer's variable holds bfloat16 values (kiln keeps them in float32 memory).
+        if (sources[i]->bfloat16) update.value = ops::round_to_bfloat16(update.value);
+      }
   return updates;
 }
 

@@ -8,13 +8,16 @@
 
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
+#include <kiln/kiln.hpp>
 #include <kiln/layers/core/dense.hpp>
+#include <kiln/layers/rnn/wrappers.hpp>
 #include <kiln/layers/model_base.hpp>
 #include <kiln/models/model.hpp>
 #include <kiln/ops/ops.hpp>
 #include <kiln/optim/optimizer.hpp>
 #include "support/gradcheck.hpp"
 #include "support/layer_check.hpp"
+#include "support/temp_dir.hpp"
 
 using kiln::Array;
 using kiln::Config;
@@ -173,4 +176,81 @@ TEST_CASE("mixed_bfloat16: training updates float32 variables and the loss falls
     any_float32 = any_float32 || !holds_bfloat16_values(weight.value);
   }
   CHECK(any_float32);
+}
+
+TEST_CASE("bfloat16: a composite layer's parts take its policy, the global one yields to a parent's",
+          "[layers][bfloat16]") {
+  const Array x = random_input({2, 5, 8}, 11).astype(DType::float32);
+  kiln::TransformerEncoder encoder(16, 2, {{"dtype", "bfloat16"}});
+  run_layer(*encoder, LayerCase{{x}});
+  const std::vector<kiln::Weight> weights = encoder.weights();
+  REQUIRE(weights.size() > 4);
+  for (const kiln::Weight& weight : weights) {
+    INFO(weight.path);
+    CHECK(weight.bfloat16);
+    CHECK(holds_bfloat16_values(weight.value));
+  }
+  for (const kiln::LayerPtr& part : encoder->layers()) CHECK(part->policy_name() == "bfloat16");
+  // Made under a global mixed_bfloat16, a float32 parent's parts compute in float32: the parent's policy wins.
+  GlobalPolicy policy("mixed_bfloat16");
+  kiln::TransformerEncoder plain(16, 2, {{"dtype", "float32"}});
+  run_layer(*plain, LayerCase{{x}});
+  for (const kiln::LayerPtr& part : plain->layers()) CHECK(part->policy_name() == "float32");
+}
+
+TEST_CASE("bfloat16: a wrapped layer keeps its own policy, as Keras fixes it when the layer is made",
+          "[layers][bfloat16]") {
+  const Array x = random_input({3, 4, 24}, 12).astype(DType::float32);
+  kiln::Dense inner(5);  // float32, made before the wrapper
+  kiln::TimeDistributed wrapper(inner, {{"dtype", "mixed_bfloat16"}});
+  const Array wrapped = run_layer(*wrapper, LayerCase{{x}})[0];
+  CHECK(inner->policy_name() == "float32");
+  kiln::Dense alone(5);
+  run_layer(*alone, LayerCase{{x}});
+  alone.set_weights(inner.get_weights());
+  CHECK(max_abs_difference(wrapped, run_layer(*alone, LayerCase{{x}})[0]) == 0.0);
+}
+
+TEST_CASE("bfloat16: variables stay bfloat16 through training and through loading float32 weights",
+          "[layers][bfloat16][train]") {
+  const Tensor x = kiln::Input({Shape::unknown, 6}, DType::float32, "x");
+  const Tensor y = kiln::Dense(1, "", {{"name", "head"}, {"dtype", "bfloat16"}})(
+      kiln::Dense(12, "tanh", {{"name", "hidden"}, {"dtype", "bfloat16"}})(x));
+  kiln::Model model(x, y);
+  model.compile(kiln::create_optimizer("adam", Config{{"learning_rate", 0.01}}), "mse");
+  const Array inputs = random_input({32, 6}, 13).astype(DType::float32);
+  const Array targets = random_input({32, 1}, 14).astype(DType::float32);
+  const std::vector<Array> before = model.get_weights();
+  model.fit(inputs, targets, kiln::FitOptions().epochs(3).batch_size(8).verbose(0));
+  const std::vector<Array> after = model.get_weights();
+  bool moved = false;
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    CHECK(holds_bfloat16_values(after[i]));
+    moved = moved || !after[i].bitwise_equal(before[i]);
+  }
+  CHECK(moved);
+  // float32 weights from a file Keras wrote for the float32 model read into the bfloat16 one as Keras assigns them.
+  kiln::testing::TempDir folder;
+  const Tensor fx = kiln::Input({Shape::unknown, 6}, DType::float32, "x");
+  kiln::Model float_model(fx, kiln::Dense(1, "", {{"name", "head"}})(kiln::Dense(12, "tanh", {{"name", "hidden"}})(fx)));
+  kiln::save_keras_weights(*float_model.ptr(), folder.file("float.weights.h5"));
+  kiln::load_keras_weights(*model.ptr(), folder.file("float.weights.h5"));
+  const std::vector<Array> loaded = model.get_weights(), source = float_model.get_weights();
+  for (std::size_t i = 0; i < loaded.size(); ++i) {
+    CHECK(holds_bfloat16_values(loaded[i]));
+    CHECK(loaded[i].bitwise_equal(kiln::ops::round_to_bfloat16(source[i])));
+  }
+}
+
+TEST_CASE("kiln::quantize keeps a mixed_bfloat16 source and leaves bfloat16 layers float", "[layers][bfloat16]") {
+  const Tensor x = kiln::Input({Shape::unknown, 6}, DType::float32, "x");
+  const Tensor h = kiln::Dense(8, "relu", {{"name", "mixed"}, {"dtype", "mixed_bfloat16"}})(x);
+  kiln::Model model(x, kiln::Dense(2, "", {{"name", "stored"}, {"dtype", "bfloat16"}})(h));
+  kiln::QuantizationReport report;
+  kiln::Model small = kiln::quantize(model, "int8", &report);
+  CHECK(small.get_layer("mixed")->quantization_mode() == "int8");
+  CHECK(small.get_layer("mixed")->policy_name() == "mixed_bfloat16");
+  CHECK(small.get_layer("stored")->quantization_mode().empty());
+  REQUIRE(report.skipped.size() == 1);
+  CHECK(report.skipped[0].second.find("bfloat16") != std::string::npos);
 }

@@ -474,3 +474,19 @@ TEST_CASE("QuantizedMatMul's edge cases: no input features, NaN rows, sums past 
     CHECK(c[1] == 127 * 127 * 70000);
   }
 }
+
+TEST_CASE("RoundToBfloat16 rounds float32 values as Keras assigns a bfloat16 variable, float64 passes",
+          "[ops][quantize][bfloat16]") {
+  kiln::Rng rng(81);
+  const kiln::Array x = kiln::testing::random_array({7, 9}, rng, kiln::DType::float32, -3.0, 3.0);
+  const kiln::Array rounded =
+      kiln::testing::evaluate([](const std::vector<kiln::Tensor>& in) { return kiln::ops::round_to_bfloat16(in[0]); },
+                              {x});
+  CHECK(rounded.bitwise_equal(kiln::ops::round_to_bfloat16(x)));
+  CHECK_FALSE(rounded.bitwise_equal(x));
+  const kiln::Array wide = x.astype(kiln::DType::float64);
+  CHECK(kiln::testing::evaluate([](const std::vector<kiln::Tensor>& in) { return kiln::ops::round_to_bfloat16(in[0]); },
+                                {wide})
+            .bitwise_equal(wide));
+  CHECK_THROWS_AS(kiln::ops::round_to_bfloat16(wide), kiln::DTypeError);  // the Array form takes float32 only
+}

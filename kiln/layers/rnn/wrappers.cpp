@@ -93,6 +93,8 @@ BidirectionalLayer::BidirectionalLayer(const Config& config) : Layer(config, "Bi
         backward_->return_state() != forward_->return_state())
       args.fail("backward_layer must agree with the layer on return_sequences and return_state");
   }
+  forward_->keep_own_policy();
+  backward_->keep_own_policy();
   track(forward_);
   track(backward_);
 }
@@ -181,6 +183,7 @@ TimeDistributedLayer::TimeDistributedLayer(const Config& config) : Layer(config,
   ConfigReader args = config_reader(config);
   layer_ = layer_from_config(serialized_layer(args, "layer", true));
   args.finish();
+  layer_->keep_own_policy();
   track_layer(layer_);
 }
 
@@ -189,6 +192,7 @@ TimeDistributedLayer::TimeDistributedLayer(LayerPtr layer, const Config& options
   ConfigReader args = config_reader(options);
   args.finish();
   if (!layer_) args.fail("needs a layer to wrap");
+  layer_->keep_own_policy();  // (Keras: a wrapped layer keeps the policy it was made with)
   track_layer(layer_);
 }
 

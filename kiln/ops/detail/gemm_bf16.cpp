@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -97,8 +98,9 @@ void rounded_product(const GemmShape& s, const float* a, const float* b, float* 
 
 #if KILN_HAS_DNNL
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-// vcvtne2ps2bf16: 32 floats a step, the same rounding as to_bfloat16. Only called where the CPU has AVX512_BF16
-// (the oneDNN backend), whatever kiln was compiled for.
+// vcvtne2ps2bf16: 32 floats a step, rounding to nearest even as to_bfloat16 does, except that it reads float32
+// subnormals as zero (as oneDNN's own conversions do). Only called where the CPU has AVX512_BF16 (the oneDNN
+// backend), whatever kiln was compiled for.
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void to_bfloat16_avx512(const float* from, std::uint16_t* to,
                                                                                   std::int64_t count) {
   std::int64_t i = 0;
@@ -138,21 +140,35 @@ struct Bf16Primitive {
 
 using Bf16Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, bool, std::int64_t, bool>;
 
-// The thread's oneDNN engine and stream (a stream holds its engine: they live together).
+// The thread's oneDNN engine and stream, and its primitives by shape (destroyed before the engine they were made
+// on): a null entry is a shape oneDNN refused, or would run only on its reference kernel, which the fallback runs.
 struct DnnlContext {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
+  std::map<Bf16Key, std::unique_ptr<Bf16Primitive>> primitives;
 };
 DnnlContext& dnnl_context() {
   thread_local DnnlContext context;
   return context;
 }
 
+Bf16Primitive* make_bf16_primitive(const GemmShape& s, const dnnl::engine& engine);
+
+// The primitive for this shape, made at the thread's first product of it; null where oneDNN has none worth running.
 Bf16Primitive* bf16_primitive(const GemmShape& s) {
-  thread_local std::map<Bf16Key, std::unique_ptr<Bf16Primitive>> cache;
-  const dnnl::engine& engine = dnnl_context().engine;
+  DnnlContext& context = dnnl_context();
   const Bf16Key key{s.m, s.n, s.k, s.transpose_a, s.transpose_b, s.ldc, s.accumulate};
-  if (auto found = cache.find(key); found != cache.end()) return found->second.get();
+  if (auto found = context.primitives.find(key); found != context.primitives.end()) return found->second.get();
+  std::unique_ptr<Bf16Primitive> made;
+  try {
+    made.reset(make_bf16_primitive(s, context.engine));
+  } catch (const dnnl::error&) {
+    made.reset();
+  }
+  return context.primitives.emplace(key, std::move(made)).first->second.get();
+}
+
+Bf16Primitive* make_bf16_primitive(const GemmShape& s, const dnnl::engine& engine) {
   using dims = dnnl::memory::dims;
   using dt = dnnl::memory::data_type;
   const dnnl::memory::desc a({s.m, s.k}, dt::bf16, s.transpose_a ? dims{1, s.m} : dims{s.k, 1});
@@ -175,6 +191,8 @@ Bf16Primitive* bf16_primitive(const GemmShape& s) {
     }
   } restore{threads};
   const dnnl::matmul::primitive_desc description(dnnl::matmul::desc(a, b, c), attributes, engine);
+  const std::string implementation = description.impl_info_str();
+  if (implementation.rfind("ref", 0) == 0) return nullptr;  // oneDNN's reference loop: the fallback is faster
   auto made = std::make_unique<Bf16Primitive>();
   made->product = dnnl::matmul(description);
   made->a = dnnl::memory(a, engine, DNNL_MEMORY_NONE);
@@ -182,16 +200,18 @@ Bf16Primitive* bf16_primitive(const GemmShape& s) {
   made->c = dnnl::memory(c, engine, DNNL_MEMORY_NONE);
   made->scratch_buffer.resize(std::max<std::size_t>(description.scratchpad_desc().get_size(), 1));
   made->scratch = dnnl::memory(description.scratchpad_desc(), engine, made->scratch_buffer.data());
-  return cache.emplace(key, std::move(made)).first->second.get();
+  return made.release();
 }
 
-void dnnl_product(const GemmShape& s, const float* a, const float* b, float* c) {
+// False (nothing written) where oneDNN has no primitive for the shape.
+bool dnnl_product(const GemmShape& s, const float* a, const float* b, float* c) {
+  Bf16Primitive* primitive = bf16_primitive(s);
+  if (primitive == nullptr) return false;
   const Stored sa = stored_a(s), sb = stored_b(s);
   std::uint16_t* pa = thread_buffer<std::uint16_t>(0, sa.rows * sa.cols);
   std::uint16_t* pb = thread_buffer<std::uint16_t>(1, sb.rows * sb.cols);
   pack(a, sa.rows, sa.cols, s.lda, pa);
   pack(b, sb.rows, sb.cols, s.ldb, pb);
-  Bf16Primitive* primitive = bf16_primitive(s);
   primitive->a.set_data_handle(pa);
   primitive->b.set_data_handle(pb);
   primitive->c.set_data_handle(c);
@@ -205,24 +225,19 @@ void dnnl_product(const GemmShape& s, const float* a, const float* b, float* c) 
                                        {DNNL_ARG_SCRATCHPAD, primitive->scratch.get()}};
   const dnnl_status_t status = dnnl_primitive_execute(primitive->product.get(), stream.get(), 4, arguments);
   if (threads != 1) omp_set_num_threads(threads);
-  if (status != dnnl_success) throw dnnl::error(status, "bfloat16 matmul");
+  return status == dnnl_success;  // (else the fallback writes all of C again)
 }
 
-// oneDNN runs bfloat16 products natively only with AVX512_BF16 (or AMX); elsewhere its emulation is slower than
+// oneDNN runs bfloat16 products natively only with AVX512_BF16 (or AMX), which it must be allowed to use
+// (DNNL_MAX_CPU_ISA may hold it below); elsewhere it would emulate them, or run its reference kernel, slower than
 // the float32 product of the rounded operands.
 bool dnnl_bf16_native() {
   static const bool native = [] {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (!__builtin_cpu_supports("avx512bf16")) return false;
-    try {  // and Debian's oneDNN makes a primitive here
-      GemmShape probe{16, 16, 16, false, false, 16, 16, 16};
-      return bf16_primitive(probe) != nullptr;
-    } catch (const dnnl::error&) {
-      return false;
-    }
-#else
-    return false;
-#endif
+    const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+    const unsigned needed = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_bf16);
+    if ((isa & needed) != needed) return false;
+    const GemmShape probe{16, 16, 16, false, false, 16, 16, 16};  // and Debian's oneDNN makes a primitive here
+    return bf16_primitive(probe) != nullptr;
   }();
   return native;
 }
@@ -230,13 +245,8 @@ bool dnnl_bf16_native() {
 
 void run_bf16(Bf16GemmBackend backend, const GemmShape& s, const float* a, const float* b, float* c) {
 #if KILN_HAS_DNNL
-  if (backend == Bf16GemmBackend::onednn && dnnl_bf16_native()) {
-    try {
-      return dnnl_product(s, a, b, c);
-    } catch (const dnnl::error&) {
-      // oneDNN refused this shape (or its memory): the fallback below gives the same product.
-    }
-  }
+  // Where oneDNN has no primitive for the shape (or fails to run it), the fallback gives the same product.
+  if (backend == Bf16GemmBackend::onednn && dnnl_bf16_native() && dnnl_product(s, a, b, c)) return;
 #else
   (void)backend;
 #endif

@@ -331,7 +331,7 @@ Config export_sequential(const ModelBase& model) {
   for (const LayerPtr& layer : model.ordered_layers()) layers.push_back(export_layer(*layer));
   Config config = {{"name", model.name()},
                    {"trainable", model.trainable()},
-                   {"dtype", dtype_policy(dtype_name(model.dtype()))},
+                   {"dtype", dtype_policy(model.policy_name())},
                    {"layers", layers}};
   if (model.built()) config.set("build_input_shape", Config::from_shape(model.input_shapes().at(0)));
   return config;

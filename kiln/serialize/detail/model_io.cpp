@@ -7,6 +7,7 @@
 #include <utility>
 
 #include <kiln/core/warnings.hpp>
+#include <kiln/ops/ops.hpp>
 #include <kiln/optim/losses.hpp>
 #include <kiln/optim/metrics.hpp>
 #include <kiln/optim/optimizer.hpp>
@@ -64,6 +65,10 @@ void assign_weights(const std::vector<Weight>& weights, const std::vector<Stored
   for (const Weight& weight : weights) {
     Array target = weight.value;
     by_name.at(weight.path)->read(target);
+    if (weight.bfloat16 && target.dtype() == DType::float32) {  // a "bfloat16" layer's float32 data, as Keras assigns it
+      const Array rounded = ops::round_to_bfloat16(target);
+      std::memcpy(target.raw(), rounded.raw(), target.nbytes());
+    }
   }
 }
 

@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -97,6 +99,21 @@ TEST_CASE("bfloat16 products equal the float64 product of the rounded operands o
         }
     }
   }
+}
+
+TEST_CASE("bfloat16 products leave oneDNN when it may not use AVX512_BF16", "[ops][gemm][bfloat16]") {
+  // The ctest bfloat16_without_avx512bf16 holds oneDNN at AVX512_CORE_VNNI: every [bfloat16] test then runs the
+  // fallback.
+  const char* held = std::getenv("DNNL_MAX_CPU_ISA");
+  if (held != nullptr && std::string(held) == "AVX512_CORE_VNNI")
+    CHECK(kiln::detail::bf16_gemm_backend() == Bf16GemmBackend::rounded);
+  const GemmShape s{40, 48, 64, false, true, 64, 64, 48};
+  const std::vector<float> a = random_floats(40 * 64, 31), b = random_floats(48 * 64, 32);
+  std::vector<float> out(40 * 48);
+  kiln::detail::gemm_bf16(s, a.data(), b.data(), out.data());
+  for (std::int64_t i = 0; i < s.m; ++i)
+    for (std::int64_t j = 0; j < s.n; ++j)
+      REQUIRE(std::abs(out[static_cast<std::size_t>(i * s.n + j)] - rounded_reference(s, a, b, i, j)) < 1e-5 * 65);
 }
 
 TEST_CASE("a bfloat16 product split over threads equals it on one", "[ops][gemm][bfloat16]") {
