@@ -17,6 +17,12 @@
 namespace kiln {
 namespace {
 
+// Why a layer of this dtype policy is left float (a "bfloat16" layer's variables are bfloat16, whose scales Keras
+// computes in bfloat16).
+std::string unquantized_policy(const std::string& policy) {
+  return "its dtype policy is " + policy + " (kiln quantizes float32, float64 and mixed_bfloat16 layers)";
+}
+
 // The source dtype's name in a layer config's "dtype" (a name, a DTypePolicy, a QuantizedDTypePolicy or null).
 std::string source_dtype(const Config& dtype, bool& quantized) {
   quantized = false;
@@ -105,9 +111,7 @@ void quantize_layers(Config& model, const std::string& mode, const std::string& 
       if (quantized) {
         report.skipped.emplace_back(prefix + name, "already quantized");
       } else if (source != "float32" && source != "float64" && source != "mixed_bfloat16") {
-        // (a "bfloat16" layer's variables are bfloat16, whose scales Keras computes in bfloat16)
-        report.skipped.emplace_back(prefix + name, "its dtype policy is " + source +
-                                                       " (kiln quantizes float32, float64 and mixed_bfloat16 layers)");
+        report.skipped.emplace_back(prefix + name, unquantized_policy(source));
       } else {
         layer_arguments.set("dtype", detail::quantized_dtype_policy(mode, source));
         layer_arguments.set("quantization_config", Config());  // Keras's default for the mode
@@ -155,8 +159,7 @@ void collect_units(const Layer& layer, std::vector<Unit>& units, std::vector<std
     if (!layer.quantization_mode().empty())
       skipped.emplace_back(layer.path(), "already quantized");
     else if (layer.bfloat16_variables())
-      skipped.emplace_back(layer.path(), "its dtype policy is bfloat16 (kiln quantizes float32, float64 and "
-                                         "mixed_bfloat16 layers)");
+      skipped.emplace_back(layer.path(), unquantized_policy("bfloat16"));
     else
       units.push_back({layer.path(), kind == "Dense" ? "Dense" : "Embedding", layer.policy_name()});
   } else if (const std::vector<std::string> projections = layer.quantizable_projections(); !projections.empty()) {
@@ -166,8 +169,7 @@ void collect_units(const Layer& layer, std::vector<Unit>& units, std::vector<std
       if (layer.projection_quantized(i))
         skipped.emplace_back(path, "already quantized");
       else if (layer.bfloat16_variables())
-        skipped.emplace_back(path, "its dtype policy is bfloat16 (kiln quantizes float32, float64 and "
-                                   "mixed_bfloat16 layers)");
+        skipped.emplace_back(path, unquantized_policy("bfloat16"));
       else
         units.push_back({path, "EinsumDense", layer.policy_name()});
     }

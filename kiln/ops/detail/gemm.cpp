@@ -412,6 +412,18 @@ void prepare_gemm(const GemmShape& s, DType dtype) {
 
 void gemm(const GemmShape& s, const float* a, const float* b, float* c) { split_gemm(s, a, b, c); }
 
+void split_product(const GemmShape& s, const float* a, const float* b, float* c, GemmSlice slice,
+                   const void* context) {
+  const Split split = split_of(s);
+  parallel_for(split.units, split.max_workers, [&](std::int64_t begin, std::int64_t end, int) {
+    const float* slice_a = a;
+    const float* slice_b = b;
+    float* slice_c = c;
+    const GemmShape part = slice_of(s, split, begin, end, slice_a, slice_b, slice_c);
+    slice(part, slice_a, slice_b, slice_c, context);
+  });
+}
+
 void gemm_with(GemmBackend backend, const GemmShape& s, const float* a, const float* b, float* c) {
   if (gemm_backend(s, DType::float32) == GemmBackend::none) backend = GemmBackend::none;
   // Each backend's own limits: libxsmm takes no transposed B as it is, the copy needs B transposed and 16 of its

@@ -106,6 +106,11 @@ enum class Bf16GemmBackend {
   rounded,  // the operands rounded to bfloat16 in float32, then gemm
 };
 Bf16GemmBackend bf16_gemm_backend();
+// Runs `slice` on each worker's part of a float32 product split over kiln's threads exactly as gemm splits it (rows
+// of C, or columns when C is wide and short), with that part's shape and operands.
+using GemmSlice = void (*)(const GemmShape& slice, const float* a, const float* b, float* c, const void* context);
+void split_product(const GemmShape& shape, const float* a, const float* b, float* c, GemmSlice slice,
+                   const void* context);
 void gemm_bf16(const GemmShape& shape, const float* a, const float* b, float* c);
 // One product on the calling thread on the given backend (tests compare them); onednn where it cannot run: rounded.
 void gemm_bf16_with(Bf16GemmBackend backend, const GemmShape& shape, const float* a, const float* b, float* c);

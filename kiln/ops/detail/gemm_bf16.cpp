@@ -22,14 +22,23 @@
 
 namespace kiln::detail {
 
-// Round to nearest, ties to even, as vcvtneps2bf16 and ml_dtypes do; a NaN stays a (quiet) NaN.
-std::uint16_t to_bfloat16(float value) {
-  std::uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x0040u);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<std::uint16_t>(bits >> 16);
+namespace {
+// float32's bits rounded to bfloat16 in the high half: to nearest, ties to even, as vcvtneps2bf16 and ml_dtypes do;
+// a NaN stays a (quiet) NaN. Branch-free, so that the loops below vectorize.
+inline std::uint32_t rounded_high_half(std::uint32_t bits) {
+  const std::uint32_t rounded = bits + 0x7fffu + ((bits >> 16) & 1u);
+  const std::uint32_t nan = bits | 0x00400000u;
+  return ((bits & 0x7fffffffu) > 0x7f800000u ? nan : rounded) & 0xffff0000u;
 }
+
+inline std::uint32_t bits_of(const float* value) {
+  std::uint32_t bits;
+  std::memcpy(&bits, value, sizeof bits);
+  return bits;
+}
+}  // namespace
+
+std::uint16_t to_bfloat16(float value) { return static_cast<std::uint16_t>(rounded_high_half(bits_of(&value)) >> 16); }
 
 float from_bfloat16(std::uint16_t value) {
   const std::uint32_t bits = std::uint32_t{value} << 16;
@@ -39,14 +48,7 @@ float from_bfloat16(std::uint16_t value) {
 }
 
 void to_bfloat16(const float* from, std::uint16_t* to, std::int64_t count) {
-  // Branch-free, so that the compiler vectorizes it (a quiet NaN's payload bit set where it is one).
-  for (std::int64_t i = 0; i < count; ++i) {
-    std::uint32_t bits;
-    std::memcpy(&bits, from + i, sizeof bits);
-    const std::uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-    const std::uint32_t nan = (bits >> 16) | 0x0040u;
-    to[i] = static_cast<std::uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-  }
+  for (std::int64_t i = 0; i < count; ++i) to[i] = static_cast<std::uint16_t>(rounded_high_half(bits_of(from + i)) >> 16);
 }
 
 float round_to_bfloat16(float value) { return from_bfloat16(to_bfloat16(value)); }
@@ -57,12 +59,8 @@ void pack_rounded(const float* from, std::int64_t rows, std::int64_t cols, std::
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* row = from + r * ld;
     float* out = to + r * cols;
-    for (std::int64_t c = 0; c < cols; ++c) {  // branch-free, as to_bfloat16
-      std::uint32_t bits;
-      std::memcpy(&bits, row + c, sizeof bits);
-      const std::uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
-      const std::uint32_t nan = (bits | 0x00400000u) & 0xffff0000u;
-      const std::uint32_t result = (bits & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const std::uint32_t result = rounded_high_half(bits_of(row + c));
       std::memcpy(out + c, &result, sizeof result);
     }
   }
@@ -263,45 +261,20 @@ Bf16GemmBackend bf16_gemm_backend() {
 }
 
 void gemm_bf16_with(Bf16GemmBackend backend, const GemmShape& s, const float* a, const float* b, float* c) {
-  if (s.m <= 0 || s.n <= 0) return;
-  if (s.k <= 0) {
-    if (!s.accumulate)
-      for (std::int64_t row = 0; row < s.m; ++row) std::fill(c + row * s.ldc, c + row * s.ldc + s.n, 0.0f);
-    return;
-  }
+  if (s.m <= 0 || s.n <= 0 || s.k <= 0) return gemm(s, a, b, c);  // empty: C zeroed (or left), as gemm does
   run_bf16(backend, s, a, b, c);
 }
 
 void gemm_bf16(const GemmShape& s, const float* a, const float* b, float* c) {
-  if (s.m <= 0 || s.n <= 0 || s.k <= 0) return gemm_bf16_with(Bf16GemmBackend::rounded, s, a, b, c);
+  if (s.m <= 0 || s.n <= 0 || s.k <= 0) return gemm(s, a, b, c);
+  // Split over kiln's threads as gemm splits float32 products; each worker packs its own slice of the operands.
   const Bf16GemmBackend backend = bf16_gemm_backend();
-  // Split over kiln's threads as gemm splits float32 products: rows of C, or columns (16 at a time) when C is wide
-  // and short; each worker packs its own slice of the operands.
-  constexpr std::int64_t min_slice = 16;
-  const std::int64_t work = s.m * s.n * s.k;
-  const bool by_rows = s.m >= s.n;
-  const std::int64_t extent = by_rows ? s.m : s.n;
-  const std::int64_t unit = by_rows ? 1 : 16;
-  const std::int64_t units = (extent + unit - 1) / unit;
-  const int max_workers =
-      std::max(1, static_cast<int>(std::min<std::int64_t>({work / gemm_split_work, extent / min_slice, 1 << 16})));
-  parallel_for(units, max_workers, [&](std::int64_t begin, std::int64_t end, int) {
-    const std::int64_t from = begin * unit, to = std::min(end * unit, extent);
-    GemmShape slice = s;
-    const float* slice_a = a;
-    const float* slice_b = b;
-    float* slice_c = c;
-    if (by_rows) {
-      slice.m = to - from;
-      slice_a += s.transpose_a ? from : from * s.lda;
-      slice_c += from * s.ldc;
-    } else {
-      slice.n = to - from;
-      slice_b += s.transpose_b ? from * s.ldb : from;
-      slice_c += from;
-    }
-    run_bf16(backend, slice, slice_a, slice_b, slice_c);
-  });
+  split_product(
+      s, a, b, c,
+      [](const GemmShape& slice, const float* pa, const float* pb, float* pc, const void* context) {
+        run_bf16(*static_cast<const Bf16GemmBackend*>(context), slice, pa, pb, pc);
+      },
+      &backend);
 }
 
 }  // namespace kiln::detail
