@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -202,6 +203,7 @@ class Runner {
   dnnl::stream stream_{engine_};
   dnnl::matmul matmul_;
   dnnl::memory a_mem_, b_mem_, c_mem_;
+  std::vector<std::uint16_t> a_bf16_, b_bf16_;
 #endif
 };
 
@@ -244,7 +246,16 @@ void Runner::prepare() {
 }
 // --backend NAME runs every product on that backend of kiln's (kiln::detail::gemm_with), whatever it would choose.
 int forced_backend = -1;
+// --bf16 runs every product through detail::gemm_bf16 (operands rounded to bfloat16, float32 sums), as a
+// mixed_bfloat16 layer does: its packing of the float32 operands included.
+bool kiln_bf16 = false;
 void Runner::run() {
+  if (kiln_bf16) {
+    for (int i = 0; i < s_.count; ++i)
+      kiln::detail::gemm_bf16(gemm_, o_.a.data() + i * o_.a_size, o_.b.data() + i * o_.b_step,
+                              o_.c.data() + i * o_.c_size);
+    return;
+  }
   if (forced_backend >= 0) {
     for (int i = 0; i < s_.count; ++i)
       kiln::detail::gemm_with(static_cast<kiln::detail::GemmBackend>(forced_backend), gemm_, o_.a.data() + i * o_.a_size,
@@ -256,18 +267,22 @@ void Runner::run() {
 }
 #elif defined(GEMM_BENCH_DNNL)
 // Two ways into oneDNN: its matmul primitive (one batched primitive for the shape's `count` products, made once,
-// as PyTorch 2 runs a Linear through ideep), and its BLAS-like dnnl_sgemm (no primitive to make).
+// as PyTorch 2 runs a Linear through ideep), and its BLAS-like dnnl_sgemm (no primitive to make). --bf16: the
+// primitive on operands already in bfloat16 (converted once, before timing), float32 result: the ceiling of a
+// bfloat16 product that had nothing to convert.
 bool dnnl_use_sgemm = false;
+bool use_bf16_operands = false;
 void Runner::prepare() {
   if (dnnl_use_sgemm) return;
   using dims = dnnl::memory::dims;
   using tag = dnnl::memory::data_type;
+  const tag operand_type = use_bf16_operands ? tag::bf16 : tag::f32;
   const dnnl::memory::dim count = s_.count, m = s_.m, n = s_.n, k = s_.k, a_size = o_.a_size, b_size = o_.b_size,
                           c_size = o_.c_size, lda = this->lda(), ldb = this->ldb(), ldc = this->ldc();
   // (count, m, k) × (count, k, n) into (count, m, n); a transposed or wider-stored operand is a strided view.
-  const dnnl::memory::desc a_desc(dims{count, m, k}, tag::f32,
+  const dnnl::memory::desc a_desc(dims{count, m, k}, operand_type,
                                   s_.trans_a ? dims{a_size, 1, lda} : dims{a_size, lda, 1});
-  const dnnl::memory::desc b_desc(dims{s_.shared_b ? 1 : count, k, n}, tag::f32,
+  const dnnl::memory::desc b_desc(dims{s_.shared_b ? 1 : count, k, n}, operand_type,
                                   s_.trans_b ? dims{b_size, 1, ldb} : dims{b_size, ldb, 1});
   const dnnl::memory::desc c_desc(dims{count, m, n}, tag::f32, dims{c_size, ldc, 1});
   dnnl::primitive_attr attr;
@@ -278,8 +293,23 @@ void Runner::prepare() {
   }
   const dnnl::matmul::primitive_desc descriptor(dnnl::matmul::desc(a_desc, b_desc, c_desc), attr, engine_);
   matmul_ = dnnl::matmul(descriptor);
-  a_mem_ = dnnl::memory(a_desc, engine_, o_.a.data());
-  b_mem_ = dnnl::memory(b_desc, engine_, o_.b.data());
+  if (use_bf16_operands) {  // the operands in bfloat16, rounded to nearest even, made once
+    auto convert = [](const std::vector<float>& from, std::vector<std::uint16_t>& to) {
+      to.resize(from.size());
+      for (std::size_t i = 0; i < from.size(); ++i) {
+        std::uint32_t bits;
+        std::memcpy(&bits, &from[i], 4);
+        to[i] = static_cast<std::uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+      }
+    };
+    convert(o_.a, a_bf16_);
+    convert(o_.b, b_bf16_);
+    a_mem_ = dnnl::memory(a_desc, engine_, a_bf16_.data());
+    b_mem_ = dnnl::memory(b_desc, engine_, b_bf16_.data());
+  } else {
+    a_mem_ = dnnl::memory(a_desc, engine_, o_.a.data());
+    b_mem_ = dnnl::memory(b_desc, engine_, o_.b.data());
+  }
   c_mem_ = dnnl::memory(c_desc, engine_, o_.c.data());
 }
 void Runner::run() {
@@ -367,8 +397,16 @@ int main(int argc, char** argv) {
         if (std::strcmp(argv[i + 1], backend_names[b]) == 0) forced_backend = b;
 #endif
   }
-  run_library(GEMM_BENCH_LIBRARY, min_time, only);
+  bool bf16 = false;
+  for (int i = 1; i < argc; ++i) bf16 = bf16 || std::strcmp(argv[i], "--bf16") == 0;
+#if defined(GEMM_BENCH_KILN)
+  kiln_bf16 = bf16;
+#elif defined(GEMM_BENCH_DNNL)
+  use_bf16_operands = bf16;
+#endif
+  run_library(bf16 ? GEMM_BENCH_LIBRARY "_bf16" : GEMM_BENCH_LIBRARY, min_time, only);
 #if defined(GEMM_BENCH_DNNL)
+  if (bf16) return 0;
   dnnl_use_sgemm = true;
   run_library("onednn_sgemm", min_time, only);
 #endif
