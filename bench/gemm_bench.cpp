@@ -248,8 +248,15 @@ void Runner::prepare() {
 int forced_backend = -1;
 // --bf16 runs every product through detail::gemm_bf16 (operands rounded to bfloat16, float32 sums), as a
 // mixed_bfloat16 layer does: its packing of the float32 operands included.
-bool kiln_bf16 = false;
+// --bf16-rounded: every one on the fallback (the float32 product of the rounded operands).
+bool kiln_bf16 = false, kiln_bf16_rounded = false;
 void Runner::run() {
+  if (kiln_bf16_rounded) {
+    for (int i = 0; i < s_.count; ++i)
+      kiln::detail::gemm_bf16_with(kiln::detail::Bf16GemmBackend::rounded, gemm_, o_.a.data() + i * o_.a_size,
+                                   o_.b.data() + i * o_.b_step, o_.c.data() + i * o_.c_size);
+    return;
+  }
   if (kiln_bf16) {
     for (int i = 0; i < s_.count; ++i)
       kiln::detail::gemm_bf16(gemm_, o_.a.data() + i * o_.a_size, o_.b.data() + i * o_.b_step,
@@ -401,6 +408,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) bf16 = bf16 || std::strcmp(argv[i], "--bf16") == 0;
 #if defined(GEMM_BENCH_KILN)
   kiln_bf16 = bf16;
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--bf16-rounded") == 0) kiln_bf16_rounded = bf16 = true;
 #elif defined(GEMM_BENCH_DNNL)
   use_bf16_operands = bf16;
 #endif
