@@ -186,13 +186,16 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool t
 /// (K = their product) and the others the units (N), e.g. (d_model, heads, depth) with a = 1 or (heads, depth,
 /// d_model) with a = 2 (x then (..., heads · depth)); kernel_scale then holds N values in any shape, as Keras keeps
 /// it ((1, 1, heads, depth)). `transpose_kernel`: the kernel is (N, K), a tied ReversibleEmbedding's table in reverse,
-/// with one scale per row of it.
+/// with one scale per row of it. `int4_units` N > 0: the kernel is Keras's packed per-channel int4 (K, ceil(N/2))
+/// (two values a byte, the even unit in the low nibble; an EinsumDense's flattened to 2-D), unpacked each step as
+/// Keras's _int4_call unpacks it; kernel_scale its N values.
 Tensor quantized_matmul(const Tensor& x, const Tensor& kernel, const Tensor& kernel_scale, bool quantize_inputs = true,
-                        int kernel_input_axes = 1, bool transpose_kernel = false);
+                        int kernel_input_axes = 1, bool transpose_kernel = false, std::int64_t int4_units = 0);
 /// q / scale in scale's dtype: the float values a quantized kernel stands for (Keras's `kernel` of a quantized
 /// layer). The scale's N values go with q's trailing axes that make N values (a kernel's units: scale (N,) for q
 /// (..., N)), or with `leading`, with its leading ones (one per row of a transposed kernel). Not differentiable.
-Tensor dequantize(const Tensor& q, const Tensor& scale, bool leading = false);
+/// `int4_units` C > 0: q is a packed int4 (R, ceil(C/2)), the result (R, C).
+Tensor dequantize(const Tensor& q, const Tensor& scale, bool leading = false, std::int64_t int4_units = 0);
 /// Keras's int4 sub-channel kernel as floats (Dense._int4_call, "int4/<block>"): `kernel` (K, ceil(units/2)) int8
 /// packs two int4 values a byte (even column in the low nibble), `scale` (G, units) in the result's dtype, `zero`
 /// (G, units) int8, `g_idx` (K,) each row's group: (value - zero[g]) · scale[g]. Not differentiable.
@@ -202,6 +205,12 @@ Tensor dequantize_int4(const Tensor& kernel, const Tensor& scale, const Tensor& 
 /// ids (in scale's dtype), each as floats divided by its row's scale (V,): output ids.shape + table.shape[1:]. An id
 /// outside [0, V) or not whole throws ValueError when the step runs. Not differentiable.
 Tensor quantized_gather(const Tensor& table, const Tensor& scale, const Tensor& ids);
+/// Keras's int4 Embedding lookup (Embedding._int4_call): `table` (V, ceil(D/2)) packs two int4 values a byte (even
+/// column in the low nibble), `columns` = D. Per-channel (no zero): scale (V,), each value / scale[id]. By groups
+/// of columns: scale (V, G) in the result's dtype, zero (V, G) int8, g_idx (D,) each column's group:
+/// (value - zero[id, g]) · scale[id, g]. Ids as quantized_gather checks them; not differentiable.
+Tensor quantized_gather_int4(const Tensor& table, const Tensor& scale, const Tensor& ids, std::int64_t columns,
+                             const Tensor& zero = Tensor(), const Tensor& g_idx = Tensor());
 /// An int8 array and its scale (`values` / `scale` approximates the float array).
 struct QuantizedArray {
   Array values;  ///< int8, the input's shape

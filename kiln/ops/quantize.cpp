@@ -12,6 +12,9 @@
 //                    y = (x · kernel) / kernel_scale with the kernel's values as floats (an int8 layer whose
 //                    activation_quantizer is null). Differentiable in x only, as Keras's custom gradient:
 //                    dx = dy · (kernel / kernel_scale)ᵀ, the float kernel the int8 one stands for.
+//                    Attribute int4_units N > 0: the kernel is Keras's packed int4 (K, ceil(N/2)) (two values a
+//                    byte, the even unit in the low nibble; an EinsumDense's flattened to 2-D), unpacked into the
+//                    workspace each step as Keras unpacks it, then the same product (Keras's per-channel int4).
 //   Dequantize       q int8, scale float -> q / scale in scale's dtype (Keras's float_kernel): the scale's N values
 //                    for the trailing axes of q making N values (a kernel's units), or with attribute leading, for
 //                    the leading ones (the rows of a transposed kernel).
@@ -22,6 +25,10 @@
 //   QuantizedGather  table (V, ...) int8, scale (V,) float, ids (...) float -> (ids..., table's other axes): each
 //                    id's row as floats divided by that row's scale (Keras's Embedding._int8_call). Ids are
 //                    checked as gather checks them; nothing differentiable (the weights are not trained).
+//                    Attribute int4_columns D > 0: the table is Keras's packed int4 (V, ceil(D/2)); per row
+//                    (scale (V,)) each value / scale[id] (Keras's per-channel int4 Embedding), or by groups of
+//                    columns with two more inputs, zero (V, G) int8 and g_idx (D,): (value - zero[id, g]) ·
+//                    scale[id, g] with g = g_idx[column] (Keras's sub-channel int4 Embedding, scale (V, G)).
 // The int8 products run on detail::gemm_s8s8s32 (oneDNN's VNNI kernels where the CPU has them). The activations'
 // int8 copy, their scales and the int32 sums live in the op's workspace: a step allocates nothing.
 #include <algorithm>
@@ -72,6 +79,24 @@ T quantize_row(const T* x, std::int64_t k, std::int8_t* q) {
   return scale;
 }
 
+// A nibble as a signed int4 value, [-8, 7].
+inline int int4_at(const std::int8_t* packed_row, std::int64_t column) {
+  const int byte = static_cast<std::uint8_t>(packed_row[column >> 1]);
+  const int nibble = (column & 1) ? (byte >> 4) : (byte & 0x0f);
+  return nibble >= 8 ? nibble - 16 : nibble;
+}
+
+// Keras's unpack_int4 along the last axis: `rows` rows of ceil(columns/2) bytes to rows × columns int8 values.
+void unpack_int4(const std::int8_t* packed, std::int64_t rows, std::int64_t columns, std::int8_t* out) {
+  const std::int64_t bytes = (columns + 1) / 2;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < columns; ++c) out[r * columns + c] = static_cast<std::int8_t>(int4_at(packed + r * bytes, c));
+}
+
+std::int64_t int4_units(const Attributes& attributes) {
+  return attributes.has("int4_units") ? attributes.get_int("int4_units") : 0;
+}
+
 struct Layout {
   std::int64_t rows = 0, k = 0, n = 0;
 };
@@ -91,6 +116,7 @@ std::pair<std::int64_t, std::int64_t> kernel_extents(const Shape& kernel, std::i
 Layout layout_of(const Shape& x, const Shape& kernel, const Attributes& attributes) {
   Layout l;
   std::tie(l.k, l.n) = kernel_extents(kernel, attributes.get_int("kernel_input_axes"), attributes.get_bool("transpose_kernel"));
+  if (int4_units(attributes) > 0) l.n = int4_units(attributes);  // (K, ceil(N/2)) packed
   l.rows = 1;  // the product of x's leading dimensions (x may have none to multiply when K is 0)
   for (int axis = 0; axis + 1 < x.rank(); ++axis) l.rows *= x.dim(axis);
   return l;
@@ -98,14 +124,19 @@ Layout layout_of(const Shape& x, const Shape& kernel, const Attributes& attribut
 
 std::size_t aligned(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
 
-// Workspace: with quantize_inputs, the rows' int8 copy, their scales and the int32 sums; without, the kernel as
-// floats.
+// Workspace: an int4 kernel unpacked; then with quantize_inputs, the rows' int8 copy, their scales and the int32
+// sums; without, the kernel as floats.
+std::size_t unpacked_bytes(const Layout& l, const Attributes& attributes) {
+  return int4_units(attributes) > 0 ? aligned(static_cast<std::size_t>(l.k * l.n)) : 0;
+}
 std::size_t quantized_matmul_workspace(const std::vector<Shape>& inputs, const Shape&, const Attributes& attributes,
                                        DType dtype) {
   const Layout l = layout_of(inputs[0], inputs[1], attributes);
+  const std::size_t unpacked = unpacked_bytes(l, attributes);
   if (!attributes.get_bool("quantize_inputs"))
-    return static_cast<std::size_t>(l.k * l.n) * dtype_size(dtype);
-  return aligned(static_cast<std::size_t>(l.rows * l.k)) + aligned(static_cast<std::size_t>(l.rows) * dtype_size(dtype)) +
+    return unpacked + static_cast<std::size_t>(l.k * l.n) * dtype_size(dtype);
+  return unpacked + aligned(static_cast<std::size_t>(l.rows * l.k)) +
+         aligned(static_cast<std::size_t>(l.rows) * dtype_size(dtype)) +
          static_cast<std::size_t>(l.rows * l.n) * sizeof(std::int32_t);
 }
 
@@ -139,6 +170,12 @@ void quantized_matmul_kernel(const KernelContext& k) {
     return;
   }
   auto* bytes = static_cast<unsigned char*>(k.workspace);
+  if (int4_units(k.attributes()) > 0) {  // Keras's unpack_int4 of the packed kernel, every call
+    auto* unpacked = reinterpret_cast<std::int8_t*>(bytes);
+    unpack_int4(kernel, l.k, l.n, unpacked);
+    kernel = unpacked;
+    bytes += unpacked_bytes(l, k.attributes());
+  }
   if (!k.attributes().get_bool("quantize_inputs")) {
     // Keras's matmul of float inputs by the int8 kernel (promoted to floats), then the division by its scale.
     T* dense = reinterpret_cast<T*>(bytes);
@@ -168,12 +205,21 @@ void quantized_matmul_kernel(const KernelContext& k) {
   });
 }
 
+std::size_t dequantize_workspace(const std::vector<Shape>&, const Shape& output, const Attributes& attributes, DType) {
+  return int4_units(attributes) > 0 ? static_cast<std::size_t>(output.num_elements()) : 0;
+}
+
 template <class T>
 void dequantize_kernel(const KernelContext& k) {
   const auto* q = k.in<std::int8_t>(0);
   const T* scale = k.in<T>(1);
   T* out = k.out<T>();
-  const std::int64_t n = k.input_shape(1).num_elements(), total = k.input_shape(0).num_elements();
+  const std::int64_t n = k.input_shape(1).num_elements(), total = k.output_shape->num_elements();
+  if (const std::int64_t columns = int4_units(k.attributes()); columns > 0 && total > 0) {
+    auto* unpacked = static_cast<std::int8_t*>(k.workspace);
+    unpack_int4(q, total / columns, columns, unpacked);
+    q = unpacked;
+  }
   if (n == 0 || total == 0) return;
   if (k.attributes().get_bool("leading")) {  // the scale runs over the leading axes: one value per block of total / n
     const std::int64_t block = total / n;
@@ -197,24 +243,39 @@ void quantized_gather_kernel(const KernelContext& k) {
   const T* scale = k.in<T>(1);
   const T* ids = k.in<T>(2);
   T* out = k.out<T>();
-  const std::int64_t rows = table_shape[0], row_size = rows == 0 ? 0 : table_shape.num_elements() / rows;
+  const std::int64_t columns = k.attributes().has("int4_columns") ? k.attributes().get_int("int4_columns") : 0;
+  const std::int64_t rows = table_shape[0], stored_row = rows == 0 ? 0 : table_shape.num_elements() / rows;
+  const std::int64_t row_size = columns > 0 ? columns : stored_row;
   const std::int64_t count = k.input_shape(2).num_elements();
+  const bool grouped = k.num_inputs == 5;  // Keras's sub-channel int4: zero points and g_idx
+  const auto* zero = grouped ? k.in<std::int8_t>(3) : nullptr;
+  const T* g_idx = grouped ? k.in<T>(4) : nullptr;
+  const std::int64_t groups = grouped ? k.input_shape(1).dim(1) : 0;
+  if (grouped)  // every column's group, once a step (as DequantizeInt4 checks its rows')
+    for (std::int64_t j = 0; j < columns; ++j) {
+      const double group = static_cast<double>(g_idx[j]);
+      if (!(group >= 0.0 && group < static_cast<double>(groups) && group == std::floor(group)))
+        throw ValueError(k.node->describe() + ": g_idx[" + std::to_string(j) + "] = " + std::to_string(group) +
+                         " is not one of the " + std::to_string(groups) + " groups");
+    }
   for (std::int64_t i = 0; i < count; ++i) {
     const double value = static_cast<double>(ids[i]);
     if (!(value >= 0.0 && value < static_cast<double>(rows) && value == std::floor(value)))
       throw_bad_id(k, value, static_cast<std::size_t>(i), table_shape);
     const auto id = static_cast<std::int64_t>(value);
-    const std::int8_t* row = table + id * row_size;
+    const std::int8_t* row = table + id * stored_row;
     T* target = out + i * row_size;
-    for (std::int64_t j = 0; j < row_size; ++j) target[j] = static_cast<T>(row[j]) / scale[id];
+    if (columns == 0) {
+      for (std::int64_t j = 0; j < row_size; ++j) target[j] = static_cast<T>(row[j]) / scale[id];
+    } else if (!grouped) {  // Keras: cast(unpacked) / scale[id]
+      for (std::int64_t j = 0; j < row_size; ++j) target[j] = static_cast<T>(int4_at(row, j)) / scale[id];
+    } else {  // Keras's dequantize_with_sz_map: (value - float(zero)) · scale, in T
+      for (std::int64_t j = 0; j < row_size; ++j) {
+        const auto g = static_cast<std::int64_t>(g_idx[j]);
+        target[j] = (static_cast<T>(int4_at(row, j)) - static_cast<T>(zero[id * groups + g])) * scale[id * groups + g];
+      }
+    }
   }
-}
-
-// A nibble as a signed int4 value, [-8, 7].
-inline int int4_at(const std::int8_t* packed_row, std::int64_t column) {
-  const int byte = static_cast<std::uint8_t>(packed_row[column >> 1]);
-  const int nibble = (column & 1) ? (byte >> 4) : (byte & 0x0f);
-  return nibble >= 8 ? nibble - 16 : nibble;
 }
 
 template <class T>
@@ -257,11 +318,19 @@ Shape quantized_matmul_shape(const InferContext& ctx) {
   const std::int64_t input_axes = ctx.attributes().get_int("kernel_input_axes");
   const bool transposed = ctx.attributes().get_bool("transpose_kernel");
   if (x.rank() < 1) ctx.fail("x needs at least one dimension");
+  if (const std::int64_t units = int4_units(ctx.attributes()); units != 0) {
+    if (units < 0 || transposed || kernel.rank() != 2 || input_axes != 1)
+      ctx.fail("an int4 kernel is packed (input_dim, ceil(units / 2)), not transposed");
+    if (kernel.dim(1) != Shape::unknown && kernel.dim(1) != (units + 1) / 2)
+      ctx.fail("the packed int4 kernel holds " + std::to_string(kernel.dim(1)) + " bytes a row, not ceil(" +
+               std::to_string(units) + " / 2)");
+  }
   if (transposed ? kernel.rank() != 2 : (input_axes < 1 || input_axes >= kernel.rank()))
     ctx.fail(transposed ? "a transposed kernel must be (units, input_dim)"
                         : "the kernel must have its kernel_input_axes (" + std::to_string(input_axes) +
                               ") input axes, then at least one axis of units");
-  const auto [k, n] = kernel_extents(kernel, input_axes, transposed);
+  auto [k, n] = kernel_extents(kernel, input_axes, transposed);
+  if (int4_units(ctx.attributes()) > 0) n = int4_units(ctx.attributes());
   if (x.dim(-1) != Shape::unknown && k != Shape::unknown && x.dim(-1) != k)
     ctx.fail("x's last dimension is not the kernel's input_dim (" + std::to_string(k) + ")");
   const std::int64_t scales = known_elements(scale);
@@ -275,9 +344,14 @@ Shape quantized_matmul_shape(const InferContext& ctx) {
 }
 
 Shape dequantize_shape(const InferContext& ctx) {
-  const Shape& q = ctx.input_shape(0);
+  Shape q = ctx.input_shape(0);
   const Shape& scale = ctx.input_shape(1);
   const bool leading = ctx.attributes().get_bool("leading");
+  if (const std::int64_t columns = int4_units(ctx.attributes()); columns != 0) {
+    if (columns < 0 || leading || q.rank() != 2 || (q.dim(1) != Shape::unknown && q.dim(1) != (columns + 1) / 2))
+      ctx.fail("a packed int4 array must be (rows, ceil(" + std::to_string(columns) + " / 2)), its scale trailing");
+    q = Shape{q.dim(0), columns};
+  }
   // The scale's values cover q's trailing (or leading) axes: the product of some of them.
   std::int64_t covered = 1;
   const std::int64_t scales = known_elements(scale);
@@ -315,11 +389,29 @@ Shape dequantize_int4_shape(const InferContext& ctx) {
 Shape quantized_gather_shape(const InferContext& ctx) {
   const Shape& table = ctx.input_shape(0);
   const Shape& scale = ctx.input_shape(1);
+  const std::int64_t columns = ctx.attributes().has("int4_columns") ? ctx.attributes().get_int("int4_columns") : 0;
+  const bool grouped = ctx.num_inputs() == 5;
   if (table.rank() < 1) ctx.fail("the table needs an axis of rows to pick from");
-  if (scale.rank() != 1 || (scale.dim(0) != Shape::unknown && table.dim(0) != Shape::unknown && scale.dim(0) != table.dim(0)))
+  if (grouped != (ctx.num_inputs() != 3)) ctx.fail("takes (table, scale, ids) or, int4 by groups, (table, scale, ids, zero, g_idx)");
+  if (columns != 0 || grouped) {
+    if (columns <= 0 || table.rank() != 2 || (table.dim(1) != Shape::unknown && table.dim(1) != (columns + 1) / 2))
+      ctx.fail("an int4 table is packed (rows, ceil(" + std::to_string(columns) + " / 2))");
+  }
+  if (grouped) {
+    const Shape& zero = ctx.input_shape(3);
+    const Shape& g_idx = ctx.input_shape(4);
+    if (scale.rank() != 2 || scale.dim(0) != table.dim(0) || zero != scale)
+      ctx.fail("scale and zero must both be (rows, groups)");
+    if (g_idx.rank() != 1 || g_idx.dim(0) != columns) ctx.fail("g_idx must be (" + std::to_string(columns) + ",)");
+  } else if (scale.rank() != 1 ||
+             (scale.dim(0) != Shape::unknown && table.dim(0) != Shape::unknown && scale.dim(0) != table.dim(0))) {
     ctx.fail("the scale must hold one value per row of the table");
+  }
   std::vector<std::int64_t> dims = ctx.input_shape(2).dims();
-  dims.insert(dims.end(), table.dims().begin() + 1, table.dims().end());
+  if (columns > 0)
+    dims.push_back(columns);
+  else
+    dims.insert(dims.end(), table.dims().begin() + 1, table.dims().end());
   return Shape(dims);
 }
 
@@ -329,8 +421,9 @@ std::vector<Tensor> quantized_matmul_backward(const GradContext& g) {
   // Keras's custom gradient: dy times the float kernel the int8 one stands for, as (K, N) (or (N, K) transposed).
   const bool transposed = g.attributes().get_bool("transpose_kernel");
   const Shape& kernel = g.input(1).shape();
-  const auto [k, n] = kernel_extents(kernel, g.attributes().get_int("kernel_input_axes"), transposed);
-  Tensor float_kernel = ops::dequantize(g.input(1), g.input(2), transposed);
+  auto [k, n] = kernel_extents(kernel, g.attributes().get_int("kernel_input_axes"), transposed);
+  if (int4_units(g.attributes()) > 0) n = int4_units(g.attributes());
+  Tensor float_kernel = ops::dequantize(g.input(1), g.input(2), transposed, int4_units(g.attributes()));
   if (kernel.rank() != 2) float_kernel = ops::reshape(float_kernel, {k, n});
   return {ops::matmul(g.output_grad(), float_kernel, false, !transposed), Tensor(), Tensor()};
 }
@@ -338,7 +431,7 @@ std::vector<Tensor> quantized_matmul_backward(const GradContext& g) {
 KILN_REGISTER_OP(OpDef("kiln>QuantizedMatMul")
                      .inputs(3)
                      .input_dtype(1, DType::int8)
-                     .attributes({"quantize_inputs", "kernel_input_axes", "transpose_kernel"})
+                     .attributes({"quantize_inputs", "kernel_input_axes", "transpose_kernel", "int4_units"})
                      .infer_shape(quantized_matmul_shape)
                      .forward(quantized_matmul_kernel<float>, quantized_matmul_kernel<double>)
                      .backward(quantized_matmul_backward)
@@ -349,9 +442,10 @@ KILN_REGISTER_OP(OpDef("kiln>QuantizedMatMul")
 KILN_REGISTER_OP(OpDef("kiln>Dequantize")
                      .inputs(2)
                      .input_dtype(0, DType::int8)
-                     .attributes({"leading"})
+                     .attributes({"leading", "int4_units"})
                      .infer_shape(dequantize_shape)
                      .forward(dequantize_kernel<float>, dequantize_kernel<double>)
+                     .workspace(dequantize_workspace)
                      .not_differentiable("quantized weights are not trained (Keras: trainable=False)")
                      .non_differentiable_inputs({0, 1}, "a quantized kernel and its scale"));
 
@@ -367,12 +461,14 @@ KILN_REGISTER_OP(OpDef("kiln>DequantizeInt4")
                      .display_name("dequantize_int4"));
 
 KILN_REGISTER_OP(OpDef("kiln>QuantizedGather")
-                     .inputs(3)
+                     .inputs(3, 5)
                      .input_dtype(0, DType::int8)
+                     .input_dtype(3, DType::int8)
+                     .attributes({"int4_columns"})
                      .infer_shape(quantized_gather_shape)
                      .forward(quantized_gather_kernel<float>, quantized_gather_kernel<double>)
                      .not_differentiable("quantized weights are not trained (Keras: trainable=False)")
-                     .non_differentiable_inputs({0, 1, 2}, "a quantized table, its scales and the ids")
+                     .non_differentiable_inputs({0, 1, 2, 3, 4}, "a quantized table, its scales and the ids")
                      .display_name("quantized_gather"));
 
 // ---- bfloat16 variables ------------------------------------------------------------------------------------
@@ -418,19 +514,28 @@ Tensor dequantize_int4(const Tensor& kernel, const Tensor& scale, const Tensor& 
 Tensor quantized_gather(const Tensor& table, const Tensor& scale, const Tensor& ids) {
   return table.graph().add_op("kiln>QuantizedGather", {table, scale, ids}, Attributes(), "quantized_gather");
 }
-
-Tensor quantized_matmul(const Tensor& x, const Tensor& kernel, const Tensor& kernel_scale, bool quantize_inputs,
-                        int kernel_input_axes, bool transpose_kernel) {
-  return x.graph().add_op("kiln>QuantizedMatMul", {x, kernel, kernel_scale},
-                          Attributes()
-                              .set("quantize_inputs", quantize_inputs)
-                              .set("kernel_input_axes", std::int64_t{kernel_input_axes})
-                              .set("transpose_kernel", transpose_kernel),
-                          "quantized_matmul");
+Tensor quantized_gather_int4(const Tensor& table, const Tensor& scale, const Tensor& ids, std::int64_t columns,
+                             const Tensor& zero, const Tensor& g_idx) {
+  std::vector<Tensor> inputs = {table, scale, ids};
+  if (zero.valid()) inputs.insert(inputs.end(), {zero, g_idx});
+  return table.graph().add_op("kiln>QuantizedGather", inputs, Attributes().set("int4_columns", columns),
+                              "quantized_gather");
 }
 
-Tensor dequantize(const Tensor& q, const Tensor& scale, bool leading) {
-  return q.graph().add_op("kiln>Dequantize", {q, scale}, Attributes().set("leading", leading), "dequantize");
+Tensor quantized_matmul(const Tensor& x, const Tensor& kernel, const Tensor& kernel_scale, bool quantize_inputs,
+                        int kernel_input_axes, bool transpose_kernel, std::int64_t int4_units) {
+  Attributes attributes = Attributes()
+                              .set("quantize_inputs", quantize_inputs)
+                              .set("kernel_input_axes", std::int64_t{kernel_input_axes})
+                              .set("transpose_kernel", transpose_kernel);
+  if (int4_units != 0) attributes.set("int4_units", int4_units);
+  return x.graph().add_op("kiln>QuantizedMatMul", {x, kernel, kernel_scale}, attributes, "quantized_matmul");
+}
+
+Tensor dequantize(const Tensor& q, const Tensor& scale, bool leading, std::int64_t int4_units) {
+  Attributes attributes = Attributes().set("leading", leading);
+  if (int4_units != 0) attributes.set("int4_units", int4_units);
+  return q.graph().add_op("kiln>Dequantize", {q, scale}, attributes, "dequantize");
 }
 
 Array round_to_bfloat16(const Array& values) {

@@ -45,20 +45,48 @@ std::string source_dtype(const Config& dtype, bool& quantized) {
 // 1e-7) / 15, zero = clip(round(-min / scale) - 8, -8, 7), values clip(round(x / scale) + zero, -8, 7), rounding ties
 // to even; then two values a byte, the even unit in the low nibble.
 struct Int4Blocks {
-  Array packed, scale, zero;
+  Array packed, scale, zero;  // packed two values a byte along the last axis; zero absent per-channel
 };
 
+// Keras's pack_int4 along the last axis: rows × units int8 values in [-8, 7] to rows × ceil(units / 2) bytes, the
+// even unit in the low nibble.
+Array pack_int4(const Array& values) {
+  const std::int64_t rows = values.shape().dim(0), units = values.shape().dim(1), bytes = (units + 1) / 2;
+  Array packed(Shape{rows, bytes}, DType::int8);
+  const auto* from = values.data<std::int8_t>();
+  auto* to = packed.data<std::int8_t>();
+  for (std::int64_t p = 0; p < rows; ++p)
+    for (std::int64_t b = 0; b < bytes; ++b) {
+      const int low = from[p * units + 2 * b] & 0x0f;
+      const int high = 2 * b + 1 < units ? from[p * units + 2 * b + 1] & 0x0f : 0;
+      to[p * bytes + b] = static_cast<std::int8_t>(static_cast<std::uint8_t>(low | (high << 4)));
+    }
+  return packed;
+}
+
+// A 2-D array's transpose, any dtype.
+Array transposed(const Array& a) {
+  const std::int64_t rows = a.shape().dim(0), columns = a.shape().dim(1);
+  const std::size_t size = dtype_size(a.dtype());
+  Array out(Shape{columns, rows}, a.dtype());
+  const auto* from = static_cast<const unsigned char*>(a.raw());
+  auto* to = static_cast<unsigned char*>(out.raw());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < columns; ++c)
+      std::memcpy(to + static_cast<std::size_t>(c * rows + r) * size, from + static_cast<std::size_t>(r * columns + c) * size, size);
+  return out;
+}
+
 template <class T>
-Int4Blocks int4_blocks(const Array& kernel, std::int64_t block) {
+Int4Blocks int4_block_values(const Array& kernel, std::int64_t block) {
   const std::int64_t rows = kernel.shape().dim(0), units = kernel.shape().dim(1);
   const std::int64_t groups = rows == 0 ? 0 : (rows - 1) / block + 1;
-  Int4Blocks out{Array(Shape{rows, (units + 1) / 2}, DType::int8), Array(Shape{groups, units}, kernel.dtype()),
-                 Array(Shape{groups, units}, DType::int8)};
+  Int4Blocks out{Array(Shape{rows, units}, DType::int8), Array(Shape{groups, units}, kernel.dtype()),
+                 Array(Shape{groups, units}, DType::int8)};  // (values unpacked: the caller packs them)
   const T* w = kernel.data<T>();
   T* scale = out.scale.data<T>();
   auto* zero = out.zero.data<std::int8_t>();
-  auto* packed = out.packed.data<std::int8_t>();
-  std::vector<std::int8_t> values(static_cast<std::size_t>(rows * units));
+  auto* values = out.packed.data<std::int8_t>();
   const auto clip = [](T v) { return std::clamp(v, T(-8), T(7)); };
   for (std::int64_t g = 0; g < groups; ++g)
     for (std::int64_t j = 0; j < units; ++j) {
@@ -74,17 +102,26 @@ Int4Blocks int4_blocks(const Array& kernel, std::int64_t block) {
       zero[g * units + j] = static_cast<std::int8_t>(z);
       for (std::int64_t p = first; p < end; ++p) {
         const T q = clip(std::nearbyint(w[p * units + j] / s) + z);
-        values[static_cast<std::size_t>(p * units + j)] = std::isnan(q) ? std::int8_t{0} : static_cast<std::int8_t>(q);
+        values[p * units + j] = std::isnan(q) ? std::int8_t{0} : static_cast<std::int8_t>(q);
       }
     }
-  const std::int64_t bytes = (units + 1) / 2;
-  for (std::int64_t p = 0; p < rows; ++p)
-    for (std::int64_t b = 0; b < bytes; ++b) {
-      const int low = values[static_cast<std::size_t>(p * units + 2 * b)] & 0x0f;
-      const int high = 2 * b + 1 < units ? values[static_cast<std::size_t>(p * units + 2 * b + 1)] & 0x0f : 0;
-      packed[p * bytes + b] = static_cast<std::int8_t>(static_cast<std::uint8_t>(low | (high << 4)));
-    }
   return out;
+}
+
+// Keras's int4 of a Dense kernel (K, N) or an Embedding table (V, D), as its quantize() computes it: by blocks of
+// `block` input rows (a kernel) or columns (a table, quantized transposed, as Keras does), or per-channel (block
+// -1: abs_max_quantize with value_range (-8, 7) along the input rows, or along each table row); then packed.
+Int4Blocks int4_weights(const Array& weights, std::int64_t block, bool table) {
+  if (block < 0) {
+    ops::QuantizedArray q = ops::abs_max_quantize(weights, table ? -1 : 0, 7);
+    const std::int64_t scales = q.scale.shape().num_elements();
+    return {pack_int4(q.values), q.scale.reshape(Shape{scales}), Array()};
+  }
+  const Array source = table ? transposed(weights) : weights;
+  Int4Blocks b = source.dtype() == DType::float32 ? int4_block_values<float>(source, block)
+                                                  : int4_block_values<double>(source, block);
+  if (!table) return {pack_int4(b.packed), b.scale, b.zero};
+  return {pack_int4(transposed(b.packed)), transposed(b.scale), transposed(b.zero)};
 }
 
 bool is_model_entry(const Config& layer) {
@@ -102,8 +139,6 @@ void quantize_layers(Config& model, const std::string& mode, const std::string& 
     const std::string name = layer.at("config").get_string("name", "");
     if (is_model_entry(layer)) {
       quantize_layers(layer, mode, prefix + name + "/", report, kernels);
-    } else if (layer.get_string("class_name", "") == "Embedding" && mode != "int8") {
-      report.skipped.emplace_back(prefix + name, "Embedding: kiln quantizes it to int8 only");
     } else if (layer.get_string("class_name", "") == "Dense" || layer.get_string("class_name", "") == "Embedding") {
       Config layer_arguments = layer.at("config");
       bool quantized = false;
@@ -228,11 +263,14 @@ std::shared_ptr<ModelBase> quantize_model_base(const ModelBase& model, const std
   if (mode == "int4") {
     int4_block = 128;
     policy_mode = "int4/128";
+  } else if (mode == "int4/-1" || mode == "int4/None") {  // Keras's per-channel int4 (block_size -1 or None)
+    int4_block = -1;
+    policy_mode = "int4/-1";
   } else if (mode.rfind("int4/", 0) == 0) {
     const std::string size = mode.substr(5);
     if (size.empty() || size.size() > 9 || size.find_first_not_of("0123456789") != std::string::npos || std::stoll(size) == 0)
-      throw ValueError("quantize: mode '" + mode + "' must be 'int4/<block size>', a positive block size (per-channel "
-                       "int4 is not one kiln runs yet)");
+      throw ValueError("quantize: mode '" + mode + "' must be 'int4/<block size>', a positive block size, or "
+                       "'int4/-1' (per-channel)");
     int4_block = std::stoll(size);
   } else if (mode != "int8") {
     const bool keras_mode = mode == "float8" || mode == "gptq" || mode == "awq" || mode == "ternary";
@@ -253,7 +291,7 @@ std::shared_ptr<ModelBase> quantize_model_base(const ModelBase& model, const std
   } else {
     std::set<std::string> seen;
     collect_units(model, units, out.skipped, seen);
-    const bool int4 = int4_block > 0;
+    const bool int4 = int4_block != 0;
     Config map = Config::map();
     for (const Unit& unit : units) {
       if (int4 && unit.what != "Dense") {
@@ -327,34 +365,39 @@ std::shared_ptr<ModelBase> quantize_model_base(const ModelBase& model, const std
     }
     return found->second;
   };
-  std::map<std::string, Int4Blocks> int4_kernels;  // by the float kernel's path
-  const auto int4_of = [&](const std::string& float_path) -> const Int4Blocks& {
+  std::map<std::string, Int4Blocks> int4_kernels;  // by the float kernel's (or table's) path
+  const auto int4_of = [&](const std::string& float_path, bool table) -> const Int4Blocks& {
     auto found = int4_kernels.find(float_path);
-    if (found == int4_kernels.end()) {
-      const Array& kernel = old_weights.at(float_path);
-      found = int4_kernels
-                  .emplace(float_path, kernel.dtype() == DType::float32 ? int4_blocks<float>(kernel, int4_block)
-                                                                        : int4_blocks<double>(kernel, int4_block))
-                  .first;
-    }
+    if (found == int4_kernels.end())
+      found = int4_kernels.emplace(float_path, int4_weights(old_weights.at(float_path), int4_block, table)).first;
     return found->second;
   };
   for (Weight weight : quantized->weights()) {  // (a Weight shares its layer's storage)
     const std::string& path = weight.path;
-    if (int4_block > 0) {  // int4 Dense: the packed kernel, its scales and zero points; g_idx as built
-      const auto strip = [&](const std::string& suffix) {
-        return ends_with(path, suffix) ? path.substr(0, path.size() - suffix.size()) + "/kernel" : std::string();
-      };
-      const std::string from_kernel = strip("/kernel"), from_scale = strip("/kernel_scale"), from_zero = strip("/kernel_zero");
+    if (int4_block != 0) {  // int4: the packed kernel or table, its scales and zero points; g_idx as built
       const Array* source = nullptr;
-      if (!from_kernel.empty() && kernels.count(from_kernel) != 0) source = &int4_of(from_kernel).packed;
-      if (!from_scale.empty() && kernels.count(from_scale) != 0) source = &int4_of(from_scale).scale;
-      if (!from_zero.empty() && kernels.count(from_zero) != 0) source = &int4_of(from_zero).zero;
+      for (const char* values : {"/kernel", "/embeddings"}) {
+        const std::string base = values;
+        const auto strip = [&](const std::string& suffix) {
+          return ends_with(path, suffix) ? path.substr(0, path.size() - suffix.size()) + base : std::string();
+        };
+        const std::string from_values = strip(base), from_scale = strip(base + "_scale"), from_zero = strip(base + "_zero");
+        const bool table = base == "/embeddings";
+        if (!from_values.empty() && kernels.count(from_values) != 0) source = &int4_of(from_values, table).packed;
+        if (!from_scale.empty() && kernels.count(from_scale) != 0) source = &int4_of(from_scale, table).scale;
+        if (!from_zero.empty() && kernels.count(from_zero) != 0) source = &int4_of(from_zero, table).zero;
+      }
       if (source != nullptr) {
+        if (source->nbytes() != weight.value.nbytes())
+          throw Error("quantize: the int4 weight '" + path + "' is " + weight.value.shape().to_string() +
+                      ", its quantized values " + source->shape().to_string());
         std::memcpy(weight.value.raw(), source->raw(), weight.value.nbytes());
         continue;
       }
-      if (ends_with(path, "/g_idx") && kernels.count(path.substr(0, path.size() - 6) + "/kernel") != 0) continue;
+      if (ends_with(path, "/g_idx")) {
+        const std::string owner = path.substr(0, path.size() - 6);
+        if (kernels.count(owner + "/kernel") != 0 || kernels.count(owner + "/embeddings") != 0) continue;
+      }
     }
     bool done = false;
     for (const Quantized& kind : kinds) {

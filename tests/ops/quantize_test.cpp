@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <kiln/core/array.hpp>
+#include <kiln/core/autodiff.hpp>
 #include <kiln/core/error.hpp>
 #include <kiln/core/graph.hpp>
 #include <kiln/core/program.hpp>
@@ -431,6 +432,107 @@ TEST_CASE("DequantizeInt4 unpacks two values a byte and applies each block's sca
   CHECK_THROWS_WITH(kiln::ops::dequantize_int4(bad.variable("k2", kernel, false), bad.variable("s2", scale, false),
                                                bad.variable("z2", zero, false), bad.variable("g2", g_idx, false), 5),
                     Catch::Matchers::Contains("ceil(5 / 2)"));
+}
+
+namespace {
+// Keras's pack_int4 along the last axis of a (rows, columns) array of values in [-8, 7].
+Array pack_int4(const Array& values) {
+  const std::int64_t rows = values.shape().dim(0), columns = values.shape().dim(1), bytes = (columns + 1) / 2;
+  std::vector<std::int8_t> packed;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t b = 0; b < bytes; ++b) {
+      const int low = static_cast<int>(values.flat(r * columns + 2 * b)) & 0x0f;
+      const int high = 2 * b + 1 < columns ? static_cast<int>(values.flat(r * columns + 2 * b + 1)) & 0x0f : 0;
+      packed.push_back(static_cast<std::int8_t>(static_cast<std::uint8_t>(low | (high << 4))));
+    }
+  return Array::from_vector(packed, Shape{rows, bytes});
+}
+
+Array int4_values(const Shape& shape, kiln::Rng& rng) {
+  std::vector<std::int8_t> values(static_cast<std::size_t>(shape.num_elements()));
+  for (auto& value : values) value = static_cast<std::int8_t>(static_cast<int>(rng.uniform(0.0, 16.0)) - 8);
+  return Array::from_vector(values, shape);
+}
+}  // namespace
+
+TEST_CASE("packed int4 kernels and tables: the same results as their unpacked int8 values", "[ops][quantize]") {
+  // Per-channel int4 (Keras's "int4/-1") is int8's arithmetic on values in [-8, 7] stored two a byte: QuantizedMatMul
+  // (with and without input quantization, and its gradient), Dequantize and QuantizedGather give, bitwise, what
+  // they give for the unpacked int8 array. An odd unit count pads the last byte.
+  kiln::Rng rng(29);
+  for (const std::int64_t units : {std::int64_t{7}, std::int64_t{64}}) {
+    INFO(units << " units");
+    const Array values = int4_values(Shape{9, units}, rng);
+    const Array packed = pack_int4(values);
+    const Array scale = kiln::testing::random_array(Shape{units}, rng, DType::float32, 2.0, 9.0);
+    const Array x = kiln::testing::random_array(Shape{3, 4, 9}, rng, DType::float32, -2.0, 2.0);
+    for (const bool quantize_inputs : {true, false}) {
+      INFO("quantize_inputs " << quantize_inputs);
+      auto run = [&](const Array& kernel, std::int64_t int4_units) {
+        kiln::Graph graph;
+        const kiln::Tensor input = graph.placeholder(x.shape(), DType::float32, "x");
+        const kiln::Tensor y = kiln::ops::quantized_matmul(input, graph.variable("k", kernel, false),
+                                                           graph.variable("s", scale, false), quantize_inputs, 1,
+                                                           false, int4_units);
+        const kiln::Tensor dx = kiln::gradients(kiln::ops::sum(kiln::ops::square(y)), {input}).front();
+        kiln::Program program(graph, {y, dx});
+        program.feed(input, x);
+        program.run();
+        return std::make_pair(program.fetch(y), program.fetch(dx));
+      };
+      const auto [y4, dx4] = run(packed, units);
+      const auto [y8, dx8] = run(values, 0);
+      CHECK(y4.bitwise_equal(y8));
+      CHECK(dx4.bitwise_equal(dx8));
+    }
+    // Dequantize of the packed values, against the int8 ones.
+    kiln::Graph graph;
+    const kiln::Tensor d4 = kiln::ops::dequantize(graph.variable("p", packed, false), graph.variable("s", scale, false),
+                                                  false, units);
+    const kiln::Tensor d8 = kiln::ops::dequantize(graph.variable("v", values, false), graph.variable("s8", scale, false));
+    kiln::Program program(graph, {d4, d8});
+    program.run();
+    CHECK(program.fetch(d4).bitwise_equal(program.fetch(d8)));
+  }
+  // A packed table: per row, value / scale[id]; by groups of columns, (value - zero[id, g]) · scale[id, g].
+  const Array table_values = int4_values(Shape{6, 5}, rng);
+  const Array table = pack_int4(table_values);
+  const Array row_scale = kiln::testing::random_array(Shape{6}, rng, DType::float32, 2.0, 9.0);
+  const Array group_scale = kiln::testing::random_array(Shape{6, 2}, rng, DType::float32, 0.01, 0.2);
+  const Array zero = int4_values(Shape{6, 2}, rng);
+  const Array g_idx = Array::from_vector(std::vector<float>{0, 0, 0, 1, 1}, Shape{5});
+  const Array ids = Array::from_vector(std::vector<float>{5, 0, 3, 3}, Shape{2, 2});
+  kiln::Graph graph;
+  const kiln::Tensor id = graph.placeholder(ids.shape(), DType::float32, "ids");
+  const kiln::Tensor per_row = kiln::ops::quantized_gather_int4(graph.variable("t", table, false),
+                                                                graph.variable("s", row_scale, false), id, 5);
+  const kiln::Tensor grouped = kiln::ops::quantized_gather_int4(
+      graph.variable("t2", table, false), graph.variable("gs", group_scale, false), id, 5,
+      graph.variable("z", zero, false), graph.variable("g", g_idx, false));
+  kiln::Program program(graph, {per_row, grouped});
+  program.feed(id, ids);
+  program.run();
+  const Array a = program.fetch(per_row), b = program.fetch(grouped);
+  REQUIRE(a.shape() == Shape({2, 2, 5}));
+  REQUIRE(b.shape() == Shape({2, 2, 5}));
+  for (std::int64_t i = 0; i < 4; ++i)
+    for (std::int64_t j = 0; j < 5; ++j) {
+      const auto row = static_cast<std::int64_t>(ids.flat(i));
+      const float v = static_cast<float>(table_values.flat(row * 5 + j));
+      const std::int64_t g = j < 3 ? 0 : 1;
+      CHECK(static_cast<float>(a.flat(i * 5 + j)) == v / static_cast<float>(row_scale.flat(row)));
+      CHECK(static_cast<float>(b.flat(i * 5 + j)) ==
+            (v - static_cast<float>(zero.flat(row * 2 + g))) * static_cast<float>(group_scale.flat(row * 2 + g)));
+    }
+  // Shapes that disagree are refused when the node is made.
+  using Catch::Matchers::Contains;
+  CHECK_THROWS_WITH(kiln::ops::quantized_gather_int4(graph.variable("t3", table, false),
+                                                     graph.variable("s3", row_scale, false), id, 7),
+                    Contains("ceil(7 / 2)"));
+  CHECK_THROWS_WITH(kiln::ops::quantized_matmul(graph.placeholder(Shape{2, 6}, DType::float32, "x"),
+                                                graph.variable("k3", table, false), graph.variable("s4", row_scale, false),
+                                                true, 1, false, 9),
+                    Contains("not ceil(9 / 2)"));
 }
 
 TEST_CASE("QuantizedMatMul's edge cases: no input features, NaN rows, sums past int32 before the correction",

@@ -10,7 +10,10 @@ quantizer_reference.h5: Keras's AbsMaxQuantizer on arrays with ties and zeros, a
 /rows/<case>/{x, q, scale}: quantizer(x, axis=-1) (the per-row activation quantizer of int8 layers);
 /columns/<case>/{x, q, scale}: abs_max_quantize(x, axis=0, to_numpy=True) (how Dense.quantize quantizes kernels);
 /int4_columns/<case>/{x, q, scale}: the same with value_range (-8, 7) (per-channel int4).
+
+`kpython make_quantized.py NAME...` makes only the named models (and not quantizer_reference.h5).
 """
+import sys
 import zlib
 
 import h5py
@@ -39,7 +42,12 @@ def perturb_weights(model, rng):
     model.set_weights(new)
 
 
+ONLY = sys.argv[1:]
+
+
 def make(name, build, data, mode, config=None, extra=None):
+    if ONLY and name not in ONLY:
+        return
     keras.utils.set_random_seed(zlib.crc32(name.encode()) % (2**31))
     model = build()
     perturb_weights(model, np.random.default_rng(zlib.crc32(name.encode())))
@@ -96,6 +104,14 @@ def embedding_classifier():
     return keras.Model(tokens, keras.layers.Dense(3, name="out")(h), name="embedding_classifier")
 
 
+def embedding_int4_classifier():
+    # Embedding(50, 10): int4 rows, by blocks of 4 features (groups of 4, 4 and 2) or per row; the Dense after it too.
+    tokens = keras.Input((6,), dtype="int32", name="tokens")
+    h = keras.layers.Embedding(50, 10, name="embed")(tokens)
+    h = keras.layers.GlobalAveragePooling1D(name="pool")(h)
+    return keras.Model(tokens, keras.layers.Dense(3, name="out")(h), name="embedding_int4_classifier")
+
+
 def gpt2_backbone():
     # keras-hub's GPT2Backbone, small: quantize("int8") makes its token embedding (a ReversibleEmbedding, tied), the
     # attention's EinsumDense projections and the feed-forward Dense layers int8, and its config records them in one
@@ -147,8 +163,14 @@ seq_data = rng.uniform(-3.0, 3.0, (3, 5, 24)).astype(np.float32)
 make("dense_mlp_int8", dense_mlp, mlp_data, "int8")
 make("dense_sequence_int8", dense_sequence, seq_data, "int8")
 make("dense_mlp_int4", dense_mlp, mlp_data, "int4")
+# Per-channel int4 (Keras's escape hatch, block_size -1): symmetric, one scale per unit, no zero point nor g_idx.
+make("dense_mlp_int4_channel", dense_mlp, mlp_data, "int4", config=quantizers.Int4QuantizationConfig(block_size=-1))
 token_data = np.random.default_rng(13).integers(0, 50, (5, 6)).astype(np.int32)
 make("embedding_int8", embedding_classifier, token_data, "int8")
+make("embedding_int4", embedding_int4_classifier, token_data, "int4",
+     config=quantizers.Int4QuantizationConfig(block_size=4))
+make("embedding_int4_channel", embedding_int4_classifier, token_data, "int4",
+     config=quantizers.Int4QuantizationConfig(block_size=-1))
 gpt2_tokens = np.random.default_rng(17).integers(0, 50, (2, 7)).astype(np.int32)
 gpt2_mask = np.ones((2, 7), np.int32)
 gpt2_mask[1, 5:] = 0  # the second row padded
@@ -164,6 +186,8 @@ make("falcon_backbone_int8", falcon_backbone, {"padding_mask": gpt2_mask, "token
      extra=gpt2_logits)
 
 # The quantizer itself, on arrays with ties (x * scale exactly k + 0.5), zeros and a row of zeros.
+if ONLY:
+    sys.exit(0)
 with h5py.File("quantizer_reference.h5", "w") as f:
     cases = {
         "normal": rng.normal(0.0, 2.0, (9, 37)).astype(np.float32),

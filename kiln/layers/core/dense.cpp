@@ -32,38 +32,10 @@ void DenseLayer::read_quantization_config(ConfigReader& args) {
   const Config& given = args.value("quantization_config");
   const std::string& mode = quantization_mode();
   if (mode.rfind("int4", 0) == 0) {
-    // Keras's Int4QuantizationConfig: the block size from it, else from the policy's "int4/<block>"; a block size of
-    // -1 or null is per-channel int4.
-    if (!given.is_null() && given.get_string("class_name", "") != "Int4QuantizationConfig")
-      args.fail("quantization_config must be Keras's Int4QuantizationConfig for mode '" + mode + "', got " +
-                given.to_string());
-    const Config* arguments = given.is_null() ? nullptr : given.find("config");
-    const Config* block = arguments && arguments->is_map() ? arguments->find("block_size") : nullptr;
-    if (block != nullptr) {
-      int4_block_size_ = block->is_null() ? -1 : block->as_int("block_size");
-    } else if (const auto slash = mode.find('/'); slash != std::string::npos) {
-      // "int4/128"; "int4/None" and "int4/-1" are per-channel, as Keras's Int4DTypePolicy reads them
-      const std::string size = mode.substr(slash + 1);
-      const bool digits = !size.empty() && size.size() <= 9 && size.find_first_not_of("0123456789") == std::string::npos;
-      if (size == "None" || size == "-1")
-        int4_block_size_ = -1;
-      else if (digits)
-        int4_block_size_ = std::stoll(size);
-      else
-        args.fail("the int4 policy's mode must be 'int4/<block size>', got '" + mode + "'");
-    } else {
-      int4_block_size_ = -1;  // a plain "int4" policy is Keras's older per-channel int4
-    }
-    if (int4_block_size_ <= 0)
-      args.fail("per-channel int4 (block_size -1) is not one kiln runs yet; Keras's default, int4 by blocks of "
-                "input rows, is");
-    quantization_config_ = given.is_null() ? Config{{"module", "keras.quantizers"},
-                                                    {"class_name", "Int4QuantizationConfig"},
-                                                    {"config", {{"weight_quantizer", Config()},
-                                                                {"activation_quantizer", Config()},
-                                                                {"block_size", int4_block_size_}}},
-                                                    {"registered_name", Config()}}
-                                           : given;
+    const detail::Int4Setting setting = detail::read_int4_config(args, given, mode);
+    int4_block_size_ = setting.block_size;
+    quantize_inputs_ = setting.quantize_inputs;
+    quantization_config_ = setting.written;
     return;
   }
   const Config activation = detail::int8_activation_quantizer(args, given, !mode.empty(), dtype_name(dtype()));
@@ -101,7 +73,7 @@ std::vector<std::string> DenseLayer::keras_weight_paths() const {
   // kernel_zero and g_idx; numbered in that order. The weights were made in that order too.
   std::vector<std::string> paths;
   const std::size_t count = use_bias_ ? 3 : 2;
-  const std::size_t total = count + (quantization_mode().rfind("int4", 0) == 0 ? 2 : 0);
+  const std::size_t total = count + (quantization_mode().rfind("int4", 0) == 0 && int4_block_size_ > 0 ? 2 : 0);
   for (std::size_t i = 0; i < total; ++i) paths.push_back("vars/" + std::to_string(i));
   return paths;
 }
@@ -115,7 +87,7 @@ void DenseLayer::build(const Shape& input_shape) {
     // As Keras's _int8_build: the int8 kernel and its per-unit scale, neither trained.
     kernel_ = add_int8_weight("kernel", {input_dim, units_});
   } else if (int4) {
-    // As Keras's _int4_build by blocks: two int4 values a byte along the units.
+    // As Keras's _int4_build: two int4 values a byte along the units.
     kernel_ = add_int8_weight("kernel", {input_dim, (units_ + 1) / 2});
   } else {
     kernel_ = add_weight("kernel", {input_shape.dim(-1), units_}, kernel_initializer_);
@@ -126,7 +98,9 @@ void DenseLayer::build(const Shape& input_shape) {
     regularize(bias_, bias_regularization_);
   }
   if (quantization_mode() == "int8") kernel_scale_ = add_weight("kernel_scale", {units_}, Initializer::get("ones"), false);
-  if (int4) {
+  if (int4 && int4_block_size_ < 0) {  // per-channel: symmetric, one scale per unit
+    kernel_scale_ = add_weight("kernel_scale", {units_}, Initializer::get("ones"), false);
+  } else if (int4) {  // by blocks of input rows: asymmetric, a scale and a zero point per block and unit
     const std::int64_t block = int4_block_size_, groups = input_dim == 0 ? 0 : (input_dim - 1) / block + 1;
     kernel_scale_ = add_weight("kernel_scale", {groups, units_}, Initializer::get("ones"), false);
     kernel_zero_ = add_int8_weight("kernel_zero", {groups, units_});
@@ -147,6 +121,11 @@ Tensor DenseLayer::call(const Tensor& input, const CallArgs&) {
   Tensor output;
   if (quantization_mode() == "int8") {
     output = ops::quantized_matmul(input, variable(kernel_, input), variable(kernel_scale_, input), quantize_inputs_);
+  } else if (quantization_mode().rfind("int4", 0) == 0 && int4_block_size_ < 0) {
+    // Keras's per-channel int4: the int4 kernel unpacked, the product as int8's (the inputs quantized only with an
+    // activation quantizer), divided by the unit's scale.
+    output = ops::quantized_matmul(input, variable(kernel_, input), variable(kernel_scale_, input), quantize_inputs_, 1,
+                                   false, units_);
   } else if (quantization_mode().rfind("int4", 0) == 0) {
     // Keras's sub-channel int4: the kernel as floats, then a float product (no input quantization).
     output = ops::matmul(input, ops::dequantize_int4(variable(kernel_, input), variable(kernel_scale_, input),

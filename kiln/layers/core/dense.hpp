@@ -21,7 +21,10 @@ class DenseLayer : public Layer {
   /// inputs quantized per row unless quantization_config's activation_quantizer is null (ops::quantized_matmul).
   /// An Int4DTypePolicy "int4/<block>" (Keras's default int4) packs two int4 values a byte along the units, with a
   /// kernel_scale and an int8 kernel_zero per block of input rows and unit, and g_idx (each row's block): the kernel
-  /// is made float (ops::dequantize_int4) and multiplied in float, as Keras does. Per-channel int4 is refused.
+  /// is made float (ops::dequantize_int4) and multiplied in float, as Keras does. Per-channel int4 ("int4/-1", a
+  /// block_size of -1 or null) keeps one kernel_scale per unit and no zero point: the kernel unpacked and
+  /// multiplied as int8's is (ops::quantized_matmul with int4_units; the inputs quantized only when the config
+  /// names an activation quantizer).
   /// Throws ConfigError when units is not positive, the activation name is unknown, a key is unknown, or the
   /// quantization config is not Keras's Int8QuantizationConfig with its default quantizers.
   explicit DenseLayer(const Config& config);
@@ -55,7 +58,7 @@ class DenseLayer : public Layer {
   Initializer kernel_initializer_, bias_initializer_;
   WeightRegularization kernel_regularization_, bias_regularization_;
   WeightId kernel_ = 0, bias_ = 0, kernel_scale_ = 0, kernel_zero_ = 0, g_idx_ = 0;
-  std::int64_t int4_block_size_ = 0;  // int4: input rows a group of scales and zero points covers
+  std::int64_t int4_block_size_ = 0;  // int4: input rows a group of scales and zero points covers; -1 per-channel
 };
 
 /// A densely connected layer: Keras's layers.Dense.

@@ -14,8 +14,9 @@ EmbeddingLayer::EmbeddingLayer(const Config& config) : EmbeddingLayer(config, "E
 EmbeddingLayer::EmbeddingLayer(const Config& config, const std::string& class_name,
                                const std::function<void(ConfigReader&)>& more)
     : Layer(config, class_name,
-            class_name == "Embedding" || class_name == "ReversibleEmbedding" ? std::vector<std::string>{"int8"}
-                                                                             : std::vector<std::string>{}) {
+            class_name == "Embedding"             ? std::vector<std::string>{"int8", "int4"}
+            : class_name == "ReversibleEmbedding" ? std::vector<std::string>{"int8"}
+                                                  : std::vector<std::string>{}) {
   ConfigReader args = config_reader(config);
   input_dim_ = args.integer("input_dim");
   output_dim_ = args.integer("output_dim");
@@ -37,6 +38,13 @@ EmbeddingLayer::EmbeddingLayer(const Config& config, const std::string& class_na
 // only by a ReversibleEmbedding in reverse (Keras's default AbsMaxQuantizer, or none: float inputs).
 void EmbeddingLayer::read_quantization_config(ConfigReader& args) {
   const Config& quantization = args.value("quantization_config");
+  int4_block_size_ = 0;
+  if (quantization_mode().rfind("int4", 0) == 0) {  // Keras's Int4QuantizationConfig: by blocks of columns, or per row
+    const detail::Int4Setting setting = detail::read_int4_config(args, quantization, quantization_mode());
+    int4_block_size_ = setting.block_size;
+    quantization_config_ = setting.written;
+    return;
+  }
   const Config activation =
       detail::int8_activation_quantizer(args, quantization, !quantization_mode().empty(), dtype_name(dtype()));
   quantization_config_ = Config();
@@ -74,6 +82,25 @@ void EmbeddingLayer::build(const Shape&) {
     embeddings_scale_ = add_weight("embeddings_scale", {input_dim_}, Initializer::get("ones"), false);
     return;
   }
+  if (int4_block_size_ != 0) {
+    // As Keras's _int4_build: two int4 values a byte along each row; per row one scale, or by blocks of
+    // block_size columns a scale and a zero point each, with g_idx (each column's block, as Keras fills it).
+    embeddings_ = add_int8_weight("embeddings", {input_dim_, (output_dim_ + 1) / 2});
+    if (int4_block_size_ < 0) {
+      embeddings_scale_ = add_weight("embeddings_scale", {input_dim_}, Initializer::get("ones"), false);
+      return;
+    }
+    const std::int64_t block = int4_block_size_, groups = (output_dim_ - 1) / block + 1;
+    embeddings_scale_ = add_weight("embeddings_scale", {input_dim_, groups}, Initializer::get("ones"), false);
+    embeddings_zero_ = add_int8_weight("embeddings_zero", {input_dim_, groups});
+    g_idx_ = add_weight("g_idx", {output_dim_}, [block](const Shape& shape, DType dtype, Rng&) {
+      Array columns(shape, dtype);
+      for (std::size_t j = 0; j < columns.size(); ++j)
+        columns.set_flat(j, static_cast<double>(static_cast<std::int64_t>(j) / block));
+      return columns;
+    }, false);
+    return;
+  }
   embeddings_ = add_weight("embeddings", {input_dim_, output_dim_}, embeddings_initializer_);
   regularize(embeddings_, embeddings_regularization_);
 }
@@ -81,6 +108,12 @@ void EmbeddingLayer::build(const Shape&) {
 Tensor EmbeddingLayer::call(const Tensor& input, const CallArgs&) {
   if (quantization_mode() == "int8")
     return ops::quantized_gather(variable(embeddings_, input), variable(embeddings_scale_, input), input);
+  if (int4_block_size_ < 0)
+    return ops::quantized_gather_int4(variable(embeddings_, input), variable(embeddings_scale_, input), input,
+                                      output_dim_);
+  if (int4_block_size_ > 0)
+    return ops::quantized_gather_int4(variable(embeddings_, input), variable(embeddings_scale_, input), input,
+                                      output_dim_, variable(embeddings_zero_, input), variable(g_idx_, input));
   return ops::gather(variable(embeddings_, input), input);
 }
 

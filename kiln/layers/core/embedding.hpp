@@ -19,7 +19,10 @@ class EmbeddingLayer : public Layer {
   /// padding, and the output carries a mask, 0 where the index is 0, to the layers after it).
   /// Regularizers, constraints and LoRA are not supported. A QuantizedDTypePolicy of mode "int8" (Keras's
   /// Embedding after quantize("int8")) keeps int8 rows "embeddings" and a float "embeddings_scale" per row
-  /// (ops::quantized_gather); so does ReversibleEmbedding.
+  /// (ops::quantized_gather); so does ReversibleEmbedding. An Embedding of Keras's int4 policy ("int4/<block>",
+  /// "int4/-1") keeps its rows packed two values a byte, "embeddings" (input_dim, ceil(output_dim / 2)) int8, and
+  /// per row a float "embeddings_scale" (input_dim,), or by blocks of columns "embeddings_scale" and int8
+  /// "embeddings_zero" (input_dim, blocks) and "g_idx" (output_dim,) (ops::quantized_gather_int4).
   /// Keras 2's input_length is accepted and ignored, so old configs load. Throws ConfigError when a dimension
   /// is missing or not positive, when an unsupported argument is set, or on an unknown key.
   explicit EmbeddingLayer(const Config& config);
@@ -56,7 +59,8 @@ class EmbeddingLayer : public Layer {
   bool mask_zero_ = false;
   Initializer embeddings_initializer_;
   WeightRegularization embeddings_regularization_;
-  WeightId embeddings_ = 0, embeddings_scale_ = 0;
+  WeightId embeddings_ = 0, embeddings_scale_ = 0, embeddings_zero_ = 0, g_idx_ = 0;
+  std::int64_t int4_block_size_ = 0;  // int4: columns a block of scales and zero points covers; -1 per row
   Config quantization_config_;  // as Keras writes it for an int8 Embedding; null for a float one
   Config given_quantization_config_;
   bool quantize_inputs_ = true;

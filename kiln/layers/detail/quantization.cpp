@@ -1,6 +1,7 @@
 #include <kiln/layers/detail/quantization.hpp>
 
 #include <cstdint>
+#include <string>
 #include <set>
 #include <vector>
 
@@ -50,6 +51,47 @@ Config int8_activation_quantizer(ConfigReader& args, const Config& given, bool q
   return arguments && arguments->is_map() && arguments->contains("activation_quantizer")
              ? arguments->at("activation_quantizer")
              : default_activation_quantizer();
+}
+
+Int4Setting read_int4_config(ConfigReader& args, const Config& given, const std::string& mode) {
+  Int4Setting out;
+  if (!given.is_null() && (!given.is_map() || given.get_string("class_name", "") != "Int4QuantizationConfig"))
+    args.fail("quantization_config must be Keras's Int4QuantizationConfig for mode '" + mode + "', got " +
+              given.to_string());
+  const Config* arguments = given.is_null() ? nullptr : given.find("config");
+  const Config* block = arguments && arguments->is_map() ? arguments->find("block_size") : nullptr;
+  if (block != nullptr) {
+    out.block_size = block->is_null() ? -1 : block->as_int("block_size");
+  } else if (const auto slash = mode.find('/'); slash != std::string::npos) {
+    // "int4/128"; "int4/None" and "int4/-1" are per-channel, as Keras's Int4DTypePolicy reads them
+    const std::string size = mode.substr(slash + 1);
+    const bool digits = !size.empty() && size.size() <= 9 && size.find_first_not_of("0123456789") == std::string::npos;
+    if (size == "None" || size == "-1")
+      out.block_size = -1;
+    else if (digits)
+      out.block_size = std::stoll(size);
+    else
+      args.fail("the int4 policy's mode must be 'int4/<block size>', got '" + mode + "'");
+  }
+  if (out.block_size == 0 || out.block_size < -1)
+    args.fail("int4's block_size must be positive, or -1 (per-channel), got " + std::to_string(out.block_size));
+  const Config* activation = arguments && arguments->is_map() ? arguments->find("activation_quantizer") : nullptr;
+  if (activation != nullptr && !activation->is_null()) {
+    if (out.block_size > 0)
+      args.fail("Keras's int4 by blocks takes no activation quantizer, got " + activation->to_string());
+    if (!is_default_abs_max(*activation))
+      args.fail("kiln quantizes int4 layers' inputs as Keras's AbsMaxQuantizer() does (value_range [-127, 127], "
+                "epsilon 1e-07, the last axis); got activation_quantizer " + activation->to_string());
+    out.quantize_inputs = true;
+  }
+  out.written = given.is_null() ? Config{{"module", "keras.quantizers"},
+                                         {"class_name", "Int4QuantizationConfig"},
+                                         {"config", {{"weight_quantizer", Config()},
+                                                     {"activation_quantizer", Config()},
+                                                     {"block_size", out.block_size}}},
+                                         {"registered_name", Config()}}
+                                : given;
+  return out;
 }
 
 Config quantized_dtype_policy(const std::string& mode, const std::string& source_name) {

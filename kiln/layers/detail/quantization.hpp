@@ -19,6 +19,18 @@ bool is_default_abs_max(const Config& quantizer);
 // `args` (ConfigError unless the config is an Int8QuantizationConfig of a quantized layer, or null).
 Config int8_activation_quantizer(ConfigReader& args, const Config& given, bool quantized, const std::string& policy);
 
+// Keras's Int4QuantizationConfig (keras/src/quantizers/quantization_config.py) of a layer whose policy mode is
+// `mode` ("int4", "int4/<block>", "int4/-1"): the block size from the config, else from the mode (-1: per-channel,
+// as a plain "int4" is Keras's older per-channel int4); the config as Keras writes it back; and whether the layer
+// quantizes its inputs (a per-channel layer's activation quantizer, which must be Keras's default AbsMaxQuantizer;
+// Keras refuses one by blocks). ConfigError (through `args`) on another class, a bad mode or quantizer.
+struct Int4Setting {
+  std::int64_t block_size = -1;  // > 0: by blocks of that many rows (Keras's default 128); -1: per-channel
+  Config written;
+  bool quantize_inputs = false;
+};
+Int4Setting read_int4_config(ConfigReader& args, const Config& given, const std::string& mode);
+
 // Keras's dtype policy of a quantized layer as it serializes it: QuantizedDTypePolicy {"mode": "int8", "source_name":
 // ...}, or Int4DTypePolicy for "int4/<block>".
 Config quantized_dtype_policy(const std::string& mode, const std::string& source_name);
