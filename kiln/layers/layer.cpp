@@ -211,11 +211,45 @@ void Layer::resolve_policy_map() {
   policy_map_resolved_ = true;  // (only once everything above held: a failed resolution is tried again)
 }
 
-std::vector<bool> Layer::projections_in_int8(const std::vector<std::string>& names) const {
-  std::vector<bool> int8;
-  for (const std::string& name : names)
-    int8.push_back(quantization_mode_of(policy_for(name), describe() + " projection '" + name + "'", {"int8"}) == "int8");
-  return int8;
+std::vector<Layer::ProjectionQuantization> Layer::projection_quantizations(const std::vector<std::string>& names) const {
+  std::vector<ProjectionQuantization> out;
+  for (const std::string& name : names) {
+    const std::string what = describe() + " projection '" + name + "'";
+    ProjectionQuantization q;
+    q.mode = quantization_mode_of(policy_for(name), what, {"int8", "int4"});
+    if (q.mode.rfind("int4", 0) == 0) {
+      ConfigReader args(Config::map(), what);
+      q.int4_block = detail::read_int4_config(args, Config(), q.mode).block_size;
+      q.mode = "int4/" + std::to_string(q.int4_block);  // (as Keras names it again: "int4/None" is "int4/-1")
+    }
+    out.push_back(q);
+  }
+  return out;
+}
+
+void Layer::add_int4_scales(const std::string& prefix, std::int64_t rows, std::int64_t columns,
+                            ProjectionQuantization& q) {
+  if (q.int4_block < 0) {
+    q.scale = add_weight(prefix + "kernel_scale", {columns}, Initializer::get("ones"), false);
+    return;
+  }
+  const std::int64_t block = q.int4_block, groups = rows == 0 ? 0 : (rows - 1) / block + 1;
+  q.scale = add_weight(prefix + "kernel_scale", {groups, columns}, Initializer::get("ones"), false);
+  q.zero = add_int8_weight(prefix + "kernel_zero", {groups, columns});
+  // Each row's group, floor(row / block_size), as Keras's _int4_build assigns it.
+  q.g_idx = add_weight(prefix + "g_idx", {rows}, [block](const Shape& shape, DType dtype, Rng&) {
+    Array groups_of(shape, dtype);
+    for (std::size_t p = 0; p < groups_of.size(); ++p)
+      groups_of.set_flat(p, static_cast<double>(static_cast<std::int64_t>(p) / block));
+    return groups_of;
+  }, false);
+}
+
+Tensor Layer::int4_float_kernel(WeightId packed, const ProjectionQuantization& q, std::int64_t columns,
+                                const Tensor& like) const {
+  if (q.int4_block < 0) return ops::dequantize(variable(packed, like), variable(q.scale, like), false, columns);
+  return ops::dequantize_int4(variable(packed, like), variable(q.scale, like), variable(q.zero, like),
+                              variable(q.g_idx, like), columns);
 }
 
 std::vector<std::pair<std::string, Config>> Layer::quantized_policies() const {
@@ -224,7 +258,7 @@ std::vector<std::pair<std::string, Config>> Layer::quantized_policies() const {
   const std::vector<std::string> projections = quantizable_projections();
   for (std::size_t i = 0; i < projections.size(); ++i)
     if (projection_quantized(i))
-      policies.emplace_back(path() + "/" + projections[i], detail::quantized_dtype_policy("int8", policy_name()));
+      policies.emplace_back(path() + "/" + projections[i], detail::quantized_dtype_policy(projection_mode(i), policy_name()));
   return policies;
 }
 

@@ -263,8 +263,11 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// its path (MultiHeadAttention's EinsumDense "query", "key", "value", "attention_output"); a DTypePolicyMap gives
   /// them their policies at "<path>/<name>". None by default.
   virtual std::vector<std::string> quantizable_projections() const { return {}; }
-  /// Whether projection `index` of quantizable_projections() runs in int8.
-  virtual bool projection_quantized(std::size_t) const { return false; }
+  /// The quantization mode projection `index` of quantizable_projections() runs in: "" (float), "int8",
+  /// "int4/<block>" or "int4/-1" (per channel), as its policy names it.
+  virtual std::string projection_mode(std::size_t) const { return {}; }
+  /// Whether projection `index` is quantized (projection_mode() not empty).
+  bool projection_quantized(std::size_t index) const { return !projection_mode(index).empty(); }
   /// Why kiln leaves `part` (this layer, or one of its children) float where Keras's quantize would make it int8,
   /// or "" (Gemma's attention, whose kernels keep their heads first; Gemma's EinsumDense feed-forward, which kiln
   /// holds as Dense layers). kiln::quantize names it in its report.
@@ -336,9 +339,26 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// `what`, for a mode not in `modes`.
   std::string quantization_mode_of(const Config& policy, const std::string& what,
                                    const std::vector<std::string>& modes) const;
-  /// Whether each of `names` (projections under the layer's path) is int8 in its DTypePolicyMap, every one read
-  /// before the result is used; ConfigError for another mode.
-  std::vector<bool> projections_in_int8(const std::vector<std::string>& names) const;
+  /// Keras's quantization of a projection the layer holds as weights of its own (an EinsumDense or a Dense):
+  /// the mode and, once add_int4_scales() made them, the int4 variables after its kernel and bias.
+  struct ProjectionQuantization {
+    std::string mode;             ///< "", "int8", "int4/<block>", "int4/-1"
+    std::int64_t int4_block = 0;  ///< int4: the rows a block of scales covers, or -1 (per channel); else 0
+    bool int8() const { return mode == "int8"; }
+    bool int4() const { return int4_block != 0; }
+    WeightId scale = 0, zero = 0, g_idx = 0;  ///< int4: kernel_scale; by blocks kernel_zero and g_idx too
+  };
+  /// The quantization of each of `names` (projections under the layer's path) in its DTypePolicyMap, every one
+  /// read before the result is used; ConfigError for a mode kiln does not run for a projection.
+  std::vector<ProjectionQuantization> projection_quantizations(const std::vector<std::string>& names) const;
+  /// Keras's int4 variables after a (rows, ceil(columns / 2)) packed kernel and its bias (EinsumDense and Dense's
+  /// _int4_build, the kernel flattened to rows × columns): `prefix` + "kernel_scale" (columns,) per channel, or by
+  /// blocks (blocks, columns) with int8 "kernel_zero" (blocks, columns) and "g_idx" (rows,), each row's block; none
+  /// trained. Records them in `q`.
+  void add_int4_scales(const std::string& prefix, std::int64_t rows, std::int64_t columns, ProjectionQuantization& q);
+  /// The float (rows, columns) kernel a packed int4 one stands for, as Keras's EinsumDense._int4_call makes it:
+  /// per channel value / scale, by blocks (value - zero) · scale (ops::dequantize, ops::dequantize_int4).
+  Tensor int4_float_kernel(WeightId packed, const ProjectionQuantization& q, std::int64_t columns, const Tensor& like) const;
   /// Whether a DTypePolicyMap came in the config and has not set the policy yet (the layer's quantization
   /// mode is then not known in its constructor; quantization_resolved() reads what depends on it).
   bool policy_map_pending() const { return !policy_map_.is_null() && !policy_map_resolved_; }

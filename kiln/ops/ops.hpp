@@ -189,18 +189,34 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool t
 /// with one scale per row of it. `int4_units` N > 0: the kernel is Keras's packed per-channel int4 (K, ceil(N/2))
 /// (two values a byte, the even unit in the low nibble; an EinsumDense's flattened to 2-D), unpacked each step as
 /// Keras's _int4_call unpacks it; kernel_scale its N values.
+/// `int4_packed_rows`: packed along the stored kernel's rows instead (Keras's unpack_int4(axis=0), an untied
+/// ReversibleEmbedding's reverse_embeddings (ceil(features/2), vocabulary)); `int4_units` is then the row count.
+/// Transposed, the packed axis is the stored kernel's last one and `int4_units` its K.
 Tensor quantized_matmul(const Tensor& x, const Tensor& kernel, const Tensor& kernel_scale, bool quantize_inputs = true,
-                        int kernel_input_axes = 1, bool transpose_kernel = false, std::int64_t int4_units = 0);
+                        int kernel_input_axes = 1, bool transpose_kernel = false, std::int64_t int4_units = 0,
+                        bool int4_packed_rows = false);
+/// Keras's int4 by groups in a product whose inputs may be quantized (a ReversibleEmbedding in reverse,
+/// _int4_call): the float kernel (value - zero) · scale (ops::dequantize_int4 with `units`, `packed_rows` and
+/// `group_axis`), multiplied by x, or with quantize_inputs by each row's AbsMaxQuantizer values q and divided by
+/// its scale s (Keras's matmul of int8 inputs by a float kernel, then / s). `transpose_kernel`: the stored kernel
+/// is (N, K). Differentiable in x through the float kernel (straight through the input quantizer).
+Tensor quantized_matmul_int4_groups(const Tensor& x, const Tensor& kernel, const Tensor& scale, const Tensor& zero,
+                                    const Tensor& g_idx, std::int64_t units, bool packed_rows, std::int64_t group_axis,
+                                    bool quantize_inputs, bool transpose_kernel);
 /// q / scale in scale's dtype: the float values a quantized kernel stands for (Keras's `kernel` of a quantized
 /// layer). The scale's N values go with q's trailing axes that make N values (a kernel's units: scale (N,) for q
 /// (..., N)), or with `leading`, with its leading ones (one per row of a transposed kernel). Not differentiable.
 /// `int4_units` C > 0: q is a packed int4 (R, ceil(C/2)), the result (R, C).
-Tensor dequantize(const Tensor& q, const Tensor& scale, bool leading = false, std::int64_t int4_units = 0);
+Tensor dequantize(const Tensor& q, const Tensor& scale, bool leading = false, std::int64_t int4_units = 0,
+                  bool int4_packed_rows = false);
 /// Keras's int4 sub-channel kernel as floats (Dense._int4_call, "int4/<block>"): `kernel` (K, ceil(units/2)) int8
 /// packs two int4 values a byte (even column in the low nibble), `scale` (G, units) in the result's dtype, `zero`
 /// (G, units) int8, `g_idx` (K,) each row's group: (value - zero[g]) · scale[g]. Not differentiable.
+/// `packed_rows`: packed along the rows instead (Keras's unpack_int4(axis=0)), `units` then the row count;
+/// `group_axis` 1: the groups run along the columns (g_idx one per column, scale and zero (rows, groups)), as a
+/// ReversibleEmbedding's tied table in reverse.
 Tensor dequantize_int4(const Tensor& kernel, const Tensor& scale, const Tensor& zero, const Tensor& g_idx,
-                       std::int64_t units);
+                       std::int64_t units, bool packed_rows = false, std::int64_t group_axis = 0);
 /// Keras's int8 Embedding lookup (Embedding._int8_call): the rows of an int8 table (V, ...) picked by integer-valued
 /// ids (in scale's dtype), each as floats divided by its row's scale (V,): output ids.shape + table.shape[1:]. An id
 /// outside [0, V) or not whole throws ValueError when the step runs. Not differentiable.

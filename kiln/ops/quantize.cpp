@@ -86,15 +86,55 @@ inline int int4_at(const std::int8_t* packed_row, std::int64_t column) {
   return nibble >= 8 ? nibble - 16 : nibble;
 }
 
-// Keras's unpack_int4 along the last axis: `rows` rows of ceil(columns/2) bytes to rows × columns int8 values.
-void unpack_int4(const std::int8_t* packed, std::int64_t rows, std::int64_t columns, std::int8_t* out) {
-  const std::int64_t bytes = (columns + 1) / 2;
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < columns; ++c) out[r * columns + c] = static_cast<std::int8_t>(int4_at(packed + r * bytes, c));
-}
-
 std::int64_t int4_units(const Attributes& attributes) {
   return attributes.has("int4_units") ? attributes.get_int("int4_units") : 0;
+}
+bool flag(const Attributes& attributes, const char* name) { return attributes.has(name) && attributes.get_bool(name); }
+std::int64_t group_axis(const Attributes& attributes) {
+  return attributes.has("group_axis") ? attributes.get_int("group_axis") : 0;
+}
+
+// A packed int4 2-D array as Keras's unpack_int4 reads it: along its columns (axis -1) or its rows (axis 0; the
+// rows 2i and 2i + 1 of a column in byte i, low nibble first). `rows` × `columns` is the unpacked shape.
+struct Int4Matrix {
+  std::int64_t rows = 0, columns = 0;
+  bool packed_rows = false;
+  std::int8_t at(const std::int8_t* packed, std::int64_t r, std::int64_t c) const {
+    if (!packed_rows) return static_cast<std::int8_t>(int4_at(packed + r * ((columns + 1) / 2), c));
+    const int byte = static_cast<std::uint8_t>(packed[(r >> 1) * columns + c]);
+    const int nibble = (r & 1) ? (byte >> 4) : (byte & 0x0f);
+    return static_cast<std::int8_t>(nibble >= 8 ? nibble - 16 : nibble);
+  }
+  void unpack(const std::int8_t* packed, std::int8_t* out) const {
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < columns; ++c) out[r * columns + c] = at(packed, r, c);
+  }
+};
+
+// The unpacked shape of a packed kernel whose packed axis holds `units` values.
+Int4Matrix int4_matrix(const Shape& stored, std::int64_t units, bool packed_rows) {
+  return packed_rows ? Int4Matrix{units, stored.dim(1), true} : Int4Matrix{stored.dim(0), units, false};
+}
+
+// Keras's dequantize_with_sz_map of an unpacked int4 matrix: groups along `axis` (g_idx one entry per row, or per
+// column), scale and zero (groups, columns) for rows or (rows, groups) for columns: (value - zero) · scale, in T.
+// A g_idx entry that is not a group is refused.
+template <class T, class Z>
+void dequantize_groups(const KernelContext& k, const Int4Matrix& m, const std::int8_t* packed, const T* scale,
+                       const Z* zero, const T* g_idx, std::int64_t groups, std::int64_t axis, T* out) {
+  const std::int64_t grouped = axis == 0 ? m.rows : m.columns;
+  for (std::int64_t i = 0; i < grouped; ++i) {
+    const double group = static_cast<double>(g_idx[i]);
+    if (!(group >= 0.0 && group < static_cast<double>(groups) && group == std::floor(group)))
+      throw ValueError(k.node->describe() + ": g_idx[" + std::to_string(i) + "] = " + std::to_string(group) +
+                       " is not one of the " + std::to_string(groups) + " groups");
+  }
+  for (std::int64_t r = 0; r < m.rows; ++r)
+    for (std::int64_t c = 0; c < m.columns; ++c) {
+      const std::int64_t at = axis == 0 ? static_cast<std::int64_t>(g_idx[r]) * m.columns + c
+                                        : r * groups + static_cast<std::int64_t>(g_idx[c]);
+      out[r * m.columns + c] = (static_cast<T>(m.at(packed, r, c)) - static_cast<T>(zero[at])) * scale[at];
+    }
 }
 
 struct Layout {
@@ -116,7 +156,11 @@ std::pair<std::int64_t, std::int64_t> kernel_extents(const Shape& kernel, std::i
 Layout layout_of(const Shape& x, const Shape& kernel, const Attributes& attributes) {
   Layout l;
   std::tie(l.k, l.n) = kernel_extents(kernel, attributes.get_int("kernel_input_axes"), attributes.get_bool("transpose_kernel"));
-  if (int4_units(attributes) > 0) l.n = int4_units(attributes);  // (K, ceil(N/2)) packed
+  if (int4_units(attributes) > 0) {  // the packed kernel's unpacked (K, N), or (N, K) transposed
+    const Int4Matrix m = int4_matrix(kernel, int4_units(attributes), flag(attributes, "int4_packed_rows"));
+    l.k = attributes.get_bool("transpose_kernel") ? m.columns : m.rows;
+    l.n = attributes.get_bool("transpose_kernel") ? m.rows : m.columns;
+  }
   l.rows = 1;  // the product of x's leading dimensions (x may have none to multiply when K is 0)
   for (int axis = 0; axis + 1 < x.rank(); ++axis) l.rows *= x.dim(axis);
   return l;
@@ -132,6 +176,12 @@ std::size_t unpacked_bytes(const Layout& l, const Attributes& attributes) {
 std::size_t quantized_matmul_workspace(const std::vector<Shape>& inputs, const Shape&, const Attributes& attributes,
                                        DType dtype) {
   const Layout l = layout_of(inputs[0], inputs[1], attributes);
+  if (inputs.size() == 5)  // int4 by groups: the float kernel, then the inputs as their quantized values and scales
+    return aligned(static_cast<std::size_t>(l.k * l.n) * dtype_size(dtype)) +
+           (attributes.get_bool("quantize_inputs")
+                ? aligned(static_cast<std::size_t>(l.rows * l.k) * dtype_size(dtype)) +
+                      aligned(static_cast<std::size_t>(l.rows * l.k)) + static_cast<std::size_t>(l.rows) * dtype_size(dtype)
+                : 0);
   const std::size_t unpacked = unpacked_bytes(l, attributes);
   if (!attributes.get_bool("quantize_inputs"))
     return unpacked + static_cast<std::size_t>(l.k * l.n) * dtype_size(dtype);
@@ -170,9 +220,36 @@ void quantized_matmul_kernel(const KernelContext& k) {
     return;
   }
   auto* bytes = static_cast<unsigned char*>(k.workspace);
+  const bool packed_rows = flag(k.attributes(), "int4_packed_rows");
+  if (k.num_inputs == 5) {
+    // Keras's int4 by groups (a ReversibleEmbedding in reverse): the float kernel (value - zero) · scale, then the
+    // product of the inputs (quantized per row: q, then / s, as Keras's matmul of int8 inputs by a float kernel)
+    const Int4Matrix m = int4_matrix(k.input_shape(1), int4_units(k.attributes()), packed_rows);
+    T* dense = reinterpret_cast<T*>(bytes);
+    dequantize_groups<T, T>(k, m, kernel, kernel_scale, k.in<T>(3), k.in<T>(4),
+                         k.input_shape(2).dim(group_axis(k.attributes())), group_axis(k.attributes()), dense);
+    bytes += aligned(static_cast<std::size_t>(l.k * l.n) * sizeof(T));
+    const detail::GemmShape product{l.rows, l.n, l.k, false, transposed, l.k, m.columns, l.n, false};
+    if (!k.attributes().get_bool("quantize_inputs")) {
+      detail::gemm(product, x, dense, y);
+      return;
+    }
+    T* qx = reinterpret_cast<T*>(bytes);
+    auto* q = reinterpret_cast<std::int8_t*>(bytes + aligned(static_cast<std::size_t>(l.rows * l.k) * sizeof(T)));
+    T* row_scale = reinterpret_cast<T*>(bytes + aligned(static_cast<std::size_t>(l.rows * l.k) * sizeof(T)) +
+                                        aligned(static_cast<std::size_t>(l.rows * l.k)));
+    for (std::int64_t i = 0; i < l.rows; ++i) {
+      row_scale[i] = quantize_row(x + i * l.k, l.k, q + i * l.k);
+      for (std::int64_t p = 0; p < l.k; ++p) qx[i * l.k + p] = static_cast<T>(q[i * l.k + p]);
+    }
+    detail::gemm(product, qx, dense, y);
+    for (std::int64_t i = 0; i < l.rows; ++i)
+      for (std::int64_t j = 0; j < l.n; ++j) y[i * l.n + j] /= row_scale[i];
+    return;
+  }
   if (int4_units(k.attributes()) > 0) {  // Keras's unpack_int4 of the packed kernel, every call
     auto* unpacked = reinterpret_cast<std::int8_t*>(bytes);
-    unpack_int4(kernel, l.k, l.n, unpacked);
+    int4_matrix(k.input_shape(1), int4_units(k.attributes()), packed_rows).unpack(kernel, unpacked);
     kernel = unpacked;
     bytes += unpacked_bytes(l, k.attributes());
   }
@@ -215,9 +292,9 @@ void dequantize_kernel(const KernelContext& k) {
   const T* scale = k.in<T>(1);
   T* out = k.out<T>();
   const std::int64_t n = k.input_shape(1).num_elements(), total = k.output_shape->num_elements();
-  if (const std::int64_t columns = int4_units(k.attributes()); columns > 0 && total > 0) {
+  if (const std::int64_t units = int4_units(k.attributes()); units > 0 && total > 0) {
     auto* unpacked = static_cast<std::int8_t*>(k.workspace);
-    unpack_int4(q, total / columns, columns, unpacked);
+    int4_matrix(k.input_shape(0), units, flag(k.attributes(), "int4_packed_rows")).unpack(q, unpacked);
     q = unpacked;
   }
   if (n == 0 || total == 0) return;
@@ -280,23 +357,10 @@ void quantized_gather_kernel(const KernelContext& k) {
 
 template <class T>
 void dequantize_int4_kernel(const KernelContext& k) {
-  const auto* packed = k.in<std::int8_t>(0);
-  const T* scale = k.in<T>(1);
-  const auto* zero = k.in<std::int8_t>(2);
-  const T* g_idx = k.in<T>(3);
-  T* out = k.out<T>();
-  const std::int64_t rows = k.input_shape(0).dim(0), packed_columns = k.input_shape(0).dim(1);
-  const std::int64_t groups = k.input_shape(1).dim(0), n = k.output_shape->dim(1);
-  for (std::int64_t p = 0; p < rows; ++p) {
-    const double group = static_cast<double>(g_idx[p]);
-    if (!(group >= 0.0 && group < static_cast<double>(groups) && group == std::floor(group)))
-      throw ValueError(k.node->describe() + ": g_idx[" + std::to_string(p) + "] = " + std::to_string(group) +
-                       " is not one of the " + std::to_string(groups) + " groups");
-    const auto g = static_cast<std::int64_t>(group);
-    const std::int8_t* row = packed + p * packed_columns;
-    for (std::int64_t j = 0; j < n; ++j)  // Keras: (int8 value - float(zero)) · scale, in T
-      out[p * n + j] = (static_cast<T>(int4_at(row, j)) - static_cast<T>(zero[g * n + j])) * scale[g * n + j];
-  }
+  const std::int64_t axis = group_axis(k.attributes());
+  const Int4Matrix m = int4_matrix(k.input_shape(0), k.attributes().get_int("units"), flag(k.attributes(), "packed_rows"));
+  dequantize_groups<T, std::int8_t>(k, m, k.in<std::int8_t>(0), k.in<T>(1), k.in<std::int8_t>(2), k.in<T>(3),
+                       k.input_shape(1).dim(axis == 0 ? 0 : 1), axis, k.out<T>());
 }
 
 // ---- shape rules ----------------------------------------------------------------------------------------------
@@ -311,6 +375,29 @@ std::int64_t known_elements(const Shape& shape) {
   return count;
 }
 
+// The packed kernel, its scale and zero (groups along group_axis) and g_idx of Keras's int4 by groups; the
+// unpacked (rows, columns).
+Shape int4_groups_shape(const InferContext& ctx, int first, std::int64_t units, bool packed_rows, std::int64_t axis) {
+  const Shape& kernel = ctx.input_shape(first);
+  const Shape& scale = ctx.input_shape(first + 1);
+  const Shape& zero = ctx.input_shape(first + 2);
+  const Shape& g_idx = ctx.input_shape(first + 3);
+  if (kernel.rank() != 2) ctx.fail("the packed kernel must be 2-D");
+  const std::int64_t packed = kernel.dim(packed_rows ? 0 : 1);
+  if (units < 1 || (packed != Shape::unknown && packed != (units + 1) / 2))
+    ctx.fail("the packed kernel holds " + std::to_string(packed) + " bytes along its packed axis, not ceil(" +
+             std::to_string(units) + " / 2)");
+  if (axis != 0 && axis != 1) ctx.fail("group_axis must be 0 (rows) or 1 (columns)");
+  const Int4Matrix m = int4_matrix(kernel, units, packed_rows);
+  const std::int64_t other = axis == 0 ? m.columns : m.rows;
+  if (scale.rank() != 2 || scale.dim(axis == 0 ? 1 : 0) != other || zero != scale)
+    ctx.fail(axis == 0 ? "kernel_scale and kernel_zero must both be (groups, columns)"
+                       : "the scale and zero must both be (rows, groups)");
+  if (g_idx.rank() != 1 || g_idx.dim(0) != (axis == 0 ? m.rows : m.columns))
+    ctx.fail(std::string("g_idx must hold one group per ") + (axis == 0 ? "row" : "column"));
+  return Shape{m.rows, m.columns};
+}
+
 Shape quantized_matmul_shape(const InferContext& ctx) {
   const Shape& x = ctx.input_shape(0);
   const Shape& kernel = ctx.input_shape(1);
@@ -318,23 +405,34 @@ Shape quantized_matmul_shape(const InferContext& ctx) {
   const std::int64_t input_axes = ctx.attributes().get_int("kernel_input_axes");
   const bool transposed = ctx.attributes().get_bool("transpose_kernel");
   if (x.rank() < 1) ctx.fail("x needs at least one dimension");
-  if (const std::int64_t units = int4_units(ctx.attributes()); units != 0) {
-    if (units < 0 || transposed || kernel.rank() != 2 || input_axes != 1)
-      ctx.fail("an int4 kernel is packed (input_dim, ceil(units / 2)), not transposed");
-    if (kernel.dim(1) != Shape::unknown && kernel.dim(1) != (units + 1) / 2)
-      ctx.fail("the packed int4 kernel holds " + std::to_string(kernel.dim(1)) + " bytes a row, not ceil(" +
+  const std::int64_t units = int4_units(ctx.attributes());
+  if (units != 0) {
+    const bool packed_rows = flag(ctx.attributes(), "int4_packed_rows");
+    if (units < 0 || kernel.rank() != 2 || input_axes != 1)
+      ctx.fail("an int4 kernel is a packed 2-D array");
+    const std::int64_t packed = kernel.dim(packed_rows ? 0 : 1);
+    if (packed != Shape::unknown && packed != (units + 1) / 2)
+      ctx.fail("the packed int4 kernel holds " + std::to_string(packed) + " bytes along its packed axis, not ceil(" +
                std::to_string(units) + " / 2)");
+  }
+  if (ctx.num_inputs() == 5) {
+    if (units == 0) ctx.fail("takes a zero point and g_idx only for an int4 kernel by groups");
+    int4_groups_shape(ctx, 1, units, flag(ctx.attributes(), "int4_packed_rows"), group_axis(ctx.attributes()));
   }
   if (transposed ? kernel.rank() != 2 : (input_axes < 1 || input_axes >= kernel.rank()))
     ctx.fail(transposed ? "a transposed kernel must be (units, input_dim)"
                         : "the kernel must have its kernel_input_axes (" + std::to_string(input_axes) +
                               ") input axes, then at least one axis of units");
   auto [k, n] = kernel_extents(kernel, input_axes, transposed);
-  if (int4_units(ctx.attributes()) > 0) n = int4_units(ctx.attributes());
+  if (units > 0) {
+    const Int4Matrix m = int4_matrix(kernel, units, flag(ctx.attributes(), "int4_packed_rows"));
+    k = transposed ? m.columns : m.rows;
+    n = transposed ? m.rows : m.columns;
+  }
   if (x.dim(-1) != Shape::unknown && k != Shape::unknown && x.dim(-1) != k)
     ctx.fail("x's last dimension is not the kernel's input_dim (" + std::to_string(k) + ")");
   const std::int64_t scales = known_elements(scale);
-  if (scale.rank() < 1 || (scales != Shape::unknown && n != Shape::unknown && scales != n))
+  if (ctx.num_inputs() == 3 && (scale.rank() < 1 || (scales != Shape::unknown && n != Shape::unknown && scales != n)))
     ctx.fail("kernel_scale must be (units,), one scale per unit of the kernel (" + std::to_string(n) + "), in any shape");
   if (k > detail::int8_gemm_max_k)
     ctx.fail("input_dim above " + std::to_string(detail::int8_gemm_max_k) + " could overflow the int32 sums");
@@ -347,10 +445,15 @@ Shape dequantize_shape(const InferContext& ctx) {
   Shape q = ctx.input_shape(0);
   const Shape& scale = ctx.input_shape(1);
   const bool leading = ctx.attributes().get_bool("leading");
-  if (const std::int64_t columns = int4_units(ctx.attributes()); columns != 0) {
-    if (columns < 0 || leading || q.rank() != 2 || (q.dim(1) != Shape::unknown && q.dim(1) != (columns + 1) / 2))
-      ctx.fail("a packed int4 array must be (rows, ceil(" + std::to_string(columns) + " / 2)), its scale trailing");
-    q = Shape{q.dim(0), columns};
+  if (const std::int64_t units = int4_units(ctx.attributes()); units != 0) {
+    const bool packed_rows = flag(ctx.attributes(), "int4_packed_rows");
+    const std::int64_t packed = q.rank() == 2 ? q.dim(packed_rows ? 0 : 1) : 0;
+    if (units < 0 || q.rank() != 2 || (packed != Shape::unknown && packed != (units + 1) / 2))
+      ctx.fail(std::string("a packed int4 array must be ") +
+               (packed_rows ? "(ceil(" + std::to_string(units) + " / 2), columns)"
+                            : "(rows, ceil(" + std::to_string(units) + " / 2))"));
+    const Int4Matrix m = int4_matrix(q, units, packed_rows);
+    q = Shape{m.rows, m.columns};
   }
   // The scale's values cover q's trailing (or leading) axes: the product of some of them.
   std::int64_t covered = 1;
@@ -371,19 +474,8 @@ Shape dequantize_shape(const InferContext& ctx) {
 }
 
 Shape dequantize_int4_shape(const InferContext& ctx) {
-  const Shape& kernel = ctx.input_shape(0);
-  const Shape& scale = ctx.input_shape(1);
-  const Shape& zero = ctx.input_shape(2);
-  const Shape& g_idx = ctx.input_shape(3);
-  const std::int64_t units = ctx.attributes().get_int("units");
-  if (kernel.rank() != 2) ctx.fail("the packed kernel must be (input_dim, ceil(units / 2))");
-  if (units < 1 || (kernel.dim(1) != Shape::unknown && kernel.dim(1) != (units + 1) / 2))
-    ctx.fail("the packed kernel holds " + std::to_string(kernel.dim(1)) + " bytes a row, not ceil(" +
-             std::to_string(units) + " / 2)");
-  if (scale.rank() != 2 || scale.dim(1) != units || zero != scale)
-    ctx.fail("kernel_scale and kernel_zero must both be (groups, units)");
-  if (g_idx.rank() != 1 || g_idx.dim(0) != kernel.dim(0)) ctx.fail("g_idx must be (input_dim,)");
-  return Shape{kernel.dim(0), units};
+  return int4_groups_shape(ctx, 0, ctx.attributes().get_int("units"), flag(ctx.attributes(), "packed_rows"),
+                           group_axis(ctx.attributes()));
 }
 
 Shape quantized_gather_shape(const InferContext& ctx) {
@@ -421,28 +513,46 @@ std::vector<Tensor> quantized_matmul_backward(const GradContext& g) {
   // Keras's custom gradient: dy times the float kernel the int8 one stands for, as (K, N) (or (N, K) transposed).
   const bool transposed = g.attributes().get_bool("transpose_kernel");
   const Shape& kernel = g.input(1).shape();
-  auto [k, n] = kernel_extents(kernel, g.attributes().get_int("kernel_input_axes"), transposed);
-  if (int4_units(g.attributes()) > 0) n = int4_units(g.attributes());
-  Tensor float_kernel = ops::dequantize(g.input(1), g.input(2), transposed, int4_units(g.attributes()));
+  const auto [k, n] = kernel_extents(kernel, g.attributes().get_int("kernel_input_axes"), transposed);
+  const std::int64_t units = int4_units(g.attributes());
+  const bool packed_rows = flag(g.attributes(), "int4_packed_rows");
+  if (g.num_inputs() == 5) {
+    // int4 by groups: through the float kernel (value - zero) · scale, each value's zero and scale picked by g_idx
+    // along the grouped axis (the zero point in the float dtype here, as an untied reverse map keeps it)
+    const Int4Matrix m = int4_matrix(kernel, units, packed_rows);
+    Array ones(Shape{m.columns}, g.input(2).dtype());
+    for (std::size_t i = 0; i < ones.size(); ++i) ones.set_flat(i, 1.0);
+    const Tensor values = ops::dequantize(g.input(1), ops::constant(g.input(1).graph(), ones, "ones"), false, units,
+                                          packed_rows);
+    const bool columns = group_axis(g.attributes()) == 1;  // (scale and zero (rows, groups): picked by column)
+    const auto picked = [&](const Tensor& per_group) {
+      return columns ? ops::transpose(ops::gather(ops::transpose(per_group), g.input(4)))
+                     : ops::gather(per_group, g.input(4));
+    };
+    const Tensor float_kernel = (values - picked(g.input(3))) * picked(g.input(2));
+    return {ops::matmul(g.output_grad(), float_kernel, false, !transposed), Tensor(), Tensor(), Tensor(), Tensor()};
+  }
+  Tensor float_kernel = ops::dequantize(g.input(1), g.input(2), transposed, units, packed_rows);
   if (kernel.rank() != 2) float_kernel = ops::reshape(float_kernel, {k, n});
   return {ops::matmul(g.output_grad(), float_kernel, false, !transposed), Tensor(), Tensor()};
 }
 
 KILN_REGISTER_OP(OpDef("kiln>QuantizedMatMul")
-                     .inputs(3)
+                     .inputs(3, 5)
                      .input_dtype(1, DType::int8)
-                     .attributes({"quantize_inputs", "kernel_input_axes", "transpose_kernel", "int4_units"})
+                     .attributes({"quantize_inputs", "kernel_input_axes", "transpose_kernel", "int4_units",
+                                  "int4_packed_rows", "group_axis"})
                      .infer_shape(quantized_matmul_shape)
                      .forward(quantized_matmul_kernel<float>, quantized_matmul_kernel<double>)
                      .backward(quantized_matmul_backward)
-                     .non_differentiable_inputs({1, 2}, "quantized weights are not trained (Keras: trainable=False)")
+                     .non_differentiable_inputs({1, 2, 3, 4}, "quantized weights are not trained (Keras: trainable=False)")
                      .workspace(quantized_matmul_workspace)
                      .display_name("quantized_matmul"));
 
 KILN_REGISTER_OP(OpDef("kiln>Dequantize")
                      .inputs(2)
                      .input_dtype(0, DType::int8)
-                     .attributes({"leading", "int4_units"})
+                     .attributes({"leading", "int4_units", "int4_packed_rows"})
                      .infer_shape(dequantize_shape)
                      .forward(dequantize_kernel<float>, dequantize_kernel<double>)
                      .workspace(dequantize_workspace)
@@ -453,7 +563,7 @@ KILN_REGISTER_OP(OpDef("kiln>DequantizeInt4")
                      .inputs(4)
                      .input_dtype(0, DType::int8)
                      .input_dtype(2, DType::int8)
-                     .attributes({"units"})
+                     .attributes({"units", "packed_rows", "group_axis"})
                      .infer_shape(dequantize_int4_shape)
                      .forward(dequantize_int4_kernel<float>, dequantize_int4_kernel<double>)
                      .not_differentiable("quantized weights are not trained (Keras: trainable=False)")
@@ -506,9 +616,11 @@ Tensor round_to_bfloat16(const Tensor& x) {
 }
 
 Tensor dequantize_int4(const Tensor& kernel, const Tensor& scale, const Tensor& zero, const Tensor& g_idx,
-                       std::int64_t units) {
-  return kernel.graph().add_op("kiln>DequantizeInt4", {kernel, scale, zero, g_idx}, Attributes().set("units", units),
-                               "dequantize_int4");
+                       std::int64_t units, bool packed_rows, std::int64_t group_axis) {
+  Attributes attributes = Attributes().set("units", units);
+  if (packed_rows) attributes.set("packed_rows", true);
+  if (group_axis != 0) attributes.set("group_axis", group_axis);
+  return kernel.graph().add_op("kiln>DequantizeInt4", {kernel, scale, zero, g_idx}, attributes, "dequantize_int4");
 }
 
 Tensor quantized_gather(const Tensor& table, const Tensor& scale, const Tensor& ids) {
@@ -523,18 +635,33 @@ Tensor quantized_gather_int4(const Tensor& table, const Tensor& scale, const Ten
 }
 
 Tensor quantized_matmul(const Tensor& x, const Tensor& kernel, const Tensor& kernel_scale, bool quantize_inputs,
-                        int kernel_input_axes, bool transpose_kernel, std::int64_t int4_units) {
+                        int kernel_input_axes, bool transpose_kernel, std::int64_t int4_units, bool int4_packed_rows) {
   Attributes attributes = Attributes()
                               .set("quantize_inputs", quantize_inputs)
                               .set("kernel_input_axes", std::int64_t{kernel_input_axes})
                               .set("transpose_kernel", transpose_kernel);
   if (int4_units != 0) attributes.set("int4_units", int4_units);
+  if (int4_packed_rows) attributes.set("int4_packed_rows", true);
   return x.graph().add_op("kiln>QuantizedMatMul", {x, kernel, kernel_scale}, attributes, "quantized_matmul");
 }
 
-Tensor dequantize(const Tensor& q, const Tensor& scale, bool leading, std::int64_t int4_units) {
+Tensor quantized_matmul_int4_groups(const Tensor& x, const Tensor& kernel, const Tensor& scale, const Tensor& zero,
+                                    const Tensor& g_idx, std::int64_t units, bool packed_rows, std::int64_t group_axis,
+                                    bool quantize_inputs, bool transpose_kernel) {
+  Attributes attributes = Attributes()
+                              .set("quantize_inputs", quantize_inputs)
+                              .set("kernel_input_axes", std::int64_t{1})
+                              .set("transpose_kernel", transpose_kernel)
+                              .set("int4_units", units)
+                              .set("group_axis", group_axis);
+  if (packed_rows) attributes.set("int4_packed_rows", true);
+  return x.graph().add_op("kiln>QuantizedMatMul", {x, kernel, scale, zero, g_idx}, attributes, "quantized_matmul");
+}
+
+Tensor dequantize(const Tensor& q, const Tensor& scale, bool leading, std::int64_t int4_units, bool int4_packed_rows) {
   Attributes attributes = Attributes().set("leading", leading);
   if (int4_units != 0) attributes.set("int4_units", int4_units);
+  if (int4_packed_rows) attributes.set("int4_packed_rows", true);
   return q.graph().add_op("kiln>Dequantize", {q, scale}, attributes, "dequantize");
 }
 

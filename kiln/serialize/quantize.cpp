@@ -108,20 +108,28 @@ Int4Blocks int4_block_values(const Array& kernel, std::int64_t block) {
   return out;
 }
 
-// Keras's int4 of a Dense kernel (K, N) or an Embedding table (V, D), as its quantize() computes it: by blocks of
-// `block` input rows (a kernel) or columns (a table, quantized transposed, as Keras does), or per-channel (block
-// -1: abs_max_quantize with value_range (-8, 7) along the input rows, or along each table row); then packed.
-Int4Blocks int4_weights(const Array& weights, std::int64_t block, bool table) {
+// Keras's int4 of a kernel (K, N) (a Dense's, or an EinsumDense's flattened to rows × columns), an Embedding table
+// (V, D) or an untied ReversibleEmbedding's reverse map (D, V), as its quantize() computes it. By blocks of `block`
+// rows of a kernel or reverse map (asymmetric, with zero points), or of columns of a table (quantized transposed,
+// as Keras does); or per channel (block -1: abs_max_quantize with value_range (-8, 7) along the kernel's and the
+// reverse map's rows, or along each table row). Then packed along the last axis, a reverse map along its rows; a
+// reverse map's zero points are float, as Keras keeps them.
+enum class Int4Kind { kernel, table, reverse };
+
+Int4Blocks int4_weights(const Array& weights, std::int64_t block, Int4Kind kind) {
+  const bool table = kind == Int4Kind::table;
   if (block < 0) {
     ops::QuantizedArray q = ops::abs_max_quantize(weights, table ? -1 : 0, 7);
     const std::int64_t scales = q.scale.shape().num_elements();
-    return {pack_int4(q.values), q.scale.reshape(Shape{scales}), Array()};
+    const Array packed = kind == Int4Kind::reverse ? transposed(pack_int4(transposed(q.values))) : pack_int4(q.values);
+    return {packed, q.scale.reshape(Shape{scales}), Array()};
   }
   const Array source = table ? transposed(weights) : weights;
   Int4Blocks b = source.dtype() == DType::float32 ? int4_block_values<float>(source, block)
                                                   : int4_block_values<double>(source, block);
-  if (!table) return {pack_int4(b.packed), b.scale, b.zero};
-  return {pack_int4(transposed(b.packed)), transposed(b.scale), transposed(b.zero)};
+  if (kind == Int4Kind::kernel) return {pack_int4(b.packed), b.scale, b.zero};
+  if (table) return {pack_int4(transposed(b.packed)), transposed(b.scale), transposed(b.zero)};
+  return {transposed(pack_int4(transposed(b.packed))), b.scale, b.zero.astype(b.scale.dtype())};
 }
 
 bool is_model_entry(const Config& layer) {
@@ -291,15 +299,8 @@ std::shared_ptr<ModelBase> quantize_model_base(const ModelBase& model, const std
   } else {
     std::set<std::string> seen;
     collect_units(model, units, out.skipped, seen);
-    const bool int4 = int4_block != 0;
     Config map = Config::map();
-    for (const Unit& unit : units) {
-      if (int4 && unit.what != "Dense") {
-        out.skipped.emplace_back(unit.path, unit.what + ": kiln quantizes it to int8 only");
-        continue;
-      }
-      map.set(unit.path, detail::quantized_dtype_policy(policy_mode, unit.source));
-    }
+    for (const Unit& unit : units) map.set(unit.path, detail::quantized_dtype_policy(policy_mode, unit.source));
     const Config policies = detail::dtype_policy_map(Config(), map);
     if (map.size() > 0 && place_policy_map(config, policies) == 0)
       throw ValueError("quantize: " + model.describe() + " has no layers in its config, nor a dtype to record "
@@ -314,8 +315,10 @@ std::shared_ptr<ModelBase> quantize_model_base(const ModelBase& model, const std
   std::map<std::string, Array> old_weights;
   for (const Weight& weight : model.weights()) old_weights.emplace(weight.path, weight.value);
   std::map<std::string, std::int64_t> new_sizes;  // (a kernel's units: its kernel_scale's size)
+  std::map<std::string, Shape> new_shapes;        // (an int4 kernel's rows: its packed shape's first)
   for (const Weight& weight : quantized->weights()) {
     new_sizes.emplace(weight.path, weight.value.shape().num_elements());
+    new_shapes.emplace(weight.path, weight.value.shape());
     // A weight int8 now and float before is one to quantize (by argument-made models' policy maps).
     const auto old = old_weights.find(weight.path);
     if (!has_layers && weight.value.dtype() == DType::int8 && old != old_weights.end() && is_floating(old->second.dtype()))
@@ -366,26 +369,33 @@ std::shared_ptr<ModelBase> quantize_model_base(const ModelBase& model, const std
     return found->second;
   };
   std::map<std::string, Int4Blocks> int4_kernels;  // by the float kernel's (or table's) path
-  const auto int4_of = [&](const std::string& float_path, bool table) -> const Int4Blocks& {
+  const auto int4_of = [&](const std::string& float_path, Int4Kind kind) -> const Int4Blocks& {
     auto found = int4_kernels.find(float_path);
-    if (found == int4_kernels.end())
-      found = int4_kernels.emplace(float_path, int4_weights(old_weights.at(float_path), int4_block, table)).first;
+    if (found == int4_kernels.end()) {
+      Array weights = old_weights.at(float_path);
+      if (kind == Int4Kind::kernel && weights.shape().rank() > 2) {
+        // An EinsumDense kernel as Keras flattens it: its reduced axes make the rows, the packed kernel's first.
+        const std::int64_t rows = new_shapes.at(float_path).dim(0);
+        weights = weights.reshape(Shape{rows, weights.shape().num_elements() / rows});
+      }
+      found = int4_kernels.emplace(float_path, int4_weights(weights, int4_block, kind)).first;
+    }
     return found->second;
   };
   for (Weight weight : quantized->weights()) {  // (a Weight shares its layer's storage)
     const std::string& path = weight.path;
     if (int4_block != 0) {  // int4: the packed kernel or table, its scales and zero points; g_idx as built
       const Array* source = nullptr;
-      for (const char* values : {"/kernel", "/embeddings"}) {
-        const std::string base = values;
-        const auto strip = [&](const std::string& suffix) {
+      for (const auto& [base, kind] : {std::pair<std::string, Int4Kind>{"/kernel", Int4Kind::kernel},
+                                       {"/embeddings", Int4Kind::table},
+                                       {"/reverse_embeddings", Int4Kind::reverse}}) {
+        const auto strip = [&, &base = base](const std::string& suffix) {
           return ends_with(path, suffix) ? path.substr(0, path.size() - suffix.size()) + base : std::string();
         };
         const std::string from_values = strip(base), from_scale = strip(base + "_scale"), from_zero = strip(base + "_zero");
-        const bool table = base == "/embeddings";
-        if (!from_values.empty() && kernels.count(from_values) != 0) source = &int4_of(from_values, table).packed;
-        if (!from_scale.empty() && kernels.count(from_scale) != 0) source = &int4_of(from_scale, table).scale;
-        if (!from_zero.empty() && kernels.count(from_zero) != 0) source = &int4_of(from_zero, table).zero;
+        if (!from_values.empty() && kernels.count(from_values) != 0) source = &int4_of(from_values, kind).packed;
+        if (!from_scale.empty() && kernels.count(from_scale) != 0) source = &int4_of(from_scale, kind).scale;
+        if (!from_zero.empty() && kernels.count(from_zero) != 0) source = &int4_of(from_zero, kind).zero;
       }
       if (source != nullptr) {
         if (source->nbytes() != weight.value.nbytes())

@@ -46,6 +46,7 @@ struct Fixture {
   int int8_weights;  // int8 arrays in the quantized model
   std::int64_t vocabulary;
   bool decoder = true;  // a CausalLM's backbone (logits, generation)
+  std::string mode = "int8";  // what kiln::quantize is asked for to make Keras's weights
 };
 
 const std::vector<Fixture>& fixtures() {
@@ -71,6 +72,18 @@ const std::vector<Fixture>& fixtures() {
        Config{{"vocabulary_size", 50}, {"num_layers", 2}, {"num_heads", 2}, {"hidden_dim", 8},
               {"intermediate_dim", 16}, {"max_sequence_length", 12}},
        15, 50, false},
+      // int4 by blocks of 4 (quantize("int4", config=Int4QuantizationConfig(block_size=4))): the tied token
+      // embedding's packed table and zero points, per block four EinsumDense and two Dense packed kernels with theirs
+      {"gpt2_backbone_int4", "GPT2Backbone",
+       Config{{"vocabulary_size", 50}, {"num_layers", 2}, {"num_heads", 2}, {"hidden_dim", 8},
+              {"intermediate_dim", 16}, {"max_sequence_length", 12}},
+       26, 50, true, "int4/4"},
+      // per-channel int4 (block_size -1): the untied token embedding's table and reverse map (packed along its
+      // rows), per block four grouped-query projections and three Dense kernels, each with a scale per unit
+      {"llama_backbone_int4_channel", "LlamaBackbone",
+       Config{{"vocabulary_size", 50}, {"num_layers", 2}, {"num_query_heads", 4}, {"num_key_value_heads", 2},
+              {"hidden_dim", 8}, {"intermediate_dim", 16}},
+       16, 50, true, "int4/-1"},
   };
   return all;
 }
@@ -146,7 +159,7 @@ kiln::hub::Backbone float_gpt2() {
 
 }  // namespace
 
-TEST_CASE("keras-hub's int8 Llama and Falcon backbones load, predict Keras's outputs and logits, write back and "
+TEST_CASE("keras-hub's int8 and int4 backbones load, predict Keras's outputs and logits, write back and "
           "quantize as keras-hub does", "[hub][quantize]") {
   for (const Fixture& f : fixtures()) {
     INFO(f.name);
@@ -175,7 +188,7 @@ TEST_CASE("keras-hub's int8 Llama and Falcon backbones load, predict Keras's out
     kiln::load_keras_weights(*float_backbone.ptr(), fixture(f.name + ".float.weights.h5"));
     REQUIRE(largest_difference(float_backbone.predict(run.inputs)[0], run.float_output) <= 1e-5);
     kiln::QuantizationReport report;
-    const kiln::Model quantized = kiln::quantize(float_backbone, "int8", &report);
+    const kiln::Model quantized = kiln::quantize(float_backbone, f.mode, &report);
     CHECK(std::set<std::string>(report.quantized.begin(), report.quantized.end()) == keras_policy_paths(file));
     CHECK(report.skipped.empty());
     std::map<std::string, Array> keras_weights;
@@ -275,7 +288,7 @@ TEST_CASE("kiln::quantize(backbone, \"int8\") is keras-hub's quantize: the same 
   CHECK(largest_difference(lm.predict(run.inputs)[0], run.logits) <= 2e-4);
 }
 
-TEST_CASE("an int8 CausalLM generates with its cache the tokens it generates without", "[hub][quantize][generate]") {
+TEST_CASE("an int8 or int4 CausalLM generates with its cache the tokens it generates without", "[hub][quantize][generate]") {
   for (const Fixture& f : fixtures()) {
   if (!f.decoder) continue;
   INFO(f.name);

@@ -3,6 +3,7 @@
 // straight-through gradient; and the int8 dtype's rules in the graph and in Arrays.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -533,6 +534,86 @@ TEST_CASE("packed int4 kernels and tables: the same results as their unpacked in
                                                 graph.variable("k3", table, false), graph.variable("s4", row_scale, false),
                                                 true, 1, false, 9),
                     Contains("not ceil(9 / 2)"));
+}
+
+TEST_CASE("QuantizedMatMul by int4 groups: a ReversibleEmbedding's tied table and untied map in reverse",
+          "[ops][quantize]") {
+  // The float kernel (value - zero) · scale, groups along the packed features; the inputs quantized per row (q,
+  // then / s), or not. Tied: the table (V, ceil(D/2)) read transposed, scale and zero (V, G); untied: the map packed
+  // along its rows (ceil(D/2), V), scale and zero (G, V).
+  kiln::Rng rng(41);
+  const std::int64_t V = 7, D = 5;
+  const Array values = int4_values(Shape{V, D}, rng);  // table[v][d]
+  const Array g_idx = Array::from_vector(std::vector<float>{0, 0, 1, 1, 2}, Shape{D});
+  const Array scale_vg = kiln::testing::random_array(Shape{V, 3}, rng, DType::float32, 0.01, 0.2);
+  const Array zero_vg = kiln::testing::random_array(Shape{V, 3}, rng, DType::float32, -3.0, 3.0);
+  const Array x = kiln::testing::random_array(Shape{2, 3, D}, rng, DType::float32, -2.0, 2.0);
+  // The untied map holds the same values transposed, (D, V), packed along its rows; its scale and zero (G, V).
+  Array values_dv(Shape{D, V}, DType::int8), scale_gv(Shape{3, V}), zero_gv(Shape{3, V});
+  for (std::int64_t v = 0; v < V; ++v) {
+    for (std::int64_t d = 0; d < D; ++d) values_dv.set_flat(d * V + v, values.flat(v * D + d));
+    for (std::int64_t g = 0; g < 3; ++g) {
+      scale_gv.set_flat(g * V + v, scale_vg.flat(v * 3 + g));
+      zero_gv.set_flat(g * V + v, zero_vg.flat(v * 3 + g));
+    }
+  }
+  Array rows_packed(Shape{(D + 1) / 2, V}, DType::int8);  // Keras's pack_int4(axis=0)
+  for (std::int64_t i = 0; i < (D + 1) / 2; ++i)
+    for (std::int64_t v = 0; v < V; ++v) {
+      const int low = static_cast<int>(values_dv.flat(2 * i * V + v)) & 0x0f;
+      const int high = 2 * i + 1 < D ? static_cast<int>(values_dv.flat((2 * i + 1) * V + v)) & 0x0f : 0;
+      rows_packed.set_flat(i * V + v, static_cast<std::int8_t>(static_cast<std::uint8_t>(low | (high << 4))));
+    }
+  for (const bool quantize_inputs : {true, false}) {
+    INFO("quantize_inputs " << quantize_inputs);
+    kiln::Graph graph;
+    const kiln::Tensor input = graph.placeholder(x.shape(), DType::float32, "x");
+    const kiln::Tensor tied = kiln::ops::quantized_matmul_int4_groups(
+        input, graph.variable("t", pack_int4(values), false), graph.variable("s", scale_vg, false),
+        graph.variable("z", zero_vg, false), graph.variable("g", g_idx, false), D, false, 1, quantize_inputs, true);
+    const kiln::Tensor untied = kiln::ops::quantized_matmul_int4_groups(
+        input, graph.variable("r", rows_packed, false), graph.variable("s2", scale_gv, false),
+        graph.variable("z2", zero_gv, false), graph.variable("g2", g_idx, false), D, true, 0, quantize_inputs, false);
+    kiln::Program program(graph, {tied, untied});
+    program.feed(input, x);
+    program.run();
+    const Array a = program.fetch(tied), b = program.fetch(untied);
+    REQUIRE(a.shape() == Shape({2, 3, V}));
+    CHECK(a.bitwise_equal(b));
+    for (std::int64_t row = 0; row < 6; ++row) {
+      float largest = 0;
+      for (std::int64_t d = 0; d < D; ++d) largest = std::max(largest, std::abs(static_cast<float>(x.flat(row * D + d))));
+      const float s = quantize_inputs ? 127.0f / (largest + 1e-7f) : 1.0f;
+      for (std::int64_t v = 0; v < V; ++v) {
+        double sum = 0;
+        for (std::int64_t d = 0; d < D; ++d) {
+          const auto g = static_cast<std::int64_t>(g_idx.flat(d));
+          const float w = (static_cast<float>(values.flat(v * D + d)) - static_cast<float>(zero_vg.flat(v * 3 + g))) *
+                          static_cast<float>(scale_vg.flat(v * 3 + g));
+          const float in = static_cast<float>(x.flat(row * D + d));
+          const float q = quantize_inputs ? std::clamp(std::nearbyint(in * s), -127.0f, 127.0f) : in;
+          sum += static_cast<double>(q) * w;
+        }
+        CHECK(a.flat(row * V + v) == Approx(sum / s).margin(1e-5));
+      }
+    }
+  }
+  // Without input quantization the product is linear in x: its gradient rule against central differences.
+  kiln::testing::GradcheckOptions options;
+  options.label = "quantized_matmul int4 groups";
+  const auto report = kiln::testing::gradcheck(
+      [&](const std::vector<kiln::Tensor>& in) {
+        kiln::Graph& g = in[0].graph();
+        return kiln::ops::quantized_matmul_int4_groups(in[0], g.variable("r", rows_packed, false),
+                                                       g.variable("s", scale_gv.astype(DType::float64), false),
+                                                       g.variable("z", zero_gv.astype(DType::float64), false),
+                                                       g.variable("g", g_idx.astype(DType::float64), false), D, true,
+                                                       0, false, false);
+      },
+      {kiln::testing::random_array(Shape{2, D}, rng, DType::float64)}, options);
+  INFO(report.worst_entry());
+  CHECK(report.max_relative_error <= 1e-7);
+  CHECK(report.num_checked > 0);
 }
 
 TEST_CASE("QuantizedMatMul's edge cases: no input features, NaN rows, sums past int32 before the correction",

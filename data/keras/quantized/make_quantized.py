@@ -65,7 +65,15 @@ def make(name, build, data, mode, config=None, extra=None):
     for a, b in zip(as_list(outputs), as_list(again_outputs)):
         assert np.array_equal(a, b), name
     for key, array in (extra(again, again_outputs) if extra else {}).items():
-        assert np.array_equal(np.asarray(array), np.asarray(quantized_extra[key])), name + " " + key
+        if not np.array_equal(np.asarray(array), np.asarray(quantized_extra[key])):
+            # Keras 3.16's int4 ReversibleEmbedding quantizes its inputs in reverse only once reloaded (its
+            # quantize() passes Int4QuantizationConfig(), activation_quantizer None; the file's layer has no
+            # quantization_config, and _int4_build defaults to AbsMaxQuantizer): the file's meaning is the
+            # reloaded model's, which is what is kept.
+            assert mode.startswith("int4") and key == "logits", name + " " + key
+            print(name, key, "differs once reloaded by", float(np.max(np.abs(np.asarray(array) - quantized_extra[key]))),
+                  "(keeping the reloaded model's)")
+            quantized_extra[key] = np.asarray(array)
     with h5py.File(name + ".io.h5", "w") as f:
         inputs = [data[key] for key in sorted(data)] if isinstance(data, dict) else as_list(data)
         for i, array in enumerate(inputs):  # a dict by name, as Keras flattens it
@@ -178,6 +186,13 @@ make("gpt2_backbone_int8", gpt2_backbone, {"padding_mask": gpt2_mask, "token_ids
      extra=gpt2_logits)
 make("llama_backbone_int8", llama_backbone, {"padding_mask": gpt2_mask, "token_ids": gpt2_tokens}, "int8",
      extra=gpt2_logits)
+# int4 backbones: GPT-2 by blocks of 4 (its tied token embedding, the attention's EinsumDense projections and the
+# feed-forward Dense layers, all with zero points and g_idx), Llama per-channel (its untied token embedding both ways,
+# grouped-query attention, the gated feed-forward).
+make("gpt2_backbone_int4", gpt2_backbone, {"padding_mask": gpt2_mask, "token_ids": gpt2_tokens}, "int4",
+     config=quantizers.Int4QuantizationConfig(block_size=4), extra=gpt2_logits)
+make("llama_backbone_int4_channel", llama_backbone, {"padding_mask": gpt2_mask, "token_ids": gpt2_tokens}, "int4",
+     config=quantizers.Int4QuantizationConfig(block_size=-1), extra=gpt2_logits)
 bert_segments = np.zeros((2, 7), np.int32)
 bert_segments[:, 4:] = 1
 make("bert_backbone_int8", bert_backbone,

@@ -173,19 +173,27 @@ std::string GroupedQueryAttentionLayer::attribute(const std::string& name) const
 }
 
 std::vector<std::string> GroupedQueryAttentionLayer::keras_weight_paths() const {
-  // Each projection's variables in Keras's order: kernel, bias, then an int8 kernel's kernel_scale.
+  // Each projection's variables in Keras's order: kernel, bias, then a quantized kernel's kernel_scale (and an int4
+  // one's by blocks kernel_zero and g_idx), numbered as Keras writes them.
   std::vector<std::string> paths;
+  const auto projection_paths = [&](int projection, const std::string& part, bool bias) {
+    int number = 0;
+    const auto next = [&] { paths.push_back(attribute(part) + "/vars/" + std::to_string(number++)); };
+    next();
+    if (bias) next();
+    if (int8(projection) || int4(projection)) next();
+    if (int4(projection) && quantization_[projection].int4_block > 0) {
+      next();
+      next();
+    }
+  };
   int projection = 0;
   for (const std::string& part : {std::string("query_dense"), std::string("key_dense"), std::string("value_dense")}) {
-    paths.push_back(attribute(part) + "/vars/0");
-    if (options_.qkv_bias) paths.push_back(attribute(part) + "/vars/1");
-    if (int8_[projection]) paths.push_back(attribute(part) + "/vars/" + (options_.qkv_bias ? "2" : "1"));
+    projection_paths(projection, part, options_.qkv_bias);
     if (options_.qk_norm_epsilon > 0 && part != "value_dense") paths.push_back(attribute(part) + "_layer_norm/vars/0");
     ++projection;
   }
-  paths.push_back(attribute("output_dense") + "/vars/0");
-  if (options_.falcon) paths.push_back(attribute("output_dense") + "/vars/1");
-  if (int8_[3]) paths.push_back(attribute("output_dense") + "/vars/" + (options_.falcon ? "2" : "1"));
+  projection_paths(3, "output_dense", options_.falcon);
   return paths;
 }
 
@@ -205,12 +213,12 @@ void GroupedQueryAttentionLayer::quantization_resolved() {
   const std::vector<std::string> names = options_.heads_first_kernels
                                              ? std::vector<std::string>{"query", "key", "value", "attention_output"}
                                              : quantizable_projections();
-  const std::vector<bool> int8 = projections_in_int8(names);
+  const std::vector<ProjectionQuantization> modes = projection_quantizations(names);
   for (std::size_t i = 0; i < 4; ++i)
-    if (int8[i] && options_.heads_first_kernels)
-      throw ConfigError(describe() + " projection '" + names[i] + "': int8 for " + options_.class_name +
-                        "'s kernels, which keep their heads first, is not one kiln runs yet");
-  std::copy(int8.begin(), int8.end(), int8_);
+    if (!modes[i].mode.empty() && options_.heads_first_kernels)
+      throw ConfigError(describe() + " projection '" + names[i] + "': " + modes[i].mode + " for " +
+                        options_.class_name + "'s kernels, which keep their heads first, is not one kiln runs yet");
+  std::copy(modes.begin(), modes.end(), quantization_);
 }
 
 std::vector<std::pair<std::string, std::string>> GroupedQueryAttentionLayer::keras_sublayers() const {
@@ -269,12 +277,24 @@ void GroupedQueryAttentionLayer::build(const Shape& input_shape) {
   };
   // keras-hub's order: query, key, value (each kernel, then bias), then the output projection.
   const Initializer ones = Initializer::get("ones");
-  // An int8 projection (Keras's EinsumDense._int8_build): the kernel in int8, then the bias, then kernel_scale.
+  // An int8 projection (Keras's EinsumDense._int8_build): the kernel in int8, then the bias, then kernel_scale; an
+  // int4 one (_int4_build): the kernel flattened to (rows, columns) and packed, the bias, then its scales.
   const auto kernel_of = [&](int projection, const std::string& name, const Shape& shape) {
-    return int8_[projection] ? add_int8_weight(name, shape) : add_weight(name, shape, kernel);
+    if (int4(projection)) {  // (the output's kernel reduces heads and depth: its columns are the hidden features)
+      const std::int64_t columns = projection == 3 ? hidden_ : shape.num_elements() / shape[0];
+      return add_int8_weight(name, Shape{shape.num_elements() / columns, (columns + 1) / 2});
+    }
+    return int8(projection) ? add_int8_weight(name, shape) : add_weight(name, shape, kernel);
   };
   const auto scale_of = [&](int projection, const std::string& name, const Shape& shape) {
-    if (int8_[projection]) scale_[projection] = add_weight(name, shape, ones, false);
+    if (int8(projection)) scale_[projection] = add_weight(name, shape, ones, false);
+    if (int4(projection)) {  // (rows and columns of the kernel the packed one stands for)
+      const std::int64_t heads = projection == 0 || projection == 3 ? options_.num_query_heads : options_.num_key_value_heads;
+      const std::int64_t rows = projection == 3 ? heads * head_dim_ : hidden_;
+      const std::int64_t columns = projection == 3 ? hidden_ : heads * head_dim_;
+      add_int4_scales(name.substr(0, name.size() - std::string("kernel_scale").size()), rows, columns,
+                      quantization_[projection]);
+    }
   };
   query_kernel_ = kernel_of(0, "query/kernel", kernel_shape(o.num_query_heads));
   if (o.qkv_bias) query_bias_ = add_weight("query/bias", Shape{o.num_query_heads, head_dim_}, bias);
@@ -300,8 +320,10 @@ void GroupedQueryAttentionLayer::build(const Shape& input_shape) {
 Tensor GroupedQueryAttentionLayer::project(const Tensor& x, int projection, WeightId kernel, WeightId bias,
                                            std::int64_t heads) const {
   Tensor y;
-  if (int8_[projection]) {  // Keras's "bqm,muh->bquh" in int8: the inputs quantized per row
+  if (int8(projection)) {  // Keras's "bqm,muh->bquh" in int8: the inputs quantized per row
     y = ops::quantized_matmul(x, variable(kernel, x), variable(scale_[projection], x), true, 1);
+  } else if (int4(projection)) {  // in int4: the float kernel the packed one stands for, then the float einsum
+    y = ops::matmul(x, int4_float_kernel(kernel, quantization_[projection], heads * head_dim_, x));
   } else {
     Tensor weights = variable(kernel, x);
     if (options_.heads_first_kernels) weights = ops::transpose(weights, {1, 0, 2});
@@ -359,9 +381,16 @@ Tensor GroupedQueryAttentionLayer::attend(const Tensor& q, const Tensor& k, cons
     attended = ops::dropout(attended, o.dropout, detail::call_seed(Config(), name(), like), true);
   const Tensor merged = ops::reshape(attended, {ops::keep_dim, ops::keep_dim, o.num_query_heads * head_dim_});
   // (Keras's "bquh,uhm->bqm" in int8: the inputs quantized over heads and depth together; Falcon's Dense the same)
+  // (in int4 the float kernel; Falcon's output Dense per channel: the unpacked kernel's product, divided by the
+  // scale, as Dense._int4_call)
+  const ProjectionQuantization& out = quantization_[3];
   const Tensor output =
-      int8_[3] ? ops::quantized_matmul(merged, variable(output_kernel_, like), variable(scale_[3], like), true,
+      int8(3)  ? ops::quantized_matmul(merged, variable(output_kernel_, like), variable(scale_[3], like), true,
                                        o.falcon ? 1 : 2)
+      : int4(3) && o.falcon && out.int4_block < 0
+               ? ops::quantized_matmul(merged, variable(output_kernel_, like), variable(out.scale, like), false, 1,
+                                       false, hidden_)
+      : int4(3) ? ops::matmul(merged, int4_float_kernel(output_kernel_, out, hidden_, like))
                : ops::matmul(merged, ops::reshape(variable(output_kernel_, like), {o.num_query_heads * head_dim_, hidden_}));
   return o.falcon ? output + variable(output_bias_, like) : output;
 }

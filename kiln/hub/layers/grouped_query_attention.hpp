@@ -80,14 +80,19 @@ class GroupedQueryAttentionLayer : public Layer {
   /// three and its output Dense); none for Gemma, whose heads-first kernels kiln does not run in int8 (said by
   /// quantization_refusal).
   std::vector<std::string> quantizable_projections() const override;
-  bool projection_quantized(std::size_t index) const override { return index < 4 && int8_[index]; }
+  std::string projection_mode(std::size_t index) const override {
+    return index < 4 ? quantization_[index].mode : std::string();
+  }
   std::string quantization_refusal(const Layer& part) const override;
 
  protected:
   /// A DTypePolicyMap (a keras-hub backbone's) gives the projections their policies, at "<path>/<projection>": an
   /// int8 one keeps Keras's int8 EinsumDense weights (kernel int8, kernel_scale (1, 1, heads, depth), the output's
-  /// (1, 1, hidden); Falcon's output Dense (hidden,)) and quantizes its inputs per row, as Keras's _int8_call.
-  /// Gemma's int8 attention is refused by name.
+  /// (1, 1, hidden); Falcon's output Dense (hidden,)) and quantizes its inputs per row, as Keras's _int8_call. An
+  /// int4 one keeps Keras's int4 weights (the kernel flattened to (rows, columns) and packed along the columns,
+  /// kernel_scale, and by blocks kernel_zero and g_idx) and multiplies the float kernel they stand for (Falcon's
+  /// output Dense per channel: the unpacked kernel, then the division by its scale, as Dense._int4_call).
+  /// Gemma's quantized attention is refused by name.
   void quantization_resolved() override;
   void build(const Shape& input_shape) override;
   Tensor call(const Tensor& input, const CallArgs& args) override;
@@ -111,7 +116,9 @@ class GroupedQueryAttentionLayer : public Layer {
   WeightId query_kernel_ = 0, query_bias_ = 0, key_kernel_ = 0, key_bias_ = 0, value_kernel_ = 0, value_bias_ = 0,
            output_kernel_ = 0, output_bias_ = 0, query_norm_ = 0, key_norm_ = 0;
   // int8 (Keras's EinsumDense._int8_call) per projection: query, key, value, output; their kernel scales.
-  bool int8_[4] = {false, false, false, false};
+  ProjectionQuantization quantization_[4];
+  bool int8(int projection) const { return quantization_[projection].int8(); }
+  bool int4(int projection) const { return quantization_[projection].int4(); }
   WeightId scale_[4] = {0, 0, 0, 0};
   LayerPtr rotary_;
 };

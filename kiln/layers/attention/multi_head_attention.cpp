@@ -102,16 +102,16 @@ std::vector<std::string> MultiHeadAttentionLayer::keras_weight_paths() const {
 }
 
 void MultiHeadAttentionLayer::quantization_resolved() {
-  const std::vector<bool> int8 = projections_in_int8(quantizable_projections());
-  query_.int8 = int8[0];
-  key_.int8 = int8[1];
-  value_.int8 = int8[2];
-  output_.int8 = int8[3];
+  const std::vector<ProjectionQuantization> modes = projection_quantizations(quantizable_projections());
+  query_.quantization = modes[0];
+  key_.quantization = modes[1];
+  value_.quantization = modes[2];
+  output_.quantization = modes[3];
 }
 
-bool MultiHeadAttentionLayer::projection_quantized(std::size_t index) const {
+std::string MultiHeadAttentionLayer::projection_mode(std::size_t index) const {
   const Projection* projections[] = {&query_, &key_, &value_, &output_};
-  return index < 4 && projections[index]->int8;
+  return index < 4 ? projections[index]->quantization.mode : std::string();
 }
 
 std::vector<std::pair<std::string, std::string>> MultiHeadAttentionLayer::keras_sublayers() const {
@@ -133,11 +133,15 @@ void MultiHeadAttentionLayer::check_inputs(const Shape& query, const Shape& key,
 
 MultiHeadAttentionLayer::Projection MultiHeadAttentionLayer::add_projection(const std::string& name,
                                                                             std::int64_t input_dim,
-                                                                            std::int64_t depth, bool int8) {
+                                                                            std::int64_t depth,
+                                                                            const ProjectionQuantization& quantization) {
   Projection projection;
-  projection.int8 = int8;
+  projection.quantization = quantization;
+  const bool int8 = quantization.int8(), int4 = quantization.int4();
   if (int8) {  // Keras's EinsumDense._int8_build: the kernel in int8 (not trained), then the bias, then the scale
     projection.kernel = add_int8_weight(name + "/kernel", {input_dim, num_heads_, depth});
+  } else if (int4) {  // _int4_build: (input_dim, heads · depth) packed along the columns
+    projection.kernel = add_int8_weight(name + "/kernel", {input_dim, (num_heads_ * depth + 1) / 2});
   } else {
     // Keras 3.15's fans for these 3-D kernels: a Dense from input_dim to heads·depth.
     const Fans fans{static_cast<double>(input_dim), static_cast<double>(num_heads_ * depth)};
@@ -149,6 +153,7 @@ MultiHeadAttentionLayer::Projection MultiHeadAttentionLayer::add_projection(cons
     regularize(projection.bias, bias_regularization_);
   }
   if (int8) projection.kernel_scale = add_weight(name + "/kernel_scale", {1, 1, num_heads_, depth}, Initializer::get("ones"), false);
+  if (int4) add_int4_scales(name + "/", input_dim, num_heads_ * depth, projection.quantization);
   return projection;
 }
 
@@ -178,11 +183,13 @@ void MultiHeadAttentionLayer::build(const std::vector<Shape>& shapes) {
   const std::int64_t output_dim = output_dim_ > 0 ? output_dim_ : d_model;
 
   key_features_ = key[2];
-  query_ = add_projection("query", d_model, key_depth_, query_.int8);
-  key_ = add_projection("key", key[2], key_depth_, key_.int8);
-  value_ = add_projection("value", value[2], value_depth_, value_.int8);
-  if (output_.int8) {
+  query_ = add_projection("query", d_model, key_depth_, query_.quantization);
+  key_ = add_projection("key", key[2], key_depth_, key_.quantization);
+  value_ = add_projection("value", value[2], value_depth_, value_.quantization);
+  if (output_.quantization.int8()) {
     output_.kernel = add_int8_weight("attention_output/kernel", {num_heads_, value_depth_, output_dim});
+  } else if (output_.quantization.int4()) {  // (heads · depth, output features) packed along the columns
+    output_.kernel = add_int8_weight("attention_output/kernel", {num_heads_ * value_depth_, (output_dim + 1) / 2});
   } else {
     const Fans fans{static_cast<double>(num_heads_ * value_depth_), static_cast<double>(output_dim)};
     output_.kernel =
@@ -193,16 +200,21 @@ void MultiHeadAttentionLayer::build(const std::vector<Shape>& shapes) {
     output_.bias = add_weight("attention_output/bias", {output_dim}, bias_initializer_);
     regularize(output_.bias, bias_regularization_);
   }
-  if (output_.int8)
+  if (output_.quantization.int8())
     output_.kernel_scale = add_weight("attention_output/kernel_scale", {1, 1, output_dim}, Initializer::get("ones"), false);
+  if (output_.quantization.int4())
+    add_int4_scales("attention_output/", num_heads_ * value_depth_, output_dim, output_.quantization);
 }
 
 Tensor MultiHeadAttentionLayer::project(const Tensor& x, const Projection& projection, std::int64_t depth) const {
   const std::int64_t width = num_heads_ * depth;
   // (Keras's EinsumDense "abc,cde->abde": in int8 the inputs quantized per row, over c)
-  Tensor y = projection.int8 ? ops::quantized_matmul(x, variable(projection.kernel, x),
-                                                     variable(projection.kernel_scale, x), true, 1)
-                             : ops::matmul(x, ops::reshape(variable(projection.kernel, x), {x.shape()[2], width}));
+  // (in int4 the float kernel the packed one stands for, then Keras's float einsum)
+  Tensor y = projection.quantization.int8()
+                 ? ops::quantized_matmul(x, variable(projection.kernel, x), variable(projection.kernel_scale, x), true, 1)
+             : projection.quantization.int4()
+                 ? ops::matmul(x, int4_float_kernel(projection.kernel, projection.quantization, width, x))
+                 : ops::matmul(x, ops::reshape(variable(projection.kernel, x), {x.shape()[2], width}));
   if (use_bias_) y = y + ops::reshape(variable(projection.bias, x), {width});
   if (projection_activity_) add_activity_loss(projection_activity_, y);
   // (batch, length, heads, depth): one attention per head, read in place by the fused attention.
@@ -213,9 +225,14 @@ Tensor MultiHeadAttentionLayer::project_output(const Tensor& attended, const Ten
   const std::int64_t width = num_heads_ * value_depth_;
   const Tensor merged = ops::reshape(attended, {ops::keep_dim, ops::keep_dim, width});
   const Tensor kernel = variable(output_.kernel, query);
-  // (Keras's "abcd,cde->abe": in int8 the inputs quantized over c and d together, one scale a (batch, step))
-  Tensor output = output_.int8 ? ops::quantized_matmul(merged, kernel, variable(output_.kernel_scale, query), true, 2)
-                               : ops::matmul(merged, ops::reshape(kernel, {width, kernel.shape()[2]}));
+  const std::int64_t output_dim = output_dim_ > 0 ? output_dim_ : build_shapes().at(0)[2];
+  // (Keras's "abcd,cde->abe": in int8 the inputs quantized over c and d together, one scale a (batch, step); in
+  // int4 the float kernel)
+  Tensor output = output_.quantization.int8()
+                      ? ops::quantized_matmul(merged, kernel, variable(output_.kernel_scale, query), true, 2)
+                  : output_.quantization.int4()
+                      ? ops::matmul(merged, int4_float_kernel(output_.kernel, output_.quantization, output_dim, query))
+                      : ops::matmul(merged, ops::reshape(kernel, {width, kernel.shape()[2]}));
   if (use_bias_) output = output + variable(output_.bias, query);
   return output;
 }

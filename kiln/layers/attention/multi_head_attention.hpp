@@ -46,13 +46,14 @@ class MultiHeadAttentionLayer : public Layer {
   std::int64_t value_dim() const { return value_depth_; }
   Config get_config() const override;
   /// Keras keeps the projections in EinsumDense sublayers: "query_dense/vars/0" (kernel), ".../vars/1" (bias),
-  /// then key_dense, value_dense and output_dense; an int8 projection's kernel_scale next ("vars/2").
+  /// then key_dense, value_dense and output_dense; a quantized projection's kernel_scale next ("vars/2"), and an
+  /// int4 one's by blocks kernel_zero and g_idx after it.
   std::vector<std::string> keras_weight_paths() const override;
   /// Keras's EinsumDense projections, which a DTypePolicyMap may make int8 ("<path>/query", ...).
   std::vector<std::string> quantizable_projections() const override {
     return {"query", "key", "value", "attention_output"};
   }
-  bool projection_quantized(std::size_t index) const override;
+  std::string projection_mode(std::size_t index) const override;
   /// Keras's attributes: _dropout_layer, _softmax and the four EinsumDense projections, with their names.
   std::vector<std::pair<std::string, std::string>> keras_sublayers() const override;
   /// The output keeps the query's steps: the query's mask passes on, as in Keras.
@@ -76,7 +77,11 @@ class MultiHeadAttentionLayer : public Layer {
   /// gives "<path>/query", "<path>/key", "<path>/value" and "<path>/attention_output" their policies. An int8
   /// projection keeps Keras's EinsumDense int8 weights: the kernel in int8, the bias, and kernel_scale, one scale
   /// per unit in Keras's shape ((1, 1, heads, depth); (1, 1, output features) for the output), and quantizes its
-  /// inputs per row (per (batch, step) over heads · depth for the output) as EinsumDense._int8_call does.
+  /// inputs per row (per (batch, step) over heads · depth for the output) as EinsumDense._int8_call does. An int4
+  /// projection ("int4/<block>", "int4/-1") keeps Keras's EinsumDense int4 weights, the kernel flattened to
+  /// (input features, heads · depth) (for the output (heads · depth, output features)) and packed two values a
+  /// byte along its columns, the bias, kernel_scale (columns,) per channel or (blocks, columns) with kernel_zero
+  /// and g_idx by blocks of rows; it multiplies the float kernel they stand for, as EinsumDense._int4_call does.
   void quantization_resolved() override;
   /// Checks the shapes, resolves key_dim and value_dim and creates the weights. In the TF2 form the query's
   /// last dimension must divide by num_heads (else ShapeError).
@@ -103,9 +108,10 @@ class MultiHeadAttentionLayer : public Layer {
  private:
   struct Projection {
     WeightId kernel = 0, bias = 0, kernel_scale = 0;
-    bool int8 = false;  ///< Keras's EinsumDense int8 (kernel int8, kernel_scale)
+    ProjectionQuantization quantization;  ///< Keras's EinsumDense int8 (kernel_scale) or int4 (its scales)
   };
-  Projection add_projection(const std::string& name, std::int64_t input_dim, std::int64_t depth, bool int8);
+  Projection add_projection(const std::string& name, std::int64_t input_dim, std::int64_t depth,
+                            const ProjectionQuantization& quantization);
   Tensor project(const Tensor& x, const Projection& projection, std::int64_t depth) const;
   /// The heads of `attended` (batch, length, heads, value_dim) merged and projected to the output features.
   Tensor project_output(const Tensor& attended, const Tensor& query) const;

@@ -14,9 +14,8 @@ EmbeddingLayer::EmbeddingLayer(const Config& config) : EmbeddingLayer(config, "E
 EmbeddingLayer::EmbeddingLayer(const Config& config, const std::string& class_name,
                                const std::function<void(ConfigReader&)>& more)
     : Layer(config, class_name,
-            class_name == "Embedding"             ? std::vector<std::string>{"int8", "int4"}
-            : class_name == "ReversibleEmbedding" ? std::vector<std::string>{"int8"}
-                                                  : std::vector<std::string>{}) {
+            class_name == "Embedding" || class_name == "ReversibleEmbedding" ? std::vector<std::string>{"int8", "int4"}
+                                                                             : std::vector<std::string>{}) {
   ConfigReader args = config_reader(config);
   input_dim_ = args.integer("input_dim");
   output_dim_ = args.integer("output_dim");
@@ -43,6 +42,14 @@ void EmbeddingLayer::read_quantization_config(ConfigReader& args) {
     const detail::Int4Setting setting = detail::read_int4_config(args, quantization, quantization_mode());
     int4_block_size_ = setting.block_size;
     quantization_config_ = setting.written;
+    quantize_inputs_ = setting.quantize_inputs;
+    if (class_name() == "ReversibleEmbedding" && quantization.is_null()) {
+      // Keras's ReversibleEmbedding._int4_build without a config (a keras-hub backbone's, by its DTypePolicyMap)
+      // quantizes its inputs in reverse with the default AbsMaxQuantizer; a config (what quantize() leaves, and a
+      // saved layer's) names its own, none by default. Written back as it came: null.
+      quantize_inputs_ = true;
+      quantization_config_ = Config();
+    }
     return;
   }
   const Config activation =

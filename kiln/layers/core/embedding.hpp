@@ -47,6 +47,10 @@ class EmbeddingLayer : public Layer {
   void quantization_resolved() override;
   WeightId embeddings_id() const { return embeddings_; }  ///< for layers that extend it
   WeightId embeddings_scale_id() const { return embeddings_scale_; }  ///< int8: one scale per row
+  WeightId embeddings_zero_id() const { return embeddings_zero_; }    ///< int4 by blocks: the zero points
+  WeightId g_idx_id() const { return g_idx_; }                        ///< int4 by blocks: each column's block
+  /// int4: the columns a block of scales covers, or -1 (one scale per row); 0 unless int4.
+  std::int64_t int4_block_size() const { return int4_block_size_; }
   /// int8: whether the quantization config's activation quantizer quantizes float inputs (Keras's default; what
   /// a ReversibleEmbedding in reverse multiplies).
   bool quantize_inputs() const { return quantize_inputs_; }

@@ -38,6 +38,19 @@ void ReversibleEmbeddingLayer::build(const Shape& input_shape) {
     reverse_embeddings_scale_ = add_weight("reverse_embeddings_scale", {input_dim()}, Initializer::get("ones"), false);
     return;
   }
+  if (int4_block_size() != 0) {
+    // Keras's _int4_build: the reverse map packed along its rows (ceil(output_dim / 2), input_dim); one scale per
+    // entry, or by blocks of rows a scale and a zero point (a float32 one, as Keras makes it) per block and entry.
+    reverse_embeddings_ = add_int8_weight("reverse_embeddings", {(output_dim() + 1) / 2, input_dim()});
+    if (int4_block_size() < 0) {
+      reverse_embeddings_scale_ = add_weight("reverse_embeddings_scale", {input_dim()}, Initializer::get("ones"), false);
+      return;
+    }
+    const std::int64_t groups = (output_dim() - 1) / int4_block_size() + 1;
+    reverse_embeddings_scale_ = add_weight("reverse_embeddings_scale", {groups, input_dim()}, Initializer::get("ones"), false);
+    reverse_embeddings_zero_ = add_weight("reverse_embeddings_zero", {groups, input_dim()}, Initializer::get("zeros"), false);
+    return;
+  }
   // Keras draws the untied reverse map from the embeddings' initializer.
   reverse_embeddings_ = add_weight("reverse_embeddings", {output_dim(), input_dim()}, embeddings_initializer());
 }
@@ -55,6 +68,33 @@ Tensor ReversibleEmbeddingLayer::call(const Tensor& input, const CallArgs& args)
                                                   variable(embeddings_scale_id(), input), quantize_inputs(), 1, true)
                           : ops::quantized_matmul(input, variable(reverse_embeddings_, input),
                                                   variable(reverse_embeddings_scale_, input), quantize_inputs());
+  } else if (int4_block_size() < 0) {
+    // Keras's _int4_call in reverse, per row: the inputs (quantized per row, by default) times the unpacked values
+    // (tied: the table read transposed), divided by both scales.
+    logits = tie_weights_ ? ops::quantized_matmul(input, variable(embeddings_id(), input),
+                                                  variable(embeddings_scale_id(), input), quantize_inputs(), 1, true,
+                                                  output_dim())
+                          : ops::quantized_matmul(input, variable(reverse_embeddings_, input),
+                                                  variable(reverse_embeddings_scale_, input), quantize_inputs(), 1,
+                                                  false, output_dim(), true);
+  } else if (int4_block_size() > 0) {
+    // By blocks of features: the float map (value - zero) · scale, times the inputs (quantized per row, then
+    // divided by their scale). The tied table's zero points are int8: as floats here.
+    if (tie_weights_) {
+      const Tensor zero = variable(embeddings_zero_id(), input);
+      Array ones(Shape{zero.shape()[1]}, input.dtype());
+      for (std::size_t i = 0; i < ones.size(); ++i) ones.set_flat(i, 1.0);
+      const Tensor float_zero = ops::dequantize(zero, ops::constant(input.graph(), ones, "ones"));
+      logits = ops::quantized_matmul_int4_groups(input, variable(embeddings_id(), input),
+                                                 variable(embeddings_scale_id(), input), float_zero,
+                                                 variable(g_idx_id(), input), output_dim(), false, 1, quantize_inputs(),
+                                                 true);
+    } else {
+      logits = ops::quantized_matmul_int4_groups(input, variable(reverse_embeddings_, input),
+                                                 variable(reverse_embeddings_scale_, input),
+                                                 variable(reverse_embeddings_zero_, input), variable(g_idx_id(), input),
+                                                 output_dim(), true, 0, quantize_inputs(), false);
+    }
   } else {
     logits = tie_weights_ ? ops::matmul(input, variable(embeddings_id(), input), false, true)
                           : ops::matmul(input, variable(reverse_embeddings_, input));

@@ -32,7 +32,7 @@ class ReversibleEmbeddingLayer : public EmbeddingLayer {
  private:
   bool tie_weights_ = true;
   Config logit_soft_cap_;
-  WeightId reverse_embeddings_ = 0, reverse_embeddings_scale_ = 0;
+  WeightId reverse_embeddings_ = 0, reverse_embeddings_scale_ = 0, reverse_embeddings_zero_ = 0;
 };
 
 /// An embedding that can also run in reverse, from vectors to vocabulary scores: Keras's
