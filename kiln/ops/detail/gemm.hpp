@@ -101,9 +101,12 @@ void gemm_s8s8s32_with(Int8GemmBackend backend, std::int64_t m, std::int64_t n, 
 // primitive made at its first product of that shape. Elsewhere (no oneDNN, no AVX512_BF16: oneDNN would emulate),
 // the float32 product of the rounded operands, which differs only in the order of the float32 sums. Split over
 // kiln's threads as gemm splits float32 products.
+// A product of up to 4 rows of C (a token's, in generation) runs kiln's few-row AVX-512 kernel instead, which
+// rounds each B value as it reads it (B read once, as the float32 product reads it).
 enum class Bf16GemmBackend {
-  onednn,   // oneDNN's matmul primitive on bfloat16 operands
-  rounded,  // the operands rounded to bfloat16 in float32, then gemm
+  onednn,    // oneDNN's matmul primitive on bfloat16 operands
+  rounded,   // the operands rounded to bfloat16 in float32, then gemm
+  few_rows,  // kiln's few-row kernel (up to 4 rows, A not transposed, AVX-512F; else rounded)
 };
 Bf16GemmBackend bf16_gemm_backend();
 // Runs `slice` on each worker's part of a float32 product split over kiln's threads exactly as gemm splits it (rows

@@ -94,6 +94,148 @@ void rounded_product(const GemmShape& s, const float* a, const float* b, float* 
   gemm(tight, pa, pb, c);  // inside a worker: on the calling thread
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// ---- few rows (a token's products in generation) ------------------------------------------------------------------
+// C's few rows with each B value rounded to bfloat16 as it is read, in registers: B read once, as a float32 product
+// of that size reads it, where packing B for oneDNN would read it, write it and read it again (and oneDNN's kernels
+// are slowest there). A's rows are rounded once into a per-thread buffer. AVX-512F only (any CPU with it).
+constexpr std::int64_t few_rows_max = 4;
+
+// (GCC 12's headers build some 512-bit results from an undefined vector, which -Wmaybe-uninitialized reports
+// wherever they are inlined: a false alarm, silenced for these kernels, as in int8_rows.cpp.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+// Two ways to round 16 floats to bfloat16 (kept as float32): AVX-512F integer arithmetic (to nearest even, NaN kept
+// quiet, as rounded_high_half), or AVX512_BF16's vcvtneps2bf16 and a shift back (3 instructions instead of 7).
+struct RoundByIntegers {
+  __attribute__((target("avx512f,avx512bw,avx512bf16"))) static inline __m512 apply(__m512 v) {
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    const __m512i chosen = _mm512_mask_or_epi32(rounded, nan, bits, _mm512_set1_epi32(0x00400000));
+    return _mm512_castsi512_ps(_mm512_and_si512(chosen, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
+};
+struct RoundByBf16 {
+  __attribute__((target("avx512f,avx512bw,avx512bf16"))) static inline __m512 apply(__m512 v) {
+    const __m256i half = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+  }
+};
+
+inline __mmask16 lanes_below(std::int64_t count) {
+  return count >= 16 ? __mmask16(0xffff) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1);
+}
+
+// (compiled for AVX512_BF16 so that RoundByBf16 inlines; with RoundByIntegers it runs AVX-512F and BW instructions
+// only, on any CPU few_rows_fit admits)
+template <int M, class Round>
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void few_rows(const GemmShape& s, const float* ra,
+                                                                       const float* b, float* c) {
+  if (!s.transpose_b) {
+    // B k × n, read row after row as a float32 product streams it: 8 of its rows at a time across all of C's
+    // columns, 64 at a time in M × 4 accumulators, the partial sums kept in a per-thread row buffer between them.
+    constexpr std::int64_t chunk = 8;
+    float* partial = thread_buffer<float>(1, M * s.n);
+    for (std::int64_t p0 = 0; p0 < s.k; p0 += chunk) {
+      const std::int64_t p1 = std::min(s.k, p0 + chunk);
+      for (std::int64_t j0 = 0; j0 < s.n; j0 += 64) {
+        __mmask16 mask[4];
+        for (int v = 0; v < 4; ++v) mask[v] = lanes_below(s.n - j0 - 16 * v);
+        __m512 acc[M][4];
+        for (int i = 0; i < M; ++i)
+          for (int v = 0; v < 4; ++v)
+            acc[i][v] = p0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[v], partial + i * s.n + j0 + 16 * v);
+        for (std::int64_t p = p0; p < p1; ++p) {
+          const float* row = b + p * s.ldb + j0;
+          __m512 bv[4];
+          for (int v = 0; v < 4; ++v) bv[v] = Round::apply(_mm512_maskz_loadu_ps(mask[v], row + 16 * v));
+          for (int i = 0; i < M; ++i) {
+            const __m512 av = _mm512_set1_ps(ra[i * s.k + p]);
+            for (int v = 0; v < 4; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+          }
+        }
+        for (int i = 0; i < M; ++i)
+          for (int v = 0; v < 4; ++v) {
+            if (p1 < s.k) {
+              _mm512_mask_storeu_ps(partial + i * s.n + j0 + 16 * v, mask[v], acc[i][v]);
+              continue;
+            }
+            float* out = c + i * s.ldc + j0 + 16 * v;
+            const __m512 sum = s.accumulate ? _mm512_add_ps(acc[i][v], _mm512_maskz_loadu_ps(mask[v], out)) : acc[i][v];
+            _mm512_mask_storeu_ps(out, mask[v], sum);
+          }
+      }
+    }
+    return;
+  }
+  for (std::int64_t j = 0; j < s.n; ++j) {  // B n × k (a tied table read in reverse): one dot product per row of it
+    const float* row = b + j * s.ldb;
+    __m512 acc[M];
+    for (int i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();
+    for (std::int64_t p = 0; p < s.k; p += 16) {
+      const __mmask16 mask = lanes_below(s.k - p);
+      const __m512 bv = Round::apply(_mm512_maskz_loadu_ps(mask, row + p));
+      for (int i = 0; i < M; ++i) acc[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, ra + i * s.k + p), bv, acc[i]);
+    }
+    for (int i = 0; i < M; ++i) {
+      const float sum = _mm512_reduce_add_ps(acc[i]);
+      c[i * s.ldc + j] = s.accumulate ? c[i * s.ldc + j] + sum : sum;
+    }
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+bool few_rows_fit(const GemmShape& s) {
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return avx512 && s.m <= few_rows_max && !s.transpose_a;
+}
+
+#if KILN_HAS_DNNL
+bool dnnl_bf16_native();
+#endif
+
+void few_rows_product(const GemmShape& s, const float* a, const float* b, float* c) {
+  float* ra = thread_buffer<float>(0, s.m * s.k);
+  for (std::int64_t i = 0; i < s.m; ++i)
+    for (std::int64_t p = 0; p < s.k; ++p) {
+      const std::uint32_t bits = rounded_high_half(bits_of(a + i * s.lda + p));
+      std::memcpy(ra + i * s.k + p, &bits, sizeof bits);
+    }
+  // vcvtneps2bf16 where the CPU has it and oneDNN may use it (DNNL_MAX_CPU_ISA holds both back, for the tests)
+#if KILN_HAS_DNNL
+  static const bool bf16 = __builtin_cpu_supports("avx512bf16") && dnnl_bf16_native();
+#else
+  static const bool bf16 = __builtin_cpu_supports("avx512bf16");
+#endif
+  if (bf16) {
+    switch (s.m) {
+      case 1: return few_rows<1, RoundByBf16>(s, ra, b, c);
+      case 2: return few_rows<2, RoundByBf16>(s, ra, b, c);
+      case 3: return few_rows<3, RoundByBf16>(s, ra, b, c);
+      default: return few_rows<4, RoundByBf16>(s, ra, b, c);
+    }
+  }
+  switch (s.m) {
+    case 1: return few_rows<1, RoundByIntegers>(s, ra, b, c);
+    case 2: return few_rows<2, RoundByIntegers>(s, ra, b, c);
+    case 3: return few_rows<3, RoundByIntegers>(s, ra, b, c);
+    default: return few_rows<4, RoundByIntegers>(s, ra, b, c);
+  }
+}
+#else
+bool few_rows_fit(const GemmShape&) { return false; }
+void few_rows_product(const GemmShape& s, const float* a, const float* b, float* c) { rounded_product(s, a, b, c); }
+#endif
+
 #if KILN_HAS_DNNL
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 // vcvtne2ps2bf16: 32 floats a step, rounding to nearest even as to_bfloat16 does, except that it reads float32
@@ -242,6 +384,7 @@ bool dnnl_bf16_native() {
 #endif
 
 void run_bf16(Bf16GemmBackend backend, const GemmShape& s, const float* a, const float* b, float* c) {
+  if (backend == Bf16GemmBackend::few_rows) return few_rows_fit(s) ? few_rows_product(s, a, b, c) : rounded_product(s, a, b, c);
 #if KILN_HAS_DNNL
   // Where oneDNN has no primitive for the shape (or fails to run it), the fallback gives the same product.
   if (backend == Bf16GemmBackend::onednn && dnnl_bf16_native() && dnnl_product(s, a, b, c)) return;
@@ -272,7 +415,9 @@ void gemm_bf16(const GemmShape& s, const float* a, const float* b, float* c) {
   split_product(
       s, a, b, c,
       [](const GemmShape& slice, const float* pa, const float* pb, float* pc, const void* context) {
-        run_bf16(*static_cast<const Bf16GemmBackend*>(context), slice, pa, pb, pc);
+        // (a few rows, as a token's products: rounded as read, B once)
+        run_bf16(few_rows_fit(slice) ? Bf16GemmBackend::few_rows : *static_cast<const Bf16GemmBackend*>(context), slice,
+                 pa, pb, pc);
       },
       &backend);
 }

@@ -74,8 +74,13 @@ TEST_CASE("bfloat16 products equal the float64 product of the rounded operands o
   const std::vector<Case> cases = {{5, 7, 3, false, false, false, 0},   {33, 17, 65, true, false, false, 2},
                                    {31, 40, 64, false, true, false, 1}, {16, 48, 19, true, true, true, 3},
                                    {1, 300, 128, false, false, true, 0}, {129, 1, 70, false, true, false, 4},
-                                   {64, 64, 0, false, false, false, 0}};
-  for (const Bf16GemmBackend backend : {Bf16GemmBackend::onednn, Bf16GemmBackend::rounded}) {
+                                   {64, 64, 0, false, false, false, 0},
+                                   // a token's products (the few-row kernel): 1 to 4 rows, B as stored or
+                                   // transposed, partial vectors of columns and of k, accumulating
+                                   {1, 77, 37, false, false, false, 1}, {2, 130, 16, false, true, false, 0},
+                                   {3, 64, 129, false, false, true, 2}, {4, 50, 33, false, true, true, 3},
+                                   {4, 1, 5, false, false, false, 0}, {2, 9, 4, true, false, false, 0}};
+  for (const Bf16GemmBackend backend : {Bf16GemmBackend::onednn, Bf16GemmBackend::rounded, Bf16GemmBackend::few_rows}) {
     for (const Case& c : cases) {
       INFO("backend " << int(backend) << ": " << c.m << "x" << c.n << "x" << c.k << " ta " << c.ta << " tb " << c.tb
                       << " accumulate " << c.accumulate << " pad " << c.pad);
@@ -114,6 +119,17 @@ TEST_CASE("bfloat16 products leave oneDNN when it may not use AVX512_BF16", "[op
   for (std::int64_t i = 0; i < s.m; ++i)
     for (std::int64_t j = 0; j < s.n; ++j)
       REQUIRE(std::abs(out[static_cast<std::size_t>(i * s.n + j)] - rounded_reference(s, a, b, i, j)) < 1e-5 * 65);
+}
+
+TEST_CASE("the few-row bfloat16 kernel keeps NaN and infinities as the rounding does", "[ops][gemm][bfloat16]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const GemmShape s{1, 3, 2, false, false, 2, 3, 3};
+  const std::vector<float> a = {1.0f, 2.0f}, b = {nan, inf, 1.0f, 0.0f, 1.0f, 3.0f};
+  std::vector<float> out(3);
+  kiln::detail::gemm_bf16_with(Bf16GemmBackend::few_rows, s, a.data(), b.data(), out.data());
+  CHECK(std::isnan(out[0]));
+  CHECK(out[1] == inf);
+  CHECK(out[2] == 7.0f);
 }
 
 TEST_CASE("a bfloat16 product split over threads equals it on one", "[ops][gemm][bfloat16]") {
