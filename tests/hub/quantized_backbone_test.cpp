@@ -183,6 +183,10 @@ TEST_CASE("keras-hub's int8 and int4 backbones load, predict Keras's outputs and
     CHECK(keras_policy_paths(copy) == keras_policy_paths(file));
     const kiln::Model again = kiln::load_keras_model(copy);
     CHECK(again.predict(run.inputs)[0].bitwise_equal(loaded.predict(run.inputs)[0]));
+    // And in kiln's own format.
+    const std::string own = dir.file("copy.kiln");
+    loaded.save(own);
+    CHECK(kiln::load_model(own).predict(run.inputs)[0].bitwise_equal(loaded.predict(run.inputs)[0]));
     // kiln::quantize of the float backbone: Keras's weights bit for bit, every path Keras quantized.
     kiln::hub::Backbone float_backbone(f.backbone_class, f.arguments);
     kiln::load_keras_weights(*float_backbone.ptr(), fixture(f.name + ".float.weights.h5"));
