@@ -412,7 +412,8 @@ mixed="$build/bench/mixed_bfloat16.jsonl"
 : >"$mixed"
 mixed_rows="char_gpt train_step
 char_gpt forward
-mlp forward"
+mlp forward
+char_gpt_generate generate"
 [ -n "${BENCH_ONLY:-}" ] && mixed_rows=$(awk -v only="$BENCH_ONLY" '$1 ~ "^(" only ")$"' <<<"$mixed_rows")
 while read -r workload mode; do
   [ -z "$workload" ] && continue
@@ -436,11 +437,11 @@ if [ -s "$mixed" ]; then
   }
   END {
     printf "mixed_bfloat16 against float32 (kiln_bench --policy mixed_bfloat16: bfloat16 products, float32 sums)\n"
-    printf "%-10s %-10s %7s | %9s %9s %9s\n", "workload", "mode", "threads", "float ms", "mixed ms", "speed-up"
+    printf "%-17s %-10s %7s | %9s %9s %9s\n", "workload", "mode", "threads", "float ms", "mixed ms", "speed-up"
     for (i = 1; i <= count; ++i) {
       key = order[i]; split(key, part, SUBSEP)
       f = median(ms[key, "float"]); q = median(ms[key, "mixed"])
-      printf "%-10s %-10s %7s | %9s %9s %9s\n", part[1], part[2], part[3], num(f, "%.3f"), num(q, "%.3f"),
+      printf "%-17s %-10s %7s | %9s %9s %9s\n", part[1], part[2], part[3], num(f, "%.3f"), num(q, "%.3f"),
              (q > 0 ? sprintf("%.2fx", f / q) : "-")
     }
   }' "$mixed"
