@@ -245,11 +245,11 @@ void Layer::add_int4_scales(const std::string& prefix, std::int64_t rows, std::i
   }, false);
 }
 
-Tensor Layer::int4_float_kernel(WeightId packed, const ProjectionQuantization& q, std::int64_t columns,
-                                const Tensor& like) const {
-  if (q.int4_block < 0) return ops::dequantize(variable(packed, like), variable(q.scale, like), false, columns);
-  return ops::dequantize_int4(variable(packed, like), variable(q.scale, like), variable(q.zero, like),
-                              variable(q.g_idx, like), columns);
+Tensor Layer::int4_projection(const Tensor& x, WeightId packed, const ProjectionQuantization& q,
+                              std::int64_t columns) const {
+  if (q.int4_block < 0) return ops::matmul(x, ops::dequantize(variable(packed, x), variable(q.scale, x), false, columns));
+  return detail::int4_groups_product(x, variable(packed, x), variable(q.scale, x), variable(q.zero, x),
+                                     variable(q.g_idx, x), columns);
 }
 
 std::vector<std::pair<std::string, Config>> Layer::quantized_policies() const {

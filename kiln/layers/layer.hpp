@@ -356,9 +356,10 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// blocks (blocks, columns) with int8 "kernel_zero" (blocks, columns) and "g_idx" (rows,), each row's block; none
   /// trained. Records them in `q`.
   void add_int4_scales(const std::string& prefix, std::int64_t rows, std::int64_t columns, ProjectionQuantization& q);
-  /// The float (rows, columns) kernel a packed int4 one stands for, as Keras's EinsumDense._int4_call makes it:
-  /// per channel value / scale, by blocks (value - zero) · scale (ops::dequantize, ops::dequantize_int4).
-  Tensor int4_float_kernel(WeightId packed, const ProjectionQuantization& q, std::int64_t columns, const Tensor& like) const;
+  /// x (..., rows) times the (rows, columns) kernel a packed int4 one stands for, as Keras's EinsumDense._int4_call
+  /// makes and multiplies it: per channel value / scale (ops::dequantize), by blocks (value - zero) · scale
+  /// (detail::int4_groups_product, which reads the packed kernel directly for a token's few rows).
+  Tensor int4_projection(const Tensor& x, WeightId packed, const ProjectionQuantization& q, std::int64_t columns) const;
   /// Whether a DTypePolicyMap came in the config and has not set the policy yet (the layer's quantization
   /// mode is then not known in its constructor; quantization_resolved() reads what depends on it).
   bool policy_map_pending() const { return !policy_map_.is_null() && !policy_map_resolved_; }

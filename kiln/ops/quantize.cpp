@@ -49,6 +49,7 @@
 #include <kiln/core/op.hpp>
 #include <kiln/core/parallel.hpp>
 #include <kiln/ops/detail/gemm.hpp>
+#include <kiln/ops/detail/int4_rows.hpp>
 #include <kiln/ops/ops.hpp>
 
 namespace kiln {
@@ -226,6 +227,67 @@ void quantized_matmul_kernel(const KernelContext& k) {
     // product of the inputs (quantized per row: q, then / s, as Keras's matmul of int8 inputs by a float kernel)
     const Int4Matrix m = int4_matrix(k.input_shape(1), int4_units(k.attributes()), packed_rows);
     T* dense = reinterpret_cast<T*>(bytes);
+    if constexpr (std::is_same_v<T, float>) {
+      // A token's product by a Dense or EinsumDense int4 kernel (few rows, the inputs not quantized): dequantized as
+      // it is read, half a byte a weight, instead of the whole kernel made float first.
+      if (l.rows <= 4 && l.k >= l.rows && !packed_rows && !transposed && group_axis(k.attributes()) == 0 &&
+          !k.attributes().get_bool("quantize_inputs") && detail::int4_rows_available()) {
+        const float* g_idx = k.in<T>(4);
+        const std::int64_t groups = k.input_shape(2).dim(0);
+        for (std::int64_t p = 0; p < l.k; ++p) {
+          const double group = static_cast<double>(g_idx[p]);
+          if (!(group >= 0.0 && group < static_cast<double>(groups) && group == std::floor(group)))
+            throw ValueError(k.node->describe() + ": g_idx[" + std::to_string(p) + "] = " + std::to_string(group) +
+                             " is not one of the " + std::to_string(groups) + " groups");
+        }
+        const std::int64_t blocks = (l.n + 63) / 64;
+        detail::parallel_for(blocks, detail::workers_for_elements(l.rows * l.n * l.k / 16),
+                             [&](std::int64_t begin, std::int64_t end, int) {
+                               detail::int4_rows(l.rows, l.n, l.k, x, kernel, kernel_scale, k.in<T>(3), g_idx, y,
+                                                 dense, begin * 64, std::min(l.n, end * 64));
+                             });
+        return;
+      }
+      // A token's logits through a tied int4 table in reverse (groups along its columns, Keras's g_idx by blocks
+      // of a multiple of 16 columns): each row of the table dequantized as it is read.
+      if (l.rows <= 4 && l.n > l.rows && !packed_rows && transposed && group_axis(k.attributes()) == 1 && l.k >= 1 &&
+          detail::int4_rows_available()) {
+        const float* g_idx = k.in<T>(4);
+        const std::int64_t groups = k.input_shape(2).dim(1);
+        std::int64_t block = l.k;
+        for (std::int64_t c = 0; c < l.k; ++c)
+          if (g_idx[c] != 0.0f) {
+            block = c;
+            break;
+          }
+        bool standard = block > 0 && (block % 16 == 0 || block >= l.k) && (l.k - 1) / block + 1 == groups;
+        for (std::int64_t c = 0; c < l.k && standard; ++c) standard = g_idx[c] == static_cast<float>(c / block);
+        if (standard) {
+          // the rows as Keras multiplies them: quantized per row (values as floats, then / s), or as they are
+          float* rows = dense;
+          float* divisor = nullptr;
+          const bool quantize = k.attributes().get_bool("quantize_inputs");
+          if (quantize) {
+            // (the workspace's int8 rows, after the float kernel's place and the float rows')
+            auto* q = reinterpret_cast<std::int8_t*>(bytes + aligned(static_cast<std::size_t>(l.k * l.n) * sizeof(T)) +
+                                                     aligned(static_cast<std::size_t>(l.rows * l.k) * sizeof(T)));
+            divisor = rows + l.rows * l.k;
+            for (std::int64_t i = 0; i < l.rows; ++i) {
+              divisor[i] = quantize_row(x + i * l.k, l.k, q + i * l.k);
+              for (std::int64_t p = 0; p < l.k; ++p) rows[i * l.k + p] = static_cast<float>(q[i * l.k + p]);
+            }
+          } else {
+            std::copy(x, x + l.rows * l.k, rows);
+          }
+          detail::parallel_for(l.n, detail::workers_for_elements(l.rows * l.n * l.k / 16),
+                               [&](std::int64_t begin, std::int64_t end, int) {
+                                 detail::int4_rows_transposed(l.rows, l.n, l.k, groups, block, rows, kernel,
+                                                              kernel_scale, k.in<T>(3), y, divisor, begin, end);
+                               });
+          return;
+        }
+      }
+    }
     dequantize_groups<T, T>(k, m, kernel, kernel_scale, k.in<T>(3), k.in<T>(4),
                          k.input_shape(2).dim(group_axis(k.attributes())), group_axis(k.attributes()), dense);
     bytes += aligned(static_cast<std::size_t>(l.k * l.n) * sizeof(T));

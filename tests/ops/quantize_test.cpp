@@ -616,6 +616,85 @@ TEST_CASE("QuantizedMatMul by int4 groups: a ReversibleEmbedding's tied table an
   CHECK(report.num_checked > 0);
 }
 
+TEST_CASE("QuantizedMatMul by int4 groups: a token's few rows, read packed, equal the dequantized kernel's product",
+          "[ops][quantize]") {
+  // 1 to 4 rows (generation) run kiln's int4_rows kernels where the CPU has AVX-512: a Dense kernel (groups along its
+  // rows, any g_idx) and a tied table in reverse (groups of 16 or 32 columns, Keras's g_idx), with partial vectors;
+  // against the float64 sum of x times the float32 kernel values (value - zero) · scale, and the same rows through
+  // the general path (more rows).
+  kiln::Rng rng(53);
+  const std::int64_t K = 70, N = 100;
+  const Array values = int4_values(Shape{K, N}, rng);
+  Array g_idx(Shape{K});
+  for (std::int64_t p = 0; p < K; ++p) g_idx.set_flat(p, static_cast<double>((p * 7) % 5));  // any group of 5
+  const Array scale = kiln::testing::random_array(Shape{5, N}, rng, DType::float32, 0.01, 0.2);
+  const Array zero = kiln::testing::random_array(Shape{5, N}, rng, DType::float32, -4.0, 4.0);
+  const auto weight = [&](std::int64_t p, std::int64_t j) {
+    const auto g = static_cast<std::int64_t>(g_idx.flat(p));
+    return (static_cast<float>(values.flat(p * N + j)) - static_cast<float>(zero.flat(g * N + j))) *
+           static_cast<float>(scale.flat(g * N + j));
+  };
+  for (const std::int64_t rows : {std::int64_t{1}, std::int64_t{2}, std::int64_t{3}, std::int64_t{4}, std::int64_t{6}}) {
+    INFO(rows << " rows");
+    const Array x = kiln::testing::random_array(Shape{rows, K}, rng, DType::float32, -2.0, 2.0);
+    kiln::Graph graph;
+    const kiln::Tensor input = graph.placeholder(x.shape(), DType::float32, "x");
+    const kiln::Tensor y = kiln::ops::quantized_matmul_int4_groups(
+        input, graph.variable("k", pack_int4(values), false), graph.variable("s", scale, false),
+        graph.variable("z", zero, false), graph.variable("g", g_idx, false), N, false, 0, false, false);
+    kiln::Program program(graph, {y});
+    program.feed(input, x);
+    program.run();
+    const Array out = program.fetch(y);
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < N; ++j) {
+        double sum = 0;
+        for (std::int64_t p = 0; p < K; ++p) sum += x.flat(i * K + p) * static_cast<double>(weight(p, j));
+        REQUIRE(out.flat(i * N + j) == Approx(sum).margin(2e-5));
+      }
+  }
+  // A tied table (V, K) in reverse, groups of `block` columns.
+  for (const std::int64_t block : {std::int64_t{16}, std::int64_t{32}, std::int64_t{48}}) {
+    const std::int64_t V = 37, D = 48, groups = (D - 1) / block + 1;
+    const Array table = int4_values(Shape{V, D}, rng);
+    Array columns(Shape{D});
+    for (std::int64_t c = 0; c < D; ++c) columns.set_flat(c, static_cast<double>(c / block));
+    const Array table_scale = kiln::testing::random_array(Shape{V, groups}, rng, DType::float32, 0.01, 0.2);
+    const Array table_zero = kiln::testing::random_array(Shape{V, groups}, rng, DType::float32, -4.0, 4.0);
+    for (const bool quantize_inputs : {true, false})
+      for (const std::int64_t rows : {std::int64_t{1}, std::int64_t{4}, std::int64_t{5}}) {
+        INFO("block " << block << ", quantize_inputs " << quantize_inputs << ", " << rows << " rows");
+        const Array x = kiln::testing::random_array(Shape{rows, D}, rng, DType::float32, -2.0, 2.0);
+        kiln::Graph graph;
+        const kiln::Tensor input = graph.placeholder(x.shape(), DType::float32, "x");
+        const kiln::Tensor y = kiln::ops::quantized_matmul_int4_groups(
+            input, graph.variable("t", pack_int4(table), false), graph.variable("s", table_scale, false),
+            graph.variable("z", table_zero, false), graph.variable("g", columns, false), D, false, 1, quantize_inputs,
+            true);
+        kiln::Program program(graph, {y});
+        program.feed(input, x);
+        program.run();
+        const Array out = program.fetch(y);
+        for (std::int64_t i = 0; i < rows; ++i) {
+          float largest = 0;
+          for (std::int64_t c = 0; c < D; ++c) largest = std::max(largest, std::abs(static_cast<float>(x.flat(i * D + c))));
+          const float s = quantize_inputs ? 127.0f / (largest + 1e-7f) : 1.0f;
+          for (std::int64_t v = 0; v < V; ++v) {
+            double sum = 0;
+            for (std::int64_t c = 0; c < D; ++c) {
+              const std::int64_t g = c / block;
+              const float w = (static_cast<float>(table.flat(v * D + c)) - static_cast<float>(table_zero.flat(v * groups + g))) *
+                              static_cast<float>(table_scale.flat(v * groups + g));
+              const float in = static_cast<float>(x.flat(i * D + c));
+              sum += static_cast<double>(quantize_inputs ? std::clamp(std::nearbyint(in * s), -127.0f, 127.0f) : in) * w;
+            }
+            REQUIRE(out.flat(i * V + v) == Approx(sum / s).margin(2e-5));
+          }
+        }
+      }
+  }
+}
+
 TEST_CASE("QuantizedMatMul's edge cases: no input features, NaN rows, sums past int32 before the correction",
           "[ops][quantize]") {
   // No input features: an empty sum, zeros (Keras's matmul), on both forms.

@@ -323,7 +323,7 @@ Tensor GroupedQueryAttentionLayer::project(const Tensor& x, int projection, Weig
   if (int8(projection)) {  // Keras's "bqm,muh->bquh" in int8: the inputs quantized per row
     y = ops::quantized_matmul(x, variable(kernel, x), variable(scale_[projection], x), true, 1);
   } else if (int4(projection)) {  // in int4: the float kernel the packed one stands for, then the float einsum
-    y = ops::matmul(x, int4_float_kernel(kernel, quantization_[projection], heads * head_dim_, x));
+    y = int4_projection(x, kernel, quantization_[projection], heads * head_dim_);
   } else {
     Tensor weights = variable(kernel, x);
     if (options_.heads_first_kernels) weights = ops::transpose(weights, {1, 0, 2});
@@ -390,7 +390,7 @@ Tensor GroupedQueryAttentionLayer::attend(const Tensor& q, const Tensor& k, cons
       : int4(3) && o.falcon && out.int4_block < 0
                ? ops::quantized_matmul(merged, variable(output_kernel_, like), variable(out.scale, like), false, 1,
                                        false, hidden_)
-      : int4(3) ? ops::matmul(merged, int4_float_kernel(output_kernel_, out, hidden_, like))
+      : int4(3) ? int4_projection(merged, output_kernel_, out, hidden_)
                : ops::matmul(merged, ops::reshape(variable(output_kernel_, like), {o.num_query_heads * head_dim_, hidden_}));
   return o.falcon ? output + variable(output_bias_, like) : output;
 }

@@ -213,7 +213,7 @@ Tensor MultiHeadAttentionLayer::project(const Tensor& x, const Projection& proje
   Tensor y = projection.quantization.int8()
                  ? ops::quantized_matmul(x, variable(projection.kernel, x), variable(projection.kernel_scale, x), true, 1)
              : projection.quantization.int4()
-                 ? ops::matmul(x, int4_float_kernel(projection.kernel, projection.quantization, width, x))
+                 ? int4_projection(x, projection.kernel, projection.quantization, width)
                  : ops::matmul(x, ops::reshape(variable(projection.kernel, x), {x.shape()[2], width}));
   if (use_bias_) y = y + ops::reshape(variable(projection.bias, x), {width});
   if (projection_activity_) add_activity_loss(projection_activity_, y);
@@ -231,7 +231,7 @@ Tensor MultiHeadAttentionLayer::project_output(const Tensor& attended, const Ten
   Tensor output = output_.quantization.int8()
                       ? ops::quantized_matmul(merged, kernel, variable(output_.kernel_scale, query), true, 2)
                   : output_.quantization.int4()
-                      ? ops::matmul(merged, int4_float_kernel(output_.kernel, output_.quantization, output_dim, query))
+                      ? int4_projection(merged, output_.kernel, output_.quantization, output_dim)
                       : ops::matmul(merged, ops::reshape(kernel, {width, kernel.shape()[2]}));
   if (use_bias_) output = output + variable(output_.bias, query);
   return output;

@@ -128,8 +128,8 @@ Tensor DenseLayer::call(const Tensor& input, const CallArgs&) {
                                    false, units_);
   } else if (quantization_mode().rfind("int4", 0) == 0) {
     // Keras's sub-channel int4: the kernel as floats, then a float product (no input quantization).
-    output = ops::matmul(input, ops::dequantize_int4(variable(kernel_, input), variable(kernel_scale_, input),
-                                                     variable(kernel_zero_, input), variable(g_idx_, input), units_));
+    output = detail::int4_groups_product(input, variable(kernel_, input), variable(kernel_scale_, input),
+                                         variable(kernel_zero_, input), variable(g_idx_, input), units_);
   } else {
     output = ops::matmul(input, variable(kernel_, input));
   }

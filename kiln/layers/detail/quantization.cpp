@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <kiln/layers/layer.hpp>
+#include <kiln/ops/ops.hpp>
 
 namespace kiln::detail {
 
@@ -92,6 +93,15 @@ Int4Setting read_int4_config(ConfigReader& args, const Config& given, const std:
                                          {"registered_name", Config()}}
                                 : given;
   return out;
+}
+
+Tensor int4_groups_product(const Tensor& x, const Tensor& packed, const Tensor& scale, const Tensor& zero,
+                           const Tensor& g_idx, std::int64_t columns) {
+  // (the op takes the zero points in x's dtype, as an untied reverse map keeps them: the int8 ones as floats)
+  Array ones(Shape{columns}, x.dtype());
+  for (std::size_t i = 0; i < ones.size(); ++i) ones.set_flat(i, 1.0);
+  const Tensor float_zero = ops::dequantize(zero, ops::constant(x.graph(), ones, "ones"));
+  return ops::quantized_matmul_int4_groups(x, packed, scale, float_zero, g_idx, columns, false, 0, false, false);
 }
 
 Config quantized_dtype_policy(const std::string& mode, const std::string& source_name) {

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include <kiln/core/tensor.hpp>
 #include <kiln/layers/config.hpp>
 
 namespace kiln::detail {
@@ -30,6 +31,13 @@ struct Int4Setting {
   bool quantize_inputs = false;
 };
 Int4Setting read_int4_config(ConfigReader& args, const Config& given, const std::string& mode);
+
+// x (..., rows) times Keras's int4 kernel by groups of rows (Dense and EinsumDense's _int4_call): `packed` (rows,
+// ceil(columns / 2)), scale (groups, columns), int8 zero (groups, columns), g_idx (rows,). The float kernel
+// (value - zero) · scale multiplies as Keras's does; a token's few rows read the packed kernel directly
+// (ops::quantized_matmul_int4_groups).
+Tensor int4_groups_product(const Tensor& x, const Tensor& packed, const Tensor& scale, const Tensor& zero,
+                           const Tensor& g_idx, std::int64_t columns);
 
 // Keras's dtype policy of a quantized layer as it serializes it: QuantizedDTypePolicy {"mode": "int8", "source_name":
 // ...}, or Int4DTypePolicy for "int4/<block>".
