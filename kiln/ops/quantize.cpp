@@ -120,22 +120,36 @@ Int4Matrix int4_matrix(const Shape& stored, std::int64_t units, bool packed_rows
 // Keras's dequantize_with_sz_map of an unpacked int4 matrix: groups along `axis` (g_idx one entry per row, or per
 // column), scale and zero (groups, columns) for rows or (rows, groups) for columns: (value - zero) · scale, in T.
 // A g_idx entry that is not a group is refused.
-template <class T, class Z>
-void dequantize_groups(const KernelContext& k, const Int4Matrix& m, const std::int8_t* packed, const T* scale,
-                       const Z* zero, const T* g_idx, std::int64_t groups, std::int64_t axis, T* out) {
-  const std::int64_t grouped = axis == 0 ? m.rows : m.columns;
-  for (std::int64_t i = 0; i < grouped; ++i) {
+template <class T>
+void check_groups(const KernelContext& k, const T* g_idx, std::int64_t count, std::int64_t groups) {
+  for (std::int64_t i = 0; i < count; ++i) {
     const double group = static_cast<double>(g_idx[i]);
     if (!(group >= 0.0 && group < static_cast<double>(groups) && group == std::floor(group)))
       throw ValueError(k.node->describe() + ": g_idx[" + std::to_string(i) + "] = " + std::to_string(group) +
                        " is not one of the " + std::to_string(groups) + " groups");
   }
-  for (std::int64_t r = 0; r < m.rows; ++r)
+}
+
+// Rows [first, last) of it (all by default) into `out`, compact; g_idx checked unless `checked`.
+template <class T, class Z>
+void dequantize_groups(const KernelContext& k, const Int4Matrix& m, const std::int8_t* packed, const T* scale,
+                       const Z* zero, const T* g_idx, std::int64_t groups, std::int64_t axis, T* out,
+                       std::int64_t first = 0, std::int64_t last = -1, bool checked = false) {
+  if (last < 0) last = m.rows;
+  if (!checked) check_groups(k, g_idx, axis == 0 ? m.rows : m.columns, groups);
+  for (std::int64_t r = first; r < last; ++r)
     for (std::int64_t c = 0; c < m.columns; ++c) {
       const std::int64_t at = axis == 0 ? static_cast<std::int64_t>(g_idx[r]) * m.columns + c
                                         : r * groups + static_cast<std::int64_t>(g_idx[c]);
-      out[r * m.columns + c] = (static_cast<T>(m.at(packed, r, c)) - static_cast<T>(zero[at])) * scale[at];
+      out[(r - first) * m.columns + c] = (static_cast<T>(m.at(packed, r, c)) - static_cast<T>(zero[at])) * scale[at];
     }
+}
+
+// Rows of a kernel by groups made float at a time, for larger products (its stored rows: a multiple of 2, so that
+// rows packed two a byte stay whole): about 1 MB of floats, whatever the kernel's size.
+std::int64_t int4_block_rows(const Int4Matrix& m) {
+  const std::int64_t rows = std::max<std::int64_t>(2, (std::int64_t{1} << 18) / std::max<std::int64_t>(m.columns, 1));
+  return std::min(m.rows, rows / 2 * 2);
 }
 
 struct Layout {
@@ -174,11 +188,18 @@ std::size_t aligned(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
 std::size_t unpacked_bytes(const Layout& l, const Attributes& attributes) {
   return int4_units(attributes) > 0 ? aligned(static_cast<std::size_t>(l.k * l.n)) : 0;
 }
+// The floats the 5-input form keeps: a block of dequantized rows, or the few-row kernels' partial sums and rows.
+std::int64_t int4_dense_floats(const Layout& l, const Shape& kernel, const Attributes& attributes) {
+  const Int4Matrix m = int4_matrix(kernel, int4_units(attributes), flag(attributes, "int4_packed_rows"));
+  return std::max(int4_block_rows(m) * m.columns, std::min<std::int64_t>(l.rows, 4) * (std::max(l.n, l.k) + 1));
+}
+
 std::size_t quantized_matmul_workspace(const std::vector<Shape>& inputs, const Shape&, const Attributes& attributes,
                                        DType dtype) {
   const Layout l = layout_of(inputs[0], inputs[1], attributes);
-  if (inputs.size() == 5)  // int4 by groups: the float kernel, then the inputs as their quantized values and scales
-    return aligned(static_cast<std::size_t>(l.k * l.n) * dtype_size(dtype)) +
+  if (inputs.size() == 5)  // int4 by groups: a block of the float kernel (or a few rows' sums), then the inputs as
+                          // their quantized values and scales
+    return aligned(static_cast<std::size_t>(int4_dense_floats(l, inputs[1], attributes)) * dtype_size(dtype)) +
            (attributes.get_bool("quantize_inputs")
                 ? aligned(static_cast<std::size_t>(l.rows * l.k) * dtype_size(dtype)) +
                       aligned(static_cast<std::size_t>(l.rows * l.k)) + static_cast<std::size_t>(l.rows) * dtype_size(dtype)
@@ -269,8 +290,10 @@ void quantized_matmul_kernel(const KernelContext& k) {
           const bool quantize = k.attributes().get_bool("quantize_inputs");
           if (quantize) {
             // (the workspace's int8 rows, after the float kernel's place and the float rows')
-            auto* q = reinterpret_cast<std::int8_t*>(bytes + aligned(static_cast<std::size_t>(l.k * l.n) * sizeof(T)) +
-                                                     aligned(static_cast<std::size_t>(l.rows * l.k) * sizeof(T)));
+            auto* q = reinterpret_cast<std::int8_t*>(
+                bytes +
+                aligned(static_cast<std::size_t>(int4_dense_floats(l, k.input_shape(1), k.attributes())) * sizeof(T)) +
+                aligned(static_cast<std::size_t>(l.rows * l.k) * sizeof(T)));
             divisor = rows + l.rows * l.k;
             for (std::int64_t i = 0; i < l.rows; ++i) {
               divisor[i] = quantize_row(x + i * l.k, l.k, q + i * l.k);
@@ -288,25 +311,39 @@ void quantized_matmul_kernel(const KernelContext& k) {
         }
       }
     }
-    dequantize_groups<T, T>(k, m, kernel, kernel_scale, k.in<T>(3), k.in<T>(4),
-                         k.input_shape(2).dim(group_axis(k.attributes())), group_axis(k.attributes()), dense);
-    bytes += aligned(static_cast<std::size_t>(l.k * l.n) * sizeof(T));
-    const detail::GemmShape product{l.rows, l.n, l.k, false, transposed, l.k, m.columns, l.n, false};
-    if (!k.attributes().get_bool("quantize_inputs")) {
-      detail::gemm(product, x, dense, y);
-      return;
+    // Otherwise as Keras: the float kernel (value - zero) · scale, here a block of its stored rows at a time (the
+    // workspace stays ~1 MB whatever the kernel), times the inputs: as they are, or quantized per row (their values
+    // as floats, the sums then divided by the row's scale: Keras's matmul of int8 inputs by a float kernel).
+    const std::int64_t axis = group_axis(k.attributes()), groups = k.input_shape(2).dim(axis);
+    check_groups(k, k.in<T>(4), axis == 0 ? m.rows : m.columns, groups);
+    bytes += aligned(static_cast<std::size_t>(int4_dense_floats(l, k.input_shape(1), k.attributes())) * sizeof(T));
+    const T* rows = x;
+    T* row_scale = nullptr;
+    if (k.attributes().get_bool("quantize_inputs")) {
+      T* qx = reinterpret_cast<T*>(bytes);
+      auto* q = reinterpret_cast<std::int8_t*>(bytes + aligned(static_cast<std::size_t>(l.rows * l.k) * sizeof(T)));
+      row_scale = reinterpret_cast<T*>(bytes + aligned(static_cast<std::size_t>(l.rows * l.k) * sizeof(T)) +
+                                       aligned(static_cast<std::size_t>(l.rows * l.k)));
+      for (std::int64_t i = 0; i < l.rows; ++i) {
+        row_scale[i] = quantize_row(x + i * l.k, l.k, q + i * l.k);
+        for (std::int64_t p = 0; p < l.k; ++p) qx[i * l.k + p] = static_cast<T>(q[i * l.k + p]);
+      }
+      rows = qx;
     }
-    T* qx = reinterpret_cast<T*>(bytes);
-    auto* q = reinterpret_cast<std::int8_t*>(bytes + aligned(static_cast<std::size_t>(l.rows * l.k) * sizeof(T)));
-    T* row_scale = reinterpret_cast<T*>(bytes + aligned(static_cast<std::size_t>(l.rows * l.k) * sizeof(T)) +
-                                        aligned(static_cast<std::size_t>(l.rows * l.k)));
-    for (std::int64_t i = 0; i < l.rows; ++i) {
-      row_scale[i] = quantize_row(x + i * l.k, l.k, q + i * l.k);
-      for (std::int64_t p = 0; p < l.k; ++p) qx[i * l.k + p] = static_cast<T>(q[i * l.k + p]);
+    const std::int64_t block = int4_block_rows(m);
+    for (std::int64_t first = 0; first < m.rows; first += block) {
+      const std::int64_t last = std::min(m.rows, first + block);
+      dequantize_groups<T, T>(k, m, kernel, kernel_scale, k.in<T>(3), k.in<T>(4), groups, axis, dense, first, last,
+                              true);
+      if (transposed)  // stored (N, K): columns [first, last) of y
+        detail::gemm({l.rows, last - first, l.k, false, true, l.k, m.columns, l.n, false}, rows, dense, y + first);
+      else  // stored (K, N): rows [first, last) of the sum over K, added up
+        detail::gemm({l.rows, l.n, last - first, false, false, l.k, m.columns, l.n, first > 0}, rows + first, dense, y);
     }
-    detail::gemm(product, qx, dense, y);
-    for (std::int64_t i = 0; i < l.rows; ++i)
-      for (std::int64_t j = 0; j < l.n; ++j) y[i * l.n + j] /= row_scale[i];
+    if (m.rows == 0 && !transposed) std::fill(y, y + l.rows * l.n, T(0));  // (K = 0: an empty sum)
+    if (row_scale != nullptr)
+      for (std::int64_t i = 0; i < l.rows; ++i)
+        for (std::int64_t j = 0; j < l.n; ++j) y[i * l.n + j] /= row_scale[i];
     return;
   }
   if (int4_units(k.attributes()) > 0) {  // Keras's unpack_int4 of the packed kernel, every call

@@ -695,6 +695,49 @@ TEST_CASE("QuantizedMatMul by int4 groups: a token's few rows, read packed, equa
   }
 }
 
+TEST_CASE("QuantizedMatMul by int4 groups: a kernel larger than a block is made float a block at a time",
+          "[ops][quantize]") {
+  // Past ~2^18 floats of kernel the general path dequantizes it in blocks of rows: a Dense kernel (3000 × 100, its
+  // sums added up block after block) and a tied table (20000 × 16 in reverse, its columns of y block after block).
+  kiln::Rng rng(59);
+  for (const bool transposed : {false, true}) {
+    INFO("transposed " << transposed);
+    const std::int64_t R = transposed ? 20000 : 3000, C = transposed ? 16 : 100, rows = 5;
+    const Array values = int4_values(Shape{R, C}, rng);
+    const std::int64_t grouped = transposed ? C : R, groups = (grouped - 1) / 16 + 1;
+    Array g_idx(Shape{grouped});
+    for (std::int64_t i = 0; i < grouped; ++i) g_idx.set_flat(i, static_cast<double>(i / 16));
+    const Shape per_group = transposed ? Shape{R, groups} : Shape{groups, C};
+    const Array scale = kiln::testing::random_array(per_group, rng, DType::float32, 0.01, 0.2);
+    const Array zero = kiln::testing::random_array(per_group, rng, DType::float32, -4.0, 4.0);
+    const std::int64_t K = transposed ? C : R, N = transposed ? R : C;
+    const Array x = kiln::testing::random_array(Shape{rows, K}, rng, DType::float32, -1.0, 1.0);
+    kiln::Graph graph;
+    const kiln::Tensor input = graph.placeholder(x.shape(), DType::float32, "x");
+    const kiln::Tensor y = kiln::ops::quantized_matmul_int4_groups(
+        input, graph.variable("k", pack_int4(values), false), graph.variable("s", scale, false),
+        graph.variable("z", zero, false), graph.variable("g", g_idx, false), C, false, transposed ? 1 : 0, false,
+        transposed);
+    kiln::Program program(graph, {y});
+    program.feed(input, x);
+    program.run();
+    const Array out = program.fetch(y);
+    REQUIRE(out.shape() == Shape({rows, N}));
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < N; j += (transposed ? 97 : 1)) {
+        double sum = 0;
+        for (std::int64_t p = 0; p < K; ++p) {
+          const std::int64_t r = transposed ? j : p, c = transposed ? p : j;
+          const std::int64_t at = transposed ? r * groups + c / 16 : (r / 16) * C + c;
+          const float w = (static_cast<float>(values.flat(r * C + c)) - static_cast<float>(zero.flat(at))) *
+                          static_cast<float>(scale.flat(at));
+          sum += x.flat(i * K + p) * static_cast<double>(w);
+        }
+        REQUIRE(out.flat(i * N + j) == Approx(sum).margin(1e-4));
+      }
+  }
+}
+
 TEST_CASE("QuantizedMatMul's edge cases: no input features, NaN rows, sums past int32 before the correction",
           "[ops][quantize]") {
   // No input features: an empty sum, zeros (Keras's matmul), on both forms.
