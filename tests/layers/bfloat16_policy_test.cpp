@@ -254,3 +254,39 @@ TEST_CASE("kiln::quantize keeps a mixed_bfloat16 source and leaves bfloat16 laye
   REQUIRE(report.skipped.size() == 1);
   CHECK(report.skipped[0].second.find("bfloat16") != std::string::npos);
 }
+
+TEST_CASE("mixed_bfloat16: an int4 Dense by blocks multiplies its float kernel in bfloat16, as any product there",
+          "[layers][bfloat16][quantize]") {
+  // Keras's int4_from_mixed_bfloat16: the kernel made float ((value - zero) · scale), cast to the compute dtype and
+  // multiplied; kiln rounds both operands to bfloat16 and sums in float32, as for a float kernel.
+  for (const std::int64_t rows : {std::int64_t{1}, std::int64_t{9}}) {  // a token's row, and a batch
+    INFO(rows << " rows");
+    kiln::Dense dense(6, "linear", {{"dtype", "int4/8_from_mixed_bfloat16"}});
+    const Array x = random_input({rows, 40}, 3).astype(DType::float32);
+    run_layer(*dense, LayerCase{{x}});
+    std::vector<Array> weights = dense.get_weights();  // kernel (40, 3) packed, bias, scale (5, 6), zero, g_idx
+    REQUIRE(weights.size() == 5);
+    kiln::Rng rng(5);
+    std::vector<int> values(40 * 6);
+    for (int& v : values) v = static_cast<int>(rng.uniform(0.0, 16.0)) - 8;
+    for (std::int64_t p = 0; p < 40; ++p)
+      for (std::int64_t b = 0; b < 3; ++b)
+        weights[0].set_flat(static_cast<std::size_t>(p * 3 + b),
+                            static_cast<std::int8_t>(static_cast<std::uint8_t>((values[p * 6 + 2 * b] & 15) |
+                                                                               ((values[p * 6 + 2 * b + 1] & 15) << 4))));
+    for (std::size_t i = 0; i < weights[1].size(); ++i) weights[1].set_flat(i, 0.1 * static_cast<double>(i));
+    for (std::size_t i = 0; i < weights[2].size(); ++i) weights[2].set_flat(i, 0.05 + 0.01 * static_cast<double>(i));
+    for (std::size_t i = 0; i < weights[3].size(); ++i) weights[3].set_flat(i, static_cast<double>(static_cast<int>(i % 5) - 2));
+    dense.set_weights(weights);
+    Array kernel({40, 6}, DType::float32);
+    for (std::int64_t p = 0; p < 40; ++p)
+      for (std::int64_t j = 0; j < 6; ++j) {
+        const std::size_t at = static_cast<std::size_t>((p / 8) * 6 + j);
+        kernel.set_flat(static_cast<std::size_t>(p * 6 + j),
+                        (static_cast<float>(values[p * 6 + j]) - static_cast<float>(weights[3].flat(at))) *
+                            static_cast<float>(weights[2].flat(at)));
+      }
+    const Array out = run_layer(*dense, LayerCase{{x}})[0];
+    CHECK(max_abs_difference(out.astype(DType::float64), rounded_dense(x, kernel, weights[1])) < 1e-4);
+  }
+}

@@ -39,7 +39,9 @@ void EmbeddingLayer::read_quantization_config(ConfigReader& args) {
   const Config& quantization = args.value("quantization_config");
   int4_block_size_ = 0;
   if (quantization_mode().rfind("int4", 0) == 0) {  // Keras's Int4QuantizationConfig: by blocks of columns, or per row
-    const detail::Int4Setting setting = detail::read_int4_config(args, quantization, quantization_mode());
+    // (a plain Embedding never quantizes its ids: its activation quantizer is not read, as Keras ignores it)
+    const detail::Int4Setting setting =
+        detail::read_int4_config(args, quantization, quantization_mode(), class_name() == "ReversibleEmbedding");
     int4_block_size_ = setting.block_size;
     quantization_config_ = setting.written;
     quantize_inputs_ = setting.quantize_inputs;

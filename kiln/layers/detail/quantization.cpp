@@ -5,6 +5,7 @@
 #include <set>
 #include <vector>
 
+#include <kiln/core/graph.hpp>
 #include <kiln/layers/layer.hpp>
 #include <kiln/ops/ops.hpp>
 
@@ -54,7 +55,7 @@ Config int8_activation_quantizer(ConfigReader& args, const Config& given, bool q
              : default_activation_quantizer();
 }
 
-Int4Setting read_int4_config(ConfigReader& args, const Config& given, const std::string& mode) {
+Int4Setting read_int4_config(ConfigReader& args, const Config& given, const std::string& mode, bool check_activation) {
   Int4Setting out;
   if (!given.is_null() && (!given.is_map() || given.get_string("class_name", "") != "Int4QuantizationConfig"))
     args.fail("quantization_config must be Keras's Int4QuantizationConfig for mode '" + mode + "', got " +
@@ -63,6 +64,8 @@ Int4Setting read_int4_config(ConfigReader& args, const Config& given, const std:
   const Config* block = arguments && arguments->is_map() ? arguments->find("block_size") : nullptr;
   if (block != nullptr) {
     out.block_size = block->is_null() ? -1 : block->as_int("block_size");
+  } else if (!given.is_null()) {
+    out.block_size = -1;  // a config without block_size: Keras's from_config makes it None, per channel
   } else if (const auto slash = mode.find('/'); slash != std::string::npos) {
     // "int4/128"; "int4/None" and "int4/-1" are per-channel, as Keras's Int4DTypePolicy reads them
     const std::string size = mode.substr(slash + 1);
@@ -77,7 +80,7 @@ Int4Setting read_int4_config(ConfigReader& args, const Config& given, const std:
   if (out.block_size == 0 || out.block_size < -1)
     args.fail("int4's block_size must be positive, or -1 (per-channel), got " + std::to_string(out.block_size));
   const Config* activation = arguments && arguments->is_map() ? arguments->find("activation_quantizer") : nullptr;
-  if (activation != nullptr && !activation->is_null()) {
+  if (activation != nullptr && !activation->is_null() && check_activation) {
     if (out.block_size > 0)
       args.fail("Keras's int4 by blocks takes no activation quantizer, got " + activation->to_string());
     if (!is_default_abs_max(*activation))
@@ -97,6 +100,9 @@ Int4Setting read_int4_config(ConfigReader& args, const Config& given, const std:
 
 Tensor int4_groups_product(const Tensor& x, const Tensor& packed, const Tensor& scale, const Tensor& zero,
                            const Tensor& g_idx, std::int64_t columns) {
+  // Under a bfloat16 policy the float kernel multiplies as any product there does (ops::matmul rounds both operands
+  // to bfloat16, as Keras's compute dtype casts them).
+  if (x.graph().bfloat16_products()) return ops::matmul(x, ops::dequantize_int4(packed, scale, zero, g_idx, columns));
   // (the op takes the zero points in x's dtype, as an untied reverse map keeps them: the int8 ones as floats)
   Array ones(Shape{columns}, x.dtype());
   for (std::size_t i = 0; i < ones.size(); ++i) ones.set_flat(i, 1.0);

@@ -30,7 +30,9 @@ struct Int4Setting {
   Config written;
   bool quantize_inputs = false;
 };
-Int4Setting read_int4_config(ConfigReader& args, const Config& given, const std::string& mode);
+// `check_activation` false: the activation quantizer is not read (an Embedding's ids are never quantized).
+Int4Setting read_int4_config(ConfigReader& args, const Config& given, const std::string& mode,
+                             bool check_activation = true);
 
 // x (..., rows) times Keras's int4 kernel by groups of rows (Dense and EinsumDense's _int4_call): `packed` (rows,
 // ceil(columns / 2)), scale (groups, columns), int8 zero (groups, columns), g_idx (rows,). The float kernel
