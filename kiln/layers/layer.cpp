@@ -238,10 +238,7 @@ void Layer::add_int4_scales(const std::string& prefix, std::int64_t rows, std::i
   q.zero = add_int8_weight(prefix + "kernel_zero", {groups, columns});
   // Each row's group, floor(row / block_size), as Keras's _int4_build assigns it.
   q.g_idx = add_weight(prefix + "g_idx", {rows}, [block](const Shape& shape, DType dtype, Rng&) {
-    Array groups_of(shape, dtype);
-    for (std::size_t p = 0; p < groups_of.size(); ++p)
-      groups_of.set_flat(p, static_cast<double>(static_cast<std::int64_t>(p) / block));
-    return groups_of;
+    return detail::block_indices(shape, dtype, block);
   }, false);
 }
 

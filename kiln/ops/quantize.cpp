@@ -81,10 +81,13 @@ T quantize_row(const T* x, std::int64_t k, std::int8_t* q) {
 }
 
 // A nibble as a signed int4 value, [-8, 7].
-inline int int4_at(const std::int8_t* packed_row, std::int64_t column) {
-  const int byte = static_cast<std::uint8_t>(packed_row[column >> 1]);
-  const int nibble = (column & 1) ? (byte >> 4) : (byte & 0x0f);
+inline int int4_of(std::int8_t packed, bool high) {
+  const int byte = static_cast<std::uint8_t>(packed);
+  const int nibble = high ? (byte >> 4) : (byte & 0x0f);
   return nibble >= 8 ? nibble - 16 : nibble;
+}
+inline int int4_at(const std::int8_t* packed_row, std::int64_t column) {
+  return int4_of(packed_row[column >> 1], (column & 1) != 0);
 }
 
 std::int64_t int4_units(const Attributes& attributes) {
@@ -102,9 +105,7 @@ struct Int4Matrix {
   bool packed_rows = false;
   std::int8_t at(const std::int8_t* packed, std::int64_t r, std::int64_t c) const {
     if (!packed_rows) return static_cast<std::int8_t>(int4_at(packed + r * ((columns + 1) / 2), c));
-    const int byte = static_cast<std::uint8_t>(packed[(r >> 1) * columns + c]);
-    const int nibble = (r & 1) ? (byte >> 4) : (byte & 0x0f);
-    return static_cast<std::int8_t>(nibble >= 8 ? nibble - 16 : nibble);
+    return static_cast<std::int8_t>(int4_of(packed[(r >> 1) * columns + c], (r & 1) != 0));
   }
   void unpack(const std::int8_t* packed, std::int8_t* out) const {
     for (std::int64_t r = 0; r < rows; ++r)
@@ -188,10 +189,10 @@ std::size_t aligned(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
 std::size_t unpacked_bytes(const Layout& l, const Attributes& attributes) {
   return int4_units(attributes) > 0 ? aligned(static_cast<std::size_t>(l.k * l.n)) : 0;
 }
-// The floats the 5-input form keeps: a block of dequantized rows, or the few-row kernels' partial sums and rows.
+// The floats the 5-input form keeps: a block of dequantized rows, or the few-row kernel's partial sums.
 std::int64_t int4_dense_floats(const Layout& l, const Shape& kernel, const Attributes& attributes) {
   const Int4Matrix m = int4_matrix(kernel, int4_units(attributes), flag(attributes, "int4_packed_rows"));
-  return std::max(int4_block_rows(m) * m.columns, std::min<std::int64_t>(l.rows, 4) * (std::max(l.n, l.k) + 1));
+  return std::max(int4_block_rows(m) * m.columns, std::min<std::int64_t>(l.rows, 4) * l.n);
 }
 
 std::size_t quantized_matmul_workspace(const std::vector<Shape>& inputs, const Shape&, const Attributes& attributes,
@@ -244,78 +245,16 @@ void quantized_matmul_kernel(const KernelContext& k) {
   auto* bytes = static_cast<unsigned char*>(k.workspace);
   const bool packed_rows = flag(k.attributes(), "int4_packed_rows");
   if (k.num_inputs == 5) {
-    // Keras's int4 by groups (a ReversibleEmbedding in reverse): the float kernel (value - zero) · scale, then the
-    // product of the inputs (quantized per row: q, then / s, as Keras's matmul of int8 inputs by a float kernel)
+    // Keras's int4 by groups: the float kernel (value - zero) · scale times the inputs, as they are or quantized per
+    // row (their values as floats, each sum then divided by the row's scale: Keras's matmul of int8 inputs by a
+    // float kernel). Workspace: a block of the float kernel (or the few-row kernel's partial sums), then the
+    // quantized rows as floats, as int8 and their scales.
     const Int4Matrix m = int4_matrix(k.input_shape(1), int4_units(k.attributes()), packed_rows);
-    T* dense = reinterpret_cast<T*>(bytes);
-    if constexpr (std::is_same_v<T, float>) {
-      // A token's product by a Dense or EinsumDense int4 kernel (few rows, the inputs not quantized): dequantized as
-      // it is read, half a byte a weight, instead of the whole kernel made float first.
-      if (l.rows <= 4 && l.k >= l.rows && !packed_rows && !transposed && group_axis(k.attributes()) == 0 &&
-          !k.attributes().get_bool("quantize_inputs") && detail::int4_rows_available()) {
-        const float* g_idx = k.in<T>(4);
-        const std::int64_t groups = k.input_shape(2).dim(0);
-        for (std::int64_t p = 0; p < l.k; ++p) {
-          const double group = static_cast<double>(g_idx[p]);
-          if (!(group >= 0.0 && group < static_cast<double>(groups) && group == std::floor(group)))
-            throw ValueError(k.node->describe() + ": g_idx[" + std::to_string(p) + "] = " + std::to_string(group) +
-                             " is not one of the " + std::to_string(groups) + " groups");
-        }
-        const std::int64_t blocks = (l.n + 63) / 64;
-        detail::parallel_for(blocks, detail::workers_for_elements(l.rows * l.n * l.k / 16),
-                             [&](std::int64_t begin, std::int64_t end, int) {
-                               detail::int4_rows(l.rows, l.n, l.k, x, kernel, kernel_scale, k.in<T>(3), g_idx, y,
-                                                 dense, begin * 64, std::min(l.n, end * 64));
-                             });
-        return;
-      }
-      // A token's logits through a tied int4 table in reverse (groups along its columns, Keras's g_idx by blocks
-      // of a multiple of 16 columns): each row of the table dequantized as it is read.
-      if (l.rows <= 4 && l.n > l.rows && !packed_rows && transposed && group_axis(k.attributes()) == 1 && l.k >= 1 &&
-          detail::int4_rows_available()) {
-        const float* g_idx = k.in<T>(4);
-        const std::int64_t groups = k.input_shape(2).dim(1);
-        std::int64_t block = l.k;
-        for (std::int64_t c = 0; c < l.k; ++c)
-          if (g_idx[c] != 0.0f) {
-            block = c;
-            break;
-          }
-        bool standard = block > 0 && (block % 16 == 0 || block >= l.k) && (l.k - 1) / block + 1 == groups;
-        for (std::int64_t c = 0; c < l.k && standard; ++c) standard = g_idx[c] == static_cast<float>(c / block);
-        if (standard) {
-          // the rows as Keras multiplies them: quantized per row (values as floats, then / s), or as they are
-          float* rows = dense;
-          float* divisor = nullptr;
-          const bool quantize = k.attributes().get_bool("quantize_inputs");
-          if (quantize) {
-            // (the workspace's int8 rows, after the float kernel's place and the float rows')
-            auto* q = reinterpret_cast<std::int8_t*>(
-                bytes +
-                aligned(static_cast<std::size_t>(int4_dense_floats(l, k.input_shape(1), k.attributes())) * sizeof(T)) +
-                aligned(static_cast<std::size_t>(l.rows * l.k) * sizeof(T)));
-            divisor = rows + l.rows * l.k;
-            for (std::int64_t i = 0; i < l.rows; ++i) {
-              divisor[i] = quantize_row(x + i * l.k, l.k, q + i * l.k);
-              for (std::int64_t p = 0; p < l.k; ++p) rows[i * l.k + p] = static_cast<float>(q[i * l.k + p]);
-            }
-          } else {
-            std::copy(x, x + l.rows * l.k, rows);
-          }
-          detail::parallel_for(l.n, detail::workers_for_elements(l.rows * l.n * l.k / 16),
-                               [&](std::int64_t begin, std::int64_t end, int) {
-                                 detail::int4_rows_transposed(l.rows, l.n, l.k, groups, block, rows, kernel,
-                                                              kernel_scale, k.in<T>(3), y, divisor, begin, end);
-                               });
-          return;
-        }
-      }
-    }
-    // Otherwise as Keras: the float kernel (value - zero) · scale, here a block of its stored rows at a time (the
-    // workspace stays ~1 MB whatever the kernel), times the inputs: as they are, or quantized per row (their values
-    // as floats, the sums then divided by the row's scale: Keras's matmul of int8 inputs by a float kernel).
     const std::int64_t axis = group_axis(k.attributes()), groups = k.input_shape(2).dim(axis);
-    check_groups(k, k.in<T>(4), axis == 0 ? m.rows : m.columns, groups);
+    const T* zero = k.in<T>(3);
+    const T* g_idx = k.in<T>(4);
+    check_groups(k, g_idx, axis == 0 ? m.rows : m.columns, groups);
+    T* dense = reinterpret_cast<T*>(bytes);
     bytes += aligned(static_cast<std::size_t>(int4_dense_floats(l, k.input_shape(1), k.attributes())) * sizeof(T));
     const T* rows = x;
     T* row_scale = nullptr;
@@ -330,11 +269,39 @@ void quantized_matmul_kernel(const KernelContext& k) {
       }
       rows = qx;
     }
+    if constexpr (std::is_same_v<T, float>) {
+      // A token's few rows read the packed kernel directly, dequantizing each value as it is read (half a byte a
+      // weight) instead of making the kernel float first: a Dense or EinsumDense kernel (inputs not quantized) ...
+      if (l.rows <= 4 && l.k >= 1 && !packed_rows && !transposed && axis == 0 && row_scale == nullptr &&
+          detail::int4_rows_available()) {
+        detail::parallel_for((l.n + 63) / 64, detail::workers_for_elements(l.rows * l.n * l.k / 16),
+                             [&](std::int64_t begin, std::int64_t end, int) {
+                               detail::int4_rows(l.rows, l.n, l.k, x, kernel, kernel_scale, zero, g_idx, y, dense,
+                                                 begin * 64, std::min(l.n, end * 64));
+                             });
+        return;
+      }
+      // ... or a tied table in reverse, its groups along its columns as Keras's g_idx makes them, blocks of a
+      // multiple of 16 columns.
+      if (l.rows <= 4 && l.k >= 1 && !packed_rows && transposed && axis == 1 && detail::int4_rows_available()) {
+        const std::int64_t block = std::find_if(g_idx, g_idx + l.k, [](float g) { return g != 0.0f; }) - g_idx;
+        bool standard = block > 0 && (block % 16 == 0 || block >= l.k) && (l.k - 1) / block + 1 == groups;
+        for (std::int64_t c = 0; c < l.k && standard; ++c) standard = g_idx[c] == static_cast<float>(c / block);
+        if (standard) {
+          detail::parallel_for(l.n, detail::workers_for_elements(l.rows * l.n * l.k / 16),
+                               [&](std::int64_t begin, std::int64_t end, int) {
+                                 detail::int4_rows_transposed(l.rows, l.n, l.k, groups, block, rows, kernel,
+                                                              kernel_scale, zero, y, row_scale, begin, end);
+                               });
+          return;
+        }
+      }
+    }
+    // Otherwise as Keras, the float kernel a block of its stored rows at a time (~1 MB whatever the kernel).
     const std::int64_t block = int4_block_rows(m);
     for (std::int64_t first = 0; first < m.rows; first += block) {
       const std::int64_t last = std::min(m.rows, first + block);
-      dequantize_groups<T, T>(k, m, kernel, kernel_scale, k.in<T>(3), k.in<T>(4), groups, axis, dense, first, last,
-                              true);
+      dequantize_groups<T, T>(k, m, kernel, kernel_scale, zero, g_idx, groups, axis, dense, first, last, true);
       if (transposed)  // stored (N, K): columns [first, last) of y
         detail::gemm({l.rows, last - first, l.k, false, true, l.k, m.columns, l.n, false}, rows, dense, y + first);
       else  // stored (K, N): rows [first, last) of the sum over K, added up
@@ -427,13 +394,7 @@ void quantized_gather_kernel(const KernelContext& k) {
   const auto* zero = grouped ? k.in<std::int8_t>(3) : nullptr;
   const T* g_idx = grouped ? k.in<T>(4) : nullptr;
   const std::int64_t groups = grouped ? k.input_shape(1).dim(1) : 0;
-  if (grouped)  // every column's group, once a step (as DequantizeInt4 checks its rows')
-    for (std::int64_t j = 0; j < columns; ++j) {
-      const double group = static_cast<double>(g_idx[j]);
-      if (!(group >= 0.0 && group < static_cast<double>(groups) && group == std::floor(group)))
-        throw ValueError(k.node->describe() + ": g_idx[" + std::to_string(j) + "] = " + std::to_string(group) +
-                         " is not one of the " + std::to_string(groups) + " groups");
-    }
+  if (grouped) check_groups(k, g_idx, columns, groups);  // every column's group, once a step
   for (std::int64_t i = 0; i < count; ++i) {
     const double value = static_cast<double>(ids[i]);
     if (!(value >= 0.0 && value < static_cast<double>(rows) && value == std::floor(value)))

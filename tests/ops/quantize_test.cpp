@@ -449,6 +449,17 @@ Array pack_int4(const Array& values) {
   return Array::from_vector(packed, Shape{rows, bytes});
 }
 
+// Keras's AbsMaxQuantizer scale of row `row` of x (rows of `width` values), or 1 without input quantization; and a
+// value of that row as the product multiplies it.
+float keras_row_scale(const Array& x, std::int64_t row, std::int64_t width, bool quantize_inputs) {
+  float largest = 0;
+  for (std::int64_t c = 0; c < width; ++c) largest = std::max(largest, std::abs(static_cast<float>(x.flat(row * width + c))));
+  return quantize_inputs ? 127.0f / (largest + 1e-7f) : 1.0f;
+}
+float as_multiplied(float value, float scale, bool quantize_inputs) {
+  return quantize_inputs ? std::clamp(std::nearbyint(value * scale), -127.0f, 127.0f) : value;
+}
+
 Array int4_values(const Shape& shape, kiln::Rng& rng) {
   std::vector<std::int8_t> values(static_cast<std::size_t>(shape.num_elements()));
   for (auto& value : values) value = static_cast<std::int8_t>(static_cast<int>(rng.uniform(0.0, 16.0)) - 8);
@@ -581,18 +592,14 @@ TEST_CASE("QuantizedMatMul by int4 groups: a ReversibleEmbedding's tied table an
     REQUIRE(a.shape() == Shape({2, 3, V}));
     CHECK(a.bitwise_equal(b));
     for (std::int64_t row = 0; row < 6; ++row) {
-      float largest = 0;
-      for (std::int64_t d = 0; d < D; ++d) largest = std::max(largest, std::abs(static_cast<float>(x.flat(row * D + d))));
-      const float s = quantize_inputs ? 127.0f / (largest + 1e-7f) : 1.0f;
+      const float s = keras_row_scale(x, row, D, quantize_inputs);
       for (std::int64_t v = 0; v < V; ++v) {
         double sum = 0;
         for (std::int64_t d = 0; d < D; ++d) {
           const auto g = static_cast<std::int64_t>(g_idx.flat(d));
           const float w = (static_cast<float>(values.flat(v * D + d)) - static_cast<float>(zero_vg.flat(v * 3 + g))) *
                           static_cast<float>(scale_vg.flat(v * 3 + g));
-          const float in = static_cast<float>(x.flat(row * D + d));
-          const float q = quantize_inputs ? std::clamp(std::nearbyint(in * s), -127.0f, 127.0f) : in;
-          sum += static_cast<double>(q) * w;
+          sum += static_cast<double>(as_multiplied(static_cast<float>(x.flat(row * D + d)), s, quantize_inputs)) * w;
         }
         CHECK(a.flat(row * V + v) == Approx(sum / s).margin(1e-5));
       }
@@ -676,17 +683,14 @@ TEST_CASE("QuantizedMatMul by int4 groups: a token's few rows, read packed, equa
         program.run();
         const Array out = program.fetch(y);
         for (std::int64_t i = 0; i < rows; ++i) {
-          float largest = 0;
-          for (std::int64_t c = 0; c < D; ++c) largest = std::max(largest, std::abs(static_cast<float>(x.flat(i * D + c))));
-          const float s = quantize_inputs ? 127.0f / (largest + 1e-7f) : 1.0f;
+          const float s = keras_row_scale(x, i, D, quantize_inputs);
           for (std::int64_t v = 0; v < V; ++v) {
             double sum = 0;
             for (std::int64_t c = 0; c < D; ++c) {
               const std::int64_t g = c / block;
               const float w = (static_cast<float>(table.flat(v * D + c)) - static_cast<float>(table_zero.flat(v * groups + g))) *
                               static_cast<float>(table_scale.flat(v * groups + g));
-              const float in = static_cast<float>(x.flat(i * D + c));
-              sum += static_cast<double>(quantize_inputs ? std::clamp(std::nearbyint(in * s), -127.0f, 127.0f) : in) * w;
+              sum += static_cast<double>(as_multiplied(static_cast<float>(x.flat(i * D + c)), s, quantize_inputs)) * w;
             }
             REQUIRE(out.flat(i * V + v) == Approx(sum / s).margin(2e-5));
           }

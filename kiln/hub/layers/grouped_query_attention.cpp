@@ -279,19 +279,24 @@ void GroupedQueryAttentionLayer::build(const Shape& input_shape) {
   const Initializer ones = Initializer::get("ones");
   // An int8 projection (Keras's EinsumDense._int8_build): the kernel in int8, then the bias, then kernel_scale; an
   // int4 one (_int4_build): the kernel flattened to (rows, columns) and packed, the bias, then its scales.
+  // An int4 kernel's (rows, columns) as Keras flattens it: the input features by the projection's heads · depth, the
+  // output's heads · depth (both reduced) by the hidden features.
+  const auto int4_extent = [&](int projection) {
+    const std::int64_t heads = projection == 0 || projection == 3 ? o.num_query_heads : o.num_key_value_heads;
+    return projection == 3 ? std::pair<std::int64_t, std::int64_t>{heads * head_dim_, hidden_}
+                           : std::pair<std::int64_t, std::int64_t>{hidden_, heads * head_dim_};
+  };
   const auto kernel_of = [&](int projection, const std::string& name, const Shape& shape) {
-    if (int4(projection)) {  // (the output's kernel reduces heads and depth: its columns are the hidden features)
-      const std::int64_t columns = projection == 3 ? hidden_ : shape.num_elements() / shape[0];
-      return add_int8_weight(name, Shape{shape.num_elements() / columns, (columns + 1) / 2});
+    if (int4(projection)) {
+      const auto [rows, columns] = int4_extent(projection);
+      return add_int8_weight(name, Shape{rows, (columns + 1) / 2});
     }
     return int8(projection) ? add_int8_weight(name, shape) : add_weight(name, shape, kernel);
   };
   const auto scale_of = [&](int projection, const std::string& name, const Shape& shape) {
     if (int8(projection)) scale_[projection] = add_weight(name, shape, ones, false);
-    if (int4(projection)) {  // (rows and columns of the kernel the packed one stands for)
-      const std::int64_t heads = projection == 0 || projection == 3 ? options_.num_query_heads : options_.num_key_value_heads;
-      const std::int64_t rows = projection == 3 ? heads * head_dim_ : hidden_;
-      const std::int64_t columns = projection == 3 ? hidden_ : heads * head_dim_;
+    if (int4(projection)) {
+      const auto [rows, columns] = int4_extent(projection);
       add_int4_scales(name.substr(0, name.size() - std::string("kernel_scale").size()), rows, columns,
                       quantization_[projection]);
     }

@@ -98,18 +98,14 @@ void DenseLayer::build(const Shape& input_shape) {
     regularize(bias_, bias_regularization_);
   }
   if (quantization_mode() == "int8") kernel_scale_ = add_weight("kernel_scale", {units_}, Initializer::get("ones"), false);
-  if (int4 && int4_block_size_ < 0) {  // per-channel: symmetric, one scale per unit
-    kernel_scale_ = add_weight("kernel_scale", {units_}, Initializer::get("ones"), false);
-  } else if (int4) {  // by blocks of input rows: asymmetric, a scale and a zero point per block and unit
-    const std::int64_t block = int4_block_size_, groups = input_dim == 0 ? 0 : (input_dim - 1) / block + 1;
-    kernel_scale_ = add_weight("kernel_scale", {groups, units_}, Initializer::get("ones"), false);
-    kernel_zero_ = add_int8_weight("kernel_zero", {groups, units_});
-    // Each input row's group, floor(row / block_size), as Keras's idx_initializer makes it.
-    g_idx_ = add_weight("g_idx", {input_dim}, [block](const Shape& shape, DType dtype, Rng&) {
-      Array rows(shape, dtype);
-      for (std::size_t p = 0; p < rows.size(); ++p) rows.set_flat(p, static_cast<double>(static_cast<std::int64_t>(p) / block));
-      return rows;
-    }, false);
+  if (int4) {  // Keras's int4 variables after the kernel and bias: per unit, or per block of input rows with zero
+              // points and g_idx
+    ProjectionQuantization scales;
+    scales.int4_block = int4_block_size_;
+    add_int4_scales("", input_dim, units_, scales);
+    kernel_scale_ = scales.scale;
+    kernel_zero_ = scales.zero;
+    g_idx_ = scales.g_idx;
   }
 }
 

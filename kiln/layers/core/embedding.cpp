@@ -103,10 +103,7 @@ void EmbeddingLayer::build(const Shape&) {
     embeddings_scale_ = add_weight("embeddings_scale", {input_dim_, groups}, Initializer::get("ones"), false);
     embeddings_zero_ = add_int8_weight("embeddings_zero", {input_dim_, groups});
     g_idx_ = add_weight("g_idx", {output_dim_}, [block](const Shape& shape, DType dtype, Rng&) {
-      Array columns(shape, dtype);
-      for (std::size_t j = 0; j < columns.size(); ++j)
-        columns.set_flat(j, static_cast<double>(static_cast<std::int64_t>(j) / block));
-      return columns;
+      return detail::block_indices(shape, dtype, block);
     }, false);
     return;
   }

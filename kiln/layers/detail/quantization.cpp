@@ -104,10 +104,21 @@ Tensor int4_groups_product(const Tensor& x, const Tensor& packed, const Tensor& 
   // to bfloat16, as Keras's compute dtype casts them).
   if (x.graph().bfloat16_products()) return ops::matmul(x, ops::dequantize_int4(packed, scale, zero, g_idx, columns));
   // (the op takes the zero points in x's dtype, as an untied reverse map keeps them: the int8 ones as floats)
-  Array ones(Shape{columns}, x.dtype());
+  return ops::quantized_matmul_int4_groups(x, packed, scale, int8_as_floats(zero, x), g_idx, columns, false, 0, false,
+                                           false);
+}
+
+Array block_indices(const Shape& shape, DType dtype, std::int64_t block) {
+  Array indices(shape, dtype);
+  for (std::size_t i = 0; i < indices.size(); ++i)
+    indices.set_flat(i, static_cast<double>(static_cast<std::int64_t>(i) / block));
+  return indices;
+}
+
+Tensor int8_as_floats(const Tensor& q, const Tensor& like) {
+  Array ones(Shape{q.shape()[q.rank() - 1]}, like.dtype());
   for (std::size_t i = 0; i < ones.size(); ++i) ones.set_flat(i, 1.0);
-  const Tensor float_zero = ops::dequantize(zero, ops::constant(x.graph(), ones, "ones"));
-  return ops::quantized_matmul_int4_groups(x, packed, scale, float_zero, g_idx, columns, false, 0, false, false);
+  return ops::dequantize(q, ops::constant(like.graph(), ones, "ones"));
 }
 
 Config quantized_dtype_policy(const std::string& mode, const std::string& source_name) {

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include <kiln/core/array.hpp>
 #include <kiln/core/tensor.hpp>
 #include <kiln/layers/config.hpp>
 
@@ -33,6 +34,11 @@ struct Int4Setting {
 // `check_activation` false: the activation quantizer is not read (an Embedding's ids are never quantized).
 Int4Setting read_int4_config(ConfigReader& args, const Config& given, const std::string& mode,
                              bool check_activation = true);
+
+// Keras's g_idx: each of `shape`'s entries' block, floor(i / block) (its idx_initializer).
+Array block_indices(const Shape& shape, DType dtype, std::int64_t block);
+// An int8 tensor's values as floats of `like`'s dtype (ops::dequantize by ones).
+Tensor int8_as_floats(const Tensor& q, const Tensor& like);
 
 // x (..., rows) times Keras's int4 kernel by groups of rows (Dense and EinsumDense's _int4_call): `packed` (rows,
 // ceil(columns / 2)), scale (groups, columns), int8 zero (groups, columns), g_idx (rows,). The float kernel

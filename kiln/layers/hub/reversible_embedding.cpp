@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include <kiln/layers/detail/quantization.hpp>
 #include <kiln/ops/ops.hpp>
 
 namespace kiln {
@@ -81,10 +82,7 @@ Tensor ReversibleEmbeddingLayer::call(const Tensor& input, const CallArgs& args)
     // By blocks of features: the float map (value - zero) · scale, times the inputs (quantized per row, then
     // divided by their scale). The tied table's zero points are int8: as floats here.
     if (tie_weights_) {
-      const Tensor zero = variable(embeddings_zero_id(), input);
-      Array ones(Shape{zero.shape()[1]}, input.dtype());
-      for (std::size_t i = 0; i < ones.size(); ++i) ones.set_flat(i, 1.0);
-      const Tensor float_zero = ops::dequantize(zero, ops::constant(input.graph(), ones, "ones"));
+      const Tensor float_zero = detail::int8_as_floats(variable(embeddings_zero_id(), input), input);
       logits = ops::quantized_matmul_int4_groups(input, variable(embeddings_id(), input),
                                                  variable(embeddings_scale_id(), input), float_zero,
                                                  variable(g_idx_id(), input), output_dim(), false, 1, quantize_inputs(),

@@ -328,15 +328,23 @@ GemmShape slice_of(const GemmShape& s, const Split& split, std::int64_t begin, s
   return slice_shape(s, split, span);
 }
 
-template <class T>
-void split_gemm(const GemmShape& s, const T* a, const T* b, T* c) {
+// Runs f(slice, a, b, c) on each worker's part of a product split over kiln's threads.
+template <class T, class F>
+void for_each_slice(const GemmShape& s, const T* a, const T* b, T* c, const F& f) {
   const Split split = split_of(s);
   parallel_for(split.units, split.max_workers, [&](std::int64_t begin, std::int64_t end, int) {
     const T* slice_a = a;
     const T* slice_b = b;
     T* slice_c = c;
     const GemmShape slice = slice_of(s, split, begin, end, slice_a, slice_b, slice_c);
-    run_product(slice, slice_a, slice_b, slice_c, gemm_backend(slice, dtype_of<T>::value));
+    f(slice, slice_a, slice_b, slice_c);
+  });
+}
+
+template <class T>
+void split_gemm(const GemmShape& s, const T* a, const T* b, T* c) {
+  for_each_slice(s, a, b, c, [](const GemmShape& slice, const T* pa, const T* pb, T* pc) {
+    run_product(slice, pa, pb, pc, gemm_backend(slice, dtype_of<T>::value));
   });
 }
 
@@ -414,13 +422,8 @@ void gemm(const GemmShape& s, const float* a, const float* b, float* c) { split_
 
 void split_product(const GemmShape& s, const float* a, const float* b, float* c, GemmSlice slice,
                    const void* context) {
-  const Split split = split_of(s);
-  parallel_for(split.units, split.max_workers, [&](std::int64_t begin, std::int64_t end, int) {
-    const float* slice_a = a;
-    const float* slice_b = b;
-    float* slice_c = c;
-    const GemmShape part = slice_of(s, split, begin, end, slice_a, slice_b, slice_c);
-    slice(part, slice_a, slice_b, slice_c, context);
+  for_each_slice(s, a, b, c, [&](const GemmShape& part, const float* pa, const float* pb, float* pc) {
+    slice(part, pa, pb, pc, context);
   });
 }
 

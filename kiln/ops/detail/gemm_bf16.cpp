@@ -11,6 +11,9 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <kiln/ops/detail/lane_masks.hpp>
+#endif
 #if KILN_HAS_DNNL
 #include <omp.h>
 
@@ -127,10 +130,6 @@ struct RoundByBf16 {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
   }
 };
-
-inline __mmask16 lanes_below(std::int64_t count) {
-  return count >= 16 ? __mmask16(0xffff) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1);
-}
 
 // (compiled for AVX512_BF16 so that RoundByBf16 inlines; with RoundByIntegers it runs AVX-512F and BW instructions
 // only, on any CPU few_rows_fit admits)
@@ -250,8 +249,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void to_bfloat16_avx512(c
   }
   if (i < count) {
     const std::int64_t left = count - i;
-    const __mmask16 low = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
-    const __mmask16 high = left > 16 ? __mmask16((1u << (left - 16)) - 1) : __mmask16(0);
+    const __mmask16 low = lanes_below(left), high = lanes_below(left - 16);
     const __m512bh packed = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(high, from + i + 16),
                                                 _mm512_maskz_loadu_ps(low, from + i));
     _mm512_mask_storeu_epi16(to + i, (__mmask32(high) << 16) | low, reinterpret_cast<__m512i>(packed));

@@ -15,6 +15,8 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
+#include <kiln/ops/detail/lane_masks.hpp>
+
 namespace kiln::detail {
 namespace {
 
@@ -43,10 +45,6 @@ __attribute__((target("avx512f,avx512bw"))) inline __m512 values16(const std::in
   __m512i v = _mm512_cvtepu16_epi32(both);
   v = _mm512_sub_epi32(v, _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(8)), 1));  // [8, 15] -> [-8, -1]
   return _mm512_cvtepi32_ps(v);
-}
-
-inline __mmask16 lanes_below(std::int64_t count) {
-  return count >= 16 ? __mmask16(0xffff) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1);
 }
 
 template <int M>
